@@ -1,0 +1,165 @@
+/**
+ * The executor contract: the only place that touches containers. `FakeExecutor` (in memory)
+ * and `DockerExecutor` (dockerode) implement it; the same contract suite runs against both.
+ *
+ * @module
+ */
+import type { SandboxSpec } from "../shared/schemas.ts";
+
+/** What an executor is told when it builds a sandbox. */
+export interface CreateRequest {
+  /** The ledger id; executors label or key their resources by it. */
+  id: string;
+  /** The sandbox name (for labels and logs only). */
+  name: string;
+  /** The template (an image name for Docker). */
+  template: string;
+  /** Limits and options. */
+  spec: SandboxSpec;
+  /** Default environment for every command in the sandbox. */
+  env: Record<string, string>;
+}
+
+/** How to run one command. */
+export interface ExecRequest {
+  /** argv: `["/bin/bash", "-l", "-c", "echo hi"]`, or `["sh", "-c", cmd]`. */
+  cmd: string[];
+  /** Working directory; the executor's home when absent. */
+  cwd?: string;
+  /** Extra environment, over the sandbox's default environment. */
+  env?: Record<string, string>;
+  /** Run-as user (E2B sends one); executors may ignore it where they cannot switch. */
+  user?: string;
+  /** Keep stdin open for `writeStdin`; closed at once otherwise. */
+  stdin?: boolean;
+  /** Kill the command after this many ms (the exit then reports `timedOut`). */
+  timeoutMs?: number;
+}
+
+/** How a command ended. */
+export interface ExecExit {
+  /** The exit code; 128 + signal number when killed by a signal, -1 when unknown. */
+  exitCode: number;
+  /** The signal name when killed by one, e.g. `"SIGKILL"`. */
+  signal?: string;
+  /** True when `timeoutMs` ran out and the executor killed it. */
+  timedOut?: boolean;
+}
+
+/** A running command: its output streams as they come, and its end. */
+export interface ExecHandle {
+  /** A per-sandbox process id, unique among that sandbox's running commands. */
+  readonly pid: number;
+  /** Standard output as it is produced; closes when the command ends. */
+  readonly stdout: ReadableStream<Uint8Array>;
+  /** Standard error as it is produced; closes when the command ends. */
+  readonly stderr: ReadableStream<Uint8Array>;
+  /** Resolves when the command ended (never rejects for a non-zero exit). */
+  readonly exited: Promise<ExecExit>;
+  /** Writes to stdin (only when started with `stdin: true`). */
+  writeStdin(data: Uint8Array): Promise<void>;
+  /** Closes stdin. */
+  closeStdin(): Promise<void>;
+  /** Sends a signal; a command that already ended is not an error. */
+  kill(signal?: "SIGKILL" | "SIGTERM" | "SIGINT" | "SIGHUP"): Promise<void>;
+}
+
+/** One file-system entry. */
+export interface FileEntry {
+  /** Base name. */
+  name: string;
+  /** Absolute path. */
+  path: string;
+  /** Kind of entry. */
+  type: "file" | "dir" | "symlink";
+  /** Size in bytes (0 for directories). */
+  size: number;
+  /** Unix permission bits, e.g. 0o644. */
+  mode: number;
+  /** Owner user name. */
+  owner: string;
+  /** Owner group name. */
+  group: string;
+  /** Last modification, ms since the epoch. */
+  modifiedAt: number;
+  /** The target of a symlink. */
+  symlinkTarget?: string;
+}
+
+/** Resource use of one sandbox. */
+export interface SandboxStats {
+  /** Taken at, ms since the epoch. */
+  takenAt: number;
+  /** CPU used, percent of one core (may exceed 100 on several cores). */
+  cpuUsedPct: number;
+  /** Cores available to the sandbox. */
+  cpuCount: number;
+  /** Memory used, bytes. */
+  memoryUsedBytes: number;
+  /** Memory limit, bytes (0 when unlimited). */
+  memoryLimitBytes: number;
+  /** Disk used in the sandbox's writable layer, bytes (0 when unknown). */
+  diskUsedBytes: number;
+}
+
+/** Error codes an executor raises; faces map them to statuses. */
+export type ExecutorErrorCode =
+  | "not_found" // the sandbox, file or directory does not exist -> 404
+  | "exists" // the path already exists where a new one is needed -> 409
+  | "not_dir" // a path component is a file -> 400
+  | "is_dir" // a file operation on a directory -> 400
+  | "invalid" // bad argument (unknown template, relative path, ...) -> 400
+  | "unavailable" // the engine did not answer in time or is down -> 503
+  | "timeout"; // a call ran past its own deadline -> 504
+
+/** The one error type executors throw for expected failures. */
+export class ExecutorError extends Error {
+  /** What went wrong, for mapping to a status. */
+  readonly code: ExecutorErrorCode;
+  /** Builds the error with a sentence saying what is wrong and what to do. */
+  constructor(code: ExecutorErrorCode, message: string) {
+    super(message);
+    this.name = "ExecutorError";
+    this.code = code;
+  }
+}
+
+/**
+ * The executor contract. Every method takes the ledger id of the sandbox. Calls for one sandbox
+ * are serialised by the caller's NameQueue where the verb needs it; executors must still be safe
+ * under concurrent calls for different sandboxes.
+ */
+export interface Executor {
+  /** `"fake"` or `"docker"`. */
+  readonly kind: string;
+  /** Builds and starts the sandbox. */
+  create(request: CreateRequest): Promise<void>;
+  /** Stops and removes the sandbox; a sandbox that does not exist is not an error. */
+  destroy(id: string): Promise<void>;
+  /** Starts a command; output streams as it comes. */
+  exec(id: string, request: ExecRequest): Promise<ExecHandle>;
+  /** Writes a whole file, creating parent directories; binary-safe. */
+  writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry>;
+  /** Reads a whole file; binary-safe. */
+  readFile(id: string, path: string): Promise<Uint8Array>;
+  /** Lists a directory's entries, down to `depth` levels (1 = the directory's own children). */
+  listDir(id: string, path: string, depth?: number): Promise<FileEntry[]>;
+  /** Describes one path. */
+  stat(id: string, path: string): Promise<FileEntry>;
+  /** Creates a directory and its parents; resolves false when it already existed. */
+  makeDir(id: string, path: string): Promise<boolean>;
+  /** Renames `from` to `to`. */
+  move(id: string, from: string, to: string): Promise<FileEntry>;
+  /** Removes a file or a directory tree. */
+  remove(id: string, path: string): Promise<void>;
+  /** Freezes every process of the sandbox. */
+  pause(id: string): Promise<void>;
+  /** Thaws the sandbox. */
+  resume(id: string): Promise<void>;
+  /** Resource use now. */
+  stats(id: string): Promise<SandboxStats>;
+  /** Ids of every sandbox this executor holds (for reconciliation at boot). */
+  list(): Promise<string[]>;
+  /** Releases connections and timers. */
+  close(): Promise<void>;
+}

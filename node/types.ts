@@ -1,0 +1,110 @@
+/**
+ * The node's sandbox service contract: what the native face and the E2B faces call. The
+ * implementation (`SandboxService`) runs every single-sandbox verb inside that name's NameQueue
+ * slot and keeps the ledger and the executor in step.
+ *
+ * @module
+ */
+import type { LookupAnswer, LookupRequest, Sandbox, SandboxSpec } from "../shared/schemas.ts";
+import type { ExecHandle, ExecRequest, FileEntry, SandboxStats } from "./executor.ts";
+
+/** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
+export type DeadlineAction = "kill" | "pause";
+
+/** A ledger row as the service hands it out: the public sandbox plus E2B bookkeeping. */
+export interface SandboxRecord extends Sandbox {
+  /** Default environment of every command (E2B `envVars`, native `spec.env`). */
+  env: Record<string, string>;
+  /** E2B deadline, ms since the epoch; `null` when the sandbox has none (native sandboxes). */
+  deadlineAt: number | null;
+  /** What the scanner does past the deadline. */
+  deadlineAction: DeadlineAction | null;
+}
+
+/** `acquire` input: create-or-wake by name. */
+export interface AcquireRequest {
+  name: string;
+  template?: string;
+  metadata?: Record<string, string>;
+  spec?: SandboxSpec;
+  /** Default environment (E2B `envVars`). */
+  env?: Record<string, string>;
+  /** Sets an E2B deadline `deadlineMs` from now (also refreshed on wake when given). */
+  deadline?: { ms: number; action: DeadlineAction };
+}
+
+/** `acquire` answer. */
+export interface AcquireResult {
+  /** True when this call built the sandbox, false when it existed (and was woken if needed). */
+  created: boolean;
+  sandbox: SandboxRecord;
+}
+
+/** A buffered command's answer (native `execCommand`). */
+export interface ExecResult {
+  exitCode: number;
+  stdout: string;
+  stderr: string;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+/** Selects sandboxes for `list`. */
+export interface ListFilter {
+  /** Every key/value must match the sandbox's metadata. */
+  metadata?: Record<string, string>;
+  /** Only these states. */
+  states?: Sandbox["state"][];
+}
+
+/**
+ * The sandbox service. `ref` arguments name a sandbox by `{ name }` or `{ id }`; an unknown
+ * sandbox throws `HttpError(404)` with a sentence. Verbs that run code or touch files wake a
+ * frozen sandbox first and touch its idle clock; `lookup` and `get` never wake or touch.
+ */
+export interface SandboxOps {
+  /** Create-or-wake by name. */
+  acquire(request: AcquireRequest): Promise<AcquireResult>;
+  /** The row, or undefined; never wakes. */
+  get(ref: SandboxRef): SandboxRecord | undefined;
+  /** Every row matching the filter. */
+  list(filter?: ListFilter): SandboxRecord[];
+  /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
+  lookup(request: LookupRequest): Promise<LookupAnswer>;
+  /** Runs a command to the end, buffering output up to the cap. */
+  execCommand(
+    ref: SandboxRef,
+    request: ExecRequest & { maxOutputBytes?: number },
+  ): Promise<ExecResult>;
+  /** Starts a streamed command (E2B `Process/Start`); the handle is tracked until it exits. */
+  startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle>;
+  /** Running commands of a sandbox started with `startCommand`, by pid. */
+  commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }>;
+  /** File verbs (wake first). */
+  writeFile(ref: SandboxRef, path: string, data: Uint8Array): Promise<FileEntry>;
+  readFile(ref: SandboxRef, path: string): Promise<Uint8Array>;
+  listDir(ref: SandboxRef, path: string, depth?: number): Promise<FileEntry[]>;
+  stat(ref: SandboxRef, path: string): Promise<FileEntry>;
+  makeDir(ref: SandboxRef, path: string): Promise<boolean>;
+  move(ref: SandboxRef, from: string, to: string): Promise<FileEntry>;
+  remove(ref: SandboxRef, path: string): Promise<void>;
+  /** Replaces (or merges, with `merge: true`) the metadata. */
+  updateMetadata(
+    ref: SandboxRef,
+    metadata: Record<string, string>,
+    merge?: boolean,
+  ): Promise<SandboxRecord>;
+  /** Freezes a sandbox (`frozen`); throws `HttpError(409)` when already frozen. */
+  pause(ref: SandboxRef): Promise<SandboxRecord>;
+  /** Wakes a frozen sandbox; resolves `resumed: false` when it was already running. */
+  resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }>;
+  /** Sets or clears the E2B deadline. */
+  setDeadline(ref: SandboxRef, deadlineAt: number | null, action?: DeadlineAction): SandboxRecord;
+  /** Destroys; resolves false when there was no such sandbox. */
+  destroy(ref: SandboxRef): Promise<boolean>;
+  /** Resource use of one sandbox. */
+  metrics(ref: SandboxRef): Promise<SandboxStats>;
+}
+
+/** Names a sandbox by name or by ledger id. */
+export type SandboxRef = { name: string } | { id: string };

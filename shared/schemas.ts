@@ -1,0 +1,267 @@
+/**
+ * Wire schemas shared by the gateway and the nodes: one vocabulary for both ends.
+ *
+ * @module
+ */
+import { z } from "zod";
+
+/** The lifecycle states a sandbox row can be in (Dormice's vocabulary). */
+export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
+
+/** One of {@linkcode sandboxStates}. */
+export type SandboxState = typeof sandboxStates[number];
+
+/** Zod schema of {@linkcode SandboxState}. */
+export const sandboxStateSchema: z.ZodEnum<{ [K in SandboxState]: K }> = z.enum(sandboxStates);
+
+/**
+ * A sandbox name: 1–128 characters of `[A-Za-z0-9._-]`, starting with a letter or digit.
+ *
+ * A 129-character name is refused here (a 400), never looked up and silently missed.
+ *
+ * @example Validate a name
+ * ```ts
+ * import { sandboxNameSchema } from "@dormice/cluster/shared";
+ * sandboxNameSchema.parse("agent-42");
+ * ```
+ */
+export const sandboxNameSchema: z.ZodString = z.string()
+  .min(1, "a sandbox name needs at least 1 character")
+  .max(128, "a sandbox name has at most 128 characters")
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+    "a sandbox name uses only letters, digits, '.', '_' and '-', and starts with a letter or digit",
+  );
+
+/** A sandbox id as the ledger mints it (and as E2B clients send it back). */
+export const sandboxIdSchema: z.ZodString = z.string()
+  .min(1, "a sandbox id needs at least 1 character")
+  .max(128, "a sandbox id has at most 128 characters")
+  .regex(/^[A-Za-z0-9._-]+$/, "a sandbox id uses only letters, digits, '.', '_' and '-'");
+
+/**
+ * Parses an http(s) origin: a trailing slash is dropped, a path, query, fragment or
+ * credentials are refused. Returns the origin string or an error sentence.
+ *
+ * @example
+ * ```ts
+ * import { parseEndpoint } from "@dormice/cluster/shared";
+ * parseEndpoint("http://10.0.0.5:3676/"); // { ok: true, value: "http://10.0.0.5:3676" }
+ * ```
+ */
+export function parseEndpoint(
+  input: string,
+): { ok: true; value: string } | { ok: false; error: string } {
+  let url: URL;
+  try {
+    url = new URL(input);
+  } catch {
+    return {
+      ok: false,
+      error: `'${input}' is not a URL: write an origin such as http://10.0.0.5:3676`,
+    };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    return {
+      ok: false,
+      error: `'${input}' uses ${url.protocol} where http: or https: is needed`,
+    };
+  }
+  if (url.username || url.password) {
+    return { ok: false, error: `'${input}' carries credentials: write only scheme, host and port` };
+  }
+  if ((url.pathname !== "/" && url.pathname !== "") || url.search || url.hash) {
+    return {
+      ok: false,
+      error: `'${input}' has a path, query or fragment: write only the origin, e.g. ${url.origin}`,
+    };
+  }
+  return { ok: true, value: url.origin };
+}
+
+/** An http(s) origin with the trailing slash dropped; a path or query is refused. */
+export const endpointSchema: z.ZodType<string, string> = z.string().transform((s, ctx) => {
+  const r = parseEndpoint(s);
+  if (!r.ok) {
+    ctx.addIssue({ code: "custom", message: r.error });
+    return z.NEVER;
+  }
+  return r.value;
+});
+
+/** The data disk under a node's data dir, in bytes. */
+export const dataDiskSchema: z.ZodObject<{
+  path: z.ZodString;
+  totalBytes: z.ZodNumber;
+  usedBytes: z.ZodNumber;
+  availableBytes: z.ZodNumber;
+}> = z.object({
+  path: z.string(),
+  totalBytes: z.number().nonnegative(),
+  usedBytes: z.number().nonnegative(),
+  availableBytes: z.number().nonnegative(),
+});
+
+/** The data disk reading. */
+export type DataDisk = z.infer<typeof dataDiskSchema>;
+
+/** The ledger's census: how many sandboxes are in each state. */
+export const stateCountsSchema: z.ZodObject<{ [K in SandboxState]: z.ZodNumber }> = z.object({
+  active: z.number().int().nonnegative(),
+  frozen: z.number().int().nonnegative(),
+  stopped: z.number().int().nonnegative(),
+  archived: z.number().int().nonnegative(),
+  restoring: z.number().int().nonnegative(),
+});
+
+/** The ledger's census by state. */
+export type StateCounts = z.infer<typeof stateCountsSchema>;
+
+/** What a node reports about its host in each check-in. */
+export const hostReadingSchema: z.ZodObject<{
+  takenAt: z.ZodNumber;
+  cpuCount: z.ZodNumber;
+  cpuUsedPct: z.ZodNullable<z.ZodNumber>;
+  memoryTotalBytes: z.ZodNumber;
+  memoryAvailableBytes: z.ZodNumber;
+  swapTotalBytes: z.ZodNumber;
+  swapFreeBytes: z.ZodNumber;
+  dataDisk: z.ZodNullable<typeof dataDiskSchema>;
+  sandboxes: typeof stateCountsSchema;
+}> = z.object({
+  /** Milliseconds since the epoch when the reading was taken. */
+  takenAt: z.number(),
+  cpuCount: z.number().int().positive(),
+  /** Percent of all cores busy since the previous sample; `null` on the first reading. */
+  cpuUsedPct: z.number().min(0).max(100).nullable(),
+  memoryTotalBytes: z.number().nonnegative(),
+  memoryAvailableBytes: z.number().nonnegative(),
+  swapTotalBytes: z.number().nonnegative(),
+  swapFreeBytes: z.number().nonnegative(),
+  dataDisk: dataDiskSchema.nullable(),
+  sandboxes: stateCountsSchema,
+});
+
+/** A host reading. */
+export type HostReading = z.infer<typeof hostReadingSchema>;
+
+/** A node id: the same alphabet as a sandbox name, at most 64 characters. */
+export const nodeIdSchema: z.ZodString = z.string()
+  .min(1, "a node id needs at least 1 character")
+  .max(64, "a node id has at most 64 characters")
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+    "a node id uses only letters, digits, '.', '_' and '-', and starts with a letter or digit",
+  );
+
+/** The body a node posts to `<gateway>/checkIn` every interval. */
+export const checkInSchema: z.ZodObject<{
+  nodeId: z.ZodString;
+  endpoint: typeof endpointSchema;
+  intervalSeconds: z.ZodNumber;
+  build: z.ZodString;
+  reading: typeof hostReadingSchema;
+}> = z.object({
+  nodeId: nodeIdSchema,
+  endpoint: endpointSchema,
+  intervalSeconds: z.number().positive().max(3600),
+  build: z.string().max(200),
+  reading: hostReadingSchema,
+});
+
+/** A check-in body. */
+export type CheckIn = z.infer<typeof checkInSchema>;
+
+/** `lookupSandbox` asks by name or by id, exactly one of them. */
+export const lookupRequestSchema: z.ZodUnion<
+  [
+    z.ZodObject<{ name: z.ZodString }, z.core.$strict>,
+    z.ZodObject<{ id: z.ZodString }, z.core.$strict>,
+  ]
+> = z.union([
+  z.object({ name: sandboxNameSchema }).strict(),
+  z.object({ id: sandboxIdSchema }).strict(),
+]);
+
+/** A lookup request. */
+export type LookupRequest = z.infer<typeof lookupRequestSchema>;
+
+/** The node's answer to `lookupSandbox`. */
+export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
+  z.ZodObject<{
+    found: z.ZodLiteral<true>;
+    sandbox: z.ZodObject<{ id: z.ZodString; name: z.ZodString; state: typeof sandboxStateSchema }>;
+  }>,
+  z.ZodObject<{ found: z.ZodLiteral<false> }>,
+]> = z.discriminatedUnion("found", [
+  z.object({
+    found: z.literal(true),
+    sandbox: z.object({ id: z.string(), name: z.string(), state: sandboxStateSchema }),
+  }),
+  z.object({ found: z.literal(false) }),
+]);
+
+/** A lookup answer. */
+export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
+
+/** The sandbox object every native verb answers with. */
+export interface Sandbox {
+  id: string;
+  name: string;
+  state: SandboxState;
+  nodeId: string;
+  endpoint: string;
+  template: string;
+  metadata: Record<string, string>;
+  spec: SandboxSpec;
+  /** ISO 8601. */
+  createdAt: string;
+  /** ISO 8601. */
+  lastActiveAt: string;
+}
+
+/** Resource limits and options asked for a sandbox. */
+export const sandboxSpecSchema: z.ZodObject<{
+  cpus: z.ZodOptional<z.ZodNumber>;
+  memoryMB: z.ZodOptional<z.ZodNumber>;
+  pids: z.ZodOptional<z.ZodNumber>;
+  network: z.ZodOptional<z.ZodBoolean>;
+  env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
+}> = z.object({
+  cpus: z.number().positive().max(256).optional(),
+  memoryMB: z.number().int().positive().max(1_048_576).optional(),
+  pids: z.number().int().positive().max(1_000_000).optional(),
+  network: z.boolean().optional(),
+  env: z.record(z.string(), z.string()).optional(),
+});
+
+/** A sandbox spec. */
+export type SandboxSpec = z.infer<typeof sandboxSpecSchema>;
+
+/** Metadata: string keys to string values, bounded. */
+export const metadataSchema: z.ZodRecord<z.ZodString, z.ZodString> = z.record(
+  z.string().max(256),
+  z.string().max(4096),
+);
+
+/**
+ * Turns a zod error into one sentence naming the field(s) at fault.
+ *
+ * @example
+ * ```ts
+ * import { describeZodError, sandboxNameSchema } from "@dormice/cluster/shared";
+ * const r = sandboxNameSchema.safeParse("");
+ * if (!r.success) console.log(describeZodError(r.error));
+ * ```
+ */
+export function describeZodError(error: z.ZodError, root = "body"): string {
+  return error.issues.slice(0, 5).map((issue) => {
+    const where = issue.path.length ? `'${issue.path.join(".")}'` : root;
+    let message = issue.message;
+    if (issue.code === "invalid_type" && issue.input === undefined) {
+      message = "is required";
+      return `${where} ${message}`;
+    }
+    return `${where}: ${message}`;
+  }).join("; ");
+}
