@@ -1,0 +1,137 @@
+/**
+ * The gateway's configuration from the environment, with refusals that name the variable, the
+ * bad value and what to write instead.
+ *
+ * @module
+ */
+import { type LogLevel, parseLogLevel } from "../shared/log.ts";
+
+/** The gateway's settings. */
+export interface GatewayConfig {
+  /** The fleet token shared by the gateway, the nodes and clients. */
+  apiToken: string;
+  /** Listen address. */
+  host: string;
+  /** Listen port. */
+  port: number;
+  /** The Fleet's SQLite file. */
+  dbPath: string;
+  /** A node whose CPU use is above this percent takes no new sandbox. */
+  nodeCpuLimitPct: number;
+  /** A node with this many active + in-flight sandboxes takes no new one. */
+  nodeActiveLimit: number;
+  /** A node whose data disk has less than this many GB available takes no new sandbox. */
+  nodeMinDiskGb: number;
+  /** One deadline for a whole lookup round, connect included. */
+  lookupTimeoutMs: number;
+  /** Log level. */
+  logLevel: LogLevel;
+}
+
+/** The defaults, with the reason for each number. */
+export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
+  host: "127.0.0.1",
+  port: 3677,
+  dbPath: ".dormice/gateway.db",
+  // Past 70% a node still runs what it has, but new sandboxes would slow everyone on it.
+  nodeCpuLimitPct: 70,
+  // Dormice's per-daemon ceiling: beyond it the ledger scan and the executor's bookkeeping lag.
+  nodeActiveLimit: 400,
+  // Images and sandbox files need room; a full disk breaks every sandbox on the node at once.
+  nodeMinDiskGb: 10,
+  // A lookup round waits for every node; two seconds bounds what one silent node costs a miss.
+  lookupTimeoutMs: 2000,
+  logLevel: "info",
+};
+
+function number(
+  env: Record<string, string | undefined>,
+  name: string,
+  fallback: number,
+  check: (n: number) => boolean,
+  hint: string,
+  errors: string[],
+): number {
+  const raw = env[name];
+  if (raw === undefined || raw === "") return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || !check(n)) {
+    errors.push(`${name}='${raw}' is not valid: write ${hint} (default ${fallback})`);
+    return fallback;
+  }
+  return n;
+}
+
+/**
+ * Reads the gateway's settings from `env`. Returns the config, or every refusal sentence.
+ *
+ * @example
+ * ```ts
+ * import { loadGatewayConfig } from "@dormice/cluster/gateway";
+ * const r = loadGatewayConfig({ DORMICE_API_TOKEN: "x".repeat(32) });
+ * if (r.ok) console.log(r.config.port); // 3677
+ * ```
+ */
+export function loadGatewayConfig(
+  env: Record<string, string | undefined>,
+): { ok: true; config: GatewayConfig } | { ok: false; errors: string[] } {
+  const errors: string[] = [];
+  const apiToken = env.DORMICE_API_TOKEN ?? "";
+  if (apiToken.length < 32) {
+    errors.push(
+      apiToken === ""
+        ? "DORMICE_API_TOKEN is not set: write the fleet token (at least 32 characters), the same on the gateway and every node"
+        : `DORMICE_API_TOKEN is ${apiToken.length} characters long: write at least 32 (e.g. the output of 'openssl rand -hex 24')`,
+    );
+  }
+  const port = number(
+    env,
+    "DORMICE_GATEWAY_PORT",
+    gatewayDefaults.port,
+    (n) => Number.isInteger(n) && n >= 0 && n <= 65535,
+    "a port number from 0 to 65535",
+    errors,
+  );
+  const logLevel = parseLogLevel(env.DORMICE_LOG_LEVEL);
+  if (logLevel instanceof Error) errors.push(logLevel.message);
+  const config: GatewayConfig = {
+    apiToken,
+    host: env.DORMICE_GATEWAY_HOST || gatewayDefaults.host,
+    port,
+    dbPath: env.DORMICE_GATEWAY_DB || gatewayDefaults.dbPath,
+    nodeCpuLimitPct: number(
+      env,
+      "DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT",
+      gatewayDefaults.nodeCpuLimitPct,
+      (n) => n > 0 && n <= 100,
+      "a percentage above 0 and at most 100",
+      errors,
+    ),
+    nodeActiveLimit: number(
+      env,
+      "DORMICE_GATEWAY_NODE_ACTIVE_LIMIT",
+      gatewayDefaults.nodeActiveLimit,
+      (n) => Number.isInteger(n) && n > 0,
+      "a positive whole number",
+      errors,
+    ),
+    nodeMinDiskGb: number(
+      env,
+      "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
+      gatewayDefaults.nodeMinDiskGb,
+      (n) => n >= 0,
+      "a number of GB, 0 or more",
+      errors,
+    ),
+    lookupTimeoutMs: number(
+      env,
+      "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
+      gatewayDefaults.lookupTimeoutMs,
+      (n) => Number.isInteger(n) && n >= 50 && n <= 60_000,
+      "a whole number of milliseconds from 50 to 60000",
+      errors,
+    ),
+    logLevel: logLevel instanceof Error ? "info" : logLevel,
+  };
+  return errors.length ? { ok: false, errors } : { ok: true, config };
+}

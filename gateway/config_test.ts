@@ -1,0 +1,34 @@
+import assert from "node:assert/strict";
+import { loadGatewayConfig } from "./config.ts";
+
+const token = "t".repeat(32);
+
+Deno.test("loadGatewayConfig() applies the documented defaults", () => {
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(r.ok);
+  assert.equal(r.config.port, 3677);
+  assert.equal(r.config.host, "127.0.0.1");
+  assert.equal(r.config.nodeCpuLimitPct, 70);
+  assert.equal(r.config.nodeActiveLimit, 400);
+  assert.equal(r.config.nodeMinDiskGb, 10);
+  assert.equal(r.config.lookupTimeoutMs, 2000);
+});
+
+Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value and the fix", () => {
+  const cases: [Record<string, string>, RegExp][] = [
+    [{ DORMICE_API_TOKEN: "" }, /DORMICE_API_TOKEN is not set/],
+    [{ DORMICE_API_TOKEN: "short" }, /DORMICE_API_TOKEN is 5 characters long: write at least 32/],
+    [{ DORMICE_GATEWAY_PORT: "http" }, /DORMICE_GATEWAY_PORT='http'.*port number/],
+    [{ DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "150" }, /DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT='150'/],
+    [{ DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1.5" }, /DORMICE_GATEWAY_NODE_ACTIVE_LIMIT='1.5'/],
+    [{ DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS: "5" }, /DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS='5'/],
+    [{ DORMICE_LOG_LEVEL: "loud" }, /DORMICE_LOG_LEVEL='loud'/],
+  ];
+  for (const [env, expected] of cases) {
+    const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, ...env });
+    assert.equal(r.ok, false, JSON.stringify(env));
+    if (!r.ok) assert.match(r.errors.join("\n"), expected);
+  }
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: "s3cret-but-short" });
+  assert.ok(!r.ok && !r.errors.join().includes("s3cret"), "the token itself is never printed");
+});

@@ -1,0 +1,607 @@
+/**
+ * The Finder: which node holds a sandbox, by name or by id.
+ *
+ * @module
+ */
+import type { FleetNode, NodeDirectory } from "./fleet.ts";
+import { LruCache } from "./lru.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
+import { type Log, silentLog } from "../shared/log.ts";
+import { lookupAnswerSchema } from "../shared/schemas.ts";
+
+/** What a lookup is keyed by: the sandbox name or its id. */
+export type FindBy = "name" | "id";
+
+/** A sandbox as `lookupSandbox` reports it. */
+export interface FoundSandbox {
+  /** Its id. */
+  readonly id: string;
+  /** Its name. */
+  readonly name: string;
+  /** Its state when it was looked up (a cached entry does not follow later changes). */
+  readonly state: string;
+}
+
+/** Found on exactly one node: route there. */
+export interface FindOne {
+  /** Discriminant. */
+  readonly kind: "one";
+  /** The node (live: its endpoint follows check-ins). */
+  readonly node: FleetNode;
+  /** The sandbox it reported. */
+  readonly sandbox: FoundSandbox;
+}
+
+/** Found on two or more nodes: a 409 naming them. */
+export interface FindConflict {
+  /** Discriminant. */
+  readonly kind: "conflict";
+  /** Every node that reported it, with what it reported. */
+  readonly nodes: ReadonlyArray<{ node: FleetNode; sandbox: FoundSandbox }>;
+  /** A sentence naming both nodes and what to do. */
+  readonly message: string;
+}
+
+/** Every node answered and none has it: absent (a creator may place it). */
+export interface FindNone {
+  /** Discriminant. */
+  readonly kind: "none";
+}
+
+/** Nobody who answered has it, but some nodes did not answer: a 503 with Retry-After. */
+export interface FindUnsure {
+  /** Discriminant. */
+  readonly kind: "unsure";
+  /** The nodes that did not answer, each with why. */
+  readonly silent: ReadonlyArray<{ node: FleetNode; cause: string }>;
+  /** A sentence naming the silent nodes and what to do. */
+  readonly message: string;
+  /** Seconds for the 503's Retry-After. */
+  readonly retryAfterSeconds: number;
+}
+
+/** The outcome of a lookup. */
+export type FindResult = FindOne | FindConflict | FindNone | FindUnsure;
+
+/** Timer functions, injectable so tests fire the deadline themselves. */
+export interface FinderTimers {
+  /** Like `setTimeout`. */
+  setTimeout(fn: () => void, ms: number): unknown;
+  /** Like `clearTimeout`. */
+  clearTimeout(handle: unknown): void;
+}
+
+/** Options for {@linkcode Finder}. */
+export interface FinderOptions {
+  /** The nodes to ask (a `Fleet`). */
+  fleet: NodeDirectory;
+  /** The fleet token, sent as `Authorization: Bearer <token>` to every node. */
+  token: string;
+  /**
+   * One deadline for a whole lookup round, connect included. Default 2000 ms
+   * (`DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS`): a healthy node answers in milliseconds, and a client
+   * waits at most this long before hearing that a node is silent, where a plain connect timeout
+   * would hold it 10 s for a SYN that never comes back.
+   */
+  timeoutMs?: number;
+  /**
+   * Cache entries per index (one index by name, one by id). Default 100,000: an entry is a few
+   * hundred bytes, so each index stays in the tens of megabytes while covering every live
+   * sandbox of a large fleet; a miss only costs one round.
+   */
+  cacheSize?: number;
+  /** The HTTP client; the global `fetch` by default. */
+  fetch?: typeof fetch;
+  /** Time source for the round's duration in logs; the real clock by default. */
+  clock?: Clock;
+  /** Where events go; silent by default. */
+  log?: Log;
+  /** Timer functions for the deadline; the globals by default. */
+  timers?: FinderTimers;
+}
+
+/** Options for one call. */
+export interface FindOptions {
+  /**
+   * The client's signal. When it aborts, this call rejects with its reason; the shared round
+   * goes on for other callers and is aborted (stopping the nodes' work) once every caller left.
+   */
+  signal?: AbortSignal;
+  /**
+   * Start a new round even when one for this key is in flight (later callers may share it).
+   * `confirm()` always does: a round that began before a creator entered its name's slot may
+   * predate a create that an earlier holder of the slot made, and must not let it build twice.
+   */
+  fresh?: boolean;
+}
+
+type Answer =
+  | { kind: "found"; sandbox: FoundSandbox }
+  | { kind: "absent" }
+  | { kind: "silent"; cause: string };
+
+interface Round {
+  promise: Promise<FindResult>;
+  /** Callers waiting that may still leave; when the last one leaves, the round is aborted. */
+  leavers: number;
+  /** Callers that can never leave (no signal): the round is never abandoned for them. */
+  pinned: boolean;
+  controller: AbortController;
+}
+
+class ClientGone extends Error {
+  constructor() {
+    super("Every caller of this lookup round left");
+    this.name = "ClientGone";
+  }
+}
+
+const defaultTimers: FinderTimers = {
+  setTimeout: (fn, ms) => setTimeout(fn, ms),
+  clearTimeout: (handle) => clearTimeout(handle as number),
+};
+
+/**
+ * Finds the node that holds a sandbox. A bounded LRU cache answers first; on a miss one lookup
+ * round asks every registered node in parallel (`POST <endpoint>/lookupSandbox`) under one
+ * deadline, and the answers become one of four outcomes:
+ * - `one` — exactly one node has it (cached; route there);
+ * - `conflict` — two or more nodes have it (409 naming them);
+ * - `none` — every node answered no (a creator may place it; never cached);
+ * - `unsure` — nobody who answered has it but some node was silent (503 with Retry-After):
+ *   a name that lives only on a silent node must never be built a second time.
+ *
+ * Down nodes are asked too. A node the Fleet calls down may still be running (the gateway just
+ * restarted, or only its check-ins fail), and it may hold the name: skipping it would let a
+ * creator build the name again elsewhere. If it answers, its answer counts like any other; if
+ * not, it is silent and the outcome is `unsure`. The price is that a down node which swallows
+ * packets makes a miss cost the full deadline, and the way out is `removeNode` — once the
+ * operator says the node is gone, its sandboxes are gone with it.
+ *
+ * Concurrent misses for one key share one round. Hot path: `cached()` is two `Map` hits and no
+ * allocation.
+ *
+ * @example
+ * ```ts
+ * import { Finder, Fleet } from "@dormice/cluster/gateway";
+ * const fleet = new Fleet();
+ * const finder = new Finder({ fleet, token: "a".repeat(32) });
+ * const result = finder.cached("name", "agent-1") ?? await finder.find("name", "agent-1");
+ * console.log(result.kind); // "none": no node has checked in
+ * fleet.close();
+ * ```
+ */
+export class Finder {
+  #fleet: NodeDirectory;
+  #authorization: string;
+  #timeoutMs: number;
+  #fetch: typeof fetch;
+  #clock: Clock;
+  #log: Log;
+  /** node id → why its last lookup failed; logged when the cause changes, not every round. */
+  #failing = new Map<string, string>();
+  #timers: FinderTimers;
+  #byName: LruCache<string, FindOne>;
+  #byId: LruCache<string, FindOne>;
+  #roundsByName = new Map<string, Round>();
+  #roundsById = new Map<string, Round>();
+
+  /**
+   * Builds a finder over `fleet`.
+   *
+   * @throws {RangeError} when `timeoutMs` is not positive.
+   */
+  constructor(options: FinderOptions) {
+    const {
+      fleet,
+      token,
+      timeoutMs = 2000,
+      cacheSize = 100_000,
+      fetch: fetchFn = globalThis.fetch,
+      clock = systemClock,
+      log = silentLog,
+      timers = defaultTimers,
+    } = options;
+    if (!(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      throw new RangeError(
+        `Cannot create Finder as 'timeoutMs' must be a positive number: received ${timeoutMs}`,
+      );
+    }
+    this.#fleet = fleet;
+    this.#authorization = `Bearer ${token}`;
+    this.#timeoutMs = timeoutMs;
+    this.#fetch = fetchFn;
+    this.#clock = clock;
+    this.#log = log;
+    this.#timers = timers;
+    this.#byName = new LruCache({ max: cacheSize });
+    this.#byId = new LruCache({ max: cacheSize });
+  }
+
+  /** How many entries each cache index holds. */
+  get cacheSize(): { name: number; id: number } {
+    return { name: this.#byName.size, id: this.#byId.size };
+  }
+
+  /**
+   * The cached answer for a key, or `undefined` (a miss, or its node was removed). A hit moves
+   * the entry to the young end. The hot path: no allocation, no await.
+   *
+   * @example
+   * ```ts ignore
+   * const hit = finder.cached("name", "agent-1");
+   * if (hit) forwardTo(hit.node.endpoint);
+   * ```
+   */
+  cached(by: FindBy, key: string): FindOne | undefined {
+    const hit = (by === "name" ? this.#byName : this.#byId).get(key);
+    if (hit === undefined) return undefined;
+    // A removed node (or one removed and joined again) is a different object: the entry is stale.
+    if (this.#fleet.get(hit.node.id) !== hit.node) {
+      this.#evictEntry(hit);
+      return undefined;
+    }
+    return hit;
+  }
+
+  /**
+   * The cache first, then one lookup round on a miss.
+   *
+   * @example
+   * ```ts ignore
+   * const r = await finder.find("id", sandboxId, { signal: request.signal });
+   * ```
+   */
+  find(by: FindBy, key: string, options: FindOptions = {}): Promise<FindResult> {
+    const hit = this.cached(by, key);
+    if (hit !== undefined) return Promise.resolve(hit);
+    return this.lookup(by, key, options);
+  }
+
+  /**
+   * One lookup round, ignoring the cache (concurrent calls for one key share a round). A `one`
+   * answer is cached.
+   *
+   * @example
+   * ```ts ignore
+   * const r = await finder.lookup("name", "agent-1");
+   * ```
+   */
+  lookup(by: FindBy, key: string, options: FindOptions = {}): Promise<FindResult> {
+    const { signal } = options;
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    const rounds = by === "name" ? this.#roundsByName : this.#roundsById;
+    let round = options.fresh ? undefined : rounds.get(key);
+    if (round === undefined) {
+      const controller = new AbortController();
+      const started = this.#round(by, key, controller);
+      const created: Round = { promise: started, leavers: 0, pinned: false, controller };
+      round = created;
+      rounds.set(key, created);
+      started.finally(() => {
+        if (rounds.get(key) === created) rounds.delete(key);
+      }).catch(() => {});
+    }
+    if (signal === undefined) {
+      round.pinned = true;
+      return round.promise;
+    }
+    return this.#waitFor(round, signal, () => {
+      if (rounds.get(key) === round) rounds.delete(key);
+    });
+  }
+
+  /**
+   * For the creators (acquire, E2B named create): a cache hit is confirmed with its node by id
+   * before anyone builds on it. Found = the sandbox exists, wake it (`one`); absent = evict and
+   * ask the whole fleet; silent = `unsure` naming that node. A miss is a fresh lookup round.
+   *
+   * @example
+   * ```ts ignore
+   * const r = await finder.confirm("name", "agent-1", { signal: request.signal });
+   * if (r.kind === "none") placer.place("agent-1");
+   * ```
+   */
+  async confirm(by: FindBy, key: string, options: FindOptions = {}): Promise<FindResult> {
+    const fresh = { signal: options.signal, fresh: true };
+    const hit = this.cached(by, key);
+    if (hit === undefined) return this.lookup(by, key, fresh);
+    const answer = await this.#askOne(hit.node, hit.sandbox.id, options.signal);
+    if (answer.kind === "found") return hit;
+    if (answer.kind === "silent") {
+      return this.#unsure(key, [{ node: hit.node, cause: answer.cause }]);
+    }
+    this.#evictEntry(hit);
+    return this.lookup(by, key, fresh);
+  }
+
+  /**
+   * After a node answered 404 for a cached entry: asks that node by id whether the sandbox is
+   * still there, and evicts the entry when it is not. (A 404 can also mean a missing file inside
+   * a live sandbox, so it alone does not evict.) A silent node keeps the entry: silence proves
+   * nothing, and the next request will be a 502 naming the node.
+   *
+   * @example
+   * ```ts ignore
+   * if (answer.status === 404) await finder.recheck("name", "agent-1");
+   * ```
+   */
+  async recheck(
+    by: FindBy,
+    key: string,
+    options: FindOptions = {},
+  ): Promise<"evicted" | "kept" | "uncached"> {
+    const hit = (by === "name" ? this.#byName : this.#byId).peek(key);
+    if (hit === undefined) return "uncached";
+    if (this.#fleet.get(hit.node.id) !== hit.node) {
+      this.#evictEntry(hit);
+      return "evicted";
+    }
+    const answer = await this.#askOne(hit.node, hit.sandbox.id, options.signal);
+    if (answer.kind !== "absent") return "kept";
+    this.#evictEntry(hit);
+    return "evicted";
+  }
+
+  /**
+   * Forgets a key (and the same sandbox under its other key), e.g. after a destroy.
+   *
+   * @example
+   * ```ts ignore
+   * finder.evict("name", "agent-1");
+   * ```
+   */
+  evict(by: FindBy, key: string): void {
+    const hit = (by === "name" ? this.#byName : this.#byId).peek(key);
+    if (hit !== undefined) this.#evictEntry(hit);
+  }
+
+  /**
+   * Caches what a create just built on `node`, so the next request is a cache hit.
+   *
+   * @example
+   * ```ts ignore
+   * finder.remember(node, { id: body.sandbox.id, name: body.sandbox.name, state: "active" });
+   * ```
+   */
+  remember(node: FleetNode, sandbox: FoundSandbox): FindOne {
+    const one: FindOne = {
+      kind: "one",
+      node,
+      sandbox: { id: sandbox.id, name: sandbox.name, state: sandbox.state },
+    };
+    // A name rebuilt under a new id: the old id must not keep routing to the old sandbox.
+    const before = this.#byName.peek(sandbox.name);
+    if (before !== undefined && before.sandbox.id !== sandbox.id) this.#evictEntry(before);
+    this.#byName.set(sandbox.name, one);
+    this.#byId.set(sandbox.id, one);
+    return one;
+  }
+
+  #evictEntry(hit: FindOne): void {
+    const same = (v: FindOne) => v.node.id === hit.node.id && v.sandbox.id === hit.sandbox.id;
+    this.#byName.evictIf(hit.sandbox.name, same);
+    this.#byId.evictIf(hit.sandbox.id, same);
+  }
+
+  #waitFor(round: Round, signal: AbortSignal, forget: () => void): Promise<FindResult> {
+    round.leavers++;
+    return new Promise<FindResult>((resolve, reject) => {
+      let done = false;
+      const onAbort = () => {
+        if (done) return;
+        done = true;
+        round.leavers--;
+        if (round.leavers === 0 && !round.pinned) {
+          // Nobody wants this answer any more: stop the nodes' work, and let the next caller
+          // start a fresh round instead of joining an aborted one.
+          forget();
+          round.controller.abort(new ClientGone());
+        }
+        reject(signal.reason);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      round.promise.then((result) => {
+        if (done) return;
+        done = true;
+        signal.removeEventListener("abort", onAbort);
+        resolve(result);
+      }, (error) => {
+        if (done) return;
+        done = true;
+        signal.removeEventListener("abort", onAbort);
+        reject(error);
+      });
+    });
+  }
+
+  async #round(by: FindBy, key: string, controller: AbortController): Promise<FindResult> {
+    const started = this.#clock.now();
+    const nodes = [...this.#fleet.nodes()];
+    if (nodes.length === 0) return { kind: "none" };
+    const body = JSON.stringify(by === "name" ? { name: key } : { id: key });
+    const timer = this.#timers.setTimeout(
+      () => controller.abort(timeoutError(this.#timeoutMs)),
+      this.#timeoutMs,
+    );
+    let answers: Answer[];
+    try {
+      answers = await Promise.all(nodes.map((node) => this.#ask(node, body, controller.signal)));
+    } finally {
+      this.#timers.clearTimeout(timer);
+    }
+    const found: { node: FleetNode; sandbox: FoundSandbox }[] = [];
+    const silent: { node: FleetNode; cause: string }[] = [];
+    for (let i = 0; i < nodes.length; i++) {
+      const a = answers[i];
+      if (a.kind === "found") found.push({ node: nodes[i], sandbox: a.sandbox });
+      else if (a.kind === "silent") silent.push({ node: nodes[i], cause: a.cause });
+    }
+    this.#log("debug", "lookup round", {
+      by,
+      key,
+      nodes: nodes.length,
+      found: found.length,
+      silent: silent.length,
+      ms: this.#clock.now() - started,
+    });
+    if (found.length === 1) {
+      // A removed node's answer must not be cached: the next cached() would drop it anyway.
+      if (this.#fleet.get(found[0].node.id) === found[0].node) {
+        return this.remember(found[0].node, found[0].sandbox);
+      }
+      return { kind: "one", node: found[0].node, sandbox: found[0].sandbox };
+    }
+    if (found.length > 1) return this.#conflict(by, key, found);
+    if (silent.length > 0) return this.#unsure(key, silent);
+    return { kind: "none" };
+  }
+
+  #conflict(
+    by: FindBy,
+    key: string,
+    found: { node: FleetNode; sandbox: FoundSandbox }[],
+  ): FindConflict {
+    const named = found.map(({ node, sandbox }) =>
+      `'${node.id}' (${node.endpoint}, sandbox id ${sandbox.id})`
+    ).join(" and ");
+    const byEndpoint = new Map<string, FleetNode[]>();
+    for (const { node } of found) {
+      const list = byEndpoint.get(node.endpoint) ?? [];
+      list.push(node);
+      byEndpoint.set(node.endpoint, list);
+    }
+    const shared = [...byEndpoint.values()].find((list) => list.length > 1);
+    let message: string;
+    if (shared !== undefined) {
+      // Two ids at one endpoint are one daemon answering twice, not two copies of the sandbox.
+      const now = this.#fleet.now();
+      const stale = shared.filter((n) => this.#fleet.isDown(n, now)).map((n) => `'${n.id}'`);
+      message = `Sandbox ${by} '${key}' is reported by ${named}, which share the endpoint ` +
+        `${shared[0].endpoint}: one daemon is registered under several node ids. ` +
+        (stale.length > 0
+          ? `Remove the id that no longer checks in (${stale.join(", ")}) with removeNode`
+          : `Remove the id that no longer checks in with removeNode once listNodes shows it down`);
+    } else {
+      message = `Sandbox ${by} '${key}' exists on ${found.length} nodes: ${named}. ` +
+        `Destroy the copy you do not want by calling destroySandbox on that node directly`;
+    }
+    this.#log("warn", "sandbox found on several nodes", {
+      by,
+      key,
+      nodeIds: found.map((f) => f.node.id),
+    });
+    return { kind: "conflict", nodes: found, message };
+  }
+
+  #unsure(key: string, silent: { node: FleetNode; cause: string }[]): FindUnsure {
+    let interval = Infinity;
+    for (const s of silent) interval = Math.min(interval, s.node.intervalSeconds);
+    const names = silent.slice(0, 10).map((s) => `'${s.node.id}' (${s.node.endpoint}: ${s.cause})`)
+      .join(", ");
+    const more = silent.length > 10 ? ` and ${silent.length - 10} more` : "";
+    return {
+      kind: "unsure",
+      silent,
+      message: `Cannot tell whether '${key}' exists: ${names}${more} did not answer, and it may ` +
+        `live there. Retry shortly; if a node is gone for good, stop it and remove it with ` +
+        `removeNode once it is down`,
+      // Within one check-in interval the fleet knows whether the silent node is back.
+      retryAfterSeconds: Math.min(60, Math.max(1, Math.ceil(interval))),
+    };
+  }
+
+  /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
+  async #askOne(node: FleetNode, id: string, signal?: AbortSignal): Promise<Answer> {
+    const controller = new AbortController();
+    const timer = this.#timers.setTimeout(
+      () => controller.abort(timeoutError(this.#timeoutMs)),
+      this.#timeoutMs,
+    );
+    const onAbort = () => controller.abort(signal!.reason);
+    if (signal?.aborted) onAbort();
+    else signal?.addEventListener("abort", onAbort, { once: true });
+    let answer: Answer;
+    try {
+      answer = await this.#ask(node, JSON.stringify({ id }), controller.signal);
+    } finally {
+      this.#timers.clearTimeout(timer);
+      signal?.removeEventListener("abort", onAbort);
+    }
+    // The caller left: its own signal's reason is what it should see, not "silent".
+    if (signal?.aborted) throw signal.reason;
+    return answer;
+  }
+
+  async #ask(node: FleetNode, body: string, signal: AbortSignal): Promise<Answer> {
+    const answer = await this.#askRaw(node, body, signal);
+    if (answer.kind === "silent") {
+      // A caller hanging up says nothing about the node; only its own failures are news.
+      if (signal.aborted && !isTimeout(signal.reason)) return answer;
+      if (this.#failing.get(node.id) !== answer.cause) {
+        this.#failing.set(node.id, answer.cause);
+        this.#log("warn", "node did not answer a lookup", {
+          nodeId: node.id,
+          endpoint: node.endpoint,
+          cause: answer.cause,
+        });
+      }
+    } else if (this.#failing.delete(node.id)) {
+      this.#log("info", "node answers lookups again", { nodeId: node.id });
+    }
+    return answer;
+  }
+
+  async #askRaw(node: FleetNode, body: string, signal: AbortSignal): Promise<Answer> {
+    let response: Response;
+    try {
+      response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
+        method: "POST",
+        headers: { "authorization": this.#authorization, "content-type": "application/json" },
+        body,
+        signal,
+        redirect: "manual",
+      });
+    } catch (error) {
+      return { kind: "silent", cause: describeFailure(error, signal) };
+    }
+    try {
+      if (response.status !== 200) {
+        const text = await response.text();
+        const hint = response.status === 401
+          ? ": the node refused the fleet token; set the same DORMICE_API_TOKEN on gateway and nodes"
+          : `: ${text.slice(0, 200)}`;
+        return { kind: "silent", cause: `HTTP ${response.status}${hint}` };
+      }
+      const parsed = lookupAnswerSchema.safeParse(await response.json());
+      if (!parsed.success) {
+        return { kind: "silent", cause: "its lookupSandbox answer is not the expected shape" };
+      }
+      return parsed.data.found
+        ? { kind: "found", sandbox: parsed.data.sandbox }
+        : { kind: "absent" };
+    } catch (error) {
+      await response.body?.cancel().catch(() => {});
+      return { kind: "silent", cause: describeFailure(error, signal) };
+    }
+  }
+}
+
+function timeoutError(ms: number): DOMException {
+  return new DOMException(`No answer within ${ms} ms`, "TimeoutError");
+}
+
+function isTimeout(reason: unknown): boolean {
+  return reason instanceof DOMException && reason.name === "TimeoutError";
+}
+
+function describeFailure(error: unknown, signal: AbortSignal): string {
+  if (signal.aborted) {
+    const reason = signal.reason;
+    if (reason instanceof ClientGone) return "the client left before it answered";
+    if (reason instanceof Error) return reason.message;
+    return String(reason);
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return message.slice(0, 300);
+}

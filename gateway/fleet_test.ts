@@ -1,0 +1,218 @@
+import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
+import { Fleet, type FleetNode } from "./fleet.ts";
+import { FakeClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { checkIn, reading, recordingLog } from "./_fixtures_test.ts";
+
+const A = "http://10.0.0.1:3676";
+const B = "http://10.0.0.2:3676";
+
+function setup(options: { database?: DatabaseSync } = {}) {
+  const clock = new FakeClock();
+  const { log, lines } = recordingLog();
+  const joined: string[] = [];
+  const down: string[] = [];
+  const fleet = new Fleet({
+    clock,
+    log,
+    database: options.database,
+    onJoin: (n) => joined.push(n.id),
+    onDown: (n) => down.push(n.id),
+  });
+  return { clock, fleet, lines, joined, down };
+}
+
+function httpError(status: number, pattern: RegExp) {
+  return (error: unknown) => {
+    assert.ok(error instanceof HttpError, `expected HttpError, got ${error}`);
+    assert.equal(error.status, status);
+    assert.match(error.message, pattern);
+    return true;
+  };
+}
+
+Deno.test("Fleet.checkIn() joins a new id at its first check-in and updates it after", () => {
+  const { fleet, joined } = setup();
+  assert.equal(fleet.checkIn(checkIn("a", A)), "joined");
+  assert.equal(fleet.checkIn(checkIn("a", A)), "updated");
+  assert.deepEqual(joined, ["a"]);
+  assert.equal(fleet.size, 1);
+  assert.equal(fleet.isDown("a"), false);
+  assert.equal(fleet.get("a")?.endpoint, A);
+  fleet.close();
+});
+
+Deno.test("Fleet.checkIn() keeps the last reading and changes readingSeq each time", () => {
+  const { fleet } = setup();
+  fleet.checkIn(checkIn("a", A, { reading: reading({ active: 1 }) }));
+  const node = fleet.get("a")!;
+  const seq = node.readingSeq;
+  fleet.checkIn(checkIn("a", A, { reading: reading({ active: 7 }) }));
+  assert.equal(node.reading?.sandboxes.active, 7);
+  assert.notEqual(node.readingSeq, seq);
+  fleet.close();
+});
+
+Deno.test("Fleet.isDown() is true after more than two of the node's own intervals", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
+  clock.tick(20_000); // exactly two intervals: still up
+  assert.equal(fleet.isDown("a"), false);
+  clock.tick(1);
+  assert.equal(fleet.isDown("a"), true);
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
+  assert.equal(fleet.isDown("a"), false);
+  assert.equal(fleet.isDown("unknown"), true);
+  fleet.close();
+});
+
+Deno.test("Fleet.sweep() announces a node going down once, then up again on check-in", () => {
+  const { fleet, clock, down, lines } = setup();
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 1 }));
+  assert.deepEqual(fleet.sweep(), []);
+  clock.tick(2_001);
+  assert.deepEqual(fleet.sweep(), ["a"]);
+  assert.deepEqual(fleet.sweep(), []);
+  assert.deepEqual(down, ["a"]);
+  assert.equal(lines.filter((l) => /node is down/.test(l.msg)).length, 1);
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 1 }));
+  assert.ok(lines.some((l) => l.msg === "node is up again"));
+  clock.tick(2_001);
+  assert.deepEqual(fleet.sweep(), ["a"]);
+  assert.deepEqual(down, ["a", "a"]);
+  fleet.close();
+});
+
+Deno.test("Fleet hooks that throw are logged and do not break the check-in", () => {
+  const clock = new FakeClock();
+  const { log, lines } = recordingLog();
+  const fleet = new Fleet({
+    clock,
+    log,
+    onJoin: () => {
+      throw new Error("boom");
+    },
+  });
+  assert.equal(fleet.checkIn(checkIn("a", A)), "joined");
+  assert.ok(lines.some((l) => l.level === "error" && /onJoin/.test(l.msg)));
+  fleet.close();
+});
+
+Deno.test("Fleet.checkIn() refuses a second endpoint under a live id, naming both", () => {
+  const { fleet, clock, lines } = setup();
+  fleet.checkIn(checkIn("a", A));
+  clock.tick(5_000);
+  assert.throws(() => fleet.checkIn(checkIn("a", B)), (error: unknown) => {
+    assert.ok(error instanceof HttpError);
+    assert.equal(error.status, 409);
+    assert.ok(error.message.includes(A), error.message);
+    assert.ok(error.message.includes(B), error.message);
+    assert.match(error.message, /DORMICE_NODE_ID/);
+    return true;
+  });
+  // The first reporter keeps the id, untouched.
+  assert.equal(fleet.get("a")?.endpoint, A);
+  // Refused again at the twin's next check-in: warned once, not every time.
+  assert.throws(() => fleet.checkIn(checkIn("a", B)), HttpError);
+  assert.equal(lines.filter((l) => /second endpoint/.test(l.msg)).length, 1);
+  fleet.close();
+});
+
+Deno.test("Fleet.checkIn() accepts a move once the old reporter was silent one interval", () => {
+  const { fleet, clock, lines } = setup();
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
+  clock.tick(10_000); // exactly one interval: the old reporter may still be alive
+  assert.throws(() => fleet.checkIn(checkIn("a", B)), httpError(409, /10 s of silence/));
+  clock.tick(1);
+  assert.equal(fleet.checkIn(checkIn("a", B)), "updated");
+  assert.equal(fleet.get("a")?.endpoint, B);
+  const moved = lines.filter((l) => l.msg === "node endpoint moved");
+  assert.equal(moved.length, 1);
+  assert.deepEqual([moved[0].fields.from, moved[0].fields.to], [A, B]);
+  // Now the old endpoint is the twin.
+  assert.throws(() => fleet.checkIn(checkIn("a", A)), httpError(409, /cannot use it/));
+  fleet.close();
+});
+
+Deno.test("Fleet warns once when two ids report one endpoint, and again after a change", () => {
+  const { fleet, clock, lines } = setup();
+  const shared = () => lines.filter((l) => /several node ids report one endpoint/.test(l.msg));
+  fleet.checkIn(checkIn("old", A, { intervalSeconds: 1 }));
+  fleet.checkIn(checkIn("new", A, { intervalSeconds: 1 }));
+  fleet.checkIn(checkIn("new", A, { intervalSeconds: 1 }));
+  fleet.checkIn(checkIn("old", A, { intervalSeconds: 1 }));
+  assert.equal(shared().length, 1);
+  assert.deepEqual(shared()[0].fields.nodeIds, ["new", "old"]);
+  clock.tick(3_000);
+  fleet.checkIn(checkIn("new", A, { intervalSeconds: 1 }));
+  fleet.removeNode("old");
+  fleet.checkIn(checkIn("third", A, { intervalSeconds: 1 }));
+  assert.equal(shared().length, 2);
+  fleet.close();
+});
+
+Deno.test("Fleet.removeNode() of a node still checking in is a 409 saying what to do", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 15 }));
+  clock.tick(20_000);
+  assert.throws(
+    () => fleet.removeNode("a"),
+    httpError(409, /still checks in.*stop it.*wait two check-in intervals \(30 s\).*remove it/),
+  );
+  clock.tick(10_001);
+  fleet.removeNode("a");
+  assert.equal(fleet.get("a"), undefined);
+  assert.equal(fleet.size, 0);
+  fleet.close();
+});
+
+Deno.test("Fleet.removeNode() of an unknown id is a 404", () => {
+  const { fleet } = setup();
+  assert.throws(() => fleet.removeNode("ghost"), httpError(404, /No node 'ghost'/));
+  fleet.close();
+});
+
+Deno.test("Fleet persists nodes; loaded rows are down until they check in with this process", () => {
+  const db = new DatabaseSync(":memory:");
+  const first = setup({ database: db });
+  first.fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
+  first.clock.tick(4_000);
+  first.fleet.checkIn(checkIn("a", A, { intervalSeconds: 10, build: "v2" }));
+
+  const clock = new FakeClock(first.clock.now() + 1_000);
+  const down: string[] = [];
+  const again = new Fleet({ database: db, clock, onDown: (n: FleetNode) => down.push(n.id) });
+  const node = again.get("a")!;
+  assert.equal(node.endpoint, A);
+  assert.equal(node.build, "v2");
+  assert.equal(node.reading, null);
+  assert.equal(again.isDown("a"), true, "not heard since this gateway started");
+  const [summary] = again.list();
+  assert.equal(summary.state, "down");
+  assert.equal(summary.lastCheckInAgeMs, 1_000);
+  // Never up in this process, so no onDown for it.
+  assert.deepEqual(again.sweep(), []);
+  assert.deepEqual(down, []);
+  // The old reporter's silence is measured from the persisted time: a move is still refused.
+  assert.throws(() => again.checkIn(checkIn("a", B, { intervalSeconds: 10 })), HttpError);
+  assert.equal(again.checkIn(checkIn("a", A, { intervalSeconds: 10 })), "updated");
+  assert.equal(again.isDown("a"), false);
+  assert.equal(again.get("a")!.firstSeen, first.clock.now() - 4_000);
+  db.close();
+});
+
+Deno.test("Fleet.list() shows id, endpoint, state, age, reading and the in-flight count", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("a", A, { reading: reading({ active: 3 }) }));
+  fleet.checkIn(checkIn("b", B, { intervalSeconds: 1 }));
+  clock.tick(2_500);
+  const list = fleet.list((id) => (id === "a" ? 2 : 0));
+  assert.deepEqual(list.map((n) => [n.id, n.endpoint, n.state, n.lastCheckInAgeMs, n.inFlight]), [
+    ["a", A, "up", 2_500, 2],
+    ["b", B, "down", 2_500, 0],
+  ]);
+  assert.equal(list[0].reading?.sandboxes.active, 3);
+  assert.equal(fleet.list()[0].inFlight, 0);
+  fleet.close();
+});

@@ -1,0 +1,100 @@
+import assert from "node:assert/strict";
+import { capture, forward } from "./forward.ts";
+import { HttpError } from "../shared/http_error.ts";
+
+const target = { nodeId: "a", endpoint: "http://node-a.test:3676" };
+
+Deno.test("forward() passes method, path, body and end-to-end headers, not hop-by-hop ones", async () => {
+  let seen: Request | undefined;
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    seen = new Request(input, init);
+    return Promise.resolve(new Response("ok", { status: 201, headers: { "x-node": "a" } }));
+  };
+  const req = new Request("http://gw.test/execCommand", {
+    method: "POST",
+    headers: { "content-type": "application/json", connection: "keep-alive", "x-trace": "1" },
+    body: '{"name":"x"}',
+  });
+  const res = await forward(req, target, {
+    path: "/execCommand",
+    headers: { authorization: "Bearer node-token" },
+    fetch: fakeFetch as typeof fetch,
+  });
+  assert.equal(res.status, 201);
+  assert.equal(res.headers.get("x-node"), "a");
+  assert.equal(await res.text(), "ok");
+  assert.equal(seen!.url, "http://node-a.test:3676/execCommand");
+  assert.equal(seen!.method, "POST");
+  assert.equal(seen!.headers.get("x-trace"), "1");
+  assert.equal(seen!.headers.get("connection"), null);
+  assert.equal(seen!.headers.get("authorization"), "Bearer node-token");
+  assert.equal(await seen!.text(), '{"name":"x"}');
+});
+
+Deno.test("forward() answers with the head before the node's body has finished", async () => {
+  let push!: (s: string) => void, end!: () => void;
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      push = (s) => c.enqueue(new TextEncoder().encode(s));
+      end = () => c.close();
+    },
+  });
+  const fakeFetch = () => Promise.resolve(new Response(body, { status: 200 }));
+  const res = await forward(new Request("http://gw.test/x"), target, {
+    path: "/x",
+    fetch: fakeFetch as typeof fetch,
+  });
+  assert.equal(res.status, 200);
+  const reader = res.body!.getReader();
+  push("first");
+  assert.equal(new TextDecoder().decode((await reader.read()).value), "first");
+  end();
+  assert.equal((await reader.read()).done, true);
+});
+
+Deno.test("forward() is a 502 naming the node when it cannot be reached", async () => {
+  const fakeFetch = () =>
+    Promise.reject(new TypeError("error sending request: Connection refused"));
+  await assert.rejects(
+    forward(new Request("http://gw.test/x"), target, {
+      path: "/x",
+      fetch: fakeFetch as typeof fetch,
+    }),
+    (e: unknown) =>
+      e instanceof HttpError && e.status === 502 &&
+      /'a'.*node-a\.test.*connection refused/.test(e.message),
+  );
+});
+
+Deno.test("forward() hands the client's abort to the node's request", async () => {
+  const client = new AbortController();
+  let nodeSignal: AbortSignal | undefined;
+  const fakeFetch = (_: unknown, init?: RequestInit) => {
+    nodeSignal = init!.signal!;
+    return new Promise<Response>((_, reject) =>
+      nodeSignal!.addEventListener("abort", () => reject(nodeSignal!.reason))
+    );
+  };
+  const pending = forward(new Request("http://gw.test/x", { signal: client.signal }), target, {
+    path: "/x",
+    fetch: fakeFetch as typeof fetch,
+  });
+  client.abort();
+  await assert.rejects(pending);
+  assert.equal(nodeSignal!.aborted, true);
+});
+
+Deno.test("capture() reads the whole answer and names the node when it is unreachable", async () => {
+  const ok = await capture(target, "/acquireSandbox", {
+    method: "POST",
+    fetch: (() => Promise.resolve(new Response('{"a":1}', { status: 200 }))) as typeof fetch,
+  });
+  assert.equal(ok.status, 200);
+  assert.equal(ok.text, '{"a":1}');
+  await assert.rejects(
+    capture(target, "/x", {
+      fetch: (() => Promise.reject(new TypeError("dns error: failed to lookup"))) as typeof fetch,
+    }),
+    /name not resolved/,
+  );
+});

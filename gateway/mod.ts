@@ -1,0 +1,61 @@
+/**
+ * The gateway library: the pieces that turn N nodes into one fleet behind one door, as plain
+ * classes an embedder can host in its own service.
+ *
+ * - {@linkcode Fleet}: the nodes that checked in, their readings, who is up;
+ * - {@linkcode Finder}: which node holds a sandbox (a bounded cache, then one lookup round);
+ * - {@linkcode Placer}: which node takes a new sandbox (filters with named reasons, then a score);
+ * - {@linkcode LruCache}: the bounded cache behind the Finder;
+ * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox.
+ *
+ * @example Answer "where should this go?" from check-ins
+ * ```ts
+ * import { Fleet, Placer } from "@dormice/cluster/gateway";
+ * const fleet = new Fleet();
+ * const placer = new Placer({ fleet });
+ * // fleet.checkIn(body) for each check-in the service receives, then:
+ * const r = placer.place("agent-1");
+ * console.log(r.ok ? r.node.endpoint : r.message);
+ * fleet.close();
+ * ```
+ *
+ * @module
+ */
+export {
+  type CheckInOutcome,
+  Fleet,
+  type FleetNode,
+  type FleetOptions,
+  type NodeDirectory,
+  type NodeSummary,
+} from "./fleet.ts";
+export {
+  type FindBy,
+  type FindConflict,
+  Finder,
+  type FinderOptions,
+  type FinderTimers,
+  type FindNone,
+  type FindOne,
+  type FindOptions,
+  type FindResult,
+  type FindUnsure,
+  type FoundSandbox,
+} from "./finder.ts";
+export {
+  type FilterInput,
+  type PickResult,
+  type PlacementExplain,
+  type PlacementFilter,
+  placementFilters,
+  Placer,
+  type PlacerLimits,
+  type PlacerOptions,
+  type Rejection,
+  type RejectReason,
+  type ScoredNode,
+} from "./placer.ts";
+export { LruCache, type LruCacheOptions } from "./lru.ts";
+export { NameQueue } from "../shared/name_queue.ts";
+export * from "./config.ts";
+export * from "./forward.ts";

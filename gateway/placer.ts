@@ -1,0 +1,466 @@
+/**
+ * The Placer: which node takes a new sandbox. Feasibility filters, then a score, Nomad style.
+ *
+ * @module
+ */
+import type { FleetNode, NodeDirectory } from "./fleet.ts";
+
+/** Why a node cannot take a new sandbox, in the order the filters run. */
+export type RejectReason = "down" | "no-reading" | "cpu" | "active-limit" | "disk";
+
+/** One rejected node and its named reason. */
+export interface Rejection {
+  /** The node id. */
+  nodeId: string;
+  /** The filter that rejected it. */
+  reason: RejectReason;
+  /** A sentence with the numbers and the variable that moves the limit. */
+  detail: string;
+}
+
+/** A feasible node and the numbers behind its score. */
+export interface ScoredNode {
+  /** The node id. */
+  nodeId: string;
+  /** (active + inFlight) / cores: lower is better. */
+  score: number;
+  /** Active sandboxes in its last reading. */
+  active: number;
+  /** Placements since that reading. */
+  inFlight: number;
+  /** Its cpu count. */
+  cores: number;
+  /** The first tie-breaker: more is better. */
+  memoryAvailableBytes: number;
+}
+
+/** How a placement was decided, for the answer and the log. */
+export interface PlacementExplain {
+  /** Nodes looked at. */
+  considered: number;
+  /** Nodes that passed every filter. */
+  feasible: number;
+  /** How many nodes each filter rejected. */
+  rejected: Record<RejectReason, number>;
+  /** Every rejected node with its reason. */
+  rejections: Rejection[];
+  /** The best feasible nodes, best first (at most `explainTop`); the first one was chosen. */
+  scores: ScoredNode[];
+}
+
+/** The result of {@linkcode Placer.pick}: a node, or why none fits. */
+export type PickResult =
+  | { ok: true; node: FleetNode; score: number; explain: PlacementExplain }
+  | {
+    ok: false;
+    /** A sentence naming every node's reason (the first few, then a count). */
+    message: string;
+    /** Seconds until the next reading is due somewhere (the 503's Retry-After). */
+    retryAfterSeconds: number;
+    explain: PlacementExplain;
+  };
+
+/** The limits the filters apply. */
+export interface PlacerLimits {
+  /** Reject a node whose cpu used % is above this. */
+  cpuLimitPct: number;
+  /** Reject a node whose active + in-flight count is at or above this. */
+  activeLimit: number;
+  /** Reject a node whose data disk has fewer available bytes than this. */
+  minDiskBytes: number;
+}
+
+/** What a filter sees of one node: the node, the time, its in-flight count and the limits. */
+export interface FilterInput {
+  /** The node. */
+  node: FleetNode;
+  /** Now, by the fleet's clock. */
+  now: number;
+  /** Its in-flight count. */
+  inFlight: number;
+  /** The limits. */
+  limits: PlacerLimits;
+  /** Whether the fleet calls it down at `now`. */
+  down: boolean;
+}
+
+/** One feasibility filter: returns a detail sentence when it rejects, `undefined` otherwise. */
+export interface PlacementFilter {
+  /** The reason it reports. */
+  reason: RejectReason;
+  /** Rejects with a sentence, or passes with `undefined`. */
+  check(input: FilterInput): string | undefined;
+}
+
+/**
+ * The filter chain, built in one place. Why this order: the first reason a node fails is the
+ * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
+ * mean there is nothing current to judge by (every later filter reads the reading); cpu is a
+ * host-wide pressure signal; active-limit is our own ceiling; disk last because it rarely binds
+ * and a full disk on a busy node is better reported as busy.
+ */
+export const placementFilters: readonly PlacementFilter[] = [
+  {
+    reason: "down",
+    check: ({ node, now, down }) =>
+      down
+        ? node.heardSinceStart
+          ? `down: no check-in for ${
+            Math.round((now - node.lastCheckIn) / 1000)
+          } s (interval ${node.intervalSeconds} s)`
+          : "down: not heard since the gateway started"
+        : undefined,
+  },
+  {
+    reason: "no-reading",
+    check: ({ node }) => node.reading === null ? "no reading yet" : undefined,
+  },
+  {
+    reason: "cpu",
+    check: ({ node, limits }) => {
+      const pct = node.reading!.cpuUsedPct;
+      // A first reading has no cpu figure (it needs two samples); it must not block a new node.
+      return pct !== null && pct > limits.cpuLimitPct
+        ? `cpu ${pct.toFixed(0)}% is above the limit ${limits.cpuLimitPct}% ` +
+          `(DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT)`
+        : undefined;
+    },
+  },
+  {
+    reason: "active-limit",
+    check: ({ node, inFlight, limits }) => {
+      const active = node.reading!.sandboxes.active;
+      return active + inFlight >= limits.activeLimit
+        ? `${active} active + ${inFlight} in flight reaches the limit ${limits.activeLimit} ` +
+          `(DORMICE_GATEWAY_NODE_ACTIVE_LIMIT)`
+        : undefined;
+    },
+  },
+  {
+    reason: "disk",
+    check: ({ node, limits }) => {
+      const disk = node.reading!.dataDisk;
+      return disk !== null && disk.availableBytes < limits.minDiskBytes
+        ? `data disk has ${gb(disk.availableBytes)} GB available, below the floor ` +
+          `${gb(limits.minDiskBytes)} GB (DORMICE_GATEWAY_NODE_MIN_DISK_GB)`
+        : undefined;
+    },
+  },
+];
+
+/** Options for {@linkcode Placer}. */
+export interface PlacerOptions {
+  /** Where the nodes and their readings come from (a `Fleet`). */
+  fleet: NodeDirectory;
+  /**
+   * Default 70 (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT`): above it a host is busy enough that a new
+   * sandbox would slow every tenant on it, while leaving room for the ones already placed to
+   * burst.
+   */
+  cpuLimitPct?: number;
+  /**
+   * Default 400 (`DORMICE_GATEWAY_NODE_ACTIVE_LIMIT`): a ceiling on running sandboxes per node
+   * whatever its size, so one large host cannot absorb a whole burst and become a single point
+   * of loss.
+   */
+  activeLimit?: number;
+  /**
+   * Default 10 (`DORMICE_GATEWAY_NODE_MIN_DISK_GB`; 1 GB = 10^9 bytes): below it a node cannot
+   * be trusted to hold a new sandbox's files plus image layers without filling the disk that
+   * also holds its ledger.
+   */
+  minDiskGB?: number;
+  /** How many best candidates `explain.scores` keeps. Default 5. */
+  explainTop?: number;
+  /** How many rejections the "nothing fits" sentence spells out before counting. Default 10. */
+  messageLimit?: number;
+}
+
+interface NodeFlight {
+  /** The reading these placements are counted against. */
+  seq: number;
+  /** Names placed since that reading. */
+  names: Set<string>;
+}
+
+/**
+ * Chooses the node for a new sandbox: every node through the filters (each rejection named),
+ * then the lowest (active + in-flight) / cores; ties by more available memory, then node id, so
+ * a placement replays exactly in tests and post-mortems.
+ *
+ * In-flight counting (why: a burst of creates inside one check-in interval would otherwise all
+ * see the same stale reading and land on one node):
+ * - in-flight = placements since the node's last reading; a check-in resets it (the Placer sees
+ *   the fleet's `readingSeq` change, so no callback is needed);
+ * - `record(name, nodeId)` counts a placement (`place()` picks and records);
+ * - `release(name)` takes a placement back when that sandbox is destroyed within the interval;
+ * - `refused(name)` uncounts a create the node refused with a 4xx (nothing was built);
+ * - a 5xx or no answer stays counted: the sandbox may exist;
+ * - a wake of a sandbox found on a node is not a placement: do not record it.
+ *
+ * `pick()` is one pass over the nodes with no sort, so it stays under a millisecond for 10,000.
+ *
+ * @example
+ * ```ts
+ * import { Fleet, Placer } from "@dormice/cluster/gateway";
+ * const fleet = new Fleet();
+ * const placer = new Placer({ fleet });
+ * const result = placer.pick();
+ * if (!result.ok) console.log(result.message); // no node has checked in yet
+ * fleet.close();
+ * ```
+ */
+export class Placer {
+  /** The limits in force. */
+  readonly limits: Readonly<PlacerLimits>;
+  #fleet: NodeDirectory;
+  #explainTop: number;
+  #messageLimit: number;
+  #flights = new Map<string, NodeFlight>();
+  /** sandbox name → the node it was placed on, for `release` / `refused`. */
+  #placements = new Map<string, string>();
+
+  /**
+   * Builds a placer over `fleet`.
+   *
+   * @throws {RangeError} when a limit is not a finite non-negative number.
+   */
+  constructor(options: PlacerOptions) {
+    const {
+      fleet,
+      cpuLimitPct = 70,
+      activeLimit = 400,
+      minDiskGB = 10,
+      explainTop = 5,
+      messageLimit = 10,
+    } = options;
+    for (const [name, value] of Object.entries({ cpuLimitPct, activeLimit, minDiskGB })) {
+      if (!Number.isFinite(value) || value < 0) {
+        throw new RangeError(
+          `Cannot create Placer as '${name}' must be a non-negative number: received ${value}`,
+        );
+      }
+    }
+    this.#fleet = fleet;
+    this.limits = Object.freeze({ cpuLimitPct, activeLimit, minDiskBytes: minDiskGB * 1e9 });
+    this.#explainTop = Math.max(1, explainTop);
+    this.#messageLimit = messageLimit;
+  }
+
+  /**
+   * Chooses a node without counting anything (see `place()` to count).
+   *
+   * @example
+   * ```ts ignore
+   * const r = placer.pick();
+   * if (r.ok) console.log(r.node.id, r.explain.scores);
+   * ```
+   */
+  pick(): PickResult {
+    const now = this.#fleet.now();
+    const limits = this.limits;
+    const rejected: Record<RejectReason, number> = {
+      "down": 0,
+      "no-reading": 0,
+      "cpu": 0,
+      "active-limit": 0,
+      "disk": 0,
+    };
+    const rejections: Rejection[] = [];
+    const top: ScoredNode[] = [];
+    const topNodes: FleetNode[] = [];
+    const k = this.#explainTop;
+    let considered = 0, feasible = 0;
+    let minInterval = Infinity;
+    const input: FilterInput = {
+      node: undefined as unknown as FleetNode,
+      now,
+      inFlight: 0,
+      limits,
+      down: false,
+    };
+    for (const node of this.#fleet.nodes()) {
+      considered++;
+      if (node.intervalSeconds < minInterval) minInterval = node.intervalSeconds;
+      input.node = node;
+      input.down = this.#fleet.isDown(node, now);
+      input.inFlight = this.#currentFlight(node);
+      let failed = false;
+      for (let i = 0; i < placementFilters.length; i++) {
+        const filter = placementFilters[i];
+        const detail = filter.check(input);
+        if (detail !== undefined) {
+          rejected[filter.reason]++;
+          rejections.push({ nodeId: node.id, reason: filter.reason, detail });
+          failed = true;
+          break;
+        }
+      }
+      if (failed) continue;
+      feasible++;
+      const reading = node.reading!;
+      const active = reading.sandboxes.active;
+      const score = (active + input.inFlight) / reading.cpuCount;
+      const memory = reading.memoryAvailableBytes;
+      // Keep only the best k in a small sorted array: one pass, no sort of all nodes.
+      if (top.length === k && !better(score, memory, node.id, top[k - 1])) continue;
+      let at = top.length < k ? top.length : k - 1;
+      while (at > 0 && better(score, memory, node.id, top[at - 1])) at--;
+      const entry: ScoredNode = {
+        nodeId: node.id,
+        score,
+        active,
+        inFlight: input.inFlight,
+        cores: reading.cpuCount,
+        memoryAvailableBytes: memory,
+      };
+      if (top.length === k) {
+        top.pop();
+        topNodes.pop();
+      }
+      top.splice(at, 0, entry);
+      topNodes.splice(at, 0, node);
+    }
+    const explain: PlacementExplain = { considered, feasible, rejected, rejections, scores: top };
+    if (top.length > 0) return { ok: true, node: topNodes[0], score: top[0].score, explain };
+    return {
+      ok: false,
+      message: this.#nothingFits(rejections),
+      // The next reading can change the answer; it is due within the shortest interval.
+      retryAfterSeconds: Number.isFinite(minInterval)
+        ? Math.min(60, Math.max(1, Math.ceil(minInterval)))
+        : 15,
+      explain,
+    };
+  }
+
+  /**
+   * Picks a node and records the placement of `name` on it.
+   *
+   * @example
+   * ```ts ignore
+   * const r = placer.place("agent-1");
+   * if (!r.ok) throw new HttpError(503, r.message, { headers: { "Retry-After": String(r.retryAfterSeconds) } });
+   * ```
+   */
+  place(name: string): PickResult {
+    const result = this.pick();
+    if (result.ok) this.record(name, result.node.id);
+    return result;
+  }
+
+  /**
+   * Counts a placement of `name` on `nodeId` until the node's next reading.
+   *
+   * @example
+   * ```ts ignore
+   * placer.record("agent-1", "node-a");
+   * ```
+   */
+  record(name: string, nodeId: string): void {
+    const node = this.#fleet.get(nodeId);
+    if (node === undefined) return;
+    const flight = this.#flightFor(node);
+    // A name placed again (a retry after a 5xx) stays counted where it went first: it may exist.
+    this.#placements.set(name, nodeId);
+    flight.names.add(name);
+  }
+
+  /**
+   * Takes back the placement of `name` if it is still counted (destroyed within the interval).
+   * Returns whether a count was given back.
+   *
+   * @example
+   * ```ts ignore
+   * placer.release("agent-1"); // after a successful destroy
+   * ```
+   */
+  release(name: string): boolean {
+    const nodeId = this.#placements.get(name);
+    if (nodeId === undefined) return false;
+    this.#placements.delete(name);
+    const node = this.#fleet.get(nodeId);
+    const flight = this.#flights.get(nodeId);
+    if (node === undefined || flight === undefined) return false;
+    if (flight.seq !== node.readingSeq) {
+      // The node has reported since: its reading already says whether the sandbox exists.
+      this.#reset(nodeId, flight, node.readingSeq);
+      return false;
+    }
+    return flight.names.delete(name);
+  }
+
+  /**
+   * Uncounts a create the node refused with a 4xx: nothing was built. (A 5xx or no answer is
+   * not refused: leave it counted.) Returns whether a count was given back.
+   *
+   * @example
+   * ```ts ignore
+   * if (answer.status >= 400 && answer.status < 500) placer.refused("agent-1");
+   * ```
+   */
+  refused(name: string): boolean {
+    return this.release(name);
+  }
+
+  /**
+   * Placements counted against `nodeId` since its last reading.
+   *
+   * @example
+   * ```ts ignore
+   * fleet.list((id) => placer.inFlight(id));
+   * ```
+   */
+  inFlight(nodeId: string): number {
+    const node = this.#fleet.get(nodeId);
+    return node === undefined ? 0 : this.#currentFlight(node);
+  }
+
+  #currentFlight(node: FleetNode): number {
+    const flight = this.#flights.get(node.id);
+    return flight !== undefined && flight.seq === node.readingSeq ? flight.names.size : 0;
+  }
+
+  #flightFor(node: FleetNode): NodeFlight {
+    let flight = this.#flights.get(node.id);
+    if (flight === undefined) {
+      this.#flights.set(node.id, flight = { seq: node.readingSeq, names: new Set() });
+    } else if (flight.seq !== node.readingSeq) {
+      this.#reset(node.id, flight, node.readingSeq);
+    }
+    return flight;
+  }
+
+  /** Starts a new interval for a node, dropping its old placements from the name index. */
+  #reset(nodeId: string, flight: NodeFlight, seq: number): void {
+    for (const name of flight.names) {
+      if (this.#placements.get(name) === nodeId) this.#placements.delete(name);
+    }
+    flight.names.clear();
+    flight.seq = seq;
+  }
+
+  #nothingFits(rejections: Rejection[]): string {
+    if (rejections.length === 0) {
+      return "No node has checked in yet: start a node with DORMICE_GATEWAY_ENDPOINT pointing " +
+        "at this gateway";
+    }
+    const shown = rejections.slice(0, this.#messageLimit)
+      .map((r) => `'${r.nodeId}': ${r.detail}`).join("; ");
+    const more = rejections.length > this.#messageLimit
+      ? `; and ${rejections.length - this.#messageLimit} more (listNodes shows them)`
+      : "";
+    return `No node can take a new sandbox now: ${shown}${more}`;
+  }
+}
+
+/** Whether (score, memory, id) beats `than`: lower score, then more memory, then smaller id. */
+function better(score: number, memory: number, id: string, than: ScoredNode): boolean {
+  if (score !== than.score) return score < than.score;
+  if (memory !== than.memoryAvailableBytes) return memory > than.memoryAvailableBytes;
+  return id < than.nodeId;
+}
+
+function gb(bytes: number): string {
+  return (bytes / 1e9).toFixed(1);
+}
