@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Brings up a local Docker engine for the docker suites and builds the sandbox base image.
+# Safe to run again: installs docker.io only if missing, starts dockerd only if it does not
+# answer, and build-base.sh skips an image that is up to date. No image registry is needed.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+socket=/var/run/docker.sock
+say() { echo "ci/docker: $*"; }
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+
+if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
+  say "installing docker.io"
+  $sudo apt-get update -q >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q docker.io >/dev/null
+fi
+
+if docker info >/dev/null 2>&1; then
+  say "the engine already answers on $socket"
+else
+  log=/tmp/dockerd.log
+  say "starting dockerd (log: $log)"
+  # setsid: the engine must outlive this script and not take its signals.
+  $sudo setsid nohup dockerd >"$log" 2>&1 </dev/null &
+  for _ in $(seq 1 120); do
+    [ -S "$socket" ] && docker info >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  if ! docker info >/dev/null 2>&1; then
+    echo "ci/docker: dockerd did not answer on $socket within 30 s; its log says:" >&2
+    tail -n 20 "$log" >&2 || true
+    exit 1
+  fi
+  say "the engine answers on $socket"
+fi
+
+"$here/deploy/images/build-base.sh"
