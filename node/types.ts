@@ -47,6 +47,8 @@ export interface ExecResult {
   stderr: string;
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
+  /** True when `timeoutMs` ran out and the command was killed (absent otherwise). */
+  timedOut?: boolean;
 }
 
 /** Selects sandboxes for `list`. */

@@ -1,0 +1,36 @@
+/**
+ * `@dormice/cluster`: one door (the gateway) in front of many independent sandbox daemons (the
+ * nodes), so that clients create and drive sandboxes with the official `e2b` SDK or the Dormice
+ * native verbs and never learn which machine runs them.
+ *
+ * Embedders import the routing pieces and host them in their own service:
+ * - {@linkcode Fleet}: the nodes that checked in, their readings, who is up or down;
+ * - {@linkcode Finder}: which node holds a sandbox (a bounded cache, then one lookup round);
+ * - {@linkcode Placer}: which node takes a new sandbox (filters with named reasons, then a score);
+ * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox;
+ * - {@linkcode createGateway}: the whole gateway as a `fetch(Request)` handler.
+ *
+ * The node side (`createNodeApp`, `SandboxService`, the executors) lives at
+ * `@dormice/cluster/node`; the wire schemas at `@dormice/cluster/shared`.
+ *
+ * @example Where should a new sandbox go?
+ * ```ts
+ * import { Fleet, Placer } from "@dormice/cluster";
+ * const fleet = new Fleet();
+ * const placer = new Placer({ fleet });
+ * const choice = placer.pick();
+ * console.log(choice.ok ? choice.node.id : choice.message);
+ * fleet.close();
+ * ```
+ *
+ * @module
+ */
+export {
+  Finder,
+  type FinderOptions,
+  Fleet,
+  type FleetOptions,
+  Placer,
+  type PlacerOptions,
+} from "./gateway/mod.ts";
+export { NameQueue } from "./shared/name_queue.ts";

@@ -1,0 +1,192 @@
+/**
+ * The in-memory file tree of one fake sandbox (private to `FakeExecutor`).
+ *
+ * @module
+ */
+import { posix } from "node:path";
+import type { ExecutorError as ExecutorErrorType, FileEntry } from "./executor.ts";
+import { ExecutorError } from "./executor.ts";
+
+type FsNode =
+  | { type: "dir"; mode: number; modifiedAt: number }
+  | { type: "file"; data: Uint8Array; mode: number; modifiedAt: number };
+
+/** The home directory of every fake sandbox. */
+export const fakeHome = "/home/user";
+
+/** A flat map of absolute paths to nodes; small and obviously correct beats fast here. */
+export class FakeFs {
+  #nodes = new Map<string, FsNode>();
+  #now: () => number;
+  #owner: string;
+
+  constructor(now: () => number, owner = "user") {
+    this.#now = now;
+    this.#owner = owner;
+    for (const dir of ["/", "/home", fakeHome, "/tmp", "/root", "/usr", "/usr/bin", "/etc"]) {
+      this.#nodes.set(dir, { type: "dir", mode: 0o755, modifiedAt: now() });
+    }
+  }
+
+  /** Resolves `path` against `cwd` (relative paths are relative to the home, as envd does). */
+  resolve(path: string, cwd = fakeHome): string {
+    if (path === "") throw new ExecutorError("invalid", "The path is empty: give a file path");
+    if (path.includes("\0")) {
+      throw new ExecutorError("invalid", "The path contains a NUL byte: give a plain file path");
+    }
+    const home = path === "~" || path.startsWith("~/") ? fakeHome + path.slice(1) : path;
+    return posix.resolve(cwd, home);
+  }
+
+  /** Total bytes of every file. */
+  bytes(): number {
+    let n = 0;
+    for (const node of this.#nodes.values()) if (node.type === "file") n += node.data.length;
+    return n;
+  }
+
+  /** Whether `path` exists. */
+  exists(path: string): boolean {
+    return this.#nodes.has(path);
+  }
+
+  /** Reads a whole file. */
+  read(path: string): Uint8Array {
+    const node = this.#node(path);
+    if (node.type === "dir") {
+      throw new ExecutorError("is_dir", `${path} is a directory: read a file`);
+    }
+    return node.data.slice();
+  }
+
+  /** Writes (or appends to) a file; creates parent directories when `parents` is set. */
+  write(path: string, data: Uint8Array, { append = false, parents = true } = {}): FileEntry {
+    this.#parent(path, parents);
+    const existing = this.#nodes.get(path);
+    if (existing?.type === "dir") {
+      throw new ExecutorError("is_dir", `${path} is a directory: write to a file path inside it`);
+    }
+    const old = append && existing?.type === "file" ? existing.data : new Uint8Array();
+    const joined = new Uint8Array(old.length + data.length);
+    joined.set(old);
+    joined.set(data, old.length);
+    this.#nodes.set(path, {
+      type: "file",
+      data: joined,
+      mode: existing?.mode ?? 0o644,
+      modifiedAt: this.#now(),
+    });
+    return this.stat(path);
+  }
+
+  /** Creates a directory; resolves false when it already existed. */
+  mkdir(path: string, parents = true): boolean {
+    const existing = this.#nodes.get(path);
+    if (existing?.type === "dir") return false;
+    if (existing) {
+      throw new ExecutorError("exists", `${path} exists and is a file: pick another path`);
+    }
+    this.#parent(path, parents);
+    this.#nodes.set(path, { type: "dir", mode: 0o755, modifiedAt: this.#now() });
+    return true;
+  }
+
+  /** Describes one path. */
+  stat(path: string): FileEntry {
+    const node = this.#node(path);
+    return {
+      name: path === "/" ? "/" : posix.basename(path),
+      path,
+      type: node.type,
+      size: node.type === "file" ? node.data.length : 0,
+      mode: node.mode,
+      owner: this.#owner,
+      group: this.#owner,
+      modifiedAt: node.modifiedAt,
+    };
+  }
+
+  /** Lists a directory down to `depth` levels, sorted by path. */
+  list(path: string, depth = 1): FileEntry[] {
+    const node = this.#node(path);
+    if (node.type !== "dir") {
+      throw new ExecutorError("not_dir", `${path} is a file, not a directory: list its parent`);
+    }
+    const prefix = path === "/" ? "/" : path + "/";
+    const out: FileEntry[] = [];
+    for (const key of this.#nodes.keys()) {
+      if (key === path || !key.startsWith(prefix)) continue;
+      const levels = key.slice(prefix.length).split("/").length;
+      if (levels <= Math.max(1, depth)) out.push(this.stat(key));
+    }
+    return out.sort((a, b) => a.path < b.path ? -1 : 1);
+  }
+
+  /** Renames a file or a whole tree. */
+  move(from: string, to: string): FileEntry {
+    this.#node(from);
+    if (from === "/" || to === from || to.startsWith(from + "/")) {
+      throw new ExecutorError("invalid", `Cannot move ${from} into itself (${to})`);
+    }
+    if (this.#nodes.get(to)?.type === "dir") {
+      throw new ExecutorError("exists", `${to} is an existing directory: remove it first`);
+    }
+    this.#parent(to, false);
+    const moves: [string, FsNode][] = [];
+    for (const [key, node] of this.#nodes) {
+      if (key === from || key.startsWith(from + "/")) moves.push([key, node]);
+    }
+    for (const [key] of moves) this.#nodes.delete(key);
+    for (const [key, node] of moves) this.#nodes.set(to + key.slice(from.length), node);
+    return this.stat(to);
+  }
+
+  /** Removes a file or a directory tree. */
+  remove(path: string, recursive = true): void {
+    const node = this.#node(path);
+    if (path === "/") throw new ExecutorError("invalid", "Refusing to remove / in a sandbox");
+    const children = [...this.#nodes.keys()].filter((k) => k.startsWith(path + "/"));
+    if (node.type === "dir" && children.length > 0 && !recursive) {
+      throw new ExecutorError("invalid", `${path} is a directory that is not empty`);
+    }
+    for (const key of children) this.#nodes.delete(key);
+    this.#nodes.delete(path);
+  }
+
+  #node(path: string): FsNode {
+    const node = this.#nodes.get(path);
+    if (node) return node;
+    this.#parent(path, false);
+    throw new ExecutorError("not_found", `${path} does not exist`);
+  }
+
+  /** Checks (or creates) the parent chain of `path`. */
+  #parent(path: string, create: boolean): void {
+    const parent = posix.dirname(path);
+    if (parent === path) return;
+    const node = this.#nodes.get(parent);
+    if (node?.type === "dir") return;
+    if (node) {
+      throw new ExecutorError("not_dir", `${parent} is a file, so ${path} cannot be under it`);
+    }
+    if (!create) throw new ExecutorError("not_found", `${parent} does not exist (for ${path})`);
+    this.#parent(parent, true);
+    this.#nodes.set(parent, { type: "dir", mode: 0o755, modifiedAt: this.#now() });
+  }
+}
+
+/** The shell wording of an executor error code (`cat: x: No such file or directory`). */
+export function shellWording(error: ExecutorErrorType): string {
+  switch (error.code) {
+    case "not_found":
+      return "No such file or directory";
+    case "is_dir":
+      return "Is a directory";
+    case "not_dir":
+      return "Not a directory";
+    case "exists":
+      return "File exists";
+    default:
+      return error.message;
+  }
+}

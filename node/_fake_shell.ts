@@ -1,0 +1,636 @@
+/**
+ * The small command interpreter of `FakeExecutor` (private). It understands what the E2B SDK and
+ * the tests send: builtins (`echo`, `cat`, `ls`, `printf`, `sleep`, `exit`, ...), quotes, `$VAR`,
+ * `>`, `>>`, `>&2`, `2>&1`, `<`, `;`, `&&`, `||`, and `bash -c` / `sh -c` wrapping.
+ *
+ * @module
+ */
+import { posix } from "node:path";
+import { ExecutorError } from "./executor.ts";
+import { type FakeFs, fakeHome, shellWording } from "./_fake_fs.ts";
+
+/** What a running script can touch. */
+export interface ShellHost {
+  fs: FakeFs;
+  /** Writes to the process's stdout (1) or stderr (2) as produced. */
+  write(fd: 1 | 2, data: Uint8Array): Promise<void>;
+  /** The next stdin chunk, or null at end of input. */
+  readStdin(): Promise<Uint8Array | null>;
+  /** Aborted when the process is killed. */
+  signal: AbortSignal;
+  /** Waits while the sandbox is paused. */
+  gate(): Promise<void>;
+  /** The run-as user. */
+  user: string;
+}
+
+/** Shell state that a subshell copies. */
+interface Env {
+  vars: Map<string, string>;
+  cwd: string;
+  status: number;
+}
+
+/** Thrown by `exit`; ends the current script. */
+class Exit {
+  constructor(readonly code: number) {}
+}
+
+/** Thrown when the process was killed; unwinds everything. */
+export class Killed extends Error {
+  constructor() {
+    super("killed");
+  }
+}
+
+type Part = { lit: string } | { variable: string };
+interface Word {
+  parts: Part[];
+  quoted: boolean;
+}
+type Token =
+  | { kind: "word"; word: Word }
+  | { kind: "op"; op: ";" | "&&" | "||" | "|" | "&" }
+  | { kind: "redir"; fd: 0 | 1 | 2 | "both"; append: boolean; dup?: 1 | 2 };
+interface Redir {
+  fd: 0 | 1 | 2 | "both";
+  append: boolean;
+  dup?: 1 | 2;
+  target?: Word;
+}
+interface Simple {
+  words: Word[];
+  redirs: Redir[];
+}
+interface Step {
+  command: Simple;
+  /** How this step is joined to the previous one. */
+  after: ";" | "&&" | "||";
+}
+
+/** A script the fake shell cannot parse. */
+class ShellSyntaxError extends Error {}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function tokenize(src: string): Token[] {
+  const tokens: Token[] = [];
+  let word: Word | null = null;
+  const lit = (s: string) => {
+    word ??= { parts: [], quoted: false };
+    const last = word.parts.at(-1);
+    if (last && "lit" in last) last.lit += s;
+    else word.parts.push({ lit: s });
+  };
+  const end = () => {
+    if (word) tokens.push({ kind: "word", word });
+    word = null;
+  };
+  const variable = (i: number): number => {
+    // i points just after '$'
+    const c = src[i];
+    if (c === "{") {
+      const close = src.indexOf("}", i);
+      if (close < 0) throw new ShellSyntaxError("bad substitution: missing '}'");
+      word ??= { parts: [], quoted: false };
+      word.parts.push({ variable: src.slice(i + 1, close) });
+      return close + 1;
+    }
+    const m = /^(\?|[A-Za-z_][A-Za-z0-9_]*|[0-9])/.exec(src.slice(i));
+    if (!m) {
+      lit("$");
+      return i;
+    }
+    word ??= { parts: [], quoted: false };
+    word.parts.push({ variable: m[1] });
+    return i + m[1].length;
+  };
+  let i = 0;
+  while (i < src.length) {
+    const c = src[i];
+    if (c === " " || c === "\t") {
+      end();
+      i++;
+    } else if (c === "\n" || c === ";") {
+      end();
+      tokens.push({ kind: "op", op: ";" });
+      i++;
+    } else if (c === "#" && word === null) {
+      while (i < src.length && src[i] !== "\n") i++;
+    } else if (c === "&") {
+      end();
+      if (src[i + 1] === "&") {
+        tokens.push({ kind: "op", op: "&&" }), i += 2;
+      } else if (src[i + 1] === ">") {
+        const append = src[i + 2] === ">";
+        tokens.push({ kind: "redir", fd: "both", append });
+        i += append ? 3 : 2;
+      } else tokens.push({ kind: "op", op: "&" }), i++;
+    } else if (c === "|") {
+      end();
+      if (src[i + 1] === "|") tokens.push({ kind: "op", op: "||" }), i += 2;
+      else tokens.push({ kind: "op", op: "|" }), i++;
+    } else if (c === ">" || c === "<") {
+      let fd: 0 | 1 | 2 = c === "<" ? 0 : 1;
+      const w = word as Word | null;
+      const only = w && !w.quoted && w.parts.length === 1 && "lit" in w.parts[0]
+        ? w.parts[0].lit
+        : null;
+      if (c === ">" && (only === "1" || only === "2")) {
+        fd = only === "1" ? 1 : 2;
+        word = null;
+      } else end();
+      i++;
+      let append = false;
+      if (c === ">" && src[i] === ">") append = true, i++;
+      if (c === ">" && src[i] === "&" && (src[i + 1] === "1" || src[i + 1] === "2")) {
+        tokens.push({ kind: "redir", fd, append, dup: src[i + 1] === "1" ? 1 : 2 });
+        i += 2;
+      } else tokens.push({ kind: "redir", fd, append });
+    } else if (c === "'") {
+      const close = src.indexOf("'", i + 1);
+      if (close < 0) throw new ShellSyntaxError("unexpected EOF while looking for matching `''");
+      lit(src.slice(i + 1, close));
+      word!.quoted = true;
+      i = close + 1;
+    } else if (c === '"') {
+      lit("");
+      word!.quoted = true;
+      i++;
+      for (;;) {
+        if (i >= src.length) {
+          throw new ShellSyntaxError("unexpected EOF while looking for matching `\"'");
+        }
+        const d = src[i];
+        if (d === '"') {
+          i++;
+          break;
+        }
+        if (d === "\\" && '"\\$`\n'.includes(src[i + 1] ?? "")) {
+          if (src[i + 1] !== "\n") lit(src[i + 1]);
+          i += 2;
+        } else if (d === "$") i = variable(i + 1);
+        else lit(d), i++;
+      }
+    } else if (c === "\\") {
+      if (src[i + 1] !== "\n" && i + 1 < src.length) lit(src[i + 1]);
+      i += 2;
+    } else if (c === "$") {
+      i = variable(i + 1);
+    } else {
+      lit(c);
+      i++;
+    }
+  }
+  end();
+  return tokens;
+}
+
+function parse(tokens: Token[]): Step[] {
+  const steps: Step[] = [];
+  let current: Simple = { words: [], redirs: [] };
+  let after: Step["after"] = ";";
+  let pending: Redir | null = null;
+  const finish = (next: Step["after"]) => {
+    if (pending) {
+      throw new ShellSyntaxError("syntax error near unexpected token: a redirection needs a file");
+    }
+    if (current.words.length > 0 || current.redirs.length > 0) {
+      steps.push({ command: current, after });
+    } else if (next !== ";") {
+      throw new ShellSyntaxError(`syntax error near unexpected token \`${next}'`);
+    }
+    current = { words: [], redirs: [] };
+    after = next;
+  };
+  for (const token of tokens) {
+    if (token.kind === "word") {
+      if (pending) {
+        pending.target = token.word;
+        current.redirs.push(pending);
+        pending = null;
+      } else current.words.push(token.word);
+    } else if (token.kind === "redir") {
+      if (pending) throw new ShellSyntaxError("syntax error: a redirection needs a file");
+      const r: Redir = { fd: token.fd, append: token.append, dup: token.dup };
+      if (token.dup) current.redirs.push(r);
+      else pending = r;
+    } else if (token.op === "|" || token.op === "&") {
+      throw new ShellSyntaxError(
+        `the fake executor does not support '${token.op}' (pipes and background jobs): ` +
+          "use ';', '&&' or '||', or run on the docker executor",
+      );
+    } else finish(token.op);
+  }
+  finish(";");
+  return steps;
+}
+
+function expand(word: Word, env: Env): string {
+  return word.parts.map((p) => {
+    if ("lit" in p) return p.lit;
+    if (p.variable === "?") return String(env.status);
+    return env.vars.get(p.variable) ?? "";
+  }).join("");
+}
+
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(new Killed());
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(new Killed());
+    };
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+type Sink = { fd: 1 | 2 } | { path: string };
+
+/** The per-command context builtins see. */
+interface Ctx {
+  host: ShellHost;
+  env: Env;
+  out(text: string | Uint8Array): Promise<void>;
+  err(text: string | Uint8Array): Promise<void>;
+  stdin(): Promise<Uint8Array | null>;
+  /** Where fd 1 or 2 points now (so redirections nest into `bash -c`). */
+  sinkOf(fd: 1 | 2): Sink;
+}
+
+type Builtin = (args: string[], ctx: Ctx) => Promise<number>;
+
+function fail(ctx: Ctx, cmd: string, path: string, e: unknown): Promise<number> {
+  if (e instanceof ExecutorError) {
+    return ctx.err(`${cmd}: ${path}: ${shellWording(e)}\n`).then(() => 1);
+  }
+  throw e;
+}
+
+function unescape(s: string): string {
+  return s.replace(
+    /\\(n|t|r|\\|0|a|e)/g,
+    (_, c: string) =>
+      ({ n: "\n", t: "\t", r: "\r", "\\": "\\", "0": "\0", a: "\x07", e: "\x1b" })[c]!,
+  );
+}
+
+function printf(format: string, args: string[]): string {
+  const fmt = unescape(format);
+  let out = "";
+  let k = 0;
+  do {
+    out += fmt.replace(/%(-?\d*)([sdif%])/g, (_, width: string, conv: string) => {
+      if (conv === "%") return "%";
+      const arg = args[k++] ?? "";
+      const text = conv === "s"
+        ? arg
+        : String(conv === "f" ? Number(arg || 0).toFixed(6) : Math.trunc(Number(arg || 0)));
+      const w = Number(width || 0);
+      return w < 0 ? text.padEnd(-w) : text.padStart(w);
+    });
+  } while (k > 0 && k < args.length);
+  return out;
+}
+
+const builtins: Record<string, Builtin> = {
+  echo: async (args, ctx) => {
+    let newline = true;
+    let escapes = false;
+    while (/^-[neE]+$/.test(args[0] ?? "")) {
+      const flag = args.shift()!;
+      if (flag.includes("n")) newline = false;
+      if (flag.includes("e")) escapes = true;
+    }
+    const text = args.join(" ");
+    await ctx.out((escapes ? unescape(text) : text) + (newline ? "\n" : ""));
+    return 0;
+  },
+  printf: async (args, ctx) => {
+    if (args.length === 0) {
+      await ctx.err("printf: usage: printf format [arguments]\n");
+      return 2;
+    }
+    await ctx.out(printf(args[0], args.slice(1)));
+    return 0;
+  },
+  cat: async (args, ctx) => {
+    const files = args.filter((a) => a === "-" || !a.startsWith("-"));
+    if (files.length === 0) files.push("-");
+    let status = 0;
+    for (const file of files) {
+      if (file === "-") {
+        for (let chunk = await ctx.stdin(); chunk; chunk = await ctx.stdin()) await ctx.out(chunk);
+        continue;
+      }
+      try {
+        await ctx.out(ctx.host.fs.read(ctx.host.fs.resolve(file, ctx.env.cwd)));
+      } catch (e) {
+        status = await fail(ctx, "cat", file, e);
+      }
+    }
+    return status;
+  },
+  ls: async (args, ctx) => {
+    const all = args.some((a) => /^-\w*a/.test(a));
+    const paths = args.filter((a) => !a.startsWith("-"));
+    if (paths.length === 0) paths.push(".");
+    let status = 0;
+    for (const p of paths) {
+      try {
+        const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
+        const entry = ctx.host.fs.stat(abs);
+        if (entry.type !== "dir") {
+          await ctx.out(p + "\n");
+          continue;
+        }
+        if (paths.length > 1) await ctx.out(`${p}:\n`);
+        const names = ctx.host.fs.list(abs, 1).map((e) => e.name)
+          .filter((n) => all || !n.startsWith("."));
+        if (names.length > 0) await ctx.out(names.join("\n") + "\n");
+      } catch (e) {
+        status = await fail(ctx, "ls", `cannot access '${p}'`, e);
+      }
+    }
+    return status;
+  },
+  sleep: async (args, ctx) => {
+    const seconds = Number((args[0] ?? "").replace(/s$/, ""));
+    if (!Number.isFinite(seconds) || seconds < 0) {
+      await ctx.err(`sleep: invalid time interval '${args[0] ?? ""}'\n`);
+      return 1;
+    }
+    await delay(seconds * 1000, ctx.host.signal);
+    return 0;
+  },
+  exit: async (args, ctx) => {
+    const code = args[0] === undefined ? ctx.env.status : Number(args[0]);
+    if (!Number.isInteger(code)) {
+      await ctx.err(`exit: ${args[0]}: numeric argument required\n`);
+      throw new Exit(2);
+    }
+    throw new Exit(((code % 256) + 256) % 256);
+  },
+  true: () => Promise.resolve(0),
+  false: () => Promise.resolve(1),
+  ":": () => Promise.resolve(0),
+  pwd: async (_args, ctx) => {
+    await ctx.out(ctx.env.cwd + "\n");
+    return 0;
+  },
+  cd: async (args, ctx) => {
+    const target = args[0] ?? fakeHome;
+    try {
+      const abs = ctx.host.fs.resolve(target, ctx.env.cwd);
+      if (ctx.host.fs.stat(abs).type !== "dir") {
+        throw new ExecutorError("not_dir", `${abs} is not a directory`);
+      }
+      ctx.env.cwd = abs;
+      ctx.env.vars.set("PWD", abs);
+      return 0;
+    } catch (e) {
+      return await fail(ctx, "cd", target, e);
+    }
+  },
+  mkdir: async (args, ctx) => {
+    const parents = args.some((a) => /^-\w*p/.test(a));
+    let status = 0;
+    for (const p of args.filter((a) => !a.startsWith("-"))) {
+      try {
+        const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
+        if (!ctx.host.fs.mkdir(abs, parents) && !parents) {
+          throw new ExecutorError("exists", `${abs} exists`);
+        }
+      } catch (e) {
+        status = await fail(ctx, "mkdir", `cannot create directory '${p}'`, e);
+      }
+    }
+    return status;
+  },
+  rm: async (args, ctx) => {
+    const flags = args.filter((a) => a.startsWith("-")).join("");
+    const recursive = /[rR]/.test(flags);
+    const force = flags.includes("f");
+    let status = 0;
+    for (const p of args.filter((a) => !a.startsWith("-"))) {
+      try {
+        const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
+        if (ctx.host.fs.stat(abs).type === "dir" && !recursive) {
+          await ctx.err(`rm: cannot remove '${p}': Is a directory\n`);
+          status = 1;
+          continue;
+        }
+        ctx.host.fs.remove(abs);
+      } catch (e) {
+        if (force && e instanceof ExecutorError && e.code === "not_found") continue;
+        status = await fail(ctx, "rm", `cannot remove '${p}'`, e);
+      }
+    }
+    return status;
+  },
+  touch: async (args, ctx) => {
+    let status = 0;
+    for (const p of args.filter((a) => !a.startsWith("-"))) {
+      try {
+        const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
+        ctx.host.fs.write(abs, new Uint8Array(), { append: true, parents: false });
+      } catch (e) {
+        status = await fail(ctx, "touch", `cannot touch '${p}'`, e);
+      }
+    }
+    return status;
+  },
+  env: async (args, ctx) => {
+    if (args.length > 0) return runArgv(args, ctx.host, ctx.env, ctx);
+    const lines = [...ctx.env.vars].map(([k, v]) => `${k}=${v}\n`).join("");
+    await ctx.out(lines);
+    return 0;
+  },
+  export: (args, ctx) => {
+    for (const a of args) {
+      const eq = a.indexOf("=");
+      if (eq > 0) ctx.env.vars.set(a.slice(0, eq), a.slice(eq + 1));
+    }
+    return Promise.resolve(0);
+  },
+  unset: (args, ctx) => {
+    for (const a of args) ctx.env.vars.delete(a);
+    return Promise.resolve(0);
+  },
+  whoami: async (_args, ctx) => {
+    await ctx.out(ctx.host.user + "\n");
+    return 0;
+  },
+  bash: (args, ctx) => shell(args, ctx),
+  sh: (args, ctx) => shell(args, ctx),
+};
+
+/** `bash [-l] [-e] -c script` / `bash file` / `bash` reading the script from stdin. */
+async function shell(args: string[], ctx: Ctx): Promise<number> {
+  const rest = [...args];
+  let script: string | undefined;
+  while (rest.length > 0 && rest[0].startsWith("-")) {
+    const flag = rest.shift()!;
+    if (flag.includes("c")) {
+      script = rest.shift();
+      if (script === undefined) {
+        await ctx.err("bash: -c: option requires an argument\n");
+        return 2;
+      }
+      break;
+    }
+  }
+  if (script === undefined && rest.length > 0) {
+    try {
+      script = decoder.decode(ctx.host.fs.read(ctx.host.fs.resolve(rest[0], ctx.env.cwd)));
+    } catch (e) {
+      return fail(ctx, "bash", rest[0], e);
+    }
+  }
+  if (script === undefined) {
+    const chunks: string[] = [];
+    for (let c = await ctx.stdin(); c; c = await ctx.stdin()) chunks.push(decoder.decode(c));
+    script = chunks.join("");
+  }
+  // A child shell: its variables and cwd do not leak back into the parent.
+  const child: Env = { vars: new Map(ctx.env.vars), cwd: ctx.env.cwd, status: 0 };
+  return runScript(script, ctx.host, child, ctx);
+}
+
+async function runArgv(argv: string[], host: ShellHost, env: Env, ctx: Ctx): Promise<number> {
+  const name = posix.basename(argv[0]);
+  const builtin = Object.hasOwn(builtins, name) ? builtins[name] : undefined;
+  if (!builtin) {
+    await ctx.err(`${argv[0]}: command not found\n`);
+    return 127;
+  }
+  return await builtin(argv.slice(1), { ...ctx, host, env });
+}
+
+async function runSimple(command: Simple, host: ShellHost, env: Env, parent: Ctx): Promise<number> {
+  const words: string[] = [];
+  for (const w of command.words) {
+    const value = expand(w, env);
+    const onlyVariables = w.parts.every((p) => "variable" in p);
+    if (value === "" && !w.quoted && onlyVariables) continue;
+    words.push(value);
+  }
+  const assignments: [string, string][] = [];
+  while (words.length > 0 && /^[A-Za-z_][A-Za-z0-9_]*=/.test(words[0])) {
+    const a = words.shift()!;
+    const eq = a.indexOf("=");
+    assignments.push([a.slice(0, eq), a.slice(eq + 1)]);
+  }
+  if (words.length === 0 && command.redirs.length === 0) {
+    for (const [k, v] of assignments) env.vars.set(k, v);
+    return 0;
+  }
+
+  const sinks: Record<1 | 2, Sink> = { 1: parent.sinkOf(1), 2: parent.sinkOf(2) };
+  let stdinData: Uint8Array | null = null;
+  for (const r of command.redirs) {
+    if (r.dup) {
+      if (r.fd !== 0 && r.fd !== "both") sinks[r.fd] = sinks[r.dup];
+      continue;
+    }
+    const target = expand(r.target!, env);
+    let path: string;
+    try {
+      path = host.fs.resolve(target, env.cwd);
+      if (r.fd === 0) {
+        stdinData = host.fs.read(path);
+        continue;
+      }
+      if (!r.append || !host.fs.exists(path)) {
+        host.fs.write(path, new Uint8Array(), { parents: false });
+      }
+    } catch (e) {
+      return fail(parent, "bash", target, e);
+    }
+    if (r.fd === "both") sinks[1] = sinks[2] = { path };
+    else sinks[r.fd] = { path };
+  }
+
+  const write = async (sink: Sink, data: string | Uint8Array) => {
+    if (host.signal.aborted) throw new Killed();
+    await host.gate();
+    const bytes = typeof data === "string" ? encoder.encode(data) : data;
+    if ("fd" in sink) await host.write(sink.fd, bytes);
+    else host.fs.write(sink.path, bytes, { append: true, parents: false });
+  };
+  let stdinUsed = false;
+  const ctx: Ctx = {
+    host,
+    env,
+    out: (d) => write(sinks[1], d),
+    err: (d) => write(sinks[2], d),
+    stdin: () => {
+      if (stdinData === null) return parent.stdin();
+      if (stdinUsed) return Promise.resolve(null);
+      stdinUsed = true;
+      return Promise.resolve(stdinData);
+    },
+    sinkOf: (fd) => sinks[fd],
+  };
+  if (words.length === 0) return 0;
+  const commandEnv: Env = assignments.length === 0
+    ? env
+    : { ...env, vars: new Map([...env.vars, ...assignments]) };
+  return await runArgv(words, host, commandEnv, ctx);
+}
+
+async function runScript(script: string, host: ShellHost, env: Env, parent: Ctx): Promise<number> {
+  let steps: Step[];
+  try {
+    steps = parse(tokenize(script));
+  } catch (e) {
+    if (!(e instanceof ShellSyntaxError)) throw e;
+    await parent.err(`bash: ${e.message}\n`);
+    return 2;
+  }
+  try {
+    for (const step of steps) {
+      if (step.after === "&&" && env.status !== 0) continue;
+      if (step.after === "||" && env.status === 0) continue;
+      if (host.signal.aborted) throw new Killed();
+      await host.gate();
+      env.status = await runSimple(step.command, host, env, parent);
+    }
+  } catch (e) {
+    if (e instanceof Exit) return e.code;
+    throw e;
+  }
+  return env.status;
+}
+
+/**
+ * Runs an argv (`["/bin/bash", "-l", "-c", "echo hi"]`, `["echo", "hi"]`) to its end and returns
+ * the exit code. Throws {@linkcode Killed} when the host's signal aborts.
+ */
+export async function runCommand(
+  argv: string[],
+  host: ShellHost,
+  options: { cwd: string; vars: Map<string, string> },
+): Promise<number> {
+  const env: Env = { vars: options.vars, cwd: options.cwd, status: 0 };
+  const root: Ctx = {
+    host,
+    env,
+    out: (d) => host.write(1, typeof d === "string" ? encoder.encode(d) : d),
+    err: (d) => host.write(2, typeof d === "string" ? encoder.encode(d) : d),
+    stdin: () => host.readStdin(),
+    sinkOf: (fd) => ({ fd }),
+  };
+  if (argv.length === 0) return 0;
+  try {
+    return await runArgv(argv, host, env, root);
+  } catch (e) {
+    if (e instanceof Exit) return e.code;
+    throw e;
+  }
+}

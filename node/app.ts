@@ -1,0 +1,167 @@
+/**
+ * `createNodeApp()`: the whole node (ledger, executor, service, faces, scanner, check-in) as one
+ * object whose `fetch` serves every route, so tests run it in-process and `main.ts` stays thin.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import denoJson from "../deno.json" with { type: "json" };
+import type { Clock } from "../shared/clock.ts";
+import { systemClock } from "../shared/clock.ts";
+import type { Log } from "../shared/log.ts";
+import { silentLog } from "../shared/log.ts";
+import { CheckInLoop } from "./check_in.ts";
+import type { NodeConfig } from "./config.ts";
+import type { Executor } from "./executor.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import { HostReader, type HostSampler } from "./host_reading.ts";
+import { Ledger } from "./ledger.ts";
+import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./native.ts";
+import { DeadlineScanner } from "./scanner.ts";
+import { SandboxService } from "./service.ts";
+
+/** The build string a node reports (`@dormice/cluster@<version>`). */
+export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
+
+/** The parts of {@linkcode NodeConfig} the app needs. */
+export type NodeAppConfig = Pick<
+  NodeConfig,
+  | "apiToken"
+  | "dataDir"
+  | "nodeId"
+  | "nodeEndpoint"
+  | "gatewayEndpoint"
+  | "checkInIntervalSeconds"
+  | "scanIntervalSeconds"
+>;
+
+/** Options of {@linkcode createNodeApp}. */
+export interface NodeAppOptions {
+  config: NodeAppConfig;
+  /** The executor; a new `FakeExecutor` when absent. */
+  executor?: Executor;
+  /** The ledger; `Ledger.open(config.dataDir)` (held exclusively) when absent. */
+  ledger?: Ledger;
+  clock?: Clock;
+  log?: Log;
+  /** Used by the check-in loop. */
+  fetch?: typeof fetch;
+  /** Host numbers; the real machine when absent. */
+  sampler?: HostSampler;
+  build?: string;
+}
+
+/** A built node. Nothing runs in the background until `start()`. */
+export interface NodeApp {
+  /** Serves every route: the native verbs, `/healthz` (and the E2B faces once mounted). */
+  fetch: (request: Request) => Promise<Response>;
+  /** The root Hono app. */
+  hono: Hono;
+  service: SandboxService;
+  ledger: Ledger;
+  executor: Executor;
+  hostReader: HostReader;
+  scanner: DeadlineScanner;
+  /** `null` when the node runs standalone (no `DORMICE_GATEWAY_ENDPOINT`). */
+  checkIn: CheckInLoop | null;
+  /** Starts the deadline scanner and the check-in loop. */
+  start(): void;
+  /** Stops the loops, then closes the executor and the ledger (releasing its lock). */
+  close(): Promise<void>;
+}
+
+/**
+ * Builds a node from its config. Opening the ledger takes the single-writer lock, so this throws
+ * `DatabaseLockedError` when another daemon holds the data dir.
+ *
+ * @example
+ * ```ts ignore
+ * import { createNodeApp, FakeExecutor } from "@dormice/cluster/node";
+ * const node = createNodeApp({ config, executor: new FakeExecutor() });
+ * const res = await node.fetch(new Request("http://node/healthz"));
+ * await node.close();
+ * ```
+ */
+export function createNodeApp(options: NodeAppOptions): NodeApp {
+  const { config } = options;
+  const log = options.log ?? silentLog;
+  const clock = options.clock ?? systemClock;
+  const build = options.build ?? nodeBuild;
+  const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
+  const ledger = options.ledger ?? Ledger.open(config.dataDir, ledgerOptions);
+  const executor = options.executor ?? new FakeExecutor({ clock });
+  const service = new SandboxService({ ledger, executor, clock, log });
+  const hostReader = new HostReader({
+    dataDir: config.dataDir,
+    census: () => ledger.census(),
+    sampler: options.sampler,
+    clock,
+  });
+  const scanner = new DeadlineScanner({
+    ledger,
+    service,
+    clock,
+    log,
+    intervalSeconds: config.scanIntervalSeconds,
+  });
+  const checkIn = config.gatewayEndpoint === null ? null : new CheckInLoop({
+    gatewayEndpoint: config.gatewayEndpoint,
+    nodeId: config.nodeId,
+    endpoint: config.nodeEndpoint,
+    intervalSeconds: config.checkInIntervalSeconds,
+    build,
+    token: config.apiToken,
+    reading: () => hostReader.read(),
+    fetch: options.fetch,
+    log,
+  });
+
+  const hono = new Hono();
+  hono.onError((error) => nativeErrorResponse(error, log));
+  hono.notFound(nativeNotFound);
+
+  // ── E2B faces: mounted here, BEFORE the native face, by the lead ──────────────────────────
+  // `node/e2b_api.ts` and `node/envd.ts` export Hono sub-apps with their own onError (E2B
+  // `{code, message}` / Connect dialects), which `route()` keeps for their routes:
+  //   hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens }));
+  //   hono.route("/e2b/envd", createEnvd(service, { accessTokens }));
+  //   hono.route("/", handleSignedFiles(service, { accessTokens })); // the SDK's root /files
+  // They must come first: the native face answers POST /<verb> at the root.
+  // ─────────────────────────────────────────────────────────────────────────────────────────
+
+  hono.route(
+    "/",
+    createNativeFace({
+      service,
+      token: config.apiToken,
+      nodeId: config.nodeId,
+      endpoint: config.nodeEndpoint,
+      build,
+      hostReading: () => hostReader.read(),
+      log,
+    }),
+  );
+
+  let closed = false;
+  return {
+    fetch: async (request) => await hono.fetch(request),
+    hono,
+    service,
+    ledger,
+    executor,
+    hostReader,
+    scanner,
+    checkIn,
+    start() {
+      scanner.start();
+      checkIn?.start();
+    },
+    async close() {
+      if (closed) return;
+      closed = true;
+      await Promise.all([scanner.stop(), checkIn?.stop()]);
+      await executor.close();
+      ledger.close();
+    },
+  };
+}

@@ -1,0 +1,221 @@
+/**
+ * The check-in loop: a node tells its gateway every interval that it is alive and how loaded.
+ *
+ * @module
+ */
+import type { Log } from "../shared/log.ts";
+import { ChangeLog, silentLog } from "../shared/log.ts";
+import type { CheckIn, HostReading } from "../shared/schemas.ts";
+
+/** Options of {@linkcode CheckInLoop}. */
+export interface CheckInOptions {
+  /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`). */
+  gatewayEndpoint: string;
+  nodeId: string;
+  /** This node's origin as the gateway reaches it. */
+  endpoint: string;
+  intervalSeconds: number;
+  /** The software build, e.g. `@dormice/cluster@0.1.0`. */
+  build: string;
+  /** The fleet token. */
+  token: string;
+  /** Takes a host reading for each check-in. */
+  reading: () => HostReading;
+  fetch?: typeof fetch;
+  log?: Log;
+  /**
+   * Bound of each attempt: 5 s, or the interval when shorter, so one slow gateway never stacks
+   * attempts (the next one is scheduled only after this one ended).
+   */
+  timeoutMs?: number;
+}
+
+/** How one attempt ended. */
+export type CheckInOutcome =
+  | { ok: true; status: number }
+  | { ok: false; cause: string };
+
+const cut = (text: string, n = 400): string => text.length > n ? text.slice(0, n) + "…" : text;
+
+/**
+ * Names the real cause of a failed fetch: ECONNREFUSED, DNS, TLS, timeout, or the error's text.
+ *
+ * @example
+ * ```ts
+ * import { describeFetchFailure } from "@dormice/cluster/node";
+ * describeFetchFailure(new DOMException("t", "TimeoutError"), 5000); // "timeout: no answer within 5000 ms"
+ * ```
+ */
+export function describeFetchFailure(error: unknown, timeoutMs: number): string {
+  const e = error as { name?: string; message?: string; cause?: unknown };
+  if (e?.name === "TimeoutError") return `timeout: no answer within ${timeoutMs} ms`;
+  const text = `${e?.message ?? String(error)} ${e?.cause ? String(e.cause) : ""}`.trim();
+  if (/connection refused|ECONNREFUSED/i.test(text)) {
+    return "ECONNREFUSED: nothing listens at that address and port";
+  }
+  if (/dns error|failed to lookup|ENOTFOUND|EAI_AGAIN|name or service not known/i.test(text)) {
+    return `DNS: the host name does not resolve (${cut(text, 200)})`;
+  }
+  if (/certificate|tls|ssl|handshake/i.test(text)) return `TLS: ${cut(text, 300)}`;
+  if (/connection reset|ECONNRESET/i.test(text)) return "ECONNRESET: the connection was reset";
+  return cut(text);
+}
+
+/**
+ * Posts `{nodeId, endpoint, intervalSeconds, build, reading}` to `<gateway>/checkIn` every
+ * interval with the fleet token. Never follows a redirect (a 3xx is logged with its Location and
+ * the variable to fix), logs a failure when the failure changes rather than every tick, logs a
+ * recovery once, and is never fatal.
+ *
+ * @example
+ * ```ts ignore
+ * import { CheckInLoop } from "@dormice/cluster/node";
+ * const loop = new CheckInLoop({ gatewayEndpoint: "http://10.0.0.1:3677", nodeId: "node-a",
+ *   endpoint: "http://10.0.0.5:3676", intervalSeconds: 15, build: "dev", token,
+ *   reading: () => reader.read() });
+ * loop.start();
+ * await loop.stop();
+ * ```
+ */
+export class CheckInLoop {
+  #options: CheckInOptions;
+  #fetch: typeof fetch;
+  #log: Log;
+  #changes: ChangeLog;
+  #timeoutMs: number;
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #inFlight: Promise<CheckInOutcome> | null = null;
+  #abort: AbortController | null = null;
+  #running = false;
+  #failing = false;
+
+  /** Builds the loop; nothing is sent until `start()` or `once()`. */
+  constructor(options: CheckInOptions) {
+    this.#options = options;
+    this.#fetch = options.fetch ?? fetch;
+    this.#log = options.log ?? silentLog;
+    this.#changes = new ChangeLog(this.#log);
+    this.#timeoutMs = options.timeoutMs ?? Math.min(5000, options.intervalSeconds * 1000);
+  }
+
+  /** The gateway's check-in URL. */
+  get url(): string {
+    return `${this.#options.gatewayEndpoint}/checkIn`;
+  }
+
+  /** Checks in once now; never rejects. */
+  once(): Promise<CheckInOutcome> {
+    const attempt = this.#attempt().then((outcome) => {
+      this.#report(outcome);
+      return outcome;
+    });
+    this.#inFlight = attempt;
+    return attempt;
+  }
+
+  /** Checks in at once, then every interval (the next attempt is timed from the end of the last). */
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    const tick = async () => {
+      await this.once();
+      if (this.#running) {
+        this.#timer = setTimeout(tick, this.#options.intervalSeconds * 1000);
+      }
+    };
+    void tick();
+  }
+
+  /** Stops the loop and aborts an attempt in flight. */
+  async stop(): Promise<void> {
+    this.#running = false;
+    clearTimeout(this.#timer);
+    this.#abort?.abort();
+    await this.#inFlight;
+    clearTimeout(this.#timer);
+  }
+
+  /** The body of the next check-in. */
+  body(): CheckIn {
+    const o = this.#options;
+    return {
+      nodeId: o.nodeId,
+      endpoint: o.endpoint,
+      intervalSeconds: o.intervalSeconds,
+      build: o.build,
+      reading: o.reading(),
+    };
+  }
+
+  async #attempt(): Promise<CheckInOutcome> {
+    const abort = new AbortController();
+    this.#abort = abort;
+    let response: Response;
+    try {
+      response = await this.#fetch(this.url, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: `Bearer ${this.#options.token}`,
+        },
+        body: JSON.stringify(this.body()),
+        redirect: "manual",
+        signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
+      });
+    } catch (error) {
+      if (abort.signal.aborted) return { ok: false, cause: "stopped" };
+      return { ok: false, cause: describeFetchFailure(error, this.#timeoutMs) };
+    }
+    const status = response.status;
+    if (status >= 200 && status < 300) {
+      await response.body?.cancel();
+      return { ok: true, status };
+    }
+    if (status >= 300 && status < 400) {
+      await response.body?.cancel();
+      const location = response.headers.get("location") ?? "(no Location header)";
+      return {
+        ok: false,
+        cause:
+          `the gateway answered ${status} redirecting to ${location}; check-ins never follow ` +
+          "redirects: set DORMICE_GATEWAY_ENDPOINT to the gateway's own origin",
+      };
+    }
+    let text = "";
+    try {
+      text = await response.text();
+    } catch { /* the body broke off: the status still says enough */ }
+    let message = text;
+    try {
+      const parsed = JSON.parse(text);
+      if (typeof parsed?.message === "string") message = parsed.message;
+    } catch { /* not JSON: keep the text */ }
+    return {
+      ok: false,
+      cause: `the gateway answered ${status}: ${cut(message.trim() || response.statusText)}`,
+    };
+  }
+
+  #report(outcome: CheckInOutcome): void {
+    const fields = { gateway: this.#options.gatewayEndpoint, nodeId: this.#options.nodeId };
+    if (outcome.ok) {
+      const recovered = this.#failing;
+      this.#failing = false;
+      this.#changes.report(
+        "check-in",
+        "ok",
+        "info",
+        recovered ? "check-in recovered" : "checked in with the gateway",
+        fields,
+      );
+      return;
+    }
+    if (outcome.cause === "stopped") return;
+    this.#failing = true;
+    this.#changes.report("check-in", outcome.cause, "warn", "check-in failed", {
+      ...fields,
+      cause: outcome.cause,
+      fix: "check that the gateway runs and that DORMICE_GATEWAY_ENDPOINT names it",
+    });
+  }
+}

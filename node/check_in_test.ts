@@ -1,0 +1,152 @@
+import assert from "node:assert/strict";
+import { checkInSchema, type HostReading } from "../shared/schemas.ts";
+import type { Log } from "../shared/log.ts";
+import { CheckInLoop, type CheckInOptions, describeFetchFailure } from "./check_in.ts";
+
+const token = "k".repeat(32);
+const reading: HostReading = {
+  takenAt: 1,
+  cpuCount: 2,
+  cpuUsedPct: null,
+  memoryTotalBytes: 10,
+  memoryAvailableBytes: 5,
+  swapTotalBytes: 0,
+  swapFreeBytes: 0,
+  dataDisk: null,
+  sandboxes: { active: 0, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+};
+
+function recorder(): { log: Log; lines: { level: string; msg: string; cause?: unknown }[] } {
+  const lines: { level: string; msg: string; cause?: unknown }[] = [];
+  return { lines, log: (level, msg, fields) => lines.push({ level, msg, cause: fields?.cause }) };
+}
+
+function options(gatewayEndpoint: string, extra: Partial<CheckInOptions> = {}): CheckInOptions {
+  return {
+    gatewayEndpoint,
+    nodeId: "node-a",
+    endpoint: "http://127.0.0.1:3676",
+    intervalSeconds: 15,
+    build: "test",
+    token,
+    reading: () => reading,
+    ...extra,
+  };
+}
+
+/** A stub gateway whose answer the test sets per request. */
+async function withGateway(
+  fn: (
+    origin: string,
+    seen: { auth: string | null; body: unknown }[],
+    answer: (r: () => Response) => void,
+  ) => Promise<void>,
+): Promise<void> {
+  const seen: { auth: string | null; body: unknown }[] = [];
+  let respond = () => Response.json({ ok: true });
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, async (req) => {
+    seen.push({ auth: req.headers.get("authorization"), body: await req.json() });
+    return respond();
+  });
+  try {
+    await fn(`http://127.0.0.1:${server.addr.port}`, seen, (r) => respond = r);
+  } finally {
+    await server.shutdown();
+  }
+}
+
+Deno.test("CheckInLoop posts a body matching checkInSchema with the bearer token", async () => {
+  await withGateway(async (origin, seen) => {
+    const { log, lines } = recorder();
+    const loop = new CheckInLoop(options(origin, { log }));
+    assert.deepEqual(await loop.once(), { ok: true, status: 200 });
+    assert.equal(seen[0].auth, `Bearer ${token}`);
+    assert.deepEqual(checkInSchema.parse(seen[0].body), seen[0].body);
+    assert.deepEqual(lines.map((l) => l.msg), ["checked in with the gateway"]);
+  });
+});
+
+Deno.test("CheckInLoop logs a failure once per change and a recovery once", async () => {
+  await withGateway(async (origin, _seen, answer) => {
+    const { log, lines } = recorder();
+    const loop = new CheckInLoop(options(origin, { log }));
+    answer(() => Response.json({ message: "Node id taken: " + "x".repeat(500) }, { status: 409 }));
+    const first = await loop.once();
+    assert.equal(first.ok, false);
+    assert.match(!first.ok ? first.cause : "", /^the gateway answered 409: Node id taken: x+…$/);
+    assert.ok(!first.ok && first.cause.length < 450);
+    await loop.once();
+    answer(() => new Response("upstream down", { status: 502 }));
+    await loop.once();
+    answer(() => Response.json({}));
+    await loop.once();
+    await loop.once();
+    assert.deepEqual(lines.map((l) => `${l.level} ${l.msg}`), [
+      "warn check-in failed",
+      "warn check-in failed",
+      "info check-in recovered",
+    ]);
+    assert.match(String(lines[1].cause), /502: upstream down/);
+  });
+});
+
+Deno.test("CheckInLoop never follows a redirect and names the variable to fix", async () => {
+  await withGateway(async (origin, seen, answer) => {
+    answer(() =>
+      new Response(null, { status: 308, headers: { location: "https://elsewhere/checkIn" } })
+    );
+    const outcome = await new CheckInLoop(options(origin)).once();
+    assert.equal(seen.length, 1);
+    assert.equal(outcome.ok, false);
+    assert.match(
+      !outcome.ok ? outcome.cause : "",
+      /308 redirecting to https:\/\/elsewhere\/checkIn.*DORMICE_GATEWAY_ENDPOINT/,
+    );
+  });
+});
+
+Deno.test("CheckInLoop names ECONNREFUSED against a closed port", async () => {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = listener.addr.port;
+  listener.close();
+  const outcome = await new CheckInLoop(options(`http://127.0.0.1:${port}`)).once();
+  assert.deepEqual(outcome, {
+    ok: false,
+    cause: "ECONNREFUSED: nothing listens at that address and port",
+  });
+});
+
+Deno.test("describeFetchFailure() names timeout, DNS and TLS", () => {
+  assert.equal(
+    describeFetchFailure(new DOMException("signal timed out", "TimeoutError"), 5000),
+    "timeout: no answer within 5000 ms",
+  );
+  assert.match(
+    describeFetchFailure(new TypeError("dns error: failed to lookup address information"), 1),
+    /^DNS: /,
+  );
+  assert.match(
+    describeFetchFailure(new TypeError("invalid peer certificate: UnknownIssuer"), 1),
+    /^TLS: /,
+  );
+  assert.equal(describeFetchFailure(new Error("x".repeat(500)), 1).length, 401);
+});
+
+Deno.test("CheckInLoop bounds each attempt and start()/stop() clean up", async () => {
+  let calls = 0;
+  const hanging: typeof fetch = (_input, init) => {
+    calls++;
+    return new Promise((_resolve, reject) => {
+      init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+    });
+  };
+  const { log, lines } = recorder();
+  const loop = new CheckInLoop(
+    options("http://127.0.0.1:1", { fetch: hanging, timeoutMs: 5, log }),
+  );
+  assert.deepEqual(await loop.once(), { ok: false, cause: "timeout: no answer within 5 ms" });
+  loop.start();
+  await loop.stop();
+  assert.equal(calls, 2);
+  assert.deepEqual(lines.map((l) => l.cause), ["timeout: no answer within 5 ms"]);
+});

@@ -1,0 +1,92 @@
+import assert from "node:assert/strict";
+import { loadNodeConfig } from "./config.ts";
+
+const token = "t".repeat(32);
+
+function refusals(env: Record<string, string | undefined>): string[] {
+  const r = loadNodeConfig(env);
+  assert.equal(r.ok, false);
+  return r.ok ? [] : r.refusals;
+}
+
+Deno.test("loadNodeConfig() fills the documented defaults", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(r.ok);
+  assert.deepEqual(r.config, {
+    apiToken: token,
+    host: "127.0.0.1",
+    port: 3676,
+    dataDir: ".dormice/node",
+    executor: "docker",
+    gatewayEndpoint: null,
+    nodeEndpoint: "http://127.0.0.1:3676",
+    nodeId: "node-1",
+    checkInIntervalSeconds: 15,
+    scanIntervalSeconds: 60,
+    logLevel: "info",
+  });
+});
+
+Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token }, { defaultExecutor: "fake" });
+  assert.ok(r.ok);
+  assert.equal(r.config.executor, "fake");
+  const explicit = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_EXECUTOR: "fake" });
+  assert.ok(explicit.ok);
+  assert.equal(explicit.config.executor, "fake");
+});
+
+Deno.test("loadNodeConfig() refuses a short token without printing it", () => {
+  const [sentence] = refusals({ DORMICE_API_TOKEN: "s3cret-short" });
+  assert.match(sentence, /DORMICE_API_TOKEN is 12 characters long/);
+  assert.ok(!sentence.includes("s3cret-short"));
+  assert.match(refusals({})[0], /DORMICE_API_TOKEN is not set/);
+});
+
+Deno.test("loadNodeConfig() names the variable, the value and the fix", () => {
+  const all = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_PORT: "99999",
+    DORMICE_EXECUTOR: "podman",
+    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677/api",
+    DORMICE_NODE_ID: "bad id!",
+    DORMICE_CHECK_IN_INTERVAL_SECONDS: "1.5",
+    DORMICE_LOG_LEVEL: "loud",
+  });
+  assert.equal(all.length, 6);
+  assert.match(all[0], /DORMICE_PORT='99999'.*from 1 to 65535/);
+  assert.match(all[1], /DORMICE_EXECUTOR='podman'.*docker.*fake/);
+  assert.match(all[2], /DORMICE_GATEWAY_ENDPOINT: 'http:\/\/127.0.0.1:3677\/api' has a path/);
+  assert.match(all[3], /DORMICE_NODE_ID='bad id!'/);
+  assert.match(all[4], /DORMICE_CHECK_IN_INTERVAL_SECONDS='1.5'/);
+  assert.match(all[5], /DORMICE_LOG_LEVEL='loud'/);
+});
+
+Deno.test("loadNodeConfig() refuses a remote gateway without an endpoint and an id", () => {
+  const all = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://10.0.0.1:3677",
+  });
+  assert.equal(all.length, 2);
+  assert.match(all[0], /DORMICE_NODE_ENDPOINT is not set/);
+  assert.match(all[1], /DORMICE_NODE_ID is not set/);
+  const ok = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://10.0.0.1:3677/",
+    DORMICE_NODE_ENDPOINT: "http://10.0.0.5:3676",
+    DORMICE_NODE_ID: "node-a",
+  });
+  assert.ok(ok.ok);
+  assert.equal(ok.config.gatewayEndpoint, "http://10.0.0.1:3677");
+});
+
+Deno.test("loadNodeConfig() accepts a loopback gateway with the defaults", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://localhost:3677",
+    DORMICE_HOST: "::1",
+    DORMICE_PORT: "4000",
+  });
+  assert.ok(r.ok);
+  assert.equal(r.config.nodeEndpoint, "http://[::1]:4000");
+});

@@ -1,0 +1,325 @@
+/**
+ * One contract, two executors: every case runs against `FakeExecutor` and `DockerExecutor`, so
+ * the fake cannot drift from the real thing. The Docker half needs an engine and the base image
+ * (`.ci/docker.sh`); with `CI=true` it never skips, off CI it skips with a printed reason.
+ */
+import assert from "node:assert/strict";
+import { type Executor, ExecutorError, type ExecutorErrorCode } from "./executor.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import { DockerExecutor } from "./docker_executor.ts";
+
+const encoder = new TextEncoder();
+const text = (stream: ReadableStream<Uint8Array>): Promise<string> => new Response(stream).text();
+
+/** Asserts that a promise rejects with an ExecutorError of this code. */
+async function rejectsWith(promise: Promise<unknown>, code: ExecutorErrorCode): Promise<void> {
+  await assert.rejects(promise, (error: unknown) => {
+    assert.ok(error instanceof ExecutorError, `expected an ExecutorError, got ${error}`);
+    assert.equal(error.code, code, `expected '${code}', got '${error.code}': ${error.message}`);
+    return true;
+  });
+}
+
+/** Runs a command to its end and collects everything. */
+async function run(executor: Executor, id: string, script: string, options = {}) {
+  const handle = await executor.exec(id, { cmd: ["/bin/bash", "-l", "-c", script], ...options });
+  const [stdout, stderr, exit] = await Promise.all([
+    text(handle.stdout),
+    text(handle.stderr),
+    handle.exited,
+  ]);
+  return { stdout, stderr, exit };
+}
+
+type Case = (executor: Executor, id: string) => Promise<void>;
+
+/** The contract. Each case gets a fresh sandbox `id` built from the `base` template. */
+const cases: Record<string, Case> = {
+  "exec() streams stdout and stderr apart and reports the exit code": async (ex, id) => {
+    const r = await run(ex, id, "echo out; echo err >&2; exit 3");
+    assert.deepEqual(r, { stdout: "out\n", stderr: "err\n", exit: { exitCode: 3 } });
+  },
+  "exec() delivers output as it comes, before the command ends": async (ex, id) => {
+    const handle = await ex.exec(id, { cmd: ["/bin/bash", "-c", "echo one; sleep 1; echo two"] });
+    let ended = false;
+    handle.exited.then(() => ended = true);
+    const reader = handle.stdout.getReader();
+    const first = await reader.read();
+    assert.equal(new TextDecoder().decode(first.value), "one\n");
+    assert.equal(ended, false, "the first line must arrive while the command still runs");
+    let rest = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      rest += new TextDecoder().decode(r.value);
+    }
+    assert.equal(rest, "two\n");
+    await text(handle.stderr);
+    assert.equal((await handle.exited).exitCode, 0);
+  },
+  "exec() runs in cwd with the sandbox env and the command env": async (ex, id) => {
+    const r = await run(ex, id, 'echo "$PWD $SANDBOX_VAR $COMMAND_VAR"', {
+      cwd: "/tmp",
+      env: { COMMAND_VAR: "two" },
+    });
+    assert.equal(r.stdout, "/tmp one two\n");
+  },
+  "exec() starts in the home when no cwd is given": async (ex, id) => {
+    assert.equal((await run(ex, id, 'echo "$PWD"')).stdout, "/home/user\n");
+  },
+  "exec() refuses a cwd that does not exist with not_found": async (ex, id) => {
+    await rejectsWith(
+      ex.exec(id, { cmd: ["/bin/bash", "-c", "true"], cwd: "/nowhere" }),
+      "not_found",
+    );
+  },
+  "exec() refuses an empty command": async (ex, id) => {
+    await rejectsWith(ex.exec(id, { cmd: [] }), "invalid");
+  },
+  "exec() feeds stdin and ends the command when stdin closes": async (ex, id) => {
+    const handle = await ex.exec(id, { cmd: ["/bin/bash", "-c", "cat"], stdin: true });
+    const out = text(handle.stdout);
+    await handle.writeStdin(encoder.encode("hello "));
+    await handle.writeStdin(encoder.encode("stdin\n"));
+    await handle.closeStdin();
+    assert.equal(await out, "hello stdin\n");
+    await text(handle.stderr);
+    assert.equal((await handle.exited).exitCode, 0);
+    await rejectsWith(handle.writeStdin(encoder.encode("late")), "invalid");
+  },
+  "writeStdin() on a command started without stdin is invalid": async (ex, id) => {
+    const handle = await ex.exec(id, { cmd: ["/bin/bash", "-c", "true"] });
+    await rejectsWith(handle.writeStdin(encoder.encode("x")), "invalid");
+    await Promise.all([text(handle.stdout), text(handle.stderr), handle.exited]);
+  },
+  "kill() ends a running command with the signal": async (ex, id) => {
+    const handle = await ex.exec(id, { cmd: ["/bin/bash", "-c", "sleep 30"] });
+    const output = Promise.all([text(handle.stdout), text(handle.stderr)]);
+    await handle.kill("SIGKILL");
+    const exit = await handle.exited;
+    await output;
+    assert.equal(exit.exitCode, 137);
+    assert.equal(exit.signal, "SIGKILL");
+    await handle.kill(); // an ended command is not an error
+  },
+  "exec() kills a command past timeoutMs and says so": async (ex, id) => {
+    const r = await run(ex, id, "sleep 30", { timeoutMs: 300 });
+    assert.equal(r.exit.timedOut, true);
+    assert.equal(r.exit.signal, "SIGKILL");
+    assert.equal(r.exit.exitCode, 137);
+  },
+  "writeFile() and readFile() keep every byte and create parents": async (ex, id) => {
+    const data = new Uint8Array(70_000);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 7 + (i >> 8)) & 0xff;
+    const entry = await ex.writeFile(id, "/tmp/deep/er/blob.bin", data);
+    assert.equal(entry.name, "blob.bin");
+    assert.equal(entry.path, "/tmp/deep/er/blob.bin");
+    assert.equal(entry.type, "file");
+    assert.equal(entry.size, data.length);
+    assert.deepEqual(await ex.readFile(id, "/tmp/deep/er/blob.bin"), data);
+    await ex.writeFile(id, "/tmp/deep/er/blob.bin", new Uint8Array([0, 255, 10]));
+    assert.deepEqual(await ex.readFile(id, "/tmp/deep/er/blob.bin"), new Uint8Array([0, 255, 10]));
+    await ex.writeFile(id, "/tmp/empty", new Uint8Array());
+    assert.deepEqual(await ex.readFile(id, "/tmp/empty"), new Uint8Array());
+  },
+  "a relative path is relative to the home": async (ex, id) => {
+    const entry = await ex.writeFile(id, "notes.txt", encoder.encode("hi"));
+    assert.equal(entry.path, "/home/user/notes.txt");
+    assert.equal((await run(ex, id, "cat /home/user/notes.txt")).stdout, "hi");
+  },
+  "files written are seen by commands and the reverse": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/in.txt", encoder.encode("from the api\n"));
+    const r = await run(ex, id, "cat /tmp/in.txt; echo from a command > /tmp/out.txt");
+    assert.equal(r.stdout, "from the api\n");
+    assert.equal(
+      new TextDecoder().decode(await ex.readFile(id, "/tmp/out.txt")),
+      "from a command\n",
+    );
+  },
+  "stat() describes files and directories": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/s/f.txt", encoder.encode("12345"));
+    const file = await ex.stat(id, "/tmp/s/f.txt");
+    assert.equal(file.type, "file");
+    assert.equal(file.size, 5);
+    assert.equal(file.name, "f.txt");
+    assert.equal(file.mode, 0o644);
+    assert.equal(file.owner, "user");
+    assert.ok(file.modifiedAt > 1_600_000_000_000, `modifiedAt ${file.modifiedAt} is ms`);
+    const dir = await ex.stat(id, "/tmp/s");
+    assert.equal(dir.type, "dir");
+    assert.equal(dir.size, 0);
+    assert.equal(dir.path, "/tmp/s");
+  },
+  "listDir() lists children sorted by path, deeper with depth": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/l/b.txt", encoder.encode("b"));
+    await ex.writeFile(id, "/tmp/l/a/inner.txt", encoder.encode("i"));
+    const one = await ex.listDir(id, "/tmp/l");
+    assert.deepEqual(one.map((e) => [e.path, e.type]), [["/tmp/l/a", "dir"], [
+      "/tmp/l/b.txt",
+      "file",
+    ]]);
+    const two = await ex.listDir(id, "/tmp/l", 2);
+    assert.deepEqual(two.map((e) => e.path), ["/tmp/l/a", "/tmp/l/a/inner.txt", "/tmp/l/b.txt"]);
+    assert.equal(two[1].size, 1);
+  },
+  "makeDir() creates parents and says whether it existed": async (ex, id) => {
+    assert.equal(await ex.makeDir(id, "/tmp/m/n/o"), true);
+    assert.equal(await ex.makeDir(id, "/tmp/m/n/o"), false);
+    assert.equal((await ex.stat(id, "/tmp/m/n")).type, "dir");
+    await ex.writeFile(id, "/tmp/m/file", encoder.encode("x"));
+    await rejectsWith(ex.makeDir(id, "/tmp/m/file"), "exists");
+    await rejectsWith(ex.makeDir(id, "/tmp/m/file/below"), "not_dir");
+  },
+  "move() renames files and trees": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/mv/a.txt", encoder.encode("a"));
+    const moved = await ex.move(id, "/tmp/mv/a.txt", "/tmp/mv/b.txt");
+    assert.equal(moved.path, "/tmp/mv/b.txt");
+    assert.equal(moved.size, 1);
+    await rejectsWith(ex.stat(id, "/tmp/mv/a.txt"), "not_found");
+    await ex.writeFile(id, "/tmp/mv/tree/leaf", encoder.encode("leaf"));
+    assert.equal((await ex.move(id, "/tmp/mv/tree", "/tmp/mv/tree2")).type, "dir");
+    assert.deepEqual(await ex.readFile(id, "/tmp/mv/tree2/leaf"), encoder.encode("leaf"));
+    await ex.writeFile(id, "/tmp/mv/c.txt", encoder.encode("c"));
+    await ex.move(id, "/tmp/mv/c.txt", "/tmp/mv/b.txt"); // an existing file is replaced
+    assert.deepEqual(await ex.readFile(id, "/tmp/mv/b.txt"), encoder.encode("c"));
+    await rejectsWith(ex.move(id, "/tmp/mv/b.txt", "/tmp/mv/tree2"), "exists");
+    await rejectsWith(ex.move(id, "/tmp/mv/missing", "/tmp/mv/x"), "not_found");
+    await rejectsWith(ex.move(id, "/tmp/mv/b.txt", "/tmp/nowhere/x"), "not_found");
+    await rejectsWith(ex.move(id, "/tmp/mv/tree2", "/tmp/mv/tree2/in"), "invalid");
+  },
+  "remove() removes files and trees": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/rm/a/b/c.txt", encoder.encode("c"));
+    await ex.writeFile(id, "/tmp/rm/f.txt", encoder.encode("f"));
+    await ex.remove(id, "/tmp/rm/f.txt");
+    await ex.remove(id, "/tmp/rm/a");
+    assert.deepEqual(await ex.listDir(id, "/tmp/rm"), []);
+    await rejectsWith(ex.remove(id, "/tmp/rm/a"), "not_found");
+  },
+  "file calls name what is wrong with a path": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/e/file", encoder.encode("x"));
+    await rejectsWith(ex.readFile(id, "/tmp/e/missing"), "not_found");
+    await rejectsWith(ex.stat(id, "/tmp/e/missing"), "not_found");
+    await rejectsWith(ex.listDir(id, "/tmp/e/missing"), "not_found");
+    await rejectsWith(ex.readFile(id, "/tmp/e"), "is_dir");
+    await rejectsWith(ex.writeFile(id, "/tmp/e", encoder.encode("x")), "is_dir");
+    await rejectsWith(ex.listDir(id, "/tmp/e/file"), "not_dir");
+    await rejectsWith(ex.writeFile(id, "/tmp/e/file/below", encoder.encode("x")), "not_dir");
+    await rejectsWith(ex.readFile(id, ""), "invalid");
+    await rejectsWith(ex.readFile(id, "/tmp/e/nul\0byte"), "invalid");
+  },
+  "pause() and resume() freeze and thaw the sandbox": async (ex, id) => {
+    await ex.pause(id);
+    await ex.pause(id); // twice is not an error
+    await ex.resume(id);
+    await ex.resume(id);
+    assert.equal((await run(ex, id, "echo awake")).stdout, "awake\n");
+  },
+  "stats() reads resource use": async (ex, id) => {
+    const stats = await ex.stats(id);
+    assert.ok(stats.takenAt > 0);
+    assert.ok(stats.cpuCount >= 1);
+    assert.ok(stats.cpuUsedPct >= 0);
+    assert.ok(stats.memoryUsedBytes > 0);
+    assert.ok(stats.memoryLimitBytes === 0 || stats.memoryLimitBytes >= stats.memoryUsedBytes);
+    assert.ok(stats.diskUsedBytes >= 0);
+  },
+  "destroy() is idempotent and the sandbox is gone after it": async (ex, id) => {
+    assert.ok((await ex.list()).includes(id));
+    await ex.destroy(id);
+    await ex.destroy(id);
+    assert.ok(!(await ex.list()).includes(id));
+    await rejectsWith(ex.exec(id, { cmd: ["/bin/bash", "-c", "true"] }), "not_found");
+    await rejectsWith(ex.readFile(id, "/tmp/x"), "not_found");
+    await rejectsWith(ex.stats(id), "not_found");
+  },
+  "create() refuses an id that exists and an unknown template": async (ex, id) => {
+    const request = { id, name: "again", template: "base", spec: {}, env: {} };
+    await rejectsWith(ex.create(request), "exists");
+    await rejectsWith(
+      ex.create({ ...request, id: `${id}-other`, template: "no-such-template" }),
+      "invalid",
+    );
+    assert.ok(!(await ex.list()).includes(`${id}-other`));
+  },
+};
+
+/** Registers every case against one executor, each with a fresh sandbox. */
+function contract(
+  label: string,
+  open: () => Promise<Executor | string>,
+  { sanitize = true }: { sanitize?: boolean } = {},
+): void {
+  let executor: Executor | undefined;
+  let counter = 0;
+  const run = Math.random().toString(36).slice(2, 8);
+  for (const [name, body] of Object.entries(cases)) {
+    Deno.test({
+      name: `${label}: ${name}`,
+      sanitizeOps: sanitize,
+      sanitizeResources: sanitize,
+      fn: async () => {
+        if (!executor) {
+          const opened = await open();
+          if (typeof opened === "string") throw new Error(opened);
+          executor = opened;
+        }
+        const id = `ct-${run}-${++counter}`;
+        await executor.create({
+          id,
+          name: id,
+          template: "base",
+          spec: { cpus: 1, memoryMB: 128, pids: 64 },
+          env: { SANDBOX_VAR: "one" },
+        });
+        try {
+          await body(executor, id);
+        } finally {
+          await executor.destroy(id);
+          if (name === Object.keys(cases).at(-1)) {
+            // The last case closes the executor, so no connection outlives the suite.
+            await executor.close();
+            executor = undefined;
+          }
+        }
+      },
+    });
+  }
+}
+
+contract("FakeExecutor", () => Promise.resolve(new FakeExecutor({ templates: ["base"] })));
+
+/** Decides whether the Docker half runs: always on CI, off CI only when an engine answers. */
+async function dockerReadiness(): Promise<{ ready: true } | { ready: false; why: string }> {
+  try {
+    const missing: string[] = [];
+    const probe = await DockerExecutor.connect({
+      nodeId: "contract-probe",
+      callTimeoutMs: 3_000,
+      // connect() warns, rather than refuses, for a template image that is not built.
+      log: (level, msg) => level === "warn" && missing.push(msg),
+    });
+    await probe.close();
+    if (missing.length) return { ready: false, why: missing.join("; ") };
+    return { ready: true };
+  } catch (error) {
+    return { ready: false, why: error instanceof Error ? error.message : String(error) };
+  }
+}
+
+const onCi = Deno.env.get("CI") === "true";
+const readiness = await dockerReadiness();
+if (!readiness.ready && !onCi) {
+  console.log(`executor contract: Docker half skipped: ${readiness.why}`);
+}
+const dockerNode = `contract-${Math.random().toString(36).slice(2, 8)}`;
+if (readiness.ready || onCi) {
+  contract(
+    "DockerExecutor",
+    () =>
+      Promise.resolve(
+        readiness.ready
+          ? new DockerExecutor({ nodeId: dockerNode })
+          : `CI=true, so the Docker contract must run, but ${readiness.why} (run .ci/docker.sh)`,
+      ),
+    // dockerode's node:http agent keeps its unix sockets to the engine open between calls.
+    { sanitize: false },
+  );
+}

@@ -1,0 +1,515 @@
+/**
+ * `FakeExecutor`: sandboxes in memory, for tests and demos, with hooks to park, slow down or fail
+ * any call.
+ *
+ * @module
+ */
+import {
+  type CreateRequest,
+  type ExecExit,
+  type ExecHandle,
+  type ExecRequest,
+  type Executor,
+  ExecutorError,
+  type FileEntry,
+  type SandboxStats,
+} from "./executor.ts";
+import { FakeFs, fakeHome } from "./_fake_fs.ts";
+import { Killed, runCommand } from "./_fake_shell.ts";
+import type { Clock } from "../shared/clock.ts";
+import { systemClock } from "../shared/clock.ts";
+
+/** The calls {@linkcode FakeExecutorHooks} can park, slow down, fail and count. */
+export type FakeCall =
+  | "create"
+  | "destroy"
+  | "exec"
+  | "writeFile"
+  | "readFile"
+  | "listDir"
+  | "stat"
+  | "makeDir"
+  | "move"
+  | "remove"
+  | "pause"
+  | "resume"
+  | "stats"
+  | "list";
+
+interface Park {
+  waiters: (() => void)[];
+  arrived: number;
+  onArrive: (() => void)[];
+}
+
+/**
+ * Test controls of a {@linkcode FakeExecutor}. Each call runs, in order: count, park (if parked),
+ * delay (if set), fail (if set). Concurrency: a park holds every call of that name made while it
+ * is in place; the release function lets them all go and removes the park.
+ *
+ * @example Park a create, then let it go
+ * ```ts
+ * import { FakeExecutor } from "@dormice/cluster/node";
+ * const executor = new FakeExecutor();
+ * const release = executor.hooks.park("create");
+ * const creating = executor.create({ id: "sbx_1", name: "a", template: "base", spec: {}, env: {} });
+ * await executor.hooks.parked("create");
+ * release();
+ * await creating;
+ * ```
+ */
+export class FakeExecutorHooks {
+  /** How many times each call was made (counted before parking or failing). */
+  readonly calls: Record<FakeCall, number> = {
+    create: 0,
+    destroy: 0,
+    exec: 0,
+    writeFile: 0,
+    readFile: 0,
+    listDir: 0,
+    stat: 0,
+    makeDir: 0,
+    move: 0,
+    remove: 0,
+    pause: 0,
+    resume: 0,
+    stats: 0,
+    list: 0,
+  };
+  #parks = new Map<FakeCall, Park>();
+  #delays = new Map<FakeCall, number>();
+  #failures = new Map<FakeCall, { error: Error; times: number }>();
+
+  /** Holds every `call` until the returned function is called. */
+  park(call: FakeCall): () => void {
+    const park: Park = { waiters: [], arrived: 0, onArrive: [] };
+    this.#parks.set(call, park);
+    return () => {
+      if (this.#parks.get(call) === park) this.#parks.delete(call);
+      for (const go of park.waiters.splice(0)) go();
+    };
+  }
+
+  /** Resolves once `count` calls have reached the park of `call` (set the park first). */
+  parked(call: FakeCall, count = 1): Promise<void> {
+    const park = this.#parks.get(call);
+    if (!park) return Promise.reject(new Error(`No park on '${call}': call hooks.park() first`));
+    if (park.arrived >= count) return Promise.resolve();
+    return new Promise((resolve) => {
+      const check = () => {
+        if (park.arrived >= count) resolve();
+        else park.onArrive.push(check);
+      };
+      park.onArrive.push(check);
+    });
+  }
+
+  /** Delays every `call` by `ms` (0 removes the delay). Uses real timers. */
+  delay(call: FakeCall, ms: number): void {
+    if (ms > 0) this.#delays.set(call, ms);
+    else this.#delays.delete(call);
+  }
+
+  /** Makes the next `times` calls of `call` throw `error`. */
+  fail(call: FakeCall, error: Error, times = 1): void {
+    this.#failures.set(call, { error, times });
+  }
+
+  /** Removes every park (releasing what waits), delay and failure. */
+  clear(): void {
+    for (const park of this.#parks.values()) for (const go of park.waiters.splice(0)) go();
+    this.#parks.clear();
+    this.#delays.clear();
+    this.#failures.clear();
+  }
+
+  /** Runs the controls for one call (the executor calls this first thing). */
+  async enter(call: FakeCall): Promise<void> {
+    this.calls[call]++;
+    const park = this.#parks.get(call);
+    if (park) {
+      const wait = new Promise<void>((resolve) => park.waiters.push(resolve));
+      park.arrived++;
+      for (const f of park.onArrive.splice(0)) f();
+      await wait;
+    }
+    const ms = this.#delays.get(call);
+    if (ms) await new Promise((resolve) => setTimeout(resolve, ms));
+    const failure = this.#failures.get(call);
+    if (failure) {
+      if (--failure.times <= 0) this.#failures.delete(call);
+      throw failure.error;
+    }
+  }
+}
+
+const signalNumbers = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 } as const;
+type Signal = keyof typeof signalNumbers;
+
+interface FakeSandbox {
+  id: string;
+  request: CreateRequest;
+  fs: FakeFs;
+  paused: boolean;
+  /** Resolvers of everything waiting for a resume (or a destroy). */
+  thaw: (() => void)[];
+  processes: Map<number, FakeProcess>;
+  nextPid: number;
+  destroyed: boolean;
+}
+
+class FakeProcess implements ExecHandle {
+  readonly pid: number;
+  readonly stdout: ReadableStream<Uint8Array>;
+  readonly stderr: ReadableStream<Uint8Array>;
+  readonly exited: Promise<ExecExit>;
+  readonly abort: AbortController = new AbortController();
+  #stdin: Uint8Array[] = [];
+  #stdinOpen: boolean;
+  #stdinEnabled: boolean;
+  #stdinWaiter: (() => void) | null = null;
+  #killedBy: Signal | null = null;
+  #timedOut = false;
+  #ended = false;
+
+  constructor(
+    pid: number,
+    sandbox: FakeSandbox,
+    request: ExecRequest,
+    onEnd: () => void,
+  ) {
+    this.pid = pid;
+    let out!: ReadableStreamDefaultController<Uint8Array>;
+    let err!: ReadableStreamDefaultController<Uint8Array>;
+    this.stdout = new ReadableStream({ start: (c) => void (out = c) });
+    this.stderr = new ReadableStream({ start: (c) => void (err = c) });
+    const controllers = { 1: out, 2: err };
+    this.#stdinEnabled = request.stdin === true;
+    this.#stdinOpen = this.#stdinEnabled;
+    const vars = new Map<string, string>([
+      ["HOME", fakeHome],
+      ["PATH", "/usr/local/bin:/usr/bin:/bin"],
+      ["USER", request.user ?? "user"],
+      ["PWD", request.cwd ?? fakeHome],
+      ...Object.entries(sandbox.request.env),
+      ...Object.entries(request.env ?? {}),
+    ]);
+    const timer = request.timeoutMs !== undefined
+      ? setTimeout(() => {
+        this.#timedOut = true;
+        void this.kill("SIGKILL");
+      }, request.timeoutMs)
+      : undefined;
+    const gate = (): Promise<void> =>
+      sandbox.paused && !this.abort.signal.aborted
+        ? new Promise<void>((resolve) => {
+          sandbox.thaw.push(resolve);
+          this.abort.signal.addEventListener("abort", () => resolve(), { once: true });
+        })
+        : Promise.resolve();
+    const cwd = sandbox.fs.resolve(request.cwd ?? fakeHome);
+    this.exited = (async (): Promise<ExecExit> => {
+      let exitCode = 0;
+      try {
+        exitCode = await runCommand(request.cmd, {
+          fs: sandbox.fs,
+          user: request.user ?? "user",
+          signal: this.abort.signal,
+          gate,
+          write: (fd, data) => {
+            if (this.abort.signal.aborted) return Promise.reject(new Killed());
+            controllers[fd].enqueue(data);
+            return Promise.resolve();
+          },
+          readStdin: () => this.#readStdin(),
+        }, { cwd, vars });
+      } catch (e) {
+        if (!(e instanceof Killed)) {
+          // A bug in the interpreter must still end the process visibly, not hang it.
+          const text = `fake executor: ${(e as Error)?.message ?? e}\n`;
+          if (!this.abort.signal.aborted) {
+            controllers[2].enqueue(new TextEncoder().encode(text));
+          }
+          exitCode = 1;
+        }
+      }
+      clearTimeout(timer);
+      this.#ended = true;
+      this.#stdinOpen = false;
+      controllers[1].close();
+      controllers[2].close();
+      onEnd();
+      if (this.#killedBy) {
+        return {
+          exitCode: 128 + signalNumbers[this.#killedBy],
+          signal: this.#killedBy,
+          ...(this.#timedOut ? { timedOut: true } : {}),
+        };
+      }
+      return { exitCode };
+    })();
+  }
+
+  #readStdin(): Promise<Uint8Array | null> {
+    if (this.#stdin.length > 0) return Promise.resolve(this.#stdin.shift()!);
+    if (!this.#stdinOpen) return Promise.resolve(null);
+    if (this.abort.signal.aborted) return Promise.reject(new Killed());
+    return new Promise((resolve, reject) => {
+      const onAbort = () => reject(new Killed());
+      this.abort.signal.addEventListener("abort", onAbort, { once: true });
+      this.#stdinWaiter = () => {
+        this.abort.signal.removeEventListener("abort", onAbort);
+        this.#stdinWaiter = null;
+        resolve(this.#readStdin());
+      };
+    });
+  }
+
+  writeStdin(data: Uint8Array): Promise<void> {
+    if (!this.#stdinEnabled) {
+      return Promise.reject(
+        new ExecutorError(
+          "invalid",
+          `Process ${this.pid} was started without stdin: start it with stdin enabled`,
+        ),
+      );
+    }
+    if (!this.#stdinOpen) {
+      return Promise.reject(
+        new ExecutorError(
+          "invalid",
+          `The stdin of process ${this.pid} is closed (or it has ended)`,
+        ),
+      );
+    }
+    this.#stdin.push(data.slice());
+    this.#stdinWaiter?.();
+    return Promise.resolve();
+  }
+
+  closeStdin(): Promise<void> {
+    this.#stdinOpen = false;
+    this.#stdinWaiter?.();
+    return Promise.resolve();
+  }
+
+  kill(signal: Signal = "SIGKILL"): Promise<void> {
+    if (this.#ended || this.abort.signal.aborted) return Promise.resolve();
+    // Every signal ends a fake process: the interpreter has no handlers to catch them.
+    this.#killedBy = signal;
+    this.abort.abort();
+    return Promise.resolve();
+  }
+}
+
+/** Options of {@linkcode FakeExecutor}. */
+export interface FakeExecutorOptions {
+  /** Templates it accepts; any template when absent. */
+  templates?: string[];
+  /** For file timestamps and stats. */
+  clock?: Clock;
+}
+
+/**
+ * An executor whose sandboxes live in memory: a file tree per sandbox (home `/home/user`, `/tmp`)
+ * and a small command interpreter (`echo`, `cat`, `ls`, `printf`, `sleep` that really waits,
+ * `exit N`, `mkdir -p`, `rm`, `touch`, `env`, `export`, quotes, `$VAR`, `>`, `>>`, `>&2`, `2>&1`,
+ * `;`, `&&`, `||`, `bash -c` / `sh -c`). Unknown commands answer `command not found` (127).
+ * `pause()` makes exec and file calls wait until `resume()`, as a frozen container would.
+ *
+ * @example
+ * ```ts
+ * import { FakeExecutor } from "@dormice/cluster/node";
+ * const executor = new FakeExecutor();
+ * await executor.create({ id: "sbx_1", name: "a", template: "base", spec: {}, env: {} });
+ * const run = await executor.exec("sbx_1", { cmd: ["/bin/bash", "-l", "-c", "echo hi"] });
+ * console.log(await new Response(run.stdout).text()); // "hi\n"
+ * await executor.close();
+ * ```
+ */
+export class FakeExecutor implements Executor {
+  /** Always `"fake"`. */
+  readonly kind: string = "fake";
+  /** Test controls: park, slow down, fail and count calls. */
+  readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
+  #sandboxes = new Map<string, FakeSandbox>();
+  #templates: Set<string> | null;
+  #clock: Clock;
+
+  /** Builds an empty executor. */
+  constructor({ templates, clock = systemClock }: FakeExecutorOptions = {}) {
+    this.#templates = templates ? new Set(templates) : null;
+    this.#clock = clock;
+  }
+
+  /** Builds a sandbox. */
+  async create(request: CreateRequest): Promise<void> {
+    await this.hooks.enter("create");
+    if (this.#sandboxes.has(request.id)) {
+      throw new ExecutorError("exists", `A fake sandbox with id '${request.id}' already exists`);
+    }
+    if (this.#templates && !this.#templates.has(request.template)) {
+      throw new ExecutorError(
+        "invalid",
+        `Unknown template '${request.template}': use one of ${[...this.#templates].join(", ")}`,
+      );
+    }
+    this.#sandboxes.set(request.id, {
+      id: request.id,
+      request: structuredClone(request),
+      fs: new FakeFs(() => this.#clock.now()),
+      paused: false,
+      thaw: [],
+      processes: new Map(),
+      nextPid: 1,
+      destroyed: false,
+    });
+  }
+
+  /** Removes a sandbox, killing its processes; an unknown id is not an error. */
+  async destroy(id: string): Promise<void> {
+    await this.hooks.enter("destroy");
+    const sandbox = this.#sandboxes.get(id);
+    if (!sandbox) return;
+    this.#sandboxes.delete(id);
+    sandbox.destroyed = true;
+    for (const p of sandbox.processes.values()) await p.kill("SIGKILL");
+    for (const go of sandbox.thaw.splice(0)) go();
+  }
+
+  /** Starts a command. */
+  async exec(id: string, request: ExecRequest): Promise<ExecHandle> {
+    await this.hooks.enter("exec");
+    const sandbox = await this.#ready(id);
+    if (request.cmd.length === 0) {
+      throw new ExecutorError("invalid", "The command is empty: give at least a program name");
+    }
+    if (request.cwd !== undefined) {
+      const cwd = sandbox.fs.resolve(request.cwd);
+      if (!sandbox.fs.exists(cwd)) {
+        throw new ExecutorError("not_found", `The working directory ${cwd} does not exist`);
+      }
+    }
+    const pid = sandbox.nextPid++;
+    const process = new FakeProcess(pid, sandbox, request, () => sandbox.processes.delete(pid));
+    sandbox.processes.set(pid, process);
+    return process;
+  }
+
+  /** Writes a whole file, creating parents. */
+  async writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry> {
+    await this.hooks.enter("writeFile");
+    const { fs } = await this.#ready(id);
+    return fs.write(fs.resolve(path), data);
+  }
+
+  /** Reads a whole file. */
+  async readFile(id: string, path: string): Promise<Uint8Array> {
+    await this.hooks.enter("readFile");
+    const { fs } = await this.#ready(id);
+    return fs.read(fs.resolve(path));
+  }
+
+  /** Lists a directory. */
+  async listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
+    await this.hooks.enter("listDir");
+    const { fs } = await this.#ready(id);
+    return fs.list(fs.resolve(path), depth);
+  }
+
+  /** Describes a path. */
+  async stat(id: string, path: string): Promise<FileEntry> {
+    await this.hooks.enter("stat");
+    const { fs } = await this.#ready(id);
+    return fs.stat(fs.resolve(path));
+  }
+
+  /** Creates a directory and its parents. */
+  async makeDir(id: string, path: string): Promise<boolean> {
+    await this.hooks.enter("makeDir");
+    const { fs } = await this.#ready(id);
+    return fs.mkdir(fs.resolve(path), true);
+  }
+
+  /** Renames a path. */
+  async move(id: string, from: string, to: string): Promise<FileEntry> {
+    await this.hooks.enter("move");
+    const { fs } = await this.#ready(id);
+    return fs.move(fs.resolve(from), fs.resolve(to));
+  }
+
+  /** Removes a path (a tree for a directory). */
+  async remove(id: string, path: string): Promise<void> {
+    await this.hooks.enter("remove");
+    const { fs } = await this.#ready(id);
+    fs.remove(fs.resolve(path));
+  }
+
+  /** Freezes the sandbox: later exec and file calls wait, running commands stop writing. */
+  async pause(id: string): Promise<void> {
+    await this.hooks.enter("pause");
+    this.#get(id).paused = true;
+  }
+
+  /** Thaws the sandbox. */
+  async resume(id: string): Promise<void> {
+    await this.hooks.enter("resume");
+    const sandbox = this.#get(id);
+    sandbox.paused = false;
+    for (const go of sandbox.thaw.splice(0)) go();
+  }
+
+  /** Made-up but stable resource use (files count as memory and disk). */
+  async stats(id: string): Promise<SandboxStats> {
+    await this.hooks.enter("stats");
+    const sandbox = this.#get(id);
+    const bytes = sandbox.fs.bytes();
+    return {
+      takenAt: this.#clock.now(),
+      cpuUsedPct: 0,
+      cpuCount: Math.ceil(sandbox.request.spec.cpus ?? 1),
+      memoryUsedBytes: 8 * 1024 * 1024 + bytes,
+      memoryLimitBytes: (sandbox.request.spec.memoryMB ?? 0) * 1024 * 1024,
+      diskUsedBytes: bytes,
+    };
+  }
+
+  /** Ids of every sandbox. */
+  async list(): Promise<string[]> {
+    await this.hooks.enter("list");
+    return [...this.#sandboxes.keys()];
+  }
+
+  /** Kills every process and forgets every sandbox. */
+  async close(): Promise<void> {
+    this.hooks.clear();
+    const all = [...this.#sandboxes.values()];
+    this.#sandboxes.clear();
+    for (const sandbox of all) {
+      sandbox.destroyed = true;
+      for (const p of sandbox.processes.values()) await p.kill("SIGKILL");
+      for (const go of sandbox.thaw.splice(0)) go();
+      await Promise.all([...sandbox.processes.values()].map((p) => p.exited));
+    }
+  }
+
+  #get(id: string): FakeSandbox {
+    const sandbox = this.#sandboxes.get(id);
+    if (!sandbox) {
+      throw new ExecutorError("not_found", `No sandbox with id '${id}' on this fake executor`);
+    }
+    return sandbox;
+  }
+
+  /** The sandbox once it is not paused (a frozen container blocks callers, it does not refuse). */
+  async #ready(id: string): Promise<FakeSandbox> {
+    const sandbox = this.#get(id);
+    while (sandbox.paused && !sandbox.destroyed) {
+      await new Promise<void>((resolve) => sandbox.thaw.push(resolve));
+    }
+    if (sandbox.destroyed) {
+      throw new ExecutorError("not_found", `The sandbox with id '${id}' was destroyed`);
+    }
+    return sandbox;
+  }
+}

@@ -1,0 +1,239 @@
+import assert from "node:assert/strict";
+import { ExecutorError } from "./executor.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+async function withSandbox(
+  fn: (executor: FakeExecutor, id: string) => Promise<void>,
+): Promise<void> {
+  const executor = new FakeExecutor();
+  await executor.create({
+    id: "sbx_1",
+    name: "a",
+    template: "base",
+    spec: {},
+    env: { GREETING: "hi" },
+  });
+  try {
+    await fn(executor, "sbx_1");
+  } finally {
+    await executor.close();
+  }
+}
+
+async function run(
+  executor: FakeExecutor,
+  id: string,
+  cmd: string[] | string,
+  extra: { cwd?: string; env?: Record<string, string> } = {},
+): Promise<{ exitCode: number; stdout: string; stderr: string; signal?: string }> {
+  const argv = typeof cmd === "string" ? ["/bin/bash", "-l", "-c", cmd] : cmd;
+  const handle = await executor.exec(id, { cmd: argv, ...extra });
+  const [stdout, stderr, exit] = await Promise.all([
+    new Response(handle.stdout).text(),
+    new Response(handle.stderr).text(),
+    handle.exited,
+  ]);
+  return { ...exit, stdout, stderr };
+}
+
+Deno.test("FakeExecutor runs the E2B SDK's bash -l -c wrapping", async () => {
+  await withSandbox(async (executor, id) => {
+    assert.deepEqual(await run(executor, id, "echo hi"), {
+      exitCode: 0,
+      stdout: "hi\n",
+      stderr: "",
+    });
+    assert.deepEqual(await run(executor, id, ["sh", "-c", "printf '%s-%d\\n' a 3"]), {
+      exitCode: 0,
+      stdout: "a-3\n",
+      stderr: "",
+    });
+    assert.equal((await run(executor, id, ["echo", "direct", "argv"])).stdout, "direct argv\n");
+  });
+});
+
+Deno.test("FakeExecutor interprets quotes, variables, ;, && and ||", async () => {
+  await withSandbox(async (executor, id) => {
+    const r = await run(
+      executor,
+      id,
+      `echo "$GREETING $WHO" '$GREETING'; export X=1; echo $X && false || echo "after $?"; true && echo ok`,
+      { env: { WHO: "there" } },
+    );
+    assert.equal(r.stdout, "hi there $GREETING\n1\nafter 1\nok\n");
+    assert.equal((await run(executor, id, "pwd; cd /tmp && pwd")).stdout, "/home/user\n/tmp\n");
+    assert.equal((await run(executor, id, "pwd", { cwd: "/tmp" })).stdout, "/tmp\n");
+    assert.equal((await run(executor, id, "A=5; echo ${A}x")).stdout, "5x\n");
+  });
+});
+
+Deno.test("FakeExecutor redirects >, >>, >&2, 2>&1 and <", async () => {
+  await withSandbox(async (executor, id) => {
+    const r = await run(
+      executor,
+      id,
+      "echo one > f.txt; echo two >> f.txt; cat f.txt; echo oops >&2; cat missing 2>&1; cat < f.txt > g.txt",
+    );
+    assert.equal(r.stdout, "one\ntwo\ncat: missing: No such file or directory\n");
+    assert.equal(r.stderr, "oops\n");
+    assert.equal(decoder.decode(await executor.readFile(id, "/home/user/g.txt")), "one\ntwo\n");
+    const both = await run(executor, id, "bash -c 'echo x; echo y >&2' > both.txt 2>&1");
+    assert.equal(both.stdout + both.stderr, "");
+    assert.equal(decoder.decode(await executor.readFile(id, "both.txt")), "x\ny\n");
+  });
+});
+
+Deno.test("FakeExecutor: exit codes, unknown commands and syntax errors", async () => {
+  await withSandbox(async (executor, id) => {
+    assert.equal((await run(executor, id, "exit 3")).exitCode, 3);
+    assert.equal((await run(executor, id, "echo a; exit 4; echo b")).stdout, "a\n");
+    assert.deepEqual(await run(executor, id, "nope --x"), {
+      exitCode: 127,
+      stdout: "",
+      stderr: "nope: command not found\n",
+    });
+    const bad = await run(executor, id, "echo 'unclosed");
+    assert.equal(bad.exitCode, 2);
+    assert.match(bad.stderr, /unexpected EOF/);
+    const pipe = await run(executor, id, "echo a | cat");
+    assert.equal(pipe.exitCode, 2);
+    assert.match(pipe.stderr, /does not support '\|'/);
+  });
+});
+
+Deno.test("FakeExecutor: mkdir -p, touch, ls, rm, env", async () => {
+  await withSandbox(async (executor, id) => {
+    const r = await run(
+      executor,
+      id,
+      "mkdir -p /tmp/a/b && touch /tmp/a/f && ls /tmp/a; rm -r /tmp/a/b; ls /tmp/a",
+    );
+    assert.equal(r.stdout, "b\nf\nf\n");
+    assert.match((await run(executor, id, "env")).stdout, /^GREETING=hi$/m);
+    assert.equal((await run(executor, id, "rm /nope")).exitCode, 1);
+    assert.equal((await run(executor, id, "rm -f /nope")).exitCode, 0);
+  });
+});
+
+Deno.test("FakeExecutor streams output as produced and sleep really waits", async () => {
+  await withSandbox(async (executor, id) => {
+    const handle = await executor.exec(id, { cmd: ["bash", "-c", "echo a; sleep 0.05; echo b"] });
+    const reader = handle.stdout.getReader();
+    const first = await reader.read();
+    assert.equal(decoder.decode(first.value), "a\n");
+    let exitedEarly = false;
+    handle.exited.then(() => exitedEarly = true);
+    await Promise.resolve();
+    assert.equal(exitedEarly, false);
+    assert.equal(decoder.decode((await reader.read()).value), "b\n");
+    assert.equal((await reader.read()).done, true);
+    assert.deepEqual(await handle.exited, { exitCode: 0 });
+    await handle.stderr.cancel();
+  });
+});
+
+Deno.test("FakeExecutor: kill ends a running command with SIGKILL, timeoutMs too", async () => {
+  await withSandbox(async (executor, id) => {
+    const handle = await executor.exec(id, { cmd: ["sleep", "30"] });
+    await handle.kill();
+    assert.deepEqual(await handle.exited, { exitCode: 137, signal: "SIGKILL" });
+    const timed = await executor.exec(id, { cmd: ["sleep", "30"], timeoutMs: 10 });
+    assert.deepEqual(await timed.exited, { exitCode: 137, signal: "SIGKILL", timedOut: true });
+    await handle.kill(); // already ended: not an error
+  });
+});
+
+Deno.test("FakeExecutor: cat reads stdin when started with stdin", async () => {
+  await withSandbox(async (executor, id) => {
+    const handle = await executor.exec(id, { cmd: ["cat"], stdin: true });
+    await handle.writeStdin(encoder.encode("hello "));
+    await handle.writeStdin(encoder.encode("world"));
+    await handle.closeStdin();
+    assert.equal(await new Response(handle.stdout).text(), "hello world");
+    assert.deepEqual(await handle.exited, { exitCode: 0 });
+    await assert.rejects(handle.writeStdin(encoder.encode("x")), /closed/);
+    const noStdin = await executor.exec(id, { cmd: ["cat"] });
+    assert.deepEqual(await noStdin.exited, { exitCode: 0 });
+    await assert.rejects(noStdin.writeStdin(encoder.encode("x")), /without stdin/);
+  });
+});
+
+Deno.test("FakeExecutor files: binary-safe, errors carry codes", async () => {
+  await withSandbox(async (executor, id) => {
+    const bytes = new Uint8Array([0, 255, 1, 2]);
+    const entry = await executor.writeFile(id, "/data/x/bin", bytes);
+    assert.equal(entry.size, 4);
+    assert.equal(entry.type, "file");
+    assert.deepEqual(await executor.readFile(id, "/data/x/bin"), bytes);
+    assert.deepEqual((await executor.listDir(id, "/data", 2)).map((e) => e.path), [
+      "/data/x",
+      "/data/x/bin",
+    ]);
+    const code = async (p: Promise<unknown>) => {
+      try {
+        await p;
+      } catch (e) {
+        assert.ok(e instanceof ExecutorError);
+        return e.code;
+      }
+      assert.fail("expected an ExecutorError");
+    };
+    assert.equal(await code(executor.readFile(id, "/nope")), "not_found");
+    assert.equal(await code(executor.readFile(id, "/data")), "is_dir");
+    assert.equal(await code(executor.writeFile(id, "/data/x/bin/y", bytes)), "not_dir");
+    assert.equal(await code(executor.readFile("sbx_none", "/a")), "not_found");
+    assert.equal(await executor.makeDir(id, "/data"), false);
+    assert.equal((await executor.move(id, "/data/x", "/moved")).type, "dir");
+    assert.deepEqual(await executor.readFile(id, "/moved/bin"), bytes);
+    await executor.remove(id, "/moved");
+    assert.equal(await code(executor.stat(id, "/moved")), "not_found");
+  });
+});
+
+Deno.test("FakeExecutor.pause() makes calls wait until resume()", async () => {
+  await withSandbox(async (executor, id) => {
+    await executor.pause(id);
+    let done = false;
+    const reading = executor.writeFile(id, "/a", encoder.encode("x")).then(() => done = true);
+    for (let i = 0; i < 20; i++) await Promise.resolve();
+    assert.equal(done, false);
+    await executor.resume(id);
+    await reading;
+    assert.equal(done, true);
+  });
+});
+
+Deno.test("FakeExecutorHooks park, delay, fail and count calls", async () => {
+  const executor = new FakeExecutor({ templates: ["base"] });
+  const release = executor.hooks.park("create");
+  let landed = false;
+  const creating = executor.create({ id: "sbx_1", name: "a", template: "base", spec: {}, env: {} })
+    .then(() => landed = true);
+  await executor.hooks.parked("create");
+  assert.equal(landed, false);
+  release();
+  await creating;
+  assert.equal(executor.hooks.calls.create, 1);
+  executor.hooks.fail("exec", new ExecutorError("unavailable", "Engine down"));
+  await assert.rejects(executor.exec("sbx_1", { cmd: ["true"] }), /Engine down/);
+  const ok = await executor.exec("sbx_1", { cmd: ["true"] });
+  assert.deepEqual(await ok.exited, { exitCode: 0 });
+  executor.hooks.delay("stat", 1);
+  assert.equal((await executor.stat("sbx_1", "/tmp")).type, "dir");
+  await assert.rejects(
+    executor.create({ id: "sbx_2", name: "b", template: "other", spec: {}, env: {} }),
+    /Unknown template 'other'/,
+  );
+  await assert.rejects(
+    executor.create({ id: "sbx_1", name: "a", template: "base", spec: {}, env: {} }),
+    /already exists/,
+  );
+  assert.deepEqual(await executor.list(), ["sbx_1"]);
+  await executor.destroy("sbx_1");
+  await executor.destroy("sbx_1");
+  assert.deepEqual(await executor.list(), []);
+  await executor.close();
+});

@@ -1,0 +1,236 @@
+/**
+ * The node's ledger: one SQLite row per sandbox, held by one daemon (the single-writer lock).
+ *
+ * @module
+ */
+import type { DatabaseSync } from "node:sqlite";
+import { DatabaseSync as Database } from "node:sqlite";
+import { join } from "node:path";
+import { openExclusiveDatabase } from "../shared/lock.ts";
+import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
+import { sandboxStates } from "../shared/schemas.ts";
+import type { DeadlineAction, SandboxRecord } from "./types.ts";
+
+/** What the ledger needs to write a new row. */
+export interface NewSandboxRow {
+  id: string;
+  name: string;
+  state: SandboxState;
+  template: string;
+  metadata: Record<string, string>;
+  spec: SandboxSpec;
+  env: Record<string, string>;
+  /** ms since the epoch. */
+  createdAt: number;
+  deadlineAt: number | null;
+  deadlineAction: DeadlineAction | null;
+}
+
+/** The fields of a row that can change after it is written. */
+export interface SandboxRowPatch {
+  state?: SandboxState;
+  metadata?: Record<string, string>;
+  /** ms since the epoch. */
+  lastActiveAt?: number;
+  deadlineAt?: number | null;
+  deadlineAction?: DeadlineAction | null;
+}
+
+/** Options of {@linkcode Ledger}. */
+export interface LedgerOptions {
+  /** This node's id, stamped on every record handed out. */
+  nodeId: string;
+  /** This node's origin, stamped on every record handed out. */
+  endpoint: string;
+}
+
+interface Row {
+  id: string;
+  name: string;
+  state: string;
+  template: string;
+  metadata: string;
+  spec: string;
+  env: string;
+  created_at: number;
+  last_active_at: number;
+  deadline_at: number | null;
+  deadline_action: string | null;
+}
+
+/**
+ * Mints a sandbox id: `sbx_` and 20 random lowercase base32 characters (100 bits), URL-safe.
+ *
+ * @example
+ * ```ts
+ * import { newSandboxId } from "@dormice/cluster/node";
+ * newSandboxId(); // "sbx_k3v9q0..."
+ * ```
+ */
+export function newSandboxId(): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz234567";
+  const bytes = crypto.getRandomValues(new Uint8Array(20));
+  let out = "sbx_";
+  for (const b of bytes) out += alphabet[b & 31];
+  return out;
+}
+
+/**
+ * The sandbox ledger on `node:sqlite`. {@linkcode Ledger.open} holds the file exclusively for the
+ * life of the object (a second daemon on the same data dir fails at boot); `close()` releases it.
+ *
+ * @example
+ * ```ts
+ * import { Ledger } from "@dormice/cluster/node";
+ * const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+ * console.log(ledger.census().active); // 0
+ * ledger.close();
+ * ```
+ */
+export class Ledger {
+  #db: DatabaseSync;
+  #options: LedgerOptions;
+
+  /** Wraps an open database (prefer {@linkcode Ledger.open} or {@linkcode Ledger.inMemory}). */
+  constructor(db: DatabaseSync, options: LedgerOptions) {
+    this.#db = db;
+    this.#options = options;
+    db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (
+      id TEXT PRIMARY KEY,
+      name TEXT NOT NULL UNIQUE,
+      state TEXT NOT NULL,
+      template TEXT NOT NULL,
+      metadata TEXT NOT NULL,
+      spec TEXT NOT NULL,
+      env TEXT NOT NULL,
+      created_at INTEGER NOT NULL,
+      last_active_at INTEGER NOT NULL,
+      deadline_at INTEGER,
+      deadline_action TEXT
+    )`);
+    db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
+  }
+
+  /**
+   * Opens `<dataDir>/ledger.db`, holding it exclusively.
+   *
+   * Requires `--allow-read` and `--allow-write` on the data dir.
+   *
+   * @throws {import("../shared/lock.ts").DatabaseLockedError} when another process holds it.
+   */
+  static open(dataDir: string, options: LedgerOptions): Ledger {
+    return new Ledger(
+      openExclusiveDatabase(join(dataDir, "ledger.db"), "DORMICE_DATA_DIR"),
+      options,
+    );
+  }
+
+  /** A ledger in memory, for tests and embedding. */
+  static inMemory(options: LedgerOptions): Ledger {
+    return new Ledger(new Database(":memory:"), options);
+  }
+
+  /** Writes a new row; throws when the id or the name is taken. */
+  insert(row: NewSandboxRow): SandboxRecord {
+    this.#db.prepare(
+      `INSERT INTO sandboxes (id, name, state, template, metadata, spec, env, created_at,
+        last_active_at, deadline_at, deadline_action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(
+      row.id,
+      row.name,
+      row.state,
+      row.template,
+      JSON.stringify(row.metadata),
+      JSON.stringify(row.spec),
+      JSON.stringify(row.env),
+      row.createdAt,
+      row.createdAt,
+      row.deadlineAt,
+      row.deadlineAction,
+    );
+    return this.byId(row.id)!;
+  }
+
+  /** The row with this id, or undefined. */
+  byId(id: string): SandboxRecord | undefined {
+    const row = this.#db.prepare("SELECT * FROM sandboxes WHERE id = ?").get(id);
+    return row ? this.#record(row as unknown as Row) : undefined;
+  }
+
+  /** The row with this name, or undefined. */
+  byName(name: string): SandboxRecord | undefined {
+    const row = this.#db.prepare("SELECT * FROM sandboxes WHERE name = ?").get(name);
+    return row ? this.#record(row as unknown as Row) : undefined;
+  }
+
+  /** Every row, oldest first. */
+  all(): SandboxRecord[] {
+    return this.#db.prepare("SELECT * FROM sandboxes ORDER BY created_at, name").all()
+      .map((r) => this.#record(r as unknown as Row));
+  }
+
+  /** Rows whose deadline is at or before `now` (ms since the epoch). */
+  pastDeadline(now: number): SandboxRecord[] {
+    return this.#db.prepare(
+      "SELECT * FROM sandboxes WHERE deadline_at IS NOT NULL AND deadline_at <= ? ORDER BY deadline_at",
+    ).all(now).map((r) => this.#record(r as unknown as Row));
+  }
+
+  /** Changes a row; returns the new record, or undefined when there is no such row. */
+  update(id: string, patch: SandboxRowPatch): SandboxRecord | undefined {
+    const sets: string[] = [];
+    const values: (string | number | null)[] = [];
+    if (patch.state !== undefined) sets.push("state = ?"), values.push(patch.state);
+    if (patch.metadata !== undefined) {
+      sets.push("metadata = ?"), values.push(JSON.stringify(patch.metadata));
+    }
+    if (patch.lastActiveAt !== undefined) {
+      sets.push("last_active_at = ?"), values.push(patch.lastActiveAt);
+    }
+    if (patch.deadlineAt !== undefined) sets.push("deadline_at = ?"), values.push(patch.deadlineAt);
+    if (patch.deadlineAction !== undefined) {
+      sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
+    }
+    if (sets.length > 0) {
+      this.#db.prepare(`UPDATE sandboxes SET ${sets.join(", ")} WHERE id = ?`).run(...values, id);
+    }
+    return this.byId(id);
+  }
+
+  /** Deletes a row; returns whether it existed. */
+  delete(id: string): boolean {
+    return Number(this.#db.prepare("DELETE FROM sandboxes WHERE id = ?").run(id).changes) > 0;
+  }
+
+  /** How many sandboxes are in each state. */
+  census(): StateCounts {
+    const counts = Object.fromEntries(sandboxStates.map((s) => [s, 0])) as StateCounts;
+    const rows = this.#db.prepare("SELECT state, COUNT(*) AS n FROM sandboxes GROUP BY state")
+      .all() as unknown as { state: SandboxState; n: number }[];
+    for (const { state, n } of rows) if (state in counts) counts[state] = Number(n);
+    return counts;
+  }
+
+  /** Closes the database, releasing the lock. Safe to call twice. */
+  close(): void {
+    if (this.#db.isOpen) this.#db.close();
+  }
+
+  #record(row: Row): SandboxRecord {
+    return {
+      id: row.id,
+      name: row.name,
+      state: row.state as SandboxState,
+      nodeId: this.#options.nodeId,
+      endpoint: this.#options.endpoint,
+      template: row.template,
+      metadata: JSON.parse(row.metadata),
+      spec: JSON.parse(row.spec),
+      createdAt: new Date(Number(row.created_at)).toISOString(),
+      lastActiveAt: new Date(Number(row.last_active_at)).toISOString(),
+      env: JSON.parse(row.env),
+      deadlineAt: row.deadline_at === null ? null : Number(row.deadline_at),
+      deadlineAction: row.deadline_action as DeadlineAction | null,
+    };
+  }
+}

@@ -1,0 +1,108 @@
+/**
+ * The node: a standalone sandbox daemon (ledger, executors, sandbox service, native face,
+ * check-in, deadline scanner), importable so it runs in-process in tests and embedders.
+ *
+ * @example A node in memory, served by any `fetch` handler host
+ * ```ts
+ * import { createNodeApp, FakeExecutor, Ledger } from "@dormice/cluster/node";
+ * const config = {
+ *   apiToken: "x".repeat(32),
+ *   dataDir: ".",
+ *   nodeId: "node-1",
+ *   nodeEndpoint: "http://127.0.0.1:3676",
+ *   gatewayEndpoint: null,
+ *   checkInIntervalSeconds: 15,
+ *   scanIntervalSeconds: 60,
+ * };
+ * const node = createNodeApp({
+ *   config,
+ *   executor: new FakeExecutor(),
+ *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: config.nodeEndpoint }),
+ * });
+ * const res = await node.fetch(new Request("http://node/healthz"));
+ * console.log(await res.json()); // { ok: true, nodeId: "node-1", build: "..." }
+ * await node.close();
+ * ```
+ *
+ * @module
+ */
+export {
+  createNodeApp,
+  type NodeApp,
+  type NodeAppConfig,
+  type NodeAppOptions,
+  nodeBuild,
+} from "./app.ts";
+export {
+  type ExecutorKind,
+  isLoopbackOrigin,
+  loadNodeConfig,
+  type LoadNodeConfigOptions,
+  type NodeConfig,
+  type NodeConfigResult,
+  nodeEnvVariables,
+} from "./config.ts";
+export {
+  Ledger,
+  type LedgerOptions,
+  newSandboxId,
+  type NewSandboxRow,
+  type SandboxRowPatch,
+} from "./ledger.ts";
+export {
+  type FakeCall,
+  FakeExecutor,
+  FakeExecutorHooks,
+  type FakeExecutorOptions,
+} from "./fake_executor.ts";
+export {
+  executorErrorStatus,
+  SandboxService,
+  type SandboxServiceOptions,
+  toHttpError,
+} from "./service.ts";
+export {
+  type CpuTimes,
+  HostReader,
+  type HostReaderOptions,
+  type HostSampler,
+  type MemoryReading,
+  sumCpuTimes,
+  systemSampler,
+} from "./host_reading.ts";
+export {
+  CheckInLoop,
+  type CheckInOptions,
+  type CheckInOutcome,
+  describeFetchFailure,
+} from "./check_in.ts";
+export { DeadlineScanner, type DeadlineScannerOptions, type ScanResult } from "./scanner.ts";
+export {
+  createNativeFace,
+  nativeErrorResponse,
+  type NativeFaceOptions,
+  nativeNotFound,
+  nativeVerbs,
+  publicSandbox,
+} from "./native.ts";
+export {
+  type CreateRequest,
+  type ExecExit,
+  type ExecHandle,
+  type ExecRequest,
+  type Executor,
+  ExecutorError,
+  type ExecutorErrorCode,
+  type FileEntry,
+  type SandboxStats,
+} from "./executor.ts";
+export type {
+  AcquireRequest,
+  AcquireResult,
+  DeadlineAction,
+  ExecResult,
+  ListFilter,
+  SandboxOps,
+  SandboxRecord,
+  SandboxRef,
+} from "./types.ts";

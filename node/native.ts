@@ -1,0 +1,282 @@
+/**
+ * The node's native face: `POST /<verb>` with a JSON body and the fleet bearer token; errors are
+ * `{ "message": "…" }`.
+ *
+ * Verbs and their bodies (every `name` is 1–128 characters of `[A-Za-z0-9._-]`):
+ *
+ * | verb | body | answer |
+ * |---|---|---|
+ * | `acquireSandbox` | `{name, template?, metadata?, spec?}` | `{status:"ready", created, sandbox}` |
+ * | `listSandboxes` | `{metadata?, states?}` | `{sandboxes}` |
+ * | `execCommand` | `{name, command, timeoutSeconds?, cwd?, env?}` | `{exitCode, stdout, stderr, stdoutTruncated, stderrTruncated, timedOut?}` |
+ * | `writeFile` | `{name, path, contentBase64}` or `{name, path, content}` (UTF-8 text) | `{path, size}` |
+ * | `readFile` | `{name, path}` | `{path, size, contentBase64}` |
+ * | `updateMetadata` | `{name, metadata, merge?}` | `{sandbox}` |
+ * | `destroySandbox` | `{name}` | `{destroyed}` |
+ * | `getSandboxMetrics` | `{name}` | `{name, metrics}` |
+ * | `getHostMetrics` | `{}` | `{nodeId, endpoint, build, reading}` |
+ * | `lookupSandbox` | `{name}` or `{id}` | `{found:true, sandbox:{id,name,state}}` or `{found:false}` |
+ *
+ * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
+ * open and answers `{ok:true, nodeId, build}`.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { z } from "zod";
+import { HttpError } from "../shared/http_error.ts";
+import type { Log } from "../shared/log.ts";
+import { silentLog } from "../shared/log.ts";
+import { nativeRequestSchemas as schemas } from "../shared/native_schemas.ts";
+import { describeZodError, type HostReading, type Sandbox } from "../shared/schemas.ts";
+import { bearerToken, tokensEqual } from "../shared/token.ts";
+import { ExecutorError } from "./executor.ts";
+import { executorErrorStatus } from "./service.ts";
+import type { SandboxOps, SandboxRecord } from "./types.ts";
+
+/** The verbs of the native face, in the order the 404 lists them. */
+export const nativeVerbs: readonly string[] = [
+  "acquireSandbox",
+  "listSandboxes",
+  "execCommand",
+  "writeFile",
+  "readFile",
+  "updateMetadata",
+  "destroySandbox",
+  "getSandboxMetrics",
+  "getHostMetrics",
+  "lookupSandbox",
+];
+
+/** Options of {@linkcode createNativeFace}. */
+export interface NativeFaceOptions {
+  service: SandboxOps;
+  /** The fleet token every verb needs. */
+  token: string;
+  nodeId: string;
+  endpoint: string;
+  build: string;
+  /** A host reading for `getHostMetrics`. */
+  hostReading: () => HostReading;
+  log?: Log;
+}
+
+/**
+ * The public sandbox object: the record without its E2B bookkeeping.
+ *
+ * @example
+ * ```ts ignore
+ * import { publicSandbox } from "@dormice/cluster/node";
+ * publicSandbox(service.get({ name: "a" })!);
+ * ```
+ */
+export function publicSandbox(record: SandboxRecord): Sandbox {
+  const { id, name, state, nodeId, endpoint, template, metadata, spec, createdAt, lastActiveAt } =
+    record;
+  return { id, name, state, nodeId, endpoint, template, metadata, spec, createdAt, lastActiveAt };
+}
+
+/**
+ * Turns any error into the native dialect `{message}` with its status: `HttpError` and
+ * `ExecutorError` keep theirs; anything else is a logged 500 (bad input never gets here).
+ *
+ * @example
+ * ```ts
+ * import { HttpError } from "@dormice/cluster/shared";
+ * import { nativeErrorResponse } from "@dormice/cluster/node";
+ * nativeErrorResponse(new HttpError(404, "No sandbox named 'a'")).status; // 404
+ * ```
+ */
+export function nativeErrorResponse(error: unknown, log: Log = silentLog): Response {
+  if (error instanceof HttpError) {
+    return Response.json({ ...error.details, message: error.message }, {
+      status: error.status,
+      headers: error.headers,
+    });
+  }
+  if (error instanceof ExecutorError) {
+    return Response.json({ message: error.message }, { status: executorErrorStatus[error.code] });
+  }
+  if (error instanceof HTTPException) {
+    return Response.json({ message: error.message || "The request was refused" }, {
+      status: error.status,
+    });
+  }
+  log("error", "unexpected error in the native face", {
+    error: error instanceof Error ? error.stack ?? error.message : String(error),
+  });
+  return Response.json({
+    message: `The node failed unexpectedly (${(error as Error)?.message ?? error}): ` +
+      "this is a bug; the node's log has the details",
+  }, { status: 500 });
+}
+
+/**
+ * The native 404: an unknown verb is named along with every verb the node answers.
+ *
+ * @example
+ * ```ts ignore
+ * app.notFound(nativeNotFound);
+ * ```
+ */
+export function nativeNotFound(c: Context): Response {
+  const path = new URL(c.req.url).pathname;
+  const verbs = nativeVerbs.join(", ");
+  if (/^\/[^/]+$/.test(path)) {
+    return c.json({
+      message: `Unknown verb '${path.slice(1)}': the node answers POST /<verb> for ${verbs}, ` +
+        "and GET /healthz",
+    }, 404);
+  }
+  return c.json({
+    message: `No route ${c.req.method} ${path}: the node answers POST /<verb> for ${verbs}, ` +
+      "and GET /healthz",
+  }, 404);
+}
+
+/** Reads the body as one JSON object; an empty body is `{}`. */
+async function readJson(request: Request): Promise<Record<string, unknown>> {
+  let text: string;
+  try {
+    text = await request.text();
+  } catch (error) {
+    throw new HttpError(400, `The body could not be read (${(error as Error)?.message})`);
+  }
+  if (text.trim() === "") return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (error) {
+    throw new HttpError(
+      400,
+      `The body is not valid JSON (${(error as Error).message}): send a JSON object such as ` +
+        `{"name":"agent-1"}`,
+    );
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new HttpError(400, `The body must be a JSON object such as {"name":"agent-1"}`);
+  }
+  return value as Record<string, unknown>;
+}
+
+function parse<T>(verb: string, schema: z.ZodType<T>, body: unknown): T {
+  // reportInput lets describeZodError tell a missing field from a wrong type.
+  const r = schema.safeParse(body, { reportInput: true });
+  if (!r.success) {
+    throw new HttpError(400, `Invalid body for ${verb}: ${describeZodError(r.error)}`);
+  }
+  return r.data;
+}
+
+/**
+ * Builds the native face as a Hono app (mount it at the root). Bad input is a 400 naming the
+ * field, a wrong or missing token a 401, an unknown verb a 404 naming the verbs, a wrong method
+ * a 405; every error is `{message}` from one error handler.
+ *
+ * @example
+ * ```ts ignore
+ * import { createNativeFace } from "@dormice/cluster/node";
+ * const face = createNativeFace({ service, token, nodeId: "node-1", endpoint, build: "dev",
+ *   hostReading: () => reader.read() });
+ * const res = await face.request("/healthz");
+ * ```
+ */
+export function createNativeFace(options: NativeFaceOptions): Hono {
+  const { service, token, nodeId, endpoint, build, hostReading } = options;
+  const log = options.log ?? silentLog;
+  const app = new Hono();
+  app.onError((error) => nativeErrorResponse(error, log));
+  app.notFound(nativeNotFound);
+
+  app.get("/healthz", (c) => c.json({ ok: true, nodeId, build }));
+  app.all("/healthz", (c) => methodNotAllowed(c, "GET"));
+
+  const authorize = (header: string | undefined) => {
+    const given = bearerToken(header);
+    if (given === undefined) {
+      throw new HttpError(
+        401,
+        "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
+        { headers: { "www-authenticate": "Bearer" } },
+      );
+    }
+    if (!tokensEqual(given, token)) {
+      throw new HttpError(
+        401,
+        "The bearer token does not match this node's DORMICE_API_TOKEN: send the fleet token",
+        { headers: { "www-authenticate": "Bearer" } },
+      );
+    }
+  };
+
+  const verb = <T>(
+    verbName: string,
+    schema: z.ZodType<T>,
+    run: (input: T) => Promise<unknown> | unknown,
+  ) => {
+    app.post(`/${verbName}`, async (c) => {
+      authorize(c.req.header("authorization"));
+      const input = parse(verbName, schema, await readJson(c.req.raw));
+      return c.json(await run(input) as Record<string, unknown>);
+    });
+    app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
+  };
+
+  verb("acquireSandbox", schemas.acquireSandbox, async (b) => {
+    const { created, sandbox } = await service.acquire(b);
+    return { status: "ready", created, sandbox: publicSandbox(sandbox) };
+  });
+  verb("listSandboxes", schemas.listSandboxes, (b) => ({
+    sandboxes: service.list(b).map(publicSandbox),
+  }));
+  verb("execCommand", schemas.execCommand, (b) =>
+    service.execCommand({ name: b.name }, {
+      cmd: typeof b.command === "string" ? ["/bin/sh", "-c", b.command] : b.command,
+      cwd: b.cwd,
+      env: b.env,
+      timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
+    }));
+  verb("writeFile", schemas.writeFile, async (b) => {
+    const data = b.contentBase64 !== undefined
+      ? new Uint8Array(Buffer.from(b.contentBase64, "base64"))
+      : new TextEncoder().encode(b.content);
+    const entry = await service.writeFile({ name: b.name }, b.path, data);
+    return { path: entry.path, size: entry.size };
+  });
+  verb("readFile", schemas.readFile, async (b) => {
+    const data = await service.readFile({ name: b.name }, b.path);
+    return { path: b.path, size: data.length, contentBase64: Buffer.from(data).toString("base64") };
+  });
+  verb("updateMetadata", schemas.updateMetadata, async (b) => ({
+    sandbox: publicSandbox(await service.updateMetadata({ name: b.name }, b.metadata, b.merge)),
+  }));
+  verb("destroySandbox", schemas.destroySandbox, async (b) => ({
+    destroyed: await service.destroy({ name: b.name }),
+  }));
+  verb("getSandboxMetrics", schemas.getSandboxMetrics, async (b) => ({
+    name: b.name,
+    metrics: await service.metrics({ name: b.name }),
+  }));
+  verb("getHostMetrics", schemas.getHostMetrics, () => ({
+    nodeId,
+    endpoint,
+    build,
+    reading: hostReading(),
+  }));
+  verb("lookupSandbox", schemas.lookupSandbox, (b) => service.lookup(b));
+
+  return app;
+}
+
+function methodNotAllowed(c: Context, allow: string): Response {
+  return c.json(
+    {
+      message: `${c.req.method} is not allowed on ${new URL(c.req.url).pathname}: use ${allow}`,
+    },
+    405,
+    { allow },
+  );
+}

@@ -1,0 +1,204 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { hostReadingSchema, lookupAnswerSchema } from "../shared/schemas.ts";
+import { createNodeApp, type NodeApp } from "./app.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import type { HostSampler } from "./host_reading.ts";
+import { Ledger } from "./ledger.ts";
+
+const token = "n".repeat(32);
+const endpoint = "http://127.0.0.1:3676";
+
+const sampler: HostSampler = {
+  cpuCount: () => 2,
+  cpuTimes: () => null,
+  memory: () => ({
+    memoryTotalBytes: 4,
+    memoryAvailableBytes: 2,
+    swapTotalBytes: 0,
+    swapFreeBytes: 0,
+  }),
+  dataDisk: () => null,
+};
+
+function node(): { app: NodeApp; executor: FakeExecutor } {
+  const clock = new FakeClock(1_700_000_000_000);
+  const executor = new FakeExecutor({ clock });
+  const app = createNodeApp({
+    config: {
+      apiToken: token,
+      dataDir: "/nonexistent",
+      nodeId: "node-1",
+      nodeEndpoint: endpoint,
+      gatewayEndpoint: null,
+      checkInIntervalSeconds: 15,
+      scanIntervalSeconds: 60,
+    },
+    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
+    executor,
+    clock,
+    sampler,
+    build: "test-build",
+  });
+  return { app, executor };
+}
+
+async function call(
+  app: NodeApp,
+  verb: string,
+  body: unknown,
+  init: { token?: string | null; method?: string; raw?: string } = {},
+): Promise<{ status: number; body: Record<string, unknown> }> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  const t = init.token === undefined ? token : init.token;
+  if (t !== null) headers.authorization = `Bearer ${t}`;
+  const res = await app.fetch(
+    new Request(`http://node/${verb}`, {
+      method: init.method ?? "POST",
+      headers,
+      body: (init.method ?? "POST") === "GET" ? undefined : init.raw ?? JSON.stringify(body),
+    }),
+  );
+  return { status: res.status, body: await res.json() };
+}
+
+Deno.test("native face: every verb round-trips", async () => {
+  const { app } = node();
+  const acquired = await call(app, "acquireSandbox", { name: "a", metadata: { team: "x" } });
+  assert.equal(acquired.status, 200);
+  const sandbox = acquired.body.sandbox as Record<string, unknown>;
+  assert.deepEqual(acquired.body, {
+    status: "ready",
+    created: true,
+    sandbox: {
+      id: sandbox.id,
+      name: "a",
+      state: "active",
+      nodeId: "node-1",
+      endpoint,
+      template: "base",
+      metadata: { team: "x" },
+      spec: {},
+      createdAt: "2023-11-14T22:13:20.000Z",
+      lastActiveAt: "2023-11-14T22:13:20.000Z",
+    },
+  });
+  assert.equal((await call(app, "acquireSandbox", { name: "a" })).body.created, false);
+  assert.deepEqual(
+    (await call(app, "execCommand", { name: "a", command: "echo hi; echo e >&2; exit 2" })).body,
+    {
+      exitCode: 2,
+      stdout: "hi\n",
+      stderr: "e\n",
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    },
+  );
+  assert.equal(
+    (await call(app, "execCommand", { name: "a", command: ["echo", "argv"] })).body.stdout,
+    "argv\n",
+  );
+  assert.deepEqual(
+    (await call(app, "writeFile", { name: "a", path: "/tmp/b", contentBase64: "AP8=" })).body,
+    {
+      path: "/tmp/b",
+      size: 2,
+    },
+  );
+  assert.deepEqual(
+    (await call(app, "writeFile", { name: "a", path: "t.txt", content: "héllo" })).body,
+    {
+      path: "/home/user/t.txt",
+      size: 6,
+    },
+  );
+  assert.deepEqual((await call(app, "readFile", { name: "a", path: "/tmp/b" })).body, {
+    path: "/tmp/b",
+    size: 2,
+    contentBase64: "AP8=",
+  });
+  const updated = await call(app, "updateMetadata", {
+    name: "a",
+    metadata: { y: "1" },
+    merge: true,
+  });
+  assert.deepEqual((updated.body.sandbox as { metadata: unknown }).metadata, { team: "x", y: "1" });
+  const listed = await call(app, "listSandboxes", { metadata: { y: "1" } });
+  assert.deepEqual((listed.body.sandboxes as { name: string }[]).map((s) => s.name), ["a"]);
+  const metrics = await call(app, "getSandboxMetrics", { name: "a" });
+  assert.equal(metrics.status, 200);
+  assert.equal((metrics.body.metrics as { cpuCount: number }).cpuCount, 1);
+  const host = await call(app, "getHostMetrics", {});
+  assert.equal(host.body.nodeId, "node-1");
+  assert.equal(host.body.build, "test-build");
+  hostReadingSchema.parse(host.body.reading);
+  const found = await call(app, "lookupSandbox", { name: "a" });
+  assert.deepEqual(lookupAnswerSchema.parse(found.body), {
+    found: true,
+    sandbox: { id: sandbox.id, name: "a", state: "active" },
+  });
+  assert.deepEqual((await call(app, "lookupSandbox", { id: sandbox.id })).body, found.body);
+  assert.deepEqual((await call(app, "destroySandbox", { name: "a" })).body, { destroyed: true });
+  assert.deepEqual((await call(app, "destroySandbox", { name: "a" })).body, { destroyed: false });
+  assert.deepEqual((await call(app, "lookupSandbox", { name: "a" })).body, { found: false });
+  const health = await app.fetch(new Request("http://node/healthz"));
+  assert.deepEqual(await health.json(), { ok: true, nodeId: "node-1", build: "test-build" });
+  await app.close();
+});
+
+Deno.test("native face: bad input is a 4xx {message} naming the problem", async () => {
+  const { app } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const cases: [string, string, unknown, Parameters<typeof call>[3], number, RegExp][] = [
+    ["no token", "listSandboxes", {}, { token: null }, 401, /Missing bearer token/],
+    ["wrong token", "listSandboxes", {}, { token: "x".repeat(32) }, 401, /does not match/],
+    ["malformed JSON", "acquireSandbox", null, { raw: "{nope" }, 400, /not valid JSON/],
+    ["array body", "acquireSandbox", [1], {}, 400, /must be a JSON object/],
+    ["129-char name", "acquireSandbox", { name: "a".repeat(129) }, {}, 400, /'name'.*at most 128/],
+    ["missing name", "execCommand", { command: "true" }, {}, 400, /'name' is required/],
+    ["wrong type", "execCommand", { name: "a", command: 5 }, {}, 400, /'command'/],
+    [
+      "bad base64",
+      "writeFile",
+      { name: "a", path: "/x", contentBase64: "!!" },
+      {},
+      400,
+      /'contentBase64'/,
+    ],
+    [
+      "both contents",
+      "writeFile",
+      { name: "a", path: "/x", content: "", contentBase64: "" },
+      {},
+      400,
+      /exactly one/,
+    ],
+    ["lookup neither", "lookupSandbox", {}, {}, 400, /exactly one of 'name' or 'id'/],
+    ["unknown verb", "makeCoffee", {}, {}, 404, /Unknown verb 'makeCoffee'.*acquireSandbox/],
+    ["unknown sandbox", "readFile", { name: "zz", path: "/x" }, {}, 404, /No sandbox named 'zz'/],
+    ["missing file", "readFile", { name: "a", path: "/nope" }, {}, 404, /\/nope does not exist/],
+    ["read a dir", "readFile", { name: "a", path: "/tmp" }, {}, 400, /is a directory/],
+    ["wrong method", "execCommand", {}, { method: "GET" }, 405, /GET is not allowed.*use POST/],
+  ];
+  for (const [label, verb, body, init, status, pattern] of cases) {
+    const r = await call(app, verb, body, init);
+    assert.equal(r.status, status, `${label}: ${JSON.stringify(r.body)}`);
+    assert.deepEqual(Object.keys(r.body), ["message"], label);
+    assert.match(String(r.body.message), pattern, label);
+  }
+  const post = await app.fetch(new Request("http://node/healthz", { method: "POST" }));
+  assert.equal(post.status, 405);
+  assert.equal(post.headers.get("allow"), "GET");
+  await post.body?.cancel();
+  await app.close();
+});
+
+Deno.test("native face: an unexpected error is a logged 500 {message}", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  executor.hooks.fail("stats", new Error("kaboom"));
+  const r = await call(app, "getSandboxMetrics", { name: "a" });
+  assert.equal(r.status, 500);
+  assert.match(String(r.body.message), /failed unexpectedly \(kaboom\)/);
+  await app.close();
+});

@@ -1,0 +1,86 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { ExecutorError } from "./executor.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import { Ledger } from "./ledger.ts";
+import { DeadlineScanner } from "./scanner.ts";
+import { SandboxService } from "./service.ts";
+
+function setup() {
+  const clock = new FakeClock(1_700_000_000_000);
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new FakeExecutor({ clock });
+  const service = new SandboxService({ ledger, executor, clock });
+  const scanner = new DeadlineScanner({ ledger, service, clock, intervalSeconds: 60 });
+  const close = async () => {
+    await scanner.stop();
+    await executor.close();
+    ledger.close();
+  };
+  return { clock, ledger, executor, service, scanner, close };
+}
+
+Deno.test("DeadlineScanner.scanOnce() kills and pauses sandboxes past their deadline", async () => {
+  const { clock, executor, service, scanner, close } = setup();
+  const { sandbox: kill } = await service.acquire({
+    name: "k",
+    deadline: { ms: 300_000, action: "kill" },
+  });
+  const { sandbox: pause } = await service.acquire({
+    name: "p",
+    deadline: { ms: 600_000, action: "pause" },
+  });
+  await service.acquire({ name: "native" });
+  assert.deepEqual(await scanner.scanOnce(), { killed: [], paused: [], failed: [] });
+  clock.tick(300_000);
+  assert.deepEqual(await scanner.scanOnce(), { killed: [kill.id], paused: [], failed: [] });
+  assert.deepEqual(await executor.list(), [pause.id, service.get({ name: "native" })!.id]);
+  clock.tick(300_000);
+  assert.deepEqual(await scanner.scanOnce(), { killed: [], paused: [pause.id], failed: [] });
+  const paused = service.get({ name: "p" })!;
+  assert.equal(paused.state, "frozen");
+  assert.equal(paused.deadlineAt, null);
+  clock.tick(10_000_000);
+  assert.deepEqual(await scanner.scanOnce(), { killed: [], paused: [], failed: [] });
+  assert.deepEqual(service.list().map((s) => s.name), ["native", "p"]);
+  await close();
+});
+
+Deno.test("DeadlineScanner: a deadline pushed out by a wake wins over the scan", async () => {
+  const { clock, service, scanner, executor, close } = setup();
+  await service.acquire({ name: "k", deadline: { ms: 1000, action: "kill" } });
+  clock.tick(1000);
+  // A verb holds the slot; a wake with a fresh deadline queues, then the scan sees the old row.
+  const release = executor.hooks.park("stats");
+  const metrics = service.metrics({ name: "k" });
+  await executor.hooks.parked("stats");
+  const waking = service.acquire({ name: "k", deadline: { ms: 1000, action: "kill" } });
+  const scanning = scanner.scanOnce();
+  release();
+  await metrics;
+  assert.equal((await waking).created, false);
+  assert.deepEqual(await scanning, { killed: [], paused: [], failed: [] });
+  assert.equal(service.get({ name: "k" })?.deadlineAt, clock.now() + 1000);
+  await close();
+});
+
+Deno.test("DeadlineScanner logs a failed expiry and retries it next scan", async () => {
+  const { clock, executor, service, close, ledger } = setup();
+  const errors: string[] = [];
+  const scanner = new DeadlineScanner({
+    ledger,
+    service,
+    clock,
+    intervalSeconds: 60,
+    log: (level, msg) => errors.push(`${level} ${msg}`),
+  });
+  const { sandbox } = await service.acquire({ name: "k", deadline: { ms: 1, action: "kill" } });
+  clock.tick(1);
+  executor.hooks.fail("destroy", new ExecutorError("unavailable", "Engine down"));
+  assert.deepEqual(await scanner.scanOnce(), { killed: [], paused: [], failed: [sandbox.id] });
+  assert.deepEqual(errors, ["error deadline action failed; retrying at the next scan"]);
+  assert.deepEqual(await scanner.scanOnce(), { killed: [sandbox.id], paused: [], failed: [] });
+  scanner.start();
+  await scanner.stop();
+  await close();
+});

@@ -1,0 +1,482 @@
+/**
+ * The sandbox service: keeps the ledger and the executor in step, one name at a time.
+ *
+ * @module
+ */
+import type { Clock } from "../shared/clock.ts";
+import { systemClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import type { Log } from "../shared/log.ts";
+import { silentLog } from "../shared/log.ts";
+import { NameQueue } from "../shared/name_queue.ts";
+import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
+import {
+  type ExecHandle,
+  type ExecRequest,
+  type Executor,
+  ExecutorError,
+  type ExecutorErrorCode,
+  type FileEntry,
+  type SandboxStats,
+} from "./executor.ts";
+import { type Ledger, newSandboxId } from "./ledger.ts";
+import type {
+  AcquireRequest,
+  AcquireResult,
+  DeadlineAction,
+  ExecResult,
+  ListFilter,
+  SandboxOps,
+  SandboxRecord,
+  SandboxRef,
+} from "./types.ts";
+
+/** The HTTP status of each executor error code. */
+export const executorErrorStatus: Record<ExecutorErrorCode, number> = {
+  not_found: 404,
+  exists: 409,
+  not_dir: 400,
+  is_dir: 400,
+  invalid: 400,
+  unavailable: 503,
+  timeout: 504,
+};
+
+/**
+ * Turns an `ExecutorError` into an `HttpError` with the matching status; anything else is
+ * returned unchanged.
+ *
+ * @example
+ * ```ts
+ * import { ExecutorError, toHttpError } from "@dormice/cluster/node";
+ * toHttpError(new ExecutorError("not_found", "/a does not exist")); // HttpError 404
+ * ```
+ */
+export function toHttpError(error: unknown): unknown {
+  if (error instanceof ExecutorError) {
+    return new HttpError(executorErrorStatus[error.code], error.message);
+  }
+  return error;
+}
+
+/** Options of {@linkcode SandboxService}. */
+export interface SandboxServiceOptions {
+  ledger: Ledger;
+  executor: Executor;
+  /** One slot per name; pass one in to share it with another face. */
+  queue?: NameQueue;
+  clock?: Clock;
+  log?: Log;
+  /** The template when a create names none. */
+  defaultTemplate?: string;
+  /** The cap per stream of `execCommand` (1 MiB: big enough for logs, small enough for JSON). */
+  maxOutputBytes?: number;
+}
+
+/** A command tracked by `startCommand`. */
+interface Tracked {
+  handle: ExecHandle;
+  request: ExecRequest;
+}
+
+/**
+ * The node's sandbox service. Every verb that touches one sandbox runs inside that name's
+ * NameQueue slot, so a create, a wake and a destroy of one name never interleave; a create
+ * writes the executor first and the ledger row second, both inside the slot. A command's run is
+ * outside the slot (only its wake and start are inside) so a long command never blocks a destroy
+ * or another verb of the same sandbox.
+ *
+ * @example
+ * ```ts
+ * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+ * const service = new SandboxService({ ledger, executor: new FakeExecutor() });
+ * const { created } = await service.acquire({ name: "agent-1" });
+ * const r = await service.execCommand({ name: "agent-1" }, { cmd: ["echo", "hi"] });
+ * console.log(created, r.stdout); // true "hi\n"
+ * ```
+ */
+export class SandboxService implements SandboxOps {
+  /** The per-name slots. */
+  readonly queue: NameQueue;
+  #ledger: Ledger;
+  #executor: Executor;
+  #clock: Clock;
+  #log: Log;
+  #defaultTemplate: string;
+  #maxOutputBytes: number;
+  /** Commands started with `startCommand`, by sandbox id then pid. */
+  #commands = new Map<string, Map<number, Tracked>>();
+
+  /** Builds the service over a ledger and an executor. */
+  constructor(options: SandboxServiceOptions) {
+    this.#ledger = options.ledger;
+    this.#executor = options.executor;
+    this.queue = options.queue ?? new NameQueue();
+    this.#clock = options.clock ?? systemClock;
+    this.#log = options.log ?? silentLog;
+    this.#defaultTemplate = options.defaultTemplate ?? "base";
+    this.#maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
+  }
+
+  /** Create-or-wake by name. */
+  acquire(request: AcquireRequest): Promise<AcquireResult> {
+    return this.queue.run(request.name, async () => {
+      const existing = this.#ledger.byName(request.name);
+      if (existing) {
+        let sandbox = await this.#wake(existing);
+        if (request.deadline) {
+          sandbox = this.#ledger.update(sandbox.id, {
+            deadlineAt: this.#clock.now() + request.deadline.ms,
+            deadlineAction: request.deadline.action,
+          })!;
+        }
+        return { created: false, sandbox };
+      }
+      const id = newSandboxId();
+      const template = request.template ?? this.#defaultTemplate;
+      const spec = request.spec ?? {};
+      const env = { ...spec.env, ...request.env };
+      await this.#call(() =>
+        this.#executor.create({ id, name: request.name, template, spec, env })
+      );
+      const now = this.#clock.now();
+      try {
+        const sandbox = this.#ledger.insert({
+          id,
+          name: request.name,
+          state: "active",
+          template,
+          metadata: request.metadata ?? {},
+          spec,
+          env,
+          createdAt: now,
+          deadlineAt: request.deadline ? now + request.deadline.ms : null,
+          deadlineAction: request.deadline?.action ?? null,
+        });
+        this.#log("info", "sandbox created", { name: request.name, id, template });
+        return { created: true, sandbox };
+      } catch (error) {
+        // Without its row the container would be an orphan nobody can name: take it back.
+        await this.#executor.destroy(id).catch((e) =>
+          this.#log("error", "could not remove a sandbox whose ledger row failed", {
+            id,
+            error: e,
+          })
+        );
+        this.#log("error", "ledger write failed after create", { name: request.name, error });
+        throw new HttpError(
+          500,
+          `The node built sandbox '${request.name}' but could not record it in its ledger ` +
+            `(${(error as Error)?.message}); it was removed again: check the node's data dir`,
+        );
+      }
+    });
+  }
+
+  /** The row, or undefined; never wakes. */
+  get(ref: SandboxRef): SandboxRecord | undefined {
+    return "id" in ref ? this.#ledger.byId(ref.id) : this.#ledger.byName(ref.name);
+  }
+
+  /** Every row matching the filter. */
+  list(filter: ListFilter = {}): SandboxRecord[] {
+    return this.#ledger.all().filter((s) =>
+      (!filter.states || filter.states.includes(s.state)) &&
+      Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v)
+    );
+  }
+
+  /**
+   * The three-step truth: a row answers at once whatever its state; no row while the name's slot
+   * is busy waits for the slot and looks again (a create in flight is found, never reported
+   * absent); no row and a free slot is a plain no. By id there is no slot to wait on. Read-only.
+   */
+  async lookup(request: LookupRequest): Promise<LookupAnswer> {
+    const found = (s: SandboxRecord): LookupAnswer => ({
+      found: true,
+      sandbox: { id: s.id, name: s.name, state: s.state },
+    });
+    if ("id" in request) {
+      const row = this.#ledger.byId(request.id);
+      return row ? found(row) : { found: false };
+    }
+    for (;;) {
+      const row = this.#ledger.byName(request.name);
+      if (row) return found(row);
+      if (!this.queue.isBusy(request.name)) return { found: false };
+      await this.queue.idle(request.name);
+    }
+  }
+
+  /** Runs a command to the end, buffering each stream up to the cap. */
+  async execCommand(
+    ref: SandboxRef,
+    request: ExecRequest & { maxOutputBytes?: number },
+  ): Promise<ExecResult> {
+    const { maxOutputBytes = this.#maxOutputBytes, ...exec } = request;
+    const handle = await this.#inSlot(ref, async (sandbox) => {
+      const awake = await this.#wake(sandbox);
+      return await this.#call(() => this.#executor.exec(awake.id, exec));
+    });
+    const [out, err, exit] = await Promise.all([
+      collect(handle.stdout, maxOutputBytes),
+      collect(handle.stderr, maxOutputBytes),
+      handle.exited,
+    ]);
+    return {
+      exitCode: exit.exitCode,
+      stdout: out.text,
+      stderr: err.text,
+      stdoutTruncated: out.truncated,
+      stderrTruncated: err.truncated,
+      ...(exit.timedOut ? { timedOut: true } : {}),
+    };
+  }
+
+  /** Starts a streamed command; it is tracked in `commands()` until it exits. */
+  startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle> {
+    return this.#inSlot(ref, async (sandbox) => {
+      const awake = await this.#wake(sandbox);
+      const handle = await this.#call(() => this.#executor.exec(awake.id, request));
+      let running = this.#commands.get(awake.id);
+      if (!running) this.#commands.set(awake.id, running = new Map());
+      running.set(handle.pid, { handle, request });
+      const forget = () => {
+        const map = this.#commands.get(awake.id);
+        map?.delete(handle.pid);
+        if (map?.size === 0) this.#commands.delete(awake.id);
+      };
+      handle.exited.then(forget, forget);
+      return handle;
+    });
+  }
+
+  /** Running commands of a sandbox started with `startCommand`, by pid. */
+  commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }> {
+    const sandbox = this.#require(ref);
+    return new Map(this.#commands.get(sandbox.id) ?? []);
+  }
+
+  /** Writes a whole file (wakes first). */
+  writeFile(ref: SandboxRef, path: string, data: Uint8Array): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.writeFile(id, path, data));
+  }
+
+  /** Reads a whole file (wakes first). */
+  readFile(ref: SandboxRef, path: string): Promise<Uint8Array> {
+    return this.#awake(ref, (id) => this.#executor.readFile(id, path));
+  }
+
+  /** Lists a directory (wakes first). */
+  listDir(ref: SandboxRef, path: string, depth?: number): Promise<FileEntry[]> {
+    return this.#awake(ref, (id) => this.#executor.listDir(id, path, depth));
+  }
+
+  /** Describes a path (wakes first). */
+  stat(ref: SandboxRef, path: string): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.stat(id, path));
+  }
+
+  /** Creates a directory (wakes first). */
+  makeDir(ref: SandboxRef, path: string): Promise<boolean> {
+    return this.#awake(ref, (id) => this.#executor.makeDir(id, path));
+  }
+
+  /** Renames a path (wakes first). */
+  move(ref: SandboxRef, from: string, to: string): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.move(id, from, to));
+  }
+
+  /** Removes a path (wakes first). */
+  remove(ref: SandboxRef, path: string): Promise<void> {
+    return this.#awake(ref, (id) => this.#executor.remove(id, path));
+  }
+
+  /** Replaces (or merges) the metadata. */
+  updateMetadata(
+    ref: SandboxRef,
+    metadata: Record<string, string>,
+    merge = false,
+  ): Promise<SandboxRecord> {
+    return this.#inSlot(ref, (sandbox) =>
+      this.#ledger.update(sandbox.id, {
+        metadata: merge ? { ...sandbox.metadata, ...metadata } : metadata,
+      })!);
+  }
+
+  /** Freezes a sandbox; a 409 when it is already frozen. */
+  pause(ref: SandboxRef): Promise<SandboxRecord> {
+    return this.#inSlot(ref, async (sandbox) => {
+      if (sandbox.state === "frozen") {
+        throw new HttpError(
+          409,
+          `Sandbox '${sandbox.name}' is already paused: resume it, or run a command to wake it`,
+        );
+      }
+      await this.#call(() => this.#executor.pause(sandbox.id));
+      return this.#ledger.update(sandbox.id, { state: "frozen" })!;
+    });
+  }
+
+  /** Wakes a frozen sandbox; `resumed: false` when it was already running. */
+  resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }> {
+    return this.#inSlot(ref, async (sandbox) => {
+      const resumed = sandbox.state !== "active";
+      return { resumed, sandbox: await this.#wake(sandbox) };
+    });
+  }
+
+  /** Sets or clears the E2B deadline. */
+  setDeadline(ref: SandboxRef, deadlineAt: number | null, action?: DeadlineAction): SandboxRecord {
+    const sandbox = this.#require(ref);
+    return this.#ledger.update(sandbox.id, {
+      deadlineAt,
+      deadlineAction: deadlineAt === null ? null : action ?? sandbox.deadlineAction ?? "kill",
+    })!;
+  }
+
+  /** Destroys; false when there was no such sandbox. */
+  destroy(ref: SandboxRef): Promise<boolean> {
+    const name = "name" in ref ? ref.name : this.#ledger.byId(ref.id)?.name;
+    if (name === undefined) return Promise.resolve(false);
+    return this.queue.run(name, async () => {
+      const sandbox = this.get(ref);
+      if (!sandbox) return false;
+      await this.#call(() => this.#executor.destroy(sandbox.id));
+      this.#ledger.delete(sandbox.id);
+      this.#commands.delete(sandbox.id);
+      this.#log("info", "sandbox destroyed", { name: sandbox.name, id: sandbox.id });
+      return true;
+    });
+  }
+
+  /** Resource use of one sandbox (never wakes). */
+  metrics(ref: SandboxRef): Promise<SandboxStats> {
+    return this.#inSlot(ref, (sandbox) => this.#call(() => this.#executor.stats(sandbox.id)));
+  }
+
+  /**
+   * Applies a passed deadline inside the slot, re-reading the row there (a wake may have pushed
+   * the deadline out meanwhile): kill destroys, pause freezes and clears the deadline.
+   */
+  expireIfDue(id: string): Promise<"killed" | "paused" | "skipped"> {
+    const name = this.#ledger.byId(id)?.name;
+    if (name === undefined) return Promise.resolve("skipped");
+    return this.queue.run(name, async () => {
+      const sandbox = this.#ledger.byId(id);
+      if (!sandbox || sandbox.deadlineAt === null || sandbox.deadlineAt > this.#clock.now()) {
+        return "skipped";
+      }
+      if (sandbox.deadlineAction === "pause") {
+        if (sandbox.state !== "frozen") await this.#call(() => this.#executor.pause(id));
+        this.#ledger.update(id, { state: "frozen", deadlineAt: null, deadlineAction: null });
+        this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
+        return "paused";
+      }
+      await this.#call(() => this.#executor.destroy(id));
+      this.#ledger.delete(id);
+      this.#commands.delete(id);
+      this.#log("info", "sandbox killed at its deadline", { name: sandbox.name, id });
+      return "killed";
+    });
+  }
+
+  /**
+   * Brings the ledger in step with the executor at boot: a row whose sandbox the executor no
+   * longer holds is dropped (it could never answer again); a sandbox without a row is only
+   * reported, never destroyed, since another node may share the container engine.
+   */
+  async reconcile(): Promise<{ dropped: string[]; orphans: string[] }> {
+    const held = new Set(await this.#call(() => this.#executor.list()));
+    const dropped: string[] = [];
+    for (const row of this.#ledger.all()) {
+      if (held.has(row.id)) continue;
+      await this.queue.run(row.name, () => {
+        if (this.#ledger.delete(row.id)) dropped.push(row.id);
+      });
+      this.#log("warn", "ledger row dropped: its sandbox is gone from the executor", {
+        name: row.name,
+        id: row.id,
+        executor: this.#executor.kind,
+      });
+    }
+    const orphans = [...held].filter((id) => !this.#ledger.byId(id));
+    if (orphans.length > 0) {
+      this.#log("warn", "sandboxes without a ledger row left in place", { ids: orphans });
+    }
+    return { dropped, orphans };
+  }
+
+  #require(ref: SandboxRef): SandboxRecord {
+    const sandbox = this.get(ref);
+    if (sandbox) return sandbox;
+    throw new HttpError(
+      404,
+      "name" in ref
+        ? `No sandbox named '${ref.name}' on this node: create it with acquireSandbox, or check the name with listSandboxes`
+        : `No sandbox with id '${ref.id}' on this node: check the id with listSandboxes`,
+    );
+  }
+
+  /** Runs `task` in the sandbox's slot with its row as read inside the slot. */
+  #inSlot<T>(ref: SandboxRef, task: (sandbox: SandboxRecord) => Promise<T> | T): Promise<T> {
+    let name: string;
+    try {
+      name = "name" in ref ? ref.name : this.#require(ref).name;
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return this.queue.run(name, () => task(this.#require(ref)));
+  }
+
+  /** Runs a file verb in the slot on a woken sandbox. */
+  #awake<T>(ref: SandboxRef, task: (id: string) => Promise<T>): Promise<T> {
+    return this.#inSlot(ref, async (sandbox) => {
+      const awake = await this.#wake(sandbox);
+      return await this.#call(() => task(awake.id));
+    });
+  }
+
+  /** Resumes a frozen sandbox and touches its idle clock (call inside the slot). */
+  async #wake(sandbox: SandboxRecord): Promise<SandboxRecord> {
+    if (sandbox.state !== "active") {
+      await this.#call(() => this.#executor.resume(sandbox.id));
+      this.#log("info", "sandbox woken", { name: sandbox.name, id: sandbox.id });
+    }
+    return this.#ledger.update(sandbox.id, { state: "active", lastActiveAt: this.#clock.now() })!;
+  }
+
+  async #call<T>(fn: () => Promise<T>): Promise<T> {
+    try {
+      return await fn();
+    } catch (error) {
+      throw toHttpError(error);
+    }
+  }
+}
+
+/** Reads a stream to its end, keeping at most `cap` bytes. */
+async function collect(
+  stream: ReadableStream<Uint8Array>,
+  cap: number,
+): Promise<{ text: string; truncated: boolean }> {
+  const chunks: Uint8Array[] = [];
+  let kept = 0;
+  let truncated = false;
+  // Keep draining past the cap: a command blocked on a full pipe would never exit.
+  for await (const chunk of stream) {
+    if (kept >= cap) {
+      truncated ||= chunk.length > 0;
+      continue;
+    }
+    const take = chunk.subarray(0, cap - kept);
+    if (take.length < chunk.length) truncated = true;
+    chunks.push(take);
+    kept += take.length;
+  }
+  const all = new Uint8Array(kept);
+  let at = 0;
+  for (const c of chunks) all.set(c, at), at += c.length;
+  return { text: new TextDecoder().decode(all), truncated };
+}

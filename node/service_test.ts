@@ -1,0 +1,263 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { ExecutorError } from "./executor.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import { Ledger } from "./ledger.ts";
+import { SandboxService } from "./service.ts";
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+function setup(options: { maxOutputBytes?: number } = {}) {
+  const clock = new FakeClock(1_700_000_000_000);
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new FakeExecutor({ clock });
+  const service = new SandboxService({ ledger, executor, clock, ...options });
+  const close = async () => {
+    await executor.close();
+    ledger.close();
+  };
+  return { clock, ledger, executor, service, close };
+}
+
+async function flush(): Promise<void> {
+  for (let i = 0; i < 20; i++) await Promise.resolve();
+}
+
+Deno.test("SandboxService.lookup() finds a create in flight once it lands", async () => {
+  const { executor, service, close } = setup();
+  const release = executor.hooks.park("create");
+  const creating = service.acquire({ name: "agent-1" });
+  await executor.hooks.parked("create");
+  let answer: unknown;
+  const looking = service.lookup({ name: "agent-1" }).then((a) => answer = a);
+  await flush();
+  // Removing the wait on the busy slot makes this answer {found:false} here (reverse-proved).
+  assert.equal(answer, undefined, "lookup must wait for the create, not answer absent");
+  release();
+  const { sandbox } = await creating;
+  await looking;
+  assert.deepEqual(answer, {
+    found: true,
+    sandbox: { id: sandbox.id, name: "agent-1", state: "active" },
+  });
+  await close();
+});
+
+Deno.test("SandboxService.lookup(): a row answers at once, a free slot is a plain no", async () => {
+  const { service, executor, close } = setup();
+  const { sandbox } = await service.acquire({ name: "a" });
+  await service.pause({ name: "a" });
+  // A row answers at once even while another verb holds the slot.
+  const release = executor.hooks.park("stats");
+  const metrics = service.metrics({ name: "a" });
+  await executor.hooks.parked("stats");
+  assert.deepEqual(await service.lookup({ name: "a" }), {
+    found: true,
+    sandbox: { id: sandbox.id, name: "a", state: "frozen" },
+  });
+  release();
+  await metrics;
+  assert.deepEqual(await service.lookup({ name: "b" }), { found: false });
+  assert.deepEqual(await service.lookup({ id: sandbox.id }), {
+    found: true,
+    sandbox: { id: sandbox.id, name: "a", state: "frozen" },
+  });
+  assert.deepEqual(await service.lookup({ id: "sbx_nope" }), { found: false });
+  // Read-only: the lookups neither woke it nor touched its idle clock.
+  assert.equal(service.get({ name: "a" })?.state, "frozen");
+  await close();
+});
+
+Deno.test("SandboxService.lookup() after a failed create is a plain no", async () => {
+  const { executor, service, close } = setup();
+  const release = executor.hooks.park("create");
+  executor.hooks.fail("create", new ExecutorError("unavailable", "Engine down"));
+  const creating = service.acquire({ name: "a" });
+  await executor.hooks.parked("create");
+  const looking = service.lookup({ name: "a" });
+  release();
+  await assert.rejects(creating, (e) => e instanceof HttpError && e.status === 503);
+  assert.deepEqual(await looking, { found: false });
+  await close();
+});
+
+Deno.test("SandboxService.acquire(): twenty callers build one sandbox", async () => {
+  const { executor, service, close } = setup();
+  const results = await Promise.all(
+    Array.from({ length: 20 }, () => service.acquire({ name: "same", metadata: { a: "1" } })),
+  );
+  assert.equal(executor.hooks.calls.create, 1);
+  assert.equal(results.filter((r) => r.created).length, 1);
+  assert.equal(new Set(results.map((r) => r.sandbox.id)).size, 1);
+  await close();
+});
+
+Deno.test("SandboxService.acquire() removes the container when the ledger write fails", async () => {
+  const { executor, ledger, service, close } = setup();
+  const insert = ledger.insert.bind(ledger);
+  ledger.insert = () => {
+    throw new Error("disk full");
+  };
+  await assert.rejects(service.acquire({ name: "a" }), /could not record it.*disk full/);
+  assert.deepEqual(await executor.list(), []);
+  ledger.insert = insert;
+  await close();
+});
+
+Deno.test("SandboxService wakes a frozen sandbox before exec and touches its idle clock", async () => {
+  const { clock, service, close } = setup();
+  await service.acquire({ name: "a", spec: { env: { X: "from-spec" } } });
+  await service.pause({ name: "a" });
+  await assert.rejects(
+    service.pause({ name: "a" }),
+    (e) => e instanceof HttpError && e.status === 409,
+  );
+  clock.tick(60_000);
+  const r = await service.execCommand({ name: "a" }, {
+    cmd: ["sh", "-c", "echo $X; echo e >&2; exit 3"],
+  });
+  assert.deepEqual(r, {
+    exitCode: 3,
+    stdout: "from-spec\n",
+    stderr: "e\n",
+    stdoutTruncated: false,
+    stderrTruncated: false,
+  });
+  const after = service.get({ name: "a" })!;
+  assert.equal(after.state, "active");
+  assert.equal(after.lastActiveAt, new Date(1_700_000_060_000).toISOString());
+  assert.deepEqual(await service.resume({ name: "a" }), { resumed: false, sandbox: after });
+  await close();
+});
+
+Deno.test("SandboxService.execCommand() caps each stream and says so", async () => {
+  const { service, close } = setup({ maxOutputBytes: 4 });
+  await service.acquire({ name: "a" });
+  const r = await service.execCommand({ name: "a" }, {
+    cmd: ["bash", "-c", "echo 123456; echo ab >&2"],
+  });
+  assert.equal(r.stdout, "1234");
+  assert.equal(r.stdoutTruncated, true);
+  assert.equal(r.stderr, "ab\n");
+  assert.equal(r.stderrTruncated, false);
+  const timed = await service.execCommand({ name: "a" }, { cmd: ["sleep", "5"], timeoutMs: 1 });
+  assert.equal(timed.timedOut, true);
+  assert.equal(timed.exitCode, 137);
+  await close();
+});
+
+Deno.test("SandboxService maps executor errors to statuses and unknown names to 404", async () => {
+  const { service, close } = setup();
+  await service.acquire({ name: "a" });
+  const status = async (p: Promise<unknown>) => {
+    try {
+      await p;
+    } catch (e) {
+      assert.ok(e instanceof HttpError, String(e));
+      return e.status;
+    }
+    assert.fail("expected an HttpError");
+  };
+  assert.equal(await status(service.readFile({ name: "a" }, "/nope")), 404);
+  assert.equal(await status(service.readFile({ name: "a" }, "/tmp")), 400);
+  assert.equal(await status(service.readFile({ name: "b" }, "/tmp")), 404);
+  assert.equal(await status(service.metrics({ id: "sbx_nope" })), 404);
+  await assert.rejects(
+    service.readFile({ name: "b" }, "/x"),
+    /No sandbox named 'b'.*acquireSandbox/,
+  );
+  await close();
+});
+
+Deno.test("SandboxService files, metadata, list, commands and destroy", async () => {
+  const { service, close } = setup();
+  const { sandbox } = await service.acquire({ name: "a", metadata: { team: "x" } });
+  await service.acquire({ name: "b", metadata: { team: "y" } });
+  const entry = await service.writeFile({ name: "a" }, "/tmp/f", encoder.encode("hello"));
+  assert.equal(entry.size, 5);
+  assert.equal(decoder.decode(await service.readFile({ id: sandbox.id }, "/tmp/f")), "hello");
+  assert.equal(await service.makeDir({ name: "a" }, "/tmp/d"), true);
+  assert.equal((await service.move({ name: "a" }, "/tmp/f", "/tmp/d/g")).path, "/tmp/d/g");
+  assert.equal((await service.stat({ name: "a" }, "/tmp/d/g")).size, 5);
+  assert.deepEqual((await service.listDir({ name: "a" }, "/tmp/d")).map((e) => e.name), ["g"]);
+  await service.remove({ name: "a" }, "/tmp/d");
+  const merged = await service.updateMetadata({ name: "a" }, { extra: "1" }, true);
+  assert.deepEqual(merged.metadata, { team: "x", extra: "1" });
+  const replaced = await service.updateMetadata({ name: "a" }, { only: "1" });
+  assert.deepEqual(replaced.metadata, { only: "1" });
+  assert.deepEqual(service.list({ metadata: { team: "y" } }).map((s) => s.name), ["b"]);
+  assert.deepEqual(service.list({ states: ["frozen"] }), []);
+  const handle = await service.startCommand({ name: "a" }, { cmd: ["sleep", "30"] });
+  assert.deepEqual([...service.commands({ name: "a" }).keys()], [handle.pid]);
+  assert.equal(await service.destroy({ name: "a" }), true);
+  assert.equal((await handle.exited).signal, "SIGKILL");
+  assert.equal(await service.destroy({ name: "a" }), false);
+  assert.equal(await service.destroy({ id: "sbx_nope" }), false);
+  assert.deepEqual(service.list().map((s) => s.name), ["b"]);
+  await close();
+});
+
+Deno.test("SandboxService.expireIfDue() kills or pauses past the deadline only", async () => {
+  const { clock, service, close } = setup();
+  const { sandbox: k } = await service.acquire({
+    name: "k",
+    deadline: { ms: 1000, action: "kill" },
+  });
+  const { sandbox: p } = await service.acquire({
+    name: "p",
+    deadline: { ms: 1000, action: "pause" },
+  });
+  assert.equal(await service.expireIfDue(k.id), "skipped");
+  clock.tick(1000);
+  assert.equal(await service.expireIfDue(k.id), "killed");
+  assert.equal(await service.expireIfDue(p.id), "paused");
+  const paused = service.get({ name: "p" })!;
+  assert.equal(paused.state, "frozen");
+  assert.equal(paused.deadlineAt, null);
+  assert.equal(service.get({ name: "k" }), undefined);
+  assert.equal(service.setDeadline({ name: "p" }, 5, "kill").deadlineAt, 5);
+  await close();
+});
+
+Deno.test("SandboxService.reconcile() drops rows whose sandbox is gone and keeps orphans", async () => {
+  const { executor, ledger, service, close } = setup();
+  const { sandbox: kept } = await service.acquire({ name: "kept" });
+  const { sandbox: lost } = await service.acquire({ name: "lost" });
+  await executor.destroy(lost.id);
+  await executor.create({ id: "sbx_orphan", name: "o", template: "base", spec: {}, env: {} });
+  assert.deepEqual(await service.reconcile(), { dropped: [lost.id], orphans: ["sbx_orphan"] });
+  assert.deepEqual(ledger.all().map((s) => s.id), [kept.id]);
+  assert.deepEqual((await executor.list()).sort(), [kept.id, "sbx_orphan"].sort());
+  await close();
+});
+
+Deno.test("SandboxService: a destroy waits for a verb holding the name's slot", async () => {
+  const { executor, service, close } = setup();
+  await service.acquire({ name: "a" });
+  const release = executor.hooks.park("writeFile");
+  const writing = service.writeFile({ name: "a" }, "/tmp/f", encoder.encode("x"));
+  await executor.hooks.parked("writeFile");
+  const destroying = service.destroy({ name: "a" });
+  await flush();
+  assert.equal(executor.hooks.calls.destroy, 0, "destroy must queue behind the write");
+  release();
+  assert.equal((await writing).size, 1);
+  assert.equal(await destroying, true);
+  await close();
+});
+
+Deno.test("SandboxService: a long command holds no slot, so destroy ends it", async () => {
+  const { service, close } = setup();
+  await service.acquire({ name: "a" });
+  const running = service.execCommand({ name: "a" }, {
+    cmd: ["bash", "-c", "echo started; sleep 30"],
+  });
+  await flush();
+  assert.equal(await service.destroy({ name: "a" }), true);
+  const r = await running;
+  assert.equal(r.exitCode, 137);
+  assert.equal(r.stdout, "started\n");
+  await close();
+});

@@ -1,0 +1,30 @@
+/**
+ * Pieces shared by the gateway and the nodes: the wire schemas both ends validate with, the
+ * per-name queue, constant-time token comparison, the single-writer lock, logging, bounded
+ * shutdown and an injectable clock.
+ *
+ * @example Validate a check-in body
+ * ```ts
+ * import { checkInSchema, describeZodError } from "@dormice/cluster/shared";
+ * const r = checkInSchema.safeParse({ nodeId: "a" });
+ * if (!r.success) console.log(describeZodError(r.error));
+ * ```
+ *
+ * @module
+ */
+export * from "./schemas.ts";
+export { NameQueue } from "./name_queue.ts";
+export { bearerToken, tokensEqual } from "./token.ts";
+export { DatabaseLockedError, openExclusiveDatabase } from "./lock.ts";
+export {
+  ChangeLog,
+  createLog,
+  type Log,
+  type LogLevel,
+  parseLogLevel,
+  redact,
+  silentLog,
+} from "./log.ts";
+export { HttpError } from "./http_error.ts";
+export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
+export { type Clock, FakeClock, systemClock } from "./clock.ts";
