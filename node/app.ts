@@ -16,6 +16,9 @@ import type { Executor } from "./executor.ts";
 import { FakeExecutor } from "./fake_executor.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
+import { AccessTokens } from "./access_token.ts";
+import { createE2bApi } from "./e2b_api.ts";
+import { createEnvd, handleSignedFiles } from "./envd.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./native.ts";
 import { DeadlineScanner } from "./scanner.ts";
 import { SandboxService } from "./service.ts";
@@ -120,14 +123,14 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   hono.onError((error) => nativeErrorResponse(error, log));
   hono.notFound(nativeNotFound);
 
-  // ── E2B faces: mounted here, BEFORE the native face, by the lead ──────────────────────────
-  // `node/e2b_api.ts` and `node/envd.ts` export Hono sub-apps with their own onError (E2B
-  // `{code, message}` / Connect dialects), which `route()` keeps for their routes:
-  //   hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens }));
-  //   hono.route("/e2b/envd", createEnvd(service, { accessTokens }));
-  //   hono.route("/", handleSignedFiles(service, { accessTokens })); // the SDK's root /files
-  // They must come first: the native face answers POST /<verb> at the root.
-  // ─────────────────────────────────────────────────────────────────────────────────────────
+  // The E2B faces answer in their own dialects (E2B `{code, message}`, Connect) through their
+  // own onError, which route() keeps. They come before the native face because that one
+  // answers POST /<verb> at the root. The envd secret is derived from the fleet token so every
+  // node and every restart agrees on a sandbox's access token without another variable.
+  const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
+  hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens, log }));
+  hono.route("/e2b/envd", createEnvd(service, { accessTokens, log }));
+  hono.route("/", handleSignedFiles(service, { accessTokens, log }));
 
   hono.route(
     "/",

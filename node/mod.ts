@@ -106,3 +106,6 @@ export type {
   SandboxRecord,
   SandboxRef,
 } from "./types.ts";
+export { createE2bApi, type E2bApiOptions } from "./e2b_api.ts";
+export { createEnvd, type EnvdOptions, handleSignedFiles } from "./envd.ts";
+export { AccessTokens } from "./access_token.ts";

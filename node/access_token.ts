@@ -1,0 +1,252 @@
+/**
+ * envd access tokens and the SDK's signed `/files` URLs.
+ *
+ * A sandbox's `envdAccessToken` is HMAC-SHA256 of its id under the node's secret (base64url), so
+ * the node stores no token and can recompute any sandbox's token. The SDK signs a file URL as
+ * `"v1_" + base64(sha256("<path>:<operation>:<user>:<token>[:<expiration>]"))` with the padding
+ * dropped (e2b 2.51, `src/sandbox/signature.ts`); the URL carries no sandbox id, so a node finds
+ * the sandbox by recomputing the signature under each of its sandboxes' tokens.
+ *
+ * @module
+ */
+import { createHash, createHmac } from "node:crypto";
+import { tokensEqual } from "../shared/token.ts";
+
+/**
+ * Mints and checks per-sandbox envd access tokens under one node secret.
+ *
+ * @example
+ * ```ts
+ * import { AccessTokens } from "./access_token.ts";
+ * const tokens = new AccessTokens("a node secret of at least 32 characters!!");
+ * const token = tokens.forSandbox("sbx-1");
+ * tokens.verify("sbx-1", token); // true
+ * ```
+ */
+export class AccessTokens {
+  #secret: string | Uint8Array;
+
+  /**
+   * Keeps the secret (at least 32 characters or bytes).
+   *
+   * @throws {RangeError} When the secret is shorter than 32.
+   */
+  constructor(secret: string | Uint8Array) {
+    if (secret.length < 32) {
+      throw new RangeError(
+        `Cannot create AccessTokens as the secret must have at least 32 characters: received ${secret.length}`,
+      );
+    }
+    this.#secret = secret;
+  }
+
+  /**
+   * Tokens under a secret derived from the fleet token, so every node of a fleet and every
+   * restart agrees on a sandbox's token without another variable; HMAC is one-way, so an
+   * envd token never reveals the fleet token.
+   *
+   * @example
+   * ```ts
+   * import { AccessTokens } from "./access_token.ts";
+   * const tokens = AccessTokens.fromFleetToken("the fleet token of at least 32 characters");
+   * ```
+   */
+  static fromFleetToken(fleetToken: string): AccessTokens {
+    return new AccessTokens(
+      new Uint8Array(
+        createHmac("sha256", fleetToken).update("dormice envd access tokens v1").digest(),
+      ),
+    );
+  }
+
+  /** The sandbox's token: HMAC-SHA256 of its id, base64url without padding. */
+  forSandbox(sandboxId: string): string {
+    return createHmac("sha256", this.#secret).update(sandboxId).digest("base64url");
+  }
+
+  /** True when `given` is the sandbox's token (constant time). */
+  verify(sandboxId: string, given: string | null | undefined): boolean {
+    if (!given) return false;
+    return tokensEqual(given, this.forSandbox(sandboxId));
+  }
+}
+
+/** What a signed `/files` URL signs. */
+export interface FileSignatureInput {
+  /** The `path` query value exactly as signed (`""` when absent). */
+  path: string;
+  /** `"read"` for GET (downloadUrl), `"write"` for POST (uploadUrl). */
+  operation: "read" | "write";
+  /** The `username` query value (`""` when absent). */
+  user: string;
+  /** The sandbox's envd access token. */
+  accessToken: string;
+  /** `signature_expiration` in Unix seconds, when the URL has one. */
+  expiration?: number;
+}
+
+/**
+ * Computes the SDK's `v1_` signature of a file URL.
+ *
+ * @example
+ * ```ts
+ * import { fileSignature } from "./access_token.ts";
+ * fileSignature({ path: "/tmp/a", operation: "read", user: "", accessToken: "t" });
+ * ```
+ */
+export function fileSignature(input: FileSignatureInput): string {
+  const raw = input.expiration === undefined
+    ? `${input.path}:${input.operation}:${input.user}:${input.accessToken}`
+    : `${input.path}:${input.operation}:${input.user}:${input.accessToken}:${input.expiration}`;
+  return "v1_" + createHash("sha256").update(raw).digest("base64").replace(/=+$/, "");
+}
+
+/** A signed URL's query, parsed. */
+export interface SignedFileRequest {
+  /** The `path` query value (`""` when absent). */
+  path: string;
+  /** The `username` query value (`""` when absent). */
+  user: string;
+  /** `"read"` for GET, `"write"` for POST. */
+  operation: "read" | "write";
+  /** The `signature` query value, `v1_…`. */
+  signature: string;
+  /** `signature_expiration`, Unix seconds. */
+  expiration?: number;
+}
+
+/**
+ * Parses the signature fields of a `/files` URL; returns an error sentence for a bad one.
+ *
+ * @example
+ * ```ts
+ * import { parseSignedFileUrl } from "./access_token.ts";
+ * parseSignedFileUrl(new URL("http://n/files?path=/a&signature=v1_x"), "read");
+ * ```
+ */
+export function parseSignedFileUrl(
+  url: URL,
+  operation: "read" | "write",
+): { ok: true; value: SignedFileRequest } | { ok: false; error: string } {
+  const signature = url.searchParams.get("signature");
+  if (!signature) {
+    return {
+      ok: false,
+      error:
+        "The /files URL has no 'signature': use sandbox.downloadUrl() or uploadUrl(), or call /e2b/envd/files with the E2b-Sandbox-Id and X-Access-Token headers",
+    };
+  }
+  if (!signature.startsWith("v1_")) {
+    return { ok: false, error: "'signature' is not a v1 signature: sign the URL with the e2b SDK" };
+  }
+  const rawExpiration = url.searchParams.get("signature_expiration");
+  let expiration: number | undefined;
+  if (rawExpiration !== null) {
+    if (!/^\d{1,15}$/.test(rawExpiration)) {
+      return {
+        ok: false,
+        error: `'signature_expiration' must be Unix seconds: received '${
+          rawExpiration.slice(0, 40)
+        }'`,
+      };
+    }
+    expiration = Number(rawExpiration);
+  }
+  return {
+    ok: true,
+    value: {
+      path: url.searchParams.get("path") ?? "",
+      user: url.searchParams.get("username") ?? "",
+      operation,
+      signature,
+      expiration,
+    },
+  };
+}
+
+/**
+ * True when `request` is signed with `accessToken` (constant-time compare). Expiry is checked
+ * separately by the caller with {@linkcode isExpired}.
+ *
+ * @example
+ * ```ts
+ * import { fileSignature, signatureMatches } from "./access_token.ts";
+ * const signature = fileSignature({ path: "/a", operation: "read", user: "", accessToken: "t" });
+ * signatureMatches({ path: "/a", operation: "read", user: "", signature }, "t"); // true
+ * ```
+ */
+export function signatureMatches(request: SignedFileRequest, accessToken: string): boolean {
+  return tokensEqual(
+    request.signature,
+    fileSignature({ ...request, accessToken }),
+  );
+}
+
+/**
+ * True when the signed URL's expiration (Unix seconds) is before `nowMs`.
+ *
+ * @example
+ * ```ts
+ * import { isExpired } from "./access_token.ts";
+ * isExpired({ path: "", user: "", operation: "read", signature: "v1_", expiration: 1 }, Date.now()); // true
+ * ```
+ */
+export function isExpired(request: SignedFileRequest, nowMs: number): boolean {
+  return request.expiration !== undefined && request.expiration * 1000 < nowMs;
+}
+
+/**
+ * Finds which sandbox signed `request`: a remembered hint is re-verified first, then every
+ * candidate is tried (one SHA-256 per candidate; each sandbox's token is derived once and
+ * kept). Returns the sandbox id or undefined. The hint cache is bounded and only ever a hint.
+ *
+ * @example
+ * ```ts
+ * import { AccessTokens, SignatureLocator } from "./access_token.ts";
+ * const locator = new SignatureLocator(new AccessTokens("x".repeat(32)));
+ * // locator.find(request, ["sbx-1", "sbx-2"]);
+ * ```
+ */
+export class SignatureLocator {
+  #tokens: AccessTokens;
+  #hints = new Map<string, string>();
+  #maxHints: number;
+  /** Tokens already derived (an HMAC costs more than the signature's hash); bounded. */
+  #known = new Map<string, string>();
+
+  #token(id: string): string {
+    let token = this.#known.get(id);
+    if (token === undefined) {
+      token = this.#tokens.forSandbox(id);
+      if (this.#known.size >= 100_000) this.#known.clear();
+      this.#known.set(id, token);
+    }
+    return token;
+  }
+
+  /** Uses `tokens`; remembers up to `maxHints` signature → sandbox hints (default 1,000). */
+  constructor(tokens: AccessTokens, { maxHints = 1_000 }: { maxHints?: number } = {}) {
+    this.#tokens = tokens;
+    this.#maxHints = maxHints;
+  }
+
+  /** The id of the sandbox among `candidates` whose token signed `request`, or undefined. */
+  find(request: SignedFileRequest, candidates: Iterable<string>): string | undefined {
+    const ids = [...candidates];
+    const hint = this.#hints.get(request.signature);
+    if (hint !== undefined && ids.includes(hint)) {
+      if (signatureMatches(request, this.#token(hint))) return hint;
+    }
+    for (const id of ids) {
+      if (signatureMatches(request, this.#token(id))) {
+        this.#hints.delete(request.signature);
+        this.#hints.set(request.signature, id);
+        while (this.#hints.size > this.#maxHints) {
+          this.#hints.delete(this.#hints.keys().next().value as string);
+        }
+        return id;
+      }
+    }
+    return undefined;
+  }
+}

@@ -1,0 +1,121 @@
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import {
+  AccessTokens,
+  fileSignature,
+  isExpired,
+  parseSignedFileUrl,
+  SignatureLocator,
+  signatureMatches,
+} from "./access_token.ts";
+
+const secret = "a node secret that is long enough!!";
+
+Deno.test("AccessTokens.forSandbox() is a stable base64url HMAC per sandbox", () => {
+  const tokens = new AccessTokens(secret);
+  const a = tokens.forSandbox("sbx-a");
+  assert.equal(a, tokens.forSandbox("sbx-a"));
+  assert.notEqual(a, tokens.forSandbox("sbx-b"));
+  assert.match(a, /^[A-Za-z0-9_-]{43}$/);
+  assert.notEqual(a, new AccessTokens(secret + "x").forSandbox("sbx-a"));
+});
+
+Deno.test("AccessTokens.verify() accepts the sandbox's token only", () => {
+  const tokens = new AccessTokens(secret);
+  assert.equal(tokens.verify("s1", tokens.forSandbox("s1")), true);
+  assert.equal(tokens.verify("s1", tokens.forSandbox("s2")), false);
+  assert.equal(tokens.verify("s1", undefined), false);
+  assert.equal(tokens.verify("s1", ""), false);
+});
+
+Deno.test("new AccessTokens() refuses a secret shorter than 32", () => {
+  assert.throws(() => new AccessTokens("short"), RangeError);
+});
+
+Deno.test("fileSignature() matches the e2b SDK's formula", () => {
+  // The SDK: "v1_" + base64(sha256(`${path}:${operation}:${user}:${token}[:${exp}]`)) minus "=".
+  const expected = (raw: string) =>
+    "v1_" + createHash("sha256").update(raw).digest("base64").replace(/=+$/, "");
+  assert.equal(
+    fileSignature({ path: "/tmp/a", operation: "read", user: "", accessToken: "tok" }),
+    expected("/tmp/a:read::tok"),
+  );
+  assert.equal(
+    fileSignature({
+      path: "/tmp/a",
+      operation: "write",
+      user: "root",
+      accessToken: "tok",
+      expiration: 1700000000,
+    }),
+    expected("/tmp/a:write:root:tok:1700000000"),
+  );
+});
+
+Deno.test("parseSignedFileUrl() reads path, username, signature and expiration", () => {
+  const r = parseSignedFileUrl(
+    new URL(
+      "http://n/files?path=%2Ftmp%2Fa&username=root&signature=v1_abc&signature_expiration=12",
+    ),
+    "read",
+  );
+  assert.deepEqual(r, {
+    ok: true,
+    value: { path: "/tmp/a", user: "root", operation: "read", signature: "v1_abc", expiration: 12 },
+  });
+  assert.equal(parseSignedFileUrl(new URL("http://n/files?path=/a"), "read").ok, false);
+  assert.equal(parseSignedFileUrl(new URL("http://n/files?signature=v2_x"), "read").ok, false);
+  assert.equal(
+    parseSignedFileUrl(new URL("http://n/files?signature=v1_x&signature_expiration=soon"), "read")
+      .ok,
+    false,
+  );
+});
+
+Deno.test("signatureMatches() and isExpired() judge a signed request", () => {
+  const signature = fileSignature({
+    path: "/a",
+    operation: "read",
+    user: "",
+    accessToken: "t",
+    expiration: 100,
+  });
+  const request = { path: "/a", operation: "read" as const, user: "", signature, expiration: 100 };
+  assert.equal(signatureMatches(request, "t"), true);
+  assert.equal(signatureMatches(request, "u"), false);
+  assert.equal(signatureMatches({ ...request, operation: "write" }, "t"), false);
+  assert.equal(signatureMatches({ ...request, expiration: 101 }, "t"), false);
+  assert.equal(isExpired(request, 100_000), false);
+  assert.equal(isExpired(request, 100_001), true);
+  assert.equal(isExpired({ ...request, expiration: undefined }, 1e15), false);
+});
+
+Deno.test("SignatureLocator.find() picks the sandbox whose token signed the URL", () => {
+  const tokens = new AccessTokens(secret);
+  const locator = new SignatureLocator(tokens, { maxHints: 2 });
+  const ids = ["s1", "s2", "s3"];
+  const sign = (id: string, path: string) => ({
+    path,
+    operation: "read" as const,
+    user: "",
+    signature: fileSignature({
+      path,
+      operation: "read",
+      user: "",
+      accessToken: tokens.forSandbox(id),
+    }),
+  });
+  assert.equal(locator.find(sign("s2", "/x"), ids), "s2");
+  assert.equal(locator.find(sign("s2", "/x"), ids), "s2"); // from the hint, re-verified
+  assert.equal(locator.find(sign("s2", "/x"), ["s1", "s3"]), undefined); // s2 is gone
+  assert.equal(locator.find(sign("s9", "/x"), ids), undefined);
+  assert.equal(locator.find({ ...sign("s3", "/x"), path: "/y" }, ids), undefined); // altered
+});
+
+Deno.test("AccessTokens.fromFleetToken() is stable and differs from the fleet token itself", () => {
+  const fleet = "the fleet token of at least 32 characters";
+  const a = AccessTokens.fromFleetToken(fleet).forSandbox("s1");
+  assert.equal(a, AccessTokens.fromFleetToken(fleet).forSandbox("s1"));
+  assert.notEqual(a, new AccessTokens(fleet).forSandbox("s1"));
+  assert.notEqual(a, AccessTokens.fromFleetToken(fleet + "!").forSandbox("s1"));
+});

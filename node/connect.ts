@@ -1,0 +1,386 @@
+/**
+ * The Connect protocol's JSON codec, as envd speaks it: envelopes for server streams, the
+ * end-stream message, and Connect error codes with their HTTP statuses.
+ *
+ * @module
+ */
+
+/** Envelope flag: the message is compressed (we never compress and refuse compressed input). */
+export const FLAG_COMPRESSED = 0x01;
+/** Envelope flag: this is the end-stream message that closes a server stream. */
+export const FLAG_END_STREAM = 0x02;
+
+/** Content type of a Connect server stream with the JSON codec. */
+export const CONNECT_STREAM_JSON = "application/connect+json";
+
+/** The Connect error codes (the string form that travels in `{code, message}`). */
+export type ConnectCode =
+  | "canceled"
+  | "unknown"
+  | "invalid_argument"
+  | "deadline_exceeded"
+  | "not_found"
+  | "already_exists"
+  | "permission_denied"
+  | "resource_exhausted"
+  | "failed_precondition"
+  | "aborted"
+  | "out_of_range"
+  | "unimplemented"
+  | "internal"
+  | "unavailable"
+  | "data_loss"
+  | "unauthenticated";
+
+/** HTTP status of each Connect code, from the Connect protocol specification. */
+const statusOfCode: Record<ConnectCode, number> = {
+  canceled: 499,
+  unknown: 500,
+  invalid_argument: 400,
+  deadline_exceeded: 504,
+  not_found: 404,
+  already_exists: 409,
+  permission_denied: 403,
+  resource_exhausted: 429,
+  failed_precondition: 400,
+  aborted: 409,
+  out_of_range: 400,
+  unimplemented: 501,
+  internal: 500,
+  unavailable: 503,
+  data_loss: 500,
+  unauthenticated: 401,
+};
+
+/**
+ * The HTTP status a unary Connect error travels with.
+ *
+ * @example
+ * ```ts
+ * import { connectCodeToStatus } from "./connect.ts";
+ * connectCodeToStatus("not_found"); // 404
+ * ```
+ */
+export function connectCodeToStatus(code: ConnectCode): number {
+  return statusOfCode[code];
+}
+
+/**
+ * The Connect code that best names an HTTP status (for errors raised as `HttpError`).
+ *
+ * @example
+ * ```ts
+ * import { statusToConnectCode } from "./connect.ts";
+ * statusToConnectCode(409); // "already_exists"
+ * ```
+ */
+export function statusToConnectCode(status: number): ConnectCode {
+  switch (status) {
+    case 400:
+    case 413:
+    case 422:
+      return "invalid_argument";
+    case 401:
+      return "unauthenticated";
+    case 403:
+      return "permission_denied";
+    case 404:
+      return "not_found";
+    case 409:
+      return "already_exists";
+    case 412:
+      return "failed_precondition";
+    case 429:
+      return "resource_exhausted";
+    case 499:
+      return "canceled";
+    case 501:
+      return "unimplemented";
+    case 502:
+    case 503:
+      return "unavailable";
+    case 504:
+      return "deadline_exceeded";
+    default:
+      return status >= 500 ? "internal" : "unknown";
+  }
+}
+
+/**
+ * An error to send in the Connect dialect: `{code:"not_found", message}`.
+ *
+ * @example
+ * ```ts
+ * import { ConnectError } from "./connect.ts";
+ * throw new ConnectError("not_found", "No process with pid 7: list them with Process/List");
+ * ```
+ */
+export class ConnectError extends Error {
+  /** The Connect code. */
+  readonly code: ConnectCode;
+  /** Builds the error with a sentence saying what is wrong and what to do. */
+  constructor(code: ConnectCode, message: string) {
+    super(message);
+    this.name = "ConnectError";
+    this.code = code;
+  }
+}
+
+/**
+ * A unary Connect error answer: the code's HTTP status and a JSON `{code, message}` body.
+ *
+ * @example
+ * ```ts
+ * import { connectErrorResponse } from "./connect.ts";
+ * const res = connectErrorResponse("unauthenticated", "X-Access-Token is missing");
+ * res.status; // 401
+ * ```
+ */
+export function connectErrorResponse(code: ConnectCode, message: string): Response {
+  return new Response(JSON.stringify({ code, message }), {
+    status: connectCodeToStatus(code),
+    headers: { "content-type": "application/json" },
+  });
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/**
+ * Encodes one envelope: `[flags:u8][length:u32 big-endian][json]`.
+ *
+ * @example
+ * ```ts
+ * import { encodeEnvelope } from "./connect.ts";
+ * encodeEnvelope(0, { event: { start: { pid: 1 } } });
+ * ```
+ */
+export function encodeEnvelope(flags: number, message: unknown): Uint8Array<ArrayBuffer> {
+  const body = encoder.encode(JSON.stringify(message));
+  const out = new Uint8Array(5 + body.length);
+  out[0] = flags;
+  new DataView(out.buffer).setUint32(1, body.length, false);
+  out.set(body, 5);
+  return out;
+}
+
+/**
+ * The end-stream envelope: flags `0x02` and `{}`, or `{"error":{code,message}}`.
+ *
+ * @example
+ * ```ts
+ * import { encodeEndStream } from "./connect.ts";
+ * encodeEndStream(); // closes a stream that went well
+ * ```
+ */
+export function encodeEndStream(
+  error?: { code: ConnectCode; message: string },
+): Uint8Array<ArrayBuffer> {
+  return encodeEnvelope(FLAG_END_STREAM, error ? { error } : {});
+}
+
+/** One decoded envelope. */
+export interface Envelope {
+  /** The flags byte. */
+  flags: number;
+  /** The parsed JSON message. */
+  message: unknown;
+}
+
+/**
+ * Decodes every envelope in `bytes`.
+ *
+ * @throws {ConnectError} `invalid_argument` when the bytes are truncated, compressed or not JSON.
+ * @example
+ * ```ts
+ * import { decodeEnvelopes, encodeEnvelope } from "./connect.ts";
+ * decodeEnvelopes(encodeEnvelope(0, { path: "/" })); // [{ flags: 0, message: { path: "/" } }]
+ * ```
+ */
+export function decodeEnvelopes(bytes: Uint8Array): Envelope[] {
+  const out: Envelope[] = [];
+  let at = 0;
+  while (at < bytes.length) {
+    if (bytes.length - at < 5) {
+      throw new ConnectError(
+        "invalid_argument",
+        `The request ends inside an envelope header (${
+          bytes.length - at
+        } of 5 bytes): send whole envelopes`,
+      );
+    }
+    const flags = bytes[at];
+    const length = new DataView(bytes.buffer, bytes.byteOffset + at + 1, 4).getUint32(0, false);
+    if (bytes.length - at - 5 < length) {
+      throw new ConnectError(
+        "invalid_argument",
+        `The request's envelope announces ${length} bytes but only ${
+          bytes.length - at - 5
+        } arrived: send whole envelopes`,
+      );
+    }
+    if (flags & FLAG_COMPRESSED) {
+      throw new ConnectError(
+        "unimplemented",
+        "Compressed envelopes are not supported: send the request uncompressed (identity)",
+      );
+    }
+    const body = bytes.subarray(at + 5, at + 5 + length);
+    let message: unknown;
+    try {
+      message = length === 0 ? {} : JSON.parse(decoder.decode(body));
+    } catch {
+      throw new ConnectError(
+        "invalid_argument",
+        "The request envelope is not JSON: use the JSON codec",
+      );
+    }
+    out.push({ flags, message });
+    at += 5 + length;
+  }
+  return out;
+}
+
+/**
+ * Reads the single request message of a server-streaming call.
+ *
+ * @throws {ConnectError} `invalid_argument` when the body is not exactly one JSON envelope.
+ * @example
+ * ```ts
+ * import { readStreamRequest } from "./connect.ts";
+ * // const message = await readStreamRequest(request);
+ * ```
+ */
+export async function readStreamRequest(request: Request): Promise<unknown> {
+  const bytes = new Uint8Array(await request.arrayBuffer());
+  const envelopes = decodeEnvelopes(bytes).filter((e) => !(e.flags & FLAG_END_STREAM));
+  if (envelopes.length !== 1) {
+    throw new ConnectError(
+      "invalid_argument",
+      `A server-streaming call takes exactly one request message, got ${envelopes.length}`,
+    );
+  }
+  return envelopes[0].message;
+}
+
+/**
+ * Reads the JSON message of a unary call (an empty body is `{}`).
+ *
+ * @throws {ConnectError} `invalid_argument` when the body is not a JSON object.
+ * @example
+ * ```ts
+ * import { readUnaryRequest } from "./connect.ts";
+ * // const message = await readUnaryRequest(request);
+ * ```
+ */
+export async function readUnaryRequest(request: Request): Promise<Record<string, unknown>> {
+  const text = await request.text();
+  if (text.trim() === "") return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new ConnectError("invalid_argument", "The request body is not JSON: use the JSON codec");
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    throw new ConnectError("invalid_argument", "The request body must be a JSON object");
+  }
+  return value as Record<string, unknown>;
+}
+
+/** What a streaming handler gets to send messages with. */
+export interface StreamSink {
+  /** Sends one message; resolves once it is queued. */
+  send(message: unknown): void;
+  /** Aborted when the client hung up or the stream ended. */
+  readonly signal: AbortSignal;
+}
+
+/** Options of {@linkcode streamResponse}. */
+export interface StreamResponseOptions {
+  /** Also ends the stream (e.g. a request signal); the body being cancelled always does. */
+  signal?: AbortSignal;
+  /** Turns what `run` threw into the end-stream error (default: `ConnectError` or `internal`). */
+  toError?: (error: unknown) => { code: ConnectCode; message: string };
+  /**
+   * Bytes that may wait for a slow client before the stream is ended with `resource_exhausted`
+   * (default 16 MiB): a chatty command must not grow the node's memory without bound.
+   */
+  maxBufferedBytes?: number;
+}
+
+/**
+ * Answers a server-streaming call: 200 `application/connect+json`, every message `run` sends as
+ * an envelope as soon as it is sent, then the end-stream envelope (`{}` when `run` resolves,
+ * `{"error":…}` when it throws). When the client hangs up (Deno.serve cancels the body, measured
+ * even on an idle stream), the sink's `signal` aborts so `run` can stop reading its sources.
+ *
+ * @example
+ * ```ts
+ * import { streamResponse } from "./connect.ts";
+ * const res = streamResponse(async (sink) => {
+ *   sink.send({ event: { start: {} } });
+ * });
+ * await res.body?.cancel();
+ * ```
+ */
+export function streamResponse(
+  run: (sink: StreamSink) => Promise<void>,
+  { signal: outer, toError = defaultToError, maxBufferedBytes = 16 * 1024 * 1024 }:
+    StreamResponseOptions = {},
+): Response {
+  const highWaterMark = 64 * 1024;
+  const done = new AbortController();
+  const signal = outer ? AbortSignal.any([outer, done.signal]) : done.signal;
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    done.abort();
+    try {
+      controller.close();
+    } catch { /* the consumer already cancelled */ }
+  };
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c;
+    },
+    cancel() {
+      closed = true;
+      done.abort();
+    },
+  }, { highWaterMark, size: (chunk) => chunk.byteLength });
+  const sink: StreamSink = {
+    send(message) {
+      if (closed) return;
+      controller.enqueue(encodeEnvelope(0, message));
+      // Bytes queued and not yet read by the client = highWaterMark - desiredSize.
+      if (highWaterMark - (controller.desiredSize ?? 0) > maxBufferedBytes) {
+        controller.enqueue(encodeEndStream({
+          code: "resource_exhausted",
+          message:
+            `The client fell more than ${maxBufferedBytes} bytes behind the stream: read it faster or reconnect`,
+        }));
+        close();
+      }
+    },
+    signal,
+  };
+  (async () => {
+    try {
+      await run(sink);
+      if (!closed) controller.enqueue(encodeEndStream());
+    } catch (error) {
+      if (!closed) controller.enqueue(encodeEndStream(toError(error)));
+    } finally {
+      close();
+    }
+  })();
+  return new Response(body, { status: 200, headers: { "content-type": CONNECT_STREAM_JSON } });
+}
+
+function defaultToError(error: unknown): { code: ConnectCode; message: string } {
+  if (error instanceof ConnectError) return { code: error.code, message: error.message };
+  return { code: "internal", message: error instanceof Error ? error.message : String(error) };
+}

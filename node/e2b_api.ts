@@ -1,0 +1,439 @@
+/**
+ * The node's E2B control plane (the API the `e2b` SDK calls with `E2B_API_URL`): create,
+ * connect/resume, timeout, get, list, kill, pause and metrics, with E2B's `{code, message}`
+ * errors and `X-API-KEY` auth.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { z } from "zod";
+import { HttpError } from "../shared/http_error.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
+import { type Log, silentLog } from "../shared/log.ts";
+import { bearerToken, tokensEqual } from "../shared/token.ts";
+import { describeZodError, metadataSchema, sandboxNameSchema } from "../shared/schemas.ts";
+import type { SandboxState } from "../shared/schemas.ts";
+import { ExecutorError } from "./executor.ts";
+import type { AccessTokens } from "./access_token.ts";
+import type { SandboxOps, SandboxRecord } from "./types.ts";
+
+/** Options of {@linkcode createE2bApi}. */
+export interface E2bApiOptions {
+  /** The fleet token; E2B clients send it as `X-API-KEY`. */
+  apiToken: string;
+  /** Per-sandbox envd tokens; when set, create/connect/get answer `envdAccessToken`. */
+  accessTokens?: AccessTokens;
+  /** Deadlines are computed from it. */
+  clock?: Clock;
+  /** Where unexpected errors are logged. */
+  log?: Log;
+  /** Reported envd version; the SDK gates features on it (default "0.6.13"). */
+  envdVersion?: string;
+  /** The `domain` in answers; null by default because the SDK uses `E2B_SANDBOX_URL`. */
+  domain?: string | null;
+  /** Lifetime of a sandbox created or resumed without `timeout`, seconds (E2B's 300). */
+  defaultTimeoutSeconds?: number;
+  /** Longest `timeout` accepted, seconds (default 30 days). */
+  maxTimeoutSeconds?: number;
+  /** Names unnamed creates (default `e2b-` and 20 random hex digits). */
+  randomName?: () => string;
+  /** Answered as `cpuCount` when the sandbox's spec has none. */
+  defaultCpuCount?: number;
+  /** Answered as `memoryMB` when the sandbox's spec has none. */
+  defaultMemoryMB?: number;
+}
+
+/**
+ * The E2B state of a Dormice state: only `running` and `paused` exist there.
+ *
+ * @example
+ * ```ts
+ * import { e2bState } from "./e2b_api.ts";
+ * e2bState("frozen"); // "paused"
+ * ```
+ */
+export function e2bState(state: SandboxState): "running" | "paused" {
+  return state === "active" || state === "restoring" ? "running" : "paused";
+}
+
+/**
+ * Builds the E2B control plane; the lead mounts it at `/e2b/api`.
+ *
+ * @example
+ * ```ts
+ * import { Hono } from "hono";
+ * import { createE2bApi } from "./e2b_api.ts";
+ * import type { SandboxOps } from "./types.ts";
+ * declare const ops: SandboxOps;
+ * const app = new Hono();
+ * app.route("/e2b/api", createE2bApi(ops, { apiToken: "t".repeat(32) }));
+ * ```
+ */
+export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
+  const clock = options.clock ?? systemClock;
+  const log = options.log ?? silentLog;
+  const envdVersion = options.envdVersion ?? "0.6.13";
+  const domain = options.domain ?? null;
+  const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
+  const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
+  const randomName = options.randomName ?? (() => {
+    const bytes = crypto.getRandomValues(new Uint8Array(10));
+    return "e2b-" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+  });
+  const app = new Hono();
+
+  const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")
+    .max(maxTimeout, `must be at most ${maxTimeout} seconds`);
+  const createSchema = z.object({
+    templateID: z.string().min(1).max(256),
+    timeout: timeoutSchema.optional(),
+    autoPause: z.boolean().optional(),
+    metadata: metadataSchema.optional(),
+    envVars: z.record(z.string(), z.string()).optional(),
+  });
+  const connectSchema = z.object({ timeout: timeoutSchema.optional() });
+  const setTimeoutSchema = z.object({ timeout: timeoutSchema });
+
+  app.use("*", async (c, next) => {
+    const given = c.req.header("x-api-key") ?? bearerToken(c.req.header("authorization"));
+    if (!given || !tokensEqual(given, options.apiToken)) {
+      throw new HttpError(
+        401,
+        given
+          ? "The API key is not valid: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)"
+          : "The X-API-KEY header is missing: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)",
+      );
+    }
+    await next();
+  });
+
+  const token = (s: SandboxRecord) => options.accessTokens?.forSandbox(s.id);
+  const endAt = (s: SandboxRecord) =>
+    // No deadline (a native sandbox): E2B has no "never", so answer the far future.
+    s.deadlineAt === null ? "9999-12-31T23:59:59.000Z" : new Date(s.deadlineAt).toISOString();
+
+  /** The `Sandbox` answer of create and connect. */
+  const created = (s: SandboxRecord) => {
+    const accessToken = token(s);
+    return {
+      sandboxID: s.id,
+      templateID: s.template,
+      clientID: s.nodeId,
+      envdVersion,
+      ...(accessToken ? { envdAccessToken: accessToken } : {}),
+      domain,
+    };
+  };
+
+  /** The `ListedSandbox` answer of the lists. */
+  const listed = (s: SandboxRecord) => ({
+    sandboxID: s.id,
+    templateID: s.template,
+    clientID: s.nodeId,
+    startedAt: s.createdAt,
+    endAt: endAt(s),
+    cpuCount: Math.max(1, Math.ceil(s.spec.cpus ?? options.defaultCpuCount ?? 2)),
+    memoryMB: s.spec.memoryMB ?? options.defaultMemoryMB ?? 512,
+    diskSizeMB: 0,
+    metadata: s.metadata,
+    state: e2bState(s.state),
+    envdVersion,
+  });
+
+  /** The `SandboxDetail` answer of get. */
+  const detail = (s: SandboxRecord) => {
+    const accessToken = token(s);
+    return {
+      ...listed(s),
+      ...(accessToken ? { envdAccessToken: accessToken } : {}),
+      domain,
+      lifecycle: { onTimeout: s.deadlineAction ?? "kill", autoResume: false },
+    };
+  };
+
+  const mustGet = (id: string): SandboxRecord => {
+    const s = ops.get({ id });
+    if (!s) throw new HttpError(404, `Sandbox '${id}' not found on this node`);
+    return s;
+  };
+
+  const create = async (c: Context) => {
+    const body = parse(createSchema, await readJson(c));
+    let name: string;
+    if (body.metadata?.name !== undefined) {
+      const r = sandboxNameSchema.safeParse(body.metadata.name);
+      if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
+      name = r.data;
+    } else name = randomName();
+    const result = await ops.acquire({
+      name,
+      template: body.templateID,
+      metadata: body.metadata,
+      env: body.envVars,
+      deadline: {
+        ms: (body.timeout ?? defaultTimeout) * 1000,
+        action: body.autoPause ? "pause" : "kill",
+      },
+    });
+    return c.json(created(result.sandbox), 201);
+  };
+  app.post("/v2/sandboxes", create);
+  app.post("/sandboxes", create);
+
+  const connect = async (c: Context) => {
+    const id = c.req.param("id")!;
+    const body = parse(connectSchema, await readJson(c, true));
+    mustGet(id);
+    const { resumed, sandbox } = await ops.resume({ id });
+    const now = clock.now();
+    let current = sandbox;
+    // Connect only ever extends the lifetime; a sandbox without a deadline keeps none unless
+    // the caller asked for one.
+    if (body.timeout !== undefined || sandbox.deadlineAt !== null) {
+      const wanted = now + (body.timeout ?? defaultTimeout) * 1000;
+      if (sandbox.deadlineAt === null || wanted > sandbox.deadlineAt) {
+        current = ops.setDeadline({ id }, wanted, sandbox.deadlineAction ?? "kill");
+      }
+    }
+    return c.json(created(current), resumed ? 201 : 200);
+  };
+  app.post("/v2/sandboxes/:id/connect", connect);
+  app.post("/sandboxes/:id/connect", connect);
+
+  app.post("/sandboxes/:id/resume", async (c) => {
+    const id = c.req.param("id");
+    const body = parse(
+      z.object({ timeout: timeoutSchema.optional(), autoPause: z.boolean().optional() }),
+      await readJson(c, true),
+    );
+    const before = mustGet(id);
+    if (e2bState(before.state) === "running") {
+      throw new HttpError(409, `Sandbox '${id}' is already running: connect to it instead`);
+    }
+    const { sandbox } = await ops.resume({ id });
+    const action = body.autoPause === undefined
+      ? sandbox.deadlineAction ?? "kill"
+      : body.autoPause
+      ? "pause"
+      : "kill";
+    const after = ops.setDeadline(
+      { id },
+      clock.now() + (body.timeout ?? defaultTimeout) * 1000,
+      action,
+    );
+    return c.json(created(after), 201);
+  });
+
+  app.post("/sandboxes/:id/timeout", async (c) => {
+    const id = c.req.param("id");
+    const body = parse(setTimeoutSchema, await readJson(c));
+    const s = mustGet(id);
+    ops.setDeadline({ id }, clock.now() + body.timeout * 1000, s.deadlineAction ?? "kill");
+    return c.body(null, 204);
+  });
+
+  app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c.req.param("id")))));
+
+  app.get("/sandboxes", (c) => {
+    const metadata = parseMetadataQuery(c.req.query("metadata"));
+    return c.json(ops.list({ metadata, states: ["active", "restoring"] }).map(listed));
+  });
+
+  app.get("/v2/sandboxes", (c) => {
+    const metadata = parseMetadataQuery(c.req.query("metadata"));
+    const states = parseStates(c.req.queries("state"));
+    const order = c.req.query("order") ?? "desc";
+    if (order !== "asc" && order !== "desc") {
+      throw new HttpError(400, `'order' must be asc or desc: received '${order.slice(0, 20)}'`);
+    }
+    const limitRaw = c.req.query("limit");
+    const limit = limitRaw === undefined ? 100 : Number(limitRaw);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) {
+      throw new HttpError(
+        400,
+        `'limit' must be a whole number from 1 to 1000: received '${limitRaw}'`,
+      );
+    }
+    const startedAfterRaw = c.req.query("startedAfter");
+    const startedAfter = startedAfterRaw === undefined ? undefined : Date.parse(startedAfterRaw);
+    if (startedAfter !== undefined && Number.isNaN(startedAfter)) {
+      throw new HttpError(400, `'startedAfter' must be an RFC 3339 date-time`);
+    }
+    const template = c.req.query("template");
+    const sign = order === "asc" ? 1 : -1;
+    let rows = ops.list({ metadata })
+      .filter((s) => states.has(e2bState(s.state)))
+      .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
+      .filter((s) => !template || s.template === template)
+      .sort((a, b) => sign * compareRows(a, b));
+    const nextToken = c.req.query("nextToken");
+    if (nextToken) {
+      const cursor = decodeCursor(nextToken);
+      rows = rows.filter((s) => sign * compareRows(s, cursor) > 0);
+    }
+    const page = rows.slice(0, limit);
+    if (rows.length > limit) {
+      const last = page[page.length - 1];
+      c.header("x-next-token", encodeCursor(last));
+    }
+    return c.json(page.map(listed));
+  });
+
+  app.delete("/sandboxes/:id", async (c) => {
+    const id = c.req.param("id");
+    if (!(await ops.destroy({ id }))) {
+      throw new HttpError(404, `Sandbox '${id}' not found on this node`);
+    }
+    return c.body(null, 204);
+  });
+
+  app.post("/sandboxes/:id/pause", async (c) => {
+    const id = c.req.param("id");
+    const s = mustGet(id);
+    if (e2bState(s.state) === "paused") {
+      throw new HttpError(409, `Sandbox '${id}' is already paused: connect to resume it`);
+    }
+    await ops.pause({ id });
+    return c.body(null, 204);
+  });
+
+  app.get("/sandboxes/:id/metrics", async (c) => {
+    const s = mustGet(c.req.param("id"));
+    // Reading metrics must not wake a paused sandbox.
+    if (e2bState(s.state) === "paused") return c.json([]);
+    const m = await ops.metrics({ id: s.id });
+    return c.json([{
+      timestamp: new Date(m.takenAt).toISOString(),
+      timestampUnix: Math.floor(m.takenAt / 1000),
+      cpuCount: m.cpuCount,
+      cpuUsedPct: m.cpuUsedPct,
+      memUsed: m.memoryUsedBytes,
+      memTotal: m.memoryLimitBytes,
+      memCache: 0,
+      diskUsed: m.diskUsedBytes,
+      diskTotal: 0,
+    }]);
+  });
+
+  // A catch-all route rather than notFound(): a mounted sub-app's notFound is not used.
+  app.all("*", (c) =>
+    c.json({
+      code: 404,
+      message: `No E2B API route ${c.req.method} ${new URL(c.req.url).pathname} on this node`,
+    }, 404));
+  app.onError((error, c) => {
+    if (error instanceof HttpError) {
+      for (const [k, v] of Object.entries(error.headers)) c.header(k, v);
+      return c.json(
+        { ...error.details, code: error.status, message: error.message },
+        error.status as 400,
+      );
+    }
+    if (error instanceof ExecutorError) {
+      const status = executorStatus[error.code];
+      return c.json({ code: status, message: error.message }, status as 400);
+    }
+    log("error", "E2B API request failed", { path: c.req.path, error });
+    return c.json({ code: 500, message: `Internal error: ${errorText(error)}` }, 500);
+  });
+  return app;
+}
+
+const executorStatus: Record<ExecutorError["code"], number> = {
+  not_found: 404,
+  exists: 409,
+  not_dir: 400,
+  is_dir: 400,
+  invalid: 400,
+  unavailable: 503,
+  timeout: 504,
+};
+
+async function readJson(c: Context, emptyIsObject = false): Promise<unknown> {
+  const text = await c.req.text();
+  if (text.trim() === "") {
+    if (emptyIsObject) return {};
+    throw new HttpError(400, "The request body is empty: send a JSON object");
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new HttpError(400, "The request body is not JSON: send a JSON object");
+  }
+}
+
+function parse<T>(schema: z.ZodType<T>, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new HttpError(400, describeZodError(r.error));
+  return r.data;
+}
+
+/**
+ * Parses E2B's `metadata` filter: a query string (`k=v&k2=v2`) whose keys and values are
+ * URL-encoded once more, so each is decoded again after the query string is parsed.
+ *
+ * @example
+ * ```ts
+ * import { parseMetadataQuery } from "./e2b_api.ts";
+ * parseMetadataQuery("team=a%2Bb"); // { team: "a+b" }
+ * ```
+ */
+export function parseMetadataQuery(raw: string | undefined): Record<string, string> | undefined {
+  if (raw === undefined || raw === "") return undefined;
+  const out: Record<string, string> = {};
+  for (const [k, v] of new URLSearchParams(raw)) {
+    try {
+      out[decodeURIComponent(k)] = decodeURIComponent(v);
+    } catch {
+      throw new HttpError(400, `'metadata' has a badly encoded pair '${k.slice(0, 40)}'`);
+    }
+  }
+  return out;
+}
+
+function parseStates(raw: string[] | undefined): Set<"running" | "paused"> {
+  const values = (raw ?? []).flatMap((r) => r.split(",")).map((s) => s.trim()).filter(Boolean);
+  if (values.length === 0) return new Set(["running", "paused"]);
+  const out = new Set<"running" | "paused">();
+  for (const v of values) {
+    if (v !== "running" && v !== "paused") {
+      throw new HttpError(400, `'state' must be running or paused: received '${v.slice(0, 20)}'`);
+    }
+    out.add(v);
+  }
+  return out;
+}
+
+interface Cursor {
+  createdAt: string;
+  id: string;
+}
+
+/** Orders by start time, then id, so paging is stable while sandboxes come and go. */
+function compareRows(a: Cursor, b: Cursor): number {
+  const t = Date.parse(a.createdAt) - Date.parse(b.createdAt);
+  if (t !== 0) return t;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+function encodeCursor(s: Cursor): string {
+  return btoa(JSON.stringify([s.createdAt, s.id])).replace(/=+$/, "").replace(/\+/g, "-")
+    .replace(/\//g, "_");
+}
+
+function decodeCursor(token: string): Cursor {
+  try {
+    const b64 = token.replace(/-/g, "+").replace(/_/g, "/");
+    const [createdAt, id] = JSON.parse(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4)));
+    if (typeof createdAt === "string" && typeof id === "string") return { createdAt, id };
+  } catch { /* answered below */ }
+  throw new HttpError(
+    400,
+    "'nextToken' is not a token this node issued: start from the first page",
+  );
+}
+
+function errorText(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

@@ -1,0 +1,184 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { AccessTokens } from "./access_token.ts";
+import { createE2bApi, parseMetadataQuery } from "./e2b_api.ts";
+import { FakeExecutor } from "./fake_executor.ts";
+import { Ledger } from "./ledger.ts";
+import { SandboxService } from "./service.ts";
+
+const apiToken = "fleet-token-0123456789abcdefghijklmnop";
+
+function setup() {
+  const clock = new FakeClock(1_800_000_000_000);
+  const executor = new FakeExecutor({ clock });
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const service = new SandboxService({ ledger, executor, clock });
+  const accessTokens = new AccessTokens("secret for the e2b api tests 0123456789");
+  let n = 0;
+  const app = createE2bApi(service, {
+    apiToken,
+    accessTokens,
+    clock,
+    randomName: () => `e2b-test-${++n}`,
+  });
+  const call = (method: string, path: string, body?: unknown, key: string | null = apiToken) =>
+    app.request(path, {
+      method,
+      headers: {
+        "content-type": "application/json",
+        ...(key === null ? {} : { "x-api-key": key }),
+      },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  return { clock, executor, service, accessTokens, call };
+}
+
+Deno.test("createE2bApi() refuses a missing or wrong X-API-KEY with {code:401}", async () => {
+  const { call, executor } = setup();
+  for (const key of [null, "wrong"]) {
+    const res = await call("GET", "/sandboxes", undefined, key);
+    assert.equal(res.status, 401);
+    const body = await res.json();
+    assert.equal(body.code, 401);
+    assert.match(body.message, /E2B_API_KEY/);
+  }
+  await executor.close();
+});
+
+Deno.test("POST /v2/sandboxes creates with the default 300 s deadline and a token", async () => {
+  const { call, clock, service, accessTokens, executor } = setup();
+  const res = await call("POST", "/v2/sandboxes", { templateID: "base", envVars: { A: "1" } });
+  assert.equal(res.status, 201);
+  const body = await res.json();
+  assert.equal(body.templateID, "base");
+  assert.equal(body.envdVersion, "0.6.13");
+  assert.equal(body.envdAccessToken, accessTokens.forSandbox(body.sandboxID));
+  const row = service.get({ id: body.sandboxID })!;
+  assert.equal(row.name, "e2b-test-1");
+  assert.equal(row.deadlineAt, clock.now() + 300_000);
+  assert.equal(row.deadlineAction, "kill");
+  assert.deepEqual(row.env, { A: "1" });
+  await executor.close();
+});
+
+Deno.test("POST /sandboxes with metadata.name is idempotent; autoPause sets pause", async () => {
+  const { call, service, executor } = setup();
+  const body = { templateID: "base", metadata: { name: "a-1" }, timeout: 60, autoPause: true };
+  const first = await (await call("POST", "/sandboxes", body)).json();
+  const second = await (await call("POST", "/v2/sandboxes", body)).json();
+  assert.equal(first.sandboxID, second.sandboxID);
+  assert.equal(service.get({ id: first.sandboxID })!.deadlineAction, "pause");
+  await executor.close();
+});
+
+Deno.test("create answers 400 naming the field at fault", async () => {
+  const { call, executor } = setup();
+  const cases: [unknown, RegExp][] = [
+    [{ templateID: "base", metadata: { name: "bad name!" } }, /metadata\.name/],
+    [{ templateID: "base", timeout: -1 }, /'timeout'/],
+    [{ templateID: "base", envVars: { A: 1 } }, /'envVars\.A'/],
+    [{}, /'templateID' is required/],
+  ];
+  for (const [body, pattern] of cases) {
+    const res = await call("POST", "/v2/sandboxes", body);
+    assert.equal(res.status, 400);
+    const json = await res.json();
+    assert.equal(json.code, 400);
+    assert.match(json.message, pattern);
+  }
+  const res = await call("POST", "/v2/sandboxes", undefined);
+  assert.equal(res.status, 400);
+  await res.body?.cancel();
+  await executor.close();
+});
+
+Deno.test("GET/DELETE/pause/connect of a sandbox follow E2B's statuses", async () => {
+  const { call, clock, service, executor } = setup();
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", {
+    templateID: "base",
+    metadata: { name: "s-1", team: "x" },
+  })).json();
+  const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+  assert.equal(info.state, "running");
+  assert.deepEqual(info.metadata, { name: "s-1", team: "x" });
+
+  assert.equal((await call("POST", `/sandboxes/${sandboxID}/pause`, {})).status, 204);
+  const again = await call("POST", `/sandboxes/${sandboxID}/pause`, {});
+  assert.equal(again.status, 409);
+  assert.equal((await again.json()).code, 409);
+
+  const resumed = await call("POST", `/v2/sandboxes/${sandboxID}/connect`, { timeout: 10 });
+  assert.equal(resumed.status, 201);
+  await resumed.body?.cancel();
+  // Connect only extends: a 10 s timeout does not shorten the 300 s deadline.
+  assert.equal(service.get({ id: sandboxID })!.deadlineAt, clock.now() + 300_000);
+  const running = await call("POST", `/sandboxes/${sandboxID}/connect`, {});
+  assert.equal(running.status, 200);
+  await running.body?.cancel();
+
+  assert.equal((await call("POST", `/sandboxes/${sandboxID}/timeout`, { timeout: 5 })).status, 204);
+  assert.equal(service.get({ id: sandboxID })!.deadlineAt, clock.now() + 5_000);
+  const noTimeout = await call("POST", `/sandboxes/${sandboxID}/timeout`, {});
+  assert.equal(noTimeout.status, 400);
+  await noTimeout.body?.cancel();
+
+  assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
+  const gone = await call("DELETE", `/sandboxes/${sandboxID}`);
+  assert.equal(gone.status, 404);
+  assert.equal((await gone.json()).code, 404);
+  const missing = await call("POST", `/v2/sandboxes/${sandboxID}/connect`, {});
+  assert.equal(missing.status, 404);
+  await missing.body?.cancel();
+  await executor.close();
+});
+
+Deno.test("GET /v2/sandboxes filters by double-encoded metadata and state, and pages", async () => {
+  const { call, clock, executor } = setup();
+  const ids: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    clock.tick(1000);
+    const body = { templateID: "base", metadata: { name: `l-${i}`, team: "a&b=c" } };
+    ids.push((await (await call("POST", "/v2/sandboxes", body)).json()).sandboxID);
+  }
+  await (await call("POST", "/v2/sandboxes", { templateID: "base", metadata: { team: "z" } }))
+    .body?.cancel();
+  await (await call("POST", `/sandboxes/${ids[0]}/pause`, {})).body?.cancel();
+
+  // What the SDK sends: each key and value encoded, joined as a query string, encoded again.
+  const inner = new URLSearchParams({ [encodeURIComponent("team")]: encodeURIComponent("a&b=c") })
+    .toString();
+  const filter = `metadata=${encodeURIComponent(inner)}`;
+  const all = await (await call("GET", `/v2/sandboxes?${filter}`)).json();
+  assert.deepEqual(all.map((s: { sandboxID: string }) => s.sandboxID), [...ids].reverse());
+  const paused = await (await call("GET", `/v2/sandboxes?${filter}&state=paused`)).json();
+  assert.deepEqual(paused.map((s: { sandboxID: string }) => s.sandboxID), [ids[0]]);
+
+  const page1 = await call("GET", `/v2/sandboxes?${filter}&limit=2`);
+  const token = page1.headers.get("x-next-token");
+  assert.ok(token);
+  assert.equal((await page1.json()).length, 2);
+  const page2 = await call("GET", `/v2/sandboxes?${filter}&limit=2&nextToken=${token}`);
+  assert.equal(page2.headers.get("x-next-token"), null);
+  assert.deepEqual((await page2.json()).map((s: { sandboxID: string }) => s.sandboxID), [ids[0]]);
+
+  const v1 = await (await call("GET", `/sandboxes?${filter}`)).json();
+  assert.equal(v1.length, 2); // running only
+
+  const bad = await call("GET", "/v2/sandboxes?state=gone");
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).message, /'state'/);
+  await executor.close();
+});
+
+Deno.test("unknown E2B routes answer {code:404}", async () => {
+  const { call, executor } = setup();
+  const res = await call("GET", "/nope");
+  assert.equal(res.status, 404);
+  assert.equal((await res.json()).code, 404);
+  await executor.close();
+});
+
+Deno.test("parseMetadataQuery() decodes each key and value once more", () => {
+  assert.deepEqual(parseMetadataQuery("a%2Bb=c%26d&x=y"), { "a+b": "c&d", x: "y" });
+  assert.equal(parseMetadataQuery(undefined), undefined);
+});
