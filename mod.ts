@@ -33,4 +33,5 @@ export {
   Placer,
   type PlacerOptions,
 } from "./gateway/mod.ts";
+export { createGateway, type Gateway, type GatewayOptions } from "./gateway/mod.ts";
 export { NameQueue } from "./shared/name_queue.ts";

@@ -28,6 +28,19 @@ export interface GatewayConfig {
   logLevel: LogLevel;
 }
 
+/** Every variable the gateway reads, so `--allow-env` can name exactly these. */
+export const gatewayEnvVariables: readonly string[] = [
+  "DORMICE_API_TOKEN",
+  "DORMICE_GATEWAY_HOST",
+  "DORMICE_GATEWAY_PORT",
+  "DORMICE_GATEWAY_DB",
+  "DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT",
+  "DORMICE_GATEWAY_NODE_ACTIVE_LIMIT",
+  "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
+  "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
+  "DORMICE_LOG_LEVEL",
+];
+
 /** The defaults, with the reason for each number. */
 export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   host: "127.0.0.1",

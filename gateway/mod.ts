@@ -59,3 +59,21 @@ export { LruCache, type LruCacheOptions } from "./lru.ts";
 export { NameQueue } from "../shared/name_queue.ts";
 export * from "./config.ts";
 export * from "./forward.ts";
+export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
+export {
+  type CapturedAnswer,
+  clientGone,
+  type CreateOptions,
+  type DestroyOptions,
+  type FanOutAnswer,
+  GatewayRouting,
+  type GatewayRoutingOptions,
+} from "./routing.ts";
+export {
+  createE2bFaces,
+  type E2bFaces,
+  type E2bFacesOptions,
+  mountE2b,
+  SANDBOX_NAME_HEADER,
+  UNREACHABLE_HEADER,
+} from "./e2b.ts";

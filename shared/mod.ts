@@ -28,3 +28,4 @@ export {
 export { HttpError } from "./http_error.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export { type Clock, FakeClock, systemClock } from "./clock.ts";
+export * from "./native_schemas.ts";

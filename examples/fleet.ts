@@ -1,0 +1,266 @@
+/**
+ * `deno task fleet`: a whole fleet on one machine. Starts a gateway and two nodes (fake executor
+ * unless `DORMICE_EXECUTOR` says otherwise) as child processes on loopback, each with its own
+ * data under `.dormice/fleet/`, prints where they listen and how to point a client at the
+ * gateway, and stops all three cleanly on Ctrl-C.
+ *
+ * `DORMICE_API_TOKEN` is the fleet token; when unset a development token is generated and
+ * printed. `DORMICE_GATEWAY_PORT` moves the gateway (default 3677; the nodes take the next free
+ * ports from 3676 up). The gateway's CPU and disk filters are off by default here
+ * (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT=100`, `DORMICE_GATEWAY_NODE_MIN_DISK_GB=0`): both nodes
+ * report the same machine, so those readings cannot tell them apart.
+ *
+ * @module
+ */
+import { fileURLToPath } from "node:url";
+import { gatewayEnvVariables } from "../gateway/config.ts";
+import { nodeEnvVariables } from "../node/config.ts";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const dataRoot = ".dormice/fleet";
+/** Variables a child keeps so Deno finds its cache; nothing else leaks in. */
+const passThrough = ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR"];
+
+/** Whether nothing listens on a loopback port. */
+function portIsFree(port: number): boolean {
+  try {
+    Deno.listen({ hostname: "127.0.0.1", port }).close();
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** The first free port at or after `from`, skipping `taken`. */
+function nextFreePort(from: number, taken: Set<number>): number {
+  for (let port = from; port < from + 200; port++) {
+    if (!taken.has(port) && portIsFree(port)) {
+      taken.add(port);
+      return port;
+    }
+  }
+  throw new Error(`No free loopback port from ${from} to ${from + 199}: stop something using them`);
+}
+
+interface Child {
+  label: string;
+  url: string;
+  process: Deno.ChildProcess;
+  exited: boolean;
+}
+
+/** Starts `deno run <permissions> <script>` with a clean env, prefixing its log lines. */
+function start(
+  label: string,
+  url: string,
+  script: string,
+  permissions: string[],
+  env: Record<string, string>,
+): Child {
+  const childEnv: Record<string, string> = {};
+  for (const name of passThrough) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) childEnv[name] = value;
+  }
+  // By name, so the task can grant exactly `--allow-run=deno`.
+  const process = new Deno.Command("deno", {
+    args: ["run", "--quiet", ...permissions, script],
+    cwd: root,
+    env: { ...childEnv, ...env },
+    clearEnv: true,
+    stdin: "null",
+    stdout: "inherit",
+    stderr: "piped",
+  }).spawn();
+  const child: Child = { label, url, process, exited: false };
+  void process.status.then(() => child.exited = true);
+  const prefix = `[${label}] `.padEnd(10);
+  const encoder = new TextEncoder();
+  void (async () => {
+    let pending = "";
+    for await (const chunk of process.stderr.pipeThrough(new TextDecoderStream())) {
+      pending += chunk;
+      const lines = pending.split("\n");
+      pending = lines.pop()!;
+      // One write per line, so the three children's lines never interleave mid-line.
+      for (const line of lines) await Deno.stderr.write(encoder.encode(prefix + line + "\n"));
+    }
+  })();
+  return child;
+}
+
+async function waitForHealth(child: Child, timeoutMs = 30_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (child.exited) {
+      throw new Error(`${child.label} exited before it answered ${child.url}/healthz`);
+    }
+    try {
+      const res = await fetch(`${child.url}/healthz`, { signal: AbortSignal.timeout(1000) });
+      await res.body?.cancel();
+      if (res.ok) return;
+    } catch { /* not listening yet */ }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`${child.label} did not answer ${child.url}/healthz within ${timeoutMs} ms`);
+}
+
+/** Stops every child: SIGTERM (unless it is already stopping), then SIGKILL after 12 s. */
+async function stopAll(children: Child[], alreadySignalled: boolean): Promise<void> {
+  if (alreadySignalled) {
+    // Ctrl-C reached the whole process group: the children are already stopping on their own,
+    // and a second signal would make them exit at once instead of cleanly.
+    await Promise.race([
+      Promise.all(children.map((c) => c.process.status)),
+      new Promise((resolve) => setTimeout(resolve, 1500)),
+    ]);
+  }
+  for (const c of children) {
+    if (!c.exited) {
+      try {
+        c.process.kill("SIGTERM");
+      } catch { /* exited meanwhile */ }
+    }
+  }
+  const timer = setTimeout(() => {
+    for (const c of children) {
+      if (!c.exited) {
+        try {
+          c.process.kill("SIGKILL");
+        } catch { /* exited meanwhile */ }
+      }
+    }
+  }, 12_000);
+  await Promise.all(children.map((c) => c.process.status));
+  clearTimeout(timer);
+}
+
+function devToken(): string {
+  return Array.from(
+    crypto.getRandomValues(new Uint8Array(24)),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
+}
+
+if (import.meta.main) {
+  const given = Deno.env.get("DORMICE_API_TOKEN");
+  const token = given && given.length >= 32 ? given : devToken();
+  if (given && given.length < 32) {
+    console.error(
+      `DORMICE_API_TOKEN is ${given.length} characters long (at least 32 needed): using a generated development token instead`,
+    );
+  }
+  const executor = Deno.env.get("DORMICE_EXECUTOR") || "fake";
+  const taken = new Set<number>();
+  const gatewayPort = Number(Deno.env.get("DORMICE_GATEWAY_PORT") || 3677);
+  if (!portIsFree(gatewayPort)) {
+    console.error(
+      `Port ${gatewayPort} on 127.0.0.1 is in use: stop what listens there, or set DORMICE_GATEWAY_PORT to another port`,
+    );
+    Deno.exit(2);
+  }
+  taken.add(gatewayPort);
+  const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
+  const dbDir = `${dataRoot}/gateway`;
+  Deno.mkdirSync(`${root}/${dbDir}`, { recursive: true });
+
+  const children: Child[] = [];
+  let stopping = false;
+  const stop = async (signalled: boolean, code: number) => {
+    if (stopping) return;
+    stopping = true;
+    console.error("\nStopping the fleet…");
+    await stopAll(children, signalled);
+    console.error("The gateway and both nodes stopped.");
+    Deno.exit(code);
+  };
+  Deno.addSignalListener("SIGINT", () => void stop(true, 0));
+  Deno.addSignalListener("SIGTERM", () => void stop(false, 0));
+
+  try {
+    const gateway = start("gateway", gatewayUrl, "gateway/main.ts", [
+      "--allow-net=127.0.0.1",
+      `--allow-env=${gatewayEnvVariables.join(",")}`,
+      `--allow-read=${dbDir}`,
+      `--allow-write=${dbDir}`,
+    ], {
+      DORMICE_API_TOKEN: token,
+      DORMICE_GATEWAY_HOST: "127.0.0.1",
+      DORMICE_GATEWAY_PORT: String(gatewayPort),
+      DORMICE_GATEWAY_DB: `${dbDir}/gateway.db`,
+      // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
+      // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
+      DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
+        "100",
+      // The same disk too: a nearly full dev disk should not stop a demo either.
+      DORMICE_GATEWAY_NODE_MIN_DISK_GB: Deno.env.get("DORMICE_GATEWAY_NODE_MIN_DISK_GB") || "0",
+    });
+    children.push(gateway);
+    await waitForHealth(gateway);
+
+    const nodes: { id: string; url: string; dir: string }[] = [];
+    let from = 3676;
+    for (const id of ["node-a", "node-b"]) {
+      const port = nextFreePort(from, taken);
+      from = port + 1;
+      const dir = `${dataRoot}/${id}`;
+      Deno.mkdirSync(`${root}/${dir}`, { recursive: true });
+      const url = `http://127.0.0.1:${port}`;
+      nodes.push({ id, url, dir });
+      children.push(start(id, url, "node/main.ts", [
+        "--allow-net=127.0.0.1",
+        `--allow-env=${nodeEnvVariables.join(",")}`,
+        // The docker executor talks to the daemon over its socket.
+        `--allow-read=${dir}${executor === "docker" ? ",/var/run/docker.sock" : ""}`,
+        `--allow-write=${dir}${executor === "docker" ? ",/var/run/docker.sock" : ""}`,
+        "--allow-sys=cpus,systemMemoryInfo,statfs",
+      ], {
+        DORMICE_API_TOKEN: token,
+        DORMICE_HOST: "127.0.0.1",
+        DORMICE_PORT: String(port),
+        DORMICE_DATA_DIR: dir,
+        DORMICE_EXECUTOR: executor,
+        DORMICE_GATEWAY_ENDPOINT: gatewayUrl,
+        DORMICE_NODE_ID: id,
+        DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
+      }));
+    }
+    await Promise.all(children.slice(1).map((c) => waitForHealth(c)));
+
+    const auth = `-H "Authorization: Bearer $DORMICE_API_TOKEN"`;
+    console.log(
+      [
+        "",
+        "A Dormice fleet is running on loopback:",
+        `  gateway  ${gatewayUrl}   (database ${dbDir}/gateway.db)`,
+        ...nodes.map((n) =>
+          `  ${n.id.padEnd(7)}  ${n.url}   (data ${n.dir}, ${executor} executor)`
+        ),
+        "",
+        "Point a client at the gateway:",
+        `  export DORMICE_API_TOKEN=${token}`,
+        `  export E2B_API_URL=${gatewayUrl}/e2b/api`,
+        `  export E2B_SANDBOX_URL=${gatewayUrl}/e2b/envd`,
+        `  export E2B_API_KEY=${token}`,
+        "",
+        "Try:",
+        `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/acquireSandbox`,
+        `  curl -s ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
+        `  curl -s ${auth} -d '{}' ${gatewayUrl}/listNodes`,
+        `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
+        "",
+        "Ctrl-C stops all three.",
+        "",
+      ].join("\n"),
+    );
+    // A child that dies on its own takes the fleet down with it, so nothing half-runs unnoticed.
+    const first = await Promise.race(children.map((c) => c.process.status.then(() => c)));
+    if (!stopping) {
+      console.error(`${first.label} exited on its own; stopping the others`);
+      await stop(false, 1);
+    }
+  } catch (error) {
+    console.error((error as Error).message);
+    await stop(false, 1);
+  }
+}

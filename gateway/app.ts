@@ -1,0 +1,393 @@
+/**
+ * `createGateway()`: the whole gateway (Fleet, Finder, Placer, slots, forwarding and the native
+ * face) as one object whose `fetch(Request)` an embedder mounts in its own server.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { HTTPException } from "hono/http-exception";
+import type { DatabaseSync } from "node:sqlite";
+import { z } from "zod";
+import { Fleet } from "./fleet.ts";
+import { Finder } from "./finder.ts";
+import { Placer } from "./placer.ts";
+import { clientGone, GatewayRouting } from "./routing.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { type Log, silentLog } from "../shared/log.ts";
+import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
+import type { FoundSandbox } from "./finder.ts";
+import { nativeRequestSchemas } from "../shared/native_schemas.ts";
+import { bearerToken, tokensEqual } from "../shared/token.ts";
+
+/** Options for {@linkcode createGateway}. */
+export interface GatewayOptions {
+  /** The fleet token: clients and nodes present it, and the gateway forwards with it. */
+  token: string;
+  /**
+   * The Fleet's table; `main.ts` passes `openExclusiveDatabase(path, "DORMICE_GATEWAY_DB")`.
+   * A private in-memory database by default.
+   */
+  database?: DatabaseSync;
+  /** Reject a node above this CPU %. Default 70. */
+  cpuLimitPct?: number;
+  /** Reject a node at this many active + in-flight sandboxes. Default 400. */
+  activeLimit?: number;
+  /** Reject a node with less available data disk. Default 10 GB. */
+  minDiskGB?: number;
+  /** One deadline for a lookup round, connect included. Default 2000 ms. */
+  lookupTimeoutMs?: number;
+  /** Bound of each node's answer to a fleet-wide listing. Default 5000 ms. */
+  fanOutTimeoutMs?: number;
+  /** Finder cache entries per index. Default 100,000. */
+  cacheSize?: number;
+  /** Time source; the real clock by default. */
+  clock?: Clock;
+  /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
+  fetch?: typeof fetch;
+  /** Where events go; silent by default. */
+  log?: Log;
+  /**
+   * Mounts more faces before the app serves its first request (Hono locks its router then), e.g.
+   * the E2B control plane and envd:
+   * `mount: (app, gw) => { app.route("/e2b/api", e2bApi(gw)); app.route("/e2b/envd", envd(gw)); }`.
+   * Paths under `/e2b/` and `/files` are left to the mounted faces, which answer auth and errors
+   * in their own dialect.
+   */
+  mount?: (app: Hono, gateway: GatewayParts) => void;
+}
+
+/** The pieces a mounted face builds on. */
+export interface GatewayParts {
+  /** The nodes that checked in. */
+  fleet: Fleet;
+  /** Name/id → node. */
+  finder: Finder;
+  /** New sandbox → node. */
+  placer: Placer;
+  /** Locate, stream, create, destroy and fan out, with the slots. */
+  routing: GatewayRouting;
+  /** Constant-time check of a presented token against the fleet token. */
+  authorized(token: string | undefined): boolean;
+  /** Where events go. */
+  log: Log;
+}
+
+/** A built gateway. */
+export interface Gateway extends GatewayParts {
+  /** Serves every route. Mount it in `Deno.serve` or an embedder's Hono app. */
+  fetch(request: Request): Promise<Response>;
+  /** The root Hono app (mount more faces through the `mount` option). */
+  app: Hono;
+  /** Announces nodes that went down; call it every second or so. */
+  sweep(): string[];
+  /** Closes the Fleet's database when the gateway opened it itself. */
+  close(): void;
+}
+
+/** The native verbs the gateway answers, in the order the 404 lists them. */
+const verbs = [
+  "acquireSandbox",
+  "listSandboxes",
+  "execCommand",
+  "writeFile",
+  "readFile",
+  "updateMetadata",
+  "destroySandbox",
+  "getSandboxMetrics",
+  "getHostMetrics",
+  "lookupSandbox",
+  "checkIn",
+  "listNodes",
+  "removeNode",
+];
+
+/** Paths the gateway's bearer check leaves to a mounted face (E2B speaks `X-API-KEY`). */
+const ownAuthPrefixes = ["/e2b/", "/files"];
+
+/**
+ * Builds the gateway: `GET /healthz` (open), the fleet verbs `checkIn`, `listNodes`,
+ * `removeNode`, and the native sandbox verbs routed to the node that holds the sandbox (or placed
+ * for `acquireSandbox`). One fleet token guards every route but `/healthz`; every error is
+ * `{message}` from one handler.
+ *
+ * @example
+ * ```ts
+ * import { createGateway } from "@dormice/cluster/gateway";
+ * const gateway = createGateway({ token: "t".repeat(32) });
+ * const res = await gateway.fetch(new Request("http://gw/healthz"));
+ * console.log(res.status); // 200
+ * gateway.close();
+ * ```
+ */
+export function createGateway(options: GatewayOptions): Gateway {
+  const {
+    token,
+    database,
+    cpuLimitPct,
+    activeLimit,
+    minDiskGB,
+    lookupTimeoutMs,
+    fanOutTimeoutMs,
+    cacheSize,
+    clock = systemClock,
+    fetch: fetchFn = globalThis.fetch,
+    log = silentLog,
+  } = options;
+  if (typeof token !== "string" || token.length === 0) {
+    throw new TypeError("Cannot create the gateway as 'token' is empty: pass the fleet token");
+  }
+  const fleet = new Fleet({ database, clock, log });
+  const finder = new Finder({
+    fleet,
+    token,
+    timeoutMs: lookupTimeoutMs,
+    cacheSize,
+    fetch: fetchFn,
+    clock,
+    log,
+  });
+  const placer = new Placer({ fleet, cpuLimitPct, activeLimit, minDiskGB });
+  const routing = new GatewayRouting({
+    fleet,
+    finder,
+    placer,
+    token,
+    fetch: fetchFn,
+    log,
+    fanOutTimeoutMs,
+  });
+  const authorized = (given: string | undefined) =>
+    given !== undefined && tokensEqual(given, token);
+  const parts: GatewayParts = { fleet, finder, placer, routing, authorized, log };
+
+  const app = new Hono();
+  app.onError((error, c) => errorResponse(error, c.req.raw, log));
+  app.notFound((c) => {
+    const path = new URL(c.req.url).pathname;
+    return c.json({
+      message: (/^\/[^/]+$/.test(path) ? `Unknown verb '${path.slice(1)}'` : `No route ${path}`) +
+        `: the gateway answers POST /<verb> for ${verbs.join(", ")}, and GET /healthz`,
+    }, 404);
+  });
+
+  app.get("/healthz", (c) => c.json({ ok: true, nodes: fleet.size }));
+
+  app.use("*", (c, next) => {
+    const path = c.req.path;
+    if (path === "/healthz" || ownAuthPrefixes.some((p) => path.startsWith(p))) return next();
+    const given = bearerToken(c.req.header("authorization"));
+    if (given === undefined) {
+      throw new HttpError(
+        401,
+        "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
+        { headers: { "www-authenticate": "Bearer" } },
+      );
+    }
+    if (!authorized(given)) {
+      throw new HttpError(
+        401,
+        "The bearer token does not match the gateway's DORMICE_API_TOKEN: send the fleet token",
+        { headers: { "www-authenticate": "Bearer" } },
+      );
+    }
+    return next();
+  });
+
+  options.mount?.(app, parts);
+
+  const post = (name: string, handler: (c: Context) => Promise<Response> | Response) => {
+    app.post(`/${name}`, handler);
+    app.all(`/${name}`, (c) => {
+      throw new HttpError(405, `${c.req.method} is not allowed on /${name}: use POST`, {
+        headers: { allow: "POST" },
+      });
+    });
+  };
+
+  // --- the fleet's own verbs ---
+  post("checkIn", async (c) => {
+    const body = parse(checkInSchema, await readJson(c.req.raw));
+    const outcome = fleet.checkIn(body);
+    return c.json({ ok: true, outcome });
+  });
+  post("listNodes", (c) => c.json({ nodes: fleet.list((id) => placer.inFlight(id)) }));
+  post("removeNode", async (c) => {
+    const { nodeId } = parse(removeNodeSchema, await readJson(c.req.raw));
+    fleet.removeNode(nodeId);
+    return c.json({ removed: nodeId });
+  });
+
+  // --- the native sandbox verbs ---
+  post("acquireSandbox", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.acquireSandbox);
+    const answer = await routing.create({
+      name: value.name,
+      path: "/acquireSandbox",
+      body: text,
+      signal: c.req.raw.signal,
+      identify: sandboxOf,
+    });
+    return relay(answer);
+  });
+  post("destroySandbox", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.destroySandbox);
+    const answer = await routing.destroy({
+      by: "name",
+      key: value.name,
+      path: "/destroySandbox",
+      body: text,
+      signal: c.req.raw.signal,
+    });
+    return answer === null ? c.json({ destroyed: false }) : relay(answer);
+  });
+  for (const verb of ["execCommand", "writeFile", "readFile", "updateMetadata"] as const) {
+    post(verb, async (c) => {
+      const schema: z.ZodType<{ name: string }> = nativeRequestSchemas[verb];
+      const { text, value } = await readBody(c.req.raw, schema);
+      const found = await routing.locate("name", value.name, c.req.raw.signal);
+      return await routing.stream(c.req.raw, found, "name", value.name, `/${verb}`, text);
+    });
+  }
+  post("getSandboxMetrics", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.getSandboxMetrics);
+    const found = await routing.locate("name", value.name, c.req.raw.signal);
+    return await routing.stream(c.req.raw, found, "name", value.name, "/getSandboxMetrics", text);
+  });
+  post("lookupSandbox", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.lookupSandbox);
+    const [by, key] = "name" in value ? ["name", value.name] as const : ["id", value.id] as const;
+    const r = await routing.resolve(by, key, c.req.raw.signal);
+    if (r.kind === "none") return c.json({ found: false });
+    return await routing.stream(c.req.raw, r, by, key, "/lookupSandbox", text);
+  });
+  post("listSandboxes", async (c) => {
+    const { text } = await readBody(c.req.raw, nativeRequestSchemas.listSandboxes);
+    const answers = await routing.fanOut("/listSandboxes", text, c.req.raw.signal);
+    const sandboxes: unknown[] = [];
+    const unreachable: { nodeId: string; endpoint: string; cause: string }[] = [];
+    for (const a of answers) {
+      const list = a.ok ? (a.json as { sandboxes?: unknown })?.sandboxes : undefined;
+      if (a.ok && Array.isArray(list)) sandboxes.push(...list);
+      else {
+        unreachable.push({
+          nodeId: a.node.id,
+          endpoint: a.node.endpoint,
+          cause: a.ok ? "its listSandboxes answer has no 'sandboxes' list" : a.cause,
+        });
+      }
+    }
+    const headers: Record<string, string> = {};
+    if (unreachable.length > 0) {
+      headers["x-dormice-unreachable"] = unreachable.map((u) => u.nodeId).join(",");
+    }
+    return c.json({ sandboxes, unreachable }, 200, headers);
+  });
+  post("getHostMetrics", async (c) => {
+    await readBody(c.req.raw, nativeRequestSchemas.getHostMetrics);
+    const nodes = [...fleet.nodes()].map((n) => ({ nodeId: n.id, endpoint: n.endpoint }));
+    const where = nodes.length === 0
+      ? "no node has checked in yet"
+      : nodes.map((n) => `POST ${n.endpoint}/getHostMetrics for '${n.nodeId}'`).join(", ");
+    throw new HttpError(
+      501,
+      `getHostMetrics describes one machine, so the gateway does not answer it: call each node ` +
+        `directly (${where}); listNodes shows every node's last reading`,
+      { details: { nodes } },
+    );
+  });
+
+  return {
+    ...parts,
+    app,
+    fetch: (request: Request) => Promise.resolve(app.fetch(request)),
+    sweep: () => fleet.sweep(),
+    close: () => fleet.close(),
+  };
+}
+
+const removeNodeSchema = z.object({ nodeId: nodeIdSchema });
+
+/** The sandbox `{id, name, state}` inside a native `acquireSandbox` answer. */
+function sandboxOf(text: string): FoundSandbox | undefined {
+  const s = (JSON.parse(text) as { sandbox?: FoundSandbox })?.sandbox;
+  return s && typeof s.id === "string" && typeof s.name === "string"
+    ? { id: s.id, name: s.name, state: String(s.state) }
+    : undefined;
+}
+
+/** A captured node answer, passed on as the node gave it. */
+function relay(answer: { status: number; headers: Headers; text: string }): Response {
+  return new Response(answer.text, {
+    status: answer.status,
+    headers: { "content-type": answer.headers.get("content-type") ?? "application/json" },
+  });
+}
+
+async function readJson(request: Request): Promise<unknown> {
+  return (await readBody(request)).value;
+}
+
+/** Reads the body as one JSON object (an empty body is `{}`) and validates it. */
+async function readBody<T = unknown>(
+  request: Request,
+  schema?: { safeParse(v: unknown): z.ZodSafeParseResult<T> },
+): Promise<{ text: string; value: T }> {
+  let text: string;
+  try {
+    text = await request.text();
+  } catch (error) {
+    if (request.signal.aborted) throw clientGone();
+    throw new HttpError(400, `The body could not be read (${(error as Error)?.message})`);
+  }
+  let value: unknown = {};
+  if (text.trim() !== "") {
+    try {
+      value = JSON.parse(text);
+    } catch (error) {
+      throw new HttpError(
+        400,
+        `The body is not valid JSON (${(error as Error).message}): send a JSON object such as ` +
+          `{"name":"agent-1"}`,
+      );
+    }
+  } else text = "{}";
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new HttpError(400, `The body must be a JSON object such as {"name":"agent-1"}`);
+  }
+  return { text, value: schema ? parse(schema, value) : value as T };
+}
+
+function parse<T>(schema: { safeParse(v: unknown): z.ZodSafeParseResult<T> }, value: unknown): T {
+  const r = schema.safeParse(value);
+  if (!r.success) throw new HttpError(400, describeZodError(r.error));
+  return r.data;
+}
+
+/** The one place an error becomes a native `{message}` answer. */
+function errorResponse(error: unknown, request: Request, log: Log): Response {
+  if (error instanceof HttpError) {
+    return Response.json({ ...error.details, message: error.message }, {
+      status: error.status,
+      headers: error.headers,
+    });
+  }
+  if (request.signal.aborted) {
+    // The client hung up mid-lookup or mid-forward: nobody reads this answer.
+    const gone = clientGone();
+    return Response.json({ message: gone.message }, { status: gone.status });
+  }
+  if (error instanceof HTTPException) {
+    return Response.json({ message: error.message || "The request was refused" }, {
+      status: error.status,
+    });
+  }
+  log("error", "unexpected error in the gateway", {
+    error: error instanceof Error ? error.stack ?? error.message : String(error),
+  });
+  return Response.json({
+    message: `The gateway failed unexpectedly (${(error as Error)?.message ?? error}): ` +
+      "this is a bug; the gateway's log has the details",
+  }, { status: 500 });
+}

@@ -1,0 +1,360 @@
+import assert from "node:assert/strict";
+import { createGateway, type Gateway } from "./app.ts";
+import { checkIn, reading } from "./_fixtures_test.ts";
+
+const token = "gateway-unit-test-token-0123456789abcdef";
+const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+
+interface StubSandbox {
+  id: string;
+  name: string;
+  state: string;
+}
+
+/** An in-process node: a few native verbs over a map, reached through the injected fetch. */
+class StubNode {
+  sandboxes = new Map<string, StubSandbox>();
+  calls: string[] = [];
+  /** When set, every request fails as if the node did not answer. */
+  silent = false;
+  /** Status to answer acquireSandbox with instead of creating (e.g. 400 or 500). */
+  acquireStatus: number | undefined;
+  #seq = 0;
+  constructor(readonly id: string, readonly endpoint: string) {}
+
+  async handle(request: Request): Promise<Response> {
+    const verb = new URL(request.url).pathname.slice(1);
+    this.calls.push(verb);
+    if (this.silent) throw new TypeError("error sending request: Connection refused");
+    assert.equal(request.headers.get("authorization"), `Bearer ${token}`);
+    const body = await request.json();
+    switch (verb) {
+      case "lookupSandbox": {
+        const s = body.name !== undefined
+          ? this.sandboxes.get(body.name)
+          : [...this.sandboxes.values()].find((x) => x.id === body.id);
+        return Response.json(s ? { found: true, sandbox: s } : { found: false });
+      }
+      case "acquireSandbox": {
+        if (this.acquireStatus !== undefined) {
+          return Response.json({ message: "refused" }, { status: this.acquireStatus });
+        }
+        // A yield, so concurrent acquires would interleave here if the gateway let them through.
+        await new Promise((r) => setTimeout(r, 0));
+        let s = this.sandboxes.get(body.name);
+        const created = s === undefined;
+        if (!s) {
+          s = { id: `${this.id}-${++this.#seq}`, name: body.name, state: "active" };
+          this.sandboxes.set(body.name, s);
+        }
+        return Response.json({ status: "ready", created, sandbox: { ...s, nodeId: this.id } });
+      }
+      case "destroySandbox":
+        return Response.json({ destroyed: this.sandboxes.delete(body.name) });
+      case "execCommand": {
+        if (!this.sandboxes.has(body.name)) {
+          return Response.json({ message: `No sandbox named '${body.name}'` }, { status: 404 });
+        }
+        return Response.json({ exitCode: 0, stdout: `${this.id}\n`, stderr: "" });
+      }
+      case "listSandboxes":
+        return Response.json({ sandboxes: [...this.sandboxes.values()] });
+      default:
+        return Response.json({ message: "unknown" }, { status: 404 });
+    }
+  }
+}
+
+function setup(options: { activeLimit?: number } = {}) {
+  const nodes = new Map<string, StubNode>();
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init);
+    const node = nodes.get(new URL(request.url).origin);
+    if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
+    return node.handle(request);
+  };
+  const gateway = createGateway({
+    token,
+    fetch: fakeFetch as typeof fetch,
+    lookupTimeoutMs: 500,
+    activeLimit: options.activeLimit,
+  });
+  const add = (id: string) => {
+    const endpoint = `http://${id}.test:3676`;
+    const node = new StubNode(id, endpoint);
+    nodes.set(endpoint, node);
+    gateway.fleet.checkIn(
+      checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes: 8e9 }) }),
+    );
+    return node;
+  };
+  return { gateway, add };
+}
+
+function call(gateway: Gateway, verb: string, body: unknown, init: RequestInit = {}) {
+  return gateway.fetch(
+    new Request(`http://gw.test/${verb}`, {
+      method: "POST",
+      headers: auth,
+      body: JSON.stringify(body),
+      ...init,
+    }),
+  );
+}
+
+Deno.test("createGateway() answers /healthz openly and 401 on every other route without the token", async () => {
+  const { gateway } = setup();
+  try {
+    const health = await gateway.fetch(new Request("http://gw.test/healthz"));
+    assert.equal(health.status, 200);
+    await health.body?.cancel();
+    for (const verb of ["checkIn", "listNodes", "removeNode", "acquireSandbox", "nope"]) {
+      for (
+        const headers of [{}, { authorization: "Bearer wrong-token" }] as Record<string, string>[]
+      ) {
+        const res = await gateway.fetch(
+          new Request(`http://gw.test/${verb}`, { method: "POST", headers, body: "{}" }),
+        );
+        assert.equal(res.status, 401, verb);
+        assert.match((await res.json()).message, /token/);
+      }
+    }
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("createGateway() refuses a check-in whose endpoint has a path, and a twin id", async () => {
+  const { gateway } = setup();
+  try {
+    const bad = await call(gateway, "checkIn", checkIn("a", "http://10.0.0.1:3676/api"));
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).message, /'endpoint'.*path/);
+    const ok = await call(gateway, "checkIn", checkIn("a", "http://10.0.0.1:3676"));
+    assert.equal(ok.status, 200);
+    await ok.body?.cancel();
+    const twin = await call(gateway, "checkIn", checkIn("a", "http://10.0.0.2:3676"));
+    assert.equal(twin.status, 409);
+    const { message } = await twin.json();
+    assert.match(message, /10\.0\.0\.1:3676/);
+    assert.match(message, /10\.0\.0\.2:3676/);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("acquireSandbox places a new name, then wakes it with created:false", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  try {
+    const first = await (await call(gateway, "acquireSandbox", { name: "x" })).json();
+    assert.equal(first.created, true);
+    const again = await (await call(gateway, "acquireSandbox", { name: "x" })).json();
+    assert.equal(again.created, false);
+    assert.equal(again.sandbox.id, first.sandbox.id);
+    // The second acquire confirmed the cache hit with its node by id before forwarding.
+    assert.deepEqual(a.calls, [
+      "lookupSandbox",
+      "acquireSandbox",
+      "lookupSandbox",
+      "acquireSandbox",
+    ]);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("twenty simultaneous acquires of one name build one sandbox", async () => {
+  const { gateway, add } = setup();
+  const a = add("a"), b = add("b");
+  try {
+    const answers = await Promise.all(
+      Array.from({ length: 20 }, () => call(gateway, "acquireSandbox", { name: "same" })),
+    );
+    const bodies = await Promise.all(answers.map((r) => r.json()));
+    assert.equal(bodies.filter((b) => b.created).length, 1);
+    assert.equal(new Set(bodies.map((b) => b.sandbox.id)).size, 1);
+    assert.equal(a.sandboxes.size + b.sandboxes.size, 1);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("a 129-character name is a 400 before any lookup", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  try {
+    for (const verb of ["acquireSandbox", "execCommand", "destroySandbox", "lookupSandbox"]) {
+      const res = await call(gateway, verb, { name: "n".repeat(129), command: "true" });
+      assert.equal(res.status, 400, verb);
+      assert.match((await res.json()).message, /'name'.*128/);
+    }
+    assert.deepEqual(a.calls, []);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("a name on two nodes is a 409 naming both; a silent node makes a new name a 503", async () => {
+  const { gateway, add } = setup();
+  const a = add("a"), b = add("b");
+  try {
+    a.sandboxes.set("dup", { id: "a-1", name: "dup", state: "active" });
+    b.sandboxes.set("dup", { id: "b-1", name: "dup", state: "active" });
+    const conflict = await call(gateway, "execCommand", { name: "dup", command: "true" });
+    assert.equal(conflict.status, 409);
+    const { message } = await conflict.json();
+    assert.match(message, /'a'/);
+    assert.match(message, /'b'/);
+    b.silent = true;
+    const unsure = await call(gateway, "acquireSandbox", { name: "fresh" });
+    assert.equal(unsure.status, 503);
+    assert.ok(Number(unsure.headers.get("retry-after")) >= 1);
+    assert.match((await unsure.json()).message, /'b'/);
+    assert.equal(a.sandboxes.has("fresh"), false);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("in-flight: a destroy gives the slot back, a 4xx uncounts, a 5xx stays counted", async () => {
+  const { gateway, add } = setup({ activeLimit: 1 });
+  const a = add("a");
+  try {
+    const inFlight = () => gateway.placer.inFlight("a");
+    assert.equal((await call(gateway, "acquireSandbox", { name: "p" })).status, 200);
+    assert.equal(inFlight(), 1);
+    const full = await call(gateway, "acquireSandbox", { name: "q" });
+    assert.equal(full.status, 503);
+    assert.match((await full.json()).message, /'a'.*DORMICE_GATEWAY_NODE_ACTIVE_LIMIT/);
+    const destroyed = await (await call(gateway, "destroySandbox", { name: "p" })).json();
+    assert.equal(destroyed.destroyed, true);
+    assert.equal(inFlight(), 0);
+    a.acquireStatus = 400;
+    assert.equal((await call(gateway, "acquireSandbox", { name: "r" })).status, 400);
+    assert.equal(inFlight(), 0);
+    a.acquireStatus = 500;
+    assert.equal((await call(gateway, "acquireSandbox", { name: "s" })).status, 500);
+    assert.equal(inFlight(), 1);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("a node's 404 for a cached sandbox evicts it, so the next request finds it elsewhere", async () => {
+  const { gateway, add } = setup();
+  const a = add("a"), b = add("b");
+  try {
+    b.sandboxes.set("moved", { id: "b-1", name: "moved", state: "active" });
+    assert.equal((await call(gateway, "execCommand", { name: "moved", command: "x" })).status, 200);
+    b.sandboxes.delete("moved");
+    const gone = await call(gateway, "execCommand", { name: "moved", command: "x" });
+    assert.equal(gone.status, 404);
+    await gone.body?.cancel();
+    a.sandboxes.set("moved", { id: "a-1", name: "moved", state: "active" });
+    const res = await call(gateway, "execCommand", { name: "moved", command: "x" });
+    assert.equal((await res.json()).stdout, "a\n");
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("listSandboxes merges every node and names the one that did not answer", async () => {
+  const { gateway, add } = setup();
+  const a = add("a"), b = add("b");
+  try {
+    a.sandboxes.set("one", { id: "a-1", name: "one", state: "active" });
+    b.sandboxes.set("two", { id: "b-1", name: "two", state: "active" });
+    const all = await (await call(gateway, "listSandboxes", {})).json();
+    assert.deepEqual(all.sandboxes.map((s: StubSandbox) => s.name).sort(), ["one", "two"]);
+    b.silent = true;
+    const part = await call(gateway, "listSandboxes", {});
+    assert.equal(part.headers.get("x-dormice-unreachable"), "b");
+    const body = await part.json();
+    assert.deepEqual(body.unreachable.map((u: { nodeId: string }) => u.nodeId), ["b"]);
+    assert.equal(body.sandboxes.length, 1);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("getHostMetrics is a 501 naming the nodes; an unknown verb a 404; GET on a verb a 405", async () => {
+  const { gateway, add } = setup();
+  add("a");
+  try {
+    const host = await call(gateway, "getHostMetrics", {});
+    assert.equal(host.status, 501);
+    assert.match((await host.json()).message, /http:\/\/a\.test:3676\/getHostMetrics/);
+    const unknown = await call(gateway, "frobnicate", {});
+    assert.equal(unknown.status, 404);
+    assert.match((await unknown.json()).message, /Unknown verb 'frobnicate'/);
+    const get = await gateway.fetch(
+      new Request("http://gw.test/execCommand", { headers: auth }),
+    );
+    assert.equal(get.status, 405);
+    await get.body?.cancel();
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("listNodes shows each node's state, age, reading and in-flight; removeNode refuses a live node", async () => {
+  const { gateway, add } = setup();
+  add("a");
+  try {
+    await (await call(gateway, "acquireSandbox", { name: "counted" })).body?.cancel();
+    const { nodes } = await (await call(gateway, "listNodes", {})).json();
+    assert.equal(nodes.length, 1);
+    assert.equal(nodes[0].id, "a");
+    assert.equal(nodes[0].state, "up");
+    assert.equal(nodes[0].inFlight, 1);
+    assert.equal(typeof nodes[0].lastCheckInAgeMs, "number");
+    assert.equal(nodes[0].reading.cpuCount, 4);
+    const live = await call(gateway, "removeNode", { nodeId: "a" });
+    assert.equal(live.status, 409);
+    assert.match((await live.json()).message, /still checks in/);
+    const missing = await call(gateway, "removeNode", {});
+    assert.equal(missing.status, 400);
+    assert.match((await missing.json()).message, /'nodeId'/);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("a client that already hung up costs no lookup and builds nothing", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  try {
+    const controller = new AbortController();
+    controller.abort();
+    const res = await call(gateway, "acquireSandbox", { name: "late" }, {
+      signal: controller.signal,
+    });
+    assert.equal(res.status, 499);
+    await res.body?.cancel();
+    const exec = await call(gateway, "execCommand", { name: "late", command: "x" }, {
+      signal: controller.signal,
+    });
+    assert.equal(exec.status, 499);
+    await exec.body?.cancel();
+    assert.deepEqual(a.calls, []);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("createGateway() mounts more faces under /e2b/ that answer their own auth", async () => {
+  const gateway = createGateway({
+    token,
+    mount: (app, parts) => {
+      app.get("/e2b/api/health", (c) => c.json({ nodes: parts.fleet.size }));
+    },
+  });
+  try {
+    const res = await gateway.fetch(new Request("http://gw.test/e2b/api/health"));
+    assert.equal(res.status, 200);
+    assert.deepEqual(await res.json(), { nodes: 0 });
+  } finally {
+    gateway.close();
+  }
+});

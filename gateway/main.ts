@@ -1,0 +1,81 @@
+/**
+ * The gateway daemon: read env, open the Fleet's database (one gateway per file), build, serve,
+ * sweep for down nodes, stop cleanly on a signal.
+ *
+ * Requires `--allow-net` (listen, and reach every node's endpoint), `--allow-env` (the
+ * `DORMICE_*` variables in `gatewayEnvVariables`), `--allow-read` and `--allow-write` on the database's directory.
+ *
+ * @module
+ */
+import { dirname } from "node:path";
+import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
+import { createLog } from "../shared/log.ts";
+import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
+import { createGateway } from "./app.ts";
+import { mountE2b } from "./e2b.ts";
+import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
+
+/** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
+const shutdownGraceMs = 10_000;
+
+function refuse(sentences: string[]): never {
+  for (const s of sentences) console.error(s);
+  Deno.exit(2);
+}
+
+const env: Record<string, string | undefined> = {};
+for (const name of gatewayEnvVariables) env[name] = Deno.env.get(name);
+const loaded = loadGatewayConfig(env);
+if (!loaded.ok) refuse(loaded.errors);
+const config = loaded.config;
+const log = createLog({ level: config.logLevel, name: "gateway" });
+
+let database;
+try {
+  Deno.mkdirSync(dirname(config.dbPath), { recursive: true });
+  database = openExclusiveDatabase(config.dbPath, "DORMICE_GATEWAY_DB");
+} catch (error) {
+  if (error instanceof DatabaseLockedError) refuse([error.message]);
+  refuse([
+    `Cannot open DORMICE_GATEWAY_DB='${config.dbPath}' (${(error as Error).message}): point it ` +
+    "at a writable file (and allow reading and writing its directory)",
+  ]);
+}
+
+const gateway = createGateway({
+  token: config.apiToken,
+  database,
+  cpuLimitPct: config.nodeCpuLimitPct,
+  activeLimit: config.nodeActiveLimit,
+  minDiskGB: config.nodeMinDiskGb,
+  lookupTimeoutMs: config.lookupTimeoutMs,
+  log,
+  mount: (app, parts) => mountE2b(app, parts),
+});
+
+const server = Deno.serve({
+  hostname: config.host,
+  port: config.port,
+  onListen: ({ hostname, port }) =>
+    log("info", "gateway listening", {
+      address: `${hostname}:${port}`,
+      url: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}`,
+      db: config.dbPath,
+      nodes: gateway.fleet.size,
+    }),
+}, gateway.fetch);
+
+// Down is decided on read; the sweep only announces transitions in the log.
+const sweeper = setInterval(() => gateway.sweep(), 1_000);
+
+onTerminationSignals((signal) => {
+  log("info", "gateway stopping", { signal });
+  clearInterval(sweeper);
+  void boundedShutdown(server, shutdownGraceMs, () => {
+    gateway.close();
+    database.close();
+  }).then((clean) => {
+    log("info", "gateway stopped", { clean });
+    Deno.exit(0);
+  });
+});

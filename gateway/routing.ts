@@ -1,0 +1,404 @@
+/**
+ * The gateway's routing core, shared by its faces: find the node that holds a sandbox, stream a
+ * request to it, and run the two creators and destroy inside the per-name slots.
+ *
+ * @module
+ */
+import type { Fleet, FleetNode } from "./fleet.ts";
+import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
+import type { Placer } from "./placer.ts";
+import { capture, describeFetchError, forward } from "./forward.ts";
+import { NameQueue } from "../shared/name_queue.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { type Log, silentLog } from "../shared/log.ts";
+
+/** Options for {@linkcode GatewayRouting}. */
+export interface GatewayRoutingOptions {
+  /** The nodes. */
+  fleet: Fleet;
+  /** Name/id → node. */
+  finder: Finder;
+  /** Which node takes a new sandbox. */
+  placer: Placer;
+  /** The fleet token: the node's credentials the gateway forwards with. */
+  token: string;
+  /** The HTTP client to the nodes; the global `fetch` by default (it pools connections). */
+  fetch?: typeof fetch;
+  /** Where placements and failures go; silent by default. */
+  log?: Log;
+  /**
+   * Bound of each node's answer when every node is asked (`listSandboxes`). Default 5000 ms: a
+   * listing is heavier than a lookup, and a silent node is named in the answer, not waited for.
+   */
+  fanOutTimeoutMs?: number;
+}
+
+/** A node's whole answer, read by the gateway (create and destroy). */
+export interface CapturedAnswer {
+  /** The node's status. */
+  status: number;
+  /** The node's headers. */
+  headers: Headers;
+  /** The node's body. */
+  text: string;
+  /** The node that answered. */
+  node: FleetNode;
+}
+
+/** Options of {@linkcode GatewayRouting.create}. */
+export interface CreateOptions {
+  /** The sandbox name, or `undefined` for an unnamed create (no slot, no lookup: always new). */
+  name?: string;
+  /** The path on the node, e.g. `/acquireSandbox`. */
+  path: string;
+  /** The body to send (already validated by the face). */
+  body: string;
+  /** The client's signal: a client that left is not served (checked in the slot). */
+  signal: AbortSignal;
+  /** Headers for the node; the fleet token and JSON content type by default. */
+  headers?: Record<string, string>;
+  /** Reads the sandbox out of a 2xx answer so the Finder can cache it; `undefined` skips. */
+  identify: (text: string) => FoundSandbox | undefined;
+}
+
+/** Options of {@linkcode GatewayRouting.destroy}. */
+export interface DestroyOptions {
+  /** Whether `key` is a name or an id. */
+  by: FindBy;
+  /** The name or id. */
+  key: string;
+  /** The path on the node, e.g. `/destroySandbox`. */
+  path: string;
+  /** The body to send. */
+  body: string;
+  /** The HTTP method (POST by default; E2B kill is DELETE). */
+  method?: string;
+  /** The client's signal. */
+  signal: AbortSignal;
+  /** Headers for the node; the fleet token and JSON content type by default. */
+  headers?: Record<string, string>;
+}
+
+/** Outcome of one node in {@linkcode GatewayRouting.fanOut}. */
+export type FanOutAnswer =
+  | { node: FleetNode; ok: true; status: number; json: unknown }
+  | { node: FleetNode; ok: false; cause: string };
+
+/** The error a client that already hung up gets (nobody reads it; it stops the work). */
+export function clientGone(): HttpError {
+  return new HttpError(499, "The client closed the request before the gateway answered");
+}
+
+/**
+ * The routing rules of DESIGN §5 as one object the faces share:
+ * - `resolve`/`locate`: the cache, then one lookup round; conflict → 409, unsure → 503;
+ * - `stream`: forward to the node as bytes come, a node's 404 triggers the Finder's re-check;
+ * - `create`: the per-name slot, the creators' confirm, then wake or place and capture;
+ * - `destroy`: the slot, capture, evict and give the placement back.
+ *
+ * @example
+ * ```ts ignore
+ * const routing = new GatewayRouting({ fleet, finder, placer, token });
+ * const found = await routing.locate("name", "agent-1", request.signal);
+ * return routing.stream(request, found, "name", "agent-1", "/execCommand", body);
+ * ```
+ */
+export class GatewayRouting {
+  /** Per-name slots: twenty simultaneous acquires of one name build one sandbox. */
+  readonly slots: NameQueue = new NameQueue();
+  /** The credentials and content type every node request carries. */
+  readonly nodeHeaders: Readonly<Record<string, string>>;
+  readonly #fleet: Fleet;
+  readonly #finder: Finder;
+  readonly #placer: Placer;
+  readonly #fetch: typeof fetch;
+  readonly #log: Log;
+  readonly #fanOutTimeoutMs: number;
+
+  /** Builds the routing core over the three library pieces. */
+  constructor(options: GatewayRoutingOptions) {
+    this.#fleet = options.fleet;
+    this.#finder = options.finder;
+    this.#placer = options.placer;
+    this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#log = options.log ?? silentLog;
+    this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
+    this.nodeHeaders = Object.freeze({
+      "authorization": `Bearer ${options.token}`,
+      "content-type": "application/json",
+    });
+  }
+
+  /**
+   * The cache, then (when the client is still there) one lookup round. Returns `one` or `none`.
+   *
+   * @throws {HttpError} 409 when several nodes hold it, 503 with Retry-After when a node that
+   *   may hold it is silent, 499 when the client left.
+   * @example
+   * ```ts ignore
+   * const r = await routing.resolve("id", sandboxId, request.signal);
+   * ```
+   */
+  async resolve(by: FindBy, key: string, signal: AbortSignal): Promise<FindOne | FindNone> {
+    const hit = this.#finder.cached(by, key);
+    if (hit !== undefined) return hit;
+    // A client that already left must not cost every node a lookup.
+    if (signal.aborted) throw clientGone();
+    const result = await this.#finder.find(by, key, { signal });
+    if (signal.aborted) throw clientGone();
+    return settle(result);
+  }
+
+  /**
+   * Like `resolve`, and `none` is a 404 naming the key.
+   *
+   * @throws {HttpError} 404, 409, 503 or 499.
+   * @example
+   * ```ts ignore
+   * const one = await routing.locate("name", "agent-1", request.signal);
+   * ```
+   */
+  async locate(by: FindBy, key: string, signal: AbortSignal): Promise<FindOne> {
+    const r = await this.resolve(by, key, signal);
+    if (r.kind === "one") return r;
+    throw new HttpError(
+      404,
+      `No sandbox with ${by} '${key}' on any node of the fleet` +
+        (by === "name" ? ": create it with acquireSandbox" : ""),
+    );
+  }
+
+  /**
+   * Streams `request` to the node that holds the sandbox: the head goes out when the node's
+   * arrives and a client that hangs up aborts the node's request. A node's 404 makes the Finder
+   * ask that node whether the sandbox is still there (and evict it when not) before answering.
+   *
+   * @throws {HttpError} 502 naming the node when it does not answer.
+   * @example
+   * ```ts ignore
+   * return await routing.stream(request, one, "name", "agent-1", "/execCommand", text);
+   * ```
+   */
+  async stream(
+    request: Request,
+    found: FindOne,
+    by: FindBy,
+    key: string,
+    path: string,
+    body?: BodyInit | null,
+    headers: Record<string, string> = this.nodeHeaders,
+  ): Promise<Response> {
+    const response = await forward(request, {
+      nodeId: found.node.id,
+      endpoint: found.node.endpoint,
+    }, { path, headers, body, fetch: this.#fetch });
+    if (response.status === 404) {
+      // The sandbox may have been destroyed behind the gateway's back; only the node can say.
+      await this.#finder.recheck(by, key).catch(() => {});
+    }
+    return response;
+  }
+
+  /**
+   * Create-or-wake through the name's slot: inside it, the client is checked, the cache hit is
+   * confirmed with its node (or the fleet asked), the client checked again; a found sandbox is
+   * woken where it lives, an absent one placed and created there. The node's answer is read so
+   * the placement can be counted back (4xx) or cached (2xx).
+   *
+   * @throws {HttpError} 409 (conflict), 503 (unsure, or no node fits), 502 (node silent), 499.
+   * @example
+   * ```ts ignore
+   * const answer = await routing.create({ name: "agent-1", path: "/acquireSandbox", body,
+   *   signal: request.signal, identify: (t) => JSON.parse(t).sandbox });
+   * ```
+   */
+  create(options: CreateOptions): Promise<CapturedAnswer> {
+    const { name, signal } = options;
+    if (name === undefined) {
+      if (signal.aborted) return Promise.reject(clientGone());
+      return this.#place(undefined, options);
+    }
+    return this.slots.run(name, async () => {
+      // A client that hung up while queued behind other holders must not build anything.
+      if (signal.aborted) throw clientGone();
+      const result = await this.#finder.confirm("name", name, { signal });
+      if (signal.aborted) throw clientGone();
+      const r = settle(result);
+      if (r.kind === "none") return await this.#place(name, options);
+      // A wake is not a placement: nothing is counted.
+      const answer = await this.#capture(r.node, options.path, {
+        body: options.body,
+        headers: options.headers,
+      });
+      if (answer.status >= 200 && answer.status < 300) this.#remember(r.node, answer, options);
+      return answer;
+    });
+  }
+
+  /**
+   * Destroy through the slot: the node's answer is read; on success the cache entry is evicted
+   * and a placement made in this interval given back. Returns `null` when no node has it.
+   *
+   * @throws {HttpError} 409, 503, 502 or 499.
+   * @example
+   * ```ts ignore
+   * const answer = await routing.destroy({ by: "name", key: "agent-1", path: "/destroySandbox",
+   *   body, signal: request.signal });
+   * ```
+   */
+  destroy(options: DestroyOptions): Promise<CapturedAnswer | null> {
+    const { by, key, signal } = options;
+    const slot = by === "name" ? key : this.#finder.cached("id", key)?.sandbox.name ?? `id:${key}`;
+    return this.slots.run(slot, async () => {
+      if (signal.aborted) throw clientGone();
+      const r = await this.resolve(by, key, signal);
+      if (r.kind === "none") return null;
+      const answer = await this.#capture(r.node, options.path, {
+        method: options.method,
+        body: options.body,
+        headers: options.headers,
+      });
+      if (answer.status >= 200 && answer.status < 300) {
+        this.#finder.evict(by, key);
+        this.#placer.release(r.sandbox.name);
+      } else if (answer.status === 404) {
+        await this.#finder.recheck(by, key).catch(() => {});
+      }
+      return answer;
+    });
+  }
+
+  /**
+   * Asks every registered node in parallel (each under its own bound) and returns each one's
+   * parsed JSON answer or why it did not give one.
+   *
+   * @example
+   * ```ts ignore
+   * const answers = await routing.fanOut("/listSandboxes", "{}", request.signal);
+   * ```
+   */
+  fanOut(
+    path: string,
+    body: string | null,
+    signal: AbortSignal,
+    init: { method?: string; headers?: Record<string, string> } = {},
+  ): Promise<FanOutAnswer[]> {
+    const nodes = [...this.#fleet.nodes()];
+    return Promise.all(nodes.map(async (node): Promise<FanOutAnswer> => {
+      const bound = AbortSignal.any([signal, AbortSignal.timeout(this.#fanOutTimeoutMs)]);
+      try {
+        const res = await this.#fetch(node.endpoint + path, {
+          method: init.method ?? "POST",
+          headers: init.headers ?? this.nodeHeaders,
+          body,
+          signal: bound,
+          redirect: "manual",
+        });
+        const text = await res.text();
+        if (res.status < 200 || res.status >= 300) {
+          return { node, ok: false, cause: `HTTP ${res.status}: ${text.slice(0, 200)}` };
+        }
+        return { node, ok: true, status: res.status, json: JSON.parse(text) };
+      } catch (error) {
+        if (signal.aborted) throw clientGone();
+        return { node, ok: false, cause: describeFetchError(error) };
+      }
+    }));
+  }
+
+  async #place(name: string | undefined, options: CreateOptions): Promise<CapturedAnswer> {
+    // An unnamed create is counted under a private key until the node names the sandbox.
+    const key = name ?? `unnamed:${crypto.randomUUID()}`;
+    const pick = this.#placer.place(key);
+    if (!pick.ok) {
+      this.#log("warn", "no node can take a new sandbox", { name: key, explain: pick.explain });
+      throw new HttpError(503, pick.message, {
+        headers: { "retry-after": String(pick.retryAfterSeconds) },
+        details: { reasons: pick.explain.rejections },
+      });
+    }
+    this.#log("info", "sandbox placed", {
+      name: key,
+      nodeId: pick.node.id,
+      score: pick.score,
+      explain: pick.explain,
+    });
+    // A 502 (no answer) leaves the placement counted: the sandbox may exist.
+    const answer = await this.#capture(pick.node, options.path, {
+      body: options.body,
+      headers: options.headers,
+    });
+    if (answer.status >= 400 && answer.status < 500) {
+      this.#placer.refused(key);
+    } else if (answer.status >= 200 && answer.status < 300) {
+      const sandbox = this.#remember(pick.node, answer, options);
+      if (name === undefined && sandbox !== undefined && this.#placer.release(key)) {
+        this.#placer.record(sandbox.name, pick.node.id);
+      }
+    }
+    return answer;
+  }
+
+  #remember(
+    node: FleetNode,
+    answer: CapturedAnswer,
+    options: CreateOptions,
+  ): FoundSandbox | undefined {
+    let sandbox: FoundSandbox | undefined;
+    try {
+      sandbox = options.identify(answer.text);
+    } catch {
+      sandbox = undefined;
+    }
+    if (sandbox !== undefined && this.#fleet.get(node.id) === node) {
+      this.#finder.remember(node, sandbox);
+    }
+    return sandbox;
+  }
+
+  async #capture(
+    node: FleetNode,
+    path: string,
+    init: { method?: string; body: string; headers?: Record<string, string> },
+  ): Promise<CapturedAnswer> {
+    // Not tied to the client's signal: once a create or destroy is sent, the gateway must learn
+    // its outcome (to count or cache it) even if the client left.
+    const r = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
+      method: init.method ?? "POST",
+      headers: init.headers ?? this.nodeHeaders,
+      body: init.body,
+      fetch: this.#fetch,
+    });
+    return { ...r, node };
+  }
+}
+
+/** Turns conflict and unsure into their HTTP errors; passes one and none through. */
+function settle(result: FindResult): FindOne | FindNone {
+  switch (result.kind) {
+    case "one":
+    case "none":
+      return result;
+    case "conflict":
+      throw new HttpError(409, result.message, {
+        details: {
+          nodes: result.nodes.map(({ node, sandbox }) => ({
+            nodeId: node.id,
+            endpoint: node.endpoint,
+            sandboxId: sandbox.id,
+          })),
+        },
+      });
+    case "unsure":
+      throw new HttpError(503, result.message, {
+        headers: { "retry-after": String(result.retryAfterSeconds) },
+        details: {
+          silent: result.silent.map(({ node, cause }) => ({
+            nodeId: node.id,
+            endpoint: node.endpoint,
+            cause,
+          })),
+        },
+      });
+  }
+}
