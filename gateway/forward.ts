@@ -106,15 +106,28 @@ export async function forward(
 export async function capture(
   target: ForwardTarget,
   path: string,
-  init: RequestInit & { fetch?: typeof fetch },
+  init: RequestInit & { fetch?: typeof fetch; timeoutMs?: number },
 ): Promise<{ status: number; headers: Headers; text: string }> {
-  const doFetch = init.fetch ?? fetch;
+  const { fetch: doFetch = fetch, timeoutMs, ...rest } = init;
+  const bound = timeoutMs === undefined ? undefined : AbortSignal.timeout(timeoutMs);
+  const signal = bound && rest.signal
+    ? AbortSignal.any([rest.signal, bound])
+    : bound ?? rest.signal;
   try {
-    const res = await doFetch(target.endpoint + path, { ...init, redirect: "manual" });
+    const res = await doFetch(target.endpoint + path, { ...rest, signal, redirect: "manual" });
     const text = await res.text();
     return { status: res.status, headers: res.headers, text };
   } catch (error) {
-    if (init.signal?.aborted) throw error;
+    if (bound?.aborted) {
+      // The node may still finish what it was asked: say so rather than claim it failed.
+      throw new HttpError(
+        504,
+        `Node '${target.nodeId}' at ${target.endpoint} did not finish ${path} within ` +
+          `${timeoutMs} ms; it may still complete there: retry the same call, which is safe`,
+        { details: { nodeId: target.nodeId } },
+      );
+    }
+    if (rest.signal?.aborted) throw error;
     throw unreachable(target, error);
   }
 }

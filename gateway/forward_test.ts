@@ -98,3 +98,15 @@ Deno.test("capture() reads the whole answer and names the node when it is unreac
     /name not resolved/,
   );
 });
+
+Deno.test("capture() is a 504 naming the node when it does not finish within its bound", async () => {
+  const hang = (_: unknown, init?: RequestInit) =>
+    new Promise<Response>((_, reject) =>
+      init!.signal!.addEventListener("abort", () => reject(init!.signal!.reason))
+    );
+  await assert.rejects(
+    capture(target, "/acquireSandbox", { fetch: hang as typeof fetch, timeoutMs: 10 }),
+    (e: unknown) =>
+      e instanceof HttpError && e.status === 504 && /'a'.*acquireSandbox.*10 ms/.test(e.message),
+  );
+});

@@ -31,6 +31,11 @@ export interface GatewayRoutingOptions {
    * listing is heavier than a lookup, and a silent node is named in the answer, not waited for.
    */
   fanOutTimeoutMs?: number;
+  /**
+   * Bound of a node's create or destroy. Default 120,000 ms: a Docker create takes well under a
+   * second, and a node that hangs longer must not hold the name's slot for ever.
+   */
+  captureTimeoutMs?: number;
 }
 
 /** A node's whole answer, read by the gateway (create and destroy). */
@@ -114,6 +119,7 @@ export class GatewayRouting {
   readonly #fetch: typeof fetch;
   readonly #log: Log;
   readonly #fanOutTimeoutMs: number;
+  readonly #captureTimeoutMs: number;
 
   /** Builds the routing core over the three library pieces. */
   constructor(options: GatewayRoutingOptions) {
@@ -123,6 +129,7 @@ export class GatewayRouting {
     this.#fetch = options.fetch ?? globalThis.fetch;
     this.#log = options.log ?? silentLog;
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
+    this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -368,6 +375,7 @@ export class GatewayRouting {
       headers: init.headers ?? this.nodeHeaders,
       body: init.body,
       fetch: this.#fetch,
+      timeoutMs: this.#captureTimeoutMs,
     });
     return { ...r, node };
   }
