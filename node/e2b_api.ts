@@ -165,7 +165,15 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       const r = sandboxNameSchema.safeParse(body.metadata.name);
       if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
       name = r.data;
-    } else name = randomName();
+    } else {
+      // A gateway names an unnamed create itself (the key of its slot, placement and cache).
+      const named = c.req.header("x-dormice-sandbox-name");
+      const r = named === undefined ? undefined : sandboxNameSchema.safeParse(named);
+      if (r && !r.success) {
+        throw new HttpError(400, describeZodError(r.error, "'X-Dormice-Sandbox-Name'"));
+      }
+      name = r?.data ?? randomName();
+    }
     const result = await ops.acquire({
       name,
       template: body.templateID,

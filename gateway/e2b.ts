@@ -1,0 +1,574 @@
+/**
+ * The gateway's E2B faces: the control plane under `/e2b/api` (create placed or woken through
+ * the name's slot, everything with an id found by id and forwarded, lists merged across nodes),
+ * envd under `/e2b/envd` (routed by the `E2b-Sandbox-Id` header, streamed both ways), and the
+ * SDK's bare signed `/files` door at the root.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import type { GatewayParts } from "./app.ts";
+import type { CapturedAnswer } from "./routing.ts";
+import type { FindOne } from "./finder.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { bearerToken } from "../shared/token.ts";
+import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
+
+/** Options of {@linkcode createE2bFaces} and {@linkcode mountE2b}. */
+export interface E2bFacesOptions {
+  /** Where each node serves its E2B control plane. Default `/e2b/api`. */
+  nodeApiPath?: string;
+  /** Where each node serves envd. Default `/e2b/envd`. */
+  nodeEnvdPath?: string;
+  /**
+   * Names an unnamed create, so the slot and placement rules have a key and the Finder knows
+   * the sandbox by name too. Default `e2b-` and 20 random hex digits, the node's own form.
+   */
+  randomName?: () => string;
+}
+
+/** The three faces, each a Hono app to mount. */
+export interface E2bFaces {
+  /** The control plane; mount at `/e2b/api`. */
+  api: Hono;
+  /** envd; mount at `/e2b/envd`. */
+  envd: Hono;
+  /** The root `/files` door; mount at `/`. */
+  files: Hono;
+}
+
+/** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
+export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
+/** The header that names the nodes a merged list could not reach. */
+export const UNREACHABLE_HEADER: string = "x-dormice-unreachable";
+/** The header the SDK names the sandbox with on every envd request. */
+const SANDBOX_ID_HEADER = "e2b-sandbox-id";
+/** Largest page a node serves, so the gateway asks for at most this many rows per node. */
+const NODE_MAX_LIMIT = 1000;
+/** A page size the SDK leaves unset. */
+const DEFAULT_LIMIT = 100;
+
+/**
+ * Builds the gateway's E2B faces over the gateway's parts (see `createGateway({ mount })`).
+ *
+ * - `api`: auth `X-API-KEY` (or `Authorization: Bearer`), errors always `{code:<int>, message}`.
+ *   `POST /v2/sandboxes` and `/sandboxes` with `metadata.name` go through the name's slot, the
+ *   creators' confirm and placement exactly like `acquireSandbox`; an unnamed create is named
+ *   here (see `randomName`) and placed. Every route with an id is found by id and streamed;
+ *   `DELETE /sandboxes/{id}` takes the name's slot, gives a fresh placement back and evicts.
+ *   `GET /v2/sandboxes` and `GET /sandboxes` merge every node's list; nodes that did not answer
+ *   are named in `x-dormice-unreachable` (every node silent is a 503). Paging is keyset paging
+ *   over the nodes' own order (start time, then id): each node is asked for `limit + 1` rows
+ *   after the cursor, the answers are merged and cut at `limit`, and `x-next-token` is the
+ *   position of the last row shown, in the node's token form, so every node understands it and
+ *   the gateway keeps no paging state. A node silent on one page and back on the next is not
+ *   revisited for the rows it missed: the header says which page lacked it.
+ * - `envd`: the node is found by `E2b-Sandbox-Id`; requests and answers stream both ways;
+ *   routing errors are Connect `{code:"unavailable"|…, message}` on RPC paths and
+ *   `{code:<int>, message}` on `/files` and `/health`.
+ * - `files`: the root signed `/files` is a 501 (the signature does not name the sandbox) unless
+ *   the request names its sandbox with `E2b-Sandbox-Id`.
+ *
+ * @example
+ * ```ts
+ * import { createGateway } from "@dormice/cluster/gateway";
+ * import { mountE2b } from "./e2b.ts";
+ * const gateway = createGateway({ token: "t".repeat(32), mount: (app, parts) => mountE2b(app, parts) });
+ * gateway.close();
+ * ```
+ */
+export function createE2bFaces(parts: GatewayParts, options: E2bFacesOptions = {}): E2bFaces {
+  return {
+    api: createApi(parts, options),
+    envd: createEnvd(parts, options),
+    files: createFilesDoor(parts, options),
+  };
+}
+
+/**
+ * Mounts the E2B faces at `/e2b/api`, `/e2b/envd` and the root `/files`: pass it as
+ * `createGateway`'s `mount` option.
+ *
+ * @example
+ * ```ts
+ * import { createGateway } from "@dormice/cluster/gateway";
+ * import { mountE2b } from "./e2b.ts";
+ * const gateway = createGateway({ token: "t".repeat(32), mount: (app, parts) => mountE2b(app, parts) });
+ * const res = await gateway.fetch(new Request("http://gw/e2b/api/v2/sandboxes"));
+ * console.log(res.status); // 401: no X-API-KEY
+ * await res.body?.cancel();
+ * gateway.close();
+ * ```
+ */
+export function mountE2b(app: Hono, parts: GatewayParts, options: E2bFacesOptions = {}): void {
+  const faces = createE2bFaces(parts, options);
+  app.route("/e2b/api", faces.api);
+  app.route("/e2b/envd", faces.envd);
+  app.route("/", faces.files);
+}
+
+// --- the control plane -------------------------------------------------------------------------
+
+function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
+  const { routing, authorized, log } = parts;
+  const nodeApi = options.nodeApiPath ?? "/e2b/api";
+  const randomName = options.randomName ?? (() => {
+    const bytes = crypto.getRandomValues(new Uint8Array(10));
+    return "e2b-" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+  });
+  const nodeAuth = { authorization: routing.nodeHeaders.authorization };
+  const app = new Hono();
+
+  app.use("*", async (c, next) => {
+    const given = c.req.header("x-api-key") ?? bearerToken(c.req.header("authorization"));
+    if (!authorized(given)) {
+      throw new HttpError(
+        401,
+        given
+          ? "The API key is not valid: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)"
+          : "The X-API-KEY header is missing: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)",
+      );
+    }
+    await next();
+  });
+
+  const create = async (c: Context, rest: string): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const text = await readText(c.req.raw);
+    const body = parseObject(text);
+    const metadata = body.metadata;
+    if (metadata !== undefined && (metadata === null || typeof metadata !== "object")) {
+      throw new HttpError(400, '\'metadata\' must be an object of strings such as {"team":"a"}');
+    }
+    const given = (metadata as Record<string, unknown> | undefined)?.name;
+    let name: string;
+    const headers: Record<string, string> = { ...routing.nodeHeaders };
+    if (given !== undefined) {
+      const r = sandboxNameSchema.safeParse(given);
+      if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
+      name = r.data;
+    } else {
+      // A fresh random name cannot exist anywhere, so the create skips the slot and the lookup
+      // round, and is simply placed; the name only gives the placement and the Finder a key.
+      name = randomName();
+      headers[SANDBOX_NAME_HEADER] = name;
+    }
+    const answer = await routing.create({
+      name: given === undefined ? undefined : name,
+      path: `${nodeApi}${rest}`,
+      body: text,
+      signal,
+      headers,
+      identify: (t) => {
+        const id = (JSON.parse(t) as { sandboxID?: unknown })?.sandboxID;
+        return typeof id === "string" ? { id, name, state: "active" } : undefined;
+      },
+    });
+    return relay(answer);
+  };
+
+  const kill = async (c: Context, id: string): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    // Found first, so the destroy runs in the name's slot (the Finder now knows id → name).
+    const r = await routing.resolve("id", id, signal);
+    const answer = r.kind === "none" ? null : await routing.destroy({
+      by: "id",
+      key: id,
+      path: `${nodeApi}/sandboxes/${encodeURIComponent(id)}`,
+      method: "DELETE",
+      body: "",
+      signal,
+    });
+    if (answer === null) throw notFound(id);
+    return relay(answer);
+  };
+
+  const list = async (c: Context, v2: boolean): Promise<Response> => {
+    const url = new URL(c.req.url);
+    const query = new URLSearchParams(url.search);
+    const page = v2 ? parsePaging(query) : undefined;
+    if (page) {
+      query.set("limit", String(page.ask));
+      if (page.cursor) query.set("nextToken", encodeCursor(page.cursor));
+      else query.delete("nextToken");
+    }
+    const qs = query.toString();
+    const path = `${nodeApi}${v2 ? "/v2" : ""}/sandboxes${qs ? `?${qs}` : ""}`;
+    const answers = await routing.fanOut(path, null, c.req.raw.signal, {
+      method: "GET",
+      headers: nodeAuth,
+    });
+    const rows: ListedRow[][] = [];
+    const unreachable: string[] = [];
+    let refusal: { status: number; message: string } | undefined;
+    for (const a of answers) {
+      if (a.ok && Array.isArray(a.json)) rows.push(a.json as ListedRow[]);
+      else {
+        const cause = a.ok ? "its answer is not a list" : a.cause;
+        refusal ??= clientFault(cause);
+        unreachable.push(a.node.id);
+        log("warn", "a node did not answer an E2B list", { nodeId: a.node.id, cause });
+      }
+    }
+    // The same bad query fails on every node: say so rather than list nothing.
+    if (refusal && rows.length === 0) throw new HttpError(refusal.status, refusal.message);
+    if (answers.length > 0 && rows.length === 0) {
+      throw new HttpError(
+        503,
+        `No node answered the list (${unreachable.join(", ")}): retry shortly; listNodes ` +
+          "shows which nodes are down",
+        { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: unreachable.join(",") } },
+      );
+    }
+    const headers: Record<string, string> = {};
+    if (unreachable.length > 0) headers[UNREACHABLE_HEADER] = unreachable.join(",");
+    let merged = rows.flat();
+    if (page) {
+      const sign = page.order === "asc" ? 1 : -1;
+      merged.sort((a, b) => sign * compareRows(cursorOf(a), cursorOf(b)));
+      // Every node gave up to `ask` rows after the cursor; the next page starts after the last
+      // row shown, so no row is skipped or repeated while all nodes answer.
+      const more = merged.length > page.limit ||
+        (page.ask === page.limit && rows.some((r) => r.length >= page.ask));
+      merged = merged.slice(0, page.limit);
+      if (more && merged.length > 0) {
+        headers["x-next-token"] = encodeCursor(cursorOf(merged[merged.length - 1]));
+      }
+    }
+    return c.json(merged, 200, headers);
+  };
+
+  const forwardById = async (c: Context, id: string, rest: string): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const found = await locate(parts, id, signal);
+    const path = `${nodeApi}${rest}${new URL(c.req.url).search}`;
+    return await routing.stream(c.req.raw, found, "id", id, path, undefined, nodeAuth);
+  };
+
+  app.all("*", async (c) => {
+    const rest = suffix(c);
+    const method = c.req.method;
+    if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
+      if (method === "POST") return await create(c, rest);
+      if (method === "GET") return await list(c, rest === "/v2/sandboxes");
+      throw new HttpError(405, `${method} is not allowed on ${rest}: use GET or POST`, {
+        headers: { allow: "GET, POST" },
+      });
+    }
+    const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
+    if (m) {
+      const id = decodeSegment(m[1]);
+      if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {
+        return await kill(c, id);
+      }
+      return await forwardById(c, id, rest);
+    }
+    throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
+  });
+
+  app.onError((error, c) => e2bError(error, c.req.raw, parts));
+  return app;
+}
+
+/** `locate` by id, with E2B's wording for a miss. */
+async function locate(parts: GatewayParts, id: string, signal: AbortSignal): Promise<FindOne> {
+  const r = await parts.routing.resolve("id", id, signal);
+  if (r.kind === "none") throw notFound(id);
+  return r;
+}
+
+function notFound(id: string): HttpError {
+  return new HttpError(
+    404,
+    `Sandbox '${id}' not found on any node of the fleet: it was killed, or never existed`,
+  );
+}
+
+/** One row of a node's E2B list, as far as paging needs it. */
+interface ListedRow {
+  sandboxID: string;
+  startedAt: string;
+}
+
+interface Cursor {
+  createdAt: string;
+  id: string;
+}
+
+interface Paging {
+  limit: number;
+  /** Rows asked of each node: one more than the page when allowed, to learn whether more exist. */
+  ask: number;
+  order: "asc" | "desc";
+  cursor?: Cursor;
+}
+
+function parsePaging(query: URLSearchParams): Paging {
+  const limitRaw = query.get("limit");
+  const limit = limitRaw === null ? DEFAULT_LIMIT : Number(limitRaw);
+  if (!Number.isInteger(limit) || limit < 1 || limit > NODE_MAX_LIMIT) {
+    throw new HttpError(
+      400,
+      `'limit' must be a whole number from 1 to ${NODE_MAX_LIMIT}: received '${limitRaw}'`,
+    );
+  }
+  const order = query.get("order") ?? "desc";
+  if (order !== "asc" && order !== "desc") {
+    throw new HttpError(400, `'order' must be asc or desc: received '${order.slice(0, 20)}'`);
+  }
+  const token = query.get("nextToken");
+  return {
+    limit,
+    ask: Math.min(limit + 1, NODE_MAX_LIMIT),
+    order,
+    cursor: token ? decodeCursor(token) : undefined,
+  };
+}
+
+function cursorOf(row: ListedRow): Cursor {
+  return { createdAt: String(row.startedAt), id: String(row.sandboxID) };
+}
+
+/**
+ * The order nodes page in (start time, then id), so one position in it is a cursor every node
+ * understands: the gateway's `x-next-token` is the node's own token form for the last row shown.
+ */
+function compareRows(a: Cursor, b: Cursor): number {
+  const t = Date.parse(a.createdAt) - Date.parse(b.createdAt);
+  if (t !== 0) return t;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
+/** The node's `nextToken` form (node/e2b_api.ts): base64url of `[createdAt, id]`. */
+function encodeCursor(s: Cursor): string {
+  return btoa(JSON.stringify([s.createdAt, s.id])).replace(/=+$/, "").replace(/\+/g, "-")
+    .replace(/\//g, "_");
+}
+
+function decodeCursor(token: string): Cursor {
+  try {
+    const b64 = token.replace(/-/g, "+").replace(/_/g, "/");
+    const [createdAt, id] = JSON.parse(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4)));
+    if (typeof createdAt === "string" && typeof id === "string" && !isNaN(Date.parse(createdAt))) {
+      return { createdAt, id };
+    }
+  } catch { /* answered below */ }
+  throw new HttpError(
+    400,
+    "'nextToken' is not a token this gateway issued: start from the first page",
+  );
+}
+
+/** A node's 4xx in a fan-out is the query's fault, not the node's: its status and sentence. */
+function clientFault(cause: string): { status: number; message: string } | undefined {
+  const m = /^HTTP (4\d\d): ([\s\S]*)$/.exec(cause);
+  if (!m) return undefined;
+  let message = m[2];
+  try {
+    const parsed = JSON.parse(m[2]) as { message?: unknown };
+    if (typeof parsed?.message === "string") message = parsed.message;
+  } catch { /* the raw text, cut at 200 characters by fanOut */ }
+  return { status: Number(m[1]), message };
+}
+
+// --- envd --------------------------------------------------------------------------------------
+
+function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
+  const nodeEnvd = options.nodeEnvdPath ?? "/e2b/envd";
+  const app = new Hono();
+  app.all("*", async (c) => {
+    const rest = suffix(c);
+    const dialect = isRpc(rest) ? "connect" : "rest";
+    try {
+      const id = c.req.header(SANDBOX_ID_HEADER);
+      if (!id) {
+        throw new HttpError(
+          400,
+          "The E2b-Sandbox-Id header is missing: name the sandbox the request is for",
+        );
+      }
+      const signal = c.req.raw.signal;
+      const r = await parts.routing.resolve("id", id, signal);
+      if (r.kind === "none") {
+        // E2B's own proxy answers 502 for a sandbox that is not running; the SDK reads it (and
+        // Connect's `unavailable`) as "the sandbox is gone or timed out".
+        throw new HttpError(
+          502,
+          `No sandbox '${id}' on any node of the fleet: it was killed or timed out`,
+        );
+      }
+      const path = `${nodeEnvd}${rest}${new URL(c.req.url).search}`;
+      // No header is replaced: `Authorization: Basic` names the run-as user and `X-Access-Token`
+      // is verified by the node, so both pass through untouched.
+      return await parts.routing.stream(c.req.raw, r, "id", id, path, undefined, {});
+    } catch (error) {
+      return dialect === "connect"
+        ? connectError(error, c.req.raw, parts)
+        : e2bError(error, c.req.raw, parts);
+    }
+  });
+  return app;
+}
+
+/** Connect RPC paths look like `/process.Process/Start`; everything else is envd's REST. */
+function isRpc(path: string): boolean {
+  return /^\/[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+\/[A-Za-z0-9_]+$/.test(path);
+}
+
+/** Connect codes for the statuses routing raises. */
+function connectCodeOf(status: number): string {
+  switch (status) {
+    case 400:
+      return "invalid_argument";
+    case 401:
+      return "unauthenticated";
+    case 404:
+      return "not_found";
+    case 409:
+      return "aborted";
+    case 499:
+      return "canceled";
+    case 501:
+      return "unimplemented";
+    case 502:
+    case 503:
+      return "unavailable";
+    case 504:
+      return "deadline_exceeded";
+    default:
+      return status >= 500 ? "internal" : "unknown";
+  }
+}
+
+function connectError(error: unknown, request: Request, parts: GatewayParts): Response {
+  const e = toHttpError(error, request, parts);
+  return Response.json({ code: connectCodeOf(e.status), message: e.message }, {
+    status: e.status,
+    headers: e.headers,
+  });
+}
+
+// --- the root /files door ----------------------------------------------------------------------
+
+function createFilesDoor(parts: GatewayParts, options: E2bFacesOptions): Hono {
+  const nodeEnvd = options.nodeEnvdPath ?? "/e2b/envd";
+  const app = new Hono();
+  const serve = async (c: Context): Promise<Response> => {
+    try {
+      const id = c.req.header(SANDBOX_ID_HEADER);
+      if (!id) {
+        throw new HttpError(
+          501,
+          "The gateway cannot route a bare signed /files URL: the signature does not name the " +
+            "sandbox. Build signed URLs against the node's own address (sandboxUrl " +
+            "http://<node>/e2b/envd; the gateway's listNodes names each node's address), or read and write " +
+            "through the sandbox (files.read / files.write), which the gateway routes",
+        );
+      }
+      // Named by the header, the node checks the signature against that sandbox's token.
+      const found = await locate(parts, id, c.req.raw.signal);
+      const path = `${nodeEnvd}/files${new URL(c.req.url).search}`;
+      return await parts.routing.stream(c.req.raw, found, "id", id, path, undefined, {});
+    } catch (error) {
+      return e2bError(error, c.req.raw, parts);
+    }
+  };
+  app.get("/files", serve);
+  app.post("/files", serve);
+  app.all("/files", (c) =>
+    e2bError(
+      new HttpError(405, `${c.req.method} is not allowed on /files: use GET or POST`, {
+        headers: { allow: "GET, POST" },
+      }),
+      c.req.raw,
+      parts,
+    ));
+  return app;
+}
+
+// --- shared pieces -----------------------------------------------------------------------------
+
+/** The request's path below the face's mount point, still percent-encoded. */
+function suffix(c: Context): string {
+  const pathname = new URL(c.req.url).pathname;
+  // In a sub-app's catch-all the route path is `<mount>/*`.
+  const mount = c.req.routePath.replace(/\/?\*$/, "");
+  const rest = pathname.startsWith(mount) ? pathname.slice(mount.length) : pathname;
+  return rest === "" ? "/" : rest;
+}
+
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw new HttpError(400, `The sandbox id '${segment.slice(0, 60)}' is badly percent-encoded`);
+  }
+}
+
+async function readText(request: Request): Promise<string> {
+  try {
+    return await request.text();
+  } catch (error) {
+    if (request.signal.aborted) throw new HttpError(499, "The client closed the request");
+    throw new HttpError(400, `The body could not be read (${(error as Error)?.message})`);
+  }
+}
+
+function parseObject(text: string): Record<string, unknown> {
+  if (text.trim() === "") {
+    throw new HttpError(
+      400,
+      'The request body is empty: send a JSON object such as {"templateID":"base"}',
+    );
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new HttpError(
+      400,
+      'The request body is not JSON: send a JSON object such as {"templateID":"base"}',
+    );
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new HttpError(
+      400,
+      'The request body must be a JSON object such as {"templateID":"base"}',
+    );
+  }
+  return value as Record<string, unknown>;
+}
+
+/** A captured node answer, passed on as the node gave it (its errors are already E2B's). */
+function relay(answer: CapturedAnswer): Response {
+  const headers = new Headers();
+  for (const name of ["content-type", "retry-after", "x-next-token"]) {
+    const v = answer.headers.get(name);
+    if (v !== null) headers.set(name, v);
+  }
+  const empty = answer.status === 204 || answer.status === 304 || answer.text === "";
+  return new Response(empty ? null : answer.text, { status: answer.status, headers });
+}
+
+function toHttpError(error: unknown, request: Request, parts: GatewayParts): HttpError {
+  if (error instanceof HttpError) return error;
+  if (request.signal.aborted) return new HttpError(499, "The client closed the request");
+  parts.log("error", "unexpected error in the gateway's E2B face", {
+    error: error instanceof Error ? error.stack ?? error.message : String(error),
+  });
+  return new HttpError(
+    500,
+    `The gateway failed unexpectedly (${(error as Error)?.message ?? error}): this is a bug; ` +
+      "the gateway's log has the details",
+  );
+}
+
+/** The one place an error becomes E2B's `{code:<int>, message}`. */
+function e2bError(error: unknown, request: Request, parts: GatewayParts): Response {
+  const e = toHttpError(error, request, parts);
+  return Response.json({ ...e.details, code: e.status, message: e.message }, {
+    status: e.status,
+    headers: e.headers,
+  });
+}
