@@ -472,3 +472,66 @@ Deno.test("Finder.remember() of a name rebuilt under a new id drops the old id",
   assert.equal(finder.cached("name", "alpha")?.node.id, "b");
   fleet.close();
 });
+
+Deno.test("Finder.find() keeps at most maxLookupsPerNode lookups in flight to one node", async () => {
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock });
+  fleet.checkIn(checkIn("a", EP.a));
+  let inFlight = 0, most = 0;
+  const release: Array<() => void> = [];
+  const fn = (async () => {
+    inFlight++;
+    most = Math.max(most, inFlight);
+    await new Promise<void>((r) => release.push(r));
+    inFlight--;
+    return Response.json({ found: false });
+  }) as typeof fetch;
+  const t = manualTimers();
+  const finder = new Finder({
+    fleet,
+    token: TOKEN,
+    fetch: fn,
+    timers: t.timers,
+    maxLookupsPerNode: 3,
+  });
+  // Ten distinct names: ten rounds, each asking node a once.
+  const rounds = Array.from({ length: 10 }, (_, i) => finder.find("name", `n${i}`));
+  while (release.length < 3) await Promise.resolve();
+  for (let i = 0; i < 50; i++) await Promise.resolve();
+  assert.equal(most, 3);
+  while (release.length > 0 || inFlight > 0) {
+    release.shift()?.();
+    await new Promise((r) => setTimeout(r, 0));
+  }
+  const results = await Promise.all(rounds);
+  assert.deepEqual(results.map((r) => r.kind), Array(10).fill("none"));
+  assert.equal(most, 3);
+  fleet.close();
+});
+
+Deno.test("Finder.find() counts the wait for a per-node slot against the round's deadline", async () => {
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock });
+  fleet.checkIn(checkIn("a", EP.a));
+  const fn =
+    ((_: unknown, init?: RequestInit) =>
+      new Promise<Response>((_, reject) =>
+        init!.signal!.addEventListener("abort", () => reject(init!.signal!.reason))
+      )) as typeof fetch;
+  const t = manualTimers();
+  const finder = new Finder({
+    fleet,
+    token: TOKEN,
+    fetch: fn,
+    timers: t.timers,
+    maxLookupsPerNode: 1,
+  });
+  const first = finder.find("name", "x");
+  const queued = finder.find("name", "y");
+  await Promise.resolve();
+  t.fireAll(); // both rounds' deadlines pass: the queued one must not wait for a free slot
+  const [a, b] = await Promise.all([first, queued]);
+  assert.equal(a.kind, "unsure");
+  assert.equal(b.kind, "unsure");
+  fleet.close();
+});

@@ -77,3 +77,4 @@ export {
   SANDBOX_NAME_HEADER,
   UNREACHABLE_HEADER,
 } from "./e2b.ts";
+export { KeyedLimiter } from "./limiter.ts";
