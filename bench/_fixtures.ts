@@ -1,0 +1,327 @@
+/**
+ * Shared pieces of the benchmarks: node readings, child stub-node processes, free ports, timing.
+ *
+ * @module
+ */
+import type { CheckIn, HostReading } from "../shared/schemas.ts";
+
+/** The fleet token every benchmark process uses (never a real secret). */
+export const benchToken = "bench-token-0123456789abcdef0123456789abcdef";
+
+/** A host reading with the given counts (defaults: 4 cores, 8 GB free, 50 GB disk). */
+export function reading(over: Partial<HostReading> = {}, active = 0): HostReading {
+  return {
+    takenAt: Date.now(),
+    cpuCount: 4,
+    cpuUsedPct: 10,
+    memoryTotalBytes: 16e9,
+    memoryAvailableBytes: 8e9,
+    swapTotalBytes: 0,
+    swapFreeBytes: 0,
+    dataDisk: {
+      path: "/var/lib/dormice",
+      totalBytes: 100e9,
+      usedBytes: 50e9,
+      availableBytes: 50e9,
+    },
+    sandboxes: { active, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+    ...over,
+  };
+}
+
+/** A check-in body for node `i` at `endpoint`. */
+export function checkIn(i: number, endpoint: string, r: HostReading = reading()): CheckIn {
+  return {
+    nodeId: `node-${String(i).padStart(5, "0")}`,
+    endpoint,
+    intervalSeconds: 15,
+    build: "bench",
+    reading: r,
+  };
+}
+
+/** A deterministic pseudo-random source (mulberry32), so every run builds the same fleet. */
+export function seeded(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** A TCP port on 127.0.0.1 that nothing listens on now. */
+export function freePort(): number {
+  const l = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (l.addr as Deno.NetAddr).port;
+  l.close();
+  return port;
+}
+
+/** A running child process started by the harness, with the JSON line it printed first. */
+export interface Child<T> {
+  /** The first stdout line, parsed. */
+  ready: T;
+  /** Stops it (SIGTERM, then waits). */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `deno run <args>` and waits for its first stdout line (JSON). Stderr is passed through
+ * only when it is not empty at exit, to keep the runner's output readable.
+ */
+export async function startChild<T>(
+  args: string[],
+  env: Record<string, string> = {},
+  timeoutMs = 30_000,
+): Promise<Child<T>> {
+  const proc = new Deno.Command(Deno.execPath(), {
+    args,
+    env,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const stderrChunks: Uint8Array[] = [];
+  const stderrDone = (async () => {
+    for await (const c of proc.stderr) {
+      if (stderrChunks.length < 200) stderrChunks.push(c);
+    }
+  })();
+  const reader = proc.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  const timer = setTimeout(() => {
+    try {
+      proc.kill("SIGKILL");
+    } catch { /* already gone */ }
+  }, timeoutMs);
+  try {
+    while (!buf.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += value;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  const drain = (async () => {
+    try {
+      while (!(await reader.read()).done) { /* keep the pipe flowing */ }
+    } catch { /* closed */ }
+  })();
+  if (!buf.includes("\n")) {
+    await proc.status;
+    await stderrDone;
+    const err = new TextDecoder().decode(concat(stderrChunks));
+    throw new Error(`Child ${args.join(" ")} exited before it was ready: ${err.slice(-2000)}`);
+  }
+  let stopped = false;
+  return {
+    ready: JSON.parse(buf.slice(0, buf.indexOf("\n"))) as T,
+    stop: async () => {
+      if (stopped) return;
+      stopped = true;
+      try {
+        proc.kill("SIGTERM");
+      } catch { /* already gone */ }
+      const kill = setTimeout(() => {
+        try {
+          proc.kill("SIGKILL");
+        } catch { /* gone */ }
+      }, 3000);
+      await proc.status;
+      clearTimeout(kill);
+      await drain;
+      await stderrDone;
+    },
+  };
+}
+
+function concat(chunks: Uint8Array[]): Uint8Array {
+  const out = new Uint8Array(chunks.reduce((n, c) => n + c.length, 0));
+  let at = 0;
+  for (const c of chunks) {
+    out.set(c, at);
+    at += c.length;
+  }
+  return out;
+}
+
+/** What `_stub_nodes.ts` prints when it is listening. */
+export interface StubReady {
+  /** One port per stub node. */
+  ports: number[];
+}
+
+/** Starts `count` stub nodes in one child process (so they run on the other core). */
+export function startStubNodes(count: number): Promise<Child<StubReady>> {
+  return startChild<StubReady>([
+    "run",
+    "--allow-net=127.0.0.1",
+    new URL("./_stub_nodes.ts", import.meta.url).pathname,
+    String(count),
+  ]);
+}
+
+/** Milliseconds taken by `fn`. */
+export async function timed(fn: () => Promise<unknown>): Promise<number> {
+  const t0 = performance.now();
+  await fn();
+  return performance.now() - t0;
+}
+
+/** A daemon started by the harness (gateway or node main). */
+export interface Daemon {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  /** Its port. */
+  port: number;
+  /** Its process id (for /proc readings). */
+  pid: number;
+  /** Stops it (SIGTERM, then SIGKILL after 5 s) and removes its temporary directory. */
+  stop(): Promise<void>;
+}
+
+async function spawnDaemon(
+  script: string,
+  permissions: string[],
+  env: Record<string, string>,
+  port: number,
+  dir: string,
+  extraArgs: string[] = [],
+): Promise<Daemon> {
+  const proc = new Deno.Command(Deno.execPath(), {
+    args: ["run", ...extraArgs, ...permissions, new URL(script, import.meta.url).pathname],
+    env,
+    clearEnv: true,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+  }).spawn();
+  const tail: string[] = [];
+  const drain = async (s: ReadableStream<Uint8Array>) => {
+    for await (const c of s.pipeThrough(new TextDecoderStream())) {
+      tail.push(c);
+      if (tail.length > 50) tail.shift();
+    }
+  };
+  const drained = Promise.all([drain(proc.stdout), drain(proc.stderr)]);
+  const url = `http://127.0.0.1:${port}`;
+  let stopped = false;
+  const stop = async () => {
+    if (stopped) return;
+    stopped = true;
+    try {
+      proc.kill("SIGTERM");
+    } catch { /* gone */ }
+    const kill = setTimeout(() => {
+      try {
+        proc.kill("SIGKILL");
+      } catch { /* gone */ }
+    }, 5000);
+    await proc.status;
+    clearTimeout(kill);
+    await drained;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    try {
+      const res = await fetch(`${url}/healthz`);
+      await res.body?.cancel();
+      if (res.ok) break;
+    } catch { /* not yet */ }
+    const status = await Promise.race([
+      proc.status,
+      new Promise((r) => setTimeout(r, 50, undefined)),
+    ]);
+    if (status !== undefined || Date.now() > deadline) {
+      await stop();
+      throw new Error(`${script} did not come up at ${url}: ${tail.join("").slice(-2000)}`);
+    }
+  }
+  return { url, port, pid: proc.pid, stop };
+}
+
+/** Starts `gateway/main.ts` on a free port with its database in a temporary directory. */
+export async function startGateway(
+  extraArgs: string[] = [],
+  extraEnv: Record<string, string> = {},
+): Promise<Daemon> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-bench-gw-" });
+  const port = freePort();
+  return spawnDaemon(
+    "../gateway/main.ts",
+    [
+      "--allow-net=127.0.0.1",
+      "--allow-env",
+      `--allow-read=${dir}`,
+      `--allow-write=${dir}`,
+    ],
+    {
+      DORMICE_API_TOKEN: benchToken,
+      DORMICE_GATEWAY_HOST: "127.0.0.1",
+      DORMICE_GATEWAY_PORT: String(port),
+      DORMICE_GATEWAY_DB: `${dir}/gateway.db`,
+      ...extraEnv,
+    },
+    port,
+    dir,
+    extraArgs,
+  );
+}
+
+/** Starts `node/main.ts` on the fake executor, checking in to `gateway` when given. */
+export async function startNode(
+  nodeId: string,
+  gateway?: string,
+  extraArgs: string[] = [],
+): Promise<Daemon> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-bench-node-" });
+  const port = freePort();
+  return spawnDaemon(
+    "../node/main.ts",
+    [
+      "--allow-net=127.0.0.1",
+      "--allow-env",
+      `--allow-read=${dir}`,
+      `--allow-write=${dir}`,
+      "--allow-sys=cpus,systemMemoryInfo,statfs",
+    ],
+    {
+      DORMICE_API_TOKEN: benchToken,
+      DORMICE_HOST: "127.0.0.1",
+      DORMICE_PORT: String(port),
+      DORMICE_DATA_DIR: dir,
+      DORMICE_EXECUTOR: "fake",
+      DORMICE_NODE_ID: nodeId,
+      DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+      ...(gateway ? { DORMICE_GATEWAY_ENDPOINT: gateway } : {}),
+    },
+    port,
+    dir,
+    extraArgs,
+  );
+}
+
+/** A JSON answer; the harness reads a few known fields, so the body is loosely typed. */
+// deno-lint-ignore no-explicit-any
+export type JsonAnswer = { status: number; json: any };
+
+/** POSTs JSON with the bench token and returns the status and parsed body. */
+export async function postJson(url: string, body: unknown): Promise<JsonAnswer> {
+  const res = await fetch(url, {
+    method: "POST",
+    headers: { "authorization": `Bearer ${benchToken}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json: unknown = text;
+  try {
+    json = text ? JSON.parse(text) : null;
+  } catch { /* not JSON */ }
+  return { status: res.status, json };
+}

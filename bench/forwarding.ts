@@ -1,0 +1,312 @@
+/**
+ * Benchmark 1, forwarding cost: wrk (-t2 -c32) on `POST /getSandboxMetrics` for a cached sandbox
+ * name, straight to a node, through the gateway, and through nginx `proxy_pass` with upstream
+ * keep-alive in front of the same node (bench/nginx.conf). One node and one gateway process on
+ * the fake executor; the three targets are measured in turn inside each run.
+ *
+ * Reference: nginx in the same run. The issue's targets: gateway ≥ 0.5× nginx's throughput and
+ * ≤ 2× nginx's added p50 (p50 through the proxy minus p50 direct).
+ *
+ * @module
+ */
+import {
+  benchToken,
+  type Daemon,
+  freePort,
+  postJson,
+  startChild,
+  startGateway,
+  startNode,
+} from "./_fixtures.ts";
+import { median, type Row, row, type Section } from "./_stats.ts";
+
+/** One wrk result. */
+export interface WrkResult {
+  /** Requests per second. */
+  rps: number;
+  /** Latency percentiles in ms. */
+  p50: number;
+  p99: number;
+  /** Non-2xx answers plus socket errors. */
+  errors: number;
+}
+
+function toMs(value: string, unit: string): number {
+  const v = Number(value);
+  return unit === "us" ? v / 1000 : unit === "ms" ? v : unit === "s" ? v * 1000 : v * 60_000;
+}
+
+/** Parses wrk's `--latency` output. */
+export function parseWrk(text: string): WrkResult {
+  const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(text)?.[1]);
+  const pct = (p: string) => {
+    const m = new RegExp(`\\s${p}%\\s+([\\d.]+)(us|ms|s|m)\\b`).exec(text);
+    return m ? toMs(m[1], m[2]) : NaN;
+  };
+  const non2xx = Number(/Non-2xx or 3xx responses:\s+(\d+)/.exec(text)?.[1] ?? 0);
+  const sock = /Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)/.exec(text);
+  const sockErrors = sock ? sock.slice(1).reduce((a, b) => a + Number(b), 0) : 0;
+  if (!Number.isFinite(rps)) throw new Error(`Cannot read wrk's output: ${text.slice(0, 500)}`);
+  return { rps, p50: pct("50"), p99: pct("99"), errors: non2xx + sockErrors };
+}
+
+/** Runs wrk against `url` with the POST script. */
+export async function wrk(
+  url: string,
+  seconds: number,
+  env: Record<string, string>,
+  connections = 32,
+): Promise<WrkResult> {
+  const out = await new Deno.Command("wrk", {
+    args: [
+      `-t${Math.min(2, connections)}`,
+      `-c${connections}`,
+      `-d${seconds}s`,
+      "--latency",
+      "-s",
+      new URL("./post.lua", import.meta.url).pathname,
+      url,
+    ],
+    env,
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  const text = new TextDecoder().decode(out.stdout);
+  if (!out.success) {
+    throw new Error(`wrk failed: ${new TextDecoder().decode(out.stderr)}${text}`);
+  }
+  return parseWrk(text);
+}
+
+/** nginx in front of a node, run in the foreground with its own prefix. */
+export interface Nginx {
+  /** `http://127.0.0.1:<port>`. */
+  url: string;
+  /** Stops it (SIGQUIT) and removes its prefix. */
+  stop(): Promise<void>;
+}
+
+/** Starts nginx from bench/nginx.conf proxying to `nodePort`. */
+export async function startNginx(nodePort: number): Promise<Nginx> {
+  const prefix = await Deno.makeTempDir({ prefix: "dormice-bench-nginx-" });
+  const port = freePort();
+  const template = await Deno.readTextFile(new URL("./nginx.conf", import.meta.url));
+  const conf = template.replaceAll("@PREFIX@", prefix).replaceAll("@PORT@", String(port))
+    .replaceAll("@NODE_PORT@", String(nodePort));
+  await Deno.writeTextFile(`${prefix}/nginx.conf`, conf);
+  const proc = new Deno.Command("nginx", {
+    args: [
+      "-p",
+      prefix,
+      "-e",
+      `${prefix}/error.log`,
+      "-c",
+      `${prefix}/nginx.conf`,
+      "-g",
+      "daemon off;",
+    ],
+    stdin: "null",
+    stdout: "null",
+    stderr: "piped",
+  }).spawn();
+  const errText = proc.stderr.pipeThrough(new TextDecoderStream());
+  const errChunks: string[] = [];
+  const errDone = (async () => {
+    for await (const c of errText) errChunks.push(c);
+  })();
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    try {
+      proc.kill("SIGQUIT");
+    } catch { /* gone */ }
+    const kill = setTimeout(() => {
+      try {
+        proc.kill("SIGKILL");
+      } catch { /* gone */ }
+    }, 5000);
+    await proc.status;
+    clearTimeout(kill);
+    await errDone;
+    await Deno.remove(prefix, { recursive: true }).catch(() => {});
+  };
+  for (let i = 0; i < 100; i++) {
+    try {
+      const res = await fetch(`${url}/healthz`);
+      await res.body?.cancel();
+      return { url, stop };
+    } catch { /* not yet */ }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  await stop();
+  throw new Error(`nginx did not come up: ${errChunks.join("")}`);
+}
+
+/** Command-line availability of wrk and nginx, or the reason they are missing. */
+export async function missingTools(tools: string[]): Promise<string | undefined> {
+  for (const t of tools) {
+    try {
+      await new Deno.Command(t, { args: ["-v"], stdout: "null", stderr: "null" }).output();
+    } catch {
+      return `${t} is not installed (deno task bench installs it with apt-get as root)`;
+    }
+  }
+  return undefined;
+}
+
+/** Waits until the gateway lists `nodeId`. */
+export async function waitForNode(gateway: string, nodeId: string): Promise<void> {
+  for (let i = 0; i < 200; i++) {
+    const r = await postJson(`${gateway}/listNodes`, {});
+    if (r.status === 200 && JSON.stringify(r.json).includes(`"${nodeId}"`)) return;
+    await new Promise((res) => setTimeout(res, 50));
+  }
+  throw new Error(`Node '${nodeId}' did not check in to the gateway at ${gateway}`);
+}
+
+/** Options of the forwarding benchmark. */
+export interface ForwardingOptions {
+  /** Runs (at least five). */
+  runs: number;
+  /** Seconds per wrk measurement. */
+  seconds?: number;
+  /** Seconds per one-connection latency measurement. */
+  latencySeconds?: number;
+  /** Extra `deno run` flags for the gateway (e.g. `--cpu-prof`). */
+  gatewayArgs?: string[];
+}
+
+/** Runs the forwarding benchmark. */
+export async function runForwarding(options: ForwardingOptions): Promise<Section> {
+  const { runs, seconds = 3, latencySeconds = 2, gatewayArgs = [] } = options;
+  const title = "Forwarding cost: POST /getSandboxMetrics on a cached name (wrk -t2 -c32)";
+  const missing = await missingTools(["wrk", "nginx"]);
+  if (missing) return { title, reference: "", rows: [], notes: [], skipped: missing };
+  const started: { stop(): Promise<void> }[] = [];
+  const name = "bench-fwd";
+  const keys = ["direct", "gateway", "nginx", "naive"] as const;
+  type Key = typeof keys[number];
+  const results: Record<Key, WrkResult[]> = { direct: [], gateway: [], nginx: [], naive: [] };
+  const single: Record<Key, WrkResult[]> = { direct: [], gateway: [], nginx: [], naive: [] };
+  try {
+    const gw: Daemon = await startGateway(gatewayArgs);
+    started.push(gw);
+    const node = await startNode("bench-fwd-node", gw.url);
+    started.push(node);
+    await waitForNode(gw.url, "bench-fwd-node");
+    const made = await postJson(`${gw.url}/acquireSandbox`, { name });
+    if (made.status !== 200) {
+      throw new Error(`acquireSandbox answered ${made.status}: ${JSON.stringify(made.json)}`);
+    }
+    const nginx = await startNginx(node.port);
+    started.push(nginx);
+    const naive = await startChild<{ port: number }>([
+      "run",
+      "--allow-net=127.0.0.1",
+      new URL("./_naive_proxy.ts", import.meta.url).pathname,
+      node.url,
+    ]);
+    started.push(naive);
+    const env = { BENCH_TOKEN: benchToken, BENCH_NAME: name };
+    const targets: Record<Key, string> = {
+      direct: node.url,
+      gateway: gw.url,
+      nginx: nginx.url,
+      naive: `http://127.0.0.1:${naive.ready.port}`,
+    };
+    for (const [key, url] of Object.entries(targets)) {
+      const check = await postJson(`${url}/getSandboxMetrics`, { name });
+      if (check.status !== 200) {
+        throw new Error(`${key} answered ${check.status}: ${JSON.stringify(check.json)}`);
+      }
+      await wrk(`${url}/getSandboxMetrics`, 1, env); // warm-up: pools, JIT
+    }
+    for (let r = 0; r < runs; r++) {
+      for (const key of keys) {
+        results[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env));
+        single[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, latencySeconds, env, 1));
+      }
+    }
+  } finally {
+    for (const s of started.reverse()) await s.stop();
+  }
+  const pick = (k: Key, f: keyof WrkResult) => results[k].map((x) => x[f]);
+  const one = (k: Key) => single[k].map((x) => x.p50);
+  const nginxRps = pick("nginx", "rps"),
+    gwRps = pick("gateway", "rps"),
+    dRps = pick("direct", "rps");
+  const nginxP50 = pick("nginx", "p50");
+  const nginx1 = one("nginx"), gw1 = one("gateway"), d1 = one("direct");
+  const nginxAdded = nginx1.map((v, i) => v - d1[i]);
+  const gwAdded = gw1.map((v, i) => v - d1[i]);
+  const errors = [...Object.values(results), ...Object.values(single)].flat()
+    .reduce((a, x) => a + x.errors, 0);
+  const rpsRatio = gwRps.map((v, i) => v / nginxRps[i]);
+  // nginx's added latency is tens of µs, within the noise of one run (it can come out negative),
+  // so the target compares the medians over runs rather than per-run ratios.
+  const addedRatio = median(gwAdded) / median(nginxAdded);
+  const rows: Row[] = [
+    row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
+    row("direct to the node throughput", "req/s", dRps, nginxRps),
+    row("through the gateway throughput", "req/s", gwRps, nginxRps, {
+      target: "≥ 0.5× nginx",
+      met: median(rpsRatio) >= 0.5,
+    }),
+    row(
+      "naive Deno fetch proxy throughput (runtime floor)",
+      "req/s",
+      pick("naive", "rps"),
+      nginxRps,
+    ),
+    row("gateway ÷ direct throughput", "×", gwRps.map((v, i) => v / dRps[i]), null, { digits: 2 }),
+    row("nginx p50 at c32 (reference)", "ms", nginxP50, nginxP50),
+    row("direct p50 at c32", "ms", pick("direct", "p50"), nginxP50),
+    row("gateway p50 at c32", "ms", pick("gateway", "p50"), nginxP50),
+    row("nginx p99 at c32", "ms", pick("nginx", "p99"), nginxP50),
+    row("direct p99 at c32", "ms", pick("direct", "p99"), nginxP50),
+    row("gateway p99 at c32", "ms", pick("gateway", "p99"), nginxP50),
+    row("direct p50 at c1", "ms", d1, nginx1),
+    row("nginx p50 at c1 (reference for c1)", "ms", nginx1, nginx1),
+    row("gateway p50 at c1", "ms", gw1, nginx1),
+    row("naive Deno proxy p50 at c1", "ms", one("naive"), nginx1),
+    row("nginx added p50 at c1 (− direct)", "ms", nginxAdded, nginx1),
+    row("gateway added p50 at c1 (− direct)", "ms", gwAdded, nginx1, {
+      target: "≤ 2× nginx's added p50",
+      met: addedRatio <= 2 && median(nginxAdded) > 0,
+    }),
+    row(
+      "naive Deno proxy added p50 at c1 (− direct)",
+      "ms",
+      one("naive").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
+  ];
+  return {
+    title,
+    reference:
+      "nginx proxy_pass (one worker, upstream keep-alive) in front of the same node, same " +
+      "run: its c32 throughput and p50 for the c32 rows, its c1 p50 for the c1 rows",
+    rows,
+    notes: [
+      `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
+      `measurement, the three targets in turn within each run; one node ` +
+      `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
+      `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
+      `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
+      `Headline: gateway ÷ nginx throughput ${median(rpsRatio).toFixed(2)}, gateway ÷ direct ` +
+      `${median(gwRps.map((v, i) => v / dRps[i])).toFixed(2)}, gateway ÷ naive Deno proxy ` +
+      `${
+        median(gwRps.map((v, i) => v / pick("naive", "rps")[i])).toFixed(2)
+      }; gateway added p50 ÷ nginx added ` +
+      `p50 (medians) ${addedRatio.toFixed(1)}.`,
+      `At c1 the naive Deno proxy adds ${
+        median(one("naive").map((v, i) => v - d1[i])).toFixed(3)
+      } ms ` +
+      `and nginx ${
+        median(nginxAdded).toFixed(3)
+      } ms: a serve + fetch hop in this runtime costs more ` +
+      "than twice nginx's added latency before the gateway does any work of its own.",
+      "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
+      "p50 is queueing time, so the difference to direct can even be negative for nginx.",
+    ],
+  };
+}

@@ -1,0 +1,103 @@
+/**
+ * The benchmark harness of issue 6: runs every benchmark and rewrites bench/RESULTS.md (after
+ * each section, so an interrupted run still leaves what it measured).
+ *
+ * Usage: `deno task bench` (installs wrk and nginx first), or directly
+ * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`.
+ * Sections: placement, lookup, syn-drop, memory, bursts, bursts-inprocess, forwarding,
+ * streaming.
+ *
+ * @module
+ */
+import { renderReport, type Section } from "./_stats.ts";
+import { runPlacement } from "./placement.ts";
+import { runLookup, runSynDrop } from "./lookup.ts";
+import { runMemory } from "./memory.ts";
+import { gatewayTarget, inProcessTarget, runBursts } from "./bursts.ts";
+import { startGateway } from "./_fixtures.ts";
+import { runForwarding } from "./forwarding.ts";
+import { runStreaming } from "./streaming.ts";
+
+const args = new Map(
+  Deno.args.filter((a) => a.startsWith("--")).map((a) => {
+    const [k, v = "true"] = a.slice(2).split("=");
+    return [k, v] as const;
+  }),
+);
+const runs = Number(args.get("runs") ?? "5");
+if (!Number.isInteger(runs) || runs < 1) {
+  console.error(`Cannot run with --runs=${args.get("runs")}: give a positive integer (5 or more)`);
+  Deno.exit(2);
+}
+const only = args.get("only")?.split(",");
+const out = args.get("out") ?? new URL("./RESULTS.md", import.meta.url).pathname;
+
+/** Output of a command, trimmed; Deno refuses to read /proc/cpuinfo without --allow-all. */
+async function shell(command: string): Promise<string> {
+  try {
+    const out = await new Deno.Command("sh", { args: ["-c", command], stderr: "null" }).output();
+    return new TextDecoder().decode(out.stdout).trim() || "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+const machine: Record<string, string> = {
+  date: new Date().toISOString(),
+  nproc: await shell("nproc"),
+  cpu: await shell("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1"),
+  deno: `${Deno.version.deno} (V8 ${Deno.version.v8})`,
+  os: `${Deno.build.os} ${Deno.osRelease()}`,
+  "load average at start": Deno.loadavg().map((x) => x.toFixed(2)).join(" "),
+  runs: String(runs),
+};
+
+const benchmarks: [string, () => Promise<Section> | Section][] = [
+  ["placement", () => runPlacement({ runs })],
+  ["lookup", () => runLookup({ runs })],
+  ["syn-drop", () => runSynDrop({ runs })],
+  ["memory", () => runMemory({ runs })],
+  ["bursts", () =>
+    runBursts({
+      runs,
+      target: async () => {
+        const gw = await startGateway();
+        const t = gatewayTarget(
+          gw.url,
+          "through a gateway process (gateway/main.ts), fresh per run",
+        );
+        return { ...t, close: () => gw.stop() };
+      },
+    })],
+  ["bursts-inprocess", async () => {
+    const s = await runBursts({ runs, target: () => Promise.resolve(inProcessTarget()) });
+    return { ...s, title: "Bursts, in-process (the library pieces without the HTTP face)" };
+  }],
+  ["forwarding", () => runForwarding({ runs })],
+  ["streaming", () => runStreaming({ runs })],
+];
+
+const sections: Section[] = [];
+const t0 = performance.now();
+for (const [name, run] of benchmarks) {
+  if (only && !only.includes(name)) continue;
+  const started = performance.now();
+  console.error(`bench: ${name}…`);
+  try {
+    sections.push(await run());
+  } catch (error) {
+    const message = error instanceof Error ? error.message : String(error);
+    console.error(`bench: ${name} failed: ${message}`);
+    sections.push({
+      title: name,
+      reference: "",
+      rows: [],
+      notes: [],
+      skipped: `failed in this run: ${message.slice(0, 600)}`,
+    });
+  }
+  console.error(`bench: ${name} took ${((performance.now() - started) / 1000).toFixed(1)} s`);
+  machine["total time"] = `${((performance.now() - t0) / 1000).toFixed(0)} s`;
+  await Deno.writeTextFile(out, renderReport(machine, sections));
+}
+console.log(renderReport(machine, sections));
