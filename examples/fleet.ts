@@ -1,6 +1,7 @@
 /**
- * `deno task fleet`: a whole fleet on one machine. Starts a gateway and two nodes (fake executor
- * unless `DORMICE_EXECUTOR` says otherwise) as child processes on loopback, each with its own
+ * `deno task fleet`: a whole fleet on one machine. Starts a gateway and two nodes (real Docker
+ * containers when the engine answers and has the base image, otherwise the fake executor with a
+ * loud line saying sandboxes are simulated; `DORMICE_EXECUTOR` decides when set) as child processes on loopback, each with its own
  * data under `.dormice/fleet/`, prints where they listen and how to point a client at the
  * gateway, and stops all three cleanly on Ctrl-C.
  *
@@ -142,6 +143,42 @@ function devToken(): string {
   ).join("");
 }
 
+const dockerSocket = "/var/run/docker.sock";
+const baseImage = "dormice-base:latest";
+
+/**
+ * Asks the Docker engine over its socket whether the base image is there. Returns null when real
+ * containers can run, otherwise why not and how to fix it.
+ */
+async function dockerUnavailable(): Promise<string | null> {
+  let conn: Deno.UnixConn;
+  try {
+    conn = await Deno.connect({ transport: "unix", path: dockerSocket });
+  } catch (error) {
+    return `no Docker engine answers at ${dockerSocket} (${(error as Error).message}): ` +
+      `install docker.io and start dockerd, then build the image with deploy/images/build-base.sh`;
+  }
+  try {
+    const request = `GET /images/${baseImage}/json HTTP/1.0\r\nHost: docker\r\n\r\n`;
+    await conn.write(new TextEncoder().encode(request));
+    const buffer = new Uint8Array(64);
+    const read = await Promise.race([
+      conn.read(buffer),
+      new Promise<null>((resolve) => setTimeout(() => resolve(null), 3000)),
+    ]);
+    const statusLine = read ? new TextDecoder().decode(buffer.subarray(0, read)) : "";
+    if (/^HTTP\/1\.[01] 200/.test(statusLine)) return null;
+    if (/^HTTP\/1\.[01] 404/.test(statusLine)) {
+      return `the Docker engine runs but has no ${baseImage} image: build it with ` +
+        `'bash deploy/images/build-base.sh'`;
+    }
+    return `the Docker engine at ${dockerSocket} did not answer as expected ` +
+      `(${statusLine.split("\r\n")[0] || "no answer within 3 s"})`;
+  } finally {
+    conn.close();
+  }
+}
+
 if (import.meta.main) {
   const given = Deno.env.get("DORMICE_API_TOKEN");
   const token = given && given.length >= 32 ? given : devToken();
@@ -150,7 +187,22 @@ if (import.meta.main) {
       `DORMICE_API_TOKEN is ${given.length} characters long (at least 32 needed): using a generated development token instead`,
     );
   }
-  const executor = Deno.env.get("DORMICE_EXECUTOR") || "fake";
+  let executor = Deno.env.get("DORMICE_EXECUTOR") || "";
+  if (executor === "") {
+    const why = await dockerUnavailable();
+    executor = why === null ? "docker" : "fake";
+    if (why !== null) {
+      console.error(
+        [
+          "",
+          "!!! SANDBOXES ARE SIMULATED: the nodes run the in-memory fake executor, not containers.",
+          `!!! Why: ${why}.`,
+          "!!! Set DORMICE_EXECUTOR=fake to silence this, or fix the above for real containers.",
+          "",
+        ].join("\n"),
+      );
+    }
+  }
   const taken = new Set<number>();
   const gatewayPort = Number(Deno.env.get("DORMICE_GATEWAY_PORT") || 3677);
   if (!portIsFree(gatewayPort)) {
@@ -208,11 +260,12 @@ if (import.meta.main) {
       const url = `http://127.0.0.1:${port}`;
       nodes.push({ id, url, dir });
       children.push(start(id, url, "node/main.ts", [
-        "--allow-net=127.0.0.1",
-        `--allow-env=${nodeEnvVariables.join(",")}`,
+        `--allow-net=127.0.0.1${executor === "docker" ? `,unix:${dockerSocket}` : ""}`,
+        // dockerode's dependencies read the environment, so the docker executor needs all of it.
+        executor === "docker" ? "--allow-env" : `--allow-env=${nodeEnvVariables.join(",")}`,
         // The docker executor talks to the daemon over its socket.
-        `--allow-read=${dir}${executor === "docker" ? ",/var/run/docker.sock" : ""}`,
-        `--allow-write=${dir}${executor === "docker" ? ",/var/run/docker.sock" : ""}`,
+        `--allow-read=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
+        `--allow-write=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
         "--allow-sys=cpus,systemMemoryInfo,statfs",
       ], {
         DORMICE_API_TOKEN: token,
