@@ -1,6 +1,28 @@
 /**
  * The node's configuration, read from the environment with refusals an operator can act on.
  *
+ * | variable | default | meaning |
+ * |---|---|---|
+ * | `DORMICE_API_TOKEN` | (required) | the fleet token, at least 32 characters |
+ * | `DORMICE_HOST` | `127.0.0.1` | the address to listen on |
+ * | `DORMICE_PORT` | `3676` | the port to listen on |
+ * | `DORMICE_DATA_DIR` | `.dormice/node` | the ledger (and its lock) |
+ * | `DORMICE_EXECUTOR` | `docker` | `docker` (containers; the node refuses to boot when the engine does not answer) or `fake` (in memory, for tests and demos) |
+ * | `DORMICE_TEMPLATES` | `base=dormice-base:latest` | template name to Docker image, comma-separated; `base` is required (checked at boot by the Docker executor) |
+ * | `DORMICE_DOCKER_SOCKET` | from `DOCKER_HOST` (`unix://…`), else `/var/run/docker.sock` | the Docker engine's unix socket |
+ * | `DORMICE_SANDBOX_CPUS` | `1` | cores of a Docker sandbox whose spec sets none (fractions allowed) |
+ * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |
+ * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
+ * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with |
+ * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
+ * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
+ * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins |
+ * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between E2B deadline scans |
+ * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
+ *
+ * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
+ * (`cpus`, `memoryMB`, `pids`) wins over them.
+ *
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
@@ -21,6 +43,20 @@ export interface NodeConfig {
   dataDir: string;
   /** Which executor runs the sandboxes (`DORMICE_EXECUTOR`). */
   executor: ExecutorKind;
+  /**
+   * Template name to image (`DORMICE_TEMPLATES`), as written; `null` leaves the Docker
+   * executor's default (`base=dormice-base:latest`). Parsed by the Docker executor's
+   * `parseTemplates`, so a bad map is refused when the Docker executor is built.
+   */
+  templates: string | null;
+  /** The Docker engine's unix socket (`DORMICE_DOCKER_SOCKET`, else `DOCKER_HOST`'s path). */
+  dockerSocket: string;
+  /**
+   * Node-wide limits of a Docker sandbox whose spec does not set them (`DORMICE_SANDBOX_CPUS`,
+   * `DORMICE_SANDBOX_MEMORY_MB`, `DORMICE_SANDBOX_PIDS`); an unset one keeps the executor's
+   * default (1 core, 512 MiB, 512 processes).
+   */
+  sandboxDefaults: SandboxDefaults;
   /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`); `null` runs standalone. */
   gatewayEndpoint: string | null;
   /** The origin the gateway reaches this node at (`DORMICE_NODE_ENDPOINT`). */
@@ -35,18 +71,37 @@ export interface NodeConfig {
   logLevel: LogLevel;
 }
 
+/** Node-wide sandbox limits; each is the executor's own default when absent. */
+export interface SandboxDefaults {
+  /** Cores (fractions allowed). */
+  cpus?: number;
+  /** Memory, MiB. */
+  memoryMB?: number;
+  /** Processes and threads. */
+  pids?: number;
+}
+
+/** The Docker socket when neither `DORMICE_DOCKER_SOCKET` nor a unix `DOCKER_HOST` names one. */
+export const defaultDockerSocket: string = "/var/run/docker.sock";
+
 /** The outcome of {@linkcode loadNodeConfig}: a config, or every refusal at once. */
 export type NodeConfigResult =
   | { ok: true; config: NodeConfig }
   | { ok: false; refusals: string[] };
 
-/** Every variable the node reads (so `main.ts` can ask for exactly these with `--allow-env`). */
+/** Every variable the node reads (`DOCKER_HOST` too: the Docker socket's conventional place) (so `main.ts` can ask for exactly these with `--allow-env`). */
 export const nodeEnvVariables: readonly string[] = [
   "DORMICE_API_TOKEN",
   "DORMICE_HOST",
   "DORMICE_PORT",
   "DORMICE_DATA_DIR",
   "DORMICE_EXECUTOR",
+  "DORMICE_TEMPLATES",
+  "DORMICE_DOCKER_SOCKET",
+  "DOCKER_HOST",
+  "DORMICE_SANDBOX_CPUS",
+  "DORMICE_SANDBOX_MEMORY_MB",
+  "DORMICE_SANDBOX_PIDS",
   "DORMICE_GATEWAY_ENDPOINT",
   "DORMICE_NODE_ENDPOINT",
   "DORMICE_NODE_ID",
@@ -129,6 +184,59 @@ export function loadNodeConfig(
     }
   }
 
+  const templates = get("DORMICE_TEMPLATES") ?? null;
+
+  let dockerSocket = defaultDockerSocket;
+  const socketText = get("DORMICE_DOCKER_SOCKET");
+  const dockerHost = get("DOCKER_HOST");
+  if (socketText !== undefined) {
+    if (socketText.startsWith("/")) dockerSocket = socketText;
+    else {
+      refusals.push(
+        `DORMICE_DOCKER_SOCKET='${socketText}' is not an absolute path: write the engine's unix ` +
+          `socket, e.g. ${defaultDockerSocket}`,
+      );
+    }
+  } else if (dockerHost?.startsWith("unix:///")) {
+    dockerSocket = dockerHost.slice("unix://".length);
+  } else if (dockerHost !== undefined && executor === "docker") {
+    refusals.push(
+      `DOCKER_HOST='${dockerHost}' is not a unix socket, and the Docker executor speaks only to ` +
+        `the local engine's socket: set DORMICE_DOCKER_SOCKET=${defaultDockerSocket} (or unset ` +
+        "DOCKER_HOST)",
+    );
+  }
+
+  const sandboxDefaults: SandboxDefaults = {};
+  const cpusText = get("DORMICE_SANDBOX_CPUS");
+  if (cpusText !== undefined) {
+    const cpus = Number(cpusText);
+    if (/^\d+(\.\d+)?$|^\.\d+$/.test(cpusText) && cpus > 0 && cpus <= 256) {
+      sandboxDefaults.cpus = cpus;
+    } else {
+      refusals.push(
+        `DORMICE_SANDBOX_CPUS='${cpusText}' is not a number of cores above 0 and at most 256: ` +
+          "write one such as 1 or 0.5",
+      );
+    }
+  }
+  const memoryText = get("DORMICE_SANDBOX_MEMORY_MB");
+  if (memoryText !== undefined) {
+    // Docker refuses a memory limit under 6 MiB.
+    sandboxDefaults.memoryMB = integer(
+      memoryText,
+      512,
+      6,
+      1_048_576,
+      "DORMICE_SANDBOX_MEMORY_MB",
+      refusals,
+    );
+  }
+  const pidsText = get("DORMICE_SANDBOX_PIDS");
+  if (pidsText !== undefined) {
+    sandboxDefaults.pids = integer(pidsText, 512, 1, 1_000_000, "DORMICE_SANDBOX_PIDS", refusals);
+  }
+
   const endpointVar = (name: string): string | null => {
     const text = get(name);
     if (text === undefined) return null;
@@ -201,6 +309,9 @@ export function loadNodeConfig(
       port,
       dataDir,
       executor,
+      templates,
+      dockerSocket,
+      sandboxDefaults,
       gatewayEndpoint,
       nodeEndpoint,
       nodeId,

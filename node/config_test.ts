@@ -18,6 +18,9 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     port: 3676,
     dataDir: ".dormice/node",
     executor: "docker",
+    templates: null,
+    dockerSocket: "/var/run/docker.sock",
+    sandboxDefaults: {},
     gatewayEndpoint: null,
     nodeEndpoint: "http://127.0.0.1:3676",
     nodeId: "node-1",
@@ -89,4 +92,53 @@ Deno.test("loadNodeConfig() accepts a loopback gateway with the defaults", () =>
   });
   assert.ok(r.ok);
   assert.equal(r.config.nodeEndpoint, "http://[::1]:4000");
+});
+
+Deno.test("loadNodeConfig() reads the Docker settings and node-wide sandbox limits", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_TEMPLATES: "base=dormice-base:latest,python=py:3",
+    DOCKER_HOST: "unix:///run/user/1000/docker.sock",
+    DORMICE_SANDBOX_CPUS: "0.5",
+    DORMICE_SANDBOX_MEMORY_MB: "256",
+    DORMICE_SANDBOX_PIDS: "100",
+  });
+  assert.ok(r.ok);
+  assert.equal(r.config.templates, "base=dormice-base:latest,python=py:3");
+  assert.equal(r.config.dockerSocket, "/run/user/1000/docker.sock");
+  assert.deepEqual(r.config.sandboxDefaults, { cpus: 0.5, memoryMB: 256, pids: 100 });
+  const explicit = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_DOCKER_SOCKET: "/tmp/d.sock",
+    DOCKER_HOST: "tcp://10.0.0.1:2375",
+  });
+  assert.ok(explicit.ok);
+  assert.equal(explicit.config.dockerSocket, "/tmp/d.sock");
+  // A TCP engine matters only to the Docker executor.
+  assert.ok(
+    loadNodeConfig({
+      DORMICE_API_TOKEN: token,
+      DORMICE_EXECUTOR: "fake",
+      DOCKER_HOST: "tcp://10.0.0.1:2375",
+    }).ok,
+  );
+});
+
+Deno.test("loadNodeConfig() refuses bad Docker settings naming variable, value and fix", () => {
+  const all = refusals({
+    DORMICE_API_TOKEN: token,
+    DOCKER_HOST: "tcp://10.0.0.1:2375",
+    DORMICE_SANDBOX_CPUS: "two",
+    DORMICE_SANDBOX_MEMORY_MB: "1",
+    DORMICE_SANDBOX_PIDS: "0",
+  });
+  assert.equal(all.length, 4);
+  assert.match(all[0], /DOCKER_HOST='tcp:\/\/10.0.0.1:2375'.*DORMICE_DOCKER_SOCKET=/);
+  assert.match(all[1], /DORMICE_SANDBOX_CPUS='two'.*such as 1/);
+  assert.match(all[2], /DORMICE_SANDBOX_MEMORY_MB='1'.*from 6 to/);
+  assert.match(all[3], /DORMICE_SANDBOX_PIDS='0'.*from 1 to/);
+  assert.match(
+    refusals({ DORMICE_API_TOKEN: token, DORMICE_DOCKER_SOCKET: "docker.sock" })[0],
+    /DORMICE_DOCKER_SOCKET='docker.sock' is not an absolute path.*\/var\/run\/docker.sock/,
+  );
 });

@@ -2,7 +2,10 @@
  * The node daemon: read env, build, serve, check in, scan deadlines, stop cleanly on a signal.
  *
  * Requires `--allow-net`, `--allow-env` (the `DORMICE_*` variables), `--allow-read` and
- * `--allow-write` on the data dir, and `--allow-sys=cpus,systemMemoryInfo,statfs`.
+ * `--allow-write` on the data dir, and `--allow-sys=cpus,systemMemoryInfo,statfs`. With the
+ * Docker executor (the default) also the socket: `--allow-net=unix:/var/run/docker.sock`,
+ * `--allow-read` and `--allow-write` on it, and a bare `--allow-env` (dockerode's dependencies
+ * read and list the environment when they load).
  *
  * @module
  */
@@ -10,7 +13,8 @@ import { DatabaseLockedError } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
-import { loadNodeConfig, nodeEnvVariables } from "./config.ts";
+import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
+import type { Executor } from "./executor.ts";
 import { FakeExecutor } from "./fake_executor.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
@@ -30,13 +34,40 @@ if (!loaded.ok) refuse(loaded.refusals);
 const config = loaded.config;
 const log = createLog({ level: config.logLevel, name: "node" });
 
-if (config.executor === "docker") {
-  // The Docker executor lands in its own change; until then the node says so at boot.
-  refuse([
-    "DORMICE_EXECUTOR=docker is not available in this build yet: set DORMICE_EXECUTOR=fake to " +
-    "run sandboxes in memory",
-  ]);
+/**
+ * The executor the config names. Docker is imported only when asked for: dockerode's
+ * dependencies read the environment as they load, which a fake node's narrow `--allow-env`
+ * refuses.
+ */
+async function openExecutor(config: NodeConfig): Promise<Executor> {
+  if (config.executor === "fake") return new FakeExecutor();
+  let docker: typeof import("./docker_executor.ts");
+  try {
+    docker = await import("./docker_executor.ts");
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotCapable)) throw error;
+    refuse([
+      `The Docker executor cannot load (${error.message}): run the node with a bare --allow-env ` +
+      "(dockerode's dependencies read the environment), or set DORMICE_EXECUTOR=fake",
+    ]);
+  }
+  const { DockerExecutor, parseTemplates } = docker;
+  const templates = parseTemplates(config.templates ?? undefined);
+  if (typeof templates === "string") refuse([templates]);
+  try {
+    return await DockerExecutor.connect({
+      nodeId: config.nodeId,
+      socketPath: config.dockerSocket,
+      templates,
+      defaults: config.sandboxDefaults,
+      log,
+    });
+  } catch (error) {
+    // connect() says which socket, why, and how to start the engine or pick the fake.
+    refuse([(error as Error).message]);
+  }
 }
+const executor = await openExecutor(config);
 
 try {
   Deno.mkdirSync(config.dataDir, { recursive: true });
@@ -49,7 +80,7 @@ try {
 
 function build(): NodeApp {
   try {
-    return createNodeApp({ config, executor: new FakeExecutor(), log });
+    return createNodeApp({ config, executor, log });
   } catch (error) {
     if (error instanceof DatabaseLockedError) refuse([error.message]);
     throw error;
@@ -57,14 +88,17 @@ function build(): NodeApp {
 }
 const node = build();
 
-// Rows whose sandbox vanished (a fake executor after a restart, a container removed by hand)
-// would answer found and then fail every verb: drop them before the first request.
+// Before the first request: containers of this node without a row are removed, rows whose
+// sandbox vanished (a fake executor after a restart, a container removed by hand) are marked
+// stopped and logged. reconcile() logs what it finds itself.
 try {
   await node.service.reconcile();
 } catch (error) {
-  // An engine that is down at boot must not keep the node from serving what it can.
+  // The engine answered the ping a moment ago; one failed listing must not keep the node from
+  // serving what it can. The next boot compares again.
   log("warn", "could not compare the ledger with the executor at boot; serving anyway", {
     error,
+    fix: "restart the node once the executor answers, so lost sandboxes are marked",
   });
 }
 

@@ -383,29 +383,75 @@ export class SandboxService implements SandboxOps {
   }
 
   /**
-   * Brings the ledger in step with the executor at boot: a row whose sandbox the executor no
-   * longer holds is dropped (it could never answer again); a sandbox without a row is only
-   * reported, never destroyed, since another node may share the container engine.
+   * Brings the ledger in step with the executor at boot, before the node serves (a create in
+   * flight holds a sandbox without its row for a moment, and would look like an orphan):
+   *
+   * - a sandbox the executor holds for this node without a ledger row is removed: nothing can
+   *   name it, so nothing could ever use or destroy it (the Docker executor lists only
+   *   containers labelled with this node's id, so another node on the same engine is safe);
+   * - a row whose sandbox is gone is marked `stopped` and reported in the log, never dropped: the
+   *   name stays taken (a gateway keeps finding it here, not building it elsewhere), the E2B view
+   *   shows it paused, a wake answers 410 saying what happened, and `destroySandbox` (or its kill
+   *   deadline) removes it. A pause deadline is cleared, since nothing is left to pause.
+   *
+   * The fake executor's sandboxes vanish with the process by design, so after its restart every
+   * row is marked the same way: one rule for both executors.
    */
-  async reconcile(): Promise<{ dropped: string[]; orphans: string[] }> {
+  async reconcile(): Promise<{ lost: string[]; removed: string[] }> {
     const held = new Set(await this.#call(() => this.#executor.list()));
-    const dropped: string[] = [];
+    const lost: string[] = [];
     for (const row of this.#ledger.all()) {
       if (held.has(row.id)) continue;
       await this.queue.run(row.name, () => {
-        if (this.#ledger.delete(row.id)) dropped.push(row.id);
-      });
-      this.#log("warn", "ledger row dropped: its sandbox is gone from the executor", {
-        name: row.name,
-        id: row.id,
-        executor: this.#executor.kind,
+        const now = this.#ledger.byId(row.id);
+        if (!now) return;
+        lost.push(now.id);
+        const pauseDeadline = now.deadlineAction === "pause";
+        if (now.state !== "stopped" || pauseDeadline) {
+          this.#ledger.update(now.id, {
+            state: "stopped",
+            ...(pauseDeadline ? { deadlineAt: null, deadlineAction: null } : {}),
+          });
+        }
+        this.#log(
+          "warn",
+          "sandbox lost: its ledger row has no sandbox in the executor; marked stopped (destroy " +
+            "it, then create it again)",
+          { name: now.name, id: now.id, was: now.state, executor: this.#executor.kind },
+        );
       });
     }
-    const orphans = [...held].filter((id) => !this.#ledger.byId(id));
-    if (orphans.length > 0) {
-      this.#log("warn", "sandboxes without a ledger row left in place", { ids: orphans });
+    const destroyed: string[] = [];
+    for (const id of held) {
+      if (this.#ledger.byId(id)) continue;
+      try {
+        await this.#executor.destroy(id);
+        destroyed.push(id);
+      } catch (error) {
+        this.#log("error", "could not remove a sandbox without a ledger row", { id, error });
+      }
     }
-    return { dropped, orphans };
+    // destroy() forgives a sandbox it cannot find (say, a container renamed by hand that still
+    // wears this node's labels): look again rather than report a removal that did not happen.
+    const left = destroyed.length > 0 ? new Set(await this.#executor.list()) : new Set();
+    const removed: string[] = [];
+    for (const id of destroyed) {
+      if (left.has(id)) {
+        this.#log("error", "a sandbox without a ledger row is still there after its removal", {
+          id,
+          executor: this.#executor.kind,
+          hint:
+            "remove it by hand (e.g. docker rm -f on the container labelled dormice.sandbox=<id>)",
+        });
+      } else {
+        removed.push(id);
+        this.#log("warn", "sandbox without a ledger row removed", {
+          id,
+          executor: this.#executor.kind,
+        });
+      }
+    }
+    return { lost, removed };
   }
 
   #require(ref: SandboxRef): SandboxRecord {
@@ -441,7 +487,18 @@ export class SandboxService implements SandboxOps {
   /** Resumes a frozen sandbox and touches its idle clock (call inside the slot). */
   async #wake(sandbox: SandboxRecord): Promise<SandboxRecord> {
     if (sandbox.state !== "active") {
-      await this.#call(() => this.#executor.resume(sandbox.id));
+      await this.#call(() => this.#executor.resume(sandbox.id)).catch((error) => {
+        // Only reconcile() marks a row stopped: its sandbox was gone at boot.
+        if (sandbox.state === "stopped" && error instanceof HttpError && error.status === 404) {
+          throw new HttpError(
+            410,
+            `Sandbox '${sandbox.name}' lost its ${this.#executor.kind} sandbox while the node ` +
+              "was down, with its files and processes: destroy it (destroySandbox, or kill), " +
+              "then create it again",
+          );
+        }
+        throw error;
+      });
       this.#log("info", "sandbox woken", { name: sandbox.name, id: sandbox.id });
     }
     return this.#ledger.update(sandbox.id, { state: "active", lastActiveAt: this.#clock.now() })!;

@@ -221,15 +221,71 @@ Deno.test("SandboxService.expireIfDue() kills or pauses past the deadline only",
   await close();
 });
 
-Deno.test("SandboxService.reconcile() drops rows whose sandbox is gone and keeps orphans", async () => {
+Deno.test("SandboxService.reconcile() marks lost rows stopped and removes orphans", async () => {
   const { executor, ledger, service, close } = setup();
+  const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+  const logged = new SandboxService({
+    ledger,
+    executor,
+    queue: service.queue,
+    log: (level, msg, fields) => lines.push({ level, msg, fields }),
+  });
   const { sandbox: kept } = await service.acquire({ name: "kept" });
   const { sandbox: lost } = await service.acquire({ name: "lost" });
-  await executor.destroy(lost.id);
+  const { sandbox: lostPausing } = await service.acquire({
+    name: "lost-pausing",
+    deadline: { ms: 60_000, action: "pause" },
+  });
+  const { sandbox: lostKilling } = await service.acquire({
+    name: "lost-killing",
+    deadline: { ms: 60_000, action: "kill" },
+  });
+  await service.pause({ name: "lost" });
+  for (const s of [lost, lostPausing, lostKilling]) await executor.destroy(s.id);
   await executor.create({ id: "sbx_orphan", name: "o", template: "base", spec: {}, env: {} });
-  assert.deepEqual(await service.reconcile(), { dropped: [lost.id], orphans: ["sbx_orphan"] });
-  assert.deepEqual(ledger.all().map((s) => s.id), [kept.id]);
-  assert.deepEqual((await executor.list()).sort(), [kept.id, "sbx_orphan"].sort());
+
+  const first = await logged.reconcile();
+  assert.deepEqual(first.lost.sort(), [lost.id, lostPausing.id, lostKilling.id].sort());
+  assert.deepEqual(first.removed, ["sbx_orphan"]);
+  // Never dropped: every row is still there, the lost ones stopped.
+  assert.deepEqual(
+    Object.fromEntries(ledger.all().map((s) => [s.name, s.state])),
+    { kept: "active", lost: "stopped", "lost-pausing": "stopped", "lost-killing": "stopped" },
+  );
+  // Nothing left to pause; a kill deadline still cleans the row up at its time.
+  assert.equal(ledger.byId(lostPausing.id)!.deadlineAt, null);
+  assert.equal(ledger.byId(lostKilling.id)!.deadlineAction, "kill");
+  assert.deepEqual(await executor.list(), [kept.id]);
+  // Reported, by name and id, with what it was before.
+  const reports = lines.filter((l) => /sandbox lost/.test(l.msg));
+  assert.equal(reports.length, 3);
+  assert.ok(reports.every((l) => l.level === "warn"));
+  assert.deepEqual(reports.find((l) => l.fields?.name === "lost")?.fields, {
+    name: "lost",
+    id: lost.id,
+    was: "frozen",
+    executor: "fake",
+  });
+  assert.ok(
+    lines.some((l) => /without a ledger row removed/.test(l.msg) && l.fields?.id === "sbx_orphan"),
+  );
+
+  // A second boot reports the same rows again and removes nothing.
+  assert.deepEqual((await logged.reconcile()).removed, []);
+
+  // A wake of a lost sandbox says what happened instead of a bare 404; destroy still works.
+  await assert.rejects(service.execCommand({ name: "lost" }, { cmd: ["true"] }), (e: unknown) => {
+    assert.ok(e instanceof HttpError);
+    assert.equal(e.status, 410);
+    assert.match(e.message, /Sandbox 'lost' lost its fake sandbox.*destroy it/);
+    return true;
+  });
+  await assert.rejects(
+    service.acquire({ name: "lost" }),
+    (e: unknown) => e instanceof HttpError && e.status === 410,
+  );
+  assert.equal(await service.destroy({ name: "lost" }), true);
+  assert.equal((await service.acquire({ name: "lost" })).created, true);
   await close();
 });
 

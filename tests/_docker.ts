@@ -1,0 +1,189 @@
+/**
+ * Helpers for the docker suites: decide whether they run (always on CI, off CI only when an
+ * engine answers with the base image built), start node processes on the Docker executor, and
+ * make sure no container outlives a test.
+ *
+ * @module
+ */
+import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/docker_executor.ts";
+import {
+  freePort,
+  newToken,
+  nodeMain,
+  type NodeProcess,
+  spawnDeno,
+  waitForHealth,
+} from "./_processes.ts";
+
+/** Whether a docker suite runs, and what to say when it cannot. */
+export interface DockerGate {
+  /** Skip the suite (off CI, no engine or no image). */
+  skip: boolean;
+  /** On CI without an engine: the sentence the suite must fail with. */
+  failure: string | null;
+}
+
+/**
+ * Decides whether a docker suite runs. With `CI=true` it never skips: a missing engine or image
+ * becomes a failure sentence. Off CI it skips, printing why.
+ *
+ * @example
+ * ```ts ignore
+ * const gate = await dockerGate("docker gateway suite");
+ * Deno.test({ name: "…", ignore: gate.skip, fn() { if (gate.failure) throw new Error(gate.failure); } });
+ * ```
+ */
+export async function dockerGate(suite: string): Promise<DockerGate> {
+  let why: string | null = null;
+  try {
+    const missing: string[] = [];
+    const probe = await DockerExecutor.connect({
+      nodeId: "gate-probe",
+      callTimeoutMs: 3_000,
+      // connect() warns, rather than refuses, for a template image that is not built.
+      log: (level, msg) => level === "warn" && missing.push(msg),
+    });
+    await probe.close();
+    if (missing.length) why = missing.join("; ");
+  } catch (error) {
+    why = error instanceof Error ? error.message : String(error);
+  }
+  if (why === null) return { skip: false, failure: null };
+  if (Deno.env.get("CI") === "true") {
+    return {
+      skip: false,
+      failure: `CI=true, so the ${suite} must run, but ${why} (run .ci/docker.sh)`,
+    };
+  }
+  console.log(`${suite} skipped: ${why}`);
+  return { skip: true, failure: null };
+}
+
+/** The narrow permissions of a node on the Docker executor with its data dir at `dataDir`. */
+export function dockerNodePermissions(
+  dataDir: string,
+  socket: string = DEFAULT_DOCKER_SOCKET,
+): string[] {
+  return [
+    `--allow-net=127.0.0.1,unix:${socket}`,
+    // dockerode's dependencies list the environment as they load: a name list is refused.
+    "--allow-env",
+    `--allow-read=${dataDir},${socket}`,
+    `--allow-write=${dataDir},${socket}`,
+    "--allow-sys=cpus,systemMemoryInfo,statfs",
+  ];
+}
+
+/** Options of {@linkcode startDockerNode}. */
+export interface StartDockerNodeOptions {
+  token?: string;
+  /** The node id, also the `dormice.node` label of its containers; a fresh one by default. */
+  nodeId?: string;
+  /** Check in with this gateway every second. */
+  gatewayUrl?: string;
+  /** Use this data dir (kept on stop); a fresh temp dir otherwise (removed on stop). */
+  dataDir?: string;
+  /** Listen on this port; a free one otherwise. */
+  port?: number;
+  /** Extra or overriding `DORMICE_*` variables. */
+  env?: Record<string, string>;
+}
+
+/** A node process on the Docker executor. */
+export interface DockerNodeProcess extends NodeProcess {
+  nodeId: string;
+}
+
+/**
+ * Starts `node/main.ts` with `DORMICE_EXECUTOR=docker` on a free loopback port and waits until
+ * `/healthz` answers.
+ *
+ * @example
+ * ```ts ignore
+ * const node = await startDockerNode({ gatewayUrl: gw.url, token: gw.token });
+ * await node.stop();
+ * ```
+ */
+export async function startDockerNode(
+  options: StartDockerNodeOptions = {},
+): Promise<DockerNodeProcess> {
+  const dataDir = options.dataDir ?? await Deno.makeTempDir({ prefix: "dormice-docker-node-" });
+  const token = options.token ?? newToken();
+  const port = options.port ?? freePort();
+  const nodeId = options.nodeId ?? `dk-${crypto.randomUUID().slice(0, 8)}`;
+  const process = spawnDeno(nodeMain, {
+    env: {
+      DORMICE_API_TOKEN: token,
+      DORMICE_HOST: "127.0.0.1",
+      DORMICE_PORT: String(port),
+      DORMICE_DATA_DIR: dataDir,
+      DORMICE_EXECUTOR: "docker",
+      DORMICE_NODE_ID: nodeId,
+      ...(options.gatewayUrl
+        ? {
+          DORMICE_GATEWAY_ENDPOINT: options.gatewayUrl,
+          DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+        }
+        : {}),
+      ...options.env,
+    },
+    permissions: dockerNodePermissions(dataDir),
+  });
+  const url = `http://127.0.0.1:${port}`;
+  const stop = async () => {
+    const status = await process.stop();
+    if (options.dataDir === undefined) await Deno.remove(dataDir, { recursive: true });
+    return status;
+  };
+  try {
+    await waitForHealth(url, process, 30_000);
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { url, port, token, dataDir, process, stop, nodeId };
+}
+
+/**
+ * Removes every container labelled with one of `nodeIds`, so a failed test leaves nothing
+ * running on the engine; returns how many it removed.
+ */
+export async function removeContainersOf(nodeIds: string[]): Promise<number> {
+  let removed = 0;
+  for (const nodeId of nodeIds) {
+    const executor = new DockerExecutor({ nodeId });
+    try {
+      for (const id of await executor.list()) {
+        await executor.destroy(id);
+        removed++;
+      }
+    } finally {
+      await executor.close();
+    }
+  }
+  return removed;
+}
+
+/** The sandbox ids the engine holds for `nodeId` (its labelled containers). */
+export async function containersOf(nodeId: string): Promise<string[]> {
+  const executor = new DockerExecutor({ nodeId });
+  try {
+    return await executor.list();
+  } finally {
+    await executor.close();
+  }
+}
+
+/** Polls `check` every 100 ms until it returns true or `ms` passes. */
+export async function until(
+  what: string,
+  check: () => Promise<boolean>,
+  ms = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`Gave up waiting ${ms} ms for ${what}`);
+}

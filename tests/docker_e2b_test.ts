@@ -1,0 +1,181 @@
+/**
+ * The E2B SDK exam's docker subset (issue 5): the official `e2b` package, unmodified, pointed
+ * at a real gateway (`/e2b/api`, `/e2b/envd`) in front of a real node process on the Docker
+ * executor: create, run, a streamed command, files, pause/resume, kill, on real containers.
+ *
+ * Needs an engine and the base image (`.ci/docker.sh`): with `CI=true` it never skips; off CI
+ * it skips with a printed reason. Needs --allow-net=127.0.0.1,unix:/var/run/docker.sock
+ * --allow-env (the SDK and dockerode read the environment) --allow-run --allow-read
+ * --allow-write (the gateway and node processes and their temp dirs).
+ */
+import assert from "node:assert/strict";
+import Docker from "dockerode";
+import { CommandExitError, Sandbox } from "e2b";
+import { DEFAULT_DOCKER_SOCKET } from "../node/docker_executor.ts";
+import { startGateway } from "./_gateway.ts";
+import {
+  containersOf,
+  dockerGate,
+  type DockerNodeProcess,
+  removeContainersOf,
+  startDockerNode,
+  until,
+} from "./_docker.ts";
+
+const gate = await dockerGate("docker E2B suite");
+
+/** Where the SDK is pointed: the three settings of E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY. */
+interface Target {
+  opts: { apiUrl: string; sandboxUrl: string; apiKey: string };
+  /** The node id whose containers the sandboxes are (the `dormice.node` label). */
+  nodeId: string;
+  close(): Promise<void>;
+}
+
+/** The engine state ("running", "paused", ...) of a sandbox's container. */
+async function containerState(nodeId: string, sandboxId: string): Promise<string | undefined> {
+  const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+  const [c] = await docker.listContainers({
+    all: true,
+    filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandboxId}`] },
+  });
+  return c?.State;
+}
+
+/** A gateway with one node on the Docker executor behind it; the SDK talks to the gateway. */
+async function dockerFleet(): Promise<Target> {
+  const nodeId = `dke2b-${crypto.randomUUID().slice(0, 8)}`;
+  const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
+  let node: DockerNodeProcess | undefined;
+  try {
+    node = await startDockerNode({ token: gw.token, gatewayUrl: gw.url, nodeId });
+    await until("the docker node to be up at the gateway", async () => {
+      const { body } = await gw.json("listNodes");
+      return body.nodes.some((n: { id: string; state: string }) =>
+        n.id === nodeId && n.state === "up"
+      );
+    });
+  } catch (error) {
+    await node?.stop();
+    await gw.stop();
+    throw error;
+  }
+  return {
+    opts: { apiUrl: `${gw.url}/e2b/api`, sandboxUrl: `${gw.url}/e2b/envd`, apiKey: gw.token },
+    nodeId,
+    async close() {
+      await node?.stop();
+      await gw.stop();
+    },
+  };
+}
+
+/** The subset: every step works on real containers. */
+async function exam(t: Deno.TestContext, target: Target): Promise<void> {
+  const { opts, nodeId } = target;
+  let sandbox!: Sandbox;
+
+  const created = await t.step("Sandbox.create() builds a container; a name is kept", async () => {
+    sandbox = await Sandbox.create(opts);
+    assert.equal(await containerState(nodeId, sandbox.sandboxId), "running");
+    const a = await Sandbox.create({ ...opts, metadata: { name: "dk-agent" } });
+    const b = await Sandbox.create({ ...opts, metadata: { name: "dk-agent" } });
+    assert.equal(a.sandboxId, b.sandboxId);
+    assert.equal(await a.kill(), true);
+  });
+  if (!created) return;
+
+  await t.step("commands.run runs under /bin/bash -l: output and exit codes", async () => {
+    const r = await sandbox.commands.run("echo hi $((6 * 7)); echo $0");
+    assert.equal(r.stdout, "hi 42\n/bin/bash\n");
+    assert.equal(r.exitCode, 0);
+    const error = await sandbox.commands.run("echo oops >&2; exit 3").catch((e) => e);
+    assert.ok(error instanceof CommandExitError, String(error));
+    assert.equal(error.exitCode, 3);
+    assert.equal(error.stderr, "oops\n");
+    const env = await sandbox.commands.run("echo $X; pwd", { envs: { X: "y" }, cwd: "/tmp" });
+    assert.equal(env.stdout, "y\n/tmp\n");
+  });
+
+  await t.step(
+    "onStdout streams: the first line arrives while the command still runs",
+    async () => {
+      // The command waits for a file this test writes only after seeing the first line, so the
+      // line must have been streamed, not buffered until the end (no clock involved).
+      let sawFirst!: () => void;
+      const first = new Promise<void>((resolve) => sawFirst = resolve);
+      const chunks: string[] = [];
+      const handle = await sandbox.commands.run(
+        "echo first; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo second",
+        {
+          background: true,
+          onStdout: (text) => {
+            chunks.push(text);
+            if (chunks.join("").includes("first\n")) sawFirst();
+          },
+        },
+      );
+      await first;
+      assert.equal(chunks.join(""), "first\n");
+      await sandbox.files.write("/tmp/go", "");
+      const done = await handle.wait();
+      assert.equal(done.stdout, "first\nsecond\n");
+    },
+  );
+
+  await t.step("files: binary write/read, list, makeDir, exists, remove", async () => {
+    const bytes = new Uint8Array(512).map((_, i) => (i * 7) % 256);
+    await sandbox.files.write("/tmp/f/b.bin", bytes.buffer);
+    assert.deepEqual(await sandbox.files.read("/tmp/f/b.bin", { format: "bytes" }), bytes);
+    await sandbox.files.write("rel.txt", "relative\n");
+    assert.equal((await sandbox.commands.run("cat ~/rel.txt")).stdout, "relative\n");
+    assert.equal(await sandbox.files.makeDir("/tmp/f/d"), true);
+    assert.equal(await sandbox.files.makeDir("/tmp/f/d"), false);
+    const names = (await sandbox.files.list("/tmp/f")).map((e) => `${e.name}:${e.type}`).sort();
+    assert.deepEqual(names, ["b.bin:file", "d:dir"]);
+    assert.equal(await sandbox.files.exists("/tmp/f/b.bin"), true);
+    await sandbox.files.remove("/tmp/f/b.bin");
+    assert.equal(await sandbox.files.exists("/tmp/f/b.bin"), false);
+    const missing = await sandbox.files.read("/tmp/f/b.bin").catch((e) => e);
+    assert.equal(missing?.name, "FileNotFoundError");
+  });
+
+  await t.step("pause freezes the container; connect thaws it with its processes", async () => {
+    const sleeper = await sandbox.commands.run("sleep 300", { background: true });
+    assert.equal(await sandbox.pause(), true);
+    assert.equal((await sandbox.getInfo()).state, "paused");
+    assert.equal(await containerState(nodeId, sandbox.sandboxId), "paused");
+    const again = await Sandbox.connect(sandbox.sandboxId, opts);
+    assert.equal((await again.getInfo()).state, "running");
+    assert.equal(await containerState(nodeId, sandbox.sandboxId), "running");
+    assert.equal((await again.commands.run("echo back")).stdout, "back\n");
+    assert.ok((await again.commands.list()).some((p) => p.pid === sleeper.pid));
+    assert.equal(await sleeper.kill(), true);
+    const ended = await sleeper.wait().catch((e) => e);
+    assert.ok(ended instanceof CommandExitError, String(ended));
+  });
+
+  await t.step("kill() removes the container: true, then false", async () => {
+    assert.equal(await sandbox.kill(), true);
+    assert.equal(await containerState(nodeId, sandbox.sandboxId), undefined);
+    assert.equal(await Sandbox.kill(sandbox.sandboxId, opts), false);
+    assert.deepEqual(await containersOf(nodeId), []);
+  });
+}
+
+Deno.test({
+  name: "docker E2B suite: the e2b SDK drives real containers",
+  ignore: gate.skip,
+  // The SDK keeps pooled keep-alive connections, dockerode its unix sockets.
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  if (gate.failure) throw new Error(gate.failure);
+  const target = await dockerFleet();
+  try {
+    await exam(t, target);
+  } finally {
+    await target.close();
+    await removeContainersOf([target.nodeId]);
+  }
+});
