@@ -81,7 +81,9 @@ export interface EngineExec {
   /** Starts the command; with `hijack` the answer is the raw duplex socket. */
   start(options: Record<string, unknown>): Promise<unknown>;
   /** Running state and exit code. */
-  inspect(options: Record<string, unknown>): Promise<{ Running: boolean; ExitCode: number | null }>;
+  inspect(
+    options: Record<string, unknown>,
+  ): Promise<{ Running: boolean; ExitCode: number | null; Pid?: number }>;
 }
 
 /** The fields of an image inspect this executor reads. */
@@ -440,6 +442,10 @@ export class DockerExecutor implements Executor {
   #info = new Map<string, SandboxInfo>();
   #cpu = new Map<string, CpuSample>();
   #open = new Set<HijackedStream>();
+  /** Commands of each sandbox between their create and their process running. */
+  #starting = new Map<string, Set<Promise<ExecHandle>>>();
+  /** The pause in flight of each sandbox. */
+  #pausing = new Map<string, Promise<void>>();
   #nextPid = 1;
   #closed = false;
 
@@ -781,6 +787,32 @@ export class DockerExecutor implements Executor {
     const token = crypto.randomUUID();
     const env = Object.entries(request.env ?? {}).map(([key, value]) => `${key}=${value}`);
     env.push(`${EXEC_TOKEN_VAR}=${token}`);
+    // No exec may start while a pause freezes the sandbox, nor a pause while an exec starts:
+    // runc would wait in the frozen cgroup holding the container's lock in the engine (see
+    // #started). Nothing awaits between the check and the registration, so neither side misses
+    // the other.
+    while (this.#pausing.has(id)) await this.#pausing.get(id)!.catch(() => {});
+    const starting = this.#start(id, request, env, cwd, user, token);
+    let set = this.#starting.get(id);
+    if (!set) this.#starting.set(id, set = new Set());
+    set.add(starting);
+    try {
+      return await starting;
+    } finally {
+      set.delete(starting);
+      if (set.size === 0 && this.#starting.get(id) === set) this.#starting.delete(id);
+    }
+  }
+
+  /** Creates and starts one command, returning once its process runs. */
+  async #start(
+    id: string,
+    request: ExecRequest,
+    env: string[],
+    cwd: string | undefined,
+    user: string,
+    token: string,
+  ): Promise<ExecHandle> {
     const container = this.#container(id);
     const exec = await this.#call(
       `creating a command in sandbox ${id}`,
@@ -809,7 +841,32 @@ export class DockerExecutor implements Executor {
           unknown
         >,
     ) as HijackedStream;
-    return this.#handle(id, exec, stream, token, user, request);
+    // Listen first: a quick command's output and end come while #started() waits.
+    const handle = this.#handle(id, exec, stream, token, user, request);
+    await this.#started(exec);
+    return handle;
+  }
+
+  /**
+   * Waits until the engine reports the command's process (or its end). The engine answers the
+   * start before runc has put the process in the container; a pause in that window (a pause
+   * right after a start) leaves runc waiting in a frozen cgroup, holding the container's lock in
+   * the engine, so even the unpause hangs.
+   */
+  async #started(exec: EngineExec): Promise<void> {
+    for (let attempt = 0; attempt < 200; attempt++) {
+      let info;
+      try {
+        info = await this.#call(
+          "inspecting a starting command",
+          (signal) => exec.inspect({ abortSignal: signal }),
+        );
+      } catch {
+        return;
+      }
+      if ((info.Pid ?? 0) > 0 || (!info.Running && info.ExitCode !== null)) return;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
   }
 
   #handle(
@@ -1095,7 +1152,10 @@ export class DockerExecutor implements Executor {
 
   #fileError(error: unknown, id: string, what: string, path: string): unknown {
     if (!(error instanceof ExecutorError)) return error;
-    if (/no such container/i.test(error.message)) return this.#notFound(id);
+    // The engine's 404 for a missing path also says "no such container" in dockerode's wrapper,
+    // so the path's own sentence must win before the container one is considered.
+    const missingPath = /could not find the file|no such file/i.test(error.message);
+    if (!missingPath && /no such container/i.test(error.message)) return this.#notFound(id);
     if (error.code !== "timeout") {
       if (/not a directory/i.test(error.message)) {
         return new ExecutorError(
@@ -1236,7 +1296,19 @@ export class DockerExecutor implements Executor {
     if (result.code !== 0) throw this.#fail(result, "remove", target);
   }
 
-  async pause(id: string): Promise<void> {
+  pause(id: string): Promise<void> {
+    // Commands still starting go first (see exec()); later ones wait for this pause to settle.
+    const waits = [...(this.#starting.get(id) ?? [])];
+    const run = Promise.allSettled(waits).then(() => this.#pause(id));
+    this.#pausing.set(id, run);
+    const clear = () => {
+      if (this.#pausing.get(id) === run) this.#pausing.delete(id);
+    };
+    run.then(clear, clear);
+    return run;
+  }
+
+  async #pause(id: string): Promise<void> {
     try {
       await this.#call(
         `pausing sandbox ${id}`,

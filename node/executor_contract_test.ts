@@ -196,6 +196,8 @@ const cases: Record<string, Case> = {
   "file calls name what is wrong with a path": async (ex, id) => {
     await ex.writeFile(id, "/tmp/e/file", encoder.encode("x"));
     await rejectsWith(ex.readFile(id, "/tmp/e/missing"), "not_found");
+    // The sentence names the missing path, not the sandbox, which is still there.
+    await assert.rejects(ex.readFile(id, "/tmp/e/missing"), /\/tmp\/e\/missing/);
     await rejectsWith(ex.stat(id, "/tmp/e/missing"), "not_found");
     await rejectsWith(ex.listDir(id, "/tmp/e/missing"), "not_found");
     await rejectsWith(ex.readFile(id, "/tmp/e"), "is_dir");
