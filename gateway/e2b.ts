@@ -6,6 +6,12 @@
  *
  * @module
  */
+import {
+  compareListCursors,
+  decodeListCursor,
+  encodeListCursor,
+  type ListCursor,
+} from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { GatewayParts } from "./app.ts";
@@ -190,7 +196,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     const page = v2 ? parsePaging(query) : undefined;
     if (page) {
       query.set("limit", String(page.ask));
-      if (page.cursor) query.set("nextToken", encodeCursor(page.cursor));
+      if (page.cursor) query.set("nextToken", encodeListCursor(page.cursor));
       else query.delete("nextToken");
     }
     const qs = query.toString();
@@ -226,14 +232,14 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     let merged = rows.flat();
     if (page) {
       const sign = page.order === "asc" ? 1 : -1;
-      merged.sort((a, b) => sign * compareRows(cursorOf(a), cursorOf(b)));
+      merged.sort((a, b) => sign * compareListCursors(cursorOf(a), cursorOf(b)));
       // Every node gave up to `ask` rows after the cursor; the next page starts after the last
       // row shown, so no row is skipped or repeated while all nodes answer.
       const more = merged.length > page.limit ||
         (page.ask === page.limit && rows.some((r) => r.length >= page.ask));
       merged = merged.slice(0, page.limit);
       if (more && merged.length > 0) {
-        headers["x-next-token"] = encodeCursor(cursorOf(merged[merged.length - 1]));
+        headers["x-next-token"] = encodeListCursor(cursorOf(merged[merged.length - 1]));
       }
     }
     return c.json(merged, 200, headers);
@@ -291,17 +297,12 @@ interface ListedRow {
   startedAt: string;
 }
 
-interface Cursor {
-  createdAt: string;
-  id: string;
-}
-
 interface Paging {
   limit: number;
   /** Rows asked of each node: one more than the page when allowed, to learn whether more exist. */
   ask: number;
   order: "asc" | "desc";
-  cursor?: Cursor;
+  cursor?: ListCursor;
 }
 
 function parsePaging(query: URLSearchParams): Paging {
@@ -322,42 +323,12 @@ function parsePaging(query: URLSearchParams): Paging {
     limit,
     ask: Math.min(limit + 1, NODE_MAX_LIMIT),
     order,
-    cursor: token ? decodeCursor(token) : undefined,
+    cursor: token ? decodeListCursor(token, "gateway") : undefined,
   };
 }
 
-function cursorOf(row: ListedRow): Cursor {
+function cursorOf(row: ListedRow): ListCursor {
   return { createdAt: String(row.startedAt), id: String(row.sandboxID) };
-}
-
-/**
- * The order nodes page in (start time, then id), so one position in it is a cursor every node
- * understands: the gateway's `x-next-token` is the node's own token form for the last row shown.
- */
-function compareRows(a: Cursor, b: Cursor): number {
-  const t = Date.parse(a.createdAt) - Date.parse(b.createdAt);
-  if (t !== 0) return t;
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-}
-
-/** The node's `nextToken` form (node/e2b_api.ts): base64url of `[createdAt, id]`. */
-function encodeCursor(s: Cursor): string {
-  return btoa(JSON.stringify([s.createdAt, s.id])).replace(/=+$/, "").replace(/\+/g, "-")
-    .replace(/\//g, "_");
-}
-
-function decodeCursor(token: string): Cursor {
-  try {
-    const b64 = token.replace(/-/g, "+").replace(/_/g, "/");
-    const [createdAt, id] = JSON.parse(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4)));
-    if (typeof createdAt === "string" && typeof id === "string" && !isNaN(Date.parse(createdAt))) {
-      return { createdAt, id };
-    }
-  } catch { /* answered below */ }
-  throw new HttpError(
-    400,
-    "'nextToken' is not a token this gateway issued: start from the first page",
-  );
 }
 
 /** A node's 4xx in a fan-out is the query's fault, not the node's: its status and sentence. */

@@ -5,6 +5,7 @@
  *
  * @module
  */
+import { compareListCursors, decodeListCursor, encodeListCursor } from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
@@ -274,16 +275,16 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       .filter((s) => states.has(e2bState(s.state)))
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)
-      .sort((a, b) => sign * compareRows(a, b));
+      .sort((a, b) => sign * compareListCursors(a, b));
     const nextToken = c.req.query("nextToken");
     if (nextToken) {
-      const cursor = decodeCursor(nextToken);
-      rows = rows.filter((s) => sign * compareRows(s, cursor) > 0);
+      const cursor = decodeListCursor(nextToken, "node");
+      rows = rows.filter((s) => sign * compareListCursors(s, cursor) > 0);
     }
     const page = rows.slice(0, limit);
     if (rows.length > limit) {
       const last = page[page.length - 1];
-      c.header("x-next-token", encodeCursor(last));
+      c.header("x-next-token", encodeListCursor(last));
     }
     return c.json(page.map(listed));
   });
@@ -411,35 +412,6 @@ function parseStates(raw: string[] | undefined): Set<"running" | "paused"> {
     out.add(v);
   }
   return out;
-}
-
-interface Cursor {
-  createdAt: string;
-  id: string;
-}
-
-/** Orders by start time, then id, so paging is stable while sandboxes come and go. */
-function compareRows(a: Cursor, b: Cursor): number {
-  const t = Date.parse(a.createdAt) - Date.parse(b.createdAt);
-  if (t !== 0) return t;
-  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
-}
-
-function encodeCursor(s: Cursor): string {
-  return btoa(JSON.stringify([s.createdAt, s.id])).replace(/=+$/, "").replace(/\+/g, "-")
-    .replace(/\//g, "_");
-}
-
-function decodeCursor(token: string): Cursor {
-  try {
-    const b64 = token.replace(/-/g, "+").replace(/_/g, "/");
-    const [createdAt, id] = JSON.parse(atob(b64 + "=".repeat((4 - (b64.length % 4)) % 4)));
-    if (typeof createdAt === "string" && typeof id === "string") return { createdAt, id };
-  } catch { /* answered below */ }
-  throw new HttpError(
-    400,
-    "'nextToken' is not a token this node issued: start from the first page",
-  );
 }
 
 function errorText(error: unknown): string {

@@ -14,7 +14,7 @@
  */
 export * from "./schemas.ts";
 export { NameQueue } from "./name_queue.ts";
-export { bearerToken, tokensEqual } from "./token.ts";
+export { bearerToken, tokenMatcher, tokensEqual } from "./token.ts";
 export { DatabaseLockedError, openExclusiveDatabase } from "./lock.ts";
 export {
   ChangeLog,
@@ -29,3 +29,4 @@ export { HttpError } from "./http_error.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export { type Clock, FakeClock, systemClock } from "./clock.ts";
 export * from "./native_schemas.ts";
+export * from "./list_cursor.ts";
