@@ -358,3 +358,39 @@ Deno.test("createGateway() mounts more faces under /e2b/ that answer their own a
     gateway.close();
   }
 });
+
+Deno.test("the routed verbs answer alike before Hono (gateway.fetch) and through it (gateway.app)", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  const cases: [string, unknown, Record<string, string>][] = [
+    ["execCommand", { name: "x", command: "true" }, auth],
+    ["execCommand?trace=1", { name: "x", command: "true" }, auth],
+    ["execCommand", { name: "x", command: "true" }, {}],
+    ["execCommand", { name: "x", command: "true" }, { authorization: "Bearer wrong-token" }],
+    ["execCommand", { name: 5 }, auth],
+    ["execCommand", { name: "ghost", command: "true" }, auth],
+    ["lookupSandbox", { name: "ghost" }, auth],
+    ["lookupSandbox", { name: "x" }, auth],
+    ["getSandboxMetrics", "not json", auth],
+    ["readFile", { name: "x", path: "/a" }, auth],
+  ];
+  try {
+    for (const [path, body, headers] of cases) {
+      const request = () =>
+        new Request(`http://gw.test/${path}`, {
+          method: "POST",
+          headers,
+          body: typeof body === "string" ? body : JSON.stringify(body),
+        });
+      const fast = await gateway.fetch(request());
+      const routed = await gateway.app.fetch(request());
+      assert.equal(fast.status, routed.status, path);
+      assert.equal(fast.headers.get("www-authenticate"), routed.headers.get("www-authenticate"));
+      assert.equal(fast.headers.get("content-type"), routed.headers.get("content-type"), path);
+      assert.equal(await fast.text(), await routed.text(), path);
+    }
+  } finally {
+    gateway.close();
+  }
+});

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { capture, forward } from "./forward.ts";
+import { capture, forward, HangUpWatch } from "./forward.ts";
 import { HttpError } from "../shared/http_error.ts";
 
 const target = { nodeId: "a", endpoint: "http://node-a.test:3676" };
@@ -82,6 +82,106 @@ Deno.test("forward() hands the client's abort to the node's request", async () =
   client.abort();
   await assert.rejects(pending);
   assert.equal(nodeSignal!.aborted, true);
+});
+
+Deno.test("forward() passes the node's response as it is, unless it names a hop-by-hop header", async () => {
+  const plain = new Response("ok", { headers: { "x-node": "a", "content-length": "2" } });
+  const same = await forward(new Request("http://gw.test/x"), target, {
+    path: "/x",
+    fetch: (() => Promise.resolve(plain)) as typeof fetch,
+  });
+  assert.equal(same, plain);
+  assert.equal(await same.text(), "ok");
+  const hop = new Response("ok", {
+    status: 202,
+    headers: { "x-node": "a", connection: "close", "keep-alive": "timeout=5" },
+  });
+  const cleaned = await forward(new Request("http://gw.test/x"), target, {
+    path: "/x",
+    fetch: (() => Promise.resolve(hop)) as typeof fetch,
+  });
+  assert.notEqual(cleaned, hop);
+  assert.equal(cleaned.status, 202);
+  assert.equal(cleaned.headers.get("x-node"), "a");
+  assert.equal(cleaned.headers.get("connection"), null);
+  assert.equal(cleaned.headers.get("keep-alive"), null);
+  assert.equal(await cleaned.text(), "ok");
+});
+
+Deno.test("forward() replaces a client header named in 'headers' whatever its case", async () => {
+  let seen: Request | undefined;
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    seen = new Request(input, init);
+    return Promise.resolve(new Response("ok"));
+  };
+  const req = new Request("http://gw.test/x", {
+    method: "POST",
+    headers: { authorization: "Bearer client", "x-trace": "1", te: "trailers" },
+    body: "{}",
+  });
+  const res = await forward(req, target, {
+    path: "/x",
+    headers: { Authorization: "Bearer node" },
+    fetch: fakeFetch as typeof fetch,
+  });
+  await res.body?.cancel();
+  assert.equal(seen!.headers.get("authorization"), "Bearer node");
+  assert.equal(seen!.headers.get("x-trace"), "1");
+  assert.equal(seen!.headers.get("te"), null);
+});
+
+Deno.test("forward() with a HangUpWatch: a client that hangs up before the head aborts the node", async () => {
+  const hangUps = new HangUpWatch({ tickMs: 1 });
+  const client = new AbortController();
+  let nodeSignal: AbortSignal | undefined;
+  let arrived!: () => void;
+  const sent = new Promise<void>((resolve) => arrived = resolve);
+  const fakeFetch = (_: unknown, init?: RequestInit) => {
+    nodeSignal = init!.signal!;
+    arrived();
+    return new Promise<Response>((_, reject) =>
+      nodeSignal!.addEventListener("abort", () => reject(nodeSignal!.reason))
+    );
+  };
+  const pending = forward(new Request("http://gw.test/x", { signal: client.signal }), target, {
+    path: "/x",
+    fetch: fakeFetch as typeof fetch,
+    hangUps,
+  });
+  await sent;
+  client.abort();
+  // Tied on the watch's next ticks, not at once: the rejection comes from the node's signal.
+  await assert.rejects(pending);
+  assert.equal(nodeSignal!.aborted, true);
+  assert.equal(hangUps.size, 0);
+});
+
+Deno.test("forward() with a HangUpWatch ties a streamed answer's hang-up at its head, not a sized one", async () => {
+  const hangUps = new HangUpWatch({ tickMs: 60_000 });
+  for (const sized of [false, true]) {
+    const client = new AbortController();
+    let nodeSignal: AbortSignal | undefined;
+    const fakeFetch = (_: unknown, init?: RequestInit) => {
+      nodeSignal = init!.signal!;
+      const body = new ReadableStream<Uint8Array>({
+        start(c) {
+          c.enqueue(new TextEncoder().encode("ab"));
+        },
+      });
+      return Promise.resolve(
+        new Response(body, { headers: sized ? { "content-length": "2" } : {} }),
+      );
+    };
+    const res = await forward(new Request("http://gw.test/x", { signal: client.signal }), target, {
+      path: "/x",
+      fetch: fakeFetch as typeof fetch,
+      hangUps,
+    });
+    assert.equal(hangUps.size, 0);
+    client.abort();
+    assert.equal(nodeSignal!.aborted, !sized, sized ? "sized" : "streamed");
+    await res.body?.cancel();
+  }
 });
 
 Deno.test("capture() reads the whole answer and names the node when it is unreachable", async () => {

@@ -7,7 +7,7 @@
 import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
 import type { Placer } from "./placer.ts";
-import { capture, describeFetchError, forward } from "./forward.ts";
+import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
@@ -111,6 +111,8 @@ export function clientGone(): HttpError {
 export class GatewayRouting {
   /** Per-name slots: twenty simultaneous acquires of one name build one sandbox. */
   readonly slots: NameQueue = new NameQueue();
+  /** Ties a client's hang-up to its streamed node request once the node is slow to answer. */
+  readonly hangUps: HangUpWatch = new HangUpWatch();
   /** The credentials and content type every node request carries. */
   readonly nodeHeaders: Readonly<Record<string, string>>;
   readonly #fleet: Fleet;
@@ -198,7 +200,7 @@ export class GatewayRouting {
     const response = await forward(request, {
       nodeId: found.node.id,
       endpoint: found.node.endpoint,
-    }, { path, headers, body, fetch: this.#fetch });
+    }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps });
     if (response.status === 404) {
       // The sandbox may have been destroyed behind the gateway's back; only the node can say.
       await this.#finder.recheck(by, key).catch(() => {});

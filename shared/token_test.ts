@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { bearerToken, tokensEqual } from "./token.ts";
+import { bearerToken, tokenMatcher, tokensEqual } from "./token.ts";
 
 Deno.test("tokensEqual() accepts equal secrets and refuses any difference", () => {
   const t = "s".repeat(40);
@@ -17,4 +17,14 @@ Deno.test("bearerToken() reads the scheme case-insensitively and refuses others"
   assert.equal(bearerToken("Basic abc"), undefined);
   assert.equal(bearerToken(null), undefined);
   assert.equal(bearerToken("Bearer"), undefined);
+});
+
+Deno.test("tokenMatcher() accepts the secret it was built for and refuses any difference", () => {
+  const matches = tokenMatcher("a".repeat(32));
+  assert.equal(matches("a".repeat(32)), true);
+  assert.equal(matches("a".repeat(31) + "b"), false);
+  assert.equal(matches("a".repeat(31)), false);
+  assert.equal(matches("a".repeat(33)), false);
+  assert.equal(matches(""), false);
+  assert.equal(tokenMatcher("é".repeat(4))("é".repeat(4)), true);
 });
