@@ -11,14 +11,17 @@
  */
 import { DockerExecutor } from "../node/docker_executor.ts";
 
-const runs = Number(Deno.args[0] ?? 15);
+const json = Deno.args.includes("--json");
+const runsArg = Deno.args.find((a) => !a.startsWith("--"));
+const runs = Number(runsArg ?? 15);
 if (!Number.isInteger(runs) || runs < 3) {
-  console.error(`Cannot run the bench with '${Deno.args[0]}' runs: give an integer of 3 or more`);
+  console.error(`Cannot run the bench with '${runsArg}' runs: give an integer of 3 or more`);
   Deno.exit(2);
 }
 
 const executor = await DockerExecutor.connect({ nodeId: `bench-${Date.now().toString(36)}` });
 const samples: Record<string, number[]> = {
+  "engine round trip (reference)": [],
   create: [],
   "exec (bash -l -c true)": [],
   "exec (sh -c true)": [],
@@ -45,6 +48,7 @@ const data = new Uint8Array(64 * 1024).map((_, i) => i & 0xff);
 try {
   for (let i = 0; i < runs; i++) {
     const id = `bench-${i}`;
+    await time("engine round trip (reference)", () => executor.ping());
     await time(
       "create",
       () => executor.create({ id, name: id, template: "base", spec: {}, env: {} }),
@@ -70,6 +74,10 @@ const quantile = (values: number[], q: number): number => {
   const sorted = [...values].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))];
 };
+if (json) {
+  console.log(JSON.stringify(samples));
+  Deno.exit(0);
+}
 const ms = (value: number): string => value.toFixed(1);
 console.log(
   `Docker executor, ${runs} runs, ${navigator.hardwareConcurrency} cores, ` +

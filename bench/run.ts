@@ -5,7 +5,7 @@
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`.
  * Sections: placement, lookup, syn-drop, memory, bursts, bursts-inprocess, forwarding,
- * streaming.
+ * streaming, docker.
  *
  * @module
  */
@@ -17,6 +17,7 @@ import { gatewayTarget, inProcessTarget, runBursts } from "./bursts.ts";
 import { startGateway } from "./_fixtures.ts";
 import { runForwarding } from "./forwarding.ts";
 import { runStreaming } from "./streaming.ts";
+import { runDocker } from "./docker.ts";
 
 const args = new Map(
   Deno.args.filter((a) => a.startsWith("--")).map((a) => {
@@ -75,6 +76,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   }],
   ["forwarding", () => runForwarding({ runs })],
   ["streaming", () => runStreaming({ runs })],
+  ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
 ];
 
 const sections: Section[] = [];
