@@ -163,7 +163,19 @@ Deno.test({
           },
           permissions: gatewayPermissions(g1.dir),
         });
-        const status = await second.exited;
+        // Bounded: a gateway that wrongly starts would otherwise hold the exam open for ever.
+        let timer: ReturnType<typeof setTimeout> | undefined;
+        const status = await Promise.race([
+          second.exited,
+          new Promise<null>((resolve) => timer = setTimeout(() => resolve(null), 15_000)),
+        ]);
+        clearTimeout(timer);
+        if (status === null) {
+          await second.stop();
+          assert.fail(
+            "The second gateway kept running on the same database file: the lock did not hold",
+          );
+        }
         assert.notEqual(status.code, 0);
         assert.match(
           second.stderr(),
