@@ -40,17 +40,21 @@ export type NodeAppConfig = Pick<
 
 /** Options of {@linkcode createNodeApp}. */
 export interface NodeAppOptions {
+  /** The node's settings (token, data dir, ids, endpoints, intervals). */
   config: NodeAppConfig;
   /** The executor; a new `FakeExecutor` when absent. */
   executor?: Executor;
   /** The ledger; `Ledger.open(config.dataDir)` (held exclusively) when absent. */
   ledger?: Ledger;
+  /** Time source of the service, scanner and host reader; `systemClock` when absent. */
   clock?: Clock;
+  /** Where every part logs; `silentLog` when absent. */
   log?: Log;
   /** Used by the check-in loop. */
   fetch?: typeof fetch;
   /** Host numbers; the real machine when absent. */
   sampler?: HostSampler;
+  /** The build string reported in check-ins and by the native face; {@linkcode nodeBuild} when absent. */
   build?: string;
 }
 
@@ -60,10 +64,15 @@ export interface NodeApp {
   fetch: (request: Request) => Promise<Response>;
   /** The root Hono app. */
   hono: Hono;
+  /** The sandbox service every face calls. */
   service: SandboxService;
+  /** The ledger the node holds (closed by `close()`). */
   ledger: Ledger;
+  /** The executor that runs the sandboxes (closed by `close()`). */
   executor: Executor;
+  /** Takes the host readings sent in check-ins and served by the native face. */
   hostReader: HostReader;
+  /** Enforces E2B deadlines; runs once `start()` is called. */
   scanner: DeadlineScanner;
   /** `null` when the node runs standalone (no `DORMICE_GATEWAY_ENDPOINT`). */
   checkIn: CheckInLoop | null;

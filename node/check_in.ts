@@ -11,9 +11,11 @@ import type { CheckIn, HostReading } from "../shared/schemas.ts";
 export interface CheckInOptions {
   /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`). */
   gatewayEndpoint: string;
+  /** This node's id (`DORMICE_NODE_ID`), the gateway's key for it. */
   nodeId: string;
   /** This node's origin as the gateway reaches it. */
   endpoint: string;
+  /** Seconds between the end of one attempt and the next; also reported to the gateway. */
   intervalSeconds: number;
   /** The software build, e.g. `@dormice/cluster@0.1.0`. */
   build: string;
@@ -21,7 +23,9 @@ export interface CheckInOptions {
   token: string;
   /** Takes a host reading for each check-in. */
   reading: () => HostReading;
+  /** Sends the check-ins; the global `fetch` when absent. */
   fetch?: typeof fetch;
+  /** Where failures and recoveries are logged; `silentLog` when absent. */
   log?: Log;
   /**
    * Bound of each attempt: 5 s, or the interval when shorter, so one slow gateway never stacks

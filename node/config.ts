@@ -120,7 +120,16 @@ export interface LoadNodeConfigOptions {
 
 const loopbackHosts = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
 
-/** Whether an origin's host is this machine's loopback. */
+/**
+ * Whether an origin's host is this machine's loopback.
+ *
+ * @example
+ * ```ts
+ * import { isLoopbackOrigin } from "@dormice/cluster/node";
+ * isLoopbackOrigin("http://127.0.0.1:3676"); // true
+ * isLoopbackOrigin("http://10.0.0.5:3676"); // false
+ * ```
+ */
 export function isLoopbackOrigin(origin: string): boolean {
   const host = new URL(origin).hostname;
   return loopbackHosts.has(host) || /^127\.\d+\.\d+\.\d+$/.test(host) ||

@@ -11,23 +11,31 @@ import type { DataDisk, HostReading, StateCounts } from "../shared/schemas.ts";
 
 /** Cumulative cpu time of all cores (any unit, only deltas matter). */
 export interface CpuTimes {
+  /** Time all cores spent idle. */
   idle: number;
+  /** Time all cores spent in any state, idle included. */
   total: number;
 }
 
 /** Memory and swap in bytes. */
 export interface MemoryReading {
+  /** Physical memory installed, bytes. */
   memoryTotalBytes: number;
+  /** Memory available to new processes without swapping (`MemAvailable`, else free), bytes. */
   memoryAvailableBytes: number;
+  /** Swap configured, bytes (0 when there is none). */
   swapTotalBytes: number;
+  /** Swap not in use, bytes. */
   swapFreeBytes: number;
 }
 
 /** Where the raw numbers come from; injected so unit tests need no real host. */
 export interface HostSampler {
+  /** Number of logical cpus the node can use (at least 1). */
   cpuCount(): number;
   /** `null` where the platform does not report cpu times. */
   cpuTimes(): CpuTimes | null;
+  /** Current memory and swap figures. */
   memory(): MemoryReading;
   /** `null` when the path cannot be measured. */
   dataDisk(path: string): DataDisk | null;
@@ -37,6 +45,13 @@ export interface HostSampler {
  * Sums the cumulative per-core times `os.cpus()` reports (the kernel's `/proc/stat`, read by the
  * runtime: Deno 2.9 lets a script read `/proc` only with `--allow-all`, while this needs only
  * `--allow-sys=cpus`).
+ *
+ * @example
+ * ```ts
+ * import { sumCpuTimes } from "@dormice/cluster/node";
+ * import { cpus } from "node:os";
+ * const times = sumCpuTimes(cpus()); // { idle, total } or null
+ * ```
  */
 export function sumCpuTimes(
   cores: { times: { user: number; nice: number; sys: number; idle: number; irq: number } }[],
@@ -95,7 +110,9 @@ export interface HostReaderOptions {
   dataDir: string;
   /** The ledger's census by state. */
   census: () => StateCounts;
+  /** Source of the raw numbers ({@linkcode systemSampler} by default). */
   sampler?: HostSampler;
+  /** Stamps `takenAt` and measures the cpu span ({@linkcode systemClock} by default). */
   clock?: Clock;
   /**
    * The shortest span a cpu percentage is measured over (1 s): a reading asked sooner after the

@@ -13,26 +13,39 @@ import type { DeadlineAction, SandboxRecord } from "./types.ts";
 
 /** What the ledger needs to write a new row. */
 export interface NewSandboxRow {
+  /** The primary key, minted by {@linkcode newSandboxId}. */
   id: string;
+  /** The sandbox name; unique in the ledger. */
   name: string;
+  /** The lifecycle state the row starts in (the service writes `active`). */
   state: SandboxState;
+  /** The template the sandbox was built from. */
   template: string;
+  /** The caller's key/value labels. */
   metadata: Record<string, string>;
+  /** The resource limits the sandbox was built with. */
   spec: SandboxSpec;
+  /** Default environment of every command in the sandbox. */
   env: Record<string, string>;
-  /** ms since the epoch. */
+  /** Creation time, ms since the epoch; also the first `lastActiveAt`. */
   createdAt: number;
+  /** E2B deadline, ms since the epoch; `null` for none. */
   deadlineAt: number | null;
+  /** What the scanner does past the deadline; `null` when there is none. */
   deadlineAction: DeadlineAction | null;
 }
 
 /** The fields of a row that can change after it is written. */
 export interface SandboxRowPatch {
+  /** The new lifecycle state. */
   state?: SandboxState;
+  /** The new metadata, replacing the old as a whole. */
   metadata?: Record<string, string>;
-  /** ms since the epoch. */
+  /** Last use (the idle clock), ms since the epoch. */
   lastActiveAt?: number;
+  /** New E2B deadline, ms since the epoch; `null` clears it. */
   deadlineAt?: number | null;
+  /** New deadline action; `null` clears it. */
   deadlineAction?: DeadlineAction | null;
 }
 

@@ -53,14 +53,19 @@ export const nativeVerbs: readonly string[] = [
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {
+  /** The sandbox service every verb calls. */
   service: SandboxOps;
   /** The fleet token every verb needs. */
   token: string;
+  /** This node's id, answered by `/healthz` and `getHostMetrics`. */
   nodeId: string;
+  /** This node's origin, answered by `getHostMetrics`. */
   endpoint: string;
+  /** The software build, answered by `/healthz` and `getHostMetrics`. */
   build: string;
   /** A host reading for `getHostMetrics`. */
   hostReading: () => HostReading;
+  /** Where unexpected errors (500s) are logged; `silentLog` when absent. */
   log?: Log;
 }
 

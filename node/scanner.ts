@@ -12,18 +12,23 @@ import type { SandboxService } from "./service.ts";
 
 /** Options of {@linkcode DeadlineScanner}. */
 export interface DeadlineScannerOptions {
+  /** Where the rows past their deadline are found. */
   ledger: Ledger;
   /** Applies each deadline inside the sandbox's slot. */
   service: Pick<SandboxService, "expireIfDue">;
   /** Seconds between scans (`DORMICE_SCAN_INTERVAL_SECONDS`). */
   intervalSeconds: number;
+  /** Decides which deadlines have passed; `systemClock` when absent. */
   clock?: Clock;
+  /** Where failed deadline actions are logged; `silentLog` when absent. */
   log?: Log;
 }
 
 /** What one scan did. */
 export interface ScanResult {
+  /** Ids of the sandboxes destroyed by a `kill` deadline. */
   killed: string[];
+  /** Ids of the sandboxes frozen by a `pause` deadline. */
   paused: string[];
   /** Ids whose expiry failed (logged; retried at the next scan). */
   failed: string[];

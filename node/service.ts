@@ -61,11 +61,15 @@ export function toHttpError(error: unknown): unknown {
 
 /** Options of {@linkcode SandboxService}. */
 export interface SandboxServiceOptions {
+  /** The ledger the service reads and writes every row in. */
   ledger: Ledger;
+  /** Runs the sandboxes the ledger records. */
   executor: Executor;
   /** One slot per name; pass one in to share it with another face. */
   queue?: NameQueue;
+  /** Stamps creation, idle and deadline times; `systemClock` when absent. */
   clock?: Clock;
+  /** Where lifecycle events and failures are logged; `silentLog` when absent. */
   log?: Log;
   /** The template when a create names none. */
   defaultTemplate?: string;

@@ -23,11 +23,15 @@ export interface SandboxRecord extends Sandbox {
 
 /** `acquire` input: create-or-wake by name. */
 export interface AcquireRequest {
+  /** The sandbox name to create or wake; the key of its NameQueue slot. */
   name: string;
+  /** Template to build from on create (the service's `defaultTemplate` when absent); ignored on wake. */
   template?: string;
+  /** Caller's key/value labels, stored on create; ignored on wake. */
   metadata?: Record<string, string>;
+  /** Resource limits asked on create; ignored on wake. */
   spec?: SandboxSpec;
-  /** Default environment (E2B `envVars`). */
+  /** Default environment (E2B `envVars`), merged over `spec.env` on create. */
   env?: Record<string, string>;
   /** Sets an E2B deadline `deadlineMs` from now (also refreshed on wake when given). */
   deadline?: { ms: number; action: DeadlineAction };
@@ -37,15 +41,21 @@ export interface AcquireRequest {
 export interface AcquireResult {
   /** True when this call built the sandbox, false when it existed (and was woken if needed). */
   created: boolean;
+  /** The sandbox's row after the call, active. */
   sandbox: SandboxRecord;
 }
 
 /** A buffered command's answer (native `execCommand`). */
 export interface ExecResult {
+  /** The exit code; 128 + signal number when killed by a signal, -1 when unknown. */
   exitCode: number;
+  /** Standard output decoded as UTF-8, cut at `maxOutputBytes`. */
   stdout: string;
+  /** Standard error decoded as UTF-8, cut at `maxOutputBytes`. */
   stderr: string;
+  /** True when stdout went past `maxOutputBytes` and the rest was dropped. */
   stdoutTruncated: boolean;
+  /** True when stderr went past `maxOutputBytes` and the rest was dropped. */
   stderrTruncated: boolean;
   /** True when `timeoutMs` ran out and the command was killed (absent otherwise). */
   timedOut?: boolean;
@@ -82,13 +92,19 @@ export interface SandboxOps {
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle>;
   /** Running commands of a sandbox started with `startCommand`, by pid. */
   commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }>;
-  /** File verbs (wake first). */
+  /** Writes a whole file, creating parent directories; binary-safe (wakes first). */
   writeFile(ref: SandboxRef, path: string, data: Uint8Array): Promise<FileEntry>;
+  /** Reads a whole file; binary-safe (wakes first). */
   readFile(ref: SandboxRef, path: string): Promise<Uint8Array>;
+  /** Lists a directory down to `depth` levels, 1 = its own children (wakes first). */
   listDir(ref: SandboxRef, path: string, depth?: number): Promise<FileEntry[]>;
+  /** Describes one path (wakes first). */
   stat(ref: SandboxRef, path: string): Promise<FileEntry>;
+  /** Creates a directory and its parents; resolves false when it already existed (wakes first). */
   makeDir(ref: SandboxRef, path: string): Promise<boolean>;
+  /** Renames `from` to `to`; resolves the entry at its new path (wakes first). */
   move(ref: SandboxRef, from: string, to: string): Promise<FileEntry>;
+  /** Removes a file or a directory tree (wakes first). */
   remove(ref: SandboxRef, path: string): Promise<void>;
   /** Replaces (or merges, with `merge: true`) the metadata. */
   updateMetadata(

@@ -206,17 +206,25 @@ export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
 
 /** The sandbox object every native verb answers with. */
 export interface Sandbox {
+  /** The ledger id (`sbx_…`), minted by the node on create. */
   id: string;
+  /** The caller's name for the sandbox, unique on its node. */
   name: string;
+  /** Where the sandbox is in its lifecycle. */
   state: SandboxState;
+  /** The id of the node that holds the sandbox. */
   nodeId: string;
+  /** The origin of the node that holds the sandbox. */
   endpoint: string;
+  /** The template the sandbox was built from. */
   template: string;
+  /** The caller's key/value labels. */
   metadata: Record<string, string>;
+  /** The resource limits the sandbox was built with. */
   spec: SandboxSpec;
-  /** ISO 8601. */
+  /** Creation time, ISO 8601. */
   createdAt: string;
-  /** ISO 8601. */
+  /** Last use (the idle clock), ISO 8601. */
   lastActiveAt: string;
 }
 
