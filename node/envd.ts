@@ -626,19 +626,27 @@ async function writeFilesResponse(
   const pathParam = url.searchParams.get("path");
   const contentType = (request.headers.get("content-type") ?? "").split(";")[0].trim()
     .toLowerCase();
+  const limit = core.options.maxUploadBytes;
   const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > core.options.maxUploadBytes) {
+  if (declared > limit) {
     throw new HttpError(
       413,
-      `The upload is ${declared} bytes, over this node's limit of ${core.options.maxUploadBytes}`,
+      `The upload is ${declared} bytes, over this node's limit of ${limit}: send smaller files`,
     );
   }
   const files: { path: string; data: Uint8Array }[] = [];
   if (contentType === "multipart/form-data") {
     let form: FormData;
     try {
-      form = await request.formData();
-    } catch {
+      // Re-wrapped so the byte cap applies to chunked uploads too (the SDK sends no length).
+      form = await new Request(request.url, {
+        method: "POST",
+        headers: request.headers,
+        body: capped(request.body, limit),
+        duplex: "half",
+      } as RequestInit).formData();
+    } catch (error) {
+      if (error instanceof UploadTooLarge) throw tooLarge(limit);
       throw new HttpError(400, "The multipart body could not be parsed: send parts named 'file'");
     }
     const parts = form.getAll("file");
@@ -683,8 +691,10 @@ async function writeFilesResponse(
     }
     let data: Uint8Array;
     try {
-      data = new Uint8Array(await new Response(body).arrayBuffer());
-    } catch {
+      // Capped after decompression, so a small gzip bomb cannot fill the node's memory either.
+      data = new Uint8Array(await new Response(capped(body, limit)).arrayBuffer());
+    } catch (error) {
+      if (error instanceof UploadTooLarge) throw tooLarge(limit);
       throw new HttpError(400, "The upload body could not be read (bad gzip?): send it again");
     }
     files.push({ path: resolvePath(pathParam, user, "path"), data });
@@ -701,6 +711,34 @@ async function writeFilesResponse(
     out.push({ path: entry.path, name: entry.name, type: "file" });
   }
   return Response.json(out, { status: 200 });
+}
+
+/** Raised inside a capped stream once more than its limit has flowed. */
+class UploadTooLarge extends Error {}
+
+/** Passes `body` through, erroring with UploadTooLarge once more than `limit` bytes flowed. */
+function capped(
+  body: ReadableStream<Uint8Array> | null,
+  limit: number,
+): ReadableStream<Uint8Array> | null {
+  if (body === null) return null;
+  let seen = 0;
+  return body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({
+      transform(chunk, controller) {
+        seen += chunk.byteLength;
+        if (seen > limit) controller.error(new UploadTooLarge());
+        else controller.enqueue(chunk);
+      },
+    }),
+  );
+}
+
+function tooLarge(limit: number): HttpError {
+  return new HttpError(
+    413,
+    `The upload is over this node's limit of ${limit} bytes: send smaller files`,
+  );
 }
 
 function publish(core: EnvdCore, sandboxId: string, path: string, type: FsEvent["type"]): void {

@@ -8,13 +8,13 @@ import { Ledger } from "./ledger.ts";
 import { SandboxService } from "./service.ts";
 import { fileSignature } from "./access_token.ts";
 
-async function setup() {
+async function setup(options: { maxUploadBytes?: number } = {}) {
   const executor = new FakeExecutor();
   const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
   const service = new SandboxService({ ledger, executor });
   const accessTokens = new AccessTokens("secret for the envd tests 0123456789abc");
   const app = new Hono();
-  app.route("/e2b/envd", createEnvd(service, { accessTokens }));
+  app.route("/e2b/envd", createEnvd(service, { accessTokens, ...options }));
   app.route("/", handleSignedFiles(service, { accessTokens }));
   const { sandbox } = await service.acquire({ name: "envd-1" });
   const headers = (extra: Record<string, string> = {}) => ({
@@ -239,4 +239,43 @@ Deno.test("resolvePath() starts relative paths at the user's home", () => {
   assert.equal(resolvePath("~/b/../c", "root", "path"), "/root/c");
   assert.equal(resolvePath("/tmp/x/", "user", "path"), "/tmp/x");
   assert.throws(() => resolvePath("", "user", "path"), /'path' is required/);
+});
+
+Deno.test("envd refuses a chunked upload over the limit with a 413, and stores nothing", async () => {
+  const { app, headers, executor, sandbox } = await setup({ maxUploadBytes: 1024 });
+  // A stream body carries no Content-Length, as the SDK sends it.
+  const chunked = (bytes: number) =>
+    new ReadableStream<Uint8Array>({
+      start(c) {
+        for (let sent = 0; sent < bytes; sent += 256) c.enqueue(new Uint8Array(256));
+        c.close();
+      },
+    });
+  const raw = await app.request("/e2b/envd/files?path=/tmp/big.bin", {
+    method: "POST",
+    headers: headers({ "content-type": "application/octet-stream" }),
+    body: chunked(4096),
+  });
+  assert.equal(raw.status, 413);
+  assert.match((await raw.json()).message, /limit of 1024 bytes/);
+  const form = new FormData();
+  form.append("file", new Blob([new Uint8Array(4096)]), "/tmp/big2.bin");
+  const encoded = new Response(form);
+  const multipart = await app.request("/e2b/envd/files", {
+    method: "POST",
+    headers: headers({ "content-type": encoded.headers.get("content-type")! }),
+    body: encoded.body,
+  });
+  assert.equal(multipart.status, 413);
+  await multipart.body?.cancel();
+  await assert.rejects(executor.readFile(sandbox.id, "/tmp/big.bin"));
+  await assert.rejects(executor.readFile(sandbox.id, "/tmp/big2.bin"));
+  const small = await app.request("/e2b/envd/files?path=/tmp/small.bin", {
+    method: "POST",
+    headers: headers({ "content-type": "application/octet-stream" }),
+    body: chunked(512),
+  });
+  assert.equal(small.status, 200);
+  await small.body?.cancel();
+  await executor.close();
 });
