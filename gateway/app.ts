@@ -6,7 +6,6 @@
  */
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { HTTPException } from "hono/http-exception";
 import type { DatabaseSync } from "node:sqlite";
 import { z } from "zod";
 import { Fleet } from "./fleet.ts";
@@ -14,7 +13,7 @@ import { Finder } from "./finder.ts";
 import { Placer } from "./placer.ts";
 import { clientGone, GatewayRouting } from "./routing.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
-import { HttpError } from "../shared/http_error.ts";
+import { HttpError, messageResponse } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
 import type { FoundSandbox } from "./finder.ts";
@@ -406,27 +405,9 @@ function parse<T>(schema: { safeParse(v: unknown): z.ZodSafeParseResult<T> }, va
 
 /** The one place an error becomes a native `{message}` answer. */
 function errorResponse(error: unknown, request: Request, log: Log): Response {
-  if (error instanceof HttpError) {
-    return Response.json({ ...error.details, message: error.message }, {
-      status: error.status,
-      headers: error.headers,
-    });
-  }
-  if (request.signal.aborted) {
+  if (!(error instanceof HttpError) && request.signal.aborted) {
     // The client hung up mid-lookup or mid-forward: nobody reads this answer.
-    const gone = clientGone();
-    return Response.json({ message: gone.message }, { status: gone.status });
+    error = clientGone();
   }
-  if (error instanceof HTTPException) {
-    return Response.json({ message: error.message || "The request was refused" }, {
-      status: error.status,
-    });
-  }
-  log("error", "unexpected error in the gateway", {
-    error: error instanceof Error ? error.stack ?? error.message : String(error),
-  });
-  return Response.json({
-    message: `The gateway failed unexpectedly (${(error as Error)?.message ?? error}): ` +
-      "this is a bug; the gateway's log has the details",
-  }, { status: 500 });
+  return messageResponse(error, "gateway", log);
 }

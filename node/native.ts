@@ -25,9 +25,8 @@
 import { Buffer } from "node:buffer";
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { HTTPException } from "hono/http-exception";
 import type { z } from "zod";
-import { HttpError } from "../shared/http_error.ts";
+import { HttpError, messageResponse } from "../shared/http_error.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { nativeRequestSchemas as schemas } from "../shared/native_schemas.ts";
@@ -96,27 +95,10 @@ export function publicSandbox(record: SandboxRecord): Sandbox {
  * ```
  */
 export function nativeErrorResponse(error: unknown, log: Log = silentLog): Response {
-  if (error instanceof HttpError) {
-    return Response.json({ ...error.details, message: error.message }, {
-      status: error.status,
-      headers: error.headers,
-    });
-  }
   if (error instanceof ExecutorError) {
     return Response.json({ message: error.message }, { status: executorErrorStatus[error.code] });
   }
-  if (error instanceof HTTPException) {
-    return Response.json({ message: error.message || "The request was refused" }, {
-      status: error.status,
-    });
-  }
-  log("error", "unexpected error in the native face", {
-    error: error instanceof Error ? error.stack ?? error.message : String(error),
-  });
-  return Response.json({
-    message: `The node failed unexpectedly (${(error as Error)?.message ?? error}): ` +
-      "this is a bug; the node's log has the details",
-  }, { status: 500 });
+  return messageResponse(error, "node", log);
 }
 
 /**

@@ -3,6 +3,8 @@
  *
  * @module
  */
+import { HTTPException } from "hono/http-exception";
+import { type Log, silentLog } from "./log.ts";
 
 /**
  * An error that becomes an HTTP answer: `status`, a sentence saying what is wrong and what to do,
@@ -33,4 +35,37 @@ export class HttpError extends Error {
     this.headers = options.headers ?? {};
     this.details = options.details ?? {};
   }
+}
+
+/**
+ * The native dialect's answer for an error: `{message}` (plus an HttpError's details and
+ * headers) with its status; a Hono HTTPException keeps its status; anything else is logged with
+ * its stack and answered as a 500 that says it is a bug of `who` ("node" or "gateway").
+ *
+ * @example
+ * ```ts
+ * import { HttpError, messageResponse } from "@dormice/cluster/shared";
+ * const res = messageResponse(new HttpError(404, "No sandbox named 'a'"), "node");
+ * console.log(res.status); // 404
+ * ```
+ */
+export function messageResponse(error: unknown, who: string, log: Log = silentLog): Response {
+  if (error instanceof HttpError) {
+    return Response.json({ ...error.details, message: error.message }, {
+      status: error.status,
+      headers: error.headers,
+    });
+  }
+  if (error instanceof HTTPException) {
+    return Response.json({ message: error.message || "The request was refused" }, {
+      status: error.status,
+    });
+  }
+  log("error", `unexpected error in the ${who}`, {
+    error: error instanceof Error ? error.stack ?? error.message : String(error),
+  });
+  return Response.json({
+    message: `The ${who} failed unexpectedly (${(error as Error)?.message ?? error}): ` +
+      `this is a bug; the ${who}'s log has the details`,
+  }, { status: 500 });
 }

@@ -25,7 +25,7 @@ export {
   redact,
   silentLog,
 } from "./log.ts";
-export { HttpError } from "./http_error.ts";
+export { HttpError, messageResponse } from "./http_error.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export { type Clock, FakeClock, systemClock } from "./clock.ts";
 export * from "./native_schemas.ts";
