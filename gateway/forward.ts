@@ -260,7 +260,16 @@ export async function capture(
   }
 }
 
-/** The 502 for a node that did not answer, with the cause an operator can act on. */
+/**
+ * The 502 for a node that did not answer, with the cause an operator can act on.
+ *
+ * @example
+ * ```ts
+ * import { unreachable } from "@dormice/cluster/gateway";
+ * const e = unreachable({ nodeId: "a", endpoint: "http://10.0.0.5:3676" }, new TypeError("Connection refused"));
+ * console.log(e.status); // 502
+ * ```
+ */
 export function unreachable(target: ForwardTarget, error: unknown): HttpError {
   return new HttpError(
     502,
@@ -272,7 +281,15 @@ export function unreachable(target: ForwardTarget, error: unknown): HttpError {
   );
 }
 
-/** A short cause for a failed fetch: ECONNREFUSED, a DNS failure, a timeout, or the message. */
+/**
+ * A short cause for a failed fetch: ECONNREFUSED, a DNS failure, a timeout, or the message.
+ *
+ * @example
+ * ```ts
+ * import { describeFetchError } from "@dormice/cluster/gateway";
+ * describeFetchError(new TypeError("tcp connect error: Connection refused")); // "connection refused"
+ * ```
+ */
 export function describeFetchError(error: unknown): string {
   const e = error as { name?: string; message?: string; cause?: { code?: string } };
   if (e?.name === "TimeoutError") return "timed out";

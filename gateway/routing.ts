@@ -89,7 +89,14 @@ export type FanOutAnswer =
   | { node: FleetNode; ok: true; status: number; json: unknown }
   | { node: FleetNode; ok: false; cause: string };
 
-/** The error a client that already hung up gets (nobody reads it; it stops the work). */
+/**
+ * The error a client that already hung up gets (nobody reads it; it stops the work).
+ *
+ * @example
+ * ```ts ignore
+ * if (request.signal.aborted) throw clientGone();
+ * ```
+ */
 export function clientGone(): HttpError {
   return new HttpError(499, "The client closed the request before the gateway answered");
 }

@@ -112,7 +112,8 @@ export function statusToConnectCode(status: number): ConnectCode {
  * @example
  * ```ts
  * import { ConnectError } from "./connect.ts";
- * throw new ConnectError("not_found", "No process with pid 7: list them with Process/List");
+ * const error = new ConnectError("not_found", "No process with pid 7: list them with Process/List");
+ * console.log(error.code); // "not_found"
  * ```
  */
 export class ConnectError extends Error {

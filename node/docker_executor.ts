@@ -203,7 +203,15 @@ export function parseTemplates(value: string | undefined): Map<string, string> |
   return map;
 }
 
-/** The engine's socket path from `DOCKER_HOST` (`unix://...`), or the default one. */
+/**
+ * The engine's socket path from `DOCKER_HOST` (`unix://...`), or the default one.
+ *
+ * @example
+ * ```ts ignore
+ * import { dockerSocketPath } from "@dormice/cluster/docker";
+ * dockerSocketPath(Deno.env); // "/var/run/docker.sock" unless DOCKER_HOST says otherwise
+ * ```
+ */
 export function dockerSocketPath(env: { get(name: string): string | undefined }): string {
   const host = env.get("DOCKER_HOST");
   if (host?.startsWith("unix://")) return host.slice("unix://".length);
@@ -417,7 +425,7 @@ function parseStatLines(output: string): FileEntry[] {
  *
  * @example
  * ```ts
- * import { DockerExecutor } from "@dormice/cluster/node";
+ * import { DockerExecutor } from "@dormice/cluster/docker";
  * const executor = await DockerExecutor.connect({ nodeId: "node-1" });
  * await executor.create({ id: "sb1", name: "demo", template: "base", spec: {}, env: {} });
  * const run = await executor.exec("sb1", { cmd: ["/bin/bash", "-l", "-c", "echo hi"] });
@@ -492,7 +500,7 @@ export class DockerExecutor implements Executor {
    * @throws {ExecutorError} `unavailable` when the engine does not answer.
    * @example
    * ```ts
-   * import { DockerExecutor } from "@dormice/cluster/node";
+   * import { DockerExecutor } from "@dormice/cluster/docker";
    * const executor = await DockerExecutor.connect({ nodeId: "node-1" });
    * ```
    */
@@ -527,7 +535,7 @@ export class DockerExecutor implements Executor {
    * @throws {ExecutorError} `unavailable` naming the socket and how to start the engine.
    * @example
    * ```ts
-   * import { DockerExecutor } from "@dormice/cluster/node";
+   * import { DockerExecutor } from "@dormice/cluster/docker";
    * await new DockerExecutor({ nodeId: "node-1" }).ping();
    * ```
    */

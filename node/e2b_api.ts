@@ -59,14 +59,17 @@ export function e2bState(state: SandboxState): "running" | "paused" {
 }
 
 /**
- * Builds the E2B control plane; the lead mounts it at `/e2b/api`.
+ * Builds the E2B control plane; `createNodeApp` mounts it at `/e2b/api`.
  *
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { createE2bApi } from "./e2b_api.ts";
- * import type { SandboxOps } from "./types.ts";
- * declare const ops: SandboxOps;
+ * import { createE2bApi } from "@dormice/cluster/node";
+ * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * const ops = new SandboxService({
+ *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
+ *   executor: new FakeExecutor(),
+ * });
  * const app = new Hono();
  * app.route("/e2b/api", createE2bApi(ops, { apiToken: "t".repeat(32) }));
  * ```

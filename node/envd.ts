@@ -93,7 +93,7 @@ interface EnvdCore {
 }
 
 /**
- * Builds the envd face; the lead mounts it at `/e2b/envd`.
+ * Builds the envd face; `createNodeApp` mounts it at `/e2b/envd`.
  *
  * Process output is pumped from the executor into a hub for as long as the command runs, and
  * each `Start`/`Connect` stream is a subscriber: a client that hangs up stops its own stream at
@@ -105,9 +105,12 @@ interface EnvdCore {
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { createEnvd } from "./envd.ts";
- * import type { SandboxOps } from "./types.ts";
- * declare const ops: SandboxOps;
+ * import { createEnvd } from "@dormice/cluster/node";
+ * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * const ops = new SandboxService({
+ *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
+ *   executor: new FakeExecutor(),
+ * });
  * const app = new Hono();
  * app.route("/e2b/envd", createEnvd(ops));
  * ```
@@ -489,10 +492,12 @@ export function createEnvd(ops: SandboxOps, options: EnvdOptions = {}): Hono {
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { AccessTokens } from "./access_token.ts";
- * import { handleSignedFiles } from "./envd.ts";
- * import type { SandboxOps } from "./types.ts";
- * declare const ops: SandboxOps;
+ * import { AccessTokens, handleSignedFiles } from "@dormice/cluster/node";
+ * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * const ops = new SandboxService({
+ *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
+ *   executor: new FakeExecutor(),
+ * });
  * const app = new Hono();
  * app.route("/", handleSignedFiles(ops, { accessTokens: new AccessTokens("s".repeat(32)) }));
  * ```

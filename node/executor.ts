@@ -112,7 +112,16 @@ export type ExecutorErrorCode =
   | "unavailable" // the engine did not answer in time or is down -> 503
   | "timeout"; // a call ran past its own deadline -> 504
 
-/** The one error type executors throw for expected failures. */
+/**
+ * The one error type executors throw for expected failures; faces map `code` to a status.
+ *
+ * @example
+ * ```ts
+ * import { ExecutorError } from "@dormice/cluster/node";
+ * const error = new ExecutorError("not_found", "Cannot read '/tmp/a': no such file or directory");
+ * console.log(error.code); // "not_found": the faces answer 404
+ * ```
+ */
 export class ExecutorError extends Error {
   /** What went wrong, for mapping to a status. */
   readonly code: ExecutorErrorCode;

@@ -13,7 +13,8 @@ import { type Log, silentLog } from "./log.ts";
  * @example
  * ```ts
  * import { HttpError } from "@dormice/cluster/shared";
- * throw new HttpError(404, "No sandbox named 'a': acquire it first with acquireSandbox");
+ * const error = new HttpError(404, "No sandbox named 'a': acquire it first with acquireSandbox");
+ * console.log(error.status); // 404
  * ```
  */
 export class HttpError extends Error {

@@ -50,6 +50,11 @@ export function encodeListCursor(cursor: ListCursor): string {
  * Reads a `nextToken`; `issuer` ("node" or "gateway") names who hands them out in the 400.
  *
  * @throws {HttpError} 400 when the token is not one this side issued.
+ * @example
+ * ```ts
+ * import { decodeListCursor } from "@dormice/cluster/shared";
+ * decodeListCursor("WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsImEiXQ", "node"); // { createdAt: "2026-01-01T00:00:00Z", id: "a" }
+ * ```
  */
 export function decodeListCursor(token: string, issuer: string): ListCursor {
   try {

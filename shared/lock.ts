@@ -5,7 +5,15 @@
  */
 import { DatabaseSync } from "node:sqlite";
 
-/** Thrown when another process already holds the database file. */
+/**
+ * Thrown when another process already holds the database file.
+ *
+ * @example
+ * ```ts ignore
+ * try { openExclusiveDatabase(path, "DORMICE_GATEWAY_DB"); }
+ * catch (e) { if (e instanceof DatabaseLockedError) { console.error(e.message); Deno.exit(2); } }
+ * ```
+ */
 export class DatabaseLockedError extends Error {
   /** The file that is held. */
   readonly path: string;

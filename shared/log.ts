@@ -15,7 +15,15 @@ export type Log = (level: LogLevel, msg: string, fields?: Record<string, unknown
 /** Field names whose values never reach a log line. */
 const secretField = /token|secret|signature|password|authorization|api[-_]?key/i;
 
-/** Removes secrets from fields: any field named like a token, and bearer-looking values. */
+/**
+ * Removes secrets from fields: any field named like a token, and bearer-looking values.
+ *
+ * @example
+ * ```ts
+ * import { redact } from "@dormice/cluster/shared";
+ * redact({ apiToken: "s3cret", nodeId: "a" }); // { apiToken: "[redacted]", nodeId: "a" }
+ * ```
+ */
 export function redact(fields: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {};
   for (const [k, v] of Object.entries(fields)) {
@@ -62,7 +70,15 @@ export function createLog(
   };
 }
 
-/** Parses `DORMICE_LOG_LEVEL`; returns an error sentence for a bad value. */
+/**
+ * Parses `DORMICE_LOG_LEVEL`; returns an error sentence for a bad value.
+ *
+ * @example
+ * ```ts
+ * import { parseLogLevel } from "@dormice/cluster/shared";
+ * parseLogLevel("warn"); // "warn"
+ * ```
+ */
 export function parseLogLevel(value: string | undefined): LogLevel | Error {
   if (value === undefined || value === "") return "info";
   if (value in rank) return value as LogLevel;
@@ -71,7 +87,15 @@ export function parseLogLevel(value: string | undefined): LogLevel | Error {
   );
 }
 
-/** A logger that drops everything (the default in tests and embedded use when none is given). */
+/**
+ * A logger that drops everything (the default in tests and embedded use when none is given).
+ *
+ * @example
+ * ```ts
+ * import { silentLog } from "@dormice/cluster/shared";
+ * silentLog("info", "nobody hears this");
+ * ```
+ */
 export const silentLog: Log = () => {};
 
 /**

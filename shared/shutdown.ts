@@ -41,6 +41,12 @@ export async function boundedShutdown(
 /**
  * Runs `onSignal` once on the first SIGINT or SIGTERM; a second signal exits at once with 130.
  * Returns a function that removes the listeners.
+ *
+ * @example
+ * ```ts ignore
+ * import { boundedShutdown, onTerminationSignals } from "@dormice/cluster/shared";
+ * onTerminationSignals(() => boundedShutdown(server, 10_000, () => ledger.close()));
+ * ```
  */
 export function onTerminationSignals(onSignal: (signal: Deno.Signal) => void): () => void {
   let fired = false;
