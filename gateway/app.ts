@@ -17,7 +17,7 @@ import { HttpError, messageResponse } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
 import type { FoundSandbox } from "./finder.ts";
-import { nativeRequestSchemas } from "../shared/native_schemas.ts";
+import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
 import { bearerToken, tokenMatcher } from "../shared/token.ts";
 
 /** Options for {@linkcode createGateway}. */
@@ -86,22 +86,8 @@ export interface Gateway extends GatewayParts {
   close(): void;
 }
 
-/** The native verbs the gateway answers, in the order the 404 lists them. */
-const verbs = [
-  "acquireSandbox",
-  "listSandboxes",
-  "execCommand",
-  "writeFile",
-  "readFile",
-  "updateMetadata",
-  "destroySandbox",
-  "getSandboxMetrics",
-  "getHostMetrics",
-  "lookupSandbox",
-  "checkIn",
-  "listNodes",
-  "removeNode",
-];
+/** The verbs the gateway answers, in the order the 404 lists them: the native ones and its own. */
+const verbs = [...nativeVerbs, "checkIn", "listNodes", "removeNode"];
 
 /** Paths the gateway's bearer check leaves to a mounted face (E2B speaks `X-API-KEY`). */
 const ownAuthPrefixes = ["/e2b/", "/files"];

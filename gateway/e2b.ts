@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { type ConnectCode, statusToConnectCode } from "../shared/connect_codes.ts";
 import {
   compareListCursors,
   decodeListCursor,
@@ -387,29 +388,12 @@ function isRpc(path: string): boolean {
   return /^\/[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)+\/[A-Za-z0-9_]+$/.test(path);
 }
 
-/** Connect codes for the statuses routing raises. */
-function connectCodeOf(status: number): string {
-  switch (status) {
-    case 400:
-      return "invalid_argument";
-    case 401:
-      return "unauthenticated";
-    case 404:
-      return "not_found";
-    case 409:
-      return "aborted";
-    case 499:
-      return "canceled";
-    case 501:
-      return "unimplemented";
-    case 502:
-    case 503:
-      return "unavailable";
-    case 504:
-      return "deadline_exceeded";
-    default:
-      return status >= 500 ? "internal" : "unknown";
-  }
+/**
+ * Connect codes for the statuses routing raises. A 409 here is the same sandbox on two nodes,
+ * which the client cannot fix by retrying with other input: `aborted`, not `already_exists`.
+ */
+function connectCodeOf(status: number): ConnectCode {
+  return status === 409 ? "aborted" : statusToConnectCode(status);
 }
 
 function connectError(error: unknown, request: Request, parts: GatewayParts): Response {

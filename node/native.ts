@@ -29,26 +29,14 @@ import type { z } from "zod";
 import { HttpError, messageResponse } from "../shared/http_error.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
-import { nativeRequestSchemas as schemas } from "../shared/native_schemas.ts";
+import { nativeRequestSchemas as schemas, nativeVerbs } from "../shared/native_schemas.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../shared/schemas.ts";
 import { bearerToken, tokensEqual } from "../shared/token.ts";
 import { ExecutorError } from "./executor.ts";
 import { executorErrorStatus } from "./service.ts";
 import type { SandboxOps, SandboxRecord } from "./types.ts";
 
-/** The verbs of the native face, in the order the 404 lists them. */
-export const nativeVerbs: readonly string[] = [
-  "acquireSandbox",
-  "listSandboxes",
-  "execCommand",
-  "writeFile",
-  "readFile",
-  "updateMetadata",
-  "destroySandbox",
-  "getSandboxMetrics",
-  "getHostMetrics",
-  "lookupSandbox",
-];
+export { nativeVerbs } from "../shared/native_schemas.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {

@@ -30,3 +30,4 @@ export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown
 export { type Clock, FakeClock, systemClock } from "./clock.ts";
 export * from "./native_schemas.ts";
 export * from "./list_cursor.ts";
+export * from "./connect_codes.ts";

@@ -137,3 +137,15 @@ export const nativeRequestSchemas: {
   getHostMetrics: z.object({}) as unknown as z.ZodType<Record<string, never>>,
   lookupSandbox: lookupEitherSchema,
 };
+
+/**
+ * The native sandbox verbs, in the order error sentences list them (the keys of
+ * {@linkcode nativeRequestSchemas}, so a verb cannot be listed without a schema).
+ *
+ * @example
+ * ```ts
+ * import { nativeVerbs } from "@dormice/cluster/shared";
+ * nativeVerbs.includes("execCommand"); // true
+ * ```
+ */
+export const nativeVerbs: readonly string[] = Object.freeze(Object.keys(nativeRequestSchemas));
