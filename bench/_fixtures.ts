@@ -255,6 +255,7 @@ export async function startGateway(
   return spawnDaemon(
     "../gateway/main.ts",
     [
+      "--unstable-no-legacy-abort",
       "--allow-net=127.0.0.1",
       "--allow-env",
       `--allow-read=${dir}`,

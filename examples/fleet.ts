@@ -231,6 +231,7 @@ if (import.meta.main) {
 
   try {
     const gateway = start("gateway", gatewayUrl, "gateway/main.ts", [
+      "--unstable-no-legacy-abort",
       "--allow-net=127.0.0.1",
       `--allow-env=${gatewayEnvVariables.join(",")}`,
       `--allow-read=${dbDir}`,

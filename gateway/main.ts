@@ -5,6 +5,11 @@
  * Requires `--allow-net` (listen, and reach every node's endpoint), `--allow-env` (the
  * `DORMICE_*` variables in `gatewayEnvVariables`), `--allow-read` and `--allow-write` on the database's directory.
  *
+ * Run it with `--unstable-no-legacy-abort` (as `deno task gateway` and the systemd unit do): in
+ * Deno 2.9 a request's signal otherwise also aborts after every successful response, which costs
+ * an error object per request and prints a warning line that is not JSON. Forwarding reads the
+ * signal only to stop a node's work when a client hangs up, which works either way.
+ *
  * @module
  */
 import { dirname } from "node:path";

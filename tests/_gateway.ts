@@ -14,6 +14,8 @@ export const gatewayMain: string = fromFileUrl(new URL("../gateway/main.ts", imp
 /** The narrow permissions a gateway needs with its database in `dir`. */
 export function gatewayPermissions(dir: string): string[] {
   return [
+    // As deno task gateway runs it: request.signal aborts only when a client hangs up.
+    "--unstable-no-legacy-abort",
     "--allow-net=127.0.0.1",
     `--allow-env=${gatewayEnvVariables.join(",")}`,
     `--allow-read=${dir}`,
