@@ -5,7 +5,8 @@
  * across both nodes.
  */
 import assert from "node:assert/strict";
-import { AuthenticationError, CommandExitError, Sandbox } from "e2b";
+import { AuthenticationError, Sandbox } from "e2b";
+import { commandSteps } from "./_e2b_steps.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
@@ -96,41 +97,7 @@ Deno.test({
       assert.equal(holders.length, 1);
     });
 
-    await t.step("commands.run('echo hi') answers hi through two hops", async () => {
-      const r = await sandbox.commands.run("echo hi");
-      assert.equal(r.stdout, "hi\n");
-      assert.equal(r.exitCode, 0);
-    });
-
-    await t.step("onStdout gets the first chunk before the command ends", async () => {
-      const seen: { text: string; at: number }[] = [];
-      const r = await sandbox.commands.run("echo a; sleep 1; echo b", {
-        onStdout: (text) => {
-          seen.push({ text, at: Date.now() });
-        },
-      });
-      const endedAt = Date.now();
-      assert.equal(r.stdout, "a\nb\n");
-      assert.equal(seen[0].text, "a\n");
-      // The first chunk crossed the gateway while the command still slept.
-      assert.ok(endedAt - seen[0].at >= 500, `first chunk ${endedAt - seen[0].at} ms before end`);
-    });
-
-    await t.step("a non-zero exit throws CommandExitError with its code", async () => {
-      const error = await sandbox.commands.run("echo oops >&2; exit 3").catch((e) => e);
-      assert.ok(error instanceof CommandExitError, String(error));
-      assert.equal(error.exitCode, 3);
-      assert.equal(error.stderr, "oops\n");
-    });
-
-    await t.step("a background command is killed through SendSignal", async () => {
-      const handle = await sandbox.commands.run("sleep 30", { background: true });
-      const listed = await sandbox.commands.list();
-      assert.ok(listed.some((p) => p.pid === handle.pid));
-      assert.equal(await handle.kill(), true);
-      const error = await handle.wait().catch((e) => e);
-      assert.ok(error instanceof CommandExitError, String(error));
-    });
+    await commandSteps(t, sandbox, "through two hops");
 
     await t.step("files: write/read text and binary, multipart and octet-stream", async () => {
       await sandbox.files.write("/tmp/a.txt", "hello\n");

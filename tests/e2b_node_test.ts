@@ -7,13 +7,14 @@
  */
 import assert from "node:assert/strict";
 import { Hono } from "hono";
-import { AuthenticationError, CommandExitError, Sandbox } from "e2b";
+import { AuthenticationError, Sandbox } from "e2b";
 import { FakeExecutor } from "../node/fake_executor.ts";
 import { Ledger } from "../node/ledger.ts";
 import { SandboxService } from "../node/service.ts";
 import { createE2bApi } from "../node/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "../node/envd.ts";
 import { AccessTokens } from "../node/access_token.ts";
+import { commandSteps } from "./_e2b_steps.ts";
 import { startNode } from "./_processes.ts";
 
 const apiToken = "test-fleet-token-0123456789abcdefghij";
@@ -72,42 +73,7 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal((await a.getInfo()).metadata.name, "agent-7");
   });
 
-  await t.step("commands.run('echo hi') answers hi", async () => {
-    const r = await sandbox.commands.run("echo hi");
-    assert.equal(r.stdout, "hi\n");
-    assert.equal(r.exitCode, 0);
-  });
-
-  await t.step("onStdout gets the first chunk before the command ends", async () => {
-    const seen: { text: string; at: number }[] = [];
-    const r = await sandbox.commands.run("echo a; sleep 1; echo b", {
-      onStdout: (text) => {
-        seen.push({ text, at: Date.now() });
-      },
-    });
-    const endedAt = Date.now();
-    assert.equal(r.stdout, "a\nb\n");
-    assert.equal(seen[0].text, "a\n");
-    // The first chunk arrived while the command still slept (about a second before its end).
-    assert.ok(endedAt - seen[0].at >= 500, `first chunk ${endedAt - seen[0].at} ms before end`);
-  });
-
-  await t.step("a non-zero exit throws CommandExitError with its code", async () => {
-    const error = await sandbox.commands.run("echo oops >&2; exit 3").catch((e) => e);
-    assert.ok(error instanceof CommandExitError, String(error));
-    assert.equal(error.exitCode, 3);
-    assert.equal(error.stderr, "oops\n");
-  });
-
-  await t.step("a background command is killed through SendSignal", async () => {
-    const handle = await sandbox.commands.run("sleep 30", { background: true });
-    const listed = await sandbox.commands.list();
-    assert.ok(listed.some((p) => p.pid === handle.pid));
-    assert.equal(await handle.kill(), true);
-    const error = await handle.wait().catch((e) => e);
-    assert.ok(error instanceof CommandExitError, String(error));
-    assert.equal(await sandbox.commands.kill(handle.pid), false);
-  });
+  await commandSteps(t, sandbox, "on one node");
 
   await t.step("envVars, envs and cwd reach the command", async () => {
     const withEnv = await Sandbox.create({ ...opts, envs: { GREETING: "hey" } });
