@@ -6,14 +6,7 @@
  * @module
  */
 import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/docker_executor.ts";
-import {
-  freePort,
-  newToken,
-  nodeMain,
-  type NodeProcess,
-  spawnDeno,
-  waitForHealth,
-} from "./_processes.ts";
+import { type NodeProcess, startNode } from "./_processes.ts";
 
 /** Whether a docker suite runs, and what to say when it cannot. */
 export interface DockerGate {
@@ -107,16 +100,15 @@ export interface DockerNodeProcess extends NodeProcess {
 export async function startDockerNode(
   options: StartDockerNodeOptions = {},
 ): Promise<DockerNodeProcess> {
-  const dataDir = options.dataDir ?? await Deno.makeTempDir({ prefix: "dormice-docker-node-" });
-  const token = options.token ?? newToken();
-  const port = options.port ?? freePort();
   const nodeId = options.nodeId ?? `dk-${crypto.randomUUID().slice(0, 8)}`;
-  const process = spawnDeno(nodeMain, {
+  const node = await startNode({
+    token: options.token,
+    dataDir: options.dataDir,
+    port: options.port,
+    permissions: (dataDir) => dockerNodePermissions(dataDir),
+    // A first container create on a cold engine takes longer than a fake node's boot.
+    healthTimeoutMs: 30_000,
     env: {
-      DORMICE_API_TOKEN: token,
-      DORMICE_HOST: "127.0.0.1",
-      DORMICE_PORT: String(port),
-      DORMICE_DATA_DIR: dataDir,
       DORMICE_EXECUTOR: "docker",
       DORMICE_NODE_ID: nodeId,
       ...(options.gatewayUrl
@@ -127,21 +119,8 @@ export async function startDockerNode(
         : {}),
       ...options.env,
     },
-    permissions: dockerNodePermissions(dataDir),
   });
-  const url = `http://127.0.0.1:${port}`;
-  const stop = async () => {
-    const status = await process.stop();
-    if (options.dataDir === undefined) await Deno.remove(dataDir, { recursive: true });
-    return status;
-  };
-  try {
-    await waitForHealth(url, process, 30_000);
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { url, port, token, dataDir, process, stop, nodeId };
+  return { ...node, nodeId };
 }
 
 /**

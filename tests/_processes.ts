@@ -165,6 +165,12 @@ export interface StartNodeOptions {
   token?: string;
   /** Wait for `/healthz` (default true). */
   waitForHealth?: boolean;
+  /** How long to wait for `/healthz` (default 20 s). */
+  healthTimeoutMs?: number;
+  /** Listen on this port; a free one otherwise. */
+  port?: number;
+  /** The node's permissions for its data dir; the fake executor's narrow set by default. */
+  permissions?: (dataDir: string) => string[];
 }
 
 /** A fresh random fleet token. */
@@ -190,7 +196,7 @@ export function newToken(): string {
 export async function startNode(options: StartNodeOptions = {}): Promise<NodeProcess> {
   const dataDir = options.dataDir ?? await Deno.makeTempDir({ prefix: "dormice-node-" });
   const token = options.token ?? newToken();
-  const port = freePort();
+  const port = options.port ?? freePort();
   const process = spawnDeno(nodeMain, {
     env: {
       DORMICE_API_TOKEN: token,
@@ -200,7 +206,7 @@ export async function startNode(options: StartNodeOptions = {}): Promise<NodePro
       DORMICE_EXECUTOR: "fake",
       ...options.env,
     },
-    permissions: nodePermissions(dataDir),
+    permissions: (options.permissions ?? nodePermissions)(dataDir),
   });
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
@@ -210,7 +216,7 @@ export async function startNode(options: StartNodeOptions = {}): Promise<NodePro
   };
   if (options.waitForHealth !== false) {
     try {
-      await waitForHealth(url, process);
+      await waitForHealth(url, process, options.healthTimeoutMs);
     } catch (error) {
       await stop();
       throw error;
