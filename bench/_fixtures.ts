@@ -123,16 +123,7 @@ export async function startChild<T>(
     stop: async () => {
       if (stopped) return;
       stopped = true;
-      try {
-        proc.kill("SIGTERM");
-      } catch { /* already gone */ }
-      const kill = setTimeout(() => {
-        try {
-          proc.kill("SIGKILL");
-        } catch { /* gone */ }
-      }, 3000);
-      await proc.status;
-      clearTimeout(kill);
+      await stopProcess(proc, "SIGTERM", 3000);
       await drain;
       await stderrDone;
     },
@@ -213,16 +204,7 @@ async function spawnDaemon(
   const stop = async () => {
     if (stopped) return;
     stopped = true;
-    try {
-      proc.kill("SIGTERM");
-    } catch { /* gone */ }
-    const kill = setTimeout(() => {
-      try {
-        proc.kill("SIGKILL");
-      } catch { /* gone */ }
-    }, 5000);
-    await proc.status;
-    clearTimeout(kill);
+    await stopProcess(proc, "SIGTERM");
     await drained;
     await Deno.remove(dir, { recursive: true }).catch(() => {});
   };
@@ -325,4 +307,22 @@ export async function postJson(url: string, body: unknown): Promise<JsonAnswer> 
     json = text ? JSON.parse(text) : null;
   } catch { /* not JSON */ }
   return { status: res.status, json };
+}
+
+/** Sends `signal`, then SIGKILL if the process has not exited within `graceMs`; waits for it. */
+export async function stopProcess(
+  proc: Deno.ChildProcess,
+  signal: Deno.Signal,
+  graceMs = 5000,
+): Promise<void> {
+  try {
+    proc.kill(signal);
+  } catch { /* gone */ }
+  const kill = setTimeout(() => {
+    try {
+      proc.kill("SIGKILL");
+    } catch { /* gone */ }
+  }, graceMs);
+  await proc.status;
+  clearTimeout(kill);
 }

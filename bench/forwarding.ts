@@ -17,6 +17,7 @@ import {
   startChild,
   startGateway,
   startNode,
+  stopProcess,
 } from "./_fixtures.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";
 
@@ -116,16 +117,8 @@ export async function startNginx(nodePort: number): Promise<Nginx> {
   })();
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {
-    try {
-      proc.kill("SIGQUIT");
-    } catch { /* gone */ }
-    const kill = setTimeout(() => {
-      try {
-        proc.kill("SIGKILL");
-      } catch { /* gone */ }
-    }, 5000);
-    await proc.status;
-    clearTimeout(kill);
+    // nginx's graceful stop is SIGQUIT.
+    await stopProcess(proc, "SIGQUIT");
     await errDone;
     await Deno.remove(prefix, { recursive: true }).catch(() => {});
   };
