@@ -125,13 +125,18 @@ export function writeTar(entries: TarInput[]): Uint8Array {
     if (data.length) parts.push(...padded(data));
   }
   parts.push(new Uint8Array(BLOCK * 2));
+  return concat(parts);
+}
+
+/** Joins byte chunks into one array. */
+export function concat(chunks: Uint8Array[]): Uint8Array {
   let total = 0;
-  for (const part of parts) total += part.length;
+  for (const chunk of chunks) total += chunk.length;
   const out = new Uint8Array(total);
   let at = 0;
-  for (const part of parts) {
-    out.set(part, at);
-    at += part.length;
+  for (const chunk of chunks) {
+    out.set(chunk, at);
+    at += chunk.length;
   }
   return out;
 }

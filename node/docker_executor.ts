@@ -26,7 +26,7 @@ import {
   type FileEntry,
   type SandboxStats,
 } from "./executor.ts";
-import { readTar, writeTar } from "./_tar.ts";
+import { concat, readTar, writeTar } from "./_tar.ts";
 
 /** The engine socket when `DOCKER_HOST` does not name another one. */
 export const DEFAULT_DOCKER_SOCKET: string = "/var/run/docker.sock";
@@ -346,18 +346,6 @@ function nameSafe(text: string): string {
 
 function engineMessage(error: EngineError): string {
   return (error.json?.message ?? error.message ?? String(error)).trim();
-}
-
-function concat(chunks: Uint8Array[]): Uint8Array {
-  let total = 0;
-  for (const chunk of chunks) total += chunk.length;
-  const out = new Uint8Array(total);
-  let at = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, at);
-    at += chunk.length;
-  }
-  return out;
 }
 
 /** Resolves a path like envd does: relative to the home, `~` for the home. */
