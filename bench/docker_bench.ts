@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { DockerExecutor } from "../node/docker_executor.ts";
+import { DockerExecutor } from "../node/executors/docker/executor.ts";
 
 const json = Deno.args.includes("--json");
 const runsArg = Deno.args.find((a) => !a.startsWith("--"));

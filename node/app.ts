@@ -12,15 +12,15 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { CheckInLoop } from "./check_in.ts";
 import type { NodeConfig } from "./config.ts";
-import type { Executor } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
+import type { Executor } from "./executors/contract.ts";
+import { FakeExecutor } from "./executors/fake.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
-import { AccessTokens } from "./access_token.ts";
-import { createE2bApi } from "./e2b_api.ts";
-import { createEnvd, handleSignedFiles } from "./envd.ts";
-import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./native.ts";
-import { DeadlineScanner } from "./scanner.ts";
+import { AccessTokens } from "./faces/access_tokens.ts";
+import { createE2bApi } from "./faces/e2b_api.ts";
+import { createEnvd, handleSignedFiles } from "./faces/envd.ts";
+import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";
+import { DeadlineScanner } from "./deadline_scanner.ts";
 import { SandboxService } from "./service.ts";
 
 /** The build string a node reports (`@dormice/cluster@<version>`). */

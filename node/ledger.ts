@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { openExclusiveDatabase } from "../shared/lock.ts";
 import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
 import { sandboxStates } from "../shared/schemas.ts";
-import type { DeadlineAction, SandboxRecord } from "./types.ts";
+import type { DeadlineAction, SandboxRecord } from "./service_contract.ts";
 
 /** What the ledger needs to write a new row. */
 export interface NewSandboxRow {

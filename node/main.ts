@@ -14,8 +14,8 @@ import { createLog } from "../shared/log.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
-import type { Executor } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
+import type { Executor } from "./executors/contract.ts";
+import { FakeExecutor } from "./executors/fake.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -41,9 +41,9 @@ const log = createLog({ level: config.logLevel, name: "node" });
  */
 async function openExecutor(config: NodeConfig): Promise<Executor> {
   if (config.executor === "fake") return new FakeExecutor();
-  let docker: typeof import("./docker_executor.ts");
+  let docker: typeof import("./executors/docker/executor.ts");
   try {
-    docker = await import("./docker_executor.ts");
+    docker = await import("./executors/docker/executor.ts");
   } catch (error) {
     if (!(error instanceof Deno.errors.NotCapable)) throw error;
     refuse([

@@ -54,7 +54,7 @@ export {
   FakeExecutor,
   FakeExecutorHooks,
   type FakeExecutorOptions,
-} from "./fake_executor.ts";
+} from "./executors/fake.ts";
 export {
   executorErrorStatus,
   SandboxService,
@@ -76,7 +76,11 @@ export {
   type CheckInOutcome,
   describeFetchFailure,
 } from "./check_in.ts";
-export { DeadlineScanner, type DeadlineScannerOptions, type ScanResult } from "./scanner.ts";
+export {
+  DeadlineScanner,
+  type DeadlineScannerOptions,
+  type ScanResult,
+} from "./deadline_scanner.ts";
 export {
   createNativeFace,
   nativeErrorResponse,
@@ -84,7 +88,7 @@ export {
   nativeNotFound,
   nativeVerbs,
   publicSandbox,
-} from "./native.ts";
+} from "./faces/native.ts";
 export {
   type CreateRequest,
   type ExecExit,
@@ -95,7 +99,7 @@ export {
   type ExecutorErrorCode,
   type FileEntry,
   type SandboxStats,
-} from "./executor.ts";
+} from "./executors/contract.ts";
 export type {
   AcquireRequest,
   AcquireResult,
@@ -105,7 +109,7 @@ export type {
   SandboxOps,
   SandboxRecord,
   SandboxRef,
-} from "./types.ts";
-export { createE2bApi, type E2bApiOptions } from "./e2b_api.ts";
-export { createEnvd, type EnvdOptions, handleSignedFiles } from "./envd.ts";
-export { AccessTokens } from "./access_token.ts";
+} from "./service_contract.ts";
+export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
+export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd.ts";
+export { AccessTokens } from "./faces/access_tokens.ts";

@@ -18,7 +18,7 @@ import {
   type ExecutorErrorCode,
   type FileEntry,
   type SandboxStats,
-} from "./executor.ts";
+} from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import type {
   AcquireRequest,
@@ -29,7 +29,7 @@ import type {
   SandboxOps,
   SandboxRecord,
   SandboxRef,
-} from "./types.ts";
+} from "./service_contract.ts";
 
 /** The HTTP status of each executor error code. */
 export const executorErrorStatus: Record<ExecutorErrorCode, number> = {

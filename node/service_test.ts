@@ -1,8 +1,8 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { ExecutorError } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
+import { ExecutorError } from "./executors/contract.ts";
+import { FakeExecutor } from "./executors/fake.ts";
 import { Ledger } from "./ledger.ts";
 import { SandboxService } from "./service.ts";
 

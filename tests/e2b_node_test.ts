@@ -8,12 +8,12 @@
 import assert from "node:assert/strict";
 import { Hono } from "hono";
 import { AuthenticationError, Sandbox } from "e2b";
-import { FakeExecutor } from "../node/fake_executor.ts";
+import { FakeExecutor } from "../node/executors/fake.ts";
 import { Ledger } from "../node/ledger.ts";
 import { SandboxService } from "../node/service.ts";
-import { createE2bApi } from "../node/e2b_api.ts";
-import { createEnvd, handleSignedFiles } from "../node/envd.ts";
-import { AccessTokens } from "../node/access_token.ts";
+import { createE2bApi } from "../node/faces/e2b_api.ts";
+import { createEnvd, handleSignedFiles } from "../node/faces/envd.ts";
+import { AccessTokens } from "../node/faces/access_tokens.ts";
 import { commandSteps } from "./_e2b_steps.ts";
 import { startNode } from "./_processes.ts";
 

@@ -4,7 +4,7 @@
  */
 import assert from "node:assert/strict";
 import { checkInSchema, lookupAnswerSchema } from "../shared/schemas.ts";
-import { nativeVerbs } from "../node/native.ts";
+import { nativeVerbs } from "../node/faces/native.ts";
 import { nodeMain, nodePermissions, spawnDeno, startNode } from "./_processes.ts";
 
 interface Answer {

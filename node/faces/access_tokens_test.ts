@@ -7,7 +7,7 @@ import {
   parseSignedFileUrl,
   SignatureLocator,
   signatureMatches,
-} from "./access_token.ts";
+} from "./access_tokens.ts";
 
 const secret = "a node secret that is long enough!!";
 

@@ -5,19 +5,23 @@
  *
  * @module
  */
-import { compareListCursors, decodeListCursor, encodeListCursor } from "../shared/list_cursor.ts";
+import {
+  compareListCursors,
+  decodeListCursor,
+  encodeListCursor,
+} from "../../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
-import { HttpError } from "../shared/http_error.ts";
-import { type Clock, systemClock } from "../shared/clock.ts";
-import { type Log, silentLog } from "../shared/log.ts";
-import { bearerToken, tokensEqual } from "../shared/token.ts";
-import { describeZodError, metadataSchema, sandboxNameSchema } from "../shared/schemas.ts";
-import type { SandboxState } from "../shared/schemas.ts";
-import { ExecutorError } from "./executor.ts";
-import type { AccessTokens } from "./access_token.ts";
-import type { SandboxOps, SandboxRecord } from "./types.ts";
+import { HttpError } from "../../shared/http_error.ts";
+import { type Clock, systemClock } from "../../shared/clock.ts";
+import { type Log, silentLog } from "../../shared/log.ts";
+import { bearerToken, tokensEqual } from "../../shared/token.ts";
+import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
+import type { SandboxState } from "../../shared/schemas.ts";
+import { ExecutorError } from "../executors/contract.ts";
+import type { AccessTokens } from "./access_tokens.ts";
+import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
 /** Options of {@linkcode createE2bApi}. */
 export interface E2bApiOptions {

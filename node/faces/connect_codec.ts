@@ -17,15 +17,15 @@ export {
   type ConnectCode,
   connectCodeToStatus,
   statusToConnectCode,
-} from "../shared/connect_codes.ts";
-import { type ConnectCode, connectCodeToStatus } from "../shared/connect_codes.ts";
+} from "../../shared/connect_codes.ts";
+import { type ConnectCode, connectCodeToStatus } from "../../shared/connect_codes.ts";
 
 /**
  * An error to send in the Connect dialect: `{code:"not_found", message}`.
  *
  * @example
  * ```ts
- * import { ConnectError } from "./connect.ts";
+ * import { ConnectError } from "./connect_codec.ts";
  * const error = new ConnectError("not_found", "No process with pid 7: list them with Process/List");
  * console.log(error.code); // "not_found"
  * ```
@@ -46,7 +46,7 @@ export class ConnectError extends Error {
  *
  * @example
  * ```ts
- * import { connectErrorResponse } from "./connect.ts";
+ * import { connectErrorResponse } from "./connect_codec.ts";
  * const res = connectErrorResponse("unauthenticated", "X-Access-Token is missing");
  * res.status; // 401
  * ```
@@ -66,7 +66,7 @@ const decoder = new TextDecoder();
  *
  * @example
  * ```ts
- * import { encodeEnvelope } from "./connect.ts";
+ * import { encodeEnvelope } from "./connect_codec.ts";
  * encodeEnvelope(0, { event: { start: { pid: 1 } } });
  * ```
  */
@@ -84,7 +84,7 @@ export function encodeEnvelope(flags: number, message: unknown): Uint8Array<Arra
  *
  * @example
  * ```ts
- * import { encodeEndStream } from "./connect.ts";
+ * import { encodeEndStream } from "./connect_codec.ts";
  * encodeEndStream(); // closes a stream that went well
  * ```
  */
@@ -108,7 +108,7 @@ export interface Envelope {
  * @throws {ConnectError} `invalid_argument` when the bytes are truncated, compressed or not JSON.
  * @example
  * ```ts
- * import { decodeEnvelopes, encodeEnvelope } from "./connect.ts";
+ * import { decodeEnvelopes, encodeEnvelope } from "./connect_codec.ts";
  * decodeEnvelopes(encodeEnvelope(0, { path: "/" })); // [{ flags: 0, message: { path: "/" } }]
  * ```
  */
@@ -162,7 +162,7 @@ export function decodeEnvelopes(bytes: Uint8Array): Envelope[] {
  * @throws {ConnectError} `invalid_argument` when the body is not exactly one JSON envelope.
  * @example
  * ```ts
- * import { readStreamRequest } from "./connect.ts";
+ * import { readStreamRequest } from "./connect_codec.ts";
  * // const message = await readStreamRequest(request);
  * ```
  */
@@ -184,7 +184,7 @@ export async function readStreamRequest(request: Request): Promise<unknown> {
  * @throws {ConnectError} `invalid_argument` when the body is not a JSON object.
  * @example
  * ```ts
- * import { readUnaryRequest } from "./connect.ts";
+ * import { readUnaryRequest } from "./connect_codec.ts";
  * // const message = await readUnaryRequest(request);
  * ```
  */
@@ -232,7 +232,7 @@ export interface StreamResponseOptions {
  *
  * @example
  * ```ts
- * import { streamResponse } from "./connect.ts";
+ * import { streamResponse } from "./connect_codec.ts";
  * const res = streamResponse(async (sink) => {
  *   sink.send({ event: { start: {} } });
  * });

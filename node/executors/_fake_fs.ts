@@ -4,8 +4,8 @@
  * @module
  */
 import { posix } from "node:path";
-import type { ExecutorError as ExecutorErrorType, FileEntry } from "./executor.ts";
-import { ExecutorError } from "./executor.ts";
+import type { ExecutorError as ExecutorErrorType, FileEntry } from "./contract.ts";
+import { ExecutorError } from "./contract.ts";
 
 type FsNode =
   | { type: "dir"; mode: number; modifiedAt: number }

@@ -6,7 +6,7 @@
  * @module
  */
 import type { LookupAnswer, LookupRequest, Sandbox, SandboxSpec } from "../shared/schemas.ts";
-import type { ExecHandle, ExecRequest, FileEntry, SandboxStats } from "./executor.ts";
+import type { ExecHandle, ExecRequest, FileEntry, SandboxStats } from "./executors/contract.ts";
 
 /** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
 export type DeadlineAction = "kill" | "pause";

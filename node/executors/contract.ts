@@ -4,7 +4,7 @@
  *
  * @module
  */
-import type { SandboxSpec } from "../shared/schemas.ts";
+import type { SandboxSpec } from "../../shared/schemas.ts";
 
 /** What an executor is told when it builds a sandbox. */
 export interface CreateRequest {

@@ -12,10 +12,10 @@
 import Docker from "dockerode";
 import { Buffer } from "node:buffer";
 import { posix } from "node:path";
-import type { Clock } from "../shared/clock.ts";
-import { systemClock } from "../shared/clock.ts";
-import type { Log } from "../shared/log.ts";
-import { silentLog } from "../shared/log.ts";
+import type { Clock } from "../../../shared/clock.ts";
+import { systemClock } from "../../../shared/clock.ts";
+import type { Log } from "../../../shared/log.ts";
+import { silentLog } from "../../../shared/log.ts";
 import {
   type CreateRequest,
   type ExecExit,
@@ -25,7 +25,7 @@ import {
   ExecutorError,
   type FileEntry,
   type SandboxStats,
-} from "./executor.ts";
+} from "../contract.ts";
 import { concat, readTar, writeTar } from "./_tar.ts";
 
 /** The engine socket when `DOCKER_HOST` does not name another one. */

@@ -13,11 +13,11 @@ import {
   ExecutorError,
   type FileEntry,
   type SandboxStats,
-} from "./executor.ts";
+} from "./contract.ts";
 import { FakeFs, fakeHome } from "./_fake_fs.ts";
 import { Killed, runCommand } from "./_fake_shell.ts";
-import type { Clock } from "../shared/clock.ts";
-import { systemClock } from "../shared/clock.ts";
+import type { Clock } from "../../shared/clock.ts";
+import { systemClock } from "../../shared/clock.ts";
 
 /** The calls {@linkcode FakeExecutorHooks} can park, slow down, fail and count. */
 export type FakeCall =

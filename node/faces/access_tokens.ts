@@ -10,14 +10,14 @@
  * @module
  */
 import { createHash, createHmac } from "node:crypto";
-import { tokensEqual } from "../shared/token.ts";
+import { tokensEqual } from "../../shared/token.ts";
 
 /**
  * Mints and checks per-sandbox envd access tokens under one node secret.
  *
  * @example
  * ```ts
- * import { AccessTokens } from "./access_token.ts";
+ * import { AccessTokens } from "./access_tokens.ts";
  * const tokens = new AccessTokens("a node secret of at least 32 characters!!");
  * const token = tokens.forSandbox("sbx-1");
  * tokens.verify("sbx-1", token); // true
@@ -47,7 +47,7 @@ export class AccessTokens {
    *
    * @example
    * ```ts
-   * import { AccessTokens } from "./access_token.ts";
+   * import { AccessTokens } from "./access_tokens.ts";
    * const tokens = AccessTokens.fromFleetToken("the fleet token of at least 32 characters");
    * ```
    */
@@ -90,7 +90,7 @@ export interface FileSignatureInput {
  *
  * @example
  * ```ts
- * import { fileSignature } from "./access_token.ts";
+ * import { fileSignature } from "./access_tokens.ts";
  * fileSignature({ path: "/tmp/a", operation: "read", user: "", accessToken: "t" });
  * ```
  */
@@ -120,7 +120,7 @@ export interface SignedFileRequest {
  *
  * @example
  * ```ts
- * import { parseSignedFileUrl } from "./access_token.ts";
+ * import { parseSignedFileUrl } from "./access_tokens.ts";
  * parseSignedFileUrl(new URL("http://n/files?path=/a&signature=v1_x"), "read");
  * ```
  */
@@ -170,7 +170,7 @@ export function parseSignedFileUrl(
  *
  * @example
  * ```ts
- * import { fileSignature, signatureMatches } from "./access_token.ts";
+ * import { fileSignature, signatureMatches } from "./access_tokens.ts";
  * const signature = fileSignature({ path: "/a", operation: "read", user: "", accessToken: "t" });
  * signatureMatches({ path: "/a", operation: "read", user: "", signature }, "t"); // true
  * ```
@@ -187,7 +187,7 @@ export function signatureMatches(request: SignedFileRequest, accessToken: string
  *
  * @example
  * ```ts
- * import { isExpired } from "./access_token.ts";
+ * import { isExpired } from "./access_tokens.ts";
  * isExpired({ path: "", user: "", operation: "read", signature: "v1_", expiration: 1 }, Date.now()); // true
  * ```
  */
@@ -202,7 +202,7 @@ export function isExpired(request: SignedFileRequest, nowMs: number): boolean {
  *
  * @example
  * ```ts
- * import { AccessTokens, SignatureLocator } from "./access_token.ts";
+ * import { AccessTokens, SignatureLocator } from "./access_tokens.ts";
  * const locator = new SignatureLocator(new AccessTokens("x".repeat(32)));
  * // locator.find(request, ["sbx-1", "sbx-2"]);
  * ```

@@ -4,9 +4,9 @@
  * (`.ci/docker.sh`); with `CI=true` it never skips, off CI it skips with a printed reason.
  */
 import assert from "node:assert/strict";
-import { type Executor, ExecutorError, type ExecutorErrorCode } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
-import { DockerExecutor } from "./docker_executor.ts";
+import { type Executor, ExecutorError, type ExecutorErrorCode } from "./contract.ts";
+import { FakeExecutor } from "./fake.ts";
+import { DockerExecutor } from "./docker/executor.ts";
 
 const encoder = new TextEncoder();
 const text = (stream: ReadableStream<Uint8Array>): Promise<string> => new Response(stream).text();

@@ -6,7 +6,7 @@
  * @module
  */
 import { posix } from "node:path";
-import { ExecutorError } from "./executor.ts";
+import { ExecutorError } from "./contract.ts";
 import { type FakeFs, fakeHome, shellWording } from "./_fake_fs.ts";
 
 /** What a running script can touch. */

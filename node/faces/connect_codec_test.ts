@@ -11,7 +11,7 @@ import {
   readUnaryRequest,
   statusToConnectCode,
   streamResponse,
-} from "./connect.ts";
+} from "./connect_codec.ts";
 
 Deno.test("encodeEnvelope() writes flags, a big-endian length and the JSON", () => {
   const bytes = encodeEnvelope(0, { a: 1 });

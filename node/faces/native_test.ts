@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { FakeClock } from "../shared/clock.ts";
-import { hostReadingSchema, lookupAnswerSchema } from "../shared/schemas.ts";
-import { createNodeApp, type NodeApp } from "./app.ts";
-import { FakeExecutor } from "./fake_executor.ts";
-import type { HostSampler } from "./host_reading.ts";
-import { Ledger } from "./ledger.ts";
+import { FakeClock } from "../../shared/clock.ts";
+import { hostReadingSchema, lookupAnswerSchema } from "../../shared/schemas.ts";
+import { createNodeApp, type NodeApp } from "../app.ts";
+import { FakeExecutor } from "../executors/fake.ts";
+import type { HostSampler } from "../host_reading.ts";
+import { Ledger } from "../ledger.ts";
 
 const token = "n".repeat(32);
 const endpoint = "http://127.0.0.1:3676";

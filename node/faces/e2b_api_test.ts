@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { FakeClock } from "../shared/clock.ts";
-import { AccessTokens } from "./access_token.ts";
+import { FakeClock } from "../../shared/clock.ts";
+import { AccessTokens } from "./access_tokens.ts";
 import { createE2bApi, parseMetadataQuery } from "./e2b_api.ts";
-import { FakeExecutor } from "./fake_executor.ts";
-import { Ledger } from "./ledger.ts";
-import { SandboxService } from "./service.ts";
+import { FakeExecutor } from "../executors/fake.ts";
+import { Ledger } from "../ledger.ts";
+import { SandboxService } from "../service.ts";
 
 const apiToken = "fleet-token-0123456789abcdefghijklmnop";
 

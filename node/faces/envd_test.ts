@@ -1,12 +1,12 @@
 import assert from "node:assert/strict";
 import { Hono } from "hono";
-import { AccessTokens } from "./access_token.ts";
-import { decodeEnvelopes, encodeEnvelope } from "./connect.ts";
+import { AccessTokens } from "./access_tokens.ts";
+import { decodeEnvelopes, encodeEnvelope } from "./connect_codec.ts";
 import { createEnvd, handleSignedFiles, resolvePath } from "./envd.ts";
-import { FakeExecutor } from "./fake_executor.ts";
-import { Ledger } from "./ledger.ts";
-import { SandboxService } from "./service.ts";
-import { fileSignature } from "./access_token.ts";
+import { FakeExecutor } from "../executors/fake.ts";
+import { Ledger } from "../ledger.ts";
+import { SandboxService } from "../service.ts";
+import { fileSignature } from "./access_tokens.ts";
 
 async function setup(options: { maxUploadBytes?: number } = {}) {
   const executor = new FakeExecutor();

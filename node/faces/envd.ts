@@ -11,19 +11,24 @@ import type { Context } from "hono";
 import { Buffer } from "node:buffer";
 import { posix } from "node:path";
 import { z } from "zod";
-import { HttpError } from "../shared/http_error.ts";
-import { type Clock, systemClock } from "../shared/clock.ts";
-import { type Log, silentLog } from "../shared/log.ts";
-import { describeZodError } from "../shared/schemas.ts";
-import { type ExecHandle, type ExecRequest, ExecutorError, type FileEntry } from "./executor.ts";
-import type { SandboxOps, SandboxRecord } from "./types.ts";
+import { HttpError } from "../../shared/http_error.ts";
+import { type Clock, systemClock } from "../../shared/clock.ts";
+import { type Log, silentLog } from "../../shared/log.ts";
+import { describeZodError } from "../../shared/schemas.ts";
+import {
+  type ExecHandle,
+  type ExecRequest,
+  ExecutorError,
+  type FileEntry,
+} from "../executors/contract.ts";
+import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 import {
   type AccessTokens,
   isExpired,
   parseSignedFileUrl,
   SignatureLocator,
   signatureMatches,
-} from "./access_token.ts";
+} from "./access_tokens.ts";
 import {
   CONNECT_STREAM_JSON,
   type ConnectCode,
@@ -34,7 +39,7 @@ import {
   statusToConnectCode,
   streamResponse,
   type StreamSink,
-} from "./connect.ts";
+} from "./connect_codec.ts";
 
 /** Options of {@linkcode createEnvd} and {@linkcode handleSignedFiles}. */
 export interface EnvdOptions {

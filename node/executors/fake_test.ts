@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { ExecutorError } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
+import { ExecutorError } from "./contract.ts";
+import { FakeExecutor } from "./fake.ts";
 
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();

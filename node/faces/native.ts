@@ -26,17 +26,17 @@ import { Buffer } from "node:buffer";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
-import { HttpError, messageResponse } from "../shared/http_error.ts";
-import type { Log } from "../shared/log.ts";
-import { silentLog } from "../shared/log.ts";
-import { nativeRequestSchemas as schemas, nativeVerbs } from "../shared/native_schemas.ts";
-import { describeZodError, type HostReading, type Sandbox } from "../shared/schemas.ts";
-import { bearerToken, tokensEqual } from "../shared/token.ts";
-import { ExecutorError } from "./executor.ts";
-import { executorErrorStatus } from "./service.ts";
-import type { SandboxOps, SandboxRecord } from "./types.ts";
+import { HttpError, messageResponse } from "../../shared/http_error.ts";
+import type { Log } from "../../shared/log.ts";
+import { silentLog } from "../../shared/log.ts";
+import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
+import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
+import { bearerToken, tokensEqual } from "../../shared/token.ts";
+import { ExecutorError } from "../executors/contract.ts";
+import { executorErrorStatus } from "../service.ts";
+import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
-export { nativeVerbs } from "../shared/native_schemas.ts";
+export { nativeVerbs } from "../../shared/native_schemas.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {

@@ -5,8 +5,8 @@ import {
   DockerExecutor,
   dockerSocketPath,
   parseTemplates,
-} from "./docker_executor.ts";
-import { ExecutorError } from "./executor.ts";
+} from "./executor.ts";
+import { ExecutorError } from "../contract.ts";
 import { readTar, writeTar } from "./_tar.ts";
 
 Deno.test("parseTemplates() defaults to the base image when unset or empty", () => {

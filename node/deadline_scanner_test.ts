@@ -1,9 +1,9 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../shared/clock.ts";
-import { ExecutorError } from "./executor.ts";
-import { FakeExecutor } from "./fake_executor.ts";
+import { ExecutorError } from "./executors/contract.ts";
+import { FakeExecutor } from "./executors/fake.ts";
 import { Ledger } from "./ledger.ts";
-import { DeadlineScanner } from "./scanner.ts";
+import { DeadlineScanner } from "./deadline_scanner.ts";
 import { SandboxService } from "./service.ts";
 
 function setup() {
