@@ -31,3 +31,6 @@ export { type Clock, FakeClock, systemClock } from "./clock.ts";
 export * from "./native_schemas.ts";
 export * from "./list_cursor.ts";
 export * from "./connect_codes.ts";
+export * from "./json_body.ts";
+export { randomSandboxName } from "./random_name.ts";
+export { e2bApiKey, e2bKeyAuth } from "./e2b_auth.ts";

@@ -1,0 +1,79 @@
+import assert from "node:assert/strict";
+import { HttpError } from "./http_error.ts";
+import { formatBytes, readBodyText, readJsonObject } from "./json_body.ts";
+
+const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
+  new Request("http://x/", { method: "POST", body, headers });
+
+async function refusal(p: Promise<unknown>): Promise<HttpError> {
+  try {
+    await p;
+  } catch (error) {
+    assert.ok(error instanceof HttpError, String(error));
+    return error;
+  }
+  assert.fail("expected an HttpError");
+}
+
+Deno.test("readJsonObject() reads one object and keeps its text", async () => {
+  const body = await readJsonObject(post('{"name":"a"}'));
+  assert.deepEqual(body, { value: { name: "a" }, text: '{"name":"a"}' });
+});
+
+Deno.test("readJsonObject() reads an empty body as {} unless told to refuse it", async () => {
+  assert.deepEqual(await readJsonObject(post(null)), { value: {}, text: "{}" });
+  const e = await refusal(readJsonObject(post(""), { empty: "refuse" }));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /empty: send a JSON object/);
+});
+
+Deno.test("readJsonObject() refuses what is not one JSON object with a 400 sentence", async () => {
+  for (const text of ["{", "[1]", "null", "3"]) {
+    const e = await refusal(readJsonObject(post(text)));
+    assert.equal(e.status, 400, text);
+    assert.match(e.message, /JSON object such as/, text);
+  }
+});
+
+Deno.test("readBodyText() refuses a declared length past the cap without reading it", async () => {
+  let pulled = 0;
+  const stream = new ReadableStream<Uint8Array>({
+    pull(c) {
+      pulled++;
+      c.enqueue(new Uint8Array(10));
+    },
+  });
+  const e = await refusal(
+    readBodyText(post(stream, { "content-length": "2000" }), 1000, "use /files"),
+  );
+  assert.equal(e.status, 413);
+  assert.equal(
+    e.message,
+    "The request body is larger than this face's cap of 1000 bytes: use /files",
+  );
+  assert.ok(pulled <= 1, `read ${pulled} chunks of a body it should have refused unread`);
+});
+
+Deno.test("readBodyText() stops reading a chunked body at the cap", async () => {
+  let pulled = 0;
+  const stream = new ReadableStream<Uint8Array>({
+    pull(c) {
+      pulled++;
+      c.enqueue(new Uint8Array(1024));
+    },
+  });
+  const e = await refusal(readBodyText(post(stream), 4096));
+  assert.equal(e.status, 413);
+  assert.match(e.message, /cap of 4 KiB/);
+  assert.ok(pulled <= 6, `read ${pulled} KiB of an endless body capped at 4 KiB`);
+});
+
+Deno.test("readBodyText() reads a body exactly at the cap", async () => {
+  assert.equal(await readBodyText(post("x".repeat(100)), 100), "x".repeat(100));
+});
+
+Deno.test("formatBytes() names whole units", () => {
+  assert.equal(formatBytes(32 * 1024 * 1024), "32 MiB");
+  assert.equal(formatBytes(2 * 1024 ** 3), "2 GiB");
+  assert.equal(formatBytes(1536), "1536 bytes");
+});
