@@ -9,7 +9,7 @@
  *
  * @module
  */
-import { DockerExecutor } from "../node/executors/docker/executor.ts";
+import { DockerExecutor } from "../node/executors/docker/mod.ts";
 
 const json = Deno.args.includes("--json");
 const runsArg = Deno.args.find((a) => !a.startsWith("--"));

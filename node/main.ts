@@ -41,9 +41,9 @@ const log = createLog({ level: config.logLevel, name: "node" });
  */
 async function openExecutor(config: NodeConfig): Promise<Executor> {
   if (config.executor === "fake") return new FakeExecutor();
-  let docker: typeof import("./executors/docker/executor.ts");
+  let docker: typeof import("./executors/docker/mod.ts");
   try {
-    docker = await import("./executors/docker/executor.ts");
+    docker = await import("./executors/docker/mod.ts");
   } catch (error) {
     if (!(error instanceof Deno.errors.NotCapable)) throw error;
     refuse([

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/executor.ts";
+import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
 import { type NodeProcess, startNode } from "./_processes.ts";
 
 /** Whether a docker suite runs, and what to say when it cannot. */

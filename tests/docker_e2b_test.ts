@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { CommandExitError, Sandbox } from "e2b";
-import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/executor.ts";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import { startGateway } from "./_gateway.ts";
 import {
   containersOf,

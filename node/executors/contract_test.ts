@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { type Executor, ExecutorError, type ExecutorErrorCode } from "./contract.ts";
 import { FakeExecutor } from "./fake.ts";
-import { DockerExecutor } from "./docker/executor.ts";
+import { DockerExecutor } from "./docker/mod.ts";
 
 const encoder = new TextEncoder();
 const text = (stream: ReadableStream<Uint8Array>): Promise<string> => new Response(stream).text();

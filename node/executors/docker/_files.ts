@@ -1,0 +1,367 @@
+/**
+ * The file verbs of the Docker executor. Whole files travel by the engine's archive API (a tar
+ * in, a tar out), which needs no shell in the image and keeps bytes exact; everything that asks
+ * the file system a question (stat, list, mkdir, move, remove) runs a small POSIX shell script
+ * in the sandbox as its user, whose exit codes map to the contract's error codes.
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import { posix } from "node:path";
+import type { Clock } from "../../../shared/clock.ts";
+import { ExecutorError, type FileEntry } from "../contract.ts";
+import { concat, readTar, writeTar } from "./_tar.ts";
+import type { Commands, HelperResult } from "./_exec.ts";
+import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
+import type { Engine } from "./engine.ts";
+
+/** One `stat` line: mode (hex)/size/mtime/owner/group/path//%N (for the symlink target). */
+const STAT_FORMAT = "%f/%s/%Y/%U/%G/%n//%N";
+
+/** Describes one path. Exit 2: missing. */
+const STAT_SCRIPT = `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+exec stat -c '${STAT_FORMAT}' -- "$1"`;
+
+/** Lists a directory down to a depth. Exit 2: missing; 3: not a directory. */
+const LIST_SCRIPT = `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+[ -d "$1" ] || { echo "not a directory" >&2; exit 3; }
+case "$1" in */) d=$1 ;; *) d=$1/ ;; esac
+find "$d" -mindepth 1 -maxdepth "$2" -exec stat -c '${STAT_FORMAT}' -- {} +`;
+
+/** Creates a directory and parents. Exit 10: it existed; 11: a non-directory is there; 3: a parent is a file. */
+const MKDIR_SCRIPT = `[ -d "$1" ] && exit 10
+{ [ -e "$1" ] || [ -L "$1" ]; } && { echo "a file exists at that path" >&2; exit 11; }
+a=$(dirname -- "$1")
+while [ ! -e "$a" ]; do a=$(dirname -- "$a"); done
+[ -d "$a" ] || { echo "not a directory: $a" >&2; exit 3; }
+exec mkdir -p -- "$1"`;
+
+/**
+ * Renames like rename(2) with envd's rules: the target's parent must exist, an existing file is
+ * replaced, an existing directory is refused. Exit 2: source missing; 5: target's parent
+ * missing; 3: a parent is a file; 11: the target is a directory.
+ */
+const MOVE_SCRIPT = `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+t=$(dirname -- "$2")
+if [ ! -d "$t" ]; then
+  [ -e "$t" ] && { echo "not a directory: $t" >&2; exit 3; }
+  echo "no such directory: $t" >&2; exit 5
+fi
+if [ -d "$2" ] && [ ! -L "$2" ]; then echo "$2 is an existing directory" >&2; exit 11; fi
+exec mv -f -- "$1" "$2"`;
+
+/** Removes a path. Exit 2: missing. */
+const REMOVE_SCRIPT =
+  `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+exec rm -rf -- "$1"`;
+
+/** The name of the numeric id in a passwd/group file, or the number itself. */
+function nameOf(table: string, id: number): string {
+  const line = table.split("\n").find((l) => l.split(":")[2] === String(id));
+  return line?.split(":")[0] || String(id);
+}
+
+/**
+ * Parses `stat -c STAT_FORMAT` output into entries. A line that does not start like a record
+ * continues the previous path: file names may hold newlines.
+ */
+function parseStatLines(output: string): FileEntry[] {
+  const head = /^([0-9a-f]+)\/(\d+)\/(\d+)\/([^/\n]*)\/([^/\n]*)\/(\/.*)$/;
+  const records: string[][] = [];
+  for (const line of output.replace(/\n$/, "").split("\n")) {
+    const match = head.exec(line);
+    if (match) records.push(match.slice(1));
+    else if (records.length) records[records.length - 1][5] += "\n" + line;
+  }
+  return records.map(([modeHex, size, mtime, owner, group, rest]) => {
+    const rawMode = parseInt(modeHex, 16);
+    const kind = rawMode & 0o170000;
+    // rest is "<path>//<%N>": %N repeats the path, or is "'<path>' -> '<target>'" for a link.
+    const sep = kind === 0o120000 ? rest.indexOf("//'") : (rest.length - 2) / 2;
+    const path = sep === -1 ? rest : rest.slice(0, sep);
+    const quoted = sep === -1 ? "" : rest.slice(sep + 2);
+    const type = kind === 0o040000 ? "dir" : kind === 0o120000 ? "symlink" : "file";
+    const entry: FileEntry = {
+      name: posix.basename(path) || "/",
+      path,
+      type,
+      size: type === "dir" ? 0 : Number(size),
+      mode: rawMode & 0o7777,
+      owner,
+      group,
+      modifiedAt: Number(mtime) * 1000,
+    };
+    if (type === "symlink") {
+      // %N prints 'path' -> 'target'
+      const arrow = quoted.indexOf("' -> '");
+      if (arrow !== -1) {
+        entry.symlinkTarget = quoted.slice(arrow + 6, quoted.endsWith("'") ? -1 : undefined);
+      }
+    }
+    return entry;
+  });
+}
+
+/** Turns a helper script's failure into the contract's error. */
+function scriptError(result: HelperResult, what: string, path: string): ExecutorError {
+  const said = result.stderr.trim().split("\n").pop() ?? "";
+  if (result.code === 2 || /no such file/i.test(said)) {
+    return new ExecutorError("not_found", `Cannot ${what} '${path}': no such file or directory`);
+  }
+  if (result.code === 3 || /not a directory/i.test(said)) {
+    return new ExecutorError(
+      "not_dir",
+      `Cannot ${what} '${path}': a path component is not a directory`,
+    );
+  }
+  if (result.code === 4) {
+    return new ExecutorError("is_dir", `Cannot ${what} '${path}': ${said}`);
+  }
+  if (result.code === 11 || /exists/i.test(said)) {
+    return new ExecutorError(
+      "exists",
+      `Cannot ${what} '${path}': ${said || "it already exists"}`,
+    );
+  }
+  return new ExecutorError(
+    "invalid",
+    `Cannot ${what} '${path}': ${said || `exit ${result.code}`}`,
+  );
+}
+
+/** What {@link Files} needs. */
+export interface FilesOptions {
+  engine: Engine;
+  sandboxes: Sandboxes;
+  /** Runs the helper scripts. */
+  commands: Commands;
+  /** Stamps written files. */
+  clock: Clock;
+  /** The deadline of one archive transfer, ms. */
+  transferTimeoutMs: number;
+}
+
+/** The contract's file verbs on Docker sandboxes. */
+export class Files {
+  #engine: Engine;
+  #sandboxes: Sandboxes;
+  #commands: Commands;
+  #clock: Clock;
+  #transferTimeoutMs: number;
+
+  constructor(options: FilesOptions) {
+    this.#engine = options.engine;
+    this.#sandboxes = options.sandboxes;
+    this.#commands = options.commands;
+    this.#clock = options.clock;
+    this.#transferTimeoutMs = options.transferTimeoutMs;
+  }
+
+  /** The contract's `writeFile`: one archive put, a mkdir and a second put when the parent is missing. */
+  async writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry> {
+    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
+    const dir = posix.dirname(target);
+    const { uid, gid, owner, group } = await this.#ids(id);
+    // Whole seconds: what a tar header keeps, so the entry says what stat would.
+    const modifiedAt = Math.floor(this.#clock.now() / 1000) * 1000;
+    const tar = writeTar([{
+      name: posix.basename(target),
+      type: "file",
+      data,
+      mode: 0o644,
+      mtimeMs: modifiedAt,
+      uid,
+      gid,
+    }]);
+    const put = () =>
+      this.#engine.call(
+        `writing ${target} in sandbox ${id}`,
+        (signal) =>
+          // docker-modem sends a Buffer as the body; any other object must be a node stream.
+          this.#engine.container(id).putArchive(
+            Buffer.from(tar.buffer, tar.byteOffset, tar.length),
+            { path: dir, noOverwriteDirNonDir: true, abortSignal: signal },
+          ),
+        this.#transferTimeoutMs,
+      );
+    try {
+      await put();
+    } catch (error) {
+      if (!(error instanceof ExecutorError)) throw error;
+      if (error.code === "not_found") {
+        await this.makeDir(id, dir);
+        await put().catch((again) => {
+          throw this.#archiveError(again, id, "write", target);
+        });
+      } else throw this.#archiveError(error, id, "write", target);
+    }
+    // The archive replaced whatever was there with exactly this header: no stat round trip.
+    return {
+      name: posix.basename(target),
+      path: target,
+      type: "file",
+      size: data.length,
+      mode: 0o644,
+      owner,
+      group,
+      modifiedAt,
+    };
+  }
+
+  /** The contract's `readFile`: one archive get per symlink hop, at most eight hops. */
+  async readFile(id: string, path: string): Promise<Uint8Array> {
+    let target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    // Docker archives a symlink as itself; follow a few hops like a reader would.
+    for (let hop = 0; hop < 8; hop++) {
+      let tar: Uint8Array;
+      try {
+        tar = await this.#engine.call(`reading ${target} in sandbox ${id}`, async (signal) => {
+          const body = await this.#engine.container(id).getArchive({
+            path: target,
+            abortSignal: signal,
+          });
+          const chunks: Uint8Array[] = [];
+          for await (const chunk of body as AsyncIterable<Uint8Array>) chunks.push(chunk);
+          return concat(chunks);
+        }, this.#transferTimeoutMs);
+      } catch (error) {
+        throw this.#archiveError(error, id, "read", path);
+      }
+      const [entry] = readTar(tar);
+      if (!entry) {
+        throw new ExecutorError("not_found", `Cannot read '${path}': the engine sent no file`);
+      }
+      if (entry.type === "dir") {
+        throw new ExecutorError("is_dir", `Cannot read '${path}': it is a directory`);
+      }
+      if (entry.type !== "symlink") return entry.data;
+      target = posix.resolve(posix.dirname(target), entry.linkName);
+    }
+    throw new ExecutorError("invalid", `Cannot read '${path}': too many levels of symbolic links`);
+  }
+
+  /** The contract's `listDir`, sorted by path; the depth is capped at 64 levels. */
+  async listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
+    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    if (!Number.isFinite(depth)) {
+      throw new ExecutorError("invalid", `The depth ${depth} is not a number: give 1 or more`);
+    }
+    // Like the fake, a depth under 1 lists the children; a cap keeps one call bounded.
+    const levels = Math.min(64, Math.max(1, Math.floor(depth)));
+    const result = await this.#script(id, LIST_SCRIPT, target, String(levels));
+    if (result.code !== 0) throw scriptError(result, "list", target);
+    return parseStatLines(result.stdout).sort((a, b) =>
+      a.path < b.path ? -1 : a.path > b.path ? 1 : 0
+    );
+  }
+
+  /** The contract's `stat`; a symlink is described itself, with its target. */
+  async stat(id: string, path: string): Promise<FileEntry> {
+    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    const result = await this.#script(id, STAT_SCRIPT, target);
+    if (result.code !== 0) throw scriptError(result, "stat", target);
+    const [entry] = parseStatLines(result.stdout);
+    if (!entry) {
+      throw new ExecutorError("not_found", `Cannot stat '${target}': no answer from stat`);
+    }
+    return entry;
+  }
+
+  /** The contract's `makeDir`. */
+  async makeDir(id: string, path: string): Promise<boolean> {
+    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    const result = await this.#script(id, MKDIR_SCRIPT, target);
+    if (result.code === 10) return false;
+    if (result.code !== 0) throw scriptError(result, "make directory", target);
+    return true;
+  }
+
+  /** The contract's `move`, with envd's rules (see the script). */
+  async move(id: string, from: string, to: string): Promise<FileEntry> {
+    const { home } = await this.#sandboxes.get(id);
+    const source = resolvePath(from, home, "source path");
+    const target = resolvePath(to, home, "target path");
+    if (source === "/" || source === target || target.startsWith(source + "/")) {
+      throw new ExecutorError("invalid", `Cannot move ${source} into itself (${target})`);
+    }
+    const result = await this.#script(id, MOVE_SCRIPT, source, target);
+    if (result.code === 5) {
+      throw new ExecutorError("not_found", `Cannot move to '${target}': its parent does not exist`);
+    }
+    if (result.code !== 0) throw scriptError(result, "move", result.code === 2 ? source : target);
+    return await this.stat(id, target);
+  }
+
+  /** The contract's `remove`; '/' is refused. */
+  async remove(id: string, path: string): Promise<void> {
+    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+    if (target === "/") {
+      throw new ExecutorError("invalid", "Refusing to remove '/': name a path below it");
+    }
+    const result = await this.#script(id, REMOVE_SCRIPT, target);
+    if (result.code !== 0) throw scriptError(result, "remove", target);
+  }
+
+  /** Runs one of the scripts above with `/bin/sh` as the sandbox's user. */
+  #script(id: string, script: string, ...args: string[]): Promise<HelperResult> {
+    return this.#commands.run(id, ["/bin/sh", "-c", script, "sh", ...args]);
+  }
+
+  /** Turns an archive transfer's failure into the contract's error for that path. */
+  #archiveError(error: unknown, id: string, what: string, path: string): unknown {
+    if (!(error instanceof ExecutorError)) return error;
+    // The engine's 404 for a missing path also says "no such container" in dockerode's wrapper,
+    // so the path's own sentence must win before the container one is considered.
+    const missingPath = /could not find the file|no such file/i.test(error.message);
+    if (!missingPath && /no such container/i.test(error.message)) {
+      return this.#engine.notFound(id);
+    }
+    if (error.code !== "timeout") {
+      if (/not a directory/i.test(error.message)) {
+        return new ExecutorError(
+          "not_dir",
+          `Cannot ${what} '${path}': a path component is not a directory`,
+        );
+      }
+      if (/cannot overwrite directory|is a directory/i.test(error.message)) {
+        return new ExecutorError("is_dir", `Cannot ${what} '${path}': it is a directory`);
+      }
+    }
+    if (error.code === "not_found") {
+      return new ExecutorError("not_found", `Cannot ${what} '${path}': no such file or directory`);
+    }
+    return error;
+  }
+
+  /**
+   * The numeric ids of the sandbox's user, from the container's /etc/passwd (read by archive,
+   * not exec). The engine extracts archives as root with the header's owner; its own
+   * `copyUIDGID` looks the name up on the host on some versions, so it cannot be trusted.
+   */
+  async #ids(id: string): Promise<Owner> {
+    const info = await this.#sandboxes.get(id);
+    if (info.ids) return info.ids;
+    const [name, group] = info.user.split(":");
+    const [passwd, groups] = (await Promise.all(
+      ["/etc/passwd", "/etc/group"].map((file) => this.readFile(id, file).catch(() => null)),
+    )).map((bytes) => bytes ? new TextDecoder().decode(bytes) : "");
+    let uid = 0, gid = 0;
+    if (/^\d+$/.test(name ?? "")) {
+      uid = Number(name);
+      gid = /^\d+$/.test(group ?? "") ? Number(group) : uid;
+    } else if (name && name !== "root") {
+      const fields = passwd.split("\n").find((l) => l.split(":")[0] === name)?.split(":") ?? [];
+      if (fields.length < 4) {
+        throw new ExecutorError(
+          "invalid",
+          `Sandbox '${id}' runs as '${name}', who is not in its /etc/passwd: fix the image`,
+        );
+      }
+      uid = Number(fields[2]);
+      gid = Number(fields[3]);
+    }
+    info.ids = { uid, gid, owner: nameOf(passwd, uid), group: nameOf(groups, gid) };
+    return info.ids;
+  }
+}

@@ -1,0 +1,23 @@
+/**
+ * The Docker executor: the executor contract on a local Docker Engine, through `npm:dockerode`.
+ * One container per sandbox, isolated by default (no network, every capability dropped,
+ * `no-new-privileges`, cpu / memory / pids limits, the image's non-root user), exec with
+ * demultiplexed streams, files by archive put/get.
+ *
+ * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
+ * (the socket is `/var/run/docker.sock` by default).
+ *
+ * @module
+ */
+export {
+  type ContainerInspect,
+  DEFAULT_DOCKER_SOCKET,
+  type DockerEngine,
+  dockerSocketPath,
+  type EngineContainer,
+  type EngineExec,
+  type ImageInspect,
+  type StatsSample,
+} from "./engine.ts";
+export { DEFAULT_TEMPLATES, parseTemplates } from "./templates.ts";
+export { DockerExecutor, type DockerExecutorOptions, type DockerLimits } from "./executor.ts";
