@@ -11,12 +11,14 @@ import { ExecutorError } from "../contract.ts";
 export const DEFAULT_DOCKER_SOCKET: string = "/var/run/docker.sock";
 
 /**
- * The engine's socket path from `DOCKER_HOST` (`unix://...`), or the default one.
+ * The engine's socket path from `DOCKER_HOST` (`unix://...`), or the default one. A `tcp://`
+ * host is not followed: the executor only speaks to a local socket.
  *
  * @example
- * ```ts ignore
+ * ```ts
  * import { dockerSocketPath } from "@dormice/cluster/docker";
- * dockerSocketPath(Deno.env); // "/var/run/docker.sock" unless DOCKER_HOST says otherwise
+ * const env = new Map([["DOCKER_HOST", "unix:///run/user/1000/docker.sock"]]);
+ * console.log(dockerSocketPath(env)); // "/run/user/1000/docker.sock"; pass Deno.env in a server
  * ```
  */
 export function dockerSocketPath(env: { get(name: string): string | undefined }): string {

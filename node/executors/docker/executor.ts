@@ -82,11 +82,21 @@ const DEFAULT_LIMITS: DockerLimits = { cpus: 1, memoryMB: 512, pids: 512 };
  * @example
  * ```ts
  * import { DockerExecutor } from "@dormice/cluster/docker";
- * const executor = await DockerExecutor.connect({ nodeId: "node-1" });
- * await executor.create({ id: "sb1", name: "demo", template: "base", spec: {}, env: {} });
- * const run = await executor.exec("sb1", { cmd: ["/bin/bash", "-l", "-c", "echo hi"] });
- * console.log(new TextDecoder().decode(await new Response(run.stdout).arrayBuffer()));
- * await executor.destroy("sb1");
+ *
+ * // Building the executor makes no engine call (connect() pings first); its methods do.
+ * const executor = new DockerExecutor({ nodeId: "node-1" });
+ *
+ * // One sandbox's life. It needs a running engine and the base image, so this example only
+ * // defines it.
+ * async function hello(): Promise<string> {
+ *   await executor.create({ id: "sb1", name: "demo", template: "base", spec: {}, env: {} });
+ *   try {
+ *     const run = await executor.exec("sb1", { cmd: ["/bin/bash", "-l", "-c", "echo hi"] });
+ *     return await new Response(run.stdout).text(); // "hi\n"
+ *   } finally {
+ *     await executor.destroy("sb1");
+ *   }
+ * }
  * ```
  */
 export class DockerExecutor implements Executor {
@@ -161,7 +171,16 @@ export class DockerExecutor implements Executor {
    * @example
    * ```ts
    * import { DockerExecutor } from "@dormice/cluster/docker";
-   * const executor = await DockerExecutor.connect({ nodeId: "node-1" });
+   * import { ExecutorError } from "@dormice/cluster/node";
+   *
+   * try {
+   *   const executor = await DockerExecutor.connect({ nodeId: "node-1" });
+   *   await executor.close();
+   * } catch (error) {
+   *   // No engine on the socket: the message names it and how to start dockerd.
+   *   if (!(error instanceof ExecutorError) || error.code !== "unavailable") throw error;
+   *   console.log(error.message);
+   * }
    * ```
    */
   static async connect(options: DockerExecutorOptions): Promise<DockerExecutor> {
@@ -193,7 +212,14 @@ export class DockerExecutor implements Executor {
    * @example
    * ```ts
    * import { DockerExecutor } from "@dormice/cluster/docker";
-   * await new DockerExecutor({ nodeId: "node-1" }).ping();
+   * import { ExecutorError } from "@dormice/cluster/node";
+   *
+   * const executor = new DockerExecutor({ nodeId: "node-1" });
+   * const up = await executor.ping().then(() => true, (error) => {
+   *   if (error instanceof ExecutorError && error.code === "unavailable") return false;
+   *   throw error;
+   * });
+   * console.log(up ? "the engine answers" : "no engine on /var/run/docker.sock");
    * ```
    */
   async ping(): Promise<void> {

@@ -7,6 +7,21 @@
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default).
  *
+ * @example
+ * ```ts
+ * import { DockerExecutor, dockerSocketPath, parseTemplates } from "@dormice/cluster/docker";
+ *
+ * const templates = parseTemplates("base=dormice-base:latest");
+ * if (typeof templates === "string") throw new Error(templates);
+ * // No engine call yet; DockerExecutor.connect() would ping the engine and check the images.
+ * const executor = new DockerExecutor({
+ *   nodeId: "node-1",
+ *   socketPath: dockerSocketPath(Deno.env), // DOCKER_HOST=unix://... or the default
+ *   templates,
+ * });
+ * await executor.close();
+ * ```
+ *
  * @module
  */
 export {

@@ -16,8 +16,10 @@ const TEMPLATE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
  *
  * @example
  * ```ts
- * const templates = parseTemplates("base=dormice-base:latest");
+ * import { parseTemplates } from "@dormice/cluster/docker";
+ * const templates = parseTemplates("base=dormice-base:latest,python=my-python:3");
  * if (typeof templates === "string") throw new Error(templates);
+ * console.log(templates.get("python")); // "my-python:3"
  * ```
  */
 export function parseTemplates(value: string | undefined): Map<string, string> | string {
