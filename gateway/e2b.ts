@@ -15,7 +15,7 @@ import {
 } from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
-import type { GatewayParts } from "./app.ts";
+import type { GatewayParts } from "./parts.ts";
 import type { CapturedAnswer } from "./routing.ts";
 import type { FindOne } from "./finder.ts";
 import { HttpError } from "../shared/http_error.ts";

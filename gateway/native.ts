@@ -1,0 +1,272 @@
+/**
+ * The gateway's native face: `POST /<verb>` with a JSON body and the fleet token as a bearer
+ * token (see `auth.ts`), errors `{ "message": "…" }` from one handler. The same verbs as a
+ * node's native face (`node/faces/native.ts`), answered by routing each to the node that holds
+ * the sandbox, plus the fleet's own verbs:
+ *
+ * | verb | what the gateway does |
+ * |---|---|
+ * | `acquireSandbox` | the name's slot, the creators' confirm, then wakes it where it lives or places it; relays the node's answer |
+ * | `destroySandbox` | the name's slot, then the node that holds it; `{destroyed:false}` when none does |
+ * | `execCommand`, `writeFile`, `readFile`, `updateMetadata`, `getSandboxMetrics` | found by name (the cache, then one lookup round) and streamed both ways |
+ * | `lookupSandbox` | found by name or id and asked of that node; `{found:false}` answered here when no node has it |
+ * | `listSandboxes` | every node asked at once; the lists merged, silent nodes named in `unreachable` |
+ * | `getHostMetrics` | a 501 naming each node to ask: it describes one machine |
+ * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs |
+ *
+ * `GET /healthz` is open and answers `{ok:true, nodes}`.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { z } from "zod";
+import { fleetBearerGate, requireFleetBearer } from "./auth.ts";
+import type { FoundSandbox } from "./finder.ts";
+import type { GatewayParts } from "./parts.ts";
+import { clientGone } from "./routing.ts";
+import { HttpError, messageResponse } from "../shared/http_error.ts";
+import { readJsonObject } from "../shared/json_body.ts";
+import type { Log } from "../shared/log.ts";
+import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
+import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
+
+/** Options of {@linkcode createNativeFace}. */
+export interface NativeFaceOptions {
+  /**
+   * Mounts other faces on the root app after the bearer gate and before the native verbs, so
+   * middleware a face adds at the root runs before the verbs' handlers (see `GatewayOptions.mount`).
+   */
+  mount?: (app: Hono, parts: GatewayParts) => void;
+}
+
+/** The native face as the gateway's root. */
+export interface NativeFace {
+  /** The root Hono app: the native dialect's 404 and error answers, `/healthz`, every verb. */
+  app: Hono;
+  /**
+   * Serves a request: a POST to a routed verb's exact path is answered before Hono (the fast
+   * path, a tenth of a forward's cost), everything else by `app`.
+   */
+  fetch(request: Request): Promise<Response>;
+}
+
+/** The verbs the gateway answers, in the order the 404 lists them: the native ones and its own. */
+const verbs = [...nativeVerbs, "checkIn", "listNodes", "removeNode"];
+
+/** The verbs found by name and streamed to their node; each has the fast path. */
+const streamedVerbs = [
+  "execCommand",
+  "writeFile",
+  "readFile",
+  "updateMetadata",
+  "getSandboxMetrics",
+] as const;
+
+/**
+ * Builds the gateway's root app with its native face. Registration order matters to Hono, which
+ * runs the first matching handler: the 404 and error answers, `/healthz` (before the gate, so it
+ * stays open whatever a mounted face adds), the fleet bearer gate, then `options.mount`, then the
+ * verbs.
+ *
+ * @example
+ * ```ts
+ * import { createGateway } from "@dormice/cluster/gateway";
+ * import { createNativeFace } from "./native.ts";
+ * const gateway = createGateway({ token: "t".repeat(32) });
+ * const face = createNativeFace(gateway);
+ * const res = await face.fetch(new Request("http://gw/healthz"));
+ * console.log(res.status); // 200
+ * gateway.close();
+ * ```
+ */
+export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions = {}): NativeFace {
+  const { fleet, finder, placer, routing, authorized, log } = parts;
+  const app = new Hono();
+  app.onError((error, c) => errorResponse(error, c.req.raw, log));
+  app.notFound((c) => {
+    const path = new URL(c.req.url).pathname;
+    return c.json({
+      message: (/^\/[^/]+$/.test(path) ? `Unknown verb '${path.slice(1)}'` : `No route ${path}`) +
+        `: the gateway answers POST /<verb> for ${verbs.join(", ")}, and GET /healthz`,
+    }, 404);
+  });
+
+  app.get("/healthz", (c) => c.json({ ok: true, nodes: fleet.size }));
+  app.use("*", fleetBearerGate(authorized));
+
+  options.mount?.(app, parts);
+
+  const post = (name: string, handler: (c: Context) => Promise<Response> | Response) => {
+    app.post(`/${name}`, handler);
+    app.all(`/${name}`, (c) => {
+      throw new HttpError(405, `${c.req.method} is not allowed on /${name}: use POST`, {
+        headers: { allow: "POST" },
+      });
+    });
+  };
+
+  // --- the fleet's own verbs ---
+  post("checkIn", async (c) => {
+    const { value } = await readBody(c.req.raw, checkInSchema);
+    const outcome = fleet.checkIn(value);
+    return c.json({ ok: true, outcome });
+  });
+  post("listNodes", (c) => c.json({ nodes: fleet.list((id) => placer.inFlight(id)) }));
+  post("removeNode", async (c) => {
+    const { value: { nodeId } } = await readBody(c.req.raw, removeNodeSchema);
+    fleet.removeNode(nodeId);
+    return c.json({ removed: nodeId });
+  });
+
+  // --- the native sandbox verbs ---
+  post("acquireSandbox", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.acquireSandbox);
+    const answer = await routing.create({
+      name: value.name,
+      path: "/acquireSandbox",
+      body: text,
+      signal: c.req.raw.signal,
+      identify: sandboxOf,
+    });
+    return relay(answer);
+  });
+  post("destroySandbox", async (c) => {
+    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.destroySandbox);
+    const answer = await routing.destroy({
+      by: "name",
+      key: value.name,
+      path: "/destroySandbox",
+      body: text,
+      signal: c.req.raw.signal,
+    });
+    return answer === null ? c.json({ destroyed: false }) : relay(answer);
+  });
+  // The routed verbs, by path: registered in Hono and also answered before it (see `fast`).
+  // `request.signal` is read only on a cache miss: reading it costs every request an abort.
+  const routed = new Map<string, (request: Request) => Promise<Response>>();
+  for (const verb of streamedVerbs) {
+    const schema: z.ZodType<{ name: string }> = nativeRequestSchemas[verb];
+    const path = `/${verb}`;
+    routed.set(path, async (request) => {
+      const { text, value } = await readBody(request, schema);
+      const found = finder.cached("name", value.name) ??
+        await routing.locate("name", value.name, request.signal);
+      return await routing.stream(request, found, "name", value.name, path, text);
+    });
+  }
+  routed.set("/lookupSandbox", async (request) => {
+    const { text, value } = await readBody(request, nativeRequestSchemas.lookupSandbox);
+    const [by, key] = "name" in value ? ["name", value.name] as const : ["id", value.id] as const;
+    const r = finder.cached(by, key) ?? await routing.resolve(by, key, request.signal);
+    if (r.kind === "none") return Response.json({ found: false });
+    return await routing.stream(request, r, by, key, "/lookupSandbox", text);
+  });
+  for (const [path, handler] of routed) post(path.slice(1), (c) => handler(c.req.raw));
+
+  /**
+   * The routed verbs' fast path: a POST to one of their exact paths skips Hono's router and
+   * middleware chain (a tenth of a forward's cost) for the same bearer check, handler and error
+   * answer. Anything else (another method or path, a percent-encoded path) goes to Hono.
+   */
+  const fast = (request: Request): Promise<Response> | undefined => {
+    if (request.method !== "POST") return undefined;
+    const handler = routed.get(pathOf(request.url));
+    if (handler === undefined) return undefined;
+    try {
+      requireFleetBearer(request.headers.get("authorization"), authorized);
+      return handler(request).catch((error) => errorResponse(error, request, log));
+    } catch (error) {
+      return Promise.resolve(errorResponse(error, request, log));
+    }
+  };
+  post("listSandboxes", async (c) => {
+    const { text } = await readBody(c.req.raw, nativeRequestSchemas.listSandboxes);
+    const answers = await routing.fanOut("/listSandboxes", text, c.req.raw.signal);
+    const sandboxes: unknown[] = [];
+    const unreachable: { nodeId: string; endpoint: string; cause: string }[] = [];
+    for (const a of answers) {
+      const list = a.ok ? (a.json as { sandboxes?: unknown })?.sandboxes : undefined;
+      if (a.ok && Array.isArray(list)) sandboxes.push(...list);
+      else {
+        unreachable.push({
+          nodeId: a.node.id,
+          endpoint: a.node.endpoint,
+          cause: a.ok ? "its listSandboxes answer has no 'sandboxes' list" : a.cause,
+        });
+      }
+    }
+    const headers: Record<string, string> = {};
+    if (unreachable.length > 0) {
+      headers["x-dormice-unreachable"] = unreachable.map((u) => u.nodeId).join(",");
+    }
+    return c.json({ sandboxes, unreachable }, 200, headers);
+  });
+  post("getHostMetrics", async (c) => {
+    await readBody(c.req.raw, nativeRequestSchemas.getHostMetrics);
+    const nodes = [...fleet.nodes()].map((n) => ({ nodeId: n.id, endpoint: n.endpoint }));
+    const where = nodes.length === 0
+      ? "no node has checked in yet"
+      : nodes.map((n) => `POST ${n.endpoint}/getHostMetrics for '${n.nodeId}'`).join(", ");
+    throw new HttpError(
+      501,
+      `getHostMetrics describes one machine, so the gateway does not answer it: call each node ` +
+        `directly (${where}); listNodes shows every node's last reading`,
+      { details: { nodes } },
+    );
+  });
+
+  return {
+    app,
+    fetch: (request: Request) => fast(request) ?? Promise.resolve(app.fetch(request)),
+  };
+}
+
+const removeNodeSchema = z.object({ nodeId: nodeIdSchema });
+
+/** The sandbox `{id, name, state}` inside a native `acquireSandbox` answer. */
+function sandboxOf(text: string): FoundSandbox | undefined {
+  const s = (JSON.parse(text) as { sandbox?: FoundSandbox })?.sandbox;
+  return s && typeof s.id === "string" && typeof s.name === "string"
+    ? { id: s.id, name: s.name, state: String(s.state) }
+    : undefined;
+}
+
+/** The path of an absolute URL, without its query: cheaper than `new URL()` on the fast path. */
+function pathOf(url: string): string {
+  const start = url.indexOf("/", url.indexOf("//") + 2);
+  if (start === -1) return "/";
+  const query = url.indexOf("?", start);
+  return query === -1 ? url.slice(start) : url.slice(start, query);
+}
+
+/** A captured node answer, passed on as the node gave it. */
+function relay(answer: { status: number; headers: Headers; text: string }): Response {
+  return new Response(answer.text, {
+    status: answer.status,
+    headers: { "content-type": answer.headers.get("content-type") ?? "application/json" },
+  });
+}
+
+/**
+ * Reads the body as one JSON object (an empty body is `{}`) and validates it; `text` is what the
+ * node is sent, so the gateway forwards exactly the bytes it checked.
+ */
+async function readBody<T>(
+  request: Request,
+  schema: { safeParse(v: unknown): z.ZodSafeParseResult<T> },
+): Promise<{ text: string; value: T }> {
+  const { text, value } = await readJsonObject(request);
+  const r = schema.safeParse(value);
+  if (!r.success) throw new HttpError(400, describeZodError(r.error));
+  return { text, value: r.data };
+}
+
+/** The one place an error becomes a native `{message}` answer. */
+function errorResponse(error: unknown, request: Request, log: Log): Response {
+  if (!(error instanceof HttpError) && request.signal.aborted) {
+    // The client hung up mid-lookup or mid-forward: nobody reads this answer.
+    error = clientGone();
+  }
+  return messageResponse(error, "gateway", log);
+}

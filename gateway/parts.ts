@@ -1,0 +1,28 @@
+/**
+ * {@linkcode GatewayParts}: what `createGateway()` hands each face it mounts. A file of its own
+ * so the faces (`native.ts`, `e2b.ts`) and `app.ts`, which builds the parts and mounts the faces,
+ * all import it without importing each other.
+ *
+ * @module
+ */
+import type { Fleet } from "./fleet.ts";
+import type { Finder } from "./finder.ts";
+import type { Placer } from "./placer.ts";
+import type { GatewayRouting } from "./routing.ts";
+import type { Log } from "../shared/log.ts";
+
+/** The pieces a mounted face builds on; one set per gateway, shared by every face. */
+export interface GatewayParts {
+  /** The nodes that checked in, with their last readings (the `listNodes` answer). */
+  fleet: Fleet;
+  /** Which node holds a sandbox: read `cached()` first on a hot path, it never awaits. */
+  finder: Finder;
+  /** Which node takes a new sandbox; `routing.create` already calls it, a face rarely needs to. */
+  placer: Placer;
+  /** The routing rules every face shares: locate, stream, create, destroy and fan out. */
+  routing: GatewayRouting;
+  /** Constant-time check of a presented token against the fleet token (see `auth.ts`). */
+  authorized(token: string | undefined): boolean;
+  /** The gateway's log: a face logs its unexpected errors (its 500s) here. */
+  log: Log;
+}
