@@ -15,11 +15,13 @@ import {
 } from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
+import { e2bFleetKeyAuth } from "./auth.ts";
+import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
 import type { CapturedAnswer } from "./routing.ts";
-import type { FindOne } from "./finder.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { bearerToken } from "../shared/token.ts";
+import { readJsonObject } from "../shared/json_body.ts";
+import { randomSandboxName } from "../shared/random_name.ts";
 import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
 
 /** Options of {@linkcode createE2bFaces} and {@linkcode mountE2b}. */
@@ -30,7 +32,8 @@ export interface E2bFacesOptions {
   nodeEnvdPath?: string;
   /**
    * Names an unnamed create, so the slot and placement rules have a key and the Finder knows
-   * the sandbox by name too. Default `e2b-` and 20 random hex digits, the node's own form.
+   * the sandbox by name too. Default `randomSandboxName` (`e2b-` and 20 random hex digits), the
+   * node's own form.
    */
   randomName?: () => string;
 }
@@ -120,30 +123,18 @@ export function mountE2b(app: Hono, parts: GatewayParts, options: E2bFacesOption
 function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
   const { routing, authorized, log } = parts;
   const nodeApi = options.nodeApiPath ?? "/e2b/api";
-  const randomName = options.randomName ?? (() => {
-    const bytes = crypto.getRandomValues(new Uint8Array(10));
-    return "e2b-" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
-  });
+  const randomName = options.randomName ?? randomSandboxName;
   const nodeAuth = { authorization: routing.nodeHeaders.authorization };
   const app = new Hono();
 
-  app.use("*", async (c, next) => {
-    const given = c.req.header("x-api-key") ?? bearerToken(c.req.header("authorization"));
-    if (!authorized(given)) {
-      throw new HttpError(
-        401,
-        given
-          ? "The API key is not valid: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)"
-          : "The X-API-KEY header is missing: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)",
-      );
-    }
-    await next();
-  });
+  app.use("*", e2bFleetKeyAuth(authorized));
 
   const create = async (c: Context, rest: string): Promise<Response> => {
     const signal = c.req.raw.signal;
-    const text = await readText(c.req.raw);
-    const body = parseObject(text);
+    const { text, value: body } = await readJsonObject(c.req.raw, {
+      empty: "refuse",
+      example: '{"templateID":"base"}',
+    });
     const metadata = body.metadata;
     if (metadata !== undefined && (metadata === null || typeof metadata !== "object")) {
       throw new HttpError(400, '\'metadata\' must be an object of strings such as {"team":"a"}');
@@ -397,7 +388,7 @@ function connectCodeOf(status: number): ConnectCode {
 }
 
 function connectError(error: unknown, request: Request, parts: GatewayParts): Response {
-  const e = toHttpError(error, request, parts);
+  const e = httpErrorOrBug(error, request, parts);
   return Response.json({ code: connectCodeOf(e.status), message: e.message }, {
     status: e.status,
     headers: e.headers,
@@ -461,40 +452,6 @@ function decodeSegment(segment: string): string {
   }
 }
 
-async function readText(request: Request): Promise<string> {
-  try {
-    return await request.text();
-  } catch (error) {
-    if (request.signal.aborted) throw new HttpError(499, "The client closed the request");
-    throw new HttpError(400, `The body could not be read (${(error as Error)?.message})`);
-  }
-}
-
-function parseObject(text: string): Record<string, unknown> {
-  if (text.trim() === "") {
-    throw new HttpError(
-      400,
-      'The request body is empty: send a JSON object such as {"templateID":"base"}',
-    );
-  }
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    throw new HttpError(
-      400,
-      'The request body is not JSON: send a JSON object such as {"templateID":"base"}',
-    );
-  }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new HttpError(
-      400,
-      'The request body must be a JSON object such as {"templateID":"base"}',
-    );
-  }
-  return value as Record<string, unknown>;
-}
-
 /** A captured node answer, passed on as the node gave it (its errors are already E2B's). */
 function relay(answer: CapturedAnswer): Response {
   const headers = new Headers();
@@ -506,7 +463,11 @@ function relay(answer: CapturedAnswer): Response {
   return new Response(empty ? null : answer.text, { status: answer.status, headers });
 }
 
-function toHttpError(error: unknown, request: Request, parts: GatewayParts): HttpError {
+/**
+ * What an E2B or Connect error answer is built from: an `HttpError` as thrown, a 499 when the
+ * client already left, and anything else logged with its stack and called a bug (a 500).
+ */
+function httpErrorOrBug(error: unknown, request: Request, parts: GatewayParts): HttpError {
   if (error instanceof HttpError) return error;
   if (request.signal.aborted) return new HttpError(499, "The client closed the request");
   parts.log("error", "unexpected error in the gateway's E2B face", {
@@ -521,7 +482,7 @@ function toHttpError(error: unknown, request: Request, parts: GatewayParts): Htt
 
 /** The one place an error becomes E2B's `{code:<int>, message}`. */
 function e2bError(error: unknown, request: Request, parts: GatewayParts): Response {
-  const e = toHttpError(error, request, parts);
+  const e = httpErrorOrBug(error, request, parts);
   return Response.json({ ...e.details, code: e.status, message: e.message }, {
     status: e.status,
     headers: e.headers,
