@@ -241,7 +241,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     const signal = c.req.raw.signal;
     const found = await locate(parts, id, signal);
     const path = `${nodeApi}${rest}${new URL(c.req.url).search}`;
-    return await routing.stream(c.req.raw, found, "id", id, path, undefined, nodeAuth);
+    return await routing.stream(c.req.raw, { found, by: "id", key: id, path, headers: nodeAuth });
   };
 
   app.all("*", async (c) => {
@@ -364,7 +364,13 @@ function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
       const path = `${nodeEnvd}${rest}${new URL(c.req.url).search}`;
       // No header is replaced: `Authorization: Basic` names the run-as user and `X-Access-Token`
       // is verified by the node, so both pass through untouched.
-      return await parts.routing.stream(c.req.raw, r, "id", id, path, undefined, {});
+      return await parts.routing.stream(c.req.raw, {
+        found: r,
+        by: "id",
+        key: id,
+        path,
+        headers: {},
+      });
     } catch (error) {
       return dialect === "connect"
         ? connectError(error, c.req.raw, parts)
@@ -415,7 +421,7 @@ function createFilesDoor(parts: GatewayParts, options: E2bFacesOptions): Hono {
       // Named by the header, the node checks the signature against that sandbox's token.
       const found = await locate(parts, id, c.req.raw.signal);
       const path = `${nodeEnvd}/files${new URL(c.req.url).search}`;
-      return await parts.routing.stream(c.req.raw, found, "id", id, path, undefined, {});
+      return await parts.routing.stream(c.req.raw, { found, by: "id", key: id, path, headers: {} });
     } catch (error) {
       return e2bError(error, c.req.raw, parts);
     }

@@ -68,6 +68,7 @@ export {
   type FanOutAnswer,
   GatewayRouting,
   type GatewayRoutingOptions,
+  type StreamOptions,
 } from "./routing.ts";
 export {
   createE2bFaces,

@@ -152,7 +152,13 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       const { text, value } = await readBody(request, schema);
       const found = finder.cached("name", value.name) ??
         await routing.locate("name", value.name, request.signal);
-      return await routing.stream(request, found, "name", value.name, path, text);
+      return await routing.stream(request, {
+        found,
+        by: "name",
+        key: value.name,
+        path,
+        body: text,
+      });
     });
   }
   routed.set("/lookupSandbox", async (request) => {
@@ -160,7 +166,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     const [by, key] = "name" in value ? ["name", value.name] as const : ["id", value.id] as const;
     const r = finder.cached(by, key) ?? await routing.resolve(by, key, request.signal);
     if (r.kind === "none") return Response.json({ found: false });
-    return await routing.stream(request, r, by, key, "/lookupSandbox", text);
+    return await routing.stream(request, { found: r, by, key, path: "/lookupSandbox", body: text });
   });
   for (const [path, handler] of routed) post(path.slice(1), (c) => handler(c.req.raw));
 

@@ -50,6 +50,26 @@ export interface CapturedAnswer {
   node: FleetNode;
 }
 
+/** Options of {@linkcode GatewayRouting.stream}. */
+export interface StreamOptions {
+  /** Where the sandbox lives: the Finder's cached entry, or what `locate` / `resolve` found. */
+  found: FindOne;
+  /** Whether `key` is a name or an id: a node's 404 re-checks the cache entry under it. */
+  by: FindBy;
+  /** The name or id the request was routed by. */
+  key: string;
+  /** The path and query on the node, e.g. `/execCommand` or `/e2b/envd/files?path=/a`. */
+  path: string;
+  /** A body already read to route on; the client's own body streams through when absent. */
+  body?: BodyInit | null;
+  /**
+   * Headers to set or replace on the node's request; the fleet token and JSON content type
+   * ({@linkcode GatewayRouting.nodeHeaders}) by default. `{}` passes the client's headers through
+   * untouched (envd, whose access token the node checks).
+   */
+  headers?: Record<string, string>;
+}
+
 /** Options of {@linkcode GatewayRouting.create}. */
 export interface CreateOptions {
   /** The sandbox name, or `undefined` for an unnamed create (no slot, no lookup: always new). */
@@ -112,7 +132,7 @@ export function clientGone(): HttpError {
  * ```ts ignore
  * const routing = new GatewayRouting({ fleet, finder, placer, token });
  * const found = await routing.locate("name", "agent-1", request.signal);
- * return routing.stream(request, found, "name", "agent-1", "/execCommand", body);
+ * return routing.stream(request, { found, by: "name", key: "agent-1", path: "/execCommand", body });
  * ```
  */
 export class GatewayRouting {
@@ -192,18 +212,13 @@ export class GatewayRouting {
    * @throws {HttpError} 502 naming the node when it does not answer.
    * @example
    * ```ts ignore
-   * return await routing.stream(request, one, "name", "agent-1", "/execCommand", text);
+   * return await routing.stream(request, {
+   *   found: one, by: "name", key: "agent-1", path: "/execCommand", body: text,
+   * });
    * ```
    */
-  async stream(
-    request: Request,
-    found: FindOne,
-    by: FindBy,
-    key: string,
-    path: string,
-    body?: BodyInit | null,
-    headers: Record<string, string> = this.nodeHeaders,
-  ): Promise<Response> {
+  async stream(request: Request, options: StreamOptions): Promise<Response> {
+    const { found, by, key, path, body, headers = this.nodeHeaders } = options;
     const response = await forward(request, {
       nodeId: found.node.id,
       endpoint: found.node.endpoint,

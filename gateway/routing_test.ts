@@ -1,0 +1,427 @@
+// GatewayRouting's rules at unit level: a real Fleet, Finder and Placer over stub nodes reached
+// through an injected fetch (no sockets), and Finder timers that never fire (no real time).
+import assert from "node:assert/strict";
+import { Fleet } from "./fleet.ts";
+import { Finder, type FinderTimers } from "./finder.ts";
+import { Placer } from "./placer.ts";
+import { type CreateOptions, GatewayRouting } from "./routing.ts";
+import { FakeClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { checkIn, reading } from "./_fixtures_test.ts";
+
+const token = "routing-unit-test-token-0123456789abcdef";
+
+interface StubSandbox {
+  id: string;
+  name: string;
+  state: string;
+}
+
+type Answer = (request: Request, body: Record<string, unknown>) => Response | Promise<Response>;
+
+/** A node reached through the injected fetch: `lookupSandbox` over a map, every other path from `answers`. */
+class StubNode {
+  sandboxes = new Map<string, StubSandbox>();
+  /** `<METHOD> <path>` of every request, in order. */
+  calls: string[] = [];
+  /** Answers by path; a missing path is a 404. */
+  answers = new Map<string, Answer>();
+  /** When set, every request fails as if the node did not answer. */
+  silent = false;
+  constructor(readonly id: string, readonly endpoint: string) {}
+
+  async handle(request: Request): Promise<Response> {
+    const path = new URL(request.url).pathname;
+    this.calls.push(`${request.method} ${path}`);
+    if (this.silent) throw new TypeError("error sending request: Connection refused");
+    const text = await request.text();
+    const body = text === "" ? {} : JSON.parse(text);
+    if (path === "/lookupSandbox") {
+      const s = body.name !== undefined
+        ? this.sandboxes.get(body.name)
+        : [...this.sandboxes.values()].find((x) => x.id === body.id);
+      return Response.json(s ? { found: true, sandbox: s } : { found: false });
+    }
+    const answer = this.answers.get(path);
+    return answer ? answer(request, body) : Response.json({ message: "no route" }, { status: 404 });
+  }
+
+  /** `calls` without the lookups, i.e. what the gateway forwarded. */
+  get forwarded(): string[] {
+    return this.calls.filter((c) => c !== "POST /lookupSandbox");
+  }
+}
+
+/** Deadlines that never fire: every test here gets its answers at once. */
+const idleTimers: FinderTimers = { setTimeout: () => 0, clearTimeout: () => {} };
+
+function setup() {
+  const nodes = new Map<string, StubNode>();
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init);
+    const node = nodes.get(new URL(request.url).origin);
+    if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
+    return node.handle(request);
+  };
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock });
+  const finder = new Finder({
+    fleet,
+    token,
+    fetch: fakeFetch as typeof fetch,
+    clock,
+    timers: idleTimers,
+  });
+  const placer = new Placer({ fleet });
+  const routing = new GatewayRouting({
+    fleet,
+    finder,
+    placer,
+    token,
+    fetch: fakeFetch as typeof fetch,
+  });
+  const add = (id: string, memoryAvailableBytes = 8e9) => {
+    const endpoint = `http://${id}.test:3676`;
+    const node = new StubNode(id, endpoint);
+    nodes.set(endpoint, node);
+    fleet.checkIn(checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes }) }));
+    return node;
+  };
+  return { fleet, finder, placer, routing, add, close: () => fleet.close() };
+}
+
+/** A node's acquire: builds the sandbox (or wakes it) and answers like a node's native face. */
+function acquireOn(node: StubNode, status = 200): Answer {
+  let seq = 0;
+  return (_request, body) => {
+    if (status !== 200) return Response.json({ message: `refused ${status}` }, { status });
+    const name = String(body.name ?? `unnamed-${++seq}`);
+    const s = node.sandboxes.get(name) ?? { id: `${node.id}-${++seq}`, name, state: "active" };
+    node.sandboxes.set(name, s);
+    return Response.json({ status: "ready", sandbox: s });
+  };
+}
+
+function createOptions(name: string | undefined, signal = new AbortController().signal) {
+  return {
+    name,
+    path: "/acquireSandbox",
+    body: JSON.stringify(name === undefined ? {} : { name }),
+    signal,
+    identify: (t: string) => JSON.parse(t).sandbox,
+  } satisfies CreateOptions;
+}
+
+function httpError(status: number, pattern?: RegExp) {
+  return (error: unknown) => {
+    assert.ok(error instanceof HttpError, `expected an HttpError, got ${error}`);
+    assert.equal(error.status, status);
+    if (pattern) assert.match(error.message, pattern);
+    return true;
+  };
+}
+
+Deno.test("GatewayRouting.create() places a name no node has, counts it, and caches the 2xx answer", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  try {
+    const answer = await routing.create(createOptions("x"));
+    assert.equal(answer.status, 200);
+    assert.equal(answer.node.id, "a");
+    assert.deepEqual(a.calls, ["POST /lookupSandbox", "POST /acquireSandbox"]);
+    assert.equal(placer.inFlight("a"), 1);
+    assert.equal(finder.cached("name", "x")?.sandbox.id, "a-1");
+    assert.equal(finder.cached("id", "a-1")?.sandbox.name, "x");
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() uncounts a placement the node refused with a 4xx", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a, 400));
+  try {
+    const answer = await routing.create(createOptions("x"));
+    // The node's own answer goes back to the client as it came.
+    assert.equal(answer.status, 400);
+    assert.equal(JSON.parse(answer.text).message, "refused 400");
+    // Nothing was built, so nothing is counted against the node or cached.
+    assert.equal(placer.inFlight("a"), 0);
+    assert.equal(finder.cached("name", "x"), undefined);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() keeps a placement counted when the node answers a 5xx", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a, 500));
+  try {
+    const answer = await routing.create(createOptions("x"));
+    assert.equal(answer.status, 500);
+    // A 5xx may have built the sandbox: it stays counted until the node's next reading.
+    assert.equal(placer.inFlight("a"), 1);
+    assert.equal(finder.cached("name", "x"), undefined);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() wakes a name found on a node there, without counting a placement", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a", 9e9);
+  const b = add("b", 1e9);
+  b.sandboxes.set("x", { id: "b-7", name: "x", state: "frozen" });
+  b.answers.set("/acquireSandbox", acquireOn(b));
+  try {
+    const answer = await routing.create(createOptions("x"));
+    assert.equal(answer.status, 200);
+    // b holds it, although the Placer would choose a (more memory).
+    assert.equal(answer.node.id, "b");
+    assert.deepEqual(a.forwarded, []);
+    assert.equal(placer.inFlight("a") + placer.inFlight("b"), 0);
+    assert.equal(finder.cached("name", "x")?.node.id, "b");
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() of an unnamed sandbox asks no node, places it and counts it under the name the node gave", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  try {
+    const answer = await routing.create(createOptions(undefined));
+    assert.equal(answer.status, 200);
+    // A fresh name cannot exist anywhere: no lookup round.
+    assert.deepEqual(a.calls, ["POST /acquireSandbox"]);
+    const name = JSON.parse(answer.text).sandbox.name;
+    assert.equal(name, "unnamed-1");
+    assert.equal(finder.cached("name", name)?.node.id, "a");
+    // Counted once, and under the node's name, so a destroy by that name gives it back.
+    assert.equal(placer.inFlight("a"), 1);
+    assert.equal(placer.release(name), true);
+    assert.equal(placer.inFlight("a"), 0);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() of an unnamed sandbox refused with a 4xx leaves nothing counted", async () => {
+  const { routing, placer, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a, 409));
+  try {
+    assert.equal((await routing.create(createOptions(undefined))).status, 409);
+    assert.equal(placer.inFlight("a"), 0);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() for a client that already left is a 499 that asks no node", async () => {
+  const { routing, placer, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  const left = new AbortController();
+  left.abort();
+  try {
+    for (const name of ["x", undefined]) {
+      await assert.rejects(routing.create(createOptions(name, left.signal)), httpError(499));
+    }
+    assert.deepEqual(a.calls, []);
+    assert.equal(placer.inFlight("a"), 0);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() with no node that fits is a 503 with Retry-After and every reason", async () => {
+  const { routing, fleet, add, close } = setup();
+  const a = add("a");
+  fleet.checkIn(checkIn("a", a.endpoint, { reading: reading({ active: 400 }) }));
+  try {
+    await assert.rejects(routing.create(createOptions("x")), (error) => {
+      httpError(503, /'a'.*DORMICE_GATEWAY_NODE_ACTIVE_LIMIT/)(error);
+      const e = error as HttpError;
+      assert.equal(e.headers["retry-after"], "15");
+      assert.deepEqual((e.details.reasons as { reason: string }[]).map((r) => r.reason), [
+        "active-limit",
+      ]);
+      return true;
+    });
+    assert.deepEqual(a.forwarded, []);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.resolve() turns a name on two nodes into a 409 and a silent node into a 503", async () => {
+  const { routing, add, close } = setup();
+  const a = add("a"), b = add("b");
+  a.sandboxes.set("dup", { id: "a-1", name: "dup", state: "active" });
+  b.sandboxes.set("dup", { id: "b-1", name: "dup", state: "active" });
+  const signal = new AbortController().signal;
+  try {
+    await assert.rejects(routing.resolve("name", "dup", signal), (error) => {
+      httpError(409, /'a'.*'b'/)(error);
+      const nodes = (error as HttpError).details.nodes as { nodeId: string; sandboxId: string }[];
+      assert.deepEqual(nodes.map((n) => `${n.nodeId}:${n.sandboxId}`), ["a:a-1", "b:b-1"]);
+      return true;
+    });
+    b.silent = true;
+    await assert.rejects(routing.resolve("name", "fresh", signal), (error) => {
+      httpError(503, /'b'.*did not answer/)(error);
+      assert.equal((error as HttpError).headers["retry-after"], "15");
+      return true;
+    });
+    b.silent = false;
+    await assert.rejects(
+      routing.locate("name", "nowhere", signal),
+      httpError(404, /No sandbox with name 'nowhere'.*acquireSandbox/),
+    );
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.stream() re-checks a node's 404 and evicts the entry only when the sandbox is gone", async () => {
+  const { routing, finder, add, close } = setup();
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.answers.set("/readFile", () => Response.json({ message: "No file /nope" }, { status: 404 }));
+  const signal = new AbortController().signal;
+  const read = async () => {
+    const found = await routing.locate("name", "x", signal);
+    const request = new Request("http://gw.test/readFile", { method: "POST", body: "{}" });
+    const res = await routing.stream(request, { found, by: "name", key: "x", path: "/readFile" });
+    assert.equal(res.status, 404);
+    await res.body?.cancel();
+  };
+  try {
+    // A missing file inside a live sandbox: the node still has it, the entry stays.
+    await read();
+    assert.deepEqual(a.calls, ["POST /lookupSandbox", "POST /readFile", "POST /lookupSandbox"]);
+    assert.equal(finder.cached("name", "x")?.sandbox.id, "a-1");
+    // Destroyed behind the gateway's back: the re-check evicts it.
+    a.sandboxes.delete("x");
+    await read();
+    assert.equal(finder.cached("name", "x"), undefined);
+    await assert.rejects(routing.locate("name", "x", signal), httpError(404));
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.stream() sends the node's credentials by default and the client's own with headers {}", async () => {
+  const { routing, add, close } = setup();
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  const seen: (string | null)[] = [];
+  a.answers.set("/envd", (request) => {
+    seen.push(request.headers.get("authorization"));
+    return new Response("ok");
+  });
+  const found = await routing.locate("id", "a-1", new AbortController().signal);
+  const request = () =>
+    new Request("http://gw.test/x", {
+      method: "POST",
+      headers: { authorization: "Basic dXNlcg==" },
+    });
+  try {
+    for (const headers of [undefined, {}]) {
+      const res = await routing.stream(request(), {
+        found,
+        by: "id",
+        key: "a-1",
+        path: "/envd",
+        headers,
+      });
+      assert.equal(await res.text(), "ok");
+    }
+    assert.deepEqual(seen, [`Bearer ${token}`, "Basic dXNlcg=="]);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.destroy() evicts and gives the placement back on a 2xx, re-checks a 404, and is null when no node has it", async () => {
+  const { routing, placer, finder, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  a.answers.set("/destroySandbox", (_r, body) => {
+    const had = a.sandboxes.delete(String(body.name));
+    return Response.json({ destroyed: had }, { status: had ? 200 : 404 });
+  });
+  const signal = new AbortController().signal;
+  const destroy = (name: string) =>
+    routing.destroy({
+      by: "name",
+      key: name,
+      path: "/destroySandbox",
+      body: JSON.stringify({ name }),
+      signal,
+    });
+  try {
+    await routing.create(createOptions("x"));
+    assert.equal(placer.inFlight("a"), 1);
+    const done = await destroy("x");
+    assert.equal(done?.status, 200);
+    assert.equal(finder.cached("name", "x"), undefined);
+    assert.equal(placer.inFlight("a"), 0);
+
+    // Cached, then gone behind the gateway's back: the node's 404 makes the Finder ask again.
+    await routing.create(createOptions("y"));
+    a.sandboxes.delete("y");
+    a.calls = [];
+    assert.equal((await destroy("y"))?.status, 404);
+    assert.deepEqual(a.calls, [
+      "POST /destroySandbox",
+      "POST /lookupSandbox",
+    ]);
+    assert.equal(finder.cached("name", "y"), undefined);
+
+    a.calls = [];
+    assert.equal(await destroy("never"), null);
+    assert.deepEqual(a.forwarded, []);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.fanOut() parses each 2xx and names why each other node gave none", async () => {
+  const { routing, add, close } = setup();
+  const a = add("a"), b = add("b"), c = add("c");
+  a.answers.set("/list", () => Response.json({ sandboxes: ["one"] }));
+  b.answers.set("/list", () => Response.json({ message: "bad filter" }, { status: 400 }));
+  c.silent = true;
+  try {
+    const answers = await routing.fanOut("/list", "{}", new AbortController().signal);
+    assert.deepEqual(answers.map((x) => x.ok ? [x.node.id, x.json] : [x.node.id, x.cause]), [
+      ["a", { sandboxes: ["one"] }],
+      // The status and the node's sentence, which the E2B face passes on as the query's fault.
+      ["b", 'HTTP 400: {"message":"bad filter"}'],
+      ["c", "connection refused"],
+    ]);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.fanOut() for a client that left mid-way is a 499", async () => {
+  const { routing, add, close } = setup();
+  const a = add("a");
+  const left = new AbortController();
+  a.answers.set("/list", () => {
+    left.abort();
+    throw new DOMException("The signal has been aborted", "AbortError");
+  });
+  try {
+    await assert.rejects(routing.fanOut("/list", "{}", left.signal), httpError(499));
+  } finally {
+    close();
+  }
+});
