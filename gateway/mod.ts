@@ -44,6 +44,7 @@ export {
 } from "./finder.ts";
 export {
   type FilterInput,
+  loadScore,
   type PickResult,
   type PlacementExplain,
   type PlacementFilter,

@@ -22,7 +22,7 @@ export interface Rejection {
 export interface ScoredNode {
   /** The node id. */
   nodeId: string;
-  /** (active + inFlight) / cores: lower is better. */
+  /** Its {@linkcode loadScore}, `(active + inFlight) / cores`: lower is better. */
   score: number;
   /** Active sandboxes in its last reading. */
   active: number;
@@ -148,6 +148,38 @@ export const placementFilters: readonly PlacementFilter[] = [
   },
 ];
 
+/**
+ * The score of a node that passed every filter; lower wins:
+ *
+ *     score = (active + inFlight) / cores
+ *
+ * Per core, so a node with twice the cores takes twice the sandboxes before the two tie; with the
+ * placements in flight, so a burst of creates inside one check-in interval spreads over the
+ * fleet instead of piling onto the node whose last reading looked emptiest. Ties go to more
+ * available memory, then the smaller node id (see `Placer.pick()`). Warm-aware placement (power
+ * of two choices among the nodes holding a warm sandbox) compares candidates with this score.
+ *
+ * @example
+ * ```ts
+ * import { Fleet, loadScore } from "@dormice/cluster/gateway";
+ * const fleet = new Fleet();
+ * fleet.checkIn({
+ *   nodeId: "a", endpoint: "http://10.0.0.1:3676", intervalSeconds: 15, build: "dev",
+ *   reading: {
+ *     takenAt: 0, cpuCount: 4, cpuUsedPct: null, memoryTotalBytes: 8e9,
+ *     memoryAvailableBytes: 4e9, swapTotalBytes: 0, swapFreeBytes: 0, dataDisk: null,
+ *     sandboxes: { active: 6, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+ *   },
+ * });
+ * console.log(loadScore(fleet.get("a")!, 2)); // 2, that is (6 active + 2 in flight) / 4 cores
+ * fleet.close();
+ * ```
+ */
+export function loadScore(node: FleetNode, inFlight: number): number {
+  const reading = node.reading!;
+  return (reading.sandboxes.active + inFlight) / reading.cpuCount;
+}
+
 /** Options for {@linkcode Placer}. */
 export interface PlacerOptions {
   /** Where the nodes and their readings come from (a `Fleet`). */
@@ -185,8 +217,8 @@ interface NodeFlight {
 
 /**
  * Chooses the node for a new sandbox: every node through the filters (each rejection named),
- * then the lowest (active + in-flight) / cores; ties by more available memory, then node id, so
- * a placement replays exactly in tests and post-mortems.
+ * then the lowest {@linkcode loadScore}; ties by more available memory, then node id, so a
+ * placement replays exactly in tests and post-mortems.
  *
  * In-flight counting (why: a burst of creates inside one check-in interval would otherwise all
  * see the same stale reading and land on one node):
@@ -267,9 +299,7 @@ export class Placer {
       "disk": 0,
     };
     const rejections: Rejection[] = [];
-    const top: ScoredNode[] = [];
-    const topNodes: FleetNode[] = [];
-    const k = this.#explainTop;
+    const best = new BestNodes(this.#explainTop);
     let considered = 0, feasible = 0;
     let minInterval = Infinity;
     const input: FilterInput = {
@@ -298,31 +328,11 @@ export class Placer {
       }
       if (failed) continue;
       feasible++;
-      const reading = node.reading!;
-      const active = reading.sandboxes.active;
-      const score = (active + input.inFlight) / reading.cpuCount;
-      const memory = reading.memoryAvailableBytes;
-      // Keep only the best k in a small sorted array: one pass, no sort of all nodes.
-      if (top.length === k && !better(score, memory, node.id, top[k - 1])) continue;
-      let at = top.length < k ? top.length : k - 1;
-      while (at > 0 && better(score, memory, node.id, top[at - 1])) at--;
-      const entry: ScoredNode = {
-        nodeId: node.id,
-        score,
-        active,
-        inFlight: input.inFlight,
-        cores: reading.cpuCount,
-        memoryAvailableBytes: memory,
-      };
-      if (top.length === k) {
-        top.pop();
-        topNodes.pop();
-      }
-      top.splice(at, 0, entry);
-      topNodes.splice(at, 0, node);
+      best.offer(node, loadScore(node, input.inFlight), input.inFlight);
     }
+    const top = best.scores;
     const explain: PlacementExplain = { considered, feasible, rejected, rejections, scores: top };
-    if (top.length > 0) return { ok: true, node: topNodes[0], score: top[0].score, explain };
+    if (top.length > 0) return { ok: true, node: best.nodes[0], score: top[0].score, explain };
     return {
       ok: false,
       message: this.#nothingFits(rejections),
@@ -451,6 +461,46 @@ export class Placer {
       ? `; and ${rejections.length - this.#messageLimit} more (listNodes shows them)`
       : "";
     return `No node can take a new sandbox now: ${shown}${more}`;
+  }
+}
+
+/**
+ * The best `k` feasible nodes seen so far, best first, kept in a small sorted array: one pass
+ * over the fleet and no sort of all nodes, so `pick()` stays under a millisecond for 10,000.
+ */
+class BestNodes {
+  /** What `explain.scores` shows. */
+  readonly scores: ScoredNode[] = [];
+  /** The nodes behind `scores`, index for index. */
+  readonly nodes: FleetNode[] = [];
+  readonly #k: number;
+
+  constructor(k: number) {
+    this.#k = k;
+  }
+
+  /** Keeps `node` if it ranks among the best `k`; its entry is built only then. */
+  offer(node: FleetNode, score: number, inFlight: number): void {
+    const { scores, nodes } = this;
+    const k = this.#k;
+    const reading = node.reading!;
+    const memory = reading.memoryAvailableBytes;
+    if (scores.length === k && !better(score, memory, node.id, scores[k - 1])) return;
+    let at = scores.length < k ? scores.length : k - 1;
+    while (at > 0 && better(score, memory, node.id, scores[at - 1])) at--;
+    if (scores.length === k) {
+      scores.pop();
+      nodes.pop();
+    }
+    scores.splice(at, 0, {
+      nodeId: node.id,
+      score,
+      active: reading.sandboxes.active,
+      inFlight,
+      cores: reading.cpuCount,
+      memoryAvailableBytes: memory,
+    });
+    nodes.splice(at, 0, node);
   }
 }
 

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { Fleet, type FleetNode } from "./fleet.ts";
 import {
   type FilterInput,
+  loadScore,
   type PlacementFilter,
   placementFilters,
   Placer,
@@ -132,6 +133,15 @@ function fleetOf(readings: Record<string, HostReading>, interval = 15) {
   }
   return { clock, fleet };
 }
+
+Deno.test("loadScore() is (active + in-flight) / cores", () => {
+  // (6 + 2) / 4 = 2: a placement still in flight weighs like a running sandbox.
+  assert.equal(loadScore(nodeWith(reading({ active: 6, cpuCount: 4 })), 2), 2);
+  // (3 + 0) / 8 = 0.375: per core, so a bigger node takes more before it ties a smaller one.
+  assert.equal(loadScore(nodeWith(reading({ active: 3, cpuCount: 8 })), 0), 0.375);
+  // (0 + 0) / 2 = 0: an empty node is the best a node can score.
+  assert.equal(loadScore(nodeWith(reading({ active: 0, cpuCount: 2 })), 0), 0);
+});
 
 Deno.test("Placer.pick() scores (active + in-flight) / cores, lowest wins", () => {
   // a: (6 + 0) / 4 = 1.5;  b: (10 + 0) / 8 = 1.25;  c: (2 + 0) / 1 = 2
