@@ -1,27 +1,25 @@
 /**
- * The Finder: which node holds a sandbox, by name or by id.
+ * The Finder: which node holds a sandbox, by name or by id. This file holds the cache, the
+ * lookup rounds (shared by concurrent callers, one deadline each) and their four outcomes;
+ * asking one node over the wire is `lookup_client.ts`.
  *
  * @module
  */
-import { KeyedLimiter } from "./limiter.ts";
 import type { FleetNode, NodeDirectory } from "./fleet.ts";
+import {
+  EveryCallerLeft,
+  type FoundSandbox,
+  type LookupAnswer,
+  LookupClient,
+} from "./lookup_client.ts";
 import { LruCache } from "./lru.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
-import { lookupAnswerSchema } from "../shared/schemas.ts";
+
+export type { FoundSandbox } from "./lookup_client.ts";
 
 /** What a lookup is keyed by: the sandbox name or its id. */
 export type FindBy = "name" | "id";
-
-/** A sandbox as `lookupSandbox` reports it. */
-export interface FoundSandbox {
-  /** Its id. */
-  readonly id: string;
-  /** Its name. */
-  readonly name: string;
-  /** Its state when it was looked up (a cached entry does not follow later changes). */
-  readonly state: string;
-}
 
 /** Found on exactly one node: route there. */
 export interface FindOne {
@@ -124,11 +122,6 @@ export interface FindOptions {
   fresh?: boolean;
 }
 
-type Answer =
-  | { kind: "found"; sandbox: FoundSandbox }
-  | { kind: "absent" }
-  | { kind: "silent"; cause: string };
-
 interface Round {
   promise: Promise<FindResult>;
   /** Callers waiting that may still leave; when the last one leaves, the round is aborted. */
@@ -136,13 +129,6 @@ interface Round {
   /** Callers that can never leave (no signal): the round is never abandoned for them. */
   pinned: boolean;
   controller: AbortController;
-}
-
-class ClientGone extends Error {
-  constructor() {
-    super("Every caller of this lookup round left");
-    this.name = "ClientGone";
-  }
 }
 
 const defaultTimers: FinderTimers = {
@@ -182,15 +168,11 @@ const defaultTimers: FinderTimers = {
  */
 export class Finder {
   #fleet: NodeDirectory;
-  #authorization: string;
   #timeoutMs: number;
-  #fetch: typeof fetch;
   #clock: Clock;
   #log: Log;
-  /** node id → why its last lookup failed; logged when the cause changes, not every round. */
-  #failing = new Map<string, string>();
   #timers: FinderTimers;
-  #perNode: KeyedLimiter;
+  #client: LookupClient;
   #byName: LruCache<string, FindOne>;
   #byId: LruCache<string, FindOne>;
   #roundsByName = new Map<string, Round>();
@@ -219,13 +201,11 @@ export class Finder {
       );
     }
     this.#fleet = fleet;
-    this.#authorization = `Bearer ${token}`;
     this.#timeoutMs = timeoutMs;
-    this.#fetch = fetchFn;
     this.#clock = clock;
     this.#log = log;
     this.#timers = timers;
-    this.#perNode = new KeyedLimiter(maxLookupsPerNode);
+    this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode });
     this.#byName = new LruCache({ max: cacheSize });
     this.#byId = new LruCache({ max: cacheSize });
   }
@@ -408,7 +388,7 @@ export class Finder {
           // Nobody wants this answer any more: stop the nodes' work, and let the next caller
           // start a fresh round instead of joining an aborted one.
           forget();
-          round.controller.abort(new ClientGone());
+          round.controller.abort(new EveryCallerLeft());
         }
         reject(signal.reason);
       };
@@ -436,9 +416,11 @@ export class Finder {
       () => controller.abort(timeoutError(this.#timeoutMs)),
       this.#timeoutMs,
     );
-    let answers: Answer[];
+    let answers: LookupAnswer[];
     try {
-      answers = await Promise.all(nodes.map((node) => this.#ask(node, body, controller.signal)));
+      answers = await Promise.all(
+        nodes.map((node) => this.#client.ask(node, body, controller.signal)),
+      );
     } finally {
       this.#timers.clearTimeout(timer);
     }
@@ -524,7 +506,7 @@ export class Finder {
   }
 
   /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
-  async #askOne(node: FleetNode, id: string, signal?: AbortSignal): Promise<Answer> {
+  async #askOne(node: FleetNode, id: string, signal?: AbortSignal): Promise<LookupAnswer> {
     const controller = new AbortController();
     const timer = this.#timers.setTimeout(
       () => controller.abort(timeoutError(this.#timeoutMs)),
@@ -533,9 +515,9 @@ export class Finder {
     const onAbort = () => controller.abort(signal!.reason);
     if (signal?.aborted) onAbort();
     else signal?.addEventListener("abort", onAbort, { once: true });
-    let answer: Answer;
+    let answer: LookupAnswer;
     try {
-      answer = await this.#ask(node, JSON.stringify({ id }), controller.signal);
+      answer = await this.#client.ask(node, JSON.stringify({ id }), controller.signal);
     } finally {
       this.#timers.clearTimeout(timer);
       signal?.removeEventListener("abort", onAbort);
@@ -544,82 +526,8 @@ export class Finder {
     if (signal?.aborted) throw signal.reason;
     return answer;
   }
-
-  async #ask(node: FleetNode, body: string, signal: AbortSignal): Promise<Answer> {
-    const answer = await this.#askRaw(node, body, signal);
-    if (answer.kind === "silent") {
-      // A caller hanging up says nothing about the node; only its own failures are news.
-      if (signal.aborted && !isTimeout(signal.reason)) return answer;
-      if (this.#failing.get(node.id) !== answer.cause) {
-        this.#failing.set(node.id, answer.cause);
-        this.#log("warn", "node did not answer a lookup", {
-          nodeId: node.id,
-          endpoint: node.endpoint,
-          cause: answer.cause,
-        });
-      }
-    } else if (this.#failing.delete(node.id)) {
-      this.#log("info", "node answers lookups again", { nodeId: node.id });
-    }
-    return answer;
-  }
-
-  #askRaw(node: FleetNode, body: string, signal: AbortSignal): Promise<Answer> {
-    // Queued asks wait under the same signal, so the round's deadline bounds the wait too.
-    return this.#perNode.run(node.id, signal, () => this.#askNow(node, body, signal))
-      .catch((error) => ({ kind: "silent", cause: describeFailure(error, signal) }));
-  }
-
-  async #askNow(node: FleetNode, body: string, signal: AbortSignal): Promise<Answer> {
-    let response: Response;
-    try {
-      response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
-        method: "POST",
-        headers: { "authorization": this.#authorization, "content-type": "application/json" },
-        body,
-        signal,
-        redirect: "manual",
-      });
-    } catch (error) {
-      return { kind: "silent", cause: describeFailure(error, signal) };
-    }
-    try {
-      if (response.status !== 200) {
-        const text = await response.text();
-        const hint = response.status === 401
-          ? ": the node refused the fleet token; set the same DORMICE_API_TOKEN on gateway and nodes"
-          : `: ${text.slice(0, 200)}`;
-        return { kind: "silent", cause: `HTTP ${response.status}${hint}` };
-      }
-      const parsed = lookupAnswerSchema.safeParse(await response.json());
-      if (!parsed.success) {
-        return { kind: "silent", cause: "its lookupSandbox answer is not the expected shape" };
-      }
-      return parsed.data.found
-        ? { kind: "found", sandbox: parsed.data.sandbox }
-        : { kind: "absent" };
-    } catch (error) {
-      await response.body?.cancel().catch(() => {});
-      return { kind: "silent", cause: describeFailure(error, signal) };
-    }
-  }
 }
 
 function timeoutError(ms: number): DOMException {
   return new DOMException(`No answer within ${ms} ms`, "TimeoutError");
-}
-
-function isTimeout(reason: unknown): boolean {
-  return reason instanceof DOMException && reason.name === "TimeoutError";
-}
-
-function describeFailure(error: unknown, signal: AbortSignal): string {
-  if (signal.aborted) {
-    const reason = signal.reason;
-    if (reason instanceof ClientGone) return "the client left before it answered";
-    if (reason instanceof Error) return reason.message;
-    return String(reason);
-  }
-  const message = error instanceof Error ? error.message : String(error);
-  return message.slice(0, 300);
 }

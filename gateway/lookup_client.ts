@@ -1,0 +1,174 @@
+/**
+ * The wire side of the Finder's lookups: asking one node whether it holds a sandbox
+ * (`POST <endpoint>/lookupSandbox` with the fleet token), at most a few asks in flight per node,
+ * and the node's answer read as found, absent or silent (with why). The Finder (`finder.ts`)
+ * builds rounds, deadlines and outcomes on top.
+ *
+ * @module
+ */
+import type { FleetNode } from "./fleet.ts";
+import { KeyedLimiter } from "./limiter.ts";
+import type { Log } from "../shared/log.ts";
+import { lookupAnswerSchema } from "../shared/schemas.ts";
+
+/** A sandbox as `lookupSandbox` reports it. */
+export interface FoundSandbox {
+  /** The sandbox id, which E2B clients route by. */
+  readonly id: string;
+  /** The sandbox name, which the native verbs route by. */
+  readonly name: string;
+  /** Its state when it was looked up (a cached entry does not follow later changes). */
+  readonly state: string;
+}
+
+/** One node's answer: it has the sandbox, it has not, or it said nothing useful (and why). */
+export type LookupAnswer =
+  | { kind: "found"; sandbox: FoundSandbox }
+  | { kind: "absent" }
+  | { kind: "silent"; cause: string };
+
+/** Options of {@linkcode LookupClient}. */
+export interface LookupClientOptions {
+  /** The fleet token, sent as `Authorization: Bearer <token>` to every node. */
+  token: string;
+  /** The HTTP client to the nodes. */
+  fetch: typeof fetch;
+  /** Where a node's failures go (once per change of cause) and its recovery. */
+  log: Log;
+  /** Asks in flight to one node at once; see `FinderOptions.maxLookupsPerNode` for the number. */
+  maxLookupsPerNode: number;
+}
+
+/**
+ * The abort reason of a lookup round every caller left, so a node cut off by it is described as
+ * "the client left" rather than as a failure of the node.
+ *
+ * @example
+ * ```ts ignore
+ * round.controller.abort(new EveryCallerLeft());
+ * ```
+ */
+export class EveryCallerLeft extends Error {
+  /** Builds the reason; its message is what a log of the aborted ask shows. */
+  constructor() {
+    super("Every caller of this lookup round left");
+    this.name = "EveryCallerLeft";
+  }
+}
+
+/**
+ * Asks nodes whether they hold a sandbox. Asks beyond `maxLookupsPerNode` to one node queue
+ * first in, first out under the caller's signal, so the round's deadline bounds the wait too.
+ * Every failure becomes a `silent` answer with a cause an operator can act on (a 401 says to
+ * set the same `DORMICE_API_TOKEN`); a node's failures are logged when their cause changes and
+ * once when it answers again, not on every round.
+ *
+ * @example
+ * ```ts ignore
+ * const client = new LookupClient({ token, fetch, log, maxLookupsPerNode: 16 });
+ * const answer = await client.ask(node, JSON.stringify({ name: "agent-1" }), signal);
+ * ```
+ */
+export class LookupClient {
+  readonly #authorization: string;
+  readonly #fetch: typeof fetch;
+  readonly #log: Log;
+  readonly #perNode: KeyedLimiter;
+  /** node id → why its last lookup failed; an entry goes once the node answers again. */
+  readonly #failing = new Map<string, string>();
+
+  /**
+   * Builds a client for one fleet token.
+   *
+   * @throws {RangeError} when `maxLookupsPerNode` is not a positive integer.
+   */
+  constructor(options: LookupClientOptions) {
+    this.#authorization = `Bearer ${options.token}`;
+    this.#fetch = options.fetch;
+    this.#log = options.log;
+    this.#perNode = new KeyedLimiter(options.maxLookupsPerNode);
+  }
+
+  /**
+   * Asks `node` with `body` (`{"name":…}` or `{"id":…}`) until `signal` aborts; never rejects.
+   *
+   * @example
+   * ```ts ignore
+   * const answer = await client.ask(node, JSON.stringify({ id }), AbortSignal.timeout(2000));
+   * if (answer.kind === "silent") console.log(answer.cause);
+   * ```
+   */
+  async ask(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
+    const answer = await this.#askQueued(node, body, signal);
+    if (answer.kind === "silent") {
+      // A caller hanging up says nothing about the node; only its own failures are news.
+      if (signal.aborted && !isTimeout(signal.reason)) return answer;
+      if (this.#failing.get(node.id) !== answer.cause) {
+        this.#failing.set(node.id, answer.cause);
+        this.#log("warn", "node did not answer a lookup", {
+          nodeId: node.id,
+          endpoint: node.endpoint,
+          cause: answer.cause,
+        });
+      }
+    } else if (this.#failing.delete(node.id)) {
+      this.#log("info", "node answers lookups again", { nodeId: node.id });
+    }
+    return answer;
+  }
+
+  #askQueued(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
+    // Queued asks wait under the same signal, so the round's deadline bounds the wait too.
+    return this.#perNode.run(node.id, signal, () => this.#askNow(node, body, signal))
+      .catch((error) => ({ kind: "silent", cause: describeFailure(error, signal) }));
+  }
+
+  async #askNow(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
+    let response: Response;
+    try {
+      response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
+        method: "POST",
+        headers: { "authorization": this.#authorization, "content-type": "application/json" },
+        body,
+        signal,
+        redirect: "manual",
+      });
+    } catch (error) {
+      return { kind: "silent", cause: describeFailure(error, signal) };
+    }
+    try {
+      if (response.status !== 200) {
+        const text = await response.text();
+        const hint = response.status === 401
+          ? ": the node refused the fleet token; set the same DORMICE_API_TOKEN on gateway and nodes"
+          : `: ${text.slice(0, 200)}`;
+        return { kind: "silent", cause: `HTTP ${response.status}${hint}` };
+      }
+      const parsed = lookupAnswerSchema.safeParse(await response.json());
+      if (!parsed.success) {
+        return { kind: "silent", cause: "its lookupSandbox answer is not the expected shape" };
+      }
+      return parsed.data.found
+        ? { kind: "found", sandbox: parsed.data.sandbox }
+        : { kind: "absent" };
+    } catch (error) {
+      await response.body?.cancel().catch(() => {});
+      return { kind: "silent", cause: describeFailure(error, signal) };
+    }
+  }
+}
+
+function isTimeout(reason: unknown): boolean {
+  return reason instanceof DOMException && reason.name === "TimeoutError";
+}
+
+function describeFailure(error: unknown, signal: AbortSignal): string {
+  if (signal.aborted) {
+    const reason = signal.reason;
+    if (reason instanceof EveryCallerLeft) return "the client left before it answered";
+    if (reason instanceof Error) return reason.message;
+    return String(reason);
+  }
+  const message = error instanceof Error ? error.message : String(error);
+  return message.slice(0, 300);
+}
