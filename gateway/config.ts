@@ -10,9 +10,9 @@ import { type LogLevel, parseLogLevel } from "../shared/log.ts";
 export interface GatewayConfig {
   /** The fleet token shared by the gateway, the nodes and clients. */
   apiToken: string;
-  /** Listen address. */
+  /** The address the gateway listens on (`DORMICE_GATEWAY_HOST`). */
   host: string;
-  /** Listen port. */
+  /** The port the gateway listens on (`DORMICE_GATEWAY_PORT`). */
   port: number;
   /** The Fleet's SQLite file. */
   dbPath: string;
@@ -24,7 +24,7 @@ export interface GatewayConfig {
   nodeMinDiskGb: number;
   /** One deadline for a whole lookup round, connect included. */
   lookupTimeoutMs: number;
-  /** Log level. */
+  /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;
 }
 

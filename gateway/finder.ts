@@ -23,7 +23,7 @@ export type FindBy = "name" | "id";
 
 /** Found on exactly one node: route there. */
 export interface FindOne {
-  /** Discriminant. */
+  /** `"one"`: route to `node`. A round's `one` is cached by name and id (unless the node left). */
   readonly kind: "one";
   /** The node (live: its endpoint follows check-ins). */
   readonly node: FleetNode;
@@ -33,7 +33,7 @@ export interface FindOne {
 
 /** Found on two or more nodes: a 409 naming them. */
 export interface FindConflict {
-  /** Discriminant. */
+  /** `"conflict"`: answer a 409 with `message`; nothing is cached or routed. */
   readonly kind: "conflict";
   /** Every node that reported it, with what it reported. */
   readonly nodes: ReadonlyArray<{ node: FleetNode; sandbox: FoundSandbox }>;
@@ -43,13 +43,13 @@ export interface FindConflict {
 
 /** Every node answered and none has it: absent (a creator may place it). */
 export interface FindNone {
-  /** Discriminant. */
+  /** `"none"`: absent everywhere; never cached, so the next miss asks the fleet again. */
   readonly kind: "none";
 }
 
 /** Nobody who answered has it, but some nodes did not answer: a 503 with Retry-After. */
 export interface FindUnsure {
-  /** Discriminant. */
+  /** `"unsure"`: answer a 503 with `message`; a creator must not build the name elsewhere. */
   readonly kind: "unsure";
   /** The nodes that did not answer, each with why. */
   readonly silent: ReadonlyArray<{ node: FleetNode; cause: string }>;
@@ -64,9 +64,9 @@ export type FindResult = FindOne | FindConflict | FindNone | FindUnsure;
 
 /** Timer functions, injectable so tests fire the deadline themselves. */
 export interface FinderTimers {
-  /** Like `setTimeout`. */
+  /** Like `setTimeout`: schedules `fn`, returning a handle for `clearTimeout`. */
   setTimeout(fn: () => void, ms: number): unknown;
-  /** Like `clearTimeout`. */
+  /** Like `clearTimeout`: the round finished before its deadline. */
   clearTimeout(handle: unknown): void;
 }
 

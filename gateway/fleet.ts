@@ -41,17 +41,17 @@ export interface FleetNode {
 
 /** What `listNodes` shows for one node. */
 export interface NodeSummary {
-  /** The node id. */
+  /** The node's `DORMICE_NODE_ID`, what `removeNode` takes. */
   id: string;
-  /** Its endpoint. */
+  /** The origin the gateway forwards to. */
   endpoint: string;
   /** `up`, or `down` (silent past two intervals, or not heard since this gateway started). */
   state: "up" | "down";
   /** Milliseconds since its last check-in (persisted, so it survives a gateway restart). */
   lastCheckInAgeMs: number;
-  /** Its check-in interval. */
+  /** Its check-in interval: `state` turns `down` after two of them without a check-in. */
   intervalSeconds: number;
-  /** Its build string. */
+  /** The build string it reported, to spot a node running other software. */
   build: string;
   /** When it first checked in, ISO 8601. */
   firstSeen: string;

@@ -49,7 +49,7 @@ export interface LookupClientOptions {
  * ```
  */
 export class EveryCallerLeft extends Error {
-  /** Builds the reason; its message is what a log of the aborted ask shows. */
+  /** Takes no arguments: the reason is the same for every abandoned round. */
   constructor() {
     super("Every caller of this lookup round left");
     this.name = "EveryCallerLeft";

@@ -2,11 +2,21 @@
  * The gateway library: the pieces that turn N nodes into one fleet behind one door, as plain
  * classes an embedder can host in its own service.
  *
- * - {@linkcode Fleet}: the nodes that checked in, their readings, who is up;
- * - {@linkcode Finder}: which node holds a sandbox (a bounded cache, then one lookup round);
- * - {@linkcode Placer}: which node takes a new sandbox (filters with named reasons, then a score);
+ * - {@linkcode Fleet} (`fleet.ts`): the nodes that checked in, their readings, who is up;
+ * - {@linkcode Finder} (`finder.ts`): which node holds a sandbox (a bounded cache, then one
+ *   lookup round; asking one node is `lookup_client.ts`, its per-node limit
+ *   {@linkcode KeyedLimiter});
+ * - {@linkcode Placer} (`placer.ts`): which node takes a new sandbox (filters with named
+ *   reasons, then {@linkcode loadScore});
  * - {@linkcode LruCache}: the bounded cache behind the Finder;
- * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox.
+ * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox;
+ * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
+ *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
+ *   (`forward.ts`);
+ * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
+ *   (`native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `e2b.ts`) through `mount`;
+ *   who may call what is `auth.ts`. `config.ts` reads the environment and `main.ts` is the
+ *   daemon.
  *
  * @example Answer "where should this go?" from check-ins
  * ```ts

@@ -10,9 +10,9 @@ export type RejectReason = "down" | "no-reading" | "cpu" | "active-limit" | "dis
 
 /** One rejected node and its named reason. */
 export interface Rejection {
-  /** The node id. */
+  /** The rejected node's id. */
   nodeId: string;
-  /** The filter that rejected it. */
+  /** The first filter it failed (the chain stops there). */
   reason: RejectReason;
   /** A sentence with the numbers and the variable that moves the limit. */
   detail: string;
@@ -28,7 +28,7 @@ export interface ScoredNode {
   active: number;
   /** Placements since that reading. */
   inFlight: number;
-  /** Its cpu count. */
+  /** Its cpu count, the score's divisor. */
   cores: number;
   /** The first tie-breaker: more is better. */
   memoryAvailableBytes: number;
@@ -70,15 +70,18 @@ export interface PlacerLimits {
   minDiskBytes: number;
 }
 
-/** What a filter sees of one node: the node, the time, its in-flight count and the limits. */
+/**
+ * What a filter sees of one node. `pick()` reuses one object for every node (no allocation per
+ * node), so a filter must not keep it.
+ */
 export interface FilterInput {
-  /** The node. */
+  /** The node being judged; its `reading` is non-null for every filter after `no-reading`. */
   node: FleetNode;
   /** Now, by the fleet's clock. */
   now: number;
-  /** Its in-flight count. */
+  /** Placements counted against it since its last reading, not yet in `reading`. */
   inFlight: number;
-  /** The limits. */
+  /** The Placer's limits: a filter's sentence quotes the one it applies. */
   limits: PlacerLimits;
   /** Whether the fleet calls it down at `now`. */
   down: boolean;
@@ -86,7 +89,7 @@ export interface FilterInput {
 
 /** One feasibility filter: returns a detail sentence when it rejects, `undefined` otherwise. */
 export interface PlacementFilter {
-  /** The reason it reports. */
+  /** The reason counted in `explain.rejected` and shown with each rejection. */
   reason: RejectReason;
   /** Rejects with a sentence, or passes with `undefined`. */
   check(input: FilterInput): string | undefined;

@@ -14,11 +14,11 @@ import { type Log, silentLog } from "../shared/log.ts";
 
 /** Options for {@linkcode GatewayRouting}. */
 export interface GatewayRoutingOptions {
-  /** The nodes. */
+  /** The nodes `fanOut` asks; an answer is cached only while its node is still registered. */
   fleet: Fleet;
-  /** Name/id → node. */
+  /** Where a request's sandbox lives; creates and destroys keep its cache current. */
   finder: Finder;
-  /** Which node takes a new sandbox. */
+  /** Chooses the node for a create, and hears of refused creates and of destroys. */
   placer: Placer;
   /** The fleet token: the node's credentials the gateway forwards with. */
   token: string;
@@ -40,11 +40,11 @@ export interface GatewayRoutingOptions {
 
 /** A node's whole answer, read by the gateway (create and destroy). */
 export interface CapturedAnswer {
-  /** The node's status. */
+  /** The node's status: 4xx and 2xx decide what is counted and cached. */
   status: number;
-  /** The node's headers. */
+  /** The node's headers; a face relays only those its clients need. */
   headers: Headers;
-  /** The node's body. */
+  /** The node's whole body, read so the sandbox in it can be cached. */
   text: string;
   /** The node that answered. */
   node: FleetNode;
@@ -98,7 +98,7 @@ export interface DestroyOptions {
   body: string;
   /** The HTTP method (POST by default; E2B kill is DELETE). */
   method?: string;
-  /** The client's signal. */
+  /** The client's signal: a client that left before the slot or the lookup destroys nothing. */
   signal: AbortSignal;
   /** Headers for the node; the fleet token and JSON content type by default. */
   headers?: Record<string, string>;
@@ -150,7 +150,7 @@ export class GatewayRouting {
   readonly #fanOutTimeoutMs: number;
   readonly #captureTimeoutMs: number;
 
-  /** Builds the routing core over the three library pieces. */
+  /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
     this.#fleet = options.fleet;
     this.#finder = options.finder;
