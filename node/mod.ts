@@ -55,12 +55,7 @@ export {
   FakeExecutorHooks,
   type FakeExecutorOptions,
 } from "./executors/fake.ts";
-export {
-  executorErrorStatus,
-  SandboxService,
-  type SandboxServiceOptions,
-  toHttpError,
-} from "./service.ts";
+export { SandboxService, type SandboxServiceOptions } from "./service.ts";
 export {
   type CpuTimes,
   HostReader,
@@ -97,6 +92,8 @@ export {
   type Executor,
   ExecutorError,
   type ExecutorErrorCode,
+  executorErrorStatus,
+  executorErrorToHttp,
   type FileEntry,
   type SandboxStats,
 } from "./executors/contract.ts";

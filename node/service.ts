@@ -14,8 +14,7 @@ import {
   type ExecHandle,
   type ExecRequest,
   type Executor,
-  ExecutorError,
-  type ExecutorErrorCode,
+  executorErrorToHttp,
   type FileEntry,
   type SandboxStats,
 } from "./executors/contract.ts";
@@ -30,34 +29,6 @@ import type {
   SandboxRecord,
   SandboxRef,
 } from "./service_contract.ts";
-
-/** The HTTP status of each executor error code. */
-export const executorErrorStatus: Record<ExecutorErrorCode, number> = {
-  not_found: 404,
-  exists: 409,
-  not_dir: 400,
-  is_dir: 400,
-  invalid: 400,
-  unavailable: 503,
-  timeout: 504,
-};
-
-/**
- * Turns an `ExecutorError` into an `HttpError` with the matching status; anything else is
- * returned unchanged.
- *
- * @example
- * ```ts
- * import { ExecutorError, toHttpError } from "@dormice/cluster/node";
- * toHttpError(new ExecutorError("not_found", "/a does not exist")); // HttpError 404
- * ```
- */
-export function toHttpError(error: unknown): unknown {
-  if (error instanceof ExecutorError) {
-    return new HttpError(executorErrorStatus[error.code], error.message);
-  }
-  return error;
-}
 
 /** Options of {@linkcode SandboxService}. */
 export interface SandboxServiceOptions {
@@ -512,7 +483,7 @@ export class SandboxService implements SandboxOps {
     try {
       return await fn();
     } catch (error) {
-      throw toHttpError(error);
+      throw executorErrorToHttp(error);
     }
   }
 }

@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { HttpError } from "../../shared/http_error.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 
 /** What an executor is told when it builds a sandbox. */
@@ -102,15 +103,15 @@ export interface SandboxStats {
   diskUsedBytes: number;
 }
 
-/** Error codes an executor raises; faces map them to statuses. */
+/** Error codes an executor raises; {@linkcode executorErrorStatus} gives each its HTTP status. */
 export type ExecutorErrorCode =
-  | "not_found" // the sandbox, file or directory does not exist -> 404
-  | "exists" // the path already exists where a new one is needed -> 409
-  | "not_dir" // a path component is a file -> 400
-  | "is_dir" // a file operation on a directory -> 400
-  | "invalid" // bad argument (unknown template, relative path, ...) -> 400
-  | "unavailable" // the engine did not answer in time or is down -> 503
-  | "timeout"; // a call ran past its own deadline -> 504
+  | "not_found" // the sandbox, file or directory does not exist
+  | "exists" // the path already exists where a new one is needed
+  | "not_dir" // a path component is a file
+  | "is_dir" // a file operation on a directory
+  | "invalid" // bad argument (unknown template, relative path, ...)
+  | "unavailable" // the engine did not answer in time or is down
+  | "timeout"; // a call ran past its own deadline
 
 /**
  * The one error type executors throw for expected failures; faces map `code` to a status.
@@ -131,6 +132,45 @@ export class ExecutorError extends Error {
     this.name = "ExecutorError";
     this.code = code;
   }
+}
+
+/**
+ * The HTTP status of each executor error code, the one table every face answers with (the envd
+ * face derives its Connect code from it with `statusToConnectCode`). A 503, not a 502, for an
+ * engine that is down: the node itself answered, and the client may retry.
+ *
+ * @example
+ * ```ts
+ * import { executorErrorStatus } from "@dormice/cluster/node";
+ * executorErrorStatus.exists; // 409
+ * ```
+ */
+export const executorErrorStatus: Readonly<Record<ExecutorErrorCode, number>> = {
+  not_found: 404,
+  exists: 409,
+  not_dir: 400,
+  is_dir: 400,
+  invalid: 400,
+  unavailable: 503,
+  timeout: 504,
+};
+
+/**
+ * Turns an `ExecutorError` into an `HttpError` with its status from
+ * {@linkcode executorErrorStatus} and the same sentence; anything else is returned unchanged, so
+ * a face can call it first and then handle `HttpError` alone.
+ *
+ * @example
+ * ```ts
+ * import { ExecutorError, executorErrorToHttp } from "@dormice/cluster/node";
+ * executorErrorToHttp(new ExecutorError("not_found", "/a does not exist")); // HttpError 404
+ * ```
+ */
+export function executorErrorToHttp(error: unknown): unknown {
+  if (error instanceof ExecutorError) {
+    return new HttpError(executorErrorStatus[error.code], error.message);
+  }
+  return error;
 }
 
 /**

@@ -4,7 +4,13 @@
  * (`.ci/docker.sh`); with `CI=true` it never skips, off CI it skips with a printed reason.
  */
 import assert from "node:assert/strict";
-import { type Executor, ExecutorError, type ExecutorErrorCode } from "./contract.ts";
+import { HttpError } from "../../shared/http_error.ts";
+import {
+  type Executor,
+  ExecutorError,
+  type ExecutorErrorCode,
+  executorErrorToHttp,
+} from "./contract.ts";
 import { FakeExecutor } from "./fake.ts";
 import { DockerExecutor } from "./docker/mod.ts";
 
@@ -325,3 +331,24 @@ if (readiness.ready || onCi) {
     { sanitize: false },
   );
 }
+
+// Not part of the two-executor suite: the status table every face answers executor errors with.
+Deno.test("executorErrorToHttp() keeps the sentence and answers each code's status", () => {
+  const expected: Record<ExecutorErrorCode, number> = {
+    not_found: 404,
+    exists: 409,
+    not_dir: 400,
+    is_dir: 400,
+    invalid: 400,
+    unavailable: 503,
+    timeout: 504,
+  };
+  for (const [code, status] of Object.entries(expected) as [ExecutorErrorCode, number][]) {
+    const converted = executorErrorToHttp(new ExecutorError(code, `sentence for ${code}`));
+    assert.ok(converted instanceof HttpError, code);
+    assert.equal(converted.status, status, code);
+    assert.equal(converted.message, `sentence for ${code}`);
+  }
+  const other = new TypeError("not an executor error");
+  assert.equal(executorErrorToHttp(other), other);
+});

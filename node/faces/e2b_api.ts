@@ -19,7 +19,7 @@ import { type Log, silentLog } from "../../shared/log.ts";
 import { bearerToken, tokensEqual } from "../../shared/token.ts";
 import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
-import { ExecutorError } from "../executors/contract.ts";
+import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "./access_tokens.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
@@ -338,7 +338,8 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       code: 404,
       message: `No E2B API route ${c.req.method} ${new URL(c.req.url).pathname} on this node`,
     }, 404));
-  app.onError((error, c) => {
+  app.onError((thrown, c) => {
+    const error = executorErrorToHttp(thrown);
     if (error instanceof HttpError) {
       for (const [k, v] of Object.entries(error.headers)) c.header(k, v);
       return c.json(
@@ -346,25 +347,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
         error.status as 400,
       );
     }
-    if (error instanceof ExecutorError) {
-      const status = executorStatus[error.code];
-      return c.json({ code: status, message: error.message }, status as 400);
-    }
     log("error", "E2B API request failed", { path: c.req.path, error });
     return c.json({ code: 500, message: `Internal error: ${errorText(error)}` }, 500);
   });
   return app;
 }
-
-const executorStatus: Record<ExecutorError["code"], number> = {
-  not_found: 404,
-  exists: 409,
-  not_dir: 400,
-  is_dir: 400,
-  invalid: 400,
-  unavailable: 503,
-  timeout: 504,
-};
 
 async function readJson(c: Context, emptyIsObject = false): Promise<unknown> {
   const text = await c.req.text();

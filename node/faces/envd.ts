@@ -18,7 +18,7 @@ import { describeZodError } from "../../shared/schemas.ts";
 import {
   type ExecHandle,
   type ExecRequest,
-  ExecutorError,
+  executorErrorToHttp,
   type FileEntry,
 } from "../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
@@ -947,16 +947,6 @@ function parse<T>(schema: z.ZodType<T>, message: unknown): T {
 
 // --- error dialects --------------------------------------------------------------------------
 
-const executorCodes: Record<ExecutorError["code"], [ConnectCode, number]> = {
-  not_found: ["not_found", 404],
-  exists: ["already_exists", 409],
-  not_dir: ["invalid_argument", 400],
-  is_dir: ["invalid_argument", 400],
-  invalid: ["invalid_argument", 400],
-  unavailable: ["unavailable", 503],
-  timeout: ["deadline_exceeded", 504],
-};
-
 const restStatusOfCode: Partial<Record<ConnectCode, number>> = {
   invalid_argument: 400,
   unauthenticated: 401,
@@ -967,11 +957,9 @@ const restStatusOfCode: Partial<Record<ConnectCode, number>> = {
   deadline_exceeded: 504,
 };
 
-function toConnect(core: EnvdCore, error: unknown): { code: ConnectCode; message: string } {
+function toConnect(core: EnvdCore, thrown: unknown): { code: ConnectCode; message: string } {
+  const error = executorErrorToHttp(thrown);
   if (error instanceof ConnectError) return { code: error.code, message: error.message };
-  if (error instanceof ExecutorError) {
-    return { code: executorCodes[error.code][0], message: error.message };
-  }
   if (error instanceof HttpError) {
     return { code: statusToConnectCode(error.status), message: error.message };
   }
@@ -979,11 +967,11 @@ function toConnect(core: EnvdCore, error: unknown): { code: ConnectCode; message
   return { code: "internal", message: `Internal error: ${errorMessage(error)}` };
 }
 
-function restErrorOf(core: EnvdCore, error: unknown): Response {
+function restErrorOf(core: EnvdCore, thrown: unknown): Response {
+  const error = executorErrorToHttp(thrown);
   if (error instanceof ConnectError) {
     return restError(restStatusOfCode[error.code] ?? 500, error.message);
   }
-  if (error instanceof ExecutorError) return restError(executorCodes[error.code][1], error.message);
   if (error instanceof HttpError) return restError(error.status, error.message, error.headers);
   core.options.log("error", "envd request failed", { error });
   return restError(500, `Internal error: ${errorMessage(error)}`);

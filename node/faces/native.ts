@@ -32,8 +32,7 @@ import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
 import { bearerToken, tokensEqual } from "../../shared/token.ts";
-import { ExecutorError } from "../executors/contract.ts";
-import { executorErrorStatus } from "../service.ts";
+import { executorErrorToHttp } from "../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
 export { nativeVerbs } from "../../shared/native_schemas.ts";
@@ -83,10 +82,7 @@ export function publicSandbox(record: SandboxRecord): Sandbox {
  * ```
  */
 export function nativeErrorResponse(error: unknown, log: Log = silentLog): Response {
-  if (error instanceof ExecutorError) {
-    return Response.json({ message: error.message }, { status: executorErrorStatus[error.code] });
-  }
-  return messageResponse(error, "node", log);
+  return messageResponse(executorErrorToHttp(error), "node", log);
 }
 
 /**
