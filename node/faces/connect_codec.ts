@@ -4,6 +4,13 @@
  *
  * @module
  */
+import {
+  type ConnectCode,
+  connectCodeToStatus,
+  statusToConnectCode,
+} from "../../shared/connect_codes.ts";
+import { HttpError } from "../../shared/http_error.ts";
+import { readJsonObject } from "../../shared/json_body.ts";
 
 /** Envelope flag: the message is compressed (we never compress and refuse compressed input). */
 export const FLAG_COMPRESSED = 0x01;
@@ -18,7 +25,6 @@ export {
   connectCodeToStatus,
   statusToConnectCode,
 } from "../../shared/connect_codes.ts";
-import { type ConnectCode, connectCodeToStatus } from "../../shared/connect_codes.ts";
 
 /**
  * An error to send in the Connect dialect: `{code:"not_found", message}`.
@@ -179,28 +185,27 @@ export async function readStreamRequest(request: Request): Promise<unknown> {
 }
 
 /**
- * Reads the JSON message of a unary call (an empty body is `{}`).
+ * Reads the JSON message of a unary call (an empty body is `{}`) with the shared JSON body
+ * reader, so a unary body has the same byte cap as every other face's; its refusals become
+ * Connect errors with the code of their status.
  *
- * @throws {ConnectError} `invalid_argument` when the body is not a JSON object.
+ * @throws {ConnectError} `invalid_argument` when the body is not a JSON object or is over the
+ * cap, `canceled` when the client hung up while it was read.
  * @example
  * ```ts
  * import { readUnaryRequest } from "./connect_codec.ts";
- * // const message = await readUnaryRequest(request);
+ * await readUnaryRequest(new Request("http://x/", { method: "POST", body: '{"path":"/"}' }));
  * ```
  */
 export async function readUnaryRequest(request: Request): Promise<Record<string, unknown>> {
-  const text = await request.text();
-  if (text.trim() === "") return {};
-  let value: unknown;
   try {
-    value = JSON.parse(text);
-  } catch {
-    throw new ConnectError("invalid_argument", "The request body is not JSON: use the JSON codec");
+    return (await readJsonObject(request, { example: `{"path":"/home/user"}` })).value;
+  } catch (error) {
+    if (error instanceof HttpError) {
+      throw new ConnectError(statusToConnectCode(error.status), error.message);
+    }
+    throw error;
   }
-  if (typeof value !== "object" || value === null || Array.isArray(value)) {
-    throw new ConnectError("invalid_argument", "The request body must be a JSON object");
-  }
-  return value as Record<string, unknown>;
 }
 
 /** What a streaming handler gets to send messages with. */

@@ -86,6 +86,30 @@ Deno.test("readStreamRequest() takes exactly one envelope; readUnaryRequest() on
   );
 });
 
+Deno.test("readUnaryRequest() turns the JSON reader's refusals into Connect errors", async () => {
+  const refusal = async (request: Request) => {
+    try {
+      await readUnaryRequest(request);
+    } catch (error) {
+      assert.ok(error instanceof ConnectError, String(error));
+      return error;
+    }
+    assert.fail("expected a ConnectError");
+  };
+  const notJson = await refusal(new Request("http://x/", { method: "POST", body: "{nope" }));
+  assert.equal(notJson.code, "invalid_argument");
+  assert.match(notJson.message, /not valid JSON/);
+  const big = await refusal(
+    new Request("http://x/", {
+      method: "POST",
+      headers: { "content-length": String(64 * 1024 ** 2) },
+      body: "{}",
+    }),
+  );
+  assert.equal(big.code, "invalid_argument");
+  assert.match(big.message, /cap of 32 MiB/);
+});
+
 async function readAll(res: Response): Promise<Uint8Array> {
   return new Uint8Array(await res.arrayBuffer());
 }

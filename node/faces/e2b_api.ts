@@ -14,6 +14,7 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
+import { readJsonObject } from "../../shared/json_body.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { bearerToken, tokensEqual } from "../../shared/token.ts";
@@ -167,7 +168,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   };
 
   const create = async (c: Context) => {
-    const body = parse(createSchema, await readJson(c));
+    const body = parse(createSchema, await readBody(c, "refuse", `{"templateID":"base"}`));
     let name: string;
     if (body.metadata?.name !== undefined) {
       const r = sandboxNameSchema.safeParse(body.metadata.name);
@@ -199,7 +200,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   const connect = async (c: Context) => {
     const id = c.req.param("id")!;
-    const body = parse(connectSchema, await readJson(c, true));
+    const body = parse(connectSchema, await readBody(c, "object", `{"timeout":300}`));
     mustGet(id);
     const { resumed, sandbox } = await ops.resume({ id });
     const now = clock.now();
@@ -221,7 +222,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     const id = c.req.param("id");
     const body = parse(
       z.object({ timeout: timeoutSchema.optional(), autoPause: z.boolean().optional() }),
-      await readJson(c, true),
+      await readBody(c, "object", `{"timeout":300}`),
     );
     const before = mustGet(id);
     if (e2bState(before.state) === "running") {
@@ -243,7 +244,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.post("/sandboxes/:id/timeout", async (c) => {
     const id = c.req.param("id");
-    const body = parse(setTimeoutSchema, await readJson(c));
+    const body = parse(setTimeoutSchema, await readBody(c, "refuse", `{"timeout":300}`));
     const s = mustGet(id);
     ops.setDeadline({ id }, clock.now() + body.timeout * 1000, s.deadlineAction ?? "kill");
     return c.body(null, 204);
@@ -353,17 +354,13 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   return app;
 }
 
-async function readJson(c: Context, emptyIsObject = false): Promise<unknown> {
-  const text = await c.req.text();
-  if (text.trim() === "") {
-    if (emptyIsObject) return {};
-    throw new HttpError(400, "The request body is empty: send a JSON object");
-  }
-  try {
-    return JSON.parse(text);
-  } catch {
-    throw new HttpError(400, "The request body is not JSON: send a JSON object");
-  }
+/**
+ * Reads the body as one JSON object with the shared reader (its byte cap included); its 400 and
+ * 413 are HttpErrors, which onError answers as `{code, message}`. `empty` says whether the
+ * route needs a body (create, set timeout) or reads none as `{}` (connect, resume).
+ */
+async function readBody(c: Context, empty: "object" | "refuse", example: string) {
+  return (await readJsonObject(c.req.raw, { empty, example })).value;
 }
 
 function parse<T>(schema: z.ZodType<T>, value: unknown): T {

@@ -182,3 +182,31 @@ Deno.test("parseMetadataQuery() decodes each key and value once more", () => {
   assert.deepEqual(parseMetadataQuery("a%2Bb=c%26d&x=y"), { "a+b": "c&d", x: "y" });
   assert.equal(parseMetadataQuery(undefined), undefined);
 });
+
+Deno.test("create answers a body that is not one JSON object, or is over the cap, as {code}", async () => {
+  const { executor } = setup();
+  const app = createE2bApi(
+    new SandboxService({
+      ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
+      executor,
+    }),
+    { apiToken },
+  );
+  const post = (body: string, headers: Record<string, string> = {}) =>
+    app.request("/v2/sandboxes", {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": apiToken, ...headers },
+      body,
+    });
+  const array = await post("[1]");
+  assert.equal(array.status, 400);
+  const arrayBody = await array.json();
+  assert.equal(arrayBody.code, 400);
+  assert.match(arrayBody.message, /must be a JSON object such as \{"templateID":"base"\}/);
+  const big = await post('{"templateID":"base"}', { "content-length": String(64 * 1024 ** 2) });
+  assert.equal(big.status, 413);
+  const bigBody = await big.json();
+  assert.equal(bigBody.code, 413);
+  assert.match(bigBody.message, /cap of 32 MiB/);
+  await executor.close();
+});

@@ -27,6 +27,7 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import type { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
+import { readJsonObject } from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
@@ -108,31 +109,6 @@ export function nativeNotFound(c: Context): Response {
   }, 404);
 }
 
-/** Reads the body as one JSON object; an empty body is `{}`. */
-async function readJson(request: Request): Promise<Record<string, unknown>> {
-  let text: string;
-  try {
-    text = await request.text();
-  } catch (error) {
-    throw new HttpError(400, `The body could not be read (${(error as Error)?.message})`);
-  }
-  if (text.trim() === "") return {};
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch (error) {
-    throw new HttpError(
-      400,
-      `The body is not valid JSON (${(error as Error).message}): send a JSON object such as ` +
-        `{"name":"agent-1"}`,
-    );
-  }
-  if (value === null || typeof value !== "object" || Array.isArray(value)) {
-    throw new HttpError(400, `The body must be a JSON object such as {"name":"agent-1"}`);
-  }
-  return value as Record<string, unknown>;
-}
-
 function parse<T>(verb: string, schema: z.ZodType<T>, body: unknown): T {
   // reportInput lets describeZodError tell a missing field from a wrong type.
   const r = schema.safeParse(body, { reportInput: true });
@@ -190,7 +166,8 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   ) => {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
-      const input = parse(verbName, schema, await readJson(c.req.raw));
+      const { value } = await readJsonObject(c.req.raw);
+      const input = parse(verbName, schema, value);
       return c.json(await run(input) as Record<string, unknown>);
     });
     app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));

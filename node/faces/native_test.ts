@@ -202,3 +202,23 @@ Deno.test("native face: an unexpected error is a logged 500 {message}", async ()
   assert.match(String(r.body.message), /failed unexpectedly \(kaboom\)/);
   await app.close();
 });
+
+Deno.test("native face: a body declared over the JSON cap is a 413 {message}, not read", async () => {
+  const { app } = node();
+  const res = await app.fetch(
+    new Request("http://node/acquireSandbox", {
+      method: "POST",
+      headers: {
+        authorization: `Bearer ${token}`,
+        "content-type": "application/json",
+        "content-length": String(64 * 1024 * 1024),
+      },
+      body: '{"name":"a"}',
+    }),
+  );
+  assert.equal(res.status, 413);
+  const body = await res.json();
+  assert.deepEqual(Object.keys(body), ["message"]);
+  assert.match(body.message, /cap of 32 MiB/);
+  await app.close();
+});
