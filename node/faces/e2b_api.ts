@@ -17,7 +17,9 @@ import { HttpError } from "../../shared/http_error.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
-import { bearerToken, tokensEqual } from "../../shared/token.ts";
+import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
+import { randomSandboxName } from "../../shared/random_name.ts";
+import { tokensEqual } from "../../shared/token.ts";
 import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
@@ -42,7 +44,7 @@ export interface E2bApiOptions {
   defaultTimeoutSeconds?: number;
   /** Longest `timeout` accepted, seconds (default 30 days). */
   maxTimeoutSeconds?: number;
-  /** Names unnamed creates (default `e2b-` and 20 random hex digits). */
+  /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
   /** Answered as `cpuCount` when the sandbox's spec has none. */
   defaultCpuCount?: number;
@@ -86,10 +88,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const domain = options.domain ?? null;
   const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
   const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
-  const randomName = options.randomName ?? (() => {
-    const bytes = crypto.getRandomValues(new Uint8Array(10));
-    return "e2b-" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
-  });
+  const randomName = options.randomName ?? randomSandboxName;
   const app = new Hono();
 
   const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")
@@ -104,18 +103,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const connectSchema = z.object({ timeout: timeoutSchema.optional() });
   const setTimeoutSchema = z.object({ timeout: timeoutSchema });
 
-  app.use("*", async (c, next) => {
-    const given = c.req.header("x-api-key") ?? bearerToken(c.req.header("authorization"));
-    if (!given || !tokensEqual(given, options.apiToken)) {
-      throw new HttpError(
-        401,
-        given
-          ? "The API key is not valid: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)"
-          : "The X-API-KEY header is missing: set E2B_API_KEY to the fleet token (DORMICE_API_TOKEN)",
-      );
-    }
-    await next();
-  });
+  app.use("*", e2bKeyAuth((key) => tokensEqual(key, options.apiToken)));
 
   const token = (s: SandboxRecord) => options.accessTokens?.forSandbox(s.id);
   const endAt = (s: SandboxRecord) =>

@@ -210,3 +210,21 @@ Deno.test("create answers a body that is not one JSON object, or is over the cap
   assert.match(bigBody.message, /cap of 32 MiB/);
   await executor.close();
 });
+
+Deno.test("an unnamed create without a randomName option gets randomSandboxName's name", async () => {
+  const executor = new FakeExecutor();
+  const service = new SandboxService({
+    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
+    executor,
+  });
+  const app = createE2bApi(service, { apiToken });
+  const res = await app.request("/v2/sandboxes", {
+    method: "POST",
+    headers: { "content-type": "application/json", "x-api-key": apiToken },
+    body: JSON.stringify({ templateID: "base" }),
+  });
+  assert.equal(res.status, 201);
+  const { sandboxID } = await res.json();
+  assert.match(service.get({ id: sandboxID })!.name, /^e2b-[0-9a-f]{20}$/);
+  await executor.close();
+});
