@@ -18,7 +18,7 @@ import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
 import { AccessTokens } from "./faces/access_tokens.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
-import { createEnvd, handleSignedFiles } from "./faces/envd.ts";
+import { createEnvd, handleSignedFiles } from "./faces/envd/mod.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";
 import { DeadlineScanner } from "./deadline_scanner.ts";
 import { SandboxService } from "./service.ts";

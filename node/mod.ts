@@ -108,5 +108,5 @@ export type {
   SandboxRef,
 } from "./service_contract.ts";
 export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
-export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd.ts";
+export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd/mod.ts";
 export { AccessTokens } from "./faces/access_tokens.ts";

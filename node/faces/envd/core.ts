@@ -1,0 +1,57 @@
+/**
+ * What every part of the envd face shares: its options with their defaults, the sandbox's
+ * header, and the directory watches that uploads and filesystem RPCs report to.
+ *
+ * @module
+ */
+import { type Clock, systemClock } from "../../../shared/clock.ts";
+import { type Log, silentLog } from "../../../shared/log.ts";
+import type { SandboxOps } from "../../service_contract.ts";
+import type { AccessTokens } from "../access_tokens.ts";
+import { Watchers } from "./filesystem/watchers.ts";
+
+/** Options of `createEnvd` and `handleSignedFiles`. */
+export interface EnvdOptions {
+  /**
+   * Per-sandbox access tokens. When set, every sandbox has a token and envd requires it as
+   * `X-Access-Token` (or a valid `/files` signature); when absent, envd is open to whoever can
+   * reach it (the fleet token guards only the control plane).
+   */
+  accessTokens?: AccessTokens;
+  /** Where errors the client cannot fix are logged; `silentLog` when absent. */
+  log?: Log;
+  /** The time a signed URL's expiry is checked against; `systemClock` when absent. */
+  clock?: Clock;
+  /** Largest upload accepted by `POST /files`, bytes (default 1 GiB: files are held in memory). */
+  maxUploadBytes?: number;
+}
+
+/** The header the SDK names the sandbox with. */
+export const SANDBOX_HEADER = "E2b-Sandbox-Id";
+
+/** E2B's default user when the request names none. */
+export const DEFAULT_USER = "user";
+
+/** The state one mounted envd (or one signed `/files` door) works with. */
+export interface EnvdCore {
+  /** The sandbox service every route calls. */
+  ops: SandboxOps;
+  /** The options with their defaults filled in (the access tokens stay optional). */
+  options: Required<Omit<EnvdOptions, "accessTokens">> & { accessTokens?: AccessTokens };
+  /** The directory watches that uploads and filesystem RPCs publish their changes to. */
+  watchers: Watchers;
+}
+
+/** Fills in the defaults of `options`. */
+export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
+  return {
+    ops,
+    options: {
+      accessTokens: options.accessTokens,
+      log: options.log ?? silentLog,
+      clock: options.clock ?? systemClock,
+      maxUploadBytes: options.maxUploadBytes ?? 1024 ** 3,
+    },
+    watchers: new Watchers(),
+  };
+}

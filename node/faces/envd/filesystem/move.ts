@@ -1,0 +1,32 @@
+/**
+ * `filesystem.Filesystem/Move`: renames a path; watches see a rename and a create.
+ *
+ * @module
+ */
+import { z } from "zod";
+import type { SandboxOps } from "../../../service_contract.ts";
+import { parseMessage, resolvePath } from "../request.ts";
+import type { RpcCall } from "../rpc.ts";
+import { entryJson } from "./entry.ts";
+import type { Watchers } from "./watchers.ts";
+
+const moveSchema = z.object({ source: z.string(), destination: z.string() });
+
+/**
+ * Serves `Move` for one call.
+ *
+ * @example
+ * ```ts ignore
+ * const rpc: UnaryRpc = (call) => move(ops, watchers, call);
+ * ```
+ */
+export async function move(ops: SandboxOps, watchers: Watchers, call: RpcCall): Promise<unknown> {
+  const body = parseMessage(moveSchema, call.message);
+  const user = call.user();
+  const from = resolvePath(body.source, user, "source");
+  const to = resolvePath(body.destination, user, "destination");
+  const entry = await ops.move({ id: call.sandbox.id }, from, to);
+  watchers.publish(call.sandbox.id, from, "EVENT_TYPE_RENAME");
+  watchers.publish(call.sandbox.id, to, "EVENT_TYPE_CREATE");
+  return { entry: entryJson(entry) };
+}

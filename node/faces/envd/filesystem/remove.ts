@@ -1,0 +1,32 @@
+/**
+ * `filesystem.Filesystem/Remove`: a file or a whole directory tree.
+ *
+ * @module
+ */
+import { z } from "zod";
+import type { SandboxOps } from "../../../service_contract.ts";
+import { parseMessage, resolvePath } from "../request.ts";
+import type { RpcCall } from "../rpc.ts";
+import type { Watchers } from "./watchers.ts";
+
+const removeSchema = z.object({ path: z.string() });
+
+/**
+ * Serves `Remove` for one call.
+ *
+ * @example
+ * ```ts ignore
+ * const rpc: UnaryRpc = (call) => remove(ops, watchers, call);
+ * ```
+ */
+export async function remove(
+  ops: SandboxOps,
+  watchers: Watchers,
+  call: RpcCall,
+): Promise<unknown> {
+  const body = parseMessage(removeSchema, call.message);
+  const path = resolvePath(body.path, call.user(), "path");
+  await ops.remove({ id: call.sandbox.id }, path);
+  watchers.publish(call.sandbox.id, path, "EVENT_TYPE_REMOVE");
+  return {};
+}

@@ -1,0 +1,71 @@
+/**
+ * The door every header-routed envd request passes: the sandbox is the one the
+ * `E2b-Sandbox-Id` header names, and when the node gives sandboxes access tokens the request
+ * carries that sandbox's `X-Access-Token` (or, on `/files`, a valid signed URL).
+ *
+ * @module
+ */
+import type { Context } from "hono";
+import type { SandboxRecord } from "../../service_contract.ts";
+import { isExpired, parseSignedFileUrl, signatureMatches } from "../access_tokens.ts";
+import { ConnectError, connectErrorResponse } from "../connect_codec.ts";
+import { type EnvdCore, SANDBOX_HEADER } from "./core.ts";
+import { restErrorOf, toConnect } from "./dialects.ts";
+
+/**
+ * Picks the sandbox, checks its token, runs `fn`, and answers whatever `fn` (or the checks)
+ * threw in `dialect`: Connect `{code:"…"}` for RPCs, REST `{code:<int>}` for `/files`.
+ *
+ * @example
+ * ```ts ignore
+ * app.get("/files", (c) => guard(core, c, "rest", (sandbox) => readFileResponse(core, sandbox, url)));
+ * ```
+ */
+export async function guard(
+  core: EnvdCore,
+  c: Context,
+  dialect: "rest" | "connect",
+  fn: (sandbox: SandboxRecord) => Promise<Response>,
+): Promise<Response> {
+  try {
+    const id = c.req.header(SANDBOX_HEADER);
+    if (!id) {
+      throw new ConnectError(
+        "invalid_argument",
+        `The ${SANDBOX_HEADER} header is missing: name the sandbox the request is for`,
+      );
+    }
+    const sandbox = core.ops.get({ id });
+    if (!sandbox) {
+      throw new ConnectError(
+        "unavailable",
+        `No sandbox '${id}' on this node: it may have been killed`,
+      );
+    }
+    const tokens = core.options.accessTokens;
+    if (tokens && !tokens.verify(sandbox.id, c.req.header("X-Access-Token"))) {
+      // A signed URL reaching envd through the gateway (with the sandbox header) also counts.
+      const url = new URL(c.req.url);
+      const signed = dialect === "rest" && url.searchParams.has("signature")
+        ? parseSignedFileUrl(url, c.req.method === "GET" ? "read" : "write")
+        : undefined;
+      const ok = signed?.ok && !isExpired(signed.value, core.options.clock.now()) &&
+        signatureMatches(signed.value, tokens.forSandbox(sandbox.id));
+      if (!ok) {
+        throw new ConnectError(
+          "unauthenticated",
+          c.req.header("X-Access-Token")
+            ? `The X-Access-Token does not belong to sandbox '${sandbox.id}': use the envdAccessToken that create or connect returned`
+            : `Sandbox '${sandbox.id}' needs the X-Access-Token header: send the envdAccessToken that create or connect returned`,
+        );
+      }
+    }
+    return await fn(sandbox);
+  } catch (error) {
+    if (dialect === "connect") {
+      const { code, message } = toConnect(core.options.log, error);
+      return connectErrorResponse(code, message);
+    }
+    return restErrorOf(core.options.log, error);
+  }
+}

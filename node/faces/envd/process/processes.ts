@@ -1,0 +1,245 @@
+/**
+ * The commands envd started or attached to, each with the hub that fans its output out to
+ * every stream following it, and the one lookup of a running command by pid or by tag that
+ * every `process.Process` RPC naming a process goes through.
+ *
+ * Output is pumped from the executor into the hub for as long as the command runs, and each
+ * `Start`/`Connect` stream is a subscriber: a client that hangs up stops its own stream at
+ * once, while the command keeps running with its output drained (E2B's background commands
+ * must survive their client, and an undrained pipe would stall or SIGPIPE the command).
+ *
+ * @module
+ */
+import { Buffer } from "node:buffer";
+import { z } from "zod";
+import type { Log } from "../../../../shared/log.ts";
+import type { ExecExit, ExecHandle, ExecRequest } from "../../../executors/contract.ts";
+import type { SandboxOps, SandboxRecord } from "../../../service_contract.ts";
+import { ConnectError, type StreamSink } from "../../connect_codec.ts";
+import { errorMessage } from "../dialects.ts";
+import { startKeepalive, untilAborted } from "../rpc.ts";
+
+/** How an RPC names a process: E2B's `ProcessSelector`. */
+export type Selector = { pid: number } | { tag: string };
+
+/** The schema of a `ProcessSelector` field. */
+export const selectorSchema: z.ZodType<Selector> = z.union([
+  z.object({ pid: z.number().int().nonnegative() }),
+  z.object({ tag: z.string().min(1) }),
+], { error: "needs 'pid' or 'tag'" });
+
+/** One running command's output, fanned out to every stream attached to it. */
+export interface ProcessHub {
+  /** The command's pid in its sandbox. */
+  readonly pid: number;
+  /** The tag `Start` gave it, if any. */
+  readonly tag?: string;
+  /** Called with every event; a subscriber is one following stream. */
+  readonly subscribers: Set<(message: unknown) => void>;
+  /** The end event once the command ended and its output was drained. */
+  end?: unknown;
+  /** Resolves once the end event was broadcast; never rejects. */
+  done: Promise<void>;
+}
+
+/** A running command as the sandbox service tracks it. */
+export interface RunningCommand {
+  /** Its pid in its sandbox. */
+  pid: number;
+  /** Its streams, stdin and kill. */
+  handle: ExecHandle;
+  /** What was started. */
+  request: ExecRequest;
+}
+
+/**
+ * The process table of one envd: hubs by sandbox and pid, opened when a command starts or a
+ * client first connects to a command that has none, dropped when the command ends.
+ *
+ * @example
+ * ```ts ignore
+ * const processes = new Processes(ops, log);
+ * const handle = await ops.startCommand({ id: sandbox.id }, { cmd: ["sleep", "1"] });
+ * const hub = processes.open(sandbox.id, handle, "job-1");
+ * processes.find(sandbox, { tag: "job-1" }).pid === hub.pid; // true
+ * ```
+ */
+export class Processes {
+  #ops: SandboxOps;
+  #log: Log;
+  #hubs = new Map<string, ProcessHub>();
+
+  /** A table over `ops`, logging output streams that fail to `log`. */
+  constructor(ops: SandboxOps, log: Log) {
+    this.#ops = ops;
+    this.#log = log;
+  }
+
+  /**
+   * The running command `selector` names (for input, signals, closing stdin).
+   *
+   * @throws {ConnectError} `not_found` when no running command of this sandbox matches.
+   */
+  find(sandbox: SandboxRecord, selector: Selector): RunningCommand {
+    const { command } = this.#lookup(sandbox, selector);
+    if (!command) throw notFound(sandbox, selector);
+    return command;
+  }
+
+  /**
+   * The hub of the command `selector` names, opened now when nobody followed it yet. A hub
+   * outlives its command's entry in the service while it drains the last output, so a client
+   * connecting in that moment still gets the rest and the end.
+   *
+   * @throws {ConnectError} `not_found` when the command has neither a hub nor a running entry.
+   */
+  attach(sandbox: SandboxRecord, selector: Selector): ProcessHub {
+    const { pid, command } = this.#lookup(sandbox, selector);
+    const hub = pid === undefined ? undefined : this.#hubs.get(hubKey(sandbox.id, pid));
+    if (hub) return hub;
+    if (!command) throw notFound(sandbox, selector);
+    return this.open(sandbox.id, command.handle);
+  }
+
+  /**
+   * The one pid-or-tag lookup: a pid is taken as given; a tag names the most recently started
+   * command with that tag that is still running.
+   */
+  #lookup(sandbox: SandboxRecord, selector: Selector): { pid?: number; command?: RunningCommand } {
+    const running = this.#ops.commands({ id: sandbox.id });
+    let pid: number | undefined;
+    if ("pid" in selector) pid = selector.pid;
+    else {
+      for (const hub of this.#hubs.values()) {
+        if (hub.tag === selector.tag && running.has(hub.pid)) pid = hub.pid;
+      }
+    }
+    const entry = pid === undefined ? undefined : running.get(pid);
+    return { pid, command: pid === undefined || !entry ? undefined : { pid, ...entry } };
+  }
+
+  /** The tag of a command of this sandbox, if `Start` gave it one. */
+  tagOf(sandboxId: string, pid: number): string | undefined {
+    return this.#hubs.get(hubKey(sandboxId, pid))?.tag;
+  }
+
+  /**
+   * Opens the hub of a command just started, and starts pumping its output. Subscribe (with
+   * {@linkcode follow}) in the same turn, before any `await`: output that arrives before the
+   * first subscriber is broadcast to nobody.
+   */
+  open(sandboxId: string, handle: ExecHandle, tag?: string): ProcessHub {
+    const hub: ProcessHub = {
+      pid: handle.pid,
+      tag,
+      subscribers: new Set(),
+      done: Promise.resolve(),
+    };
+    const broadcast = (message: unknown) => {
+      for (const s of hub.subscribers) s(message);
+    };
+    const pump = async (stream: ReadableStream<Uint8Array>, field: "stdout" | "stderr") => {
+      const reader = stream.getReader();
+      try {
+        while (true) {
+          const { done, value } = await reader.read();
+          if (done) break;
+          if (value.length) {
+            broadcast({
+              event: { data: { [field]: Buffer.from(value).toString("base64") } },
+            });
+          }
+        }
+      } catch (error) {
+        this.#log("warn", "command output stream failed", { sandboxId, pid: handle.pid, error });
+      } finally {
+        reader.releaseLock();
+      }
+    };
+    this.#hubs.set(hubKey(sandboxId, handle.pid), hub);
+    hub.done = (async () => {
+      await Promise.all([pump(handle.stdout, "stdout"), pump(handle.stderr, "stderr")]);
+      let end;
+      try {
+        end = endEvent(await handle.exited);
+      } catch (error) {
+        // Never let this promise reject: nobody may be awaiting it, and the node must not crash.
+        this.#log("warn", "command end could not be read", { sandboxId, error });
+        end = { exitCode: -1, exited: false, status: "unknown", error: errorMessage(error) };
+      }
+      hub.end = { event: { end } };
+      broadcast(hub.end);
+      this.#hubs.delete(hubKey(sandboxId, handle.pid));
+    })();
+    return hub;
+  }
+}
+
+/**
+ * Streams a hub's events to one client until the command ends or the client leaves: the start
+ * event first, then every output event, keepalives every `keepaliveMs`, and the end event.
+ *
+ * @example
+ * ```ts ignore
+ * await follow(await processes.start(sandbox, request), sink, call.keepaliveMs());
+ * ```
+ */
+export async function follow(
+  hub: ProcessHub,
+  sink: StreamSink,
+  keepaliveMs?: number,
+): Promise<void> {
+  sink.send({ event: { start: { pid: hub.pid } } });
+  if (hub.end) {
+    sink.send(hub.end);
+    return;
+  }
+  const subscriber = (message: unknown) => sink.send(message);
+  hub.subscribers.add(subscriber);
+  const stopKeepalive = startKeepalive(sink, keepaliveMs, { event: { keepalive: {} } });
+  try {
+    await Promise.race([hub.done, untilAborted(sink.signal)]);
+  } finally {
+    hub.subscribers.delete(subscriber);
+    stopKeepalive();
+  }
+}
+
+/**
+ * The end event of a command, as envd words it.
+ *
+ * @example
+ * ```ts
+ * import { endEvent } from "./processes.ts";
+ * endEvent({ exitCode: 2 }); // { exitCode: 2, exited: true, status: "exit status 2" }
+ * ```
+ */
+export function endEvent(exit: ExecExit): { exitCode: number; exited: boolean; status: string } {
+  if (exit.signal) {
+    // envd reports what Go's ProcessState says for a signalled process: code -1.
+    const names: Record<string, string> = {
+      SIGKILL: "killed",
+      SIGTERM: "terminated",
+      SIGINT: "interrupt",
+      SIGHUP: "hangup",
+    };
+    return {
+      exitCode: -1,
+      exited: false,
+      status: `signal: ${names[exit.signal] ?? exit.signal.toLowerCase()}`,
+    };
+  }
+  return { exitCode: exit.exitCode, exited: true, status: `exit status ${exit.exitCode}` };
+}
+
+function hubKey(sandboxId: string, pid: number): string {
+  return `${sandboxId}\u0000${pid}`;
+}
+
+function notFound(sandbox: SandboxRecord, selector: Selector): ConnectError {
+  const which = "pid" in selector ? `with pid ${selector.pid}` : `tagged '${selector.tag}'`;
+  return new ConnectError(
+    "not_found",
+    `No running process ${which} in sandbox '${sandbox.id}': list them with Process/List`,
+  );
+}
