@@ -53,3 +53,47 @@ Deno.test("a client hanging up stops its stream; the command lives on until kill
   assert.equal((await again.json()).code, "not_found");
   await executor.close();
 });
+
+Deno.test("a tag names a process of the caller's sandbox, never another sandbox's pid", async () => {
+  const { service, sandbox, accessTokens, stream, unary, headers, executor } = await setup();
+  const { sandbox: other } = await service.acquire({ name: "envd-2" });
+  const otherHeaders = {
+    "E2b-Sandbox-Id": other.id,
+    "X-Access-Token": accessTokens.forSandbox(other.id),
+  };
+  /** Starts `sleep 30`, reads its pid from the start event, then hangs up (it keeps running). */
+  const startSleep = async (h: typeof otherHeaders, tag?: string) => {
+    const res = await stream(
+      "process.Process/Start",
+      { process: { cmd: "/bin/bash", args: ["-c", "sleep 30"] }, ...(tag ? { tag } : {}) },
+      h,
+    );
+    const reader = res.body!.getReader();
+    const [start] = decodeEnvelopes((await reader.read()).value!);
+    await reader.cancel();
+    return (start.message as { event: { start: { pid: number } } }).event.start.pid;
+  };
+  const untagged = await startSleep(headers());
+  const job = await startSleep(headers(), "job");
+  // Pids count per sandbox, so the other sandbox's "job" has the pid of this one's untagged.
+  const otherJob = await startSleep(otherHeaders, "job");
+  assert.equal(otherJob, untagged);
+  const running = service.commands({ id: sandbox.id });
+  // Whichever ends first is the one the signal reached; the other sleeps on.
+  const ended = Promise.race([
+    running.get(job)!.handle.exited.then(() => "job"),
+    running.get(untagged)!.handle.exited.then(() => "untagged"),
+  ]);
+  const kill = await unary("process.Process/SendSignal", {
+    process: { tag: "job" },
+    signal: "SIGNAL_SIGKILL",
+  });
+  assert.equal(kill.status, 200);
+  await kill.body?.cancel();
+  assert.equal(await ended, "job");
+  const listed = await (await unary("process.Process/List", {})).json();
+  assert.deepEqual(listed.processes.map((p: { pid: number }) => p.pid), [untagged]);
+  const otherListed = await (await unary("process.Process/List", {}, otherHeaders)).json();
+  assert.deepEqual(otherListed.processes.map((p: { pid: number }) => p.pid), [otherJob]);
+  await executor.close();
+});

@@ -30,6 +30,8 @@ export const selectorSchema: z.ZodType<Selector> = z.union([
 
 /** One running command's output, fanned out to every stream attached to it. */
 export interface ProcessHub {
+  /** The sandbox the command runs in: pids are unique per sandbox only. */
+  readonly sandboxId: string;
   /** The command's pid in its sandbox. */
   readonly pid: number;
   /** The tag `Start` gave it, if any. */
@@ -103,7 +105,7 @@ export class Processes {
 
   /**
    * The one pid-or-tag lookup: a pid is taken as given; a tag names the most recently started
-   * command with that tag that is still running.
+   * command of this sandbox with that tag that is still running.
    */
   #lookup(sandbox: SandboxRecord, selector: Selector): { pid?: number; command?: RunningCommand } {
     const running = this.#ops.commands({ id: sandbox.id });
@@ -111,7 +113,10 @@ export class Processes {
     if ("pid" in selector) pid = selector.pid;
     else {
       for (const hub of this.#hubs.values()) {
-        if (hub.tag === selector.tag && running.has(hub.pid)) pid = hub.pid;
+        // The sandbox first: another sandbox's pid may well name a process here too.
+        if (hub.sandboxId === sandbox.id && hub.tag === selector.tag && running.has(hub.pid)) {
+          pid = hub.pid;
+        }
       }
     }
     const entry = pid === undefined ? undefined : running.get(pid);
@@ -130,6 +135,7 @@ export class Processes {
    */
   open(sandboxId: string, handle: ExecHandle, tag?: string): ProcessHub {
     const hub: ProcessHub = {
+      sandboxId,
       pid: handle.pid,
       tag,
       subscribers: new Set(),
