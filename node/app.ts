@@ -50,7 +50,7 @@ export interface NodeAppOptions {
   clock?: Clock;
   /** Where every part logs; `silentLog` when absent. */
   log?: Log;
-  /** Used by the check-in loop. */
+  /** The `fetch` the check-in loop sends with; the global `fetch` when absent. */
   fetch?: typeof fetch;
   /** Host numbers; the real machine when absent. */
   sampler?: HostSampler;
@@ -62,7 +62,7 @@ export interface NodeAppOptions {
 export interface NodeApp {
   /** Serves every route: the native verbs, `/healthz` (and the E2B faces once mounted). */
   fetch: (request: Request) => Promise<Response>;
-  /** The root Hono app. */
+  /** The root Hono app every face is mounted on. */
   hono: Hono;
   /** The sandbox service every face calls. */
   service: SandboxService;

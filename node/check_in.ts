@@ -19,7 +19,7 @@ export interface CheckInOptions {
   intervalSeconds: number;
   /** The software build, e.g. `@dormice/cluster@0.1.0`. */
   build: string;
-  /** The fleet token. */
+  /** The fleet token, sent as the bearer token of every check-in. */
   token: string;
   /** Takes a host reading for each check-in. */
   reading: () => HostReading;

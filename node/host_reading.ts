@@ -150,7 +150,10 @@ export class HostReader {
     this.#clock = options.clock ?? systemClock;
   }
 
-  /** Takes a reading now. */
+  /**
+   * Takes a reading now. Its cpu % is measured since the previous call (null on the first, and
+   * the previous answer again when less than `minCpuSpanMs` passed).
+   */
   read(): HostReading {
     const now = this.#clock.now();
     return {

@@ -72,7 +72,7 @@ interface Tracked {
  * ```
  */
 export class SandboxService implements SandboxOps {
-  /** The per-name slots. */
+  /** The per-name slots every verb runs in (the `queue` option, or one of its own). */
   readonly queue: NameQueue;
   #ledger: Ledger;
   #executor: Executor;

@@ -37,7 +37,7 @@ export interface AcquireRequest {
   deadline?: { ms: number; action: DeadlineAction };
 }
 
-/** `acquire` answer. */
+/** What `acquire` answers: the row, and whether this call built it. */
 export interface AcquireResult {
   /** True when this call built the sandbox, false when it existed (and was woken if needed). */
   created: boolean;

@@ -15,7 +15,7 @@ export interface CreateRequest {
   name: string;
   /** The template (an image name for Docker). */
   template: string;
-  /** Limits and options. */
+  /** Limits (cpus, memory, pids), network access and extra environment, as the create asked. */
   spec: SandboxSpec;
   /** Default environment for every command in the sandbox. */
   env: Record<string, string>;
@@ -59,7 +59,7 @@ export interface ExecHandle {
   readonly exited: Promise<ExecExit>;
   /** Writes to stdin (only when started with `stdin: true`). */
   writeStdin(data: Uint8Array): Promise<void>;
-  /** Closes stdin. */
+  /** Closes stdin: a command reading it sees the end of its input. */
   closeStdin(): Promise<void>;
   /** Sends a signal; a command that already ended is not an error. */
   kill(signal?: "SIGKILL" | "SIGTERM" | "SIGINT" | "SIGHUP"): Promise<void>;
@@ -203,7 +203,7 @@ export interface Executor {
   remove(id: string, path: string): Promise<void>;
   /** Freezes every process of the sandbox. */
   pause(id: string): Promise<void>;
-  /** Thaws the sandbox. */
+  /** Thaws a sandbox frozen by `pause`. */
   resume(id: string): Promise<void>;
   /** Resource use now. */
   stats(id: string): Promise<SandboxStats>;

@@ -306,7 +306,7 @@ class FakeProcess implements ExecHandle {
 export interface FakeExecutorOptions {
   /** Templates it accepts; any template when absent. */
   templates?: string[];
-  /** For file timestamps and stats. */
+  /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
   clock?: Clock;
 }
 
@@ -336,13 +336,16 @@ export class FakeExecutor implements Executor {
   #templates: Set<string> | null;
   #clock: Clock;
 
-  /** Builds an empty executor. */
+  /** An executor holding no sandboxes yet; with `templates`, `create` refuses any other. */
   constructor({ templates, clock = systemClock }: FakeExecutorOptions = {}) {
     this.#templates = templates ? new Set(templates) : null;
     this.#clock = clock;
   }
 
-  /** Builds a sandbox. */
+  /**
+   * Makes the sandbox's file tree (`/home/user`, `/tmp`, a few system directories). A taken id
+   * is `exists`; a template outside `templates` is `invalid`.
+   */
   async create(request: CreateRequest): Promise<void> {
     await this.hooks.enter("create");
     if (this.#sandboxes.has(request.id)) {
@@ -377,7 +380,10 @@ export class FakeExecutor implements Executor {
     for (const go of sandbox.thaw.splice(0)) go();
   }
 
-  /** Starts a command. */
+  /**
+   * Runs `request.cmd` in the fake interpreter. Pids count from 1 in each sandbox; a `cwd` that
+   * does not exist is `not_found`.
+   */
   async exec(id: string, request: ExecRequest): Promise<ExecHandle> {
     await this.hooks.enter("exec");
     const sandbox = await this.#ready(id);
@@ -403,21 +409,21 @@ export class FakeExecutor implements Executor {
     return fs.write(fs.resolve(path), data);
   }
 
-  /** Reads a whole file. */
+  /** A copy of the file's bytes; a directory is `is_dir`. */
   async readFile(id: string, path: string): Promise<Uint8Array> {
     await this.hooks.enter("readFile");
     const { fs } = await this.#ready(id);
     return fs.read(fs.resolve(path));
   }
 
-  /** Lists a directory. */
+  /** The entries under `path` down to `depth` levels, sorted by path; a file is `not_dir`. */
   async listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
     await this.hooks.enter("listDir");
     const { fs } = await this.#ready(id);
     return fs.list(fs.resolve(path), depth);
   }
 
-  /** Describes a path. */
+  /** The entry of `path`: `not_found` when it does not exist, `not_dir` under a file. */
   async stat(id: string, path: string): Promise<FileEntry> {
     await this.hooks.enter("stat");
     const { fs } = await this.#ready(id);
@@ -431,7 +437,7 @@ export class FakeExecutor implements Executor {
     return fs.mkdir(fs.resolve(path), true);
   }
 
-  /** Renames a path. */
+  /** Renames a file or a whole tree; `to`'s parent must exist, and `to` must not be a directory. */
   async move(id: string, from: string, to: string): Promise<FileEntry> {
     await this.hooks.enter("move");
     const { fs } = await this.#ready(id);
@@ -451,7 +457,7 @@ export class FakeExecutor implements Executor {
     this.#get(id).paused = true;
   }
 
-  /** Thaws the sandbox. */
+  /** Thaws the sandbox: the exec and file calls waiting on the pause go on. */
   async resume(id: string): Promise<void> {
     await this.hooks.enter("resume");
     const sandbox = this.#get(id);
@@ -474,7 +480,7 @@ export class FakeExecutor implements Executor {
     };
   }
 
-  /** Ids of every sandbox. */
+  /** Ids of every sandbox it holds: in memory only, so none survive a restart. */
   async list(): Promise<string[]> {
     await this.hooks.enter("list");
     return [...this.#sandboxes.keys()];

@@ -37,7 +37,7 @@ export {
  * ```
  */
 export class ConnectError extends Error {
-  /** The Connect code. */
+  /** The Connect code; the HTTP status of a unary answer follows from it. */
   readonly code: ConnectCode;
   /** Builds the error with a sentence saying what is wrong and what to do. */
   constructor(code: ConnectCode, message: string) {
