@@ -1,6 +1,19 @@
 /**
- * The node: a standalone sandbox daemon (ledger, executors, sandbox service, native face,
- * check-in, deadline scanner), importable so it runs in-process in tests and embedders.
+ * The node: a standalone sandbox daemon, importable so it runs in-process in tests and
+ * embedders. Its folders show its layers: the faces call the sandbox service, the service the
+ * ledger and the executor.
+ *
+ * | where | what |
+ * |---|---|
+ * | `app.ts` | {@linkcode createNodeApp}: builds the parts below and mounts the faces |
+ * | `faces/native.ts` | the native verbs, `POST /<verb>`, errors `{message}` |
+ * | `faces/e2b_api.ts` | the E2B control plane under `/e2b/api`, errors `{code:<int>, message}` |
+ * | `faces/envd/` | envd under `/e2b/envd` (one file per Connect RPC), the signed `/files` door |
+ * | `faces/connect_codec.ts`, `faces/access_tokens.ts` | the Connect JSON codec; envd tokens and signed URLs |
+ * | `service.ts` | {@linkcode SandboxService}: every verb of one sandbox inside its name's slot |
+ * | `ledger.ts` | {@linkcode Ledger}: one SQLite row per sandbox, one daemon per file |
+ * | `executors/` | the {@linkcode Executor} contract with {@linkcode executorErrorStatus}, the fake, Docker (`@dormice/cluster/docker`) |
+ * | `check_in.ts`, `deadline_scanner.ts`, `host_reading.ts` | the loops: check-in, E2B deadlines, host numbers |
  *
  * @example A node in memory, served by any `fetch` handler host
  * ```ts

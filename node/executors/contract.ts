@@ -1,6 +1,8 @@
 /**
  * The executor contract: the only place that touches containers. `FakeExecutor` (in memory)
  * and `DockerExecutor` (dockerode) implement it; the same contract suite runs against both.
+ * Also the one error type executors throw and the HTTP status of each of its codes, which
+ * every face answers with.
  *
  * @module
  */
