@@ -15,6 +15,7 @@
 import { dirname } from "node:path";
 import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
+import { serveGuarded } from "../shared/serve.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createGateway } from "./app.ts";
 import { mountE2b } from "./e2b.ts";
@@ -58,9 +59,13 @@ const gateway = createGateway({
   mount: (app, parts) => mountE2b(app, parts),
 });
 
-const server = Deno.serve({
+// Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
+// (shared/serve.ts says what was measured).
+const server = serveGuarded({
   hostname: config.host,
   port: config.port,
+  log,
+  handler: gateway.fetch,
   onListen: ({ hostname, port }) =>
     log("info", "gateway listening", {
       address: `${hostname}:${port}`,
@@ -68,7 +73,7 @@ const server = Deno.serve({
       db: config.dbPath,
       nodes: gateway.fleet.size,
     }),
-}, gateway.fetch);
+});
 
 // Down is decided on read; the sweep only announces transitions in the log.
 const sweeper = setInterval(() => gateway.sweep(), 1_000);

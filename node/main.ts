@@ -11,6 +11,7 @@
  */
 import { DatabaseLockedError } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
+import { serveGuarded } from "../shared/serve.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
@@ -102,9 +103,13 @@ try {
   });
 }
 
-const server = Deno.serve({
+// Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
+// (shared/serve.ts says what was measured).
+const server = serveGuarded({
   hostname: config.host,
   port: config.port,
+  log,
+  handler: node.fetch,
   onListen: ({ hostname, port }) =>
     log("info", "node listening", {
       address: `${hostname}:${port}`,
@@ -114,7 +119,7 @@ const server = Deno.serve({
       gateway: config.gatewayEndpoint ?? "none (standalone)",
       dataDir: config.dataDir,
     }),
-}, node.fetch);
+});
 
 node.start();
 

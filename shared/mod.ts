@@ -34,3 +34,4 @@ export * from "./connect_codes.ts";
 export * from "./json_body.ts";
 export { randomSandboxName } from "./random_name.ts";
 export { e2bApiKey, e2bKeyAuth } from "./e2b_auth.ts";
+export { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";

@@ -58,6 +58,8 @@ export interface StartGatewayOptions {
   port?: number;
   /** Wait for `/healthz` (default true). */
   waitForHealth?: boolean;
+  /** Run under this open-file limit (see `SpawnDenoOptions.maxOpenFiles`). */
+  maxOpenFiles?: number;
 }
 
 /** POSTs a native verb to `base` with `token`. */
@@ -121,6 +123,7 @@ export async function startGateway(options: StartGatewayOptions = {}): Promise<G
       ...options.env,
     },
     permissions: gatewayPermissions(dir),
+    maxOpenFiles: options.maxOpenFiles,
   });
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {

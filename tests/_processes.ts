@@ -37,6 +37,8 @@ export interface SpawnDenoOptions {
   /** Permission flags, e.g. `["--allow-net=127.0.0.1"]`; never `-A`. */
   permissions?: string[];
   cwd?: string;
+  /** Run under this open-file limit (soft and hard), through `prlimit`: a flood test's ceiling. */
+  maxOpenFiles?: number;
 }
 
 /**
@@ -55,8 +57,12 @@ export function spawnDeno(script: string, options: SpawnDenoOptions = {}): Spawn
     if (value !== undefined) env[name] = value;
   }
   Object.assign(env, { NO_COLOR: "1" }, options.env);
-  const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...(options.permissions ?? []), script],
+  const deno = ["run", "--quiet", ...(options.permissions ?? []), script];
+  const limited = options.maxOpenFiles !== undefined;
+  const child = new Deno.Command(limited ? "prlimit" : Deno.execPath(), {
+    args: limited
+      ? [`--nofile=${options.maxOpenFiles}:${options.maxOpenFiles}`, Deno.execPath(), ...deno]
+      : deno,
     cwd: options.cwd ?? repoRoot,
     env,
     clearEnv: true,
@@ -171,6 +177,8 @@ export interface StartNodeOptions {
   port?: number;
   /** The node's permissions for its data dir; the fake executor's narrow set by default. */
   permissions?: (dataDir: string) => string[];
+  /** Run under this open-file limit (see {@linkcode SpawnDenoOptions.maxOpenFiles}). */
+  maxOpenFiles?: number;
 }
 
 /** A fresh random fleet token. */
@@ -207,6 +215,7 @@ export async function startNode(options: StartNodeOptions = {}): Promise<NodePro
       ...options.env,
     },
     permissions: (options.permissions ?? nodePermissions)(dataDir),
+    maxOpenFiles: options.maxOpenFiles,
   });
   const url = `http://127.0.0.1:${port}`;
   const stop = async () => {

@@ -1,0 +1,305 @@
+/**
+ * The HTTP server both daemons listen with: `Deno.serve`'s HTTP engine behind an accept loop of
+ * our own, because `Deno.serve` alone lets anyone without a token end the process. Measured on
+ * Deno 2.9.6: under the usual 1024-descriptor limit, about a thousand idle TCP connections make
+ * its accept fail with EMFILE, and that error ends its accept loop for good (the process stops
+ * answering); and it never closes a connection that sends nothing, trickles its head or sits
+ * idle after a request.
+ *
+ * Here every connection is watched: one that has not completed a request head within
+ * `headerTimeoutMs` of its accept (or of its last answer) is closed, a kept-alive one with nothing
+ * in flight is closed after `idleTimeoutMs`, at most `maxConnections` are open (the longest idle
+ * one makes room for a new one), and running out of descriptors sheds the idle connections and
+ * backs off instead of ending anything.
+ *
+ * It hands each accepted connection to Deno's own per-connection HTTP server
+ * (`serveHttpOnConnection`, the one `node:http` uses), reached through `Deno[Deno.internal]`
+ * because Deno has no public API that serves one connection. The Deno version is pinned
+ * (`deno.lock`, `npx -y deno@2.9.6`); when a runtime lacks it this falls back to plain
+ * `Deno.serve` and logs that the guard is off.
+ *
+ * @module
+ */
+import { type Clock, systemClock } from "./clock.ts";
+import { ChangeLog, type Log, silentLog } from "./log.ts";
+
+/** Options of {@linkcode serveGuarded}. */
+export interface GuardedServeOptions {
+  /** The address to listen on. */
+  hostname: string;
+  /** The port to listen on; `0` picks a free one (see {@linkcode GuardedServer.addr}). */
+  port: number;
+  /** The app: `app.fetch` of a Hono app fits. */
+  handler: (
+    request: Request,
+    info: Deno.ServeHandlerInfo<Deno.NetAddr>,
+  ) => Response | Promise<Response>;
+  /**
+   * Time a connection gets to deliver a whole request head, from its accept or from the end of
+   * its last answer: 10 s, so a client on a slow link still gets in while a head trickled a
+   * byte at a time (slowloris) is cut off.
+   */
+  headerTimeoutMs?: number;
+  /**
+   * Time a kept-alive connection may sit with nothing in flight after a request: 60 s, longer
+   * than the SDKs' pools keep a socket idle, so a client's pooled socket is rarely closed under it.
+   */
+  idleTimeoutMs?: number;
+  /**
+   * Most connections open at once: 8,192. At the cap the longest-idle connection is closed to
+   * admit a new one; when every one is busy the new one is closed at once.
+   */
+  maxConnections?: number;
+  /** Called once the listener is bound. */
+  onListen?: (addr: Deno.NetAddr) => void;
+  /** Answers an exception that escaped `handler` (a 500 saying so when absent). */
+  onError?: (error: unknown) => Response | Promise<Response>;
+  /** Where descriptor exhaustion and evictions are logged (on change, not per connection). */
+  log?: Log;
+  /** Time source of the timeouts; `systemClock` when absent. */
+  clock?: Clock;
+  /**
+   * How often the timeouts are checked, in ms; `0` turns the timer off and leaves it to
+   * {@linkcode GuardedServer.sweep} (tests with a fake clock). A quarter of the shorter timeout,
+   * between 250 ms and 5 s, when absent.
+   */
+  sweepIntervalMs?: number;
+}
+
+/** The running server. */
+export interface GuardedServer {
+  /** The bound address (the real port when `port` was 0). */
+  readonly addr: Deno.NetAddr;
+  /** Resolves when the server has stopped and every connection is closed. */
+  readonly finished: Promise<void>;
+  /** Connections open now. */
+  connections(): number;
+  /** Closes the connections past a timeout now; returns how many it closed. */
+  sweep(): number;
+  /**
+   * Stops accepting, closes idle connections, and resolves once every in-flight request has
+   * finished (bound it with `boundedShutdown`).
+   */
+  shutdown(): Promise<void>;
+}
+
+/** How long a connection is left open after its last answer when it is closed for shutdown. */
+const FLUSH_GRACE_MS = 100;
+
+/** One accepted connection and what it is doing. */
+interface Watched {
+  /** Aborting it makes Deno's per-connection server close the connection. */
+  stop: AbortController;
+  /** Requests whose answer is not fully sent yet. */
+  inFlight: number;
+  /** Since when it has been waiting for a request head (`inFlight === 0`), in ms. */
+  waitingSince: number;
+  /** True once a request has been answered: it is then a kept-alive connection. */
+  served: boolean;
+  /** Settles when Deno's server for this connection has closed it. */
+  done: Promise<void>;
+}
+
+type ServeOnConnection = (
+  conn: Deno.Conn,
+  signal: AbortSignal,
+  handler: (
+    request: Request,
+    info: Deno.ServeHandlerInfo<Deno.NetAddr>,
+  ) => Response | Promise<Response>,
+  onError: (error: unknown) => Response | Promise<Response>,
+  onListen: (scheme: string) => void,
+) => { finished: Promise<void> };
+
+function serveOnConnection(): ServeOnConnection | undefined {
+  // deno-lint-ignore no-explicit-any
+  const internal = (Deno as any)[(Deno as any).internal];
+  const fn = internal?.serveHttpOnConnection;
+  return typeof fn === "function" ? fn : undefined;
+}
+
+/** An accept error that means "out of descriptors": shed and retry, never stop. */
+function outOfDescriptors(error: unknown): boolean {
+  const message = (error as Error)?.message ?? "";
+  return /os error (23|24)\b|Too many open files/i.test(message);
+}
+
+/**
+ * Serves `handler` on `hostname:port` with the connection guard described in the module doc.
+ *
+ * Requires `--allow-net` for the address.
+ *
+ * @example
+ * ```ts
+ * import { serveGuarded } from "@dormice/cluster/shared";
+ * const server = serveGuarded({ hostname: "127.0.0.1", port: 0, handler: () => new Response("ok") });
+ * const res = await fetch(`http://127.0.0.1:${server.addr.port}/`);
+ * console.log(await res.text()); // "ok"
+ * await server.shutdown();
+ * ```
+ */
+export function serveGuarded(options: GuardedServeOptions): GuardedServer {
+  const log = options.log ?? silentLog;
+  const onError = options.onError ??
+    ((error: unknown) => {
+      log("error", "unexpected error answering a request", { error: String(error) });
+      return new Response("Internal error: the server's log has the details", { status: 500 });
+    });
+  const serveOne = serveOnConnection();
+  if (!serveOne) {
+    log(
+      "warn",
+      "this Deno has no per-connection server: idle and slow connections are not bounded",
+      {
+        deno: Deno.version.deno,
+      },
+    );
+    const server = Deno.serve({
+      hostname: options.hostname,
+      port: options.port,
+      onListen: (addr) => options.onListen?.(addr),
+      onError,
+    }, options.handler);
+    return {
+      addr: server.addr,
+      finished: server.finished,
+      connections: () => 0,
+      sweep: () => 0,
+      shutdown: () => server.shutdown(),
+    };
+  }
+
+  const clock = options.clock ?? systemClock;
+  const headerTimeoutMs = options.headerTimeoutMs ?? 10_000;
+  const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const maxConnections = options.maxConnections ?? 8_192;
+  const changes = new ChangeLog(log);
+  const listener = Deno.listen({ hostname: options.hostname, port: options.port });
+  const addr = listener.addr;
+  const open = new Set<Watched>();
+  let stopping = false;
+
+  const close = (c: Watched) => {
+    if (c.stop.signal.aborted || !open.has(c)) return;
+    try {
+      c.stop.abort();
+    } catch {
+      // The connection ended between the check and the abort: nothing left to close.
+    }
+  };
+  // Deno reports an answer complete once it holds the bytes, not once they are on the wire:
+  // closing at that moment cuts the answer off (measured), so a close right after an answer waits.
+  const closeAfterFlush = (c: Watched) => setTimeout(() => close(c), FLUSH_GRACE_MS);
+  const idle = (c: Watched) => c.inFlight === 0;
+  /** Closes idle connections, the longest-waiting first, `limit` of them at most. */
+  const shed = (limit: number): number => {
+    const candidates = [...open].filter(idle).sort((a, b) => a.waitingSince - b.waitingSince);
+    const victims = candidates.slice(0, limit);
+    victims.forEach(close);
+    return victims.length;
+  };
+  const sweep = (): number => {
+    const now = clock.now();
+    let n = 0;
+    for (const c of open) {
+      if (!idle(c) || c.stop.signal.aborted) continue;
+      // A kept-alive connection gets the idle bound for its next head too: nobody can tell an
+      // idle socket from one whose first head byte is late.
+      const bound = c.served ? idleTimeoutMs : headerTimeoutMs;
+      if (now - c.waitingSince >= bound) {
+        close(c);
+        n++;
+      }
+    }
+    return n;
+  };
+
+  const watch = (conn: Deno.TcpConn) => {
+    const c: Watched = {
+      stop: new AbortController(),
+      inFlight: 0,
+      waitingSince: clock.now(),
+      served: false,
+      done: Promise.resolve(),
+    };
+    open.add(c);
+    const server = serveOne(
+      conn,
+      c.stop.signal,
+      (request, info) => {
+        c.inFlight++;
+        info.completed.catch(() => {}).finally(() => {
+          c.inFlight--;
+          c.served = true;
+          c.waitingSince = clock.now();
+          if (stopping && c.inFlight === 0) closeAfterFlush(c);
+        });
+        return options.handler(request, info);
+      },
+      onError,
+      () => {},
+    );
+    c.done = server.finished.catch(() => {
+      // A reset or a half-written request ends this connection only; nothing to report.
+    }).finally(() => open.delete(c));
+  };
+
+  const accepting = (async () => {
+    let backoffMs = 10;
+    while (!stopping) {
+      let conn: Deno.TcpConn;
+      try {
+        conn = await listener.accept();
+      } catch (error) {
+        if (stopping || error instanceof Deno.errors.BadResource) break;
+        const descriptors = outOfDescriptors(error);
+        const shedCount = descriptors ? shed(Math.max(1, Math.ceil(open.size / 4))) : 0;
+        changes.report(
+          "accept",
+          descriptors ? "descriptors" : String((error as Error)?.message),
+          "warn",
+          descriptors
+            ? "out of file descriptors: closing idle connections and retrying; raise the limit " +
+              "(LimitNOFILE in the systemd unit, ulimit -n) if this is real traffic"
+            : "accepting a connection failed; retrying",
+          { error: String((error as Error)?.message ?? error), open: open.size, shed: shedCount },
+        );
+        await new Promise((r) => setTimeout(r, backoffMs));
+        backoffMs = Math.min(backoffMs * 2, 500);
+        continue;
+      }
+      backoffMs = 10;
+      changes.report("accept", "ok", "info", "accepting connections again", { open: open.size });
+      if (open.size >= maxConnections && shed(1) === 0) {
+        // Every connection is busy: refusing this one costs less than starving the busy ones.
+        conn.close();
+        continue;
+      }
+      watch(conn);
+    }
+  })();
+
+  const every = options.sweepIntervalMs ??
+    Math.max(250, Math.min(5_000, Math.floor(Math.min(headerTimeoutMs, idleTimeoutMs) / 4)));
+  const sweeper = every > 0 ? setInterval(sweep, every) : undefined;
+  options.onListen?.(addr);
+
+  let finishedResolve!: () => void;
+  const finished = new Promise<void>((r) => finishedResolve = r);
+  const shutdown = async () => {
+    if (!stopping) {
+      stopping = true;
+      clearInterval(sweeper);
+      try {
+        listener.close();
+      } catch {
+        // Already closed.
+      }
+      await accepting;
+      for (const c of open) if (idle(c)) closeAfterFlush(c);
+    }
+    await Promise.all([...open].map((c) => c.done));
+    finishedResolve();
+  };
+  return { addr, finished, connections: () => open.size, sweep, shutdown };
+}

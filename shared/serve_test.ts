@@ -1,0 +1,225 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "./clock.ts";
+import { type GuardedServeOptions, serveGuarded } from "./serve.ts";
+
+const decoder = new TextDecoder();
+
+/** A raw client socket: what it wrote, and whether the server has closed it. */
+async function rawClient(port: number) {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  let received = "";
+  let closedBy = false;
+  const reading = (async () => {
+    const buf = new Uint8Array(4096);
+    try {
+      for (;;) {
+        const n = await conn.read(buf);
+        if (n === null) break;
+        received += decoder.decode(buf.subarray(0, n));
+      }
+    } catch {
+      // reset: closed as well
+    }
+    closedBy = true;
+  })();
+  return {
+    write: (text: string) => conn.write(new TextEncoder().encode(text)),
+    received: () => received,
+    closed: () => closedBy,
+    /** Resolves once the server closed it, or rejects after `ms` real milliseconds. */
+    async closedWithin(ms: number) {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const bound = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`still open after ${ms} ms`)), ms);
+      });
+      try {
+        await Promise.race([reading, bound]);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    async until(text: string, ms = 2000) {
+      const end = Date.now() + ms;
+      while (!received.includes(text)) {
+        if (Date.now() > end) throw new Error(`no '${text}' within ${ms} ms: got ${received}`);
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    },
+    close: () => {
+      try {
+        conn.close();
+      } catch {
+        // already closed
+      }
+    },
+    reading,
+  };
+}
+
+function start(options: Partial<GuardedServeOptions> = {}) {
+  const clock = new FakeClock();
+  const server = serveGuarded({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: () => new Response("ok"),
+    clock,
+    sweepIntervalMs: 0,
+    headerTimeoutMs: 1_000,
+    idleTimeoutMs: 5_000,
+    ...options,
+  });
+  return { server, clock, port: server.addr.port };
+}
+
+/** Waits (really) until the server has accepted `n` connections. */
+async function accepted(server: { connections(): number }, n: number) {
+  const end = Date.now() + 2000;
+  while (server.connections() < n) {
+    if (Date.now() > end) throw new Error(`only ${server.connections()} of ${n} accepted`);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+}
+
+const GET = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+
+Deno.test("serveGuarded() answers requests and keeps the connection alive", async () => {
+  const { server, port } = start();
+  const c = await rawClient(port);
+  await c.write(GET);
+  await c.until("ok");
+  await c.until("ok");
+  await c.write(GET);
+  const end = Date.now() + 2000;
+  while (c.received().split("HTTP/1.1 200").length < 3 && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.equal(c.received().split("HTTP/1.1 200").length, 3, "the same socket answered twice");
+  assert.equal(c.closed(), false);
+  c.close();
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() closes a connection that sends nothing after the header timeout", async () => {
+  const { server, clock, port } = start();
+  const c = await rawClient(port);
+  await accepted(server, 1);
+  clock.tick(999);
+  assert.equal(server.sweep(), 0, "closed before its header timeout");
+  clock.tick(1);
+  assert.equal(server.sweep(), 1);
+  await c.closedWithin(2000);
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() closes a connection trickling its head after the header timeout", async () => {
+  const { server, clock, port } = start();
+  const c = await rawClient(port);
+  await accepted(server, 1);
+  for (const part of ["GET / HT", "TP/1.1\r\n", "Host: x\r\n", "X-Slow: 1\r\n"]) {
+    await c.write(part);
+    clock.tick(300);
+    server.sweep();
+  }
+  await c.closedWithin(2000);
+  assert.equal(c.received(), "", "a head that never finished got an answer");
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() closes a kept-alive connection after the idle timeout, not before", async () => {
+  const { server, clock, port } = start();
+  const c = await rawClient(port);
+  await c.write(GET);
+  await c.until("ok");
+  await new Promise((r) => setTimeout(r, 20)); // the answer's completion is reported after the write
+  clock.tick(4_999);
+  assert.equal(server.sweep(), 0, "a kept-alive connection was closed before its idle timeout");
+  assert.equal(c.closed(), false);
+  clock.tick(1);
+  assert.equal(server.sweep(), 1);
+  await c.closedWithin(2000);
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() never closes a connection with a request in flight", async () => {
+  let release!: () => void;
+  const parked = new Promise<void>((r) => release = r);
+  const { server, clock, port } = start({
+    handler: async () => {
+      await parked;
+      return new Response("late");
+    },
+  });
+  const c = await rawClient(port);
+  await c.write(GET);
+  await accepted(server, 1);
+  await new Promise((r) => setTimeout(r, 20));
+  clock.tick(60_000);
+  assert.equal(server.sweep(), 0);
+  release();
+  await c.until("late");
+  c.close();
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() at its cap closes the longest-idle connection to admit a new one", async () => {
+  const { server, clock, port } = start({ maxConnections: 2 });
+  const first = await rawClient(port);
+  await accepted(server, 1);
+  clock.tick(10);
+  const second = await rawClient(port);
+  await accepted(server, 2);
+  const third = await rawClient(port);
+  await first.closedWithin(2000);
+  assert.equal(second.closed(), false);
+  await third.write(GET);
+  await third.until("ok");
+  second.close();
+  third.close();
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded() at its cap with every connection busy refuses the new one", async () => {
+  let release!: () => void;
+  const parked = new Promise<void>((r) => release = r);
+  const { server, port } = start({
+    maxConnections: 1,
+    handler: async () => {
+      await parked;
+      return new Response("late");
+    },
+  });
+  const busy = await rawClient(port);
+  await busy.write(GET);
+  await accepted(server, 1);
+  await new Promise((r) => setTimeout(r, 20));
+  const refused = await rawClient(port);
+  await refused.closedWithin(2000);
+  assert.equal(busy.closed(), false);
+  release();
+  await busy.until("late");
+  busy.close();
+  await server.shutdown();
+});
+
+Deno.test("serveGuarded().shutdown() lets an in-flight request finish, then closes", async () => {
+  let release!: () => void;
+  const parked = new Promise<void>((r) => release = r);
+  const { server, port } = start({
+    handler: async () => {
+      await parked;
+      return new Response("finished");
+    },
+  });
+  const idle = await rawClient(port);
+  const busy = await rawClient(port);
+  await busy.write(GET);
+  await accepted(server, 2);
+  await new Promise((r) => setTimeout(r, 20));
+  const stopped = server.shutdown();
+  await idle.closedWithin(2000);
+  assert.equal(busy.closed(), false);
+  release();
+  await busy.until("finished");
+  await stopped;
+  await busy.closedWithin(2000);
+});
