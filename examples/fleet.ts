@@ -145,18 +145,22 @@ function devToken(): string {
 
 const dockerSocket = "/var/run/docker.sock";
 const baseImage = "dormice-base:latest";
+const buildScript = fileURLToPath(new URL("../deploy/images/build-base.sh", import.meta.url));
 
-/**
- * Asks the Docker engine over its socket whether the base image is there. Returns null when real
- * containers can run, otherwise why not and how to fix it.
- */
-async function dockerUnavailable(): Promise<string | null> {
+/** What stands between this machine and real containers: nothing, a missing image, or more. */
+type DockerState = { ok: true } | { ok: false; imageMissing: boolean; why: string };
+
+/** Asks the Docker engine over its socket whether the base image is there. */
+async function dockerState(): Promise<DockerState> {
+  const no = (why: string, imageMissing = false): DockerState => ({ ok: false, imageMissing, why });
   let conn: Deno.UnixConn;
   try {
     conn = await Deno.connect({ transport: "unix", path: dockerSocket });
   } catch (error) {
-    return `no Docker engine answers at ${dockerSocket} (${(error as Error).message}): ` +
-      `install docker.io and start dockerd, then build the image with deploy/images/build-base.sh`;
+    return no(
+      `no Docker engine answers at ${dockerSocket} (${(error as Error).message}): ` +
+        `install docker.io and start dockerd, then build the image with deploy/images/build-base.sh`,
+    );
   }
   try {
     const request = `GET /images/${baseImage}/json HTTP/1.0\r\nHost: docker\r\n\r\n`;
@@ -167,13 +171,14 @@ async function dockerUnavailable(): Promise<string | null> {
       new Promise<null>((resolve) => setTimeout(() => resolve(null), 3000)),
     ]);
     const statusLine = read ? new TextDecoder().decode(buffer.subarray(0, read)) : "";
-    if (/^HTTP\/1\.[01] 200/.test(statusLine)) return null;
+    if (/^HTTP\/1\.[01] 200/.test(statusLine)) return { ok: true };
     if (/^HTTP\/1\.[01] 404/.test(statusLine)) {
-      return `the Docker engine runs but has no ${baseImage} image: build it with ` +
-        `'bash deploy/images/build-base.sh'`;
+      return no(`the Docker engine runs but has no ${baseImage} image`, true);
     }
-    return `the Docker engine at ${dockerSocket} did not answer as expected ` +
-      `(${statusLine.split("\r\n")[0] || "no answer within 3 s"})`;
+    return no(
+      `the Docker engine at ${dockerSocket} did not answer as expected ` +
+        `(${statusLine.split("\r\n")[0] || "no answer within 3 s"})`,
+    );
   } finally {
     conn.close();
   }
@@ -189,8 +194,22 @@ if (import.meta.main) {
   }
   let executor = Deno.env.get("DORMICE_EXECUTOR") || "";
   if (executor === "") {
-    const why = await dockerUnavailable();
-    executor = why === null ? "docker" : "fake";
+    let state = await dockerState();
+    if (!state.ok && state.imageMissing) {
+      // An engine without the image: building it takes seconds and needs no registry, which
+      // beats a fleet of simulated sandboxes.
+      console.error(`The Docker engine has no ${baseImage}: building it with ${buildScript} …`);
+      const built = await new Deno.Command("bash", { args: [buildScript] }).output()
+        .catch(() => ({ success: false }));
+      state = built.success ? await dockerState() : {
+        ok: false,
+        imageMissing: true,
+        why: `the Docker engine runs but has no ${baseImage} image, and building it failed ` +
+          `(its output is above): run 'bash deploy/images/build-base.sh' as root`,
+      };
+    }
+    executor = state.ok ? "docker" : "fake";
+    const why = state.ok ? null : state.why;
     if (why !== null) {
       console.error(
         [

@@ -6,6 +6,7 @@
  * @module
  */
 import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
+import { dockerReadiness } from "../node/executors/docker/_fixtures_test.ts";
 import { type NodeProcess, startNode } from "./_processes.ts";
 
 /** Whether a docker suite runs, and what to say when it cannot. */
@@ -27,28 +28,15 @@ export interface DockerGate {
  * ```
  */
 export async function dockerGate(suite: string): Promise<DockerGate> {
-  let why: string | null = null;
-  try {
-    const missing: string[] = [];
-    const probe = await DockerExecutor.connect({
-      nodeId: "gate-probe",
-      callTimeoutMs: 3_000,
-      // connect() warns, rather than refuses, for a template image that is not built.
-      log: (level, msg) => level === "warn" && missing.push(msg),
-    });
-    await probe.close();
-    if (missing.length) why = missing.join("; ");
-  } catch (error) {
-    why = error instanceof Error ? error.message : String(error);
-  }
-  if (why === null) return { skip: false, failure: null };
+  const readiness = await dockerReadiness();
+  if (readiness.ready) return { skip: false, failure: null };
   if (Deno.env.get("CI") === "true") {
     return {
       skip: false,
-      failure: `CI=true, so the ${suite} must run, but ${why} (run .ci/docker.sh)`,
+      failure: `CI=true, so the ${suite} must run, but ${readiness.why} (run .ci/docker.sh)`,
     };
   }
-  console.log(`${suite} skipped: ${why}`);
+  console.log(`${suite} skipped: ${readiness.why}`);
   return { skip: true, failure: null };
 }
 

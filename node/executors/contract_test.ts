@@ -13,6 +13,7 @@ import {
 } from "./contract.ts";
 import { FakeExecutor } from "./fake.ts";
 import { DockerExecutor } from "./docker/mod.ts";
+import { dockerReadiness } from "./docker/_fixtures_test.ts";
 
 const encoder = new TextEncoder();
 const text = (stream: ReadableStream<Uint8Array>): Promise<string> => new Response(stream).text();
@@ -293,24 +294,6 @@ function contract(
 }
 
 contract("FakeExecutor", () => Promise.resolve(new FakeExecutor({ templates: ["base"] })));
-
-/** Decides whether the Docker half runs: always on CI, off CI only when an engine answers. */
-async function dockerReadiness(): Promise<{ ready: true } | { ready: false; why: string }> {
-  try {
-    const missing: string[] = [];
-    const probe = await DockerExecutor.connect({
-      nodeId: "contract-probe",
-      callTimeoutMs: 3_000,
-      // connect() warns, rather than refuses, for a template image that is not built.
-      log: (level, msg) => level === "warn" && missing.push(msg),
-    });
-    await probe.close();
-    if (missing.length) return { ready: false, why: missing.join("; ") };
-    return { ready: true };
-  } catch (error) {
-    return { ready: false, why: error instanceof Error ? error.message : String(error) };
-  }
-}
 
 const onCi = Deno.env.get("CI") === "true";
 const readiness = await dockerReadiness();

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { DockerExecutor } from "./executor.ts";
 import type { DockerEngine } from "./engine.ts";
 import { ExecutorError } from "../contract.ts";
+import { dockerReadiness } from "./_fixtures_test.ts";
 
 /** An engine that never answers until the caller gives up, like a hung dockerd. */
 function hungEngine(seen: AbortSignal[]): DockerEngine {
@@ -86,18 +87,9 @@ Deno.test("DockerExecutor.create() names the known templates for an unknown one"
 
 // ---- Against a real engine (same gate as the contract suite) -------------------------------
 
-async function engineReady(): Promise<string | null> {
-  try {
-    const probe = await DockerExecutor.connect({ nodeId: "probe", callTimeoutMs: 3_000 });
-    await probe.close();
-    return null;
-  } catch (error) {
-    return error instanceof Error ? error.message : String(error);
-  }
-}
-
 const onCi = Deno.env.get("CI") === "true";
-const notReady = await engineReady();
+const readiness = await dockerReadiness();
+const notReady = readiness.ready ? null : readiness.why;
 if (notReady && !onCi) console.log(`docker_executor_test: engine cases skipped: ${notReady}`);
 
 function engineTest(name: string, fn: (executor: DockerExecutor, id: string) => Promise<void>) {
