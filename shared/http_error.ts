@@ -24,7 +24,7 @@ export class HttpError extends Error {
   readonly headers: Record<string, string>;
   /** Extra fields for the body (beside `message`). */
   readonly details: Record<string, unknown>;
-  /** Builds the error. */
+  /** An error with `status` and the sentence; `headers` and `details` go into the answer. */
   constructor(
     status: number,
     message: string,
