@@ -106,6 +106,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const hostReader = new HostReader({
     dataDir: config.dataDir,
     census: () => ledger.census(),
+    teams: () => ledger.teamCounts(),
     sampler: options.sampler,
     clock,
   });

@@ -110,6 +110,8 @@ export interface HostReaderOptions {
   dataDir: string;
   /** The ledger's census by state. */
   census: () => StateCounts;
+  /** Running sandboxes per team (the ledger's `teamCounts`); left out of the reading when absent. */
+  teams?: () => Record<string, number>;
   /** Source of the raw numbers ({@linkcode systemSampler} by default). */
   sampler?: HostSampler;
   /** Stamps `takenAt` and measures the cpu span ({@linkcode systemClock} by default). */
@@ -133,7 +135,8 @@ export interface HostReaderOptions {
  * ```
  */
 export class HostReader {
-  #options: Required<Omit<HostReaderOptions, "sampler" | "clock">>;
+  #options: Required<Omit<HostReaderOptions, "sampler" | "clock" | "teams">>;
+  #teams?: () => Record<string, number>;
   #sampler: HostSampler;
   #clock: Clock;
   #baseline: { at: number; times: CpuTimes } | null = null;
@@ -146,6 +149,7 @@ export class HostReader {
       census: options.census,
       minCpuSpanMs: options.minCpuSpanMs ?? 1000,
     };
+    this.#teams = options.teams;
     this.#sampler = options.sampler ?? systemSampler;
     this.#clock = options.clock ?? systemClock;
   }
@@ -163,6 +167,7 @@ export class HostReader {
       ...this.#sampler.memory(),
       dataDisk: this.#sampler.dataDisk(this.#options.dataDir),
       sandboxes: this.#options.census(),
+      ...(this.#teams ? { teams: this.#teams() } : {}),
     };
   }
 

@@ -9,14 +9,17 @@ import { join } from "node:path";
 import { openExclusiveDatabase } from "../shared/lock.ts";
 import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
 import { sandboxStates } from "../shared/schemas.ts";
+import { DEFAULT_TEAM } from "../shared/teams.ts";
 import type { DeadlineAction, SandboxRecord } from "./service_contract.ts";
 
 /** What the ledger needs to write a new row. */
 export interface NewSandboxRow {
   /** The primary key, minted by {@linkcode newSandboxId}. */
   id: string;
-  /** The sandbox name; unique in the ledger. */
+  /** The sandbox name; unique within its team. */
   name: string;
+  /** The team that owns it; {@linkcode DEFAULT_TEAM} when absent. */
+  team?: string;
   /** The lifecycle state the row starts in (the service writes `active`). */
   state: SandboxState;
   /** The template the sandbox was built from. */
@@ -60,6 +63,7 @@ export interface LedgerOptions {
 interface Row {
   id: string;
   name: string;
+  team: string;
   state: string;
   template: string;
   metadata: string;
@@ -69,6 +73,50 @@ interface Row {
   last_active_at: number;
   deadline_at: number | null;
   deadline_action: string | null;
+}
+
+/**
+ * The table's columns. A name is unique within its team, not across the ledger: team A's
+ * `agent-1` and team B's `agent-1` are two sandboxes.
+ */
+const columns = `
+  id TEXT PRIMARY KEY,
+  name TEXT NOT NULL,
+  team TEXT NOT NULL DEFAULT '${DEFAULT_TEAM}',
+  state TEXT NOT NULL,
+  template TEXT NOT NULL,
+  metadata TEXT NOT NULL,
+  spec TEXT NOT NULL,
+  env TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  last_active_at INTEGER NOT NULL,
+  deadline_at INTEGER,
+  deadline_action TEXT,
+  UNIQUE (team, name)`;
+
+/**
+ * Brings a ledger written before teams (no `team` column, names unique across the ledger) to
+ * the current table: every old row joins the default team. SQLite cannot drop a column's UNIQUE
+ * in place, so the table is rebuilt and copied in one transaction: a crash leaves either the old
+ * table or the new one, never half of each.
+ */
+function migrateToTeams(db: DatabaseSync): void {
+  const info = db.prepare("PRAGMA table_info(sandboxes)").all() as unknown as { name: string }[];
+  if (info.some((c) => c.name === "team")) return;
+  db.exec("BEGIN IMMEDIATE");
+  try {
+    db.exec(`CREATE TABLE sandboxes_teams (${columns})`);
+    db.exec(`INSERT INTO sandboxes_teams (id, name, team, state, template, metadata, spec, env,
+      created_at, last_active_at, deadline_at, deadline_action)
+      SELECT id, name, '${DEFAULT_TEAM}', state, template, metadata, spec, env, created_at,
+      last_active_at, deadline_at, deadline_action FROM sandboxes`);
+    db.exec("DROP TABLE sandboxes");
+    db.exec("ALTER TABLE sandboxes_teams RENAME TO sandboxes");
+    db.exec("COMMIT");
+  } catch (error) {
+    db.exec("ROLLBACK");
+    throw error;
+  }
 }
 
 /**
@@ -108,19 +156,8 @@ export class Ledger {
   constructor(db: DatabaseSync, options: LedgerOptions) {
     this.#db = db;
     this.#options = options;
-    db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (
-      id TEXT PRIMARY KEY,
-      name TEXT NOT NULL UNIQUE,
-      state TEXT NOT NULL,
-      template TEXT NOT NULL,
-      metadata TEXT NOT NULL,
-      spec TEXT NOT NULL,
-      env TEXT NOT NULL,
-      created_at INTEGER NOT NULL,
-      last_active_at INTEGER NOT NULL,
-      deadline_at INTEGER,
-      deadline_action TEXT
-    )`);
+    db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (${columns})`);
+    migrateToTeams(db);
     db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
   }
 
@@ -146,11 +183,12 @@ export class Ledger {
   /** Writes a new row; throws when the id or the name is taken. */
   insert(row: NewSandboxRow): SandboxRecord {
     this.#db.prepare(
-      `INSERT INTO sandboxes (id, name, state, template, metadata, spec, env, created_at,
-        last_active_at, deadline_at, deadline_action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
+        last_active_at, deadline_at, deadline_action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ).run(
       row.id,
       row.name,
+      row.team ?? DEFAULT_TEAM,
       row.state,
       row.template,
       JSON.stringify(row.metadata),
@@ -170,9 +208,10 @@ export class Ledger {
     return row ? this.#record(row as unknown as Row) : undefined;
   }
 
-  /** The row with this name, or undefined. */
-  byName(name: string): SandboxRecord | undefined {
-    const row = this.#db.prepare("SELECT * FROM sandboxes WHERE name = ?").get(name);
+  /** The row with this name in `team` (the default team when absent), or undefined. */
+  byName(name: string, team: string = DEFAULT_TEAM): SandboxRecord | undefined {
+    const row = this.#db.prepare("SELECT * FROM sandboxes WHERE team = ? AND name = ?")
+      .get(team, name);
     return row ? this.#record(row as unknown as Row) : undefined;
   }
 
@@ -224,6 +263,17 @@ export class Ledger {
     return counts;
   }
 
+  /**
+   * Running sandboxes (active or restoring, E2B's `running`) per team, for the check-in: the
+   * gateway holds each team to its `maxSandboxes` with these counts.
+   */
+  teamCounts(): Record<string, number> {
+    const rows = this.#db.prepare(
+      "SELECT team, COUNT(*) AS n FROM sandboxes WHERE state IN ('active', 'restoring') GROUP BY team",
+    ).all() as unknown as { team: string; n: number }[];
+    return Object.fromEntries(rows.map(({ team, n }) => [team, Number(n)]));
+  }
+
   /** Closes the database, releasing the lock. Safe to call twice. */
   close(): void {
     if (this.#db.isOpen) this.#db.close();
@@ -233,6 +283,7 @@ export class Ledger {
     return {
       id: row.id,
       name: row.name,
+      team: row.team,
       state: row.state as SandboxState,
       nodeId: this.#options.nodeId,
       endpoint: this.#options.endpoint,

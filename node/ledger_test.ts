@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { DatabaseSync } from "node:sqlite";
 import { DatabaseLockedError } from "../shared/lock.ts";
 import { Ledger, newSandboxId, type NewSandboxRow } from "./ledger.ts";
 
@@ -33,6 +34,7 @@ Deno.test("Ledger round-trips a row as a record", () => {
   assert.deepEqual(rec, {
     id: r.id,
     name: "a",
+    team: "default",
     state: "active",
     nodeId: "node-1",
     endpoint: "http://127.0.0.1:3676",
@@ -105,4 +107,37 @@ Deno.test("Ledger.open() holds the data dir: a second open names DORMICE_DATA_DI
   } finally {
     Deno.removeSync(dir, { recursive: true });
   }
+});
+
+Deno.test("Ledger migrates a ledger written before teams: every row joins the default team", () => {
+  const db = new DatabaseSync(":memory:");
+  // The table as it was before teams: names unique across the ledger, no team column.
+  db.exec(`CREATE TABLE sandboxes (id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE,
+    state TEXT NOT NULL, template TEXT NOT NULL, metadata TEXT NOT NULL, spec TEXT NOT NULL,
+    env TEXT NOT NULL, created_at INTEGER NOT NULL, last_active_at INTEGER NOT NULL,
+    deadline_at INTEGER, deadline_action TEXT)`);
+  db.prepare(
+    `INSERT INTO sandboxes VALUES ('sbx_old', 'agent-1', 'active', 'base', '{}', '{}', '{}', 1, 1,
+      NULL, NULL)`,
+  ).run();
+  const ledger = new Ledger(db, options);
+  assert.equal(ledger.byName("agent-1")?.id, "sbx_old");
+  assert.equal(ledger.byId("sbx_old")?.team, "default");
+  // The old UNIQUE(name) is gone: another team may now hold the same name.
+  ledger.insert(row("agent-1", { team: "acme" }));
+  assert.equal(ledger.byName("agent-1", "acme")?.team, "acme");
+  assert.deepEqual(ledger.teamCounts(), { default: 1, acme: 1 });
+  ledger.close();
+});
+
+Deno.test("Ledger names are unique per team, not across the ledger", () => {
+  const ledger = Ledger.inMemory(options);
+  const a = ledger.insert(row("agent-1", { team: "a" }));
+  const b = ledger.insert(row("agent-1", { team: "b" }));
+  assert.notEqual(a.id, b.id);
+  assert.throws(() => ledger.insert(row("agent-1", { team: "a" })));
+  assert.equal(ledger.byName("agent-1"), undefined, "the default team has no agent-1");
+  ledger.insert(row("paused", { team: "a", state: "frozen" }));
+  assert.deepEqual(ledger.teamCounts(), { a: 1, b: 1 }, "only running sandboxes count");
+  ledger.close();
 });

@@ -9,6 +9,7 @@ import { HttpError } from "../shared/http_error.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
+import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
 import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
 import {
   type ExecHandle,
@@ -96,8 +97,9 @@ export class SandboxService implements SandboxOps {
 
   /** Create-or-wake by name. */
   acquire(request: AcquireRequest): Promise<AcquireResult> {
-    return this.queue.run(request.name, async () => {
-      const existing = this.#ledger.byName(request.name);
+    const team = request.team ?? DEFAULT_TEAM;
+    return this.queue.run(teamScopedName(team, request.name), async () => {
+      const existing = this.#ledger.byName(request.name, team);
       if (existing) {
         let sandbox = await this.#wake(existing);
         if (request.deadline) {
@@ -120,6 +122,7 @@ export class SandboxService implements SandboxOps {
         const sandbox = this.#ledger.insert({
           id,
           name: request.name,
+          team,
           state: "active",
           template,
           metadata: request.metadata ?? {},
@@ -129,7 +132,7 @@ export class SandboxService implements SandboxOps {
           deadlineAt: request.deadline ? now + request.deadline.ms : null,
           deadlineAction: request.deadline?.action ?? null,
         });
-        this.#log("info", "sandbox created", { name: request.name, id, template });
+        this.#log("info", "sandbox created", { name: request.name, team, id, template });
         return { created: true, sandbox };
       } catch (error) {
         // Without its row the container would be an orphan nobody can name: take it back.
@@ -149,14 +152,20 @@ export class SandboxService implements SandboxOps {
     });
   }
 
-  /** The row, or undefined; never wakes. */
+  /**
+   * The row, or undefined; never wakes. By id with a team, another team's row is undefined, as
+   * if it did not exist.
+   */
   get(ref: SandboxRef): SandboxRecord | undefined {
-    return "id" in ref ? this.#ledger.byId(ref.id) : this.#ledger.byName(ref.name);
+    if ("name" in ref) return this.#ledger.byName(ref.name, ref.team ?? DEFAULT_TEAM);
+    const row = this.#ledger.byId(ref.id);
+    return row && (ref.team === undefined || row.team === ref.team) ? row : undefined;
   }
 
   /** Every row matching the filter. */
   list(filter: ListFilter = {}): SandboxRecord[] {
     return this.#ledger.all().filter((s) =>
+      (filter.team === undefined || s.team === filter.team) &&
       (!filter.states || filter.states.includes(s.state)) &&
       Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v)
     );
@@ -166,21 +175,24 @@ export class SandboxService implements SandboxOps {
    * The three-step truth: a row answers at once whatever its state; no row while the name's slot
    * is busy waits for the slot and looks again (a create in flight is found, never reported
    * absent); no row and a free slot is a plain no. By id there is no slot to wait on. Read-only.
+   * `team` scopes it like `get`: a name within that team (the default team when absent), an id
+   * of that team only (any team when absent).
    */
-  async lookup(request: LookupRequest): Promise<LookupAnswer> {
+  async lookup(request: LookupRequest, team?: string): Promise<LookupAnswer> {
     const found = (s: SandboxRecord): LookupAnswer => ({
       found: true,
-      sandbox: { id: s.id, name: s.name, state: s.state },
+      sandbox: { id: s.id, name: s.name, state: s.state, team: s.team },
     });
     if ("id" in request) {
-      const row = this.#ledger.byId(request.id);
+      const row = this.get({ id: request.id, team });
       return row ? found(row) : { found: false };
     }
+    const slot = teamScopedName(team, request.name);
     for (;;) {
-      const row = this.#ledger.byName(request.name);
+      const row = this.#ledger.byName(request.name, team ?? DEFAULT_TEAM);
       if (row) return found(row);
-      if (!this.queue.isBusy(request.name)) return { found: false };
-      await this.queue.idle(request.name);
+      if (!this.queue.isBusy(slot)) return { found: false };
+      await this.queue.idle(slot);
     }
   }
 
@@ -313,15 +325,19 @@ export class SandboxService implements SandboxOps {
 
   /** Destroys; false when there was no such sandbox. */
   destroy(ref: SandboxRef): Promise<boolean> {
-    const name = "name" in ref ? ref.name : this.#ledger.byId(ref.id)?.name;
-    if (name === undefined) return Promise.resolve(false);
-    return this.queue.run(name, async () => {
+    const slot = "name" in ref ? teamScopedName(ref.team, ref.name) : this.#slotOfId(ref);
+    if (slot === undefined) return Promise.resolve(false);
+    return this.queue.run(slot, async () => {
       const sandbox = this.get(ref);
       if (!sandbox) return false;
       await this.#call(() => this.#executor.destroy(sandbox.id));
       this.#ledger.delete(sandbox.id);
       this.#commands.delete(sandbox.id);
-      this.#log("info", "sandbox destroyed", { name: sandbox.name, id: sandbox.id });
+      this.#log("info", "sandbox destroyed", {
+        name: sandbox.name,
+        team: sandbox.team,
+        id: sandbox.id,
+      });
       return true;
     });
   }
@@ -336,9 +352,9 @@ export class SandboxService implements SandboxOps {
    * the deadline out meanwhile): kill destroys, pause freezes and clears the deadline.
    */
   expireIfDue(id: string): Promise<"killed" | "paused" | "skipped"> {
-    const name = this.#ledger.byId(id)?.name;
-    if (name === undefined) return Promise.resolve("skipped");
-    return this.queue.run(name, async () => {
+    const slot = this.#slotOfId({ id });
+    if (slot === undefined) return Promise.resolve("skipped");
+    return this.queue.run(slot, async () => {
       const sandbox = this.#ledger.byId(id);
       if (!sandbox || sandbox.deadlineAt === null || sandbox.deadlineAt > this.#clock.now()) {
         return "skipped";
@@ -377,7 +393,7 @@ export class SandboxService implements SandboxOps {
     const lost: string[] = [];
     for (const row of this.#ledger.all()) {
       if (held.has(row.id)) continue;
-      await this.queue.run(row.name, () => {
+      await this.queue.run(teamScopedName(row.team, row.name), () => {
         const now = this.#ledger.byId(row.id);
         if (!now) return;
         lost.push(now.id);
@@ -440,15 +456,25 @@ export class SandboxService implements SandboxOps {
     );
   }
 
+  /** The slot of the sandbox with this id (of `ref.team` when given), or undefined. */
+  #slotOfId(ref: { id: string; team?: string }): string | undefined {
+    const row = this.get(ref);
+    return row === undefined ? undefined : teamScopedName(row.team, row.name);
+  }
+
   /** Runs `task` in the sandbox's slot with its row as read inside the slot. */
   #inSlot<T>(ref: SandboxRef, task: (sandbox: SandboxRecord) => Promise<T> | T): Promise<T> {
-    let name: string;
+    let slot: string;
     try {
-      name = "name" in ref ? ref.name : this.#require(ref).name;
+      if ("name" in ref) slot = teamScopedName(ref.team, ref.name);
+      else {
+        const row = this.#require(ref);
+        slot = teamScopedName(row.team, row.name);
+      }
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.queue.run(name, () => task(this.#require(ref)));
+    return this.queue.run(slot, () => task(this.#require(ref)));
   }
 
   /** Runs a file verb in the slot on a woken sandbox. */

@@ -23,8 +23,10 @@ export interface SandboxRecord extends Sandbox {
 
 /** `acquire` input: create-or-wake by name. */
 export interface AcquireRequest {
-  /** The sandbox name to create or wake; the key of its NameQueue slot. */
+  /** The sandbox name to create or wake; with the team, the key of its NameQueue slot. */
   name: string;
+  /** The team the sandbox belongs to (the default team when absent); names are per team. */
+  team?: string;
   /** Template to build from on create (the service's `defaultTemplate` when absent); ignored on wake. */
   template?: string;
   /** Caller's key/value labels, stored on create; ignored on wake. */
@@ -63,6 +65,8 @@ export interface ExecResult {
 
 /** Selects sandboxes for `list`. */
 export interface ListFilter {
+  /** Only this team's sandboxes; every team's when absent. */
+  team?: string;
   /** Every key/value must match the sandbox's metadata. */
   metadata?: Record<string, string>;
   /** Only these states. */
@@ -82,7 +86,7 @@ export interface SandboxOps {
   /** Every row matching the filter. */
   list(filter?: ListFilter): SandboxRecord[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
-  lookup(request: LookupRequest): Promise<LookupAnswer>;
+  lookup(request: LookupRequest, team?: string): Promise<LookupAnswer>;
   /** Runs a command to the end, buffering output up to the cap. */
   execCommand(
     ref: SandboxRef,
@@ -124,5 +128,9 @@ export interface SandboxOps {
   metrics(ref: SandboxRef): Promise<SandboxStats>;
 }
 
-/** Names a sandbox by name or by ledger id. */
-export type SandboxRef = { name: string } | { id: string };
+/**
+ * Names a sandbox by name or by ledger id. `team` scopes it: a name is looked up within that
+ * team (the default team when absent); an id answers only for a sandbox of that team (any team
+ * when absent, as for the operator), so another team's sandbox is a 404 as if absent.
+ */
+export type SandboxRef = { name: string; team?: string } | { id: string; team?: string };

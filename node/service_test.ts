@@ -40,7 +40,7 @@ Deno.test("SandboxService.lookup() finds a create in flight once it lands", asyn
   await looking;
   assert.deepEqual(answer, {
     found: true,
-    sandbox: { id: sandbox.id, name: "agent-1", state: "active" },
+    sandbox: { id: sandbox.id, name: "agent-1", state: "active", team: "default" },
   });
   await close();
 });
@@ -55,14 +55,14 @@ Deno.test("SandboxService.lookup(): a row answers at once, a free slot is a plai
   await executor.hooks.parked("stats");
   assert.deepEqual(await service.lookup({ name: "a" }), {
     found: true,
-    sandbox: { id: sandbox.id, name: "a", state: "frozen" },
+    sandbox: { id: sandbox.id, name: "a", state: "frozen", team: "default" },
   });
   release();
   await metrics;
   assert.deepEqual(await service.lookup({ name: "b" }), { found: false });
   assert.deepEqual(await service.lookup({ id: sandbox.id }), {
     found: true,
-    sandbox: { id: sandbox.id, name: "a", state: "frozen" },
+    sandbox: { id: sandbox.id, name: "a", state: "frozen", team: "default" },
   });
   assert.deepEqual(await service.lookup({ id: "sbx_nope" }), { found: false });
   // Read-only: the lookups neither woke it nor touched its idle clock.
@@ -315,5 +315,30 @@ Deno.test("SandboxService: a long command holds no slot, so destroy ends it", as
   const r = await running;
   assert.equal(r.exitCode, 137);
   assert.equal(r.stdout, "started\n");
+  await close();
+});
+
+Deno.test("SandboxService keeps teams apart: one name per team, ids scoped to their team", async () => {
+  const { service, close } = setup();
+  const a = await service.acquire({ name: "agent-1", team: "a" });
+  const b = await service.acquire({ name: "agent-1", team: "b" });
+  assert.equal(a.created && b.created, true, "two teams' agent-1 are two sandboxes");
+  assert.notEqual(a.sandbox.id, b.sandbox.id);
+  assert.equal(service.get({ id: a.sandbox.id, team: "b" }), undefined);
+  assert.equal(service.get({ id: a.sandbox.id })?.team, "a", "no team: the operator sees all");
+  assert.deepEqual(await service.lookup({ id: a.sandbox.id }, "b"), { found: false });
+  assert.deepEqual(await service.lookup({ name: "agent-1" }, "b"), {
+    found: true,
+    sandbox: { id: b.sandbox.id, name: "agent-1", state: "active", team: "b" },
+  });
+  assert.deepEqual(service.list({ team: "a" }).map((s) => s.id), [a.sandbox.id]);
+  assert.equal(service.list().length, 2);
+  await assert.rejects(
+    () => service.execCommand({ id: a.sandbox.id, team: "b" }, { cmd: ["true"] }),
+    (e) => e instanceof HttpError && e.status === 404,
+  );
+  assert.equal(await service.destroy({ id: a.sandbox.id, team: "b" }), false);
+  assert.equal(await service.destroy({ name: "agent-1", team: "a" }), true);
+  assert.equal(service.get({ name: "agent-1", team: "b" })?.id, b.sandbox.id);
   await close();
 });

@@ -35,3 +35,11 @@ export * from "./json_body.ts";
 export { randomSandboxName } from "./random_name.ts";
 export { e2bApiKey, e2bKeyAuth } from "./e2b_auth.ts";
 export { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";
+export {
+  DEFAULT_TEAM,
+  splitTeamScopedName,
+  TEAM_HEADER,
+  teamOfRequest,
+  teamSchema,
+  teamScopedName,
+} from "./teams.ts";

@@ -128,6 +128,7 @@ export const hostReadingSchema: z.ZodObject<{
   swapFreeBytes: z.ZodNumber;
   dataDisk: z.ZodNullable<typeof dataDiskSchema>;
   sandboxes: typeof stateCountsSchema;
+  teams: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodNumber>>;
 }> = z.object({
   /** Milliseconds since the epoch when the reading was taken. */
   takenAt: z.number(),
@@ -140,6 +141,11 @@ export const hostReadingSchema: z.ZodObject<{
   swapFreeBytes: z.number().nonnegative(),
   dataDisk: dataDiskSchema.nullable(),
   sandboxes: stateCountsSchema,
+  /**
+   * Running sandboxes (active or restoring) per team, so the gateway can hold a team to its key's
+   * `maxSandboxes` from the nodes' own counts. Absent from a node that predates teams.
+   */
+  teams: z.record(z.string().max(64), z.number().int().nonnegative()).optional(),
 });
 
 /** A host reading. */
@@ -190,13 +196,24 @@ export type LookupRequest = z.infer<typeof lookupRequestSchema>;
 export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
   z.ZodObject<{
     found: z.ZodLiteral<true>;
-    sandbox: z.ZodObject<{ id: z.ZodString; name: z.ZodString; state: typeof sandboxStateSchema }>;
+    sandbox: z.ZodObject<{
+      id: z.ZodString;
+      name: z.ZodString;
+      state: typeof sandboxStateSchema;
+      team: z.ZodDefault<z.ZodString>;
+    }>;
   }>,
   z.ZodObject<{ found: z.ZodLiteral<false> }>,
 ]> = z.discriminatedUnion("found", [
   z.object({
     found: z.literal(true),
-    sandbox: z.object({ id: z.string(), name: z.string(), state: sandboxStateSchema }),
+    sandbox: z.object({
+      id: z.string(),
+      name: z.string(),
+      state: sandboxStateSchema,
+      // A node that predates teams holds every sandbox in the default team.
+      team: z.string().default("default"),
+    }),
   }),
   z.object({ found: z.literal(false) }),
 ]);
@@ -208,8 +225,10 @@ export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
 export interface Sandbox {
   /** The ledger id (`sbx_…`), minted by the node on create. */
   id: string;
-  /** The caller's name for the sandbox, unique on its node. */
+  /** The caller's name for the sandbox, unique within its team. */
   name: string;
+  /** The team of the key that created it (`default` for the fleet token). */
+  team: string;
   /** Where the sandbox is in its lifecycle. */
   state: SandboxState;
   /** The id of the node that holds the sandbox. */

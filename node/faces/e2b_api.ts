@@ -19,12 +19,13 @@ import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
 import { randomSandboxName } from "../../shared/random_name.ts";
+import { teamOfRequest } from "../../shared/teams.ts";
 import { tokensEqual } from "../../shared/token.ts";
 import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "./access_tokens.ts";
-import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
+import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
 
 /** Options of {@linkcode createE2bApi}. */
 export interface E2bApiOptions {
@@ -149,8 +150,13 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     };
   };
 
-  const mustGet = (id: string): SandboxRecord => {
-    const s = ops.get({ id });
+  // The gateway's X-Dormice-Team scopes every id to the caller's team (read after the key check,
+  // which only the fleet token passes); without it the caller is the operator, who sees all.
+  const teamOf = (c: Context) => teamOfRequest(c.req.raw.headers);
+  const at = (c: Context, id: string): SandboxRef => ({ id, team: teamOf(c) });
+
+  const mustGet = (c: Context, id: string): SandboxRecord => {
+    const s = ops.get(at(c, id));
     if (!s) throw new HttpError(404, `Sandbox '${id}' not found on this node`);
     return s;
   };
@@ -173,6 +179,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const result = await ops.acquire({
       name,
+      team: teamOf(c),
       template: body.templateID,
       metadata: body.metadata,
       env: body.envVars,
@@ -189,8 +196,8 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const connect = async (c: Context) => {
     const id = c.req.param("id")!;
     const body = parse(connectSchema, await readBody(c, "object", `{"timeout":300}`));
-    mustGet(id);
-    const { resumed, sandbox } = await ops.resume({ id });
+    mustGet(c, id);
+    const { resumed, sandbox } = await ops.resume(at(c, id));
     const now = clock.now();
     let current = sandbox;
     // Connect only ever extends the lifetime; a sandbox without a deadline keeps none unless
@@ -198,7 +205,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     if (body.timeout !== undefined || sandbox.deadlineAt !== null) {
       const wanted = now + (body.timeout ?? defaultTimeout) * 1000;
       if (sandbox.deadlineAt === null || wanted > sandbox.deadlineAt) {
-        current = ops.setDeadline({ id }, wanted, sandbox.deadlineAction ?? "kill");
+        current = ops.setDeadline(at(c, id), wanted, sandbox.deadlineAction ?? "kill");
       }
     }
     return c.json(created(current), resumed ? 201 : 200);
@@ -212,18 +219,18 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       z.object({ timeout: timeoutSchema.optional(), autoPause: z.boolean().optional() }),
       await readBody(c, "object", `{"timeout":300}`),
     );
-    const before = mustGet(id);
+    const before = mustGet(c, id);
     if (e2bState(before.state) === "running") {
       throw new HttpError(409, `Sandbox '${id}' is already running: connect to it instead`);
     }
-    const { sandbox } = await ops.resume({ id });
+    const { sandbox } = await ops.resume(at(c, id));
     const action = body.autoPause === undefined
       ? sandbox.deadlineAction ?? "kill"
       : body.autoPause
       ? "pause"
       : "kill";
     const after = ops.setDeadline(
-      { id },
+      at(c, id),
       clock.now() + (body.timeout ?? defaultTimeout) * 1000,
       action,
     );
@@ -233,16 +240,18 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   app.post("/sandboxes/:id/timeout", async (c) => {
     const id = c.req.param("id");
     const body = parse(setTimeoutSchema, await readBody(c, "refuse", `{"timeout":300}`));
-    const s = mustGet(id);
-    ops.setDeadline({ id }, clock.now() + body.timeout * 1000, s.deadlineAction ?? "kill");
+    const s = mustGet(c, id);
+    ops.setDeadline(at(c, id), clock.now() + body.timeout * 1000, s.deadlineAction ?? "kill");
     return c.body(null, 204);
   });
 
-  app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c.req.param("id")))));
+  app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c, c.req.param("id")))));
 
   app.get("/sandboxes", (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
-    return c.json(ops.list({ metadata, states: ["active", "restoring"] }).map(listed));
+    return c.json(
+      ops.list({ metadata, team: teamOf(c), states: ["active", "restoring"] }).map(listed),
+    );
   });
 
   app.get("/v2/sandboxes", (c) => {
@@ -267,7 +276,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const template = c.req.query("template");
     const sign = order === "asc" ? 1 : -1;
-    let rows = ops.list({ metadata })
+    let rows = ops.list({ metadata, team: teamOf(c) })
       .filter((s) => states.has(e2bState(s.state)))
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)
@@ -287,7 +296,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.delete("/sandboxes/:id", async (c) => {
     const id = c.req.param("id");
-    if (!(await ops.destroy({ id }))) {
+    if (!(await ops.destroy(at(c, id)))) {
       throw new HttpError(404, `Sandbox '${id}' not found on this node`);
     }
     return c.body(null, 204);
@@ -295,19 +304,19 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.post("/sandboxes/:id/pause", async (c) => {
     const id = c.req.param("id");
-    const s = mustGet(id);
+    const s = mustGet(c, id);
     if (e2bState(s.state) === "paused") {
       throw new HttpError(409, `Sandbox '${id}' is already paused: connect to resume it`);
     }
-    await ops.pause({ id });
+    await ops.pause(at(c, id));
     return c.body(null, 204);
   });
 
   app.get("/sandboxes/:id/metrics", async (c) => {
-    const s = mustGet(c.req.param("id"));
+    const s = mustGet(c, c.req.param("id"));
     // Reading metrics must not wake a paused sandbox.
     if (e2bState(s.state) === "paused") return c.json([]);
-    const m = await ops.metrics({ id: s.id });
+    const m = await ops.metrics(at(c, s.id));
     return c.json([{
       timestamp: new Date(m.takenAt).toISOString(),
       timestampUnix: Math.floor(m.takenAt / 1000),

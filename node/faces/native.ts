@@ -32,6 +32,7 @@ import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
+import { teamOfRequest } from "../../shared/teams.ts";
 import { bearerToken, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
@@ -66,9 +67,32 @@ export interface NativeFaceOptions {
  * ```
  */
 export function publicSandbox(record: SandboxRecord): Sandbox {
-  const { id, name, state, nodeId, endpoint, template, metadata, spec, createdAt, lastActiveAt } =
-    record;
-  return { id, name, state, nodeId, endpoint, template, metadata, spec, createdAt, lastActiveAt };
+  const {
+    id,
+    name,
+    team,
+    state,
+    nodeId,
+    endpoint,
+    template,
+    metadata,
+    spec,
+    createdAt,
+    lastActiveAt,
+  } = record;
+  return {
+    id,
+    name,
+    team,
+    state,
+    nodeId,
+    endpoint,
+    template,
+    metadata,
+    spec,
+    createdAt,
+    lastActiveAt,
+  };
 }
 
 /**
@@ -159,54 +183,63 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     }
   };
 
+  // `team` is the gateway's X-Dormice-Team, read only once the fleet token is checked: the
+  // gateway names the caller's team, and no one else may. Absent, the caller is the operator.
   const verb = <T>(
     verbName: string,
     schema: z.ZodType<T>,
-    run: (input: T) => Promise<unknown> | unknown,
+    run: (input: T, team: string | undefined) => Promise<unknown> | unknown,
   ) => {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
+      const team = teamOfRequest(c.req.raw.headers);
       const { value } = await readJsonObject(c.req.raw);
       const input = parse(verbName, schema, value);
-      return c.json(await run(input) as Record<string, unknown>);
+      return c.json(await run(input, team) as Record<string, unknown>);
     });
     app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
   };
 
-  verb("acquireSandbox", schemas.acquireSandbox, async (b) => {
-    const { created, sandbox } = await service.acquire(b);
+  verb("acquireSandbox", schemas.acquireSandbox, async (b, team) => {
+    const { created, sandbox } = await service.acquire({ ...b, team });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb("listSandboxes", schemas.listSandboxes, (b) => ({
-    sandboxes: service.list(b).map(publicSandbox),
+  verb("listSandboxes", schemas.listSandboxes, (b, team) => ({
+    sandboxes: service.list({ ...b, team }).map(publicSandbox),
   }));
-  verb("execCommand", schemas.execCommand, (b) =>
-    service.execCommand({ name: b.name }, {
-      cmd: typeof b.command === "string" ? ["/bin/sh", "-c", b.command] : b.command,
-      cwd: b.cwd,
-      env: b.env,
-      timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
-    }));
-  verb("writeFile", schemas.writeFile, async (b) => {
+  verb(
+    "execCommand",
+    schemas.execCommand,
+    (b, team) =>
+      service.execCommand({ name: b.name, team }, {
+        cmd: typeof b.command === "string" ? ["/bin/sh", "-c", b.command] : b.command,
+        cwd: b.cwd,
+        env: b.env,
+        timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
+      }),
+  );
+  verb("writeFile", schemas.writeFile, async (b, team) => {
     const data = b.contentBase64 !== undefined
       ? new Uint8Array(Buffer.from(b.contentBase64, "base64"))
       : new TextEncoder().encode(b.content);
-    const entry = await service.writeFile({ name: b.name }, b.path, data);
+    const entry = await service.writeFile({ name: b.name, team }, b.path, data);
     return { path: entry.path, size: entry.size };
   });
-  verb("readFile", schemas.readFile, async (b) => {
-    const data = await service.readFile({ name: b.name }, b.path);
+  verb("readFile", schemas.readFile, async (b, team) => {
+    const data = await service.readFile({ name: b.name, team }, b.path);
     return { path: b.path, size: data.length, contentBase64: Buffer.from(data).toString("base64") };
   });
-  verb("updateMetadata", schemas.updateMetadata, async (b) => ({
-    sandbox: publicSandbox(await service.updateMetadata({ name: b.name }, b.metadata, b.merge)),
+  verb("updateMetadata", schemas.updateMetadata, async (b, team) => ({
+    sandbox: publicSandbox(
+      await service.updateMetadata({ name: b.name, team }, b.metadata, b.merge),
+    ),
   }));
-  verb("destroySandbox", schemas.destroySandbox, async (b) => ({
-    destroyed: await service.destroy({ name: b.name }),
+  verb("destroySandbox", schemas.destroySandbox, async (b, team) => ({
+    destroyed: await service.destroy({ name: b.name, team }),
   }));
-  verb("getSandboxMetrics", schemas.getSandboxMetrics, async (b) => ({
+  verb("getSandboxMetrics", schemas.getSandboxMetrics, async (b, team) => ({
     name: b.name,
-    metrics: await service.metrics({ name: b.name }),
+    metrics: await service.metrics({ name: b.name, team }),
   }));
   verb("getHostMetrics", schemas.getHostMetrics, () => ({
     nodeId,
@@ -214,7 +247,7 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     build,
     reading: hostReading(),
   }));
-  verb("lookupSandbox", schemas.lookupSandbox, (b) => service.lookup(b));
+  verb("lookupSandbox", schemas.lookupSandbox, (b, team) => service.lookup(b, team));
 
   return app;
 }

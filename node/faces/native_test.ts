@@ -73,6 +73,7 @@ Deno.test("native face: every verb round-trips", async () => {
     sandbox: {
       id: sandbox.id,
       name: "a",
+      team: "default",
       state: "active",
       nodeId: "node-1",
       endpoint,
@@ -135,7 +136,7 @@ Deno.test("native face: every verb round-trips", async () => {
   const found = await call(app, "lookupSandbox", { name: "a" });
   assert.deepEqual(lookupAnswerSchema.parse(found.body), {
     found: true,
-    sandbox: { id: sandbox.id, name: "a", state: "active" },
+    sandbox: { id: sandbox.id, name: "a", state: "active", team: "default" },
   });
   assert.deepEqual((await call(app, "lookupSandbox", { id: sandbox.id })).body, found.body);
   assert.deepEqual((await call(app, "destroySandbox", { name: "a" })).body, { destroyed: true });
