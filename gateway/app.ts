@@ -8,10 +8,12 @@
  * @module
  */
 import type { Hono } from "hono";
-import type { DatabaseSync } from "node:sqlite";
-import { fleetTokenCheck } from "./auth.ts";
+import { DatabaseSync } from "node:sqlite";
+import { callerCheck, fleetTokenCheck } from "./auth.ts";
 import { Fleet } from "./fleet.ts";
 import { Finder } from "./finder.ts";
+import { ApiKeys } from "./keys.ts";
+import { TeamLimits } from "./team_limits.ts";
 import { createNativeFace } from "./native.ts";
 import type { GatewayParts } from "./parts.ts";
 import { Placer } from "./placer.ts";
@@ -26,8 +28,8 @@ export interface GatewayOptions {
   /** The fleet token: clients and nodes present it, and the gateway forwards with it. */
   token: string;
   /**
-   * The Fleet's table; `main.ts` passes `openExclusiveDatabase(path, "DORMICE_GATEWAY_DB")`.
-   * A private in-memory database by default.
+   * The Fleet's table and the key table; `main.ts` passes
+   * `openExclusiveDatabase(path, "DORMICE_GATEWAY_DB")`. A private in-memory database by default.
    */
   database?: DatabaseSync;
   /** Reject a node above this CPU %. Default 70. */
@@ -68,7 +70,7 @@ export interface Gateway extends GatewayParts {
   app: Hono;
   /** Announces nodes that went down; call it every second or so. */
   sweep(): string[];
-  /** Closes the Fleet's database when the gateway opened it itself. */
+  /** Closes the database (node and key tables) when the gateway opened it itself. */
   close(): void;
 }
 
@@ -107,7 +109,11 @@ export function createGateway(options: GatewayOptions): Gateway {
   if (typeof token !== "string" || token.length === 0) {
     throw new TypeError("Cannot create the gateway as 'token' is empty: pass the fleet token");
   }
-  const fleet = new Fleet({ database, clock, log });
+  // The key table lives beside the node table: one file, one lock, one backup.
+  const db = database ?? new DatabaseSync(":memory:");
+  const fleet = new Fleet({ database: db, clock, log });
+  const keys = new ApiKeys({ database: db, clock, log });
+  const limits = new TeamLimits({ fleet, clock });
   const finder = new Finder({
     fleet,
     token,
@@ -126,15 +132,29 @@ export function createGateway(options: GatewayOptions): Gateway {
     fetch: fetchFn,
     log,
     fanOutTimeoutMs,
+    onDestroyed: (found) => limits.destroyed(found.node.id, found.sandbox.team ?? "default"),
   });
   const authorized = fleetTokenCheck(token);
-  const parts: GatewayParts = { fleet, finder, placer, routing, authorized, log };
+  const identify = callerCheck(token, keys);
+  const parts: GatewayParts = {
+    fleet,
+    finder,
+    placer,
+    routing,
+    authorized,
+    identify,
+    keys,
+    limits,
+    log,
+  };
   const native = createNativeFace(parts, { mount: options.mount });
   return {
     ...parts,
     app: native.app,
     fetch: native.fetch,
     sweep: () => fleet.sweep(),
-    close: () => fleet.close(),
+    close: () => {
+      if (database === undefined && db.isOpen) db.close();
+    },
   };
 }

@@ -1,24 +1,252 @@
 /**
- * The gateway's auth rules, in one place. One fleet token (`DORMICE_API_TOKEN`) is shared by the
- * gateway, the nodes and the operator, compared in constant time; where it is presented depends
- * on the face:
+ * The gateway's auth rules, in one place. Two kinds of credential:
+ *
+ * - the **fleet token** (`DORMICE_API_TOKEN`), shared by the gateway, the nodes and the operator,
+ *   compared in constant time. It alone opens the fleet's verbs (`checkIn`, `listNodes`,
+ *   `removeNode`, `setPools`) and the key verbs (`createApiKey`, `listApiKeys`,
+ *   `revokeApiKey`); on the client verbs it is the operator: team `default` for names, any
+ *   sandbox by id, every team in listings;
+ * - **API keys** (`e2b_` + 40 hex, minted by `createApiKey`, see `keys.ts`): a client's, bound to
+ *   one team; on a fleet verb it is a 403.
+ *
+ * Where a credential is presented depends on the face:
  *
  * | path | credential | checked by |
  * |---|---|---|
  * | `GET /healthz` | none: a load balancer probes it | — |
- * | the native and fleet verbs (`POST /<verb>`) | `Authorization: Bearer <token>` | {@linkcode fleetBearerGate}, and the routed verbs' fast path through {@linkcode requireFleetBearer} |
- * | `/e2b/api/…` | `X-API-KEY: <token>` (the SDK's `E2B_API_KEY`), or a bearer token | {@linkcode e2bFleetKeyAuth}, answering in E2B's `{code, message}` |
- * | `/e2b/envd/…` and the root `/files` | the client's own (`X-Access-Token`, `Authorization: Basic <user>`, a URL signature) | the node, which knows the sandbox's access token: the gateway passes them through untouched |
+ * | the native and fleet verbs (`POST /<verb>`) | `Authorization: Bearer <key or token>` | {@linkcode callerGate}, and the routed verbs' fast path through {@linkcode requireCaller} |
+ * | `/e2b/api/…` | `X-API-KEY: <key or token>` (the SDK's `E2B_API_KEY`), or a bearer | {@linkcode requireE2bCaller}, answering in E2B's `{code, message}` |
+ * | `/e2b/envd/…` and the root `/files` | the client's own (`X-Access-Token`, `Authorization: Basic <user>`, a URL signature), which the node checks; an `X-API-KEY` if sent scopes the sandbox to its team | {@linkcode optionalE2bCaller} |
  *
- * The gateway forwards with the node's credentials (`GatewayRouting.nodeHeaders`); nodes trust
- * the gateway, never the client's bearer header.
+ * The gateway forwards with the node's credentials (`GatewayRouting.nodeHeaders`) and names a
+ * key's team in `X-Dormice-Team`; nodes trust the gateway, never the client's headers. A key is
+ * never logged: its id is.
  *
  * @module
  */
 import type { MiddlewareHandler } from "hono";
-import { e2bKeyAuth } from "../shared/e2b_auth.ts";
+import type { ApiKeyInfo, ApiKeys } from "./keys.ts";
+import { e2bApiKey, e2bKeyAuth } from "../shared/e2b_auth.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { DEFAULT_TEAM } from "../shared/teams.ts";
 import { bearerToken, tokenMatcher } from "../shared/token.ts";
+
+/** Who sent a request: the operator (the fleet token) or a client's API key. */
+export type Caller =
+  | { readonly kind: "operator" }
+  | { readonly kind: "key"; readonly key: ApiKeyInfo };
+
+/** Names the caller a presented credential stands for; `undefined` when it stands for none. */
+export type CallerCheck = (given: string | undefined) => Caller | undefined;
+
+/** The operator: one object, so the fast path allocates nothing for the fleet token. */
+export const OPERATOR: Caller = Object.freeze({ kind: "operator" });
+
+/**
+ * The verbs only the fleet token opens: a node's check-in and the fleet's own bookkeeping could
+ * be forged with anything less (a fake node that reports 256 idle cores receives every
+ * placement, other teams' bodies included), and the key verbs mint and revoke credentials.
+ */
+export const fleetOnlyVerbs: readonly string[] = [
+  "checkIn",
+  "listNodes",
+  "removeNode",
+  "setPools",
+  "createApiKey",
+  "listApiKeys",
+  "revokeApiKey",
+];
+
+/**
+ * The check of a presented credential: the fleet token (constant time) is the operator, a live
+ * key is its caller.
+ *
+ * @example
+ * ```ts
+ * import { callerCheck } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const keys = new ApiKeys();
+ * const identify = callerCheck("t".repeat(32), keys);
+ * identify("t".repeat(32))?.kind; // "operator"
+ * identify(keys.create({ team: "acme" }).key)?.kind; // "key"
+ * keys.close();
+ * ```
+ */
+export function callerCheck(token: string, keys: ApiKeys): CallerCheck {
+  const fleet = fleetTokenCheck(token);
+  return (given) => {
+    if (given === undefined) return undefined;
+    if (fleet(given)) return OPERATOR;
+    const key = keys.verify(given);
+    return key === undefined ? undefined : { kind: "key", key };
+  };
+}
+
+/**
+ * The team a caller names sandboxes in: its key's, or `default` for the operator.
+ *
+ * @example
+ * ```ts
+ * import { OPERATOR, teamOf } from "./auth.ts";
+ * teamOf(OPERATOR); // "default"
+ * ```
+ */
+export function teamOf(caller: Caller): string {
+  return caller.kind === "key" ? caller.key.team : DEFAULT_TEAM;
+}
+
+/**
+ * The team a caller's ids and listings are limited to, or `undefined` for the operator, who
+ * reaches every team's sandboxes.
+ *
+ * @example
+ * ```ts
+ * import { OPERATOR, scopeOf } from "./auth.ts";
+ * scopeOf(OPERATOR); // undefined
+ * ```
+ */
+export function scopeOf(caller: Caller): string | undefined {
+  return caller.kind === "key" ? caller.key.team : undefined;
+}
+
+/**
+ * The caller behind an `Authorization: Bearer` header, or a 401 saying what to send.
+ *
+ * @throws {HttpError} 401 when the bearer is missing, or neither the fleet token nor a live key.
+ *
+ * @example
+ * ```ts
+ * import { callerCheck, requireCaller } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const identify = callerCheck("t".repeat(32), new ApiKeys());
+ * requireCaller(`Bearer ${"t".repeat(32)}`, identify).kind; // "operator"
+ * ```
+ */
+export function requireCaller(header: string | null | undefined, identify: CallerCheck): Caller {
+  const given = bearerToken(header);
+  if (given === undefined) {
+    throw new HttpError(
+      401,
+      "Missing bearer token: send the header 'Authorization: Bearer <API key>' with a key " +
+        "from the operator (createApiKey)",
+      { headers: { "www-authenticate": "Bearer" } },
+    );
+  }
+  const caller = identify(given);
+  if (caller === undefined) {
+    throw new HttpError(
+      401,
+      "The bearer token is not a live API key (it is unknown or was revoked) nor the gateway's " +
+        "DORMICE_API_TOKEN: ask the operator for a key (createApiKey)",
+      { headers: { "www-authenticate": "Bearer" } },
+    );
+  }
+  return caller;
+}
+
+/**
+ * Refuses a client key on a verb only the fleet token opens.
+ *
+ * @throws {HttpError} 403 naming the verb when `caller` is a key.
+ *
+ * @example
+ * ```ts
+ * import { OPERATOR, requireOperator } from "./auth.ts";
+ * requireOperator(OPERATOR, "listNodes"); // passes
+ * ```
+ */
+export function requireOperator(caller: Caller, verb: string): void {
+  if (caller.kind === "operator") return;
+  throw new HttpError(
+    403,
+    `${verb} takes the fleet token (DORMICE_API_TOKEN) only, and this request carries the API ` +
+      `key '${caller.key.id}' of team '${caller.key.team}': an API key cannot call the fleet's ` +
+      "own verbs",
+  );
+}
+
+/**
+ * The caller of an E2B control-plane request (`X-API-KEY`, else a bearer), or a 401 whose
+ * sentence names `E2B_API_KEY` (the face answers it as `{code:401, message}`).
+ *
+ * @throws {HttpError} 401 when no credential is sent or it stands for no caller.
+ *
+ * @example
+ * ```ts
+ * import { callerCheck, requireE2bCaller } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const identify = callerCheck("t".repeat(32), new ApiKeys());
+ * requireE2bCaller(new Headers({ "x-api-key": "t".repeat(32) }), identify).kind; // "operator"
+ * ```
+ */
+export function requireE2bCaller(headers: Headers, identify: CallerCheck): Caller {
+  const given = e2bApiKey(headers);
+  const caller = identify(given);
+  if (caller !== undefined) return caller;
+  throw new HttpError(
+    401,
+    given
+      ? "The API key is not valid (unknown or revoked): set E2B_API_KEY to a key from the " +
+        "operator (createApiKey)"
+      : "The X-API-KEY header is missing: set E2B_API_KEY to a key from the operator (createApiKey)",
+  );
+}
+
+/**
+ * The caller of an envd request when it names one (`X-API-KEY`); `undefined` when it sends no
+ * key, since the SDK authenticates envd with the sandbox's own access token, which the node
+ * checks.
+ *
+ * @throws {HttpError} 401 when a key is sent and is not valid.
+ *
+ * @example
+ * ```ts
+ * import { callerCheck, optionalE2bCaller } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const identify = callerCheck("t".repeat(32), new ApiKeys());
+ * optionalE2bCaller(new Headers(), identify); // undefined
+ * ```
+ */
+export function optionalE2bCaller(headers: Headers, identify: CallerCheck): Caller | undefined {
+  const given = headers.get("x-api-key");
+  if (given === null) return undefined;
+  const caller = identify(given);
+  if (caller !== undefined) return caller;
+  throw new HttpError(
+    401,
+    "The X-API-KEY is not valid (unknown or revoked): set E2B_API_KEY to a key from the operator",
+  );
+}
+
+/**
+ * The root app's middleware: every path but those {@linkcode skipsFleetBearer} names needs a
+ * bearer credential; the fleet-only verbs need the fleet token (a key is a 403). The caller is
+ * handed to `remember` for the verb's handler.
+ *
+ * @example
+ * ```ts
+ * import { Hono } from "hono";
+ * import { callerCheck, callerGate } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const callers = new WeakMap();
+ * const app = new Hono();
+ * app.use("*", callerGate(callerCheck("t".repeat(32), new ApiKeys()), (r, c) => callers.set(r, c)));
+ * ```
+ */
+export function callerGate(
+  identify: CallerCheck,
+  remember: (request: Request, caller: Caller) => void,
+): MiddlewareHandler {
+  return (c, next) => {
+    const path = c.req.path;
+    if (skipsFleetBearer(path)) return next();
+    const caller = requireCaller(c.req.header("authorization"), identify);
+    const verb = path.slice(1);
+    if (fleetOnlyVerbs.includes(verb)) requireOperator(caller, verb);
+    remember(c.req.raw, caller);
+    return next();
+  };
+}
 
 /** Whether a presented token is the fleet token; `undefined` (nothing presented) never is. */
 export type FleetTokenCheck = (given: string | undefined) => boolean;

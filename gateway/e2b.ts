@@ -15,7 +15,7 @@ import {
 } from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { e2bFleetKeyAuth } from "./auth.ts";
+import { type Caller, optionalE2bCaller, requireE2bCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
 import type { CapturedAnswer } from "./routing.ts";
@@ -23,6 +23,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
 import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
+import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 
 /** Options of {@linkcode createE2bFaces} and {@linkcode mountE2b}. */
 export interface E2bFacesOptions {
@@ -121,15 +122,25 @@ export function mountE2b(app: Hono, parts: GatewayParts, options: E2bFacesOption
 // --- the control plane -------------------------------------------------------------------------
 
 function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
-  const { routing, authorized, log } = parts;
+  const { routing, identify, limits, log } = parts;
   const nodeApi = options.nodeApiPath ?? "/e2b/api";
   const randomName = options.randomName ?? randomSandboxName;
-  const nodeAuth = { authorization: routing.nodeHeaders.authorization };
+  const fleetAuthorization = routing.nodeHeaders.authorization;
+  // Streamed requests carry the client's own headers: its X-API-KEY (a client key, which the
+  // node must neither see nor be asked to accept) is replaced by the fleet token, and a client's
+  // own X-Dormice-Team by its key's team.
+  const nodeAuthFor = (caller: Caller): Record<string, string> => {
+    const headers: Record<string, string> = {
+      authorization: fleetAuthorization,
+      "x-api-key": fleetAuthorization.slice("Bearer ".length),
+    };
+    const team = scopeOf(caller);
+    if (team !== undefined) headers[TEAM_HEADER] = team;
+    return headers;
+  };
   const app = new Hono();
 
-  app.use("*", e2bFleetKeyAuth(authorized));
-
-  const create = async (c: Context, rest: string): Promise<Response> => {
+  const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
     const signal = c.req.raw.signal;
     const { text, value: body } = await readJsonObject(c.req.raw, {
       empty: "refuse",
@@ -141,7 +152,8 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     }
     const given = (metadata as Record<string, unknown> | undefined)?.name;
     let name: string;
-    const headers: Record<string, string> = { ...routing.nodeHeaders };
+    const team = teamOf(caller);
+    const headers: Record<string, string> = { ...routing.nodeHeadersFor(scopeOf(caller)) };
     if (given !== undefined) {
       const r = sandboxNameSchema.safeParse(given);
       if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
@@ -153,23 +165,25 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
       headers[SANDBOX_NAME_HEADER] = name;
     }
     const answer = await routing.create({
-      name: given === undefined ? undefined : name,
+      name: given === undefined ? undefined : teamScopedName(team, name),
       path: `${nodeApi}${rest}`,
       body: text,
       signal,
       headers,
       identify: (t) => {
         const id = (JSON.parse(t) as { sandboxID?: unknown })?.sandboxID;
-        return typeof id === "string" ? { id, name, state: "active" } : undefined;
+        return typeof id === "string" ? { id, name, state: "active", team } : undefined;
       },
+      admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
     });
     return relay(answer);
   };
 
-  const kill = async (c: Context, id: string): Promise<Response> => {
+  const kill = async (c: Context, id: string, caller: Caller): Promise<Response> => {
     const signal = c.req.raw.signal;
+    const team = scopeOf(caller);
     // Found first, so the destroy runs in the name's slot (the Finder now knows id → name).
-    const r = await routing.resolve("id", id, signal);
+    const r = await routing.resolve("id", id, signal, team);
     const answer = r.kind === "none" ? null : await routing.destroy({
       by: "id",
       key: id,
@@ -177,12 +191,14 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
       method: "DELETE",
       body: "",
       signal,
+      team,
+      headers: routing.nodeHeadersFor(team),
     });
     if (answer === null) throw notFound(id);
     return relay(answer);
   };
 
-  const list = async (c: Context, v2: boolean): Promise<Response> => {
+  const list = async (c: Context, v2: boolean, caller: Caller): Promise<Response> => {
     const url = new URL(c.req.url);
     const query = new URLSearchParams(url.search);
     const page = v2 ? parsePaging(query) : undefined;
@@ -195,7 +211,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     const path = `${nodeApi}${v2 ? "/v2" : ""}/sandboxes${qs ? `?${qs}` : ""}`;
     const answers = await routing.fanOut(path, null, c.req.raw.signal, {
       method: "GET",
-      headers: nodeAuth,
+      headers: nodeAuthFor(caller),
     });
     const rows: ListedRow[][] = [];
     const unreachable: string[] = [];
@@ -237,19 +253,31 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     return c.json(merged, 200, headers);
   };
 
-  const forwardById = async (c: Context, id: string, rest: string): Promise<Response> => {
+  const forwardById = async (
+    c: Context,
+    id: string,
+    rest: string,
+    caller: Caller,
+  ): Promise<Response> => {
     const signal = c.req.raw.signal;
-    const found = await locate(parts, id, signal);
+    const found = await locate(parts, id, signal, scopeOf(caller));
     const path = `${nodeApi}${rest}${new URL(c.req.url).search}`;
-    return await routing.stream(c.req.raw, { found, by: "id", key: id, path, headers: nodeAuth });
+    return await routing.stream(c.req.raw, {
+      found,
+      by: "id",
+      key: id,
+      path,
+      headers: nodeAuthFor(caller),
+    });
   };
 
   app.all("*", async (c) => {
+    const caller = requireE2bCaller(c.req.raw.headers, identify);
     const rest = suffix(c);
     const method = c.req.method;
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
-      if (method === "POST") return await create(c, rest);
-      if (method === "GET") return await list(c, rest === "/v2/sandboxes");
+      if (method === "POST") return await create(c, rest, caller);
+      if (method === "GET") return await list(c, rest === "/v2/sandboxes", caller);
       throw new HttpError(405, `${method} is not allowed on ${rest}: use GET or POST`, {
         headers: { allow: "GET, POST" },
       });
@@ -258,9 +286,9 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     if (m) {
       const id = decodeSegment(m[1]);
       if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {
-        return await kill(c, id);
+        return await kill(c, id, caller);
       }
-      return await forwardById(c, id, rest);
+      return await forwardById(c, id, rest, caller);
     }
     throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
   });
@@ -269,9 +297,14 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
   return app;
 }
 
-/** `locate` by id, with E2B's wording for a miss. */
-async function locate(parts: GatewayParts, id: string, signal: AbortSignal): Promise<FindOne> {
-  const r = await parts.routing.resolve("id", id, signal);
+/** `locate` by id, with E2B's wording for a miss (another team's sandbox is a miss too). */
+async function locate(
+  parts: GatewayParts,
+  id: string,
+  signal: AbortSignal,
+  team?: string,
+): Promise<FindOne> {
+  const r = await parts.routing.resolve("id", id, signal, team);
   if (r.kind === "none") throw notFound(id);
   return r;
 }
@@ -352,7 +385,11 @@ function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
         );
       }
       const signal = c.req.raw.signal;
-      const r = await parts.routing.resolve("id", id, signal);
+      // The SDK sends envd no API key (the sandbox's access token guards it); a request that
+      // does send one sees its own team's sandboxes only, another team's as absent.
+      const caller = optionalE2bCaller(c.req.raw.headers, parts.identify);
+      const team = caller === undefined ? undefined : scopeOf(caller);
+      const r = await parts.routing.resolve("id", id, signal, team);
       if (r.kind === "none") {
         // E2B's own proxy answers 502 for a sandbox that is not running; the SDK reads it (and
         // Connect's `unavailable`) as "the sandbox is gone or timed out".
@@ -419,7 +456,9 @@ function createFilesDoor(parts: GatewayParts, options: E2bFacesOptions): Hono {
         );
       }
       // Named by the header, the node checks the signature against that sandbox's token.
-      const found = await locate(parts, id, c.req.raw.signal);
+      const caller = optionalE2bCaller(c.req.raw.headers, parts.identify);
+      const team = caller === undefined ? undefined : scopeOf(caller);
+      const found = await locate(parts, id, c.req.raw.signal, team);
       const path = `${nodeEnvd}/files${new URL(c.req.url).search}`;
       return await parts.routing.stream(c.req.raw, { found, by: "id", key: id, path, headers: {} });
     } catch (error) {

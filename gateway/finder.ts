@@ -15,10 +15,16 @@ import {
 import { LruCache } from "./lru.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
+import { splitTeamScopedName, teamScopedName } from "../shared/teams.ts";
 
 export type { FoundSandbox } from "./lookup_client.ts";
 
-/** What a lookup is keyed by: the sandbox name or its id. */
+/**
+ * What a lookup is keyed by: the sandbox name or its id. A name key is the name within its team
+ * (`teamScopedName(team, name)`: the bare name in the default team, `team/name` otherwise), since
+ * two teams may each hold an `agent-1`; an id key is the bare id, which is unique fleet-wide, and
+ * the answer says the sandbox's team so the caller can tell whether it may see it.
+ */
 export type FindBy = "name" | "id";
 
 /** Found on exactly one node: route there. */
@@ -360,19 +366,20 @@ export class Finder {
     const one: FindOne = {
       kind: "one",
       node,
-      sandbox: { id: sandbox.id, name: sandbox.name, state: sandbox.state },
+      sandbox: { id: sandbox.id, name: sandbox.name, state: sandbox.state, team: sandbox.team },
     };
+    const nameKey = teamScopedName(sandbox.team, sandbox.name);
     // A name rebuilt under a new id: the old id must not keep routing to the old sandbox.
-    const before = this.#byName.peek(sandbox.name);
+    const before = this.#byName.peek(nameKey);
     if (before !== undefined && before.sandbox.id !== sandbox.id) this.#evictEntry(before);
-    this.#byName.set(sandbox.name, one);
+    this.#byName.set(nameKey, one);
     this.#byId.set(sandbox.id, one);
     return one;
   }
 
   #evictEntry(hit: FindOne): void {
     const same = (v: FindOne) => v.node.id === hit.node.id && v.sandbox.id === hit.sandbox.id;
-    this.#byName.evictIf(hit.sandbox.name, same);
+    this.#byName.evictIf(teamScopedName(hit.sandbox.team, hit.sandbox.name), same);
     this.#byId.evictIf(hit.sandbox.id, same);
   }
 
@@ -411,7 +418,9 @@ export class Finder {
     const started = this.#clock.now();
     const nodes = [...this.#fleet.nodes()];
     if (nodes.length === 0) return { kind: "none" };
-    const body = JSON.stringify(by === "name" ? { name: key } : { id: key });
+    // A name is asked within its team; an id is asked of every team, and the answer names it.
+    const scoped = by === "name" ? splitTeamScopedName(key) : undefined;
+    const body = JSON.stringify(scoped ? { name: scoped.name } : { id: key });
     const timer = this.#timers.setTimeout(
       () => controller.abort(timeoutError(this.#timeoutMs)),
       this.#timeoutMs,
@@ -419,7 +428,7 @@ export class Finder {
     let answers: LookupAnswer[];
     try {
       answers = await Promise.all(
-        nodes.map((node) => this.#client.ask(node, body, controller.signal)),
+        nodes.map((node) => this.#client.ask(node, body, controller.signal, scoped?.team)),
       );
     } finally {
       this.#timers.clearTimeout(timer);

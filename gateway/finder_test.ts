@@ -113,7 +113,7 @@ Deno.test("Finder.find() is one when exactly one node has the name, and caches i
   assert.equal(r.kind, "one");
   if (r.kind !== "one") return;
   assert.equal(r.node.id, "b");
-  assert.deepEqual(r.sandbox, { ...s1, state: "active" });
+  assert.deepEqual(r.sandbox, { ...s1, state: "active", team: "default" });
   // Every node asked once, in parallel, with the fleet token and the name.
   assert.deepEqual(fake.calls.map((c) => c.url).sort(), [
     `${EP.a}/lookupSandbox`,

@@ -39,7 +39,7 @@ export interface ForwardOptions {
   /** The path and query on the node, e.g. `/execCommand` or `/e2b/envd/files?path=/a`. */
   path: string;
   /** Headers to set or replace (e.g. the node's credentials). */
-  headers?: Record<string, string>;
+  headers?: Readonly<Record<string, string>>;
   /** A body to send instead of the client's (e.g. one already read to route on). */
   body?: BodyInit | null;
   /** The fetch to use (injected in tests). */
@@ -54,7 +54,10 @@ export interface ForwardOptions {
 }
 
 /** The client's end-to-end headers as pairs, then `extra` (which replaces same-named ones). */
-function requestHeaders(from: Headers, extra?: Record<string, string>): [string, string][] {
+function requestHeaders(
+  from: Headers,
+  extra?: Readonly<Record<string, string>>,
+): [string, string][] {
   const out: [string, string][] = [];
   const replaced = extra === undefined ? undefined : Object.keys(extra);
   if (replaced !== undefined) {

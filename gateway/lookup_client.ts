@@ -10,6 +10,7 @@ import type { FleetNode } from "./fleet.ts";
 import { KeyedLimiter } from "./limiter.ts";
 import type { Log } from "../shared/log.ts";
 import { lookupAnswerSchema } from "../shared/schemas.ts";
+import { TEAM_HEADER } from "../shared/teams.ts";
 
 /** A sandbox as `lookupSandbox` reports it. */
 export interface FoundSandbox {
@@ -19,6 +20,8 @@ export interface FoundSandbox {
   readonly name: string;
   /** Its state when it was looked up (a cached entry does not follow later changes). */
   readonly state: string;
+  /** The team it belongs to (the default team when absent): its name is unique within it. */
+  readonly team?: string;
 }
 
 /** One node's answer: it has the sandbox, it has not, or it said nothing useful (and why). */
@@ -91,6 +94,8 @@ export class LookupClient {
 
   /**
    * Asks `node` with `body` (`{"name":…}` or `{"id":…}`) until `signal` aborts; never rejects.
+   * `team` names the team a name is looked up in; without it (by id) the node answers for any
+   * team and says which.
    *
    * @example
    * ```ts ignore
@@ -98,8 +103,13 @@ export class LookupClient {
    * if (answer.kind === "silent") console.log(answer.cause);
    * ```
    */
-  async ask(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
-    const answer = await this.#askQueued(node, body, signal);
+  async ask(
+    node: FleetNode,
+    body: string,
+    signal: AbortSignal,
+    team?: string,
+  ): Promise<LookupAnswer> {
+    const answer = await this.#askQueued(node, body, signal, team);
     if (answer.kind === "silent") {
       // A caller hanging up says nothing about the node; only its own failures are news.
       if (signal.aborted && !isTimeout(signal.reason)) return answer;
@@ -117,18 +127,33 @@ export class LookupClient {
     return answer;
   }
 
-  #askQueued(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
+  #askQueued(
+    node: FleetNode,
+    body: string,
+    signal: AbortSignal,
+    team: string | undefined,
+  ): Promise<LookupAnswer> {
     // Queued asks wait under the same signal, so the round's deadline bounds the wait too.
-    return this.#perNode.run(node.id, signal, () => this.#askNow(node, body, signal))
+    return this.#perNode.run(node.id, signal, () => this.#askNow(node, body, signal, team))
       .catch((error) => ({ kind: "silent", cause: describeFailure(error, signal) }));
   }
 
-  async #askNow(node: FleetNode, body: string, signal: AbortSignal): Promise<LookupAnswer> {
+  async #askNow(
+    node: FleetNode,
+    body: string,
+    signal: AbortSignal,
+    team: string | undefined,
+  ): Promise<LookupAnswer> {
     let response: Response;
+    const headers: Record<string, string> = {
+      "authorization": this.#authorization,
+      "content-type": "application/json",
+    };
+    if (team !== undefined) headers[TEAM_HEADER] = team;
     try {
       response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
         method: "POST",
-        headers: { "authorization": this.#authorization, "content-type": "application/json" },
+        headers,
         body,
         signal,
         redirect: "manual",

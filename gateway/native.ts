@@ -12,7 +12,12 @@
  * | `lookupSandbox` | found by name or id and asked of that node; `{found:false}` answered here when no node has it |
  * | `listSandboxes` | every node asked at once; the lists merged, silent nodes named in `unreachable` |
  * | `getHostMetrics` | a 501 naming each node to ask: it describes one machine |
- * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs |
+ * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs (fleet token only) |
+ * | `createApiKey`, `listApiKeys`, `revokeApiKey` | the key table (fleet token only) |
+ *
+ * A client's API key scopes every sandbox verb to its team: names are the team's, an id of
+ * another team is a 404 as if absent, listings show the team's sandboxes only, and a create past
+ * the key's limits is a 429. The fleet token is the operator (see `auth.ts`).
  *
  * `GET /healthz` is open and answers `{ok:true, nodes}`.
  *
@@ -21,7 +26,7 @@
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
-import { fleetBearerGate, requireFleetBearer } from "./auth.ts";
+import { type Caller, callerGate, requireCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FoundSandbox } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
 import { clientGone } from "./routing.ts";
@@ -30,6 +35,8 @@ import { readJsonObject } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
 import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
+import { teamScopedName } from "../shared/teams.ts";
+import { revokeApiKeySchema } from "./keys.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {
@@ -52,7 +59,15 @@ export interface NativeFace {
 }
 
 /** The verbs the gateway answers, in the order the 404 lists them: the native ones and its own. */
-const verbs = [...nativeVerbs, "checkIn", "listNodes", "removeNode"];
+const verbs = [
+  ...nativeVerbs,
+  "checkIn",
+  "listNodes",
+  "removeNode",
+  "createApiKey",
+  "listApiKeys",
+  "revokeApiKey",
+];
 
 /** The verbs found by name and streamed to their node; each has the fast path. */
 const streamedVerbs = [
@@ -81,7 +96,10 @@ const streamedVerbs = [
  * ```
  */
 export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions = {}): NativeFace {
-  const { fleet, finder, placer, routing, authorized, log } = parts;
+  const { fleet, finder, placer, routing, identify, keys, limits, log } = parts;
+  // The gate hands each request's caller to its handler; collected with the request.
+  const callers = new WeakMap<Request, Caller>();
+  const callerOf = (c: Context): Caller => callers.get(c.req.raw)!;
   const app = new Hono();
   app.onError((error, c) => errorResponse(error, c.req.raw, log));
   app.notFound((c) => {
@@ -93,7 +111,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   });
 
   app.get("/healthz", (c) => c.json({ ok: true, nodes: fleet.size }));
-  app.use("*", fleetBearerGate(authorized));
+  app.use("*", callerGate(identify, (request, caller) => callers.set(request, caller)));
 
   options.mount?.(app, parts);
 
@@ -119,56 +137,92 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     return c.json({ removed: nodeId });
   });
 
+  // --- the key table (the gate let only the fleet token through) ---
+  post("createApiKey", async (c) => {
+    const { value } = await readJsonObject(c.req.raw);
+    return c.json(keys.create(value));
+  });
+  post("listApiKeys", async (c) => {
+    await readBody(c.req.raw, z.object({}).strict());
+    return c.json({ keys: keys.list() });
+  });
+  post("revokeApiKey", async (c) => {
+    const { value: { id } } = await readBody(c.req.raw, revokeApiKeySchema);
+    keys.revoke(id);
+    return c.json({ revoked: true });
+  });
+
   // --- the native sandbox verbs ---
   post("acquireSandbox", async (c) => {
+    const caller = callerOf(c);
+    const team = teamOf(caller);
     const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.acquireSandbox);
     const answer = await routing.create({
-      name: value.name,
+      name: teamScopedName(team, value.name),
       path: "/acquireSandbox",
       body: text,
       signal: c.req.raw.signal,
-      identify: sandboxOf,
+      headers: routing.nodeHeadersFor(scopeOf(caller)),
+      identify: (t) => sandboxOf(t, team),
+      admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
     });
     return relay(answer);
   });
   post("destroySandbox", async (c) => {
+    const caller = callerOf(c);
     const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.destroySandbox);
     const answer = await routing.destroy({
       by: "name",
-      key: value.name,
+      key: teamScopedName(teamOf(caller), value.name),
       path: "/destroySandbox",
       body: text,
       signal: c.req.raw.signal,
+      headers: routing.nodeHeadersFor(scopeOf(caller)),
     });
     return answer === null ? c.json({ destroyed: false }) : relay(answer);
   });
   // The routed verbs, by path: registered in Hono and also answered before it (see `fast`).
   // `request.signal` is read only on a cache miss: reading it costs every request an abort.
-  const routed = new Map<string, (request: Request) => Promise<Response>>();
+  // A name is the caller's team's (the key in the Finder and slots says so); the node hears the
+  // team in X-Dormice-Team and filters by it too.
+  const routed = new Map<string, (request: Request, caller: Caller) => Promise<Response>>();
   for (const verb of streamedVerbs) {
     const schema: z.ZodType<{ name: string }> = nativeRequestSchemas[verb];
     const path = `/${verb}`;
-    routed.set(path, async (request) => {
+    routed.set(path, async (request, caller) => {
       const { text, value } = await readBody(request, schema);
-      const found = finder.cached("name", value.name) ??
-        await routing.locate("name", value.name, request.signal);
+      const key = teamScopedName(teamOf(caller), value.name);
+      const found = finder.cached("name", key) ??
+        await routing.locate("name", key, request.signal);
       return await routing.stream(request, {
         found,
         by: "name",
-        key: value.name,
+        key,
         path,
         body: text,
+        headers: routing.nodeHeadersFor(scopeOf(caller)),
       });
     });
   }
-  routed.set("/lookupSandbox", async (request) => {
+  routed.set("/lookupSandbox", async (request, caller) => {
     const { text, value } = await readBody(request, nativeRequestSchemas.lookupSandbox);
-    const [by, key] = "name" in value ? ["name", value.name] as const : ["id", value.id] as const;
-    const r = finder.cached(by, key) ?? await routing.resolve(by, key, request.signal);
+    const [by, key] = "name" in value
+      ? ["name", teamScopedName(teamOf(caller), value.name)] as const
+      : ["id", value.id] as const;
+    const r = await routing.resolve(by, key, request.signal, scopeOf(caller));
     if (r.kind === "none") return Response.json({ found: false });
-    return await routing.stream(request, { found: r, by, key, path: "/lookupSandbox", body: text });
+    return await routing.stream(request, {
+      found: r,
+      by,
+      key,
+      path: "/lookupSandbox",
+      body: text,
+      headers: routing.nodeHeadersFor(scopeOf(caller)),
+    });
   });
-  for (const [path, handler] of routed) post(path.slice(1), (c) => handler(c.req.raw));
+  for (const [path, handler] of routed) {
+    post(path.slice(1), (c) => handler(c.req.raw, callerOf(c)));
+  }
 
   /**
    * The routed verbs' fast path: a POST to one of their exact paths skips Hono's router and
@@ -180,15 +234,18 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     const handler = routed.get(pathOf(request.url));
     if (handler === undefined) return undefined;
     try {
-      requireFleetBearer(request.headers.get("authorization"), authorized);
-      return handler(request).catch((error) => errorResponse(error, request, log));
+      const caller = requireCaller(request.headers.get("authorization"), identify);
+      return handler(request, caller).catch((error) => errorResponse(error, request, log));
     } catch (error) {
       return Promise.resolve(errorResponse(error, request, log));
     }
   };
   post("listSandboxes", async (c) => {
     const { text } = await readBody(c.req.raw, nativeRequestSchemas.listSandboxes);
-    const answers = await routing.fanOut("/listSandboxes", text, c.req.raw.signal);
+    // Each node lists only the caller's team (every team for the operator).
+    const answers = await routing.fanOut("/listSandboxes", text, c.req.raw.signal, {
+      headers: routing.nodeHeadersFor(scopeOf(callerOf(c))),
+    });
     const sandboxes: unknown[] = [];
     const unreachable: { nodeId: string; endpoint: string; cause: string }[] = [];
     for (const a of answers) {
@@ -230,11 +287,14 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 
 const removeNodeSchema = z.object({ nodeId: nodeIdSchema });
 
-/** The sandbox `{id, name, state}` inside a native `acquireSandbox` answer. */
-function sandboxOf(text: string): FoundSandbox | undefined {
+/**
+ * The sandbox `{id, name, state, team}` inside a native `acquireSandbox` answer; `team` is the
+ * caller's (the node was told it), trusted over a node that predates teams.
+ */
+function sandboxOf(text: string, team: string): FoundSandbox | undefined {
   const s = (JSON.parse(text) as { sandbox?: FoundSandbox })?.sandbox;
   return s && typeof s.id === "string" && typeof s.name === "string"
-    ? { id: s.id, name: s.name, state: String(s.state) }
+    ? { id: s.id, name: s.name, state: String(s.state), team }
     : undefined;
 }
 

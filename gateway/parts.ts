@@ -5,7 +5,10 @@
  *
  * @module
  */
+import type { CallerCheck } from "./auth.ts";
 import type { Fleet } from "./fleet.ts";
+import type { ApiKeys } from "./keys.ts";
+import type { TeamLimits } from "./team_limits.ts";
 import type { Finder } from "./finder.ts";
 import type { Placer } from "./placer.ts";
 import type { GatewayRouting } from "./routing.ts";
@@ -23,6 +26,12 @@ export interface GatewayParts {
   routing: GatewayRouting;
   /** Constant-time check of a presented token against the fleet token (see `auth.ts`). */
   authorized(token: string | undefined): boolean;
+  /** Who a presented credential stands for: the operator, a client's key, or nobody. */
+  identify: CallerCheck;
+  /** The key table (`createApiKey`, `listApiKeys`, `revokeApiKey`). */
+  keys: ApiKeys;
+  /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
+  limits: TeamLimits;
   /** The gateway's log: a face logs its unexpected errors (its 500s) here. */
   log: Log;
 }

@@ -8,9 +8,11 @@ import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
 import type { Placer } from "./placer.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
+import type { Admission } from "./team_limits.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
+import { DEFAULT_TEAM, TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 
 /** Options for {@linkcode GatewayRouting}. */
 export interface GatewayRoutingOptions {
@@ -36,6 +38,8 @@ export interface GatewayRoutingOptions {
    * second, and a node that hangs longer must not hold the name's slot for ever.
    */
   captureTimeoutMs?: number;
+  /** Hears of every sandbox destroyed through the gateway (the team limits count it back). */
+  onDestroyed?: (found: FindOne) => void;
 }
 
 /** A node's whole answer, read by the gateway (create and destroy). */
@@ -67,7 +71,7 @@ export interface StreamOptions {
    * ({@linkcode GatewayRouting.nodeHeaders}) by default. `{}` passes the client's headers through
    * untouched (envd, whose access token the node checks).
    */
-  headers?: Record<string, string>;
+  headers?: Readonly<Record<string, string>>;
 }
 
 /** Options of {@linkcode GatewayRouting.create}. */
@@ -81,9 +85,14 @@ export interface CreateOptions {
   /** The client's signal: a client that left is not served (checked in the slot). */
   signal: AbortSignal;
   /** Headers for the node; the fleet token and JSON content type by default. */
-  headers?: Record<string, string>;
+  headers?: Readonly<Record<string, string>>;
   /** Reads the sandbox out of a 2xx answer so the Finder can cache it; `undefined` skips. */
   identify: (text: string) => FoundSandbox | undefined;
+  /**
+   * Called just before a new sandbox is placed (never for a wake): throws to refuse it (a
+   * team's limit), or returns what to tell once the node answered.
+   */
+  admit?: () => Admission;
 }
 
 /** Options of {@linkcode GatewayRouting.destroy}. */
@@ -101,7 +110,9 @@ export interface DestroyOptions {
   /** The client's signal: a client that left before the slot or the lookup destroys nothing. */
   signal: AbortSignal;
   /** Headers for the node; the fleet token and JSON content type by default. */
-  headers?: Record<string, string>;
+  headers?: Readonly<Record<string, string>>;
+  /** The caller's team when it is limited to one: another team's sandbox is not destroyed. */
+  team?: string;
 }
 
 /** Outcome of one node in {@linkcode GatewayRouting.fanOut}. */
@@ -149,6 +160,7 @@ export class GatewayRouting {
   readonly #log: Log;
   readonly #fanOutTimeoutMs: number;
   readonly #captureTimeoutMs: number;
+  readonly #onDestroyed?: (found: FindOne) => void;
 
   /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
@@ -159,6 +171,7 @@ export class GatewayRouting {
     this.#log = options.log ?? silentLog;
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
+    this.#onDestroyed = options.onDestroyed;
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -166,7 +179,22 @@ export class GatewayRouting {
   }
 
   /**
+   * The node headers for a caller limited to `team` (its key's), which the node filters by; the
+   * operator (`undefined`) gets {@linkcode nodeHeaders}, which name no team.
+   *
+   * @example
+   * ```ts ignore
+   * const headers = routing.nodeHeadersFor("acme"); // with x-dormice-team: acme
+   * ```
+   */
+  nodeHeadersFor(team: string | undefined): Readonly<Record<string, string>> {
+    return team === undefined ? this.nodeHeaders : { ...this.nodeHeaders, [TEAM_HEADER]: team };
+  }
+
+  /**
    * The cache, then (when the client is still there) one lookup round. Returns `one` or `none`.
+   * With `team`, a sandbox of another team found by id is `none`, as if it did not exist (a name
+   * key already names its team).
    *
    * @throws {HttpError} 409 when several nodes hold it, 503 with Retry-After when a node that
    *   may hold it is silent, 499 when the client left.
@@ -175,14 +203,19 @@ export class GatewayRouting {
    * const r = await routing.resolve("id", sandboxId, request.signal);
    * ```
    */
-  async resolve(by: FindBy, key: string, signal: AbortSignal): Promise<FindOne | FindNone> {
+  async resolve(
+    by: FindBy,
+    key: string,
+    signal: AbortSignal,
+    team?: string,
+  ): Promise<FindOne | FindNone> {
     const hit = this.#finder.cached(by, key);
-    if (hit !== undefined) return hit;
+    if (hit !== undefined) return ownedBy(hit, team);
     // A client that already left must not cost every node a lookup.
     if (signal.aborted) throw clientGone();
     const result = await this.#finder.find(by, key, { signal });
     if (signal.aborted) throw clientGone();
-    return settle(result);
+    return ownedBy(settle(result), team);
   }
 
   /**
@@ -194,12 +227,13 @@ export class GatewayRouting {
    * const one = await routing.locate("name", "agent-1", request.signal);
    * ```
    */
-  async locate(by: FindBy, key: string, signal: AbortSignal): Promise<FindOne> {
-    const r = await this.resolve(by, key, signal);
+  async locate(by: FindBy, key: string, signal: AbortSignal, team?: string): Promise<FindOne> {
+    const r = await this.resolve(by, key, signal, team);
     if (r.kind === "one") return r;
+    const shown = by === "name" ? key.slice(key.indexOf("/") + 1) : key;
     throw new HttpError(
       404,
-      `No sandbox with ${by} '${key}' on any node of the fleet` +
+      `No sandbox with ${by} '${shown}' on any node of the fleet` +
         (by === "name" ? ": create it with acquireSandbox" : ""),
     );
   }
@@ -278,11 +312,16 @@ export class GatewayRouting {
    * ```
    */
   destroy(options: DestroyOptions): Promise<CapturedAnswer | null> {
-    const { by, key, signal } = options;
-    const slot = by === "name" ? key : this.#finder.cached("id", key)?.sandbox.name ?? `id:${key}`;
+    const { by, key, signal, team } = options;
+    const cached = by === "id" ? this.#finder.cached("id", key)?.sandbox : undefined;
+    const slot = by === "name"
+      ? key
+      : cached
+      ? teamScopedName(cached.team, cached.name)
+      : `id:${key}`;
     return this.slots.run(slot, async () => {
       if (signal.aborted) throw clientGone();
-      const r = await this.resolve(by, key, signal);
+      const r = await this.resolve(by, key, signal, team);
       if (r.kind === "none") return null;
       const answer = await this.#capture(r.node, options.path, {
         method: options.method,
@@ -291,7 +330,8 @@ export class GatewayRouting {
       });
       if (answer.status >= 200 && answer.status < 300) {
         this.#finder.evict(by, key);
-        this.#placer.release(r.sandbox.name);
+        this.#placer.release(teamScopedName(r.sandbox.team, r.sandbox.name));
+        this.#onDestroyed?.(r);
       } else if (answer.status === 404) {
         await this.#finder.recheck(by, key).catch(() => {});
       }
@@ -312,7 +352,7 @@ export class GatewayRouting {
     path: string,
     body: string | null,
     signal: AbortSignal,
-    init: { method?: string; headers?: Record<string, string> } = {},
+    init: { method?: string; headers?: Readonly<Record<string, string>> } = {},
   ): Promise<FanOutAnswer[]> {
     const nodes = [...this.#fleet.nodes()];
     return Promise.all(nodes.map(async (node): Promise<FanOutAnswer> => {
@@ -340,8 +380,10 @@ export class GatewayRouting {
   async #place(name: string | undefined, options: CreateOptions): Promise<CapturedAnswer> {
     // An unnamed create is counted under a private key until the node names the sandbox.
     const key = name ?? `unnamed:${crypto.randomUUID()}`;
+    const admission = options.admit?.();
     const pick = this.#placer.place(key);
     if (!pick.ok) {
+      admission?.cancel();
       this.#log("warn", "no node can take a new sandbox", { name: key, explain: pick.explain });
       throw new HttpError(503, pick.message, {
         headers: { "retry-after": String(pick.retryAfterSeconds) },
@@ -355,16 +397,26 @@ export class GatewayRouting {
       explain: pick.explain,
     });
     // A 502 (no answer) leaves the placement counted: the sandbox may exist.
-    const answer = await this.#capture(pick.node, options.path, {
-      body: options.body,
-      headers: options.headers,
-    });
+    let answer: CapturedAnswer;
+    try {
+      answer = await this.#capture(pick.node, options.path, {
+        body: options.body,
+        headers: options.headers,
+      });
+    } catch (error) {
+      admission?.placed(pick.node.id);
+      throw error;
+    }
     if (answer.status >= 400 && answer.status < 500) {
       this.#placer.refused(key);
-    } else if (answer.status >= 200 && answer.status < 300) {
+      admission?.cancel();
+    } else {
+      admission?.placed(pick.node.id);
+    }
+    if (answer.status >= 200 && answer.status < 300) {
       const sandbox = this.#remember(pick.node, answer, options);
       if (name === undefined && sandbox !== undefined && this.#placer.release(key)) {
-        this.#placer.record(sandbox.name, pick.node.id);
+        this.#placer.record(teamScopedName(sandbox.team, sandbox.name), pick.node.id);
       }
     }
     return answer;
@@ -390,7 +442,7 @@ export class GatewayRouting {
   async #capture(
     node: FleetNode,
     path: string,
-    init: { method?: string; body: string; headers?: Record<string, string> },
+    init: { method?: string; body: string; headers?: Readonly<Record<string, string>> },
   ): Promise<CapturedAnswer> {
     // Not tied to the client's signal: once a create or destroy is sent, the gateway must learn
     // its outcome (to count or cache it) even if the client left.
@@ -403,6 +455,13 @@ export class GatewayRouting {
     });
     return { ...r, node };
   }
+}
+
+/** `one` when it belongs to `team` (or no team limits the caller), `none` otherwise. */
+function ownedBy(r: FindOne | FindNone, team: string | undefined): FindOne | FindNone {
+  return r.kind === "one" && team !== undefined && (r.sandbox.team ?? DEFAULT_TEAM) !== team
+    ? { kind: "none" }
+    : r;
 }
 
 /** Turns conflict and unsure into their HTTP errors; passes one and none through. */

@@ -186,7 +186,7 @@ Deno.test({
         assert.equal(found.status, 200, JSON.stringify(found.body));
         assert.deepEqual(found.body, {
           found: true,
-          sandbox: { id, name: lost, state: "stopped" },
+          sandbox: { id, name: lost, state: "stopped", team: "default" },
         });
         const wake = await g.json("acquireSandbox", { name: lost });
         assert.equal(wake.status, 410, JSON.stringify(wake.body));

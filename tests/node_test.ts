@@ -70,6 +70,7 @@ Deno.test("node process: every verb round-trips over HTTP and SIGTERM stops it c
       "nodeId",
       "spec",
       "state",
+      "team",
       "template",
     ]);
     assert.equal(sandbox.endpoint, url);
@@ -124,7 +125,7 @@ Deno.test("node process: every verb round-trips over HTTP and SIGTERM stops it c
     const found = await call("lookupSandbox", { name: "agent-1" });
     assert.deepEqual(lookupAnswerSchema.parse(found.body), {
       found: true,
-      sandbox: { id: sandbox.id, name: "agent-1", state: "active" },
+      sandbox: { id: sandbox.id, name: "agent-1", state: "active", team: "default" },
     });
     assert.deepEqual((await call("destroySandbox", { name: "agent-1" })).body, { destroyed: true });
     assert.deepEqual((await call("lookupSandbox", { name: "agent-1" })).body, { found: false });

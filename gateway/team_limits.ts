@@ -1,0 +1,209 @@
+/**
+ * A key's limits, checked where a new sandbox is placed: `maxSandboxes` (the team's running
+ * sandboxes across the fleet) and `createsPerMinute` (the key's rate). Both answer 429 with
+ * Retry-After and a sentence naming the limit, which the E2B SDKs turn into their rate-limit
+ * error.
+ *
+ * @module
+ */
+import type { NodeDirectory } from "./fleet.ts";
+import type { ApiKeyInfo } from "./keys.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+
+/** What the routing reports back about one admitted create. */
+export interface Admission {
+  /** The create went to `nodeId` and was not refused (a 2xx, a 5xx or no answer: it may exist). */
+  placed(nodeId: string): void;
+  /** Nothing was built: no node fitted, or the node refused it (4xx). */
+  cancel(): void;
+}
+
+/** Options of {@linkcode TeamLimits}. */
+export interface TeamLimitsOptions {
+  /** The nodes whose readings carry each team's running count. */
+  fleet: NodeDirectory;
+  /** The rate's clock; the real one by default. */
+  clock?: Clock;
+}
+
+interface NodeDelta {
+  /** The reading these changes are counted since. */
+  seq: number;
+  /** team → placements minus destroys since that reading. */
+  teams: Map<string, number>;
+}
+
+interface Bucket {
+  tokens: number;
+  at: number;
+}
+
+/** Buckets beyond this many are swept of full ones (a full bucket is the same as none). */
+const MAX_BUCKETS = 10_000;
+
+const nothing: Admission = { placed() {}, cancel() {} };
+
+/**
+ * Holds teams to their keys' limits without a second copy of the truth: a team's running count
+ * is what each node said in its last reading, plus the gateway's own placements and minus its
+ * own destroys on that node since then, plus the creates still in flight. A check-in makes the
+ * count exact again; between two, it follows this gateway's own work.
+ *
+ * The rate is a token bucket per key: `createsPerMinute` tokens, one back every
+ * `60 / createsPerMinute` seconds, so a burst up to the limit passes and the average holds.
+ *
+ * @example
+ * ```ts
+ * import { Fleet } from "./fleet.ts";
+ * import { TeamLimits } from "./team_limits.ts";
+ * const fleet = new Fleet();
+ * const limits = new TeamLimits({ fleet });
+ * limits.running("acme"); // 0
+ * fleet.close();
+ * ```
+ */
+export class TeamLimits {
+  #fleet: NodeDirectory;
+  #clock: Clock;
+  #deltas = new Map<string, NodeDelta>();
+  #pending = new Map<string, number>();
+  #buckets = new Map<string, Bucket>();
+
+  /** Builds the limits over `fleet`'s readings. */
+  constructor(options: TeamLimitsOptions) {
+    this.#fleet = options.fleet;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** The team's running sandboxes across the fleet, as far as this gateway knows. */
+  running(team: string): number {
+    let total = this.#pending.get(team) ?? 0;
+    for (const node of this.#fleet.nodes()) {
+      const reported = node.reading?.teams?.[team] ?? 0;
+      const delta = this.#deltas.get(node.id);
+      const since = delta !== undefined && delta.seq === node.readingSeq
+        ? delta.teams.get(team) ?? 0
+        : 0;
+      total += Math.max(0, reported + since);
+    }
+    return total;
+  }
+
+  /**
+   * Lets a create by `key` for `team` go on, counting it in flight, or refuses it. A caller with
+   * no key (the operator) has no limits.
+   *
+   * @throws {HttpError} 429 with Retry-After when the team is at `maxSandboxes` or the key is past
+   *   `createsPerMinute`.
+   */
+  admit(key: ApiKeyInfo | undefined, team: string): Admission {
+    if (key === undefined) return nothing;
+    if (key.maxSandboxes !== null) {
+      const running = this.running(team);
+      if (running >= key.maxSandboxes) {
+        throw new HttpError(
+          429,
+          `Team '${team}' already runs ${running} sandboxes, the limit of its key '${key.id}' ` +
+            `(maxSandboxes ${key.maxSandboxes}): destroy one first, or ask the operator for a ` +
+            "higher limit",
+          { headers: { "retry-after": String(this.#retryAfterReading()) } },
+        );
+      }
+    }
+    if (key.createsPerMinute !== null) this.#take(key.id, key.createsPerMinute);
+    this.#pending.set(team, (this.#pending.get(team) ?? 0) + 1);
+    let settled = false;
+    const settle = () => {
+      if (settled) return false;
+      settled = true;
+      const left = (this.#pending.get(team) ?? 1) - 1;
+      if (left > 0) this.#pending.set(team, left);
+      else this.#pending.delete(team);
+      return true;
+    };
+    return {
+      placed: (nodeId) => {
+        if (settle()) this.#add(nodeId, team, 1);
+      },
+      cancel: () => {
+        if (settle() && key.createsPerMinute !== null) this.#giveBack(key.id, key.createsPerMinute);
+      },
+    };
+  }
+
+  /** A sandbox of `team` on `nodeId` was destroyed through this gateway. */
+  destroyed(nodeId: string, team: string): void {
+    this.#add(nodeId, team, -1);
+  }
+
+  #add(nodeId: string, team: string, n: number): void {
+    const node = this.#fleet.get(nodeId);
+    if (node === undefined) return;
+    let delta = this.#deltas.get(nodeId);
+    if (delta === undefined || delta.seq !== node.readingSeq) {
+      // A new reading already counts everything done before it.
+      delta = { seq: node.readingSeq, teams: new Map() };
+      this.#deltas.set(nodeId, delta);
+    }
+    delta.teams.set(team, (delta.teams.get(team) ?? 0) + n);
+    // Nodes removed from the fleet leave their deltas behind: drop them while passing by.
+    if (this.#deltas.size > this.#fleetSize()) {
+      for (const id of this.#deltas.keys()) {
+        if (this.#fleet.get(id) === undefined) this.#deltas.delete(id);
+      }
+    }
+  }
+
+  #fleetSize(): number {
+    let n = 0;
+    for (const _ of this.#fleet.nodes()) n++;
+    return n;
+  }
+
+  #take(keyId: string, perMinute: number): void {
+    const now = this.#clock.now();
+    const bucket = this.#refill(keyId, perMinute, now);
+    if (bucket.tokens < 1) {
+      const msPerToken = 60_000 / perMinute;
+      const wait = Math.max(1, Math.ceil(((1 - bucket.tokens) * msPerToken) / 1000));
+      throw new HttpError(
+        429,
+        `Key '${keyId}' created ${perMinute} sandboxes within the last minute, its limit ` +
+          `(createsPerMinute ${perMinute}): retry in ${wait} s`,
+        { headers: { "retry-after": String(wait) } },
+      );
+    }
+    bucket.tokens -= 1;
+  }
+
+  #giveBack(keyId: string, perMinute: number): void {
+    const bucket = this.#buckets.get(keyId);
+    if (bucket !== undefined) bucket.tokens = Math.min(perMinute, bucket.tokens + 1);
+  }
+
+  #refill(keyId: string, perMinute: number, now: number): Bucket {
+    let bucket = this.#buckets.get(keyId);
+    if (bucket === undefined) {
+      if (this.#buckets.size >= MAX_BUCKETS) this.#sweep(now);
+      bucket = { tokens: perMinute, at: now };
+      this.#buckets.set(keyId, bucket);
+      return bucket;
+    }
+    bucket.tokens = Math.min(perMinute, bucket.tokens + ((now - bucket.at) * perMinute) / 60_000);
+    bucket.at = now;
+    return bucket;
+  }
+
+  /** Drops buckets that have had a minute to fill up again: they are the same as none. */
+  #sweep(now: number): void {
+    for (const [id, b] of this.#buckets) if (now - b.at >= 60_000) this.#buckets.delete(id);
+  }
+
+  /** Seconds until some node's next reading is due: the count can change then. */
+  #retryAfterReading(): number {
+    let interval = Infinity;
+    for (const node of this.#fleet.nodes()) interval = Math.min(interval, node.intervalSeconds);
+    return Number.isFinite(interval) ? Math.min(60, Math.max(1, Math.ceil(interval))) : 15;
+  }
+}

@@ -1,0 +1,105 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { HttpError } from "../shared/http_error.ts";
+import type { HostReading } from "../shared/schemas.ts";
+import { Fleet } from "./fleet.ts";
+import type { ApiKeyInfo } from "./keys.ts";
+import { TeamLimits } from "./team_limits.ts";
+
+function reading(teams: Record<string, number>): HostReading {
+  return {
+    takenAt: 0,
+    cpuCount: 4,
+    cpuUsedPct: null,
+    memoryTotalBytes: 8e9,
+    memoryAvailableBytes: 4e9,
+    swapTotalBytes: 0,
+    swapFreeBytes: 0,
+    dataDisk: null,
+    sandboxes: { active: 0, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+    teams,
+  };
+}
+
+function key(extra: Partial<ApiKeyInfo>): ApiKeyInfo {
+  return {
+    id: "key_0000000000000001",
+    team: "acme",
+    label: null,
+    maxSandboxes: null,
+    createsPerMinute: null,
+    createdAt: "",
+    lastUsedAt: null,
+    ...extra,
+  };
+}
+
+function setup() {
+  const clock = new FakeClock(1_700_000_000_000);
+  const fleet = new Fleet({ clock });
+  const checkIn = (nodeId: string, teams: Record<string, number>) =>
+    fleet.checkIn({
+      nodeId,
+      endpoint: `http://10.0.0.${nodeId.length}:3676`,
+      intervalSeconds: 5,
+      build: "t",
+      reading: reading(teams),
+    });
+  return { clock, fleet, checkIn, limits: new TeamLimits({ fleet, clock }) };
+}
+
+Deno.test("TeamLimits.running() sums the readings, then the gateway's own work since each", () => {
+  const { fleet, checkIn, limits } = setup();
+  checkIn("a", { acme: 2, other: 5 });
+  checkIn("bb", { acme: 1 });
+  assert.equal(limits.running("acme"), 3);
+  const admitted = limits.admit(key({ maxSandboxes: 10 }), "acme");
+  assert.equal(limits.running("acme"), 4, "a create in flight counts");
+  admitted.placed("a");
+  assert.equal(limits.running("acme"), 4, "placed: counted against node a until its reading");
+  limits.destroyed("bb", "acme");
+  assert.equal(limits.running("acme"), 3);
+  checkIn("a", { acme: 3 });
+  assert.equal(limits.running("acme"), 3, "the new reading already holds the placement");
+  assert.equal(limits.running("other"), 0);
+  fleet.close();
+});
+
+Deno.test("TeamLimits.admit() refuses a create at maxSandboxes with a 429 and Retry-After", () => {
+  const { fleet, checkIn, limits } = setup();
+  checkIn("a", { acme: 1 });
+  const k = key({ maxSandboxes: 2 });
+  const first = limits.admit(k, "acme");
+  // Removing the in-flight count lets this second concurrent create through (reverse-proved).
+  assert.throws(
+    () => limits.admit(k, "acme"),
+    (e) =>
+      e instanceof HttpError && e.status === 429 && e.headers["retry-after"] === "5" &&
+      /maxSandboxes 2/.test(e.message),
+  );
+  first.cancel();
+  limits.admit(k, "acme").placed("a");
+  assert.throws(() => limits.admit(k, "acme"), HttpError);
+  limits.destroyed("a", "acme");
+  limits.admit(k, "acme");
+  assert.doesNotThrow(() => limits.admit(undefined, "acme"), "the operator has no limits");
+  fleet.close();
+});
+
+Deno.test("TeamLimits.admit() holds a key to createsPerMinute, one token back per 60/n s", () => {
+  const { clock, fleet, checkIn, limits } = setup();
+  checkIn("a", {});
+  const k = key({ createsPerMinute: 2 });
+  limits.admit(k, "acme").placed("a");
+  limits.admit(k, "acme").placed("a");
+  assert.throws(
+    () => limits.admit(k, "acme"),
+    (e) => e instanceof HttpError && e.status === 429 && e.headers["retry-after"] === "30",
+  );
+  clock.tick(30_000);
+  limits.admit(k, "acme").cancel();
+  // A cancelled create (no node fitted, the node refused) gives its token back.
+  limits.admit(k, "acme").placed("a");
+  assert.throws(() => limits.admit(k, "acme"), HttpError);
+  fleet.close();
+});
