@@ -17,6 +17,11 @@ import { fileURLToPath } from "node:url";
 import { gatewayEnvVariables } from "../gateway/config.ts";
 import { nodeEnvVariables } from "../node/config.ts";
 
+/** The team `deno task fleet` mints its development key for. */
+const DEV_TEAM = "dev";
+/** The label of that key, so the next run can revoke the previous one (it cannot be shown again). */
+const DEV_LABEL = "deno task fleet";
+
 const root = fileURLToPath(new URL("..", import.meta.url));
 const dataRoot = ".dormice/fleet";
 /** Variables a child keeps so Deno finds its cache; nothing else leaks in. */
@@ -299,8 +304,10 @@ if (import.meta.main) {
       }));
     }
     await Promise.all(children.slice(1).map((c) => waitForHealth(c)));
+    const devKey = await mintDevKey(gatewayUrl, token);
 
-    const auth = `-H "Authorization: Bearer $DORMICE_API_TOKEN"`;
+    const auth = `-H "Authorization: Bearer $E2B_API_KEY"`;
+    const fleetAuth = `-H "Authorization: Bearer $DORMICE_API_TOKEN"`;
     console.log(
       [
         "",
@@ -310,17 +317,21 @@ if (import.meta.main) {
           `  ${n.id.padEnd(7)}  ${n.url}   (data ${n.dir}, ${executor} executor)`
         ),
         "",
-        "Point a client at the gateway:",
-        `  export DORMICE_API_TOKEN=${token}`,
+        `Point a client at the gateway (an API key of team '${DEV_TEAM}', minted just now):`,
         `  export E2B_API_URL=${gatewayUrl}/e2b/api`,
         `  export E2B_SANDBOX_URL=${gatewayUrl}/e2b/envd`,
-        `  export E2B_API_KEY=${token}`,
+        `  export E2B_API_KEY=${devKey}`,
+        "The operator's fleet token (node check-ins, listNodes, minting keys with deno task keys):",
+        `  export DORMICE_API_TOKEN=${token}`,
         "",
         "Try:",
         `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/acquireSandbox`,
         `  curl -s ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
-        `  curl -s ${auth} -d '{}' ${gatewayUrl}/listNodes`,
         `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
+        `  curl -s ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
+        `  ${
+          gatewayUrl === "http://127.0.0.1:3677" ? "" : `DORMICE_GATEWAY_URL=${gatewayUrl} `
+        }deno task keys create --team another-team --max-sandboxes 5`,
         "",
         "Ctrl-C stops all three.",
         "",
@@ -336,4 +347,27 @@ if (import.meta.main) {
     console.error((error as Error).message);
     await stop(false, 1);
   }
+}
+
+/**
+ * Mints a fresh key for team `dev` so a client never needs the fleet token, revoking the keys
+ * earlier runs minted: the database outlives a run, and a key cannot be shown twice.
+ */
+async function mintDevKey(gatewayUrl: string, token: string): Promise<string> {
+  const call = async (verb: string, body: unknown) => {
+    const res = await fetch(`${gatewayUrl}/${verb}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(10_000),
+    });
+    const answer = await res.json();
+    if (!res.ok) throw new Error(`The gateway refused ${verb}: ${answer.message}`);
+    return answer;
+  };
+  const { keys } = await call("listApiKeys", {});
+  for (const k of keys as { id: string; team: string; label: string | null }[]) {
+    if (k.team === DEV_TEAM && k.label === DEV_LABEL) await call("revokeApiKey", { id: k.id });
+  }
+  return (await call("createApiKey", { team: DEV_TEAM, label: DEV_LABEL })).key;
 }

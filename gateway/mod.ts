@@ -90,3 +90,23 @@ export {
   UNREACHABLE_HEADER,
 } from "./e2b.ts";
 export { KeyedLimiter } from "./limiter.ts";
+export {
+  API_KEY_PATTERN,
+  type ApiKeyInfo,
+  ApiKeys,
+  type ApiKeysOptions,
+  createApiKeySchema,
+  hashApiKey,
+  type MintedApiKey,
+  revokeApiKeySchema,
+} from "./keys.ts";
+export { type Admission, TeamLimits, type TeamLimitsOptions } from "./team_limits.ts";
+export {
+  type Caller,
+  type CallerCheck,
+  callerCheck,
+  fleetOnlyVerbs,
+  OPERATOR,
+  scopeOf,
+  teamOf,
+} from "./auth.ts";
