@@ -42,6 +42,17 @@ export type CheckInOutcome =
 const cut = (text: string, n = 400): string => text.length > n ? text.slice(0, n) + "…" : text;
 
 /**
+ * What makes two failures the same failure: the cause with its numbers blanked, so a gateway
+ * sentence that counts ("last check-in 3 s ago", then 4 s) is logged once, not every tick. The
+ * gateway's status stays: a 409 turning into a 502 is news.
+ */
+function sameFailureKey(cause: string): string {
+  const blank = (text: string) => text.replace(/\d+/g, "#");
+  const answered = /^(the gateway answered \d+: )([\s\S]*)$/.exec(cause);
+  return answered ? answered[1] + blank(answered[2]) : blank(cause);
+}
+
+/**
  * Names the real cause of a failed fetch: ECONNREFUSED, DNS, TLS, timeout, or the error's text.
  *
  * @example
@@ -68,8 +79,9 @@ export function describeFetchFailure(error: unknown, timeoutMs: number): string 
 /**
  * Posts `{nodeId, endpoint, intervalSeconds, build, reading}` to `<gateway>/checkIn` every
  * interval with the fleet token. Never follows a redirect (a 3xx is logged with its Location and
- * the variable to fix), logs a failure when the failure changes rather than every tick, logs a
- * recovery once, and is never fatal.
+ * the variable to fix), logs a failure when the failure changes rather than every tick (with its
+ * numbers blanked: a cause that counts seconds is one failure), logs a recovery once, and is
+ * never fatal.
  *
  * @example
  * ```ts ignore
@@ -216,7 +228,7 @@ export class CheckInLoop {
     }
     if (outcome.cause === "stopped") return;
     this.#failing = true;
-    this.#changes.report("check-in", outcome.cause, "warn", "check-in failed", {
+    this.#changes.report("check-in", sameFailureKey(outcome.cause), "warn", "check-in failed", {
       ...fields,
       cause: outcome.cause,
       fix: "check that the gateway runs and that DORMICE_GATEWAY_ENDPOINT names it",

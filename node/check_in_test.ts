@@ -90,6 +90,34 @@ Deno.test("CheckInLoop logs a failure once per change and a recovery once", asyn
   });
 });
 
+Deno.test("CheckInLoop logs a cause whose numbers tick once, and again when its status changes", async () => {
+  await withGateway(async (origin, _seen, answer) => {
+    const { log, lines } = recorder();
+    const loop = new CheckInLoop(options(origin, { log }));
+    // The gateway's 409 for a live id counts the seconds since the other reporter's check-in.
+    for (const ago of [3, 4, 12]) {
+      answer(() =>
+        Response.json({
+          message: `Node id 'node-a' is checked in from http://10.0.0.7:3676, last check-in ` +
+            `${ago} s ago: pick another DORMICE_NODE_ID`,
+        }, { status: 409 })
+      );
+      await loop.once();
+    }
+    answer(() => Response.json({ message: "The gateway is restarting in 5 s" }, { status: 503 }));
+    await loop.once();
+    answer(() => Response.json({ message: "The gateway is restarting in 4 s" }, { status: 503 }));
+    await loop.once();
+    assert.deepEqual(lines.map((l) => `${l.level} ${l.msg}`), [
+      "warn check-in failed",
+      "warn check-in failed",
+    ]);
+    // The line carries the real numbers of the first occurrence.
+    assert.match(String(lines[0].cause), /^the gateway answered 409: .*last check-in 3 s ago/);
+    assert.match(String(lines[1].cause), /^the gateway answered 503: .*in 5 s$/);
+  });
+});
+
 Deno.test("CheckInLoop never follows a redirect and names the variable to fix", async () => {
   await withGateway(async (origin, seen, answer) => {
     answer(() =>
