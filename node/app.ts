@@ -16,6 +16,7 @@ import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
+import { LedgerUpkeep } from "./ledger_upkeep.ts";
 import { AccessTokens } from "./faces/access_tokens.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "./faces/envd/mod.ts";
@@ -44,7 +45,7 @@ export interface NodeAppOptions {
   config: NodeAppConfig;
   /** The executor; a new `FakeExecutor` when absent. */
   executor?: Executor;
-  /** The ledger; `Ledger.open(config.dataDir)` (held exclusively) when absent. */
+  /** The ledger; `Ledger.open(config.dataDir)` (held exclusively, its reserve beside it) when absent. */
   ledger?: Ledger;
   /** Time source of the service, scanner and host reader; `systemClock` when absent. */
   clock?: Clock;
@@ -74,11 +75,13 @@ export interface NodeApp {
   hostReader: HostReader;
   /** Enforces E2B deadlines; runs once `start()` is called. */
   scanner: DeadlineScanner;
+  /** Flushes the ledger's idle clock and restores its reserve; runs once `start()` is called. */
+  upkeep: LedgerUpkeep;
   /** `null` when the node runs standalone (no `DORMICE_GATEWAY_ENDPOINT`). */
   checkIn: CheckInLoop | null;
-  /** Starts the deadline scanner and the check-in loop. */
+  /** Starts the deadline scanner, the ledger's upkeep and the check-in loop. */
   start(): void;
-  /** Stops the loops, then closes the executor and the ledger (releasing its lock). */
+  /** Stops the loops (flushing the idle clock), then closes the executor and the ledger. */
   close(): Promise<void>;
 }
 
@@ -100,7 +103,8 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const clock = options.clock ?? systemClock;
   const build = options.build ?? nodeBuild;
   const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
-  const ledger = options.ledger ?? Ledger.open(config.dataDir, ledgerOptions);
+  const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
+  const upkeep = new LedgerUpkeep({ ledger, log });
   const executor = options.executor ?? new FakeExecutor({ clock });
   const service = new SandboxService({ ledger, executor, clock, log });
   const hostReader = new HostReader({
@@ -164,15 +168,18 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     executor,
     hostReader,
     scanner,
+    upkeep,
     checkIn,
     start() {
       scanner.start();
+      upkeep.start();
       checkIn?.start();
     },
     async close() {
       if (closed) return;
       closed = true;
       await Promise.all([scanner.stop(), checkIn?.stop()]);
+      await upkeep.stop();
       await executor.close();
       ledger.close();
     },

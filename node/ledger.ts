@@ -7,9 +7,11 @@ import type { DatabaseSync } from "node:sqlite";
 import { DatabaseSync as Database } from "node:sqlite";
 import { join } from "node:path";
 import { openExclusiveDatabase } from "../shared/lock.ts";
+import { type Log, silentLog } from "../shared/log.ts";
 import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
 import { sandboxStates } from "../shared/schemas.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
+import { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
 import type { DeadlineAction, SandboxRecord } from "./service_contract.ts";
 
 /** What the ledger needs to write a new row. */
@@ -58,6 +60,12 @@ export interface LedgerOptions {
   nodeId: string;
   /** This node's origin, stamped on every record handed out. */
   endpoint: string;
+  /** The data dir, named in the 507 of a write refused for space; set by `open()`. */
+  dataDir?: string;
+  /** The reserve a destroy may spend on a full disk (see `ledger_space.ts`); set by `open()`. */
+  reserve?: LedgerReserve;
+  /** Where spending the reserve is logged; `silentLog` when absent. */
+  log?: Log;
 }
 
 interface Row {
@@ -151,28 +159,44 @@ export function newSandboxId(): string {
 export class Ledger {
   #db: DatabaseSync;
   #options: LedgerOptions;
+  #dataDir: string;
+  #log: Log;
+  /**
+   * The idle clock of rows used since the last flush, by id: a read or a command must not need
+   * a ledger write (it would fail on a full disk, and costs a write per call). An entry leaves
+   * when it is flushed or its row is deleted, so there are never more entries than rows.
+   */
+  #touched = new Map<string, number>();
 
   /** Wraps an open database (prefer {@linkcode Ledger.open} or {@linkcode Ledger.inMemory}). */
   constructor(db: DatabaseSync, options: LedgerOptions) {
     this.#db = db;
     this.#options = options;
+    this.#dataDir = options.dataDir ?? "(in memory)";
+    this.#log = options.log ?? silentLog;
     db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (${columns})`);
     migrateToTeams(db);
     db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
   }
 
   /**
-   * Opens `<dataDir>/ledger.db`, holding it exclusively.
+   * Opens `<dataDir>/ledger.db`, holding it exclusively, and writes its reserve beside it when
+   * the disk has room (without room the ledger opens, and refuses new sandboxes until it has).
    *
    * Requires `--allow-read` and `--allow-write` on the data dir.
    *
    * @throws {import("../shared/lock.ts").DatabaseLockedError} when another process holds it.
+   * @throws {Error} SQLite's "database or disk is full" when the disk has no room for the lock
+   * (`isDiskFull()` tells it apart).
    */
   static open(dataDir: string, options: LedgerOptions): Ledger {
-    return new Ledger(
+    const reserve = options.reserve ?? new LedgerReserve(dataDir);
+    const ledger = new Ledger(
       openExclusiveDatabase(join(dataDir, "ledger.db"), "DORMICE_DATA_DIR"),
-      options,
+      { ...options, dataDir, reserve },
     );
+    reserve.restore();
+    return ledger;
   }
 
   /** A ledger in memory, for tests and embedding. */
@@ -180,26 +204,44 @@ export class Ledger {
     return new Ledger(new Database(":memory:"), options);
   }
 
-  /** Writes a new row; throws when the id or the name is taken. */
+  /**
+   * Writes a new row; throws when the id or the name is taken.
+   *
+   * @throws {LedgerFullError} when the disk has no room, or had none a moment ago (the reserve
+   * is spent: the room a destroy gave back is kept for destroys).
+   */
   insert(row: NewSandboxRow): SandboxRecord {
-    this.#db.prepare(
-      `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
+    const what = `sandbox '${row.name}'`;
+    this.refuseNewWhileFull(what);
+    this.#write(what, () =>
+      this.#db.prepare(
+        `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
         last_active_at, deadline_at, deadline_action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-    ).run(
-      row.id,
-      row.name,
-      row.team ?? DEFAULT_TEAM,
-      row.state,
-      row.template,
-      JSON.stringify(row.metadata),
-      JSON.stringify(row.spec),
-      JSON.stringify(row.env),
-      row.createdAt,
-      row.createdAt,
-      row.deadlineAt,
-      row.deadlineAction,
-    );
+      ).run(
+        row.id,
+        row.name,
+        row.team ?? DEFAULT_TEAM,
+        row.state,
+        row.template,
+        JSON.stringify(row.metadata),
+        JSON.stringify(row.spec),
+        JSON.stringify(row.env),
+        row.createdAt,
+        row.createdAt,
+        row.deadlineAt,
+        row.deadlineAction,
+      ));
     return this.byId(row.id)!;
+  }
+
+  /**
+   * Throws when a new row would be refused: the reserve is spent (the disk was full a moment
+   * ago). A create asks first, so no sandbox is built only to be taken back.
+   *
+   * @throws {LedgerFullError} naming `what` (e.g. "sandbox 'a'").
+   */
+  refuseNewWhileFull(what: string): void {
+    if (this.#options.reserve?.spent) throw new LedgerFullError(this.#dataDir, what);
   }
 
   /** The row with this id, or undefined. */
@@ -228,7 +270,11 @@ export class Ledger {
     ).all(now).map((r) => this.#record(r as unknown as Row));
   }
 
-  /** Changes a row; returns the new record, or undefined when there is no such row. */
+  /**
+   * Changes a row; returns the new record, or undefined when there is no such row.
+   *
+   * @throws {LedgerFullError} when the disk has no room for the change.
+   */
   update(id: string, patch: SandboxRowPatch): SandboxRecord | undefined {
     const sets: string[] = [];
     const values: (string | number | null)[] = [];
@@ -244,14 +290,97 @@ export class Ledger {
       sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
     }
     if (sets.length > 0) {
-      this.#db.prepare(`UPDATE sandboxes SET ${sets.join(", ")} WHERE id = ?`).run(...values, id);
+      this.#write(
+        `a change of sandbox '${id}'`,
+        () =>
+          this.#db.prepare(`UPDATE sandboxes SET ${sets.join(", ")} WHERE id = ?`).run(
+            ...values,
+            id,
+          ),
+      );
+      if (patch.lastActiveAt !== undefined) this.#touched.delete(id);
     }
     return this.byId(id);
   }
 
-  /** Deletes a row; returns whether it existed. */
+  /**
+   * Deletes a row; returns whether it existed. On a full disk the reserve is given up once to
+   * let it through: a destroy is what frees space.
+   *
+   * @throws {LedgerFullError} when the disk has no room even then.
+   */
   delete(id: string): boolean {
-    return Number(this.#db.prepare("DELETE FROM sandboxes WHERE id = ?").run(id).changes) > 0;
+    const what = `the removal of '${id}'`;
+    const run = () => this.#db.prepare("DELETE FROM sandboxes WHERE id = ?").run(id).changes;
+    let changes;
+    try {
+      changes = run();
+    } catch (error) {
+      if (!isDiskFull(error)) throw error;
+      const reserve = this.#options.reserve;
+      if (!reserve?.release()) {
+        throw new LedgerFullError(this.#dataDir, what, { reserveSpent: reserve !== undefined });
+      }
+      this.#log("warn", "data disk full: the ledger gave up its reserve to record a destroy", {
+        dataDir: this.#dataDir,
+        reserve: reserve.path,
+        fix: "free space on the data disk; new sandboxes are refused until the reserve is back",
+      });
+      try {
+        changes = run();
+      } catch (again) {
+        if (!isDiskFull(again)) throw again;
+        throw new LedgerFullError(this.#dataDir, what, { reserveSpent: true });
+      }
+    }
+    this.#touched.delete(id);
+    return Number(changes) > 0;
+  }
+
+  /**
+   * Sets a row's idle clock in memory (records show it at once); {@linkcode Ledger.flushTouches}
+   * writes it. An unknown id is dropped at the next flush.
+   */
+  touch(id: string, at: number): void {
+    this.#touched.set(id, at);
+  }
+
+  /**
+   * Writes every idle clock set since the last flush in one transaction; returns how many rows
+   * it wrote. On failure nothing is lost: the clocks stay in memory for the next flush.
+   *
+   * @throws {LedgerFullError} when the disk has no room.
+   */
+  flushTouches(): number {
+    if (this.#touched.size === 0) return 0;
+    const pending = [...this.#touched];
+    const statement = this.#db.prepare("UPDATE sandboxes SET last_active_at = ? WHERE id = ?");
+    this.#write("the idle clock of its sandboxes", () => {
+      this.#db.exec("BEGIN");
+      try {
+        for (const [id, at] of pending) statement.run(at, id);
+        this.#db.exec("COMMIT");
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+    // Synchronous from the read to here: nothing touched a row in between.
+    for (const [id] of pending) this.#touched.delete(id);
+    return pending.length;
+  }
+
+  /** Idle clocks set in memory and not yet written. */
+  get unflushedTouches(): number {
+    return this.#touched.size;
+  }
+
+  /**
+   * Writes the reserve again if a destroy spent it and the disk has room; returns whether the
+   * ledger has its reserve (always true in memory).
+   */
+  restoreReserve(): boolean {
+    return this.#options.reserve?.restore() ?? true;
   }
 
   /** How many sandboxes are in each state. */
@@ -279,6 +408,16 @@ export class Ledger {
     if (this.#db.isOpen) this.#db.close();
   }
 
+  /** Runs one write; a refusal for want of space becomes the 507 naming the data dir. */
+  #write<T>(what: string, fn: () => T): T {
+    try {
+      return fn();
+    } catch (error) {
+      if (isDiskFull(error)) throw new LedgerFullError(this.#dataDir, what);
+      throw error;
+    }
+  }
+
   #record(row: Row): SandboxRecord {
     return {
       id: row.id,
@@ -291,7 +430,8 @@ export class Ledger {
       metadata: JSON.parse(row.metadata),
       spec: JSON.parse(row.spec),
       createdAt: new Date(Number(row.created_at)).toISOString(),
-      lastActiveAt: new Date(Number(row.last_active_at)).toISOString(),
+      lastActiveAt: new Date(this.#touched.get(row.id) ?? Number(row.last_active_at))
+        .toISOString(),
       env: JSON.parse(row.env),
       deadlineAt: row.deadline_at === null ? null : Number(row.deadline_at),
       deadlineAction: row.deadline_action as DeadlineAction | null,

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { DatabaseLockedError } from "../shared/lock.ts";
 import { Ledger, newSandboxId, type NewSandboxRow } from "./ledger.ts";
+import { LedgerFullError } from "./ledger_space.ts";
 
 const options = { nodeId: "node-1", endpoint: "http://127.0.0.1:3676" };
 
@@ -139,5 +140,57 @@ Deno.test("Ledger names are unique per team, not across the ledger", () => {
   assert.equal(ledger.byName("agent-1"), undefined, "the default team has no agent-1");
   ledger.insert(row("paused", { team: "a", state: "frozen" }));
   assert.deepEqual(ledger.teamCounts(), { a: 1, b: 1 }, "only running sandboxes count");
+  ledger.close();
+});
+
+Deno.test("Ledger.touch() moves the idle clock in memory; flushTouches() writes it in one go", () => {
+  const dir = Deno.makeTempDirSync();
+  try {
+    const ledger = Ledger.open(dir, options);
+    const a = ledger.insert(row("a"));
+    const b = ledger.insert(row("b"));
+    ledger.touch(a.id, 1_700_000_005_000);
+    ledger.touch(b.id, 1_700_000_006_000);
+    ledger.touch("sbx_gone", 1);
+    assert.equal(ledger.byId(a.id)?.lastActiveAt, "2023-11-14T22:13:25.000Z");
+    assert.equal(ledger.all()[1].lastActiveAt, "2023-11-14T22:13:26.000Z");
+    assert.equal(ledger.unflushedTouches, 3);
+    assert.equal(ledger.flushTouches(), 3);
+    assert.equal(ledger.unflushedTouches, 0);
+    assert.equal(ledger.flushTouches(), 0);
+    ledger.touch(b.id, 1_700_000_009_000);
+    ledger.delete(b.id);
+    assert.equal(ledger.unflushedTouches, 0, "a deleted row takes its clock along");
+    ledger.close();
+    const again = Ledger.open(dir, options);
+    assert.equal(again.byId(a.id)?.lastActiveAt, "2023-11-14T22:13:25.000Z");
+    again.close();
+  } finally {
+    Deno.removeSync(dir, { recursive: true });
+  }
+});
+
+Deno.test("Ledger turns SQLite's 'database or disk is full' into a 507 naming DORMICE_DATA_DIR", () => {
+  const db = new DatabaseSync(":memory:");
+  const ledger = new Ledger(db, { ...options, dataDir: "/var/lib/dormice" });
+  const a = ledger.insert(row("a"));
+  // A page cap stands in for a full disk: SQLite answers SQLITE_FULL the same way.
+  const { page_count } = db.prepare("PRAGMA page_count").get() as { page_count: number };
+  db.exec(`PRAGMA max_page_count = ${page_count}`);
+  const big = { blob: "x".repeat(64 * 1024) };
+  for (
+    const attempt of [
+      () => ledger.insert(row("b", { metadata: big })),
+      () => ledger.update(a.id, { metadata: big }),
+    ]
+  ) {
+    assert.throws(attempt, (e) => {
+      assert.ok(e instanceof LedgerFullError);
+      assert.equal(e.status, 507);
+      assert.match(e.message, /data disk is full: DORMICE_DATA_DIR \(\/var\/lib\/dormice\)/);
+      return true;
+    });
+  }
+  assert.equal(ledger.byId(a.id)?.name, "a");
   ledger.close();
 });

@@ -17,6 +17,7 @@ import { createNodeApp, type NodeApp } from "./app.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
+import { isDiskFull } from "./ledger_space.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -84,6 +85,13 @@ function build(): NodeApp {
     return createNodeApp({ config, executor, log });
   } catch (error) {
     if (error instanceof DatabaseLockedError) refuse([error.message]);
+    if (isDiskFull(error)) {
+      refuse([
+        `Cannot start: the disk of DORMICE_DATA_DIR (${config.dataDir}) is full, so the ` +
+        `ledger cannot be opened for writing (${(error as Error).message}). Free space on that ` +
+        "disk, or point DORMICE_DATA_DIR at a larger one, then start the node again",
+      ]);
+    }
     throw error;
   }
 }

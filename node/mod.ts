@@ -12,6 +12,7 @@
  * | `faces/connect_codec.ts`, `faces/access_tokens.ts` | the Connect JSON codec; envd tokens and signed URLs |
  * | `service.ts` | {@linkcode SandboxService}: every verb of one sandbox inside its name's slot |
  * | `ledger.ts` | {@linkcode Ledger}: one SQLite row per sandbox, one daemon per file |
+ * | `ledger_space.ts`, `ledger_upkeep.ts` | the ledger on a full disk (its 507, its reserve); the idle clock's batched flush |
  * | `executors/` | the {@linkcode Executor} contract with {@linkcode executorErrorStatus}, the fake, Docker (`@dormice/cluster/docker`) |
  * | `check_in.ts`, `deadline_scanner.ts`, `host_reading.ts` | the loops: check-in, E2B deadlines, host numbers |
  *
@@ -62,6 +63,8 @@ export {
   type NewSandboxRow,
   type SandboxRowPatch,
 } from "./ledger.ts";
+export { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
+export { LedgerUpkeep, type LedgerUpkeepOptions } from "./ledger_upkeep.ts";
 export {
   type FakeCall,
   FakeExecutor,

@@ -20,6 +20,7 @@ import {
   type SandboxStats,
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
+import { LedgerFullError } from "./ledger_space.ts";
 import type {
   AcquireRequest,
   AcquireResult,
@@ -114,6 +115,7 @@ export class SandboxService implements SandboxOps {
       const template = request.template ?? this.#defaultTemplate;
       const spec = request.spec ?? {};
       const env = { ...spec.env, ...request.env };
+      this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
       await this.#call(() =>
         this.#executor.create({ id, name: request.name, template, spec, env })
       );
@@ -142,6 +144,13 @@ export class SandboxService implements SandboxOps {
             error: e,
           })
         );
+        if (error instanceof LedgerFullError) {
+          this.#log("warn", "sandbox not created: the data disk is full", {
+            name: request.name,
+            dataDir: error.dataDir,
+          });
+          throw error;
+        }
         this.#log("error", "ledger write failed after create", { name: request.name, error });
         throw new HttpError(
           500,
@@ -302,7 +311,10 @@ export class SandboxService implements SandboxOps {
         );
       }
       await this.#call(() => this.#executor.pause(sandbox.id));
-      return this.#ledger.update(sandbox.id, { state: "frozen" })!;
+      return await this.#recordPause(
+        sandbox,
+        () => this.#ledger.update(sandbox.id, { state: "frozen" })!,
+      );
     });
   }
 
@@ -360,8 +372,13 @@ export class SandboxService implements SandboxOps {
         return "skipped";
       }
       if (sandbox.deadlineAction === "pause") {
-        if (sandbox.state !== "frozen") await this.#call(() => this.#executor.pause(id));
-        this.#ledger.update(id, { state: "frozen", deadlineAt: null, deadlineAction: null });
+        const write = () =>
+          this.#ledger.update(id, { state: "frozen", deadlineAt: null, deadlineAction: null });
+        if (sandbox.state === "frozen") write();
+        else {
+          await this.#call(() => this.#executor.pause(id));
+          await this.#recordPause(sandbox, write);
+        }
         this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
         return "paused";
       }
@@ -485,7 +502,13 @@ export class SandboxService implements SandboxOps {
     });
   }
 
-  /** Resumes a frozen sandbox and touches its idle clock (call inside the slot). */
+  /**
+   * Resumes a frozen sandbox and touches its idle clock (call inside the slot). The clock is
+   * kept in memory and flushed in batches (`Ledger.flushTouches`): a command or a read on an
+   * active sandbox writes nothing, so it works on a full data disk. A state change is written at
+   * once; when the disk has no room for it the sandbox is frozen again, so the ledger never
+   * says frozen about a running sandbox, and the caller gets the 507.
+   */
   async #wake(sandbox: SandboxRecord): Promise<SandboxRecord> {
     if (sandbox.state !== "active") {
       await this.#call(() => this.#executor.resume(sandbox.id)).catch((error) => {
@@ -500,9 +523,43 @@ export class SandboxService implements SandboxOps {
         }
         throw error;
       });
+      try {
+        this.#ledger.update(sandbox.id, { state: "active" });
+      } catch (error) {
+        if (sandbox.state === "frozen") {
+          await this.#executor.pause(sandbox.id).catch((again) =>
+            this.#log("error", "a sandbox woken without its ledger write could not be paused", {
+              name: sandbox.name,
+              id: sandbox.id,
+              error: again,
+            })
+          );
+        }
+        throw error;
+      }
       this.#log("info", "sandbox woken", { name: sandbox.name, id: sandbox.id });
     }
-    return this.#ledger.update(sandbox.id, { state: "active", lastActiveAt: this.#clock.now() })!;
+    this.#ledger.touch(sandbox.id, this.#clock.now());
+    return this.#ledger.byId(sandbox.id)!;
+  }
+
+  /**
+   * Writes the state of a sandbox just paused; when the ledger refuses (a full data disk) the
+   * sandbox is resumed again, so the row never says active about a frozen sandbox.
+   */
+  async #recordPause<T>(sandbox: SandboxRecord, write: () => T): Promise<T> {
+    try {
+      return write();
+    } catch (error) {
+      await this.#executor.resume(sandbox.id).catch((again) =>
+        this.#log("error", "a sandbox paused without its ledger write could not be resumed", {
+          name: sandbox.name,
+          id: sandbox.id,
+          error: again,
+        })
+      );
+      throw error;
+    }
   }
 
   async #call<T>(fn: () => Promise<T>): Promise<T> {

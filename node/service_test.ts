@@ -4,6 +4,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { ExecutorError } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { Ledger } from "./ledger.ts";
+import { LedgerFullError } from "./ledger_space.ts";
 import { SandboxService } from "./service.ts";
 
 const encoder = new TextEncoder();
@@ -341,4 +342,38 @@ Deno.test("SandboxService keeps teams apart: one name per team, ids scoped to th
   assert.equal(await service.destroy({ name: "agent-1", team: "a" }), true);
   assert.equal(service.get({ name: "agent-1", team: "b" })?.id, b.sandbox.id);
   await close();
+});
+
+Deno.test("SandboxService on a full ledger: commands need no write, a wake or pause is undone", async () => {
+  const { clock, ledger, executor, service, close } = setup();
+  try {
+    await service.acquire({ name: "busy" });
+    await service.acquire({ name: "napper" });
+    await service.pause({ name: "napper" });
+    // From here every row write is refused for want of space.
+    const full = () => {
+      throw new LedgerFullError("/data", "a change");
+    };
+    ledger.update = full;
+    ledger.insert = full;
+    clock.tick(5_000);
+    const ran = await service.execCommand({ name: "busy" }, { cmd: ["echo", "ok"] });
+    assert.equal(ran.stdout, "ok\n");
+    assert.equal(service.get({ name: "busy" })?.lastActiveAt, new Date(clock.now()).toISOString());
+
+    const woken = await service.execCommand({ name: "napper" }, { cmd: ["true"] }).catch((e) => e);
+    assert.ok(woken instanceof LedgerFullError, String(woken));
+    assert.equal(service.get({ name: "napper" })?.state, "frozen");
+    assert.equal(executor.hooks.calls.pause, 2, "the sandbox woken without its write sleeps again");
+
+    const paused = await service.pause({ name: "busy" }).catch((e) => e);
+    assert.ok(paused instanceof LedgerFullError, String(paused));
+    assert.equal(executor.hooks.calls.resume, 2, "the sandbox paused without its write runs again");
+    assert.equal(
+      (await service.execCommand({ name: "busy" }, { cmd: ["echo", "up"] })).stdout,
+      "up\n",
+    );
+  } finally {
+    await close();
+  }
 });

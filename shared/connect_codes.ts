@@ -80,9 +80,13 @@ export function statusToConnectCode(status: number): ConnectCode {
       return "not_found";
     case 409:
       return "already_exists";
+    // 410: a sandbox whose container was lost; retrying will not help until it is destroyed.
+    case 410:
     case 412:
       return "failed_precondition";
+    // 507: the node's data disk is full (the Connect code for "out of space").
     case 429:
+    case 507:
       return "resource_exhausted";
     case 499:
       return "canceled";

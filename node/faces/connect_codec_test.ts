@@ -60,6 +60,8 @@ Deno.test("Connect codes map to HTTP statuses both ways", () => {
   assert.equal(statusToConnectCode(409), "already_exists");
   assert.equal(statusToConnectCode(503), "unavailable");
   assert.equal(statusToConnectCode(500), "internal");
+  assert.equal(statusToConnectCode(507), "resource_exhausted"); // a full data disk
+  assert.equal(statusToConnectCode(410), "failed_precondition"); // a lost sandbox
 });
 
 Deno.test("connectErrorResponse() answers the code's status with {code, message}", async () => {
