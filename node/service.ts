@@ -15,6 +15,7 @@ import {
   type ExecHandle,
   type ExecRequest,
   type Executor,
+  ExecutorError,
   executorErrorToHttp,
   type FileEntry,
   type SandboxStats,
@@ -102,7 +103,9 @@ export class SandboxService implements SandboxOps {
     return this.queue.run(teamScopedName(team, request.name), async () => {
       const existing = this.#ledger.byName(request.name, team);
       if (existing) {
-        let sandbox = await this.#wake(existing);
+        // A wake asks the executor even for an active row: "ready" must mean the sandbox is
+        // there, not that the ledger remembers it.
+        let sandbox = await this.#guard(existing, () => this.#wake(existing, { probe: true }));
         if (request.deadline) {
           sandbox = this.#ledger.update(sandbox.id, {
             deadlineAt: this.#clock.now() + request.deadline.ms,
@@ -322,7 +325,7 @@ export class SandboxService implements SandboxOps {
   resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }> {
     return this.#inSlot(ref, async (sandbox) => {
       const resumed = sandbox.state !== "active";
-      return { resumed, sandbox: await this.#wake(sandbox) };
+      return { resumed, sandbox: await this.#wake(sandbox, { probe: true }) };
     });
   }
 
@@ -376,7 +379,14 @@ export class SandboxService implements SandboxOps {
           this.#ledger.update(id, { state: "frozen", deadlineAt: null, deadlineAction: null });
         if (sandbox.state === "frozen") write();
         else {
-          await this.#call(() => this.#executor.pause(id));
+          try {
+            await this.#call(() => this.#executor.pause(id));
+          } catch (error) {
+            if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
+            // Nothing left to pause: the row is marked lost, which clears the deadline.
+            this.#markLost(sandbox, error.message);
+            return "skipped";
+          }
           await this.#recordPause(sandbox, write);
         }
         this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
@@ -397,10 +407,9 @@ export class SandboxService implements SandboxOps {
    * - a sandbox the executor holds for this node without a ledger row is removed: nothing can
    *   name it, so nothing could ever use or destroy it (the Docker executor lists only
    *   containers labelled with this node's id, so another node on the same engine is safe);
-   * - a row whose sandbox is gone is marked `stopped` and reported in the log, never dropped: the
-   *   name stays taken (a gateway keeps finding it here, not building it elsewhere), the E2B view
-   *   shows it paused, a wake answers 410 saying what happened, and `destroySandbox` (or its kill
-   *   deadline) removes it. A pause deadline is cleared, since nothing is left to pause.
+   * - a row whose sandbox is gone is marked lost (`stopped`, never dropped; see `#markLost`) and
+   *   reported in the log, as a sandbox found gone on use is; `destroySandbox` (or its kill
+   *   deadline) removes it.
    *
    * The fake executor's sandboxes vanish with the process by design, so after its restart every
    * row is marked the same way: one rule for both executors.
@@ -414,19 +423,7 @@ export class SandboxService implements SandboxOps {
         const now = this.#ledger.byId(row.id);
         if (!now) return;
         lost.push(now.id);
-        const pauseDeadline = now.deadlineAction === "pause";
-        if (now.state !== "stopped" || pauseDeadline) {
-          this.#ledger.update(now.id, {
-            state: "stopped",
-            ...(pauseDeadline ? { deadlineAt: null, deadlineAction: null } : {}),
-          });
-        }
-        this.#log(
-          "warn",
-          "sandbox lost: its ledger row has no sandbox in the executor; marked stopped (destroy " +
-            "it, then create it again)",
-          { name: now.name, id: now.id, was: now.state, executor: this.#executor.kind },
-        );
+        this.#markLost(now, "its ledger row has no sandbox in the executor");
       });
     }
     const destroyed: string[] = [];
@@ -491,7 +488,59 @@ export class SandboxService implements SandboxOps {
     } catch (error) {
       return Promise.reject(error);
     }
-    return this.queue.run(slot, () => task(this.#require(ref)));
+    return this.queue.run(slot, () => {
+      const sandbox = this.#require(ref);
+      return this.#guard(sandbox, () => task(sandbox));
+    });
+  }
+
+  /**
+   * Runs `task` on a sandbox inside its slot; when the executor says the sandbox is gone (its
+   * container removed behind the node's back, say by `docker rm`), the row is marked lost and
+   * the caller gets a 410 saying what happened rather than a 404 that contradicts the ledger.
+   */
+  async #guard<T>(sandbox: SandboxRecord, task: () => Promise<T> | T): Promise<T> {
+    try {
+      return await task();
+    } catch (error) {
+      if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
+      const row = this.#ledger.byId(sandbox.id);
+      // A row marked at boot was reported then; a sandbox lost now is reported now.
+      const lostBefore = row?.state === "stopped";
+      if (row && !lostBefore) this.#markLost(row, error.message);
+      throw new HttpError(
+        410,
+        `Sandbox '${sandbox.name}' lost its ${this.#executor.kind} sandbox, with its files and ` +
+          `processes (${lostBefore ? "it was missing when the node started" : error.message}): ` +
+          "destroy it (destroySandbox, or kill), then create it again",
+      );
+    }
+  }
+
+  /**
+   * Marks a row whose sandbox the executor no longer has (call inside the slot): `stopped`,
+   * never dropped, so the name stays taken (a gateway keeps finding it here, not building it
+   * elsewhere), the E2B view shows it paused, a wake answers 410, and a destroy removes it. A
+   * pause deadline is cleared, since nothing is left to pause.
+   */
+  #markLost(row: SandboxRecord, why: string): void {
+    const pauseDeadline = row.deadlineAction === "pause";
+    if (row.state !== "stopped" || pauseDeadline) {
+      try {
+        this.#ledger.update(row.id, {
+          state: "stopped",
+          ...(pauseDeadline ? { deadlineAt: null, deadlineAction: null } : {}),
+        });
+      } catch (error) {
+        // A full disk: the next use finds it gone again and tries again.
+        this.#log("error", "could not mark a lost sandbox in the ledger", { id: row.id, error });
+      }
+    }
+    this.#log(
+      "warn",
+      `sandbox lost: ${why}; marked stopped (destroy it, then create it again)`,
+      { name: row.name, id: row.id, was: row.state, executor: this.#executor.kind },
+    );
   }
 
   /** Runs a file verb in the slot on a woken sandbox. */
@@ -503,26 +552,20 @@ export class SandboxService implements SandboxOps {
   }
 
   /**
-   * Resumes a frozen sandbox and touches its idle clock (call inside the slot). The clock is
+   * Resumes a frozen sandbox and touches its idle clock (call inside the slot, under
+   * `#guard`); with `probe`, an active one is asked too (a resume leaves a running sandbox as
+   * it is), so a sandbox removed behind the node's back is noticed. The clock is
    * kept in memory and flushed in batches (`Ledger.flushTouches`): a command or a read on an
    * active sandbox writes nothing, so it works on a full data disk. A state change is written at
    * once; when the disk has no room for it the sandbox is frozen again, so the ledger never
    * says frozen about a running sandbox, and the caller gets the 507.
    */
-  async #wake(sandbox: SandboxRecord): Promise<SandboxRecord> {
+  async #wake(sandbox: SandboxRecord, { probe = false } = {}): Promise<SandboxRecord> {
+    if (sandbox.state === "active" && probe) {
+      await this.#call(() => this.#executor.resume(sandbox.id));
+    }
     if (sandbox.state !== "active") {
-      await this.#call(() => this.#executor.resume(sandbox.id)).catch((error) => {
-        // Only reconcile() marks a row stopped: its sandbox was gone at boot.
-        if (sandbox.state === "stopped" && error instanceof HttpError && error.status === 404) {
-          throw new HttpError(
-            410,
-            `Sandbox '${sandbox.name}' lost its ${this.#executor.kind} sandbox while the node ` +
-              "was down, with its files and processes: destroy it (destroySandbox, or kill), " +
-              "then create it again",
-          );
-        }
-        throw error;
-      });
+      await this.#call(() => this.#executor.resume(sandbox.id));
       try {
         this.#ledger.update(sandbox.id, { state: "active" });
       } catch (error) {
@@ -562,10 +605,12 @@ export class SandboxService implements SandboxOps {
     }
   }
 
+  /** Runs an executor call; its errors become HttpErrors, except `gone`, which `#guard` reads. */
   async #call<T>(fn: () => Promise<T>): Promise<T> {
     try {
       return await fn();
     } catch (error) {
+      if (error instanceof ExecutorError && error.code === "gone") throw error;
       throw executorErrorToHttp(error);
     }
   }

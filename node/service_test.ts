@@ -377,3 +377,31 @@ Deno.test("SandboxService on a full ledger: commands need no write, a wake or pa
     await close();
   }
 });
+
+Deno.test("SandboxService notices a sandbox removed behind its back: row stopped, 410 on every use", async () => {
+  const { ledger, executor, service, close } = setup();
+  try {
+    const { sandbox } = await service.acquire({ name: "a" });
+    await executor.destroy(sandbox.id); // as `docker rm -f` would
+    for (
+      const use of [
+        () => service.acquire({ name: "a" }),
+        () => service.execCommand({ name: "a" }, { cmd: ["true"] }),
+        () => service.readFile({ name: "a" }, "/tmp/x"),
+        () => service.resume({ name: "a" }),
+      ]
+    ) {
+      await assert.rejects(use(), (e: unknown) => {
+        assert.ok(e instanceof HttpError, String(e));
+        assert.equal(e.status, 410);
+        assert.match(e.message, /^Sandbox 'a' lost its fake sandbox, with its files and processes/);
+        return true;
+      });
+    }
+    assert.equal(ledger.byName("a")?.state, "stopped");
+    assert.equal(await service.destroy({ name: "a" }), true);
+    assert.equal((await service.acquire({ name: "a" })).created, true);
+  } finally {
+    await close();
+  }
+});

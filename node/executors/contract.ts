@@ -107,7 +107,8 @@ export interface SandboxStats {
 
 /** Error codes an executor raises; {@linkcode executorErrorStatus} gives each its HTTP status. */
 export type ExecutorErrorCode =
-  | "not_found" // the sandbox, file or directory does not exist
+  | "not_found" // a file or directory (or an image) does not exist
+  | "gone" // the sandbox itself does not exist: destroyed, never created, or removed behind the node's back
   | "exists" // the path already exists where a new one is needed
   | "not_dir" // a path component is a file
   | "is_dir" // a file operation on a directory
@@ -139,7 +140,9 @@ export class ExecutorError extends Error {
 /**
  * The HTTP status of each executor error code, the one table every face answers with (the envd
  * face derives its Connect code from it with `statusToConnectCode`). A 503, not a 502, for an
- * engine that is down: the node itself answered, and the client may retry.
+ * engine that is down: the node itself answered, and the client may retry. A 410 for a sandbox
+ * the executor no longer has: the service reads it as a sandbox lost behind the node's back,
+ * marks its row and answers its own 410 sentence.
  *
  * @example
  * ```ts
@@ -149,6 +152,7 @@ export class ExecutorError extends Error {
  */
 export const executorErrorStatus: Readonly<Record<ExecutorErrorCode, number>> = {
   not_found: 404,
+  gone: 410,
   exists: 409,
   not_dir: 400,
   is_dir: 400,
@@ -205,7 +209,10 @@ export interface Executor {
   remove(id: string, path: string): Promise<void>;
   /** Freezes every process of the sandbox. */
   pause(id: string): Promise<void>;
-  /** Thaws a sandbox frozen by `pause`. */
+  /**
+   * Thaws a sandbox frozen by `pause`; a running sandbox is left as it is, so a wake calls it to
+   * learn that the sandbox is still there (`gone` when it is not).
+   */
   resume(id: string): Promise<void>;
   /** Resource use now. */
   stats(id: string): Promise<SandboxStats>;

@@ -235,9 +235,11 @@ const cases: Record<string, Case> = {
     await ex.destroy(id);
     await ex.destroy(id);
     assert.ok(!(await ex.list()).includes(id));
-    await rejectsWith(ex.exec(id, { cmd: ["/bin/bash", "-c", "true"] }), "not_found");
-    await rejectsWith(ex.readFile(id, "/tmp/x"), "not_found");
-    await rejectsWith(ex.stats(id), "not_found");
+    await rejectsWith(ex.exec(id, { cmd: ["/bin/bash", "-c", "true"] }), "gone");
+    await rejectsWith(ex.readFile(id, "/tmp/x"), "gone");
+    await rejectsWith(ex.writeFile(id, "/tmp/x", encoder.encode("x")), "gone");
+    await rejectsWith(ex.stats(id), "gone");
+    await rejectsWith(ex.resume(id), "gone");
   },
   "create() refuses an id that exists and an unknown template": async (ex, id) => {
     const request = { id, name: "again", template: "base", spec: {}, env: {} };
@@ -319,6 +321,7 @@ if (readiness.ready || onCi) {
 Deno.test("executorErrorToHttp() keeps the sentence and answers each code's status", () => {
   const expected: Record<ExecutorErrorCode, number> = {
     not_found: 404,
+    gone: 410,
     exists: 409,
     not_dir: 400,
     is_dir: 400,

@@ -502,7 +502,7 @@ export class FakeExecutor implements Executor {
   #get(id: string): FakeSandbox {
     const sandbox = this.#sandboxes.get(id);
     if (!sandbox) {
-      throw new ExecutorError("not_found", `No sandbox with id '${id}' on this fake executor`);
+      throw new ExecutorError("gone", `the fake executor has no sandbox with id '${id}'`);
     }
     return sandbox;
   }
@@ -514,7 +514,7 @@ export class FakeExecutor implements Executor {
       await new Promise<void>((resolve) => sandbox.thaw.push(resolve));
     }
     if (sandbox.destroyed) {
-      throw new ExecutorError("not_found", `The sandbox with id '${id}' was destroyed`);
+      throw new ExecutorError("gone", `the sandbox with id '${id}' was destroyed`);
     }
     return sandbox;
   }

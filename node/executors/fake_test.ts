@@ -184,7 +184,7 @@ Deno.test("FakeExecutor files: binary-safe, errors carry codes", async () => {
     assert.equal(await code(executor.readFile(id, "/nope")), "not_found");
     assert.equal(await code(executor.readFile(id, "/data")), "is_dir");
     assert.equal(await code(executor.writeFile(id, "/data/x/bin/y", bytes)), "not_dir");
-    assert.equal(await code(executor.readFile("sbx_none", "/a")), "not_found");
+    assert.equal(await code(executor.readFile("sbx_none", "/a")), "gone");
     assert.equal(await executor.makeDir(id, "/data"), false);
     assert.equal((await executor.move(id, "/data/x", "/moved")).type, "dir");
     assert.deepEqual(await executor.readFile(id, "/moved/bin"), bytes);

@@ -343,9 +343,14 @@ export class Files {
     const info = await this.#sandboxes.get(id);
     if (info.ids) return info.ids;
     const [name, group] = info.user.split(":");
-    const [passwd, groups] = (await Promise.all(
-      ["/etc/passwd", "/etc/group"].map((file) => this.readFile(id, file).catch(() => null)),
-    )).map((bytes) => bytes ? new TextDecoder().decode(bytes) : "");
+    // Only a missing file is an empty table: a lost container or a down engine is the answer.
+    const table = (file: string) =>
+      this.readFile(id, file).catch((error) => {
+        if (error instanceof ExecutorError && error.code === "not_found") return null;
+        throw error;
+      });
+    const [passwd, groups] = (await Promise.all(["/etc/passwd", "/etc/group"].map(table)))
+      .map((bytes) => bytes ? new TextDecoder().decode(bytes) : "");
     let uid = 0, gid = 0;
     if (/^\d+$/.test(name ?? "")) {
       uid = Number(name);

@@ -63,7 +63,7 @@ export class Sandboxes {
   /**
    * The facts of one sandbox, from memory or from the engine.
    *
-   * @throws {ExecutorError} `not_found` when the sandbox has no container.
+   * @throws {ExecutorError} `gone` when the sandbox has no container.
    */
   async get(id: string): Promise<SandboxInfo> {
     const known = this.#known.get(id);

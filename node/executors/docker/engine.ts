@@ -152,7 +152,7 @@ function nameSafe(text: string): string {
 /**
  * The executor's handle on the engine. Every call to the engine goes through {@link Engine.call}
  * (or {@link Engine.callContainer}), which bounds it by a deadline and turns whatever dockerode
- * throws into an `ExecutorError`: a 404 is `not_found`, a 400 `invalid`, a 409 `exists` (or
+ * throws into an `ExecutorError`: a 404 is `not_found` (`gone` for the sandbox's own container), a 400 `invalid`, a 409 `exists` (or
  * `invalid` / `unavailable` for a paused or stopped container), a socket fault or anything else
  * `unavailable` naming the socket, a passed deadline `timeout`.
  *
@@ -236,7 +236,7 @@ export class Engine {
    * container is gone: that 404 becomes {@link Engine.notFound}'s sentence. (File transfers are
    * not such calls: their 404 may be a missing path.)
    *
-   * @throws {ExecutorError} `not_found` naming the sandbox and its container; as `call` otherwise.
+   * @throws {ExecutorError} `gone` naming the sandbox and its container; as `call` otherwise.
    */
   async callContainer<T>(
     id: string,
@@ -256,9 +256,9 @@ export class Engine {
   /** The error for a sandbox whose container this engine does not have. */
   notFound(id: string): ExecutorError {
     return new ExecutorError(
-      "not_found",
-      `Sandbox '${id}' has no container on this node (${this.containerName(id)}): it was ` +
-        `destroyed or never created`,
+      "gone",
+      `the Docker engine on ${this.socketPath} has no container ${this.containerName(id)} for ` +
+        `sandbox '${id}' (removed outside the node, e.g. by docker rm, or never created)`,
     );
   }
 

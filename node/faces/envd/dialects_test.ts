@@ -10,6 +10,7 @@ Deno.test("toConnect() and restErrorOf() give each executor error its Connect co
   // The table envd kept before it derived the Connect code from executorErrorStatus.
   const expected: Record<ExecutorErrorCode, [ConnectCode, number]> = {
     not_found: ["not_found", 404],
+    gone: ["failed_precondition", 410],
     exists: ["already_exists", 409],
     not_dir: ["invalid_argument", 400],
     is_dir: ["invalid_argument", 400],
