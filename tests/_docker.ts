@@ -68,6 +68,8 @@ export interface StartDockerNodeOptions {
   port?: number;
   /** Extra or overriding `DORMICE_*` variables. */
   env?: Record<string, string>;
+  /** The engine socket the node uses (`DORMICE_DOCKER_SOCKET`); the default one otherwise. */
+  socket?: string;
 }
 
 /** A node process on the Docker executor. */
@@ -93,12 +95,13 @@ export async function startDockerNode(
     token: options.token,
     dataDir: options.dataDir,
     port: options.port,
-    permissions: (dataDir) => dockerNodePermissions(dataDir),
+    permissions: (dataDir) => dockerNodePermissions(dataDir, options.socket),
     // A first container create on a cold engine takes longer than a fake node's boot.
     healthTimeoutMs: 30_000,
     env: {
       DORMICE_EXECUTOR: "docker",
       DORMICE_NODE_ID: nodeId,
+      ...(options.socket ? { DORMICE_DOCKER_SOCKET: options.socket } : {}),
       ...(options.gatewayUrl
         ? {
           DORMICE_GATEWAY_ENDPOINT: options.gatewayUrl,

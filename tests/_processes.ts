@@ -39,6 +39,8 @@ export interface SpawnDenoOptions {
   cwd?: string;
   /** Run under this open-file limit (soft and hard), through `prlimit`: a flood test's ceiling. */
   maxOpenFiles?: number;
+  /** Arguments after the script (`Deno.args` in the child). */
+  args?: string[];
 }
 
 /**
@@ -57,7 +59,7 @@ export function spawnDeno(script: string, options: SpawnDenoOptions = {}): Spawn
     if (value !== undefined) env[name] = value;
   }
   Object.assign(env, { NO_COLOR: "1" }, options.env);
-  const deno = ["run", "--quiet", ...(options.permissions ?? []), script];
+  const deno = ["run", "--quiet", ...(options.permissions ?? []), script, ...(options.args ?? [])];
   const limited = options.maxOpenFiles !== undefined;
   const child = new Deno.Command(limited ? "prlimit" : Deno.execPath(), {
     args: limited

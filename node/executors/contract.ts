@@ -57,7 +57,12 @@ export interface ExecHandle {
   readonly stdout: ReadableStream<Uint8Array>;
   /** Standard error as it is produced; closes when the command ends. */
   readonly stderr: ReadableStream<Uint8Array>;
-  /** Resolves when the command ended (never rejects for a non-zero exit). */
+  /**
+   * Resolves when the command ended (never rejects for a non-zero exit). Rejects with an
+   * `ExecutorError` (`unavailable`) when the executor lost the command before its end was
+   * known, say its engine went away mid-run; the sentence says whether it was killed or may
+   * still be running.
+   */
   readonly exited: Promise<ExecExit>;
   /** Writes to stdin (only when started with `stdin: true`). */
   writeStdin(data: Uint8Array): Promise<void>;

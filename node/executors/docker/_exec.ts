@@ -25,6 +25,14 @@ type Signal = "SIGKILL" | "SIGTERM" | "SIGINT" | "SIGHUP";
 const SIGNALS: Record<Signal, number> = { SIGHUP: 1, SIGINT: 2, SIGKILL: 9, SIGTERM: 15 };
 
 /**
+ * How long the engine may take to record an exit code after a command's socket closed, ms.
+ * Measured over the Docker contract suite: the first inspect after the socket closed had the
+ * code for every command, within 9 ms; two seconds leave room for a loaded engine. Past it, a
+ * command the engine still says runs has lost its socket.
+ */
+const EXIT_RECORD_MS = 2_000;
+
+/**
  * Signals the command started with a given token and every descendant that kept its
  * environment. Runs as the command's own user: with every capability dropped, nobody else
  * may read its `/proc/<pid>/environ` or signal it. Arguments: signal name, token.
@@ -259,10 +267,12 @@ export class Commands {
     const output = outputStreams(stream);
     demultiplex(stream, output.deliver);
 
+    const signalAll = (signal: Signal) =>
+      this.run(id, ["/bin/sh", "-c", KILL_SCRIPT, "sh", signal.slice(3), token], user);
     const kill = async (signal: Signal = "SIGKILL") => {
       if (ending.ended) return;
       ending.sentSignal ??= signal;
-      await this.run(id, ["/bin/sh", "-c", KILL_SCRIPT, "sh", signal.slice(3), token], user);
+      await signalAll(signal);
     };
     const timer = request.timeoutMs === undefined ? undefined : setTimeout(() => {
       ending.timedOut = true;
@@ -275,13 +285,13 @@ export class Commands {
       );
     }, request.timeoutMs);
 
-    const exited = new Promise<ExecExit>((resolve) => {
-      whenStreamEnds(stream, async () => {
+    const exited = new Promise<ExecExit>((resolve, reject) => {
+      whenStreamEnds(stream, () => {
         ending.ended = true;
         this.#open.delete(stream);
         clearTimeout(timer);
         output.close();
-        resolve(await this.#exitOf(exec, { ...ending }));
+        this.#exitOf(exec, { ...ending }, { id, pid, signalAll }).then(resolve, reject);
       }, (error) =>
         this.#log("warn", "A command's stream from the Docker engine failed", {
           id,
@@ -290,32 +300,95 @@ export class Commands {
         }));
     });
 
+    // A caller that only reads the output must not turn a lost engine into an unhandled rejection.
+    exited.catch(() => {});
     const stdin = stdinOf(stream, pid, request.stdin === true, () => ending.ended);
     return { pid, stdout: output.stdout, stderr: output.stderr, exited, ...stdin, kill };
   }
 
-  /** The exit code from exec inspect; the stream can end a moment before the engine records it. */
-  async #exitOf(exec: EngineExec, ending: Ending): Promise<ExecExit> {
-    let exitCode = -1;
-    for (let attempt = 0; attempt < 50; attempt++) {
-      try {
-        const info = await this.#engine.call(
-          "inspecting a finished command",
-          (signal) => exec.inspect({ abortSignal: signal }),
+  /**
+   * How a command ended, once its engine socket closed. The socket closing is all the executor
+   * learns, and it closes for two reasons: the command ended (the engine then records its exit
+   * code, a moment after the socket may close), or the socket was lost (the engine restarted,
+   * died or dropped the connection) while the command still runs. Telling them apart:
+   *
+   * - the engine records an exit code: the command ended, with that code;
+   * - the engine does not answer: it is lost; the command may still be running, and the error
+   *   says so (nothing can stop it without the engine);
+   * - the engine says the command still runs: only its socket was lost; the command is killed
+   *   (its output cannot reach anyone any more) and the error says so.
+   *
+   * A command whose exit the engine never records after it stopped running keeps the
+   * contract's unknown code, -1.
+   *
+   * @throws {ExecutorError} `unavailable` naming the engine in the two lost cases.
+   */
+  async #exitOf(
+    exec: EngineExec,
+    ending: Ending,
+    command: { id: string; pid: number; signalAll: (signal: Signal) => Promise<HelperResult> },
+  ): Promise<ExecExit> {
+    const { id, pid } = command;
+    const what = `command ${pid} in sandbox ${id}`;
+    const socket = this.#engine.socketPath;
+    let exitCode = await this.#recordedExit(exec, EXIT_RECORD_MS);
+    if (exitCode === "unreachable") {
+      throw new ExecutorError(
+        "unavailable",
+        `Lost the Docker engine on ${socket} while ${what} ran: it may still be running ` +
+          "there, with its output lost; check the engine with `docker info` before running it " +
+          "again",
+      );
+    }
+    if (exitCode === "running") {
+      const killed = await command.signalAll("SIGKILL").then(() => true, () => false);
+      // A command that ended by itself just then keeps its own exit code.
+      exitCode = killed ? await this.#recordedExit(exec, EXIT_RECORD_MS) : "running";
+      if (typeof exitCode !== "number" || exitCode === 128 + SIGNALS.SIGKILL) {
+        throw new ExecutorError(
+          "unavailable",
+          `The Docker engine on ${socket} dropped the output stream of ${what} while it still ` +
+            (killed
+              ? "ran: it was killed, since its output could reach nobody; run it again"
+              : "ran, and the command could not be killed: it may still be running"),
         );
-        if (!info.Running && info.ExitCode !== null && info.ExitCode !== undefined) {
-          exitCode = info.ExitCode;
-          break;
-        }
-      } catch {
-        break;
       }
-      await new Promise((resolve) => setTimeout(resolve, 20));
     }
     const exit: ExecExit = { exitCode };
     const signalled = ending.timedOut ? "SIGKILL" : ending.sentSignal;
     if (signalled && exitCode === 128 + SIGNALS[signalled]) exit.signal = signalled;
     if (ending.timedOut) exit.timedOut = true;
     return exit;
+  }
+
+  /**
+   * Polls exec inspect for up to `ms` until the engine records the exit code. Answers the code,
+   * `"running"` when the engine still says the command runs, `"unreachable"` when its last
+   * answer in the window was a failure, or -1 when the command stopped without a recorded code.
+   * A failed inspect is asked again: the connection that broke the stream may have broken the
+   * client's pooled ones too, while a new one reaches the engine at once.
+   */
+  async #recordedExit(
+    exec: EngineExec,
+    ms: number,
+  ): Promise<number | "running" | "unreachable"> {
+    const until = Date.now() + ms;
+    let last: "running" | "stopped" | "unreachable" = "unreachable";
+    for (;;) {
+      try {
+        const info = await this.#engine.call(
+          "inspecting a finished command",
+          (signal) => exec.inspect({ abortSignal: signal }),
+        );
+        if (!info.Running && info.ExitCode !== null && info.ExitCode !== undefined) {
+          return info.ExitCode;
+        }
+        last = info.Running ? "running" : "stopped";
+      } catch {
+        last = "unreachable";
+      }
+      if (Date.now() >= until) return last === "stopped" ? -1 : last;
+      await new Promise((resolve) => setTimeout(resolve, last === "unreachable" ? 100 : 20));
+    }
   }
 }

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { ExecutorError } from "../../../executors/contract.ts";
 import { decodeEnvelopes } from "../../connect_codec.ts";
 import { setup } from "../_fixtures_test.ts";
 
@@ -95,5 +96,31 @@ Deno.test("a tag names a process of the caller's sandbox, never another sandbox'
   assert.deepEqual(listed.processes.map((p: { pid: number }) => p.pid), [untagged]);
   const otherListed = await (await unary("process.Process/List", {}, otherHeaders)).json();
   assert.deepEqual(otherListed.processes.map((p: { pid: number }) => p.pid), [otherJob]);
+  await executor.close();
+});
+
+Deno.test("Process/Start ends with a Connect error, not an end event, when the command's end is lost", async () => {
+  const { service, stream, executor } = await setup();
+  const lost = new ExecutorError("unavailable", "Lost the Docker engine on /run/x.sock");
+  service.startCommand = () =>
+    Promise.resolve({
+      pid: 7,
+      stdout: new Response("partial").body!,
+      stderr: new Response("").body!,
+      exited: Promise.reject(lost),
+      writeStdin: () => Promise.resolve(),
+      closeStdin: () => Promise.resolve(),
+      kill: () => Promise.resolve(),
+    });
+  const res = await stream("process.Process/Start", { process: { cmd: "sleep", args: ["9"] } });
+  const envelopes = decodeEnvelopes(new Uint8Array(await res.arrayBuffer()));
+  const events = envelopes.slice(0, -1).map((e) =>
+    Object.keys((e.message as { event: object }).event)[0]
+  );
+  assert.deepEqual(events, ["start", "data"]);
+  assert.deepEqual(envelopes.at(-1), {
+    flags: 2,
+    message: { error: { code: "unavailable", message: lost.message } },
+  });
   await executor.close();
 });

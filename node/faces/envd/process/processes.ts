@@ -16,7 +16,8 @@ import type { Log } from "../../../../shared/log.ts";
 import type { ExecExit, ExecHandle, ExecRequest } from "../../../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../../../service_contract.ts";
 import { ConnectError, type StreamSink } from "../../connect_codec.ts";
-import { errorMessage } from "../dialects.ts";
+import type { ConnectCode } from "../../../../shared/connect_codes.ts";
+import { toConnect } from "../dialects.ts";
 import { startKeepalive, untilAborted } from "../rpc.ts";
 
 /** How an RPC names a process: E2B's `ProcessSelector`. */
@@ -40,6 +41,11 @@ export interface ProcessHub {
   readonly subscribers: Set<(message: unknown) => void>;
   /** The end event once the command ended and its output was drained. */
   end?: unknown;
+  /**
+   * Why the command's end is not known (its executor lost it, e.g. the engine went away): the
+   * streams following it end with this Connect error instead of an end event.
+   */
+  failure?: { code: ConnectCode; message: string };
   /** Resolves once the end event was broadcast; never rejects. */
   done: Promise<void>;
 }
@@ -165,16 +171,15 @@ export class Processes {
     this.#hubs.set(hubKey(sandboxId, handle.pid), hub);
     hub.done = (async () => {
       await Promise.all([pump(handle.stdout, "stdout"), pump(handle.stderr, "stderr")]);
-      let end;
       try {
-        end = endEvent(await handle.exited);
+        hub.end = { event: { end: endEvent(await handle.exited) } };
+        broadcast(hub.end);
       } catch (error) {
         // Never let this promise reject: nobody may be awaiting it, and the node must not crash.
+        // An end event would claim an exit that nobody saw; follow() sends the error instead.
         this.#log("warn", "command end could not be read", { sandboxId, error });
-        end = { exitCode: -1, exited: false, status: "unknown", error: errorMessage(error) };
+        hub.failure = toConnect(this.#log, error);
       }
-      hub.end = { event: { end } };
-      broadcast(hub.end);
       this.#hubs.delete(hubKey(sandboxId, handle.pid));
     })();
     return hub;
@@ -184,6 +189,9 @@ export class Processes {
 /**
  * Streams a hub's events to one client until the command ends or the client leaves: the start
  * event first, then every output event, keepalives every `keepaliveMs`, and the end event.
+ *
+ * @throws {ConnectError} when the command's end is not known (the hub's `failure`): the stream
+ * then ends with that error rather than an end event.
  *
  * @example
  * ```ts ignore
@@ -196,19 +204,19 @@ export async function follow(
   keepaliveMs?: number,
 ): Promise<void> {
   sink.send({ event: { start: { pid: hub.pid } } });
-  if (hub.end) {
-    sink.send(hub.end);
-    return;
-  }
-  const subscriber = (message: unknown) => sink.send(message);
-  hub.subscribers.add(subscriber);
-  const stopKeepalive = startKeepalive(sink, keepaliveMs, { event: { keepalive: {} } });
-  try {
-    await Promise.race([hub.done, untilAborted(sink.signal)]);
-  } finally {
-    hub.subscribers.delete(subscriber);
-    stopKeepalive();
-  }
+  if (!hub.end && !hub.failure) {
+    const subscriber = (message: unknown) => sink.send(message);
+    hub.subscribers.add(subscriber);
+    const stopKeepalive = startKeepalive(sink, keepaliveMs, { event: { keepalive: {} } });
+    try {
+      await Promise.race([hub.done, untilAborted(sink.signal)]);
+    } finally {
+      hub.subscribers.delete(subscriber);
+      stopKeepalive();
+    }
+    if (sink.signal.aborted) return;
+  } else if (hub.end) sink.send(hub.end);
+  if (hub.failure) throw new ConnectError(hub.failure.code, hub.failure.message);
 }
 
 /**
