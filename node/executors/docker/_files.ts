@@ -18,12 +18,21 @@ import type { Engine } from "./engine.ts";
 /** One `stat` line: mode (hex)/size/mtime/owner/group/path//%N (for the symlink target). */
 const STAT_FORMAT = "%f/%s/%Y/%U/%G/%n//%N";
 
+/**
+ * GNU stat (the Debian `base` image) quotes `%N` in the shell's style unless told otherwise:
+ * `'a b'`, `'it'\''s'`; busybox (`minimal`) prints it bare. Literal makes both print the path
+ * as `%n` does, and a link as `path -> target` (GNU) or `'path' -> 'target'` (busybox).
+ */
+const LITERAL = "export QUOTING_STYLE=literal";
+
 /** Describes one path. Exit 2: missing. */
-const STAT_SCRIPT = `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+const STAT_SCRIPT = `${LITERAL}
+[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
 exec stat -c '${STAT_FORMAT}' -- "$1"`;
 
 /** Lists a directory down to a depth. Exit 2: missing; 3: not a directory. */
-const LIST_SCRIPT = `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+const LIST_SCRIPT = `${LITERAL}
+[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
 [ -d "$1" ] || { echo "not a directory" >&2; exit 3; }
 case "$1" in */) d=$1 ;; *) d=$1/ ;; esac
 find "$d" -mindepth 1 -maxdepth "$2" -exec stat -c '${STAT_FORMAT}' -- {} +`;
@@ -62,10 +71,11 @@ function nameOf(table: string, id: number): string {
 }
 
 /**
- * Parses `stat -c STAT_FORMAT` output into entries. A line that does not start like a record
- * continues the previous path: file names may hold newlines.
+ * Parses `stat -c STAT_FORMAT` output (busybox or GNU, with `QUOTING_STYLE=literal`) into
+ * entries. A line that does not start like a record continues the previous path: file names may
+ * hold newlines.
  */
-function parseStatLines(output: string): FileEntry[] {
+export function parseStatLines(output: string): FileEntry[] {
   const head = /^([0-9a-f]+)\/(\d+)\/(\d+)\/([^/\n]*)\/([^/\n]*)\/(\/.*)$/;
   const records: string[][] = [];
   for (const line of output.replace(/\n$/, "").split("\n")) {
@@ -76,10 +86,11 @@ function parseStatLines(output: string): FileEntry[] {
   return records.map(([modeHex, size, mtime, owner, group, rest]) => {
     const rawMode = parseInt(modeHex, 16);
     const kind = rawMode & 0o170000;
-    // rest is "<path>//<%N>": %N repeats the path, or is "'<path>' -> '<target>'" for a link.
-    const sep = kind === 0o120000 ? rest.indexOf("//'") : (rest.length - 2) / 2;
+    // rest is "<path>//<%N>". The path is absolute and normalised, so it holds no "//" past its
+    // first character ("/" itself is followed by the separator at once).
+    const sep = rest.indexOf("//", 1);
     const path = sep === -1 ? rest : rest.slice(0, sep);
-    const quoted = sep === -1 ? "" : rest.slice(sep + 2);
+    const described = sep === -1 ? "" : rest.slice(sep + 2);
     const type = kind === 0o040000 ? "dir" : kind === 0o120000 ? "symlink" : "file";
     const entry: FileEntry = {
       name: posix.basename(path) || "/",
@@ -92,10 +103,12 @@ function parseStatLines(output: string): FileEntry[] {
       modifiedAt: Number(mtime) * 1000,
     };
     if (type === "symlink") {
-      // %N prints 'path' -> 'target'
-      const arrow = quoted.indexOf("' -> '");
-      if (arrow !== -1) {
-        entry.symlinkTarget = quoted.slice(arrow + 6, quoted.endsWith("'") ? -1 : undefined);
+      // The path is known, so the target is what follows it: no guessing at quotes inside.
+      const bare = `${path} -> `, quoted = `'${path}' -> '`;
+      if (described.startsWith(quoted) && described.endsWith("'")) {
+        entry.symlinkTarget = described.slice(quoted.length, -1);
+      } else if (described.startsWith(bare)) {
+        entry.symlinkTarget = described.slice(bare.length);
       }
     }
     return entry;
