@@ -34,8 +34,8 @@ const EXIT_RECORD_MS = 2_000;
 
 /**
  * Signals the command started with a given token and every descendant that kept its
- * environment. Runs as the command's own user: with every capability dropped, nobody else
- * may read its `/proc/<pid>/environ` or signal it. Arguments: signal name, token.
+ * environment. Runs as the command's own user: without CAP_SYS_PTRACE nobody else may read
+ * its `/proc/<pid>/environ`, not even root. Arguments: signal name, token.
  */
 const KILL_SCRIPT = `sig=$1; tok=$2; self=$$
 for d in /proc/[0-9]*; do

@@ -66,15 +66,33 @@ export interface DockerExecutorOptions {
   log?: Log;
 }
 
+/**
+ * What root may do in a sandbox: own and write any file (CHOWN, DAC_OVERRIDE, FOWNER, FSETID),
+ * signal any process (KILL), switch users as sudo does (SETUID, SETGID, and AUDIT_WRITE, without
+ * which sudo fails to log), and bind a port under 1024 (NET_BIND_SERVICE).
+ */
+const ROOT_CAPABILITIES = [
+  "CHOWN",
+  "DAC_OVERRIDE",
+  "FOWNER",
+  "FSETID",
+  "KILL",
+  "SETUID",
+  "SETGID",
+  "AUDIT_WRITE",
+  "NET_BIND_SERVICE",
+];
+
 /** Defaults of the limits, chosen for a 2-core worker running a handful of sandboxes. */
 const DEFAULT_LIMITS: DockerLimits = { cpus: 1, memoryMB: 512, pids: 512 };
 
 /**
  * The executor contract on Docker: one container per sandbox, labelled with this node's id and
- * the ledger id, isolated by default (no network, every capability dropped,
- * `no-new-privileges`, cpu / memory / pids limits, the image's non-root user). Commands run by
- * exec with demultiplexed streams; a kill reaches the command and every descendant, and no
- * other command, through a token in their environment. Files travel by archive put/get.
+ * the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
+ * non-root user without capabilities; root keeps only what it needs to act as root on files,
+ * processes and sudo). Commands run by exec with demultiplexed streams; a kill reaches the
+ * command and every descendant, and no other command, through a token in their environment.
+ * Files travel by archive put/get.
  *
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default).
@@ -293,10 +311,13 @@ export class DockerExecutor implements Executor {
           HostConfig: {
             Init: this.#init,
             NetworkMode: spec.network ? "bridge" : "none",
-            // Nothing is added back: commands run as the image's user, and file transfers are
-            // done by the engine, outside the container's capability set.
+            // Commands run as the image's user, who holds no capability whatever this says. Root
+            // (a command asked to run as root, or `sudo`, which E2B's users may use without a
+            // password) gets the part of Docker's default set that lets root act as root on
+            // files and processes, and no more (no raw sockets, mknod, chroot or ptrace).
+            // no-new-privileges is off because it would stop sudo's setuid.
             CapDrop: ["ALL"],
-            SecurityOpt: ["no-new-privileges"],
+            CapAdd: ROOT_CAPABILITIES,
             NanoCpus: Math.round(cpus * 1e9),
             Memory: memory,
             MemorySwap: memory,
