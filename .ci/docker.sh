@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Brings up a local Docker engine for the docker suites and builds the sandbox base image.
-# Safe to run again: installs docker.io only if missing, starts dockerd only if it does not
-# answer, and build-base.sh skips an image that is up to date. No image registry is needed.
+# Brings up a local Docker engine for the docker suites and builds both sandbox images: the
+# busybox `minimal` one (seconds; the fast suites use it) and the Debian `base` one (debootstrap,
+# about a minute on a fresh machine; the E2B SDK suite uses it). Safe to run again: installs
+# docker.io only if missing, starts dockerd only if it does not answer, and each build script
+# skips an image whose fingerprint tag exists. No image registry is needed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 socket=/var/run/docker.sock
@@ -34,4 +36,5 @@ else
   say "the engine answers on $socket"
 fi
 
+"$here/deploy/images/build-minimal.sh"
 "$here/deploy/images/build-base.sh"

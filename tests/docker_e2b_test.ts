@@ -3,10 +3,12 @@
  * at a real gateway (`/e2b/api`, `/e2b/envd`) in front of a real node process on the Docker
  * executor: create, run, a streamed command, files, pause/resume, kill, on real containers.
  *
- * Needs an engine and the base image (`.ci/docker.sh`): with `CI=true` it never skips; off CI
- * it skips with a printed reason. Needs --allow-net=127.0.0.1,unix:/var/run/docker.sock
- * --allow-env (the SDK and dockerode read the environment) --allow-run --allow-read
- * --allow-write (the gateway and node processes and their temp dirs).
+ * The SDK creates the `base` template unless told otherwise, so this suite runs on the Debian
+ * image (`deploy/images/build-base.sh`), as an agent would. Needs an engine and the images
+ * (`.ci/docker.sh`): with `CI=true` it never skips; off CI it skips with a printed reason.
+ * Needs --allow-net=127.0.0.1,unix:/var/run/docker.sock --allow-env (the SDK and dockerode read
+ * the environment) --allow-run --allow-read --allow-write (the gateway and node processes and
+ * their temp dirs).
  */
 import assert from "node:assert/strict";
 import Docker from "dockerode";
@@ -96,6 +98,23 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     const env = await sandbox.commands.run("echo $X; pwd", { envs: { X: "y" }, cwd: "/tmp" });
     assert.equal(env.stdout, "y\n/tmp\n");
   });
+
+  await t.step(
+    "the default template is the Debian base: python3, pip, git, curl, sudo without a password",
+    async () => {
+      const py = await sandbox.commands.run("python3 -c 'print(1+1)'");
+      assert.equal(py.stdout, "2\n");
+      const sudo = await sandbox.commands.run("sudo -n true && sudo -n id -un");
+      assert.deepEqual([sudo.stdout, sudo.stderr], ["root\n", ""]);
+      const tools = await sandbox.commands.run(
+        "python3 -m pip --version >/dev/null && git --version >/dev/null && " +
+          "curl --version >/dev/null && ps -o comm= -p $$ && echo $HOME",
+      );
+      assert.equal(tools.stdout, "bash\n/home/user\n");
+      const root = await sandbox.commands.run("id -un; touch /opt/made-by-root", { user: "root" });
+      assert.equal(root.stdout, "root\n");
+    },
+  );
 
   await t.step(
     "onStdout streams: the first line arrives while the command still runs",

@@ -1,93 +1,141 @@
 #!/usr/bin/env bash
-# Builds the sandbox base image `dormice-base:latest` locally, without any image registry:
-# a root fs of Debian's busybox-static (coreutils-ish tools as symlinks) plus Debian's bash and
-# the shared libraries it links, imported with `docker import`. The E2B SDK runs every command
-# as `/bin/bash -l -c <cmd>`, so bash with a login profile is the one hard requirement.
+# Builds the sandbox image of the `base` template, `dormice-base:latest`, locally and without any
+# image registry: a Debian root made by debootstrap from Debian's own mirror, imported with
+# `docker import`. It is what E2B's base template offers an agent: python3 and pip, git, curl,
+# sudo without a password, procps and the usual shell tools, a user `user` with home /home/user,
+# and the login profile the SDKs' `/bin/bash -l -c` reads.
 #
-# Idempotent: the image is also tagged with a hash of this script and of the binaries it copies;
-# when that tag exists nothing is rebuilt. `--force` rebuilds anyway.
+# Idempotent: the image is also tagged `build-<fingerprint>`, a hash of this script, of
+# _common.sh (the package list and every step are in them) and of the suite and mirror; when that
+# tag exists nothing is rebuilt. `--force` rebuilds anyway (to take Debian's newer packages). The
+# .debs are kept in /var/cache/dormice/debootstrap, so a rebuild downloads only what changed.
+#
+# Needs root (debootstrap); installs debootstrap with apt-get when it is missing. About 40 s on a
+# fresh machine (measured: see the README's Docker section); a few seconds when up to date.
 #
 # Usage: deploy/images/build-base.sh [--force] [image]   (image defaults to dormice-base:latest)
 set -euo pipefail
-
+here=$(cd "$(dirname "$0")" && pwd)
 force=0
-if [ "${1:-}" = "--force" ]; then force=1; shift; fi
+if [ "${1:-}" = "--force" ]; then
+  force=1
+  shift
+fi
 image="${1:-dormice-base:latest}"
-repo="${image%:*}"
-started=$(date +%s%N)
-say() { echo "build-base: $*"; }
+who=build-base
+# shellcheck source=deploy/images/_common.sh
+. "$here/_common.sh"
 
-command -v docker >/dev/null || { echo "build-base: docker CLI not found: run .ci/docker.sh or apt-get install -y docker.io" >&2; exit 1; }
-docker info >/dev/null 2>&1 || { echo "build-base: the Docker engine does not answer on /var/run/docker.sock: start it with 'dockerd &' (or .ci/docker.sh)" >&2; exit 1; }
+suite="${DORMICE_DEBIAN_SUITE:-bookworm}"
+mirror="${DORMICE_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+cache=/var/cache/dormice/debootstrap
+# minbase already brings bash, coreutils, dash (/bin/sh), findutils, grep, sed, mawk, tar, gzip,
+# diffutils, util-linux, login and passwd. --include installs no Recommends, which keeps
+# python3-pip from pulling build-essential (~200 MB) in.
+packages=(
+  python3 python3-pip python3-venv
+  git curl wget ca-certificates openssh-client
+  sudo libnss-myhostname procps psmisc iproute2 iputils-ping netbase
+  less nano file jq unzip zip xz-utils bzip2 bash-completion
+)
 
-if [ ! -x /bin/busybox ] || ! /bin/busybox --list | grep -qx stat; then
-  say "installing busybox-static from Debian (apt-get install -y busybox-static)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q busybox-static >/dev/null
+images_need_docker
+sudo=""
+[ "$(id -u)" = 0 ] || sudo="sudo"
+images_lock
+fingerprint=$({
+  cat "$0" "$here/_common.sh"
+  echo "$suite $mirror"
+} | sha256sum | cut -c1-12)
+if images_up_to_date "$fingerprint"; then exit 0; fi
+
+if ! command -v debootstrap >/dev/null; then
+  say "installing debootstrap from Debian (apt-get install -y debootstrap)"
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q debootstrap >/dev/null ||
+    die "could not install debootstrap: run 'apt-get update' first (as root), then this script again"
 fi
-bash_bin=$(command -v bash)
-# The shared libraries bash links (libtinfo, libc, the loader), as ldd resolves them.
-libs=$(ldd "$bash_bin" | awk '$2 == "=>" && $3 ~ /^\// { print $3 } $1 ~ /^\// { print $1 }' | sort -u)
 
-fingerprint=$( { cat "$0"; sha256sum /bin/busybox "$bash_bin" $libs; } | sha256sum | cut -c1-12)
-if [ "$force" = 0 ] && docker image inspect "$repo:build-$fingerprint" >/dev/null 2>&1; then
-  docker tag "$repo:build-$fingerprint" "$image"
-  say "$image is up to date (tag $repo:build-$fingerprint exists); nothing rebuilt (--force to rebuild)"
-  exit 0
+root=$(mktemp -d /var/tmp/dormice-base.XXXXXX)
+cleanup() {
+  # debootstrap mounts /proc and /sys (and, inside a container, binds /dev) under the root while
+  # it runs: unmount whatever a failed run left there, and never let rm cross a mount point.
+  grep -o " $root/[^ ]*" /proc/mounts | sort -r | xargs -r $sudo umount -l 2>/dev/null || true
+  $sudo rm -rf --one-file-system "$root"
+}
+trap cleanup EXIT
+
+say "debootstrap $suite from $mirror into $root (${#packages[@]} packages on top of minbase)"
+$sudo mkdir -p "$cache"
+log="$root.log"
+if ! $sudo debootstrap --variant=minbase --cache-dir="$cache" \
+  --include="$(IFS=,; echo "${packages[*]}")" "$suite" "$root" "$mirror" >"$log" 2>&1; then
+  tail -n 15 "$log" >&2
+  die "debootstrap failed (its log: $log); is $mirror reachable? (DORMICE_DEBIAN_MIRROR picks another)"
 fi
-
-root=$(mktemp -d)
-trap 'rm -rf "$root"' EXIT
-say "assembling the root fs in $root"
-mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,usr/local/bin,etc/profile.d,home/user,root,tmp,var/tmp,proc,sys,dev,run}
-cp /bin/busybox "$root/bin/busybox"
-# Every busybox applet as a symlink in /bin; bash stays the real bash.
-for applet in $(/bin/busybox --list); do
-  [ "$applet" = busybox ] || [ "$applet" = bash ] || ln -sf busybox "$root/bin/$applet"
+rm -f "$log"
+# The cache keeps only what this build used, so a point release's .debs replace the old ones
+# instead of piling up (about 75 MB).
+for deb in "$cache"/*.deb; do
+  [ -e "$root/var/cache/apt/archives/${deb##*/}" ] || $sudo rm -f "$deb"
 done
-cp "$bash_bin" "$root/bin/bash"
-for lib in $libs; do
-  mkdir -p "$root$(dirname "$lib")"
-  cp -L "$lib" "$root$lib"
-done
-# Debian's merged /usr: /lib64/ld-linux... and /lib/x86_64-linux-gnu/... must both resolve.
-if [ -d "$root/usr/lib" ] && [ ! -e "$root/lib" ]; then ln -s usr/lib "$root/lib"; fi
 
-cat >"$root/etc/passwd" <<'PASSWD'
-root:x:0:0:root:/root:/bin/bash
-user:x:1000:1000:user:/home/user:/bin/bash
-nobody:x:65534:65534:nobody:/nonexistent:/bin/false
-PASSWD
-cat >"$root/etc/group" <<'GROUP'
-root:x:0:
-user:x:1000:
-nogroup:x:65534:
-GROUP
-cat >"$root/etc/profile" <<'PROFILE'
-export PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin
-export HOME="${HOME:-/home/user}"
-for f in /etc/profile.d/*.sh; do [ -r "$f" ] && . "$f"; done
-unset f
+say "configuring the user, sudo, the login profile; removing caches and docs"
+# shellcheck disable=SC2016 # expanded inside the chroot
+$sudo chroot "$root" /bin/bash -euo pipefail -c '
+useradd --create-home --uid 1000 --user-group --shell /bin/bash user
+# As in E2B'\''s base: the user may become root without a password.
+usermod -aG sudo user
+echo "user ALL=(ALL:ALL) NOPASSWD: ALL" >/etc/sudoers.d/user
+chmod 0440 /etc/sudoers.d/user
+visudo -cq
+# Docker gives a sandbox without a network no /etc/hosts line for its hostname, and sudo then
+# says "unable to resolve host" on every call: nss-myhostname resolves it without one.
+grep -q "^hosts:.*myhostname" /etc/nsswitch.conf || sed -i "s/^hosts:.*/& myhostname/" /etc/nsswitch.conf
+# Root and the user get one PATH that also holds pip'\''s --user scripts.
+cat >/etc/profile.d/dormice.sh <<'\''PROFILE'\''
+export PATH="$HOME/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+export LANG="${LANG:-C.UTF-8}"
 PROFILE
-echo 'dormice-sandbox' >"$root/etc/hostname"
-chmod 1777 "$root/tmp" "$root/var/tmp"
-chmod 700 "$root/root"
-chown -R 1000:1000 "$root/home/user"
+echo dormice-sandbox >/etc/hostname
+# Later apt-get installs in a sandbox keep the image small too (as Debian'\''s own images do).
+cat >/etc/dpkg/dpkg.cfg.d/dormice-nodoc <<'\''DPKG'\''
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+DPKG
+echo "APT::Install-Recommends \"false\";" >/etc/apt/apt.conf.d/99dormice-norecommends
+apt-get clean
+find /usr/share/doc -mindepth 1 -not -name copyright -not -type d -delete
+find /usr/share/doc -mindepth 1 -type d -empty -delete
+rm -rf /usr/share/man/* /usr/share/info/* /var/lib/apt/lists/* /var/cache/apt/*.bin \
+  /var/cache/debconf/*-old /var/lib/dpkg/*-old /var/log/*.log /var/log/apt/* /tmp/* /var/tmp/*
+find /usr/share/locale -mindepth 1 -maxdepth 1 -not -name locale.alias -exec rm -rf {} +
+'
+# The engine mounts its own /dev, /proc and /sys, hosts, hostname and resolv.conf.
+$sudo find "$root/dev" "$root/proc" "$root/sys" -mindepth 1 -delete 2>/dev/null || true
 
-say "importing into Docker as $image"
-tar -C "$root" --numeric-owner -c . | docker import \
-  --change 'USER user' \
-  --change 'WORKDIR /home/user' \
-  --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin' \
-  --change 'CMD ["/bin/sh"]' \
-  -m "dormice base: busybox-static + bash ($fingerprint)" - "$image" >/dev/null
+images_import "$root" "dormice base: Debian $suite minbase + python3, git, curl, sudo" \
+  'USER user' \
+  'WORKDIR /home/user' \
+  'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+  'ENV LANG=C.UTF-8' \
+  'CMD ["/bin/bash"]'
 
-say "checking that '/bin/bash -l -c' works as user"
-# The executor's helpers need these applets (kill by environment, stat, list, mkdir, move).
-out=$(docker run --rm --network none "$image" /bin/bash -l -c 'for t in grep find stat kill mv rm rmdir mkdir dirname sleep cat ps; do command -v $t >/dev/null || echo "missing $t"; done
-echo "$(id -un):$HOME:$(pwd)"; stat -c %U /home/user')
-[ "$out" = "$(printf 'user:/home/user:/home/user\nuser')" ] || { echo "build-base: smoke test failed: got '$out'" >&2; exit 1; }
-# Tagged only once the smoke test passed, so a broken build is never taken as up to date.
-docker tag "$image" "$repo:build-$fingerprint"
-size=$(docker image inspect -f '{{.Size}}' "$image")
-took=$(( ($(date +%s%N) - started) / 1000000 ))
-say "built $image (also $repo:build-$fingerprint), $((size / 1024)) KiB, in ${took} ms"
+# What the SDKs and the executor's helper scripts (node/executors/docker/_files.ts, _exec.ts)
+# rely on: the login shell, python, pip, sudo as the user, git, curl, ps, and GNU stat/find.
+images_smoke "$(printf 'user:/home/user:/home/user\n2\nsudo ok\nbash\nuser')" '
+echo "$(id -un):$HOME:$(pwd)"
+python3 -c "print(1+1)"
+python3 -m pip --version >/dev/null || echo "no pip"
+sudo -n true && echo "sudo ok"
+git --version >/dev/null || echo "no git"
+curl --version >/dev/null || echo "no curl"
+ps -o comm= -p $$
+for t in grep find stat kill mv rm rmdir mkdir dirname sleep cat; do
+  command -v $t >/dev/null || echo "missing $t"
+done
+stat -c %U /home/user'
+images_promote

@@ -40,7 +40,10 @@ async function run(executor: Executor, id: string, script: string, options = {})
 
 type Case = (executor: Executor, id: string) => Promise<void>;
 
-/** The contract. Each case gets a fresh sandbox `id` built from the `base` template. */
+/**
+ * The contract. Each case gets a fresh sandbox `id`, built from the `minimal` template (busybox
+ * + bash: the fast image) unless the suite names another.
+ */
 const cases: Record<string, Case> = {
   "exec() streams stdout and stderr apart and reports the exit code": async (ex, id) => {
     const r = await run(ex, id, "echo out; echo err >&2; exit 3");
@@ -256,7 +259,7 @@ const cases: Record<string, Case> = {
 function contract(
   label: string,
   open: () => Promise<Executor | string>,
-  { sanitize = true }: { sanitize?: boolean } = {},
+  { sanitize = true, template = "minimal" }: { sanitize?: boolean; template?: string } = {},
 ): void {
   let executor: Executor | undefined;
   let counter = 0;
@@ -276,7 +279,7 @@ function contract(
         await executor.create({
           id,
           name: id,
-          template: "base",
+          template,
           spec: { cpus: 1, memoryMB: 128, pids: 64 },
           env: { SANDBOX_VAR: "one" },
         });
@@ -295,7 +298,10 @@ function contract(
   }
 }
 
-contract("FakeExecutor", () => Promise.resolve(new FakeExecutor({ templates: ["base"] })));
+contract(
+  "FakeExecutor",
+  () => Promise.resolve(new FakeExecutor({ templates: ["base", "minimal"] })),
+);
 
 const onCi = Deno.env.get("CI") === "true";
 const readiness = await dockerReadiness();

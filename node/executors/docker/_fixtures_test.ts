@@ -1,28 +1,42 @@
 /**
  * One answer, for every docker suite, to "can the Docker half run here?": an engine must answer
- * and every template image must exist. An engine without the images gets them built once
- * (`deploy/images/build-base.sh`, seconds, no registry), so a contributor with Docker exercises
- * Docker instead of failing or silently skipping.
+ * and every template image must exist. An engine lacking some gets them built once, each by its
+ * own script (`deploy/images/build-minimal.sh`: seconds; `deploy/images/build-base.sh`: about
+ * 50 s on a fresh machine, debootstrap from Debian's mirror; no registry), so a contributor with
+ * Docker exercises Docker instead of failing or silently skipping.
  *
  * @module
  */
 import { fileURLToPath } from "node:url";
-import { DockerExecutor } from "./mod.ts";
+import { buildCommandOf, DockerExecutor } from "./mod.ts";
 
 /** Whether the Docker half can run, and why not. */
 export type DockerReadiness = { ready: true } | { ready: false; why: string };
 
-const buildScript = fileURLToPath(new URL("../../../deploy/images/build-base.sh", import.meta.url));
+/** A template whose image the engine lacks, as `DockerExecutor.connect()` warned of it. */
+export interface MissingImage {
+  template: string;
+  image: string;
+  /** The executor's sentence. */
+  message: string;
+}
 
-/** The engine's answer: null when it is down, else the template images it lacks. */
-async function probeEngine(): Promise<{ down: string } | { missing: string[] }> {
-  const missing: string[] = [];
+const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+
+/** The engine's answer: down (why), or the template images it lacks. */
+async function probeEngine(): Promise<{ down: string } | { missing: MissingImage[] }> {
+  const missing: MissingImage[] = [];
   try {
     const executor = await DockerExecutor.connect({
       nodeId: "readiness-probe",
       callTimeoutMs: 3_000,
       // connect() warns, rather than refuses, for a template image that is not built.
-      log: (level, msg) => level === "warn" && missing.push(msg),
+      log: (level, message, fields) =>
+        level === "warn" && missing.push({
+          template: String(fields?.template ?? ""),
+          image: String(fields?.image ?? ""),
+          message,
+        }),
     });
     await executor.close();
     return { missing };
@@ -31,17 +45,21 @@ async function probeEngine(): Promise<{ down: string } | { missing: string[] }> 
   }
 }
 
-/** What {@linkcode decideReadiness} needs: a look at the engine, and a way to build the images. */
+/** What {@linkcode decideReadiness} needs: a look at the engine, and a way to build images. */
 export interface ReadinessSteps {
   /** The engine's answer: down (why), or the template images it lacks. */
-  probe(): Promise<{ down: string } | { missing: string[] }>;
-  /** Builds the images; the last lines it printed when it failed. */
-  build(): Promise<{ ok: true } | { ok: false; said: string }>;
+  probe(): Promise<{ down: string } | { missing: MissingImage[] }>;
+  /** Runs one build command (script, image); the last lines it printed when it failed. */
+  build(
+    command: [script: string, image: string],
+  ): Promise<{ ok: true } | { ok: false; said: string }>;
 }
 
-async function buildImages(): Promise<{ ok: true } | { ok: false; said: string }> {
+async function runBuild(
+  [script, image]: [string, string],
+): Promise<{ ok: true } | { ok: false; said: string }> {
   const built = await new Deno.Command("bash", {
-    args: [buildScript],
+    args: [repoRoot + script, image],
     stdout: "piped",
     stderr: "piped",
   })
@@ -55,8 +73,9 @@ async function buildImages(): Promise<{ ok: true } | { ok: false; said: string }
 }
 
 /**
- * Decides readiness: ready when the engine has every image; an engine lacking some gets them
- * built once and is asked again; a failed build says what to run.
+ * Decides readiness: ready when the engine has every image; each missing image this project
+ * builds gets its script run once (one at a time: both compete for the same two cores) and the
+ * engine is asked again; a failed build, or an image no script makes, says what to run.
  *
  * @example
  * ```ts ignore
@@ -64,25 +83,35 @@ async function buildImages(): Promise<{ ok: true } | { ok: false; said: string }
  * ```
  */
 export async function decideReadiness(
-  { probe, build }: ReadinessSteps = { probe: probeEngine, build: buildImages },
+  { probe, build }: ReadinessSteps = { probe: probeEngine, build: runBuild },
 ): Promise<DockerReadiness> {
   const first = await probe();
   if ("down" in first) return { ready: false, why: first.down };
   if (first.missing.length === 0) return { ready: true };
-  console.log(
-    `docker suites: ${first.missing.join("; ")}: building it now with ${buildScript} (seconds)`,
-  );
-  const built = await build();
-  if (!built.ok) {
-    return {
-      ready: false,
-      why: `${first.missing.join("; ")}, and building it failed (${built.said}): run ` +
-        `'bash deploy/images/build-base.sh' (as root, it installs busybox-static)`,
-    };
+  const unbuildable = first.missing.filter((m) => buildCommandOf(m.image) === null);
+  if (unbuildable.length) {
+    return { ready: false, why: unbuildable.map((m) => m.message).join("; ") };
+  }
+  for (const missing of first.missing) {
+    const command = buildCommandOf(missing.image)!;
+    console.log(
+      `docker suites: ${missing.message}: building it now with ${command.join(" ")} ` +
+        "(once; seconds for minimal, about a minute for the Debian base)",
+    );
+    const built = await build(command);
+    if (!built.ok) {
+      return {
+        ready: false,
+        why: `${missing.message}, and building it failed (${built.said}): run ` +
+          `'bash ${command.join(" ")}' (as root: it installs what it needs with apt-get)`,
+      };
+    }
   }
   const second = await probe();
   if ("down" in second) return { ready: false, why: second.down };
-  if (second.missing.length) return { ready: false, why: second.missing.join("; ") };
+  if (second.missing.length) {
+    return { ready: false, why: second.missing.map((m) => m.message).join("; ") };
+  }
   return { ready: true };
 }
 

@@ -25,10 +25,15 @@ import { Files } from "./_files.ts";
 import { Sandboxes } from "./_sandboxes.ts";
 import { type CpuSample, usageOf } from "./_stats.ts";
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine } from "./engine.ts";
-import { parseTemplates } from "./templates.ts";
+import { buildCommandOf, parseTemplates } from "./templates.ts";
 
-/** Where to read how to build the base image; named in every missing-image error. */
-const BUILD_HINT = "build it with deploy/images/build-base.sh (or `docker load` it)";
+/** How to get a missing image; named in every missing-image error. */
+function buildHint(image: string): string {
+  const command = buildCommandOf(image);
+  return command
+    ? `build it with ${command.join(" ")} (or \`docker load\` it)`
+    : "`docker pull` or `docker load` it, or point the template at another image";
+}
 
 /** Node-wide limits for a sandbox whose spec does not say. */
 export interface DockerLimits {
@@ -214,7 +219,7 @@ export class DockerExecutor implements Executor {
         if (error instanceof ExecutorError && error.code === "not_found") {
           executor.#log(
             "warn",
-            `Image ${image} of template '${template}' is missing: ${BUILD_HINT}`,
+            `Image ${image} of template '${template}' is missing: ${buildHint(image)}`,
             { template, image },
           );
         } else throw error;
@@ -281,7 +286,9 @@ export class DockerExecutor implements Executor {
       if (error instanceof ExecutorError && error.code === "not_found") {
         throw new ExecutorError(
           "unavailable",
-          `Image ${image} of template '${template}' is not in the Docker engine: ${BUILD_HINT}`,
+          `Image ${image} of template '${template}' is not in the Docker engine: ${
+            buildHint(image)
+          }`,
         );
       }
       throw error;

@@ -92,7 +92,12 @@ const readiness = await dockerReadiness();
 const notReady = readiness.ready ? null : readiness.why;
 if (notReady && !onCi) console.log(`docker_executor_test: engine cases skipped: ${notReady}`);
 
-function engineTest(name: string, fn: (executor: DockerExecutor, id: string) => Promise<void>) {
+/** A case on a fresh sandbox of `template`: `minimal` (busybox, fast) unless it needs Debian. */
+function engineTest(
+  name: string,
+  fn: (executor: DockerExecutor, id: string) => Promise<void>,
+  template = "minimal",
+) {
   Deno.test({
     name: `DockerExecutor ${name}`,
     ignore: notReady !== null && !onCi,
@@ -107,7 +112,7 @@ function engineTest(name: string, fn: (executor: DockerExecutor, id: string) => 
       await executor.create({
         id,
         name: "unit",
-        template: "base",
+        template,
         spec: { memoryMB: 96 },
         env: {},
       });
@@ -189,3 +194,40 @@ engineTest("runs a command as root only when asked by name", async (ex, id) => {
   assert.equal((await sh(ex, id, "id -un", "root")).stdout, "root\n");
   assert.equal((await sh(ex, id, "id -un", "someone-else")).stdout, "user\n");
 });
+
+// The Debian image runs GNU coreutils, procps and dash where the minimal one runs busybox: the
+// executor's helper scripts (stat, list, kill by token) must read both the same way.
+engineTest("runs its helper scripts on the Debian base image, and sudo works", async (ex, id) => {
+  const odd = '/tmp/odd/it\'s a "name"\nwith a newline.txt';
+  await ex.writeFile(id, odd, new TextEncoder().encode("odd"));
+  await sh(
+    ex,
+    id,
+    'cd /tmp/odd && ln -s "it\'s a \\"name\\"" rel && ln -s /etc/group abs && mkdir d',
+  );
+  const entries = await ex.listDir(id, "/tmp/odd");
+  assert.deepEqual(
+    entries.map((e) => [e.path, e.type, e.symlinkTarget]),
+    [
+      ["/tmp/odd/abs", "symlink", "/etc/group"],
+      ["/tmp/odd/d", "dir", undefined],
+      [odd, "file", undefined],
+      ["/tmp/odd/rel", "symlink", `it's a "name"`],
+    ],
+  );
+  const file = await ex.stat(id, odd);
+  assert.deepEqual([file.size, file.owner, file.mode], [3, "user", 0o644]);
+  assert.match(new TextDecoder().decode(await ex.readFile(id, "/tmp/odd/abs")), /^user:x:1000:/m);
+  await ex.move(id, "/tmp/odd/d", "/tmp/odd/e");
+  await ex.remove(id, "/tmp/odd/e");
+  assert.equal(await ex.makeDir(id, "/tmp/odd/f/g"), true);
+
+  const target = await ex.exec(id, { cmd: ["/bin/bash", "-c", "sleep 31 & sleep 32 & wait"] });
+  await target.kill("SIGTERM");
+  await Promise.all([new Response(target.stdout).text(), new Response(target.stderr).text()]);
+  assert.equal((await target.exited).exitCode, 143);
+  assert.equal((await sh(ex, id, "ps -eo args | grep -c '^sleep 3'")).stdout, "0\n");
+
+  const r = await sh(ex, id, "sudo -n id -u && python3 -c 'print(1+1)' && sudo -n touch /opt/x");
+  assert.deepEqual([r.stdout, r.stderr, r.code], ["0\n2\n", "", 0]);
+}, "base");

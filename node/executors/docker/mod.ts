@@ -34,5 +34,5 @@ export {
   type ImageInspect,
   type StatsSample,
 } from "./engine.ts";
-export { DEFAULT_TEMPLATES, parseTemplates } from "./templates.ts";
+export { buildCommandOf, DEFAULT_TEMPLATES, parseTemplates } from "./templates.ts";
 export { DockerExecutor, type DockerExecutorOptions, type DockerLimits } from "./executor.ts";

@@ -5,8 +5,38 @@
  * @module
  */
 
-/** The template map when `DORMICE_TEMPLATES` is unset. */
-export const DEFAULT_TEMPLATES: string = "base=dormice-base:latest";
+/**
+ * The template map when `DORMICE_TEMPLATES` is unset: `base` is the Debian image with python3,
+ * pip, git, curl and sudo that E2B's SDKs expect (`deploy/images/build-base.sh`), `minimal` the
+ * 6 MB busybox + bash image the fast tests use (`deploy/images/build-minimal.sh`).
+ */
+export const DEFAULT_TEMPLATES: string = "base=dormice-base:latest,minimal=dormice-minimal:latest";
+
+/** The repositories this project's scripts build, by the script that builds them. */
+const BUILDERS: Record<string, string> = {
+  "dormice-base": "deploy/images/build-base.sh",
+  "dormice-minimal": "deploy/images/build-minimal.sh",
+};
+
+/**
+ * The command that builds `image` locally (a path relative to the repository's root, then the
+ * image), or null for an image these scripts do not make. Each script builds any tag of its
+ * repository, so `dormice-base:v2` is built by `deploy/images/build-base.sh dormice-base:v2`.
+ *
+ * @example
+ * ```ts
+ * import { buildCommandOf } from "@dormice/cluster/docker";
+ * console.log(buildCommandOf("dormice-base:latest")); // ["deploy/images/build-base.sh", "dormice-base:latest"]
+ * console.log(buildCommandOf("python:3.12")); // null
+ * ```
+ */
+export function buildCommandOf(image: string): [script: string, image: string] | null {
+  const slash = image.lastIndexOf("/");
+  const colon = image.lastIndexOf(":");
+  const repository = colon > slash ? image.slice(0, colon) : image;
+  const script = BUILDERS[repository];
+  return script ? [script, image] : null;
+}
 
 const TEMPLATE_NAME = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 

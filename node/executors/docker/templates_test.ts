@@ -1,9 +1,30 @@
 import assert from "node:assert/strict";
-import { parseTemplates } from "./templates.ts";
+import { buildCommandOf, parseTemplates } from "./templates.ts";
 
-Deno.test("parseTemplates() defaults to the base image when unset or empty", () => {
+Deno.test("parseTemplates() defaults to the Debian base and the busybox minimal image", () => {
   for (const value of [undefined, "", "  "]) {
-    assert.deepEqual(parseTemplates(value), new Map([["base", "dormice-base:latest"]]));
+    assert.deepEqual(
+      parseTemplates(value),
+      new Map([["base", "dormice-base:latest"], ["minimal", "dormice-minimal:latest"]]),
+    );
+  }
+});
+
+Deno.test("buildCommandOf() names the script of each image this project builds, any tag", () => {
+  assert.deepEqual(buildCommandOf("dormice-base:latest"), [
+    "deploy/images/build-base.sh",
+    "dormice-base:latest",
+  ]);
+  assert.deepEqual(buildCommandOf("dormice-minimal:v2"), [
+    "deploy/images/build-minimal.sh",
+    "dormice-minimal:v2",
+  ]);
+  assert.deepEqual(buildCommandOf("dormice-minimal"), [
+    "deploy/images/build-minimal.sh",
+    "dormice-minimal",
+  ]);
+  for (const other of ["python:3.12", "registry.local:5000/dormice-base:latest", "base"]) {
+    assert.equal(buildCommandOf(other), null, other);
   }
 });
 
