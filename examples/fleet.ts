@@ -1,7 +1,8 @@
 /**
  * `deno task fleet`: a whole fleet on one machine. Starts a gateway and two nodes (real Docker
- * containers when the engine answers and has the base image, otherwise the fake executor with a
- * loud line saying sandboxes are simulated; `DORMICE_EXECUTOR` decides when set) as child processes on loopback, each with its own
+ * containers when the engine answers and has the base image, built here when it is missing,
+ * otherwise the fake executor with a loud line saying sandboxes are simulated;
+ * `DORMICE_EXECUTOR` decides when set) as child processes on loopback, each with its own
  * data under `.dormice/fleet/`, prints where they listen and how to point a client at the
  * gateway, and stops all three cleanly on Ctrl-C.
  *
@@ -149,14 +150,28 @@ function devToken(): string {
 }
 
 const dockerSocket = "/var/run/docker.sock";
-const baseImage = "dormice-base:latest";
-const buildScript = fileURLToPath(new URL("../deploy/images/build-base.sh", import.meta.url));
+
+/** The images of the nodes' default templates, and how long their scripts take to build them. */
+const images = [
+  {
+    image: "dormice-base:latest",
+    script: "deploy/images/build-base.sh",
+    takes: "about 50 s the first time: debootstrap of a Debian root from Debian's mirror",
+    required: true,
+  },
+  {
+    image: "dormice-minimal:latest",
+    script: "deploy/images/build-minimal.sh",
+    takes: "a second",
+    required: false,
+  },
+];
 
 /** What stands between this machine and real containers: nothing, a missing image, or more. */
 type DockerState = { ok: true } | { ok: false; imageMissing: boolean; why: string };
 
-/** Asks the Docker engine over its socket whether the base image is there. */
-async function dockerState(): Promise<DockerState> {
+/** Asks the Docker engine over its socket whether `image` is there. */
+async function dockerState(image: string): Promise<DockerState> {
   const no = (why: string, imageMissing = false): DockerState => ({ ok: false, imageMissing, why });
   let conn: Deno.UnixConn;
   try {
@@ -164,11 +179,11 @@ async function dockerState(): Promise<DockerState> {
   } catch (error) {
     return no(
       `no Docker engine answers at ${dockerSocket} (${(error as Error).message}): ` +
-        `install docker.io and start dockerd, then build the image with deploy/images/build-base.sh`,
+        `install docker.io and start dockerd, then build the images with .ci/docker.sh`,
     );
   }
   try {
-    const request = `GET /images/${baseImage}/json HTTP/1.0\r\nHost: docker\r\n\r\n`;
+    const request = `GET /images/${image}/json HTTP/1.0\r\nHost: docker\r\n\r\n`;
     await conn.write(new TextEncoder().encode(request));
     const buffer = new Uint8Array(64);
     const read = await Promise.race([
@@ -178,7 +193,7 @@ async function dockerState(): Promise<DockerState> {
     const statusLine = read ? new TextDecoder().decode(buffer.subarray(0, read)) : "";
     if (/^HTTP\/1\.[01] 200/.test(statusLine)) return { ok: true };
     if (/^HTTP\/1\.[01] 404/.test(statusLine)) {
-      return no(`the Docker engine runs but has no ${baseImage} image`, true);
+      return no(`the Docker engine runs but has no ${image} image`, true);
     }
     return no(
       `the Docker engine at ${dockerSocket} did not answer as expected ` +
@@ -187,6 +202,38 @@ async function dockerState(): Promise<DockerState> {
   } finally {
     conn.close();
   }
+}
+
+/**
+ * Builds the missing template images (an engine without them is a few seconds to a minute from
+ * real containers, with no registry, which beats a fleet of simulated sandboxes), then says
+ * whether the nodes can run Docker: the base image is required, the minimal one is not.
+ */
+async function ensureImages(): Promise<DockerState> {
+  for (const { image, script, takes, required } of images) {
+    let state = await dockerState(image);
+    if (!state.ok && state.imageMissing) {
+      console.error(`The Docker engine has no ${image}: building it with ${script} (${takes}) …`);
+      // Its output goes to this terminal: progress for a minute-long build, and sudo's prompt.
+      const built = await new Deno.Command("bash", {
+        args: [fileURLToPath(new URL(`../${script}`, import.meta.url)), image],
+        stdin: "inherit",
+        stdout: "inherit",
+        stderr: "inherit",
+      }).output().catch(() => ({ success: false }));
+      state = built.success ? await dockerState(image) : {
+        ok: false,
+        imageMissing: true,
+        why: `the Docker engine runs but has no ${image} image, and building it failed ` +
+          `(its output is above): run 'bash ${script}' as root`,
+      };
+    }
+    if (!state.ok && (required || !state.imageMissing)) return state;
+    if (!state.ok) {
+      console.error(`${state.why}: the nodes refuse its template until it is built`);
+    }
+  }
+  return { ok: true };
 }
 
 if (import.meta.main) {
@@ -199,20 +246,7 @@ if (import.meta.main) {
   }
   let executor = Deno.env.get("DORMICE_EXECUTOR") || "";
   if (executor === "") {
-    let state = await dockerState();
-    if (!state.ok && state.imageMissing) {
-      // An engine without the image: building it takes seconds and needs no registry, which
-      // beats a fleet of simulated sandboxes.
-      console.error(`The Docker engine has no ${baseImage}: building it with ${buildScript} …`);
-      const built = await new Deno.Command("bash", { args: [buildScript] }).output()
-        .catch(() => ({ success: false }));
-      state = built.success ? await dockerState() : {
-        ok: false,
-        imageMissing: true,
-        why: `the Docker engine runs but has no ${baseImage} image, and building it failed ` +
-          `(its output is above): run 'bash deploy/images/build-base.sh' as root`,
-      };
-    }
+    const state = await ensureImages();
     executor = state.ok ? "docker" : "fake";
     const why = state.ok ? null : state.why;
     if (why !== null) {
