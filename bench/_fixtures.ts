@@ -290,6 +290,40 @@ export async function startNode(
   );
 }
 
+/**
+ * Starts `node/main.ts` on the Docker executor (the default templates), checking in to
+ * `gateway` every second. Its containers carry the label `dormice.node=<nodeId>`.
+ */
+export async function startDockerNode(nodeId: string, gateway: string): Promise<Daemon> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-bench-docker-node-" });
+  const port = freePort();
+  const socket = "/var/run/docker.sock";
+  return spawnDaemon(
+    "../node/main.ts",
+    [
+      `--allow-net=127.0.0.1,unix:${socket}`,
+      // dockerode's dependencies read the environment as they load.
+      "--allow-env",
+      `--allow-read=${dir},${socket}`,
+      `--allow-write=${dir},${socket}`,
+      "--allow-sys=cpus,systemMemoryInfo,statfs",
+    ],
+    {
+      DORMICE_API_TOKEN: benchToken,
+      DORMICE_HOST: "127.0.0.1",
+      DORMICE_PORT: String(port),
+      DORMICE_DATA_DIR: dir,
+      DORMICE_EXECUTOR: "docker",
+      DORMICE_NODE_ID: nodeId,
+      DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+      DORMICE_GATEWAY_ENDPOINT: gateway,
+    },
+    port,
+    dir,
+  );
+}
+
 /** A JSON answer; the harness reads a few known fields, so the body is loosely typed. */
 // deno-lint-ignore no-explicit-any
 export type JsonAnswer = { status: number; json: any };

@@ -124,3 +124,30 @@ export function renderReport(machine: Record<string, string>, sections: Section[
   for (const s of sections) out.push(renderSection(s));
   return out.join("\n");
 }
+
+/**
+ * RESULTS.md after a partial run (`--only`): the previous report with the sections that ran
+ * replaced (or appended), each saying when and under what load it was measured on its own, and
+ * everything else, machine table included, kept as the full run wrote it.
+ */
+export function mergeReport(
+  previous: string,
+  machine: Record<string, string>,
+  sections: Section[],
+): string {
+  const [head, ...chunks] = previous.split(/^(?=## )/m);
+  const when = `Measured on its own (\`bench/run.ts --only\`): ${machine.date}, load average at ` +
+    `start ${machine["load average at start"]}, ${machine.runs} runs; the machine table above is ` +
+    "the last full run's.";
+  const fresh = new Map(
+    sections.map((s) => [s.title, renderSection({ ...s, notes: [...s.notes, when] })]),
+  );
+  const out = [head.trimEnd() + "\n"];
+  for (const chunk of chunks) {
+    const title = chunk.slice(3, chunk.indexOf("\n")).trim();
+    out.push(fresh.get(title) ?? chunk.trimEnd() + "\n");
+    fresh.delete(title);
+  }
+  out.push(...fresh.values());
+  return out.join("\n");
+}

@@ -50,8 +50,10 @@ export async function runDocker({ runs }: DockerBenchOptions): Promise<Section> 
       ...labels.map((label) => row(label, "ms", samples[label], ref)),
     ],
     notes: [
-      "Through DockerExecutor (dockerode over the engine's unix socket), base image " +
-      "dormice-base:latest (busybox-static + bash), one container created and destroyed per run.",
+      "Through DockerExecutor (dockerode over the engine's unix socket), the minimal template " +
+      "(dormice-minimal:latest, busybox-static + bash; before issue 12 this image was " +
+      "dormice-base), one container created and destroyed per run. The Debian base image is " +
+      "measured through the gateway in the E2B-on-Docker section.",
       "exec runs to the command's exit and collects both streams; create includes start.",
     ],
   };

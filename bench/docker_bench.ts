@@ -5,7 +5,7 @@
  *
  * Run: `deno run --allow-env --allow-read --allow-write=/var/run/docker.sock
  *   --allow-net=unix:/var/run/docker.sock bench/docker_bench.ts [runs]` (default 15 runs)
- * after `.ci/docker.sh` (engine up, base image built).
+ * after `.ci/docker.sh` (engine up, images built). Runs on the `minimal` template (busybox).
  *
  * @module
  */
@@ -51,7 +51,7 @@ try {
     await time("engine round trip (reference)", () => executor.ping());
     await time(
       "create",
-      () => executor.create({ id, name: id, template: "base", spec: {}, env: {} }),
+      () => executor.create({ id, name: id, template: "minimal", spec: {}, env: {} }),
     );
     await time(
       "exec (bash -l -c true)",

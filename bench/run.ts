@@ -3,13 +3,14 @@
  * each section, so an interrupted run still leaves what it measured).
  *
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
- * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`.
+ * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
+ * the other sections of RESULTS.md are kept as the last full run wrote them.
  * Sections: placement, lookup, syn-drop, memory, bursts, bursts-inprocess, forwarding,
- * streaming, docker.
+ * streaming, docker, e2b-docker.
  *
  * @module
  */
-import { renderReport, type Section } from "./_stats.ts";
+import { mergeReport, renderReport, type Section } from "./_stats.ts";
 import { runPlacement } from "./placement.ts";
 import { runLookup, runSynDrop } from "./lookup.ts";
 import { runMemory } from "./memory.ts";
@@ -18,6 +19,7 @@ import { startGateway } from "./_fixtures.ts";
 import { runForwarding } from "./forwarding.ts";
 import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
+import { runE2bDocker } from "./e2b_docker.ts";
 
 const args = new Map(
   Deno.args.filter((a) => a.startsWith("--")).map((a) => {
@@ -32,6 +34,8 @@ if (!Number.isInteger(runs) || runs < 1) {
 }
 const only = args.get("only")?.split(",");
 const out = args.get("out") ?? new URL("./RESULTS.md", import.meta.url).pathname;
+// A partial run keeps the sections it did not run, as the last full run measured them.
+const previous = only ? await Deno.readTextFile(out).catch(() => null) : null;
 
 /** Output of a command, trimmed; Deno refuses to read /proc/cpuinfo without --allow-all. */
 async function shell(command: string): Promise<string> {
@@ -77,6 +81,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["forwarding", () => runForwarding({ runs })],
   ["streaming", () => runStreaming({ runs })],
   ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
+  ["e2b-docker", () => runE2bDocker({ runs: Math.max(runs, 7) })],
 ];
 
 const sections: Section[] = [];
@@ -100,6 +105,9 @@ for (const [name, run] of benchmarks) {
   }
   console.error(`bench: ${name} took ${((performance.now() - started) / 1000).toFixed(1)} s`);
   machine["total time"] = `${((performance.now() - t0) / 1000).toFixed(0)} s`;
-  await Deno.writeTextFile(out, renderReport(machine, sections));
+  await Deno.writeTextFile(
+    out,
+    previous ? mergeReport(previous, machine, sections) : renderReport(machine, sections),
+  );
 }
 console.log(renderReport(machine, sections));
