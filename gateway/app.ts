@@ -18,8 +18,14 @@ import { createNativeFace } from "./native.ts";
 import type { GatewayParts } from "./parts.ts";
 import { Placer } from "./placer.ts";
 import { GatewayRouting } from "./routing.ts";
+import { LifecycleEvents } from "./lifecycle.ts";
+import { GatewayMetrics } from "./metrics.ts";
+import { mountOperatorView } from "./operator.ts";
+import { PlacementLog } from "./placements.ts";
+import { WebhookSender, type WebhookSenderOptions } from "./webhooks.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
+import denoJson from "../deno.json" with { type: "json" };
 
 export type { GatewayParts } from "./parts.ts";
 
@@ -60,6 +66,11 @@ export interface GatewayOptions {
    * see it.
    */
   mount?: (app: Hono, gateway: GatewayParts) => void;
+  /**
+   * Where lifecycle events are POSTed, signed with `secret` (`DORMICE_WEBHOOK_URL`,
+   * `DORMICE_WEBHOOK_SECRET`; see `webhooks.ts`); none are sent without it.
+   */
+  webhook?: WebhookSenderOptions;
 }
 
 /** A built gateway. */
@@ -70,7 +81,12 @@ export interface Gateway extends GatewayParts {
   app: Hono;
   /** Announces nodes that went down; call it every second or so. */
   sweep(): string[];
-  /** Closes the database (node and key tables) when the gateway opened it itself. */
+  /** The webhook queue, when `webhook` was given. */
+  webhooks?: WebhookSender;
+  /**
+   * Closes the database (node and key tables) when the gateway opened it itself, and stops the
+   * webhook sender (events not yet delivered are logged as lost).
+   */
   close(): void;
 }
 
@@ -111,7 +127,22 @@ export function createGateway(options: GatewayOptions): Gateway {
   }
   // The key table lives beside the node table: one file, one lock, one backup.
   const db = database ?? new DatabaseSync(":memory:");
-  const fleet = new Fleet({ database: db, clock, log });
+  const metrics = new GatewayMetrics({ build: `${denoJson.name}@${denoJson.version}` });
+  const placements = new PlacementLog({ clock });
+  const webhooks = options.webhook === undefined ? undefined : new WebhookSender({
+    log,
+    clock,
+    registry: metrics.registry,
+    ...options.webhook,
+  });
+  // The events need the Finder, built after the Fleet; onDown runs only from sweep(), long after.
+  const late: { events?: LifecycleEvents } = {};
+  const fleet = new Fleet({
+    database: db,
+    clock,
+    log,
+    onDown: (node) => late.events?.nodeLost(node),
+  });
   const keys = new ApiKeys({ database: db, clock, log });
   const limits = new TeamLimits({ fleet, clock });
   const finder = new Finder({
@@ -122,7 +153,14 @@ export function createGateway(options: GatewayOptions): Gateway {
     fetch: fetchFn,
     clock,
     log,
+    metrics,
   });
+  const events = new LifecycleEvents({
+    finder,
+    clock,
+    sink: webhooks && ((e) => webhooks.send(e)),
+  });
+  late.events = events;
   const placer = new Placer({ fleet, cpuLimitPct, activeLimit, minDiskGB });
   const routing = new GatewayRouting({
     fleet,
@@ -133,7 +171,20 @@ export function createGateway(options: GatewayOptions): Gateway {
     log,
     fanOutTimeoutMs,
     onDestroyed: (found) => limits.destroyed(found.node.id, found.sandbox.team ?? "default"),
+    observer: {
+      placed: (key, pick) => {
+        metrics.placement(pick);
+        placements.record(key, pick);
+      },
+      forwarded: (path, status, seconds, found) => {
+        metrics.forwarded(path, status, seconds);
+        events.forwarded(path, status, found);
+      },
+      created: (node, sandbox, path) => events.created(node, sandbox, path),
+      destroyed: (found, path) => events.destroyed(found, path),
+    },
   });
+  metrics.observe({ fleet, finder, slots: routing.slots });
   const authorized = fleetTokenCheck(token);
   const identify = callerCheck(token, keys);
   const parts: GatewayParts = {
@@ -146,14 +197,24 @@ export function createGateway(options: GatewayOptions): Gateway {
     keys,
     limits,
     log,
+    metrics,
+    placements,
+    lifecycle: events,
   };
-  const native = createNativeFace(parts, { mount: options.mount });
+  const native = createNativeFace(parts, {
+    mount: (app, p) => {
+      mountOperatorView(app, p);
+      options.mount?.(app, p);
+    },
+  });
   return {
     ...parts,
     app: native.app,
     fetch: native.fetch,
+    webhooks,
     sweep: () => fleet.sweep(),
     close: () => {
+      void webhooks?.close();
       if (database === undefined && db.isOpen) db.close();
     },
   };

@@ -14,6 +14,8 @@
  * | path | credential | checked by |
  * |---|---|---|
  * | `GET /healthz` | none: a load balancer probes it | — |
+ * | `GET /metrics` | `Authorization: Bearer <fleet token>` (Prometheus' `bearer_token`) | {@linkcode callerGate} (a key is a 403) |
+ * | `/ui`, `/ui/…` (the fleet page) | a session cookie from its login form, which takes the fleet token | `ui/session.ts` |
  * | the native and fleet verbs (`POST /<verb>`) | `Authorization: Bearer <key or token>` | {@linkcode callerGate}, and the routed verbs' fast path through {@linkcode requireCaller} |
  * | `/e2b/api/…` | `X-API-KEY: <key or token>` (the SDK's `E2B_API_KEY`), or a bearer | {@linkcode requireE2bCaller}, answering in E2B's `{code, message}` |
  * | `/e2b/envd/…` and the root `/files` | the client's own (`X-Access-Token`, `Authorization: Basic <user>`, a URL signature), which the node checks; an `X-API-KEY` if sent scopes the sandbox to its team | {@linkcode optionalE2bCaller} |
@@ -55,6 +57,8 @@ export const fleetOnlyVerbs: readonly string[] = [
   "createApiKey",
   "listApiKeys",
   "revokeApiKey",
+  // GET /metrics: a scrape shows every team's counts, so it is the operator's.
+  "metrics",
 ];
 
 /**
@@ -286,7 +290,9 @@ export function fleetTokenCheck(token: string): FleetTokenCheck {
  * ```
  */
 export function skipsFleetBearer(path: string): boolean {
-  return path === "/healthz" || ownAuthPrefixes.some((p) => path.startsWith(p));
+  return path === "/healthz" || ownAuthPrefixes.some((p) => path.startsWith(p)) ||
+    // The fleet page: a browser sends the session cookie its login form set (`ui/session.ts`).
+    path === "/ui" || path.startsWith("/ui/");
 }
 
 /**

@@ -26,6 +26,10 @@ export interface GatewayConfig {
   lookupTimeoutMs: number;
   /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;
+  /** Where lifecycle events are POSTed (`DORMICE_WEBHOOK_URL`); `null` sends none. */
+  webhookUrl: string | null;
+  /** The HMAC-SHA256 key events are signed with (`DORMICE_WEBHOOK_SECRET`). */
+  webhookSecret: string | null;
 }
 
 /** Every variable the gateway reads, so `--allow-env` can name exactly these. */
@@ -39,6 +43,8 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
   "DORMICE_LOG_LEVEL",
+  "DORMICE_WEBHOOK_URL",
+  "DORMICE_WEBHOOK_SECRET",
 ];
 
 /** The defaults, with the reason for each number. */
@@ -55,7 +61,55 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   // A lookup round waits for every node; two seconds bounds what one silent node costs a miss.
   lookupTimeoutMs: 2000,
   logLevel: "info",
+  webhookUrl: null,
+  webhookSecret: null,
 };
+
+/** A webhook secret shorter than this is refused: it would be guessed. */
+const minWebhookSecretLength = 16;
+
+function webhook(
+  env: Record<string, string | undefined>,
+  errors: string[],
+): { webhookUrl: string | null; webhookSecret: string | null } {
+  const url = env.DORMICE_WEBHOOK_URL || null;
+  const secret = env.DORMICE_WEBHOOK_SECRET || null;
+  if (url === null) {
+    if (secret !== null) {
+      errors.push(
+        "DORMICE_WEBHOOK_SECRET is set but DORMICE_WEBHOOK_URL is not: write the URL lifecycle " +
+          "events go to (e.g. https://hooks.example.com/dormice), or unset the secret",
+      );
+    }
+    return { webhookUrl: null, webhookSecret: null };
+  }
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch { /* reported below */ }
+  if (parsed === undefined || (parsed.protocol !== "http:" && parsed.protocol !== "https:")) {
+    errors.push(
+      `DORMICE_WEBHOOK_URL='${url}' is not an http(s) URL: write one such as ` +
+        "https://hooks.example.com/dormice",
+    );
+  } else if (parsed.username || parsed.password) {
+    errors.push(
+      "DORMICE_WEBHOOK_URL carries credentials: drop them, the receiver checks the signature " +
+        "made with DORMICE_WEBHOOK_SECRET instead",
+    );
+  }
+  if (secret === null || secret.length < minWebhookSecretLength) {
+    errors.push(
+      secret === null
+        ? "DORMICE_WEBHOOK_URL is set but DORMICE_WEBHOOK_SECRET is not: write the secret events " +
+          `are signed with (at least ${minWebhookSecretLength} characters, e.g. the output of ` +
+          "'openssl rand -hex 24'), the same the receiver verifies with"
+        : `DORMICE_WEBHOOK_SECRET is ${secret.length} characters long: write at least ` +
+          `${minWebhookSecretLength} (e.g. the output of 'openssl rand -hex 24')`,
+    );
+  }
+  return { webhookUrl: url, webhookSecret: secret };
+}
 
 function number(
   env: Record<string, string | undefined>,
@@ -145,6 +199,7 @@ export function loadGatewayConfig(
       errors,
     ),
     logLevel: logLevel instanceof Error ? "info" : logLevel,
+    ...webhook(env, errors),
   };
   return errors.length ? { ok: false, errors } : { ok: true, config };
 }

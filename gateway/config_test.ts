@@ -32,3 +32,36 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
   const r = loadGatewayConfig({ DORMICE_API_TOKEN: "s3cret-but-short" });
   assert.ok(!r.ok && !r.errors.join().includes("s3cret"), "the token itself is never printed");
 });
+
+Deno.test("loadGatewayConfig() reads the webhook pair and refuses half of it", () => {
+  const ok = loadGatewayConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_WEBHOOK_URL: "https://hooks.example.com/dormice",
+    DORMICE_WEBHOOK_SECRET: "w".repeat(24),
+  });
+  assert.ok(ok.ok);
+  assert.equal(ok.config.webhookUrl, "https://hooks.example.com/dormice");
+  const none = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(none.ok && none.config.webhookUrl === null);
+  const cases: [Record<string, string>, RegExp][] = [
+    [
+      { DORMICE_WEBHOOK_URL: "https://h.example.com/x" },
+      /DORMICE_WEBHOOK_URL is set but DORMICE_WEBHOOK_SECRET is not/,
+    ],
+    [
+      { DORMICE_WEBHOOK_URL: "https://h.example.com/x", DORMICE_WEBHOOK_SECRET: "short" },
+      /DORMICE_WEBHOOK_SECRET is 5 characters long/,
+    ],
+    [{ DORMICE_WEBHOOK_SECRET: "w".repeat(24) }, /DORMICE_WEBHOOK_URL is not/],
+    [
+      { DORMICE_WEBHOOK_URL: "ftp://h/x", DORMICE_WEBHOOK_SECRET: "w".repeat(24) },
+      /DORMICE_WEBHOOK_URL='ftp:\/\/h\/x' is not an http\(s\) URL/,
+    ],
+  ];
+  for (const [env, expected] of cases) {
+    const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, ...env });
+    assert.equal(r.ok, false, JSON.stringify(env));
+    if (!r.ok) assert.match(r.errors.join("\n"), expected);
+    if (!r.ok) assert.ok(!r.errors.join().includes("w".repeat(24)), "the secret is never printed");
+  }
+});

@@ -13,6 +13,7 @@ import {
   LookupClient,
 } from "./lookup_client.ts";
 import { LruCache } from "./lru.ts";
+import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { splitTeamScopedName, teamScopedName } from "../shared/teams.ts";
@@ -111,6 +112,8 @@ export interface FinderOptions {
    * burst failed; with 16 per node none did, at 2.5x the throughput).
    */
   maxLookupsPerNode?: number;
+  /** Counts cache hits and misses and times lookup rounds (`GatewayMetrics`); none by default. */
+  metrics?: FinderMetrics;
 }
 
 /** Options for one call. */
@@ -183,6 +186,7 @@ export class Finder {
   #byId: LruCache<string, FindOne>;
   #roundsByName = new Map<string, Round>();
   #roundsById = new Map<string, Round>();
+  #metrics?: FinderMetrics;
 
   /**
    * Builds a finder over `fleet`.
@@ -214,6 +218,7 @@ export class Finder {
     this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode });
     this.#byName = new LruCache({ max: cacheSize });
     this.#byId = new LruCache({ max: cacheSize });
+    this.#metrics = options.metrics;
   }
 
   /** How many entries each cache index holds. */
@@ -239,6 +244,7 @@ export class Finder {
       this.#evictEntry(hit);
       return undefined;
     }
+    this.#metrics?.cacheHit();
     return hit;
   }
 
@@ -268,6 +274,7 @@ export class Finder {
   lookup(by: FindBy, key: string, options: FindOptions = {}): Promise<FindResult> {
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
+    this.#metrics?.cacheMiss();
     const rounds = by === "name" ? this.#roundsByName : this.#roundsById;
     let round = options.fresh ? undefined : rounds.get(key);
     if (round === undefined) {
@@ -377,6 +384,24 @@ export class Finder {
     return one;
   }
 
+  /**
+   * The sandboxes the cache places on `nodeId` (a walk of the id index, so call it rarely: the
+   * lifecycle events name a lost node's sandboxes with it).
+   *
+   * @example
+   * ```ts ignore
+   * for (const one of finder.cachedOn("node-a")) console.log(one.sandbox.id);
+   * ```
+   */
+  cachedOn(nodeId: string): FindOne[] {
+    const out: FindOne[] = [];
+    for (const id of this.#byId.keys()) {
+      const entry = this.#byId.peek(id);
+      if (entry !== undefined && entry.node.id === nodeId) out.push(entry);
+    }
+    return out;
+  }
+
   #evictEntry(hit: FindOne): void {
     const same = (v: FindOne) => v.node.id === hit.node.id && v.sandbox.id === hit.sandbox.id;
     this.#byName.evictIf(teamScopedName(hit.sandbox.team, hit.sandbox.name), same);
@@ -414,9 +439,13 @@ export class Finder {
     });
   }
 
-  async #round(by: FindBy, key: string, controller: AbortController): Promise<FindResult> {
+  async #decide(
+    by: FindBy,
+    key: string,
+    controller: AbortController,
+    nodes: FleetNode[],
+  ): Promise<FindResult> {
     const started = this.#clock.now();
-    const nodes = [...this.#fleet.nodes()];
     if (nodes.length === 0) return { kind: "none" };
     // A name is asked within its team; an id is asked of every team, and the answer names it.
     const scoped = by === "name" ? splitTeamScopedName(key) : undefined;
@@ -458,6 +487,15 @@ export class Finder {
     if (found.length > 1) return this.#conflict(by, key, found);
     if (silent.length > 0) return this.#unsure(key, silent);
     return { kind: "none" };
+  }
+
+  /** `#decide` timed: the round's outcome, duration and fan-out go to the metrics. */
+  async #round(by: FindBy, key: string, controller: AbortController): Promise<FindResult> {
+    const started = performance.now();
+    const nodes = [...this.#fleet.nodes()];
+    const result = await this.#decide(by, key, controller, nodes);
+    this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
+    return result;
   }
 
   #conflict(

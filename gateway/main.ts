@@ -57,6 +57,9 @@ const gateway = createGateway({
   lookupTimeoutMs: config.lookupTimeoutMs,
   log,
   mount: (app, parts) => mountE2b(app, parts),
+  webhook: config.webhookUrl === null
+    ? undefined
+    : { url: config.webhookUrl, secret: config.webhookSecret! },
 });
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
@@ -72,6 +75,7 @@ const server = serveGuarded({
       url: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}`,
       db: config.dbPath,
       nodes: gateway.fleet.size,
+      webhook: config.webhookUrl === null ? "none" : new URL(config.webhookUrl).origin,
     }),
 });
 
@@ -81,7 +85,9 @@ const sweeper = setInterval(() => gateway.sweep(), 1_000);
 onTerminationSignals((signal) => {
   log("info", "gateway stopping", { signal });
   clearInterval(sweeper);
-  void boundedShutdown(server, shutdownGraceMs, () => {
+  void boundedShutdown(server, shutdownGraceMs, async () => {
+    // A moment for events still queued (the last destroys); a receiver that is down gets no more.
+    await gateway.webhooks?.idle(2000);
     gateway.close();
     database.close();
   }).then((clean) => {

@@ -16,7 +16,11 @@
  * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
  *   (`native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `e2b.ts`) through `mount`;
  *   who may call what is `auth.ts`. `config.ts` reads the environment and `main.ts` is the
- *   daemon.
+ *   daemon;
+ * - the operator's view (`operator.ts`): {@linkcode GatewayMetrics} behind `GET /metrics`, the
+ *   fleet page under `/ui` (`ui/`, with the recent {@linkcode PlacementLog}), and the lifecycle
+ *   webhooks ({@linkcode LifecycleEvents} into a {@linkcode WebhookSender}, signed as
+ *   {@linkcode verifyWebhook} checks).
  *
  * @example Answer "where should this go?" from check-ins
  * ```ts
@@ -110,3 +114,24 @@ export {
   scopeOf,
   teamOf,
 } from "./auth.ts";
+export {
+  faceOfPath,
+  type FinderMetrics,
+  type ForwardFace,
+  GatewayMetrics,
+  type GatewayMetricsOptions,
+} from "./metrics.ts";
+export { PlacementLog, type PlacementLogOptions, type PlacementRecord } from "./placements.ts";
+export { LifecycleEvents, type LifecycleEventsOptions } from "./lifecycle.ts";
+export {
+  type LifecycleEvent,
+  SIGNATURE_HEADER,
+  signWebhook,
+  verifyWebhook,
+  WebhookSender,
+  type WebhookSenderOptions,
+} from "./webhooks.ts";
+export { mountOperatorView } from "./operator.ts";
+export { type FleetPageOptions, mountFleetPage } from "./ui/app.ts";
+export { UiSessions, type UiSessionsOptions } from "./ui/session.ts";
+export { type RoutingObserver } from "./routing.ts";

@@ -128,6 +128,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   post("checkIn", async (c) => {
     const { value } = await readBody(c.req.raw, checkInSchema);
     const outcome = fleet.checkIn(value);
+    parts.lifecycle.fromNode(value.nodeId, value.events);
     return c.json({ ok: true, outcome });
   });
   post("listNodes", (c) => c.json({ nodes: fleet.list((id) => placer.inFlight(id)) }));

@@ -12,6 +12,9 @@ import type { TeamLimits } from "./team_limits.ts";
 import type { Finder } from "./finder.ts";
 import type { Placer } from "./placer.ts";
 import type { GatewayRouting } from "./routing.ts";
+import type { LifecycleEvents } from "./lifecycle.ts";
+import type { GatewayMetrics } from "./metrics.ts";
+import type { PlacementLog } from "./placements.ts";
 import type { Log } from "../shared/log.ts";
 
 /** The pieces a mounted face builds on; one set per gateway, shared by every face. */
@@ -34,4 +37,10 @@ export interface GatewayParts {
   limits: TeamLimits;
   /** The gateway's log: a face logs its unexpected errors (its 500s) here. */
   log: Log;
+  /** The Prometheus series behind `GET /metrics`. */
+  metrics: GatewayMetrics;
+  /** The recent placement decisions the fleet page shows. */
+  placements: PlacementLog;
+  /** Lifecycle events for the webhook: the check-in verb hands it what nodes report. */
+  lifecycle: LifecycleEvents;
 }

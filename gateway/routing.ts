@@ -6,7 +6,7 @@
  */
 import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
-import type { Placer } from "./placer.ts";
+import type { PickResult, Placer } from "./placer.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import type { Admission } from "./team_limits.ts";
 import { NameQueue } from "../shared/name_queue.ts";
@@ -40,6 +40,26 @@ export interface GatewayRoutingOptions {
   captureTimeoutMs?: number;
   /** Hears of every sandbox destroyed through the gateway (the team limits count it back). */
   onDestroyed?: (found: FindOne) => void;
+  /** Hears of placements, forwards and creates (metrics, the fleet page, lifecycle events). */
+  observer?: RoutingObserver;
+}
+
+/**
+ * What the routing rules report as they work. Every method runs inline, on the request path,
+ * and must return at once without throwing (queue anything slow).
+ */
+export interface RoutingObserver {
+  /** A placement was decided for `key` (placed, or nothing fits). */
+  placed?(key: string, pick: PickResult): void;
+  /**
+   * A forward to a node ended: `status` is the node's (502 when it did not answer), `seconds`
+   * the time to its answer's head, `found` where the sandbox was when it was streamed.
+   */
+  forwarded?(path: string, status: number, seconds: number, found?: FindOne): void;
+  /** A create placed on `node` answered 2xx with `sandbox` (never a wake of an existing one). */
+  created?(node: FleetNode, sandbox: FoundSandbox, path: string): void;
+  /** A destroy through the gateway answered 2xx. */
+  destroyed?(found: FindOne, path: string): void;
 }
 
 /** A node's whole answer, read by the gateway (create and destroy). */
@@ -161,6 +181,7 @@ export class GatewayRouting {
   readonly #fanOutTimeoutMs: number;
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne) => void;
+  readonly #observer: RoutingObserver;
 
   /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
@@ -172,6 +193,7 @@ export class GatewayRouting {
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.#onDestroyed = options.onDestroyed;
+    this.#observer = options.observer ?? {};
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -253,10 +275,23 @@ export class GatewayRouting {
    */
   async stream(request: Request, options: StreamOptions): Promise<Response> {
     const { found, by, key, path, body, headers = this.nodeHeaders } = options;
-    const response = await forward(request, {
-      nodeId: found.node.id,
-      endpoint: found.node.endpoint,
-    }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps });
+    const started = performance.now();
+    let response: Response;
+    try {
+      response = await forward(request, {
+        nodeId: found.node.id,
+        endpoint: found.node.endpoint,
+      }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps });
+    } catch (error) {
+      this.#observer.forwarded?.(path, statusOf(error), (performance.now() - started) / 1000);
+      throw error;
+    }
+    this.#observer.forwarded?.(
+      path,
+      response.status,
+      (performance.now() - started) / 1000,
+      found,
+    );
     if (response.status === 404) {
       // The sandbox may have been destroyed behind the gateway's back; only the node can say.
       await this.#finder.recheck(by, key).catch(() => {});
@@ -332,6 +367,7 @@ export class GatewayRouting {
         this.#finder.evict(by, key);
         this.#placer.release(teamScopedName(r.sandbox.team, r.sandbox.name));
         this.#onDestroyed?.(r);
+        this.#observer.destroyed?.(r, options.path);
       } else if (answer.status === 404) {
         await this.#finder.recheck(by, key).catch(() => {});
       }
@@ -382,6 +418,7 @@ export class GatewayRouting {
     const key = name ?? `unnamed:${crypto.randomUUID()}`;
     const admission = options.admit?.();
     const pick = this.#placer.place(key);
+    this.#observer.placed?.(key, pick);
     if (!pick.ok) {
       admission?.cancel();
       this.#log("warn", "no node can take a new sandbox", { name: key, explain: pick.explain });
@@ -415,6 +452,7 @@ export class GatewayRouting {
     }
     if (answer.status >= 200 && answer.status < 300) {
       const sandbox = this.#remember(pick.node, answer, options);
+      if (sandbox !== undefined) this.#observer.created?.(pick.node, sandbox, options.path);
       if (name === undefined && sandbox !== undefined && this.#placer.release(key)) {
         this.#placer.record(teamScopedName(sandbox.team, sandbox.name), pick.node.id);
       }
@@ -446,15 +484,28 @@ export class GatewayRouting {
   ): Promise<CapturedAnswer> {
     // Not tied to the client's signal: once a create or destroy is sent, the gateway must learn
     // its outcome (to count or cache it) even if the client left.
-    const r = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
-      method: init.method ?? "POST",
-      headers: init.headers ?? this.nodeHeaders,
-      body: init.body,
-      fetch: this.#fetch,
-      timeoutMs: this.#captureTimeoutMs,
-    });
+    const started = performance.now();
+    let r: Awaited<ReturnType<typeof capture>>;
+    try {
+      r = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
+        method: init.method ?? "POST",
+        headers: init.headers ?? this.nodeHeaders,
+        body: init.body,
+        fetch: this.#fetch,
+        timeoutMs: this.#captureTimeoutMs,
+      });
+    } catch (error) {
+      this.#observer.forwarded?.(path, statusOf(error), (performance.now() - started) / 1000);
+      throw error;
+    }
+    this.#observer.forwarded?.(path, r.status, (performance.now() - started) / 1000);
     return { ...r, node };
   }
+}
+
+/** The status a failed forward is counted under: its HttpError's (502, 504), or 499. */
+function statusOf(error: unknown): number {
+  return error instanceof HttpError ? error.status : 499;
 }
 
 /** `one` when it belongs to `team` (or no team limits the caller), `none` otherwise. */

@@ -22,7 +22,12 @@ import { createE2bApi } from "./faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "./faces/envd/mod.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";
 import { DeadlineScanner } from "./deadline_scanner.ts";
+import { instrumentExecutor } from "./executors/instrumented.ts";
+import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
+import { NodeMetrics } from "./metrics.ts";
 import { SandboxService } from "./service.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { bearerToken, tokensEqual } from "../shared/token.ts";
 
 /** The build string a node reports (`@dormice/cluster@<version>`). */
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
@@ -79,6 +84,10 @@ export interface NodeApp {
   upkeep: LedgerUpkeep;
   /** `null` when the node runs standalone (no `DORMICE_GATEWAY_ENDPOINT`). */
   checkIn: CheckInLoop | null;
+  /** The series behind `GET /metrics`. */
+  metrics: NodeMetrics;
+  /** The scanner's kills and pauses, waiting to ride the next check-in. */
+  outbox: LifecycleOutbox;
   /** Starts the deadline scanner, the ledger's upkeep and the check-in loop. */
   start(): void;
   /** Stops the loops (flushing the idle clock), then closes the executor and the ledger. */
@@ -106,7 +115,19 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
   const upkeep = new LedgerUpkeep({ ledger, log });
   const executor = options.executor ?? new FakeExecutor({ clock });
-  const service = new SandboxService({ ledger, executor, clock, log });
+  // Standalone there is no gateway to tell: the outbox stays empty.
+  const outbox = new LifecycleOutbox({ onDrop: () => metrics.eventsDropped() });
+  const metrics = new NodeMetrics({
+    census: () => ledger.census(),
+    pendingEvents: () => outbox.size,
+    build,
+  });
+  const service = new SandboxService({
+    ledger,
+    executor: instrumentExecutor(executor, metrics),
+    clock,
+    log,
+  });
   const hostReader = new HostReader({
     dataDir: config.dataDir,
     census: () => ledger.census(),
@@ -120,6 +141,12 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     clock,
     log,
     intervalSeconds: config.scanIntervalSeconds,
+    onOutcome: (sandbox, outcome) => {
+      metrics.deadlineAction(outcome);
+      if (outcome === "failed" || checkIn === null) return;
+      outbox.add(scannerEvent(sandbox, outcome, clock.now()));
+      checkIn.nudge();
+    },
   });
   const checkIn = config.gatewayEndpoint === null ? null : new CheckInLoop({
     gatewayEndpoint: config.gatewayEndpoint,
@@ -131,6 +158,8 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     reading: () => hostReader.read(),
     fetch: options.fetch,
     log,
+    events: outbox,
+    onOutcome: (outcome) => metrics.checkIn(outcome.ok),
   });
 
   const hono = new Hono();
@@ -141,6 +170,22 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   // own onError, which route() keeps. They come before the native face because that one
   // answers POST /<verb> at the root. The envd secret is derived from the fleet token so every
   // node and every restart agrees on a sandbox's access token without another variable.
+  // Before every face: Prometheus sends the fleet token as a bearer token, and a GET at the root
+  // is none of the faces' business.
+  hono.get("/metrics", async (c) => {
+    const given = bearerToken(c.req.header("authorization"));
+    if (given === undefined || !tokensEqual(given, config.apiToken)) {
+      throw new HttpError(
+        401,
+        "GET /metrics takes the fleet token: send 'Authorization: Bearer <DORMICE_API_TOKEN>' " +
+          "(Prometheus: authorization.credentials in the scrape config)",
+        { headers: { "www-authenticate": "Bearer" } },
+      );
+    }
+    return new Response(await metrics.text(), {
+      headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
+    });
+  });
   const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
   hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens, log }));
   hono.route("/e2b/envd", createEnvd(service, { accessTokens, log }));
@@ -170,6 +215,8 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     scanner,
     upkeep,
     checkIn,
+    metrics,
+    outbox,
     start() {
       scanner.start();
       upkeep.start();

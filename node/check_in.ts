@@ -5,7 +5,7 @@
  */
 import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
-import type { CheckIn, HostReading } from "../shared/schemas.ts";
+import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
 
 /** Options of {@linkcode CheckInLoop}. */
 export interface CheckInOptions {
@@ -32,6 +32,16 @@ export interface CheckInOptions {
    * attempts (the next one is scheduled only after this one ended).
    */
   timeoutMs?: number;
+  /**
+   * Lifecycle events to carry (the node's `LifecycleOutbox`): each check-in takes a batch, and
+   * an accepted one marks it delivered; a failed one leaves it for the next.
+   */
+  events?: {
+    batch(): NodeLifecycleEvent[];
+    delivered(events: readonly NodeLifecycleEvent[]): void;
+  };
+  /** Hears how each attempt ended (the node's metrics count it); must not throw. */
+  onOutcome?: (outcome: CheckInOutcome) => void;
 }
 
 /** How one attempt ended. */
@@ -104,6 +114,9 @@ export class CheckInLoop {
   #abort: AbortController | null = null;
   #running = false;
   #failing = false;
+  #tick: (() => Promise<void>) | undefined;
+  #nudged = false;
+  #nudgeTimer: ReturnType<typeof setTimeout> | undefined;
 
   /** Builds the loop; nothing is sent until `start()` or `once()`. */
   constructor(options: CheckInOptions) {
@@ -123,6 +136,7 @@ export class CheckInLoop {
   once(): Promise<CheckInOutcome> {
     const attempt = this.#attempt().then((outcome) => {
       this.#report(outcome);
+      if (outcome.ok || outcome.cause !== "stopped") this.#options.onOutcome?.(outcome);
       return outcome;
     });
     this.#inFlight = attempt;
@@ -134,18 +148,39 @@ export class CheckInLoop {
     if (this.#running) return;
     this.#running = true;
     const tick = async () => {
+      this.#nudged = false;
       await this.once();
       if (this.#running) {
-        this.#timer = setTimeout(tick, this.#options.intervalSeconds * 1000);
+        // A nudge during the attempt is served at once, not an interval later.
+        this.#timer = setTimeout(tick, this.#nudged ? 0 : this.#options.intervalSeconds * 1000);
       }
     };
+    this.#tick = tick;
     void tick();
+  }
+
+  /**
+   * Checks in soon rather than at the next interval: something happened the gateway should hear
+   * of (the deadline scanner killed a sandbox). Nudges within `delayMs` make one check-in, and a
+   * nudge during an attempt makes the next one start when it ends.
+   */
+  nudge(delayMs = 200): void {
+    if (!this.#running || this.#tick === undefined || this.#nudged) return;
+    this.#nudged = true;
+    clearTimeout(this.#nudgeTimer);
+    this.#nudgeTimer = setTimeout(() => {
+      // An attempt in flight reschedules itself at once when it ends (see start()).
+      if (!this.#running || this.#abort !== null) return;
+      clearTimeout(this.#timer);
+      void this.#tick!();
+    }, delayMs);
   }
 
   /** Stops the loop and aborts an attempt in flight. */
   async stop(): Promise<void> {
     this.#running = false;
     clearTimeout(this.#timer);
+    clearTimeout(this.#nudgeTimer);
     this.#abort?.abort();
     await this.#inFlight;
     clearTimeout(this.#timer);
@@ -154,18 +189,29 @@ export class CheckInLoop {
   /** The body of the next check-in. */
   body(): CheckIn {
     const o = this.#options;
+    const events = o.events?.batch() ?? [];
     return {
       nodeId: o.nodeId,
       endpoint: o.endpoint,
       intervalSeconds: o.intervalSeconds,
       build: o.build,
       reading: o.reading(),
+      ...(events.length > 0 ? { events } : {}),
     };
   }
 
   async #attempt(): Promise<CheckInOutcome> {
+    try {
+      return await this.#send();
+    } finally {
+      this.#abort = null;
+    }
+  }
+
+  async #send(): Promise<CheckInOutcome> {
     const abort = new AbortController();
     this.#abort = abort;
+    const body = this.body();
     let response: Response;
     try {
       response = await this.#fetch(this.url, {
@@ -174,7 +220,7 @@ export class CheckInLoop {
           "content-type": "application/json",
           authorization: `Bearer ${this.#options.token}`,
         },
-        body: JSON.stringify(this.body()),
+        body: JSON.stringify(body),
         redirect: "manual",
         signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
       });
@@ -185,6 +231,7 @@ export class CheckInLoop {
     const status = response.status;
     if (status >= 200 && status < 300) {
       await response.body?.cancel();
+      if (body.events) this.#options.events?.delivered(body.events);
       return { ok: true, status };
     }
     if (status >= 300 && status < 400) {

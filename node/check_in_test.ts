@@ -178,3 +178,34 @@ Deno.test("CheckInLoop bounds each attempt and start()/stop() clean up", async (
   assert.equal(calls, 2);
   assert.deepEqual(lines.map((l) => l.cause), ["timeout: no answer within 5 ms"]);
 });
+
+Deno.test("CheckInLoop carries the outbox's events and forgets them only once accepted", async () => {
+  const { LifecycleOutbox } = await import("./lifecycle_outbox.ts");
+  await withGateway(async (origin, seen, answer) => {
+    const outbox = new LifecycleOutbox();
+    outbox.add({
+      id: "e1",
+      type: "timed_out",
+      at: 1,
+      reason: "timeout",
+      detail: "its timeout passed",
+      sandbox: { id: "sbx_1", name: "agent-1", team: "default" },
+    });
+    const outcomes: boolean[] = [];
+    const loop = new CheckInLoop(options(origin, {
+      events: outbox,
+      onOutcome: (o) => outcomes.push(o.ok),
+    }));
+    answer(() => Response.json({ message: "busy" }, { status: 503 }));
+    await loop.once();
+    assert.equal(outbox.size, 1, "a refused check-in keeps its events");
+    answer(() => Response.json({ ok: true }));
+    await loop.once();
+    assert.equal(outbox.size, 0);
+    assert.deepEqual(outcomes, [false, true]);
+    const bodies = seen.map((s) => checkInSchema.parse(s.body));
+    assert.deepEqual(bodies.map((b) => b.events?.map((e) => e.id)), [["e1"], ["e1"]]);
+    await loop.once();
+    assert.equal((seen[2].body as { events?: unknown }).events, undefined);
+  });
+});

@@ -9,6 +9,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import type { Ledger } from "./ledger.ts";
 import type { SandboxService } from "./service.ts";
+import type { SandboxRecord } from "./service_contract.ts";
 
 /** Options of {@linkcode DeadlineScanner}. */
 export interface DeadlineScannerOptions {
@@ -22,6 +23,11 @@ export interface DeadlineScannerOptions {
   clock?: Clock;
   /** Where failed deadline actions are logged; `silentLog` when absent. */
   log?: Log;
+  /**
+   * Hears of each sandbox acted on, with the row as it was before (the metrics count it, the
+   * lifecycle outbox tells the gateway). Runs inline in the scan; must not throw.
+   */
+  onOutcome?: (sandbox: SandboxRecord, outcome: "killed" | "paused" | "failed") => void;
 }
 
 /** What one scan did. */
@@ -70,8 +76,10 @@ export class DeadlineScanner {
           const done = await this.#options.service.expireIfDue(sandbox.id);
           if (done === "killed") result.killed.push(sandbox.id);
           if (done === "paused") result.paused.push(sandbox.id);
+          if (done !== "skipped") this.#options.onOutcome?.(sandbox, done);
         } catch (error) {
           result.failed.push(sandbox.id);
+          this.#options.onOutcome?.(sandbox, "failed");
           this.#log("error", "deadline action failed; retrying at the next scan", {
             id: sandbox.id,
             name: sandbox.name,

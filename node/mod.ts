@@ -15,6 +15,8 @@
  * | `ledger_space.ts`, `ledger_upkeep.ts` | the ledger on a full disk (its 507, its reserve); the idle clock's batched flush |
  * | `executors/` | the {@linkcode Executor} contract with {@linkcode executorErrorStatus}, the fake, Docker (`@dormice/cluster/docker`) |
  * | `check_in.ts`, `deadline_scanner.ts`, `host_reading.ts` | the loops: check-in, E2B deadlines, host numbers |
+ * | `metrics.ts`, `executors/instrumented.ts` | {@linkcode NodeMetrics} behind `GET /metrics`; every executor call timed |
+ * | `lifecycle_outbox.ts` | {@linkcode LifecycleOutbox}: the scanner's kills and pauses, carried by the next check-in |
  *
  * @example A node in memory, served by any `fetch` handler host
  * ```ts
@@ -126,3 +128,6 @@ export type {
 export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
 export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd/mod.ts";
 export { AccessTokens } from "./faces/access_tokens.ts";
+export { type ExecutorOutcome, NodeMetrics, type NodeMetricsOptions } from "./metrics.ts";
+export { instrumentExecutor } from "./executors/instrumented.ts";
+export { LifecycleOutbox, type LifecycleOutboxOptions, scannerEvent } from "./lifecycle_outbox.ts";

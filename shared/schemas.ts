@@ -160,6 +160,57 @@ export const nodeIdSchema: z.ZodString = z.string()
     "a node id uses only letters, digits, '.', '_' and '-', and starts with a letter or digit",
   );
 
+/**
+ * The lifecycle changes a webhook reports. `timed_out` is a kill at the E2B deadline (a pause at
+ * the deadline is `paused` with reason `timeout`); `node_lost` names a sandbox of a node that
+ * stopped checking in.
+ */
+export const lifecycleEventTypes = [
+  "created",
+  "paused",
+  "resumed",
+  "killed",
+  "timed_out",
+  "node_lost",
+] as const;
+
+/** One of {@linkcode lifecycleEventTypes}. */
+export type LifecycleEventType = typeof lifecycleEventTypes[number];
+
+/** Most lifecycle events one check-in carries; a node keeps the rest for the next one. */
+export const MAX_CHECK_IN_EVENTS = 100;
+
+/**
+ * A lifecycle change a node saw on its own (its deadline scanner's kills and pauses), carried to
+ * the gateway by the next check-in so a webhook hears of it with no client watching.
+ */
+export const nodeLifecycleEventSchema: z.ZodObject<{
+  id: z.ZodString;
+  type: z.ZodEnum<{ [K in LifecycleEventType]: K }>;
+  at: z.ZodNumber;
+  sandbox: z.ZodObject<{ id: z.ZodString; name: z.ZodString; team: z.ZodString }>;
+  reason: z.ZodString;
+  detail: z.ZodString;
+}> = z.object({
+  /** Unique per event, kept across re-sends, so the gateway and receivers drop a repeat. */
+  id: z.string().min(1).max(64),
+  type: z.enum(lifecycleEventTypes),
+  /** Milliseconds since the epoch when it happened (the node's clock). */
+  at: z.number(),
+  sandbox: z.object({
+    id: z.string().max(128),
+    name: z.string().max(128),
+    team: z.string().max(64),
+  }),
+  /** A short code, e.g. `timeout`. */
+  reason: z.string().max(64),
+  /** A sentence for a person. */
+  detail: z.string().max(500),
+});
+
+/** A node's lifecycle event. */
+export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
+
 /** The body a node posts to `<gateway>/checkIn` every interval. */
 export const checkInSchema: z.ZodObject<{
   nodeId: z.ZodString;
@@ -167,12 +218,15 @@ export const checkInSchema: z.ZodObject<{
   intervalSeconds: z.ZodNumber;
   build: z.ZodString;
   reading: typeof hostReadingSchema;
+  events: z.ZodOptional<z.ZodArray<typeof nodeLifecycleEventSchema>>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
   intervalSeconds: z.number().positive().max(3600),
   build: z.string().max(200),
   reading: hostReadingSchema,
+  /** Lifecycle changes since the last accepted check-in; absent from a node that predates them. */
+  events: z.array(nodeLifecycleEventSchema).max(MAX_CHECK_IN_EVENTS).optional(),
 });
 
 /** A check-in body. */

@@ -1,0 +1,68 @@
+/**
+ * An executor that times and counts every call of another one into the node's metrics, so the
+ * executors themselves stay free of bookkeeping and both (fake, Docker) are measured alike.
+ *
+ * @module
+ */
+import type { ExecutorOutcome, NodeMetrics } from "../metrics.ts";
+import { type Executor, ExecutorError } from "./contract.ts";
+
+/** The contract's calls, each measured under its own name. */
+const operations = [
+  "create",
+  "destroy",
+  "exec",
+  "writeFile",
+  "readFile",
+  "listDir",
+  "stat",
+  "makeDir",
+  "move",
+  "remove",
+  "pause",
+  "resume",
+  "stats",
+  "list",
+] as const;
+
+/**
+ * Wraps `executor` so each call is counted by operation and outcome and timed (`exec` until the
+ * command started: its run is the caller's). `kind` and `close` pass through untouched.
+ *
+ * @example
+ * ```ts
+ * import { FakeExecutor, NodeMetrics } from "@dormice/cluster/node";
+ * import { instrumentExecutor } from "./instrumented.ts";
+ * const metrics = new NodeMetrics();
+ * const executor = instrumentExecutor(new FakeExecutor(), metrics);
+ * await executor.list();
+ * console.log((await metrics.text()).includes('operation="list",outcome="ok"')); // true
+ * ```
+ */
+export function instrumentExecutor(executor: Executor, metrics: NodeMetrics): Executor {
+  const wrapped: Record<string, unknown> = {
+    get kind() {
+      return executor.kind;
+    },
+    close: () => executor.close(),
+  };
+  for (const operation of operations) {
+    const call = (executor[operation] as (...args: unknown[]) => Promise<unknown>).bind(executor);
+    wrapped[operation] = async (...args: unknown[]) => {
+      const started = performance.now();
+      try {
+        const result = await call(...args);
+        metrics.executorCall(operation, "ok", (performance.now() - started) / 1000);
+        return result;
+      } catch (error) {
+        metrics.executorCall(operation, outcomeOf(error), (performance.now() - started) / 1000);
+        throw error;
+      }
+    };
+  }
+  return wrapped as unknown as Executor;
+}
+
+function outcomeOf(error: unknown): ExecutorOutcome {
+  return error instanceof ExecutorError ? error.code : "error";
+}
