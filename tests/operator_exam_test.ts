@@ -8,73 +8,10 @@
  *   sequence, each signed; while it is down the events wait, and once it is back it gets them.
  */
 import assert from "node:assert/strict";
-import { newToken, type NodeProcess, startNode } from "./_processes.ts";
-import { type GatewayProcess, postJson, startGateway } from "./_gateway.ts";
-import { parsePrometheus } from "./_prometheus.ts";
+import { newToken } from "./_processes.ts";
+import { postJson } from "./_gateway.ts";
+import { e2b, fleet, scrape, until } from "./_operator_fleet.ts";
 import { startWebhookReceiver } from "./_webhook_receiver.ts";
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(what: string, check: () => Promise<boolean> | boolean, ms = 15_000) {
-  const deadline = Date.now() + ms;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await sleep(100);
-  }
-  throw new Error(`Gave up waiting ${ms} ms for ${what}`);
-}
-
-async function scrape(url: string, token: string) {
-  const res = await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } });
-  const text = await res.text();
-  assert.equal(res.status, 200, text);
-  assert.match(res.headers.get("content-type") ?? "", /^text\/plain; version=0\.0\.4/);
-  return { text, exposition: parsePrometheus(text) };
-}
-
-/** Starts a gateway and two fake-executor nodes checking in every second, all up. */
-async function fleet(env: Record<string, string> = {}) {
-  const token = newToken();
-  // Other suites load this machine's two cores: a CPU limit would refuse placements at random.
-  const gateway = await startGateway({
-    token,
-    env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100", ...env },
-  });
-  const nodes: NodeProcess[] = [];
-  for (const id of ["node-a", "node-b"]) {
-    nodes.push(
-      await startNode({
-        token,
-        env: {
-          DORMICE_GATEWAY_ENDPOINT: gateway.url,
-          DORMICE_NODE_ID: id,
-          DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
-          DORMICE_SCAN_INTERVAL_SECONDS: "1",
-        },
-      }),
-    );
-  }
-  await until("both nodes up", async () => {
-    const { body } = await gateway.json("listNodes");
-    return body.nodes?.filter((n: { state: string }) => n.state === "up").length === 2;
-  });
-  return {
-    token,
-    gateway,
-    nodes,
-    async stop() {
-      await Promise.all([gateway.stop(), ...nodes.map((n) => n.stop())]);
-    },
-  };
-}
-
-function e2b(gateway: GatewayProcess, method: string, path: string, body?: unknown) {
-  return fetch(`${gateway.url}/e2b/api${path}`, {
-    method,
-    headers: { "x-api-key": gateway.token, "content-type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-}
 
 Deno.test({
   name: "GET /metrics on the gateway and every node: Prometheus text that moves with traffic",

@@ -157,7 +157,7 @@ function html(body: string, status: number, nonce: string): Response {
     headers: {
       "content-type": "text/html; charset=utf-8",
       "content-security-policy": `default-src 'none'; style-src 'nonce-${nonce}'; ` +
-        `script-src 'nonce-${nonce}'; connect-src 'self'; img-src 'self'; form-action 'self'; ` +
+        `script-src 'nonce-${nonce}'; connect-src 'self'; img-src 'self' data:; form-action 'self'; ` +
         "base-uri 'none'; frame-ancestors 'none'",
       "cache-control": "no-store",
       "x-frame-options": "DENY",

@@ -40,7 +40,9 @@ table{border-collapse:collapse;width:100%}
 th,td{text-align:left;padding:.3rem .5rem;border-bottom:1px solid var(--line);vertical-align:top}
 th{font-weight:600;color:var(--muted);font-size:.85rem}
 meter{width:7rem;height:.9rem;vertical-align:middle}
-.num{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.85rem;margin-left:.3rem}
+.num{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.85rem;margin-left:.3rem;white-space:nowrap}
+.gauge{white-space:nowrap}
+header .muted{color:#c8d3de}
 .up,.down{display:inline-block;padding:0 .5rem;border-radius:1rem;font-size:.8rem;font-weight:600}
 .up{background:#d8f3dc;color:#1b5e20}.down{background:#fde2e1;color:#9b1c1c}
 .muted{color:var(--muted)}
@@ -93,6 +95,7 @@ function shell(title: string, nonce: string, body: string, script?: string): str
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width,initial-scale=1">
 <title>${escapeHtml(title)}</title>
+<link rel="icon" href="data:,">
 <style nonce="${nonce}">${style}</style></head>
 <body>${body}${script ? `<script nonce="${nonce}">${script}</script>` : ""}</body></html>`;
 }
@@ -344,9 +347,9 @@ function placementsTable(list: PlacementRecord[], now: number): string {
 }
 
 function meter(value: number, max: number): string {
-  return `<meter min="0" max="${max}" value="${Math.max(0, Math.min(value, max))}" low="${
-    max * 0.7
-  }" high="${max * 0.9}" optimum="0"></meter>`;
+  return `<meter class="gauge" min="0" max="${max}" value="${
+    Math.max(0, Math.min(value, max))
+  }" low="${max * 0.7}" high="${max * 0.9}" optimum="0"></meter>`;
 }
 
 function bytes(n: number): string {
