@@ -5,8 +5,8 @@
  *
  * Two kinds of series:
  * - counters and histograms moved inline on the request path (forwards, cache hits, lookup
- *   rounds, placements): each label set is bound once and kept, so a request costs an increment
- *   and a `performance.now()` delta, never a registry lookup;
+ *   rounds, placements): plain series bound once (`inline_metrics.ts`), so a request costs a
+ *   field increment and a `performance.now()` delta, never a label hash or an allocation;
  * - gauges read at scrape time from the Fleet, the Finder and the slots (nodes and sandboxes by
  *   state, cache entries, busy slots), so nothing is kept in step on the hot path.
  *
@@ -15,7 +15,13 @@
  *
  * @module
  */
-import { Counter, Gauge, Histogram, Registry } from "prom-client";
+import { Gauge, Registry } from "prom-client";
+import {
+  type CounterSeries,
+  type HistogramSeries,
+  InlineCounter,
+  InlineHistogram,
+} from "./inline_metrics.ts";
 import type { Fleet } from "./fleet.ts";
 import type { Finder, FindResult } from "./finder.ts";
 import type { PickResult, RejectReason } from "./placer.ts";
@@ -40,15 +46,23 @@ export type ForwardFace = "native" | "e2b_api" | "envd";
  */
 const latencyBuckets = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
 
-/** The `face` of a path on a node: its E2B control plane, its envd, or the native verbs. */
+/**
+ * The `face` of a path on a node: its E2B control plane, its envd, or the native verbs.
+ *
+ * @example
+ * ```ts
+ * import { faceOfPath } from "./metrics.ts";
+ * faceOfPath("/e2b/envd/files?path=/a"); // "envd"
+ * ```
+ */
 export function faceOfPath(path: string): ForwardFace {
   if (path.startsWith("/e2b/api")) return "e2b_api";
   if (path.startsWith("/e2b/envd")) return "envd";
   return "native";
 }
 
-type CounterChild = ReturnType<Counter<string>["labels"]>;
-type HistogramChild = ReturnType<Histogram<string>["labels"]>;
+type CounterChild = CounterSeries;
+type HistogramChild = HistogramSeries;
 
 /** Options of {@linkcode GatewayMetrics}. */
 export interface GatewayMetricsOptions {
@@ -73,14 +87,14 @@ export interface GatewayMetricsOptions {
 export class GatewayMetrics implements FinderMetrics {
   /** The registry every gateway series lives in; webhooks add theirs here too. */
   readonly registry: Registry = new Registry();
-  readonly #forwards: Counter<"face" | "status">;
+  readonly #forwards: InlineCounter;
   readonly #forwardChildren = new Map<ForwardFace, Map<number, CounterChild>>();
   readonly #forwardLatency: Record<ForwardFace, HistogramChild>;
   readonly #cacheHits: CounterChild;
   readonly #cacheMisses: CounterChild;
   readonly #rounds: Record<FindResult["kind"], CounterChild>;
   readonly #roundLatency: Record<FindResult["kind"], HistogramChild>;
-  readonly #nodeAsks: Counter<string>;
+  readonly #nodeAsks: CounterSeries;
   readonly #placed: CounterChild;
   readonly #noFit: CounterChild;
   readonly #rejections: Record<RejectReason, CounterChild>;
@@ -97,34 +111,29 @@ export class GatewayMetrics implements FinderMetrics {
       labelNames: ["build"],
       registers,
     }).set({ build: options.build ?? "unknown" }, 1);
-    this.#forwards = new Counter({
+    const registry = this.registry;
+    this.#forwards = new InlineCounter(registry, {
       name: "dormice_gateway_forwards_total",
       help: "Requests the gateway forwarded to a node, by face and the node's status " +
         "(502: the node did not answer)",
-      labelNames: ["face", "status"],
-      registers,
     });
-    const forwardLatency = new Histogram({
+    const forwardLatency = new InlineHistogram(registry, {
       name: "dormice_gateway_forward_duration_seconds",
       help: "Time from sending a request to a node until its answer's head arrived",
-      labelNames: ["face"],
       buckets: latencyBuckets,
-      registers,
     });
     this.#forwardLatency = {
-      native: forwardLatency.labels({ face: "native" }),
-      e2b_api: forwardLatency.labels({ face: "e2b_api" }),
-      envd: forwardLatency.labels({ face: "envd" }),
+      native: forwardLatency.series({ face: "native" }),
+      e2b_api: forwardLatency.series({ face: "e2b_api" }),
+      envd: forwardLatency.series({ face: "envd" }),
     };
-    const cache = new Counter({
+    const cache = new InlineCounter(registry, {
       name: "dormice_gateway_finder_cache_requests_total",
       help: "Finder cache probes that answered (hit) and callers that needed a lookup round " +
         "(miss)",
-      labelNames: ["result"],
-      registers,
     });
-    this.#cacheHits = cache.labels({ result: "hit" });
-    this.#cacheMisses = cache.labels({ result: "miss" });
+    this.#cacheHits = cache.series({ result: "hit" });
+    this.#cacheMisses = cache.series({ result: "miss" });
     const hitRatio = () => {
       const all = this.#hits + this.#misses;
       return all === 0 ? 0 : this.#hits / all;
@@ -138,48 +147,39 @@ export class GatewayMetrics implements FinderMetrics {
         this.set(hitRatio());
       },
     });
-    const rounds = new Counter({
+    const rounds = new InlineCounter(registry, {
       name: "dormice_gateway_lookup_rounds_total",
       help: "Lookup rounds (every node asked at once) by outcome: one, none, conflict, unsure",
-      labelNames: ["outcome"],
-      registers,
     });
-    const roundLatency = new Histogram({
+    const roundLatency = new InlineHistogram(registry, {
       name: "dormice_gateway_lookup_round_duration_seconds",
       help: "Duration of a lookup round, bounded by DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
-      labelNames: ["outcome"],
       buckets: latencyBuckets,
-      registers,
     });
     const outcomes = ["one", "none", "conflict", "unsure"] as const;
     this.#rounds = Object.fromEntries(
-      outcomes.map((o) => [o, rounds.labels({ outcome: o })]),
+      outcomes.map((o) => [o, rounds.series({ outcome: o })]),
     ) as Record<FindResult["kind"], CounterChild>;
     this.#roundLatency = Object.fromEntries(
-      outcomes.map((o) => [o, roundLatency.labels({ outcome: o })]),
+      outcomes.map((o) => [o, roundLatency.series({ outcome: o })]),
     ) as Record<FindResult["kind"], HistogramChild>;
-    this.#nodeAsks = new Counter({
+    this.#nodeAsks = new InlineCounter(registry, {
       name: "dormice_gateway_lookup_node_asks_total",
       help: "Nodes asked by lookup rounds (a round asks every registered node)",
-      registers,
-    });
-    const placements = new Counter({
+    }).series({});
+    const placements = new InlineCounter(registry, {
       name: "dormice_gateway_placements_total",
       help: "Placement decisions: placed on a node, or no_fit (answered 503)",
-      labelNames: ["outcome"],
-      registers,
     });
-    this.#placed = placements.labels({ outcome: "placed" });
-    this.#noFit = placements.labels({ outcome: "no_fit" });
-    const rejections = new Counter({
+    this.#placed = placements.series({ outcome: "placed" });
+    this.#noFit = placements.series({ outcome: "no_fit" });
+    const rejections = new InlineCounter(registry, {
       name: "dormice_gateway_placement_rejections_total",
       help: "Nodes a placement passed over, by the first filter each failed",
-      labelNames: ["reason"],
-      registers,
     });
     const reasons: RejectReason[] = ["down", "no-reading", "cpu", "active-limit", "disk"];
     this.#rejections = Object.fromEntries(
-      reasons.map((r) => [r, rejections.labels({ reason: r })]),
+      reasons.map((r) => [r, rejections.series({ reason: r })]),
     ) as Record<RejectReason, CounterChild>;
   }
 
@@ -297,28 +297,28 @@ export class GatewayMetrics implements FinderMetrics {
   /** `cached()` answered. */
   cacheHit(): void {
     this.#hits++;
-    this.#cacheHits.inc();
+    this.#cacheHits.value++;
   }
 
   /** A caller needed a round. */
   cacheMiss(): void {
     this.#misses++;
-    this.#cacheMisses.inc();
+    this.#cacheMisses.value++;
   }
 
   /** A lookup round ended. */
   lookupRound(outcome: FindResult["kind"], seconds: number, nodes: number): void {
-    this.#rounds[outcome].inc();
+    this.#rounds[outcome].value++;
     this.#roundLatency[outcome].observe(seconds);
-    this.#nodeAsks.inc(nodes);
+    this.#nodeAsks.value += nodes;
   }
 
   /** A placement was decided: counted by outcome, and each rejected node by its reason. */
   placement(pick: PickResult): void {
-    (pick.ok ? this.#placed : this.#noFit).inc();
+    (pick.ok ? this.#placed : this.#noFit).value++;
     for (const reason in pick.explain.rejected) {
       const n = pick.explain.rejected[reason as RejectReason];
-      if (n > 0) this.#rejections[reason as RejectReason].inc(n);
+      if (n > 0) this.#rejections[reason as RejectReason].value += n;
     }
   }
 
@@ -329,9 +329,9 @@ export class GatewayMetrics implements FinderMetrics {
     if (byStatus === undefined) this.#forwardChildren.set(face, byStatus = new Map());
     let child = byStatus.get(status);
     if (child === undefined) {
-      byStatus.set(status, child = this.#forwards.labels({ face, status: String(status) }));
+      byStatus.set(status, child = this.#forwards.series({ face, status: String(status) }));
     }
-    child.inc();
+    child.value++;
     this.#forwardLatency[face].observe(seconds);
   }
 

@@ -10,7 +10,15 @@ import type { NodeSummary } from "../fleet.ts";
 import type { PlacementRecord } from "../placements.ts";
 import type { FleetFilters, FleetView, SandboxDetails } from "./data.ts";
 
-/** Escapes text for HTML content and double-quoted attributes. */
+/**
+ * Escapes text for HTML content and double-quoted attributes.
+ *
+ * @example
+ * ```ts
+ * import { escapeHtml } from "./render.ts";
+ * escapeHtml('<a href="x">'); // "&lt;a href=&quot;x&quot;&gt;"
+ * ```
+ */
 export function escapeHtml(value: unknown): string {
   return String(value ?? "").replace(
     /[&<>"']/g,
@@ -143,7 +151,14 @@ export function fleetPage(view: FleetView, nonce: string): string {
   );
 }
 
-/** The sections the refresh script swaps in, by element id. */
+/**
+ * The sections the refresh script swaps in, by element id.
+ *
+ * @example
+ * ```ts ignore
+ * return Response.json({ at: view.now, sections: fleetSections(view) });
+ * ```
+ */
 export function fleetSections(
   view: FleetView,
 ): Record<"nodes" | "sandboxes" | "placements", string> {
@@ -205,7 +220,15 @@ export function detailsPage(d: SandboxDetails, nonce: string): string {
   );
 }
 
-/** A page saying what went wrong, with a way back. */
+/**
+ * A page saying what went wrong, with a way back.
+ *
+ * @example
+ * ```ts
+ * import { messagePage } from "./render.ts";
+ * messagePage("n0nce", "No such sandbox", "No node has 'x'").includes("No node has"); // true
+ * ```
+ */
 export function messagePage(nonce: string, title: string, message: string): string {
   return shell(
     title,
