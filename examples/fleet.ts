@@ -363,6 +363,8 @@ if (import.meta.main) {
         `  curl -s ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
         `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
         `  curl -s ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
+        `  curl -s ${fleetAuth} ${gatewayUrl}/metrics`,
+        `  open ${gatewayUrl}/ui in a browser and log in with the fleet token`,
         `  ${
           gatewayUrl === "http://127.0.0.1:3677" ? "" : `DORMICE_GATEWAY_URL=${gatewayUrl} `
         }deno task keys create --team another-team --max-sandboxes 5`,

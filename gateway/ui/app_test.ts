@@ -89,3 +89,50 @@ Deno.test("The login form refuses a body larger than a token with a 413", async 
   assert.match((await res.json()).message, /cap/);
   gateway.close();
 });
+
+Deno.test("The fleet page pages and filters the sandboxes every node lists", async () => {
+  const rows = Array.from({ length: 30 }, (_, i) => ({
+    id: `sbx_${String(i).padStart(2, "0")}`,
+    name: `agent-${i}`,
+    team: i % 3 === 0 ? "acme" : "default",
+    state: i % 2 === 0 ? "active" : "frozen",
+    nodeId: "node-a",
+    template: "base",
+    createdAt: new Date(1_700_000_000_000 + i * 1000).toISOString(),
+    lastActiveAt: new Date(1_700_000_000_000 + i * 1000).toISOString(),
+  }));
+  const nodeFetch = ((url: string) =>
+    Promise.resolve(
+      url.endsWith("/listSandboxes")
+        ? Response.json({ sandboxes: rows })
+        : new Response("no", { status: 404 }),
+    )) as unknown as typeof fetch;
+  const gateway = createGateway({ token, fetch: nodeFetch });
+  gateway.fleet.checkIn(checkIn("node-a", "http://10.0.0.1:3676"));
+  const session = (await login(gateway, token)).headers.get("set-cookie")!.split(";")[0];
+  const shown = async (query: string) => {
+    const res = await gateway.fetch(
+      new Request(`http://gw/ui?${query}`, { headers: { cookie: session } }),
+    );
+    const html = await res.text();
+    return {
+      ids: [...html.matchAll(/data-sandbox="([^"]+)"/g)].map((m) => m[1]),
+      pager: /(\d+) sandboxes?, page (\d+) of (\d+)/.exec(html)?.slice(1).join(" "),
+    };
+  };
+  // Newest first, 25 a page.
+  const first = await shown("");
+  assert.equal(first.ids.length, 25);
+  assert.equal(first.ids[0], "sbx_29");
+  assert.equal(first.pager, "30 1 2");
+  const second = await shown("page=2");
+  assert.deepEqual(second.ids, ["sbx_04", "sbx_03", "sbx_02", "sbx_01", "sbx_00"]);
+  // Filters combine; a page past the end shows the last one.
+  const acmeActive = await shown("team=acme&state=active&page=9");
+  assert.deepEqual(acmeActive.ids, ["sbx_24", "sbx_18", "sbx_12", "sbx_06", "sbx_00"]);
+  assert.equal(acmeActive.pager, "5 1 1");
+  // A state that does not exist is no filter, not an error page.
+  assert.equal((await shown("state=bogus")).pager, "30 1 2");
+  assert.equal((await shown("node=node-b")).ids.length, 0);
+  gateway.close();
+});
