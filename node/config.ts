@@ -13,6 +13,7 @@
  * | `DORMICE_SANDBOX_CPUS` | `1` | cores of a Docker sandbox whose spec sets none (fractions allowed) |
  * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |
  * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
+ * | `DORMICE_SANDBOX_DISK_MB` | unset (unbounded) | bound of each Docker sandbox's writable layer, MiB; the engine's storage driver must support it (the node refuses to start otherwise) |
  * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
@@ -80,6 +81,8 @@ export interface SandboxDefaults {
   memoryMB?: number;
   /** Processes and threads. */
   pids?: number;
+  /** Bound of the writable layer, MiB; unbounded when absent. */
+  diskMB?: number;
 }
 
 /** The Docker socket when neither `DORMICE_DOCKER_SOCKET` nor a unix `DOCKER_HOST` names one. */
@@ -103,6 +106,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SANDBOX_CPUS",
   "DORMICE_SANDBOX_MEMORY_MB",
   "DORMICE_SANDBOX_PIDS",
+  "DORMICE_SANDBOX_DISK_MB",
   "DORMICE_GATEWAY_ENDPOINT",
   "DORMICE_NODE_ENDPOINT",
   "DORMICE_NODE_ID",
@@ -245,6 +249,18 @@ export function loadNodeConfig(
   const pidsText = get("DORMICE_SANDBOX_PIDS");
   if (pidsText !== undefined) {
     sandboxDefaults.pids = integer(pidsText, 512, 1, 1_000_000, "DORMICE_SANDBOX_PIDS", refusals);
+  }
+  const diskText = get("DORMICE_SANDBOX_DISK_MB");
+  if (diskText !== undefined) {
+    // Below 16 MiB a sandbox cannot even unpack a pip wheel; 1 TiB is past any sandbox disk.
+    sandboxDefaults.diskMB = integer(
+      diskText,
+      4096,
+      16,
+      1_048_576,
+      "DORMICE_SANDBOX_DISK_MB",
+      refusals,
+    );
   }
 
   const endpointVar = (name: string): string | null => {

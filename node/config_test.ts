@@ -102,11 +102,17 @@ Deno.test("loadNodeConfig() reads the Docker settings and node-wide sandbox limi
     DORMICE_SANDBOX_CPUS: "0.5",
     DORMICE_SANDBOX_MEMORY_MB: "256",
     DORMICE_SANDBOX_PIDS: "100",
+    DORMICE_SANDBOX_DISK_MB: "2048",
   });
   assert.ok(r.ok);
   assert.equal(r.config.templates, "base=dormice-base:latest,python=py:3");
   assert.equal(r.config.dockerSocket, "/run/user/1000/docker.sock");
-  assert.deepEqual(r.config.sandboxDefaults, { cpus: 0.5, memoryMB: 256, pids: 100 });
+  assert.deepEqual(r.config.sandboxDefaults, {
+    cpus: 0.5,
+    memoryMB: 256,
+    pids: 100,
+    diskMB: 2048,
+  });
   const explicit = loadNodeConfig({
     DORMICE_API_TOKEN: token,
     DORMICE_DOCKER_SOCKET: "/tmp/d.sock",
@@ -131,12 +137,14 @@ Deno.test("loadNodeConfig() refuses bad Docker settings naming variable, value a
     DORMICE_SANDBOX_CPUS: "two",
     DORMICE_SANDBOX_MEMORY_MB: "1",
     DORMICE_SANDBOX_PIDS: "0",
+    DORMICE_SANDBOX_DISK_MB: "8",
   });
-  assert.equal(all.length, 4);
+  assert.equal(all.length, 5);
   assert.match(all[0], /DOCKER_HOST='tcp:\/\/10.0.0.1:2375'.*DORMICE_DOCKER_SOCKET=/);
   assert.match(all[1], /DORMICE_SANDBOX_CPUS='two'.*such as 1/);
   assert.match(all[2], /DORMICE_SANDBOX_MEMORY_MB='1'.*from 6 to/);
   assert.match(all[3], /DORMICE_SANDBOX_PIDS='0'.*from 1 to/);
+  assert.match(all[4], /DORMICE_SANDBOX_DISK_MB='8'.*from 16 to/);
   assert.match(
     refusals({ DORMICE_API_TOKEN: token, DORMICE_DOCKER_SOCKET: "docker.sock" })[0],
     /DORMICE_DOCKER_SOCKET='docker.sock' is not an absolute path.*\/var\/run\/docker.sock/,

@@ -4,7 +4,7 @@
  * skips with the reason, with `CI=true` (which runs as root) it must run.
  */
 import assert from "node:assert/strict";
-import { nodeMain, nodePermissions, spawnDeno, startNode } from "./_processes.ts";
+import { freePort, nodeMain, nodePermissions, spawnDeno, startNode } from "./_processes.ts";
 
 const isRoot = Deno.uid() === 0;
 const onCi = Deno.env.get("CI") === "true";
@@ -156,7 +156,7 @@ Deno.test({
       const refused = spawnDeno(nodeMain, {
         env: {
           DORMICE_API_TOKEN: token,
-          DORMICE_PORT: "1",
+          DORMICE_PORT: String(freePort()),
           DORMICE_DATA_DIR: dataDir,
           DORMICE_EXECUTOR: "fake",
         },

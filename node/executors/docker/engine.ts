@@ -42,6 +42,16 @@ export interface DockerEngine {
   createContainer(options: Record<string, unknown>): Promise<EngineContainer>;
   /** Containers matching `filters` (`all: true` includes stopped ones). */
   listContainers(options: Record<string, unknown>): Promise<{ Labels?: Record<string, string> }[]>;
+  /** The engine's own description (`docker info`): its storage driver among the rest. */
+  info(options: { abortSignal: AbortSignal }): Promise<EngineInfo>;
+}
+
+/** The fields of `docker info` this executor reads. */
+export interface EngineInfo {
+  /** The storage driver, e.g. `overlay2`. */
+  Driver?: string;
+  /** The driver's facts as pairs, e.g. `["Backing Filesystem", "extfs"]`. */
+  DriverStatus?: [string, string][];
 }
 
 /** The part of a dockerode container handle this executor uses. */

@@ -24,7 +24,7 @@ import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
 import { Sandboxes } from "./_sandboxes.ts";
 import { type CpuSample, usageOf } from "./_stats.ts";
-import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine } from "./engine.ts";
+import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, type EngineInfo } from "./engine.ts";
 import { buildCommandOf, parseTemplates } from "./templates.ts";
 
 /** How to get a missing image; named in every missing-image error. */
@@ -43,6 +43,13 @@ export interface DockerLimits {
   memoryMB: number;
   /** Processes and threads. */
   pids: number;
+  /**
+   * Bound of the container's writable layer, MiB (`--storage-opt size=`), so one sandbox
+   * cannot fill the engine's disk; unbounded when absent. Only some storage drivers can bound
+   * it (overlay2 on xfs mounted with `pquota`, btrfs, zfs, ...): `connect()` refuses a bound
+   * the engine cannot keep, rather than build sandboxes that ignore it.
+   */
+  diskMB?: number;
 }
 
 /** Options for {@link DockerExecutor}. */
@@ -209,12 +216,14 @@ export class DockerExecutor implements Executor {
   static async connect(options: DockerExecutorOptions): Promise<DockerExecutor> {
     const executor = new DockerExecutor(options);
     await executor.ping();
+    const built: string[] = [];
     for (const [template, image] of executor.#templates) {
       try {
         await executor.#engine.call(
           `inspecting image ${image}`,
           (signal) => executor.#engine.client.getImage(image).inspect({ abortSignal: signal }),
         );
+        built.push(image);
       } catch (error) {
         if (error instanceof ExecutorError && error.code === "not_found") {
           executor.#log(
@@ -225,7 +234,61 @@ export class DockerExecutor implements Executor {
         } else throw error;
       }
     }
+    if (executor.#limits.diskMB && built.length > 0) await executor.#probeDiskBound(built[0]);
     return executor;
+  }
+
+  /**
+   * Creates (never starts) one container with the disk bound and removes it: the engine refuses
+   * a bound its storage driver cannot keep at create, so a node that would build unbounded
+   * sandboxes, or none at all, refuses at boot instead.
+   *
+   * @throws {ExecutorError} `invalid` naming the driver and what to do.
+   */
+  async #probeDiskBound(image: string): Promise<void> {
+    const name = this.#engine.containerName("disk-probe");
+    const remove = () =>
+      this.#engine.call(
+        "removing the disk probe container",
+        (signal) =>
+          this.#engine.client.getContainer(name).remove({ force: true, abortSignal: signal }),
+      ).catch(() => {});
+    await remove(); // one left by a node that died mid-probe
+    try {
+      await this.#engine.call(
+        "creating the disk probe container",
+        (signal) =>
+          this.#engine.client.createContainer({
+            name,
+            Image: image,
+            Entrypoint: ["true"],
+            HostConfig: {
+              NetworkMode: "none",
+              StorageOpt: { size: `${this.#limits.diskMB}M` },
+            },
+            abortSignal: signal,
+          }),
+        this.#createTimeoutMs,
+      );
+    } catch (error) {
+      if (!(error instanceof ExecutorError) || error.code === "timeout") throw error;
+      const info = await this.#engine.call(
+        "reading the engine's storage driver",
+        (signal) => this.#engine.client.info({ abortSignal: signal }),
+      ).catch(() => ({} as EngineInfo));
+      const backing = info.DriverStatus?.find(([key]) => key === "Backing Filesystem")?.[1];
+      const driver = `${info.Driver ?? "unknown"}${backing ? ` on ${backing}` : ""}`;
+      throw new ExecutorError(
+        "invalid",
+        `A disk bound of ${this.#limits.diskMB} MiB per sandbox (DORMICE_SANDBOX_DISK_MB) needs ` +
+          `a storage driver that bounds a container's writable layer, and this engine's ` +
+          `(${driver}) refuses it: ${error.message}. Unset DORMICE_SANDBOX_DISK_MB, or give ` +
+          "the engine such a driver: overlay2 with /var/lib/docker on xfs mounted with " +
+          "pquota, or btrfs (the README's Docker section says more)",
+      );
+    } finally {
+      await remove();
+    }
   }
 
   /**
@@ -329,6 +392,7 @@ export class DockerExecutor implements Executor {
             Memory: memory,
             MemorySwap: memory,
             PidsLimit: spec.pids ?? this.#limits.pids,
+            ...(this.#limits.diskMB ? { StorageOpt: { size: `${this.#limits.diskMB}M` } } : {}),
             RestartPolicy: { Name: "no" },
             LogConfig: { Type: "none", Config: {} },
           },

@@ -231,3 +231,74 @@ engineTest("runs its helper scripts on the Debian base image, and sudo works", a
   const r = await sh(ex, id, "sudo -n id -u && python3 -c 'print(1+1)' && sudo -n touch /opt/x");
   assert.deepEqual([r.stdout, r.stderr, r.code], ["0\n2\n", "", 0]);
 }, "base");
+
+/** An engine that answers just enough to build sandboxes, recording every create. */
+function recordingEngine(refuseStorageOpt: string | null) {
+  const creates: Record<string, unknown>[] = [];
+  const removed: string[] = [];
+  const ok = () => Promise.resolve({});
+  const engine = {
+    ping: ok,
+    info: () =>
+      Promise.resolve({ Driver: "overlay2", DriverStatus: [["Backing Filesystem", "extfs"]] }),
+    getImage: () => ({ inspect: () => Promise.resolve({ Config: { User: "user" } }) }),
+    getContainer: (name: string) => ({
+      remove: () => (removed.push(name), Promise.resolve()),
+      start: ok,
+    }),
+    createContainer: (options: Record<string, unknown>) => {
+      creates.push(options);
+      const opts = (options.HostConfig as { StorageOpt?: unknown }).StorageOpt;
+      if (opts && refuseStorageOpt !== null) {
+        return Promise.reject(Object.assign(new Error(refuseStorageOpt), { statusCode: 500 }));
+      }
+      return Promise.resolve({ start: ok });
+    },
+    listContainers: () => Promise.resolve([]),
+  } as unknown as DockerEngine;
+  return { engine, creates, removed };
+}
+
+Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is set, and only then", async () => {
+  const bounded = recordingEngine(null);
+  const executor = await DockerExecutor.connect({
+    nodeId: "n1",
+    docker: bounded.engine,
+    templates: new Map([["base", "img:1"]]),
+    defaults: { diskMB: 64 },
+  });
+  // connect() probed the bound with a container it never started, then removed it.
+  assert.equal(bounded.creates[0].name, "dormice-n1-disk-probe");
+  assert.ok(bounded.removed.includes("dormice-n1-disk-probe"));
+  await executor.create({ id: "sb1", name: "a", template: "base", spec: {}, env: {} });
+  const hostConfig = (o: Record<string, unknown>) => o.HostConfig as Record<string, unknown>;
+  assert.deepEqual(hostConfig(bounded.creates.at(-1)!).StorageOpt, { size: "64M" });
+
+  const unbounded = recordingEngine(null);
+  const plain = await DockerExecutor.connect({
+    nodeId: "n1",
+    docker: unbounded.engine,
+    templates: new Map([["base", "img:1"]]),
+  });
+  await plain.create({ id: "sb1", name: "a", template: "base", spec: {}, env: {} });
+  assert.equal(unbounded.creates.length, 1, "no probe without a bound");
+  assert.equal(hostConfig(unbounded.creates[0]).StorageOpt, undefined);
+});
+
+Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cannot keep", async () => {
+  const refusing = recordingEngine(
+    "--storage-opt is supported only for overlay over xfs with 'pquota' mount option",
+  );
+  const error = await DockerExecutor.connect({
+    nodeId: "n1",
+    docker: refusing.engine,
+    templates: new Map([["base", "img:1"]]),
+    defaults: { diskMB: 64 },
+  }).catch((e) => e);
+  assert.ok(error instanceof ExecutorError, String(error));
+  assert.match(
+    error.message,
+    /^A disk bound of 64 MiB per sandbox \(DORMICE_SANDBOX_DISK_MB\) needs a storage driver .* \(overlay2 on extfs\) refuses it: .*only for overlay over xfs.*Unset DORMICE_SANDBOX_DISK_MB, or/,
+  );
+  assert.ok(refusing.removed.includes("dormice-n1-disk-probe"), "no probe left behind");
+});

@@ -31,6 +31,7 @@ export {
   dockerSocketPath,
   type EngineContainer,
   type EngineExec,
+  type EngineInfo,
   type ImageInspect,
   type StatsSample,
 } from "./engine.ts";
