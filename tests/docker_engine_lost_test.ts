@@ -80,7 +80,7 @@ async function fixture(): Promise<Fixture> {
         headers: { authorization: `Bearer ${n.token}`, "content-type": "application/json" },
         body: JSON.stringify(body),
       });
-    const created = await (await native("acquireSandbox", { name: "box", template: "base" }))
+    const created = await (await native("acquireSandbox", { name: "box", template: "minimal" }))
       .json();
     const id: string = created.sandbox?.id;
     assert.ok(id, JSON.stringify(created));

@@ -58,7 +58,7 @@ Deno.test({
     const native = (verb: string, body: unknown) =>
       post(n.url, `/${verb}`, body, { authorization: `Bearer ${n.token}` });
     const make = async (name: string) => {
-      const r = await native("acquireSandbox", { name, template: "base" });
+      const r = await native("acquireSandbox", { name, template: "minimal" });
       assert.equal(r.status, 200, JSON.stringify(r.body));
       return r.body.sandbox.id as string;
     };
@@ -108,7 +108,7 @@ Deno.test({
 
     await t.step("the E2B faces answer in their dialects", async () => {
       const created = await post(n.url, "/e2b/api/sandboxes", {
-        templateID: "base",
+        templateID: "minimal",
         metadata: { name: "by-e2b" },
       }, { "x-api-key": n.token });
       assert.equal(created.status, 201, JSON.stringify(created.body));
@@ -132,7 +132,7 @@ Deno.test({
         const r = await native("destroySandbox", { name });
         assert.deepEqual(r.body, { destroyed: true }, name);
       }
-      const fresh = await native("acquireSandbox", { name: "by-exec", template: "base" });
+      const fresh = await native("acquireSandbox", { name: "by-exec", template: "minimal" });
       assert.equal(fresh.body.created, true, JSON.stringify(fresh.body));
       const ran = await native("execCommand", { name: "by-exec", command: "echo back" });
       assert.equal(ran.body.stdout, "back\n");
