@@ -8,7 +8,7 @@
  * | `DORMICE_PORT` | `3676` | the port to listen on |
  * | `DORMICE_DATA_DIR` | `.dormice/node` | the ledger (and its lock) |
  * | `DORMICE_EXECUTOR` | `docker` | `docker` (containers; the node refuses to boot when the engine does not answer) or `fake` (in memory, for tests and demos) |
- * | `DORMICE_TEMPLATES` | `base=dormice-base:latest,minimal=dormice-minimal:latest` | template name to Docker image, comma-separated; `base` is required (checked at boot by the Docker executor): the Debian image with python3, git, curl and sudo, `minimal` the busybox one |
+ * | `DORMICE_TEMPLATES` | `base=dormice-base:latest,minimal=dormice-minimal:latest` | template name to Docker image, comma-separated; `base` is required (checked at boot): the Debian image with python3, git, curl and sudo, `minimal` the busybox one; the fake executor accepts the same names |
  * | `DORMICE_DOCKER_SOCKET` | from `DOCKER_HOST` (`unix://…`), else `/var/run/docker.sock` | the Docker engine's unix socket |
  * | `DORMICE_SANDBOX_CPUS` | `1` | cores of a Docker sandbox whose spec sets none (fractions allowed) |
  * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |

@@ -18,6 +18,7 @@ import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { isDiskFull } from "./ledger_space.ts";
+import { parseTemplates } from "./executors/docker/templates.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -42,7 +43,12 @@ const log = createLog({ level: config.logLevel, name: "node" });
  * refuses.
  */
 async function openExecutor(config: NodeConfig): Promise<Executor> {
-  if (config.executor === "fake") return new FakeExecutor();
+  if (config.executor === "fake") {
+    // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
+    const templates = parseTemplates(config.templates ?? undefined);
+    if (typeof templates === "string") refuse([templates]);
+    return new FakeExecutor({ templates: templates.keys() });
+  }
   let docker: typeof import("./executors/docker/mod.ts");
   try {
     docker = await import("./executors/docker/mod.ts");
@@ -53,7 +59,7 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
       "(dockerode's dependencies read the environment), or set DORMICE_EXECUTOR=fake",
     ]);
   }
-  const { DockerExecutor, parseTemplates } = docker;
+  const { DockerExecutor } = docker;
   const templates = parseTemplates(config.templates ?? undefined);
   if (typeof templates === "string") refuse([templates]);
   try {

@@ -12,7 +12,7 @@
  */
 import assert from "node:assert/strict";
 import Docker from "dockerode";
-import { CommandExitError, Sandbox } from "e2b";
+import { CommandExitError, Sandbox, SandboxError } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import { startGateway } from "./_gateway.ts";
 import {
@@ -172,6 +172,15 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(await sleeper.kill(), true);
     const ended = await sleeper.wait().catch((e) => e);
     assert.ok(ended instanceof CommandExitError, String(ended));
+  });
+
+  await t.step("an unknown template is a 400 in the fake's words", async () => {
+    const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
+    assert.ok(error instanceof SandboxError, String(error));
+    assert.match(
+      error.message,
+      /^400: Template 'no-such-template' is not known on this node: use one of base/,
+    );
   });
 
   await t.step("kill() removes the container: true, then false", async () => {

@@ -18,6 +18,7 @@ import { FakeFs, fakeHome } from "./_fake_fs.ts";
 import { Killed, runCommand } from "./_fake_shell.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
+import { DEFAULT_TEMPLATES, parseTemplates, unknownTemplateError } from "./docker/templates.ts";
 
 /** The calls {@linkcode FakeExecutorHooks} can park, slow down, fail and count. */
 export type FakeCall =
@@ -304,8 +305,11 @@ class FakeProcess implements ExecHandle {
 
 /** Options of {@linkcode FakeExecutor}. */
 export interface FakeExecutorOptions {
-  /** Templates it accepts; any template when absent. */
-  templates?: string[];
+  /**
+   * Templates it accepts: the names of `DORMICE_TEMPLATES` on a node, the names of
+   * {@linkcode DEFAULT_TEMPLATES} when absent, as the Docker executor does.
+   */
+  templates?: Iterable<string>;
   /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
   clock?: Clock;
 }
@@ -333,29 +337,26 @@ export class FakeExecutor implements Executor {
   /** Test controls: park, slow down, fail and count calls. */
   readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
   #sandboxes = new Map<string, FakeSandbox>();
-  #templates: Set<string> | null;
+  #templates: Set<string>;
   #clock: Clock;
 
-  /** An executor holding no sandboxes yet; with `templates`, `create` refuses any other. */
+  /** An executor holding no sandboxes yet; `create` refuses a template outside `templates`. */
   constructor({ templates, clock = systemClock }: FakeExecutorOptions = {}) {
-    this.#templates = templates ? new Set(templates) : null;
+    this.#templates = new Set(templates ?? defaultTemplateNames());
     this.#clock = clock;
   }
 
   /**
    * Makes the sandbox's file tree (`/home/user`, `/tmp`, a few system directories). A taken id
-   * is `exists`; a template outside `templates` is `invalid`.
+   * is `exists`; a template outside `templates` is `invalid`, in the Docker executor's words.
    */
   async create(request: CreateRequest): Promise<void> {
     await this.hooks.enter("create");
     if (this.#sandboxes.has(request.id)) {
       throw new ExecutorError("exists", `A fake sandbox with id '${request.id}' already exists`);
     }
-    if (this.#templates && !this.#templates.has(request.template)) {
-      throw new ExecutorError(
-        "invalid",
-        `Unknown template '${request.template}': use one of ${[...this.#templates].join(", ")}`,
-      );
+    if (!this.#templates.has(request.template)) {
+      throw unknownTemplateError(request.template, this.#templates);
     }
     this.#sandboxes.set(request.id, {
       id: request.id,
@@ -518,4 +519,10 @@ export class FakeExecutor implements Executor {
     }
     return sandbox;
   }
+}
+
+/** The template names of {@linkcode DEFAULT_TEMPLATES}, which always parses. */
+function defaultTemplateNames(): string[] {
+  const parsed = parseTemplates(DEFAULT_TEMPLATES);
+  return typeof parsed === "string" ? ["base"] : [...parsed.keys()];
 }

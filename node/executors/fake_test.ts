@@ -225,7 +225,7 @@ Deno.test("FakeExecutorHooks park, delay, fail and count calls", async () => {
   assert.equal((await executor.stat("sbx_1", "/tmp")).type, "dir");
   await assert.rejects(
     executor.create({ id: "sbx_2", name: "b", template: "other", spec: {}, env: {} }),
-    /Unknown template 'other'/,
+    /Template 'other' is not known on this node/,
   );
   await assert.rejects(
     executor.create({ id: "sbx_1", name: "a", template: "base", spec: {}, env: {} }),

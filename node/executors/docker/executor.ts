@@ -25,7 +25,7 @@ import { Files } from "./_files.ts";
 import { Sandboxes } from "./_sandboxes.ts";
 import { type CpuSample, usageOf } from "./_stats.ts";
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, type EngineInfo } from "./engine.ts";
-import { buildCommandOf, parseTemplates } from "./templates.ts";
+import { buildCommandOf, parseTemplates, unknownTemplateError } from "./templates.ts";
 
 /** How to get a missing image; named in every missing-image error. */
 function buildHint(image: string): string {
@@ -332,13 +332,7 @@ export class DockerExecutor implements Executor {
   async create(request: CreateRequest): Promise<void> {
     const { id, name, template, spec } = request;
     const image = this.#templates.get(template);
-    if (!image) {
-      throw new ExecutorError(
-        "invalid",
-        `Template '${template}' is not known on this node: use one of ` +
-          `${[...this.#templates.keys()].join(", ")} (DORMICE_TEMPLATES)`,
-      );
-    }
+    if (!image) throw unknownTemplateError(template, this.#templates.keys());
     let imageInfo;
     try {
       imageInfo = await this.#engine.call(

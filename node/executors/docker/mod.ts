@@ -35,5 +35,10 @@ export {
   type ImageInspect,
   type StatsSample,
 } from "./engine.ts";
-export { buildCommandOf, DEFAULT_TEMPLATES, parseTemplates } from "./templates.ts";
+export {
+  buildCommandOf,
+  DEFAULT_TEMPLATES,
+  parseTemplates,
+  unknownTemplateError,
+} from "./templates.ts";
 export { DockerExecutor, type DockerExecutorOptions, type DockerLimits } from "./executor.ts";

@@ -1,9 +1,11 @@
 /**
  * Templates of the Docker executor: which image a sandbox of each template runs, as the
- * operator writes it in `DORMICE_TEMPLATES`.
+ * operator writes it in `DORMICE_TEMPLATES`. The fake executor accepts the same names and
+ * refuses others with the same sentence, so a test on the fake fails where Docker would.
  *
  * @module
  */
+import { ExecutorError } from "../contract.ts";
 
 /**
  * The template map when `DORMICE_TEMPLATES` is unset: `base` is the Debian image with python3,
@@ -83,4 +85,23 @@ export function parseTemplates(value: string | undefined): Map<string, string> |
       `(the image deploy/images/build-base.sh builds)`;
   }
   return map;
+}
+
+/**
+ * The refusal of a create naming a template the node does not have: `invalid` (a 400), with the
+ * one sentence both executors answer.
+ *
+ * @example
+ * ```ts
+ * import { unknownTemplateError } from "@dormice/cluster/docker";
+ * unknownTemplateError("nope", ["base"]).message;
+ * // "Template 'nope' is not known on this node: use one of base (DORMICE_TEMPLATES)"
+ * ```
+ */
+export function unknownTemplateError(template: string, known: Iterable<string>): ExecutorError {
+  return new ExecutorError(
+    "invalid",
+    `Template '${template}' is not known on this node: use one of ${[...known].join(", ")} ` +
+      "(DORMICE_TEMPLATES)",
+  );
 }

@@ -1,0 +1,89 @@
+/**
+ * Issue 12's lifecycle and control-plane exam: the official `e2b` SDK, unmodified, against a
+ * real gateway process in front of two real node processes (fake executor), each node with the
+ * default 60 s safety sweep, so a deadline that fires on time is the node's timer at work.
+ * Direct calls to a node only stage sandboxes on a chosen node.
+ *
+ * Needs --allow-net=127.0.0.1 --allow-env --allow-run --allow-read --allow-write.
+ */
+import assert from "node:assert/strict";
+import { Sandbox, SandboxError } from "e2b";
+import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
+import { type GatewayProcess, startGateway } from "./_gateway.ts";
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` every 50 ms until it returns true or `ms` passes; resolves the time it took. */
+async function until(what: string, check: () => Promise<boolean>, ms = 8000): Promise<number> {
+  const start = Date.now();
+  while (Date.now() - start < ms) {
+    if (await check()) return Date.now() - start;
+    await sleep(50);
+  }
+  throw new Error(`Gave up waiting ${ms} ms for ${what}`);
+}
+
+/** The SDK's three settings for a server at `base`. */
+function sdkOptions(base: string, apiKey: string) {
+  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
+}
+
+/** A gateway in front of two fake nodes, started together and stopped together. */
+async function startFleet() {
+  const token = newToken();
+  const gwPort = freePort();
+  const gwUrl = `http://127.0.0.1:${gwPort}`;
+  const nodeEnv = (id: string) => ({
+    DORMICE_GATEWAY_ENDPOINT: gwUrl,
+    DORMICE_NODE_ID: id,
+    DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+  });
+  const started: { stop(): Promise<unknown> }[] = [];
+  const keep = <T extends { stop(): Promise<unknown> }>(p: Promise<T>) =>
+    p.then((x) => {
+      started.push(x);
+      return x;
+    });
+  const stop = () => Promise.all(started.map((p) => p.stop()));
+  try {
+    const [gw, a, b]: [GatewayProcess, NodeProcess, NodeProcess] = await Promise.all([
+      keep(
+        startGateway({ token, port: gwPort, env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } }),
+      ),
+      keep(startNode({ token, env: nodeEnv("node-a") })),
+      keep(startNode({ token, env: nodeEnv("node-b") })),
+    ]);
+    await until("node-a and node-b up with a reading", async () => {
+      const { body } = await gw.json("listNodes");
+      return body.nodes.filter((n: { state: string; reading: unknown }) =>
+        n.state === "up" && n.reading !== null
+      ).length === 2;
+    });
+    return { token, gw, a, b, opts: sdkOptions(gw.url, token), stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
+Deno.test({
+  name: "e2b SDK lifecycle and control plane through a gateway in front of two nodes",
+  // The SDK keeps pooled keep-alive connections it never closes.
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  const fleet = await startFleet();
+  const { opts } = fleet;
+  try {
+    await t.step("an unknown template is Docker's 400 sentence on the fake too", async () => {
+      const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
+      assert.ok(error instanceof SandboxError, String(error));
+      assert.match(
+        error.message,
+        /^400: Template 'no-such-template' is not known on this node: use one of base/,
+      );
+    });
+  } finally {
+    await fleet.stop();
+  }
+});
