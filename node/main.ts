@@ -47,7 +47,7 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
     // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
     const templates = parseTemplates(config.templates ?? undefined);
     if (typeof templates === "string") refuse([templates]);
-    return new FakeExecutor({ templates: templates.keys() });
+    return new FakeExecutor({ templates: templates.keys(), defaults: config.sandboxDefaults });
   }
   let docker: typeof import("./executors/docker/mod.ts");
   try {

@@ -18,6 +18,7 @@ import {
   ExecutorError,
   executorErrorToHttp,
   type FileEntry,
+  type SandboxLimits,
   type SandboxStats,
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
@@ -360,6 +361,11 @@ export class SandboxService implements SandboxOps {
   /** Resource use of one sandbox (never wakes). */
   metrics(ref: SandboxRef): Promise<SandboxStats> {
     return this.#inSlot(ref, (sandbox) => this.#call(() => this.#executor.stats(sandbox.id)));
+  }
+
+  /** The cpu and memory the sandbox was given (no engine call). */
+  limits(sandbox: SandboxRecord): SandboxLimits {
+    return this.#executor.limits(sandbox.spec);
   }
 
   /**

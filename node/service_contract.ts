@@ -6,7 +6,13 @@
  * @module
  */
 import type { LookupAnswer, LookupRequest, Sandbox, SandboxSpec } from "../shared/schemas.ts";
-import type { ExecHandle, ExecRequest, FileEntry, SandboxStats } from "./executors/contract.ts";
+import type {
+  ExecHandle,
+  ExecRequest,
+  FileEntry,
+  SandboxLimits,
+  SandboxStats,
+} from "./executors/contract.ts";
 
 /** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
 export type DeadlineAction = "kill" | "pause";
@@ -126,6 +132,8 @@ export interface SandboxOps {
   destroy(ref: SandboxRef): Promise<boolean>;
   /** Resource use of one sandbox. */
   metrics(ref: SandboxRef): Promise<SandboxStats>;
+  /** The cpu and memory the sandbox was given (its spec's, else the executor's defaults). */
+  limits(sandbox: SandboxRecord): SandboxLimits;
 }
 
 /**

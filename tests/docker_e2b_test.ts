@@ -174,6 +174,20 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.ok(ended instanceof CommandExitError, String(ended));
   });
 
+  await t.step("getInfo() reports the container's own cpu and memory limits", async () => {
+    const info = await sandbox.getInfo();
+    const [metric] = await sandbox.getMetrics();
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    const [c] = await docker.listContainers({
+      filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandbox.sandboxId}`] },
+    });
+    const host = (await docker.getContainer(c.Id).inspect()).HostConfig;
+    assert.equal(info.cpuCount, Math.ceil((host.NanoCpus ?? 0) / 1e9));
+    assert.equal(info.memoryMB * 1024 * 1024, host.Memory);
+    assert.equal(metric.cpuCount, info.cpuCount);
+    assert.equal(metric.memTotal, host.Memory);
+  });
+
   await t.step("an unknown template is a 400 in the fake's words", async () => {
     const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
     assert.ok(error instanceof SandboxError, String(error));

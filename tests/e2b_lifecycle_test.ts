@@ -83,6 +83,22 @@ Deno.test({
         /^400: Template 'no-such-template' is not known on this node: use one of base/,
       );
     });
+
+    await t.step(
+      "getInfo() reports the sandbox's own cpu and memory, as its metrics do",
+      async () => {
+        const sandbox = await Sandbox.create(opts);
+        const info = await sandbox.getInfo();
+        const [metric] = await sandbox.getMetrics();
+        assert.equal(info.cpuCount, 1);
+        assert.equal(metric.cpuCount, info.cpuCount);
+        assert.equal(metric.memTotal, info.memoryMB * 1024 * 1024);
+        const listed = await Sandbox.list({ ...opts, query: { metadata: {} } }).nextItems();
+        const row = listed.find((s) => s.sandboxId === sandbox.sandboxId);
+        assert.deepEqual([row?.cpuCount, row?.memoryMB], [info.cpuCount, info.memoryMB]);
+        await sandbox.kill();
+      },
+    );
   } finally {
     await fleet.stop();
   }

@@ -110,6 +110,14 @@ export interface SandboxStats {
   diskUsedBytes: number;
 }
 
+/** The cpu and memory a sandbox gets: what its spec asked, else the executor's defaults. */
+export interface SandboxLimits {
+  /** Cores (fractions allowed). */
+  cpus: number;
+  /** Memory, MiB. */
+  memoryMB: number;
+}
+
 /** Error codes an executor raises; {@linkcode executorErrorStatus} gives each its HTTP status. */
 export type ExecutorErrorCode =
   | "not_found" // a file or directory (or an image) does not exist
@@ -194,6 +202,11 @@ export interface Executor {
   readonly kind: string;
   /** Builds and starts the sandbox. */
   create(request: CreateRequest): Promise<void>;
+  /**
+   * The limits a sandbox built with `spec` gets (no engine call): the ones `create` applies and
+   * `stats` reports, so a face can answer them without reading stats.
+   */
+  limits(spec: SandboxSpec): SandboxLimits;
   /** Stops and removes the sandbox; a sandbox that does not exist is not an error. */
   destroy(id: string): Promise<void>;
   /** Starts a command; output streams as it comes. */

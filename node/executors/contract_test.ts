@@ -233,6 +233,17 @@ const cases: Record<string, Case> = {
     assert.ok(stats.memoryLimitBytes === 0 || stats.memoryLimitBytes >= stats.memoryUsedBytes);
     assert.ok(stats.diskUsedBytes >= 0);
   },
+  "limits() are the spec's own, and stats() report the same": async (ex, id) => {
+    // The suite builds every sandbox with 1 cpu and 128 MiB.
+    const limits = ex.limits({ cpus: 1, memoryMB: 128 });
+    assert.deepEqual(limits, { cpus: 1, memoryMB: 128 });
+    const stats = await ex.stats(id);
+    assert.equal(stats.cpuCount, Math.ceil(limits.cpus));
+    assert.equal(stats.memoryLimitBytes, limits.memoryMB * 1024 * 1024);
+    const defaults = ex.limits({});
+    assert.ok(defaults.cpus > 0 && defaults.memoryMB > 0, JSON.stringify(defaults));
+    assert.deepEqual(ex.limits({ cpus: 0.5 }), { cpus: 0.5, memoryMB: defaults.memoryMB });
+  },
   "destroy() is idempotent and the sandbox is gone after it": async (ex, id) => {
     assert.ok((await ex.list()).includes(id));
     await ex.destroy(id);

@@ -12,8 +12,10 @@ import {
   type Executor,
   ExecutorError,
   type FileEntry,
+  type SandboxLimits,
   type SandboxStats,
 } from "./contract.ts";
+import type { SandboxSpec } from "../../shared/schemas.ts";
 import { FakeFs, fakeHome } from "./_fake_fs.ts";
 import { Killed, runCommand } from "./_fake_shell.ts";
 import type { Clock } from "../../shared/clock.ts";
@@ -312,6 +314,8 @@ export interface FakeExecutorOptions {
   templates?: Iterable<string>;
   /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
   clock?: Clock;
+  /** Limits of a spec that sets none: Docker's defaults (1 cpu, 512 MiB) when absent. */
+  defaults?: Partial<SandboxLimits>;
 }
 
 /**
@@ -339,11 +343,21 @@ export class FakeExecutor implements Executor {
   #sandboxes = new Map<string, FakeSandbox>();
   #templates: Set<string>;
   #clock: Clock;
+  #defaults: SandboxLimits;
 
   /** An executor holding no sandboxes yet; `create` refuses a template outside `templates`. */
-  constructor({ templates, clock = systemClock }: FakeExecutorOptions = {}) {
+  constructor({ templates, clock = systemClock, defaults = {} }: FakeExecutorOptions = {}) {
     this.#templates = new Set(templates ?? defaultTemplateNames());
     this.#clock = clock;
+    this.#defaults = { cpus: 1, memoryMB: 512, ...defaults };
+  }
+
+  /** The spec's cpus and memory, else the defaults; `stats()` reports the same. */
+  limits(spec: SandboxSpec): SandboxLimits {
+    return {
+      cpus: spec.cpus ?? this.#defaults.cpus,
+      memoryMB: spec.memoryMB ?? this.#defaults.memoryMB,
+    };
   }
 
   /**
@@ -471,12 +485,13 @@ export class FakeExecutor implements Executor {
     await this.hooks.enter("stats");
     const sandbox = this.#get(id);
     const bytes = sandbox.fs.bytes();
+    const limits = this.limits(sandbox.request.spec);
     return {
       takenAt: this.#clock.now(),
       cpuUsedPct: 0,
-      cpuCount: Math.ceil(sandbox.request.spec.cpus ?? 1),
+      cpuCount: Math.max(1, Math.ceil(limits.cpus)),
       memoryUsedBytes: 8 * 1024 * 1024 + bytes,
-      memoryLimitBytes: (sandbox.request.spec.memoryMB ?? 0) * 1024 * 1024,
+      memoryLimitBytes: limits.memoryMB * 1024 * 1024,
       diskUsedBytes: bytes,
     };
   }

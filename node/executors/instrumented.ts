@@ -6,6 +6,7 @@
  */
 import type { ExecutorOutcome, NodeMetrics } from "../metrics.ts";
 import { type Executor, ExecutorError } from "./contract.ts";
+import type { SandboxSpec } from "../../shared/schemas.ts";
 
 /** The contract's calls, each measured under its own name. */
 const operations = [
@@ -27,7 +28,7 @@ const operations = [
 
 /**
  * Wraps `executor` so each call is counted by operation and outcome and timed (`exec` until the
- * command started: its run is the caller's). `kind` and `close` pass through untouched.
+ * command started: its run is the caller's). `kind`, `limits` and `close` pass through untouched.
  *
  * @example
  * ```ts
@@ -45,6 +46,8 @@ export function instrumentExecutor(executor: Executor, metrics: NodeMetrics): Ex
       return executor.kind;
     },
     close: () => executor.close(),
+    // No engine call to time: a pure function of the spec.
+    limits: (spec: SandboxSpec) => executor.limits(spec),
   };
   for (const operation of operations) {
     const call = (executor[operation] as (...args: unknown[]) => Promise<unknown>).bind(executor);

@@ -47,10 +47,6 @@ export interface E2bApiOptions {
   maxTimeoutSeconds?: number;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
-  /** Answered as `cpuCount` when the sandbox's spec has none. */
-  defaultCpuCount?: number;
-  /** Answered as `memoryMB` when the sandbox's spec has none. */
-  defaultMemoryMB?: number;
 }
 
 /**
@@ -125,19 +121,23 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   };
 
   /** The `ListedSandbox` answer of the lists. */
-  const listed = (s: SandboxRecord) => ({
-    sandboxID: s.id,
-    templateID: s.template,
-    clientID: s.nodeId,
-    startedAt: s.createdAt,
-    endAt: endAt(s),
-    cpuCount: Math.max(1, Math.ceil(s.spec.cpus ?? options.defaultCpuCount ?? 2)),
-    memoryMB: s.spec.memoryMB ?? options.defaultMemoryMB ?? 512,
-    diskSizeMB: 0,
-    metadata: s.metadata,
-    state: e2bState(s.state),
-    envdVersion,
-  });
+  const listed = (s: SandboxRecord) => {
+    // The sandbox's own limits, as its metrics report them (E2B counts whole cores).
+    const limits = ops.limits(s);
+    return {
+      sandboxID: s.id,
+      templateID: s.template,
+      clientID: s.nodeId,
+      startedAt: s.createdAt,
+      endAt: endAt(s),
+      cpuCount: Math.max(1, Math.ceil(limits.cpus)),
+      memoryMB: Math.round(limits.memoryMB),
+      diskSizeMB: 0,
+      metadata: s.metadata,
+      state: e2bState(s.state),
+      envdVersion,
+    };
+  };
 
   /** The `SandboxDetail` answer of get. */
   const detail = (s: SandboxRecord) => {

@@ -228,3 +228,17 @@ Deno.test("an unnamed create without a randomName option gets randomSandboxName'
   assert.match(service.get({ id: sandboxID })!.name, /^e2b-[0-9a-f]{20}$/);
   await executor.close();
 });
+
+Deno.test("GET /sandboxes/{id} reports the sandbox's own cpu and memory, as its metrics do", async () => {
+  const { call, executor } = setup();
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
+  const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+  const [metric] = await (await call("GET", `/sandboxes/${sandboxID}/metrics`)).json();
+  assert.equal(info.cpuCount, 1);
+  assert.equal(info.cpuCount, metric.cpuCount);
+  assert.equal(info.memoryMB, 512);
+  assert.equal(info.memoryMB * 1024 * 1024, metric.memTotal);
+  const [listed] = await (await call("GET", "/v2/sandboxes")).json();
+  assert.deepEqual([listed.cpuCount, listed.memoryMB], [1, 512]);
+  await executor.close();
+});

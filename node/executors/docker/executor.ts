@@ -18,8 +18,10 @@ import {
   type Executor,
   ExecutorError,
   type FileEntry,
+  type SandboxLimits,
   type SandboxStats,
 } from "../contract.ts";
+import type { SandboxSpec } from "../../../shared/schemas.ts";
 import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
 import { Sandboxes } from "./_sandboxes.ts";
@@ -350,8 +352,8 @@ export class DockerExecutor implements Executor {
       }
       throw error;
     }
-    const cpus = spec.cpus ?? this.#limits.cpus;
-    const memory = (spec.memoryMB ?? this.#limits.memoryMB) * 1024 * 1024;
+    const { cpus, memoryMB } = this.limits(spec);
+    const memory = memoryMB * 1024 * 1024;
     const env = { ...spec.env, ...request.env };
     const user: string = imageInfo.Config?.User ?? "";
     const containerName = this.#engine.containerName(id);
@@ -414,6 +416,14 @@ export class DockerExecutor implements Executor {
     }
     this.#sandboxes.remember(id, user, imageInfo.Config?.WorkingDir);
     this.#log("debug", "Sandbox container started", { id, image, container: containerName });
+  }
+
+  /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */
+  limits(spec: SandboxSpec): SandboxLimits {
+    return {
+      cpus: spec.cpus ?? this.#limits.cpus,
+      memoryMB: spec.memoryMB ?? this.#limits.memoryMB,
+    };
   }
 
   async destroy(id: string): Promise<void> {
