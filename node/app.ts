@@ -6,7 +6,7 @@
  */
 import { Hono } from "hono";
 import denoJson from "../deno.json" with { type: "json" };
-import type { Clock } from "../shared/clock.ts";
+import type { Clock, Timers } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
@@ -54,6 +54,8 @@ export interface NodeAppOptions {
   ledger?: Ledger;
   /** Time source of the service, scanner and host reader; `systemClock` when absent. */
   clock?: Clock;
+  /** The deadline timer's timers; `systemTimers` when absent (pass a `FakeClock` as both). */
+  timers?: Timers;
   /** Where every part logs; `silentLog` when absent. */
   log?: Log;
   /** The `fetch` the check-in loop sends with; the global `fetch` when absent. */
@@ -78,7 +80,7 @@ export interface NodeApp {
   executor: Executor;
   /** Takes the host readings sent in check-ins and served by the native face. */
   hostReader: HostReader;
-  /** Enforces E2B deadlines; runs once `start()` is called. */
+  /** Enforces E2B deadlines on one timer; runs once `start()` is called. */
   scanner: DeadlineScanner;
   /** Flushes the ledger's idle clock and restores its reserve; runs once `start()` is called. */
   upkeep: LedgerUpkeep;
@@ -139,6 +141,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     ledger,
     service,
     clock,
+    timers: options.timers,
     log,
     intervalSeconds: config.scanIntervalSeconds,
     onOutcome: (sandbox, outcome) => {

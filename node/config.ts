@@ -18,7 +18,7 @@
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins |
- * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between E2B deadline scans |
+ * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
@@ -67,7 +67,7 @@ export interface NodeConfig {
   nodeId: string;
   /** Seconds between check-ins (`DORMICE_CHECK_IN_INTERVAL_SECONDS`). */
   checkInIntervalSeconds: number;
-  /** Seconds between deadline scans (`DORMICE_SCAN_INTERVAL_SECONDS`). */
+  /** Seconds between deadline safety sweeps (`DORMICE_SCAN_INTERVAL_SECONDS`). */
   scanIntervalSeconds: number;
   /** The log floor (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;

@@ -11,7 +11,13 @@ function setup() {
   const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
   const executor = new FakeExecutor({ clock });
   const service = new SandboxService({ ledger, executor, clock });
-  const scanner = new DeadlineScanner({ ledger, service, clock, intervalSeconds: 60 });
+  const scanner = new DeadlineScanner({
+    ledger,
+    service,
+    clock,
+    timers: clock,
+    intervalSeconds: 60,
+  });
   const close = async () => {
     await scanner.stop();
     await executor.close();
@@ -78,9 +84,81 @@ Deno.test("DeadlineScanner logs a failed expiry and retries it next scan", async
   clock.tick(1);
   executor.hooks.fail("destroy", new ExecutorError("unavailable", "Engine down"));
   assert.deepEqual(await scanner.scanOnce(), { killed: [], paused: [], failed: [sandbox.id] });
-  assert.deepEqual(errors, ["error deadline action failed; retrying at the next scan"]);
+  assert.deepEqual(errors, ["error deadline action failed; retrying after a backoff"]);
   assert.deepEqual(await scanner.scanOnce(), { killed: [sandbox.id], paused: [], failed: [] });
   scanner.start();
   await scanner.stop();
+  await close();
+});
+
+Deno.test("DeadlineScanner fires a deadline at its moment, not at the next sweep", async () => {
+  const { clock, service, scanner, close } = setup();
+  const { sandbox } = await service.acquire({
+    name: "k",
+    deadline: { ms: 5_000, action: "kill" },
+  });
+  scanner.start();
+  assert.equal(scanner.nextWakeAt, clock.now() + 5_000);
+  clock.tick(4_999);
+  await scanner.idle();
+  assert.ok(service.get({ id: sandbox.id }), "still alive 1 ms before its deadline");
+  clock.tick(1);
+  await scanner.idle();
+  assert.equal(service.get({ id: sandbox.id }), undefined);
+  // Nothing left to wait for: the timer sleeps one sweep.
+  assert.equal(scanner.nextWakeAt, clock.now() + 60_000);
+  await close();
+});
+
+Deno.test("DeadlineScanner re-arms when a deadline moves, with one timer for every sandbox", async () => {
+  const { clock, service, scanner, close } = setup();
+  scanner.start();
+  for (let i = 0; i < 50; i++) {
+    await service.acquire({ name: `s-${i}`, deadline: { ms: 300_000 + i, action: "kill" } });
+  }
+  assert.equal(clock.pendingTimers, 1);
+  assert.equal(scanner.nextWakeAt, clock.now() + 60_000, "capped at the sweep");
+  // setTimeout(2): the deadline moves earlier and the timer follows at once.
+  service.setDeadline({ name: "s-7" }, clock.now() + 2_000, "kill");
+  assert.equal(scanner.nextWakeAt, clock.now() + 2_000);
+  assert.equal(clock.pendingTimers, 1);
+  clock.tick(2_000);
+  await scanner.idle();
+  assert.equal(service.get({ name: "s-7" }), undefined);
+  assert.equal(service.list().length, 49);
+  // A pause deadline freezes on time too, and clears itself.
+  const { sandbox } = await service.acquire({
+    name: "p",
+    deadline: { ms: 1_000, action: "pause" },
+  });
+  clock.tick(1_000);
+  await scanner.idle();
+  assert.equal(service.get({ id: sandbox.id })?.state, "frozen");
+  assert.equal(service.get({ id: sandbox.id })?.deadlineAt, null);
+  assert.equal(clock.pendingTimers, 1);
+  await close();
+  assert.equal(clock.pendingTimers, 0, "stop() leaves no timer behind");
+});
+
+Deno.test("DeadlineScanner backs off after a failed expiry, then applies it", async () => {
+  const { clock, executor, service, scanner, close } = setup();
+  const { sandbox } = await service.acquire({
+    name: "k",
+    deadline: { ms: 1_000, action: "kill" },
+  });
+  scanner.start();
+  executor.hooks.fail("destroy", new ExecutorError("unavailable", "Engine down"), 2);
+  clock.tick(1_000);
+  await scanner.idle();
+  assert.ok(service.get({ id: sandbox.id }));
+  // Not a hot loop on a deadline that stays past: the retry waits 1 s, then 2 s.
+  assert.equal(scanner.nextWakeAt, clock.now() + 1_000);
+  clock.tick(1_000);
+  await scanner.idle();
+  assert.ok(service.get({ id: sandbox.id }));
+  assert.equal(scanner.nextWakeAt, clock.now() + 2_000);
+  clock.tick(2_000);
+  await scanner.idle();
+  assert.equal(service.get({ id: sandbox.id }), undefined);
   await close();
 });

@@ -54,6 +54,16 @@ export interface SandboxRowPatch {
   deadlineAction?: DeadlineAction | null;
 }
 
+/** A write to the ledger, as {@linkcode Ledger.onChange} listeners see it. */
+export interface LedgerChange {
+  /** What the write did to the row. */
+  kind: "insert" | "update" | "delete";
+  /** The row's id. */
+  id: string;
+  /** True when the write set the row's deadline (an insert with one, an update of it). */
+  deadline: boolean;
+}
+
 /** Options of {@linkcode Ledger}. */
 export interface LedgerOptions {
   /** This node's id, stamped on every record handed out. */
@@ -167,6 +177,7 @@ export class Ledger {
    * when it is flushed or its row is deleted, so there are never more entries than rows.
    */
   #touched = new Map<string, number>();
+  #listeners = new Set<(change: LedgerChange) => void>();
 
   /** Wraps an open database (prefer {@linkcode Ledger.open} or {@linkcode Ledger.inMemory}). */
   constructor(db: DatabaseSync, options: LedgerOptions) {
@@ -231,6 +242,7 @@ export class Ledger {
         row.deadlineAt,
         row.deadlineAction,
       ));
+    this.#emit({ kind: "insert", id: row.id, deadline: row.deadlineAt !== null });
     return this.byId(row.id)!;
   }
 
@@ -263,6 +275,14 @@ export class Ledger {
       .map((r) => this.#record(r as unknown as Row));
   }
 
+  /** The earliest deadline of any row (ms since the epoch), or null when no row has one. */
+  nextDeadline(): number | null {
+    const row = this.#db.prepare(
+      "SELECT MIN(deadline_at) AS at FROM sandboxes WHERE deadline_at IS NOT NULL",
+    ).get() as { at: number | bigint | null } | undefined;
+    return row?.at === null || row?.at === undefined ? null : Number(row.at);
+  }
+
   /** Rows whose deadline is at or before `now` (ms since the epoch). */
   pastDeadline(now: number): SandboxRecord[] {
     return this.#db.prepare(
@@ -290,7 +310,7 @@ export class Ledger {
       sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
     }
     if (sets.length > 0) {
-      this.#write(
+      const { changes } = this.#write(
         `a change of sandbox '${id}'`,
         () =>
           this.#db.prepare(`UPDATE sandboxes SET ${sets.join(", ")} WHERE id = ?`).run(
@@ -299,6 +319,9 @@ export class Ledger {
           ),
       );
       if (patch.lastActiveAt !== undefined) this.#touched.delete(id);
+      if (Number(changes) > 0) {
+        this.#emit({ kind: "update", id, deadline: patch.deadlineAt !== undefined });
+      }
     }
     return this.byId(id);
   }
@@ -334,7 +357,19 @@ export class Ledger {
       }
     }
     this.#touched.delete(id);
-    return Number(changes) > 0;
+    const gone = Number(changes) > 0;
+    if (gone) this.#emit({ kind: "delete", id, deadline: false });
+    return gone;
+  }
+
+  /**
+   * Calls `listener` after every write, synchronously (the deadline timer re-arms there, so a
+   * new deadline is seen before the verb that wrote it returns). A listener must be quick and
+   * must not throw: its throw would fail the write's caller. Returns the unsubscribe function.
+   */
+  onChange(listener: (change: LedgerChange) => void): () => void {
+    this.#listeners.add(listener);
+    return () => this.#listeners.delete(listener);
   }
 
   /**
@@ -406,6 +441,10 @@ export class Ledger {
   /** Closes the database, releasing the lock. Safe to call twice. */
   close(): void {
     if (this.#db.isOpen) this.#db.close();
+  }
+
+  #emit(change: LedgerChange): void {
+    for (const listener of this.#listeners) listener(change);
   }
 
   /** Runs one write; a refusal for want of space becomes the 507 naming the data dir. */

@@ -194,3 +194,30 @@ Deno.test("Ledger turns SQLite's 'database or disk is full' into a 507 naming DO
   assert.equal(ledger.byId(a.id)?.name, "a");
   ledger.close();
 });
+
+Deno.test("Ledger.nextDeadline() and onChange() follow every deadline write", () => {
+  const ledger = Ledger.inMemory(options);
+  const seen: string[] = [];
+  const stop = ledger.onChange((c) => seen.push(`${c.kind}:${c.deadline}`));
+  assert.equal(ledger.nextDeadline(), null);
+  const a = ledger.insert(row("a", { deadlineAt: 5_000, deadlineAction: "kill" }));
+  const b = ledger.insert(row("b"));
+  assert.equal(ledger.nextDeadline(), 5_000);
+  ledger.update(b.id, { deadlineAt: 2_000, deadlineAction: "pause" });
+  assert.equal(ledger.nextDeadline(), 2_000);
+  ledger.update(b.id, { metadata: { x: "y" } });
+  ledger.delete(b.id);
+  assert.equal(ledger.nextDeadline(), 5_000);
+  ledger.update("sbx_missing", { deadlineAt: 1 });
+  stop();
+  ledger.update(a.id, { deadlineAt: null });
+  assert.equal(ledger.nextDeadline(), null);
+  assert.deepEqual(seen, [
+    "insert:true",
+    "insert:false",
+    "update:true",
+    "update:false",
+    "delete:false",
+  ]);
+  ledger.close();
+});

@@ -60,6 +60,7 @@ export {
 } from "./config.ts";
 export {
   Ledger,
+  type LedgerChange,
   type LedgerOptions,
   newSandboxId,
   type NewSandboxRow,
@@ -113,6 +114,7 @@ export {
   executorErrorStatus,
   executorErrorToHttp,
   type FileEntry,
+  type SandboxLimits,
   type SandboxStats,
 } from "./executors/contract.ts";
 export type {

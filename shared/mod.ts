@@ -1,7 +1,7 @@
 /**
  * Pieces shared by the gateway and the nodes: the wire schemas both ends validate with, the
  * per-name queue, constant-time token comparison, the single-writer lock, logging, bounded
- * shutdown and an injectable clock.
+ * shutdown and an injectable clock with timers.
  *
  * @example Validate a check-in body
  * ```ts
@@ -27,7 +27,14 @@ export {
 } from "./log.ts";
 export { HttpError, messageResponse } from "./http_error.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
-export { type Clock, FakeClock, systemClock } from "./clock.ts";
+export {
+  type Clock,
+  FakeClock,
+  systemClock,
+  systemTimers,
+  type TimerHandle,
+  type Timers,
+} from "./clock.ts";
 export * from "./native_schemas.ts";
 export * from "./list_cursor.ts";
 export * from "./connect_codes.ts";

@@ -188,6 +188,28 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(metric.memTotal, host.Memory);
   });
 
+  await t.step("a timeout kills or pauses the container within about a second", async () => {
+    const short = await Sandbox.create(opts);
+    const pausing = await Sandbox.create({ ...opts, lifecycle: { onTimeout: "pause" } });
+    const start = Date.now();
+    await Promise.all([short.setTimeout(2_000), pausing.setTimeout(2_000)]);
+    await until(
+      "the kill deadline",
+      async () => await containerState(nodeId, short.sandboxId) === undefined,
+      5_000,
+    );
+    await until(
+      "the pause deadline",
+      async () => await containerState(nodeId, pausing.sandboxId) === "paused",
+      5_000,
+    );
+    // The node sweeps every 60 s: only its deadline timer makes this.
+    const took = Date.now() - start;
+    assert.ok(took < 4_000, `both deadlines applied ${took} ms after setTimeout(2 s)`);
+    assert.equal((await pausing.getInfo()).state, "paused");
+    assert.equal(await pausing.kill(), true);
+  });
+
   await t.step("an unknown template is a 400 in the fake's words", async () => {
     const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
     assert.ok(error instanceof SandboxError, String(error));

@@ -99,6 +99,35 @@ Deno.test({
         await sandbox.kill();
       },
     );
+
+    await t.step("setTimeout(2 s) kills the sandbox within about a second of it", async () => {
+      const sandbox = await Sandbox.create(opts);
+      await sandbox.setTimeout(2_000);
+      const took = await until("the deadline to kill the sandbox", async () => {
+        const res = await fetch(`${opts.apiUrl}/sandboxes/${sandbox.sandboxId}`, {
+          headers: { "x-api-key": opts.apiKey },
+        });
+        await res.body?.cancel();
+        return res.status === 404;
+      });
+      // The node sweeps every 60 s: only its deadline timer can make this.
+      assert.ok(took >= 1_500 && took < 3_500, `killed ${took} ms after setTimeout(2 s)`);
+      assert.equal(await Sandbox.kill(sandbox.sandboxId, opts), false);
+    });
+
+    await t.step("lifecycle.onTimeout 'pause' pauses on time", async () => {
+      const sandbox = await Sandbox.create({
+        ...opts,
+        timeoutMs: 2_000,
+        lifecycle: { onTimeout: "pause" },
+      });
+      const took = await until(
+        "the deadline to pause the sandbox",
+        async () => (await sandbox.getInfo()).state === "paused",
+      );
+      assert.ok(took < 3_500, `paused ${took} ms after create with a 2 s timeout`);
+      await sandbox.kill();
+    });
   } finally {
     await fleet.stop();
   }
