@@ -12,7 +12,7 @@ import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.t
 import { sandboxStates } from "../shared/schemas.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
 import { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
-import type { DeadlineAction, SandboxRecord } from "./service_contract.ts";
+import type { DeadlineAction, E2bSettings, SandboxRecord } from "./service_contract.ts";
 
 /** What the ledger needs to write a new row. */
 export interface NewSandboxRow {
@@ -38,6 +38,8 @@ export interface NewSandboxRow {
   deadlineAt: number | null;
   /** What the scanner does past the deadline; `null` when there is none. */
   deadlineAction: DeadlineAction | null;
+  /** The E2B create options the node keeps (lifecycle, network); `{}` when absent. */
+  e2b?: E2bSettings;
 }
 
 /** The fields of a row that can change after it is written. */
@@ -52,6 +54,8 @@ export interface SandboxRowPatch {
   deadlineAt?: number | null;
   /** New deadline action; `null` clears it. */
   deadlineAction?: DeadlineAction | null;
+  /** New E2B settings, replacing the old as a whole. */
+  e2b?: E2bSettings;
 }
 
 /** A write to the ledger, as {@linkcode Ledger.onChange} listeners see it. */
@@ -91,6 +95,7 @@ interface Row {
   last_active_at: number;
   deadline_at: number | null;
   deadline_action: string | null;
+  e2b: string | null;
 }
 
 /**
@@ -110,6 +115,7 @@ const columns = `
   last_active_at INTEGER NOT NULL,
   deadline_at INTEGER,
   deadline_action TEXT,
+  e2b TEXT NOT NULL DEFAULT '{}',
   UNIQUE (team, name)`;
 
 /**
@@ -135,6 +141,13 @@ function migrateToTeams(db: DatabaseSync): void {
     db.exec("ROLLBACK");
     throw error;
   }
+}
+
+/** Adds the `e2b` column to a ledger written before it; its rows keep `{}` (no settings). */
+function migrateToE2bSettings(db: DatabaseSync): void {
+  const info = db.prepare("PRAGMA table_info(sandboxes)").all() as unknown as { name: string }[];
+  if (info.some((c) => c.name === "e2b")) return;
+  db.exec("ALTER TABLE sandboxes ADD COLUMN e2b TEXT NOT NULL DEFAULT '{}'");
 }
 
 /**
@@ -187,6 +200,7 @@ export class Ledger {
     this.#log = options.log ?? silentLog;
     db.exec(`CREATE TABLE IF NOT EXISTS sandboxes (${columns})`);
     migrateToTeams(db);
+    migrateToE2bSettings(db);
     db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
   }
 
@@ -227,7 +241,8 @@ export class Ledger {
     this.#write(what, () =>
       this.#db.prepare(
         `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
-        last_active_at, deadline_at, deadline_action) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+        last_active_at, deadline_at, deadline_action, e2b)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
       ).run(
         row.id,
         row.name,
@@ -241,6 +256,7 @@ export class Ledger {
         row.createdAt,
         row.deadlineAt,
         row.deadlineAction,
+        JSON.stringify(row.e2b ?? {}),
       ));
     this.#emit({ kind: "insert", id: row.id, deadline: row.deadlineAt !== null });
     return this.byId(row.id)!;
@@ -309,6 +325,7 @@ export class Ledger {
     if (patch.deadlineAction !== undefined) {
       sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
     }
+    if (patch.e2b !== undefined) sets.push("e2b = ?"), values.push(JSON.stringify(patch.e2b));
     if (sets.length > 0) {
       const { changes } = this.#write(
         `a change of sandbox '${id}'`,
@@ -474,6 +491,7 @@ export class Ledger {
       env: JSON.parse(row.env),
       deadlineAt: row.deadline_at === null ? null : Number(row.deadline_at),
       deadlineAction: row.deadline_action as DeadlineAction | null,
+      e2b: row.e2b ? JSON.parse(row.e2b) : {},
     };
   }
 }

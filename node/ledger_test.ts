@@ -47,6 +47,7 @@ Deno.test("Ledger round-trips a row as a record", () => {
     env: { A: "1" },
     deadlineAt: null,
     deadlineAction: null,
+    e2b: {},
   });
   assert.deepEqual(ledger.byName("a"), rec);
   assert.equal(ledger.byName("b"), undefined);
@@ -70,8 +71,10 @@ Deno.test("Ledger.update() changes fields and census() counts states", () => {
     lastActiveAt: 1_700_000_001_000,
     deadlineAt: 5,
     deadlineAction: "pause",
+    e2b: { onTimeout: "pause", autoResume: true },
   });
   assert.equal(updated?.state, "frozen");
+  assert.deepEqual(updated?.e2b, { onTimeout: "pause", autoResume: true });
   assert.deepEqual(updated?.metadata, { x: "y" });
   assert.equal(updated?.lastActiveAt, "2023-11-14T22:13:21.000Z");
   assert.deepEqual(ledger.census(), {
@@ -124,6 +127,7 @@ Deno.test("Ledger migrates a ledger written before teams: every row joins the de
   const ledger = new Ledger(db, options);
   assert.equal(ledger.byName("agent-1")?.id, "sbx_old");
   assert.equal(ledger.byId("sbx_old")?.team, "default");
+  assert.deepEqual(ledger.byId("sbx_old")?.e2b, {}, "a row from before E2B settings has none");
   // The old UNIQUE(name) is gone: another team may now hold the same name.
   ledger.insert(row("agent-1", { team: "acme" }));
   assert.equal(ledger.byName("agent-1", "acme")?.team, "acme");

@@ -107,10 +107,23 @@ export class SandboxService implements SandboxOps {
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
         let sandbox = await this.#guard(existing, () => this.#wake(existing, { probe: true }));
-        if (request.deadline) {
+        if (request.deadline || request.e2b) {
+          const lifecycle = request.e2b && {
+            e2b: {
+              ...sandbox.e2b,
+              onTimeout: request.e2b.onTimeout,
+              autoResume: request.e2b.autoResume,
+              timeoutSeconds: request.e2b.timeoutSeconds,
+            },
+          };
           sandbox = this.#ledger.update(sandbox.id, {
-            deadlineAt: this.#clock.now() + request.deadline.ms,
-            deadlineAction: request.deadline.action,
+            ...(request.deadline
+              ? {
+                deadlineAt: this.#clock.now() + request.deadline.ms,
+                deadlineAction: request.deadline.action,
+              }
+              : {}),
+            ...lifecycle,
           })!;
         }
         return { created: false, sandbox };
@@ -137,6 +150,7 @@ export class SandboxService implements SandboxOps {
           createdAt: now,
           deadlineAt: request.deadline ? now + request.deadline.ms : null,
           deadlineAction: request.deadline?.action ?? null,
+          e2b: request.e2b,
         });
         this.#log("info", "sandbox created", { name: request.name, team, id, template });
         return { created: true, sandbox };
@@ -361,6 +375,24 @@ export class SandboxService implements SandboxOps {
   /** Resource use of one sandbox (never wakes). */
   metrics(ref: SandboxRef): Promise<SandboxStats> {
     return this.#inSlot(ref, (sandbox) => this.#call(() => this.#executor.stats(sandbox.id)));
+  }
+
+  /**
+   * Wakes a paused sandbox for traffic when its lifecycle allows, renewing its E2B deadline by
+   * the create's timeout (a deadline further out is kept); `null` when it stays paused.
+   */
+  wakeForTraffic(ref: SandboxRef): Promise<SandboxRecord | null> {
+    return this.#inSlot(ref, async (sandbox) => {
+      if (sandbox.state === "active" || sandbox.state === "restoring") return sandbox;
+      const { onTimeout, autoResume, timeoutSeconds } = sandbox.e2b;
+      // A native sandbox wakes on use; an E2B one only with autoResume, as on E2B.
+      if (onTimeout !== undefined && !autoResume) return null;
+      const awake = await this.#wake(sandbox);
+      if (onTimeout === undefined || timeoutSeconds === undefined) return awake;
+      const renewed = this.#clock.now() + timeoutSeconds * 1000;
+      if (awake.deadlineAt !== null && awake.deadlineAt >= renewed) return awake;
+      return this.#ledger.update(awake.id, { deadlineAt: renewed, deadlineAction: onTimeout })!;
+    });
   }
 
   /** The cpu and memory the sandbox was given (no engine call). */

@@ -17,6 +17,25 @@ import type {
 /** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
 export type DeadlineAction = "kill" | "pause";
 
+/**
+ * What the node keeps of an E2B create's options, for the timeout, the resume by traffic and
+ * the sandbox's info. A native sandbox has none (`{}`).
+ */
+export interface E2bSettings {
+  /** What the deadline does (`lifecycle.onTimeout`, or `autoPause`); absent: not an E2B create. */
+  onTimeout?: DeadlineAction;
+  /** Traffic through envd resumes the sandbox when it is paused (`lifecycle.autoResume`). */
+  autoResume?: boolean;
+  /** The lifetime the create gave, seconds: a resume by traffic gets it again. */
+  timeoutSeconds?: number;
+  /** `secure: true` was asked (recorded; the traffic token that goes with it is not built yet). */
+  secure?: boolean;
+  /** `allowInternetAccess` as the create set it; absent when it did not. */
+  allowInternetAccess?: boolean;
+  /** `network.allowPublicTraffic` as the create set it (recorded, not enforced yet). */
+  allowPublicTraffic?: boolean;
+}
+
 /** A ledger row as the service hands it out: the public sandbox plus E2B bookkeeping. */
 export interface SandboxRecord extends Sandbox {
   /** Default environment of every command (E2B `envVars`, native `spec.env`). */
@@ -25,6 +44,8 @@ export interface SandboxRecord extends Sandbox {
   deadlineAt: number | null;
   /** What the scanner does past the deadline. */
   deadlineAction: DeadlineAction | null;
+  /** The E2B create's options the node keeps; `{}` for a native sandbox. */
+  e2b: E2bSettings;
 }
 
 /** `acquire` input: create-or-wake by name. */
@@ -43,6 +64,11 @@ export interface AcquireRequest {
   env?: Record<string, string>;
   /** Sets an E2B deadline `deadlineMs` from now (also refreshed on wake when given). */
   deadline?: { ms: number; action: DeadlineAction };
+  /**
+   * The E2B create's options, stored on create; on wake only the lifecycle (`onTimeout`,
+   * `autoResume`, `timeoutSeconds`) is replaced, since a built sandbox keeps its network.
+   */
+  e2b?: E2bSettings;
 }
 
 /** What `acquire` answers: the row, and whether this call built it. */
@@ -134,6 +160,12 @@ export interface SandboxOps {
   metrics(ref: SandboxRef): Promise<SandboxStats>;
   /** The cpu and memory the sandbox was given (its spec's, else the executor's defaults). */
   limits(sandbox: SandboxRecord): SandboxLimits;
+  /**
+   * The door traffic passes to reach a sandbox (envd now, its ports later): a running sandbox
+   * as it is; a paused one woken when its lifecycle allows (`autoResume`, or a native sandbox,
+   * which wakes on use) with its E2B deadline renewed; `null` when it is paused and stays so.
+   */
+  wakeForTraffic(ref: SandboxRef): Promise<SandboxRecord | null>;
 }
 
 /**

@@ -90,7 +90,14 @@ Deno.test({
         (await native("writeFile", { name: "keep", path: "/tmp/a", content: "hello" })).status,
         200,
       );
-      const paused = await e2b("/sandboxes", { templateID: "base", metadata: { name: "napper" } });
+      // autoResume, so envd traffic tries to wake it (without it a paused E2B sandbox refuses
+      // envd traffic before any write is tried).
+      const paused = await e2b("/sandboxes", {
+        templateID: "base",
+        metadata: { name: "napper" },
+        autoPause: true,
+        autoResume: { enabled: true },
+      });
       assert.equal(paused.status, 201, JSON.stringify(paused.body));
       const napper = paused.body.sandboxID as string;
       const access = paused.body.envdAccessToken as string;

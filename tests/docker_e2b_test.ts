@@ -210,6 +210,41 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(await pausing.kill(), true);
   });
 
+  await t.step("autoResume: a command resumes the paused container; without it, no", async () => {
+    const waking = await Sandbox.create({
+      ...opts,
+      lifecycle: { onTimeout: "pause", autoResume: true },
+    });
+    const staying = await Sandbox.create({ ...opts, lifecycle: { onTimeout: "pause" } });
+    await Promise.all([waking.pause(), staying.pause()]);
+    assert.equal(await containerState(nodeId, waking.sandboxId), "paused");
+    assert.equal((await waking.commands.run("echo resumed")).stdout, "resumed\n");
+    assert.equal(await containerState(nodeId, waking.sandboxId), "running");
+    assert.equal(await staying.isRunning(), false);
+    assert.ok((await staying.commands.run("echo no").catch((e) => e)) instanceof Error);
+    assert.equal(await containerState(nodeId, staying.sandboxId), "paused");
+    await Promise.all([waking.kill(), staying.kill()]);
+  });
+
+  await t.step("allowInternetAccess picks the container's network: none unless asked", async () => {
+    // Only the container's configuration is checked: this test never reaches an outside address.
+    const networkMode = async (sandboxId: string) => {
+      const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+      const [c] = await docker.listContainers({
+        filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandboxId}`] },
+      });
+      return (await docker.getContainer(c.Id).inspect()).HostConfig.NetworkMode;
+    };
+    const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
+    const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
+    assert.equal(await networkMode(open.sandboxId), "bridge");
+    assert.equal(await networkMode(closed.sandboxId), "none");
+    assert.equal(await networkMode(sandbox.sandboxId), "none", "the default is no egress");
+    assert.equal((await open.getInfo()).allowInternetAccess, true);
+    assert.equal((await closed.getInfo()).allowInternetAccess, false);
+    await Promise.all([open.kill(), closed.kill()]);
+  });
+
   await t.step("an unknown template is a 400 in the fake's words", async () => {
     const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
     assert.ok(error instanceof SandboxError, String(error));

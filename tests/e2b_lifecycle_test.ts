@@ -128,6 +128,90 @@ Deno.test({
       assert.ok(took < 3_500, `paused ${took} ms after create with a 2 s timeout`);
       await sandbox.kill();
     });
+
+    await t.step(
+      "lifecycle.autoResume: traffic through envd resumes a paused sandbox",
+      async () => {
+        const sandbox = await Sandbox.create({
+          ...opts,
+          lifecycle: { onTimeout: "pause", autoResume: true },
+        });
+        assert.deepEqual((await sandbox.getInfo()).lifecycle, {
+          onTimeout: "pause",
+          autoResume: true,
+        });
+        assert.equal(await sandbox.pause(), true);
+        assert.equal((await sandbox.getInfo()).state, "paused");
+        assert.equal((await sandbox.commands.run("echo resumed")).stdout, "resumed\n");
+        assert.equal((await sandbox.getInfo()).state, "running");
+        await sandbox.kill();
+      },
+    );
+
+    await t.step("without autoResume a paused sandbox stays paused until connect", async () => {
+      const sandbox = await Sandbox.create({ ...opts, lifecycle: { onTimeout: "pause" } });
+      assert.equal(await sandbox.pause(), true);
+      assert.equal(await sandbox.isRunning(), false);
+      const refused = await sandbox.commands.run("echo no").catch((e) => e);
+      assert.ok(refused instanceof Error, String(refused));
+      assert.equal((await sandbox.getInfo()).state, "paused");
+      await sandbox.connect();
+      assert.equal(await sandbox.isRunning(), true);
+      assert.equal((await sandbox.commands.run("echo yes")).stdout, "yes\n");
+      await sandbox.kill();
+    });
+
+    await t.step("the pause lifecycle survives an auto-pause and a connect", async () => {
+      const sandbox = await Sandbox.create({
+        ...opts,
+        timeoutMs: 1_000,
+        lifecycle: { onTimeout: "pause" },
+      });
+      await until("the first auto-pause", async () => (await sandbox.getInfo()).state === "paused");
+      await sandbox.connect({ timeoutMs: 1_000 });
+      assert.equal((await sandbox.getInfo()).state, "running");
+      // Paused again, not killed: the lifecycle outlived the first pause.
+      await until(
+        "the second auto-pause",
+        async () => (await sandbox.getInfo()).state === "paused",
+      );
+      await sandbox.kill();
+    });
+
+    await t.step(
+      "POST /sandboxes/{id}/refreshes extends the deadline through the gateway",
+      async () => {
+        // The JS SDK 2.51 has no refresh call; the Python SDK and older clients post it.
+        const sandbox = await Sandbox.create({ ...opts, timeoutMs: 30_000 });
+        const res = await fetch(`${opts.apiUrl}/sandboxes/${sandbox.sandboxId}/refreshes`, {
+          method: "POST",
+          headers: { "x-api-key": opts.apiKey, "content-type": "application/json" },
+          body: JSON.stringify({ duration: 600 }),
+        });
+        assert.equal(res.status, 204);
+        await res.body?.cancel();
+        const left = (await sandbox.getInfo()).endAt.getTime() - Date.now();
+        assert.ok(left > 590_000 && left <= 600_000, `endAt ${left} ms away`);
+        await sandbox.kill();
+      },
+    );
+
+    await t.step(
+      "allowInternetAccess is kept; egress rules by domain are a 400 naming them",
+      async () => {
+        const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
+        assert.equal((await open.getInfo()).allowInternetAccess, true);
+        const unset = await Sandbox.create(opts);
+        assert.equal((await unset.getInfo()).allowInternetAccess, undefined);
+        const ruled = await Sandbox.create({
+          ...opts,
+          network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] },
+        }).catch((e) => e);
+        assert.ok(ruled instanceof SandboxError, String(ruled));
+        assert.match(ruled.message, /^400: 'network\.allowOut' is not supported on this node/);
+        await Promise.all([open.kill(), unset.kill()]);
+      },
+    );
   } finally {
     await fleet.stop();
   }

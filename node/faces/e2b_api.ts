@@ -1,7 +1,8 @@
 /**
- * The node's E2B control plane (the API the `e2b` SDK calls with `E2B_API_URL`): create,
- * connect/resume, timeout, get, list, kill, pause and metrics, with E2B's `{code, message}`
- * errors and `X-API-KEY` auth.
+ * The node's E2B control plane (the API the `e2b` SDK calls with `E2B_API_URL`): create (its
+ * lifecycle and network options read by `e2b_create_options.ts`), connect/resume, timeout,
+ * refresh, get, list, kill, pause and metrics, with E2B's `{code, message}` errors and
+ * `X-API-KEY` auth.
  *
  * @module
  */
@@ -25,6 +26,7 @@ import { describeZodError, metadataSchema, sandboxNameSchema } from "../../share
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "./access_tokens.ts";
+import { parseCreateOptions } from "./e2b_create_options.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
 
 /** Options of {@linkcode createE2bApi}. */
@@ -93,12 +95,16 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const createSchema = z.object({
     templateID: z.string().min(1).max(256),
     timeout: timeoutSchema.optional(),
-    autoPause: z.boolean().optional(),
     metadata: metadataSchema.optional(),
     envVars: z.record(z.string(), z.string()).optional(),
   });
   const connectSchema = z.object({ timeout: timeoutSchema.optional() });
   const setTimeoutSchema = z.object({ timeout: timeoutSchema });
+  // E2B's refresh keeps a sandbox alive at least 15 s and at most an hour past now.
+  const refreshSchema = z.object({
+    duration: z.number().int("must be whole seconds").min(0, "must be at least 0")
+      .max(3600, "must be at most 3600 seconds").optional(),
+  });
 
   app.use("*", e2bKeyAuth((key) => tokensEqual(key, options.apiToken)));
 
@@ -146,9 +152,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       ...listed(s),
       ...(accessToken ? { envdAccessToken: accessToken } : {}),
       domain,
-      lifecycle: { onTimeout: s.deadlineAction ?? "kill", autoResume: false },
+      lifecycle: { onTimeout: onTimeoutOf(s), autoResume: s.e2b.autoResume ?? false },
+      // Null: the create did not say (and the sandbox then has no egress here).
+      allowInternetAccess: s.e2b.allowInternetAccess ?? null,
+      ...(s.e2b.allowPublicTraffic === undefined
+        ? {}
+        : { network: { allowPublicTraffic: s.e2b.allowPublicTraffic } }),
     };
   };
+
+  /** What the sandbox's timeout does: its lifecycle's choice, else its deadline's. */
+  const onTimeoutOf = (s: SandboxRecord) => s.e2b.onTimeout ?? s.deadlineAction ?? "kill";
 
   // The gateway's X-Dormice-Team scopes every id to the caller's team (read after the key check,
   // which only the fleet token passes); without it the caller is the operator, who sees all.
@@ -162,7 +176,10 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   };
 
   const create = async (c: Context) => {
-    const body = parse(createSchema, await readBody(c, "refuse", `{"templateID":"base"}`));
+    const raw = await readBody(c, "refuse", `{"templateID":"base"}`);
+    const body = parse(createSchema, raw);
+    const timeoutSeconds = body.timeout ?? defaultTimeout;
+    const options = parseCreateOptions(raw, timeoutSeconds);
     let name: string;
     if (body.metadata?.name !== undefined) {
       const r = sandboxNameSchema.safeParse(body.metadata.name);
@@ -183,10 +200,9 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       template: body.templateID,
       metadata: body.metadata,
       env: body.envVars,
-      deadline: {
-        ms: (body.timeout ?? defaultTimeout) * 1000,
-        action: body.autoPause ? "pause" : "kill",
-      },
+      spec: options.spec,
+      deadline: { ms: timeoutSeconds * 1000, action: options.onTimeout },
+      e2b: options.e2b,
     });
     return c.json(created(result.sandbox), 201);
   };
@@ -205,7 +221,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     if (body.timeout !== undefined || sandbox.deadlineAt !== null) {
       const wanted = now + (body.timeout ?? defaultTimeout) * 1000;
       if (sandbox.deadlineAt === null || wanted > sandbox.deadlineAt) {
-        current = ops.setDeadline(at(c, id), wanted, sandbox.deadlineAction ?? "kill");
+        current = ops.setDeadline(at(c, id), wanted, onTimeoutOf(sandbox));
       }
     }
     return c.json(created(current), resumed ? 201 : 200);
@@ -225,7 +241,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const { sandbox } = await ops.resume(at(c, id));
     const action = body.autoPause === undefined
-      ? sandbox.deadlineAction ?? "kill"
+      ? onTimeoutOf(sandbox)
       : body.autoPause
       ? "pause"
       : "kill";
@@ -241,7 +257,22 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     const id = c.req.param("id");
     const body = parse(setTimeoutSchema, await readBody(c, "refuse", `{"timeout":300}`));
     const s = mustGet(c, id);
-    ops.setDeadline(at(c, id), clock.now() + body.timeout * 1000, s.deadlineAction ?? "kill");
+    ops.setDeadline(at(c, id), clock.now() + body.timeout * 1000, onTimeoutOf(s));
+    return c.body(null, 204);
+  });
+
+  // Only ever extends, unlike /timeout (E2B's keep-alive); a sandbox with no deadline keeps none.
+  app.post("/sandboxes/:id/refreshes", async (c) => {
+    const id = c.req.param("id");
+    const body = parse(refreshSchema, await readBody(c, "object", `{"duration":60}`));
+    const s = mustGet(c, id);
+    if (e2bState(s.state) === "paused") {
+      throw new HttpError(409, `Sandbox '${id}' is paused: connect to it to resume it first`);
+    }
+    const wanted = clock.now() + Math.max(body.duration ?? 15, 15) * 1000;
+    if (s.deadlineAt !== null && wanted > s.deadlineAt) {
+      ops.setDeadline(at(c, id), wanted, onTimeoutOf(s));
+    }
     return c.body(null, 204);
   });
 

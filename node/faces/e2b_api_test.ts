@@ -242,3 +242,147 @@ Deno.test("GET /sandboxes/{id} reports the sandbox's own cpu and memory, as its 
   assert.deepEqual([listed.cpuCount, listed.memoryMB], [1, 512]);
   await executor.close();
 });
+
+Deno.test("create's lifecycle: onTimeout and autoResume in every wire form, kept across a pause", async () => {
+  const { call, clock, service, executor } = setup();
+  const forms: [object, string, boolean][] = [
+    [{ lifecycle: { onTimeout: "pause", autoResume: true } }, "pause", true],
+    [{ lifecycle: { onTimeout: { action: "pause" } } }, "pause", false],
+    [{ autoPause: true, autoResume: { enabled: true } }, "pause", true],
+    [{ autoPause: true, autoResume: { policy: "any" } }, "pause", true],
+    // lifecycle wins over the older autoPause, as in the SDK.
+    [{ lifecycle: { onTimeout: "kill" }, autoPause: true }, "kill", false],
+    [{}, "kill", false],
+  ];
+  for (const [options, onTimeout, autoResume] of forms) {
+    const res = await call("POST", "/v2/sandboxes", {
+      templateID: "base",
+      timeout: 60,
+      ...options,
+    });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    const { sandboxID } = await res.json();
+    const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+    assert.deepEqual(info.lifecycle, { onTimeout, autoResume }, JSON.stringify(options));
+    const row = service.get({ id: sandboxID })!;
+    assert.equal(row.deadlineAction, onTimeout);
+    assert.deepEqual(row.e2b, { onTimeout, autoResume, timeoutSeconds: 60 });
+  }
+
+  // A pause deadline clears itself; connect gives the new deadline the lifecycle's action.
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", {
+    templateID: "base",
+    timeout: 10,
+    lifecycle: { onTimeout: "pause" },
+  })).json();
+  clock.tick(10_000);
+  assert.equal(await service.expireIfDue(sandboxID), "paused");
+  const resumed = await call("POST", `/v2/sandboxes/${sandboxID}/connect`, { timeout: 30 });
+  assert.equal(resumed.status, 201);
+  await resumed.body?.cancel();
+  assert.equal(service.get({ id: sandboxID })?.deadlineAction, "pause");
+  assert.equal(
+    (await (await call("GET", `/sandboxes/${sandboxID}`)).json()).lifecycle.onTimeout,
+    "pause",
+  );
+  await executor.close();
+});
+
+Deno.test("create refuses lifecycle options this node cannot honour, naming them", async () => {
+  const { call, executor } = setup();
+  const cases: [object, RegExp][] = [
+    [{ autoResume: { enabled: true } }, /'autoResume' needs the timeout to pause/],
+    [{ lifecycle: { onTimeout: "kill", autoResume: true } }, /'autoResume' needs/],
+    [{ autoPause: true, autoPauseMemory: false }, /'autoPauseMemory': false .* not supported/],
+    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /'autoPauseMemory'/],
+    [{ lifecycle: { onTimeout: "later" } }, /'lifecycle\.onTimeout'/],
+    [{ autoResume: { policy: "sometimes" } }, /'autoResume'/],
+  ];
+  for (const [options, pattern] of cases) {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 400, JSON.stringify(options));
+    const body = await res.json();
+    assert.equal(body.code, 400);
+    assert.match(body.message, pattern);
+  }
+  await executor.close();
+});
+
+Deno.test("POST /sandboxes/{id}/refreshes extends the deadline only, by at least 15 s", async () => {
+  const { call, clock, service, executor } = setup();
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", {
+    templateID: "base",
+    timeout: 5,
+  })).json();
+  const refresh = (body?: unknown) => call("POST", `/sandboxes/${sandboxID}/refreshes`, body);
+  assert.equal((await refresh({ duration: 60 })).status, 204);
+  assert.equal(service.get({ id: sandboxID })?.deadlineAt, clock.now() + 60_000);
+  // An empty body is E2B's default 15 s, which does not shorten the 60 s.
+  assert.equal((await refresh()).status, 204);
+  assert.equal(service.get({ id: sandboxID })?.deadlineAt, clock.now() + 60_000);
+  clock.tick(55_000);
+  assert.equal((await refresh({ duration: 1 })).status, 204);
+  assert.equal(service.get({ id: sandboxID })?.deadlineAt, clock.now() + 15_000, "the 15 s floor");
+  const tooLong = await refresh({ duration: 3601 });
+  assert.equal(tooLong.status, 400);
+  assert.match((await tooLong.json()).message, /'duration'/);
+  await (await call("POST", `/sandboxes/${sandboxID}/pause`, {})).body?.cancel();
+  const paused = await refresh({ duration: 60 });
+  assert.equal(paused.status, 409);
+  await paused.body?.cancel();
+  const missing = await call("POST", "/sandboxes/sbx_nope/refreshes", {});
+  assert.equal(missing.status, 404);
+  await missing.body?.cancel();
+  await executor.close();
+});
+
+Deno.test("create honours allowInternetAccess as the spec's egress and records secure", async () => {
+  const { call, service, executor } = setup();
+  const make = async (options: object) => {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    const { sandboxID } = await res.json();
+    const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+    return { row: service.get({ id: sandboxID })!, info };
+  };
+  const open = await make({ allow_internet_access: true, secure: true });
+  assert.equal(open.row.spec.network, true);
+  assert.equal(open.row.e2b.secure, true);
+  assert.equal(open.info.allowInternetAccess, true);
+  const camel = await make({ allowInternetAccess: true });
+  assert.equal(camel.row.spec.network, true);
+  const closed = await make({ allow_internet_access: false });
+  assert.equal(closed.row.spec.network, undefined);
+  assert.equal(closed.info.allowInternetAccess, false);
+  const unset = await make({});
+  assert.equal(unset.row.spec.network, undefined);
+  assert.equal(unset.info.allowInternetAccess, null);
+  // Denying every address is no egress, which the node can do.
+  const denied = await make({ network: { denyOut: ["0.0.0.0/0"], allowPublicTraffic: false } });
+  assert.equal(denied.info.allowInternetAccess, false);
+  assert.deepEqual(denied.info.network, { allowPublicTraffic: false });
+  await executor.close();
+});
+
+Deno.test("create refuses network options this node cannot honour, naming each", async () => {
+  const { call, executor } = setup();
+  const cases: [object, RegExp][] = [
+    [{ network: { allowOut: ["example.com"] } }, /^'network\.allowOut' is not supported/],
+    [{ network: { denyOut: ["10.0.0.0/8"] } }, /^'network\.denyOut' is not supported/],
+    [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
+    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules'/],
+    [{ network: { maskRequestHost: "x" } }, /^'network\.maskRequestHost'/],
+    [{ network: { somethingNew: true } }, /somethingNew/],
+    [{ allow_internet_access: true, allowInternetAccess: false }, /disagree/],
+    [{ allowInternetAccess: true, network: { denyOut: ["0.0.0.0/0"] } }, /disagree/],
+    [{ secure: "yes" }, /'secure'/],
+  ];
+  for (const [options, pattern] of cases) {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 400, JSON.stringify(options));
+    const body = await res.json();
+    assert.equal(body.code, 400);
+    assert.match(body.message, pattern);
+  }
+  await executor.close();
+});

@@ -19,7 +19,7 @@ import {
 } from "../access_tokens.ts";
 import { DEFAULT_USER, type EnvdCore, type EnvdOptions, makeCore } from "./core.ts";
 import { restError, restErrorOf } from "./dialects.ts";
-import { guard } from "./guard.ts";
+import { admitTraffic, guard } from "./guard.ts";
 import { resolvePath } from "./request.ts";
 
 /**
@@ -88,9 +88,10 @@ export function handleSignedFiles(
       );
     }
     try {
+      const awake = await admitTraffic(core, sandbox);
       return operation === "read"
-        ? await readFileResponse(core, sandbox, url)
-        : await writeFilesResponse(core, sandbox, url, c.req.raw);
+        ? await readFileResponse(core, awake, url)
+        : await writeFilesResponse(core, awake, url, c.req.raw);
     } catch (error) {
       return restErrorOf(core.options.log, error);
     }

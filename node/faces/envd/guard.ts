@@ -60,7 +60,7 @@ export async function guard(
         );
       }
     }
-    return await fn(sandbox);
+    return await fn(await admitTraffic(core, sandbox));
   } catch (error) {
     if (dialect === "connect") {
       const { code, message } = toConnect(core.options.log, error);
@@ -68,4 +68,29 @@ export async function guard(
     }
     return restErrorOf(core.options.log, error);
   }
+}
+
+/**
+ * Lets traffic reach a sandbox: a running one as it is, a paused one resumed when its lifecycle
+ * allows (`autoResume`; a native sandbox wakes on use), else refused as E2B refuses traffic to
+ * a paused sandbox: `unavailable`, which the SDK reads as "not running".
+ *
+ * @throws {ConnectError} `unavailable` when the sandbox is paused and does not auto-resume.
+ * @example
+ * ```ts ignore
+ * const awake = await admitTraffic(core, sandbox);
+ * ```
+ */
+export async function admitTraffic(
+  core: EnvdCore,
+  sandbox: SandboxRecord,
+): Promise<SandboxRecord> {
+  if (sandbox.state === "active" || sandbox.state === "restoring") return sandbox;
+  const awake = await core.ops.wakeForTraffic({ id: sandbox.id });
+  if (awake) return awake;
+  throw new ConnectError(
+    "unavailable",
+    `Sandbox '${sandbox.id}' is paused: resume it with Sandbox.connect(), or create it with ` +
+      "lifecycle.autoResume so that traffic resumes it",
+  );
 }

@@ -21,6 +21,7 @@ import type { SandboxOps } from "../../service_contract.ts";
 import { type EnvdOptions, makeCore, SANDBOX_HEADER } from "./core.ts";
 import { errorMessage, restError } from "./dialects.ts";
 import { mountFiles } from "./files.ts";
+import { admitTraffic } from "./guard.ts";
 import { filesystemService } from "./filesystem/service.ts";
 import { processService } from "./process/service.ts";
 import { mountRpcs } from "./rpc.ts";
@@ -56,13 +57,13 @@ export function createEnvd(ops: SandboxOps, options: EnvdOptions = {}): Hono {
   const core = makeCore(ops, options);
   const app = new Hono();
 
-  app.get("/health", (c) => {
+  app.get("/health", async (c) => {
     const id = c.req.header(SANDBOX_HEADER);
     if (!id) return restError(400, `The ${SANDBOX_HEADER} header is missing: name the sandbox`);
     const sandbox = ops.get({ id });
-    if (!sandbox || sandbox.state !== "active") {
-      return restError(502, `Sandbox '${id}' is not running on this node`);
-    }
+    // A paused sandbox is not running, unless this request resumes it (autoResume).
+    const awake = sandbox && await admitTraffic(core, sandbox).catch(() => undefined);
+    if (!awake) return restError(502, `Sandbox '${id}' is not running on this node`);
     return c.body(null, 204);
   });
   mountFiles(app, core);

@@ -56,3 +56,66 @@ Deno.test("Process/Start refuses the wrong content type with 415", async () => {
   await res.body?.cancel();
   await executor.close();
 });
+
+Deno.test("envd resumes a paused sandbox for traffic only when its lifecycle says autoResume", async () => {
+  const { app, service, accessTokens, executor } = await setup();
+  const clock = { now: Date.now };
+  const make = async (name: string, autoResume: boolean) => {
+    const { sandbox } = await service.acquire({
+      name,
+      deadline: { ms: 60_000, action: "pause" },
+      e2b: { onTimeout: "pause", autoResume, timeoutSeconds: 120 },
+    });
+    await service.pause({ id: sandbox.id });
+    const headers = {
+      "E2b-Sandbox-Id": sandbox.id,
+      "X-Access-Token": accessTokens.forSandbox(sandbox.id),
+    };
+    return { id: sandbox.id, headers };
+  };
+  const list = (headers: Record<string, string>) =>
+    app.request("/e2b/envd/process.Process/List", {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: "{}",
+    });
+
+  // Without autoResume: not running, and traffic leaves it paused (connect resumes it).
+  const stays = await make("stays", false);
+  const health = await app.request("/e2b/envd/health", { headers: stays.headers });
+  assert.equal(health.status, 502);
+  await health.body?.cancel();
+  const refused = await list(stays.headers);
+  assert.equal(refused.status, 503);
+  const body = await refused.json();
+  assert.equal(body.code, "unavailable");
+  assert.match(body.message, /is paused: resume it with Sandbox\.connect\(\)/);
+  assert.equal(service.get({ id: stays.id })?.state, "frozen");
+
+  // With autoResume: the request resumes it and gets its answer; the deadline is renewed.
+  const wakes = await make("wakes", true);
+  const before = clock.now();
+  const answered = await list(wakes.headers);
+  assert.equal(answered.status, 200);
+  await answered.body?.cancel();
+  const row = service.get({ id: wakes.id })!;
+  assert.equal(row.state, "active");
+  assert.ok(row.deadlineAt! >= before + 120_000, "renewed by the create's 120 s");
+  assert.equal(row.deadlineAction, "pause");
+  await service.pause({ id: wakes.id });
+  const healthy = await app.request("/e2b/envd/health", { headers: wakes.headers });
+  assert.equal(healthy.status, 204);
+  assert.equal(service.get({ id: wakes.id })?.state, "active");
+
+  // A native sandbox (no E2B lifecycle) still wakes on use, as the native verbs promise.
+  const { sandbox: native } = await service.acquire({ name: "native" });
+  await service.pause({ id: native.id });
+  const woke = await list({
+    "E2b-Sandbox-Id": native.id,
+    "X-Access-Token": accessTokens.forSandbox(native.id),
+  });
+  assert.equal(woke.status, 200);
+  await woke.body?.cancel();
+  assert.equal(service.get({ id: native.id })?.state, "active");
+  await executor.close();
+});

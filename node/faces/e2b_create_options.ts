@@ -1,0 +1,168 @@
+/**
+ * What an E2B create asks beyond its template: the lifecycle (`lifecycle`, or the wire's
+ * `autoPause` / `autoPauseMemory` / `autoResume`), `secure`, `allow_internet_access` and
+ * `network`, resolved into what this node does. An option the node cannot honour is a 400
+ * naming it, never a silent ignore.
+ *
+ * @module
+ */
+import { z } from "zod";
+import { HttpError } from "../../shared/http_error.ts";
+import { describeZodError, type SandboxSpec } from "../../shared/schemas.ts";
+import type { DeadlineAction, E2bSettings } from "../service_contract.ts";
+
+const onTimeoutSchema = z.enum(["kill", "pause"]);
+
+/** The create body's lifecycle and network fields, as the SDKs send them (2.x and older). */
+const optionsSchema = z.object({
+  autoPause: z.boolean().optional(),
+  autoPauseMemory: z.boolean().optional(),
+  // 2.x sends {enabled}; older SDKs {policy: "any" | "off"}.
+  autoResume: z.union([
+    z.object({ enabled: z.boolean() }).strict(),
+    z.object({ policy: z.enum(["any", "off"]) }).strict(),
+  ]).nullable().optional(),
+  lifecycle: z.object({
+    onTimeout: z.union([
+      onTimeoutSchema,
+      z.object({ action: onTimeoutSchema, keepMemory: z.boolean().optional() }).strict(),
+    ]).optional(),
+    autoResume: z.boolean().optional(),
+  }).strict().optional(),
+  secure: z.boolean().optional(),
+  // The wire name; the camelCase one is accepted too, as clients write it either way.
+  allow_internet_access: z.boolean().optional(),
+  allowInternetAccess: z.boolean().optional(),
+  network: z.object({
+    allowPublicTraffic: z.boolean().optional(),
+    allowOut: z.array(z.string().max(256)).max(1000).optional(),
+    denyOut: z.array(z.string().max(256)).max(1000).optional(),
+    egressProxy: z.unknown().optional(),
+    maskRequestHost: z.string().max(256).optional(),
+    rules: z.unknown().optional(),
+    httpsPorts: z.unknown().optional(),
+  }).strict().nullable().optional(),
+});
+
+type E2bCreateOptions = z.infer<typeof optionsSchema>;
+
+/** What a create's options mean on this node. */
+export interface ResolvedCreateOptions {
+  /** What the deadline does. */
+  onTimeout: DeadlineAction;
+  /** What the ledger keeps. */
+  e2b: E2bSettings;
+  /** The executor spec the options add (egress), merged over the create's own. */
+  spec: SandboxSpec;
+}
+
+const ALL_ADDRESSES = "0.0.0.0/0";
+
+/**
+ * Reads the lifecycle and network options of a create body (its other fields are left to the
+ * caller) into the deadline action, the settings the ledger keeps and the spec the executor
+ * gets. `lifecycle` wins over the older `autoPause` / `autoResume` fields, as in the SDK.
+ * `timeoutSeconds` is the create's lifetime, kept for a resume by traffic.
+ *
+ * @throws {HttpError} 400 naming a malformed option, one this node cannot honour, or two that
+ * contradict each other.
+ * @example
+ * ```ts
+ * import { parseCreateOptions } from "./e2b_create_options.ts";
+ * const r = parseCreateOptions({ templateID: "base", autoPause: true, autoResume: { enabled: true } }, 60);
+ * r.onTimeout; // "pause"
+ * r.e2b.autoResume; // true
+ * ```
+ */
+export function parseCreateOptions(value: unknown, timeoutSeconds: number): ResolvedCreateOptions {
+  const parsed = optionsSchema.safeParse(value);
+  if (!parsed.success) throw new HttpError(400, describeZodError(parsed.error));
+  const body = parsed.data;
+  const asked = body.lifecycle?.onTimeout;
+  const onTimeout: DeadlineAction = typeof asked === "string"
+    ? asked
+    : asked?.action ?? (body.autoPause ? "pause" : "kill");
+  const keepMemory = (typeof asked === "object" ? asked.keepMemory : undefined) ??
+    body.autoPauseMemory;
+  if (onTimeout === "pause" && keepMemory === false) {
+    throw new HttpError(
+      400,
+      "'autoPauseMemory': false (lifecycle.onTimeout.keepMemory: false, a filesystem-only " +
+        "pause) is not supported on this node: a paused sandbox keeps its memory and " +
+        "processes here; leave keepMemory unset",
+    );
+  }
+  const policy = body.autoResume && "policy" in body.autoResume
+    ? body.autoResume.policy === "any"
+    : undefined;
+  const enabled = body.autoResume && "enabled" in body.autoResume
+    ? body.autoResume.enabled
+    : undefined;
+  const autoResume = body.lifecycle?.autoResume ?? enabled ?? policy ?? false;
+  if (autoResume && onTimeout === "kill") {
+    throw new HttpError(
+      400,
+      "'autoResume' needs the timeout to pause the sandbox (lifecycle.onTimeout 'pause', or " +
+        "autoPause: true): a killed sandbox cannot be resumed",
+    );
+  }
+
+  const internet = egressOf(body);
+  const e2b: E2bSettings = { onTimeout, autoResume, timeoutSeconds };
+  if (body.secure !== undefined) e2b.secure = body.secure;
+  if (internet !== undefined) e2b.allowInternetAccess = internet;
+  if (body.network?.allowPublicTraffic !== undefined) {
+    e2b.allowPublicTraffic = body.network.allowPublicTraffic;
+  }
+  return { onTimeout, e2b, spec: internet ? { network: true } : {} };
+}
+
+/** Whether the sandbox gets egress: true, false, or undefined when nothing says. */
+function egressOf(body: E2bCreateOptions): boolean | undefined {
+  const snake = body.allow_internet_access;
+  const camel = body.allowInternetAccess;
+  if (snake !== undefined && camel !== undefined && snake !== camel) {
+    throw new HttpError(
+      400,
+      "'allow_internet_access' and 'allowInternetAccess' disagree: send one of them",
+    );
+  }
+  let internet = snake ?? camel;
+  const network = body.network ?? {};
+  const unsupported = (field: string, why: string) =>
+    new HttpError(
+      400,
+      `'network.${field}' is not supported on this node: ${why}; a sandbox has egress or ` +
+        "none here (allowInternetAccess true or false)",
+    );
+  if ((network.allowOut ?? []).length > 0) {
+    throw unsupported("allowOut", "egress cannot be allowed by domain or address");
+  }
+  const denyOut = network.denyOut ?? [];
+  if (denyOut.length > 0) {
+    // Denying every address is what allowInternetAccess: false means, so that one is honoured.
+    if (!denyOut.every((d) => d === ALL_ADDRESSES)) {
+      throw unsupported("denyOut", "egress cannot be denied by address, only as a whole");
+    }
+    if (internet === true) {
+      throw new HttpError(
+        400,
+        `'network.denyOut' ['${ALL_ADDRESSES}'] and allowInternetAccess: true disagree: send one`,
+      );
+    }
+    internet = false;
+  }
+  if (network.egressProxy !== undefined && network.egressProxy !== null) {
+    throw unsupported("egressProxy", "egress cannot go through a proxy");
+  }
+  if (network.rules !== undefined && network.rules !== null) {
+    throw unsupported("rules", "egress requests cannot be rewritten");
+  }
+  if (network.maskRequestHost !== undefined) {
+    throw unsupported("maskRequestHost", "request hosts cannot be masked");
+  }
+  if (network.httpsPorts !== undefined && network.httpsPorts !== null) {
+    throw unsupported("httpsPorts", "ports are not served as HTTPS");
+  }
+  return internet;
+}
