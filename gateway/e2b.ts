@@ -19,6 +19,7 @@ import { type Caller, optionalE2bCaller, requireE2bCaller, scopeOf, teamOf } fro
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
 import type { CapturedAnswer } from "./routing.ts";
+import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
@@ -275,6 +276,10 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     const caller = requireE2bCaller(c.req.raw.headers, identify);
     const rest = suffix(c);
     const method = c.req.method;
+    // Answered here, whatever the sandbox: a node would say the same, and a missing sandbox
+    // must not turn "not built" into "not found".
+    const unbuilt = unbuiltE2bRoute(method, rest);
+    if (unbuilt) throw new HttpError(501, unbuilt.message);
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
       if (method === "POST") return await create(c, rest, caller);
       if (method === "GET") return await list(c, rest === "/v2/sandboxes", caller);

@@ -486,3 +486,30 @@ Deno.test("E2B envd: a stream flows as it comes and the client's hang-up aborts 
     gateway.close();
   }
 });
+
+Deno.test("E2B api: routes not built yet are a 501 with a sentence, asking no node", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  try {
+    const routes: [string, string][] = [
+      ["POST", "/sandboxes/sbx_any/snapshots"],
+      ["GET", "/snapshots"],
+      ["POST", "/sandboxes/sbx_any/fork"],
+      ["PUT", "/sandboxes/sbx_any/network"],
+      ["DELETE", "/templates/tpl_1"],
+    ];
+    for (const [method, path] of routes) {
+      const res = await api(gateway, method, path, method === "GET" ? undefined : {});
+      assert.equal(res.status, 501, `${method} ${path}`);
+      const body = await res.json();
+      assert.equal(body.code, 501);
+      assert.match(body.message, /not built on this fleet yet: |so there are none/);
+    }
+    assert.deepEqual(a.calls, [], "a sandbox that does not exist must not turn 501 into 404");
+    const noKey = await api(gateway, "GET", "/snapshots", undefined, {} as typeof key);
+    assert.equal(noKey.status, 401);
+    await noKey.body?.cancel();
+  } finally {
+    gateway.close();
+  }
+});

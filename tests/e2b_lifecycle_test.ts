@@ -212,6 +212,27 @@ Deno.test({
         await Promise.all([open.kill(), unset.kill()]);
       },
     );
+
+    await t.step(
+      "snapshots, fork and network updates are a 501 sentence, not 'not found'",
+      async () => {
+        const sandbox = await Sandbox.create(opts);
+        const calls: [string, () => Promise<unknown>][] = [
+          ["createSnapshot", () => sandbox.createSnapshot()],
+          ["listSnapshots", () => Sandbox.listSnapshots(opts).nextItems()],
+          ["fork", () => sandbox.fork({ count: 1 })],
+          ["updateNetwork", () => sandbox.updateNetwork({ allowInternetAccess: false })],
+          ["deleteSnapshot", () => Sandbox.deleteSnapshot("snap-1", opts)],
+        ];
+        for (const [name, call] of calls) {
+          const error = await call().then(() => undefined, (e) => e);
+          assert.ok(error instanceof SandboxError, `${name}: ${error}`);
+          assert.equal(error.name, "SandboxError", `${name} must not read as SandboxNotFoundError`);
+          assert.match(error.message, /^501: .* not built on this fleet yet/, name);
+        }
+        await sandbox.kill();
+      },
+    );
   } finally {
     await fleet.stop();
   }

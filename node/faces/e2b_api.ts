@@ -14,6 +14,7 @@ import {
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
+import { unbuiltE2bRoutes } from "../../shared/e2b_unbuilt.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
@@ -360,6 +361,10 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       diskTotal: 0,
     }]);
   });
+
+  for (const route of unbuiltE2bRoutes) {
+    app.on(route.method, route.path, (c) => c.json({ code: 501, message: route.message }, 501));
+  }
 
   // A catch-all route rather than notFound(): a mounted sub-app's notFound is not used.
   app.all("*", (c) =>

@@ -1,0 +1,78 @@
+/**
+ * The E2B control-plane routes the SDKs call that this fleet does not build yet. Until they
+ * exist, node and gateway answer each with a 501 in E2B's `{code, message}` shape and a
+ * sentence saying what to do instead: a 404 would read as "sandbox not found" in the SDK.
+ *
+ * @module
+ */
+
+/** One route not built yet: its method, its path (Hono syntax) and the sentence it answers. */
+export interface UnbuiltE2bRoute {
+  /** The HTTP method. */
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  /** The path below the control plane's root, with `:id` for a path segment. */
+  path: string;
+  /** What the 501 says. */
+  message: string;
+}
+
+/**
+ * The routes, in the order the SDK documents them.
+ *
+ * @example
+ * ```ts
+ * import { unbuiltE2bRoutes } from "@dormice/cluster/shared";
+ * unbuiltE2bRoutes.map((r) => `${r.method} ${r.path}`); // ["POST /sandboxes/:id/snapshots", ...]
+ * ```
+ */
+export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [
+  {
+    method: "POST",
+    path: "/sandboxes/:id/snapshots",
+    message: "Snapshots are not built on this fleet yet: pause the sandbox to keep its state " +
+      "(Sandbox.pause(), then Sandbox.connect() resumes it)",
+  },
+  {
+    method: "GET",
+    path: "/snapshots",
+    message: "Snapshots are not built on this fleet yet, so there are none to list",
+  },
+  {
+    method: "POST",
+    path: "/sandboxes/:id/fork",
+    message: "Forking a sandbox is not built on this fleet yet: create a new sandbox from " +
+      "the same template instead",
+  },
+  {
+    method: "PUT",
+    path: "/sandboxes/:id/network",
+    message: "Changing a running sandbox's network is not built on this fleet yet: choose " +
+      "allowInternetAccess when you create the sandbox",
+  },
+  {
+    method: "DELETE",
+    path: "/templates/:id",
+    message: "Deleting templates and snapshots is not built on this fleet yet: a node's " +
+      "templates are its DORMICE_TEMPLATES",
+  },
+];
+
+const patterns = unbuiltE2bRoutes.map((route) => ({
+  route,
+  regex: new RegExp(`^${route.path.replace(/:id/g, "[^/]+")}$`),
+}));
+
+/**
+ * The not-built route that `method` and `path` (below the control plane's root, still
+ * percent-encoded) ask for, or undefined.
+ *
+ * @example
+ * ```ts
+ * import { unbuiltE2bRoute } from "@dormice/cluster/shared";
+ * unbuiltE2bRoute("POST", "/sandboxes/sbx_1/fork")?.message; // "Forking a sandbox is not built…"
+ * unbuiltE2bRoute("GET", "/sandboxes/sbx_1"); // undefined
+ * ```
+ */
+export function unbuiltE2bRoute(method: string, path: string): UnbuiltE2bRoute | undefined {
+  return patterns.find((p) => p.route.method === method && p.regex.test(path))?.route;
+}
