@@ -18,8 +18,9 @@ import type { Context } from "hono";
 import { type Caller, optionalE2bCaller, requireE2bCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
-import type { CapturedAnswer } from "./routing.ts";
+import type { CapturedAnswer, FanOutAnswer } from "./routing.ts";
 import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
+import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
@@ -76,6 +77,9 @@ const DEFAULT_LIMIT = 100;
  *   position of the last row shown, in the node's token form, so every node understands it and
  *   the gateway keeps no paging state. A node silent on one page and back on the next is not
  *   revisited for the rows it missed: the header says which page lacked it.
+ *   `GET /sandboxes/metrics?sandbox_ids=` (at most 100 ids) asks every node and merges their
+ *   `sandboxes` maps the same way. The routes the fleet does not build yet (snapshots, fork,
+ *   network updates, template deletion: `shared/e2b_unbuilt.ts`) are a 501 answered here.
  * - `envd`: the node is found by `E2b-Sandbox-Id`; requests and answers stream both ways;
  *   routing errors are Connect `{code:"unavailable"|…, message}` on RPC paths and
  *   `{code:<int>, message}` on `/files` and `/health`.
@@ -214,30 +218,13 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
       method: "GET",
       headers: nodeAuthFor(caller),
     });
-    const rows: ListedRow[][] = [];
-    const unreachable: string[] = [];
-    let refusal: { status: number; message: string } | undefined;
-    for (const a of answers) {
-      if (a.ok && Array.isArray(a.json)) rows.push(a.json as ListedRow[]);
-      else {
-        const cause = a.ok ? "its answer is not a list" : a.cause;
-        refusal ??= clientFault(cause);
-        unreachable.push(a.node.id);
-        log("warn", "a node did not answer an E2B list", { nodeId: a.node.id, cause });
-      }
-    }
-    // The same bad query fails on every node: say so rather than list nothing.
-    if (refusal && rows.length === 0) throw new HttpError(refusal.status, refusal.message);
-    if (answers.length > 0 && rows.length === 0) {
-      throw new HttpError(
-        503,
-        `No node answered the list (${unreachable.join(", ")}): retry shortly; listNodes ` +
-          "shows which nodes are down",
-        { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: unreachable.join(",") } },
-      );
-    }
-    const headers: Record<string, string> = {};
-    if (unreachable.length > 0) headers[UNREACHABLE_HEADER] = unreachable.join(",");
+    const { answered, headers } = gather(
+      answers,
+      (json) => Array.isArray(json) ? json as ListedRow[] : undefined,
+      "list",
+      log,
+    );
+    const rows = answered.map((a) => a.value);
     let merged = rows.flat();
     if (page) {
       const sign = page.order === "asc" ? 1 : -1;
@@ -252,6 +239,34 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
       }
     }
     return c.json(merged, 200, headers);
+  };
+
+  // Every node is asked (one request each, whatever the number of ids): the Finder would need
+  // a lookup round per uncached id, and a node answers only for the ids it holds.
+  const metricsOf = async (c: Context, caller: Caller): Promise<Response> => {
+    const url = new URL(c.req.url);
+    parseSandboxIds(url.searchParams.getAll("sandbox_ids"));
+    const answers = await routing.fanOut(
+      `${nodeApi}/sandboxes/metrics${url.search}`,
+      null,
+      c.req.raw.signal,
+      {
+        method: "GET",
+        headers: nodeAuthFor(caller),
+      },
+    );
+    const { answered, headers } = gather(
+      answers,
+      (json) => {
+        const sandboxes = (json as { sandboxes?: unknown } | null)?.sandboxes;
+        return sandboxes && typeof sandboxes === "object" && !Array.isArray(sandboxes)
+          ? sandboxes as Record<string, unknown>
+          : undefined;
+      },
+      "metrics call",
+      log,
+    );
+    return c.json({ sandboxes: Object.assign({}, ...answered.map((a) => a.value)) }, 200, headers);
   };
 
   const forwardById = async (
@@ -280,6 +295,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     // must not turn "not built" into "not found".
     const unbuilt = unbuiltE2bRoute(method, rest);
     if (unbuilt) throw new HttpError(501, unbuilt.message);
+    if (rest === "/sandboxes/metrics" && method === "GET") return await metricsOf(c, caller);
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
       if (method === "POST") return await create(c, rest, caller);
       if (method === "GET") return await list(c, rest === "/v2/sandboxes", caller);
@@ -359,6 +375,50 @@ function parsePaging(query: URLSearchParams): Paging {
 
 function cursorOf(row: ListedRow): ListCursor {
   return { createdAt: String(row.startedAt), id: String(row.sandboxID) };
+}
+
+/**
+ * The nodes' answers a fan-out can use, each read by `accept`, and the headers that name the
+ * nodes that did not answer (`what` names the call in the log and the 503).
+ *
+ * @throws {HttpError} the nodes' own 4xx when every node refused the query alike, or a 503
+ * with Retry-After when no node answered.
+ */
+function gather<T>(
+  answers: FanOutAnswer[],
+  accept: (json: unknown) => T | undefined,
+  what: string,
+  log: GatewayParts["log"],
+): {
+  answered: { answer: FanOutAnswer & { ok: true }; value: T }[];
+  headers: Record<string, string>;
+} {
+  const answered: { answer: FanOutAnswer & { ok: true }; value: T }[] = [];
+  const unreachable: string[] = [];
+  let refusal: { status: number; message: string } | undefined;
+  for (const a of answers) {
+    const value = a.ok ? accept(a.json) : undefined;
+    if (a.ok && value !== undefined) answered.push({ answer: a, value });
+    else {
+      const cause = a.ok ? `its answer to the ${what} is malformed` : a.cause;
+      refusal ??= clientFault(cause);
+      unreachable.push(a.node.id);
+      log("warn", `a node did not answer an E2B ${what}`, { nodeId: a.node.id, cause });
+    }
+  }
+  // The same bad query fails on every node: say so rather than answer nothing.
+  if (refusal && answered.length === 0) throw new HttpError(refusal.status, refusal.message);
+  if (answers.length > 0 && answered.length === 0) {
+    throw new HttpError(
+      503,
+      `No node answered the ${what} (${unreachable.join(", ")}): retry shortly; listNodes ` +
+        "shows which nodes are down",
+      { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: unreachable.join(",") } },
+    );
+  }
+  const headers: Record<string, string> = {};
+  if (unreachable.length > 0) headers[UNREACHABLE_HEADER] = unreachable.join(",");
+  return { answered, headers };
 }
 
 /** A node's 4xx in a fan-out is the query's fault, not the node's: its status and sentence. */

@@ -101,6 +101,13 @@ class StubNode {
         .filter((r) => !cursor || Date.parse(r.startedAt) < Date.parse(cursor[0]));
       return Response.json(rows.slice(0, limit));
     }
+    if (path === "/e2b/api/sandboxes/metrics") {
+      const asked = (url.searchParams.get("sandbox_ids") ?? "").split(",");
+      const sandboxes = Object.fromEntries(
+        asked.filter((id) => this.byId(id)).map((id) => [id, { cpuCount: 1, from: this.id }]),
+      );
+      return Response.json({ sandboxes });
+    }
     const m = /^\/e2b\/api\/sandboxes\/([^/]+)$/.exec(path);
     if (m) {
       const s = this.byId(m[1]);
@@ -509,6 +516,38 @@ Deno.test("E2B api: routes not built yet are a 501 with a sentence, asking no no
     const noKey = await api(gateway, "GET", "/snapshots", undefined, {} as typeof key);
     assert.equal(noKey.status, 401);
     await noKey.body?.cancel();
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: GET /sandboxes/metrics merges every node's answer; over 100 ids is a 400", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  const b = add("b");
+  const onA = a.add("x");
+  const onB = b.add("y");
+  try {
+    const res = await api(
+      gateway,
+      "GET",
+      `/sandboxes/metrics?sandbox_ids=${onA.id},${onB.id},nowhere`,
+    );
+    assert.equal(res.status, 200);
+    assert.deepEqual((await res.json()).sandboxes, {
+      [onA.id]: { cpuCount: 1, from: "a" },
+      [onB.id]: { cpuCount: 1, from: "b" },
+    });
+    b.silent = true;
+    const partial = await api(gateway, "GET", `/sandboxes/metrics?sandbox_ids=${onA.id}`);
+    assert.equal(partial.headers.get(UNREACHABLE_HEADER), "b");
+    assert.deepEqual(Object.keys((await partial.json()).sandboxes), [onA.id]);
+    a.calls.length = 0;
+    const many = Array.from({ length: 101 }, (_, i) => `sbx_${i}`).join(",");
+    const tooMany = await api(gateway, "GET", `/sandboxes/metrics?sandbox_ids=${many}`);
+    assert.equal(tooMany.status, 400);
+    assert.match((await tooMany.json()).message, /at most 100/);
+    assert.deepEqual(a.calls, [], "refused before any node is asked");
   } finally {
     gateway.close();
   }

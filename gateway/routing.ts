@@ -137,7 +137,7 @@ export interface DestroyOptions {
 
 /** Outcome of one node in {@linkcode GatewayRouting.fanOut}. */
 export type FanOutAnswer =
-  | { node: FleetNode; ok: true; status: number; json: unknown }
+  | { node: FleetNode; ok: true; status: number; headers: Headers; json: unknown }
   | { node: FleetNode; ok: false; cause: string };
 
 /**
@@ -405,7 +405,7 @@ export class GatewayRouting {
         if (res.status < 200 || res.status >= 300) {
           return { node, ok: false, cause: `HTTP ${res.status}: ${text.slice(0, 200)}` };
         }
-        return { node, ok: true, status: res.status, json: JSON.parse(text) };
+        return { node, ok: true, status: res.status, headers: res.headers, json: JSON.parse(text) };
       } catch (error) {
         if (signal.aborted) throw clientGone();
         return { node, ok: false, cause: describeFetchError(error) };

@@ -25,6 +25,7 @@ import { DeadlineScanner } from "./deadline_scanner.ts";
 import { instrumentExecutor } from "./executors/instrumented.ts";
 import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
 import { NodeMetrics } from "./metrics.ts";
+import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { bearerToken, tokensEqual } from "../shared/token.ts";
@@ -54,7 +55,7 @@ export interface NodeAppOptions {
   ledger?: Ledger;
   /** Time source of the service, scanner and host reader; `systemClock` when absent. */
   clock?: Clock;
-  /** The deadline timer's timers; `systemTimers` when absent (pass a `FakeClock` as both). */
+  /** The deadline and sampling timers; `systemTimers` when absent (a `FakeClock` serves as both). */
   timers?: Timers;
   /** Where every part logs; `silentLog` when absent. */
   log?: Log;
@@ -84,13 +85,15 @@ export interface NodeApp {
   scanner: DeadlineScanner;
   /** Flushes the ledger's idle clock and restores its reserve; runs once `start()` is called. */
   upkeep: LedgerUpkeep;
+  /** Samples every running sandbox's use every 5 s for E2B's metrics; runs once started. */
+  metricsSampler: MetricsSampler;
   /** `null` when the node runs standalone (no `DORMICE_GATEWAY_ENDPOINT`). */
   checkIn: CheckInLoop | null;
   /** The series behind `GET /metrics`. */
   metrics: NodeMetrics;
   /** The scanner's kills and pauses, waiting to ride the next check-in. */
   outbox: LifecycleOutbox;
-  /** Starts the deadline scanner, the ledger's upkeep and the check-in loop. */
+  /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
   start(): void;
   /** Stops the loops (flushing the idle clock), then closes the executor and the ledger. */
   close(): Promise<void>;
@@ -124,18 +127,22 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     pendingEvents: () => outbox.size,
     build,
   });
-  const service = new SandboxService({
-    ledger,
-    executor: instrumentExecutor(executor, metrics),
-    clock,
-    log,
-  });
+  // The sampler's stats calls are executor calls too: timed like the rest.
+  const timed = instrumentExecutor(executor, metrics);
+  const service = new SandboxService({ ledger, executor: timed, clock, log });
   const hostReader = new HostReader({
     dataDir: config.dataDir,
     census: () => ledger.census(),
     teams: () => ledger.teamCounts(),
     sampler: options.sampler,
     clock,
+  });
+  const metricsSampler = new MetricsSampler({
+    ledger,
+    executor: timed,
+    history: service.history,
+    timers: options.timers,
+    log,
   });
   const scanner = new DeadlineScanner({
     ledger,
@@ -217,18 +224,20 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     hostReader,
     scanner,
     upkeep,
+    metricsSampler,
     checkIn,
     metrics,
     outbox,
     start() {
       scanner.start();
       upkeep.start();
+      metricsSampler.start();
       checkIn?.start();
     },
     async close() {
       if (closed) return;
       closed = true;
-      await Promise.all([scanner.stop(), checkIn?.stop()]);
+      await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
       await upkeep.stop();
       await executor.close();
       ledger.close();

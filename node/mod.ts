@@ -7,7 +7,7 @@
  * |---|---|
  * | `app.ts` | {@linkcode createNodeApp}: builds the parts below and mounts the faces |
  * | `faces/native.ts` | the native verbs, `POST /<verb>`, errors `{message}` |
- * | `faces/e2b_api.ts` | the E2B control plane under `/e2b/api`, errors `{code:<int>, message}` |
+ * | `faces/e2b_api.ts` | the E2B control plane under `/e2b/api`, errors `{code:<int>, message}` (create options and the metrics wire in `e2b_create_options.ts`, `e2b_metrics.ts`) |
  * | `faces/envd/` | envd under `/e2b/envd` (one file per Connect RPC), the signed `/files` door |
  * | `faces/connect_codec.ts`, `faces/access_tokens.ts` | the Connect JSON codec; envd tokens and signed URLs |
  * | `service.ts` | {@linkcode SandboxService}: every verb of one sandbox inside its name's slot |
@@ -17,6 +17,7 @@
  * | `check_in.ts`, `deadline_scanner.ts`, `host_reading.ts` | the loops: check-in, E2B deadlines, host numbers |
  * | `metrics.ts`, `executors/instrumented.ts` | {@linkcode NodeMetrics} behind `GET /metrics`; every executor call timed |
  * | `lifecycle_outbox.ts` | {@linkcode LifecycleOutbox}: the scanner's kills and pauses, carried by the next check-in |
+ * | `metrics_history.ts`, `metrics_sampler.ts` | each sandbox's recent samples for E2B's metrics, taken every 5 s |
  *
  * @example A node in memory, served by any `fetch` handler host
  * ```ts
@@ -90,6 +91,8 @@ export {
   type CheckInOutcome,
   describeFetchFailure,
 } from "./check_in.ts";
+export { MetricsHistory, type MetricsHistoryOptions } from "./metrics_history.ts";
+export { MetricsSampler, type MetricsSamplerOptions } from "./metrics_sampler.ts";
 export {
   DeadlineScanner,
   type DeadlineScannerOptions,

@@ -23,6 +23,7 @@ import {
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
+import { MetricsHistory } from "./metrics_history.ts";
 import type {
   AcquireRequest,
   AcquireResult,
@@ -50,6 +51,8 @@ export interface SandboxServiceOptions {
   defaultTemplate?: string;
   /** The cap per stream of `execCommand` (1 MiB: big enough for logs, small enough for JSON). */
   maxOutputBytes?: number;
+  /** Each sandbox's recent samples (the `MetricsSampler` fills it); a new one when absent. */
+  history?: MetricsHistory;
 }
 
 /** A command tracked by `startCommand`. */
@@ -78,6 +81,8 @@ interface Tracked {
 export class SandboxService implements SandboxOps {
   /** The per-name slots every verb runs in (the `queue` option, or one of its own). */
   readonly queue: NameQueue;
+  /** Each sandbox's recent resource samples, dropped when the sandbox is destroyed. */
+  readonly history: MetricsHistory;
   #ledger: Ledger;
   #executor: Executor;
   #clock: Clock;
@@ -96,6 +101,7 @@ export class SandboxService implements SandboxOps {
     this.#log = options.log ?? silentLog;
     this.#defaultTemplate = options.defaultTemplate ?? "base";
     this.#maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
+    this.history = options.history ?? new MetricsHistory();
   }
 
   /** Create-or-wake by name. */
@@ -363,6 +369,7 @@ export class SandboxService implements SandboxOps {
       await this.#call(() => this.#executor.destroy(sandbox.id));
       this.#ledger.delete(sandbox.id);
       this.#commands.delete(sandbox.id);
+      this.history.drop(sandbox.id);
       this.#log("info", "sandbox destroyed", {
         name: sandbox.name,
         team: sandbox.team,
@@ -375,6 +382,20 @@ export class SandboxService implements SandboxOps {
   /** Resource use of one sandbox (never wakes). */
   metrics(ref: SandboxRef): Promise<SandboxStats> {
     return this.#inSlot(ref, (sandbox) => this.#call(() => this.#executor.stats(sandbox.id)));
+  }
+
+  /**
+   * The samples taken from `fromMs` to `toMs`, oldest first (never wakes). A running sandbox
+   * with none yet (created since the last round) is sampled now, so a first read is not empty.
+   */
+  metricsHistory(ref: SandboxRef, fromMs?: number, toMs?: number): Promise<SandboxStats[]> {
+    return this.#inSlot(ref, async (sandbox) => {
+      const running = sandbox.state === "active" || sandbox.state === "restoring";
+      if (running && !this.history.latest(sandbox.id)) {
+        this.history.add(sandbox.id, await this.#call(() => this.#executor.stats(sandbox.id)));
+      }
+      return this.history.range(sandbox.id, fromMs, toMs);
+    });
   }
 
   /**
@@ -433,6 +454,7 @@ export class SandboxService implements SandboxOps {
       await this.#call(() => this.#executor.destroy(id));
       this.#ledger.delete(id);
       this.#commands.delete(id);
+      this.history.drop(id);
       this.#log("info", "sandbox killed at its deadline", { name: sandbox.name, id });
       return "killed";
     });

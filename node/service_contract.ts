@@ -158,6 +158,11 @@ export interface SandboxOps {
   destroy(ref: SandboxRef): Promise<boolean>;
   /** Resource use of one sandbox. */
   metrics(ref: SandboxRef): Promise<SandboxStats>;
+  /**
+   * The sandbox's recent samples taken from `fromMs` to `toMs` (ms since the epoch, both
+   * included), oldest first; never wakes.
+   */
+  metricsHistory(ref: SandboxRef, fromMs?: number, toMs?: number): Promise<SandboxStats[]>;
   /** The cpu and memory the sandbox was given (its spec's, else the executor's defaults). */
   limits(sandbox: SandboxRecord): SandboxLimits;
   /**

@@ -38,6 +38,7 @@ export {
 export * from "./native_schemas.ts";
 export * from "./list_cursor.ts";
 export { type UnbuiltE2bRoute, unbuiltE2bRoute, unbuiltE2bRoutes } from "./e2b_unbuilt.ts";
+export { MAX_METRICS_IDS, parseSandboxIds } from "./e2b_metrics_ids.ts";
 export * from "./connect_codes.ts";
 export * from "./json_body.ts";
 export { randomSandboxName } from "./random_name.ts";

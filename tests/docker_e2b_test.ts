@@ -254,6 +254,20 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     );
   });
 
+  await t.step("getMetrics() answers the container's history within start and end", async () => {
+    const samples = await sandbox.getMetrics();
+    assert.ok(samples.length >= 1);
+    assert.ok(samples.every((m) => m.cpuCount === 1 && m.memUsed > 0));
+    const last = samples.at(-1)!.timestamp;
+    const fromLast = await sandbox.getMetrics({ start: last, end: new Date() });
+    assert.ok(fromLast.length >= 1 && fromLast.length <= samples.length);
+    const before = await sandbox.getMetrics({
+      start: new Date(Date.now() - 3_600_000),
+      end: new Date(Date.now() - 1_800_000),
+    });
+    assert.deepEqual(before, []);
+  });
+
   await t.step("kill() removes the container: true, then false", async () => {
     assert.equal(await sandbox.kill(), true);
     assert.equal(await containerState(nodeId, sandbox.sandboxId), undefined);

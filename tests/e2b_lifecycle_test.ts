@@ -75,6 +75,9 @@ Deno.test({
   const fleet = await startFleet();
   const { opts } = fleet;
   try {
+    // Made first, so the nodes' 5 s sampler has sampled it a few times by the metrics step.
+    const sampled = await Sandbox.create(opts);
+
     await t.step("an unknown template is Docker's 400 sentence on the fake too", async () => {
       const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
       assert.ok(error instanceof SandboxError, String(error));
@@ -233,6 +236,45 @@ Deno.test({
         await sandbox.kill();
       },
     );
+
+    await t.step("getMetrics() answers the node's 5 s history within start and end", async () => {
+      let samples = await sampled.getMetrics();
+      await until("two samples in the history", async () => {
+        samples = await sampled.getMetrics();
+        return samples.length >= 2;
+      }, 12_000);
+      const second = samples[1].timestamp;
+      assert.ok(second.getTime() - samples[0].timestamp.getTime() >= 4_000, "about 5 s apart");
+      const later = await sampled.getMetrics({ start: second, end: new Date() });
+      assert.ok(later.length >= 1 && later.length === samples.length - 1, `${later.length}`);
+      assert.ok(later.every((m) => m.timestamp.getTime() >= second.getTime() - 1_000));
+      const before = await sampled.getMetrics({
+        start: new Date(Date.now() - 3_600_000),
+        end: new Date(Date.now() - 1_800_000),
+      });
+      assert.deepEqual(before, []);
+    });
+
+    await t.step("GET /sandboxes/metrics?sandbox_ids= merges both nodes' answers", async () => {
+      // One sandbox made directly on each node, so the spread does not depend on placement.
+      const onA = await Sandbox.create(sdkOptions(fleet.a.url, fleet.token));
+      const onB = await Sandbox.create(sdkOptions(fleet.b.url, fleet.token));
+      const ids = [onA.sandboxId, onB.sandboxId, "sbx_nowhere"].join(",");
+      const res = await fetch(`${opts.apiUrl}/sandboxes/metrics?sandbox_ids=${ids}`, {
+        headers: { "x-api-key": opts.apiKey },
+      });
+      assert.equal(res.status, 200);
+      const { sandboxes } = await res.json();
+      assert.deepEqual(Object.keys(sandboxes).sort(), [onA.sandboxId, onB.sandboxId].sort());
+      assert.equal(sandboxes[onA.sandboxId].cpuCount, 1);
+      const many = Array.from({ length: 101 }, (_, i) => `sbx_${i}`).join(",");
+      const tooMany = await fetch(`${opts.apiUrl}/sandboxes/metrics?sandbox_ids=${many}`, {
+        headers: { "x-api-key": opts.apiKey },
+      });
+      assert.equal(tooMany.status, 400);
+      assert.equal((await tooMany.json()).code, 400);
+      await Promise.all([onA.kill(), onB.kill(), sampled.kill()]);
+    });
   } finally {
     await fleet.stop();
   }

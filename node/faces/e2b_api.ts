@@ -28,6 +28,8 @@ import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "./access_tokens.ts";
 import { parseCreateOptions } from "./e2b_create_options.ts";
+import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
+import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
 
 /** Options of {@linkcode createE2bApi}. */
@@ -277,6 +279,23 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     return c.body(null, 204);
   });
 
+  // Before /sandboxes/:id, which would take "metrics" for an id. The newest sample of each id
+  // this node holds for the caller; others are left out (a gateway merges every node's).
+  app.get("/sandboxes/metrics", async (c) => {
+    const sandboxes: Record<string, E2bMetric> = {};
+    for (const id of parseSandboxIds(c.req.queries("sandbox_ids"))) {
+      if (!ops.get(at(c, id))) continue;
+      const samples = await ops.metricsHistory(at(c, id)).catch((error) => {
+        // Destroyed since the line above: as absent as one never here.
+        if (error instanceof HttpError && error.status === 404) return [];
+        throw error;
+      });
+      const latest = samples.at(-1);
+      if (latest) sandboxes[id] = e2bMetric(latest);
+    }
+    return c.json({ sandboxes });
+  });
+
   app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c, c.req.param("id")))));
 
   app.get("/sandboxes", (c) => {
@@ -344,22 +363,12 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     return c.body(null, 204);
   });
 
+  // The samples of the range, from the node's history (a paused sandbox keeps what it did
+  // while running, and reading never wakes it).
   app.get("/sandboxes/:id/metrics", async (c) => {
+    const { fromMs, toMs } = parseMetricsRange(c.req.query("start"), c.req.query("end"));
     const s = mustGet(c, c.req.param("id"));
-    // Reading metrics must not wake a paused sandbox.
-    if (e2bState(s.state) === "paused") return c.json([]);
-    const m = await ops.metrics(at(c, s.id));
-    return c.json([{
-      timestamp: new Date(m.takenAt).toISOString(),
-      timestampUnix: Math.floor(m.takenAt / 1000),
-      cpuCount: m.cpuCount,
-      cpuUsedPct: m.cpuUsedPct,
-      memUsed: m.memoryUsedBytes,
-      memTotal: m.memoryLimitBytes,
-      memCache: 0,
-      diskUsed: m.diskUsedBytes,
-      diskTotal: 0,
-    }]);
+    return c.json((await ops.metricsHistory(at(c, s.id), fromMs, toMs)).map(e2bMetric));
   });
 
   for (const route of unbuiltE2bRoutes) {

@@ -409,3 +409,62 @@ Deno.test("routes not built yet answer 501 {code, message}, known sandbox or not
   }
   await executor.close();
 });
+
+Deno.test("GET /sandboxes/{id}/metrics answers the history within start and end", async () => {
+  const { call, clock, service, executor } = setup();
+  const t0 = clock.now();
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
+  const metrics = async (query = "") => {
+    const res = await call("GET", `/sandboxes/${sandboxID}/metrics${query}`);
+    assert.equal(res.status, 200, query);
+    return (await res.json()).map((m: { timestampUnix: number }) => m.timestampUnix - t0 / 1000);
+  };
+  // The first read samples a sandbox the sampler has not reached yet.
+  assert.deepEqual(await metrics(), [0]);
+  for (let i = 0; i < 3; i++) {
+    clock.tick(5_000);
+    service.history.add(sandboxID, await executor.stats(sandboxID));
+  }
+  assert.deepEqual(await metrics(), [0, 5, 10, 15]);
+  const s = (offset: number) => t0 / 1000 + offset;
+  assert.deepEqual(await metrics(`?start=${s(5)}&end=${s(10)}`), [5, 10]);
+  assert.deepEqual(await metrics(`?start=${s(11)}`), [15]);
+  assert.deepEqual(await metrics(`?end=${s(4)}`), [0]);
+  assert.deepEqual(await metrics(`?start=${s(-3600)}&end=${s(-1800)}`), []);
+  // Paused: what it did while running stays, and reading neither wakes nor samples it.
+  await (await call("POST", `/sandboxes/${sandboxID}/pause`, {})).body?.cancel();
+  clock.tick(5_000);
+  assert.deepEqual(await metrics(), [0, 5, 10, 15]);
+  assert.equal(service.get({ id: sandboxID })?.state, "frozen");
+  for (const bad of ["?start=abc", "?start=-1", `?start=${s(10)}&end=${s(5)}`]) {
+    const res = await call("GET", `/sandboxes/${sandboxID}/metrics${bad}`);
+    assert.equal(res.status, 400, bad);
+    assert.match((await res.json()).message, /'start'|'end'/);
+  }
+  await call("DELETE", `/sandboxes/${sandboxID}`);
+  assert.deepEqual(service.history.ids(), [], "dropped at destroy");
+  await executor.close();
+});
+
+Deno.test("GET /sandboxes/metrics answers each known id's newest sample, at most 100 ids", async () => {
+  const { call, executor } = setup();
+  const ids: string[] = [];
+  for (let i = 0; i < 2; i++) {
+    ids.push(
+      (await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json()).sandboxID,
+    );
+  }
+  const res = await call("GET", `/sandboxes/metrics?sandbox_ids=${ids.join(",")},sbx_unknown`);
+  assert.equal(res.status, 200);
+  const { sandboxes } = await res.json();
+  assert.deepEqual(Object.keys(sandboxes).sort(), [...ids].sort());
+  assert.equal(sandboxes[ids[0]].cpuCount, 1);
+  const many = Array.from({ length: 101 }, (_, i) => `sbx_${i}`).join(",");
+  const tooMany = await call("GET", `/sandboxes/metrics?sandbox_ids=${many}`);
+  assert.equal(tooMany.status, 400);
+  assert.match((await tooMany.json()).message, /at most 100/);
+  const none = await call("GET", "/sandboxes/metrics");
+  assert.equal(none.status, 400);
+  assert.match((await none.json()).message, /'sandbox_ids' is required/);
+  await executor.close();
+});
