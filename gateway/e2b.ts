@@ -53,6 +53,8 @@ export interface E2bFaces {
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
+/** The header of a v2 list counting the running sandboxes its filters match, before paging. */
+const TOTAL_RUNNING_HEADER = "x-total-running";
 /** The header that names the nodes a merged list could not reach. */
 export const UNREACHABLE_HEADER: string = "x-dormice-unreachable";
 /** The header the SDK names the sandbox with on every envd request. */
@@ -225,6 +227,12 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
       log,
     );
     const rows = answered.map((a) => a.value);
+    // Each node counts its own running matches before paging; the fleet's count is their sum.
+    const totals = answered.map((a) => a.answer.headers.get(TOTAL_RUNNING_HEADER))
+      .filter((v): v is string => v !== null && /^\d+$/.test(v));
+    if (totals.length > 0) {
+      headers[TOTAL_RUNNING_HEADER] = String(totals.reduce((sum, v) => sum + Number(v), 0));
+    }
     let merged = rows.flat();
     if (page) {
       const sign = page.order === "asc" ? 1 : -1;

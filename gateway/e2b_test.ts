@@ -99,7 +99,9 @@ class StubNode {
         .map((s) => ({ sandboxID: s.id, startedAt: s.startedAt, metadata: s.metadata }))
         .sort((x, y) => Date.parse(y.startedAt) - Date.parse(x.startedAt))
         .filter((r) => !cursor || Date.parse(r.startedAt) < Date.parse(cursor[0]));
-      return Response.json(rows.slice(0, limit));
+      return Response.json(rows.slice(0, limit), {
+        headers: { "x-total-running": String(rows.length) },
+      });
     }
     if (path === "/e2b/api/sandboxes/metrics") {
       const asked = (url.searchParams.get("sandbox_ids") ?? "").split(",");
@@ -548,6 +550,23 @@ Deno.test("E2B api: GET /sandboxes/metrics merges every node's answer; over 100 
     assert.equal(tooMany.status, 400);
     assert.match((await tooMany.json()).message, /at most 100/);
     assert.deepEqual(a.calls, [], "refused before any node is asked");
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: a merged v2 list sums the nodes' x-total-running", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  const b = add("b");
+  a.add("a1");
+  a.add("a2");
+  b.add("b1");
+  try {
+    const res = await api(gateway, "GET", "/v2/sandboxes?limit=1");
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("x-total-running"), "3");
+    assert.equal((await res.json()).length, 1);
   } finally {
     gateway.close();
   }

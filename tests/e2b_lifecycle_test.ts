@@ -37,6 +37,8 @@ async function startFleet() {
     DORMICE_GATEWAY_ENDPOINT: gwUrl,
     DORMICE_NODE_ID: id,
     DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+    // A second template, for the list's template filter (the fake needs no image for it).
+    DORMICE_TEMPLATES: "base=dormice-base:latest,python=dormice-python:latest",
   });
   const started: { stop(): Promise<unknown> }[] = [];
   const keep = <T extends { stop(): Promise<unknown> }>(p: Promise<T>) =>
@@ -275,6 +277,68 @@ Deno.test({
       assert.equal((await tooMany.json()).code, 400);
       await Promise.all([onA.kill(), onB.kill(), sampled.kill()]);
     });
+
+    await t.step(
+      "Sandbox.list filters by state, template and startedAfter, in order, across nodes",
+      async () => {
+        const make = async (node: NodeProcess, template: string) => {
+          const s = await Sandbox.create(template, {
+            ...sdkOptions(node.url, fleet.token),
+            metadata: { suite: "filters" },
+          });
+          await sleep(20); // distinct start times, so the order is the test's
+          return s;
+        };
+        const started = new Date();
+        const s1 = await make(fleet.a, "base");
+        const s2 = await make(fleet.b, "python");
+        const s3 = await make(fleet.a, "python");
+        const s4 = await make(fleet.b, "base");
+        await s3.pause();
+        const ids = async (query: Record<string, unknown>, order?: "asc" | "desc") =>
+          (await Sandbox.list({
+            ...opts,
+            order,
+            query: { metadata: { suite: "filters" }, ...query },
+          })
+            .nextItems()).map((s) => s.sandboxId);
+        const all = [s1, s2, s3, s4].map((s) => s.sandboxId);
+        assert.deepEqual(await ids({}), [...all].reverse(), "newest first by default");
+        assert.deepEqual(await ids({}, "asc"), all);
+        assert.deepEqual(await ids({ state: ["paused"] }), [s3.sandboxId]);
+        assert.deepEqual(
+          await ids({ state: ["running"] }, "asc"),
+          [s1, s2, s4].map((s) => s.sandboxId),
+        );
+        assert.deepEqual(await ids({ template: "python" }, "asc"), [s2.sandboxId, s3.sandboxId]);
+        const after = (await Sandbox.getInfo(s2.sandboxId, opts)).startedAt;
+        assert.ok(after.getTime() > started.getTime());
+        assert.deepEqual(
+          await ids({ startedAfter: after }, "asc"),
+          [s2, s3, s4].map((s) => s.sandboxId),
+        );
+        // Paged one at a time, ascending, across both nodes: every row once, in order.
+        const paged = Sandbox.list({
+          ...opts,
+          order: "asc",
+          limit: 1,
+          query: { metadata: { suite: "filters" } },
+        });
+        const seen: string[] = [];
+        while (paged.hasNext) seen.push(...(await paged.nextItems()).map((s) => s.sandboxId));
+        assert.deepEqual(seen, all);
+        // X-Total-Running: the running rows matching the filters before paging, summed over nodes.
+        const res = await fetch(
+          `${opts.apiUrl}/v2/sandboxes?limit=1&metadata=${
+            encodeURIComponent("suite=filters")
+          }&state=running,paused`,
+          { headers: { "x-api-key": opts.apiKey } },
+        );
+        assert.equal(res.headers.get("x-total-running"), "3");
+        assert.equal((await res.json()).length, 1);
+        await Promise.all([s1, s2, s3, s4].map((s) => s.kill()));
+      },
+    );
   } finally {
     await fleet.stop();
   }

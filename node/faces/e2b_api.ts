@@ -54,6 +54,9 @@ export interface E2bApiOptions {
   randomName?: () => string;
 }
 
+/** The header of a v2 list counting the running sandboxes its filters match, before paging. */
+const TOTAL_RUNNING_HEADER = "x-total-running";
+
 /**
  * The E2B state of a Dormice state: only `running` and `paused` exist there.
  *
@@ -332,6 +335,14 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)
       .sort((a, b) => sign * compareListCursors(a, b));
+    // E2B's count of the running rows the filters match, before paging (and before the
+    // cursor: the same on every page), given only when running ones were asked for.
+    if (states.has("running")) {
+      c.header(
+        TOTAL_RUNNING_HEADER,
+        String(rows.filter((s) => e2bState(s.state) === "running").length),
+      );
+    }
     const nextToken = c.req.query("nextToken");
     if (nextToken) {
       const cursor = decodeListCursor(nextToken, "node");

@@ -468,3 +468,51 @@ Deno.test("GET /sandboxes/metrics answers each known id's newest sample, at most
   assert.match((await none.json()).message, /'sandbox_ids' is required/);
   await executor.close();
 });
+
+Deno.test("GET /v2/sandboxes filters by template and startedAfter, orders, and counts running", async () => {
+  const { clock, executor } = setup();
+  // A second template, as DORMICE_TEMPLATES would name it.
+  const multi = new FakeExecutor({ clock, templates: ["base", "python"] });
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const ops = new SandboxService({ ledger, executor: multi, clock });
+  const app = createE2bApi(ops, { apiToken, clock });
+  const call = (method: string, path: string, body?: unknown) =>
+    app.request(path, {
+      method,
+      headers: { "content-type": "application/json", "x-api-key": apiToken },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  const ids: string[] = [];
+  for (const template of ["base", "python", "python", "base"]) {
+    clock.tick(1000);
+    ids.push(
+      (await (await call("POST", "/v2/sandboxes", { templateID: template })).json()).sandboxID,
+    );
+  }
+  await (await call("POST", `/sandboxes/${ids[2]}/pause`, {})).body?.cancel();
+  const list = async (query: string) => {
+    const res = await call("GET", `/v2/sandboxes?${query}`);
+    assert.equal(res.status, 200, query);
+    return {
+      ids: (await res.json()).map((s: { sandboxID: string }) => s.sandboxID),
+      total: res.headers.get("x-total-running"),
+      next: res.headers.get("x-next-token"),
+    };
+  };
+  assert.deepEqual((await list("template=python&order=asc")).ids, [ids[1], ids[2]]);
+  const after = new Date(Date.parse(ops.get({ id: ids[1] })!.createdAt)).toISOString();
+  assert.deepEqual((await list(`startedAfter=${after}&order=asc`)).ids, ids.slice(1));
+  assert.deepEqual((await list("order=desc")).ids, [...ids].reverse());
+  // Counted before paging and before the cursor: every page says the same.
+  const first = await list("limit=1&order=asc");
+  assert.deepEqual([first.ids, first.total], [[ids[0]], "3"]);
+  const second = await list(`limit=1&order=asc&nextToken=${first.next}`);
+  assert.deepEqual([second.ids, second.total], [[ids[1]], "3"]);
+  assert.equal((await list("state=paused")).total, null, "only when running ones were asked");
+  assert.equal((await list("template=python")).total, "1");
+  const bad = await call("GET", "/v2/sandboxes?startedAfter=yesterday");
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).message, /'startedAfter'/);
+  await multi.close();
+  await executor.close();
+});
