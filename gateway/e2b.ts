@@ -1,24 +1,26 @@
 /**
  * The gateway's E2B faces: the control plane under `/e2b/api` (create placed or woken through
- * the name's slot, everything with an id found by id and forwarded, lists merged across nodes),
- * envd under `/e2b/envd` (routed by the `E2b-Sandbox-Id` header, streamed both ways), and the
- * SDK's bare signed `/files` door at the root.
+ * the name's slot, everything with an id found by id and forwarded, lists and metrics merged
+ * across nodes by `e2b_merge.ts`), envd under `/e2b/envd` (routed by the `E2b-Sandbox-Id`
+ * header, streamed both ways), and the SDK's bare signed `/files` door at the root.
  *
  * @module
  */
 import { type ConnectCode, statusToConnectCode } from "../shared/connect_codes.ts";
-import {
-  compareListCursors,
-  decodeListCursor,
-  encodeListCursor,
-  type ListCursor,
-} from "../shared/list_cursor.ts";
+import { compareListCursors, encodeListCursor } from "../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { type Caller, optionalE2bCaller, requireE2bCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
-import type { CapturedAnswer, FanOutAnswer } from "./routing.ts";
+import type { CapturedAnswer } from "./routing.ts";
+import {
+  cursorOf,
+  gather,
+  type ListedRow,
+  parsePaging,
+  TOTAL_RUNNING_HEADER,
+} from "./e2b_merge.ts";
 import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
 import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -53,16 +55,9 @@ export interface E2bFaces {
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
-/** The header of a v2 list counting the running sandboxes its filters match, before paging. */
-const TOTAL_RUNNING_HEADER = "x-total-running";
-/** The header that names the nodes a merged list could not reach. */
-export const UNREACHABLE_HEADER: string = "x-dormice-unreachable";
+export { UNREACHABLE_HEADER } from "./e2b_merge.ts";
 /** The header the SDK names the sandbox with on every envd request. */
 const SANDBOX_ID_HEADER = "e2b-sandbox-id";
-/** Largest page a node serves, so the gateway asks for at most this many rows per node. */
-const NODE_MAX_LIMIT = 1000;
-/** A page size the SDK leaves unset. */
-const DEFAULT_LIMIT = 100;
 
 /**
  * Builds the gateway's E2B faces over the gateway's parts (see `createGateway({ mount })`).
@@ -343,102 +338,6 @@ function notFound(id: string): HttpError {
     404,
     `Sandbox '${id}' not found on any node of the fleet: it was killed, or never existed`,
   );
-}
-
-/** One row of a node's E2B list, as far as paging needs it. */
-interface ListedRow {
-  sandboxID: string;
-  startedAt: string;
-}
-
-interface Paging {
-  limit: number;
-  /** Rows asked of each node: one more than the page when allowed, to learn whether more exist. */
-  ask: number;
-  order: "asc" | "desc";
-  cursor?: ListCursor;
-}
-
-function parsePaging(query: URLSearchParams): Paging {
-  const limitRaw = query.get("limit");
-  const limit = limitRaw === null ? DEFAULT_LIMIT : Number(limitRaw);
-  if (!Number.isInteger(limit) || limit < 1 || limit > NODE_MAX_LIMIT) {
-    throw new HttpError(
-      400,
-      `'limit' must be a whole number from 1 to ${NODE_MAX_LIMIT}: received '${limitRaw}'`,
-    );
-  }
-  const order = query.get("order") ?? "desc";
-  if (order !== "asc" && order !== "desc") {
-    throw new HttpError(400, `'order' must be asc or desc: received '${order.slice(0, 20)}'`);
-  }
-  const token = query.get("nextToken");
-  return {
-    limit,
-    ask: Math.min(limit + 1, NODE_MAX_LIMIT),
-    order,
-    cursor: token ? decodeListCursor(token, "gateway") : undefined,
-  };
-}
-
-function cursorOf(row: ListedRow): ListCursor {
-  return { createdAt: String(row.startedAt), id: String(row.sandboxID) };
-}
-
-/**
- * The nodes' answers a fan-out can use, each read by `accept`, and the headers that name the
- * nodes that did not answer (`what` names the call in the log and the 503).
- *
- * @throws {HttpError} the nodes' own 4xx when every node refused the query alike, or a 503
- * with Retry-After when no node answered.
- */
-function gather<T>(
-  answers: FanOutAnswer[],
-  accept: (json: unknown) => T | undefined,
-  what: string,
-  log: GatewayParts["log"],
-): {
-  answered: { answer: FanOutAnswer & { ok: true }; value: T }[];
-  headers: Record<string, string>;
-} {
-  const answered: { answer: FanOutAnswer & { ok: true }; value: T }[] = [];
-  const unreachable: string[] = [];
-  let refusal: { status: number; message: string } | undefined;
-  for (const a of answers) {
-    const value = a.ok ? accept(a.json) : undefined;
-    if (a.ok && value !== undefined) answered.push({ answer: a, value });
-    else {
-      const cause = a.ok ? `its answer to the ${what} is malformed` : a.cause;
-      refusal ??= clientFault(cause);
-      unreachable.push(a.node.id);
-      log("warn", `a node did not answer an E2B ${what}`, { nodeId: a.node.id, cause });
-    }
-  }
-  // The same bad query fails on every node: say so rather than answer nothing.
-  if (refusal && answered.length === 0) throw new HttpError(refusal.status, refusal.message);
-  if (answers.length > 0 && answered.length === 0) {
-    throw new HttpError(
-      503,
-      `No node answered the ${what} (${unreachable.join(", ")}): retry shortly; listNodes ` +
-        "shows which nodes are down",
-      { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: unreachable.join(",") } },
-    );
-  }
-  const headers: Record<string, string> = {};
-  if (unreachable.length > 0) headers[UNREACHABLE_HEADER] = unreachable.join(",");
-  return { answered, headers };
-}
-
-/** A node's 4xx in a fan-out is the query's fault, not the node's: its status and sentence. */
-function clientFault(cause: string): { status: number; message: string } | undefined {
-  const m = /^HTTP (4\d\d): ([\s\S]*)$/.exec(cause);
-  if (!m) return undefined;
-  let message = m[2];
-  try {
-    const parsed = JSON.parse(m[2]) as { message?: unknown };
-    if (typeof parsed?.message === "string") message = parsed.message;
-  } catch { /* the raw text, cut at 200 characters by fanOut */ }
-  return { status: Number(m[1]), message };
 }
 
 // --- envd --------------------------------------------------------------------------------------

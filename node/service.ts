@@ -113,23 +113,14 @@ export class SandboxService implements SandboxOps {
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
         let sandbox = await this.#guard(existing, () => this.#wake(existing, { probe: true }));
-        if (request.deadline || request.e2b) {
-          const lifecycle = request.e2b && {
-            e2b: {
-              ...sandbox.e2b,
-              onTimeout: request.e2b.onTimeout,
-              autoResume: request.e2b.autoResume,
-              timeoutSeconds: request.e2b.timeoutSeconds,
-            },
-          };
+        const { deadline, e2b } = request;
+        if (deadline || e2b) {
+          // A built sandbox keeps its network: only the lifecycle follows the new request.
+          const { onTimeout, autoResume, timeoutSeconds } = e2b ?? {};
           sandbox = this.#ledger.update(sandbox.id, {
-            ...(request.deadline
-              ? {
-                deadlineAt: this.#clock.now() + request.deadline.ms,
-                deadlineAction: request.deadline.action,
-              }
-              : {}),
-            ...lifecycle,
+            ...(deadline &&
+              { deadlineAt: this.#clock.now() + deadline.ms, deadlineAction: deadline.action }),
+            ...(e2b && { e2b: { ...sandbox.e2b, onTimeout, autoResume, timeoutSeconds } }),
           })!;
         }
         return { created: false, sandbox };
