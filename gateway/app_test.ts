@@ -143,6 +143,25 @@ Deno.test("createGateway() refuses a check-in whose endpoint has a path, and a t
   }
 });
 
+Deno.test("checkIn refuses an interval outside 1–300 s with a sentence naming the variable", async () => {
+  const { gateway } = setup();
+  try {
+    for (const intervalSeconds of [3600, 301, 0.5, 0]) {
+      const res = await call(gateway, "checkIn", checkIn("a", undefined, { intervalSeconds }));
+      assert.equal(res.status, 400, String(intervalSeconds));
+      assert.match((await res.json()).message, /'intervalSeconds'.*check-in interval/);
+    }
+    const ok = await call(gateway, "checkIn", checkIn("a", undefined, { intervalSeconds: 300 }));
+    assert.equal(ok.status, 200);
+    await ok.body?.cancel();
+    const res = await call(gateway, "checkIn", checkIn("a", undefined, { intervalSeconds: 3600 }));
+    assert.match((await res.json()).message, /DORMICE_CHECK_IN_INTERVAL_SECONDS.*1–300/);
+    assert.equal(gateway.fleet.get("a")?.intervalSeconds, 300);
+  } finally {
+    gateway.close();
+  }
+});
+
 Deno.test("acquireSandbox places a new name, then wakes it with created:false", async () => {
   const { gateway, add } = setup();
   const a = add("a");

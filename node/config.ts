@@ -17,7 +17,7 @@
  * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
- * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins |
+ * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  *
@@ -27,7 +27,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
-import { nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
+import { maxCheckInIntervalSeconds, nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
 
 /** The executors a node can run. */
 export type ExecutorKind = "docker" | "fake";
@@ -310,7 +310,8 @@ export function loadNodeConfig(
     get("DORMICE_CHECK_IN_INTERVAL_SECONDS"),
     15,
     1,
-    3600,
+    // The gateway refuses a longer interval (checkInSchema): refuse it here, at boot, instead.
+    maxCheckInIntervalSeconds,
     "DORMICE_CHECK_IN_INTERVAL_SECONDS",
     refusals,
   );

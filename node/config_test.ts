@@ -65,6 +65,17 @@ Deno.test("loadNodeConfig() names the variable, the value and the fix", () => {
   assert.match(all[5], /DORMICE_LOG_LEVEL='loud'/);
 });
 
+Deno.test("loadNodeConfig() refuses a check-in interval the gateway would refuse", () => {
+  const [sentence] = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_CHECK_IN_INTERVAL_SECONDS: "301",
+  });
+  assert.match(
+    sentence,
+    /DORMICE_CHECK_IN_INTERVAL_SECONDS='301' is not a whole number from 1 to 300/,
+  );
+});
+
 Deno.test("loadNodeConfig() refuses a remote gateway without an endpoint and an id", () => {
   const all = refusals({
     DORMICE_API_TOKEN: token,

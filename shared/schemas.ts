@@ -211,6 +211,20 @@ export const nodeLifecycleEventSchema: z.ZodObject<{
 /** A node's lifecycle event. */
 export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
 
+/**
+ * The longest check-in interval a gateway accepts, in seconds. A node is down after two silent
+ * intervals and `removeNode` waits for that, so the interval bounds how long a node that stopped
+ * (or a rogue check-in) keeps its place in the fleet: five minutes makes that ten.
+ *
+ * @example
+ * ```ts
+ * import { checkInSchema, maxCheckInIntervalSeconds } from "@dormice/cluster/shared";
+ * const interval = checkInSchema.shape.intervalSeconds;
+ * interval.safeParse(maxCheckInIntervalSeconds + 1).success; // false
+ * ```
+ */
+export const maxCheckInIntervalSeconds: number = 300;
+
 /** The body a node posts to `<gateway>/checkIn` every interval. */
 export const checkInSchema: z.ZodObject<{
   nodeId: z.ZodString;
@@ -222,7 +236,13 @@ export const checkInSchema: z.ZodObject<{
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
-  intervalSeconds: z.number().positive().max(3600),
+  intervalSeconds: z.number()
+    .min(1, "a check-in interval is at least 1 second")
+    .max(
+      maxCheckInIntervalSeconds,
+      `a check-in interval is at most ${maxCheckInIntervalSeconds} seconds: set ` +
+        `DORMICE_CHECK_IN_INTERVAL_SECONDS on the node to 1–${maxCheckInIntervalSeconds}`,
+    ),
   build: z.string().max(200),
   reading: hostReadingSchema,
   /** Lifecycle changes since the last accepted check-in; absent from a node that predates them. */
