@@ -517,12 +517,19 @@ export class Finder {
     if (shared !== undefined) {
       // Two ids at one endpoint are one daemon answering twice, not two copies of the sandbox.
       const now = this.#fleet.now();
+      const endpoint = shared[0].endpoint;
       const stale = shared.filter((n) => this.#fleet.isDown(n, now)).map((n) => `'${n.id}'`);
+      const whoAnswers = `GET ${endpoint}/healthz names the id that really runs there`;
       message = `Sandbox ${by} '${key}' is reported by ${named}, which share the endpoint ` +
-        `${shared[0].endpoint}: one daemon is registered under several node ids. ` +
+        `${endpoint}: one daemon answers for several node ids. ` +
         (stale.length > 0
-          ? `Remove the id that no longer checks in (${stale.join(", ")}) with removeNode`
-          : `Remove the id that no longer checks in with removeNode once listNodes shows it down`);
+          ? `Remove the id that no longer checks in (${stale.join(", ")}) with removeNode; if ` +
+            `that node does still run elsewhere, its DORMICE_NODE_ENDPOINT names the wrong ` +
+            `machine: correct it (${whoAnswers})`
+          // Both check in, so neither will ever show down: waiting for one to do so is no remedy.
+          : `Every one of them still checks in, so all but one name a machine they do not run ` +
+            `on: correct the DORMICE_NODE_ENDPOINT of the others (${whoAnswers}); the gateway ` +
+            `takes a corrected endpoint one check-in interval after the wrong one stops`);
     } else {
       message = `Sandbox ${by} '${key}' exists on ${found.length} nodes: ${named}. ` +
         `Destroy the copy you do not want by calling destroySandbox on that node directly`;

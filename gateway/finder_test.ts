@@ -179,6 +179,27 @@ Deno.test("Finder conflict from two ids at one endpoint says to remove the one t
   if (r.kind !== "conflict") return;
   assert.match(r.message, /share the endpoint http:\/\/10\.0\.0\.1:3676/);
   assert.match(r.message, /Remove the id that no longer checks in \('old'\) with removeNode/);
+  // The second remedy: the stopped-looking id may run elsewhere with an endpoint naming this machine.
+  assert.match(r.message, /DORMICE_NODE_ENDPOINT names the wrong machine: correct it/);
+  assert.match(r.message, /GET http:\/\/10\.0\.0\.1:3676\/healthz names the id/);
+  fleet.close();
+});
+
+Deno.test("Finder conflict from two live ids at one endpoint says to correct an endpoint, not to wait", async () => {
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock });
+  fleet.checkIn(checkIn("one", EP.a, { intervalSeconds: 1 }));
+  fleet.checkIn(checkIn("two", EP.a, { intervalSeconds: 1 }));
+  const fake = fakeFetch(new Map([[EP.a, { found: s1 }]]));
+  const finder = new Finder({ fleet, token: TOKEN, fetch: fake.fn, timers: manualTimers().timers });
+  const r = await finder.find("name", "alpha");
+  assert.equal(r.kind, "conflict");
+  if (r.kind !== "conflict") return;
+  // Neither id will ever show down while both check in: no sentence may say to wait for that.
+  assert.doesNotMatch(r.message, /shows it down|once .* down/);
+  assert.match(r.message, /Every one of them still checks in/);
+  assert.match(r.message, /correct the DORMICE_NODE_ENDPOINT of the others/);
+  assert.match(r.message, /GET http:\/\/10\.0\.0\.1:3676\/healthz/);
   fleet.close();
 });
 

@@ -554,7 +554,8 @@ export class Fleet implements NodeDirectory {
       sorted.join(","),
       "warn",
       "several node ids report one endpoint: one daemon answers for all of them, so its " +
-        "sandboxes look duplicated; remove the id that no longer checks in with removeNode",
+        "sandboxes look duplicated; remove the id that no longer checks in with removeNode, or " +
+        "correct the DORMICE_NODE_ENDPOINT of a node that names the wrong machine",
       { endpoint, nodeIds: sorted },
     );
   }

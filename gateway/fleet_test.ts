@@ -144,6 +144,7 @@ Deno.test("Fleet warns once when two ids report one endpoint, and again after a 
   fleet.checkIn(checkIn("old", A, { intervalSeconds: 1 }));
   assert.equal(shared().length, 1);
   assert.deepEqual(shared()[0].fields.nodeIds, ["new", "old"]);
+  assert.match(shared()[0].msg, /removeNode, or correct the DORMICE_NODE_ENDPOINT/);
   clock.tick(3_000);
   fleet.checkIn(checkIn("new", A, { intervalSeconds: 1 }));
   fleet.removeNode("old");
