@@ -142,6 +142,11 @@ export function createGateway(options: GatewayOptions): Gateway {
     clock,
     log,
     onDown: (node) => late.events?.nodeLost(node),
+    // removeNode only, long after `finder` and `placer` below exist.
+    onRemove: (node) => {
+      finder.forgetNode(node.id);
+      placer.forgetNode(node.id);
+    },
   });
   const keys = new ApiKeys({ database: db, clock, log });
   const limits = new TeamLimits({ fleet, clock });

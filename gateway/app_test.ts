@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "./app.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
+import { FakeClock } from "../shared/clock.ts";
 
 const token = "gateway-unit-test-token-0123456789abcdef";
 const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
@@ -65,7 +66,7 @@ class StubNode {
   }
 }
 
-function setup(options: { activeLimit?: number } = {}) {
+function setup(options: { activeLimit?: number; clock?: FakeClock } = {}) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
     const request = new Request(input, init);
@@ -78,6 +79,7 @@ function setup(options: { activeLimit?: number } = {}) {
     fetch: fakeFetch as typeof fetch,
     lookupTimeoutMs: 500,
     activeLimit: options.activeLimit,
+    clock: options.clock,
   });
   const add = (id: string) => {
     const endpoint = `http://${id}.test:3676`;
@@ -335,6 +337,41 @@ Deno.test("listNodes shows each node's state, age, reading and in-flight; remove
     const missing = await call(gateway, "removeNode", {});
     assert.equal(missing.status, 400);
     assert.match((await missing.json()).message, /'nodeId'/);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("removeNode leaves nothing of the node in the Finder's cache, its failure log or the Placer", async () => {
+  const clock = new FakeClock();
+  const { gateway, add } = setup({ clock });
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  try {
+    const exec = await call(gateway, "execCommand", { name: "x", command: "true" });
+    assert.equal(exec.status, 200);
+    await exec.body?.cancel();
+    const made = await call(gateway, "acquireSandbox", { name: "new" });
+    assert.equal(made.status, 200);
+    await made.body?.cancel();
+    b.silent = true;
+    a.silent = true;
+    const unsure = await call(gateway, "execCommand", { name: "ghost", command: "true" });
+    assert.equal(unsure.status, 503);
+    await unsure.body?.cancel();
+    assert.equal(gateway.finder.failingNodes, 2);
+    assert.ok(gateway.placer.tracked.nodes > 0);
+    assert.ok(gateway.finder.cacheSize.name > 0);
+    clock.tick(31_000);
+    for (const nodeId of ["a", "b"]) {
+      const removed = await call(gateway, "removeNode", { nodeId });
+      assert.equal(removed.status, 200);
+      await removed.body?.cancel();
+    }
+    assert.deepEqual(gateway.finder.cacheSize, { name: 0, id: 0 });
+    assert.equal(gateway.finder.failingNodes, 0);
+    assert.deepEqual(gateway.placer.tracked, { nodes: 0, names: 0 });
   } finally {
     gateway.close();
   }

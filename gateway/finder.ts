@@ -226,6 +226,28 @@ export class Finder {
     return { name: this.#byName.size, id: this.#byId.size };
   }
 
+  /** How many nodes the lookup client remembers as failing (diagnostics and tests). */
+  get failingNodes(): number {
+    return this.#client.failingNodes;
+  }
+
+  /**
+   * Lets go of a node that left the fleet (`Fleet`'s `onRemove` calls it): its cache entries
+   * under both keys (one pass over the cache, fine for an operator's removeNode) and its failure
+   * record. Without it the entries would only go when next hit or pushed out by the bound.
+   *
+   * @example
+   * ```ts ignore
+   * const fleet = new Fleet({ onRemove: (node) => finder.forgetNode(node.id) });
+   * ```
+   */
+  forgetNode(nodeId: string): void {
+    const ofNode = (v: FindOne) => v.node.id === nodeId;
+    this.#byName.deleteWhere(ofNode);
+    this.#byId.deleteWhere(ofNode);
+    this.#client.forget(nodeId);
+  }
+
   /**
    * The cached answer for a key, or `undefined` (a miss, or its node was removed). A hit moves
    * the entry to the young end. The hot path: no allocation, no await.
@@ -446,6 +468,10 @@ export class Finder {
     nodes: FleetNode[],
   ): Promise<FindResult> {
     const started = this.#clock.now();
+    // Failure records of nodes that left without forgetNode (an embedder's own directory).
+    if (this.#client.failingNodes > nodes.length) {
+      this.#client.retainOnly((id) => this.#fleet.get(id) !== undefined);
+    }
     if (nodes.length === 0) return { kind: "none" };
     // A name is asked within its team; an id is asked of every team, and the answer names it.
     const scoped = by === "name" ? splitTeamScopedName(key) : undefined;

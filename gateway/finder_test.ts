@@ -383,6 +383,36 @@ Deno.test("Finder.recheck() after a node's 404 evicts a sandbox the node no long
   fleet.close();
 });
 
+Deno.test("Finder.forgetNode() drops a removed node's cache entries and failure record", async () => {
+  const { finder, fleet, clock, behaviours } = setup({ a: { found: s1 }, b: "refused" });
+  await finder.find("name", "alpha");
+  await finder.find("id", "sb-1");
+  behaviours.set(EP.a, "refused");
+  await finder.find("name", "ghost");
+  assert.equal(finder.failingNodes, 2);
+  assert.deepEqual(finder.cacheSize, { name: 1, id: 1 });
+  clock.tick(31_000);
+  fleet.removeNode("a");
+  finder.forgetNode("a");
+  assert.deepEqual(finder.cacheSize, { name: 0, id: 0 });
+  assert.equal(finder.failingNodes, 1);
+  fleet.close();
+});
+
+Deno.test("Finder rounds drop failure records of nodes the directory no longer holds", async () => {
+  const { finder, fleet, clock } = setup({ a: "absent", b: "refused", c: "refused" });
+  await finder.find("name", "ghost");
+  assert.equal(finder.failingNodes, 2);
+  clock.tick(31_000);
+  fleet.checkIn(checkIn("a", EP.a));
+  // Removed without forgetNode (an embedder's Fleet with no onRemove hook).
+  fleet.removeNode("b");
+  fleet.removeNode("c");
+  await finder.find("name", "ghost-2");
+  assert.equal(finder.failingNodes, 0);
+  fleet.close();
+});
+
 Deno.test("Finder.evict() forgets a sandbox under both keys", async () => {
   const { finder, fleet } = setup({ a: { found: s1 } });
   await finder.find("id", "sb-1");

@@ -114,6 +114,12 @@ export interface FleetOptions {
    * database that never checked in with this process was never up, so it gets no `onDown`.
    */
   onDown?: (node: FleetNode) => void;
+  /**
+   * Called once `removeNode` has dropped a node, so whoever keeps state per node (the Finder's
+   * cache and failing-node log, the Placer's in-flight counts) can let it go. Same rules as
+   * `onJoin`.
+   */
+  onRemove?: (node: FleetNode) => void;
 }
 
 interface Member extends FleetNode {
@@ -195,6 +201,7 @@ export class Fleet implements NodeDirectory {
   #moveAfter: number;
   #onJoin?: (node: FleetNode) => void;
   #onDown?: (node: FleetNode) => void;
+  #onRemove?: (node: FleetNode) => void;
   #members = new Map<string, Member>();
   /** endpoint → ids reporting it, to warn when two ids share one daemon. */
   #byEndpoint = new Map<string, Set<string>>();
@@ -213,6 +220,7 @@ export class Fleet implements NodeDirectory {
       moveAfterIntervals = 1,
       onJoin,
       onDown,
+      onRemove,
     } = options;
     if (!(downAfterIntervals > 0)) {
       throw new RangeError(
@@ -233,6 +241,7 @@ export class Fleet implements NodeDirectory {
     this.#moveAfter = moveAfterIntervals;
     this.#onJoin = onJoin;
     this.#onDown = onDown;
+    this.#onRemove = onRemove;
     this.#db.exec(schema);
     this.#insert = this.#db.prepare(
       `INSERT INTO gateway_nodes (id, endpoint, interval_seconds, build, first_seen, last_check_in)
@@ -468,6 +477,7 @@ export class Fleet implements NodeDirectory {
     this.#reportShared(m.endpoint);
     this.#changes.clear(`twin:${id}`);
     this.#log("info", "node removed from the fleet", { nodeId: id, endpoint: m.endpoint });
+    this.#call("onRemove", this.#onRemove, m);
   }
 
   /**

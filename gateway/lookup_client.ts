@@ -77,7 +77,10 @@ export class LookupClient {
   readonly #fetch: typeof fetch;
   readonly #log: Log;
   readonly #perNode: KeyedLimiter;
-  /** node id → why its last lookup failed; an entry goes once the node answers again. */
+  /**
+   * node id → why its last lookup failed. An entry goes once the node answers again or leaves
+   * the fleet (`forget`, or `retainOnly` from the Finder's rounds), so it never outgrows the fleet.
+   */
   readonly #failing = new Map<string, string>();
 
   /**
@@ -125,6 +128,35 @@ export class LookupClient {
       this.#log("info", "node answers lookups again", { nodeId: node.id });
     }
     return answer;
+  }
+
+  /** How many nodes are remembered as failing (diagnostics and tests). */
+  get failingNodes(): number {
+    return this.#failing.size;
+  }
+
+  /**
+   * Forgets a node that left the fleet: if its id comes back, its first failure is news again.
+   *
+   * @example
+   * ```ts ignore
+   * client.forget("node-c"); // after removeNode
+   * ```
+   */
+  forget(nodeId: string): void {
+    this.#failing.delete(nodeId);
+  }
+
+  /**
+   * Forgets every failing node for which `known` is false, e.g. those the fleet no longer holds.
+   *
+   * @example
+   * ```ts ignore
+   * client.retainOnly((id) => fleet.get(id) !== undefined);
+   * ```
+   */
+  retainOnly(known: (nodeId: string) => boolean): void {
+    for (const id of [...this.#failing.keys()]) if (!known(id)) this.#failing.delete(id);
   }
 
   #askQueued(

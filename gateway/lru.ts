@@ -112,6 +112,29 @@ export class LruCache<K, V> {
     return this.delete(key);
   }
 
+  /**
+   * Removes every entry for which `predicate` holds, in one pass over the whole cache (O(n): for
+   * rare events such as a node leaving the fleet, not for a hot path). Returns how many went.
+   *
+   * @example
+   * ```ts
+   * import { LruCache } from "@dormice/cluster/gateway";
+   * const cache = new LruCache<string, string>();
+   * cache.set("a", "node-1").set("b", "node-2");
+   * cache.deleteWhere((node) => node === "node-1"); // 1
+   * ```
+   */
+  deleteWhere(predicate: (value: V, key: K) => boolean): number {
+    let removed = 0;
+    for (const [key, value] of this.#map) {
+      if (predicate(value, key)) {
+        this.delete(key);
+        removed++;
+      }
+    }
+    return removed;
+  }
+
   /** Removes every entry. */
   clear(): void {
     this.#map.clear();

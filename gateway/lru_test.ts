@@ -71,3 +71,13 @@ Deno.test("LruCache refuses a bound that is not a positive integer", () => {
   assert.throws(() => new LruCache({ max: 0 }), RangeError);
   assert.throws(() => new LruCache({ max: 1.5 }), /positive integer/);
 });
+
+Deno.test("LruCache.deleteWhere() removes every matching entry and keeps the rest in order", () => {
+  const cache = new LruCache<string, string>({ max: 10 });
+  cache.set("a", "n1").set("b", "n2").set("c", "n1").set("d", "n2");
+  assert.equal(cache.deleteWhere((node) => node === "n1"), 2);
+  assert.deepEqual([...cache.keys()], ["b", "d"]);
+  // The youngest was removed too: a later hit on another key still moves it.
+  cache.get("b");
+  assert.deepEqual([...cache.keys()], ["d", "b"]);
+});

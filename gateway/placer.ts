@@ -333,6 +333,8 @@ export class Placer {
       feasible++;
       best.offer(node, loadScore(node, input.inFlight), input.inFlight);
     }
+    // Counts of nodes that left the directory without forgetNode (an embedder's own directory).
+    if (this.#flights.size > considered) this.#dropUnknownNodes();
     const top = best.scores;
     const explain: PlacementExplain = { considered, feasible, rejected, rejections, scores: top };
     if (top.length > 0) return { ok: true, node: best.nodes[0], score: top[0].score, explain };
@@ -417,6 +419,31 @@ export class Placer {
   }
 
   /**
+   * Drops what is counted for a node that left the fleet (`Fleet`'s `onRemove` calls it), so a
+   * removed node leaves nothing behind. `pick()` also drops the counts of nodes the directory no
+   * longer knows whenever it sees more counted nodes than registered ones, so the counts stay
+   * bounded by the fleet even when nothing calls this.
+   *
+   * @example
+   * ```ts ignore
+   * const fleet = new Fleet({ onRemove: (node) => placer.forgetNode(node.id) });
+   * ```
+   */
+  forgetNode(nodeId: string): void {
+    const flight = this.#flights.get(nodeId);
+    if (flight === undefined) return;
+    for (const name of flight.names) {
+      if (this.#placements.get(name) === nodeId) this.#placements.delete(name);
+    }
+    this.#flights.delete(nodeId);
+  }
+
+  /** How many nodes and placed names the in-flight counts hold (diagnostics and tests). */
+  get tracked(): { nodes: number; names: number } {
+    return { nodes: this.#flights.size, names: this.#placements.size };
+  }
+
+  /**
    * Placements counted against `nodeId` since its last reading.
    *
    * @example
@@ -442,6 +469,12 @@ export class Placer {
       this.#reset(node.id, flight, node.readingSeq);
     }
     return flight;
+  }
+
+  #dropUnknownNodes(): void {
+    for (const nodeId of [...this.#flights.keys()]) {
+      if (this.#fleet.get(nodeId) === undefined) this.forgetNode(nodeId);
+    }
   }
 
   /** Starts a new interval for a node, dropping its old placements from the name index. */

@@ -333,6 +333,34 @@ Deno.test("Placer.pick() alone counts nothing: a wake found on a node is not a p
   fleet.close();
 });
 
+Deno.test("Placer.forgetNode() drops a removed node's counts and names", () => {
+  const { fleet, clock } = fleetOf({ a: reading(), b: reading() });
+  const placer = new Placer({ fleet });
+  placer.record("s1", "a");
+  placer.record("s2", "a");
+  placer.record("s3", "b");
+  assert.deepEqual(placer.tracked, { nodes: 2, names: 3 });
+  clock.tick(31_000);
+  fleet.removeNode("a");
+  placer.forgetNode("a");
+  assert.deepEqual(placer.tracked, { nodes: 1, names: 1 });
+  assert.equal(placer.release("s1"), false);
+  fleet.close();
+});
+
+Deno.test("Placer.pick() drops the counts of nodes its directory no longer holds", () => {
+  const { fleet, clock } = fleetOf({ a: reading(), b: reading() });
+  const placer = new Placer({ fleet });
+  placer.record("s1", "a");
+  placer.record("s2", "b");
+  clock.tick(31_000);
+  // Removed without anyone calling forgetNode (an embedder's Fleet with no onRemove hook).
+  fleet.removeNode("a");
+  placer.pick();
+  assert.deepEqual(placer.tracked, { nodes: 1, names: 1 });
+  fleet.close();
+});
+
 Deno.test("Placer.pick() considers 10,000 nodes in one pass", () => {
   const fleet = new Fleet();
   for (let i = 0; i < 10_000; i++) {
