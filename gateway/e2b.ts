@@ -26,7 +26,7 @@ import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
-import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
+import { describeZodError, sandboxIdSchema, sandboxNameSchema } from "../shared/schemas.ts";
 import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 
 /** Options of {@linkcode createE2bFaces} and {@linkcode mountE2b}. */
@@ -308,7 +308,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     }
     const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
     if (m) {
-      const id = decodeSegment(m[1]);
+      const id = checkedId(decodeSegment(m[1]));
       if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {
         return await kill(c, id, caller);
       }
@@ -349,13 +349,14 @@ function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
     const rest = suffix(c);
     const dialect = isRpc(rest) ? "connect" : "rest";
     try {
-      const id = c.req.header(SANDBOX_ID_HEADER);
-      if (!id) {
+      const header = c.req.header(SANDBOX_ID_HEADER);
+      if (!header) {
         throw new HttpError(
           400,
           "The E2b-Sandbox-Id header is missing: name the sandbox the request is for",
         );
       }
+      const id = checkedId(header);
       const signal = c.req.raw.signal;
       // The SDK sends envd no API key (the sandbox's access token guards it); a request that
       // does send one sees its own team's sandboxes only, another team's as absent.
@@ -427,6 +428,7 @@ function createFilesDoor(parts: GatewayParts, options: E2bFacesOptions): Hono {
             "through the sandbox (files.read / files.write), which the gateway routes",
         );
       }
+      checkedId(id);
       // Named by the header, the node checks the signature against that sandbox's token.
       const caller = optionalE2bCaller(c.req.raw.headers, parts.identify);
       const team = caller === undefined ? undefined : scopeOf(caller);
@@ -459,6 +461,20 @@ function suffix(c: Context): string {
   const mount = c.req.routePath.replace(/\/?\*$/, "");
   const rest = pathname.startsWith(mount) ? pathname.slice(mount.length) : pathname;
   return rest === "" ? "/" : rest;
+}
+
+/**
+ * An id no node can hold is refused at the door (a 400 in the face's dialect) before it costs a
+ * lookup round: every node would refuse it anyway, with the same shared rules.
+ */
+function checkedId(id: string): string {
+  const r = sandboxIdSchema.safeParse(id);
+  if (r.success) return r.data;
+  const shown = id.length > 60 ? `${id.slice(0, 60)}…` : id;
+  throw new HttpError(
+    400,
+    `'${shown}' is not a sandbox id: ${r.error.issues[0].message}`,
+  );
 }
 
 function decodeSegment(segment: string): string {

@@ -388,6 +388,51 @@ Deno.test("E2B api: a silent node is named in x-dormice-unreachable; all silent 
   }
 });
 
+Deno.test("E2B faces: an invalid sandbox id is a 400 in the face's dialect that asks no node", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  const b = add("b");
+  try {
+    for (const id of ["x".repeat(129), "bad/id", "bad id!"]) {
+      const answers: [string, Response, "e2b" | "connect"][] = [
+        ["GET api", await api(gateway, "GET", `/sandboxes/${encodeURIComponent(id)}`), "e2b"],
+        ["DELETE api", await api(gateway, "DELETE", `/sandboxes/${encodeURIComponent(id)}`), "e2b"],
+        [
+          "connect api",
+          await api(gateway, "POST", `/v2/sandboxes/${encodeURIComponent(id)}/connect`, {}),
+          "e2b",
+        ],
+        [
+          "envd rpc",
+          await envd(gateway, "/process.Process/List", { "e2b-sandbox-id": id }, "{}"),
+          "connect",
+        ],
+        ["envd files", await envd(gateway, "/files?path=/a", { "e2b-sandbox-id": id }), "e2b"],
+        [
+          "root files",
+          await gateway.fetch(
+            new Request("http://gw.test/files?path=/a&signature=v1_x", {
+              headers: { "e2b-sandbox-id": id },
+            }),
+          ),
+          "e2b",
+        ],
+      ];
+      for (const [where, res, dialect] of answers) {
+        assert.equal(res.status, 400, `${where} ${id}`);
+        const body = await res.json();
+        assert.equal(body.code, dialect === "connect" ? "invalid_argument" : 400, where);
+        assert.match(body.message, /is not a sandbox id: a sandbox id (uses only|has at most 128)/);
+        // No node was asked, so none is named (the old answer listed every node's endpoint).
+        assert.doesNotMatch(JSON.stringify(body), /\.test:3676/, where);
+      }
+    }
+    assert.deepEqual([...a.calls, ...b.calls], []);
+  } finally {
+    gateway.close();
+  }
+});
+
 function envd(gateway: Gateway, path: string, headers: Record<string, string>, body?: BodyInit) {
   return gateway.fetch(
     new Request(`http://gw.test/e2b/envd${path}`, { method: "POST", headers, body }),

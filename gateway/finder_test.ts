@@ -7,7 +7,7 @@ import { checkIn, recordingLog } from "./_fixtures_test.ts";
 const TOKEN = "t".repeat(32);
 
 type Behaviour =
-  | { found: { id: string; name: string } }
+  | { found: { id: string; name: string; state?: string } }
   | "absent"
   | "refused"
   | "hang"
@@ -49,7 +49,7 @@ function fakeFetch(behaviours: Map<string, Behaviour>) {
     if ("status" in b) return new Response("node says no", { status: b.status });
     // By id, a found sandbox is found only when the id matches.
     if (body.id !== undefined && body.id !== b.found.id) return Response.json({ found: false });
-    return Response.json({ found: true, sandbox: { ...b.found, state: "active" } });
+    return Response.json({ found: true, sandbox: { state: "active", ...b.found } });
   }) as typeof fetch;
   return { fn, calls };
 }
@@ -214,6 +214,29 @@ Deno.test("Finder.find() is unsure naming a silent node when nobody else has it"
   assert.match(r.message, /Cannot tell whether 'alpha' exists: 'b' \(http:\/\/10\.0\.0\.2:3676/);
   assert.match(r.message, /removeNode/);
   assert.equal(r.retryAfterSeconds, 15);
+  fleet.close();
+});
+
+Deno.test("Finder reads a node's 400 to a lookup as absent, not silence, and logs it once", async () => {
+  const { finder, fleet, lines, fake } = setup({ a: { status: 400 }, b: "absent" });
+  for (const name of ["alpha", "beta"]) {
+    const r = await finder.find("name", name);
+    // Silence would be a 503 "retry shortly" that no retry ever fixes.
+    assert.equal(r.kind, "none");
+  }
+  assert.equal(fake.calls.length, 4);
+  const warned = lines.filter((l) => /refused a lookup key/.test(l.msg));
+  assert.equal(warned.length, 1);
+  assert.equal(warned[0].fields.nodeId, "a");
+  assert.match(String(warned[0].fields.cause), /node says no/);
+  fleet.close();
+});
+
+Deno.test("Finder reads a found sandbox in a state it does not know as found", async () => {
+  const { finder, fleet } = setup({ a: { found: { ...s1, state: "hibernating" } }, b: "absent" });
+  const r = await finder.find("name", "alpha");
+  assert.equal(r.kind, "one");
+  if (r.kind === "one") assert.equal(r.sandbox.state, "hibernating");
   fleet.close();
 });
 

@@ -24,10 +24,14 @@ export interface FoundSandbox {
   readonly team?: string;
 }
 
-/** One node's answer: it has the sandbox, it has not, or it said nothing useful (and why). */
+/**
+ * One node's answer: it has the sandbox, it has not, or it said nothing useful (and why). An
+ * `absent` with `refusal` is a node that answered 400 to the key: it cannot hold a sandbox under
+ * a key its own rules reject (it checks the same rules when it creates one), so that is a no.
+ */
 export type LookupAnswer =
   | { kind: "found"; sandbox: FoundSandbox }
-  | { kind: "absent" }
+  | { kind: "absent"; refusal?: string }
   | { kind: "silent"; cause: string };
 
 /** Options of {@linkcode LookupClient}. */
@@ -124,6 +128,18 @@ export class LookupClient {
           cause: answer.cause,
         });
       }
+    } else if (answer.kind === "absent" && answer.refusal !== undefined) {
+      // Only a node whose key rules differ from this gateway's (another build) gets here: the
+      // gateway checks keys with the same shared schemas before it asks.
+      const cause = `refused the key: ${answer.refusal}`;
+      if (this.#failing.get(node.id) !== cause) {
+        this.#failing.set(node.id, cause);
+        this.#log("warn", "node refused a lookup key, read as absent: its build may differ", {
+          nodeId: node.id,
+          endpoint: node.endpoint,
+          cause,
+        });
+      }
     } else if (this.#failing.delete(node.id)) {
       this.#log("info", "node answers lookups again", { nodeId: node.id });
     }
@@ -194,6 +210,11 @@ export class LookupClient {
       return { kind: "silent", cause: describeFailure(error, signal) };
     }
     try {
+      if (response.status === 400) {
+        // An answer, not silence: reading it as silence made every node's refusal of a bad key
+        // a fleet-wide 503 "retry shortly" that no retry could ever fix.
+        return { kind: "absent", refusal: sentenceOf(await response.text()) };
+      }
       if (response.status !== 200) {
         const text = await response.text();
         const hint = response.status === 401
@@ -213,6 +234,15 @@ export class LookupClient {
       return { kind: "silent", cause: describeFailure(error, signal) };
     }
   }
+}
+
+/** A node's `{message}` error body, or its raw text, cut for a log line. */
+function sentenceOf(text: string): string {
+  try {
+    const message = (JSON.parse(text) as { message?: unknown })?.message;
+    if (typeof message === "string") return message.slice(0, 200);
+  } catch { /* not JSON: the raw text */ }
+  return text.slice(0, 200);
 }
 
 function isTimeout(reason: unknown): boolean {

@@ -266,14 +266,19 @@ export const lookupRequestSchema: z.ZodUnion<
 /** A lookup request. */
 export type LookupRequest = z.infer<typeof lookupRequestSchema>;
 
-/** The node's answer to `lookupSandbox`. */
+/**
+ * The node's answer to `lookupSandbox`. `state` is any string, not {@linkcode sandboxStateSchema}:
+ * a newer node may report a state this build does not know, and "found, in a state I cannot
+ * name" is still found; refusing the answer would make the gateway read that node as silent
+ * (a 503 for every sandbox it holds) until the gateway is upgraded too.
+ */
 export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
   z.ZodObject<{
     found: z.ZodLiteral<true>;
     sandbox: z.ZodObject<{
       id: z.ZodString;
       name: z.ZodString;
-      state: typeof sandboxStateSchema;
+      state: z.ZodString;
       team: z.ZodDefault<z.ZodString>;
     }>;
   }>,
@@ -284,7 +289,7 @@ export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
     sandbox: z.object({
       id: z.string(),
       name: z.string(),
-      state: sandboxStateSchema,
+      state: z.string().max(64),
       // A node that predates teams holds every sandbox in the default team.
       team: z.string().default("default"),
     }),
