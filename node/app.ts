@@ -17,7 +17,7 @@ import { FakeExecutor } from "./executors/fake.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
 import { LedgerUpkeep } from "./ledger_upkeep.ts";
-import { AccessTokens } from "./faces/access_tokens.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "./faces/envd/mod.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";

@@ -9,7 +9,7 @@
  * | `faces/native.ts` | the native verbs, `POST /<verb>`, errors `{message}` |
  * | `faces/e2b_api.ts` | the E2B control plane under `/e2b/api`, errors `{code:<int>, message}` (create options and the metrics wire in `e2b_create_options.ts`, `e2b_metrics.ts`) |
  * | `faces/envd/` | envd under `/e2b/envd` (one file per Connect RPC), the signed `/files` door |
- * | `faces/connect_codec.ts`, `faces/access_tokens.ts` | the Connect JSON codec; envd tokens and signed URLs |
+ * | `faces/connect_codec.ts` | the Connect JSON codec (envd tokens and signed URLs are `shared/access_tokens.ts`, which the gateway checks too) |
  * | `service.ts` | {@linkcode SandboxService}: every verb of one sandbox inside its name's slot |
  * | `ledger.ts` | {@linkcode Ledger}: one SQLite row per sandbox, one daemon per file |
  * | `ledger_space.ts`, `ledger_upkeep.ts` | the ledger on a full disk (its 507, its reserve); the idle clock's batched flush |
@@ -132,7 +132,7 @@ export type {
 } from "./service_contract.ts";
 export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
 export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd/mod.ts";
-export { AccessTokens } from "./faces/access_tokens.ts";
+export { AccessTokens } from "../shared/access_tokens.ts";
 export { type ExecutorOutcome, NodeMetrics, type NodeMetricsOptions } from "./metrics.ts";
 export { instrumentExecutor } from "./executors/instrumented.ts";
 export { LifecycleOutbox, type LifecycleOutboxOptions, scannerEvent } from "./lifecycle_outbox.ts";

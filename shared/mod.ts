@@ -1,7 +1,7 @@
 /**
  * Pieces shared by the gateway and the nodes: the wire schemas both ends validate with, the
- * per-name queue, constant-time token comparison, the single-writer lock, logging, bounded
- * shutdown and an injectable clock with timers.
+ * per-name queue, constant-time token comparison, envd access tokens and signed URLs, the
+ * single-writer lock, logging, bounded shutdown and an injectable clock with timers.
  *
  * @example Validate a check-in body
  * ```ts
@@ -43,6 +43,19 @@ export * from "./connect_codes.ts";
 export * from "./json_body.ts";
 export { randomSandboxName } from "./random_name.ts";
 export { e2bApiKey, e2bKeyAuth } from "./e2b_auth.ts";
+export {
+  AccessTokens,
+  type EnvdCredentials,
+  envdCredentialsRefusal,
+  envdRequestAuthorized,
+  fileSignature,
+  type FileSignatureInput,
+  isExpired,
+  parseSignedFileUrl,
+  SignatureLocator,
+  signatureMatches,
+  type SignedFileRequest,
+} from "./access_tokens.ts";
 export { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";
 export {
   DEFAULT_TEAM,

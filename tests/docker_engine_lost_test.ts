@@ -11,7 +11,7 @@
 import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
-import { AccessTokens } from "../node/faces/access_tokens.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 import { decodeEnvelopes, encodeEnvelope } from "../node/faces/connect_codec.ts";
 import {
   dockerGate,

@@ -13,7 +13,7 @@ import { Ledger } from "../node/ledger.ts";
 import { SandboxService } from "../node/service.ts";
 import { createE2bApi } from "../node/faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "../node/faces/envd/mod.ts";
-import { AccessTokens } from "../node/faces/access_tokens.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 import { commandSteps } from "./_e2b_steps.ts";
 import { startNode } from "./_processes.ts";
 

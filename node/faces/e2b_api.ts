@@ -26,7 +26,7 @@ import { tokensEqual } from "../../shared/token.ts";
 import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
-import type { AccessTokens } from "./access_tokens.ts";
+import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { parseCreateOptions } from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";

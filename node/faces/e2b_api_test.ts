@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../../shared/clock.ts";
-import { AccessTokens } from "./access_tokens.ts";
+import { AccessTokens } from "../../shared/access_tokens.ts";
 import { createE2bApi, parseMetadataQuery } from "./e2b_api.ts";
 import { FakeExecutor } from "../executors/fake.ts";
 import { Ledger } from "../ledger.ts";

@@ -3,7 +3,7 @@
  * and the signed `/files` door at the root, with helpers for unary and streamed calls.
  */
 import { Hono } from "hono";
-import { AccessTokens } from "../access_tokens.ts";
+import { AccessTokens } from "../../../shared/access_tokens.ts";
 import { encodeEnvelope } from "../connect_codec.ts";
 import { FakeExecutor } from "../../executors/fake.ts";
 import { Ledger } from "../../ledger.ts";

@@ -7,7 +7,7 @@
 import { type Clock, systemClock } from "../../../shared/clock.ts";
 import { type Log, silentLog } from "../../../shared/log.ts";
 import type { SandboxOps } from "../../service_contract.ts";
-import type { AccessTokens } from "../access_tokens.ts";
+import type { AccessTokens } from "../../../shared/access_tokens.ts";
 import { Watchers } from "./filesystem/watchers.ts";
 
 /** Options of `createEnvd` and `handleSignedFiles`. */

@@ -16,7 +16,7 @@ import {
   isExpired,
   parseSignedFileUrl,
   SignatureLocator,
-} from "../access_tokens.ts";
+} from "../../../shared/access_tokens.ts";
 import { DEFAULT_USER, type EnvdCore, type EnvdOptions, makeCore } from "./core.ts";
 import { restError, restErrorOf } from "./dialects.ts";
 import { admitTraffic, guard } from "./guard.ts";

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { fileSignature } from "../access_tokens.ts";
+import { fileSignature } from "../../../shared/access_tokens.ts";
 import { setup } from "./_fixtures_test.ts";
 
 Deno.test("POST /files refuses a 'path' with several parts, and octet-stream without path", async () => {

@@ -7,7 +7,7 @@
  */
 import type { Context } from "hono";
 import type { SandboxRecord } from "../../service_contract.ts";
-import { isExpired, parseSignedFileUrl, signatureMatches } from "../access_tokens.ts";
+import { envdCredentialsRefusal, envdRequestAuthorized } from "../../../shared/access_tokens.ts";
 import { ConnectError, connectErrorResponse } from "../connect_codec.ts";
 import { type EnvdCore, SANDBOX_HEADER } from "./core.ts";
 import { restErrorOf, toConnect } from "./dialects.ts";
@@ -43,20 +43,18 @@ export async function guard(
       );
     }
     const tokens = core.options.accessTokens;
-    if (tokens && !tokens.verify(sandbox.id, c.req.header("X-Access-Token"))) {
+    if (tokens) {
       // A signed URL reaching envd through the gateway (with the sandbox header) also counts.
-      const url = new URL(c.req.url);
-      const signed = dialect === "rest" && url.searchParams.has("signature")
-        ? parseSignedFileUrl(url, c.req.method === "GET" ? "read" : "write")
-        : undefined;
-      const ok = signed?.ok && !isExpired(signed.value, core.options.clock.now()) &&
-        signatureMatches(signed.value, tokens.forSandbox(sandbox.id));
+      const ok = envdRequestAuthorized(tokens, sandbox.id, {
+        accessToken: c.req.header("X-Access-Token"),
+        url: new URL(c.req.url),
+        method: c.req.method,
+        signedUrlAllowed: dialect === "rest",
+      }, core.options.clock.now());
       if (!ok) {
         throw new ConnectError(
           "unauthenticated",
-          c.req.header("X-Access-Token")
-            ? `The X-Access-Token does not belong to sandbox '${sandbox.id}': use the envdAccessToken that create or connect returned`
-            : `Sandbox '${sandbox.id}' needs the X-Access-Token header: send the envdAccessToken that create or connect returned`,
+          envdCredentialsRefusal(sandbox.id, Boolean(c.req.header("X-Access-Token"))),
         );
       }
     }

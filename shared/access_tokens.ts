@@ -1,8 +1,11 @@
 /**
- * envd access tokens and the SDK's signed `/files` URLs.
+ * envd access tokens and the SDK's signed `/files` URLs, shared by the node (which mints them
+ * and checks them) and the gateway (which checks them at its door, so an unauthenticated envd
+ * request never costs a node anything).
  *
- * A sandbox's `envdAccessToken` is HMAC-SHA256 of its id under the node's secret (base64url), so
- * the node stores no token and can recompute any sandbox's token. The SDK signs a file URL as
+ * A sandbox's `envdAccessToken` is HMAC-SHA256 of its id under a secret derived from the fleet
+ * token (base64url), so nobody stores a token and anyone holding the fleet token (every node,
+ * the gateway) computes the same one for any sandbox id. The SDK signs a file URL as
  * `"v1_" + base64(sha256("<path>:<operation>:<user>:<token>[:<expiration>]"))` with the padding
  * dropped (e2b 2.51, `src/sandbox/signature.ts`); the URL carries no sandbox id, so a node finds
  * the sandbox by recomputing the signature under each of its sandboxes' tokens.
@@ -10,7 +13,7 @@
  * @module
  */
 import { createHash, createHmac } from "node:crypto";
-import { tokensEqual } from "../../shared/token.ts";
+import { tokensEqual } from "./token.ts";
 
 /**
  * Mints and checks per-sandbox envd access tokens under one node secret.
@@ -193,6 +196,63 @@ export function signatureMatches(request: SignedFileRequest, accessToken: string
  */
 export function isExpired(request: SignedFileRequest, nowMs: number): boolean {
   return request.expiration !== undefined && request.expiration * 1000 < nowMs;
+}
+
+/** What {@linkcode envdRequestAuthorized} reads of a request. */
+export interface EnvdCredentials {
+  /** The `X-Access-Token` header, when sent. */
+  accessToken: string | null | undefined;
+  /** The request URL: its `signature` query, when it has one, signs it instead. */
+  url: URL;
+  /** The HTTP method: GET is a signed read, anything else a signed write. */
+  method: string;
+  /** Whether a signed URL may stand in for the token (envd's REST doors, not Connect RPCs). */
+  signedUrlAllowed: boolean;
+}
+
+/**
+ * Whether an envd request carries sandbox `sandboxId`'s credentials: its `X-Access-Token`, or,
+ * where `signedUrlAllowed`, a URL that sandbox's token signed and that has not expired.
+ *
+ * @example
+ * ```ts
+ * import { AccessTokens, envdRequestAuthorized } from "./access_tokens.ts";
+ * const tokens = new AccessTokens("s".repeat(32));
+ * envdRequestAuthorized(tokens, "sbx-1", {
+ *   accessToken: tokens.forSandbox("sbx-1"),
+ *   url: new URL("http://gw/e2b/envd/files?path=/a"),
+ *   method: "GET",
+ *   signedUrlAllowed: true,
+ * }, Date.now()); // true
+ * ```
+ */
+export function envdRequestAuthorized(
+  tokens: AccessTokens,
+  sandboxId: string,
+  request: EnvdCredentials,
+  nowMs: number,
+): boolean {
+  if (tokens.verify(sandboxId, request.accessToken)) return true;
+  if (!request.signedUrlAllowed || !request.url.searchParams.has("signature")) return false;
+  const signed = parseSignedFileUrl(request.url, request.method === "GET" ? "read" : "write");
+  return signed.ok && !isExpired(signed.value, nowMs) &&
+    signatureMatches(signed.value, tokens.forSandbox(sandboxId));
+}
+
+/**
+ * The sentence for an envd request without the sandbox's credentials (the node and the gateway
+ * answer it alike, a 401 in their dialect).
+ *
+ * @example
+ * ```ts
+ * import { envdCredentialsRefusal } from "./access_tokens.ts";
+ * envdCredentialsRefusal("sbx-1", false); // "Sandbox 'sbx-1' needs the X-Access-Token header: …"
+ * ```
+ */
+export function envdCredentialsRefusal(sandboxId: string, tokenSent: boolean): string {
+  return tokenSent
+    ? `The X-Access-Token does not belong to sandbox '${sandboxId}': use the envdAccessToken that create or connect returned`
+    : `Sandbox '${sandboxId}' needs the X-Access-Token header: send the envdAccessToken that create or connect returned`;
 }
 
 /**

@@ -2,6 +2,8 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import {
   AccessTokens,
+  envdCredentialsRefusal,
+  envdRequestAuthorized,
   fileSignature,
   isExpired,
   parseSignedFileUrl,
@@ -118,4 +120,36 @@ Deno.test("AccessTokens.fromFleetToken() is stable and differs from the fleet to
   assert.equal(a, AccessTokens.fromFleetToken(fleet).forSandbox("s1"));
   assert.notEqual(a, new AccessTokens(fleet).forSandbox("s1"));
   assert.notEqual(a, AccessTokens.fromFleetToken(fleet + "!").forSandbox("s1"));
+});
+
+Deno.test("envdRequestAuthorized() takes the token, or a live signature where signed URLs count", () => {
+  const tokens = new AccessTokens(secret);
+  const token = tokens.forSandbox("sbx-1");
+  const signature = fileSignature({
+    path: "/a",
+    operation: "write",
+    user: "",
+    accessToken: token,
+    expiration: 2_000,
+  });
+  const signedUrl = new URL(
+    `http://n/files?path=/a&signature=${encodeURIComponent(signature)}&signature_expiration=2000`,
+  );
+  const check = (over: Partial<Parameters<typeof envdRequestAuthorized>[2]>, now = 1_000_000) =>
+    envdRequestAuthorized(tokens, "sbx-1", {
+      accessToken: undefined,
+      url: new URL("http://n/files?path=/a"),
+      method: "POST",
+      signedUrlAllowed: true,
+      ...over,
+    }, now);
+  assert.equal(check({ accessToken: token }), true);
+  assert.equal(check({ accessToken: tokens.forSandbox("sbx-2") }), false);
+  assert.equal(check({}), false);
+  assert.equal(check({ url: signedUrl }), true);
+  assert.equal(check({ url: signedUrl, method: "GET" }), false, "signed for write, not read");
+  assert.equal(check({ url: signedUrl, signedUrlAllowed: false }), false);
+  assert.equal(check({ url: signedUrl }, 2_000_001), false, "expired");
+  assert.match(envdCredentialsRefusal("sbx-1", true), /does not belong to sandbox 'sbx-1'/);
+  assert.match(envdCredentialsRefusal("sbx-1", false), /needs the X-Access-Token header/);
 });
