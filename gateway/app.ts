@@ -23,6 +23,7 @@ import { GatewayMetrics } from "./metrics.ts";
 import { mountOperatorView } from "./operator.ts";
 import { PlacementLog } from "./placements.ts";
 import { WebhookSender, type WebhookSenderOptions } from "./webhooks.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
@@ -192,6 +193,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   metrics.observe({ fleet, finder, slots: routing.slots });
   const authorized = fleetTokenCheck(token);
   const identify = callerCheck(token, keys);
+  const accessTokens = AccessTokens.fromFleetToken(token);
   const parts: GatewayParts = {
     fleet,
     finder,
@@ -201,6 +203,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     identify,
     keys,
     limits,
+    accessTokens,
     log,
     metrics,
     placements,

@@ -18,7 +18,7 @@
  * | `/ui`, `/ui/…` (the fleet page) | a session cookie from its login form, which takes the fleet token | `ui/session.ts` |
  * | the native and fleet verbs (`POST /<verb>`) | `Authorization: Bearer <key or token>` | {@linkcode callerGate}, and the routed verbs' fast path through {@linkcode requireCaller} |
  * | `/e2b/api/…` | `X-API-KEY: <key or token>` (the SDK's `E2B_API_KEY`), or a bearer | {@linkcode requireE2bCaller}, answering in E2B's `{code, message}` |
- * | `/e2b/envd/…` and the root `/files` | the client's own (`X-Access-Token`, `Authorization: Basic <user>`, a URL signature), which the node checks; an `X-API-KEY` if sent scopes the sandbox to its team | {@linkcode optionalE2bCaller} |
+ * | `/e2b/envd/…` and the root `/files` | the sandbox's envd access token (`X-Access-Token`, or a URL signature on `/files`), checked at the gateway's E2B face before any node hears of it (the tokens derive from the fleet token) and again by the node; an `X-API-KEY` if sent scopes the sandbox to its team | the E2B face, and {@linkcode optionalE2bCaller} |
  *
  * The gateway forwards with the node's credentials (`GatewayRouting.nodeHeaders`) and names a
  * key's team in `X-Dormice-Team`; nodes trust the gateway, never the client's headers. A key is

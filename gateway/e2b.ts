@@ -23,6 +23,7 @@ import {
 } from "./e2b_merge.ts";
 import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
 import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
+import { envdCredentialsRefusal, envdRequestAuthorized } from "../shared/access_tokens.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
@@ -77,11 +78,14 @@ const SANDBOX_ID_HEADER = "e2b-sandbox-id";
  *   `GET /sandboxes/metrics?sandbox_ids=` (at most 100 ids) asks every node and merges their
  *   `sandboxes` maps the same way. The routes the fleet does not build yet (snapshots, fork,
  *   network updates, template deletion: `shared/e2b_unbuilt.ts`) are a 501 answered here.
- * - `envd`: the node is found by `E2b-Sandbox-Id`; requests and answers stream both ways;
+ * - `envd`: the id in `E2b-Sandbox-Id` and that sandbox's `X-Access-Token` (or, on REST paths,
+ *   a signed URL) are checked first, so a request without them is a 400 or 401 that asks no
+ *   node; then the node is found by the id; requests and answers stream both ways;
  *   routing errors are Connect `{code:"unavailable"|…, message}` on RPC paths and
  *   `{code:<int>, message}` on `/files` and `/health`.
  * - `files`: the root signed `/files` is a 501 (the signature does not name the sandbox) unless
- *   the request names its sandbox with `E2b-Sandbox-Id`.
+ *   the request names its sandbox with `E2b-Sandbox-Id`; then its signature (or token) is
+ *   checked like envd's before it is forwarded.
  *
  * @example
  * ```ts
@@ -357,6 +361,7 @@ function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
         );
       }
       const id = checkedId(header);
+      requireCredentials(parts, id, c.req.raw, dialect === "rest");
       const signal = c.req.raw.signal;
       // The SDK sends envd no API key (the sandbox's access token guards it); a request that
       // does send one sees its own team's sandboxes only, another team's as absent.
@@ -428,8 +433,7 @@ function createFilesDoor(parts: GatewayParts, options: E2bFacesOptions): Hono {
             "through the sandbox (files.read / files.write), which the gateway routes",
         );
       }
-      checkedId(id);
-      // Named by the header, the node checks the signature against that sandbox's token.
+      requireCredentials(parts, checkedId(id), c.req.raw, true);
       const caller = optionalE2bCaller(c.req.raw.headers, parts.identify);
       const team = caller === undefined ? undefined : scopeOf(caller);
       const found = await locate(parts, id, c.req.raw.signal, team);
@@ -461,6 +465,27 @@ function suffix(c: Context): string {
   const mount = c.req.routePath.replace(/\/?\*$/, "");
   const rest = pathname.startsWith(mount) ? pathname.slice(mount.length) : pathname;
   return rest === "" ? "/" : rest;
+}
+
+/**
+ * envd's credentials checked at the gateway's door, as the node would check them (the same
+ * tokens, derived from the fleet token): a request without them costs no lookup round and
+ * reaches no node, so random sandbox ids with no token are a flood of cheap 401s.
+ */
+function requireCredentials(
+  parts: GatewayParts,
+  id: string,
+  request: Request,
+  signedUrlAllowed: boolean,
+): void {
+  const accessToken = request.headers.get("x-access-token");
+  const ok = envdRequestAuthorized(parts.accessTokens, id, {
+    accessToken,
+    url: new URL(request.url),
+    method: request.method,
+    signedUrlAllowed,
+  }, Date.now());
+  if (!ok) throw new HttpError(401, envdCredentialsRefusal(id, Boolean(accessToken)));
 }
 
 /**

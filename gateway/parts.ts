@@ -15,6 +15,7 @@ import type { GatewayRouting } from "./routing.ts";
 import type { LifecycleEvents } from "./lifecycle.ts";
 import type { GatewayMetrics } from "./metrics.ts";
 import type { PlacementLog } from "./placements.ts";
+import type { AccessTokens } from "../shared/access_tokens.ts";
 import type { Log } from "../shared/log.ts";
 
 /** The pieces a mounted face builds on; one set per gateway, shared by every face. */
@@ -35,6 +36,11 @@ export interface GatewayParts {
   keys: ApiKeys;
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;
+  /**
+   * The sandboxes' envd access tokens, derived from the fleet token as every node derives them:
+   * the envd faces check a request's token (or signed URL) before any node hears of it.
+   */
+  accessTokens: AccessTokens;
   /** The gateway's log: a face logs its unexpected errors (its 500s) here. */
   log: Log;
   /** The Prometheus series behind `GET /metrics`. */

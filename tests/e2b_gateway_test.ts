@@ -9,6 +9,7 @@ import { AuthenticationError, Sandbox } from "e2b";
 import { commandSteps } from "./_e2b_steps.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -34,6 +35,13 @@ Deno.test({
   sanitizeOps: false,
 }, async (t) => {
   const token = newToken();
+  // A raw envd request carries the sandbox's access token, as the SDK's do (the gateway checks it).
+  const envdTokens = AccessTokens.fromFleetToken(token);
+  const envdHeaders = (id: string) => ({
+    "content-type": "application/json",
+    "e2b-sandbox-id": id,
+    "x-access-token": envdTokens.forSandbox(id),
+  });
   const gwPort = freePort();
   const gwUrl = `http://127.0.0.1:${gwPort}`;
   const nodeEnv = (id: string) => ({
@@ -183,7 +191,7 @@ Deno.test({
       assert.equal(await Sandbox.kill(id, opts), false);
       const res = await fetch(`${gw.url}/e2b/envd/process.Process/List`, {
         method: "POST",
-        headers: { "content-type": "application/json", "e2b-sandbox-id": id },
+        headers: envdHeaders(id),
         body: "{}",
       });
       assert.equal((await res.json()).code, "unavailable");
@@ -233,7 +241,7 @@ Deno.test({
       // Cached on node-b: the node does not answer.
       const cached = await fetch(`${gw.url}/e2b/envd/process.Process/List`, {
         method: "POST",
-        headers: { "content-type": "application/json", "e2b-sandbox-id": onB.sandboxId },
+        headers: envdHeaders(onB.sandboxId),
         body: "{}",
       });
       assert.equal(cached.status, 502);
@@ -241,7 +249,7 @@ Deno.test({
       // Unknown: it may live on the silent node, so the gateway cannot say it is absent.
       const unknown = await fetch(`${gw.url}/e2b/envd/process.Process/List`, {
         method: "POST",
-        headers: { "content-type": "application/json", "e2b-sandbox-id": "sbx_nowhere" },
+        headers: envdHeaders("sbx_nowhere"),
         body: "{}",
       });
       assert.equal(unknown.status, 503);
