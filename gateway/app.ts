@@ -1,8 +1,7 @@
 /**
  * `createGateway()`: the whole gateway as one object whose `fetch(Request)` an embedder mounts in
- * its own server. This file only wires the pieces together: the Fleet (`fleet.ts`), the Finder
- * (`finder.ts`) and the Placer (`placer.ts`) under the routing rules (`routing.ts`), and the
- * faces on top: the native face as the root (`native.ts`), the others through `mount` (the E2B
+ * its own server. This file only wires the pieces together: the door (`door.ts`: loops), the Fleet (`fleet.ts`), the Finder (`finder.ts`) and the Placer (`placer.ts`) under
+ * the routing rules (`routing.ts`), and the faces on top: the native face as the root (`native.ts`), the others through `mount` (the E2B
  * faces in `e2b.ts`), each checking credentials as `auth.ts` says.
  *
  * @module
@@ -10,6 +9,7 @@
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
 import { callerCheck, fleetTokenCheck } from "./auth.ts";
+import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet.ts";
 import { Finder } from "./finder.ts";
 import { ApiKeys } from "./keys.ts";
@@ -58,6 +58,17 @@ export interface GatewayOptions {
   /** Where events go; silent by default. */
   log?: Log;
   /**
+   * Where the gateway listens (`main.ts` passes `DORMICE_GATEWAY_HOST` and `_PORT`), so a
+   * check-in whose endpoint is the gateway itself is refused at once (see `isOwnAddress`).
+   * Unknown by default: the hop marker still refuses the loop when it happens.
+   */
+  listenAddress?: ListenAddress;
+  /**
+   * This gateway's id in the hop marker (`x-dormice-hop`) of every request it sends; a request
+   * that comes back with it is refused with a 508. A fresh random id by default.
+   */
+  instanceId?: string;
+  /**
    * Mounts more faces before the app serves its first request (Hono locks its router then), e.g.
    * the E2B control plane, envd and the `/files` door: `mount: (app, parts) => mountE2b(app, parts)`.
    * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
@@ -76,10 +87,16 @@ export interface GatewayOptions {
 
 /** A built gateway. */
 export interface Gateway extends GatewayParts {
-  /** Serves every route. Mount it in `Deno.serve` or an embedder's Hono app. */
+  /**
+   * Serves every route, after the door (`door.ts`: a request carrying this gateway's own hop
+   * marker is a 508). Mount this in `Deno.serve` or an
+   * embedder's Hono app, not `app`, which skips the door and the fast path.
+   */
   fetch(request: Request): Promise<Response>;
   /** The root Hono app (mount more faces through the `mount` option). */
   app: Hono;
+  /** This gateway's id in the hop marker of the requests it sends. */
+  instanceId: string;
   /** Announces nodes that went down; call it every second or so. */
   sweep(): string[];
   /** The webhook queue, when `webhook` was given. */
@@ -122,6 +139,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     clock = systemClock,
     fetch: fetchFn = globalThis.fetch,
     log = silentLog,
+    listenAddress,
+    instanceId = newGatewayInstanceId(),
   } = options;
   if (typeof token !== "string" || token.length === 0) {
     throw new TypeError("Cannot create the gateway as 'token' is empty: pass the fleet token");
@@ -148,6 +167,7 @@ export function createGateway(options: GatewayOptions): Gateway {
       finder.forgetNode(node.id);
       placer.forgetNode(node.id);
     },
+    isOwnEndpoint: listenAddress && ((endpoint) => isOwnAddress(endpoint, listenAddress)),
   });
   const keys = new ApiKeys({ database: db, clock, log });
   const limits = new TeamLimits({ fleet, clock });
@@ -160,6 +180,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     clock,
     log,
     metrics,
+    hopMarker: instanceId,
   });
   const events = new LifecycleEvents({
     finder,
@@ -189,6 +210,7 @@ export function createGateway(options: GatewayOptions): Gateway {
       created: (node, sandbox, path) => events.created(node, sandbox, path),
       destroyed: (found, path) => events.destroyed(found, path),
     },
+    hopMarker: instanceId,
   });
   metrics.observe({ fleet, finder, slots: routing.slots });
   const authorized = fleetTokenCheck(token);
@@ -218,7 +240,11 @@ export function createGateway(options: GatewayOptions): Gateway {
   return {
     ...parts,
     app: native.app,
-    fetch: native.fetch,
+    instanceId,
+    fetch: (request) => {
+      const refused = doorAnswer(request, instanceId);
+      return refused === undefined ? native.fetch(request) : Promise.resolve(refused);
+    },
     webhooks,
     sweep: () => fleet.sweep(),
     close: () => {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "./app.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 import { FakeClock } from "../shared/clock.ts";
+import type { ListenAddress } from "./door.ts";
 
 const token = "gateway-unit-test-token-0123456789abcdef";
 const auth = { authorization: `Bearer ${token}`, "content-type": "application/json" };
@@ -16,6 +17,8 @@ interface StubSandbox {
 class StubNode {
   sandboxes = new Map<string, StubSandbox>();
   calls: string[] = [];
+  /** The hop marker of every request, in order. */
+  hops: (string | null)[] = [];
   /** When set, every request fails as if the node did not answer. */
   silent = false;
   /** Status to answer acquireSandbox with instead of creating (e.g. 400 or 500). */
@@ -26,6 +29,7 @@ class StubNode {
   async handle(request: Request): Promise<Response> {
     const verb = new URL(request.url).pathname.slice(1);
     this.calls.push(verb);
+    this.hops.push(request.headers.get("x-dormice-hop"));
     if (this.silent) throw new TypeError("error sending request: Connection refused");
     assert.equal(request.headers.get("authorization"), `Bearer ${token}`);
     const body = await request.json();
@@ -66,10 +70,18 @@ class StubNode {
   }
 }
 
-function setup(options: { activeLimit?: number; clock?: FakeClock } = {}) {
+function setup(
+  options: { activeLimit?: number; clock?: FakeClock; listenAddress?: ListenAddress } = {},
+) {
   const nodes = new Map<string, StubNode>();
+  /** Requests the gateway sent to its own address (a node endpoint that loops back). */
+  let selfCalls = 0;
   const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
     const request = new Request(input, init);
+    if (new URL(request.url).origin === selfEndpoint) {
+      selfCalls++;
+      return gateway.fetch(request);
+    }
     const node = nodes.get(new URL(request.url).origin);
     if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
     return node.handle(request);
@@ -80,6 +92,8 @@ function setup(options: { activeLimit?: number; clock?: FakeClock } = {}) {
     lookupTimeoutMs: 500,
     activeLimit: options.activeLimit,
     clock: options.clock,
+    listenAddress: options.listenAddress,
+    instanceId: "gw-unit",
   });
   const add = (id: string) => {
     const endpoint = `http://${id}.test:3676`;
@@ -90,8 +104,11 @@ function setup(options: { activeLimit?: number; clock?: FakeClock } = {}) {
     );
     return node;
   };
-  return { gateway, add };
+  return { gateway, add, selfCalls: () => selfCalls };
 }
+
+/** The origin the injected fetch answers with the gateway under test itself. */
+const selfEndpoint = "http://gateway-itself.test:3677";
 
 function call(gateway: Gateway, verb: string, body: unknown, init: RequestInit = {}) {
   return gateway.fetch(
@@ -372,6 +389,76 @@ Deno.test("removeNode leaves nothing of the node in the Finder's cache, its fail
     assert.deepEqual(gateway.finder.cacheSize, { name: 0, id: 0 });
     assert.equal(gateway.finder.failingNodes, 0);
     assert.deepEqual(gateway.placer.tracked, { nodes: 0, names: 0 });
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("every request the gateway sends a node carries its hop marker", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  try {
+    for (
+      const [verb, body] of [
+        ["acquireSandbox", { name: "x" }],
+        ["execCommand", { name: "x", command: "true" }],
+        ["listSandboxes", {}],
+        ["destroySandbox", { name: "x" }],
+      ] as const
+    ) {
+      const res = await call(gateway, verb, body);
+      assert.equal(res.status, 200, verb);
+      await res.body?.cancel();
+    }
+    assert.deepEqual(a.calls, [
+      "lookupSandbox",
+      "acquireSandbox",
+      "execCommand",
+      "listSandboxes",
+      "destroySandbox",
+    ]);
+    assert.deepEqual(a.hops, a.calls.map(() => "gw-unit"));
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("a node endpoint that leads back to the gateway is refused at the door, not called for ever", async () => {
+  const { gateway, add, selfCalls } = setup();
+  add("a");
+  try {
+    const joined = await call(gateway, "checkIn", checkIn("rogue", selfEndpoint));
+    assert.equal(joined.status, 200);
+    await joined.body?.cancel();
+    const listed = await call(gateway, "listSandboxes", {});
+    assert.equal(listed.status, 200);
+    const { unreachable } = await listed.json();
+    assert.equal(unreachable.length, 1);
+    assert.equal(unreachable[0].nodeId, "rogue");
+    assert.match(unreachable[0].cause, /HTTP 508: .*came back to the gateway that sent it/);
+    // One call to itself, refused: not a fan-out calling itself until the process dies.
+    assert.equal(selfCalls(), 1);
+    const missed = await call(gateway, "execCommand", { name: "ghost", command: "true" });
+    assert.equal(missed.status, 503);
+    assert.match((await missed.json()).message, /'rogue'.*leads back to this gateway/);
+    assert.equal(selfCalls(), 2);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("checkIn refuses an endpoint that is the gateway's own listening address", async () => {
+  const { gateway } = setup({ listenAddress: { hostname: "127.0.0.1", port: 3677 } });
+  try {
+    for (const endpoint of ["http://127.0.0.1:3677", "http://localhost:3677"]) {
+      const res = await call(gateway, "checkIn", checkIn("rogue", endpoint));
+      assert.equal(res.status, 400, endpoint);
+      assert.match((await res.json()).message, /this gateway's own address.*DORMICE_NODE_ENDPOINT/);
+    }
+    assert.equal(gateway.fleet.size, 0);
+    const other = await call(gateway, "checkIn", checkIn("a", "http://127.0.0.1:3676"));
+    assert.equal(other.status, 200);
+    await other.body?.cancel();
   } finally {
     gateway.close();
   }

@@ -12,6 +12,7 @@ import {
   type LookupAnswer,
   LookupClient,
 } from "./lookup_client.ts";
+import { newGatewayInstanceId } from "./door.ts";
 import { LruCache } from "./lru.ts";
 import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
@@ -114,6 +115,12 @@ export interface FinderOptions {
   maxLookupsPerNode?: number;
   /** Counts cache hits and misses and times lookup rounds (`GatewayMetrics`); none by default. */
   metrics?: FinderMetrics;
+  /**
+   * The gateway's id in the hop marker every lookup carries, so a lookup that comes back to the
+   * gateway is refused (see `door.ts`). A fresh random id by default; `createGateway` passes its
+   * own, the one its door checks.
+   */
+  hopMarker?: string;
 }
 
 /** Options for one call. */
@@ -204,6 +211,7 @@ export class Finder {
       log = silentLog,
       timers = defaultTimers,
       maxLookupsPerNode = 16,
+      hopMarker = newGatewayInstanceId(),
     } = options;
     if (!(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
       throw new RangeError(
@@ -215,7 +223,7 @@ export class Finder {
     this.#clock = clock;
     this.#log = log;
     this.#timers = timers;
-    this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode });
+    this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode, hopMarker });
     this.#byName = new LruCache({ max: cacheSize });
     this.#byId = new LruCache({ max: cacheSize });
     this.#metrics = options.metrics;

@@ -120,6 +120,11 @@ export interface FleetOptions {
    * `onJoin`.
    */
   onRemove?: (node: FleetNode) => void;
+  /**
+   * Whether an endpoint is the gateway itself (see `isOwnAddress`): such a check-in is refused
+   * with a 400, since every lookup and forward to it would come back to the gateway.
+   */
+  isOwnEndpoint?: (endpoint: string) => boolean;
 }
 
 interface Member extends FleetNode {
@@ -202,6 +207,7 @@ export class Fleet implements NodeDirectory {
   #onJoin?: (node: FleetNode) => void;
   #onDown?: (node: FleetNode) => void;
   #onRemove?: (node: FleetNode) => void;
+  #isOwnEndpoint?: (endpoint: string) => boolean;
   #members = new Map<string, Member>();
   /** endpoint → ids reporting it, to warn when two ids share one daemon. */
   #byEndpoint = new Map<string, Set<string>>();
@@ -221,6 +227,7 @@ export class Fleet implements NodeDirectory {
       onJoin,
       onDown,
       onRemove,
+      isOwnEndpoint,
     } = options;
     if (!(downAfterIntervals > 0)) {
       throw new RangeError(
@@ -242,6 +249,7 @@ export class Fleet implements NodeDirectory {
     this.#onJoin = onJoin;
     this.#onDown = onDown;
     this.#onRemove = onRemove;
+    this.#isOwnEndpoint = isOwnEndpoint;
     this.#db.exec(schema);
     this.#insert = this.#db.prepare(
       `INSERT INTO gateway_nodes (id, endpoint, interval_seconds, build, first_seen, last_check_in)
@@ -318,13 +326,23 @@ export class Fleet implements NodeDirectory {
    * Records a check-in (already validated against `checkInSchema`): joins a new id, or updates a
    * known one (endpoint, interval, build, reading).
    *
-   * @throws {HttpError} 409 naming both endpoints when `body.nodeId` is live at another endpoint.
+   * @throws {HttpError} 409 naming both endpoints when `body.nodeId` is live at another endpoint;
+   *   400 when the endpoint is the gateway's own address (`isOwnEndpoint`).
    * @example
    * ```ts ignore
    * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()));
    * ```
    */
   checkIn(body: CheckIn): CheckInOutcome {
+    if (this.#isOwnEndpoint?.(body.endpoint)) {
+      throw new HttpError(
+        400,
+        `Node '${body.nodeId}' checks in with the endpoint ${body.endpoint}, which is this ` +
+          "gateway's own address: set the node's DORMICE_NODE_ENDPOINT to the address where " +
+          "the gateway reaches that node",
+        { details: { nodeId: body.nodeId, endpoint: body.endpoint } },
+      );
+    }
     const now = this.#clock.now();
     const known = this.#members.get(body.nodeId);
     if (known === undefined) {

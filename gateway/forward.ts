@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { HOP_HEADER, nextHop } from "./door.ts";
 import { HttpError } from "../shared/http_error.ts";
 
 /** Headers that describe one hop, never the message, so they are not passed on (RFC 9110 §7.6.1). */
@@ -51,24 +52,31 @@ export interface ForwardOptions {
    * {@linkcode HangUpWatch}); without it the client's signal is attached at once.
    */
   hangUps?: HangUpWatch;
+  /**
+   * This gateway's id for the hop marker (`x-dormice-hop`), appended to the one the client's
+   * request carried, so a forward that loops back (through one gateway or several) is refused.
+   */
+  hop?: string;
 }
 
-/** The client's end-to-end headers as pairs, then `extra` (which replaces same-named ones). */
+/**
+ * The client's end-to-end headers as pairs, then `extra` (which replaces same-named ones), then
+ * the hop marker with `hop` appended.
+ */
 function requestHeaders(
   from: Headers,
   extra?: Readonly<Record<string, string>>,
+  hop?: string,
 ): [string, string][] {
   const out: [string, string][] = [];
-  const replaced = extra === undefined ? undefined : Object.keys(extra);
-  if (replaced !== undefined) {
-    for (let i = 0; i < replaced.length; i++) replaced[i] = replaced[i].toLowerCase();
-  }
+  const replaced = extra === undefined ? [] : Object.keys(extra);
+  for (let i = 0; i < replaced.length; i++) replaced[i] = replaced[i].toLowerCase();
+  if (hop !== undefined) replaced.push(HOP_HEADER);
   for (const pair of from) {
-    if (!hopByHop.has(pair[0]) && (replaced === undefined || !replaced.includes(pair[0]))) {
-      out.push(pair);
-    }
+    if (!hopByHop.has(pair[0]) && !replaced.includes(pair[0])) out.push(pair);
   }
   if (extra !== undefined) { for (const k in extra) out.push([k, extra[k]]); }
+  if (hop !== undefined) out.push([HOP_HEADER, nextHop(from.get(HOP_HEADER), hop)]);
   return out;
 }
 
@@ -194,7 +202,7 @@ export async function forward(
   try {
     upstream = await doFetch(target.endpoint + options.path, {
       method: request.method,
-      headers: requestHeaders(request.headers, options.headers),
+      headers: requestHeaders(request.headers, options.headers, options.hop),
       body,
       signal,
       redirect: "manual",

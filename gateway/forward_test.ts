@@ -210,3 +210,25 @@ Deno.test("capture() is a 504 naming the node when it does not finish within its
       e instanceof HttpError && e.status === 504 && /'a'.*acquireSandbox.*10 ms/.test(e.message),
   );
 });
+
+Deno.test("forward() appends its hop id to the marker the client's request carried", async () => {
+  const seen: (string | null)[] = [];
+  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
+    seen.push(new Request(input, init).headers.get("x-dormice-hop"));
+    return Promise.resolve(new Response("ok"));
+  };
+  for (const incoming of [undefined, "gw-before"]) {
+    const req = new Request("http://gw.test/x", {
+      headers: incoming ? { "x-dormice-hop": incoming } : {},
+    });
+    // `headers: {}` passes the client's own through (envd): the marker is still ours to extend.
+    const res = await forward(req, target, {
+      path: "/x",
+      headers: {},
+      fetch: fakeFetch as typeof fetch,
+      hop: "gw-me",
+    });
+    await res.body?.cancel();
+  }
+  assert.deepEqual(seen, ["gw-me", "gw-before, gw-me"]);
+});

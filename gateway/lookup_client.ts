@@ -7,6 +7,7 @@
  * @module
  */
 import type { FleetNode } from "./fleet.ts";
+import { HOP_HEADER } from "./door.ts";
 import { KeyedLimiter } from "./limiter.ts";
 import type { Log } from "../shared/log.ts";
 import { lookupAnswerSchema } from "../shared/schemas.ts";
@@ -44,6 +45,8 @@ export interface LookupClientOptions {
   log: Log;
   /** Asks in flight to one node at once; see `FinderOptions.maxLookupsPerNode` for the number. */
   maxLookupsPerNode: number;
+  /** The gateway's hop marker (`x-dormice-hop`), so a lookup that loops back is refused. */
+  hopMarker: string;
 }
 
 /**
@@ -77,7 +80,7 @@ export class EveryCallerLeft extends Error {
  * ```
  */
 export class LookupClient {
-  readonly #authorization: string;
+  readonly #headers: Readonly<Record<string, string>>;
   readonly #fetch: typeof fetch;
   readonly #log: Log;
   readonly #perNode: KeyedLimiter;
@@ -93,7 +96,11 @@ export class LookupClient {
    * @throws {RangeError} when `maxLookupsPerNode` is not a positive integer.
    */
   constructor(options: LookupClientOptions) {
-    this.#authorization = `Bearer ${options.token}`;
+    this.#headers = Object.freeze({
+      "authorization": `Bearer ${options.token}`,
+      "content-type": "application/json",
+      [HOP_HEADER]: options.hopMarker,
+    });
     this.#fetch = options.fetch;
     this.#log = options.log;
     this.#perNode = new KeyedLimiter(options.maxLookupsPerNode);
@@ -193,11 +200,7 @@ export class LookupClient {
     team: string | undefined,
   ): Promise<LookupAnswer> {
     let response: Response;
-    const headers: Record<string, string> = {
-      "authorization": this.#authorization,
-      "content-type": "application/json",
-    };
-    if (team !== undefined) headers[TEAM_HEADER] = team;
+    const headers = team === undefined ? this.#headers : { ...this.#headers, [TEAM_HEADER]: team };
     try {
       response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
         method: "POST",
@@ -219,6 +222,9 @@ export class LookupClient {
         const text = await response.text();
         const hint = response.status === 401
           ? ": the node refused the fleet token; set the same DORMICE_API_TOKEN on gateway and nodes"
+          : response.status === 508
+          ? ": its endpoint leads back to this gateway (a loop); correct that node's " +
+            "DORMICE_NODE_ENDPOINT and remove it with removeNode once it is down"
           : `: ${text.slice(0, 200)}`;
         return { kind: "silent", cause: `HTTP ${response.status}${hint}` };
       }

@@ -13,6 +13,8 @@
  * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
  *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
  *   (`forward.ts`);
+ * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}), checked
+ *   before any face;
  * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
  *   (`native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `e2b.ts`) through `mount`;
  *   who may call what is `auth.ts`. `config.ts` reads the environment and `main.ts` is the
@@ -135,3 +137,12 @@ export { mountOperatorView } from "./operator.ts";
 export { type FleetPageOptions, mountFleetPage } from "./ui/app.ts";
 export { UiSessions, type UiSessionsOptions } from "./ui/session.ts";
 export { type RoutingObserver } from "./routing.ts";
+export {
+  doorAnswer,
+  HOP_HEADER,
+  isOwnAddress,
+  type ListenAddress,
+  markerNames,
+  newGatewayInstanceId,
+  nextHop,
+} from "./door.ts";

@@ -7,6 +7,7 @@
 import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
 import type { PickResult, Placer } from "./placer.ts";
+import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import type { Admission } from "./team_limits.ts";
 import { NameQueue } from "../shared/name_queue.ts";
@@ -42,6 +43,11 @@ export interface GatewayRoutingOptions {
   onDestroyed?: (found: FindOne) => void;
   /** Hears of placements, forwards and creates (metrics, the fleet page, lifecycle events). */
   observer?: RoutingObserver;
+  /**
+   * This gateway's id in the hop marker every node request carries (see `door.ts`); a fresh
+   * random id by default, `createGateway` passes the one its door checks.
+   */
+  hopMarker?: string;
 }
 
 /**
@@ -182,6 +188,7 @@ export class GatewayRouting {
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne) => void;
   readonly #observer: RoutingObserver;
+  readonly #hop: string;
 
   /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
@@ -194,6 +201,7 @@ export class GatewayRouting {
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
+    this.#hop = options.hopMarker ?? newGatewayInstanceId();
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -281,7 +289,7 @@ export class GatewayRouting {
       response = await forward(request, {
         nodeId: found.node.id,
         endpoint: found.node.endpoint,
-      }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps });
+      }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps, hop: this.#hop });
     } catch (error) {
       this.#observer.forwarded?.(path, statusOf(error), (performance.now() - started) / 1000);
       throw error;
@@ -396,7 +404,7 @@ export class GatewayRouting {
       try {
         const res = await this.#fetch(node.endpoint + path, {
           method: init.method ?? "POST",
-          headers: init.headers ?? this.nodeHeaders,
+          headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.#hop },
           body,
           signal: bound,
           redirect: "manual",
@@ -489,7 +497,7 @@ export class GatewayRouting {
     try {
       r = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
         method: init.method ?? "POST",
-        headers: init.headers ?? this.nodeHeaders,
+        headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.#hop },
         body: init.body,
         fetch: this.#fetch,
         timeoutMs: this.#captureTimeoutMs,

@@ -1,0 +1,133 @@
+/**
+ * The gateway's door against a real gateway process: a rogue check-in naming the gateway
+ * itself (refused outright, or, through a relay the gateway cannot recognise, refused by the hop
+ * marker at the first loop).
+ */
+import assert from "node:assert/strict";
+import { startGateway } from "./_gateway.ts";
+import { newToken } from "./_processes.ts";
+
+/** A check-in body with a fixed reading. */
+function rogueCheckIn(nodeId: string, endpoint: string) {
+  return {
+    nodeId,
+    endpoint,
+    intervalSeconds: 60,
+    build: "rogue",
+    reading: {
+      takenAt: Date.now(),
+      cpuCount: 64,
+      cpuUsedPct: 0,
+      memoryTotalBytes: 512e9,
+      memoryAvailableBytes: 512e9,
+      swapTotalBytes: 0,
+      swapFreeBytes: 0,
+      dataDisk: null,
+      sandboxes: { active: 0, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+    },
+  };
+}
+
+/**
+ * A TCP relay to `port`: an address that reaches the gateway but is not the one it listens on.
+ * Counts the HTTP requests that pass through it.
+ */
+function relayTo(port: number) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let requests = 0;
+  const conns: Deno.Conn[] = [];
+  const pump = async (from: Deno.Conn, to: Deno.Conn, count: boolean) => {
+    const buffer = new Uint8Array(64 * 1024);
+    try {
+      while (true) {
+        const n = await from.read(buffer);
+        if (n === null) break;
+        const chunk = buffer.subarray(0, n);
+        if (count) {
+          requests +=
+            new TextDecoder().decode(chunk).match(/^(GET|POST|DELETE) \S+ HTTP\/1\.1\r$/gm)
+              ?.length ?? 0;
+        }
+        await to.write(chunk);
+      }
+    } catch { /* either side closed */ }
+    try {
+      to.close();
+    } catch { /* already closed */ }
+  };
+  const accepting = (async () => {
+    for await (const inbound of listener) {
+      const outbound = await Deno.connect({ hostname: "127.0.0.1", port });
+      conns.push(inbound, outbound);
+      void pump(inbound, outbound, true);
+      void pump(outbound, inbound, false);
+    }
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${listener.addr.port}`,
+    requests: () => requests,
+    async close() {
+      listener.close();
+      for (const c of conns) {
+        try {
+          c.close();
+        } catch { /* closed */ }
+      }
+      await accepting;
+    },
+  };
+}
+
+Deno.test({
+  name: "gateway door: a rogue check-in naming the gateway itself is refused",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  const token = newToken();
+  const gw = await startGateway({ token });
+  const relay = relayTo(gw.port);
+  try {
+    await t.step("a check-in naming the gateway's own address is a 400", async () => {
+      for (const endpoint of [gw.url, `http://localhost:${gw.port}`]) {
+        const r = await gw.json("checkIn", rogueCheckIn("rogue-self", endpoint));
+        assert.equal(r.status, 400, endpoint);
+        assert.match(r.body.message, /this gateway's own address.*DORMICE_NODE_ENDPOINT/);
+      }
+      const { body } = await gw.json("listNodes");
+      assert.deepEqual(body.nodes, []);
+    });
+
+    await t.step("through a relay, the first loop is refused by the hop marker", async () => {
+      const joined = await gw.json("checkIn", rogueCheckIn("rogue-relay", relay.url));
+      assert.equal(joined.status, 200, JSON.stringify(joined.body));
+
+      let started = performance.now();
+      const listed = await gw.json("listSandboxes", {}, { signal: AbortSignal.timeout(15_000) });
+      let ms = performance.now() - started;
+      assert.equal(listed.status, 200, JSON.stringify(listed.body));
+      assert.equal(listed.body.unreachable.length, 1);
+      assert.equal(listed.body.unreachable[0].nodeId, "rogue-relay");
+      assert.match(listed.body.unreachable[0].cause, /HTTP 508: .*came back to the gateway/);
+      // Without the marker each level fans out again and the first one waits its full 5 s.
+      assert.ok(ms < 2000, `the listing took ${ms.toFixed(0)} ms`);
+      assert.equal(relay.requests(), 1, "one request looped, and it went no further");
+
+      started = performance.now();
+      const missed = await gw.json("execCommand", { name: "ghost", command: "true" }, {
+        signal: AbortSignal.timeout(15_000),
+      });
+      ms = performance.now() - started;
+      assert.equal(missed.status, 503, JSON.stringify(missed.body));
+      assert.match(missed.body.message, /'rogue-relay'.*leads back to this gateway/);
+      assert.ok(ms < 1500, `the lookup took ${ms.toFixed(0)} ms, not the 2 s deadline`);
+      assert.equal(relay.requests(), 2);
+
+      const health = await fetch(`${gw.url}/healthz`);
+      assert.equal(health.status, 200);
+      await health.body?.cancel();
+    });
+  } finally {
+    await relay.close();
+    await gw.stop();
+  }
+});
