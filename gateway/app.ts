@@ -1,6 +1,7 @@
 /**
  * `createGateway()`: the whole gateway as one object whose `fetch(Request)` an embedder mounts in
- * its own server. This file only wires the pieces together: the door (`door.ts`: loops), the Fleet (`fleet.ts`), the Finder (`finder.ts`) and the Placer (`placer.ts`) under
+ * its own server. This file only wires the pieces together: the door (`door.ts`: loops and dot
+ * segments), the Fleet (`fleet.ts`), the Finder (`finder.ts`) and the Placer (`placer.ts`) under
  * the routing rules (`routing.ts`), and the faces on top: the native face as the root (`native.ts`), the others through `mount` (the E2B
  * faces in `e2b.ts`), each checking credentials as `auth.ts` says.
  *
@@ -89,7 +90,7 @@ export interface GatewayOptions {
 export interface Gateway extends GatewayParts {
   /**
    * Serves every route, after the door (`door.ts`: a request carrying this gateway's own hop
-   * marker is a 508). Mount this in `Deno.serve` or an
+   * marker is a 508, a path with dot segments a 400). Mount this in `Deno.serve` or an
    * embedder's Hono app, not `app`, which skips the door and the fast path.
    */
   fetch(request: Request): Promise<Response>;

@@ -7,8 +7,14 @@
  *   the gateway itself (a rogue or mistyped check-in): it is refused with a 508, so a fan-out
  *   does not call itself until the process dies. A check-in naming the gateway's own listening
  *   address is refused earlier still ({@linkcode isOwnAddress}).
+ * - **Dot segments.** A raw path with a `.` or `..` segment (also percent-encoded) or a
+ *   backslash is a 400. Hono routes on the raw path while `new URL()` (which the faces use to
+ *   build the node's path) removes dot segments, so `/e2b/envd/../x` was routed to envd and
+ *   forwarded as `/e2b/envd/e2b/x`. Refusing is simpler than normalising once for every reader
+ *   of the path (the auth gate, the fast path, Hono, the faces), and no client of ours sends them:
+ *   the SDKs build fixed paths and carry file paths in the query.
  *
- * The refusal answers in the dialect of the face the raw path names: native `{message}`,
+ * Each refusal answers in the dialect of the face the raw path names: native `{message}`,
  * E2B `{code:<int>, message}`, Connect `{code:"<string>", message}` on envd's RPC paths.
  *
  * @module
@@ -116,6 +122,36 @@ function rawPath(url: string): string {
   return query === -1 ? url.slice(start) : url.slice(start, query);
 }
 
+function isDotSegment(segment: string): boolean {
+  if (segment === "." || segment === "..") return true;
+  if (segment.length < 3 || segment.length > 6) return false;
+  const s = segment.toLowerCase();
+  return s === "%2e" || s === "%2e%2e" || s === ".%2e" || s === "%2e.";
+}
+
+/**
+ * Why a raw path cannot be routed as sent, or `undefined` when it can: a `.` or `..` segment
+ * (percent-encoded too) or a backslash, which URL parsing would rewrite after routing.
+ *
+ * @example
+ * ```ts
+ * import { pathRefusal } from "@dormice/cluster/gateway";
+ * pathRefusal("http://gw/e2b/envd/../x"); // a sentence
+ * pathRefusal("http://gw/e2b/envd/files?path=/a/../b"); // undefined: the query is the file path
+ * ```
+ */
+export function pathRefusal(url: string): string | undefined {
+  const path = rawPath(url);
+  const suspicious = path.includes("/.") || path.includes("\\") ||
+    (path.includes("%2") && /%2e/i.test(path));
+  if (!suspicious) return undefined;
+  if (!path.includes("\\") && !path.split("/").some(isDotSegment)) return undefined;
+  const shown = path.length > 80 ? `${path.slice(0, 80)}…` : path;
+  return `The path '${shown}' has a '.' or '..' segment or a backslash: the gateway routes ` +
+    "and forwards a path exactly as sent, so send it without them (a file's path goes in the " +
+    "query, e.g. /files?path=/a/../b)";
+}
+
 type Dialect = "native" | "e2b" | "connect";
 
 function dialectOf(path: string): Dialect {
@@ -137,7 +173,8 @@ function refusal(status: number, message: string, path: string): Response {
 
 /**
  * The door's answer to `request`, or `undefined` to let the faces route it: a 508 when the
- * request carries this gateway's own hop marker. One header read in the common case.
+ * request carries this gateway's own hop marker, a 400 for a path with dot segments. One header
+ * read and one scan of the path in the common case.
  *
  * @example
  * ```ts
@@ -158,5 +195,6 @@ export function doorAnswer(request: Request, instanceId: string): Response | und
       rawPath(url),
     );
   }
-  return undefined;
+  const refused = pathRefusal(url);
+  return refused === undefined ? undefined : refusal(400, refused, rawPath(url));
 }

@@ -6,6 +6,7 @@ import {
   markerNames,
   newGatewayInstanceId,
   nextHop,
+  pathRefusal,
 } from "./door.ts";
 
 Deno.test("doorAnswer() refuses a request carrying this gateway's own marker, in the path's dialect", async () => {
@@ -43,6 +44,38 @@ Deno.test("markerNames() and nextHop() keep the chain of gateways a request went
   assert.equal(markerNames("gw-ab", "gw-a"), false);
   assert.equal(markerNames(null, "gw-a"), false);
   assert.notEqual(newGatewayInstanceId(), newGatewayInstanceId());
+});
+
+Deno.test("pathRefusal() names dot segments and backslashes in the raw path, not in the query", () => {
+  for (
+    const path of [
+      "/e2b/envd/../x",
+      "/e2b/envd/./x",
+      "/e2b/envd/%2e%2e/x",
+      "/e2b/envd/%2E./x",
+      "/e2b/api/sandboxes/.%2e",
+      "/x/../execCommand",
+      "/e2b/envd\\..\\x",
+    ]
+  ) {
+    assert.match(
+      pathRefusal(`http://gw${path}`) ?? "",
+      /'\.' or '\.\.' segment or a backslash/,
+      path,
+    );
+  }
+  for (
+    const path of [
+      "/e2b/envd/files?path=/a/../b",
+      "/e2b/envd/process.Process/Start",
+      "/.well-known/x",
+      "/e2b/api/sandboxes/sbx_1.2",
+      "/execCommand",
+      "/",
+    ]
+  ) {
+    assert.equal(pathRefusal(`http://gw${path}`), undefined, path);
+  }
 });
 
 Deno.test("isOwnAddress() tells the gateway's own address where it can", () => {

@@ -13,8 +13,8 @@
  * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
  *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
  *   (`forward.ts`);
- * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}), checked
- *   before any face;
+ * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}) and paths
+ *   with dot segments, checked before any face;
  * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
  *   (`native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `e2b.ts`) through `mount`;
  *   who may call what is `auth.ts`. `config.ts` reads the environment and `main.ts` is the
@@ -145,4 +145,5 @@ export {
   markerNames,
   newGatewayInstanceId,
   nextHop,
+  pathRefusal,
 } from "./door.ts";

@@ -1,7 +1,8 @@
 /**
  * The gateway's door against a real gateway process: a rogue check-in naming the gateway
  * itself (refused outright, or, through a relay the gateway cannot recognise, refused by the hop
- * marker at the first loop).
+ * marker at the first loop), and raw request paths with dot segments, sent over a plain socket
+ * because `fetch` and `new Request()` would normalise them first.
  */
 import assert from "node:assert/strict";
 import { startGateway } from "./_gateway.ts";
@@ -78,8 +79,41 @@ function relayTo(port: number) {
   };
 }
 
+/** One HTTP/1.1 request with the path exactly as given; the status and the parsed JSON body. */
+async function raw(
+  port: number,
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body = "",
+  // deno-lint-ignore no-explicit-any
+): Promise<{ status: number; body: any }> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  const lines = [`${method} ${path} HTTP/1.1`, "Host: 127.0.0.1", "Connection: close"];
+  for (const [k, v] of Object.entries(headers)) lines.push(`${k}: ${v}`);
+  if (body !== "") lines.push(`Content-Length: ${new TextEncoder().encode(body).length}`);
+  await conn.write(new TextEncoder().encode(lines.join("\r\n") + "\r\n\r\n" + body));
+  const chunks: Uint8Array[] = [];
+  const buffer = new Uint8Array(16 * 1024);
+  while (true) {
+    const n = await conn.read(buffer);
+    if (n === null) break;
+    chunks.push(buffer.slice(0, n));
+  }
+  conn.close();
+  const text = new TextDecoder().decode(new Uint8Array(chunks.flatMap((c) => [...c])));
+  const [head, ...rest] = text.split("\r\n\r\n");
+  const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1]);
+  let payload = rest.join("\r\n\r\n");
+  // Deno.serve may answer chunked: keep the JSON between the size lines.
+  if (/transfer-encoding: chunked/i.test(head)) {
+    payload = payload.replace(/^[0-9a-f]+\r\n|\r\n[0-9a-f]+\r\n/gi, "");
+  }
+  return { status, body: JSON.parse(payload.trim() || "null") };
+}
+
 Deno.test({
-  name: "gateway door: a rogue check-in naming the gateway itself is refused",
+  name: "gateway door: a rogue check-in naming the gateway itself, and dot segments, are refused",
   sanitizeResources: false,
   sanitizeOps: false,
 }, async (t) => {
@@ -125,6 +159,26 @@ Deno.test({
       const health = await fetch(`${gw.url}/healthz`);
       assert.equal(health.status, 200);
       await health.body?.cancel();
+    });
+
+    await t.step("a raw path with dot segments is a 400 in the face's dialect", async () => {
+      const bearer = { authorization: `Bearer ${token}`, "content-type": "application/json" };
+      const envd = await raw(gw.port, "POST", "/e2b/envd/../x", { "e2b-sandbox-id": "s1" }, "{}");
+      assert.equal(envd.status, 400);
+      assert.equal(envd.body.code, "invalid_argument");
+      assert.match(envd.body.message, /'\/e2b\/envd\/\.\.\/x' has a '\.' or '\.\.' segment/);
+      const api = await raw(gw.port, "GET", "/e2b/api/sandboxes/%2e%2e/x", { "x-api-key": token });
+      assert.equal(api.status, 400);
+      assert.equal(api.body.code, 400);
+      const native = await raw(gw.port, "POST", "/x/../execCommand", bearer, '{"name":"a"}');
+      assert.equal(native.status, 400);
+      assert.match(native.body.message, /segment or a backslash/);
+      // A file path in the query is not the route: it reaches envd (whose token check answers).
+      const query = await raw(gw.port, "GET", "/e2b/envd/files?path=/a/../b", {
+        "e2b-sandbox-id": "s1",
+      });
+      assert.equal(query.status, 401);
+      assert.match(query.body.message, /X-Access-Token/);
     });
   } finally {
     await relay.close();
