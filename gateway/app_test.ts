@@ -486,6 +486,31 @@ Deno.test("a client that already hung up costs no lookup and builds nothing", as
   }
 });
 
+Deno.test("the cached fast path forwards nothing for a client that already hung up", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  try {
+    const warm = await call(gateway, "execCommand", { name: "x", command: "true" });
+    assert.equal(warm.status, 200);
+    await warm.body?.cancel();
+    assert.ok(gateway.finder.cached("name", "x"), "x is a cache hit: no lookup, no await");
+    const calls = a.calls.length;
+    const gone = new AbortController();
+    gone.abort();
+    for (const verb of ["execCommand", "readFile", "lookupSandbox"]) {
+      const res = await call(gateway, verb, { name: "x", command: "sleep 1", path: "/a" }, {
+        signal: gone.signal,
+      });
+      assert.equal(res.status, 499, verb);
+      await res.body?.cancel();
+    }
+    assert.equal(a.calls.length, calls, "the node heard nothing more");
+  } finally {
+    gateway.close();
+  }
+});
+
 Deno.test("createGateway() mounts more faces under /e2b/ that answer their own auth", async () => {
   const gateway = createGateway({
     token,
