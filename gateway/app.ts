@@ -50,6 +50,11 @@ export interface GatewayOptions {
   lookupTimeoutMs?: number;
   /** Bound of each node's answer to a fleet-wide listing. Default 5000 ms. */
   fanOutTimeoutMs?: number;
+  /**
+   * Bound of a forwarded request's wait for the node's head, once its body is sent. Default
+   * 120,000 ms (see `GatewayRoutingOptions.headTimeoutMs`).
+   */
+  headTimeoutMs?: number;
   /** Finder cache entries per index. Default 100,000. */
   cacheSize?: number;
   /** Time source; the real clock by default. */
@@ -136,6 +141,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     minDiskGB,
     lookupTimeoutMs,
     fanOutTimeoutMs,
+    headTimeoutMs,
     cacheSize,
     clock = systemClock,
     fetch: fetchFn = globalThis.fetch,
@@ -198,6 +204,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fetch: fetchFn,
     log,
     fanOutTimeoutMs,
+    headTimeoutMs,
     onDestroyed: (found) => limits.destroyed(found.node.id, found.sandbox.team ?? "default"),
     observer: {
       placed: (key, pick) => {

@@ -17,6 +17,8 @@ interface StubSandbox {
 class StubNode {
   sandboxes = new Map<string, StubSandbox>();
   calls: string[] = [];
+  /** How long an execCommand runs before the node answers. */
+  execMs = 0;
   /** The hop marker of every request, in order. */
   hops: (string | null)[] = [];
   /** When set, every request fails as if the node did not answer. */
@@ -60,6 +62,8 @@ class StubNode {
         if (!this.sandboxes.has(body.name)) {
           return Response.json({ message: `No sandbox named '${body.name}'` }, { status: 404 });
         }
+        // Like a real node, the answer comes when the command ends.
+        if (this.execMs > 0) await new Promise((r) => setTimeout(r, this.execMs));
         return Response.json({ exitCode: 0, stdout: `${this.id}\n`, stderr: "" });
       }
       case "listSandboxes":
@@ -71,7 +75,12 @@ class StubNode {
 }
 
 function setup(
-  options: { activeLimit?: number; clock?: FakeClock; listenAddress?: ListenAddress } = {},
+  options: {
+    activeLimit?: number;
+    clock?: FakeClock;
+    listenAddress?: ListenAddress;
+    headTimeoutMs?: number;
+  } = {},
 ) {
   const nodes = new Map<string, StubNode>();
   /** Requests the gateway sent to its own address (a node endpoint that loops back). */
@@ -84,7 +93,12 @@ function setup(
     }
     const node = nodes.get(new URL(request.url).origin);
     if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
-    return node.handle(request);
+    // Like fetch, an abort rejects at once, whatever the node is doing.
+    return new Promise<Response>((resolve, reject) => {
+      const signal = request.signal;
+      signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+      node.handle(request).then(resolve, reject);
+    });
   };
   const gateway = createGateway({
     token,
@@ -93,6 +107,7 @@ function setup(
     activeLimit: options.activeLimit,
     clock: options.clock,
     listenAddress: options.listenAddress,
+    headTimeoutMs: options.headTimeoutMs,
     instanceId: "gw-unit",
   });
   const add = (id: string) => {
@@ -481,6 +496,28 @@ Deno.test("a client that already hung up costs no lookup and builds nothing", as
     assert.equal(exec.status, 499);
     await exec.body?.cancel();
     assert.deepEqual(a.calls, []);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("execCommand's head bound is the head timeout, or its own timeoutSeconds plus a margin", async () => {
+  const { gateway, add } = setup({ headTimeoutMs: 50 });
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.execMs = 200;
+  try {
+    const cut = await call(gateway, "execCommand", { name: "x", command: "sleep 0.2" });
+    assert.equal(cut.status, 504);
+    assert.match((await cut.json()).message, /'a' at .* sent no answer within 50 ms/);
+    // A command that says how long it may run is waited for that long (plus 30 s).
+    const waited = await call(gateway, "execCommand", {
+      name: "x",
+      command: "sleep 0.2",
+      timeoutSeconds: 1,
+    });
+    assert.equal(waited.status, 200);
+    assert.equal((await waited.json()).exitCode, 0);
   } finally {
     gateway.close();
   }

@@ -24,6 +24,8 @@ export interface GatewayConfig {
   nodeMinDiskGb: number;
   /** One deadline for a whole lookup round, connect included. */
   lookupTimeoutMs: number;
+  /** The longest wait for a forwarded request's head from its node, once its body is sent. */
+  headTimeoutMs: number;
   /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;
   /** Where lifecycle events are POSTed (`DORMICE_WEBHOOK_URL`); `null` sends none. */
@@ -42,6 +44,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_NODE_ACTIVE_LIMIT",
   "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
+  "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
   "DORMICE_LOG_LEVEL",
   "DORMICE_WEBHOOK_URL",
   "DORMICE_WEBHOOK_SECRET",
@@ -60,6 +63,10 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   nodeMinDiskGb: 10,
   // A lookup round waits for every node; two seconds bounds what one silent node costs a miss.
   lookupTimeoutMs: 2000,
+  // A native verb answers when its work is done (a Docker create, a file read: seconds), envd
+  // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
+  // when it misses two check-ins.
+  headTimeoutMs: 120_000,
   logLevel: "info",
   webhookUrl: null,
   webhookSecret: null,
@@ -196,6 +203,14 @@ export function loadGatewayConfig(
       gatewayDefaults.lookupTimeoutMs,
       (n) => Number.isInteger(n) && n >= 50 && n <= 60_000,
       "a whole number of milliseconds from 50 to 60000",
+      errors,
+    ),
+    headTimeoutMs: number(
+      env,
+      "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
+      gatewayDefaults.headTimeoutMs,
+      (n) => Number.isInteger(n) && n >= 100 && n <= 3_600_000,
+      "a whole number of milliseconds from 100 to 3600000",
       errors,
     ),
     logLevel: logLevel instanceof Error ? "info" : logLevel,

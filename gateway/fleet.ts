@@ -323,6 +323,25 @@ export class Fleet implements NodeDirectory {
   }
 
   /**
+   * Whether a node has been silent for more than two of its intervals, by its last check-in
+   * (persisted, so this holds across a gateway restart). Unlike `isDown`, a node this process has
+   * not heard yet but whose last check-in is recent is not silent: right after a restart every
+   * node is down until it checks in, and treating their sandboxes as unreachable would make each
+   * gateway restart an outage of one interval. An unknown id is silent.
+   *
+   * @example
+   * ```ts
+   * import { Fleet } from "@dormice/cluster/gateway";
+   * new Fleet().isSilent("nobody"); // true
+   * ```
+   */
+  isSilent(node: string | FleetNode, now: number = this.#clock.now()): boolean {
+    const m = typeof node === "string" ? this.#members.get(node) : node;
+    if (m === undefined) return true;
+    return now - m.lastCheckIn > this.#downAfter * m.intervalSeconds * 1000;
+  }
+
+  /**
    * Records a check-in (already validated against `checkInSchema`): joins a new id, or updates a
    * known one (endpoint, interval, build, reading).
    *

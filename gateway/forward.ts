@@ -57,6 +57,14 @@ export interface ForwardOptions {
    * request carried, so a forward that loops back (through one gateway or several) is refused.
    */
   hop?: string;
+  /**
+   * The longest wait for the node's head, counted from when the request's body has been sent
+   * (at once for a body the gateway already holds, when the client's streamed body ends
+   * otherwise): past it the node's request is aborted and the answer is a 504 naming the node.
+   * Once the head has come the body flows without a bound (a command's output, a download).
+   * No bound when absent.
+   */
+  headTimeoutMs?: number;
 }
 
 /**
@@ -96,16 +104,41 @@ export interface WatchedForward {
   readonly tick: number;
   /** Whether the client's signal is tied to the controller. */
   linked: boolean;
+  /** The node it waits for, which the watch's `gone` check is asked about. */
+  readonly target: ForwardTarget;
+  /** The head's bound, as `performance.now()`; `Infinity` until the request body is sent. */
+  deadline: number;
+  /** The bound in ms, started by `bodySent`. */
+  readonly headTimeoutMs: number | undefined;
+}
+
+/** Options of {@linkcode HangUpWatch}. */
+export interface HangUpWatchOptions {
+  /** How often pending forwards are checked. Default 10 ms. */
+  tickMs?: number;
+  /**
+   * Why a node can no longer answer (e.g. it stopped checking in), or `undefined` while it may:
+   * a forward still waiting for that node's head is then aborted with a 504 carrying the
+   * sentence. Asked about each pending forward every `goneEveryTicks` ticks.
+   */
+  gone?: (target: ForwardTarget) => string | undefined;
+  /** Default 10: with the default tick, a node that went silent is noticed within 100 ms. */
+  goneEveryTicks?: number;
 }
 
 /**
- * Ties a client's hang-up to the node's request lazily. Reading `request.signal` costs Deno.serve
- * an abort (with an error and its stack) at the end of every request, about a fifth of a fast
- * forward; a request whose node answers within a tick never needs it, since after the head a
- * hang-up cancels the streamed body and with it the node's request. So each forward gets its own
- * controller, and a timer running only while forwards are pending links the client's signal to
- * the controllers of those still waiting after a full tick: a hang-up reaches the node at most
- * two ticks later than it would with the signal attached at once.
+ * Watches forwards until their node's head arrives, on one timer that runs only while some are
+ * pending:
+ * - it ties a client's hang-up to the node's request lazily. Reading `request.signal` costs
+ *   Deno.serve an abort (with an error and its stack) at the end of every request without
+ *   `--unstable-no-legacy-abort`, about a fifth of a fast forward; a request whose node answers
+ *   within a tick never needs it, since after the head a hang-up cancels the streamed body and
+ *   with it the node's request. So each forward gets its own controller, linked to the client's
+ *   signal once it has waited a full tick: a hang-up reaches the node at most two ticks later
+ *   than it would with the signal attached at once;
+ * - it ends a wait past the forward's head bound (`headTimeoutMs`) with a 504 naming the node;
+ * - it ends the waits for a node that `gone` says can no longer answer (a frozen node stops
+ *   checking in), with a 504 carrying that sentence, rather than letting them wait for ever.
  *
  * @example
  * ```ts ignore
@@ -116,12 +149,16 @@ export interface WatchedForward {
 export class HangUpWatch {
   readonly #pending = new Set<WatchedForward>();
   readonly #tickMs: number;
+  readonly #gone: ((target: ForwardTarget) => string | undefined) | undefined;
+  readonly #goneEvery: number;
   #tick = 0;
   #timer: ReturnType<typeof setInterval> | undefined;
 
-  /** `tickMs`: how often pending forwards are checked (default 10 ms). */
-  constructor(options: { tickMs?: number } = {}) {
+  /** Builds an idle watch: its timer starts with the first pending forward. */
+  constructor(options: HangUpWatchOptions = {}) {
     this.#tickMs = options.tickMs ?? 10;
+    this.#gone = options.gone;
+    this.#goneEvery = Math.max(1, options.goneEveryTicks ?? 10);
   }
 
   /** Forwards waiting for their node's head. */
@@ -129,19 +166,36 @@ export class HangUpWatch {
     return this.#pending.size;
   }
 
-  /** Starts watching `request`; the returned signal aborts once the client hangs up. */
-  watch(request: Request): WatchedForward {
+  /**
+   * Starts watching `request` to `target`; the returned controller aborts once the client hangs
+   * up, the head's bound passes (counted from `bodySent`), or the node is gone.
+   */
+  watch(
+    request: Request,
+    target: ForwardTarget,
+    headTimeoutMs?: number,
+  ): WatchedForward {
     const entry: WatchedForward = {
       request,
       controller: new AbortController(),
       tick: this.#tick,
       linked: false,
+      target,
+      deadline: Infinity,
+      headTimeoutMs,
     };
     this.#pending.add(entry);
     if (this.#timer === undefined) {
       this.#timer = setInterval(() => this.#check(), this.#tickMs);
     }
     return entry;
+  }
+
+  /** Starts the head's bound: the request's body has been handed to the node. */
+  bodySent(entry: WatchedForward): void {
+    if (entry.headTimeoutMs !== undefined && this.#pending.has(entry)) {
+      entry.deadline = performance.now() + entry.headTimeoutMs;
+    }
   }
 
   /**
@@ -158,13 +212,44 @@ export class HangUpWatch {
   }
 
   #check(): void {
-    const now = this.#tick++;
+    const tick = this.#tick++;
+    const askGone = this.#gone !== undefined && tick % this.#goneEvery === 0;
+    const now = performance.now();
     for (const entry of this.#pending) {
-      if (entry.tick >= now) continue;
-      link(entry);
-      this.done(entry);
+      if (!entry.linked && entry.tick < tick) link(entry);
+      let reason: HttpError | undefined;
+      if (now >= entry.deadline) reason = headTimeout(entry.target, entry.headTimeoutMs!);
+      else if (askGone) {
+        const why = this.#gone!(entry.target);
+        if (why !== undefined) {
+          reason = new HttpError(504, why, { details: { nodeId: entry.target.nodeId } });
+        }
+      }
+      if (reason !== undefined) {
+        this.done(entry);
+        entry.controller.abort(reason);
+      }
     }
   }
+}
+
+/** The 504 for a node whose head did not come within its bound. */
+function headTimeout(target: ForwardTarget, ms: number): HttpError {
+  return new HttpError(
+    504,
+    `Node '${target.nodeId}' at ${target.endpoint} sent no answer within ${ms} ms of the ` +
+      "request (DORMICE_GATEWAY_HEAD_TIMEOUT_MS): it may be frozen or overloaded, and the " +
+      "request may still run there. Check the node, or give a command a timeoutSeconds that " +
+      "covers its run",
+    { details: { nodeId: target.nodeId } },
+  );
+}
+
+/** `body`, passed on as it comes, calling `onEnd` once its last byte has been read. */
+function noticingEnd(body: ReadableStream<Uint8Array>, onEnd: () => void): ReadableStream {
+  return body.pipeThrough(
+    new TransformStream<Uint8Array, Uint8Array>({ flush: () => onEnd() }),
+  );
 }
 
 function link(entry: WatchedForward): void {
@@ -178,10 +263,11 @@ function link(entry: WatchedForward): void {
 /**
  * Sends `request` to `target` and answers with the node's response as soon as its head arrives,
  * the body flowing as it comes. A client that hangs up aborts the node's request; a node that
- * does not answer is a 502 naming it. The node's response is passed back as it is unless it
- * carries a hop-by-hop header, which is then dropped.
+ * does not answer is a 502 naming it, one whose head does not come within `headTimeoutMs` (or
+ * that the watch's `gone` check gives up on) a 504 naming it. The node's response is passed back
+ * as it is unless it carries a hop-by-hop header, which is then dropped.
  *
- * @throws {HttpError} 502 when the node cannot be reached.
+ * @throws {HttpError} 502 when the node cannot be reached; 504 when its head does not come.
  * @example
  * ```ts ignore
  * import { forward } from "@dormice/cluster/gateway";
@@ -194,10 +280,34 @@ export async function forward(
   options: ForwardOptions,
 ): Promise<Response> {
   const doFetch = options.fetch ?? fetch;
-  const watched = options.signal === undefined ? options.hangUps?.watch(request) : undefined;
-  const signal = options.signal ?? watched?.controller.signal ?? request.signal;
+  const { hangUps, headTimeoutMs } = options;
+  const watched = options.signal === undefined
+    ? hangUps?.watch(request, target, headTimeoutMs)
+    : undefined;
+  // Without a watch, the head's bound gets a timer of its own.
+  let bound: AbortController | undefined;
+  let boundTimer: ReturnType<typeof setTimeout> | undefined;
+  const startBound = () => {
+    if (watched !== undefined) hangUps!.bodySent(watched);
+    else if (bound !== undefined && boundTimer === undefined) {
+      boundTimer = setTimeout(
+        () => bound!.abort(headTimeout(target, headTimeoutMs!)),
+        headTimeoutMs,
+      );
+    }
+  };
+  let signal = options.signal ?? watched?.controller.signal ?? request.signal;
+  if (watched === undefined && headTimeoutMs !== undefined) {
+    bound = new AbortController();
+    signal = AbortSignal.any([signal, bound.signal]);
+  }
   const hasBody = request.method !== "GET" && request.method !== "HEAD";
-  const body = options.body !== undefined ? options.body : hasBody ? request.body : null;
+  let body = options.body !== undefined ? options.body : hasBody ? request.body : null;
+  if (headTimeoutMs !== undefined) {
+    // A client still uploading is no sign of a slow node: the bound starts once the body is sent.
+    if (body instanceof ReadableStream) body = noticingEnd(body, startBound);
+    else startBound();
+  }
   let upstream: Response;
   try {
     upstream = await doFetch(target.endpoint + options.path, {
@@ -210,14 +320,20 @@ export async function forward(
       ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
     } as RequestInit);
   } catch (error) {
-    if (watched !== undefined) options.hangUps!.done(watched);
-    if (signal.aborted) throw error;
+    if (watched !== undefined) hangUps!.done(watched);
+    clearTimeout(boundTimer);
+    if (signal.aborted) {
+      // The head's bound or a gone node: the 504 it was aborted with. A hang-up: as it came.
+      const reason = signal.reason;
+      throw reason instanceof HttpError ? reason : error;
+    }
     throw unreachable(target, error);
   }
+  clearTimeout(boundTimer);
   const headers = upstream.headers;
   // A sized answer is on its way, and a hang-up while it flows cancels it (and the node's
   // connection with it); a streamed one (execCommand) may run long, so it is tied at once.
-  if (watched !== undefined) options.hangUps!.done(watched, !headers.has("content-length"));
+  if (watched !== undefined) hangUps!.done(watched, !headers.has("content-length"));
   for (const name of answerHopByHop) {
     if (headers.has(name)) {
       return new Response(upstream.body, {

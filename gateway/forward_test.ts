@@ -232,3 +232,94 @@ Deno.test("forward() appends its hop id to the marker the client's request carri
   }
   assert.deepEqual(seen, ["gw-me", "gw-before, gw-me"]);
 });
+
+/** A fetch whose head never comes: only an abort ends it. */
+const noHead = (_: unknown, init?: RequestInit) =>
+  new Promise<Response>((_, reject) => {
+    const signal = init!.signal!;
+    if (signal.aborted) reject(signal.reason);
+    signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+  });
+
+Deno.test("forward() with headTimeoutMs is a 504 naming the node when no head comes", async () => {
+  for (const hangUps of [undefined, new HangUpWatch({ tickMs: 1 })]) {
+    const started = performance.now();
+    await assert.rejects(
+      forward(new Request("http://gw.test/x"), target, {
+        path: "/x",
+        fetch: noHead as typeof fetch,
+        hangUps,
+        headTimeoutMs: 30,
+      }),
+      (e: unknown) =>
+        e instanceof HttpError && e.status === 504 &&
+        /'a' at http:\/\/node-a\.test:3676 sent no answer within 30 ms/.test(e.message) &&
+        /DORMICE_GATEWAY_HEAD_TIMEOUT_MS/.test(e.message),
+    );
+    assert.ok(performance.now() - started >= 25, hangUps ? "watched" : "own timer");
+    assert.equal(hangUps?.size ?? 0, 0);
+  }
+});
+
+Deno.test("forward() counts the head's bound from the end of a streamed body, and not after the head", async () => {
+  for (const hangUps of [undefined, new HangUpWatch({ tickMs: 1 })]) {
+    // The client uploads for 120 ms; the node answers once it has read it all.
+    const upload = new ReadableStream<Uint8Array>({
+      async start(c) {
+        for (let i = 0; i < 4; i++) {
+          c.enqueue(new Uint8Array([i]));
+          await new Promise((r) => setTimeout(r, 30));
+        }
+        c.close();
+      },
+    });
+    const readsThenAnswers = async (_: unknown, init?: RequestInit) => {
+      const got = await new Response(init!.body).arrayBuffer();
+      // A streamed answer that lasts longer than the bound: once the head came, nothing cuts it.
+      const body = new ReadableStream<Uint8Array>({
+        async start(c) {
+          await new Promise((r) => setTimeout(r, 80));
+          c.enqueue(new Uint8Array(got));
+          c.close();
+        },
+      });
+      return new Response(body);
+    };
+    const res = await forward(
+      new Request("http://gw.test/x", { method: "POST", body: upload }),
+      target,
+      { path: "/x", fetch: readsThenAnswers as typeof fetch, hangUps, headTimeoutMs: 50 },
+    );
+    assert.equal(res.status, 200);
+    assert.deepEqual([...new Uint8Array(await res.arrayBuffer())], [0, 1, 2, 3]);
+  }
+});
+
+Deno.test("HangUpWatch ends the wait for a node its gone check gives up on, with that sentence", async () => {
+  let silent = false;
+  const hangUps = new HangUpWatch({
+    tickMs: 1,
+    goneEveryTicks: 1,
+    gone: (t) => silent && t.nodeId === "a" ? "Node 'a' stopped checking in" : undefined,
+  });
+  let asked!: () => void;
+  const sent = new Promise<void>((resolve) => asked = resolve);
+  const pending = forward(new Request("http://gw.test/x"), target, {
+    path: "/x",
+    fetch: ((input: unknown, init?: RequestInit) => {
+      asked();
+      return noHead(input, init);
+    }) as typeof fetch,
+    hangUps,
+  });
+  await sent;
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(hangUps.size, 1, "still waiting while the node checks in");
+  silent = true;
+  await assert.rejects(
+    pending,
+    (e: unknown) =>
+      e instanceof HttpError && e.status === 504 && /stopped checking in/.test(e.message),
+  );
+  assert.equal(hangUps.size, 0);
+});

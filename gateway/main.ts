@@ -55,6 +55,7 @@ const gateway = createGateway({
   activeLimit: config.nodeActiveLimit,
   minDiskGB: config.nodeMinDiskGb,
   lookupTimeoutMs: config.lookupTimeoutMs,
+  headTimeoutMs: config.headTimeoutMs,
   listenAddress: { hostname: config.host, port: config.port },
   log,
   mount: (app, parts) => mountE2b(app, parts),

@@ -202,6 +202,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
         path,
         body: text,
         headers: routing.nodeHeadersFor(scopeOf(caller)),
+        headTimeoutMs: commandHeadBound(value),
       });
     });
   }
@@ -297,6 +298,16 @@ function sandboxOf(text: string, team: string): FoundSandbox | undefined {
   return s && typeof s.id === "string" && typeof s.name === "string"
     ? { id: s.id, name: s.name, state: String(s.state), team }
     : undefined;
+}
+
+/**
+ * A node answers `execCommand` when the command ends, so its head may come as late as the
+ * command's own timeout: the bound is that plus a margin for the node's work around it. Other
+ * verbs (and a command without `timeoutSeconds`) keep the routing's head bound.
+ */
+function commandHeadBound(value: object): number | undefined {
+  const seconds = (value as { timeoutSeconds?: unknown }).timeoutSeconds;
+  return typeof seconds === "number" ? seconds * 1000 + 30_000 : undefined;
 }
 
 /** The path of an absolute URL, without its query: cheaper than `new URL()` on the fast path. */

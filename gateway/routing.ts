@@ -48,6 +48,14 @@ export interface GatewayRoutingOptions {
    * random id by default, `createGateway` passes the one its door checks.
    */
   hopMarker?: string;
+  /**
+   * The longest wait for a streamed node request's head once its body is sent
+   * (`DORMICE_GATEWAY_HEAD_TIMEOUT_MS`). Default 120,000 ms, like a create's: the native verbs
+   * answer when their work is done (an `execCommand` asks for longer with `timeoutSeconds`),
+   * envd streams its head at once, and a node that takes longer is stuck. A node that stops
+   * checking in ends its pending waits sooner, as soon as the Fleet reads it silent.
+   */
+  headTimeoutMs?: number;
 }
 
 /**
@@ -92,6 +100,11 @@ export interface StreamOptions {
   path: string;
   /** A body already read to route on; the client's own body streams through when absent. */
   body?: BodyInit | null;
+  /**
+   * The bound on the node's head for this request, replacing the routing's `headTimeoutMs`:
+   * `execCommand` asks for its command's own timeout plus a margin.
+   */
+  headTimeoutMs?: number;
   /**
    * Headers to set or replace on the node's request; the fleet token and JSON content type
    * ({@linkcode GatewayRouting.nodeHeaders}) by default. `{}` passes the client's headers through
@@ -175,8 +188,11 @@ export function clientGone(): HttpError {
 export class GatewayRouting {
   /** Per-name slots: twenty simultaneous acquires of one name build one sandbox. */
   readonly slots: NameQueue = new NameQueue();
-  /** Ties a client's hang-up to its streamed node request once the node is slow to answer. */
-  readonly hangUps: HangUpWatch = new HangUpWatch();
+  /**
+   * Watches streamed node requests until their head: ties a client's hang-up to them once the
+   * node is slow to answer, and ends those past their head's bound or whose node fell silent.
+   */
+  readonly hangUps: HangUpWatch;
   /** The credentials and content type every node request carries. */
   readonly nodeHeaders: Readonly<Record<string, string>>;
   readonly #fleet: Fleet;
@@ -189,6 +205,7 @@ export class GatewayRouting {
   readonly #onDestroyed?: (found: FindOne) => void;
   readonly #observer: RoutingObserver;
   readonly #hop: string;
+  readonly #headTimeoutMs: number;
 
   /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
@@ -202,6 +219,8 @@ export class GatewayRouting {
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
     this.#hop = options.hopMarker ?? newGatewayInstanceId();
+    this.#headTimeoutMs = options.headTimeoutMs ?? 120_000;
+    this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -273,7 +292,9 @@ export class GatewayRouting {
    * arrives and a client that hangs up aborts the node's request. A node's 404 makes the Finder
    * ask that node whether the sandbox is still there (and evict it when not) before answering.
    *
-   * @throws {HttpError} 502 naming the node when it does not answer; 499 when the client left.
+   * @throws {HttpError} 503 with Retry-After when the node stopped checking in; 504 when its head
+   *   does not come within its bound (or it stops checking in meanwhile); 502 when it does not
+   *   answer; 499 when the client left.
    * @example
    * ```ts ignore
    * return await routing.stream(request, {
@@ -287,13 +308,22 @@ export class GatewayRouting {
     // short command run for nobody. (Reading the signal is free under --unstable-no-legacy-abort,
     // as the daemon runs: measured 86-88k req/s with the read, 88-95k without, on wrk -c32.)
     if (request.signal.aborted) throw clientGone();
+    this.#refuseSilent(found.node);
     const started = performance.now();
     let response: Response;
     try {
       response = await forward(request, {
         nodeId: found.node.id,
         endpoint: found.node.endpoint,
-      }, { path, headers, body, fetch: this.#fetch, hangUps: this.hangUps, hop: this.#hop });
+      }, {
+        path,
+        headers,
+        body,
+        fetch: this.#fetch,
+        hangUps: this.hangUps,
+        hop: this.#hop,
+        headTimeoutMs: options.headTimeoutMs ?? this.#headTimeoutMs,
+      });
     } catch (error) {
       this.#observer.forwarded?.(path, statusOf(error), (performance.now() - started) / 1000);
       throw error;
@@ -333,10 +363,15 @@ export class GatewayRouting {
     return this.slots.run(name, async () => {
       // A client that hung up while queued behind other holders must not build anything.
       if (signal.aborted) throw clientGone();
+      // Cached on a node that stopped checking in: it may still hold the name, so nothing is
+      // built elsewhere, and the confirm would only wait out its deadline.
+      const hit = this.#finder.cached("name", name);
+      if (hit !== undefined) this.#refuseSilent(hit.node);
       const result = await this.#finder.confirm("name", name, { signal });
       if (signal.aborted) throw clientGone();
       const r = settle(result);
       if (r.kind === "none") return await this.#place(name, options);
+      this.#refuseSilent(r.node);
       // A wake is not a placement: nothing is counted.
       const answer = await this.#capture(r.node, options.path, {
         body: options.body,
@@ -370,6 +405,7 @@ export class GatewayRouting {
       if (signal.aborted) throw clientGone();
       const r = await this.resolve(by, key, signal, team);
       if (r.kind === "none") return null;
+      this.#refuseSilent(r.node);
       const answer = await this.#capture(r.node, options.path, {
         method: options.method,
         body: options.body,
@@ -423,6 +459,41 @@ export class GatewayRouting {
         return { node, ok: false, cause: describeFetchError(error) };
       }
     }));
+  }
+
+  /**
+   * A node that stopped checking in is answered at once: a 503 naming it, with Retry-After one
+   * of its intervals (by then it has checked in again, or it is still gone). Waiting on it would
+   * hold the client until some timeout; the sandbox is not built elsewhere meanwhile.
+   */
+  #refuseSilent(node: FleetNode): void {
+    const now = this.#fleet.now();
+    if (!this.#fleet.isSilent(node, now)) return;
+    const interval = node.intervalSeconds;
+    throw new HttpError(
+      503,
+      `Node '${node.id}' at ${node.endpoint} holds this sandbox but has not checked in for ` +
+        `${Math.round((now - node.lastCheckIn) / 1000)} s (more than two of its ${interval} s ` +
+        "intervals): it may be frozen, stopped or cut off from the gateway. Retry once it " +
+        "checks in again; if it is gone for good, stop it and remove it with removeNode (its " +
+        "sandboxes go with it)",
+      {
+        headers: { "retry-after": String(Math.min(60, Math.max(1, Math.ceil(interval)))) },
+        details: { nodeId: node.id, endpoint: node.endpoint },
+      },
+    );
+  }
+
+  /** Why a forward still waiting for `nodeId`'s head should stop: the node fell silent. */
+  #wentSilent(nodeId: string): string | undefined {
+    const node = this.#fleet.get(nodeId);
+    const now = this.#fleet.now();
+    if (node === undefined || !this.#fleet.isSilent(node, now)) return undefined;
+    return `Node '${node.id}' at ${node.endpoint} stopped checking in (last check-in ` +
+      `${Math.round((now - node.lastCheckIn) / 1000)} s ago, more than two of its ` +
+      `${node.intervalSeconds} s intervals) while this request waited for its answer: it may ` +
+      "be frozen or cut off, and the request may still run there. listNodes shows it down; " +
+      "retry once it checks in again, or remove it with removeNode if it is gone for good";
   }
 
   async #place(name: string | undefined, options: CreateOptions): Promise<CapturedAnswer> {

@@ -87,7 +87,7 @@ function setup() {
     fleet.checkIn(checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes }) }));
     return node;
   };
-  return { fleet, finder, placer, routing, add, close: () => fleet.close() };
+  return { clock, fleet, finder, placer, routing, add, close: () => fleet.close() };
 }
 
 /** A node's acquire: builds the sandbox (or wakes it) and answers like a node's native face. */
@@ -311,6 +311,100 @@ Deno.test("GatewayRouting.stream() re-checks a node's 404 and evicts the entry o
     await read();
     assert.equal(finder.cached("name", "x"), undefined);
     await assert.rejects(routing.locate("name", "x", signal), httpError(404));
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting answers at once with a 503 naming a node that stopped checking in", async () => {
+  const { routing, finder, fleet, clock, add, close } = setup();
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.answers.set("/execCommand", () => Response.json({ exitCode: 0 }));
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  a.answers.set("/destroySandbox", () => Response.json({ destroyed: true }));
+  b.answers.set("/acquireSandbox", acquireOn(b));
+  const signal = new AbortController().signal;
+  try {
+    const found = await routing.locate("name", "x", signal);
+    // a froze: b keeps checking in, a misses more than two of its 15 s intervals.
+    clock.tick(31_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    assert.equal(fleet.isDown("a"), true);
+    const before = a.calls.length;
+    const exec = new Request("http://gw.test/execCommand", { method: "POST", body: "{}" });
+    const refusal = (error: unknown) => {
+      httpError(
+        503,
+        /'a' at http:\/\/a\.test:3676 holds this sandbox but has not checked in for 31 s/,
+      )(error);
+      assert.match((error as HttpError).message, /removeNode/);
+      assert.equal((error as HttpError).headers["retry-after"], "15");
+      return true;
+    };
+    await assert.rejects(
+      routing.stream(exec, { found, by: "name", key: "x", path: "/execCommand" }),
+      refusal,
+    );
+    // The name may still live there: a create neither wakes nor builds it, a destroy waits too.
+    await assert.rejects(routing.create(createOptions("x")), refusal);
+    await assert.rejects(
+      routing.destroy({ by: "name", key: "x", path: "/destroySandbox", body: "{}", signal }),
+      refusal,
+    );
+    assert.equal(a.calls.length, before, "the silent node was not asked anything");
+    assert.deepEqual(b.forwarded, [], "nothing was built elsewhere");
+    assert.equal(finder.cached("name", "x")?.node.id, "a");
+    // Back: served again.
+    fleet.checkIn(checkIn("a", a.endpoint));
+    const res = await routing.stream(exec, { found, by: "name", key: "x", path: "/execCommand" });
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.stream() ends a wait for a head when the node stops checking in", async () => {
+  const { routing, fleet, clock, add, close } = setup();
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  let asked!: () => void;
+  const arrived = new Promise<void>((resolve) => asked = resolve);
+  // The node took the request and froze: no head, ever.
+  a.answers.set("/execCommand", (request) => {
+    asked();
+    return new Promise<Response>((_, reject) =>
+      request.signal.addEventListener("abort", () => reject(request.signal.reason))
+    );
+  });
+  try {
+    const found = await routing.locate("name", "x", new AbortController().signal);
+    const pending = routing.stream(
+      new Request("http://gw.test/execCommand", { method: "POST", body: "{}" }),
+      { found, by: "name", key: "x", path: "/execCommand" },
+    );
+    await arrived;
+    clock.tick(31_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    const started = performance.now();
+    // Bounded, so a routing that waits for ever fails here instead of hanging the suite.
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const giveUp = new Promise<never>((_, reject) =>
+      timer = setTimeout(() => reject(new Error("still waiting after 3 s")), 3000)
+    );
+    await assert.rejects(
+      Promise.race([pending, giveUp]).finally(() => clearTimeout(timer)),
+      httpError(
+        504,
+        /'a' at http:\/\/a\.test:3676 stopped checking in .* while this request waited/,
+      ),
+    );
+    // The watch asks every 10 ticks of 10 ms.
+    assert.ok(performance.now() - started < 1000);
+    assert.equal(routing.hangUps.size, 0);
   } finally {
     close();
   }

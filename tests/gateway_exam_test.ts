@@ -3,7 +3,9 @@
  * only with `fetch`. Direct calls to a node stage what the gateway must then find.
  *
  * Fleets:
- * - G1 with nodes A and B (fake executor, check-in every second): cases 1–4, 7–10, 13;
+ * - G1 with nodes A and B (fake executor, check-in every second): cases 1–4, 7–10, 13; case 14
+ *   adds node F and freezes it with SIGSTOP, and a G4 with a short head timeout that knows F
+ *   only through a check-in with a long interval;
  * - G2 (active limit 2) and G3 know A and B only through check-ins this test posts, with fixed
  *   readings and a long interval, so in-flight counts are never reset by a real check-in: cases
  *   5 and 6 stay deterministic; G3 also hosts the stub node of case 12 and the SYN-dropping node
@@ -389,6 +391,88 @@ Deno.test({
         const placed = await g1.json("acquireSandbox", { name: "c9-new" });
         assert.equal(placed.status, 200, JSON.stringify(placed.body));
         assert.ok(["node-a", "node-b"].includes(placed.body.sandbox.nodeId));
+      },
+    );
+
+    await t.step(
+      "14. a frozen node (SIGSTOP): waits end naming it, then a 503 at once; nothing built elsewhere",
+      async () => {
+        const f = await keep(startNode({ token, env: nodeEnv("node-f") }));
+        let frozen = false;
+        const thaw = () => {
+          if (!frozen) return;
+          f.process.child.kill("SIGCONT");
+          frozen = false;
+        };
+        // G4 knows F only through a check-in with a long interval, so F never looks silent there:
+        // only the head's own bound can end a wait.
+        const g4 = await keep(
+          startGateway({ token, env: { DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "1500" } }),
+        );
+        try {
+          await until("node-f up", async () => {
+            const { body } = await g1.json("listNodes");
+            return body.nodes.some((n: { id: string; state: string }) =>
+              n.id === "node-f" && n.state === "up"
+            );
+          });
+          const made = await postJson(f.url, token, "acquireSandbox", { name: "c14-frozen" });
+          assert.equal(made.status, 200, JSON.stringify(made.body));
+          assert.equal((await g4.json("checkIn", syntheticCheckIn("node-f", f.url))).status, 200);
+          for (const g of [g1, g4]) {
+            const warm = await g.json("execCommand", { name: "c14-frozen", command: "echo warm" });
+            assert.equal(warm.body.stdout, "warm\n", JSON.stringify(warm.body));
+          }
+
+          f.process.child.kill("SIGSTOP");
+          frozen = true;
+          const timed = async (g: GatewayProcess) => {
+            const started = performance.now();
+            const r = await g.json("execCommand", { name: "c14-frozen", command: "echo x" }, {
+              signal: AbortSignal.timeout(20_000),
+            });
+            return { ...r, ms: performance.now() - started };
+          };
+          const [viaG1, viaG4] = await Promise.all([timed(g1), timed(g4)]);
+          // G1 hears F stop checking in (two 1 s intervals) and ends the wait.
+          assert.equal(viaG1.status, 504, JSON.stringify(viaG1.body));
+          assert.match(viaG1.body.message, /'node-f' at .* stopped checking in/);
+          assert.ok(viaG1.ms < 8000, `G1 waited ${viaG1.ms.toFixed(0)} ms`);
+          // G4 still thinks F is fine: its head timeout ends the wait.
+          assert.equal(viaG4.status, 504, JSON.stringify(viaG4.body));
+          assert.match(viaG4.body.message, /'node-f' at .* sent no answer within 1500 ms/);
+          assert.ok(viaG4.ms >= 1400 && viaG4.ms < 6000, `G4 waited ${viaG4.ms.toFixed(0)} ms`);
+
+          const { body: listed } = await g1.json("listNodes");
+          assert.equal(
+            listed.nodes.find((n: { id: string }) => n.id === "node-f").state,
+            "down",
+          );
+          for (const verb of ["execCommand", "acquireSandbox"]) {
+            const started = performance.now();
+            const r = await g1.json(verb, { name: "c14-frozen", command: "echo x" });
+            const ms = performance.now() - started;
+            assert.equal(r.status, 503, `${verb}: ${JSON.stringify(r.body)}`);
+            assert.match(r.body.message, /'node-f' at .* has not checked in for/);
+            assert.ok(Number(r.headers.get("retry-after")) >= 1, verb);
+            assert.ok(ms < 1000, `${verb} took ${ms.toFixed(0)} ms, not at once`);
+          }
+          // The name lives on the frozen node: no other node built it.
+          assert.deepEqual(await holders(token, both, "c14-frozen"), []);
+
+          thaw();
+          await until("node-f up again", async () => {
+            const { body } = await g1.json("listNodes");
+            return body.nodes.some((n: { id: string; state: string }) =>
+              n.id === "node-f" && n.state === "up"
+            );
+          });
+          const back = await g1.json("execCommand", { name: "c14-frozen", command: "echo back" });
+          assert.equal(back.status, 200, JSON.stringify(back.body));
+          assert.equal(back.body.stdout, "back\n");
+        } finally {
+          thaw();
+        }
       },
     );
 
