@@ -21,6 +21,8 @@ class StubNode {
   sandboxes = new Map<string, StubSandbox>();
   /** Paths the node was asked, with the method. */
   calls: string[] = [];
+  /** Each lookup's body, in order. */
+  lookups: Record<string, string>[] = [];
   /** Each create's name header. */
   nameHeaders: (string | null)[] = [];
   /** When set, every request fails as if the node did not answer. */
@@ -70,6 +72,7 @@ class StubNode {
     assert.equal(request.headers.get("authorization"), `Bearer ${token}`);
     if (path === "/lookupSandbox") {
       const body = await request.json();
+      this.lookups.push(body);
       const s = body.name !== undefined ? this.sandboxes.get(body.name) : this.byId(body.id);
       return Response.json(
         s
@@ -202,6 +205,87 @@ Deno.test("E2B api: twenty concurrent named creates build one sandbox and cache 
     // The placement was counted once, where it went (memory breaks the tie: node a).
     assert.equal(gateway.placer.inFlight("a"), 1);
     assert.deepEqual(a.nameHeaders.filter((h) => h !== null), []);
+  } finally {
+    gateway.close();
+  }
+});
+
+/** A named create through the gateway; its status and sandbox id. */
+async function createNamed(gateway: Gateway, name: string) {
+  const res = await api(gateway, "POST", "/v2/sandboxes", {
+    templateID: "base",
+    metadata: { name },
+  });
+  const body = await res.json();
+  return { status: res.status, body, id: body.sandboxID as string | undefined };
+}
+
+Deno.test("E2B api: a named create's cache hit is confirmed with its node by id; found is a wake", async () => {
+  const { gateway, add } = setup();
+  const a = add("a", 9e9);
+  const b = add("b", 1e9);
+  try {
+    const first = await createNamed(gateway, "n1");
+    assert.equal(first.status, 201);
+    // A reading since: the placement is in the node's own count now, the gateway's is 0.
+    gateway.fleet.checkIn(
+      checkIn("a", a.endpoint, { reading: reading({ memoryAvailableBytes: 9e9 }) }),
+    );
+    for (const node of [a, b]) [node.calls, node.lookups] = [[], []];
+    const again = await createNamed(gateway, "n1");
+    assert.equal(again.status, 201);
+    assert.equal(again.id, first.id);
+    // Asked by id, only the node the cache names, then the wake on that node.
+    assert.deepEqual(a.lookups, [{ id: first.id }]);
+    assert.deepEqual(a.calls, ["POST /lookupSandbox", "POST /e2b/api/v2/sandboxes"]);
+    assert.deepEqual(b.lookups, []);
+    // A wake is not a placement.
+    assert.equal(gateway.placer.inFlight("a"), 0);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: a named create whose cached sandbox is gone evicts it and asks the fleet", async () => {
+  const { gateway, add } = setup();
+  const a = add("a", 9e9);
+  const b = add("b", 1e9);
+  try {
+    const first = await createNamed(gateway, "n1");
+    assert.equal(first.status, 201);
+    // Killed behind the gateway's back.
+    a.sandboxes.delete("n1");
+    for (const node of [a, b]) node.lookups = [];
+    const again = await createNamed(gateway, "n1");
+    assert.equal(again.status, 201);
+    assert.notEqual(again.id, first.id, "built anew");
+    // By id on the cached node (absent), then by name across the whole fleet (none).
+    assert.deepEqual(a.lookups, [{ id: first.id }, { name: "n1" }]);
+    assert.deepEqual(b.lookups, [{ name: "n1" }]);
+    assert.equal(gateway.finder.cached("id", first.id!), undefined, "the old id is evicted");
+    assert.equal(gateway.finder.cached("name", "n1")?.sandbox.id, again.id);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: a named create whose cached node is silent is a 503 naming it, built nowhere", async () => {
+  const { gateway, add } = setup();
+  const a = add("a", 9e9);
+  const b = add("b", 1e9);
+  try {
+    const first = await createNamed(gateway, "n1");
+    assert.equal(first.status, 201);
+    a.silent = true;
+    for (const node of [a, b]) [node.calls, node.lookups] = [[], []];
+    const again = await createNamed(gateway, "n1");
+    assert.equal(again.status, 503);
+    assert.equal(again.body.code, 503);
+    assert.match(again.body.message, /Cannot tell whether 'n1' exists: 'a'/);
+    // The name may live on the silent node: neither asked of the fleet nor built on b.
+    assert.deepEqual(b.lookups, []);
+    assert.deepEqual(b.calls.filter((c) => c.startsWith("POST /e2b/api")), []);
+    assert.equal(b.sandboxes.size, 0);
   } finally {
     gateway.close();
   }

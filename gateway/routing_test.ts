@@ -189,6 +189,62 @@ Deno.test("GatewayRouting.create() wakes a name found on a node there, without c
   }
 });
 
+Deno.test("GatewayRouting.create() of a cached name confirms it by id and wakes it, counting no placement", async () => {
+  const { routing, placer, fleet, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  try {
+    assert.equal((await routing.create(createOptions("x"))).status, 200);
+    assert.equal(placer.inFlight("a"), 1);
+    // The node's next reading counts the sandbox itself.
+    fleet.checkIn(checkIn("a", a.endpoint, { reading: reading({ active: 1 }) }));
+    assert.equal(placer.inFlight("a"), 0);
+    const wake = await routing.create(createOptions("x"));
+    assert.equal(wake.status, 200);
+    assert.equal(JSON.parse(wake.text).sandbox.id, "a-1");
+    assert.deepEqual(a.calls, [
+      "POST /lookupSandbox",
+      "POST /acquireSandbox",
+      "POST /lookupSandbox",
+      "POST /acquireSandbox",
+    ]);
+    assert.equal(placer.inFlight("a"), 0, "a wake of a sandbox found on its node is no placement");
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() runs nothing for a client that left while queued in the name's slot", async () => {
+  const { routing, placer, add, close } = setup();
+  const a = add("a");
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => release = resolve);
+  let arrived!: () => void;
+  const first = new Promise<void>((resolve) => arrived = resolve);
+  const build = acquireOn(a);
+  a.answers.set("/acquireSandbox", async (request, body) => {
+    arrived();
+    await held;
+    return build(request, body);
+  });
+  try {
+    const holder = routing.create(createOptions("x"));
+    await first;
+    const leaving = new AbortController();
+    const queued = routing.create(createOptions("x", leaving.signal));
+    assert.equal(routing.slots.isBusy("x"), true);
+    leaving.abort();
+    release();
+    assert.equal((await holder).status, 200);
+    await assert.rejects(queued, httpError(499));
+    // One lookup and one create, both the holder's: the queued client cost the node nothing.
+    assert.deepEqual(a.calls, ["POST /lookupSandbox", "POST /acquireSandbox"]);
+    assert.equal(placer.inFlight("a"), 1);
+  } finally {
+    close();
+  }
+});
+
 Deno.test("GatewayRouting.create() of an unnamed sandbox asks no node, places it and counts it under the name the node gave", async () => {
   const { routing, placer, finder, add, close } = setup();
   const a = add("a");
