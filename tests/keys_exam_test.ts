@@ -7,6 +7,7 @@ import assert from "node:assert/strict";
 import { RateLimitError, Sandbox } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, postJson, startGateway } from "./_gateway.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -167,9 +168,15 @@ Deno.test({
 
       // envd: a request naming team B's key gets exactly the answer of a sandbox that does not
       // exist (E2B's proxy answers that 502), no hint that team A's is there.
+      // Each with the sandbox's own access token, as the SDK sends it (the gateway checks it).
+      const envdTokens = AccessTokens.fromFleetToken(token);
       const envd = (id: string) =>
         fetch(`${gw.url}/e2b/envd/health`, {
-          headers: { "e2b-sandbox-id": id, "x-api-key": keyB },
+          headers: {
+            "e2b-sandbox-id": id,
+            "x-access-token": envdTokens.forSandbox(id),
+            "x-api-key": keyB,
+          },
         });
       const other = await envd(idA);
       const none = await envd(unknown);
@@ -177,7 +184,11 @@ Deno.test({
       assert.equal(other.status, none.status);
       assert.equal(otherBody.message, noneBody.message.replace(unknown, idA));
       const own = await fetch(`${gw.url}/e2b/envd/health`, {
-        headers: { "e2b-sandbox-id": idA, "x-api-key": keyA },
+        headers: {
+          "e2b-sandbox-id": idA,
+          "x-access-token": envdTokens.forSandbox(idA),
+          "x-api-key": keyA,
+        },
       });
       await own.body?.cancel();
       assert.ok(own.status < 300, `team A's own envd answers ${own.status}`);
