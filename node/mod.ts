@@ -119,6 +119,7 @@ export {
   type FileEntry,
   type SandboxLimits,
   type SandboxStats,
+  type TerminalSize,
 } from "./executors/contract.ts";
 export type {
   AcquireRequest,

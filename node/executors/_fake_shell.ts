@@ -31,6 +31,8 @@ export interface ShellHost {
   gate(): Promise<void>;
   /** The run-as user. */
   user: string;
+  /** The terminal's size now, or `null` when the command has no terminal. */
+  tty(): { cols: number; rows: number } | null;
 }
 
 /** Thrown by `exit`; ends the current script. */
@@ -85,30 +87,84 @@ function fail(ctx: Ctx, cmd: string, path: string, e: unknown): Promise<number> 
   throw e;
 }
 
-function unescape(s: string): string {
-  return s.replace(
-    /\\(n|t|r|\\|0|a|e)/g,
-    (_, c: string) =>
-      ({ n: "\n", t: "\t", r: "\r", "\\": "\\", "0": "\0", a: "\x07", e: "\x1b" })[c]!,
-  );
+const simpleEscapes: Record<string, number> = {
+  n: 10,
+  t: 9,
+  r: 13,
+  "\\": 92,
+  a: 7,
+  b: 8,
+  e: 27,
+  f: 12,
+  v: 11,
+};
+
+/**
+ * Bash's backslash escapes as bytes: `\n`, `\t`, ..., `\xHH` (one or two hex digits) and octal
+ * (`\NNN` in a printf format, `\0NNN` for `echo -e`). They are bytes, not characters:
+ * `printf '\xe2'` writes the one byte 0xE2, which is not UTF-8 on its own, as bash does.
+ */
+function unescapeBytes(s: string, octal: "printf" | "echo"): Uint8Array {
+  const out: number[] = [];
+  const octalRe = octal === "printf" ? /^[0-7]{1,3}/ : /^0[0-7]{0,3}/;
+  let i = 0;
+  while (i < s.length) {
+    const at = s.indexOf("\\", i);
+    const end = at < 0 ? s.length : at;
+    if (end > i) out.push(...encoder.encode(s.slice(i, end)));
+    if (at < 0) break;
+    const rest = s.slice(at + 1);
+    const hex = /^x([0-9a-fA-F]{1,2})/.exec(rest);
+    const oct = octalRe.exec(rest);
+    if (hex) {
+      out.push(parseInt(hex[1], 16));
+      i = at + 1 + hex[0].length;
+    } else if (oct) {
+      const digits = octal === "echo" ? oct[0].slice(1) : oct[0];
+      out.push(parseInt(digits || "0", 8) & 0xff);
+      i = at + 1 + oct[0].length;
+    } else if (rest[0] !== undefined && Object.hasOwn(simpleEscapes, rest[0])) {
+      out.push(simpleEscapes[rest[0]]);
+      i = at + 2;
+    } else {
+      out.push(92); // an unknown escape stays as written
+      i = at + 1;
+    }
+  }
+  return new Uint8Array(out);
 }
 
-function printf(format: string, args: string[]): string {
-  const fmt = unescape(format);
-  let out = "";
+function joinBytes(parts: Uint8Array[]): Uint8Array {
+  const all = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) all.set(p, at), at += p.length;
+  return all;
+}
+
+/** Bash's printf: escapes in the format are bytes, arguments are text, reused as bash does. */
+function printf(format: string, args: string[]): Uint8Array {
+  const parts: Uint8Array[] = [];
   let k = 0;
   do {
-    out += fmt.replace(/%(-?\d*)([sdif%])/g, (_, width: string, conv: string) => {
-      if (conv === "%") return "%";
+    let last = 0;
+    for (const m of format.matchAll(/%(-?\d*)([sdif%])/g)) {
+      parts.push(unescapeBytes(format.slice(last, m.index), "printf"));
+      last = m.index + m[0].length;
+      const [, width, conv] = m;
+      if (conv === "%") {
+        parts.push(encoder.encode("%"));
+        continue;
+      }
       const arg = args[k++] ?? "";
       const text = conv === "s"
         ? arg
         : String(conv === "f" ? Number(arg || 0).toFixed(6) : Math.trunc(Number(arg || 0)));
       const w = Number(width || 0);
-      return w < 0 ? text.padEnd(-w) : text.padStart(w);
-    });
+      parts.push(encoder.encode(w < 0 ? text.padEnd(-w) : text.padStart(w)));
+    }
+    parts.push(unescapeBytes(format.slice(last), "printf"));
   } while (k > 0 && k < args.length);
-  return out;
+  return joinBytes(parts);
 }
 
 const builtins: Record<string, Builtin> = {
@@ -120,8 +176,8 @@ const builtins: Record<string, Builtin> = {
       if (flag.includes("n")) newline = false;
       if (flag.includes("e")) escapes = true;
     }
-    const text = args.join(" ");
-    await ctx.out((escapes ? unescape(text) : text) + (newline ? "\n" : ""));
+    const text = args.join(" ") + (newline ? "\n" : "");
+    await ctx.out(escapes ? unescapeBytes(text, "echo") : text);
     return 0;
   },
   printf: async (args, ctx) => {
@@ -279,6 +335,16 @@ const builtins: Record<string, Builtin> = {
     await ctx.out(ctx.host.user + "\n");
     return 0;
   },
+  stty: async (args, ctx) => {
+    const size = ctx.host.tty();
+    if (!size) {
+      await ctx.err("stty: 'standard input': Inappropriate ioctl for device\n");
+      return 1;
+    }
+    // Only the size is known; every other setting is accepted and ignored.
+    if (args[0] === "size") await ctx.out(`${size.rows} ${size.cols}\n`);
+    return 0;
+  },
   bash: (args, ctx) => shell(args, ctx),
   sh: (args, ctx) => shell(args, ctx),
 };
@@ -305,14 +371,30 @@ async function shell(args: string[], ctx: Ctx): Promise<number> {
       return fail(ctx, "bash", rest[0], e);
     }
   }
-  if (script === undefined) {
-    const chunks: string[] = [];
-    for (let c = await ctx.stdin(); c; c = await ctx.stdin()) chunks.push(decoder.decode(c));
-    script = chunks.join("");
-  }
   // A child shell: its variables and cwd do not leak back into the parent.
   const child: Env = { vars: new Map(ctx.env.vars), cwd: ctx.env.cwd, status: 0 };
-  return runScript(script, ctx.host, child, ctx);
+  if (script !== undefined) return runScript(script, ctx.host, child, ctx);
+  // Commands from stdin run a line at a time as they arrive, as bash reads a pipe or a
+  // terminal (`bash -i` under a pty waits for each line typed).
+  const lines = new TextDecoder();
+  let pending = "";
+  const runLine = (line: string) => runScript(line, ctx.host, child, ctx, { exitEnds: false });
+  try {
+    for (let c = await ctx.stdin(); c; c = await ctx.stdin()) {
+      pending += lines.decode(c, { stream: true });
+      for (let nl = pending.indexOf("\n"); nl >= 0; nl = pending.indexOf("\n")) {
+        const line = pending.slice(0, nl + 1);
+        pending = pending.slice(nl + 1);
+        await runLine(line);
+      }
+    }
+    pending += lines.decode();
+    if (pending) await runLine(pending);
+  } catch (e) {
+    if (e instanceof Exit) return e.code;
+    throw e;
+  }
+  return child.status;
 }
 
 async function runArgv(argv: string[], host: ShellHost, env: Env, ctx: Ctx): Promise<number> {
@@ -397,7 +479,14 @@ async function runSimple(command: Simple, host: ShellHost, env: Env, parent: Ctx
   return await runArgv(words, host, commandEnv, ctx);
 }
 
-async function runScript(script: string, host: ShellHost, env: Env, parent: Ctx): Promise<number> {
+/** Runs a script; `exit` ends it with its code, or, with `exitEnds: false`, is thrown on. */
+async function runScript(
+  script: string,
+  host: ShellHost,
+  env: Env,
+  parent: Ctx,
+  { exitEnds = true }: { exitEnds?: boolean } = {},
+): Promise<number> {
   let steps: Step[];
   try {
     steps = parse(tokenize(script));
@@ -415,7 +504,7 @@ async function runScript(script: string, host: ShellHost, env: Env, parent: Ctx)
       env.status = await runSimple(step.command, host, env, parent);
     }
   } catch (e) {
-    if (e instanceof Exit) return e.code;
+    if (e instanceof Exit && exitEnds) return e.code;
     throw e;
   }
   return env.status;

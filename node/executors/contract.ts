@@ -37,6 +37,20 @@ export interface ExecRequest {
   stdin?: boolean;
   /** Kill the command after this many ms (the exit then reports `timedOut`). */
   timeoutMs?: number;
+  /**
+   * Run the command on a terminal of this size (E2B's PTY): everything the terminal shows,
+   * standard error included, comes on `stdout`, stdin is the terminal's input and is open
+   * whatever `stdin` says, and `resize` changes the size.
+   */
+  tty?: TerminalSize;
+}
+
+/** A terminal's size in character cells. */
+export interface TerminalSize {
+  /** Columns, 1 to 65,535. */
+  cols: number;
+  /** Rows, 1 to 65,535. */
+  rows: number;
 }
 
 /** How a command ended. */
@@ -70,6 +84,11 @@ export interface ExecHandle {
   closeStdin(): Promise<void>;
   /** Sends a signal; a command that already ended is not an error. */
   kill(signal?: "SIGKILL" | "SIGTERM" | "SIGINT" | "SIGHUP"): Promise<void>;
+  /**
+   * Changes the size of the command's terminal (the command gets SIGWINCH); `invalid` for a
+   * command started without `tty`. A command that already ended is not an error.
+   */
+  resize(size: TerminalSize): Promise<void>;
 }
 
 /** One file-system entry. */

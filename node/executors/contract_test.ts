@@ -38,6 +38,41 @@ async function run(executor: Executor, id: string, script: string, options = {})
   return { stdout, stderr, exit };
 }
 
+/**
+ * A terminal's output as it accumulates: `until(text)` waits (10 s at most) until it shows
+ * `text`, whatever else (prompts, echoed input) it shows around it.
+ */
+function screen(stream: ReadableStream<Uint8Array>) {
+  const decoder = new TextDecoder();
+  let shown = "";
+  let ended = false;
+  let changed = () => {};
+  (async () => {
+    for await (const chunk of stream) {
+      shown += decoder.decode(chunk, { stream: true });
+      changed();
+    }
+    ended = true;
+    changed();
+  })();
+  return {
+    async until(wanted: string): Promise<void> {
+      const deadline = Date.now() + 10_000;
+      while (!shown.includes(wanted)) {
+        if (ended) assert.fail(`the terminal closed without showing '${wanted}': ${shown}`);
+        const left = deadline - Date.now();
+        if (left <= 0) assert.fail(`the terminal did not show '${wanted}' in 10 s: ${shown}`);
+        let timer!: ReturnType<typeof setTimeout>;
+        await new Promise<void>((resolve) => {
+          changed = resolve;
+          timer = setTimeout(resolve, left);
+        });
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
 type Case = (executor: Executor, id: string) => Promise<void>;
 
 /**
@@ -115,6 +150,43 @@ const cases: Record<string, Case> = {
     assert.equal(r.exit.timedOut, true);
     assert.equal(r.exit.signal, "SIGKILL");
     assert.equal(r.exit.exitCode, 137);
+  },
+  "exec() with tty runs on a terminal: typed input, one output stream, resize": async (ex, id) => {
+    const handle = await ex.exec(id, {
+      cmd: ["/bin/bash", "-i", "-l"],
+      tty: { cols: 80, rows: 24 },
+      env: { TERM: "xterm" },
+    });
+    const shown = screen(handle.stdout);
+    const stderr = text(handle.stderr);
+    const type = (line: string) => handle.writeStdin(encoder.encode(line + "\n"));
+    // What is typed may be echoed (a real terminal does): wait for what only the output holds.
+    await type("stty size");
+    await shown.until("24 80");
+    await type("printf 'e%sr\\n' r >&2");
+    await shown.until("err");
+    await handle.resize({ cols: 100, rows: 30 });
+    await type("stty size");
+    await shown.until("30 100");
+    await type("exit 3");
+    assert.equal((await handle.exited).exitCode, 3);
+    assert.equal(await stderr, "", "a terminal shows stderr on its one stream");
+    const plain = await ex.exec(id, { cmd: ["/bin/bash", "-c", "sleep 30"] });
+    await rejectsWith(plain.resize({ cols: 10, rows: 10 }), "invalid");
+    await plain.kill("SIGKILL");
+    await Promise.all([text(plain.stdout), text(plain.stderr), plain.exited]);
+  },
+  "exec() output that is not UTF-8 comes as its bytes": async (ex, id) => {
+    const handle = await ex.exec(id, {
+      cmd: ["/bin/bash", "-c", "printf 'a\\xe2\\x28b\\377'; printf '\\xc3' >&2"],
+    });
+    const [out, err] = await Promise.all([
+      new Response(handle.stdout).arrayBuffer(),
+      new Response(handle.stderr).arrayBuffer(),
+    ]);
+    await handle.exited;
+    assert.deepEqual([...new Uint8Array(out)], [0x61, 0xe2, 0x28, 0x62, 0xff]);
+    assert.deepEqual([...new Uint8Array(err)], [0xc3]);
   },
   "writeFile() and readFile() keep every byte and create parents": async (ex, id) => {
     const data = new Uint8Array(70_000);

@@ -14,6 +14,7 @@ import {
   type FileEntry,
   type SandboxLimits,
   type SandboxStats,
+  type TerminalSize,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 import { FakeFs, fakeHome } from "./_fake_fs.ts";
@@ -174,6 +175,8 @@ class FakeProcess implements ExecHandle {
   #killedBy: Signal | null = null;
   #timedOut = false;
   #ended = false;
+  /** The terminal's size, or null without one. */
+  #tty: TerminalSize | null;
 
   constructor(
     pid: number,
@@ -182,12 +185,15 @@ class FakeProcess implements ExecHandle {
     onEnd: () => void,
   ) {
     this.pid = pid;
-    let out!: ReadableStreamDefaultController<Uint8Array>;
-    let err!: ReadableStreamDefaultController<Uint8Array>;
-    this.stdout = new ReadableStream({ start: (c) => void (out = c) });
-    this.stderr = new ReadableStream({ start: (c) => void (err = c) });
-    const controllers = { 1: out, 2: err };
-    this.#stdinEnabled = request.stdin === true;
+    const [stdout, out] = outputStream();
+    const [stderr, err] = outputStream();
+    this.stdout = stdout;
+    this.stderr = stderr;
+    this.#tty = request.tty ? { ...request.tty } : null;
+    // A terminal is one stream: what the command writes to stderr shows on it too. There is no
+    // line discipline (no echo of input, no \r before \n): a plain stream stands in for it.
+    const controllers = { 1: out, 2: this.#tty ? out : err };
+    this.#stdinEnabled = request.stdin === true || this.#tty !== null;
     this.#stdinOpen = this.#stdinEnabled;
     const vars = new Map<string, string>([
       ["HOME", fakeHome],
@@ -225,6 +231,7 @@ class FakeProcess implements ExecHandle {
             return Promise.resolve();
           },
           readStdin: () => this.#readStdin(),
+          tty: () => this.#tty,
         }, { cwd, vars });
       } catch (e) {
         if (!(e instanceof Killed)) {
@@ -239,8 +246,8 @@ class FakeProcess implements ExecHandle {
       clearTimeout(timer);
       this.#ended = true;
       this.#stdinOpen = false;
-      controllers[1].close();
-      controllers[2].close();
+      out.close();
+      err.close();
       onEnd();
       if (this.#killedBy) {
         return {
@@ -296,6 +303,19 @@ class FakeProcess implements ExecHandle {
     return Promise.resolve();
   }
 
+  resize(size: TerminalSize): Promise<void> {
+    if (!this.#tty) {
+      return Promise.reject(
+        new ExecutorError(
+          "invalid",
+          `Process ${this.pid} has no terminal to resize: start it with a tty`,
+        ),
+      );
+    }
+    if (!this.#ended) this.#tty = { cols: size.cols, rows: size.rows };
+    return Promise.resolve();
+  }
+
   kill(signal: Signal = "SIGKILL"): Promise<void> {
     if (this.#ended || this.abort.signal.aborted) return Promise.resolve();
     // Every signal ends a fake process: the interpreter has no handlers to catch them.
@@ -303,6 +323,34 @@ class FakeProcess implements ExecHandle {
     this.abort.abort();
     return Promise.resolve();
   }
+}
+
+/** One output stream of a fake process, and the end it writes to. */
+interface OutputEnd {
+  enqueue(data: Uint8Array): void;
+  close(): void;
+}
+
+/**
+ * A process's output stream. A reader that cancels it drops what comes after, as a closed pipe
+ * would, without failing the process (Docker's streams do the same).
+ */
+function outputStream(): [ReadableStream<Uint8Array>, OutputEnd] {
+  let controller!: ReadableStreamDefaultController<Uint8Array>;
+  let open = true;
+  const stream = new ReadableStream<Uint8Array>({
+    start: (c) => void (controller = c),
+    cancel: () => void (open = false),
+  });
+  return [stream, {
+    enqueue: (data) => {
+      if (open) controller.enqueue(data);
+    },
+    close: () => {
+      if (open) controller.close();
+      open = false;
+    },
+  }];
 }
 
 /** Options of {@linkcode FakeExecutor}. */

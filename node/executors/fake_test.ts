@@ -161,6 +161,69 @@ Deno.test("FakeExecutor: cat reads stdin when started with stdin", async () => {
   });
 });
 
+Deno.test("FakeExecutor: printf and echo -e escapes are bytes, not UTF-8 text", async () => {
+  await withSandbox(async (executor, id) => {
+    const bytes = async (script: string) => {
+      const handle = await executor.exec(id, { cmd: ["/bin/bash", "-c", script] });
+      const out = new Uint8Array(await new Response(handle.stdout).arrayBuffer());
+      await handle.exited;
+      return [...out];
+    };
+    // The fake once printed `\xe2` as four characters; bash writes the one byte.
+    assert.deepEqual(await bytes("printf '\\xe2'"), [0xe2]);
+    assert.deepEqual(await bytes("printf 'a\\101\\0%s\\n' é"), [
+      0x61,
+      0x41,
+      0x00,
+      0xc3,
+      0xa9,
+      0x0a,
+    ]);
+    assert.deepEqual(await bytes("echo -e '\\x41\\0101\\q'"), [0x41, 0x41, 0x5c, 0x71, 0x0a]);
+    assert.deepEqual(await bytes("echo '\\xe2'"), [...encoder.encode("\\xe2\n")]);
+    assert.deepEqual(await bytes("printf '%s-%d%%\\n' a 7 b 8"), [
+      ...encoder.encode("a-7%\nb-8%\n"),
+    ]);
+  });
+});
+
+Deno.test("FakeExecutor: bash reading stdin runs each line as it arrives", async () => {
+  await withSandbox(async (executor, id) => {
+    const handle = await executor.exec(id, { cmd: ["/bin/bash"], stdin: true });
+    const reader = handle.stdout.getReader();
+    await handle.writeStdin(encoder.encode("X=1; echo one $X\n"));
+    assert.equal(decoder.decode((await reader.read()).value), "one 1\n");
+    await handle.writeStdin(encoder.encode("echo two $X\nexit 3\necho never\n"));
+    assert.equal(decoder.decode((await reader.read()).value), "two 1\n");
+    assert.deepEqual(await handle.exited, { exitCode: 3 });
+    assert.equal((await reader.read()).done, true);
+  });
+});
+
+Deno.test("FakeExecutor: a tty merges stderr into stdout, keeps stdin open, and resizes", async () => {
+  await withSandbox(async (executor, id) => {
+    const handle = await executor.exec(id, {
+      cmd: ["/bin/bash", "-i", "-l"],
+      tty: { cols: 80, rows: 24 },
+    });
+    const reader = handle.stdout.getReader();
+    await handle.writeStdin(encoder.encode("stty size; echo err >&2\n"));
+    assert.equal(decoder.decode((await reader.read()).value), "24 80\n");
+    assert.equal(decoder.decode((await reader.read()).value), "err\n");
+    await handle.resize({ cols: 120, rows: 40 });
+    await handle.writeStdin(encoder.encode("stty size\nexit\n"));
+    assert.equal(decoder.decode((await reader.read()).value), "40 120\n");
+    assert.deepEqual(await handle.exited, { exitCode: 0 });
+    assert.equal(await new Response(handle.stderr).text(), "");
+    const plain = await run(executor, id, "stty size");
+    assert.equal(plain.exitCode, 1);
+    assert.match(plain.stderr, /Inappropriate ioctl for device/);
+    const noTty = await executor.exec(id, { cmd: ["sleep", "1"] });
+    await assert.rejects(noTty.resize({ cols: 1, rows: 1 }), /no terminal/);
+    await noTty.kill();
+  });
+});
+
 Deno.test("FakeExecutor files: binary-safe, errors carry codes", async () => {
   await withSandbox(async (executor, id) => {
     const bytes = new Uint8Array([0, 255, 1, 2]);

@@ -12,8 +12,20 @@
  * @module
  */
 import type { Log } from "../../../shared/log.ts";
-import { type ExecExit, type ExecHandle, type ExecRequest, ExecutorError } from "../contract.ts";
-import { demultiplex, outputStreams, stdinOf, whenStreamEnds } from "./_exec_streams.ts";
+import {
+  type ExecExit,
+  type ExecHandle,
+  type ExecRequest,
+  ExecutorError,
+  type TerminalSize,
+} from "../contract.ts";
+import {
+  demultiplex,
+  outputStreams,
+  stdinOf,
+  terminalOutput,
+  whenStreamEnds,
+} from "./_exec_streams.ts";
 import { resolvePath, type Sandboxes } from "./_sandboxes.ts";
 import type { Engine, EngineExec, HijackedStream } from "./engine.ts";
 
@@ -204,16 +216,19 @@ export class Commands {
     user: string,
     token: string,
   ): Promise<ExecHandle> {
+    const tty = request.tty !== undefined;
+    // A terminal's input is always open: it is how a pty session is typed into.
+    const withStdin = request.stdin === true || tty;
     const exec = await this.#engine.callContainer(
       id,
       `creating a command in sandbox ${id}`,
       (container, signal) =>
         container.exec({
           Cmd: request.cmd,
-          AttachStdin: request.stdin === true,
+          AttachStdin: withStdin,
           AttachStdout: true,
           AttachStderr: true,
-          Tty: false,
+          Tty: tty,
           Env: env,
           WorkingDir: cwd,
           User: user,
@@ -222,11 +237,19 @@ export class Commands {
     );
     const stream = await this.#engine.call(
       `starting a command in sandbox ${id}`,
-      (signal) => exec.start({ hijack: true, stdin: request.stdin === true, abortSignal: signal }),
+      (signal) =>
+        exec.start({
+          hijack: true,
+          stdin: withStdin,
+          Tty: tty,
+          abortSignal: signal,
+        }),
     ) as HijackedStream;
     // Listen first: a quick command's output and end come while #started() waits.
     const handle = this.#attach(id, exec, stream, token, user, request);
     await this.#started(exec);
+    // The engine (API 1.41) sizes an exec's terminal only once it runs; until then it is 0x0.
+    if (request.tty) await handle.resize(request.tty);
     return handle;
   }
 
@@ -265,7 +288,9 @@ export class Commands {
     const pid = this.#nextPid++;
     const ending: Ending = { ended: false, timedOut: false };
     const output = outputStreams(stream);
-    demultiplex(stream, output.deliver);
+    // A terminal's output is one raw stream; without one the engine multiplexes two.
+    if (request.tty) terminalOutput(stream, output.deliver);
+    else demultiplex(stream, output.deliver);
 
     const signalAll = (signal: Signal) =>
       this.run(id, ["/bin/sh", "-c", KILL_SCRIPT, "sh", signal.slice(3), token], user);
@@ -302,8 +327,29 @@ export class Commands {
 
     // A caller that only reads the output must not turn a lost engine into an unhandled rejection.
     exited.catch(() => {});
-    const stdin = stdinOf(stream, pid, request.stdin === true, () => ending.ended);
-    return { pid, stdout: output.stdout, stderr: output.stderr, exited, ...stdin, kill };
+    const stdin = stdinOf(
+      stream,
+      pid,
+      request.stdin === true || request.tty !== undefined,
+      () => ending.ended,
+    );
+    const resize = async (size: TerminalSize) => {
+      if (!request.tty) {
+        throw new ExecutorError(
+          "invalid",
+          `Command ${pid} has no terminal to resize: start it with a tty`,
+        );
+      }
+      if (ending.ended) return;
+      await this.#engine.call(
+        `resizing the terminal of a command in sandbox ${id}`,
+        (signal) => exec.resize({ h: size.rows, w: size.cols, abortSignal: signal }),
+      ).catch((error) => {
+        // The command may have ended between the check and the call: not an error then.
+        if (!ending.ended) throw error;
+      });
+    };
+    return { pid, stdout: output.stdout, stderr: output.stderr, exited, ...stdin, kill, resize };
   }
 
   /**

@@ -89,6 +89,14 @@ export function demultiplex(
   });
 }
 
+/** A terminal's output: the engine sends it raw, as one stream, delivered on stdout. */
+export function terminalOutput(
+  stream: HijackedStream,
+  deliver: (which: 0 | 1, frame: Uint8Array) => void,
+): void {
+  stream.on("data", (chunk) => deliver(0, new Uint8Array(chunk)));
+}
+
 /**
  * Calls `onEnd` once when the engine socket ends, closes or fails; a failure is reported to
  * `onError` first. The socket closing is all the executor learns of a command's end.

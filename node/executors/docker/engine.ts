@@ -84,6 +84,8 @@ export interface EngineExec {
   inspect(
     options: Record<string, unknown>,
   ): Promise<{ Running: boolean; ExitCode: number | null; Pid?: number }>;
+  /** Sets the size of the command's terminal (`h` rows, `w` columns); only while it runs. */
+  resize(options: Record<string, unknown>): Promise<unknown>;
 }
 
 /** The fields of an image inspect this executor reads. */

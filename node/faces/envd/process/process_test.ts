@@ -111,6 +111,7 @@ Deno.test("Process/Start ends with a Connect error, not an end event, when the c
       writeStdin: () => Promise.resolve(),
       closeStdin: () => Promise.resolve(),
       kill: () => Promise.resolve(),
+      resize: () => Promise.resolve(),
     });
   const res = await stream("process.Process/Start", { process: { cmd: "sleep", args: ["9"] } });
   const envelopes = decodeEnvelopes(new Uint8Array(await res.arrayBuffer()));
