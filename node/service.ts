@@ -12,6 +12,7 @@ import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
 import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
 import {
+  type ExecExit,
   type ExecHandle,
   type ExecRequest,
   type Executor,
@@ -53,6 +54,12 @@ export interface SandboxServiceOptions {
   maxOutputBytes?: number;
   /** Each sandbox's recent samples (the `MetricsSampler` fills it); a new one when absent. */
   history?: MetricsHistory;
+  /**
+   * How long `execCommand` waits for a command's output to end once its timeout killed it (5 s):
+   * a descendant that escaped the kill (one that dropped the executor's marker from its
+   * environment) may hold the output open for as long as it lives.
+   */
+  killGraceMs?: number;
 }
 
 /** A command tracked by `startCommand`. */
@@ -89,6 +96,7 @@ export class SandboxService implements SandboxOps {
   #log: Log;
   #defaultTemplate: string;
   #maxOutputBytes: number;
+  #killGraceMs: number;
   /** Commands started with `startCommand`, by sandbox id then pid. */
   #commands = new Map<string, Map<number, Tracked>>();
 
@@ -102,6 +110,7 @@ export class SandboxService implements SandboxOps {
     this.#defaultTemplate = options.defaultTemplate ?? "base";
     this.#maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
     this.history = options.history ?? new MetricsHistory();
+    this.#killGraceMs = options.killGraceMs ?? 5_000;
   }
 
   /** Create-or-wake by name. */
@@ -220,7 +229,11 @@ export class SandboxService implements SandboxOps {
     }
   }
 
-  /** Runs a command to the end, buffering each stream up to the cap. */
+  /**
+   * Runs a command to the end, buffering each stream up to the cap. Past `timeoutMs` the
+   * command is killed and the answer says `timedOut`; if its output is still open `killGraceMs`
+   * later, the output read so far is answered with exit code -1.
+   */
   async execCommand(
     ref: SandboxRef,
     request: ExecRequest & { maxOutputBytes?: number },
@@ -230,19 +243,32 @@ export class SandboxService implements SandboxOps {
       const awake = await this.#wake(sandbox);
       return await this.#call(() => this.#executor.exec(awake.id, exec));
     });
-    const [out, err, exit] = await Promise.all([
-      collect(handle.stdout, maxOutputBytes),
-      collect(handle.stderr, maxOutputBytes),
-      handle.exited,
-    ]);
-    return {
-      exitCode: exit.exitCode,
-      stdout: out.text,
-      stderr: err.text,
-      stdoutTruncated: out.truncated,
-      stderrTruncated: err.truncated,
-      ...(exit.timedOut ? { timedOut: true } : {}),
-    };
+    const stop = new AbortController();
+    let grace: ReturnType<typeof setTimeout> | undefined;
+    const timer = exec.timeoutMs === undefined ? undefined : setTimeout(() => {
+      grace = setTimeout(() => stop.abort(), this.#killGraceMs);
+    }, exec.timeoutMs);
+    try {
+      const [out, err, exit] = await Promise.all([
+        collect(handle.stdout, maxOutputBytes, stop.signal),
+        collect(handle.stderr, maxOutputBytes, stop.signal),
+        Promise.race([
+          handle.exited,
+          untilAborted(stop.signal).then((): ExecExit => ({ exitCode: -1, timedOut: true })),
+        ]),
+      ]);
+      return {
+        exitCode: exit.exitCode,
+        stdout: out.text,
+        stderr: err.text,
+        stdoutTruncated: out.truncated,
+        stderrTruncated: err.truncated,
+        ...(exit.timedOut ? { timedOut: true } : {}),
+      };
+    } finally {
+      clearTimeout(timer);
+      clearTimeout(grace);
+    }
   }
 
   /** Starts a streamed command; it is tracked in `commands()` until it exits. */
@@ -667,27 +693,47 @@ export class SandboxService implements SandboxOps {
   }
 }
 
-/** Reads a stream to its end, keeping at most `cap` bytes. */
+/**
+ * Reads a stream to its end (or until `stop` aborts, cancelling it), keeping at most `cap`
+ * bytes, and decodes them as UTF-8.
+ */
 async function collect(
   stream: ReadableStream<Uint8Array>,
   cap: number,
+  stop: AbortSignal,
 ): Promise<{ text: string; truncated: boolean }> {
   const chunks: Uint8Array[] = [];
   let kept = 0;
   let truncated = false;
-  // Keep draining past the cap: a command blocked on a full pipe would never exit.
-  for await (const chunk of stream) {
-    if (kept >= cap) {
-      truncated ||= chunk.length > 0;
-      continue;
+  const reader = stream.getReader();
+  const onStop = () => void reader.cancel().catch(() => {});
+  stop.addEventListener("abort", onStop, { once: true });
+  try {
+    // Keep draining past the cap: a command blocked on a full pipe would never exit.
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      const chunk = r.value;
+      if (kept >= cap) {
+        truncated ||= chunk.length > 0;
+        continue;
+      }
+      const take = chunk.subarray(0, cap - kept);
+      if (take.length < chunk.length) truncated = true;
+      chunks.push(take);
+      kept += take.length;
     }
-    const take = chunk.subarray(0, cap - kept);
-    if (take.length < chunk.length) truncated = true;
-    chunks.push(take);
-    kept += take.length;
+  } finally {
+    stop.removeEventListener("abort", onStop);
+    reader.releaseLock();
   }
   const all = new Uint8Array(kept);
   let at = 0;
   for (const c of chunks) all.set(c, at), at += c.length;
   return { text: new TextDecoder().decode(all), truncated };
+}
+
+/** Resolves once `signal` aborts (never, when it never does). */
+function untilAborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) =>
+    signal.addEventListener("abort", () => resolve(), { once: true })
+  );
 }

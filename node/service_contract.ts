@@ -119,7 +119,7 @@ export interface SandboxOps {
   list(filter?: ListFilter): SandboxRecord[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
   lookup(request: LookupRequest, team?: string): Promise<LookupAnswer>;
-  /** Runs a command to the end, buffering output up to the cap. */
+  /** Runs a command to the end, buffering output up to the cap; killed past `timeoutMs`. */
   execCommand(
     ref: SandboxRef,
     request: ExecRequest & { maxOutputBytes?: number },

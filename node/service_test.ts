@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { ExecutorError } from "./executors/contract.ts";
+import { type ExecHandle, type ExecRequest, ExecutorError } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { Ledger } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
@@ -404,4 +404,51 @@ Deno.test("SandboxService notices a sandbox removed behind its back: row stopped
   } finally {
     await close();
   }
+});
+
+Deno.test("SandboxService.execCommand(): output held open past the kill is answered anyway", async () => {
+  /** A command that escapes its kill (say it dropped the executor's marker from its env). */
+  class Escaping extends FakeExecutor {
+    override async exec(id: string, request: ExecRequest): Promise<ExecHandle> {
+      const { timeoutMs: _escaped, ...rest } = request;
+      const h = await super.exec(id, rest);
+      return {
+        pid: h.pid,
+        stdout: h.stdout,
+        stderr: h.stderr,
+        exited: h.exited,
+        writeStdin: (d) => h.writeStdin(d),
+        closeStdin: () => h.closeStdin(),
+        kill: () => Promise.resolve(),
+        resize: (s) => h.resize(s),
+      };
+    }
+  }
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new Escaping();
+  const service = new SandboxService({ ledger, executor, killGraceMs: 100 });
+  await service.acquire({ name: "a" });
+  const started = performance.now();
+  let bound: ReturnType<typeof setTimeout> | undefined;
+  const r = await Promise.race([
+    service.execCommand({ name: "a" }, {
+      cmd: ["bash", "-c", "echo started; sleep 30"],
+      timeoutMs: 100,
+    }),
+    new Promise<never>((_, reject) => {
+      bound = setTimeout(() => reject(new Error("execCommand still waits on the output")), 3_000);
+    }),
+  ]);
+  clearTimeout(bound);
+  assert.ok(performance.now() - started < 2_000);
+  assert.deepEqual(r, {
+    exitCode: -1,
+    stdout: "started\n",
+    stderr: "",
+    stdoutTruncated: false,
+    stderrTruncated: false,
+    timedOut: true,
+  });
+  await executor.close();
+  ledger.close();
 });

@@ -108,6 +108,22 @@ Deno.test({
       assert.ok(Date.now() - started < 10_000, `took ${Date.now() - started} ms`);
     });
 
+    await t.step("a timed-out command whose output outlives the kill still answers", async () => {
+      // The sleep drops the marker the kill finds a command's processes by, so it outlives the
+      // kill holding the output open: the answer comes after the kill's grace, not the sleep.
+      const started = Date.now();
+      const r = await exec({
+        command:
+          "echo started; env -u DORMICE_EXEC_ID sh -c 'echo $$ > /tmp/escaped; exec sleep 30'",
+        timeoutSeconds: 1,
+      });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.exitCode, -1);
+      assert.equal(r.stdout, "started\n");
+      assert.ok(Date.now() - started < 15_000, `took ${Date.now() - started} ms`);
+      await exec({ command: 'kill "$(cat /tmp/escaped)"' });
+    });
+
     await t.step(
       "big output flows through the gateway, capped with the truncated flag",
       async () => {

@@ -227,13 +227,19 @@ export interface StreamResponseOptions {
    * (default 16 MiB): a chatty command must not grow the node's memory without bound.
    */
   maxBufferedBytes?: number;
+  /**
+   * The call's deadline in ms from now (Connect's `Connect-Timeout-Ms`): once it passes the
+   * stream ends with `deadline_exceeded` and `signal` aborts, whatever `run` is doing.
+   */
+  deadlineMs?: number;
 }
 
 /**
  * Answers a server-streaming call: 200 `application/connect+json`, every message `run` sends as
  * an envelope as soon as it is sent, then the end-stream envelope (`{}` when `run` resolves,
- * `{"error":…}` when it throws). When the client hangs up (Deno.serve cancels the body, measured
- * even on an idle stream), the sink's `signal` aborts so `run` can stop reading its sources.
+ * `{"error":…}` when it throws). When the client hangs up (Deno.serve cancels the body,
+ * measured even on an idle stream), or the deadline passes, the sink's `signal` aborts so `run`
+ * can stop reading its sources.
  *
  * @example
  * ```ts
@@ -246,8 +252,12 @@ export interface StreamResponseOptions {
  */
 export function streamResponse(
   run: (sink: StreamSink) => Promise<void>,
-  { signal: outer, toError = defaultToError, maxBufferedBytes = 16 * 1024 * 1024 }:
-    StreamResponseOptions = {},
+  {
+    signal: outer,
+    toError = defaultToError,
+    maxBufferedBytes = 16 * 1024 * 1024,
+    deadlineMs,
+  }: StreamResponseOptions = {},
 ): Response {
   const highWaterMark = 64 * 1024;
   const done = new AbortController();
@@ -287,6 +297,14 @@ export function streamResponse(
     },
     signal,
   };
+  const deadline = deadlineMs === undefined ? undefined : setTimeout(() => {
+    if (closed) return;
+    controller.enqueue(encodeEndStream({
+      code: "deadline_exceeded",
+      message: `The call ran past the ${deadlineMs} ms its client allowed (Connect-Timeout-Ms)`,
+    }));
+    close();
+  }, deadlineMs);
   (async () => {
     try {
       await run(sink);
@@ -294,6 +312,7 @@ export function streamResponse(
     } catch (error) {
       if (!closed) controller.enqueue(encodeEndStream(toError(error)));
     } finally {
+      clearTimeout(deadline);
       close();
     }
   })();

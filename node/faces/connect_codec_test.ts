@@ -172,3 +172,21 @@ Deno.test("streamResponse() ends a stream whose client falls too far behind", as
     "resource_exhausted",
   );
 });
+
+Deno.test("streamResponse() ends a stream past its deadline with deadline_exceeded", async () => {
+  let seen: AbortSignal | undefined;
+  const started = performance.now();
+  const res = streamResponse(async (sink) => {
+    seen = sink.signal;
+    sink.send({ n: 1 });
+    await new Promise<void>((r) => sink.signal.addEventListener("abort", () => r()));
+    sink.send({ late: true }); // after the deadline: dropped
+  }, { deadlineMs: 50 });
+  const out = decodeEnvelopes(await readAll(res));
+  assert.ok(performance.now() - started < 2_000);
+  assert.equal(seen?.aborted, true);
+  assert.deepEqual(out.map((e) => e.flags), [0, 2]);
+  const error = (out[1].message as { error: { code: string; message: string } }).error;
+  assert.equal(error.code, "deadline_exceeded");
+  assert.match(error.message, /50 ms/);
+});

@@ -20,6 +20,10 @@
  * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
  * open and answers `{ok:true, nodeId, build}`.
  *
+ * Past `timeoutSeconds` an `execCommand` is killed and the answer says `timedOut: true` with the
+ * kill's exit code 137, or -1 when its output was still open 5 s after the kill (held by a
+ * process that escaped it).
+ *
  * @module
  */
 import { Buffer } from "node:buffer";

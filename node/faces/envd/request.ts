@@ -1,6 +1,6 @@
 /**
  * What envd reads from a request besides its message: the run-as user, the keepalive interval,
- * paths resolved as envd resolves them, and a message checked against its schema.
+ * the call's deadline, paths resolved as envd resolves them, and a message checked against its schema.
  *
  * @module
  */
@@ -54,6 +54,42 @@ export function keepaliveOf(c: Context): number | undefined {
   const raw = Number(c.req.header(KEEPALIVE_HEADER));
   // A floor of one second keeps a silly header from flooding the stream.
   return Number.isFinite(raw) && raw > 0 ? Math.max(raw, 1) * 1000 : undefined;
+}
+
+/** Connect's deadline header: the ms the client allows the whole call. */
+const TIMEOUT_HEADER = "Connect-Timeout-Ms";
+
+/**
+ * The longest deadline honoured as given, ms: 2^31 - 1 (about 24.8 days), the most a timer holds
+ * (a longer one fires at once). Longer deadlines are clamped to it, since no sandbox lives that
+ * long; Connect itself allows up to 10 digits.
+ */
+export const MAX_DEADLINE_MS = 2 ** 31 - 1;
+
+/**
+ * The deadline a call's client set with `Connect-Timeout-Ms`, ms, or `undefined` for none (no
+ * header, or `0`, which envd reads as "no timeout"). A value over {@linkcode MAX_DEADLINE_MS} is
+ * clamped to it.
+ *
+ * @throws {ConnectError} `invalid_argument` when the header is not 1 to 10 digits (Connect's
+ * grammar), as envd refuses it.
+ * @example
+ * ```ts ignore
+ * deadlineOf(c); // 60000 for "Connect-Timeout-Ms: 60000"
+ * ```
+ */
+export function deadlineOf(c: Context): number | undefined {
+  const raw = c.req.header(TIMEOUT_HEADER);
+  if (raw === undefined) return undefined;
+  if (!/^\d{1,10}$/.test(raw)) {
+    throw new ConnectError(
+      "invalid_argument",
+      `The ${TIMEOUT_HEADER} header must be a whole number of milliseconds, 1 to 10 digits ` +
+        `(0 for none): received '${raw.slice(0, 40)}'`,
+    );
+  }
+  const ms = Number(raw);
+  return ms === 0 ? undefined : Math.min(ms, MAX_DEADLINE_MS);
 }
 
 /**

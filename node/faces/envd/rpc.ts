@@ -20,7 +20,7 @@ import {
 import type { EnvdCore } from "./core.ts";
 import { toConnect, unsupportedMedia } from "./dialects.ts";
 import { guard } from "./guard.ts";
-import { keepaliveOf, userOf } from "./request.ts";
+import { deadlineOf, keepaliveOf, userOf } from "./request.ts";
 
 /** One RPC call, once its sandbox was found and its access token checked. */
 export interface RpcCall {
@@ -35,6 +35,12 @@ export interface RpcCall {
   user(): string;
   /** The keepalive interval the stream asked for, ms, or `undefined`. */
   keepaliveMs(): number | undefined;
+  /**
+   * The stream's deadline from `Connect-Timeout-Ms`, ms from its arrival, or `undefined` for
+   * none. The router ends the stream with `deadline_exceeded` when it passes; `Start` also
+   * kills its command then, as envd does. Always `undefined` on a unary call.
+   */
+  readonly deadlineMs: number | undefined;
 }
 
 /** A unary RPC: the answer is sent as the JSON body. */
@@ -88,18 +94,26 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
       return unsupportedMedia(route, "application/json");
     }
     return await guard(core, c, "connect", async (sandbox) => {
-      const call = (message: unknown): RpcCall => ({
+      const call = (message: unknown, deadlineMs?: number): RpcCall => ({
         sandbox,
         message,
         user: () => userOf(c),
         keepaliveMs: () => keepaliveOf(c),
+        deadlineMs,
       });
       if (stream) {
+        // Read before the body, so the deadline counts from the request's arrival.
+        const deadlineMs = deadlineOf(c);
+        const arrived = performance.now();
         const message = await readStreamRequest(c.req.raw);
+        const left = deadlineMs === undefined
+          ? undefined
+          : Math.max(0, deadlineMs - (performance.now() - arrived));
         // Not the request's signal: Deno.serve aborts it on success too (legacy behaviour)
         // and warns; a client that hangs up cancels the body, which ends the sink.
-        return streamResponse((sink) => stream(call(message), sink), {
+        return streamResponse((sink) => stream(call(message, left), sink), {
           toError: (error) => toConnect(core.options.log, error),
+          deadlineMs: left,
         });
       }
       const message = await readUnaryRequest(c.req.raw);

@@ -26,5 +26,7 @@ export async function connect(
   sink: StreamSink,
 ): Promise<void> {
   const body = parseMessage(connectSchema, call.message);
-  await follow(processes.attach(call.sandbox, body.process), sink, call.keepaliveMs());
+  await follow(processes.attach(call.sandbox, body.process), sink, {
+    keepaliveMs: call.keepaliveMs(),
+  });
 }

@@ -125,3 +125,86 @@ Deno.test("Process/Start ends with a Connect error, not an end event, when the c
   });
   await executor.close();
 });
+
+type Event = { event?: Record<string, Record<string, unknown>> };
+
+/** Reads a whole stream's envelopes, with how long the stream took. */
+async function envelopesOf(res: Response) {
+  const started = performance.now();
+  const envelopes = decodeEnvelopes(new Uint8Array(await res.arrayBuffer()));
+  return { envelopes, ms: performance.now() - started };
+}
+
+Deno.test("Process/Start honours Connect-Timeout-Ms: deadline_exceeded, and the command dies", async () => {
+  const { stream, unary, headers, executor } = await setup();
+  const res = await stream(
+    "process.Process/Start",
+    { process: { cmd: "/bin/bash", args: ["-l", "-c", "echo a; sleep 30"] } },
+    headers({ "Connect-Timeout-Ms": "300" }),
+  );
+  const { envelopes, ms } = await envelopesOf(res);
+  assert.ok(ms < 5_000, `the stream took ${ms} ms`);
+  const messages = envelopes.map((e) => e.message as Event & { error?: { code: string } });
+  assert.deepEqual(messages[1].event?.data, { stdout: btoa("a\n") });
+  assert.ok(!messages.some((m) => m.event?.end), "no end event: the deadline ended the stream");
+  assert.equal(envelopes.at(-1)?.flags, 2);
+  assert.equal(messages.at(-1)?.error?.code, "deadline_exceeded");
+  // envd kills the command at its deadline; a stream that merely ended would leave it running.
+  const deadline = Date.now() + 3_000;
+  let listed: unknown[] = [null];
+  while (listed.length > 0 && Date.now() < deadline) {
+    listed = (await (await unary("process.Process/List", {})).json()).processes;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  assert.deepEqual(listed, []);
+  await executor.close();
+});
+
+Deno.test("Connect-Timeout-Ms: malformed or over 10 digits is invalid_argument, 0 is none", async () => {
+  const { stream, headers, executor } = await setup();
+  const start = (timeout: string) =>
+    stream(
+      "process.Process/Start",
+      { process: { cmd: "/bin/bash", args: ["-c", "echo ok"] } },
+      headers({ "Connect-Timeout-Ms": timeout }),
+    );
+  for (const bad of ["soon", "-5", "1.5", "12345678901"]) {
+    const res = await start(bad);
+    assert.equal(res.status, 400, bad);
+    const body = await res.json();
+    assert.equal(body.code, "invalid_argument");
+    assert.match(body.message, /Connect-Timeout-Ms .* 1 to 10 digits/);
+  }
+  // Ten digits (115 days) is Connect's most; it is clamped to the longest timer, not refused.
+  for (const fine of ["0", "9999999999"]) {
+    const { envelopes } = await envelopesOf(await start(fine));
+    const end = (envelopes.at(-2)?.message as Event).event?.end;
+    assert.deepEqual(end, { exitCode: 0, exited: true, status: "exit status 0" }, fine);
+  }
+  await executor.close();
+});
+
+Deno.test("Process/Connect's deadline ends that stream only; the command runs on", async () => {
+  const { stream, unary, headers, executor } = await setup();
+  const started = await stream(
+    "process.Process/Start",
+    { process: { cmd: "/bin/bash", args: ["-c", "sleep 30"] } },
+  );
+  const reader = started.body!.getReader();
+  const [first] = decodeEnvelopes((await reader.read()).value!);
+  const pid = (first.message as { event: { start: { pid: number } } }).event.start.pid;
+  await reader.cancel();
+  const attached = await stream(
+    "process.Process/Connect",
+    { process: { pid } },
+    headers({ "Connect-Timeout-Ms": "200" }),
+  );
+  const { envelopes } = await envelopesOf(attached);
+  assert.equal(
+    (envelopes.at(-1)?.message as { error: { code: string } }).error.code,
+    "deadline_exceeded",
+  );
+  const listed = await (await unary("process.Process/List", {})).json();
+  assert.deepEqual(listed.processes.map((p: { pid: number }) => p.pid), [pid]);
+  await executor.close();
+});

@@ -8,6 +8,10 @@
  * once, while the command keeps running with its output drained (E2B's background commands
  * must survive their client, and an undrained pipe would stall or SIGPIPE the command).
  *
+ * How a stream ends follows envd: the end event once the command ended; `deadline_exceeded`
+ * for the `Start` stream whose own deadline killed the command; and the executor's error when
+ * the command's end was lost (say the engine went away).
+ *
  * @module
  */
 import { Buffer } from "node:buffer";
@@ -37,7 +41,7 @@ export interface ProcessHub {
   readonly pid: number;
   /** The tag `Start` gave it, if any. */
   readonly tag?: string;
-  /** Called with every event; a subscriber is one following stream. */
+  /** Called with every output event; a subscriber is one following stream. */
   readonly subscribers: Set<(message: unknown) => void>;
   /** The end event once the command ended and its output was drained. */
   end?: unknown;
@@ -46,7 +50,9 @@ export interface ProcessHub {
    * streams following it end with this Connect error instead of an end event.
    */
   failure?: { code: ConnectCode; message: string };
-  /** Resolves once the end event was broadcast; never rejects. */
+  /** How the command ended, once it did (`timedOut`). */
+  exit?: ExecExit;
+  /** Resolves once the command ended and its output was drained; never rejects. */
   done: Promise<void>;
 }
 
@@ -172,8 +178,8 @@ export class Processes {
     hub.done = (async () => {
       await Promise.all([pump(handle.stdout, "stdout"), pump(handle.stderr, "stderr")]);
       try {
-        hub.end = { event: { end: endEvent(await handle.exited) } };
-        broadcast(hub.end);
+        hub.exit = await handle.exited;
+        hub.end = { event: { end: endEvent(hub.exit) } };
       } catch (error) {
         // Never let this promise reject: nobody may be awaiting it, and the node must not crash.
         // An end event would claim an exit that nobody saw; follow() sends the error instead.
@@ -188,20 +194,21 @@ export class Processes {
 
 /**
  * Streams a hub's events to one client until the command ends or the client leaves: the start
- * event first, then every output event, keepalives every `keepaliveMs`, and the end event.
+ * event first, then every output event, keepalives every `keepaliveMs`, and the end event. With
+ * `ownDeadlineMs` (the `Start` stream whose deadline was the command's timeout), a command its
+ * timeout killed ends the stream with `deadline_exceeded` instead of an end event.
  *
  * @throws {ConnectError} when the command's end is not known (the hub's `failure`): the stream
- * then ends with that error rather than an end event.
- *
+ * then ends with that error rather than an end event; `deadline_exceeded` as above.
  * @example
  * ```ts ignore
- * await follow(await processes.start(sandbox, request), sink, call.keepaliveMs());
+ * await follow(processes.open(sandbox.id, handle), sink, { keepaliveMs: call.keepaliveMs() });
  * ```
  */
 export async function follow(
   hub: ProcessHub,
   sink: StreamSink,
-  keepaliveMs?: number,
+  { keepaliveMs, ownDeadlineMs }: { keepaliveMs?: number; ownDeadlineMs?: number } = {},
 ): Promise<void> {
   sink.send({ event: { start: { pid: hub.pid } } });
   if (!hub.end && !hub.failure) {
@@ -215,8 +222,16 @@ export async function follow(
       stopKeepalive();
     }
     if (sink.signal.aborted) return;
-  } else if (hub.end) sink.send(hub.end);
+  }
   if (hub.failure) throw new ConnectError(hub.failure.code, hub.failure.message);
+  if (ownDeadlineMs !== undefined && hub.exit?.timedOut) {
+    throw new ConnectError(
+      "deadline_exceeded",
+      `The command ran past its timeout of ${Math.round(ownDeadlineMs)} ms (Connect-Timeout-Ms) ` +
+        "and was killed",
+    );
+  }
+  sink.send(hub.end);
 }
 
 /**

@@ -1,7 +1,9 @@
 /**
  * `process.Process/Start`: runs a command in the sandbox and streams its start, output and end.
  * The command outlives the stream: a client that hangs up leaves it running (reach it again
- * with `Connect`, stop it with `SendSignal`).
+ * with `Connect`, stop it with `SendSignal`). But not its deadline: as in envd, the stream's
+ * `Connect-Timeout-Ms` (the SDKs send 60 s unless told otherwise, none for `timeoutMs: 0`) is
+ * the command's timeout, and the command is killed when it passes.
  *
  * @module
  */
@@ -54,9 +56,13 @@ export async function start(
     cwd: body.process.cwd ? resolvePath(body.process.cwd, user, "process.cwd") : undefined,
     user,
     stdin: body.stdin ?? false,
+    ...(call.deadlineMs === undefined ? {} : { timeoutMs: call.deadlineMs }),
   };
   const handle = await ops.startCommand({ id: call.sandbox.id }, request);
   // No await between open() and follow(): follow() sends the start event and subscribes
   // before the pump's first read resolves, so no output can slip ahead of the start event.
-  await follow(processes.open(call.sandbox.id, handle, body.tag), sink, call.keepaliveMs());
+  await follow(processes.open(call.sandbox.id, handle, body.tag), sink, {
+    keepaliveMs: call.keepaliveMs(),
+    ownDeadlineMs: call.deadlineMs,
+  });
 }
