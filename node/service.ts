@@ -62,10 +62,14 @@ export interface SandboxServiceOptions {
   killGraceMs?: number;
 }
 
-/** A command tracked by `startCommand`. */
+/** A running command of a sandbox, with what the service must know about how it ends. */
 interface Tracked {
   handle: ExecHandle;
   request: ExecRequest;
+  /** Started with `startCommand` (envd lists it); `execCommand`'s own are not listed. */
+  listed: boolean;
+  /** Set when its sandbox is being destroyed: resolves whether the destroy went through. */
+  destroyed?: Promise<boolean>;
 }
 
 /**
@@ -97,7 +101,7 @@ export class SandboxService implements SandboxOps {
   #defaultTemplate: string;
   #maxOutputBytes: number;
   #killGraceMs: number;
-  /** Commands started with `startCommand`, by sandbox id then pid. */
+  /** Running commands, by sandbox id then pid; an entry leaves when its command ends. */
   #commands = new Map<string, Map<number, Tracked>>();
 
   /** Builds the service over a ledger and an executor. */
@@ -233,15 +237,17 @@ export class SandboxService implements SandboxOps {
    * Runs a command to the end, buffering each stream up to the cap. Past `timeoutMs` the
    * command is killed and the answer says `timedOut`; if its output is still open `killGraceMs`
    * later, the output read so far is answered with exit code -1.
+   *
+   * @throws {HttpError} 410 when the sandbox was destroyed while the command ran.
    */
   async execCommand(
     ref: SandboxRef,
     request: ExecRequest & { maxOutputBytes?: number },
   ): Promise<ExecResult> {
     const { maxOutputBytes = this.#maxOutputBytes, ...exec } = request;
-    const handle = await this.#inSlot(ref, async (sandbox) => {
+    const { handle, sandbox } = await this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      return await this.#call(() => this.#executor.exec(awake.id, exec));
+      return { handle: await this.#track(awake.id, exec, false), sandbox: awake };
     });
     const stop = new AbortController();
     let grace: ReturnType<typeof setTimeout> | undefined;
@@ -257,6 +263,13 @@ export class SandboxService implements SandboxOps {
           untilAborted(stop.signal).then((): ExecExit => ({ exitCode: -1, timedOut: true })),
         ]),
       ]);
+      if (exit.sandboxDestroyed) {
+        throw new HttpError(
+          410,
+          `Sandbox '${sandbox.name}' was destroyed while the command ran (destroySandbox, a kill ` +
+            "or its deadline), and the command with it: create it again to run commands",
+        );
+      }
       return {
         exitCode: exit.exitCode,
         stdout: out.text,
@@ -275,24 +288,79 @@ export class SandboxService implements SandboxOps {
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle> {
     return this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      const handle = await this.#call(() => this.#executor.exec(awake.id, request));
-      let running = this.#commands.get(awake.id);
-      if (!running) this.#commands.set(awake.id, running = new Map());
-      running.set(handle.pid, { handle, request });
-      const forget = () => {
-        const map = this.#commands.get(awake.id);
-        map?.delete(handle.pid);
-        if (map?.size === 0) this.#commands.delete(awake.id);
-      };
-      handle.exited.then(forget, forget);
-      return handle;
+      return await this.#track(awake.id, request, true);
     });
   }
 
   /** Running commands of a sandbox started with `startCommand`, by pid. */
   commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }> {
     const sandbox = this.#require(ref);
-    return new Map(this.#commands.get(sandbox.id) ?? []);
+    const listed = new Map<number, { handle: ExecHandle; request: ExecRequest }>();
+    for (const [pid, t] of this.#commands.get(sandbox.id) ?? []) {
+      if (t.listed) listed.set(pid, { handle: t.handle, request: t.request });
+    }
+    return listed;
+  }
+
+  /**
+   * Starts a command and tracks it until it ends (call inside the slot). The handle given out
+   * reports `sandboxDestroyed` on its exit when a destroy ended it, and only once the destroy
+   * is over, so whoever reads that exit finds the sandbox gone.
+   */
+  async #track(id: string, request: ExecRequest, listed: boolean): Promise<ExecHandle> {
+    const started = await this.#call(() => this.#executor.exec(id, request));
+    const tracked: Tracked = { handle: started, request, listed };
+    let running = this.#commands.get(id);
+    if (!running) this.#commands.set(id, running = new Map());
+    running.set(started.pid, tracked);
+    const forget = () => {
+      const map = this.#commands.get(id);
+      if (map?.get(started.pid) === tracked) map.delete(started.pid);
+      if (map?.size === 0) this.#commands.delete(id);
+    };
+    const exited = started.exited.then(async (exit): Promise<ExecExit> => {
+      forget();
+      return tracked.destroyed && await tracked.destroyed
+        ? { ...exit, sandboxDestroyed: true }
+        : exit;
+    }, (error) => {
+      forget();
+      throw error;
+    });
+    const handle: ExecHandle = {
+      pid: started.pid,
+      stdout: started.stdout,
+      stderr: started.stderr,
+      exited,
+      writeStdin: (data) => started.writeStdin(data),
+      closeStdin: () => started.closeStdin(),
+      kill: (signal) => started.kill(signal),
+      resize: (size) => started.resize(size),
+    };
+    tracked.handle = handle;
+    return handle;
+  }
+
+  /**
+   * Destroys a sandbox's executor half and its row (call inside the slot). Its running commands
+   * are told first, so their exits say the sandbox died rather than report the kill's code.
+   */
+  async #destroyNow(sandbox: SandboxRecord): Promise<void> {
+    let settle!: (destroyed: boolean) => void;
+    const destroyed = new Promise<boolean>((resolve) => settle = resolve);
+    for (const tracked of this.#commands.get(sandbox.id)?.values() ?? []) {
+      tracked.destroyed = destroyed;
+    }
+    try {
+      await this.#call(() => this.#executor.destroy(sandbox.id));
+      this.#ledger.delete(sandbox.id);
+      this.history.drop(sandbox.id);
+      settle(true);
+    } catch (error) {
+      settle(false);
+      throw error;
+    }
+    this.#commands.delete(sandbox.id);
   }
 
   /** Writes a whole file (wakes first). */
@@ -383,10 +451,7 @@ export class SandboxService implements SandboxOps {
     return this.queue.run(slot, async () => {
       const sandbox = this.get(ref);
       if (!sandbox) return false;
-      await this.#call(() => this.#executor.destroy(sandbox.id));
-      this.#ledger.delete(sandbox.id);
-      this.#commands.delete(sandbox.id);
-      this.history.drop(sandbox.id);
+      await this.#destroyNow(sandbox);
       this.#log("info", "sandbox destroyed", {
         name: sandbox.name,
         team: sandbox.team,
@@ -468,10 +533,7 @@ export class SandboxService implements SandboxOps {
         this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
         return "paused";
       }
-      await this.#call(() => this.#executor.destroy(id));
-      this.#ledger.delete(id);
-      this.#commands.delete(id);
-      this.history.drop(id);
+      await this.#destroyNow(sandbox);
       this.#log("info", "sandbox killed at its deadline", { name: sandbox.name, id });
       return "killed";
     });

@@ -119,7 +119,10 @@ export interface SandboxOps {
   list(filter?: ListFilter): SandboxRecord[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
   lookup(request: LookupRequest, team?: string): Promise<LookupAnswer>;
-  /** Runs a command to the end, buffering output up to the cap; killed past `timeoutMs`. */
+  /**
+   * Runs a command to the end, buffering output up to the cap; past `timeoutMs` it is killed
+   * (`timedOut`). A 410 when the sandbox is destroyed while it runs.
+   */
   execCommand(
     ref: SandboxRef,
     request: ExecRequest & { maxOutputBytes?: number },

@@ -26,6 +26,7 @@ export {
   silentLog,
 } from "./log.ts";
 export { HttpError, messageResponse } from "./http_error.ts";
+export { StreamCut } from "./stream_cut.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export {
   type Clock,

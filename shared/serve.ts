@@ -22,6 +22,7 @@
  */
 import { type Clock, systemClock } from "./clock.ts";
 import { ChangeLog, type Log, silentLog } from "./log.ts";
+import { StreamCut } from "./stream_cut.ts";
 
 /** Options of {@linkcode serveGuarded}. */
 export interface GuardedServeOptions {
@@ -52,7 +53,10 @@ export interface GuardedServeOptions {
   maxConnections?: number;
   /** Called once the listener is bound. */
   onListen?: (addr: Deno.NetAddr) => void;
-  /** Answers an exception that escaped `handler` (a 500 saying so when absent). */
+  /**
+   * Answers an exception that escaped `handler`, or hears of an answer's body that failed (a
+   * 500 saying so when absent; a body that failed with `StreamCut` is logged at `info`).
+   */
   onError?: (error: unknown) => Response | Promise<Response>;
   /** Where descriptor exhaustion and evictions are logged (on change, not per connection). */
   log?: Log;
@@ -142,7 +146,12 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const log = options.log ?? silentLog;
   const onError = options.onError ??
     ((error: unknown) => {
-      log("error", "unexpected error answering a request", { error: String(error) });
+      if (error instanceof StreamCut) {
+        // A stream cut on purpose (its sandbox died): an event of the sandbox, not a failure.
+        log("info", "a streamed answer was cut off", { reason: error.message });
+      } else {
+        log("error", "unexpected error answering a request", { error: String(error) });
+      }
       return new Response("Internal error: the server's log has the details", { status: 500 });
     });
   const serveOne = serveOnConnection();

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "./clock.ts";
 import { type GuardedServeOptions, serveGuarded } from "./serve.ts";
+import { StreamCut } from "./stream_cut.ts";
 
 const decoder = new TextDecoder();
 
@@ -222,4 +223,29 @@ Deno.test("serveGuarded().shutdown() lets an in-flight request finish, then clos
   await busy.until("finished");
   await stopped;
   await busy.closedWithin(2000);
+});
+
+Deno.test("serveGuarded() drops a body cut with StreamCut and logs it as info, not error", async () => {
+  const lines: { level: string; msg: string }[] = [];
+  const { server, port } = start({
+    log: (level, msg) => void lines.push({ level, msg }),
+    handler: () =>
+      new Response(
+        new ReadableStream({
+          start(c) {
+            c.enqueue(new TextEncoder().encode("part"));
+            setTimeout(() => c.error(new StreamCut("the sandbox died")), 20);
+          },
+        }),
+      ),
+  });
+  const res = await fetch(`http://127.0.0.1:${port}/`);
+  await assert.rejects(res.text(), /error reading a body from connection/);
+  const end = Date.now() + 2000;
+  while (!lines.some((l) => l.msg.includes("cut off")) && Date.now() < end) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  assert.deepEqual(lines.filter((l) => l.level !== "info"), []);
+  assert.ok(lines.some((l) => l.msg === "a streamed answer was cut off"), JSON.stringify(lines));
+  await server.shutdown();
 });

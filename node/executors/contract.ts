@@ -61,6 +61,11 @@ export interface ExecExit {
   signal?: string;
   /** True when `timeoutMs` ran out and the executor killed it. */
   timedOut?: boolean;
+  /**
+   * True when the command ended because its sandbox was destroyed (set by the sandbox service,
+   * which knows why; executors leave it out): the exit is the kill's, not the command's.
+   */
+  sandboxDestroyed?: boolean;
 }
 
 /** A running command: its output streams as they come, and its end. */

@@ -11,6 +11,9 @@ import {
 } from "../../shared/connect_codes.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
+import { StreamCut } from "../../shared/stream_cut.ts";
+
+export { StreamCut } from "../../shared/stream_cut.ts";
 
 /** Envelope flag: the message is compressed (we never compress and refuse compressed input). */
 export const FLAG_COMPRESSED = 0x01;
@@ -237,9 +240,9 @@ export interface StreamResponseOptions {
 /**
  * Answers a server-streaming call: 200 `application/connect+json`, every message `run` sends as
  * an envelope as soon as it is sent, then the end-stream envelope (`{}` when `run` resolves,
- * `{"error":…}` when it throws). When the client hangs up (Deno.serve cancels the body,
- * measured even on an idle stream), or the deadline passes, the sink's `signal` aborts so `run`
- * can stop reading its sources.
+ * `{"error":…}` when it throws, a dropped connection when it throws `StreamCut`). When
+ * the client hangs up (Deno.serve cancels the body, measured even on an idle stream), or the
+ * deadline passes, the sink's `signal` aborts so `run` can stop reading its sources.
  *
  * @example
  * ```ts
@@ -310,7 +313,11 @@ export function streamResponse(
       await run(sink);
       if (!closed) controller.enqueue(encodeEndStream());
     } catch (error) {
-      if (!closed) controller.enqueue(encodeEndStream(toError(error)));
+      if (error instanceof StreamCut && !closed) {
+        closed = true;
+        done.abort();
+        controller.error(error);
+      } else if (!closed) controller.enqueue(encodeEndStream(toError(error)));
     } finally {
       clearTimeout(deadline);
       close();

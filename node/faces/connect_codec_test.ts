@@ -10,6 +10,7 @@ import {
   readStreamRequest,
   readUnaryRequest,
   statusToConnectCode,
+  StreamCut,
   streamResponse,
 } from "./connect_codec.ts";
 
@@ -189,4 +190,15 @@ Deno.test("streamResponse() ends a stream past its deadline with deadline_exceed
   const error = (out[1].message as { error: { code: string; message: string } }).error;
   assert.equal(error.code, "deadline_exceeded");
   assert.match(error.message, /50 ms/);
+});
+
+Deno.test("streamResponse() drops the connection, with no end-stream, on a StreamCut", async () => {
+  const res = streamResponse((sink) => {
+    sink.send({ n: 1 });
+    return Promise.reject(new StreamCut("the sandbox died"));
+  });
+  const reader = res.body!.getReader();
+  const first = await reader.read();
+  assert.deepEqual(decodeEnvelopes(first.value!), [{ flags: 0, message: { n: 1 } }]);
+  await assert.rejects(reader.read(), StreamCut);
 });

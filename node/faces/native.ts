@@ -22,7 +22,7 @@
  *
  * Past `timeoutSeconds` an `execCommand` is killed and the answer says `timedOut: true` with the
  * kill's exit code 137, or -1 when its output was still open 5 s after the kill (held by a
- * process that escaped it).
+ * process that escaped it). A sandbox destroyed while the command runs answers 410.
  *
  * @module
  */

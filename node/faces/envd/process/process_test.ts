@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { ExecutorError } from "../../../executors/contract.ts";
-import { decodeEnvelopes } from "../../connect_codec.ts";
+import { decodeEnvelopes, StreamCut } from "../../connect_codec.ts";
 import { setup } from "../_fixtures_test.ts";
 
 Deno.test("Process/Start streams start, data, end and the end-stream envelope", async () => {
@@ -206,5 +206,27 @@ Deno.test("Process/Connect's deadline ends that stream only; the command runs on
   );
   const listed = await (await unary("process.Process/List", {})).json();
   assert.deepEqual(listed.processes.map((p: { pid: number }) => p.pid), [pid]);
+  await executor.close();
+});
+
+Deno.test("a sandbox destroyed mid-command cuts its streams: no end event, no end-stream", async () => {
+  const { stream, service, sandbox, executor } = await setup();
+  const res = await stream(
+    "process.Process/Start",
+    { process: { cmd: "/bin/bash", args: ["-c", "echo up; sleep 30"] } },
+  );
+  const reader = res.body!.getReader();
+  let seen = new Uint8Array();
+  while (!new TextDecoder().decode(seen).includes(btoa("up\n"))) {
+    const { value } = await reader.read();
+    seen = new Uint8Array([...seen, ...value!]);
+  }
+  assert.equal(await service.destroy({ id: sandbox.id }), true);
+  // As when envd's machine dies: the body breaks instead of ending with the kill's exit.
+  await assert.rejects(async () => {
+    for (let r = await reader.read(); !r.done; r = await reader.read()) {
+      assert.fail(`no more envelopes expected: ${JSON.stringify(decodeEnvelopes(r.value))}`);
+    }
+  }, StreamCut);
   await executor.close();
 });

@@ -9,8 +9,10 @@
  * must survive their client, and an undrained pipe would stall or SIGPIPE the command).
  *
  * How a stream ends follows envd: the end event once the command ended; `deadline_exceeded`
- * for the `Start` stream whose own deadline killed the command; and the executor's error when
- * the command's end was lost (say the engine went away).
+ * for the `Start` stream whose own deadline killed the command; the executor's error when the
+ * command's end was lost (say the engine went away); and no end at all, the connection
+ * dropped, when the sandbox was destroyed under the command, as when envd's machine dies with
+ * its sandbox.
  *
  * @module
  */
@@ -19,7 +21,7 @@ import { z } from "zod";
 import type { Log } from "../../../../shared/log.ts";
 import type { ExecExit, ExecHandle, ExecRequest } from "../../../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../../../service_contract.ts";
-import { ConnectError, type StreamSink } from "../../connect_codec.ts";
+import { ConnectError, StreamCut, type StreamSink } from "../../connect_codec.ts";
 import type { ConnectCode } from "../../../../shared/connect_codes.ts";
 import { toConnect } from "../dialects.ts";
 import { startKeepalive, untilAborted } from "../rpc.ts";
@@ -50,7 +52,7 @@ export interface ProcessHub {
    * streams following it end with this Connect error instead of an end event.
    */
   failure?: { code: ConnectCode; message: string };
-  /** How the command ended, once it did (`timedOut`). */
+  /** How the command ended, once it did (`timedOut`, `sandboxDestroyed`). */
   exit?: ExecExit;
   /** Resolves once the command ended and its output was drained; never rejects. */
   done: Promise<void>;
@@ -200,6 +202,7 @@ export class Processes {
  *
  * @throws {ConnectError} when the command's end is not known (the hub's `failure`): the stream
  * then ends with that error rather than an end event; `deadline_exceeded` as above.
+ * @throws {StreamCut} when the sandbox was destroyed under the command: no end is sent.
  * @example
  * ```ts ignore
  * await follow(processes.open(sandbox.id, handle), sink, { keepaliveMs: call.keepaliveMs() });
@@ -224,6 +227,11 @@ export async function follow(
     if (sink.signal.aborted) return;
   }
   if (hub.failure) throw new ConnectError(hub.failure.code, hub.failure.message);
+  if (hub.exit?.sandboxDestroyed) {
+    throw new StreamCut(
+      `Sandbox '${hub.sandboxId}' was destroyed while process ${hub.pid} ran: stream cut`,
+    );
+  }
   if (ownDeadlineMs !== undefined && hub.exit?.timedOut) {
     throw new ConnectError(
       "deadline_exceeded",
