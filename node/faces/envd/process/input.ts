@@ -1,6 +1,7 @@
 /**
- * `process.Process/SendInput` and `process.Process/CloseStdin`: a running command's stdin
- * (it must have been started with `stdin: true`). No pty input: this node has no pty sessions.
+ * `process.Process/SendInput` and `process.Process/CloseStdin`: a running command's input,
+ * `input.stdin` for a command started with `stdin: true`, `input.pty` for one started on a
+ * terminal (E2B's PTY: what is typed into it).
  *
  * @module
  */
@@ -19,9 +20,11 @@ const sendInputSchema = z.object({
 const closeStdinSchema = z.object({ process: selectorSchema });
 
 /**
- * Serves `SendInput` for one call: writes the base64 `input.stdin` to the command's stdin.
+ * Serves `SendInput` for one call: writes the base64 `input.stdin` to the command's stdin, or
+ * the base64 `input.pty` to its terminal.
  *
- * @throws {ConnectError} `not_found` for no such running command, `unimplemented` for pty input.
+ * @throws {ConnectError} `not_found` for no such running command, `invalid_argument` for input
+ * of the other kind than the command takes (envd refuses it too), or for neither.
  * @example
  * ```ts ignore
  * const rpc: UnaryRpc = (call) => sendInput(processes, call);
@@ -29,14 +32,18 @@ const closeStdinSchema = z.object({ process: selectorSchema });
  */
 export async function sendInput(processes: Processes, call: RpcCall): Promise<unknown> {
   const body = parseMessage(sendInputSchema, call.message);
-  const { handle } = processes.find(call.sandbox, body.process);
-  if (body.input.stdin === undefined) {
+  const { pid, handle, request } = processes.find(call.sandbox, body.process);
+  const onTerminal = request.tty !== undefined;
+  const data = onTerminal ? body.input.pty : body.input.stdin;
+  if (data === undefined) {
     throw new ConnectError(
-      "unimplemented",
-      "Only 'input.stdin' is supported: this node has no pty sessions",
+      "invalid_argument",
+      onTerminal
+        ? `Process ${pid} runs on a terminal: send its input as 'input.pty'`
+        : `Process ${pid} has no terminal: send its input as 'input.stdin'`,
     );
   }
-  await handle.writeStdin(new Uint8Array(Buffer.from(body.input.stdin, "base64")));
+  await handle.writeStdin(new Uint8Array(Buffer.from(data, "base64")));
   return {};
 }
 

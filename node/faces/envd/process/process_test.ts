@@ -230,3 +230,83 @@ Deno.test("a sandbox destroyed mid-command cuts its streams: no end event, no en
   }, StreamCut);
   await executor.close();
 });
+
+Deno.test("Process/Start with a pty: pty data, pty input, Update resizes, wrong input refused", async () => {
+  const { stream, unary, executor } = await setup();
+  const res = await stream("process.Process/Start", {
+    process: { cmd: "/bin/bash", args: ["-i", "-l"], envs: { TERM: "xterm-256color" } },
+    pty: { size: { cols: 80, rows: 24 } },
+  });
+  const reader = res.body!.getReader();
+  const [first] = decodeEnvelopes((await reader.read()).value!);
+  const pid = (first.message as { event: { start: { pid: number } } }).event.start.pid;
+  let shown = "";
+  const until = async (text: string) => {
+    while (!shown.includes(text)) {
+      const { value, done } = await reader.read();
+      assert.ok(!done, `the stream ended before '${text}': ${shown}`);
+      for (const e of decodeEnvelopes(value!)) {
+        const data = (e.message as Event).event?.data;
+        if (!data) continue;
+        assert.deepEqual(Object.keys(data), ["pty"], "a terminal's output is pty data only");
+        shown += atob(data.pty as string);
+      }
+    }
+  };
+  const type = (text: string) =>
+    unary("process.Process/SendInput", { process: { pid }, input: { pty: btoa(text) } });
+  assert.equal((await type("stty size; echo err >&2\n")).status, 200);
+  await until("24 80");
+  await until("err");
+  const resized = await unary("process.Process/Update", {
+    process: { pid },
+    pty: { size: { cols: 100, rows: 30 } },
+  });
+  assert.equal(resized.status, 200);
+  await resized.body?.cancel();
+  await type("stty size\n");
+  await until("30 100");
+  const stdin = await unary("process.Process/SendInput", {
+    process: { pid },
+    input: { stdin: btoa("x") },
+  });
+  assert.equal(stdin.status, 400);
+  assert.match((await stdin.json()).message, /runs on a terminal: send its input as 'input.pty'/);
+  const zero = await unary("process.Process/Update", {
+    process: { pid },
+    pty: { size: { cols: 0, rows: 30 } },
+  });
+  assert.equal((await zero.json()).code, "invalid_argument");
+  await type("exit 4\n");
+  let rest = new Uint8Array();
+  for (let r = await reader.read(); !r.done; r = await reader.read()) {
+    rest = new Uint8Array([...rest, ...r.value]);
+  }
+  const end = decodeEnvelopes(rest).map((e) => (e.message as Event).event?.end).find(Boolean);
+  assert.deepEqual(end, { exitCode: 4, exited: true, status: "exit status 4" });
+  await executor.close();
+});
+
+Deno.test("Process/Update of a command without a terminal is invalid_argument", async () => {
+  const { stream, unary, executor } = await setup();
+  const res = await stream(
+    "process.Process/Start",
+    { process: { cmd: "/bin/bash", args: ["-c", "sleep 30"] } },
+  );
+  const reader = res.body!.getReader();
+  const [first] = decodeEnvelopes((await reader.read()).value!);
+  const pid = (first.message as { event: { start: { pid: number } } }).event.start.pid;
+  await reader.cancel();
+  const update = await unary("process.Process/Update", {
+    process: { pid },
+    pty: { size: { cols: 10, rows: 10 } },
+  });
+  assert.equal(update.status, 400);
+  assert.match((await update.json()).message, /has no terminal/);
+  const input = await unary("process.Process/SendInput", {
+    process: { pid },
+    input: { pty: btoa("x") },
+  });
+  assert.match((await input.json()).message, /has no terminal: send its input as 'input.stdin'/);
+  await executor.close();
+});

@@ -43,6 +43,8 @@ export interface ProcessHub {
   readonly pid: number;
   /** The tag `Start` gave it, if any. */
   readonly tag?: string;
+  /** Whether it runs on a terminal: its output is then `pty` data, not stdout. */
+  readonly tty: boolean;
   /** Called with every output event; a subscriber is one following stream. */
   readonly subscribers: Set<(message: unknown) => void>;
   /** The end event once the command ended and its output was drained. */
@@ -76,7 +78,7 @@ export interface RunningCommand {
  * ```ts ignore
  * const processes = new Processes(ops, log);
  * const handle = await ops.startCommand({ id: sandbox.id }, { cmd: ["sleep", "1"] });
- * const hub = processes.open(sandbox.id, handle, "job-1");
+ * const hub = processes.open(sandbox.id, handle, { tag: "job-1" });
  * processes.find(sandbox, { tag: "job-1" }).pid === hub.pid; // true
  * ```
  */
@@ -114,7 +116,7 @@ export class Processes {
     const hub = pid === undefined ? undefined : this.#hubs.get(hubKey(sandbox.id, pid));
     if (hub) return hub;
     if (!command) throw notFound(sandbox, selector);
-    return this.open(sandbox.id, command.handle);
+    return this.open(sandbox.id, command.handle, { tty: command.request.tty !== undefined });
   }
 
   /**
@@ -147,18 +149,26 @@ export class Processes {
    * {@linkcode follow}) in the same turn, before any `await`: output that arrives before the
    * first subscriber is broadcast to nobody.
    */
-  open(sandboxId: string, handle: ExecHandle, tag?: string): ProcessHub {
+  open(
+    sandboxId: string,
+    handle: ExecHandle,
+    { tag, tty = false }: { tag?: string; tty?: boolean } = {},
+  ): ProcessHub {
     const hub: ProcessHub = {
       sandboxId,
       pid: handle.pid,
       tag,
+      tty,
       subscribers: new Set(),
       done: Promise.resolve(),
     };
     const broadcast = (message: unknown) => {
       for (const s of hub.subscribers) s(message);
     };
-    const pump = async (stream: ReadableStream<Uint8Array>, field: "stdout" | "stderr") => {
+    const pump = async (
+      stream: ReadableStream<Uint8Array>,
+      field: "stdout" | "stderr" | "pty",
+    ) => {
       const reader = stream.getReader();
       try {
         while (true) {
@@ -178,7 +188,10 @@ export class Processes {
     };
     this.#hubs.set(hubKey(sandboxId, handle.pid), hub);
     hub.done = (async () => {
-      await Promise.all([pump(handle.stdout, "stdout"), pump(handle.stderr, "stderr")]);
+      await Promise.all([
+        pump(handle.stdout, tty ? "pty" : "stdout"),
+        pump(handle.stderr, "stderr"),
+      ]);
       try {
         hub.exit = await handle.exited;
         hub.end = { event: { end: endEvent(hub.exit) } };

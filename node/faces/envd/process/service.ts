@@ -8,6 +8,7 @@
  * | `List` | unary | `list.ts` |
  * | `SendInput`, `CloseStdin` | unary | `input.ts` |
  * | `SendSignal` | unary | `signal.ts` |
+ * | `Update` | unary | `update.ts` |
  *
  * @module
  */
@@ -20,6 +21,7 @@ import { list } from "./list.ts";
 import { Processes } from "./processes.ts";
 import { sendSignal } from "./signal.ts";
 import { start } from "./start.ts";
+import { update } from "./update.ts";
 
 /**
  * The `process.Process` service over `ops`, with its own process table.
@@ -42,6 +44,7 @@ export function processService(ops: SandboxOps, log: Log): EnvdService {
       SendInput: (call) => sendInput(processes, call),
       SendSignal: (call) => sendSignal(processes, call),
       CloseStdin: (call) => closeStdin(processes, call),
+      Update: (call) => update(processes, call),
     },
   };
 }

@@ -5,15 +5,27 @@
  * `Connect-Timeout-Ms` (the SDKs send 60 s unless told otherwise, none for `timeoutMs: 0`) is
  * the command's timeout, and the command is killed when it passes.
  *
+ * With `pty: {size: {cols, rows}}` the command runs on a terminal of that size (E2B's PTY):
+ * its output comes as `pty` data, its input through `SendInput` with `input.pty`, and `Update`
+ * resizes it.
+ *
  * @module
  */
 import { z } from "zod";
 import type { ExecRequest } from "../../../executors/contract.ts";
 import type { SandboxOps } from "../../../service_contract.ts";
-import { ConnectError, type StreamSink } from "../../connect_codec.ts";
+import type { StreamSink } from "../../connect_codec.ts";
 import { parseMessage, resolvePath } from "../request.ts";
 import type { RpcCall } from "../rpc.ts";
 import { follow, type Processes } from "./processes.ts";
+
+/** A terminal dimension as envd takes it: a uint32 it narrows to 16 bits; 0 is refused here. */
+const cells = z.number().int().min(1).max(65_535);
+
+/** E2B's `PTY` message: `{size: {cols, rows}}`. */
+export const ptySchema: z.ZodType<{ size: { cols: number; rows: number } }> = z.object({
+  size: z.object({ cols: cells, rows: cells }),
+});
 
 const startSchema = z.object({
   process: z.object({
@@ -22,7 +34,7 @@ const startSchema = z.object({
     envs: z.record(z.string(), z.string()).optional(),
     cwd: z.string().optional(),
   }),
-  pty: z.unknown().optional(),
+  pty: ptySchema.optional(),
   tag: z.string().optional(),
   stdin: z.boolean().optional(),
 });
@@ -30,7 +42,7 @@ const startSchema = z.object({
 /**
  * Serves `Start` for one call.
  *
- * @throws {ConnectError} `unimplemented` for a pty session, `invalid_argument` for a bad message.
+ * @throws {ConnectError} `invalid_argument` for a bad message.
  * @example
  * ```ts ignore
  * const rpc: StreamRpc = (call, sink) => start(ops, processes, call, sink);
@@ -43,12 +55,6 @@ export async function start(
   sink: StreamSink,
 ): Promise<void> {
   const body = parseMessage(startSchema, call.message);
-  if (body.pty) {
-    throw new ConnectError(
-      "unimplemented",
-      "PTY sessions are not supported by this node: run the command without a pty",
-    );
-  }
   const user = call.user();
   const request: ExecRequest = {
     cmd: [body.process.cmd, ...(body.process.args ?? [])],
@@ -56,13 +62,15 @@ export async function start(
     cwd: body.process.cwd ? resolvePath(body.process.cwd, user, "process.cwd") : undefined,
     user,
     stdin: body.stdin ?? false,
+    ...(body.pty ? { tty: { cols: body.pty.size.cols, rows: body.pty.size.rows } } : {}),
     ...(call.deadlineMs === undefined ? {} : { timeoutMs: call.deadlineMs }),
   };
   const handle = await ops.startCommand({ id: call.sandbox.id }, request);
+  const hub = processes.open(call.sandbox.id, handle, {
+    tag: body.tag,
+    tty: body.pty !== undefined,
+  });
   // No await between open() and follow(): follow() sends the start event and subscribes
   // before the pump's first read resolves, so no output can slip ahead of the start event.
-  await follow(processes.open(call.sandbox.id, handle, body.tag), sink, {
-    keepaliveMs: call.keepaliveMs(),
-    ownDeadlineMs: call.deadlineMs,
-  });
+  await follow(hub, sink, { keepaliveMs: call.keepaliveMs(), ownDeadlineMs: call.deadlineMs });
 }
