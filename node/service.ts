@@ -757,7 +757,8 @@ export class SandboxService implements SandboxOps {
 
 /**
  * Reads a stream to its end (or until `stop` aborts, cancelling it), keeping at most `cap`
- * bytes, and decodes them as UTF-8.
+ * bytes, and decodes them as UTF-8: a byte sequence that is not UTF-8 becomes U+FFFD, as
+ * `TextDecoder` does (JSON strings cannot carry raw bytes).
  */
 async function collect(
   stream: ReadableStream<Uint8Array>,

@@ -83,9 +83,9 @@ export interface AcquireResult {
 export interface ExecResult {
   /** The exit code; 128 + signal number when killed by a signal, -1 when unknown. */
   exitCode: number;
-  /** Standard output decoded as UTF-8, cut at `maxOutputBytes`. */
+  /** Standard output as UTF-8 (what is not UTF-8 becomes U+FFFD), cut at `maxOutputBytes`. */
   stdout: string;
-  /** Standard error decoded as UTF-8, cut at `maxOutputBytes`. */
+  /** Standard error as UTF-8 (what is not UTF-8 becomes U+FFFD), cut at `maxOutputBytes`. */
   stderr: string;
   /** True when stdout went past `maxOutputBytes` and the rest was dropped. */
   stdoutTruncated: boolean;

@@ -20,9 +20,12 @@
  * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
  * open and answers `{ok:true, nodeId, build}`.
  *
- * Past `timeoutSeconds` an `execCommand` is killed and the answer says `timedOut: true` with the
- * kill's exit code 137, or -1 when its output was still open 5 s after the kill (held by a
- * process that escaped it). A sandbox destroyed while the command runs answers 410.
+ * `execCommand`'s output comes as JSON strings, so its bytes are decoded as UTF-8 and a
+ * sequence that is not UTF-8 (say a lone byte 0xE2) becomes U+FFFD; binary output is read
+ * whole through a file (`readFile` answers base64). Past `timeoutSeconds` the command is killed
+ * and the answer says `timedOut: true` with the kill's exit code 137, or -1 when its output was
+ * still open 5 s after the kill (held by a process that escaped it). A sandbox destroyed while
+ * the command runs answers 410.
  *
  * @module
  */

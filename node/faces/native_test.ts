@@ -99,6 +99,17 @@ Deno.test("native face: every verb round-trips", async () => {
     (await call(app, "execCommand", { name: "a", command: ["echo", "argv"] })).body.stdout,
     "argv\n",
   );
+  // JSON strings cannot carry a lone 0xE2: it is answered as U+FFFD; the file keeps the byte.
+  const notUtf8 = await call(app, "execCommand", {
+    name: "a",
+    command: "printf 'a\\xe2b'; printf '\\377' >&2; printf '\\xe2' > /tmp/raw",
+  });
+  assert.equal(notUtf8.body.stdout, "a\ufffdb");
+  assert.equal(notUtf8.body.stderr, "\ufffd");
+  assert.equal(
+    (await call(app, "readFile", { name: "a", path: "/tmp/raw" })).body.contentBase64,
+    "4g==",
+  );
   assert.deepEqual(
     (await call(app, "writeFile", { name: "a", path: "/tmp/b", contentBase64: "AP8=" })).body,
     {

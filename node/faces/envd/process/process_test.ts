@@ -310,3 +310,15 @@ Deno.test("Process/Update of a command without a terminal is invalid_argument", 
   assert.match((await input.json()).message, /has no terminal: send its input as 'input.stdin'/);
   await executor.close();
 });
+
+Deno.test("output that is not UTF-8 reaches the client as its bytes (base64 data)", async () => {
+  const { stream, executor } = await setup();
+  const res = await stream("process.Process/Start", {
+    process: { cmd: "/bin/bash", args: ["-l", "-c", "printf 'a\\xe2\\x28b\\0\\377'"] },
+  });
+  const { envelopes } = await envelopesOf(res);
+  const out = envelopes.map((e) => (e.message as Event).event?.data?.stdout).filter(Boolean);
+  const bytes = out.flatMap((b64) => [...atob(b64 as string)].map((c) => c.charCodeAt(0)));
+  assert.deepEqual(bytes, [0x61, 0xe2, 0x28, 0x62, 0x00, 0xff]);
+  await executor.close();
+});
