@@ -14,6 +14,7 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { CommandExitError, Sandbox, SandboxError } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
+import { commandFidelitySteps } from "./_e2b_steps.ts";
 import { startGateway } from "./_gateway.ts";
 import {
   containersOf,
@@ -141,6 +142,8 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
       assert.equal(done.stdout, "first\nsecond\n");
     },
   );
+
+  await commandFidelitySteps(t, sandbox, opts);
 
   await t.step("files: binary write/read, list, makeDir, exists, remove", async () => {
     const bytes = new Uint8Array(512).map((_, i) => (i * 7) % 256);

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { AuthenticationError, Sandbox } from "e2b";
-import { commandSteps } from "./_e2b_steps.ts";
+import { commandFidelitySteps, commandSteps } from "./_e2b_steps.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
@@ -106,6 +106,7 @@ Deno.test({
     });
 
     await commandSteps(t, sandbox, "through two hops");
+    await commandFidelitySteps(t, sandbox, opts);
 
     await t.step("files: write/read text and binary, multipart and octet-stream", async () => {
       await sandbox.files.write("/tmp/a.txt", "hello\n");

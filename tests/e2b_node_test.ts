@@ -14,7 +14,8 @@ import { SandboxService } from "../node/service.ts";
 import { createE2bApi } from "../node/faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles } from "../node/faces/envd/mod.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
-import { commandSteps } from "./_e2b_steps.ts";
+import { StreamCut } from "../shared/stream_cut.ts";
+import { commandFidelitySteps, commandSteps } from "./_e2b_steps.ts";
 import { startNode } from "./_processes.ts";
 
 const apiToken = "test-fleet-token-0123456789abcdefghij";
@@ -39,7 +40,16 @@ function startInProcessNode(): Target & { close(): Promise<void> } {
   app.route("/e2b/api", createE2bApi(service, { apiToken, accessTokens }));
   app.route("/e2b/envd", createEnvd(service, { accessTokens }));
   app.route("/", handleSignedFiles(service, { accessTokens }));
-  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, app.fetch);
+  const server = Deno.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    onListen() {},
+    // A stream cut under a killed sandbox is expected here; anything else is printed.
+    onError(error) {
+      if (!(error instanceof StreamCut)) console.error(error);
+      return new Response(null, { status: 500 });
+    },
+  }, app.fetch);
   return {
     ...targetAt(`http://127.0.0.1:${server.addr.port}`, apiToken),
     async close() {
@@ -74,6 +84,7 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
   });
 
   await commandSteps(t, sandbox, "on one node");
+  await commandFidelitySteps(t, sandbox, opts);
 
   await t.step("envVars, envs and cwd reach the command", async () => {
     const withEnv = await Sandbox.create({ ...opts, envs: { GREETING: "hey" } });
