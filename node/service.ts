@@ -11,8 +11,8 @@ import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
 import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
+import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
-  type ExecExit,
   type ExecHandle,
   type ExecRequest,
   type Executor,
@@ -62,16 +62,6 @@ export interface SandboxServiceOptions {
   killGraceMs?: number;
 }
 
-/** A running command of a sandbox, with what the service must know about how it ends. */
-interface Tracked {
-  handle: ExecHandle;
-  request: ExecRequest;
-  /** Started with `startCommand` (envd lists it); `execCommand`'s own are not listed. */
-  listed: boolean;
-  /** Set when its sandbox is being destroyed: resolves whether the destroy went through. */
-  destroyed?: Promise<boolean>;
-}
-
 /**
  * The node's sandbox service. Every verb that touches one sandbox runs inside that name's
  * NameQueue slot, so a create, a wake and a destroy of one name never interleave; a create
@@ -101,8 +91,7 @@ export class SandboxService implements SandboxOps {
   #defaultTemplate: string;
   #maxOutputBytes: number;
   #killGraceMs: number;
-  /** Running commands, by sandbox id then pid; an entry leaves when its command ends. */
-  #commands = new Map<string, Map<number, Tracked>>();
+  #commands = new RunningCommands();
 
   /** Builds the service over a ledger and an executor. */
   constructor(options: SandboxServiceOptions) {
@@ -247,98 +236,43 @@ export class SandboxService implements SandboxOps {
     const { maxOutputBytes = this.#maxOutputBytes, ...exec } = request;
     const { handle, sandbox } = await this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      return { handle: await this.#track(awake.id, exec, false), sandbox: awake };
+      const started = await this.#call(() => this.#executor.exec(awake.id, exec));
+      return { handle: this.#commands.track(awake.id, started, exec, false), sandbox: awake };
     });
-    const stop = new AbortController();
-    let grace: ReturnType<typeof setTimeout> | undefined;
-    const timer = exec.timeoutMs === undefined ? undefined : setTimeout(() => {
-      grace = setTimeout(() => stop.abort(), this.#killGraceMs);
-    }, exec.timeoutMs);
-    try {
-      const [out, err, exit] = await Promise.all([
-        collect(handle.stdout, maxOutputBytes, stop.signal),
-        collect(handle.stderr, maxOutputBytes, stop.signal),
-        Promise.race([
-          handle.exited,
-          untilAborted(stop.signal).then((): ExecExit => ({ exitCode: -1, timedOut: true })),
-        ]),
-      ]);
-      if (exit.sandboxDestroyed) {
-        throw new HttpError(
-          410,
-          `Sandbox '${sandbox.name}' was destroyed while the command ran (destroySandbox, a kill ` +
-            "or its deadline), and the command with it: create it again to run commands",
-        );
-      }
-      return {
-        exitCode: exit.exitCode,
-        stdout: out.text,
-        stderr: err.text,
-        stdoutTruncated: out.truncated,
-        stderrTruncated: err.truncated,
-        ...(exit.timedOut ? { timedOut: true } : {}),
-      };
-    } finally {
-      clearTimeout(timer);
-      clearTimeout(grace);
+    const { out, err, exit } = await runToEnd(handle, {
+      maxOutputBytes,
+      timeoutMs: exec.timeoutMs,
+      killGraceMs: this.#killGraceMs,
+    });
+    if (exit.sandboxDestroyed) {
+      throw new HttpError(
+        410,
+        `Sandbox '${sandbox.name}' was destroyed while the command ran (destroySandbox, a kill ` +
+          "or its deadline), and the command with it: create it again to run commands",
+      );
     }
+    return {
+      exitCode: exit.exitCode,
+      stdout: out.text,
+      stderr: err.text,
+      stdoutTruncated: out.truncated,
+      stderrTruncated: err.truncated,
+      ...(exit.timedOut ? { timedOut: true } : {}),
+    };
   }
 
   /** Starts a streamed command; it is tracked in `commands()` until it exits. */
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle> {
     return this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      return await this.#track(awake.id, request, true);
+      const started = await this.#call(() => this.#executor.exec(awake.id, request));
+      return this.#commands.track(awake.id, started, request, true);
     });
   }
 
   /** Running commands of a sandbox started with `startCommand`, by pid. */
   commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }> {
-    const sandbox = this.#require(ref);
-    const listed = new Map<number, { handle: ExecHandle; request: ExecRequest }>();
-    for (const [pid, t] of this.#commands.get(sandbox.id) ?? []) {
-      if (t.listed) listed.set(pid, { handle: t.handle, request: t.request });
-    }
-    return listed;
-  }
-
-  /**
-   * Starts a command and tracks it until it ends (call inside the slot). The handle given out
-   * reports `sandboxDestroyed` on its exit when a destroy ended it, and only once the destroy
-   * is over, so whoever reads that exit finds the sandbox gone.
-   */
-  async #track(id: string, request: ExecRequest, listed: boolean): Promise<ExecHandle> {
-    const started = await this.#call(() => this.#executor.exec(id, request));
-    const tracked: Tracked = { handle: started, request, listed };
-    let running = this.#commands.get(id);
-    if (!running) this.#commands.set(id, running = new Map());
-    running.set(started.pid, tracked);
-    const forget = () => {
-      const map = this.#commands.get(id);
-      if (map?.get(started.pid) === tracked) map.delete(started.pid);
-      if (map?.size === 0) this.#commands.delete(id);
-    };
-    const exited = started.exited.then(async (exit): Promise<ExecExit> => {
-      forget();
-      return tracked.destroyed && await tracked.destroyed
-        ? { ...exit, sandboxDestroyed: true }
-        : exit;
-    }, (error) => {
-      forget();
-      throw error;
-    });
-    const handle: ExecHandle = {
-      pid: started.pid,
-      stdout: started.stdout,
-      stderr: started.stderr,
-      exited,
-      writeStdin: (data) => started.writeStdin(data),
-      closeStdin: () => started.closeStdin(),
-      kill: (signal) => started.kill(signal),
-      resize: (size) => started.resize(size),
-    };
-    tracked.handle = handle;
-    return handle;
+    return this.#commands.listed(this.#require(ref).id);
   }
 
   /**
@@ -346,21 +280,16 @@ export class SandboxService implements SandboxOps {
    * are told first, so their exits say the sandbox died rather than report the kill's code.
    */
   async #destroyNow(sandbox: SandboxRecord): Promise<void> {
-    let settle!: (destroyed: boolean) => void;
-    const destroyed = new Promise<boolean>((resolve) => settle = resolve);
-    for (const tracked of this.#commands.get(sandbox.id)?.values() ?? []) {
-      tracked.destroyed = destroyed;
-    }
+    const settle = this.#commands.destroying(sandbox.id);
     try {
       await this.#call(() => this.#executor.destroy(sandbox.id));
       this.#ledger.delete(sandbox.id);
       this.history.drop(sandbox.id);
-      settle(true);
     } catch (error) {
       settle(false);
       throw error;
     }
-    this.#commands.delete(sandbox.id);
+    settle(true);
   }
 
   /** Writes a whole file (wakes first). */
@@ -753,50 +682,4 @@ export class SandboxService implements SandboxOps {
       throw executorErrorToHttp(error);
     }
   }
-}
-
-/**
- * Reads a stream to its end (or until `stop` aborts, cancelling it), keeping at most `cap`
- * bytes, and decodes them as UTF-8: a byte sequence that is not UTF-8 becomes U+FFFD, as
- * `TextDecoder` does (JSON strings cannot carry raw bytes).
- */
-async function collect(
-  stream: ReadableStream<Uint8Array>,
-  cap: number,
-  stop: AbortSignal,
-): Promise<{ text: string; truncated: boolean }> {
-  const chunks: Uint8Array[] = [];
-  let kept = 0;
-  let truncated = false;
-  const reader = stream.getReader();
-  const onStop = () => void reader.cancel().catch(() => {});
-  stop.addEventListener("abort", onStop, { once: true });
-  try {
-    // Keep draining past the cap: a command blocked on a full pipe would never exit.
-    for (let r = await reader.read(); !r.done; r = await reader.read()) {
-      const chunk = r.value;
-      if (kept >= cap) {
-        truncated ||= chunk.length > 0;
-        continue;
-      }
-      const take = chunk.subarray(0, cap - kept);
-      if (take.length < chunk.length) truncated = true;
-      chunks.push(take);
-      kept += take.length;
-    }
-  } finally {
-    stop.removeEventListener("abort", onStop);
-    reader.releaseLock();
-  }
-  const all = new Uint8Array(kept);
-  let at = 0;
-  for (const c of chunks) all.set(c, at), at += c.length;
-  return { text: new TextDecoder().decode(all), truncated };
-}
-
-/** Resolves once `signal` aborts (never, when it never does). */
-function untilAborted(signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) =>
-    signal.addEventListener("abort", () => resolve(), { once: true })
-  );
 }
