@@ -44,8 +44,13 @@ export class RunningCommands {
       return tracked.destroyed && await tracked.destroyed
         ? { ...exit, sandboxDestroyed: true }
         : exit;
-    }, (error) => {
+    }, async (error) => {
       forget();
+      // An end the executor lost while the sandbox was being destroyed was lost to the destroy
+      // (Docker: the exec vanished with its container before its exit code was read).
+      if (tracked.destroyed && await tracked.destroyed) {
+        return { exitCode: -1, sandboxDestroyed: true };
+      }
       throw error;
     });
     const handle: ExecHandle = {

@@ -455,3 +455,36 @@ Deno.test("SandboxService.execCommand(): output held open past the kill is answe
   await executor.close();
   ledger.close();
 });
+
+Deno.test("SandboxService: an exit lost to a destroy still reads as the destroy (410)", async () => {
+  /** Docker's case: the exec vanished with its container before its exit code was read. */
+  class Losing extends FakeExecutor {
+    override async exec(id: string, request: ExecRequest): Promise<ExecHandle> {
+      const h = await super.exec(id, request);
+      return {
+        pid: h.pid,
+        stdout: h.stdout,
+        stderr: h.stderr,
+        exited: h.exited.then((exit) =>
+          exit.signal
+            ? Promise.reject(new ExecutorError("unavailable", "Lost the Docker engine"))
+            : exit
+        ),
+        writeStdin: (d) => h.writeStdin(d),
+        closeStdin: () => h.closeStdin(),
+        kill: (signal) => h.kill(signal),
+        resize: (s) => h.resize(s),
+      };
+    }
+  }
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new Losing();
+  const service = new SandboxService({ ledger, executor });
+  await service.acquire({ name: "a" });
+  const running = service.execCommand({ name: "a" }, { cmd: ["bash", "-c", "sleep 30"] });
+  await flush();
+  assert.equal(await service.destroy({ name: "a" }), true);
+  await assert.rejects(running, (e: HttpError) => e.status === 410);
+  await executor.close();
+  ledger.close();
+});
