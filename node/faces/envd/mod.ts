@@ -7,8 +7,8 @@
  * | `mod.ts` | {@linkcode createEnvd}: mounts `/health`, `/files` and the two Connect services |
  * | `core.ts` | the options and the state the parts share |
  * | `guard.ts` | the sandbox header and the `X-Access-Token` check |
- * | `rpc.ts` | the Connect router and the RPC types |
- * | `request.ts` | the run-as user, keepalives, {@linkcode resolvePath}, message schemas |
+ * | `rpc.ts` | the Connect router (and each stream's `Connect-Timeout-Ms`) and the RPC types |
+ * | `request.ts` | the run-as user, keepalives, deadlines, {@linkcode resolvePath}, schemas |
  * | `dialects.ts` | the Connect and REST error dialects |
  * | `files.ts` | the REST `/files` door, signed URLs ({@linkcode handleSignedFiles}), the upload cap |
  * | `process/` | `process.Process`: one file per RPC, `processes.ts` the process table |
