@@ -108,7 +108,7 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
         const message = await readStreamRequest(c.req.raw);
         const left = deadlineMs === undefined
           ? undefined
-          : Math.max(0, deadlineMs - (performance.now() - arrived));
+          : Math.max(0, Math.round(deadlineMs - (performance.now() - arrived)));
         // Not the request's signal: Deno.serve aborts it on success too (legacy behaviour)
         // and warns; a client that hangs up cancels the body, which ends the sink.
         return streamResponse((sink) => stream(call(message, left), sink), {

@@ -248,7 +248,7 @@ export async function follow(
   if (ownDeadlineMs !== undefined && hub.exit?.timedOut) {
     throw new ConnectError(
       "deadline_exceeded",
-      `The command ran past its timeout of ${Math.round(ownDeadlineMs)} ms (Connect-Timeout-Ms) ` +
+      `The command ran past its timeout of ${ownDeadlineMs} ms (Connect-Timeout-Ms) ` +
         "and was killed",
     );
   }
