@@ -109,12 +109,14 @@ Deno.test({
     });
 
     await t.step("a timed-out command whose output outlives the kill still answers", async () => {
-      // The sleep drops the marker the kill finds a command's processes by, so it outlives the
-      // kill holding the output open: the answer comes after the kill's grace, not the sleep.
+      // The command's own process becomes a sleep without the marker the kill finds a command's
+      // processes by (`exec`, so on any /bin/sh: the engine ends the output when that process
+      // ends), so it outlives the kill with the output open: the answer comes after the kill's
+      // grace, not the sleep.
       const started = Date.now();
       const r = await exec({
         command:
-          "echo started; env -u DORMICE_EXEC_ID sh -c 'echo $$ > /tmp/escaped; exec sleep 30'",
+          "echo started; exec env -u DORMICE_EXEC_ID sh -c 'echo $$ > /tmp/escaped; exec sleep 30'",
         timeoutSeconds: 1,
       });
       assert.equal(r.timedOut, true);
