@@ -117,6 +117,7 @@ export {
   executorErrorStatus,
   executorErrorToHttp,
   type FileEntry,
+  type FileOptions,
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,

@@ -19,6 +19,7 @@ import {
   ExecutorError,
   executorErrorToHttp,
   type FileEntry,
+  type FileOptions,
   type SandboxLimits,
   type SandboxStats,
 } from "./executors/contract.ts";
@@ -293,38 +294,48 @@ export class SandboxService implements SandboxOps {
   }
 
   /** Writes a whole file (wakes first). */
-  writeFile(ref: SandboxRef, path: string, data: Uint8Array): Promise<FileEntry> {
-    return this.#awake(ref, (id) => this.#executor.writeFile(id, path, data));
+  writeFile(
+    ref: SandboxRef,
+    path: string,
+    data: Uint8Array,
+    options?: FileOptions,
+  ): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.writeFile(id, path, data, options));
   }
 
   /** Reads a whole file (wakes first). */
-  readFile(ref: SandboxRef, path: string): Promise<Uint8Array> {
-    return this.#awake(ref, (id) => this.#executor.readFile(id, path));
+  readFile(ref: SandboxRef, path: string, options?: FileOptions): Promise<Uint8Array> {
+    return this.#awake(ref, (id) => this.#executor.readFile(id, path, options));
   }
 
   /** Lists a directory (wakes first). */
-  listDir(ref: SandboxRef, path: string, depth?: number): Promise<FileEntry[]> {
-    return this.#awake(ref, (id) => this.#executor.listDir(id, path, depth));
+  listDir(
+    ref: SandboxRef,
+    path: string,
+    depth?: number,
+    options?: FileOptions,
+  ): Promise<FileEntry[]> {
+    return this.#awake(ref, (id) => this.#executor.listDir(id, path, depth, options));
   }
 
   /** Describes a path (wakes first). */
-  stat(ref: SandboxRef, path: string): Promise<FileEntry> {
-    return this.#awake(ref, (id) => this.#executor.stat(id, path));
+  stat(ref: SandboxRef, path: string, options?: FileOptions): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.stat(id, path, options));
   }
 
   /** Creates a directory (wakes first). */
-  makeDir(ref: SandboxRef, path: string): Promise<boolean> {
-    return this.#awake(ref, (id) => this.#executor.makeDir(id, path));
+  makeDir(ref: SandboxRef, path: string, options?: FileOptions): Promise<boolean> {
+    return this.#awake(ref, (id) => this.#executor.makeDir(id, path, options));
   }
 
   /** Renames a path (wakes first). */
-  move(ref: SandboxRef, from: string, to: string): Promise<FileEntry> {
-    return this.#awake(ref, (id) => this.#executor.move(id, from, to));
+  move(ref: SandboxRef, from: string, to: string, options?: FileOptions): Promise<FileEntry> {
+    return this.#awake(ref, (id) => this.#executor.move(id, from, to, options));
   }
 
   /** Removes a path (wakes first). */
-  remove(ref: SandboxRef, path: string): Promise<void> {
-    return this.#awake(ref, (id) => this.#executor.remove(id, path));
+  remove(ref: SandboxRef, path: string, options?: FileOptions): Promise<void> {
+    return this.#awake(ref, (id) => this.#executor.remove(id, path, options));
   }
 
   /** Replaces (or merges) the metadata. */

@@ -10,6 +10,7 @@ import type {
   ExecHandle,
   ExecRequest,
   FileEntry,
+  FileOptions,
   SandboxLimits,
   SandboxStats,
 } from "./executors/contract.ts";
@@ -132,19 +133,29 @@ export interface SandboxOps {
   /** Running commands of a sandbox started with `startCommand`, by pid. */
   commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }>;
   /** Writes a whole file, creating parent directories; binary-safe (wakes first). */
-  writeFile(ref: SandboxRef, path: string, data: Uint8Array): Promise<FileEntry>;
+  writeFile(
+    ref: SandboxRef,
+    path: string,
+    data: Uint8Array,
+    options?: FileOptions,
+  ): Promise<FileEntry>;
   /** Reads a whole file; binary-safe (wakes first). */
-  readFile(ref: SandboxRef, path: string): Promise<Uint8Array>;
+  readFile(ref: SandboxRef, path: string, options?: FileOptions): Promise<Uint8Array>;
   /** Lists a directory down to `depth` levels, 1 = its own children (wakes first). */
-  listDir(ref: SandboxRef, path: string, depth?: number): Promise<FileEntry[]>;
+  listDir(
+    ref: SandboxRef,
+    path: string,
+    depth?: number,
+    options?: FileOptions,
+  ): Promise<FileEntry[]>;
   /** Describes one path (wakes first). */
-  stat(ref: SandboxRef, path: string): Promise<FileEntry>;
+  stat(ref: SandboxRef, path: string, options?: FileOptions): Promise<FileEntry>;
   /** Creates a directory and its parents; resolves false when it already existed (wakes first). */
-  makeDir(ref: SandboxRef, path: string): Promise<boolean>;
+  makeDir(ref: SandboxRef, path: string, options?: FileOptions): Promise<boolean>;
   /** Renames `from` to `to`; resolves the entry at its new path (wakes first). */
-  move(ref: SandboxRef, from: string, to: string): Promise<FileEntry>;
+  move(ref: SandboxRef, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
   /** Removes a file or a directory tree (wakes first). */
-  remove(ref: SandboxRef, path: string): Promise<void>;
+  remove(ref: SandboxRef, path: string, options?: FileOptions): Promise<void>;
   /** Replaces (or merges, with `merge: true`) the metadata. */
   updateMetadata(
     ref: SandboxRef,

@@ -162,6 +162,22 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(missing?.name, "FileNotFoundError");
   });
 
+  await t.step(
+    "files honour user root: makeDir in /opt, list /root, root owns its write",
+    async () => {
+      const asRoot = { user: "root" } as const;
+      assert.equal(await sandbox.files.makeDir("/opt/x", asRoot), true);
+      await sandbox.files.write("/root/r.txt", "r", asRoot);
+      const listed = await sandbox.files.list("/root", asRoot);
+      assert.ok(listed.some((e) => e.name === "r.txt"), JSON.stringify(listed));
+      assert.equal(await sandbox.files.read("/root/r.txt", asRoot), "r");
+      const owners = await sandbox.commands.run("stat -c %U /root/r.txt /opt/x", asRoot);
+      assert.equal(owners.stdout, "root\nroot\n");
+      await sandbox.files.write("/tmp/mine.txt", "m");
+      assert.equal((await sandbox.commands.run("stat -c %U /tmp/mine.txt")).stdout, "user\n");
+    },
+  );
+
   await t.step("pause freezes the container; connect thaws it with its processes", async () => {
     const sleeper = await sandbox.commands.run("sleep 300", { background: true });
     assert.equal(await sandbox.pause(), true);

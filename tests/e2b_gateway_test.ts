@@ -136,6 +136,17 @@ Deno.test({
       assert.equal(await sandbox.files.exists("/tmp/a.txt"), false);
     });
 
+    await t.step("files honour the user: what root writes is root's", async () => {
+      const asRoot = { user: "root" } as const;
+      assert.equal(await sandbox.files.makeDir("/opt/gw", asRoot), true);
+      await sandbox.files.write("/root/r.txt", "r", asRoot);
+      assert.equal((await sandbox.files.getInfo("/root/r.txt", asRoot)).owner, "root");
+      const listed = await sandbox.files.list("/root", asRoot);
+      assert.deepEqual(listed.filter((e) => e.name === "r.txt").map((e) => e.owner), ["root"]);
+      await sandbox.files.write("/tmp/mine.txt", "m");
+      assert.equal((await sandbox.files.getInfo("/tmp/mine.txt")).owner, "user");
+    });
+
     await t.step("setTimeout and getInfo report state and metadata", async () => {
       const named = await Sandbox.create({ ...opts, metadata: { name: "gw-info-1", team: "y" } });
       await named.setTimeout(600_000);

@@ -8,34 +8,58 @@ import type { ExecutorError as ExecutorErrorType, FileEntry } from "./contract.t
 import { ExecutorError } from "./contract.ts";
 
 type FsNode =
-  | { type: "dir"; mode: number; modifiedAt: number }
-  | { type: "file"; data: Uint8Array; mode: number; modifiedAt: number };
+  | { type: "dir"; mode: number; modifiedAt: number; owner: string }
+  | { type: "file"; data: Uint8Array; mode: number; modifiedAt: number; owner: string };
 
 /** The home directory of every fake sandbox. */
 export const fakeHome = "/home/user";
+
+/**
+ * Who a run-as user is in a fake sandbox, mapped as the Docker executor maps it: `root`, else
+ * the sandbox's own user `user`.
+ */
+export function fakeUser(user: string | undefined): "root" | "user" {
+  return user === "root" ? "root" : "user";
+}
+
+/** The home of a run-as user: where its relative paths start. */
+export function fakeHomeOf(user: string | undefined): string {
+  return fakeUser(user) === "root" ? "/root" : fakeHome;
+}
+
+/** Directories every fake sandbox starts with, and who owns them. */
+const BOOT_DIRS: [string, string][] = [
+  ["/", "root"],
+  ["/home", "root"],
+  [fakeHome, "user"],
+  ["/tmp", "root"],
+  ["/root", "root"],
+  ["/usr", "root"],
+  ["/usr/bin", "root"],
+  ["/etc", "root"],
+  ["/opt", "root"],
+];
 
 /** A flat map of absolute paths to nodes; small and obviously correct beats fast here. */
 export class FakeFs {
   #nodes = new Map<string, FsNode>();
   #now: () => number;
-  #owner: string;
 
-  constructor(now: () => number, owner = "user") {
+  constructor(now: () => number) {
     this.#now = now;
-    this.#owner = owner;
-    for (const dir of ["/", "/home", fakeHome, "/tmp", "/root", "/usr", "/usr/bin", "/etc"]) {
-      this.#nodes.set(dir, { type: "dir", mode: 0o755, modifiedAt: now() });
+    for (const [dir, owner] of BOOT_DIRS) {
+      this.#nodes.set(dir, { type: "dir", mode: 0o755, modifiedAt: now(), owner });
     }
   }
 
   /** Resolves `path` against `cwd` (relative paths are relative to the home, as envd does). */
-  resolve(path: string, cwd = fakeHome): string {
+  resolve(path: string, cwd = fakeHome, home = fakeHome): string {
     if (path === "") throw new ExecutorError("invalid", "The path is empty: give a file path");
     if (path.includes("\0")) {
       throw new ExecutorError("invalid", "The path contains a NUL byte: give a plain file path");
     }
-    const home = path === "~" || path.startsWith("~/") ? fakeHome + path.slice(1) : path;
-    return posix.resolve(cwd, home);
+    const expanded = path === "~" || path.startsWith("~/") ? home + path.slice(1) : path;
+    return posix.resolve(cwd, expanded);
   }
 
   /** Total bytes of every file. */
@@ -59,9 +83,16 @@ export class FakeFs {
     return node.data.slice();
   }
 
-  /** Writes (or appends to) a file; creates parent directories when `parents` is set. */
-  write(path: string, data: Uint8Array, { append = false, parents = true } = {}): FileEntry {
-    this.#parent(path, parents);
+  /**
+   * Writes (or appends to) a file; creates parent directories when `parents` is set. A new file
+   * and new parents are owned by `owner`; an existing file keeps its owner and mode.
+   */
+  write(
+    path: string,
+    data: Uint8Array,
+    { append = false, parents = true, owner = "user" } = {},
+  ): FileEntry {
+    this.#parent(path, parents, owner);
     const existing = this.#nodes.get(path);
     if (existing?.type === "dir") {
       throw new ExecutorError("is_dir", `${path} is a directory: write to a file path inside it`);
@@ -75,19 +106,20 @@ export class FakeFs {
       data: joined,
       mode: existing?.mode ?? 0o644,
       modifiedAt: this.#now(),
+      owner: existing?.owner ?? owner,
     });
     return this.stat(path);
   }
 
-  /** Creates a directory; resolves false when it already existed. */
-  mkdir(path: string, parents = true): boolean {
+  /** Creates a directory (and its parents, owned by `owner` too); false when it already existed. */
+  mkdir(path: string, parents = true, owner = "user"): boolean {
     const existing = this.#nodes.get(path);
     if (existing?.type === "dir") return false;
     if (existing) {
       throw new ExecutorError("exists", `${path} exists and is a file: pick another path`);
     }
-    this.#parent(path, parents);
-    this.#nodes.set(path, { type: "dir", mode: 0o755, modifiedAt: this.#now() });
+    this.#parent(path, parents, owner);
+    this.#nodes.set(path, { type: "dir", mode: 0o755, modifiedAt: this.#now(), owner });
     return true;
   }
 
@@ -100,8 +132,8 @@ export class FakeFs {
       type: node.type,
       size: node.type === "file" ? node.data.length : 0,
       mode: node.mode,
-      owner: this.#owner,
-      group: this.#owner,
+      owner: node.owner,
+      group: node.owner,
       modifiedAt: node.modifiedAt,
     };
   }
@@ -160,8 +192,8 @@ export class FakeFs {
     throw new ExecutorError("not_found", `${path} does not exist`);
   }
 
-  /** Checks (or creates) the parent chain of `path`. */
-  #parent(path: string, create: boolean): void {
+  /** Checks (or creates, owned by `owner`) the parent chain of `path`. */
+  #parent(path: string, create: boolean, owner = "user"): void {
     const parent = posix.dirname(path);
     if (parent === path) return;
     const node = this.#nodes.get(parent);
@@ -170,8 +202,8 @@ export class FakeFs {
       throw new ExecutorError("not_dir", `${parent} is a file, so ${path} cannot be under it`);
     }
     if (!create) throw new ExecutorError("not_found", `${parent} does not exist (for ${path})`);
-    this.#parent(parent, true);
-    this.#nodes.set(parent, { type: "dir", mode: 0o755, modifiedAt: this.#now() });
+    this.#parent(parent, true, owner);
+    this.#nodes.set(parent, { type: "dir", mode: 0o755, modifiedAt: this.#now(), owner });
   }
 }
 

@@ -7,7 +7,7 @@
  */
 import { posix } from "node:path";
 import { ExecutorError } from "./contract.ts";
-import { type FakeFs, fakeHome, shellWording } from "./_fake_fs.ts";
+import { type FakeFs, fakeHome, fakeUser, shellWording } from "./_fake_fs.ts";
 import {
   type Env,
   expand,
@@ -272,7 +272,7 @@ const builtins: Record<string, Builtin> = {
     for (const p of args.filter((a) => !a.startsWith("-"))) {
       try {
         const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
-        if (!ctx.host.fs.mkdir(abs, parents) && !parents) {
+        if (!ctx.host.fs.mkdir(abs, parents, fakeUser(ctx.host.user)) && !parents) {
           throw new ExecutorError("exists", `${abs} exists`);
         }
       } catch (e) {
@@ -307,7 +307,11 @@ const builtins: Record<string, Builtin> = {
     for (const p of args.filter((a) => !a.startsWith("-"))) {
       try {
         const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
-        ctx.host.fs.write(abs, new Uint8Array(), { append: true, parents: false });
+        ctx.host.fs.write(abs, new Uint8Array(), {
+          append: true,
+          parents: false,
+          owner: fakeUser(ctx.host.user),
+        });
       } catch (e) {
         status = await fail(ctx, "touch", `cannot touch '${p}'`, e);
       }
@@ -442,7 +446,7 @@ async function runSimple(command: Simple, host: ShellHost, env: Env, parent: Ctx
         continue;
       }
       if (!r.append || !host.fs.exists(path)) {
-        host.fs.write(path, new Uint8Array(), { parents: false });
+        host.fs.write(path, new Uint8Array(), { parents: false, owner: fakeUser(host.user) });
       }
     } catch (e) {
       return fail(parent, "bash", target, e);

@@ -118,6 +118,17 @@ export interface FileEntry {
   symlinkTarget?: string;
 }
 
+/** Options every file verb takes. */
+export interface FileOptions {
+  /**
+   * The run-as user (E2B sends one), mapped as `exec` maps it: `"root"`, else the sandbox's own
+   * user. Relative paths start at that user's home; what `writeFile` and `makeDir` create is
+   * owned by that user (created by the executor wherever envd, which runs as root, could);
+   * `stat`, `listDir`, `move` and `remove` see the file system with that user's permissions.
+   */
+  user?: string;
+}
+
 /** Resource use of one sandbox. */
 export interface SandboxStats {
   /** Taken at, ms since the epoch. */
@@ -236,19 +247,19 @@ export interface Executor {
   /** Starts a command; output streams as it comes. */
   exec(id: string, request: ExecRequest): Promise<ExecHandle>;
   /** Writes a whole file, creating parent directories; binary-safe. */
-  writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry>;
+  writeFile(id: string, path: string, data: Uint8Array, options?: FileOptions): Promise<FileEntry>;
   /** Reads a whole file; binary-safe. */
-  readFile(id: string, path: string): Promise<Uint8Array>;
+  readFile(id: string, path: string, options?: FileOptions): Promise<Uint8Array>;
   /** Lists a directory's entries, down to `depth` levels (1 = the directory's own children). */
-  listDir(id: string, path: string, depth?: number): Promise<FileEntry[]>;
+  listDir(id: string, path: string, depth?: number, options?: FileOptions): Promise<FileEntry[]>;
   /** Describes one path. */
-  stat(id: string, path: string): Promise<FileEntry>;
+  stat(id: string, path: string, options?: FileOptions): Promise<FileEntry>;
   /** Creates a directory and its parents; resolves false when it already existed. */
-  makeDir(id: string, path: string): Promise<boolean>;
+  makeDir(id: string, path: string, options?: FileOptions): Promise<boolean>;
   /** Renames `from` to `to`. */
-  move(id: string, from: string, to: string): Promise<FileEntry>;
+  move(id: string, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
   /** Removes a file or a directory tree. */
-  remove(id: string, path: string): Promise<void>;
+  remove(id: string, path: string, options?: FileOptions): Promise<void>;
   /** Freezes every process of the sandbox. */
   pause(id: string): Promise<void>;
   /**

@@ -216,6 +216,32 @@ const cases: Record<string, Case> = {
       "from a command\n",
     );
   },
+  "file calls honour the run-as user: root's files are root's, the user's the user's": async (
+    ex,
+    id,
+  ) => {
+    const asRoot = { user: "root" };
+    assert.equal(await ex.makeDir(id, "/opt/x", asRoot), true);
+    assert.equal((await ex.stat(id, "/opt/x")).owner, "root");
+    const file = await ex.writeFile(id, "/root/r.txt", encoder.encode("r"), asRoot);
+    assert.equal(file.owner, "root");
+    assert.equal((await ex.stat(id, "/root/r.txt", asRoot)).owner, "root");
+    const listed = await ex.listDir(id, "/root", 1, asRoot);
+    assert.deepEqual(listed.filter((e) => e.name === "r.txt").map((e) => e.owner), ["root"]);
+    // Relative paths start at the run-as user's home.
+    assert.equal(
+      (await ex.writeFile(id, "rel.txt", encoder.encode("r"), asRoot)).path,
+      "/root/rel.txt",
+    );
+    assert.deepEqual(await ex.readFile(id, "rel.txt", asRoot), encoder.encode("r"));
+    // The sandbox's own user owns what it creates, parents included, even where only root may
+    // write: envd creates as root and hands the result over.
+    assert.equal((await ex.writeFile(id, "/tmp/u/v/w.txt", encoder.encode("w"))).owner, "user");
+    assert.equal((await ex.stat(id, "/tmp/u/v")).owner, "user");
+    assert.equal(await ex.makeDir(id, "/opt/mine"), true);
+    assert.equal((await ex.stat(id, "/opt/mine")).owner, "user");
+    assert.equal((await ex.stat(id, "/opt")).owner, "root");
+  },
   "stat() describes files and directories": async (ex, id) => {
     await ex.writeFile(id, "/tmp/s/f.txt", encoder.encode("12345"));
     const file = await ex.stat(id, "/tmp/s/f.txt");

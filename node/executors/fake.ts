@@ -12,12 +12,13 @@ import {
   type Executor,
   ExecutorError,
   type FileEntry,
+  type FileOptions,
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
-import { FakeFs, fakeHome } from "./_fake_fs.ts";
+import { FakeFs, fakeHome, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
 import { Killed, runCommand } from "./_fake_shell.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
@@ -467,53 +468,68 @@ export class FakeExecutor implements Executor {
     return process;
   }
 
-  /** Writes a whole file, creating parents. */
-  async writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry> {
+  /** Writes a whole file, creating parents; what it creates is owned by the run-as user. */
+  async writeFile(
+    id: string,
+    path: string,
+    data: Uint8Array,
+    options: FileOptions = {},
+  ): Promise<FileEntry> {
     await this.hooks.enter("writeFile");
     const { fs } = await this.#ready(id);
-    return fs.write(fs.resolve(path), data);
+    return fs.write(resolveFor(fs, path, options), data, { owner: fakeUser(options.user) });
   }
 
   /** A copy of the file's bytes; a directory is `is_dir`. */
-  async readFile(id: string, path: string): Promise<Uint8Array> {
+  async readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
     await this.hooks.enter("readFile");
     const { fs } = await this.#ready(id);
-    return fs.read(fs.resolve(path));
+    return fs.read(resolveFor(fs, path, options));
   }
 
   /** The entries under `path` down to `depth` levels, sorted by path; a file is `not_dir`. */
-  async listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
+  async listDir(
+    id: string,
+    path: string,
+    depth = 1,
+    options: FileOptions = {},
+  ): Promise<FileEntry[]> {
     await this.hooks.enter("listDir");
     const { fs } = await this.#ready(id);
-    return fs.list(fs.resolve(path), depth);
+    return fs.list(resolveFor(fs, path, options), depth);
   }
 
   /** The entry of `path`: `not_found` when it does not exist, `not_dir` under a file. */
-  async stat(id: string, path: string): Promise<FileEntry> {
+  async stat(id: string, path: string, options: FileOptions = {}): Promise<FileEntry> {
     await this.hooks.enter("stat");
     const { fs } = await this.#ready(id);
-    return fs.stat(fs.resolve(path));
+    return fs.stat(resolveFor(fs, path, options));
   }
 
-  /** Creates a directory and its parents. */
-  async makeDir(id: string, path: string): Promise<boolean> {
+  /** Creates a directory and its parents, owned by the run-as user. */
+  async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
     await this.hooks.enter("makeDir");
     const { fs } = await this.#ready(id);
-    return fs.mkdir(fs.resolve(path), true);
+    return fs.mkdir(resolveFor(fs, path, options), true, fakeUser(options.user));
   }
 
   /** Renames a file or a whole tree; `to`'s parent must exist, and `to` must not be a directory. */
-  async move(id: string, from: string, to: string): Promise<FileEntry> {
+  async move(
+    id: string,
+    from: string,
+    to: string,
+    options: FileOptions = {},
+  ): Promise<FileEntry> {
     await this.hooks.enter("move");
     const { fs } = await this.#ready(id);
-    return fs.move(fs.resolve(from), fs.resolve(to));
+    return fs.move(resolveFor(fs, from, options), resolveFor(fs, to, options));
   }
 
   /** Removes a path (a tree for a directory). */
-  async remove(id: string, path: string): Promise<void> {
+  async remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
     await this.hooks.enter("remove");
     const { fs } = await this.#ready(id);
-    fs.remove(fs.resolve(path));
+    fs.remove(resolveFor(fs, path, options));
   }
 
   /** Freezes the sandbox: later exec and file calls wait, running commands stop writing. */
@@ -590,4 +606,10 @@ export class FakeExecutor implements Executor {
 function defaultTemplateNames(): string[] {
   const parsed = parseTemplates(DEFAULT_TEMPLATES);
   return typeof parsed === "string" ? ["base"] : [...parsed.keys()];
+}
+
+/** Resolves a file verb's path from the run-as user's home, as envd resolves it. */
+function resolveFor(fs: FakeFs, path: string, options: FileOptions): string {
+  const home = fakeHomeOf(options.user);
+  return fs.resolve(path, home, home);
 }

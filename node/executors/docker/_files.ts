@@ -1,15 +1,22 @@
 /**
  * The file verbs of the Docker executor. Whole files travel by the engine's archive API (a tar
  * in, a tar out), which needs no shell in the image and keeps bytes exact; everything that asks
- * the file system a question (stat, list, mkdir, move, remove) runs a small POSIX shell script
- * in the sandbox as its user, whose exit codes map to the contract's error codes.
+ * the file system a question (stat, list, move, remove) runs a small POSIX shell script in the
+ * sandbox as the run-as user, whose exit codes map to the contract's error codes.
+ *
+ * The run-as user is mapped as commands map it: `root`, else the image's user. What envd
+ * creates (a written file, a new directory) it creates as root and hands to the user, so it
+ * works wherever root could write; a container has every capability dropped, so its own root
+ * cannot do that, but the engine can: new files and directories go in by archive with the
+ * user's numeric ids in the tar headers. Questions and renames run as the user, with the
+ * kernel's answer for that user.
  *
  * @module
  */
 import { Buffer } from "node:buffer";
 import { posix } from "node:path";
 import type { Clock } from "../../../shared/clock.ts";
-import { ExecutorError, type FileEntry } from "../contract.ts";
+import { ExecutorError, type FileEntry, type FileOptions } from "../contract.ts";
 import { concat, readTar, writeTar } from "./_tar.ts";
 import type { Commands, HelperResult } from "./_exec.ts";
 import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
@@ -37,13 +44,19 @@ const LIST_SCRIPT = `${LITERAL}
 case "$1" in */) d=$1 ;; *) d=$1/ ;; esac
 find "$d" -mindepth 1 -maxdepth "$2" -exec stat -c '${STAT_FORMAT}' -- {} +`;
 
-/** Creates a directory and parents. Exit 10: it existed; 11: a non-directory is there; 3: a parent is a file. */
-const MKDIR_SCRIPT = `[ -d "$1" ] && exit 10
+/**
+ * Plans a directory's creation: prints the nearest existing ancestor, which the new directories
+ * go under by archive. Exit 10: it existed; 11: a non-directory is there; 3: an ancestor is a
+ * file; 13: the user cannot search the ancestor, so "missing" below it could be a lie (an
+ * archive put over a hidden directory would hand it to this user).
+ */
+const MKDIR_PLAN_SCRIPT = `[ -d "$1" ] && exit 10
 { [ -e "$1" ] || [ -L "$1" ]; } && { echo "a file exists at that path" >&2; exit 11; }
 a=$(dirname -- "$1")
-while [ ! -e "$a" ]; do a=$(dirname -- "$a"); done
+while [ ! -e "$a" ] && [ ! -L "$a" ]; do a=$(dirname -- "$a"); done
 [ -d "$a" ] || { echo "not a directory: $a" >&2; exit 3; }
-exec mkdir -p -- "$1"`;
+[ -x "$a" ] || { echo "Permission denied: $a" >&2; exit 13; }
+printf '%s' "$a"`;
 
 /**
  * Renames like rename(2) with envd's rules: the target's parent must exist, an existing file is
@@ -130,6 +143,12 @@ function scriptError(result: HelperResult, what: string, path: string): Executor
   if (result.code === 4) {
     return new ExecutorError("is_dir", `Cannot ${what} '${path}': ${said}`);
   }
+  if (result.code === 13 || /permission denied/i.test(said)) {
+    return new ExecutorError(
+      "invalid",
+      `Cannot ${what} '${path}' as this user: permission denied (${said}); ask for user root`,
+    );
+  }
   if (result.code === 11 || /exists/i.test(said)) {
     return new ExecutorError(
       "exists",
@@ -170,12 +189,21 @@ export class Files {
     this.#transferTimeoutMs = options.transferTimeoutMs;
   }
 
-  /** The contract's `writeFile`: one archive put, a mkdir and a second put when the parent is missing. */
-  async writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry> {
-    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+  /**
+   * The contract's `writeFile`: one archive put (owned by the run-as user, as envd hands its
+   * writes over), a `makeDir` and a second put when the parent is missing.
+   */
+  async writeFile(
+    id: string,
+    path: string,
+    data: Uint8Array,
+    options: FileOptions = {},
+  ): Promise<FileEntry> {
+    const runAs = await this.#runAs(id, options);
+    const target = resolvePath(path, runAs.home);
     if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
     const dir = posix.dirname(target);
-    const { uid, gid, owner, group } = await this.#ids(id);
+    const { uid, gid, owner, group } = await this.#owner(id, runAs.user);
     // Whole seconds: what a tar header keeps, so the entry says what stat would.
     const modifiedAt = Math.floor(this.#clock.now() / 1000) * 1000;
     const tar = writeTar([{
@@ -203,7 +231,7 @@ export class Files {
     } catch (error) {
       if (!(error instanceof ExecutorError)) throw error;
       if (error.code === "not_found") {
-        await this.makeDir(id, dir);
+        await this.makeDir(id, dir, options);
         await put().catch((again) => {
           throw this.#archiveError(again, id, "write", target);
         });
@@ -223,8 +251,8 @@ export class Files {
   }
 
   /** The contract's `readFile`: one archive get per symlink hop, at most eight hops. */
-  async readFile(id: string, path: string): Promise<Uint8Array> {
-    let target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+  async readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
+    let target = resolvePath(path, (await this.#runAs(id, options)).home);
     // Docker archives a symlink as itself; follow a few hops like a reader would.
     for (let hop = 0; hop < 8; hop++) {
       let tar: Uint8Array;
@@ -255,14 +283,20 @@ export class Files {
   }
 
   /** The contract's `listDir`, sorted by path; the depth is capped at 64 levels. */
-  async listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
-    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+  async listDir(
+    id: string,
+    path: string,
+    depth = 1,
+    options: FileOptions = {},
+  ): Promise<FileEntry[]> {
+    const runAs = await this.#runAs(id, options);
+    const target = resolvePath(path, runAs.home);
     if (!Number.isFinite(depth)) {
       throw new ExecutorError("invalid", `The depth ${depth} is not a number: give 1 or more`);
     }
     // Like the fake, a depth under 1 lists the children; a cap keeps one call bounded.
     const levels = Math.min(64, Math.max(1, Math.floor(depth)));
-    const result = await this.#script(id, LIST_SCRIPT, target, String(levels));
+    const result = await this.#script(id, runAs, LIST_SCRIPT, target, String(levels));
     if (result.code !== 0) throw scriptError(result, "list", target);
     return parseStatLines(result.stdout).sort((a, b) =>
       a.path < b.path ? -1 : a.path > b.path ? 1 : 0
@@ -270,9 +304,10 @@ export class Files {
   }
 
   /** The contract's `stat`; a symlink is described itself, with its target. */
-  async stat(id: string, path: string): Promise<FileEntry> {
-    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
-    const result = await this.#script(id, STAT_SCRIPT, target);
+  async stat(id: string, path: string, options: FileOptions = {}): Promise<FileEntry> {
+    const runAs = await this.#runAs(id, options);
+    const target = resolvePath(path, runAs.home);
+    const result = await this.#script(id, runAs, STAT_SCRIPT, target);
     if (result.code !== 0) throw scriptError(result, "stat", target);
     const [entry] = parseStatLines(result.stdout);
     if (!entry) {
@@ -281,44 +316,90 @@ export class Files {
     return entry;
   }
 
-  /** The contract's `makeDir`. */
-  async makeDir(id: string, path: string): Promise<boolean> {
-    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
-    const result = await this.#script(id, MKDIR_SCRIPT, target);
-    if (result.code === 10) return false;
-    if (result.code !== 0) throw scriptError(result, "make directory", target);
+  /**
+   * The contract's `makeDir`: the missing directories go in by one archive put under their
+   * nearest existing ancestor, owned by the run-as user (see the module doc).
+   */
+  async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
+    const runAs = await this.#runAs(id, options);
+    const target = resolvePath(path, runAs.home);
+    const plan = await this.#script(id, runAs, MKDIR_PLAN_SCRIPT, target);
+    if (plan.code === 10) return false;
+    if (plan.code !== 0) throw scriptError(plan, "make directory", target);
+    const base = plan.stdout;
+    const missing = posix.relative(base, target).split("/");
+    const { uid, gid } = await this.#owner(id, runAs.user);
+    const mtimeMs = this.#clock.now();
+    const tar = writeTar(missing.map((_, i) => ({
+      name: missing.slice(0, i + 1).join("/"),
+      type: "dir" as const,
+      mode: 0o755,
+      mtimeMs,
+      uid,
+      gid,
+    })));
+    await this.#engine.call(
+      `making directory ${target} in sandbox ${id}`,
+      (signal) =>
+        this.#engine.container(id).putArchive(
+          Buffer.from(tar.buffer, tar.byteOffset, tar.length),
+          { path: base, noOverwriteDirNonDir: true, abortSignal: signal },
+        ),
+      this.#transferTimeoutMs,
+    ).catch((error) => {
+      throw this.#archiveError(error, id, "make directory", target);
+    });
     return true;
   }
 
   /** The contract's `move`, with envd's rules (see the script). */
-  async move(id: string, from: string, to: string): Promise<FileEntry> {
-    const { home } = await this.#sandboxes.get(id);
-    const source = resolvePath(from, home, "source path");
-    const target = resolvePath(to, home, "target path");
+  async move(
+    id: string,
+    from: string,
+    to: string,
+    options: FileOptions = {},
+  ): Promise<FileEntry> {
+    const runAs = await this.#runAs(id, options);
+    const source = resolvePath(from, runAs.home, "source path");
+    const target = resolvePath(to, runAs.home, "target path");
     if (source === "/" || source === target || target.startsWith(source + "/")) {
       throw new ExecutorError("invalid", `Cannot move ${source} into itself (${target})`);
     }
-    const result = await this.#script(id, MOVE_SCRIPT, source, target);
+    const result = await this.#script(id, runAs, MOVE_SCRIPT, source, target);
     if (result.code === 5) {
       throw new ExecutorError("not_found", `Cannot move to '${target}': its parent does not exist`);
     }
     if (result.code !== 0) throw scriptError(result, "move", result.code === 2 ? source : target);
-    return await this.stat(id, target);
+    return await this.stat(id, target, options);
   }
 
   /** The contract's `remove`; '/' is refused. */
-  async remove(id: string, path: string): Promise<void> {
-    const target = resolvePath(path, (await this.#sandboxes.get(id)).home);
+  async remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
+    const runAs = await this.#runAs(id, options);
+    const target = resolvePath(path, runAs.home);
     if (target === "/") {
       throw new ExecutorError("invalid", "Refusing to remove '/': name a path below it");
     }
-    const result = await this.#script(id, REMOVE_SCRIPT, target);
+    const result = await this.#script(id, runAs, REMOVE_SCRIPT, target);
     if (result.code !== 0) throw scriptError(result, "remove", target);
   }
 
-  /** Runs one of the scripts above with `/bin/sh` as the sandbox's user. */
-  #script(id: string, script: string, ...args: string[]): Promise<HelperResult> {
-    return this.#commands.run(id, ["/bin/sh", "-c", script, "sh", ...args]);
+  /** Runs one of the scripts above with `/bin/sh` as the run-as user. */
+  #script(id: string, runAs: RunAs, script: string, ...args: string[]): Promise<HelperResult> {
+    return this.#commands.run(id, ["/bin/sh", "-c", script, "sh", ...args], runAs.user);
+  }
+
+  /**
+   * Who a file call runs as, mapped as commands map it: root only when asked for by name (a
+   * name the image lacks would fail every exec, and E2B always sends one), else the image's
+   * user; and that user's home.
+   */
+  async #runAs(id: string, options: FileOptions): Promise<RunAs> {
+    const info = await this.#sandboxes.get(id);
+    if (options.user !== "root" || !info.user || info.user === "root") {
+      return { user: info.user || "root", home: info.home };
+    }
+    return { user: "root", home: "/root" };
   }
 
   /** Turns an archive transfer's failure into the contract's error for that path. */
@@ -348,12 +429,14 @@ export class Files {
   }
 
   /**
-   * The numeric ids of the sandbox's user, from the container's /etc/passwd (read by archive,
-   * not exec). The engine extracts archives as root with the header's owner; its own
-   * `copyUIDGID` looks the name up on the host on some versions, so it cannot be trusted.
+   * The numeric ids and names of a run-as user, the image's from the container's /etc/passwd
+   * (read by archive, not exec). The engine extracts archives as root with the header's owner;
+   * its own `copyUIDGID` looks the name up on the host on some versions, so it cannot be
+   * trusted.
    */
-  async #ids(id: string): Promise<Owner> {
+  async #owner(id: string, user: string): Promise<Owner> {
     const info = await this.#sandboxes.get(id);
+    if (user === "root") return ROOT;
     if (info.ids) return info.ids;
     const [name, group] = info.user.split(":");
     // Only a missing file is an empty table: a lost container or a down engine is the answer.
@@ -383,3 +466,12 @@ export class Files {
     return info.ids;
   }
 }
+
+/** Who a file call runs as (a user name for exec) and where its relative paths start. */
+interface RunAs {
+  user: string;
+  home: string;
+}
+
+/** The owner of what root creates. */
+const ROOT: Owner = { uid: 0, gid: 0, owner: "root", group: "root" };

@@ -18,6 +18,7 @@ import {
   type Executor,
   ExecutorError,
   type FileEntry,
+  type FileOptions,
   type SandboxLimits,
   type SandboxStats,
 } from "../contract.ts";
@@ -450,32 +451,37 @@ export class DockerExecutor implements Executor {
     return this.#commands.exec(id, request);
   }
 
-  writeFile(id: string, path: string, data: Uint8Array): Promise<FileEntry> {
-    return this.#files.writeFile(id, path, data);
+  writeFile(
+    id: string,
+    path: string,
+    data: Uint8Array,
+    options: FileOptions = {},
+  ): Promise<FileEntry> {
+    return this.#files.writeFile(id, path, data, options);
   }
 
-  readFile(id: string, path: string): Promise<Uint8Array> {
-    return this.#files.readFile(id, path);
+  readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
+    return this.#files.readFile(id, path, options);
   }
 
-  listDir(id: string, path: string, depth = 1): Promise<FileEntry[]> {
-    return this.#files.listDir(id, path, depth);
+  listDir(id: string, path: string, depth = 1, options: FileOptions = {}): Promise<FileEntry[]> {
+    return this.#files.listDir(id, path, depth, options);
   }
 
-  stat(id: string, path: string): Promise<FileEntry> {
-    return this.#files.stat(id, path);
+  stat(id: string, path: string, options: FileOptions = {}): Promise<FileEntry> {
+    return this.#files.stat(id, path, options);
   }
 
-  makeDir(id: string, path: string): Promise<boolean> {
-    return this.#files.makeDir(id, path);
+  makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
+    return this.#files.makeDir(id, path, options);
   }
 
-  move(id: string, from: string, to: string): Promise<FileEntry> {
-    return this.#files.move(id, from, to);
+  move(id: string, from: string, to: string, options: FileOptions = {}): Promise<FileEntry> {
+    return this.#files.move(id, from, to, options);
   }
 
-  remove(id: string, path: string): Promise<void> {
-    return this.#files.remove(id, path);
+  remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
+    return this.#files.remove(id, path, options);
   }
 
   pause(id: string): Promise<void> {

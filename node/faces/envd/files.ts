@@ -109,7 +109,7 @@ async function readFileResponse(
 ): Promise<Response> {
   const user = url.searchParams.get("username") || DEFAULT_USER;
   const path = resolvePath(url.searchParams.get("path") ?? "", user, "path");
-  const data = await core.ops.readFile({ id: sandbox.id }, path);
+  const data = await core.ops.readFile({ id: sandbox.id }, path, { user });
   return new Response(data as Uint8Array<ArrayBuffer>, {
     status: 200,
     headers: {
@@ -215,7 +215,7 @@ async function writeFilesResponse(
   }
   const out = [];
   for (const file of files) {
-    const entry = await core.ops.writeFile({ id: sandbox.id }, file.path, file.data);
+    const entry = await core.ops.writeFile({ id: sandbox.id }, file.path, file.data, { user });
     core.watchers.publish(sandbox.id, entry.path, "EVENT_TYPE_WRITE");
     out.push({ path: entry.path, name: entry.name, type: "file" });
   }

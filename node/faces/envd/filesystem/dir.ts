@@ -24,8 +24,9 @@ const makeDirSchema = z.object({ path: z.string() });
  */
 export async function listDir(ops: SandboxOps, call: RpcCall): Promise<unknown> {
   const body = parseMessage(listDirSchema, call.message);
-  const path = resolvePath(body.path, call.user(), "path");
-  const entries = await ops.listDir({ id: call.sandbox.id }, path, body.depth || 1);
+  const user = call.user();
+  const path = resolvePath(body.path, user, "path");
+  const entries = await ops.listDir({ id: call.sandbox.id }, path, body.depth || 1, { user });
   return { entries: entries.map(entryJson) };
 }
 
@@ -44,11 +45,12 @@ export async function makeDir(
   call: RpcCall,
 ): Promise<unknown> {
   const body = parseMessage(makeDirSchema, call.message);
-  const path = resolvePath(body.path, call.user(), "path");
-  const made = await ops.makeDir({ id: call.sandbox.id }, path);
+  const user = call.user();
+  const path = resolvePath(body.path, user, "path");
+  const made = await ops.makeDir({ id: call.sandbox.id }, path, { user });
   if (!made) {
     throw new ConnectError("already_exists", `Directory '${path}' already exists`);
   }
   watchers.publish(call.sandbox.id, path, "EVENT_TYPE_CREATE");
-  return { entry: entryJson(await ops.stat({ id: call.sandbox.id }, path)) };
+  return { entry: entryJson(await ops.stat({ id: call.sandbox.id }, path, { user })) };
 }

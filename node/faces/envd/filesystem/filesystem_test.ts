@@ -41,3 +41,29 @@ Deno.test("WatchDir reports uploads made through envd, then ends when the client
   await reader.cancel();
   await executor.close();
 });
+
+Deno.test("Filesystem RPCs and /files run as the user the request names", async () => {
+  const { app, unary, headers, executor } = await setup();
+  const asRoot = headers({ authorization: `Basic ${btoa("root:")}` });
+  const made = await (await unary("filesystem.Filesystem/MakeDir", { path: "/opt/x" }, asRoot))
+    .json();
+  assert.equal(made.entry.owner, "root");
+  const up = await app.request("/e2b/envd/files?path=/root/r.txt&username=root", {
+    method: "POST",
+    headers: { ...headers(), "content-type": "application/octet-stream" },
+    body: "r",
+  });
+  assert.equal(up.status, 200, await up.clone().text());
+  await up.body?.cancel();
+  const listed = await (await unary("filesystem.Filesystem/ListDir", { path: "~" }, asRoot))
+    .json();
+  assert.deepEqual(
+    listed.entries.map((e: { path: string; owner: string }) => [e.path, e.owner]),
+    [["/root/r.txt", "root"]],
+  );
+  // Without a user, E2B's default user: relative paths from its home, and it owns its files.
+  await unary("filesystem.Filesystem/MakeDir", { path: "mine" });
+  const mine = await (await unary("filesystem.Filesystem/Stat", { path: "mine" })).json();
+  assert.deepEqual([mine.entry.path, mine.entry.owner], ["/home/user/mine", "user"]);
+  await executor.close();
+});

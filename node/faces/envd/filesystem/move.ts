@@ -25,7 +25,7 @@ export async function move(ops: SandboxOps, watchers: Watchers, call: RpcCall): 
   const user = call.user();
   const from = resolvePath(body.source, user, "source");
   const to = resolvePath(body.destination, user, "destination");
-  const entry = await ops.move({ id: call.sandbox.id }, from, to);
+  const entry = await ops.move({ id: call.sandbox.id }, from, to, { user });
   watchers.publish(call.sandbox.id, from, "EVENT_TYPE_RENAME");
   watchers.publish(call.sandbox.id, to, "EVENT_TYPE_CREATE");
   return { entry: entryJson(entry) };

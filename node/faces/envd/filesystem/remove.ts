@@ -25,8 +25,9 @@ export async function remove(
   call: RpcCall,
 ): Promise<unknown> {
   const body = parseMessage(removeSchema, call.message);
-  const path = resolvePath(body.path, call.user(), "path");
-  await ops.remove({ id: call.sandbox.id }, path);
+  const user = call.user();
+  const path = resolvePath(body.path, user, "path");
+  await ops.remove({ id: call.sandbox.id }, path, { user });
   watchers.publish(call.sandbox.id, path, "EVENT_TYPE_REMOVE");
   return {};
 }

@@ -21,9 +21,9 @@ const statSchema = z.object({ path: z.string() });
  */
 export async function stat(ops: SandboxOps, call: RpcCall): Promise<unknown> {
   const body = parseMessage(statSchema, call.message);
-  const entry = await ops.stat(
-    { id: call.sandbox.id },
-    resolvePath(body.path, call.user(), "path"),
-  );
+  const user = call.user();
+  const entry = await ops.stat({ id: call.sandbox.id }, resolvePath(body.path, user, "path"), {
+    user,
+  });
   return { entry: entryJson(entry) };
 }

@@ -38,8 +38,9 @@ export async function watchDir(
   sink: StreamSink,
 ): Promise<void> {
   const body = parseMessage(watchSchema, call.message);
-  const path = resolvePath(body.path, call.user(), "path");
-  await requireDir(ops, call.sandbox, path);
+  const user = call.user();
+  const path = resolvePath(body.path, user, "path");
+  await requireDir(ops, call.sandbox, path, user);
   sink.send({ start: {} });
   const unwatch = watchers.add({
     sandboxId: call.sandbox.id,
@@ -71,8 +72,9 @@ export async function createWatcher(
   call: RpcCall,
 ): Promise<unknown> {
   const body = parseMessage(watchSchema, call.message);
-  const path = resolvePath(body.path, call.user(), "path");
-  await requireDir(ops, call.sandbox, path);
+  const user = call.user();
+  const path = resolvePath(body.path, user, "path");
+  await requireDir(ops, call.sandbox, path, user);
   const watcherId = watchers.createPolled({
     sandboxId: call.sandbox.id,
     path,
@@ -112,8 +114,13 @@ export function removeWatcher(watchers: Watchers, call: RpcCall): Promise<unknow
   return Promise.resolve({});
 }
 
-async function requireDir(ops: SandboxOps, sandbox: SandboxRecord, path: string): Promise<void> {
-  const entry = await ops.stat({ id: sandbox.id }, path);
+async function requireDir(
+  ops: SandboxOps,
+  sandbox: SandboxRecord,
+  path: string,
+  user: string,
+): Promise<void> {
+  const entry = await ops.stat({ id: sandbox.id }, path, { user });
   if (entry.type !== "dir") {
     throw new ConnectError("invalid_argument", `'${path}' is not a directory: watch a directory`);
   }
