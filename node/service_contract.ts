@@ -154,7 +154,7 @@ export interface SandboxOps {
   makeDir(ref: SandboxRef, path: string, options?: FileOptions): Promise<boolean>;
   /** Renames `from` to `to`; resolves the entry at its new path (wakes first). */
   move(ref: SandboxRef, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
-  /** Removes a file or a directory tree (wakes first). */
+  /** Removes a file or a directory tree; a missing path is not an error (wakes first). */
   remove(ref: SandboxRef, path: string, options?: FileOptions): Promise<void>;
   /** Replaces (or merges, with `merge: true`) the metadata. */
   updateMetadata(

@@ -158,6 +158,8 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(await sandbox.files.exists("/tmp/f/b.bin"), true);
     await sandbox.files.remove("/tmp/f/b.bin");
     assert.equal(await sandbox.files.exists("/tmp/f/b.bin"), false);
+    // envd's remove of a missing path succeeds.
+    await sandbox.files.remove("/tmp/f/b.bin");
     const missing = await sandbox.files.read("/tmp/f/b.bin").catch((e) => e);
     assert.equal(missing?.name, "FileNotFoundError");
   });

@@ -134,6 +134,8 @@ Deno.test({
       assert.equal((await sandbox.files.getInfo("/tmp/d")).type, "dir");
       await sandbox.files.remove("/tmp/a.txt");
       assert.equal(await sandbox.files.exists("/tmp/a.txt"), false);
+      // envd's remove of a missing path succeeds.
+      await sandbox.files.remove("/tmp/a.txt");
     });
 
     await t.step("files honour the user: what root writes is root's", async () => {

@@ -258,7 +258,7 @@ export interface Executor {
   makeDir(id: string, path: string, options?: FileOptions): Promise<boolean>;
   /** Renames `from` to `to`. */
   move(id: string, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
-  /** Removes a file or a directory tree. */
+  /** Removes a file or a directory tree; a path that does not exist is not an error (envd's). */
   remove(id: string, path: string, options?: FileOptions): Promise<void>;
   /** Freezes every process of the sandbox. */
   pause(id: string): Promise<void>;

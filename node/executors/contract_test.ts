@@ -299,7 +299,13 @@ const cases: Record<string, Case> = {
     await ex.remove(id, "/tmp/rm/f.txt");
     await ex.remove(id, "/tmp/rm/a");
     assert.deepEqual(await ex.listDir(id, "/tmp/rm"), []);
-    await rejectsWith(ex.remove(id, "/tmp/rm/a"), "not_found");
+  },
+  "remove() of a missing path is a no-op, unless its parent is a file": async (ex, id) => {
+    await ex.remove(id, "/tmp/rm-none");
+    await ex.remove(id, "/tmp/rm-none/deeper/still");
+    await ex.writeFile(id, "/tmp/rm-file", encoder.encode("f"));
+    await rejectsWith(ex.remove(id, "/tmp/rm-file/below"), "not_dir");
+    assert.deepEqual(await ex.readFile(id, "/tmp/rm-file"), encoder.encode("f"));
   },
   "file calls name what is wrong with a path": async (ex, id) => {
     await ex.writeFile(id, "/tmp/e/file", encoder.encode("x"));

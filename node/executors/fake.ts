@@ -525,11 +525,15 @@ export class FakeExecutor implements Executor {
     return fs.move(resolveFor(fs, from, options), resolveFor(fs, to, options));
   }
 
-  /** Removes a path (a tree for a directory). */
+  /** Removes a path (a tree for a directory); a missing one is not an error, as in envd. */
   async remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
     await this.hooks.enter("remove");
     const { fs } = await this.#ready(id);
-    fs.remove(resolveFor(fs, path, options));
+    try {
+      fs.remove(resolveFor(fs, path, options));
+    } catch (error) {
+      if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
+    }
   }
 
   /** Freezes the sandbox: later exec and file calls wait, running commands stop writing. */

@@ -72,9 +72,15 @@ fi
 if [ -d "$2" ] && [ ! -L "$2" ]; then echo "$2 is an existing directory" >&2; exit 11; fi
 exec mv -f -- "$1" "$2"`;
 
-/** Removes a path. Exit 2: missing. */
-const REMOVE_SCRIPT =
-  `[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+/**
+ * Removes a path; a missing one is not an error (envd's `RemoveAll`), unless its parent is a
+ * file. Exit 3: the parent is not a directory.
+ */
+const REMOVE_SCRIPT = `if [ ! -e "$1" ] && [ ! -L "$1" ]; then
+  p=$(dirname -- "$1")
+  if [ -e "$p" ] && [ ! -d "$p" ]; then echo "not a directory: $p" >&2; exit 3; fi
+  exit 0
+fi
 exec rm -rf -- "$1"`;
 
 /** The name of the numeric id in a passwd/group file, or the number itself. */
@@ -373,7 +379,7 @@ export class Files {
     return await this.stat(id, target, options);
   }
 
-  /** The contract's `remove`; '/' is refused. */
+  /** The contract's `remove`; '/' is refused, a missing path is not an error. */
   async remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
     const runAs = await this.#runAs(id, options);
     const target = resolvePath(path, runAs.home);
