@@ -180,6 +180,12 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     },
   );
 
+  await t.step("files.read reads a virtual file like cat does", async () => {
+    const version = await sandbox.files.read("/proc/version");
+    assert.match(version, /^Linux version /);
+    assert.equal(version, (await sandbox.commands.run("cat /proc/version")).stdout);
+  });
+
   await t.step("pause freezes the container; connect thaws it with its processes", async () => {
     const sleeper = await sandbox.commands.run("sleep 300", { background: true });
     assert.equal(await sandbox.pause(), true);

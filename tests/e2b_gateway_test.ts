@@ -149,6 +149,11 @@ Deno.test({
       assert.equal((await sandbox.files.getInfo("/tmp/mine.txt")).owner, "user");
     });
 
+    await t.step("files.read reads a virtual file, whose size says 0", async () => {
+      assert.match(await sandbox.files.read("/proc/version"), /^Linux version /);
+      assert.equal((await sandbox.files.getInfo("/proc/version")).size, 0);
+    });
+
     await t.step("setTimeout and getInfo report state and metadata", async () => {
       const named = await Sandbox.create({ ...opts, metadata: { name: "gw-info-1", team: "y" } });
       await named.setTimeout(600_000);

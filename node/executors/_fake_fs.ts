@@ -9,7 +9,15 @@ import { ExecutorError } from "./contract.ts";
 
 type FsNode =
   | { type: "dir"; mode: number; modifiedAt: number; owner: string }
-  | { type: "file"; data: Uint8Array; mode: number; modifiedAt: number; owner: string };
+  | {
+    type: "file";
+    data: Uint8Array;
+    mode: number;
+    modifiedAt: number;
+    owner: string;
+    /** A kernel file: stat says size 0 whatever it holds, as /proc's do. */
+    virtual?: boolean;
+  };
 
 /** The home directory of every fake sandbox. */
 export const fakeHome = "/home/user";
@@ -38,7 +46,11 @@ const BOOT_DIRS: [string, string][] = [
   ["/usr/bin", "root"],
   ["/etc", "root"],
   ["/opt", "root"],
+  ["/proc", "root"],
 ];
+
+/** What `/proc/version` says in a fake sandbox. */
+const FAKE_KERNEL_VERSION = "Linux version 6.1.0-dormice-fake (fake executor) #1 SMP\n";
 
 /** A flat map of absolute paths to nodes; small and obviously correct beats fast here. */
 export class FakeFs {
@@ -50,6 +62,14 @@ export class FakeFs {
     for (const [dir, owner] of BOOT_DIRS) {
       this.#nodes.set(dir, { type: "dir", mode: 0o755, modifiedAt: now(), owner });
     }
+    this.#nodes.set("/proc/version", {
+      type: "file",
+      data: new TextEncoder().encode(FAKE_KERNEL_VERSION),
+      mode: 0o444,
+      modifiedAt: now(),
+      owner: "root",
+      virtual: true,
+    });
   }
 
   /** Resolves `path` against `cwd` (relative paths are relative to the home, as envd does). */
@@ -130,7 +150,7 @@ export class FakeFs {
       name: path === "/" ? "/" : posix.basename(path),
       path,
       type: node.type,
-      size: node.type === "file" ? node.data.length : 0,
+      size: node.type === "file" && !node.virtual ? node.data.length : 0,
       mode: node.mode,
       owner: node.owner,
       group: node.owner,

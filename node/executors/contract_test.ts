@@ -242,6 +242,14 @@ const cases: Record<string, Case> = {
     assert.equal((await ex.stat(id, "/opt/mine")).owner, "user");
     assert.equal((await ex.stat(id, "/opt")).owner, "root");
   },
+  "readFile() reads a virtual file to its end though its stat says size 0": async (ex, id) => {
+    const version = new TextDecoder().decode(await ex.readFile(id, "/proc/version"));
+    assert.match(version, /^Linux version /);
+    assert.equal((await ex.stat(id, "/proc/version")).size, 0);
+    assert.equal((await run(ex, id, "cat /proc/version")).stdout, version);
+    await rejectsWith(ex.readFile(id, "/proc/no-such-file"), "not_found");
+    await rejectsWith(ex.readFile(id, "/proc"), "is_dir");
+  },
   "stat() describes files and directories": async (ex, id) => {
     await ex.writeFile(id, "/tmp/s/f.txt", encoder.encode("12345"));
     const file = await ex.stat(id, "/tmp/s/f.txt");

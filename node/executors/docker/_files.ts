@@ -83,6 +83,17 @@ const REMOVE_SCRIPT = `if [ ! -e "$1" ] && [ ! -L "$1" ]; then
 fi
 exec rm -rf -- "$1"`;
 
+/**
+ * Reads a file the engine's archive cannot see, to its end or to a byte limit. Exit 2: missing;
+ * 4: a directory.
+ */
+const READ_SCRIPT = `[ -e "$1" ] || { echo "no such file or directory" >&2; exit 2; }
+[ -d "$1" ] && { echo "it is a directory" >&2; exit 4; }
+exec head -c "$2" -- "$1"`;
+
+/** The most a command read returns (a virtual file's content is small; a device's endless). */
+const COMMAND_READ_LIMIT = 16 * 1024 * 1024;
+
 /** The name of the numeric id in a passwd/group file, or the number itself. */
 function nameOf(table: string, id: number): string {
   const line = table.split("\n").find((l) => l.split(":")[2] === String(id));
@@ -256,9 +267,13 @@ export class Files {
     };
   }
 
-  /** The contract's `readFile`: one archive get per symlink hop, at most eight hops. */
+  /**
+   * The contract's `readFile`: one archive get per symlink hop, at most eight hops. What the
+   * archive cannot see (the container's own mounts: /proc, /sys, /dev) is read by a command.
+   */
   async readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
-    let target = resolvePath(path, (await this.#runAs(id, options)).home);
+    const runAs = await this.#runAs(id, options);
+    let target = resolvePath(path, runAs.home);
     // Docker archives a symlink as itself; follow a few hops like a reader would.
     for (let hop = 0; hop < 8; hop++) {
       let tar: Uint8Array;
@@ -273,7 +288,11 @@ export class Files {
           return concat(chunks);
         }, this.#transferTimeoutMs);
       } catch (error) {
-        throw this.#archiveError(error, id, "read", path);
+        const failure = this.#archiveError(error, id, "read", path);
+        if (failure instanceof ExecutorError && failure.code === "not_found") {
+          return await this.#readByCommand(id, runAs, target, path);
+        }
+        throw failure;
       }
       const [entry] = readTar(tar);
       if (!entry) {
@@ -388,6 +407,62 @@ export class Files {
     }
     const result = await this.#script(id, runAs, REMOVE_SCRIPT, target);
     if (result.code !== 0) throw scriptError(result, "remove", target);
+  }
+
+  /**
+   * Reads a file by running `head` in the sandbox, for a file the engine's archive does not
+   * see: a virtual file says size 0 and has content, so it is read to its end (up to
+   * {@link COMMAND_READ_LIMIT}; /dev/zero has no end), never by its size.
+   */
+  async #readByCommand(
+    id: string,
+    runAs: RunAs,
+    target: string,
+    asked: string,
+  ): Promise<Uint8Array> {
+    const handle = await this.#commands.exec(id, {
+      cmd: ["/bin/sh", "-c", READ_SCRIPT, "sh", target, String(COMMAND_READ_LIMIT + 1)],
+      user: runAs.user,
+    });
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const deadline = new Promise<"late">((resolve) => {
+      timer = setTimeout(() => resolve("late"), this.#transferTimeoutMs);
+    });
+    const chunks: Uint8Array[] = [];
+    let size = 0;
+    const output = (async () => {
+      for await (const chunk of handle.stdout) {
+        chunks.push(chunk);
+        size += chunk.length;
+        if (size > COMMAND_READ_LIMIT) return "long" as const;
+      }
+      return "done" as const;
+    })();
+    const stderr = new Response(handle.stderr).text();
+    try {
+      const outcome = await Promise.race([output, deadline]);
+      if (outcome !== "done") {
+        await handle.kill("SIGKILL").catch(() => {});
+        if (outcome === "late") {
+          throw new ExecutorError(
+            "timeout",
+            `Reading '${asked}' in sandbox ${id} ran past ${this.#transferTimeoutMs} ms`,
+          );
+        }
+        throw new ExecutorError(
+          "invalid",
+          `Cannot read '${asked}': it is longer than ${COMMAND_READ_LIMIT} bytes and has no ` +
+            `size to go by (a device or a virtual file): read a part with a command, e.g. head -c`,
+        );
+      }
+      const exit = await handle.exited;
+      if (exit.exitCode !== 0) {
+        throw scriptError({ code: exit.exitCode, stdout: "", stderr: await stderr }, "read", asked);
+      }
+      return concat(chunks);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Runs one of the scripts above with `/bin/sh` as the run-as user. */
