@@ -180,6 +180,30 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     },
   );
 
+  await t.step("entries carry envd's metadata; a symlink its absolute target", async () => {
+    await sandbox.files.makeDir("/tmp/meta/sub");
+    await sandbox.files.write("/tmp/meta/f.txt", "hello");
+    await sandbox.commands.run("cd /tmp/meta && ln -s f.txt lf && ln -s sub ls");
+    const entries = new Map((await sandbox.files.list("/tmp/meta")).map((e) => [e.name, e]));
+    const file = entries.get("f.txt")!;
+    assert.deepEqual(
+      [file.type, file.size, file.mode, file.permissions, file.owner, file.group],
+      ["file", 5, 0o644, "-rw-r--r--", "user", "user"],
+    );
+    assert.ok(file.modifiedTime instanceof Date && file.modifiedTime.getTime() > 1.6e12);
+    const dir = entries.get("sub")!;
+    assert.deepEqual([dir.type, dir.mode, dir.permissions], ["dir", 0o755, "drwxr-xr-x"]);
+    assert.ok(dir.size > 0, `a directory's size is its own: ${dir.size}`);
+    // envd describes a link by what it leads to, with the absolute target.
+    const link = await sandbox.files.getInfo("/tmp/meta/lf");
+    assert.deepEqual(
+      [link.type, link.symlinkTarget, link.permissions],
+      ["file", "/tmp/meta/f.txt", "Lrwxrwxrwx"],
+    );
+    assert.equal(entries.get("ls")?.type, "dir");
+    assert.equal(entries.get("ls")?.symlinkTarget, "/tmp/meta/sub");
+  });
+
   await t.step("files.read reads a virtual file like cat does", async () => {
     const version = await sandbox.files.read("/proc/version");
     assert.match(version, /^Linux version /);

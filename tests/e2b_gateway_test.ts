@@ -149,6 +149,19 @@ Deno.test({
       assert.equal((await sandbox.files.getInfo("/tmp/mine.txt")).owner, "user");
     });
 
+    await t.step("entries carry envd's metadata; a symlink its absolute target", async () => {
+      await sandbox.files.write("/tmp/meta/f.txt", "hello");
+      await sandbox.commands.run("cd /tmp/meta && ln -s f.txt lf");
+      const file = await sandbox.files.getInfo("/tmp/meta/f.txt");
+      assert.deepEqual(
+        [file.size, file.mode, file.permissions, file.owner, file.group],
+        [5, 0o644, "-rw-r--r--", "user", "user"],
+      );
+      assert.ok((await sandbox.files.getInfo("/tmp/meta")).size > 0);
+      const link = await sandbox.files.getInfo("/tmp/meta/lf");
+      assert.deepEqual([link.type, link.symlinkTarget], ["file", "/tmp/meta/f.txt"]);
+    });
+
     await t.step("files.read reads a virtual file, whose size says 0", async () => {
       assert.match(await sandbox.files.read("/proc/version"), /^Linux version /);
       assert.equal((await sandbox.files.getInfo("/proc/version")).size, 0);

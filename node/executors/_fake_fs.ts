@@ -17,7 +17,14 @@ type FsNode =
     owner: string;
     /** A kernel file: stat says size 0 whatever it holds, as /proc's do. */
     virtual?: boolean;
-  };
+  }
+  | { type: "symlink"; target: string; mode: number; modifiedAt: number; owner: string };
+
+/** The size stat gives a directory on ext4, which envd reports as it is. */
+const DIR_SIZE = 4096;
+
+/** Symlink hops a lookup follows before it gives up, as Linux does (ELOOP). */
+const MAX_HOPS = 40;
 
 /** The home directory of every fake sandbox. */
 export const fakeHome = "/home/user";
@@ -94,13 +101,23 @@ export class FakeFs {
     return this.#nodes.has(path);
   }
 
-  /** Reads a whole file. */
+  /** Reads a whole file, through symlinks. */
   read(path: string): Uint8Array {
-    const node = this.#node(path);
+    const node = this.#node(this.#follow(path).path);
     if (node.type === "dir") {
       throw new ExecutorError("is_dir", `${path} is a directory: read a file`);
     }
+    if (node.type === "symlink") {
+      throw new ExecutorError("invalid", `${path}: too many levels of symbolic links`);
+    }
     return node.data.slice();
+  }
+
+  /** Creates a symlink at `path` to `target` (kept as given, relative or not). */
+  symlink(target: string, path: string, owner = "user"): void {
+    this.#parent(path, false);
+    if (this.#nodes.has(path)) throw new ExecutorError("exists", `${path} already exists`);
+    this.#nodes.set(path, { type: "symlink", target, mode: 0o777, modifiedAt: this.#now(), owner });
   }
 
   /**
@@ -112,6 +129,8 @@ export class FakeFs {
     data: Uint8Array,
     { append = false, parents = true, owner = "user" } = {},
   ): FileEntry {
+    // A write through a symlink writes what it leads to, as open(2) does.
+    if (this.#nodes.get(path)?.type === "symlink") path = this.#follow(path).path;
     this.#parent(path, parents, owner);
     const existing = this.#nodes.get(path);
     if (existing?.type === "dir") {
@@ -143,19 +162,43 @@ export class FakeFs {
     return true;
   }
 
-  /** Describes one path. */
+  /** Describes one path; a symlink is described itself, with where it leads. */
   stat(path: string): FileEntry {
     const node = this.#node(path);
-    return {
+    const entry: FileEntry = {
       name: path === "/" ? "/" : posix.basename(path),
       path,
       type: node.type,
-      size: node.type === "file" && !node.virtual ? node.data.length : 0,
+      size: node.type === "file"
+        ? (node.virtual ? 0 : node.data.length)
+        : node.type === "dir"
+        ? DIR_SIZE
+        : new TextEncoder().encode(node.target).length,
       mode: node.mode,
       owner: node.owner,
       group: node.owner,
       modifiedAt: node.modifiedAt,
     };
+    if (node.type === "symlink") {
+      const end = this.#follow(path);
+      entry.symlinkTarget = end.path;
+      if (end.node && end.node.type !== "symlink") {
+        entry.targetType = end.node.type;
+        entry.targetMode = end.node.mode;
+      }
+    }
+    return entry;
+  }
+
+  /** Where `path` leads through symlinks (the node there, if any), at most MAX_HOPS hops. */
+  #follow(path: string): { path: string; node?: FsNode } {
+    let at = path;
+    for (let hop = 0; hop <= MAX_HOPS; hop++) {
+      const node = this.#nodes.get(at);
+      if (node?.type !== "symlink") return { path: at, node };
+      at = posix.resolve(posix.dirname(at), node.target);
+    }
+    return { path: at, node: this.#nodes.get(at) };
   }
 
   /** Lists a directory down to `depth` levels, sorted by path. */

@@ -302,6 +302,22 @@ const builtins: Record<string, Builtin> = {
     }
     return status;
   },
+  ln: async (args, ctx) => {
+    const flags = args.filter((a) => a.startsWith("-")).join("");
+    const [target, link] = args.filter((a) => !a.startsWith("-"));
+    if (!flags.includes("s") || !target || !link) {
+      await ctx.err("ln: the fake shell makes symbolic links only: ln -s TARGET LINK\n");
+      return 1;
+    }
+    try {
+      const abs = ctx.host.fs.resolve(link, ctx.env.cwd);
+      if (flags.includes("f") && ctx.host.fs.exists(abs)) ctx.host.fs.remove(abs);
+      ctx.host.fs.symlink(target, abs, fakeUser(ctx.host.user));
+      return 0;
+    } catch (e) {
+      return await fail(ctx, "ln", `failed to create symbolic link '${link}'`, e);
+    }
+  },
   touch: async (args, ctx) => {
     let status = 0;
     for (const p of args.filter((a) => !a.startsWith("-"))) {

@@ -96,26 +96,30 @@ export interface ExecHandle {
   resize(size: TerminalSize): Promise<void>;
 }
 
-/** One file-system entry. */
+/** One file-system entry, as `lstat` describes it (a symlink is described itself). */
 export interface FileEntry {
   /** Base name. */
   name: string;
   /** Absolute path. */
   path: string;
-  /** Kind of entry. */
+  /** Kind of entry; devices, fifos and sockets are described as files. */
   type: "file" | "dir" | "symlink";
-  /** Size in bytes (0 for directories). */
+  /** Size in bytes as stat says: a directory's own (4096 on most file systems), a link's. */
   size: number;
-  /** Unix permission bits, e.g. 0o644. */
+  /** Unix permission bits with setuid, setgid and sticky, e.g. 0o644. */
   mode: number;
-  /** Owner user name. */
+  /** Owner user name (the numeric id when the sandbox has no name for it). */
   owner: string;
-  /** Owner group name. */
+  /** Owner group name (the numeric id when the sandbox has no name for it). */
   group: string;
   /** Last modification, ms since the epoch. */
   modifiedAt: number;
-  /** The target of a symlink. */
+  /** Where a symlink leads, absolute, every hop followed (a broken one as far as it resolves). */
   symlinkTarget?: string;
+  /** What a symlink leads to; absent for a broken one and for anything else. */
+  targetType?: "file" | "dir";
+  /** The permission bits of what a symlink leads to; absent when `targetType` is. */
+  targetMode?: number;
 }
 
 /** Options every file verb takes. */

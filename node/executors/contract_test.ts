@@ -261,8 +261,45 @@ const cases: Record<string, Case> = {
     assert.ok(file.modifiedAt > 1_600_000_000_000, `modifiedAt ${file.modifiedAt} is ms`);
     const dir = await ex.stat(id, "/tmp/s");
     assert.equal(dir.type, "dir");
-    assert.equal(dir.size, 0);
     assert.equal(dir.path, "/tmp/s");
+  },
+  "stat() and listDir() describe entries as lstat does, symlinks with their target": async (
+    ex,
+    id,
+  ) => {
+    await ex.writeFile(id, "/tmp/meta/f.txt", encoder.encode("hello"));
+    await ex.makeDir(id, "/tmp/meta/d");
+    const made = await run(
+      ex,
+      id,
+      "cd /tmp/meta && ln -s f.txt lf && ln -s lf lf2 && ln -s ../meta/d ld && ln -s /tmp/no/x broken",
+    );
+    assert.equal(made.exit.exitCode, 0, made.stderr);
+    const dir = await ex.stat(id, "/tmp/meta/d");
+    assert.ok(dir.size > 0, `a directory's size is its own, not 0: ${dir.size}`);
+    assert.equal(dir.mode, 0o755);
+    assert.equal(dir.targetType, undefined);
+    const file = await ex.stat(id, "/tmp/meta/f.txt");
+    assert.deepEqual([file.size, file.mode, file.owner, file.group], [5, 0o644, "user", "user"]);
+    const link = await ex.stat(id, "/tmp/meta/lf2");
+    assert.deepEqual(
+      [link.type, link.symlinkTarget, link.targetType, link.targetMode],
+      ["symlink", "/tmp/meta/f.txt", "file", 0o644],
+    );
+    const listed = await ex.listDir(id, "/tmp/meta");
+    assert.deepEqual(
+      listed.map((e) => [e.name, e.type, e.symlinkTarget, e.targetType]),
+      [
+        ["broken", "symlink", "/tmp/no/x", undefined],
+        ["d", "dir", undefined, undefined],
+        ["f.txt", "file", undefined, undefined],
+        ["ld", "symlink", "/tmp/meta/d", "dir"],
+        ["lf", "symlink", "/tmp/meta/f.txt", "file"],
+        ["lf2", "symlink", "/tmp/meta/f.txt", "file"],
+      ],
+    );
+    // The sandbox reads through a link.
+    assert.deepEqual(await ex.readFile(id, "/tmp/meta/lf2"), encoder.encode("hello"));
   },
   "listDir() lists children sorted by path, deeper with depth": async (ex, id) => {
     await ex.writeFile(id, "/tmp/l/b.txt", encoder.encode("b"));

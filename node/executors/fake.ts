@@ -370,7 +370,7 @@ export interface FakeExecutorOptions {
 /**
  * An executor whose sandboxes live in memory: a file tree per sandbox (home `/home/user`, `/tmp`)
  * and a small command interpreter (`echo`, `cat`, `ls`, `printf`, `sleep` that really waits,
- * `exit N`, `mkdir -p`, `rm`, `touch`, `env`, `export`, quotes, `$VAR`, `>`, `>>`, `>&2`, `2>&1`,
+ * `exit N`, `mkdir -p`, `rm`, `touch`, `ln -s`, `env`, `export`, quotes, `$VAR`, `>`, `>>`, `>&2`, `2>&1`,
  * `;`, `&&`, `||`, `bash -c` / `sh -c`, `bash` reading lines from stdin; `printf` and `echo -e`
  * escapes are bytes, as in bash). Unknown commands answer `command not found` (127). A `tty`
  * command gets one output stream and `stty size`, without echo or line discipline. `pause()`

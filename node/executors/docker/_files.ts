@@ -20,29 +20,8 @@ import { ExecutorError, type FileEntry, type FileOptions } from "../contract.ts"
 import { concat, readTar, writeTar } from "./_tar.ts";
 import type { Commands, HelperResult } from "./_exec.ts";
 import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
+import { LIST_SCRIPT, parseStatLines, STAT_SCRIPT } from "./_stat.ts";
 import type { Engine } from "./engine.ts";
-
-/** One `stat` line: mode (hex)/size/mtime/owner/group/path//%N (for the symlink target). */
-const STAT_FORMAT = "%f/%s/%Y/%U/%G/%n//%N";
-
-/**
- * GNU stat (the Debian `base` image) quotes `%N` in the shell's style unless told otherwise:
- * `'a b'`, `'it'\''s'`; busybox (`minimal`) prints it bare. Literal makes both print the path
- * as `%n` does, and a link as `path -> target` (GNU) or `'path' -> 'target'` (busybox).
- */
-const LITERAL = "export QUOTING_STYLE=literal";
-
-/** Describes one path. Exit 2: missing. */
-const STAT_SCRIPT = `${LITERAL}
-[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
-exec stat -c '${STAT_FORMAT}' -- "$1"`;
-
-/** Lists a directory down to a depth. Exit 2: missing; 3: not a directory. */
-const LIST_SCRIPT = `${LITERAL}
-[ -e "$1" ] || [ -L "$1" ] || { echo "no such file or directory" >&2; exit 2; }
-[ -d "$1" ] || { echo "not a directory" >&2; exit 3; }
-case "$1" in */) d=$1 ;; *) d=$1/ ;; esac
-find "$d" -mindepth 1 -maxdepth "$2" -exec stat -c '${STAT_FORMAT}' -- {} +`;
 
 /**
  * Plans a directory's creation: prints the nearest existing ancestor, which the new directories
@@ -98,51 +77,6 @@ const COMMAND_READ_LIMIT = 16 * 1024 * 1024;
 function nameOf(table: string, id: number): string {
   const line = table.split("\n").find((l) => l.split(":")[2] === String(id));
   return line?.split(":")[0] || String(id);
-}
-
-/**
- * Parses `stat -c STAT_FORMAT` output (busybox or GNU, with `QUOTING_STYLE=literal`) into
- * entries. A line that does not start like a record continues the previous path: file names may
- * hold newlines.
- */
-export function parseStatLines(output: string): FileEntry[] {
-  const head = /^([0-9a-f]+)\/(\d+)\/(\d+)\/([^/\n]*)\/([^/\n]*)\/(\/.*)$/;
-  const records: string[][] = [];
-  for (const line of output.replace(/\n$/, "").split("\n")) {
-    const match = head.exec(line);
-    if (match) records.push(match.slice(1));
-    else if (records.length) records[records.length - 1][5] += "\n" + line;
-  }
-  return records.map(([modeHex, size, mtime, owner, group, rest]) => {
-    const rawMode = parseInt(modeHex, 16);
-    const kind = rawMode & 0o170000;
-    // rest is "<path>//<%N>". The path is absolute and normalised, so it holds no "//" past its
-    // first character ("/" itself is followed by the separator at once).
-    const sep = rest.indexOf("//", 1);
-    const path = sep === -1 ? rest : rest.slice(0, sep);
-    const described = sep === -1 ? "" : rest.slice(sep + 2);
-    const type = kind === 0o040000 ? "dir" : kind === 0o120000 ? "symlink" : "file";
-    const entry: FileEntry = {
-      name: posix.basename(path) || "/",
-      path,
-      type,
-      size: type === "dir" ? 0 : Number(size),
-      mode: rawMode & 0o7777,
-      owner,
-      group,
-      modifiedAt: Number(mtime) * 1000,
-    };
-    if (type === "symlink") {
-      // The path is known, so the target is what follows it: no guessing at quotes inside.
-      const bare = `${path} -> `, quoted = `'${path}' -> '`;
-      if (described.startsWith(quoted) && described.endsWith("'")) {
-        entry.symlinkTarget = described.slice(quoted.length, -1);
-      } else if (described.startsWith(bare)) {
-        entry.symlinkTarget = described.slice(bare.length);
-      }
-    }
-    return entry;
-  });
 }
 
 /** Turns a helper script's failure into the contract's error. */

@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { decodeEnvelopes } from "../../connect_codec.ts";
 import { setup } from "../_fixtures_test.ts";
+import { entryJson } from "./entry.ts";
 
 Deno.test("Filesystem RPCs speak protobuf JSON: int64 as strings, enum names", async () => {
   const { unary, service, sandbox, executor } = await setup();
@@ -66,4 +67,50 @@ Deno.test("Filesystem RPCs and /files run as the user the request names", async 
   const mine = await (await unary("filesystem.Filesystem/Stat", { path: "mine" })).json();
   assert.deepEqual([mine.entry.path, mine.entry.owner], ["/home/user/mine", "user"]);
   await executor.close();
+});
+
+Deno.test("entryJson() answers as envd: Go's mode string, a link's target type and mode", () => {
+  const base = { owner: "root", group: "root", modifiedAt: 1_700_000_000_500 };
+  const tmp = entryJson({
+    ...base,
+    name: "tmp",
+    path: "/tmp",
+    type: "dir",
+    size: 4096,
+    mode: 0o1777,
+  });
+  assert.deepEqual([tmp.permissions, tmp.mode, tmp.size], ["dtrwxrwxrwx", 0o777, "4096"]);
+  const sudo = entryJson({
+    ...base,
+    name: "su",
+    path: "/bin/su",
+    type: "file",
+    size: 9,
+    mode: 0o4755,
+  });
+  assert.deepEqual([sudo.permissions, sudo.type], ["urwxr-xr-x", "FILE_TYPE_FILE"]);
+  const link = entryJson({
+    ...base,
+    name: "l",
+    path: "/tmp/l",
+    type: "symlink",
+    size: 5,
+    mode: 0o777,
+    symlinkTarget: "/etc/hosts",
+    targetType: "file",
+    targetMode: 0o644,
+  });
+  assert.deepEqual(
+    [link.type, link.mode, link.permissions, link.symlinkTarget, link.modifiedTime],
+    ["FILE_TYPE_FILE", 0o644, "Lrwxrwxrwx", "/etc/hosts", "2023-11-14T22:13:20.500Z"],
+  );
+  const broken = entryJson({
+    ...base,
+    name: "b",
+    path: "/b",
+    type: "symlink",
+    size: 2,
+    mode: 0o777,
+  });
+  assert.deepEqual([broken.type, broken.mode], ["FILE_TYPE_UNSPECIFIED", 0]);
 });
