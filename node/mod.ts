@@ -108,6 +108,7 @@ export {
 } from "./faces/native.ts";
 export {
   type CreateRequest,
+  type DirWatch,
   type ExecExit,
   type ExecHandle,
   type ExecRequest,
@@ -118,9 +119,11 @@ export {
   executorErrorToHttp,
   type FileEntry,
   type FileOptions,
+  type FsChange,
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
+  type WatchRequest,
 } from "./executors/contract.ts";
 export type {
   AcquireRequest,

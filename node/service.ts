@@ -13,6 +13,7 @@ import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
 import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
 import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
+  type DirWatch,
   type ExecHandle,
   type ExecRequest,
   type Executor,
@@ -20,8 +21,10 @@ import {
   executorErrorToHttp,
   type FileEntry,
   type FileOptions,
+  type FsChange,
   type SandboxLimits,
   type SandboxStats,
+  type WatchRequest,
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
@@ -336,6 +339,15 @@ export class SandboxService implements SandboxOps {
   /** Removes a path (wakes first). */
   remove(ref: SandboxRef, path: string, options?: FileOptions): Promise<void> {
     return this.#awake(ref, (id) => this.#executor.remove(id, path, options));
+  }
+
+  /** Starts a directory watch (wakes first). */
+  watch(
+    ref: SandboxRef,
+    request: WatchRequest,
+    onChange: (change: FsChange) => void,
+  ): Promise<DirWatch> {
+    return this.#awake(ref, (id) => this.#executor.watch(id, request, onChange));
   }
 
   /** Replaces (or merges) the metadata. */

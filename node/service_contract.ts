@@ -7,12 +7,15 @@
  */
 import type { LookupAnswer, LookupRequest, Sandbox, SandboxSpec } from "../shared/schemas.ts";
 import type {
+  DirWatch,
   ExecHandle,
   ExecRequest,
   FileEntry,
   FileOptions,
+  FsChange,
   SandboxLimits,
   SandboxStats,
+  WatchRequest,
 } from "./executors/contract.ts";
 
 /** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
@@ -156,6 +159,15 @@ export interface SandboxOps {
   move(ref: SandboxRef, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
   /** Removes a file or a directory tree; a missing path is not an error (wakes first). */
   remove(ref: SandboxRef, path: string, options?: FileOptions): Promise<void>;
+  /**
+   * Watches a directory for changes by anyone (wakes first); see `Executor.watch`. The watch
+   * ends when stopped or when the sandbox is destroyed.
+   */
+  watch(
+    ref: SandboxRef,
+    request: WatchRequest,
+    onChange: (change: FsChange) => void,
+  ): Promise<DirWatch>;
   /** Replaces (or merges, with `merge: true`) the metadata. */
   updateMetadata(
     ref: SandboxRef,

@@ -210,6 +210,43 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(version, (await sandbox.commands.run("cat /proc/version")).stdout);
   });
 
+  await t.step(
+    "files.watchDir: envd's three events for a write, commands' changes too",
+    async () => {
+      await sandbox.files.makeDir("/tmp/wd/nested");
+      const flat: string[] = [];
+      const deep: { name: string; type: string; size?: number }[] = [];
+      const w1 = await sandbox.files.watchDir("/tmp/wd", (e) => {
+        flat.push(`${e.type} ${e.name}`);
+      });
+      const w2 = await sandbox.files.watchDir("/tmp/wd", (e) => {
+        deep.push({ name: e.name, type: e.type, size: e.entry?.size });
+      }, { recursive: true, includeEntry: true });
+      try {
+        await sandbox.files.write("/tmp/wd/a.txt", "abc");
+        await until("the write's events", () => Promise.resolve(flat.length >= 3));
+        assert.deepEqual(flat.splice(0), ["create a.txt", "chmod a.txt", "write a.txt"]);
+        await sandbox.commands.run(
+          "echo made > /tmp/wd/nested/by-cmd.txt; mv /tmp/wd/a.txt /tmp/wd/b.txt",
+        );
+        await until("the command's changes", () =>
+          Promise.resolve(
+            flat.includes("create b.txt") &&
+              deep.some((e) => e.name === "nested/by-cmd.txt" && e.type === "write"),
+          ));
+        assert.ok(flat.includes("rename a.txt"), flat.join(", "));
+        assert.ok(!flat.some((e) => e.includes("nested/")), "not recursive: " + flat.join(", "));
+        const written = deep.find((e) => e.name === "nested/by-cmd.txt" && e.type === "write");
+        assert.equal(written?.size, 5, "includeEntry: the entry comes with the event");
+      } finally {
+        await w1.stop();
+        await w2.stop();
+      }
+      const missing = await sandbox.files.watchDir("/tmp/no-such-dir", () => {}).catch((e) => e);
+      assert.equal(missing?.name, "FileNotFoundError");
+    },
+  );
+
   await t.step("pause freezes the container; connect thaws it with its processes", async () => {
     const sleeper = await sandbox.commands.run("sleep 300", { background: true });
     assert.equal(await sandbox.pause(), true);

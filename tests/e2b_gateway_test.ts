@@ -162,6 +162,29 @@ Deno.test({
       assert.deepEqual([link.type, link.symlinkTarget], ["file", "/tmp/meta/f.txt"]);
     });
 
+    await t.step("files.watchDir sees envd's writes and commands' changes, recursive", async () => {
+      await sandbox.files.makeDir("/tmp/gw-watch");
+      const events: string[] = [];
+      const watch = await sandbox.files.watchDir("/tmp/gw-watch", (e) => {
+        events.push(`${e.type} ${e.name}`);
+      }, { recursive: true });
+      try {
+        await sandbox.files.write("/tmp/gw-watch/up.txt", "u");
+        await sandbox.commands.run("mkdir -p /tmp/gw-watch/n && echo x > /tmp/gw-watch/n/f.txt");
+        await until("the command's write", () => Promise.resolve(events.includes("write n/f.txt")));
+        assert.deepEqual(events, [
+          "create up.txt",
+          "chmod up.txt",
+          "write up.txt",
+          "create n",
+          "create n/f.txt",
+          "write n/f.txt",
+        ]);
+      } finally {
+        await watch.stop();
+      }
+    });
+
     await t.step("files.read reads a virtual file, whose size says 0", async () => {
       assert.match(await sandbox.files.read("/proc/version"), /^Linux version /);
       assert.equal((await sandbox.files.getInfo("/proc/version")).size, 0);

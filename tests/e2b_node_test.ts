@@ -110,18 +110,39 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(seen.join(""), "abc\n");
   });
 
-  await t.step("files.watchDir reports a write made through envd", async () => {
-    const events: { name: string; type: string }[] = [];
+  await t.step("files.watchDir reports a write through envd, and commands' changes", async () => {
+    const events: string[] = [];
+    let wanted = 0;
     let got!: () => void;
-    const arrived = new Promise<void>((resolve) => got = resolve);
+    let arrived!: Promise<void>;
+    const expect = (n: number) => {
+      wanted = n;
+      let timer: ReturnType<typeof setTimeout>;
+      arrived = Promise.race([
+        new Promise<void>((resolve) => got = resolve),
+        new Promise<never>((_, reject) =>
+          timer = setTimeout(() => reject(new Error(`no ${n} events in 5 s: ${events}`)), 5000)
+        ),
+      ]).finally(() => clearTimeout(timer));
+    };
+    expect(3);
     const watch = await sandbox.files.watchDir("/tmp", (event) => {
-      events.push({ name: event.name, type: event.type });
-      got();
+      events.push(`${event.type} ${event.name}`);
+      if (events.length >= wanted) got();
     });
     await sandbox.files.write("/tmp/watched.txt", "w");
     await arrived;
+    // envd's inotify sees its own write as a create, the chown to the user, and the write.
+    assert.deepEqual(events.splice(0), [
+      "create watched.txt",
+      "chmod watched.txt",
+      "write watched.txt",
+    ]);
+    expect(2);
+    await sandbox.commands.run("echo c > /tmp/by-command.txt");
+    await arrived;
     await watch.stop();
-    assert.deepEqual(events[0], { name: "watched.txt", type: "write" });
+    assert.deepEqual(events, ["create by-command.txt", "write by-command.txt"]);
   });
 
   await t.step(

@@ -4,7 +4,7 @@
  * @module
  */
 import { posix } from "node:path";
-import type { ExecutorError as ExecutorErrorType, FileEntry } from "./contract.ts";
+import type { ExecutorError as ExecutorErrorType, FileEntry, FsChange } from "./contract.ts";
 import { ExecutorError } from "./contract.ts";
 
 type FsNode =
@@ -59,10 +59,25 @@ const BOOT_DIRS: [string, string][] = [
 /** What `/proc/version` says in a fake sandbox. */
 const FAKE_KERNEL_VERSION = "Linux version 6.1.0-dormice-fake (fake executor) #1 SMP\n";
 
-/** A flat map of absolute paths to nodes; small and obviously correct beats fast here. */
+/** How a write or a mkdir was made, for what a watch of it reports. */
+export interface MakeOptions {
+  /** Who owns what is created. */
+  owner?: string;
+  /**
+   * Made as envd makes it: as root, then handed to `owner` with chown, which a watch sees as a
+   * chmod right after the create (a command creating its own file makes no such event).
+   */
+  chowned?: boolean;
+}
+
+/**
+ * A flat map of absolute paths to nodes; small and obviously correct beats fast here. Every
+ * change is told to the listeners at once, as inotify would see it.
+ */
 export class FakeFs {
   #nodes = new Map<string, FsNode>();
   #now: () => number;
+  #listeners = new Set<(change: FsChange) => void>();
 
   constructor(now: () => number) {
     this.#now = now;
@@ -77,6 +92,23 @@ export class FakeFs {
       owner: "root",
       virtual: true,
     });
+  }
+
+  /**
+   * Calls `listener` for every change to the entries of directory `dir` (anywhere below it
+   * when `recursive`) from now on; the returned function stops that.
+   */
+  watch(dir: string, recursive: boolean, listener: (change: FsChange) => void): () => void {
+    if (this.stat(dir).type !== "dir") {
+      throw new ExecutorError("not_dir", `Cannot watch '${dir}': it is not a directory`);
+    }
+    const below = dir === "/" ? "/" : dir + "/";
+    const filtered = (change: FsChange) => {
+      if (!change.path.startsWith(below)) return;
+      if (recursive || posix.dirname(change.path) === dir) listener(change);
+    };
+    this.#listeners.add(filtered);
+    return () => this.#listeners.delete(filtered);
   }
 
   /** Resolves `path` against `cwd` (relative paths are relative to the home, as envd does). */
@@ -118,6 +150,7 @@ export class FakeFs {
     this.#parent(path, false);
     if (this.#nodes.has(path)) throw new ExecutorError("exists", `${path} already exists`);
     this.#nodes.set(path, { type: "symlink", target, mode: 0o777, modifiedAt: this.#now(), owner });
+    this.#emit(path, "create");
   }
 
   /**
@@ -127,11 +160,13 @@ export class FakeFs {
   write(
     path: string,
     data: Uint8Array,
-    { append = false, parents = true, owner = "user" } = {},
+    { append = false, parents = true, owner = "user", chowned = false }:
+      & { append?: boolean; parents?: boolean }
+      & MakeOptions = {},
   ): FileEntry {
     // A write through a symlink writes what it leads to, as open(2) does.
     if (this.#nodes.get(path)?.type === "symlink") path = this.#follow(path).path;
-    this.#parent(path, parents, owner);
+    this.#parent(path, parents, { owner, chowned });
     const existing = this.#nodes.get(path);
     if (existing?.type === "dir") {
       throw new ExecutorError("is_dir", `${path} is a directory: write to a file path inside it`);
@@ -147,19 +182,37 @@ export class FakeFs {
       modifiedAt: this.#now(),
       owner: existing?.owner ?? owner,
     });
+    // inotify's view: open(O_CREAT) creates, envd's chown is an attribute change, each write (and
+    // a truncation) modifies; touching an existing file changes only its times.
+    if (!existing) this.#emit(path, "create");
+    if (chowned) this.#emit(path, "chmod");
+    if (data.length > 0 || (existing && !append)) this.#emit(path, "write");
+    else if (existing && !chowned) this.#emit(path, "chmod");
     return this.stat(path);
   }
 
   /** Creates a directory (and its parents, owned by `owner` too); false when it already existed. */
-  mkdir(path: string, parents = true, owner = "user"): boolean {
+  mkdir(path: string, { parents = true, owner = "user", chowned = false }: {
+    parents?: boolean;
+  } & MakeOptions = {}): boolean {
     const existing = this.#nodes.get(path);
     if (existing?.type === "dir") return false;
     if (existing) {
       throw new ExecutorError("exists", `${path} exists and is a file: pick another path`);
     }
-    this.#parent(path, parents, owner);
+    this.#parent(path, parents, { owner, chowned });
     this.#nodes.set(path, { type: "dir", mode: 0o755, modifiedAt: this.#now(), owner });
+    this.#emit(path, "create");
+    if (chowned) this.#emit(path, "chmod");
     return true;
+  }
+
+  /** Sets the permission bits of a path (through a symlink, as chmod(2) does). */
+  chmod(path: string, mode: number): void {
+    const target = this.#follow(path).path;
+    const node = this.#node(target);
+    node.mode = mode & 0o7777;
+    this.#emit(target, "chmod");
   }
 
   /** Describes one path; a symlink is described itself, with where it leads. */
@@ -233,6 +286,9 @@ export class FakeFs {
     }
     for (const [key] of moves) this.#nodes.delete(key);
     for (const [key, node] of moves) this.#nodes.set(to + key.slice(from.length), node);
+    // rename(2) moves the entry; what is below it moves along unseen.
+    this.#emit(from, "rename");
+    this.#emit(to, "create");
     return this.stat(to);
   }
 
@@ -244,8 +300,17 @@ export class FakeFs {
     if (node.type === "dir" && children.length > 0 && !recursive) {
       throw new ExecutorError("invalid", `${path} is a directory that is not empty`);
     }
-    for (const key of children) this.#nodes.delete(key);
+    // Deepest first, as rm -r unlinks them.
+    for (const key of children.sort().reverse()) {
+      this.#nodes.delete(key);
+      this.#emit(key, "remove");
+    }
     this.#nodes.delete(path);
+    this.#emit(path, "remove");
+  }
+
+  #emit(path: string, type: FsChange["type"]): void {
+    for (const listener of this.#listeners) listener({ path, type });
   }
 
   #node(path: string): FsNode {
@@ -255,8 +320,8 @@ export class FakeFs {
     throw new ExecutorError("not_found", `${path} does not exist`);
   }
 
-  /** Checks (or creates, owned by `owner`) the parent chain of `path`. */
-  #parent(path: string, create: boolean, owner = "user"): void {
+  /** Checks (or creates, as `made` says) the parent chain of `path`. */
+  #parent(path: string, create: boolean, made: MakeOptions = {}): void {
     const parent = posix.dirname(path);
     if (parent === path) return;
     const node = this.#nodes.get(parent);
@@ -265,8 +330,11 @@ export class FakeFs {
       throw new ExecutorError("not_dir", `${parent} is a file, so ${path} cannot be under it`);
     }
     if (!create) throw new ExecutorError("not_found", `${parent} does not exist (for ${path})`);
-    this.#parent(parent, true, owner);
+    this.#parent(parent, true, made);
+    const owner = made.owner ?? "user";
     this.#nodes.set(parent, { type: "dir", mode: 0o755, modifiedAt: this.#now(), owner });
+    this.#emit(parent, "create");
+    if (made.chowned) this.#emit(parent, "chmod");
   }
 }
 

@@ -272,7 +272,7 @@ const builtins: Record<string, Builtin> = {
     for (const p of args.filter((a) => !a.startsWith("-"))) {
       try {
         const abs = ctx.host.fs.resolve(p, ctx.env.cwd);
-        if (!ctx.host.fs.mkdir(abs, parents, fakeUser(ctx.host.user)) && !parents) {
+        if (!ctx.host.fs.mkdir(abs, { parents, owner: fakeUser(ctx.host.user) }) && !parents) {
           throw new ExecutorError("exists", `${abs} exists`);
         }
       } catch (e) {
@@ -317,6 +317,40 @@ const builtins: Record<string, Builtin> = {
     } catch (e) {
       return await fail(ctx, "ln", `failed to create symbolic link '${link}'`, e);
     }
+  },
+  mv: async (args, ctx) => {
+    const paths = args.filter((a) => !a.startsWith("-"));
+    if (paths.length !== 2) {
+      await ctx.err("mv: the fake shell moves one path: mv SOURCE TARGET\n");
+      return 1;
+    }
+    try {
+      const from = ctx.host.fs.resolve(paths[0], ctx.env.cwd);
+      let to = ctx.host.fs.resolve(paths[1], ctx.env.cwd);
+      if (ctx.host.fs.exists(to) && ctx.host.fs.stat(to).type === "dir") {
+        to = posix.join(to, posix.basename(from));
+      }
+      ctx.host.fs.move(from, to);
+      return 0;
+    } catch (e) {
+      return await fail(ctx, "mv", `cannot move '${paths[0]}'`, e);
+    }
+  },
+  chmod: async (args, ctx) => {
+    const [mode, ...paths] = args.filter((a) => !a.startsWith("-"));
+    if (!/^[0-7]{3,4}$/.test(mode ?? "") || paths.length === 0) {
+      await ctx.err("chmod: the fake shell takes an octal mode: chmod 644 FILE...\n");
+      return 1;
+    }
+    let status = 0;
+    for (const p of paths) {
+      try {
+        ctx.host.fs.chmod(ctx.host.fs.resolve(p, ctx.env.cwd), parseInt(mode, 8));
+      } catch (e) {
+        status = await fail(ctx, "chmod", `cannot access '${p}'`, e);
+      }
+    }
+    return status;
   },
   touch: async (args, ctx) => {
     let status = 0;

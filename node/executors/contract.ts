@@ -133,6 +133,30 @@ export interface FileOptions {
   user?: string;
 }
 
+/** One change a directory watch reports, named as inotify (and so envd) names them. */
+export interface FsChange {
+  /** The changed path, absolute. */
+  path: string;
+  /** What happened to it; a rename reports the old path, and the new one as a create. */
+  type: "create" | "write" | "remove" | "rename" | "chmod";
+}
+
+/** What a directory watch watches. */
+export interface WatchRequest extends FileOptions {
+  /** The directory, absolute or relative to the run-as user's home. */
+  path: string;
+  /** Changes anywhere below the directory, not only to its own entries. */
+  recursive?: boolean;
+}
+
+/** A running directory watch. */
+export interface DirWatch {
+  /** Resolves when the watch ended: stopped, or its sandbox destroyed. */
+  readonly ended: Promise<void>;
+  /** Ends the watch; calling it again is not an error. */
+  stop(): Promise<void>;
+}
+
 /** Resource use of one sandbox. */
 export interface SandboxStats {
   /** Taken at, ms since the epoch. */
@@ -264,6 +288,14 @@ export interface Executor {
   move(id: string, from: string, to: string, options?: FileOptions): Promise<FileEntry>;
   /** Removes a file or a directory tree; a path that does not exist is not an error (envd's). */
   remove(id: string, path: string, options?: FileOptions): Promise<void>;
+  /**
+   * Watches a directory for changes, whoever makes them: commands too, not only the file
+   * verbs. Resolves once the watch sees changes. A change made by this executor's own file
+   * verbs is reported before that verb resolves, as envd's inotify watch reports it (a new file
+   * written is a create, a chmod for the hand-over to its user, and a write); changes made by
+   * commands may come a moment later. `onChange` must not throw.
+   */
+  watch(id: string, request: WatchRequest, onChange: (change: FsChange) => void): Promise<DirWatch>;
   /** Freezes every process of the sandbox. */
   pause(id: string): Promise<void>;
   /**

@@ -10,6 +10,7 @@ import {
   ExecutorError,
   type ExecutorErrorCode,
   executorErrorToHttp,
+  type FsChange,
 } from "./contract.ts";
 import { FakeExecutor } from "./fake.ts";
 import { DockerExecutor } from "./docker/mod.ts";
@@ -74,6 +75,15 @@ function screen(stream: ReadableStream<Uint8Array>) {
 }
 
 type Case = (executor: Executor, id: string) => Promise<void>;
+
+/** Waits until `check()` holds, up to `ms` (a watch sees a command's change within an interval). */
+async function until(what: string, check: () => boolean, ms = 5_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`Gave up waiting ${ms} ms for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
 
 /**
  * The contract. Each case gets a fresh sandbox `id`, built from the `minimal` template (busybox
@@ -365,6 +375,84 @@ const cases: Record<string, Case> = {
     await rejectsWith(ex.writeFile(id, "/tmp/e/file/below", encoder.encode("x")), "not_dir");
     await rejectsWith(ex.readFile(id, ""), "invalid");
     await rejectsWith(ex.readFile(id, "/tmp/e/nul\0byte"), "invalid");
+  },
+  "watch() reports a file verb's change before the verb resolves, as envd's inotify": async (
+    ex,
+    id,
+  ) => {
+    await ex.makeDir(id, "/tmp/w");
+    const changes: FsChange[] = [];
+    const watch = await ex.watch(id, { path: "/tmp/w" }, (c) => changes.push(c));
+    const seen = () => changes.splice(0).map((c) => `${c.type} ${c.path}`);
+    try {
+      await ex.writeFile(id, "/tmp/w/a.txt", encoder.encode("a"));
+      // Created, handed to the user (envd's chown), written.
+      assert.deepEqual(seen(), ["create /tmp/w/a.txt", "chmod /tmp/w/a.txt", "write /tmp/w/a.txt"]);
+      await ex.writeFile(id, "/tmp/w/a.txt", encoder.encode("again"));
+      assert.deepEqual(seen(), ["chmod /tmp/w/a.txt", "write /tmp/w/a.txt"]);
+      await ex.move(id, "/tmp/w/a.txt", "/tmp/w/b.txt");
+      assert.deepEqual(seen(), ["rename /tmp/w/a.txt", "create /tmp/w/b.txt"]);
+      await ex.makeDir(id, "/tmp/w/sub/deeper");
+      // Not recursive: the new directory, not what is below it.
+      assert.deepEqual(seen(), ["create /tmp/w/sub", "chmod /tmp/w/sub"]);
+      await ex.remove(id, "/tmp/w/b.txt");
+      assert.deepEqual(seen(), ["remove /tmp/w/b.txt"]);
+    } finally {
+      await watch.stop();
+    }
+    await ex.writeFile(id, "/tmp/w/after.txt", encoder.encode("x"));
+    assert.deepEqual(seen(), [], "a stopped watch reports nothing");
+  },
+  "watch() sees what commands change, below the directory only when recursive": async (
+    ex,
+    id,
+  ) => {
+    await ex.makeDir(id, "/tmp/c/deep");
+    const flat: FsChange[] = [];
+    const deep: FsChange[] = [];
+    const w1 = await ex.watch(id, { path: "/tmp/c" }, (c) => flat.push(c));
+    const w2 = await ex.watch(id, { path: "/tmp/c", recursive: true }, (c) => deep.push(c));
+    const has = (list: FsChange[], type: string, path: string) =>
+      list.some((c) => c.type === type && c.path === path);
+    try {
+      const r = await run(ex, id, "echo x > /tmp/c/top.txt && echo y > /tmp/c/deep/in.txt");
+      assert.equal(r.exit.exitCode, 0, r.stderr);
+      await until(
+        "the recursive watch to see the deep write",
+        () => has(deep, "create", "/tmp/c/deep/in.txt") && has(deep, "write", "/tmp/c/deep/in.txt"),
+      );
+      await until("the flat watch to see the write", () => has(flat, "write", "/tmp/c/top.txt"));
+      assert.ok(has(flat, "create", "/tmp/c/top.txt"), JSON.stringify(flat));
+      assert.ok(!flat.some((c) => c.path.startsWith("/tmp/c/deep/")), JSON.stringify(flat));
+      // One change at a time: a watch that polls sees a create and a chmod in one look as one.
+      await run(ex, id, "chmod 600 /tmp/c/top.txt");
+      await until("the chmod", () => has(flat, "chmod", "/tmp/c/top.txt"));
+      await run(ex, id, "mv /tmp/c/top.txt /tmp/c/moved.txt");
+      await until(
+        "the rename",
+        () => has(flat, "rename", "/tmp/c/top.txt") && has(flat, "create", "/tmp/c/moved.txt"),
+      );
+      await run(ex, id, "rm /tmp/c/moved.txt");
+      await until("the removal", () => has(flat, "remove", "/tmp/c/moved.txt"));
+    } finally {
+      await Promise.all([w1.stop(), w2.stop()]);
+    }
+  },
+  "watch() refuses a missing path and a file, and ends when the sandbox goes": async (
+    ex,
+    id,
+  ) => {
+    await rejectsWith(ex.watch(id, { path: "/tmp/no-such-dir" }, () => {}), "not_found");
+    await ex.writeFile(id, "/tmp/plain", encoder.encode("x"));
+    await rejectsWith(ex.watch(id, { path: "/tmp/plain" }, () => {}), "not_dir");
+    const watch = await ex.watch(id, { path: "/tmp" }, () => {});
+    await ex.destroy(id);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const ended = await Promise.race([
+      watch.ended.then(() => true),
+      new Promise<false>((resolve) => timer = setTimeout(resolve, 10_000, false)),
+    ]).finally(() => clearTimeout(timer));
+    assert.ok(ended, "the watch ended with its sandbox");
   },
   "pause() and resume() freeze and thaw the sandbox": async (ex, id) => {
     await ex.pause(id);

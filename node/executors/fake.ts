@@ -6,6 +6,7 @@
  */
 import {
   type CreateRequest,
+  type DirWatch,
   type ExecExit,
   type ExecHandle,
   type ExecRequest,
@@ -13,9 +14,11 @@ import {
   ExecutorError,
   type FileEntry,
   type FileOptions,
+  type FsChange,
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
+  type WatchRequest,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 import { FakeFs, fakeHome, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
@@ -36,6 +39,7 @@ export type FakeCall =
   | "makeDir"
   | "move"
   | "remove"
+  | "watch"
   | "pause"
   | "resume"
   | "stats"
@@ -76,6 +80,7 @@ export class FakeExecutorHooks {
     makeDir: 0,
     move: 0,
     remove: 0,
+    watch: 0,
     pause: 0,
     resume: 0,
     stats: 0,
@@ -159,6 +164,8 @@ interface FakeSandbox {
   /** Resolvers of everything waiting for a resume (or a destroy). */
   thaw: (() => void)[];
   processes: Map<number, FakeProcess>;
+  /** The stop functions of its directory watches, called when it is destroyed. */
+  watches: Set<() => void>;
   nextPid: number;
   destroyed: boolean;
 }
@@ -370,8 +377,9 @@ export interface FakeExecutorOptions {
 /**
  * An executor whose sandboxes live in memory: a file tree per sandbox (home `/home/user`, `/tmp`)
  * and a small command interpreter (`echo`, `cat`, `ls`, `printf`, `sleep` that really waits,
- * `exit N`, `mkdir -p`, `rm`, `touch`, `ln -s`, `env`, `export`, quotes, `$VAR`, `>`, `>>`, `>&2`, `2>&1`,
- * `;`, `&&`, `||`, `bash -c` / `sh -c`, `bash` reading lines from stdin; `printf` and `echo -e`
+ * `exit N`, `mkdir -p`, `rm`, `touch`, `ln -s`, `mv`, `chmod` (octal), `env`, `export`, quotes,
+ * `$VAR`, `>`, `>>`, `>&2`, `2>&1`, `;`, `&&`, `||`, `bash -c` / `sh -c`, `bash` reading lines
+ * from stdin; `printf` and `echo -e`
  * escapes are bytes, as in bash). Unknown commands answer `command not found` (127). A `tty`
  * command gets one output stream and `stty size`, without echo or line discipline. `pause()`
  * makes exec and file calls wait until `resume()`, as a frozen container would.
@@ -430,6 +438,7 @@ export class FakeExecutor implements Executor {
       paused: false,
       thaw: [],
       processes: new Map(),
+      watches: new Set(),
       nextPid: 1,
       destroyed: false,
     });
@@ -442,6 +451,7 @@ export class FakeExecutor implements Executor {
     if (!sandbox) return;
     this.#sandboxes.delete(id);
     sandbox.destroyed = true;
+    for (const stop of [...sandbox.watches]) stop();
     for (const p of sandbox.processes.values()) await p.kill("SIGKILL");
     for (const go of sandbox.thaw.splice(0)) go();
   }
@@ -477,7 +487,10 @@ export class FakeExecutor implements Executor {
   ): Promise<FileEntry> {
     await this.hooks.enter("writeFile");
     const { fs } = await this.#ready(id);
-    return fs.write(resolveFor(fs, path, options), data, { owner: fakeUser(options.user) });
+    return fs.write(resolveFor(fs, path, options), data, {
+      owner: fakeUser(options.user),
+      chowned: true,
+    });
   }
 
   /** A copy of the file's bytes; a directory is `is_dir`. */
@@ -510,7 +523,10 @@ export class FakeExecutor implements Executor {
   async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
     await this.hooks.enter("makeDir");
     const { fs } = await this.#ready(id);
-    return fs.mkdir(resolveFor(fs, path, options), true, fakeUser(options.user));
+    return fs.mkdir(resolveFor(fs, path, options), {
+      owner: fakeUser(options.user),
+      chowned: true,
+    });
   }
 
   /** Renames a file or a whole tree; `to`'s parent must exist, and `to` must not be a directory. */
@@ -534,6 +550,31 @@ export class FakeExecutor implements Executor {
     } catch (error) {
       if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
     }
+  }
+
+  /**
+   * Watches a directory through the fake file tree's own change feed: every change, by a file
+   * verb or a command, is seen the moment it is made. Ends when stopped or the sandbox is
+   * destroyed.
+   */
+  async watch(
+    id: string,
+    request: WatchRequest,
+    onChange: (change: FsChange) => void,
+  ): Promise<DirWatch> {
+    await this.hooks.enter("watch");
+    const sandbox = await this.#ready(id);
+    const dir = resolveFor(sandbox.fs, request.path, request);
+    const unlisten = sandbox.fs.watch(dir, request.recursive ?? false, onChange);
+    let ended!: () => void;
+    const done = new Promise<void>((resolve) => ended = resolve);
+    const stop = () => {
+      unlisten();
+      sandbox.watches.delete(stop);
+      ended();
+    };
+    sandbox.watches.add(stop);
+    return { ended: done, stop: () => Promise.resolve(stop()) };
   }
 
   /** Freezes the sandbox: later exec and file calls wait, running commands stop writing. */
@@ -579,6 +620,7 @@ export class FakeExecutor implements Executor {
     this.#sandboxes.clear();
     for (const sandbox of all) {
       sandbox.destroyed = true;
+      for (const stop of [...sandbox.watches]) stop();
       for (const p of sandbox.processes.values()) await p.kill("SIGKILL");
       for (const go of sandbox.thaw.splice(0)) go();
       await Promise.all([...sandbox.processes.values()].map((p) => p.exited));

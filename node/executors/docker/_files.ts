@@ -150,7 +150,7 @@ export class Files {
     data: Uint8Array,
     options: FileOptions = {},
   ): Promise<FileEntry> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const target = resolvePath(path, runAs.home);
     if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
     const dir = posix.dirname(target);
@@ -206,7 +206,7 @@ export class Files {
    * archive cannot see (the container's own mounts: /proc, /sys, /dev) is read by a command.
    */
   async readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     let target = resolvePath(path, runAs.home);
     // Docker archives a symlink as itself; follow a few hops like a reader would.
     for (let hop = 0; hop < 8; hop++) {
@@ -248,7 +248,7 @@ export class Files {
     depth = 1,
     options: FileOptions = {},
   ): Promise<FileEntry[]> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const target = resolvePath(path, runAs.home);
     if (!Number.isFinite(depth)) {
       throw new ExecutorError("invalid", `The depth ${depth} is not a number: give 1 or more`);
@@ -264,7 +264,7 @@ export class Files {
 
   /** The contract's `stat`; a symlink is described itself, with its target. */
   async stat(id: string, path: string, options: FileOptions = {}): Promise<FileEntry> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const target = resolvePath(path, runAs.home);
     const result = await this.#script(id, runAs, STAT_SCRIPT, target);
     if (result.code !== 0) throw scriptError(result, "stat", target);
@@ -280,7 +280,7 @@ export class Files {
    * nearest existing ancestor, owned by the run-as user (see the module doc).
    */
   async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const target = resolvePath(path, runAs.home);
     const plan = await this.#script(id, runAs, MKDIR_PLAN_SCRIPT, target);
     if (plan.code === 10) return false;
@@ -318,7 +318,7 @@ export class Files {
     to: string,
     options: FileOptions = {},
   ): Promise<FileEntry> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const source = resolvePath(from, runAs.home, "source path");
     const target = resolvePath(to, runAs.home, "target path");
     if (source === "/" || source === target || target.startsWith(source + "/")) {
@@ -334,7 +334,7 @@ export class Files {
 
   /** The contract's `remove`; '/' is refused, a missing path is not an error. */
   async remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
-    const runAs = await this.#runAs(id, options);
+    const runAs = await this.runAs(id, options);
     const target = resolvePath(path, runAs.home);
     if (target === "/") {
       throw new ExecutorError("invalid", "Refusing to remove '/': name a path below it");
@@ -409,7 +409,7 @@ export class Files {
    * name the image lacks would fail every exec, and E2B always sends one), else the image's
    * user; and that user's home.
    */
-  async #runAs(id: string, options: FileOptions): Promise<RunAs> {
+  async runAs(id: string, options: FileOptions): Promise<RunAs> {
     const info = await this.#sandboxes.get(id);
     if (options.user !== "root" || !info.user || info.user === "root") {
       return { user: info.user || "root", home: info.home };
@@ -483,7 +483,7 @@ export class Files {
 }
 
 /** Who a file call runs as (a user name for exec) and where its relative paths start. */
-interface RunAs {
+export interface RunAs {
   user: string;
   home: string;
 }

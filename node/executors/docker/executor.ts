@@ -7,25 +7,30 @@
  * @module
  */
 import Docker from "dockerode";
+import { posix } from "node:path";
 import type { Clock } from "../../../shared/clock.ts";
 import { systemClock } from "../../../shared/clock.ts";
 import type { Log } from "../../../shared/log.ts";
 import { silentLog } from "../../../shared/log.ts";
 import {
   type CreateRequest,
+  type DirWatch,
   type ExecHandle,
   type ExecRequest,
   type Executor,
   ExecutorError,
   type FileEntry,
   type FileOptions,
+  type FsChange,
   type SandboxLimits,
   type SandboxStats,
+  type WatchRequest,
 } from "../contract.ts";
 import type { SandboxSpec } from "../../../shared/schemas.ts";
 import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
-import { Sandboxes } from "./_sandboxes.ts";
+import { Watches } from "./_watch.ts";
+import { resolvePath, Sandboxes } from "./_sandboxes.ts";
 import { type CpuSample, usageOf } from "./_stats.ts";
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, type EngineInfo } from "./engine.ts";
 import { buildCommandOf, parseTemplates, unknownTemplateError } from "./templates.ts";
@@ -73,6 +78,12 @@ export interface DockerExecutorOptions {
   createTimeoutMs?: number;
   /** Deadline of a file transfer or a helper command (stat, list, mkdir, ...), ms. */
   fileTimeoutMs?: number;
+  /**
+   * How often a directory watch looks for changes made by commands, ms (250 by default: a
+   * `find` + `stat` of the directory each time, in the sandbox's own CPU share). Changes made
+   * through the file verbs are seen before the verb answers, whatever this is.
+   */
+  watchIntervalMs?: number;
   /** Run containers under docker-init so orphaned processes are reaped (needs the engine's init). */
   init?: boolean;
   /** Time source for stats timestamps and written files' times. */
@@ -97,6 +108,19 @@ const ROOT_CAPABILITIES = [
   "AUDIT_WRITE",
   "NET_BIND_SERVICE",
 ];
+
+/**
+ * How long a file verb waits for the sandbox's watches to see its change, and a watch for its
+ * first look, ms: a watcher answers in one scan (a few ms for a small directory).
+ */
+const WATCH_SETTLE_MS = 5_000;
+
+/** A path and every directory above it: what a write or a mkdir may create. */
+function lineage(path: string): string[] {
+  const out = [path];
+  for (let p = path; p !== "/";) out.push(p = posix.dirname(p));
+  return out;
+}
 
 /** Defaults of the limits, chosen for a 2-core worker running a handful of sandboxes. */
 const DEFAULT_LIMITS: DockerLimits = { cpus: 1, memoryMB: 512, pids: 512 };
@@ -139,6 +163,7 @@ export class DockerExecutor implements Executor {
   #sandboxes: Sandboxes;
   #commands: Commands;
   #files: Files;
+  #watches: Watches;
   #nodeId: string;
   #templates: Map<string, string>;
   #limits: DockerLimits;
@@ -160,6 +185,7 @@ export class DockerExecutor implements Executor {
       callTimeoutMs = 10_000,
       createTimeoutMs = 60_000,
       fileTimeoutMs = 60_000,
+      watchIntervalMs = 250,
       init = true,
       clock = systemClock,
       log = silentLog,
@@ -185,6 +211,12 @@ export class DockerExecutor implements Executor {
       commands: this.#commands,
       clock,
       transferTimeoutMs: fileTimeoutMs,
+    });
+    this.#watches = new Watches({
+      commands: this.#commands,
+      log,
+      intervalMs: watchIntervalMs,
+      settleTimeoutMs: WATCH_SETTLE_MS,
     });
     this.#nodeId = nodeId;
     this.#templates = map;
@@ -451,13 +483,18 @@ export class DockerExecutor implements Executor {
     return this.#commands.exec(id, request);
   }
 
-  writeFile(
+  async writeFile(
     id: string,
     path: string,
     data: Uint8Array,
     options: FileOptions = {},
   ): Promise<FileEntry> {
-    return this.#files.writeFile(id, path, data, options);
+    const target = resolvePath(path, (await this.#files.runAs(id, options)).home);
+    return await this.#watches.changing(
+      id,
+      lineage(target),
+      () => this.#files.writeFile(id, path, data, options),
+    );
   }
 
   readFile(id: string, path: string, options: FileOptions = {}): Promise<Uint8Array> {
@@ -472,16 +509,34 @@ export class DockerExecutor implements Executor {
     return this.#files.stat(id, path, options);
   }
 
-  makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
-    return this.#files.makeDir(id, path, options);
+  async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
+    const target = resolvePath(path, (await this.#files.runAs(id, options)).home);
+    return await this.#watches.changing(
+      id,
+      lineage(target),
+      () => this.#files.makeDir(id, path, options),
+    );
   }
 
   move(id: string, from: string, to: string, options: FileOptions = {}): Promise<FileEntry> {
-    return this.#files.move(id, from, to, options);
+    return this.#watches.changing(id, [], () => this.#files.move(id, from, to, options));
   }
 
   remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
-    return this.#files.remove(id, path, options);
+    return this.#watches.changing(id, [], () => this.#files.remove(id, path, options));
+  }
+
+  /**
+   * Watches a directory with one long-running exec in the sandbox (see `_watch.ts`): changes
+   * made by commands are seen within `watchIntervalMs`, those made by the file verbs before the
+   * verb answers. The watch ends with its container.
+   */
+  async watch(
+    id: string,
+    request: WatchRequest,
+    onChange: (change: FsChange) => void,
+  ): Promise<DirWatch> {
+    return await this.#watches.start(id, await this.#files.runAs(id, request), request, onChange);
   }
 
   pause(id: string): Promise<void> {

@@ -11,7 +11,9 @@ import { SandboxService } from "../../service.ts";
 import { createEnvd, handleSignedFiles } from "./mod.ts";
 
 /** Builds the fixture; close `executor` at the end of the test. */
-export async function setup(options: { maxUploadBytes?: number } = {}) {
+export async function setup(
+  options: { maxUploadBytes?: number; maxWatchesPerSandbox?: number } = {},
+) {
   const executor = new FakeExecutor();
   const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
   const service = new SandboxService({ ledger, executor });

@@ -1,6 +1,6 @@
 /**
- * What every part of the envd face shares: its options with their defaults, the sandbox's
- * header, and the directory watches that uploads and filesystem RPCs report to.
+ * What every part of the envd face shares: its options with their defaults and the sandbox's
+ * header.
  *
  * @module
  */
@@ -8,7 +8,6 @@ import { type Clock, systemClock } from "../../../shared/clock.ts";
 import { type Log, silentLog } from "../../../shared/log.ts";
 import type { SandboxOps } from "../../service_contract.ts";
 import type { AccessTokens } from "../../../shared/access_tokens.ts";
-import { Watchers } from "./filesystem/watchers.ts";
 
 /** Options of `createEnvd` and `handleSignedFiles`. */
 export interface EnvdOptions {
@@ -24,6 +23,12 @@ export interface EnvdOptions {
   clock?: Clock;
   /** Largest upload accepted by `POST /files`, bytes (default 1 GiB: files are held in memory). */
   maxUploadBytes?: number;
+  /**
+   * Directory watches (`WatchDir`, `CreateWatcher`) one sandbox may have at once (16 by
+   * default): on Docker each is a process in the sandbox that looks at the directory 4 times a
+   * second.
+   */
+  maxWatchesPerSandbox?: number;
 }
 
 /** The header the SDK names the sandbox with. */
@@ -38,8 +43,6 @@ export interface EnvdCore {
   ops: SandboxOps;
   /** The options with their defaults filled in (the access tokens stay optional). */
   options: Required<Omit<EnvdOptions, "accessTokens">> & { accessTokens?: AccessTokens };
-  /** The directory watches that uploads and filesystem RPCs publish their changes to. */
-  watchers: Watchers;
 }
 
 /** Fills in the defaults of `options`. */
@@ -51,7 +54,7 @@ export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
       log: options.log ?? silentLog,
       clock: options.clock ?? systemClock,
       maxUploadBytes: options.maxUploadBytes ?? 1024 ** 3,
+      maxWatchesPerSandbox: options.maxWatchesPerSandbox ?? 16,
     },
-    watchers: new Watchers(),
   };
 }

@@ -216,7 +216,6 @@ async function writeFilesResponse(
   const out = [];
   for (const file of files) {
     const entry = await core.ops.writeFile({ id: sandbox.id }, file.path, file.data, { user });
-    core.watchers.publish(sandbox.id, entry.path, "EVENT_TYPE_WRITE");
     out.push({ path: entry.path, name: entry.name, type: "file" });
   }
   return Response.json(out, { status: 200 });

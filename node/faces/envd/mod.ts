@@ -23,6 +23,7 @@ import { errorMessage, restError } from "./dialects.ts";
 import { mountFiles } from "./files.ts";
 import { admitTraffic } from "./guard.ts";
 import { filesystemService } from "./filesystem/service.ts";
+import { Watchers } from "./filesystem/watchers.ts";
 import { processService } from "./process/service.ts";
 import { mountRpcs } from "./rpc.ts";
 
@@ -37,8 +38,8 @@ export { resolvePath } from "./request.ts";
  * Each `Start`/`Connect` stream follows its command's output: a client that hangs up stops its
  * own stream at once, while the command keeps running with its output drained (E2B's background
  * commands must survive their client, and an undrained pipe would stall or SIGPIPE the command).
- * `WatchDir` reports changes made through envd itself (uploads, MakeDir, Move, Remove), not
- * writes done by commands inside the sandbox.
+ * `WatchDir` and the polled watchers report every change in the sandbox, by envd (uploads
+ * through either `/files` door, MakeDir, Move, Remove) or by its commands.
  *
  * @example
  * ```ts
@@ -69,7 +70,10 @@ export function createEnvd(ops: SandboxOps, options: EnvdOptions = {}): Hono {
   mountFiles(app, core);
   mountRpcs(app, core, [
     processService(ops, core.options.log),
-    filesystemService(ops, core.watchers),
+    filesystemService(
+      ops,
+      new Watchers(ops, { maxPerSandbox: core.options.maxWatchesPerSandbox }),
+    ),
   ]);
 
   // A catch-all route rather than notFound(): a mounted sub-app's notFound is not used.

@@ -9,7 +9,6 @@ import { ConnectError } from "../../connect_codec.ts";
 import { parseMessage, resolvePath } from "../request.ts";
 import type { RpcCall } from "../rpc.ts";
 import { entryJson } from "./entry.ts";
-import type { Watchers } from "./watchers.ts";
 
 const listDirSchema = z.object({ path: z.string(), depth: z.number().int().min(0).optional() });
 const makeDirSchema = z.object({ path: z.string() });
@@ -36,14 +35,10 @@ export async function listDir(ops: SandboxOps, call: RpcCall): Promise<unknown> 
  * @throws {ConnectError} `already_exists` when the directory was there already.
  * @example
  * ```ts ignore
- * const rpc: UnaryRpc = (call) => makeDir(ops, watchers, call);
+ * const rpc: UnaryRpc = (call) => makeDir(ops, call);
  * ```
  */
-export async function makeDir(
-  ops: SandboxOps,
-  watchers: Watchers,
-  call: RpcCall,
-): Promise<unknown> {
+export async function makeDir(ops: SandboxOps, call: RpcCall): Promise<unknown> {
   const body = parseMessage(makeDirSchema, call.message);
   const user = call.user();
   const path = resolvePath(body.path, user, "path");
@@ -51,6 +46,5 @@ export async function makeDir(
   if (!made) {
     throw new ConnectError("already_exists", `Directory '${path}' already exists`);
   }
-  watchers.publish(call.sandbox.id, path, "EVENT_TYPE_CREATE");
   return { entry: entryJson(await ops.stat({ id: call.sandbox.id }, path, { user })) };
 }

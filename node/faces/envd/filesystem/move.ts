@@ -1,5 +1,5 @@
 /**
- * `filesystem.Filesystem/Move`: renames a path; watches see a rename and a create.
+ * `filesystem.Filesystem/Move`: renames a path (watches see a rename and a create).
  *
  * @module
  */
@@ -8,7 +8,6 @@ import type { SandboxOps } from "../../../service_contract.ts";
 import { parseMessage, resolvePath } from "../request.ts";
 import type { RpcCall } from "../rpc.ts";
 import { entryJson } from "./entry.ts";
-import type { Watchers } from "./watchers.ts";
 
 const moveSchema = z.object({ source: z.string(), destination: z.string() });
 
@@ -17,16 +16,14 @@ const moveSchema = z.object({ source: z.string(), destination: z.string() });
  *
  * @example
  * ```ts ignore
- * const rpc: UnaryRpc = (call) => move(ops, watchers, call);
+ * const rpc: UnaryRpc = (call) => move(ops, call);
  * ```
  */
-export async function move(ops: SandboxOps, watchers: Watchers, call: RpcCall): Promise<unknown> {
+export async function move(ops: SandboxOps, call: RpcCall): Promise<unknown> {
   const body = parseMessage(moveSchema, call.message);
   const user = call.user();
   const from = resolvePath(body.source, user, "source");
   const to = resolvePath(body.destination, user, "destination");
   const entry = await ops.move({ id: call.sandbox.id }, from, to, { user });
-  watchers.publish(call.sandbox.id, from, "EVENT_TYPE_RENAME");
-  watchers.publish(call.sandbox.id, to, "EVENT_TYPE_CREATE");
   return { entry: entryJson(entry) };
 }

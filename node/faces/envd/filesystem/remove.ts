@@ -1,5 +1,6 @@
 /**
- * `filesystem.Filesystem/Remove`: a file or a whole directory tree.
+ * `filesystem.Filesystem/Remove`: a file or a whole directory tree; a missing path is not an
+ * error (envd's `RemoveAll`).
  *
  * @module
  */
@@ -7,7 +8,6 @@ import { z } from "zod";
 import type { SandboxOps } from "../../../service_contract.ts";
 import { parseMessage, resolvePath } from "../request.ts";
 import type { RpcCall } from "../rpc.ts";
-import type { Watchers } from "./watchers.ts";
 
 const removeSchema = z.object({ path: z.string() });
 
@@ -16,18 +16,13 @@ const removeSchema = z.object({ path: z.string() });
  *
  * @example
  * ```ts ignore
- * const rpc: UnaryRpc = (call) => remove(ops, watchers, call);
+ * const rpc: UnaryRpc = (call) => remove(ops, call);
  * ```
  */
-export async function remove(
-  ops: SandboxOps,
-  watchers: Watchers,
-  call: RpcCall,
-): Promise<unknown> {
+export async function remove(ops: SandboxOps, call: RpcCall): Promise<unknown> {
   const body = parseMessage(removeSchema, call.message);
   const user = call.user();
   const path = resolvePath(body.path, user, "path");
   await ops.remove({ id: call.sandbox.id }, path, { user });
-  watchers.publish(call.sandbox.id, path, "EVENT_TYPE_REMOVE");
   return {};
 }

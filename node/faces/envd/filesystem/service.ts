@@ -23,27 +23,26 @@ import { createWatcher, getWatcherEvents, removeWatcher, watchDir } from "./watc
 import type { Watchers } from "./watchers.ts";
 
 /**
- * The `filesystem.Filesystem` service over `ops`, reporting changes to `watchers` (the same
- * watches the `/files` uploads report to).
+ * The `filesystem.Filesystem` service over `ops`, its watches kept by `watchers`.
  *
  * @example
  * ```ts ignore
- * mountRpcs(app, core, [filesystemService(core.ops, core.watchers)]);
+ * mountRpcs(app, core, [filesystemService(core.ops, new Watchers(core.ops))]);
  * ```
  */
 export function filesystemService(ops: SandboxOps, watchers: Watchers): EnvdService {
   return {
     name: "filesystem.Filesystem",
     stream: {
-      WatchDir: (call, sink) => watchDir(ops, watchers, call, sink),
+      WatchDir: (call, sink) => watchDir(watchers, call, sink),
     },
     unary: {
       Stat: (call) => stat(ops, call),
       ListDir: (call) => listDir(ops, call),
-      MakeDir: (call) => makeDir(ops, watchers, call),
-      Move: (call) => move(ops, watchers, call),
-      Remove: (call) => remove(ops, watchers, call),
-      CreateWatcher: (call) => createWatcher(ops, watchers, call),
+      MakeDir: (call) => makeDir(ops, call),
+      Move: (call) => move(ops, call),
+      Remove: (call) => remove(ops, call),
+      CreateWatcher: (call) => createWatcher(watchers, call),
       GetWatcherEvents: (call) => getWatcherEvents(watchers, call),
       RemoveWatcher: (call) => removeWatcher(watchers, call),
     },
