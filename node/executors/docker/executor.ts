@@ -2,7 +2,8 @@
  * `DockerExecutor`: the executor contract on a local Docker Engine. It owns the lifecycle of
  * each sandbox's container (create, destroy, pause, resume, stats, the list for reconciling)
  * and composes the pieces that do the rest: {@link Engine} (every engine call, with its
- * deadline and error translation), `Commands` (exec) and `Files` (the file verbs).
+ * deadline and error translation), `Commands` (exec), `Files` (the file verbs; `_stat.ts`
+ * describes paths) and `Watches` (directory watches, `_watch.ts`).
  *
  * @module
  */
