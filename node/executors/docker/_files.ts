@@ -6,10 +6,10 @@
  *
  * The run-as user is mapped as commands map it: `root`, else the image's user. What envd
  * creates (a written file, a new directory) it creates as root and hands to the user, so it
- * works wherever root could write; a container has every capability dropped, so its own root
- * cannot do that, but the engine can: new files and directories go in by archive with the
- * user's numeric ids in the tar headers. Questions and renames run as the user, with the
- * kernel's answer for that user.
+ * works wherever root could write: here new files and directories go in by archive, made by the
+ * engine with the user's numeric ids in the tar headers, one round trip and no chown in the
+ * sandbox. Questions, renames and removals run as the user, with the kernel's answer for that
+ * user (envd, as root, would answer for root).
  *
  * @module
  */
