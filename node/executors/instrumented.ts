@@ -8,27 +8,33 @@ import type { ExecutorOutcome, NodeMetrics } from "../metrics.ts";
 import { type Executor, ExecutorError } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 
-/** The contract's calls, each measured under its own name. */
-const operations = [
-  "create",
-  "destroy",
-  "exec",
-  "writeFile",
-  "readFile",
-  "listDir",
-  "stat",
-  "makeDir",
-  "move",
-  "remove",
-  "pause",
-  "resume",
-  "stats",
-  "list",
-] as const;
+/**
+ * The contract's calls, each measured under its own name. A record over the contract's keys, so
+ * a verb added to `Executor` and not here is a type error, not a wrapper without that verb.
+ */
+const measured: Record<Exclude<keyof Executor, "kind" | "limits" | "close">, true> = {
+  create: true,
+  destroy: true,
+  exec: true,
+  writeFile: true,
+  readFile: true,
+  listDir: true,
+  stat: true,
+  makeDir: true,
+  move: true,
+  remove: true,
+  watch: true,
+  pause: true,
+  resume: true,
+  stats: true,
+  list: true,
+};
+const operations = Object.keys(measured) as (keyof typeof measured)[];
 
 /**
  * Wraps `executor` so each call is counted by operation and outcome and timed (`exec` until the
- * command started: its run is the caller's). `kind`, `limits` and `close` pass through untouched.
+ * command started, `watch` until the watch did: their runs are the caller's). `kind`, `limits`
+ * and `close` pass through untouched.
  *
  * @example
  * ```ts

@@ -212,7 +212,8 @@ engineTest("runs its helper scripts on the Debian base image, and sudo works", a
       ["/tmp/odd/abs", "symlink", "/etc/group"],
       ["/tmp/odd/d", "dir", undefined],
       [odd, "file", undefined],
-      ["/tmp/odd/rel", "symlink", `it's a "name"`],
+      // envd's target: absolute, every hop followed.
+      ["/tmp/odd/rel", "symlink", `/tmp/odd/it's a "name"`],
     ],
   );
   const file = await ex.stat(id, odd);
