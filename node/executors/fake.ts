@@ -379,10 +379,10 @@ export interface FakeExecutorOptions {
  * and a small command interpreter (`echo`, `cat`, `ls`, `printf`, `sleep` that really waits,
  * `exit N`, `mkdir -p`, `rm`, `touch`, `ln -s`, `mv`, `chmod` (octal), `env`, `export`, quotes,
  * `$VAR`, `>`, `>>`, `>&2`, `2>&1`, `;`, `&&`, `||`, `bash -c` / `sh -c`, `bash` reading lines
- * from stdin; `printf` and `echo -e`
- * escapes are bytes, as in bash). Unknown commands answer `command not found` (127). A `tty`
- * command gets one output stream and `stty size`, without echo or line discipline. `pause()`
- * makes exec and file calls wait until `resume()`, as a frozen container would.
+ * from stdin; `printf` and `echo -e` escapes are bytes, as in bash). Unknown commands answer
+ * `command not found` (127). A `tty` command gets one output stream and `stty size`, without
+ * echo or line discipline. `pause()` makes exec and file calls wait until `resume()`, as a
+ * frozen container would.
  *
  * @example
  * ```ts
