@@ -18,6 +18,7 @@
  *
  * @module
  */
+import { posix } from "node:path";
 import type { Log } from "../../../shared/log.ts";
 import {
   type DirWatch,
@@ -107,8 +108,11 @@ export interface WatchesOptions {
   log: Log;
   /** How often a watcher scans for changes made by commands, ms. */
   intervalMs: number;
-  /** How long a file verb waits for the watches to see its change, and a watch to start, ms. */
-  settleTimeoutMs: number;
+  /**
+   * How long a file verb waits for the watches to see its change, and a watch for its first
+   * look, ms (5 s by default: a watcher answers in one scan, a few ms for a small directory).
+   */
+  settleTimeoutMs?: number;
 }
 
 /** One running watcher. */
@@ -136,7 +140,7 @@ export class Watches {
     this.#commands = options.commands;
     this.#log = options.log;
     this.#intervalMs = options.intervalMs;
-    this.#settleTimeoutMs = options.settleTimeoutMs;
+    this.#settleTimeoutMs = options.settleTimeoutMs ?? 5_000;
   }
 
   /**
@@ -241,11 +245,12 @@ export class Watches {
 
   /**
    * Runs a file verb so that every watch of the sandbox has seen its change when it resolves.
-   * `handedOver` are the paths the verb creates and hands to a user (a written file and the
-   * directories it needs): their creates and writes get envd's chmod.
+   * `created` is the path a verb creates and hands to a user (a written file, a new directory):
+   * it and the directories above it, which the verb may create too, get envd's chmod.
    */
-  async changing<T>(id: string, handedOver: string[], op: () => Promise<T>): Promise<T> {
+  async changing<T>(id: string, created: string | null, op: () => Promise<T>): Promise<T> {
     if (!this.#bySandbox.get(id)?.size) return await op();
+    const handedOver = created === null ? [] : lineage(created);
     let handing = this.#handing.get(id);
     if (!handing) this.#handing.set(id, handing = new Map());
     for (const path of handedOver) handing.set(path, (handing.get(path) ?? 0) + 1);
@@ -321,6 +326,13 @@ export class Watches {
 }
 
 const CHANGE_TYPES = new Set<string>(["create", "write", "remove", "rename", "chmod"]);
+
+/** A path and every directory above it. */
+function lineage(path: string): string[] {
+  const out = [path];
+  for (let p = path; p !== "/";) out.push(p = posix.dirname(p));
+  return out;
+}
 
 /** The lines of a stream (without their newline); a line past MAX_LINE is dropped. */
 async function* readLines(stream: ReadableStream<Uint8Array>): AsyncGenerator<string> {

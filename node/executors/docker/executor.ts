@@ -8,7 +8,6 @@
  * @module
  */
 import Docker from "dockerode";
-import { posix } from "node:path";
 import type { Clock } from "../../../shared/clock.ts";
 import { systemClock } from "../../../shared/clock.ts";
 import type { Log } from "../../../shared/log.ts";
@@ -110,19 +109,6 @@ const ROOT_CAPABILITIES = [
   "NET_BIND_SERVICE",
 ];
 
-/**
- * How long a file verb waits for the sandbox's watches to see its change, and a watch for its
- * first look, ms: a watcher answers in one scan (a few ms for a small directory).
- */
-const WATCH_SETTLE_MS = 5_000;
-
-/** A path and every directory above it: what a write or a mkdir may create. */
-function lineage(path: string): string[] {
-  const out = [path];
-  for (let p = path; p !== "/";) out.push(p = posix.dirname(p));
-  return out;
-}
-
 /** Defaults of the limits, chosen for a 2-core worker running a handful of sandboxes. */
 const DEFAULT_LIMITS: DockerLimits = { cpus: 1, memoryMB: 512, pids: 512 };
 
@@ -213,12 +199,7 @@ export class DockerExecutor implements Executor {
       clock,
       transferTimeoutMs: fileTimeoutMs,
     });
-    this.#watches = new Watches({
-      commands: this.#commands,
-      log,
-      intervalMs: watchIntervalMs,
-      settleTimeoutMs: WATCH_SETTLE_MS,
-    });
+    this.#watches = new Watches({ commands: this.#commands, log, intervalMs: watchIntervalMs });
     this.#nodeId = nodeId;
     this.#templates = map;
     this.#limits = { ...DEFAULT_LIMITS, ...defaults };
@@ -493,7 +474,7 @@ export class DockerExecutor implements Executor {
     const target = resolvePath(path, (await this.#files.runAs(id, options)).home);
     return await this.#watches.changing(
       id,
-      lineage(target),
+      target,
       () => this.#files.writeFile(id, path, data, options),
     );
   }
@@ -512,19 +493,15 @@ export class DockerExecutor implements Executor {
 
   async makeDir(id: string, path: string, options: FileOptions = {}): Promise<boolean> {
     const target = resolvePath(path, (await this.#files.runAs(id, options)).home);
-    return await this.#watches.changing(
-      id,
-      lineage(target),
-      () => this.#files.makeDir(id, path, options),
-    );
+    return await this.#watches.changing(id, target, () => this.#files.makeDir(id, path, options));
   }
 
   move(id: string, from: string, to: string, options: FileOptions = {}): Promise<FileEntry> {
-    return this.#watches.changing(id, [], () => this.#files.move(id, from, to, options));
+    return this.#watches.changing(id, null, () => this.#files.move(id, from, to, options));
   }
 
   remove(id: string, path: string, options: FileOptions = {}): Promise<void> {
-    return this.#watches.changing(id, [], () => this.#files.remove(id, path, options));
+    return this.#watches.changing(id, null, () => this.#files.remove(id, path, options));
   }
 
   /**
