@@ -25,6 +25,9 @@ import { mountOperatorView } from "./operator.ts";
 import { PlacementLog } from "./placements.ts";
 import { WebhookSender, type WebhookSenderOptions } from "./webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
+import { EtcdClient, EtcdSession } from "./etcd.ts";
+import { EtcdSlots, type Slots } from "./slots.ts";
+import { FleetSync } from "./fleet_sync.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
@@ -89,6 +92,37 @@ export interface GatewayOptions {
    * `DORMICE_WEBHOOK_SECRET`; see `webhooks.ts`); none are sent without it.
    */
   webhook?: WebhookSenderOptions;
+  /**
+   * Shared mode (`DORMICE_GATEWAY_ETCD`): the slots and the Fleet live in etcd, so several
+   * gateways front one fleet (see docs/shared-mode.md). Absent: the embedded default.
+   */
+  etcd?: SharedModeOptions;
+}
+
+/** Where shared mode keeps its state. */
+export interface SharedModeOptions {
+  /** The etcd members' client URLs. */
+  endpoints: readonly string[];
+  /** This fleet's key prefix; `/dormice/` by default. */
+  prefix?: string;
+  /** The gateway's lease TTL in seconds; 10 by default. */
+  leaseSeconds?: number;
+  /** How often the node table is read back from etcd; 1000 ms by default. */
+  pollMs?: number;
+  /** The HTTP client to etcd; the gateway's `fetch` by default. */
+  fetch?: typeof fetch;
+}
+
+/** Shared mode's running pieces. */
+export interface SharedMode {
+  /** The client to the cluster. */
+  client: EtcdClient;
+  /** The gateway's lease, which every slot it holds is tied to. */
+  session: EtcdSession;
+  /** Keeps the Fleet in step with etcd's node table. */
+  sync: FleetSync;
+  /** Stops the sync and revokes the lease, so the slots it held are free at once. */
+  close(): Promise<void>;
 }
 
 /** A built gateway. */
@@ -107,6 +141,8 @@ export interface Gateway extends GatewayParts {
   sweep(): string[];
   /** The webhook queue, when `webhook` was given. */
   webhooks?: WebhookSender;
+  /** Shared mode's pieces, when `etcd` was given. */
+  shared?: SharedMode;
   /**
    * Closes the database (node and key tables) when the gateway opened it itself, and stops the
    * webhook sender (events not yet delivered are logged as lost).
@@ -163,7 +199,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     ...options.webhook,
   });
   // The events need the Finder, built after the Fleet; onDown runs only from sweep(), long after.
-  const late: { events?: LifecycleEvents } = {};
+  const late: { events?: LifecycleEvents; sync?: FleetSync } = {};
   const fleet = new Fleet({
     database: db,
     clock,
@@ -173,9 +209,13 @@ export function createGateway(options: GatewayOptions): Gateway {
     onRemove: (node) => {
       finder.forgetNode(node.id);
       placer.forgetNode(node.id);
+      late.sync?.removed(node.id);
     },
     isOwnEndpoint: listenAddress && ((endpoint) => isOwnAddress(endpoint, listenAddress)),
+    onCheckIn: options.etcd && ((body, at) => late.sync?.written(body, at)),
   });
+  const shared = options.etcd && startShared(options.etcd, fleet, fetchFn, log);
+  late.sync = shared?.mode.sync;
   const keys = new ApiKeys({ database: db, clock, log });
   const limits = new TeamLimits({ fleet, clock });
   const finder = new Finder({
@@ -205,6 +245,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     log,
     fanOutTimeoutMs,
     headTimeoutMs,
+    slots: shared?.slots,
     onDestroyed: (found) => limits.destroyed(found.node.id, found.sandbox.team ?? "default"),
     observer: {
       placed: (key, pick) => {
@@ -254,10 +295,39 @@ export function createGateway(options: GatewayOptions): Gateway {
       return refused === undefined ? native.fetch(request) : Promise.resolve(refused);
     },
     webhooks,
+    shared: shared?.mode,
     sweep: () => fleet.sweep(),
     close: () => {
       void webhooks?.close();
+      void shared?.mode.close();
       if (database === undefined && db.isOpen) db.close();
+    },
+  };
+}
+
+function startShared(
+  options: SharedModeOptions,
+  fleet: Fleet,
+  fetchFn: typeof fetch,
+  log: Log,
+): { mode: SharedMode; slots: Slots } {
+  const prefix = options.prefix ?? "/dormice/";
+  const client = new EtcdClient({ endpoints: options.endpoints, fetch: options.fetch ?? fetchFn });
+  const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
+  const slots = new EtcdSlots({ client, session, prefix });
+  const sync = new FleetSync({ client, prefix, fleet, pollMs: options.pollMs, log });
+  sync.start();
+  // The lease at once, so a first create does not pay for it and an unreachable etcd is logged
+  // at boot rather than at the first create.
+  void session.lease().catch(() => {});
+  let closing: Promise<void> | undefined;
+  return {
+    slots,
+    mode: {
+      client,
+      session,
+      sync,
+      close: () => closing ??= sync.stop().then(() => session.close()),
     },
   };
 }

@@ -32,6 +32,15 @@ export interface GatewayConfig {
   webhookUrl: string | null;
   /** The HMAC-SHA256 key events are signed with (`DORMICE_WEBHOOK_SECRET`). */
   webhookSecret: string | null;
+  /**
+   * The etcd members' client URLs (`DORMICE_GATEWAY_ETCD`): shared mode, where slots, the Fleet
+   * and the key table live in etcd. `null`: the embedded default (SQLite, in-memory slots).
+   */
+  etcdEndpoints: string[] | null;
+  /** Where this fleet's keys live in etcd (`DORMICE_GATEWAY_ETCD_PREFIX`), ending in `/`. */
+  etcdPrefix: string;
+  /** The gateway's lease TTL (`DORMICE_GATEWAY_ETCD_LEASE_SECONDS`): a dead holder's bound. */
+  etcdLeaseSeconds: number;
 }
 
 /** Every variable the gateway reads, so `--allow-env` can name exactly these. */
@@ -48,6 +57,9 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_LOG_LEVEL",
   "DORMICE_WEBHOOK_URL",
   "DORMICE_WEBHOOK_SECRET",
+  "DORMICE_GATEWAY_ETCD",
+  "DORMICE_GATEWAY_ETCD_PREFIX",
+  "DORMICE_GATEWAY_ETCD_LEASE_SECONDS",
 ];
 
 /** The defaults, with the reason for each number. */
@@ -70,7 +82,46 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   logLevel: "info",
   webhookUrl: null,
   webhookSecret: null,
+  etcdEndpoints: null,
+  etcdPrefix: "/dormice/",
+  // A gateway that dies mid-create holds its names this long; renewed every third of it, so two
+  // lost renewals in a row are survived.
+  etcdLeaseSeconds: 10,
 };
+
+function etcd(
+  env: Record<string, string | undefined>,
+  errors: string[],
+): { etcdEndpoints: string[] | null; etcdPrefix: string } {
+  const prefix = env.DORMICE_GATEWAY_ETCD_PREFIX || gatewayDefaults.etcdPrefix;
+  if (!prefix.startsWith("/") || !prefix.endsWith("/") || /\s/.test(prefix)) {
+    errors.push(
+      `DORMICE_GATEWAY_ETCD_PREFIX='${prefix}' is not a key prefix: write one that starts and ` +
+        "ends with '/', e.g. /dormice/ or /fleets/eu-1/ (each fleet sharing one etcd its own)",
+    );
+  }
+  const raw = env.DORMICE_GATEWAY_ETCD;
+  if (raw === undefined || raw.trim() === "") return { etcdEndpoints: null, etcdPrefix: prefix };
+  const endpoints: string[] = [];
+  for (const part of raw.split(",").map((p) => p.trim()).filter((p) => p !== "")) {
+    let url: URL | undefined;
+    try {
+      url = new URL(part);
+    } catch { /* reported below */ }
+    if (
+      url === undefined || (url.protocol !== "http:" && url.protocol !== "https:") ||
+      (url.pathname !== "/" && url.pathname !== "") || url.search || url.username
+    ) {
+      errors.push(
+        `DORMICE_GATEWAY_ETCD has '${part}', which is not an etcd client URL: write the ` +
+          "members' origins, comma-separated, e.g. http://10.0.0.1:2379,http://10.0.0.2:2379",
+      );
+      continue;
+    }
+    endpoints.push(url.origin);
+  }
+  return { etcdEndpoints: endpoints, etcdPrefix: prefix };
+}
 
 /** A webhook secret shorter than this is refused: it would be guessed. */
 const minWebhookSecretLength = 16;
@@ -215,6 +266,15 @@ export function loadGatewayConfig(
     ),
     logLevel: logLevel instanceof Error ? "info" : logLevel,
     ...webhook(env, errors),
+    ...etcd(env, errors),
+    etcdLeaseSeconds: number(
+      env,
+      "DORMICE_GATEWAY_ETCD_LEASE_SECONDS",
+      gatewayDefaults.etcdLeaseSeconds,
+      (n) => Number.isInteger(n) && n >= 2 && n <= 300,
+      "a whole number of seconds from 2 to 300",
+      errors,
+    ),
   };
   return errors.length ? { ok: false, errors } : { ok: true, config };
 }

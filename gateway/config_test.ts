@@ -67,3 +67,29 @@ Deno.test("loadGatewayConfig() reads the webhook pair and refuses half of it", (
     if (!r.ok) assert.ok(!r.errors.join().includes("w".repeat(24)), "the secret is never printed");
   }
 });
+
+Deno.test("loadGatewayConfig() reads shared mode's etcd members, prefix and lease", () => {
+  const t = "x".repeat(32);
+  const off = loadGatewayConfig({ DORMICE_API_TOKEN: t });
+  assert.ok(off.ok);
+  assert.equal(off.config.etcdEndpoints, null);
+  assert.equal(off.config.etcdPrefix, "/dormice/");
+  const on = loadGatewayConfig({
+    DORMICE_API_TOKEN: t,
+    DORMICE_GATEWAY_ETCD: "http://10.0.0.1:2379/, http://10.0.0.2:2379",
+    DORMICE_GATEWAY_ETCD_PREFIX: "/fleets/eu/",
+    DORMICE_GATEWAY_ETCD_LEASE_SECONDS: "4",
+  });
+  assert.ok(on.ok);
+  assert.deepEqual(on.config.etcdEndpoints, ["http://10.0.0.1:2379", "http://10.0.0.2:2379"]);
+  assert.equal(on.config.etcdPrefix, "/fleets/eu/");
+  assert.equal(on.config.etcdLeaseSeconds, 4);
+  const bad = loadGatewayConfig({
+    DORMICE_API_TOKEN: t,
+    DORMICE_GATEWAY_ETCD: "10.0.0.1:2379",
+    DORMICE_GATEWAY_ETCD_PREFIX: "dormice",
+    DORMICE_GATEWAY_ETCD_LEASE_SECONDS: "1",
+  });
+  assert.ok(!bad.ok);
+  assert.equal(bad.errors.length, 3, bad.errors.join("\n"));
+});

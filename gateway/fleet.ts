@@ -125,6 +125,26 @@ export interface FleetOptions {
    * with a 400, since every lookup and forward to it would come back to the gateway.
    */
   isOwnEndpoint?: (endpoint: string) => boolean;
+  /**
+   * Called after every check-in this gateway accepted itself (not a replicated one), with the
+   * time it was accepted at: shared mode writes it to etcd for the other gateways. Same rules as
+   * `onJoin`.
+   */
+  onCheckIn?: (body: CheckIn, at: number) => void;
+}
+
+/** Options of {@linkcode Fleet.checkIn}. */
+export interface CheckInApply {
+  /**
+   * When the check-in was accepted (ms since the epoch): another gateway's time, read from
+   * etcd, for a replicated one. The Fleet's clock by default.
+   */
+  at?: number;
+  /**
+   * A check-in another gateway already accepted (shared mode): applied as is, without the
+   * live-id refusal (that gateway judged it) and without `onCheckIn`.
+   */
+  replicated?: boolean;
 }
 
 interface Member extends FleetNode {
@@ -208,6 +228,7 @@ export class Fleet implements NodeDirectory {
   #onDown?: (node: FleetNode) => void;
   #onRemove?: (node: FleetNode) => void;
   #isOwnEndpoint?: (endpoint: string) => boolean;
+  #onCheckIn?: (body: CheckIn, at: number) => void;
   #members = new Map<string, Member>();
   /** endpoint → ids reporting it, to warn when two ids share one daemon. */
   #byEndpoint = new Map<string, Set<string>>();
@@ -228,6 +249,7 @@ export class Fleet implements NodeDirectory {
       onDown,
       onRemove,
       isOwnEndpoint,
+      onCheckIn,
     } = options;
     if (!(downAfterIntervals > 0)) {
       throw new RangeError(
@@ -250,6 +272,7 @@ export class Fleet implements NodeDirectory {
     this.#onDown = onDown;
     this.#onRemove = onRemove;
     this.#isOwnEndpoint = isOwnEndpoint;
+    this.#onCheckIn = onCheckIn;
     this.#db.exec(schema);
     this.#insert = this.#db.prepare(
       `INSERT INTO gateway_nodes (id, endpoint, interval_seconds, build, first_seen, last_check_in)
@@ -352,7 +375,23 @@ export class Fleet implements NodeDirectory {
    * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()));
    * ```
    */
-  checkIn(body: CheckIn): CheckInOutcome {
+  checkIn(body: CheckIn, apply: CheckInApply = {}): CheckInOutcome {
+    const outcome = this.#checkIn(body, apply);
+    if (!apply.replicated && this.#onCheckIn) {
+      const at = this.#members.get(body.nodeId)?.lastCheckIn ?? this.#clock.now();
+      try {
+        this.#onCheckIn(body, at);
+      } catch (error) {
+        this.#log("error", "the fleet's onCheckIn hook threw", {
+          nodeId: body.nodeId,
+          error: (error as Error)?.message ?? String(error),
+        });
+      }
+    }
+    return outcome;
+  }
+
+  #checkIn(body: CheckIn, apply: CheckInApply): CheckInOutcome {
     if (this.#isOwnEndpoint?.(body.endpoint)) {
       throw new HttpError(
         400,
@@ -362,7 +401,7 @@ export class Fleet implements NodeDirectory {
         { details: { nodeId: body.nodeId, endpoint: body.endpoint } },
       );
     }
-    const now = this.#clock.now();
+    const now = apply.at ?? this.#clock.now();
     const known = this.#members.get(body.nodeId);
     if (known === undefined) {
       const member: Member = {
@@ -396,7 +435,7 @@ export class Fleet implements NodeDirectory {
     if (known.endpoint !== body.endpoint) {
       const silentMs = now - known.lastCheckIn;
       const moveAfterMs = this.#moveAfter * known.intervalSeconds * 1000;
-      if (silentMs <= moveAfterMs) {
+      if (silentMs <= moveAfterMs && !apply.replicated) {
         // The first reporter keeps the id: two daemons sharing an id would each answer for the
         // other's sandboxes, and the one that is really there would lose its traffic.
         const message = `Node id '${known.id}' is checking in from ${known.endpoint} ` +
@@ -508,13 +547,38 @@ export class Fleet implements NodeDirectory {
         { details: { nodeId: id, endpoint: m.endpoint } },
       );
     }
-    this.#persist(() => this.#remove.run(id));
-    this.#members.delete(id);
-    this.#unindexEndpoint(id, m.endpoint);
-    this.#reportShared(m.endpoint);
-    this.#changes.clear(`twin:${id}`);
+    this.#forget(m);
     this.#log("info", "node removed from the fleet", { nodeId: id, endpoint: m.endpoint });
     this.#call("onRemove", this.#onRemove, m);
+  }
+
+  /**
+   * Forgets a node another gateway removed (shared mode: its record left etcd). Unlike
+   * `removeNode` it asks nothing: that gateway already checked the node was down. `onRemove`
+   * runs as for `removeNode`, so per-node state here is let go too.
+   *
+   * @example
+   * ```ts ignore
+   * fleet.forgetRemoved("node-c");
+   * ```
+   */
+  forgetRemoved(id: string): void {
+    const m = this.#members.get(id);
+    if (m === undefined) return;
+    this.#forget(m);
+    this.#log("info", "node removed from the fleet by another gateway", {
+      nodeId: id,
+      endpoint: m.endpoint,
+    });
+    this.#call("onRemove", this.#onRemove, m);
+  }
+
+  #forget(m: Member): void {
+    this.#persist(() => this.#remove.run(m.id));
+    this.#members.delete(m.id);
+    this.#unindexEndpoint(m.id, m.endpoint);
+    this.#reportShared(m.endpoint);
+    this.#changes.clear(`twin:${m.id}`);
   }
 
   /**

@@ -62,6 +62,11 @@ const gateway = createGateway({
   webhook: config.webhookUrl === null
     ? undefined
     : { url: config.webhookUrl, secret: config.webhookSecret! },
+  etcd: config.etcdEndpoints === null ? undefined : {
+    endpoints: config.etcdEndpoints,
+    prefix: config.etcdPrefix,
+    leaseSeconds: config.etcdLeaseSeconds,
+  },
 });
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
@@ -78,6 +83,9 @@ const server = serveGuarded({
       db: config.dbPath,
       nodes: gateway.fleet.size,
       webhook: config.webhookUrl === null ? "none" : new URL(config.webhookUrl).origin,
+      mode: config.etcdEndpoints === null
+        ? "embedded"
+        : `shared: etcd ${config.etcdEndpoints.join(",")} under ${config.etcdPrefix}`,
     }),
 });
 
@@ -90,6 +98,8 @@ onTerminationSignals((signal) => {
   void boundedShutdown(server, shutdownGraceMs, async () => {
     // A moment for events still queued (the last destroys); a receiver that is down gets no more.
     await gateway.webhooks?.idle(2000);
+    // Revoking the lease frees this gateway's slots now rather than one TTL from now.
+    await gateway.shared?.close();
     gateway.close();
     database.close();
   }).then((clean) => {

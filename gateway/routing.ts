@@ -10,7 +10,7 @@ import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import type { Admission } from "./team_limits.ts";
-import { NameQueue } from "../shared/name_queue.ts";
+import { LocalSlots, type Slots } from "./slots.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { DEFAULT_TEAM, TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
@@ -39,6 +39,11 @@ export interface GatewayRoutingOptions {
    * second, and a node that hangs longer must not hold the name's slot for ever.
    */
   captureTimeoutMs?: number;
+  /**
+   * The per-name slots: in memory by default ({@linkcode LocalSlots}), shared through etcd when
+   * several gateways front one fleet (`EtcdSlots`).
+   */
+  slots?: Slots;
   /** Hears of every sandbox destroyed through the gateway (the team limits count it back). */
   onDestroyed?: (found: FindOne) => void;
   /** Hears of placements, forwards and creates (metrics, the fleet page, lifecycle events). */
@@ -187,7 +192,7 @@ export function clientGone(): HttpError {
  */
 export class GatewayRouting {
   /** Per-name slots: twenty simultaneous acquires of one name build one sandbox. */
-  readonly slots: NameQueue = new NameQueue();
+  readonly slots: Slots;
   /**
    * Watches streamed node requests until their head: ties a client's hang-up to them once the
    * node is slow to answer, and ends those past their head's bound or whose node fell silent.
@@ -221,6 +226,7 @@ export class GatewayRouting {
     this.#hop = options.hopMarker ?? newGatewayInstanceId();
     this.#headTimeoutMs = options.headTimeoutMs ?? 120_000;
     this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
+    this.slots = options.slots ?? new LocalSlots();
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
@@ -358,9 +364,11 @@ export class GatewayRouting {
     const { name, signal } = options;
     if (name === undefined) {
       if (signal.aborted) return Promise.reject(clientGone());
-      return this.#place(undefined, options);
+      // No slot to take, yet shared slots refuse it too while their store is unreachable: the
+      // fleet's rule is one answer for every create while etcd is away.
+      return this.slots.ready().then(() => this.#place(undefined, options));
     }
-    return this.slots.run(name, async () => {
+    return this.#inSlot(name, signal, async () => {
       // A client that hung up while queued behind other holders must not build anything.
       if (signal.aborted) throw clientGone();
       // Cached on a node that stopped checking in: it may still hold the name, so nothing is
@@ -401,7 +409,7 @@ export class GatewayRouting {
       : cached
       ? teamScopedName(cached.team, cached.name)
       : `id:${key}`;
-    return this.slots.run(slot, async () => {
+    return this.#inSlot(slot, signal, async () => {
       if (signal.aborted) throw clientGone();
       const r = await this.resolve(by, key, signal, team);
       if (r.kind === "none") return null;
@@ -494,6 +502,14 @@ export class GatewayRouting {
       `${node.intervalSeconds} s intervals) while this request waited for its answer: it may ` +
       "be frozen or cut off, and the request may still run there. listNodes shows it down; " +
       "retry once it checks in again, or remove it with removeNode if it is gone for good";
+  }
+
+  /** Runs `task` in `key`'s slot; a client that left while waiting for it gets `clientGone`. */
+  #inSlot<T>(key: string, signal: AbortSignal, task: () => Promise<T>): Promise<T> {
+    return this.slots.run(key, task, signal).catch((error) => {
+      if (signal.aborted && !(error instanceof HttpError)) throw clientGone();
+      throw error;
+    });
   }
 
   async #place(name: string | undefined, options: CreateOptions): Promise<CapturedAnswer> {

@@ -41,6 +41,7 @@ export type NodeAppConfig = Pick<
   | "nodeId"
   | "nodeEndpoint"
   | "gatewayEndpoint"
+  | "gatewayEndpoints"
   | "checkInIntervalSeconds"
   | "scanIntervalSeconds"
 >;
@@ -160,6 +161,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   });
   const checkIn = config.gatewayEndpoint === null ? null : new CheckInLoop({
     gatewayEndpoint: config.gatewayEndpoint,
+    gatewayEndpoints: config.gatewayEndpoints,
     nodeId: config.nodeId,
     endpoint: config.nodeEndpoint,
     intervalSeconds: config.checkInIntervalSeconds,

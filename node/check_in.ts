@@ -11,6 +11,13 @@ import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas
 export interface CheckInOptions {
   /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`). */
   gatewayEndpoint: string;
+  /**
+   * Several gateways of one fleet (shared mode), tried in turn: the loop stays with the one that
+   * answers and moves to the next when it does not (no answer, or a 5xx), within the same
+   * attempt, so losing a gateway never makes the node look down. `gatewayEndpoint` alone when
+   * absent or empty.
+   */
+  gatewayEndpoints?: readonly string[];
   /** This node's id (`DORMICE_NODE_ID`), the gateway's key for it. */
   nodeId: string;
   /** This node's origin as the gateway reaches it. */
@@ -60,6 +67,13 @@ function sameFailureKey(cause: string): string {
   const blank = (text: string) => text.replace(/\d+/g, "#");
   const answered = /^(the gateway answered \d+: )([\s\S]*)$/.exec(cause);
   return answered ? answered[1] + blank(answered[2]) : blank(cause);
+}
+
+/** Whether another gateway may answer where this one failed: it did not answer, or a 5xx. */
+function movesOn(outcome: CheckInOutcome): boolean {
+  if (outcome.ok || outcome.cause === "stopped") return false;
+  const status = /^the gateway answered (\d+)/.exec(outcome.cause);
+  return status === null || Number(status[1]) >= 500;
 }
 
 /**
@@ -117,19 +131,25 @@ export class CheckInLoop {
   #tick: (() => Promise<void>) | undefined;
   #nudged = false;
   #nudgeTimer: ReturnType<typeof setTimeout> | undefined;
+  readonly #gateways: readonly string[];
+  /** The gateway checked in with now: kept while it answers. */
+  #current = 0;
 
   /** Builds the loop; nothing is sent until `start()` or `once()`. */
   constructor(options: CheckInOptions) {
     this.#options = options;
+    this.#gateways = options.gatewayEndpoints?.length
+      ? options.gatewayEndpoints
+      : [options.gatewayEndpoint];
     this.#fetch = options.fetch ?? fetch;
     this.#log = options.log ?? silentLog;
     this.#changes = new ChangeLog(this.#log);
     this.#timeoutMs = options.timeoutMs ?? Math.min(5000, options.intervalSeconds * 1000);
   }
 
-  /** The gateway's check-in URL. */
+  /** The check-in URL of the gateway checked in with now. */
   get url(): string {
-    return `${this.#options.gatewayEndpoint}/checkIn`;
+    return `${this.#gateways[this.#current]}/checkIn`;
   }
 
   /** Checks in once now; never rejects. */
@@ -202,16 +222,29 @@ export class CheckInLoop {
 
   async #attempt(): Promise<CheckInOutcome> {
     try {
-      return await this.#send();
+      const body = this.body();
+      let outcome = await this.#send(body);
+      // Each other gateway once: a 4xx is the fleet's verdict, the same from all of them.
+      for (let tried = 1; tried < this.#gateways.length && movesOn(outcome); tried++) {
+        const from = this.#gateways[this.#current];
+        this.#current = (this.#current + 1) % this.#gateways.length;
+        this.#log("warn", "check-in moves to the next gateway", {
+          from,
+          to: this.#gateways[this.#current],
+          cause: outcome.ok ? "" : outcome.cause,
+          nodeId: this.#options.nodeId,
+        });
+        outcome = await this.#send(body);
+      }
+      return outcome;
     } finally {
       this.#abort = null;
     }
   }
 
-  async #send(): Promise<CheckInOutcome> {
+  async #send(body: CheckIn): Promise<CheckInOutcome> {
     const abort = new AbortController();
     this.#abort = abort;
-    const body = this.body();
     let response: Response;
     try {
       response = await this.#fetch(this.url, {
@@ -260,7 +293,7 @@ export class CheckInLoop {
   }
 
   #report(outcome: CheckInOutcome): void {
-    const fields = { gateway: this.#options.gatewayEndpoint, nodeId: this.#options.nodeId };
+    const fields = { gateway: this.#gateways[this.#current], nodeId: this.#options.nodeId };
     if (outcome.ok) {
       const recovered = this.#failing;
       this.#failing = false;

@@ -209,3 +209,30 @@ Deno.test("CheckInLoop carries the outbox's events and forgets them only once ac
     assert.equal((seen[2].body as { events?: unknown }).events, undefined);
   });
 });
+
+Deno.test("CheckInLoop with several gateways moves to the next when one does not answer or fails", async () => {
+  await withGateway(async (second, seen, answer) => {
+    const { log, lines } = recorder();
+    const dead = "http://127.0.0.1:9"; // nothing listens on the discard port
+    const loop = new CheckInLoop(options(dead, { log, gatewayEndpoints: [dead, second] }));
+    // The dead one is skipped within the same attempt: the node never misses a check-in.
+    assert.deepEqual(await loop.once(), { ok: true, status: 200 });
+    assert.equal(loop.url, `${second}/checkIn`);
+    assert.equal(seen.length, 1);
+    assert.ok(lines.some((l) => l.msg === "check-in moves to the next gateway"));
+    // It stays with the one that answers.
+    await loop.once();
+    assert.equal(seen.length, 2);
+    // A 4xx is the fleet's verdict, the same from every gateway: no move.
+    answer(() => Response.json({ message: "taken" }, { status: 409 }));
+    const refused = await loop.once();
+    assert.equal(refused.ok, false);
+    assert.equal(loop.url, `${second}/checkIn`);
+    // A 5xx moves on (to the dead one, which fails too: the attempt fails, once each).
+    answer(() => new Response("busy", { status: 503 }));
+    const failed = await loop.once();
+    assert.equal(failed.ok, false);
+    assert.equal(seen.length, 4);
+    assert.equal(loop.url, `${dead}/checkIn`);
+  });
+});

@@ -14,7 +14,7 @@
  * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |
  * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
  * | `DORMICE_SANDBOX_DISK_MB` | unset (unbounded) | bound of each Docker sandbox's writable layer, MiB; the engine's storage driver must support it (the node refuses to start otherwise) |
- * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with |
+ * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with; several gateways of one fleet comma-separated (checked in with one at a time, the next when one fails) |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
@@ -59,8 +59,13 @@ export interface NodeConfig {
    * default (1 core, 512 MiB, 512 processes).
    */
   sandboxDefaults: SandboxDefaults;
-  /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`); `null` runs standalone. */
+  /** The first gateway's origin (`DORMICE_GATEWAY_ENDPOINT`); `null` runs standalone. */
   gatewayEndpoint: string | null;
+  /**
+   * Every gateway's origin, in the order given (`DORMICE_GATEWAY_ENDPOINT` is comma-separated
+   * in shared mode); empty when standalone. Absent: `gatewayEndpoint` alone.
+   */
+  gatewayEndpoints?: string[];
   /** The origin the gateway reaches this node at (`DORMICE_NODE_ENDPOINT`). */
   nodeEndpoint: string;
   /** This node's id in the fleet (`DORMICE_NODE_ID`). */
@@ -271,7 +276,15 @@ export function loadNodeConfig(
     refusals.push(`${name}: ${r.error}`);
     return null;
   };
-  const gatewayEndpoint = endpointVar("DORMICE_GATEWAY_ENDPOINT");
+  const gatewayEndpoints: string[] = [];
+  const gatewayText = get("DORMICE_GATEWAY_ENDPOINT");
+  for (const part of (gatewayText ?? "").split(",").map((p) => p.trim()).filter(Boolean)) {
+    const r = parseEndpoint(part);
+    if (!r.ok) refusals.push(`DORMICE_GATEWAY_ENDPOINT: ${r.error}`);
+    else if (!gatewayEndpoints.includes(r.value)) gatewayEndpoints.push(r.value);
+  }
+  const gatewayEndpoint = gatewayEndpoints.find((e) => !isLoopbackOrigin(e)) ??
+    gatewayEndpoints[0] ?? null;
   const explicitEndpoint = endpointVar("DORMICE_NODE_ENDPOINT");
   const hostInUrl = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   const nodeEndpoint = explicitEndpoint ?? `http://${hostInUrl}:${port}`;
@@ -339,7 +352,8 @@ export function loadNodeConfig(
       templates,
       dockerSocket,
       sandboxDefaults,
-      gatewayEndpoint,
+      gatewayEndpoint: gatewayEndpoints[0] ?? null,
+      gatewayEndpoints,
       nodeEndpoint,
       nodeId,
       checkInIntervalSeconds,

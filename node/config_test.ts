@@ -22,6 +22,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     dockerSocket: "/var/run/docker.sock",
     sandboxDefaults: {},
     gatewayEndpoint: null,
+    gatewayEndpoints: [],
     nodeEndpoint: "http://127.0.0.1:3676",
     nodeId: "node-1",
     checkInIntervalSeconds: 15,
@@ -159,5 +160,29 @@ Deno.test("loadNodeConfig() refuses bad Docker settings naming variable, value a
   assert.match(
     refusals({ DORMICE_API_TOKEN: token, DORMICE_DOCKER_SOCKET: "docker.sock" })[0],
     /DORMICE_DOCKER_SOCKET='docker.sock' is not an absolute path.*\/var\/run\/docker.sock/,
+  );
+});
+
+Deno.test("loadNodeConfig() reads several gateways, comma-separated, and checks each one", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677, http://127.0.0.1:3678/",
+  });
+  assert.ok(r.ok);
+  assert.deepEqual(r.config.gatewayEndpoints, ["http://127.0.0.1:3677", "http://127.0.0.1:3678"]);
+  assert.equal(r.config.gatewayEndpoint, "http://127.0.0.1:3677");
+  const bad = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677,ftp://x",
+  });
+  assert.ok(bad.some((s) => s.startsWith("DORMICE_GATEWAY_ENDPOINT:")), bad.join("\n"));
+  // One gateway on another machine is enough to need the node's own endpoint and id.
+  const remote = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677,http://10.0.0.2:3677",
+  });
+  assert.ok(
+    remote.some((s) => s.startsWith("DORMICE_NODE_ENDPOINT is not set")),
+    remote.join("\n"),
   );
 });

@@ -1,0 +1,392 @@
+/**
+ * A small etcd v3 client over etcd's own HTTP/JSON gateway (`POST /v3/kv/range`, `/v3/kv/txn`,
+ * `/v3/lease/grant`, …) with `fetch`, and the gateway's lease session.
+ *
+ * Why not `npm:etcd3`: it works under Deno, but brings gRPC (`@grpc/grpc-js`, protobufjs) into
+ * the gateway's graph for six calls, and its deadlines live in gRPC's own channel state. Over
+ * `fetch` every call is bounded by one `AbortSignal` (connect included, DESIGN §11), a member
+ * that refuses is skipped at once, and the embedded default pulls in nothing new.
+ *
+ * @module
+ */
+import { type Log, silentLog } from "../shared/log.ts";
+
+/**
+ * Thrown when no member of the etcd cluster answered within the bound. The gateway turns it into
+ * a 503 with Retry-After naming etcd: a name must never be built twice on a guess.
+ *
+ * @example
+ * ```ts
+ * import { EtcdUnavailableError } from "@dormice/cluster/gateway";
+ * const e = new EtcdUnavailableError(["http://127.0.0.1:2379"], ["ECONNREFUSED"]);
+ * console.log(e.message.startsWith("etcd is unreachable")); // true
+ * ```
+ */
+export class EtcdUnavailableError extends Error {
+  /** The members asked. */
+  readonly endpoints: readonly string[];
+  /** Why it failed, with each member's cause. */
+  constructor(endpoints: readonly string[], causes: string[]) {
+    super(
+      `etcd is unreachable (DORMICE_GATEWAY_ETCD=${endpoints.join(",")}): ${causes.join("; ")}`,
+    );
+    this.name = "EtcdUnavailableError";
+    this.endpoints = endpoints;
+  }
+}
+
+/** A key and its value as etcd stores them (key and value decoded as UTF-8). */
+export interface EtcdKv {
+  key: string;
+  value: string;
+  createRevision: string;
+  modRevision: string;
+  lease?: string;
+}
+
+/** Options of {@linkcode EtcdClient}. */
+export interface EtcdClientOptions {
+  /** The members' client URLs (`DORMICE_GATEWAY_ETCD`), e.g. `["http://10.0.0.1:2379"]`. */
+  endpoints: readonly string[];
+  /**
+   * Bound of one call across every member. Default 3000 ms: a leader election in a healthy
+   * cluster settles in about one election timeout (1 s by default), so a call made while the
+   * leader dies still succeeds; a cluster that lost its quorum is reported within 3 s.
+   */
+  timeoutMs?: number;
+  /** The HTTP client; the global `fetch` by default. */
+  fetch?: typeof fetch;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** Base64 of the UTF-8 bytes of `text`: the JSON gateway's form of keys and values. */
+function b64(text: string | Uint8Array): string {
+  const bytes = typeof text === "string" ? encoder.encode(text) : text;
+  let s = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) {
+    s += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  }
+  return btoa(s);
+}
+
+function unb64(text: string | undefined): string {
+  if (!text) return "";
+  const s = atob(text);
+  const bytes = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) bytes[i] = s.charCodeAt(i);
+  return decoder.decode(bytes);
+}
+
+/** The end of the key range holding every key that starts with `prefix`. */
+function prefixEnd(prefix: string): string {
+  const bytes = encoder.encode(prefix);
+  for (let i = bytes.length - 1; i >= 0; i--) {
+    if (bytes[i] < 0xff) {
+      const end = bytes.slice(0, i + 1);
+      end[i]++;
+      return b64(end);
+    }
+  }
+  return b64(new Uint8Array([0]));
+}
+
+// deno-lint-ignore no-explicit-any
+type Json = any;
+
+// deno-lint-ignore no-explicit-any
+function toKv(raw: any): EtcdKv {
+  return {
+    key: unb64(raw.key),
+    value: unb64(raw.value),
+    createRevision: raw.create_revision ?? "0",
+    modRevision: raw.mod_revision ?? "0",
+    lease: raw.lease,
+  };
+}
+
+/**
+ * The calls the gateway makes, each one bounded, each one tried on the next member when one
+ * refuses or answers 5xx (a follower without a leader, a member shutting down). A 4xx is etcd
+ * refusing the request itself and is thrown as is.
+ *
+ * Requires `--allow-net` to the members.
+ *
+ * @example
+ * ```ts ignore
+ * const etcd = new EtcdClient({ endpoints: ["http://127.0.0.1:2379"] });
+ * await etcd.put("/dormice/a", "1");
+ * console.log((await etcd.get("/dormice/a"))?.value); // "1"
+ * ```
+ */
+export class EtcdClient {
+  /** The members, in the order first tried. */
+  readonly endpoints: readonly string[];
+  readonly #timeoutMs: number;
+  readonly #fetch: typeof fetch;
+  /** The member that answered last: asked first next time, so a dead one costs one refusal. */
+  #current = 0;
+
+  /** Builds the client; nothing is sent until the first call. */
+  constructor(options: EtcdClientOptions) {
+    if (options.endpoints.length === 0) {
+      throw new TypeError("Cannot create EtcdClient as 'endpoints' is empty: pass at least one");
+    }
+    this.endpoints = options.endpoints;
+    this.#timeoutMs = options.timeoutMs ?? 3000;
+    this.#fetch = options.fetch ?? globalThis.fetch;
+  }
+
+  /**
+   * POSTs `body` to `path` on a member and returns its JSON answer.
+   *
+   * @throws {EtcdUnavailableError} when no member answered within the bound.
+   */
+  async call(path: string, body: Json, signal?: AbortSignal): Promise<Json> {
+    const deadline = Date.now() + this.#timeoutMs;
+    const causes: string[] = [];
+    let answeredBusy = false;
+    for (let attempt = 0;; attempt++) {
+      const i = (this.#current + attempt) % this.endpoints.length;
+      const endpoint = this.endpoints[i];
+      const left = deadline - Date.now();
+      if (left <= 0) break;
+      const bound = signal
+        ? AbortSignal.any([signal, AbortSignal.timeout(left)])
+        : AbortSignal.timeout(left);
+      try {
+        const res = await this.#fetch(endpoint + path, {
+          method: "POST",
+          headers: { "content-type": "application/json" },
+          body: JSON.stringify(body),
+          signal: bound,
+        });
+        const text = await res.text();
+        if (res.status >= 500) {
+          answeredBusy = true;
+          causes.push(`${endpoint} answered ${res.status}: ${text.slice(0, 200)}`);
+        } else if (res.status >= 400) {
+          throw new Error(`etcd refused ${path} (${res.status}): ${text.slice(0, 300)}`);
+        } else {
+          this.#current = i;
+          return JSON.parse(text);
+        }
+      } catch (error) {
+        if (signal?.aborted) throw error;
+        if (error instanceof Error && error.message.startsWith("etcd refused")) throw error;
+        causes.push(`${endpoint}: ${describe(error)}`);
+      }
+      const cycled = (attempt + 1) % this.endpoints.length === 0;
+      if (cycled) {
+        // Every member refused the connection: etcd is down, and saying so now beats waiting.
+        // A member that answered 5xx may be electing a leader, which settles within a second.
+        if (!answeredBusy) break;
+        answeredBusy = false;
+        await new Promise((r) => setTimeout(r, Math.min(100, Math.max(0, deadline - Date.now()))));
+      }
+    }
+    throw new EtcdUnavailableError(this.endpoints, causes.slice(-this.endpoints.length));
+  }
+
+  /** The key's value, or `null`. */
+  async get(key: string): Promise<EtcdKv | null> {
+    const r = await this.call("/v3/kv/range", { key: b64(key) });
+    return r.kvs?.length ? toKv(r.kvs[0]) : null;
+  }
+
+  /** Every key under `prefix`, in key order. */
+  async range(prefix: string): Promise<EtcdKv[]> {
+    const r = await this.call("/v3/kv/range", { key: b64(prefix), range_end: prefixEnd(prefix) });
+    return (r.kvs ?? []).map(toKv);
+  }
+
+  /** Writes `value` under `key`, tied to `lease` when given. Returns the new revision. */
+  async put(key: string, value: string, lease?: string): Promise<string> {
+    const r = await this.call("/v3/kv/put", {
+      key: b64(key),
+      value: b64(value),
+      ...(lease ? { lease } : {}),
+    });
+    return r.header?.revision ?? "0";
+  }
+
+  /** Deletes `key`. */
+  async delete(key: string): Promise<void> {
+    await this.call("/v3/kv/deleterange", { key: b64(key) });
+  }
+
+  /**
+   * Creates `key` with `value` (tied to `lease`) only if it does not exist. Returns the revision
+   * it was created at, or `null` when another holder has it.
+   */
+  async createIfAbsent(
+    key: string,
+    value: string,
+    lease?: string,
+    signal?: AbortSignal,
+  ): Promise<string | null> {
+    const r = await this.call("/v3/kv/txn", {
+      compare: [{ target: "CREATE", key: b64(key), create_revision: "0" }],
+      success: [{ request_put: { key: b64(key), value: b64(value), ...(lease ? { lease } : {}) } }],
+      failure: [],
+    }, signal);
+    return r.succeeded ? (r.header?.revision ?? "0") : null;
+  }
+
+  /** Deletes `key` only while it is still the one created at `createRevision`. */
+  async deleteIfCreatedAt(key: string, createRevision: string): Promise<boolean> {
+    const r = await this.call("/v3/kv/txn", {
+      compare: [{ target: "CREATE", key: b64(key), create_revision: createRevision }],
+      success: [{ request_delete_range: { key: b64(key) } }],
+      failure: [],
+    });
+    return r.succeeded === true;
+  }
+
+  /** Grants a lease of `ttlSeconds`; returns its id (a decimal string: int64 exceeds a number). */
+  async grant(ttlSeconds: number): Promise<string> {
+    const r = await this.call("/v3/lease/grant", { TTL: String(ttlSeconds) });
+    if (!r.ID) throw new Error(`etcd granted no lease: ${r.error ?? JSON.stringify(r)}`);
+    return r.ID;
+  }
+
+  /** Renews `lease`; returns its new TTL in seconds, 0 when it had already expired. */
+  async keepAlive(lease: string): Promise<number> {
+    const r = await this.call("/v3/lease/keepalive", { ID: lease });
+    return Number(r.result?.TTL ?? 0);
+  }
+
+  /** Revokes `lease`, deleting every key tied to it. */
+  async revoke(lease: string): Promise<void> {
+    await this.call("/v3/lease/revoke", { ID: lease });
+  }
+}
+
+function describe(error: unknown): string {
+  const e = error as { name?: string; message?: string };
+  if (e?.name === "TimeoutError") return "no answer in time";
+  const text = e?.message ?? String(error);
+  if (/connection refused|ECONNREFUSED/i.test(text)) return "ECONNREFUSED";
+  return text.slice(0, 200);
+}
+
+/** Options of {@linkcode EtcdSession}. */
+export interface EtcdSessionOptions {
+  /** The client to the cluster. */
+  client: EtcdClient;
+  /**
+   * The lease's TTL in seconds (`DORMICE_GATEWAY_ETCD_LEASE_SECONDS`). Default 10: a gateway that
+   * dies mid-create holds its names' slots at most this long, and a keep-alive every third of it
+   * survives two lost renewals before the lease lapses.
+   */
+  ttlSeconds?: number;
+  /** Where the lease's changes go. */
+  log?: Log;
+}
+
+/**
+ * The gateway's lease: granted on first use, renewed every third of its TTL while the gateway
+ * lives, so every slot it holds vanishes within one TTL of its death (SIGKILL included). A
+ * renewal that finds the lease expired (etcd was unreachable for longer than the TTL) grants a
+ * new one and says so: slots held under the old one may have been taken by another gateway.
+ *
+ * @example
+ * ```ts ignore
+ * const session = new EtcdSession({ client, ttlSeconds: 10 });
+ * const lease = await session.lease();
+ * await session.close();
+ * ```
+ */
+export class EtcdSession {
+  /** Unique per process: written into the slots this gateway holds, for the operator. */
+  readonly owner: string = crypto.randomUUID();
+  readonly ttlSeconds: number;
+  readonly #client: EtcdClient;
+  readonly #log: Log;
+  #lease: Promise<string> | null = null;
+  #timer: ReturnType<typeof setInterval> | undefined;
+  #closed = false;
+  /** Whether the last renewal reached etcd; read by the 503 fast path and the log. */
+  #reachable = true;
+
+  /** Builds the session; the lease is granted on the first `lease()`. */
+  constructor(options: EtcdSessionOptions) {
+    this.#client = options.client;
+    this.ttlSeconds = options.ttlSeconds ?? 10;
+    this.#log = options.log ?? silentLog;
+  }
+
+  /**
+   * The live lease's id, granting one first when there is none.
+   *
+   * @throws {EtcdUnavailableError} when etcd does not answer.
+   */
+  lease(): Promise<string> {
+    if (this.#closed) return Promise.reject(new Error("The etcd session is closed"));
+    if (this.#lease === null) {
+      const granting = this.#client.grant(this.ttlSeconds).then((id) => {
+        this.#setReachable(true);
+        this.#log("info", "etcd lease granted", { lease: id, ttlSeconds: this.ttlSeconds });
+        this.#startRenewing();
+        return id;
+      }, (error) => {
+        if (this.#lease === granting) this.#lease = null;
+        this.#setReachable(false, error);
+        throw error;
+      });
+      this.#lease = granting;
+    }
+    return this.#lease;
+  }
+
+  /** Stops renewing and revokes the lease (its slots are freed at once, not after the TTL). */
+  async close(): Promise<void> {
+    this.#closed = true;
+    clearInterval(this.#timer);
+    const lease = this.#lease;
+    this.#lease = null;
+    if (lease) await lease.then((id) => this.#client.revoke(id)).catch(() => {});
+  }
+
+  #startRenewing(): void {
+    clearInterval(this.#timer);
+    this.#timer = setInterval(() => void this.#renew(), (this.ttlSeconds * 1000) / 3);
+  }
+
+  async #renew(): Promise<void> {
+    const current = this.#lease;
+    if (current === null || this.#closed) return;
+    let id: string;
+    try {
+      id = await current;
+    } catch {
+      return;
+    }
+    try {
+      const ttl = await this.#client.keepAlive(id);
+      this.#setReachable(true);
+      if (ttl > 0 || this.#lease !== current) return;
+      this.#log("warn", "the gateway's etcd lease had expired: names it held may be taken", {
+        lease: id,
+        ttlSeconds: this.ttlSeconds,
+      });
+      clearInterval(this.#timer);
+      this.#lease = null;
+      await this.lease().catch(() => {});
+    } catch (error) {
+      this.#setReachable(false, error);
+    }
+  }
+
+  #setReachable(reachable: boolean, error?: unknown): void {
+    if (reachable === this.#reachable) return;
+    this.#reachable = reachable;
+    if (reachable) this.#log("info", "etcd is reachable again", {});
+    else {
+      this.#log("error", "etcd is unreachable: creates and destroys answer 503 until it returns", {
+        error: (error as Error)?.message ?? String(error),
+      });
+    }
+  }
+}

@@ -1,0 +1,191 @@
+/**
+ * The per-name slots the two creators and destroy run in: in memory for one gateway
+ * ({@linkcode LocalSlots}), or a lease-backed lock in etcd shared by every gateway of the fleet
+ * ({@linkcode EtcdSlots}).
+ *
+ * @module
+ */
+import { NameQueue } from "../shared/name_queue.ts";
+import { HttpError } from "../shared/http_error.ts";
+import type { EtcdClient, EtcdSession } from "./etcd.ts";
+import { EtcdUnavailableError } from "./etcd.ts";
+
+/**
+ * Where a name's create or destroy waits its turn. Tasks for one key never overlap, across
+ * every gateway sharing the slots; other keys run concurrently.
+ */
+export interface Slots {
+  /**
+   * Runs `task` once it holds `key`'s slot. A `signal` that aborts while waiting gives up the
+   * wait (the task never runs) with the signal's reason.
+   *
+   * @throws {HttpError} 503 with Retry-After when the slot's store cannot be reached.
+   */
+  run<T>(key: string, task: () => Promise<T>, signal?: AbortSignal): Promise<T>;
+  /**
+   * Resolves when a create that takes no slot (unnamed) may go ahead.
+   *
+   * @throws {HttpError} 503 when the slots' store is unreachable.
+   */
+  ready(): Promise<void>;
+  /** How many keys this gateway holds or waits for now (the busy-slots gauge). */
+  readonly size: number;
+  /** Whether this gateway holds or waits for `key` now. */
+  isBusy(key: string): boolean;
+}
+
+/**
+ * One gateway's slots: a {@linkcode NameQueue}, the embedded default.
+ *
+ * @example
+ * ```ts
+ * import { LocalSlots } from "@dormice/cluster/gateway";
+ * const slots = new LocalSlots();
+ * console.log(await slots.run("default/agent-1", () => Promise.resolve(1))); // 1
+ * ```
+ */
+export class LocalSlots extends NameQueue implements Slots {
+  /** Always ready: nothing outside the process is asked. */
+  ready(): Promise<void> {
+    return Promise.resolve();
+  }
+}
+
+/** Options of {@linkcode EtcdSlots}. */
+export interface EtcdSlotsOptions {
+  /** The client to the cluster. */
+  client: EtcdClient;
+  /** The gateway's lease: every slot it holds is tied to it. */
+  session: EtcdSession;
+  /** The fleet's key prefix (`DORMICE_GATEWAY_ETCD_PREFIX`), e.g. `/dormice/`. */
+  prefix: string;
+  /**
+   * How often a waiter asks whether the holder let go. Default 20 ms: a handoff costs at most
+   * that, and each gateway has at most one waiter per name in etcd (its own queue is in memory),
+   * so a busy name costs etcd one small read per gateway per 20 ms.
+   */
+  pollMs?: number;
+  /**
+   * Longest wait for a slot held by another gateway. Default 150,000 ms: a holder may keep it for
+   * the node's create bound (120 s) and a dead holder's lease lapses within its TTL; past that
+   * the client gets a 503 rather than an open request for ever.
+   */
+  waitMs?: number;
+}
+
+/** The Retry-After of a 503 naming etcd: a member restart or an election takes seconds. */
+const etcdRetryAfterSeconds = 2;
+
+/**
+ * Turns an etcd failure into the 503 a client sees; anything else passes through.
+ *
+ * @example
+ * ```ts ignore
+ * await slots.run(key, task).catch((e) => { throw etcdHttpError(e); });
+ * ```
+ */
+export function etcdHttpError(error: unknown): unknown {
+  if (!(error instanceof EtcdUnavailableError)) return error;
+  return new HttpError(
+    503,
+    `${error.message}; the gateway cannot take the name's slot, and a name must never be built ` +
+      "twice on a guess, so creates and destroys wait for etcd (sandboxes that exist still answer)",
+    {
+      headers: { "retry-after": String(etcdRetryAfterSeconds) },
+      details: { etcd: error.endpoints },
+    },
+  );
+}
+
+/**
+ * Slots shared by every gateway through etcd: a name's slot is the key
+ * `<prefix>slots/<team>/<name>`, created only when absent and tied to the gateway's lease, then
+ * deleted when the task ends. A gateway killed while it holds one loses it when its lease lapses
+ * (one TTL, 10 s by default), and the next holder still asks the fleet first, so whatever the
+ * dead one built is found, not built again.
+ *
+ * Within one gateway, callers first queue in memory, so etcd sees one waiter per gateway per
+ * name (and a lease's keys never collide).
+ *
+ * @example
+ * ```ts ignore
+ * const slots = new EtcdSlots({ client, session, prefix: "/dormice/" });
+ * await slots.run("default/agent-1", async () => { ... });
+ * ```
+ */
+export class EtcdSlots implements Slots {
+  readonly #local = new NameQueue();
+  readonly #client: EtcdClient;
+  readonly #session: EtcdSession;
+  readonly #prefix: string;
+  readonly #pollMs: number;
+  readonly #waitMs: number;
+
+  /** Builds the slots; nothing is written until the first `run`. */
+  constructor(options: EtcdSlotsOptions) {
+    this.#client = options.client;
+    this.#session = options.session;
+    this.#prefix = options.prefix;
+    this.#pollMs = options.pollMs ?? 20;
+    this.#waitMs = options.waitMs ?? 150_000;
+  }
+
+  get size(): number {
+    return this.#local.size;
+  }
+
+  isBusy(key: string): boolean {
+    return this.#local.isBusy(key);
+  }
+
+  async ready(): Promise<void> {
+    try {
+      await this.#session.lease();
+    } catch (error) {
+      throw etcdHttpError(error);
+    }
+  }
+
+  run<T>(key: string, task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    return this.#local.run(key, async () => {
+      const slotKey = `${this.#prefix}slots/${key}`;
+      let revision: string;
+      try {
+        revision = await this.#take(slotKey, signal);
+      } catch (error) {
+        throw etcdHttpError(error);
+      }
+      try {
+        return await task();
+      } finally {
+        // A failed delete leaves the key to the lease; compared on its revision so a slot that
+        // lapsed and was taken by another gateway is never deleted from under it.
+        await this.#client.deleteIfCreatedAt(slotKey, revision).catch(() => {});
+      }
+    });
+  }
+
+  async #take(slotKey: string, signal?: AbortSignal): Promise<string> {
+    const deadline = Date.now() + this.#waitMs;
+    for (;;) {
+      signal?.throwIfAborted();
+      const lease = await this.#session.lease();
+      const revision = await this.#client.createIfAbsent(
+        slotKey,
+        this.#session.owner,
+        lease,
+        signal,
+      );
+      if (revision !== null) return revision;
+      if (Date.now() >= deadline) {
+        throw new HttpError(
+          503,
+          `Another gateway has held this name's slot in etcd for more than ` +
+            `${this.#waitMs / 1000} s: try again, and check that gateway's log`,
+          { headers: { "retry-after": String(etcdRetryAfterSeconds) } },
+        );
+      }
+      await new Promise((r) => setTimeout(r, this.#pollMs));
+    }
+  }
+}

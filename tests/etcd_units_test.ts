@@ -1,0 +1,257 @@
+/**
+ * Unit tests of shared mode's pieces (the etcd client, the slots, the Fleet's sync) against a
+ * real etcd started on loopback. They sit here rather than beside their files because they use
+ * the test cluster helper (`_etcd.ts`), and nothing outside tests/ imports tests/.
+ */
+import assert from "node:assert/strict";
+import { EtcdClient, EtcdSession, EtcdUnavailableError } from "../gateway/etcd.ts";
+import { EtcdSlots } from "../gateway/slots.ts";
+import { FleetSync } from "../gateway/fleet_sync.ts";
+import { Fleet } from "../gateway/fleet.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { etcdMissing, startEtcd } from "./_etcd.ts";
+import { freePort } from "./_processes.ts";
+
+const missing = etcdMissing();
+const skip = missing === null ? "" : ` (skipped: ${missing})`;
+
+function reading() {
+  return {
+    takenAt: Date.now(),
+    cpuCount: 4,
+    cpuUsedPct: null,
+    memoryTotalBytes: 8e9,
+    memoryAvailableBytes: 4e9,
+    swapTotalBytes: 0,
+    swapFreeBytes: 0,
+    dataDisk: null,
+    sandboxes: { active: 0, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
+  };
+}
+
+/** A fetch that fails like a dead machine once `dead` is set. */
+function killable(): { fetch: typeof fetch; kill(): void } {
+  let dead = false;
+  return {
+    fetch: (input, init) =>
+      dead
+        ? Promise.reject(new TypeError("connection refused (ECONNREFUSED)"))
+        : fetch(input, init),
+    kill: () => dead = true,
+  };
+}
+
+Deno.test({
+  name:
+    `EtcdSlots: two gateways' slots never overlap on one name, and other names run together${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const gateways = [0, 1].map(() => {
+      const client = new EtcdClient({ endpoints: etcd.endpoints.split(",") });
+      const session = new EtcdSession({ client, ttlSeconds: 5 });
+      return { session, slots: new EtcdSlots({ client, session, prefix, pollMs: 5 }) };
+    });
+    try {
+      let inside = 0;
+      let most = 0;
+      const work = async () => {
+        inside++;
+        most = Math.max(most, inside);
+        await new Promise((r) => setTimeout(r, 10));
+        inside--;
+      };
+      await Promise.all(
+        Array.from({ length: 10 }, (_, i) => gateways[i % 2].slots.run("default/a", work)),
+      );
+      assert.equal(most, 1, "two holders of one name's slot ran at once");
+      // Distinct names do not wait for each other.
+      let together = 0;
+      let peak = 0;
+      await Promise.all(
+        ["x", "y", "z"].map((n, i) =>
+          gateways[i % 2].slots.run(`default/${n}`, async () => {
+            peak = Math.max(peak, ++together);
+            await new Promise((r) => setTimeout(r, 50));
+            together--;
+          })
+        ),
+      );
+      assert.equal(peak, 3);
+    } finally {
+      for (const g of gateways) await g.session.close();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: `EtcdSlots: a holder that dies loses the slot when its lease lapses${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const net = killable();
+    const deadClient = new EtcdClient({ endpoints: etcd.endpoints.split(","), fetch: net.fetch });
+    const deadSession = new EtcdSession({ client: deadClient, ttlSeconds: 2 });
+    const dead = new EtcdSlots({ client: deadClient, session: deadSession, prefix });
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(",") });
+    const session = new EtcdSession({ client, ttlSeconds: 2 });
+    const alive = new EtcdSlots({ client, session, prefix, pollMs: 10 });
+    let release!: () => void;
+    const held = new Promise<void>((r) => release = r);
+    try {
+      let entered!: () => void;
+      const inside = new Promise<void>((r) => entered = r);
+      const holder = dead.run("default/a", async () => {
+        entered();
+        await held;
+      });
+      await inside;
+      net.kill(); // no renewal, no delete: like SIGKILL
+      const started = Date.now();
+      await alive.run("default/a", () => Promise.resolve());
+      const waited = Date.now() - started;
+      assert.ok(
+        waited >= 500,
+        `the slot was free after ${waited} ms, while its holder's lease lived`,
+      );
+      assert.ok(waited < 2000 + 1500, `waited ${waited} ms, past the 2 s lease and its renewal`);
+      release();
+      await holder.catch(() => {});
+    } finally {
+      release();
+      await deadSession.close();
+      await session.close();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: `EtcdSlots: an unreachable etcd is a 503 with Retry-After naming etcd${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const client = new EtcdClient({ endpoints: [`http://127.0.0.1:${freePort()}`] });
+    const session = new EtcdSession({ client });
+    const slots = new EtcdSlots({ client, session, prefix: "/x/" });
+    let ran = false;
+    const error = await slots.run("default/a", () => {
+      ran = true;
+      return Promise.resolve();
+    }).catch((e) => e);
+    assert.equal(ran, false);
+    assert.ok(error instanceof HttpError);
+    assert.equal(error.status, 503);
+    assert.match(error.message, /etcd is unreachable \(DORMICE_GATEWAY_ETCD=/);
+    assert.equal(error.headers["retry-after"], "2");
+    await assert.rejects(slots.ready(), (e: HttpError) => e.status === 503);
+    await session.close();
+  },
+});
+
+Deno.test({
+  name: `EtcdClient: a dead member is skipped, and all members dead is EtcdUnavailableError${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const dead = `http://127.0.0.1:${freePort()}`;
+    try {
+      const client = new EtcdClient({ endpoints: [dead, ...etcd.endpoints.split(",")] });
+      await client.put("/t/a", "é1");
+      assert.equal((await client.get("/t/a"))?.value, "é1");
+      assert.deepEqual((await client.range("/t/")).map((kv) => kv.key), ["/t/a"]);
+      await etcd.kill(0);
+      const started = Date.now();
+      await assert.rejects(client.get("/t/a"), EtcdUnavailableError);
+      assert.ok(Date.now() - started < 1000, "refused connections are reported at once");
+    } finally {
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `FleetSync: a check-in with one gateway makes the node known, with its time, to another${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(",") });
+    const late: { a?: FleetSync } = {};
+    const a = new Fleet({
+      onCheckIn: (body, at) => late.a?.written(body, at),
+      onRemove: (node) => late.a?.removed(node.id),
+    });
+    const b = new Fleet();
+    late.a = new FleetSync({ client, prefix, fleet: a });
+    const syncB = new FleetSync({ client, prefix, fleet: b });
+    try {
+      a.checkIn({
+        nodeId: "n1",
+        endpoint: "http://127.0.0.1:1",
+        intervalSeconds: 1,
+        build: "t",
+        reading: reading(),
+      });
+      await late.a.syncOnce();
+      await syncB.syncOnce();
+      const seen = b.get("n1");
+      assert.ok(seen, "gateway b does not know n1");
+      assert.equal(seen.lastCheckIn, a.get("n1")!.lastCheckIn);
+      assert.equal(b.isDown("n1"), false);
+      assert.ok(seen.reading !== null);
+      // Down is judged on the shared time: 2.5 intervals later both say down.
+      const later = seen.lastCheckIn + 2500;
+      assert.equal(a.isDown("n1", later), true);
+      assert.equal(b.isDown("n1", later), true);
+      // Removed on a (once down), forgotten on b.
+      await new Promise((r) => setTimeout(r, 2100));
+      a.removeNode("n1");
+      await late.a.syncOnce();
+      await syncB.syncOnce();
+      assert.equal(b.get("n1"), undefined);
+    } finally {
+      a.close();
+      b.close();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name: `FleetSync: check-ins accepted while etcd is away are written when it returns${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(","), timeoutMs: 1000 });
+    const lines: string[] = [];
+    const late: { a?: FleetSync } = {};
+    const a = new Fleet({ onCheckIn: (body, at) => late.a?.written(body, at) });
+    late.a = new FleetSync({ client, prefix, fleet: a, log: (_l, msg) => lines.push(msg) });
+    try {
+      await etcd.kill(0);
+      a.checkIn({
+        nodeId: "n1",
+        endpoint: "http://127.0.0.1:1",
+        intervalSeconds: 5,
+        build: "t",
+        reading: reading(),
+      });
+      await late.a.syncOnce();
+      await late.a.syncOnce();
+      assert.equal(lines.filter((l) => l.startsWith("cannot read or write")).length, 1);
+      await etcd.restart(0);
+      await late.a.syncOnce();
+      const kv = await client.get(`${prefix}nodes/n1`);
+      assert.ok(kv, "the check-in was not written when etcd returned");
+      assert.equal(JSON.parse(kv.value).checkIn.nodeId, "n1");
+    } finally {
+      a.close();
+      await etcd.stop();
+    }
+  },
+});
