@@ -35,6 +35,30 @@ export class EtcdUnavailableError extends Error {
   }
 }
 
+/**
+ * Thrown when etcd answered but refused the request (a 4xx: an expired lease, a bad request).
+ *
+ * @example
+ * ```ts
+ * import { EtcdRequestError } from "@dormice/cluster/gateway";
+ * const e = new EtcdRequestError("/v3/kv/put", 404, "etcdserver: requested lease not found");
+ * console.log(e.leaseNotFound); // true
+ * ```
+ */
+export class EtcdRequestError extends Error {
+  /** etcd's HTTP status. */
+  readonly status: number;
+  /** Whether etcd no longer knows the lease the request named. */
+  readonly leaseNotFound: boolean;
+  /** The call, etcd's status and its answer. */
+  constructor(path: string, status: number, text: string) {
+    super(`etcd refused ${path} (${status}): ${text.slice(0, 300)}`);
+    this.name = "EtcdRequestError";
+    this.status = status;
+    this.leaseNotFound = /lease not found/i.test(text);
+  }
+}
+
 /** A key and its value as etcd stores them (key and value decoded as UTF-8). */
 export interface EtcdKv {
   key: string;
@@ -167,14 +191,14 @@ export class EtcdClient {
           answeredBusy = true;
           causes.push(`${endpoint} answered ${res.status}: ${text.slice(0, 200)}`);
         } else if (res.status >= 400) {
-          throw new Error(`etcd refused ${path} (${res.status}): ${text.slice(0, 300)}`);
+          throw new EtcdRequestError(path, res.status, text);
         } else {
           this.#current = i;
           return JSON.parse(text);
         }
       } catch (error) {
         if (signal?.aborted) throw error;
-        if (error instanceof Error && error.message.startsWith("etcd refused")) throw error;
+        if (error instanceof EtcdRequestError) throw error;
         causes.push(`${endpoint}: ${describe(error)}`);
       }
       const cycled = (attempt + 1) % this.endpoints.length === 0;
@@ -340,6 +364,28 @@ export class EtcdSession {
     return this.#lease;
   }
 
+  /**
+   * Forgets `lease` when etcd said it no longer exists, so the next `lease()` grants a new one.
+   *
+   * @example
+   * ```ts ignore
+   * if (error instanceof EtcdRequestError && error.leaseNotFound) session.invalidate(id);
+   * ```
+   */
+  async invalidate(lease: string): Promise<void> {
+    const current = this.#lease;
+    if (current === null) return;
+    const id = await current.catch(() => null);
+    if (id === lease && this.#lease === current) {
+      this.#log("warn", "the gateway's etcd lease had expired: names it held may be taken", {
+        lease: id,
+        ttlSeconds: this.ttlSeconds,
+      });
+      clearInterval(this.#timer);
+      this.#lease = null;
+    }
+  }
+
   /** Stops renewing and revokes the lease (its slots are freed at once, not after the TTL). */
   async close(): Promise<void> {
     this.#closed = true;
@@ -367,12 +413,7 @@ export class EtcdSession {
       const ttl = await this.#client.keepAlive(id);
       this.#setReachable(true);
       if (ttl > 0 || this.#lease !== current) return;
-      this.#log("warn", "the gateway's etcd lease had expired: names it held may be taken", {
-        lease: id,
-        ttlSeconds: this.ttlSeconds,
-      });
-      clearInterval(this.#timer);
-      this.#lease = null;
+      await this.invalidate(id);
       await this.lease().catch(() => {});
     } catch (error) {
       this.#setReachable(false, error);

@@ -10,6 +10,9 @@
  *   reasons, then {@linkcode loadScore});
  * - {@linkcode LruCache}: the bounded cache behind the Finder;
  * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox;
+ *   behind the {@linkcode Slots} interface as {@linkcode LocalSlots}, or {@linkcode EtcdSlots}
+ *   when several gateways share one fleet (`slots.ts`, over the etcd client `etcd.ts`; the
+ *   Fleet is kept in step through etcd by {@linkcode FleetSync});
  * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
  *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
  *   (`forward.ts`);
@@ -147,3 +150,21 @@ export {
   nextHop,
   pathRefusal,
 } from "./door.ts";
+export {
+  EtcdClient,
+  type EtcdClientOptions,
+  type EtcdKv,
+  EtcdRequestError,
+  EtcdSession,
+  type EtcdSessionOptions,
+  EtcdUnavailableError,
+} from "./etcd.ts";
+export {
+  etcdHttpError,
+  EtcdSlots,
+  type EtcdSlotsOptions,
+  LocalSlots,
+  type Slots,
+} from "./slots.ts";
+export { FleetSync, type FleetSyncOptions } from "./fleet_sync.ts";
+export { type SharedMode, type SharedModeOptions } from "./app.ts";

@@ -8,7 +8,7 @@
 import { NameQueue } from "../shared/name_queue.ts";
 import { HttpError } from "../shared/http_error.ts";
 import type { EtcdClient, EtcdSession } from "./etcd.ts";
-import { EtcdUnavailableError } from "./etcd.ts";
+import { EtcdRequestError, EtcdUnavailableError } from "./etcd.ts";
 
 /**
  * Where a name's create or destroy waits its turn. Tasks for one key never overlap, across
@@ -85,6 +85,11 @@ const etcdRetryAfterSeconds = 2;
  * ```
  */
 export function etcdHttpError(error: unknown): unknown {
+  if (error instanceof EtcdRequestError) {
+    return new HttpError(503, `${error.message}: the gateway cannot take the name's slot`, {
+      headers: { "retry-after": String(etcdRetryAfterSeconds) },
+    });
+  }
   if (!(error instanceof EtcdUnavailableError)) return error;
   return new HttpError(
     503,
@@ -170,12 +175,15 @@ export class EtcdSlots implements Slots {
     for (;;) {
       signal?.throwIfAborted();
       const lease = await this.#session.lease();
-      const revision = await this.#client.createIfAbsent(
-        slotKey,
-        this.#session.owner,
-        lease,
-        signal,
-      );
+      let revision: string | null;
+      try {
+        revision = await this.#client.createIfAbsent(slotKey, this.#session.owner, lease, signal);
+      } catch (error) {
+        // etcd was away longer than the lease: take a new one and try again.
+        if (!(error instanceof EtcdRequestError && error.leaseNotFound)) throw error;
+        await this.#session.invalidate(lease);
+        continue;
+      }
       if (revision !== null) return revision;
       if (Date.now() >= deadline) {
         throw new HttpError(
