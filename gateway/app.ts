@@ -28,6 +28,7 @@ import { AccessTokens } from "../shared/access_tokens.ts";
 import { EtcdClient, EtcdSession } from "./etcd.ts";
 import { EtcdSlots, type Slots } from "./slots.ts";
 import { FleetSync } from "./fleet_sync.ts";
+import { KeySync } from "./key_sync.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
@@ -121,6 +122,8 @@ export interface SharedMode {
   session: EtcdSession;
   /** Keeps the Fleet in step with etcd's node table. */
   sync: FleetSync;
+  /** Keeps the key table in step with etcd's; mints and revokes go through it. */
+  keySync: KeySync;
   /** Stops the sync and revokes the lease, so the slots it held are free at once. */
   close(): Promise<void>;
 }
@@ -214,9 +217,9 @@ export function createGateway(options: GatewayOptions): Gateway {
     isOwnEndpoint: listenAddress && ((endpoint) => isOwnAddress(endpoint, listenAddress)),
     onCheckIn: options.etcd && ((body, at) => late.sync?.written(body, at)),
   });
-  const shared = options.etcd && startShared(options.etcd, fleet, fetchFn, log);
-  late.sync = shared?.mode.sync;
   const keys = new ApiKeys({ database: db, clock, log });
+  const shared = options.etcd && startShared(options.etcd, fleet, keys, fetchFn, log);
+  late.sync = shared?.mode.sync;
   const limits = new TeamLimits({ fleet, clock });
   const finder = new Finder({
     fleet,
@@ -273,6 +276,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     authorized,
     identify,
     keys,
+    keySync: shared?.mode.keySync,
     limits,
     accessTokens,
     log,
@@ -308,6 +312,7 @@ export function createGateway(options: GatewayOptions): Gateway {
 function startShared(
   options: SharedModeOptions,
   fleet: Fleet,
+  keys: ApiKeys,
   fetchFn: typeof fetch,
   log: Log,
 ): { mode: SharedMode; slots: Slots } {
@@ -316,7 +321,9 @@ function startShared(
   const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
   const slots = new EtcdSlots({ client, session, prefix });
   const sync = new FleetSync({ client, prefix, fleet, pollMs: options.pollMs, log });
+  const keySync = new KeySync({ client, prefix, keys, pollMs: options.pollMs, log });
   sync.start();
+  keySync.start();
   // The lease at once, so a first create does not pay for it and an unreachable etcd is logged
   // at boot rather than at the first create.
   void session.lease().catch(() => {});
@@ -327,7 +334,9 @@ function startShared(
       client,
       session,
       sync,
-      close: () => closing ??= sync.stop().then(() => session.close()),
+      keySync,
+      close: () =>
+        closing ??= Promise.all([sync.stop(), keySync.stop()]).then(() => session.close()),
     },
   };
 }

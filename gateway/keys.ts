@@ -78,6 +78,9 @@ export interface ApiKeysOptions {
   log?: Log;
 }
 
+/** A key as shared mode stores it in etcd: its hash and settings, never the key. */
+export type ApiKeyRecord = Omit<Row, "last_used_at">;
+
 interface Row {
   id: string;
   hash: string;
@@ -255,6 +258,68 @@ export class ApiKeys {
       }
     }
     return infoOf(row);
+  }
+
+  /**
+   * The stored form of key `id` (its hash, never the key), for shared mode to write to etcd;
+   * `undefined` when no key has it.
+   *
+   * @example
+   * ```ts
+   * import { ApiKeys } from "./keys.ts";
+   * const keys = new ApiKeys();
+   * const record = keys.record(keys.create({ team: "t" }).id)!;
+   * console.log(record.hash.length); // 64
+   * keys.close();
+   * ```
+   */
+  record(id: string): ApiKeyRecord | undefined {
+    const row = this.#byId.get(id);
+    if (row === undefined) return undefined;
+    const { last_used_at: _, ...record } = row;
+    return record;
+  }
+
+  /**
+   * Adds a key another gateway minted (shared mode), unless it is already here. Returns whether
+   * it was added.
+   *
+   * @example
+   * ```ts ignore
+   * keys.adopt(JSON.parse(kv.value));
+   * ```
+   */
+  adopt(record: ApiKeyRecord): boolean {
+    if (this.#byId.has(record.id) || this.#byHash.has(record.hash)) return false;
+    const row: Row = { ...record, last_used_at: null };
+    this.#insert.run(
+      row.id,
+      row.hash,
+      row.team,
+      row.label,
+      row.max_sandboxes,
+      row.creates_per_minute,
+      row.created_at,
+    );
+    this.#index(row);
+    return true;
+  }
+
+  /**
+   * Drops a key another gateway revoked (shared mode); nothing when it is not here.
+   *
+   * @example
+   * ```ts ignore
+   * keys.forget("key_0123456789abcdef");
+   * ```
+   */
+  forget(id: string): void {
+    const row = this.#byId.get(id);
+    if (row === undefined) return;
+    this.#delete.run(id);
+    this.#byId.delete(id);
+    this.#byHash.delete(row.hash);
+    this.#log("info", "API key revoked by another gateway", { keyId: id, team: row.team });
   }
 
   /** Closes the database when the table opened it itself (the in-memory default). */

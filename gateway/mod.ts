@@ -168,3 +168,4 @@ export {
 } from "./slots.ts";
 export { FleetSync, type FleetSyncOptions } from "./fleet_sync.ts";
 export { type SharedMode, type SharedModeOptions } from "./app.ts";
+export { KeySync, type KeySyncOptions } from "./key_sync.ts";

@@ -141,7 +141,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   // --- the key table (the gate let only the fleet token through) ---
   post("createApiKey", async (c) => {
     const { value } = await readJsonObject(c.req.raw);
-    return c.json(keys.create(value));
+    return c.json(parts.keySync ? await parts.keySync.create(value) : keys.create(value));
   });
   post("listApiKeys", async (c) => {
     await readBody(c.req.raw, z.object({}).strict());
@@ -149,7 +149,8 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   });
   post("revokeApiKey", async (c) => {
     const { value: { id } } = await readBody(c.req.raw, revokeApiKeySchema);
-    keys.revoke(id);
+    if (parts.keySync) await parts.keySync.revoke(id);
+    else keys.revoke(id);
     return c.json({ revoked: true });
   });
 

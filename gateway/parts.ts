@@ -8,6 +8,7 @@
 import type { CallerCheck } from "./auth.ts";
 import type { Fleet } from "./fleet.ts";
 import type { ApiKeys } from "./keys.ts";
+import type { KeySync } from "./key_sync.ts";
 import type { TeamLimits } from "./team_limits.ts";
 import type { Finder } from "./finder.ts";
 import type { Placer } from "./placer.ts";
@@ -34,6 +35,8 @@ export interface GatewayParts {
   identify: CallerCheck;
   /** The key table (`createApiKey`, `listApiKeys`, `revokeApiKey`). */
   keys: ApiKeys;
+  /** Shared mode: mints and revokes go through etcd first (absent in the embedded default). */
+  keySync?: KeySync;
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;
   /**

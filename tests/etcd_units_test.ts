@@ -8,6 +8,8 @@ import { EtcdClient, EtcdSession, EtcdUnavailableError } from "../gateway/etcd.t
 import { EtcdSlots } from "../gateway/slots.ts";
 import { FleetSync } from "../gateway/fleet_sync.ts";
 import { Fleet } from "../gateway/fleet.ts";
+import { ApiKeys } from "../gateway/keys.ts";
+import { KeySync } from "../gateway/key_sync.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { etcdMissing, startEtcd } from "./_etcd.ts";
 import { freePort } from "./_processes.ts";
@@ -251,6 +253,47 @@ Deno.test({
       assert.equal(JSON.parse(kv.value).checkIn.nodeId, "n1");
     } finally {
       a.close();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `KeySync: a key minted through one gateway works on another, and a revoke reaches it${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(","), timeoutMs: 1000 });
+    const keysA = new ApiKeys();
+    const keysB = new ApiKeys();
+    const a = new KeySync({ client, prefix, keys: keysA });
+    const b = new KeySync({ client, prefix, keys: keysB });
+    try {
+      const minted = await a.create({ team: "acme", maxSandboxes: 3 });
+      assert.equal(keysB.verify(minted.key), undefined);
+      await b.syncOnce();
+      assert.equal(keysB.verify(minted.key)?.team, "acme");
+      assert.equal(keysB.verify(minted.key)?.maxSandboxes, 3);
+      await b.revoke(minted.id);
+      await a.syncOnce();
+      assert.equal(keysA.verify(minted.key), undefined, "the revoke did not reach gateway a");
+      // etcd away: a mint or revoke is a 503 naming etcd, and leaves nothing behind here.
+      const kept = await a.create({ team: "acme" });
+      await b.syncOnce();
+      await etcd.kill(0);
+      const refused = await a.create({ team: "acme" }).catch((e) => e);
+      assert.ok(refused instanceof HttpError && refused.status === 503, String(refused));
+      assert.match(refused.message, /etcd is unreachable/);
+      assert.equal(keysA.size, 1);
+      const notRevoked = await b.revoke(kept.id).catch((e) => e);
+      assert.ok(notRevoked instanceof HttpError && notRevoked.status === 503);
+      // Known keys keep working while etcd is away.
+      assert.equal(keysB.verify(kept.key)?.team, "acme");
+    } finally {
+      keysA.close();
+      keysB.close();
       await etcd.stop();
     }
   },

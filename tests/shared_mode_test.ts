@@ -34,7 +34,6 @@ async function copies(nodes: NodeProcess[], token: string, name: string): Promis
   const ids: string[] = [];
   for (const node of nodes) {
     const { body } = await postJson(node.url, token, "listSandboxes", {});
-    // deno-lint-ignore no-explicit-any
     for (const s of body.sandboxes) if (s.name === name) ids.push(s.id as string);
   }
   return ids;

@@ -1,0 +1,162 @@
+/**
+ * Shared mode's key table: a key minted or revoked through any gateway is written to etcd
+ * first, and every gateway reads the table back every second into its own in-memory
+ * {@linkcode ApiKeys}, so a request's key check never waits on etcd (routed verbs keep working
+ * while it is away) and a key works on every gateway within a second of its mint.
+ *
+ * @module
+ */
+import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
+import { HttpError } from "../shared/http_error.ts";
+import type { EtcdClient } from "./etcd.ts";
+import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
+import { etcdHttpError } from "./slots.ts";
+
+/** Options of {@linkcode KeySync}. */
+export interface KeySyncOptions {
+  /** The client to the cluster. */
+  client: EtcdClient;
+  /** The fleet's key prefix; records live under `<prefix>keys/`. */
+  prefix: string;
+  /** This gateway's table. */
+  keys: ApiKeys;
+  /**
+   * How often the table is read back. Default 1000 ms: a revoked key stops working on every
+   * gateway within about a second.
+   */
+  pollMs?: number;
+  /** Where etcd's outages go (once per change). */
+  log?: Log;
+}
+
+/**
+ * Keeps an {@linkcode ApiKeys} in step with etcd. `create` and `revoke` write to etcd before
+ * they answer, and refuse with a 503 naming etcd when it is away: a mint other gateways never
+ * hear of would work on one door only, and a revoke they never hear of would leave the key
+ * working on the others.
+ *
+ * @example
+ * ```ts ignore
+ * const sync = new KeySync({ client, prefix: "/dormice/", keys });
+ * sync.start();
+ * const minted = await sync.create({ team: "acme" });
+ * ```
+ */
+export class KeySync {
+  readonly #client: EtcdClient;
+  readonly #prefix: string;
+  readonly #keys: ApiKeys;
+  readonly #pollMs: number;
+  readonly #changes: ChangeLog;
+  /** Ids being written now: the read-back must not forget them before their write lands. */
+  readonly #writing = new Set<string>();
+  #timer: ReturnType<typeof setTimeout> | undefined;
+  #running = false;
+  #tick: Promise<void> | null = null;
+
+  /** Builds the sync; nothing is read until `start()` or `syncOnce()`. */
+  constructor(options: KeySyncOptions) {
+    this.#client = options.client;
+    this.#prefix = `${options.prefix}keys/`;
+    this.#keys = options.keys;
+    this.#pollMs = options.pollMs ?? 1000;
+    this.#changes = new ChangeLog(options.log ?? silentLog);
+  }
+
+  /**
+   * Mints a key here and writes it to etcd; undone here when the write fails.
+   *
+   * @throws {HttpError} 400 for a bad body, 503 naming etcd when it is away.
+   */
+  async create(input: unknown): Promise<MintedApiKey> {
+    const minted = this.#keys.create(input);
+    this.#writing.add(minted.id);
+    try {
+      await this.#client.put(
+        this.#prefix + minted.id,
+        JSON.stringify(this.#keys.record(minted.id)),
+      );
+    } catch (error) {
+      this.#keys.forget(minted.id);
+      throw etcdHttpError(error);
+    } finally {
+      this.#writing.delete(minted.id);
+    }
+    return minted;
+  }
+
+  /**
+   * Deletes the key from etcd, then here.
+   *
+   * @throws {HttpError} 404 for an unknown id, 503 naming etcd when it is away.
+   */
+  async revoke(id: string): Promise<void> {
+    if (this.#keys.record(id) === undefined) {
+      // The local answer (404 naming the id) is the same sentence as the embedded one.
+      this.#keys.revoke(id);
+      return;
+    }
+    try {
+      await this.#client.delete(this.#prefix + id);
+    } catch (error) {
+      throw etcdHttpError(error);
+    }
+    this.#keys.revoke(id);
+  }
+
+  /** Reads etcd now and every `pollMs` after, until `stop()`. */
+  start(): void {
+    if (this.#running) return;
+    this.#running = true;
+    const tick = async () => {
+      this.#tick = this.syncOnce();
+      await this.#tick;
+      if (this.#running) this.#timer = setTimeout(tick, this.#pollMs);
+    };
+    void tick();
+  }
+
+  /** Stops reading. */
+  async stop(): Promise<void> {
+    this.#running = false;
+    clearTimeout(this.#timer);
+    await this.#tick;
+  }
+
+  /** Applies etcd's key table here. Never rejects: an unreachable etcd keeps what is known. */
+  async syncOnce(): Promise<void> {
+    try {
+      const asked = Date.now();
+      const kvs = await this.#client.range(this.#prefix);
+      const seen = new Set<string>();
+      for (const kv of kvs) {
+        let record: ApiKeyRecord;
+        try {
+          record = JSON.parse(kv.value);
+        } catch {
+          continue;
+        }
+        if (typeof record?.id !== "string" || typeof record.hash !== "string") continue;
+        seen.add(record.id);
+        this.#keys.adopt(record);
+      }
+      for (const info of this.#keys.list()) {
+        if (seen.has(info.id) || this.#writing.has(info.id)) continue;
+        if (Date.parse(info.createdAt) >= asked) continue;
+        this.#keys.forget(info.id);
+      }
+      this.#changes.report("etcd", "ok", "info", "the key table is in step with etcd", {
+        keys: kvs.length,
+      });
+    } catch (error) {
+      if (error instanceof HttpError) throw error;
+      this.#changes.report(
+        "etcd",
+        "failing",
+        "error",
+        "cannot read the key table from etcd: known keys keep working, mints and revokes wait",
+        { error: (error as Error)?.message ?? String(error) },
+      );
+    }
+  }
+}
