@@ -6,6 +6,10 @@
  * data under `.dormice/fleet/`, prints where they listen and how to point a client at the
  * gateway, and stops all three cleanly on Ctrl-C.
  *
+ * `deno task fleet --shared` starts shared mode instead (DESIGN §9, docs/shared-mode.md): a local
+ * one-member etcd (Debian's `etcd-server`; its data under `.dormice/fleet/etcd`), two gateways
+ * coordinated through it, and two nodes that check in with either.
+ *
  * `DORMICE_API_TOKEN` is the fleet token; when unset a development token is generated and
  * printed. `DORMICE_GATEWAY_PORT` moves the gateway (default 3677; the nodes take the next free
  * ports from 3676 up). The gateway's CPU and disk filters are off by default here
@@ -96,20 +100,52 @@ function start(
   return child;
 }
 
-async function waitForHealth(child: Child, timeoutMs = 30_000): Promise<void> {
+async function waitForHealth(child: Child, timeoutMs = 30_000, path = "/healthz"): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
     if (child.exited) {
       throw new Error(`${child.label} exited before it answered ${child.url}/healthz`);
     }
     try {
-      const res = await fetch(`${child.url}/healthz`, { signal: AbortSignal.timeout(1000) });
+      const res = await fetch(`${child.url}${path}`, { signal: AbortSignal.timeout(1000) });
       await res.body?.cancel();
       if (res.ok) return;
     } catch { /* not listening yet */ }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
   throw new Error(`${child.label} did not answer ${child.url}/healthz within ${timeoutMs} ms`);
+}
+
+/** Starts a one-member etcd for `--shared` on loopback, its data under the fleet's data dir. */
+function startEtcd(clientUrl: string, peerPort: number): Child {
+  const peerUrl = `http://127.0.0.1:${peerPort}`;
+  const dataDir = `${root}/${dataRoot}/etcd`;
+  Deno.mkdirSync(dataDir, { recursive: true });
+  let process: Deno.ChildProcess;
+  try {
+    process = new Deno.Command("etcd", {
+      args: [
+        "--name=fleet",
+        `--data-dir=${dataDir}`,
+        `--listen-client-urls=${clientUrl}`,
+        `--advertise-client-urls=${clientUrl}`,
+        `--listen-peer-urls=${peerUrl}`,
+        `--initial-advertise-peer-urls=${peerUrl}`,
+        `--initial-cluster=fleet=${peerUrl}`,
+        "--log-level=warn",
+      ],
+      stdin: "null",
+      stdout: "null",
+      stderr: "inherit",
+    }).spawn();
+  } catch (error) {
+    throw new Error(
+      `--shared needs etcd on PATH (${(error as Error).message}): apt-get install etcd-server`,
+    );
+  }
+  const child: Child = { label: "etcd", url: clientUrl, process, exited: false };
+  void process.status.then(() => child.exited = true);
+  return child;
 }
 
 /** Stops every child: SIGTERM (unless it is already stopping), then SIGKILL after 12 s. */
@@ -261,6 +297,7 @@ if (import.meta.main) {
       );
     }
   }
+  const shared = Deno.args.includes("--shared");
   const taken = new Set<number>();
   const gatewayPort = Number(Deno.env.get("DORMICE_GATEWAY_PORT") || 3677);
   if (!portIsFree(gatewayPort)) {
@@ -273,6 +310,14 @@ if (import.meta.main) {
   const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
   const dbDir = `${dataRoot}/gateway`;
   Deno.mkdirSync(`${root}/${dbDir}`, { recursive: true });
+  // Shared mode's second gateway and its etcd, on the next free ports.
+  const gateway2Port = shared ? nextFreePort(gatewayPort + 1, taken) : 0;
+  const gateway2Url = `http://127.0.0.1:${gateway2Port}`;
+  const db2Dir = `${dataRoot}/gateway-2`;
+  const etcdClientPort = shared ? nextFreePort(2379, taken) : 0;
+  const etcdPeerPort = shared ? nextFreePort(etcdClientPort + 1, taken) : 0;
+  const etcdUrl = `http://127.0.0.1:${etcdClientPort}`;
+  const gatewayUrls = shared ? [gatewayUrl, gateway2Url] : [gatewayUrl];
 
   const children: Child[] = [];
   let stopping = false;
@@ -288,26 +333,36 @@ if (import.meta.main) {
   Deno.addSignalListener("SIGTERM", () => void stop(false, 0));
 
   try {
-    const gateway = start("gateway", gatewayUrl, "gateway/main.ts", [
-      "--unstable-no-legacy-abort",
-      "--allow-net=127.0.0.1",
-      `--allow-env=${gatewayEnvVariables.join(",")}`,
-      `--allow-read=${dbDir}`,
-      `--allow-write=${dbDir}`,
-    ], {
-      DORMICE_API_TOKEN: token,
-      DORMICE_GATEWAY_HOST: "127.0.0.1",
-      DORMICE_GATEWAY_PORT: String(gatewayPort),
-      DORMICE_GATEWAY_DB: `${dbDir}/gateway.db`,
-      // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
-      // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
-      DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
-        "100",
-      // The same disk too: a nearly full dev disk should not stop a demo either.
-      DORMICE_GATEWAY_NODE_MIN_DISK_GB: Deno.env.get("DORMICE_GATEWAY_NODE_MIN_DISK_GB") || "0",
-    });
-    children.push(gateway);
-    await waitForHealth(gateway);
+    if (shared) {
+      const etcd = startEtcd(etcdUrl, etcdPeerPort);
+      children.push(etcd);
+      await waitForHealth(etcd, 15_000, "/health");
+    }
+    for (const [i, url] of gatewayUrls.entries()) {
+      const dir = i === 0 ? dbDir : db2Dir;
+      Deno.mkdirSync(`${root}/${dir}`, { recursive: true });
+      const gateway = start(i === 0 ? "gateway" : "gateway-2", url, "gateway/main.ts", [
+        "--unstable-no-legacy-abort",
+        "--allow-net=127.0.0.1",
+        `--allow-env=${gatewayEnvVariables.join(",")}`,
+        `--allow-read=${dir}`,
+        `--allow-write=${dir}`,
+      ], {
+        DORMICE_API_TOKEN: token,
+        DORMICE_GATEWAY_HOST: "127.0.0.1",
+        DORMICE_GATEWAY_PORT: new URL(url).port,
+        DORMICE_GATEWAY_DB: `${dir}/gateway.db`,
+        ...(shared ? { DORMICE_GATEWAY_ETCD: etcdUrl } : {}),
+        // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
+        // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
+        DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
+          "100",
+        // The same disk too: a nearly full dev disk should not stop a demo either.
+        DORMICE_GATEWAY_NODE_MIN_DISK_GB: Deno.env.get("DORMICE_GATEWAY_NODE_MIN_DISK_GB") || "0",
+      });
+      children.push(gateway);
+      await waitForHealth(gateway);
+    }
 
     const nodes: { id: string; url: string; dir: string }[] = [];
     let from = 3676;
@@ -332,12 +387,12 @@ if (import.meta.main) {
         DORMICE_PORT: String(port),
         DORMICE_DATA_DIR: dir,
         DORMICE_EXECUTOR: executor,
-        DORMICE_GATEWAY_ENDPOINT: gatewayUrl,
+        DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
         DORMICE_NODE_ID: id,
         DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
       }));
     }
-    await Promise.all(children.slice(1).map((c) => waitForHealth(c)));
+    await Promise.all(children.slice(-2).map((c) => waitForHealth(c)));
     const devKey = await mintDevKey(gatewayUrl, token);
 
     const auth = `-H "Authorization: Bearer $E2B_API_KEY"`;
@@ -347,6 +402,11 @@ if (import.meta.main) {
         "",
         "A Dormice fleet is running on loopback:",
         `  gateway  ${gatewayUrl}   (database ${dbDir}/gateway.db)`,
+        ...(shared
+          ? [
+            `  gateway  ${gateway2Url}   (shared mode: slots, nodes and keys in etcd at ${etcdUrl})`,
+          ]
+          : []),
         ...nodes.map((n) =>
           `  ${n.id.padEnd(7)}  ${n.url}   (data ${n.dir}, ${executor} executor)`
         ),
@@ -369,7 +429,7 @@ if (import.meta.main) {
           gatewayUrl === "http://127.0.0.1:3677" ? "" : `DORMICE_GATEWAY_URL=${gatewayUrl} `
         }deno task keys create --team another-team --max-sandboxes 5`,
         "",
-        "Ctrl-C stops all three.",
+        shared ? "Ctrl-C stops them all." : "Ctrl-C stops all three.",
         "",
       ].join("\n"),
     );
