@@ -239,7 +239,10 @@ Deno.test({
   sanitizeOps: false,
   async fn() {
     const etcd = await startEtcd(3);
-    const fleet = await sharedFleet({ etcd: etcd.endpoints, nodes: 2, intervalSeconds: 1 });
+    // 5 s: the gateway the nodes do not check in with hears of them only through etcd, so an
+    // outage longer than two intervals makes it refuse their sandboxes as silent (see
+    // docs/shared-mode.md); this outage lasts about 4 s.
+    const fleet = await sharedFleet({ etcd: etcd.endpoints, nodes: 2, intervalSeconds: 5 });
     const [g1, g2] = fleet.gateways;
     try {
       const a = await g1.json("acquireSandbox", { name: "a" });
