@@ -27,6 +27,11 @@ import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
 import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
+import { WarmPools } from "./pools.ts";
+import { join } from "node:path";
+import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
+import { parseTemplates } from "./executors/docker/templates.ts";
+import type { ExecutorCapabilities } from "./executors/contract.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { bearerToken, tokensEqual } from "../shared/token.ts";
 
@@ -34,17 +39,19 @@ import { bearerToken, tokensEqual } from "../shared/token.ts";
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
 
 /** The parts of {@linkcode NodeConfig} the app needs. */
-export type NodeAppConfig = Pick<
-  NodeConfig,
-  | "apiToken"
-  | "dataDir"
-  | "nodeId"
-  | "nodeEndpoint"
-  | "gatewayEndpoint"
-  | "gatewayEndpoints"
-  | "checkInIntervalSeconds"
-  | "scanIntervalSeconds"
->;
+export type NodeAppConfig =
+  & Pick<
+    NodeConfig,
+    | "apiToken"
+    | "dataDir"
+    | "nodeId"
+    | "nodeEndpoint"
+    | "gatewayEndpoint"
+    | "gatewayEndpoints"
+    | "checkInIntervalSeconds"
+    | "scanIntervalSeconds"
+  >
+  & Partial<Pick<NodeConfig, "pools" | "templates" | "sandboxDomain">>;
 
 /** Options of {@linkcode createNodeApp}. */
 export interface NodeAppOptions {
@@ -94,6 +101,13 @@ export interface NodeApp {
   metrics: NodeMetrics;
   /** The scanner's kills and pauses, waiting to ride the next check-in. */
   outbox: LifecycleOutbox;
+  /**
+   * The warm pools; `start()` does not start them: call `pools.start()` after the boot
+   * reconcile (which must see their rows first), as `main.ts` does.
+   */
+  pools: WarmPools;
+  /** The digest of this node's fleet-invariant settings, sent with every check-in. */
+  configDigest: string;
   /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
   start(): void;
   /** Stops the loops (flushing the idle clock), then closes the executor and the ledger. */
@@ -130,11 +144,39 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   });
   // The sampler's stats calls are executor calls too: timed like the rest.
   const timed = instrumentExecutor(executor, metrics);
-  const service = new SandboxService({ ledger, executor: timed, clock, log });
+  const pools = new WarmPools({
+    ledger,
+    executor: timed,
+    file: options.ledger ? null : join(config.dataDir, "pools.json"),
+    initial: config.pools ?? [],
+    clock,
+    log,
+  });
+  const service = new SandboxService({ ledger, executor: timed, clock, log, pools });
+  const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
+  const templateMap = parseTemplates(config.templates ?? undefined);
+  const configDigest = computeConfigDigest({
+    templates: typeof templateMap === "string" ? {} : templateMap,
+    sandboxDomain: config.sandboxDomain ?? null,
+    signingSecretId: accessTokens.identity(),
+  }, config.apiToken);
+  // The executor is asked what it can serve in the background; a check-in sends the last
+  // answer, at most one interval old, so a slow engine never delays a check-in.
+  let capabilities: ExecutorCapabilities | null = null;
+  let asking = false;
+  const refreshCapabilities = () => {
+    if (asking || executor.capabilities === undefined) return;
+    asking = true;
+    executor.capabilities().then(
+      (c) => capabilities = c,
+      (error) => log("warn", "could not read the executor's templates and volumes", { error }),
+    ).finally(() => asking = false);
+  };
   const hostReader = new HostReader({
     dataDir: config.dataDir,
     census: () => ledger.census(),
     teams: () => ledger.teamCounts(),
+    warm: () => pools.warmCount(),
     sampler: options.sampler,
     clock,
   });
@@ -172,6 +214,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     log,
     events: outbox,
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
+    capabilities: () => {
+      refreshCapabilities();
+      return {
+        pools: pools.reports(),
+        ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
+        ...(capabilities ? { volumes: capabilities.volumes } : {}),
+        configDigest,
+      };
+    },
   });
 
   const hono = new Hono();
@@ -198,7 +249,6 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
     });
   });
-  const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
   hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens, log }));
   hono.route("/e2b/envd", createEnvd(service, { accessTokens, log }));
   hono.route("/", handleSignedFiles(service, { accessTokens, log }));
@@ -212,6 +262,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       endpoint: config.nodeEndpoint,
       build,
       hostReading: () => hostReader.read(),
+      pools,
       log,
     }),
   );
@@ -230,7 +281,10 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     checkIn,
     metrics,
     outbox,
+    pools,
+    configDigest,
     start() {
+      refreshCapabilities();
       scanner.start();
       upkeep.start();
       metricsSampler.start();
@@ -241,6 +295,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       closed = true;
       await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
       await upkeep.stop();
+      await pools.close();
       await executor.close();
       ledger.close();
     },

@@ -49,6 +49,11 @@ export interface CheckInOptions {
   };
   /** Hears how each attempt ended (the node's metrics count it); must not throw. */
   onOutcome?: (outcome: CheckInOutcome) => void;
+  /**
+   * What the node can serve, sent with every check-in (its pools, the templates whose images it
+   * holds, its volumes, its config digest); nothing when absent. Must be quick and not throw.
+   */
+  capabilities?: () => Pick<CheckIn, "pools" | "templates" | "volumes" | "configDigest">;
 }
 
 /** How one attempt ended. */
@@ -217,6 +222,7 @@ export class CheckInLoop {
       build: o.build,
       reading: o.reading(),
       ...(events.length > 0 ? { events } : {}),
+      ...o.capabilities?.(),
     };
   }
 

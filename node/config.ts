@@ -20,6 +20,9 @@
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
+ * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists |
+ * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
+ * | `DORMICE_SANDBOX_DOMAIN` | unset | the fleet's sandbox domain; part of the config digest, so a node set apart is reported |
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
@@ -27,7 +30,9 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
+import type { PoolTarget } from "../shared/pools.ts";
 import { maxCheckInIntervalSeconds, nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
+import { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
 
 /** The executors a node can run. */
 export type ExecutorKind = "docker" | "fake";
@@ -76,6 +81,12 @@ export interface NodeConfig {
   scanIntervalSeconds: number;
   /** The log floor (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;
+  /** Warm pools before any `setPools` (`DORMICE_POOLS`). */
+  pools: PoolTarget[];
+  /** Named volumes (`DORMICE_VOLUMES`). */
+  volumes: VolumeDecl[];
+  /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), or `null`. */
+  sandboxDomain: string | null;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -118,6 +129,9 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_CHECK_IN_INTERVAL_SECONDS",
   "DORMICE_SCAN_INTERVAL_SECONDS",
   "DORMICE_LOG_LEVEL",
+  "DORMICE_POOLS",
+  "DORMICE_VOLUMES",
+  "DORMICE_SANDBOX_DOMAIN",
 ];
 
 /** Options of {@linkcode loadNodeConfig}. */
@@ -340,6 +354,12 @@ export function loadNodeConfig(
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
 
+  const pools = parsePools(get("DORMICE_POOLS"));
+  if (typeof pools === "string") refusals.push(pools);
+  const volumes = parseVolumes(get("DORMICE_VOLUMES"));
+  if (typeof volumes === "string") refusals.push(volumes);
+  const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
+
   if (refusals.length > 0) return { ok: false, refusals };
   return {
     ok: true,
@@ -359,6 +379,9 @@ export function loadNodeConfig(
       checkInIntervalSeconds,
       scanIntervalSeconds,
       logLevel: level as LogLevel,
+      pools: pools as PoolTarget[],
+      volumes: volumes as VolumeDecl[],
+      sandboxDomain,
     },
   };
 }

@@ -28,7 +28,37 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     checkInIntervalSeconds: 15,
     scanIntervalSeconds: 60,
     logLevel: "info",
+    pools: [],
+    volumes: [],
+    sandboxDomain: null,
   });
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_POOLS and DORMICE_VOLUMES", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_POOLS: "minimal=2, base:1:512=1,base::1024=3",
+    DORMICE_VOLUMES: "data=/srv/data:ro,cache=dormice-cache",
+  });
+  assert.ok(r.ok);
+  assert.deepEqual(r.config.pools, [
+    { template: "minimal", spec: {}, warm: 2 },
+    { template: "base", spec: { cpus: 1, memoryMB: 512 }, warm: 1 },
+    { template: "base", spec: { memoryMB: 1024 }, warm: 3 },
+  ]);
+  assert.deepEqual(r.config.volumes, [
+    { name: "data", source: "/srv/data", readOnly: true },
+    { name: "cache", source: "dormice-cache", readOnly: false },
+  ]);
+});
+
+Deno.test("loadNodeConfig() refuses a bad pool or volume, naming the part", () => {
+  const [pool] = refusals({ DORMICE_API_TOKEN: token, DORMICE_POOLS: "base=lots" });
+  assert.match(pool, /DORMICE_POOLS: 'base=lots' is not a pool: write template/);
+  const [twice] = refusals({ DORMICE_API_TOKEN: token, DORMICE_POOLS: "base=1,base=2" });
+  assert.match(twice, /'base=2' is listed twice/);
+  const [volume] = refusals({ DORMICE_API_TOKEN: token, DORMICE_VOLUMES: "data=rel/path" });
+  assert.match(volume, /DORMICE_VOLUMES: 'data=rel\/path' is not a volume/);
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

@@ -112,6 +112,8 @@ export interface HostReaderOptions {
   census: () => StateCounts;
   /** Running sandboxes per team (the ledger's `teamCounts`); left out of the reading when absent. */
   teams?: () => Record<string, number>;
+  /** Warm pool sandboxes ready now, reported apart from the census; omitted when absent. */
+  warm?: () => number;
   /** Source of the raw numbers ({@linkcode systemSampler} by default). */
   sampler?: HostSampler;
   /** Stamps `takenAt` and measures the cpu span ({@linkcode systemClock} by default). */
@@ -135,8 +137,9 @@ export interface HostReaderOptions {
  * ```
  */
 export class HostReader {
-  #options: Required<Omit<HostReaderOptions, "sampler" | "clock" | "teams">>;
+  #options: Required<Omit<HostReaderOptions, "sampler" | "clock" | "teams" | "warm">>;
   #teams?: () => Record<string, number>;
+  #warm?: () => number;
   #sampler: HostSampler;
   #clock: Clock;
   #baseline: { at: number; times: CpuTimes } | null = null;
@@ -150,6 +153,7 @@ export class HostReader {
       minCpuSpanMs: options.minCpuSpanMs ?? 1000,
     };
     this.#teams = options.teams;
+    this.#warm = options.warm;
     this.#sampler = options.sampler ?? systemSampler;
     this.#clock = options.clock ?? systemClock;
   }
@@ -168,6 +172,7 @@ export class HostReader {
       dataDisk: this.#sampler.dataDisk(this.#options.dataDir),
       sandboxes: this.#options.census(),
       ...(this.#teams ? { teams: this.#teams() } : {}),
+      ...(this.#warm ? { warm: this.#warm() } : {}),
     };
   }
 

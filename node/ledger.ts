@@ -8,6 +8,7 @@ import { DatabaseSync as Database } from "node:sqlite";
 import { join } from "node:path";
 import { openExclusiveDatabase } from "../shared/lock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
+import type { PoolSpec } from "../shared/pools.ts";
 import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
 import { sandboxStates } from "../shared/schemas.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
@@ -40,6 +41,18 @@ export interface NewSandboxRow {
   deadlineAction: DeadlineAction | null;
   /** The E2B create options the node keeps (lifecycle, network); `{}` when absent. */
   e2b?: E2bSettings;
+}
+
+/** A warm pool sandbox as the ledger records it: built and probed, owned by no one yet. */
+export interface WarmRow {
+  /** The id its container is labelled with; it keeps it when claimed. */
+  id: string;
+  /** The template it was built from. */
+  template: string;
+  /** Its size. */
+  spec: PoolSpec;
+  /** When it joined its pool, ms since the epoch. */
+  createdAt: number;
 }
 
 /** The fields of a row that can change after it is written. */
@@ -202,6 +215,11 @@ export class Ledger {
     migrateToTeams(db);
     migrateToE2bSettings(db);
     db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
+    // Warm pool sandboxes have their own table: they belong to no team and have no name yet, so
+    // the census, the team counts, listings and lookups never see them; the boot reconcile
+    // does (their containers are this node's, not orphans).
+    db.exec(`CREATE TABLE IF NOT EXISTS warm (
+      id TEXT PRIMARY KEY, template TEXT NOT NULL, spec TEXT NOT NULL, created_at INTEGER NOT NULL)`);
   }
 
   /**
@@ -238,28 +256,31 @@ export class Ledger {
   insert(row: NewSandboxRow): SandboxRecord {
     const what = `sandbox '${row.name}'`;
     this.refuseNewWhileFull(what);
-    this.#write(what, () =>
-      this.#db.prepare(
-        `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
-        last_active_at, deadline_at, deadline_action, e2b)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-      ).run(
-        row.id,
-        row.name,
-        row.team ?? DEFAULT_TEAM,
-        row.state,
-        row.template,
-        JSON.stringify(row.metadata),
-        JSON.stringify(row.spec),
-        JSON.stringify(row.env),
-        row.createdAt,
-        row.createdAt,
-        row.deadlineAt,
-        row.deadlineAction,
-        JSON.stringify(row.e2b ?? {}),
-      ));
+    this.#write(what, () => this.#insertRow(row));
     this.#emit({ kind: "insert", id: row.id, deadline: row.deadlineAt !== null });
     return this.byId(row.id)!;
+  }
+
+  #insertRow(row: NewSandboxRow): void {
+    this.#db.prepare(
+      `INSERT INTO sandboxes (id, name, team, state, template, metadata, spec, env, created_at,
+        last_active_at, deadline_at, deadline_action, e2b)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ).run(
+      row.id,
+      row.name,
+      row.team ?? DEFAULT_TEAM,
+      row.state,
+      row.template,
+      JSON.stringify(row.metadata),
+      JSON.stringify(row.spec),
+      JSON.stringify(row.env),
+      row.createdAt,
+      row.createdAt,
+      row.deadlineAt,
+      row.deadlineAction,
+      JSON.stringify(row.e2b ?? {}),
+    );
   }
 
   /**
@@ -453,6 +474,67 @@ export class Ledger {
       "SELECT team, COUNT(*) AS n FROM sandboxes WHERE state IN ('active', 'restoring') GROUP BY team",
     ).all() as unknown as { team: string; n: number }[];
     return Object.fromEntries(rows.map(({ team, n }) => [team, Number(n)]));
+  }
+
+  /**
+   * Records a warm pool sandbox whose container is built and probed.
+   *
+   * @throws {LedgerFullError} when the disk has no room.
+   */
+  insertWarm(row: WarmRow): void {
+    this.refuseNewWhileFull(`warm sandbox '${row.id}'`);
+    this.#write(
+      `warm sandbox '${row.id}'`,
+      () =>
+        this.#db.prepare("INSERT INTO warm (id, template, spec, created_at) VALUES (?, ?, ?, ?)")
+          .run(row.id, row.template, JSON.stringify(row.spec), row.createdAt),
+    );
+  }
+
+  /** Forgets a warm sandbox (its container removed); returns whether it was recorded. */
+  deleteWarm(id: string): boolean {
+    return Number(this.#db.prepare("DELETE FROM warm WHERE id = ?").run(id).changes) > 0;
+  }
+
+  /** Every warm sandbox recorded, oldest first. */
+  warmRows(): WarmRow[] {
+    return (this.#db.prepare("SELECT * FROM warm ORDER BY created_at, id").all() as unknown as {
+      id: string;
+      template: string;
+      spec: string;
+      created_at: number;
+    }[]).map((r) => ({
+      id: r.id,
+      template: r.template,
+      spec: JSON.parse(r.spec),
+      createdAt: Number(r.created_at),
+    }));
+  }
+
+  /**
+   * Turns warm sandbox `row.id` into an owned sandbox row in one transaction: a crash leaves
+   * either the warm row or the sandbox row, never both and never neither.
+   *
+   * @throws {LedgerFullError} when the disk has no room (the warm row is kept).
+   * @throws {Error} SQLite's constraint error when the name is taken in the team.
+   */
+  claimWarm(row: NewSandboxRow): SandboxRecord {
+    const what = `sandbox '${row.name}'`;
+    this.refuseNewWhileFull(what);
+    this.#write(what, () => {
+      this.#db.exec("BEGIN IMMEDIATE");
+      try {
+        const gone = this.#db.prepare("DELETE FROM warm WHERE id = ?").run(row.id).changes;
+        if (Number(gone) !== 1) throw new Error(`No warm sandbox '${row.id}' in the ledger`);
+        this.#insertRow(row);
+        this.#db.exec("COMMIT");
+      } catch (error) {
+        if (this.#db.isTransaction) this.#db.exec("ROLLBACK");
+        throw error;
+      }
+    });
+    this.#emit({ kind: "insert", id: row.id, deadline: row.deadlineAt !== null });
+    return this.byId(row.id)!;
   }
 
   /** Closes the database, releasing the lock. Safe to call twice. */

@@ -47,7 +47,11 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
     // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
     const templates = parseTemplates(config.templates ?? undefined);
     if (typeof templates === "string") refuse([templates]);
-    return new FakeExecutor({ templates: templates.keys(), defaults: config.sandboxDefaults });
+    return new FakeExecutor({
+      templates: templates.keys(),
+      defaults: config.sandboxDefaults,
+      volumes: config.volumes.map((v) => v.name),
+    });
   }
   let docker: typeof import("./executors/docker/mod.ts");
   try {
@@ -68,6 +72,7 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
       socketPath: config.dockerSocket,
       templates,
       defaults: config.sandboxDefaults,
+      volumes: config.volumes,
       log,
     });
   } catch (error) {
@@ -115,6 +120,14 @@ try {
     error,
     fix: "restart the node once the executor answers, so lost sandboxes are marked",
   });
+}
+
+// After the reconcile, which kept the containers of warm rows and dropped warm rows whose
+// container is gone: the pools adopt what is left and refill the rest in the background.
+try {
+  await node.pools.start();
+} catch (error) {
+  refuse([(error as Error).message]);
 }
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection

@@ -27,6 +27,8 @@ import {
   type WatchRequest,
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
+import type { WarmPools } from "./pools.ts";
+import type { SandboxSpec } from "../shared/schemas.ts";
 import { LedgerFullError } from "./ledger_space.ts";
 import { MetricsHistory } from "./metrics_history.ts";
 import type {
@@ -64,6 +66,8 @@ export interface SandboxServiceOptions {
    * environment) may hold the output open for as long as it lives.
    */
   killGraceMs?: number;
+  /** Warm pools a create claims from before it builds cold; none when absent. */
+  pools?: WarmPools;
 }
 
 /**
@@ -94,6 +98,7 @@ export class SandboxService implements SandboxOps {
   #log: Log;
   #defaultTemplate: string;
   #maxOutputBytes: number;
+  #pools: WarmPools | undefined;
   #killGraceMs: number;
   #commands = new RunningCommands();
 
@@ -108,6 +113,7 @@ export class SandboxService implements SandboxOps {
     this.#maxOutputBytes = options.maxOutputBytes ?? 1024 * 1024;
     this.history = options.history ?? new MetricsHistory();
     this.#killGraceMs = options.killGraceMs ?? 5_000;
+    this.#pools = options.pools;
   }
 
   /** Create-or-wake by name. */
@@ -136,6 +142,8 @@ export class SandboxService implements SandboxOps {
       const spec = request.spec ?? {};
       const env = { ...spec.env, ...request.env };
       this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
+      const warm = this.#claim(request, team, template, spec, env);
+      if (warm !== undefined) return { created: true, sandbox: warm };
       await this.#call(() =>
         this.#executor.create({ id, name: request.name, template, spec, env })
       );
@@ -180,6 +188,51 @@ export class SandboxService implements SandboxOps {
         );
       }
     });
+  }
+
+  /**
+   * Hands a warm sandbox over (call inside the name's slot): the pool gives an id, the ledger
+   * turns its warm row into this sandbox's row in one transaction (named, metadata and team
+   * set, the env recorded for every later command, the deadline started), and no engine call
+   * is made. `undefined` when no pool matches or the matching pool is empty: the caller builds
+   * cold.
+   */
+  #claim(
+    request: AcquireRequest,
+    team: string,
+    template: string,
+    spec: SandboxSpec,
+    env: Record<string, string>,
+  ): SandboxRecord | undefined {
+    const ask = { template, spec };
+    const id = this.#pools?.claim(ask);
+    if (id === undefined) return undefined;
+    const now = this.#clock.now();
+    try {
+      const sandbox = this.#ledger.claimWarm({
+        id,
+        name: request.name,
+        team,
+        state: "active",
+        template,
+        metadata: request.metadata ?? {},
+        spec,
+        env,
+        createdAt: now,
+        deadlineAt: request.deadline ? now + request.deadline.ms : null,
+        deadlineAction: request.deadline?.action ?? null,
+      });
+      this.#log("info", "sandbox claimed from a warm pool", {
+        name: request.name,
+        team,
+        id,
+        template,
+      });
+      return sandbox;
+    } catch (error) {
+      this.#pools!.giveBack(ask, id);
+      throw error;
+    }
   }
 
   /**
@@ -240,7 +293,7 @@ export class SandboxService implements SandboxOps {
     const { maxOutputBytes = this.#maxOutputBytes, ...exec } = request;
     const { handle, sandbox } = await this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      const started = await this.#call(() => this.#executor.exec(awake.id, exec));
+      const started = await this.#call(() => this.#executor.exec(awake.id, withEnv(awake, exec)));
       return { handle: this.#commands.track(awake.id, started, exec, false), sandbox: awake };
     });
     const { out, err, exit } = await runToEnd(handle, {
@@ -269,7 +322,9 @@ export class SandboxService implements SandboxOps {
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle> {
     return this.#inSlot(ref, async (sandbox) => {
       const awake = await this.#wake(sandbox);
-      const started = await this.#call(() => this.#executor.exec(awake.id, request));
+      const started = await this.#call(() =>
+        this.#executor.exec(awake.id, withEnv(awake, request))
+      );
       return this.#commands.track(awake.id, started, request, true);
     });
   }
@@ -507,6 +562,12 @@ export class SandboxService implements SandboxOps {
    */
   async reconcile(): Promise<{ lost: string[]; removed: string[] }> {
     const held = new Set(await this.#call(() => this.#executor.list()));
+    // A warm row whose container is gone is simply forgotten: it belonged to no one.
+    const warm = new Set<string>();
+    for (const row of this.#ledger.warmRows()) {
+      if (held.has(row.id)) warm.add(row.id);
+      else this.#ledger.deleteWarm(row.id);
+    }
     const lost: string[] = [];
     for (const row of this.#ledger.all()) {
       if (held.has(row.id)) continue;
@@ -519,7 +580,7 @@ export class SandboxService implements SandboxOps {
     }
     const destroyed: string[] = [];
     for (const id of held) {
-      if (this.#ledger.byId(id)) continue;
+      if (warm.has(id) || this.#ledger.byId(id)) continue;
       try {
         await this.#executor.destroy(id);
         destroyed.push(id);
@@ -705,4 +766,13 @@ export class SandboxService implements SandboxOps {
       throw executorErrorToHttp(error);
     }
   }
+}
+
+/**
+ * The command with the sandbox's recorded env under its own: a claimed warm sandbox's container
+ * was built before its env was known, so the env travels with every command instead.
+ */
+function withEnv(sandbox: SandboxRecord, request: ExecRequest): ExecRequest {
+  if (Object.keys(sandbox.env).length === 0) return request;
+  return { ...request, env: { ...sandbox.env, ...request.env } };
 }

@@ -13,6 +13,7 @@
  * @module
  */
 import { createHash, createHmac } from "node:crypto";
+import { secretIdentity } from "./config_digest.ts";
 import { tokensEqual } from "./token.ts";
 
 /**
@@ -60,6 +61,14 @@ export class AccessTokens {
         createHmac("sha256", fleetToken).update("dormice envd access tokens v1").digest(),
       ),
     );
+  }
+
+  /**
+   * A fingerprint of the signing secret (never the secret): two nodes whose identities differ
+   * would refuse each other's access tokens and signed URLs, so it is part of the config digest.
+   */
+  identity(): string {
+    return secretIdentity(this.#secret);
   }
 
   /** The sandbox's token: HMAC-SHA256 of its id, base64url without padding. */

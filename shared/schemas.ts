@@ -4,6 +4,7 @@
  * @module
  */
 import { z } from "zod";
+import { type PoolReport, poolReportSchema, type VolumeMount, volumeMountSchema } from "./pools.ts";
 
 /** The lifecycle states a sandbox row can be in (Dormice's vocabulary). */
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
@@ -129,6 +130,7 @@ export const hostReadingSchema: z.ZodObject<{
   dataDisk: z.ZodNullable<typeof dataDiskSchema>;
   sandboxes: typeof stateCountsSchema;
   teams: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodNumber>>;
+  warm: z.ZodOptional<z.ZodNumber>;
 }> = z.object({
   /** Milliseconds since the epoch when the reading was taken. */
   takenAt: z.number(),
@@ -146,6 +148,12 @@ export const hostReadingSchema: z.ZodObject<{
    * `maxSandboxes` from the nodes' own counts. Absent from a node that predates teams.
    */
   teams: z.record(z.string().max(64), z.number().int().nonnegative()).optional(),
+  /**
+   * Warm pool sandboxes ready to be claimed: running containers that belong to no one yet, so
+   * they are counted here and not in `sandboxes.active` or `teams`. Absent from a node without
+   * pools.
+   */
+  warm: z.number().int().nonnegative().optional(),
 });
 
 /** A host reading. */
@@ -233,6 +241,10 @@ export const checkInSchema: z.ZodObject<{
   build: z.ZodString;
   reading: typeof hostReadingSchema;
   events: z.ZodOptional<z.ZodArray<typeof nodeLifecycleEventSchema>>;
+  pools: z.ZodOptional<z.ZodArray<z.ZodType<PoolReport>>>;
+  templates: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  configDigest: z.ZodOptional<z.ZodString>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -247,6 +259,20 @@ export const checkInSchema: z.ZodObject<{
   reading: hostReadingSchema,
   /** Lifecycle changes since the last accepted check-in; absent from a node that predates them. */
   events: z.array(nodeLifecycleEventSchema).max(MAX_CHECK_IN_EVENTS).optional(),
+  /** The node's warm pools; absent from a node that predates pools (it has none). */
+  pools: z.array(poolReportSchema).max(64).optional(),
+  /**
+   * The templates whose images the node holds; absent from a node that predates capabilities,
+   * which the placer then treats as able to serve any template (as before).
+   */
+  templates: z.array(z.string().max(256)).max(256).optional(),
+  /** The volumes the node can mount (names only; absent = none declared). */
+  volumes: z.array(z.string().max(64)).max(256).optional(),
+  /**
+   * HMAC-SHA256 (keyed by the fleet token, hex) of the settings every node must share; the
+   * gateway warns when nodes differ. See `shared/config_digest.ts`.
+   */
+  configDigest: z.string().max(128).optional(),
 });
 
 /** A check-in body. */
@@ -333,12 +359,15 @@ export const sandboxSpecSchema: z.ZodObject<{
   pids: z.ZodOptional<z.ZodNumber>;
   network: z.ZodOptional<z.ZodBoolean>;
   env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
+  volumes: z.ZodOptional<z.ZodArray<z.ZodType<VolumeMount>>>;
 }> = z.object({
   cpus: z.number().positive().max(256).optional(),
   memoryMB: z.number().int().positive().max(1_048_576).optional(),
   pids: z.number().int().positive().max(1_000_000).optional(),
   network: z.boolean().optional(),
   env: z.record(z.string(), z.string()).optional(),
+  /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
+  volumes: z.array(volumeMountSchema).max(16).optional(),
 });
 
 /** A sandbox spec. */

@@ -255,6 +255,33 @@ export function executorErrorToHttp(error: unknown): unknown {
   return error;
 }
 
+/** What an executor can serve now, for the check-in. */
+export interface ExecutorCapabilities {
+  /** Templates whose images it holds now; `undefined` when it serves any template. */
+  templates?: string[];
+  /** Declared volumes that are present now (a missing host directory is not advertised). */
+  volumes: string[];
+}
+
+/**
+ * The sentence of a create asking for a volume the node does not declare (a 400: another node
+ * may have it, and the gateway's placement would have sent it there).
+ *
+ * @example
+ * ```ts
+ * import { unknownVolume } from "@dormice/cluster/node";
+ * unknownVolume("data", ["cache"]).code; // "invalid"
+ * ```
+ */
+export function unknownVolume(name: string, declared: readonly string[]): ExecutorError {
+  return new ExecutorError(
+    "invalid",
+    `Volume '${name}' is not on this node: it declares ${
+      declared.length === 0 ? "no volumes" : declared.join(", ")
+    } (DORMICE_VOLUMES); create through the gateway, which places on a node that has it`,
+  );
+}
+
 /**
  * The executor contract. Every method takes the ledger id of the sandbox. Calls for one sandbox
  * are serialised by the caller's NameQueue where the verb needs it; executors must still be safe
@@ -307,6 +334,8 @@ export interface Executor {
   stats(id: string): Promise<SandboxStats>;
   /** Ids of every sandbox this executor holds (for reconciliation at boot). */
   list(): Promise<string[]>;
+  /** What it can serve now (templates, volumes); an executor without it serves any template. */
+  capabilities?(): Promise<ExecutorCapabilities>;
   /** Releases connections and timers. */
   close(): Promise<void>;
 }

@@ -11,6 +11,7 @@ import {
   type ExecHandle,
   type ExecRequest,
   type Executor,
+  type ExecutorCapabilities,
   ExecutorError,
   type FileEntry,
   type FileOptions,
@@ -18,6 +19,7 @@ import {
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
+  unknownVolume,
   type WatchRequest,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
@@ -245,6 +247,8 @@ export interface FakeExecutorOptions {
    * {@linkcode DEFAULT_TEMPLATES} when absent, as the Docker executor does.
    */
   templates?: Iterable<string>;
+  /** Volume names a create may mount (nothing is mounted: the names are only checked). */
+  volumes?: string[];
   /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
   clock?: Clock;
   /** Limits of a spec that sets none: Docker's defaults (1 cpu, 512 MiB) when absent. */
@@ -278,12 +282,16 @@ export class FakeExecutor implements Executor {
   readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
   #sandboxes = new Map<string, FakeSandbox>();
   #templates: Set<string>;
+  #volumes: string[];
   #clock: Clock;
   #defaults: SandboxLimits;
 
   /** An executor holding no sandboxes yet; `create` refuses a template outside `templates`. */
-  constructor({ templates, clock = systemClock, defaults = {} }: FakeExecutorOptions = {}) {
+  constructor(
+    { templates, volumes = [], clock = systemClock, defaults = {} }: FakeExecutorOptions = {},
+  ) {
     this.#templates = new Set(templates ?? defaultTemplateNames());
+    this.#volumes = [...volumes];
     this.#clock = clock;
     this.#defaults = { cpus: 1, memoryMB: 512, ...defaults };
   }
@@ -294,6 +302,11 @@ export class FakeExecutor implements Executor {
       cpus: spec.cpus ?? this.#defaults.cpus,
       memoryMB: spec.memoryMB ?? this.#defaults.memoryMB,
     };
+  }
+
+  /** Its `templates` and `volumes`. */
+  capabilities(): Promise<ExecutorCapabilities> {
+    return Promise.resolve({ templates: [...this.#templates], volumes: [...this.#volumes] });
   }
 
   /**
@@ -307,6 +320,9 @@ export class FakeExecutor implements Executor {
     }
     if (!this.#templates.has(request.template)) {
       throw unknownTemplateError(request.template, this.#templates);
+    }
+    for (const v of request.spec.volumes ?? []) {
+      if (!this.#volumes.includes(v.name)) throw unknownVolume(v.name, this.#volumes);
     }
     this.#sandboxes.set(request.id, {
       id: request.id,

@@ -16,6 +16,8 @@
  * | `getSandboxMetrics` | `{name}` | `{name, metrics}` |
  * | `getHostMetrics` | `{}` | `{nodeId, endpoint, build, reading}` |
  * | `lookupSandbox` | `{name}` or `{id}` | `{found:true, sandbox:{id,name,state}}` or `{found:false}` |
+ * | `setPools` | `{pools:[{template, spec?:{cpus?, memoryMB?}, warm}]}` (the whole set) | `{pools}` |
+ * | `listPools` | `{}` | `{pools:[{template, spec, warm, target, refilling, claimed}]}` |
  *
  * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
  * open and answers `{ok:true, nodeId, build}`.
@@ -32,7 +34,7 @@
 import { Buffer } from "node:buffer";
 import { Hono } from "hono";
 import type { Context } from "hono";
-import type { z } from "zod";
+import { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
@@ -42,6 +44,8 @@ import { describeZodError, type HostReading, type Sandbox } from "../../shared/s
 import { teamOfRequest } from "../../shared/teams.ts";
 import { bearerToken, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
+import type { WarmPools } from "../pools.ts";
+import { setPoolsSchema } from "../../shared/pools.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
 export { nativeVerbs } from "../../shared/native_schemas.ts";
@@ -60,9 +64,14 @@ export interface NativeFaceOptions {
   build: string;
   /** A host reading for `getHostMetrics`. */
   hostReading: () => HostReading;
+  /** The warm pools `setPools` and `listPools` act on; both answer 501 when absent. */
+  pools?: Pick<WarmPools, "set" | "list">;
   /** Where unexpected errors (500s) are logged; `silentLog` when absent. */
   log?: Log;
 }
+
+/** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
+const nodeVerbs = ["setPools", "listPools"];
 
 /**
  * The public sandbox object: the record without its E2B bookkeeping.
@@ -127,7 +136,7 @@ export function nativeErrorResponse(error: unknown, log: Log = silentLog): Respo
  */
 export function nativeNotFound(c: Context): Response {
   const path = new URL(c.req.url).pathname;
-  const verbs = nativeVerbs.join(", ");
+  const verbs = [...nativeVerbs, ...nodeVerbs].join(", ");
   if (/^\/[^/]+$/.test(path)) {
     return c.json({
       message: `Unknown verb '${path.slice(1)}': the node answers POST /<verb> for ${verbs}, ` +
@@ -256,8 +265,34 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   }));
   verb("lookupSandbox", schemas.lookupSandbox, (b, team) => service.lookup(b, team));
 
+  const pools = () => {
+    if (options.pools) return options.pools;
+    throw new HttpError(501, "This node was built without warm pools");
+  };
+  // Pools are the node's, not a team's: only the operator (no X-Dormice-Team) sets or reads them.
+  const operatorOnly = (team: string | undefined, verbName: string) => {
+    if (team !== undefined) {
+      throw new HttpError(403, `${verbName} is the operator's: call it with the fleet token alone`);
+    }
+  };
+  verb("setPools", setPoolsSchema, async (b, team) => {
+    operatorOnly(team, "setPools");
+    try {
+      return { pools: await pools().set(b.pools) };
+    } catch (error) {
+      if (error instanceof RangeError) throw new HttpError(400, error.message);
+      throw error;
+    }
+  });
+  verb("listPools", listPoolsSchema, (_b, team) => {
+    operatorOnly(team, "listPools");
+    return { pools: pools().list() };
+  });
+
   return app;
 }
+
+const listPoolsSchema = z.object({}).strict();
 
 function methodNotAllowed(c: Context, allow: string): Response {
   return c.json(

@@ -38,6 +38,8 @@ export interface DockerEngine {
   getImage(name: string): { inspect(options: { abortSignal: AbortSignal }): Promise<ImageInspect> };
   /** A handle on a container by id or name; makes no engine call by itself. */
   getContainer(name: string): EngineContainer;
+  /** A handle on a named volume; `inspect` is a 404 when the engine has none by that name. */
+  getVolume?(name: string): { inspect(options: { abortSignal: AbortSignal }): Promise<unknown> };
   /** Creates (does not start) a container; a 409 when the name is taken. */
   createContainer(options: Record<string, unknown>): Promise<EngineContainer>;
   /** Containers matching `filters` (`all: true` includes stopped ones). */

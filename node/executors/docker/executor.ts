@@ -18,15 +18,18 @@ import {
   type ExecHandle,
   type ExecRequest,
   type Executor,
+  type ExecutorCapabilities,
   ExecutorError,
   type FileEntry,
   type FileOptions,
   type FsChange,
   type SandboxLimits,
   type SandboxStats,
+  unknownVolume,
   type WatchRequest,
 } from "../contract.ts";
 import type { SandboxSpec } from "../../../shared/schemas.ts";
+import type { VolumeDecl } from "../../config_capabilities.ts";
 import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
 import { Watches } from "./_watch.ts";
@@ -90,6 +93,8 @@ export interface DockerExecutorOptions {
   clock?: Clock;
   /** Where the executor logs a missing image, a failed stream or a kill that did not land. */
   log?: Log;
+  /** Named volumes a create may mount (`DORMICE_VOLUMES`). */
+  volumes?: VolumeDecl[];
 }
 
 /**
@@ -159,6 +164,7 @@ export class DockerExecutor implements Executor {
   #clock: Clock;
   #log: Log;
   #cpu = new Map<string, CpuSample>();
+  #volumes: Map<string, VolumeDecl>;
   #closed = false;
 
   /** Builds the executor without touching the engine; {@link DockerExecutor.connect} pings first. */
@@ -176,6 +182,7 @@ export class DockerExecutor implements Executor {
       init = true,
       clock = systemClock,
       log = silentLog,
+      volumes = [],
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
     let map = templates;
@@ -207,6 +214,55 @@ export class DockerExecutor implements Executor {
     this.#init = init;
     this.#clock = clock;
     this.#log = log;
+    this.#volumes = new Map(volumes.map((v) => [v.name, v]));
+  }
+
+  /**
+   * The templates whose images the engine holds, and the declared volumes that are present (a
+   * host directory that exists, a Docker volume the engine has): a writable volume declared on
+   * several nodes but present on one is advertised, and so served, by that one only.
+   */
+  async capabilities(): Promise<ExecutorCapabilities> {
+    const templates = await Promise.all(
+      [...this.#templates].map(async ([template, image]) => {
+        try {
+          await this.#engine.call(
+            `inspecting image ${image}`,
+            (signal) => this.#engine.client.getImage(image).inspect({ abortSignal: signal }),
+          );
+          return template;
+        } catch (error) {
+          if (error instanceof ExecutorError && error.code === "not_found") return undefined;
+          throw error;
+        }
+      }),
+    );
+    const volumes = await Promise.all([...this.#volumes.values()].map(async (v) => {
+      if (v.source.startsWith("/")) {
+        try {
+          return (await Deno.stat(v.source)).isDirectory ? v.name : undefined;
+        } catch (error) {
+          // A node not allowed to read the path cannot tell: the engine will, at create.
+          return error instanceof Deno.errors.NotCapable ? v.name : undefined;
+        }
+      }
+      const client = this.#engine.client;
+      if (client.getVolume === undefined) return v.name;
+      try {
+        await this.#engine.call(
+          `inspecting volume ${v.source}`,
+          (signal) => client.getVolume!(v.source).inspect({ abortSignal: signal }),
+        );
+        return v.name;
+      } catch (error) {
+        if (error instanceof ExecutorError && error.code === "not_found") return undefined;
+        throw error;
+      }
+    }));
+    return {
+      templates: templates.filter((t): t is string => t !== undefined),
+      volumes: volumes.filter((v): v is string => v !== undefined),
+    };
   }
 
   /**
@@ -367,6 +423,12 @@ export class DockerExecutor implements Executor {
       }
       throw error;
     }
+    const binds: string[] = [];
+    for (const v of spec.volumes ?? []) {
+      const decl = this.#volumes.get(v.name);
+      if (decl === undefined) throw unknownVolume(v.name, [...this.#volumes.keys()]);
+      binds.push(`${decl.source}:${v.mountPath}${decl.readOnly ? ":ro" : ""}`);
+    }
     const { cpus, memoryMB } = this.limits(spec);
     const memory = memoryMB * 1024 * 1024;
     const env = { ...spec.env, ...request.env };
@@ -404,6 +466,7 @@ export class DockerExecutor implements Executor {
             MemorySwap: memory,
             PidsLimit: spec.pids ?? this.#limits.pids,
             ...(this.#limits.diskMB ? { StorageOpt: { size: `${this.#limits.diskMB}M` } } : {}),
+            ...(binds.length > 0 ? { Binds: binds } : {}),
             RestartPolicy: { Name: "no" },
             LogConfig: { Type: "none", Config: {} },
           },
