@@ -239,6 +239,8 @@ export function createGateway(options: GatewayOptions): Gateway {
   });
   late.events = events;
   const placer = new Placer({ fleet, cpuLimitPct, activeLimit, minDiskGB });
+  // Logged so a post-mortem can replay the power-of-two-choices picks (Placer seed option).
+  log("info", "placer ready", { seed: placer.seed });
   const routing = new GatewayRouting({
     fleet,
     finder,

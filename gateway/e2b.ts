@@ -24,6 +24,7 @@ import {
 import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
 import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { envdCredentialsRefusal, envdRequestAuthorized } from "../shared/access_tokens.ts";
+import { type PlacementAsk, placementAsk } from "./placer.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
@@ -181,6 +182,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
         return typeof id === "string" ? { id, name, state: "active", team } : undefined;
       },
       admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
+      ask: e2bPlacementAsk(body),
     });
     return relay(answer);
   };
@@ -536,6 +538,20 @@ function httpErrorOrBug(error: unknown, request: Request, parts: GatewayParts): 
     `The gateway failed unexpectedly (${(error as Error)?.message ?? error}): this is a bug; ` +
       "the gateway's log has the details",
   );
+}
+
+/**
+ * What an E2B create asks of its node: `templateID` and the names in `volumeMounts` (the node
+ * checks the rest of the body and answers its own 400).
+ */
+function e2bPlacementAsk(body: Record<string, unknown>): PlacementAsk {
+  const template = typeof body.templateID === "string" ? body.templateID : undefined;
+  const mounts = Array.isArray(body.volumeMounts) ? body.volumeMounts : [];
+  const volumes = mounts
+    .map((m) => (m as { name?: unknown } | null)?.name)
+    .filter((n): n is string => typeof n === "string")
+    .map((name) => ({ name, mountPath: "/" }));
+  return placementAsk(template, volumes.length > 0 ? { volumes } : {});
 }
 
 /** The one place an error becomes E2B's `{code:<int>, message}`. */

@@ -5,6 +5,8 @@
  */
 import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { CheckIn, HostReading } from "../shared/schemas.ts";
+import type { PoolReport } from "../shared/pools.ts";
+import { compareDigests } from "../shared/config_digest.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -37,6 +39,14 @@ export interface FleetNode {
    * without a callback.
    */
   readonly readingSeq: number;
+  /** Its warm pools as of its last check-in (empty for a node without pools). */
+  readonly pools: readonly PoolReport[];
+  /** Templates whose images it holds; `null` when it does not say (it may serve any). */
+  readonly templates: readonly string[] | null;
+  /** Volumes it can mount (names). */
+  readonly volumes: readonly string[];
+  /** The digest of its fleet-invariant settings; `null` when it does not send one. */
+  readonly configDigest: string | null;
 }
 
 /** What `listNodes` shows for one node. */
@@ -59,6 +69,20 @@ export interface NodeSummary {
   reading: HostReading | null;
   /** Placements counted against it since its last reading (from the `inFlight` callback). */
   inFlight: number;
+  /** Its warm pools: template, size, warm and target. */
+  pools: readonly PoolReport[];
+  /** Templates whose images it holds; `null` when it does not say. */
+  templates: readonly string[] | null;
+  /** Volumes it can mount. */
+  volumes: readonly string[];
+  /** The digest of its fleet-invariant settings, or `null`. */
+  configDigest: string | null;
+  /**
+   * True when its digest differs from the one most nodes report: its templates, sandbox domain
+   * or signing secret are not the fleet's. Warn-only: it keeps serving (a rolling change is a
+   * legitimate, passing mismatch).
+   */
+  configDigestMismatch: boolean;
 }
 
 /** What a check-in did. */
@@ -157,6 +181,10 @@ interface Member extends FleetNode {
   heardSinceStart: boolean;
   reading: HostReading | null;
   readingSeq: number;
+  pools: PoolReport[];
+  templates: string[] | null;
+  volumes: string[];
+  configDigest: string | null;
   /** The last up/down state announced in the log and hooks. */
   announcedUp: boolean;
 }
@@ -296,6 +324,10 @@ export class Fleet implements NodeDirectory {
         heardSinceStart: false,
         reading: null,
         readingSeq: ++this.#seq,
+        pools: [],
+        templates: null,
+        volumes: [],
+        configDigest: null,
         announcedUp: false,
       };
       this.#members.set(member.id, member);
@@ -414,6 +446,7 @@ export class Fleet implements NodeDirectory {
         heardSinceStart: true,
         reading: body.reading,
         readingSeq: ++this.#seq,
+        ...capabilitiesOf(body),
         announcedUp: true,
       };
       this.#persist(() =>
@@ -428,6 +461,7 @@ export class Fleet implements NodeDirectory {
         build: member.build,
       });
       this.#reportShared(member.endpoint);
+      this.#reportDigests();
       this.#call("onJoin", this.#onJoin, member);
       return "joined";
     }
@@ -475,6 +509,7 @@ export class Fleet implements NodeDirectory {
     known.lastCheckIn = now;
     known.reading = body.reading;
     known.readingSeq = ++this.#seq;
+    Object.assign(known, capabilitiesOf(body));
     const firstSinceStart = !known.heardSinceStart;
     known.heardSinceStart = true;
     this.#persist(() =>
@@ -488,6 +523,7 @@ export class Fleet implements NodeDirectory {
         { nodeId: known.id, endpoint: known.endpoint },
       );
     }
+    this.#reportDigests();
     return "updated";
   }
 
@@ -593,6 +629,7 @@ export class Fleet implements NodeDirectory {
   list(inFlight?: (nodeId: string) => number): NodeSummary[] {
     const now = this.#clock.now();
     const out: NodeSummary[] = [];
+    const { mismatched } = this.#compareDigests(now);
     for (const m of this.#members.values()) {
       out.push({
         id: m.id,
@@ -604,6 +641,11 @@ export class Fleet implements NodeDirectory {
         firstSeen: new Date(m.firstSeen).toISOString(),
         reading: m.reading,
         inFlight: inFlight ? inFlight(m.id) : 0,
+        pools: m.pools,
+        templates: m.templates,
+        volumes: m.volumes,
+        configDigest: m.configDigest,
+        configDigestMismatch: mismatched.has(m.id),
       });
     }
     return out;
@@ -651,6 +693,42 @@ export class Fleet implements NodeDirectory {
     if (ids.size === 0) this.#byEndpoint.delete(endpoint);
   }
 
+  /** The digest comparison over the nodes that are up (a down node's settings may be old). */
+  #compareDigests(now: number) {
+    const up: [string, string | undefined][] = [];
+    for (const m of this.#members.values()) {
+      if (!this.isDown(m, now)) up.push([m.id, m.configDigest ?? undefined]);
+    }
+    return compareDigests(up);
+  }
+
+  /**
+   * Warns at the moment a node's digest parts from the fleet's (once per change, not per
+   * check-in), and says so again when it agrees once more.
+   */
+  #reportDigests(): void {
+    const { reference, mismatched } = this.#compareDigests(this.#clock.now());
+    for (const m of this.#members.values()) {
+      const key = `digest:${m.id}`;
+      if (mismatched.has(m.id)) {
+        this.#changes.report(
+          key,
+          `${m.configDigest}/${reference}`,
+          "warn",
+          "node's fleet-invariant settings differ from the fleet's (DORMICE_TEMPLATES, " +
+            "DORMICE_SANDBOX_DOMAIN or the fleet token's signing secret): it keeps serving; " +
+            "align its settings, or finish the rolling change",
+          {
+            nodeId: m.id,
+            endpoint: m.endpoint,
+            digest: m.configDigest?.slice(0, 12),
+            fleetDigest: reference?.slice(0, 12),
+          },
+        );
+      } else this.#changes.clear(key);
+    }
+  }
+
   /** Warns once per change when two or more ids report one endpoint. */
   #reportShared(endpoint: string): void {
     const ids = this.#byEndpoint.get(endpoint);
@@ -670,6 +748,16 @@ export class Fleet implements NodeDirectory {
       { endpoint, nodeIds: sorted },
     );
   }
+}
+
+/** What a check-in says the node can serve; a field it leaves out keeps its old meaning. */
+function capabilitiesOf(body: CheckIn) {
+  return {
+    pools: body.pools ?? [],
+    templates: body.templates ?? null,
+    volumes: body.volumes ?? [],
+    configDigest: body.configDigest ?? null,
+  };
 }
 
 function seconds(ms: number): string {

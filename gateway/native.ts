@@ -35,6 +35,8 @@ import { readJsonObject } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
 import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
+import { poolTargetsSchema } from "../shared/pools.ts";
+import { placementAsk } from "./placer.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
 
@@ -64,6 +66,7 @@ const verbs = [
   "checkIn",
   "listNodes",
   "removeNode",
+  "setPools",
   "createApiKey",
   "listApiKeys",
   "revokeApiKey",
@@ -138,6 +141,43 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     return c.json({ removed: nodeId });
   });
 
+  // One result per node, so retrying the failed nodes (nodeIds) is the whole protocol.
+  post("setPools", async (c) => {
+    const { value } = await readBody(c.req.raw, gatewaySetPoolsSchema);
+    const known = [...fleet.nodes()];
+    const wanted = value.nodeIds ?? known.map((n) => n.id);
+    const results: { nodeId: string; ok: boolean; pools?: unknown; error?: string }[] = [];
+    const targets = [];
+    for (const id of wanted) {
+      const node = fleet.get(id);
+      if (node === undefined) {
+        results.push({
+          nodeId: id,
+          ok: false,
+          error: `No node '${id}' in the fleet: listNodes shows the registered ids`,
+        });
+      } else targets.push(node);
+    }
+    const answers = await routing.fanOut(
+      "/setPools",
+      JSON.stringify({ pools: value.pools }),
+      c.req.raw.signal,
+      { nodes: targets },
+    );
+    for (const a of answers) {
+      if (a.ok) {
+        results.push({ nodeId: a.node.id, ok: true, pools: (a.json as { pools?: unknown }).pools });
+      } else results.push({ nodeId: a.node.id, ok: false, error: a.cause });
+    }
+    const failed = results.filter((r) => !r.ok).length;
+    if (failed > 0) {
+      log("warn", "setPools failed on some nodes; retry them with nodeIds", {
+        failed: results.filter((r) => !r.ok).map((r) => r.nodeId),
+      });
+    }
+    return c.json({ results });
+  });
+
   // --- the key table (the gate let only the fleet token through) ---
   post("createApiKey", async (c) => {
     const { value } = await readJsonObject(c.req.raw);
@@ -167,6 +207,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       headers: routing.nodeHeadersFor(scopeOf(caller)),
       identify: (t) => sandboxOf(t, team),
       admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
+      ask: placementAsk(value.template, value.spec),
     });
     return relay(answer);
   });
@@ -289,6 +330,12 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 }
 
 const removeNodeSchema = z.object({ nodeId: nodeIdSchema });
+
+/** The gateway's `setPools`: the node's body, and the nodes to send it to (every node when absent). */
+const gatewaySetPoolsSchema = z.object({
+  pools: poolTargetsSchema,
+  nodeIds: z.array(nodeIdSchema).min(1).max(10_000).optional(),
+}).strict();
 
 /**
  * The sandbox `{id, name, state, team}` inside a native `acquireSandbox` answer; `team` is the

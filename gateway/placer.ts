@@ -4,9 +4,74 @@
  * @module
  */
 import type { FleetNode, NodeDirectory } from "./fleet.ts";
+import { poolKey } from "../shared/pools.ts";
+import type { SandboxSpec } from "../shared/schemas.ts";
 
 /** Why a node cannot take a new sandbox, in the order the filters run. */
-export type RejectReason = "down" | "no-reading" | "cpu" | "active-limit" | "disk";
+export type RejectReason =
+  | "down"
+  | "no-reading"
+  | "template"
+  | "volume"
+  | "cpu"
+  | "active-limit"
+  | "disk";
+
+/** What a create asks of its node, as far as placement can tell. */
+export interface PlacementAsk {
+  /** The template; a node that says which templates it holds must hold it. */
+  template?: string;
+  /** Volume names; a node must advertise every one. */
+  volumes?: readonly string[];
+  /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
+  poolKey?: string;
+}
+
+/**
+ * What placement needs of a create: its template (`base` when it names none, as a node
+ * defaults), the volumes it asks for, and the pool key a claim would match, or none when the
+ * spec asks for what a warm sandbox lacks (network, pids, volumes), as the node's pools decide.
+ *
+ * @example
+ * ```ts
+ * import { placementAsk } from "@dormice/cluster/gateway";
+ * placementAsk("minimal", { cpus: 1 }); // { template: "minimal", volumes: [], poolKey: "minimal/1/-" }
+ * ```
+ */
+export function placementAsk(template: string | undefined, spec: SandboxSpec = {}): PlacementAsk {
+  const t = template ?? "base";
+  const volumes = (spec.volumes ?? []).map((v) => v.name);
+  const claimable = spec.network === undefined && spec.pids === undefined && volumes.length === 0;
+  return {
+    template: t,
+    volumes,
+    ...(claimable ? { poolKey: poolKey(t, { cpus: spec.cpus, memoryMB: spec.memoryMB }) } : {}),
+  };
+}
+
+/** A warm holder sampled by the power-of-two-choices pick. */
+export interface WarmSample {
+  /** The node id. */
+  nodeId: string;
+  /** Its warm count for the key, less the claims placed since its reading. */
+  warm: number;
+  /** Its {@linkcode loadScore}. */
+  score: number;
+}
+
+/** How the warm-aware choice went, in `explain.warm`. */
+export interface WarmExplain {
+  /** The pool key the create would claim from. */
+  poolKey: string;
+  /** Feasible nodes with warm capacity for the key. */
+  candidates: number;
+  /** The (at most two) nodes sampled, weighted by warm count. */
+  sampled: WarmSample[];
+  /** The node kept. */
+  chosen: string;
+  /** Why it won, in a sentence. */
+  why: string;
+}
 
 /** One rejected node and its named reason. */
 export interface Rejection {
@@ -44,8 +109,13 @@ export interface PlacementExplain {
   rejected: Record<RejectReason, number>;
   /** Every rejected node with its reason. */
   rejections: Rejection[];
-  /** The best feasible nodes, best first (at most `explainTop`); the first one was chosen. */
+  /**
+   * The best feasible nodes by {@linkcode loadScore}, best first (at most `explainTop`); the
+   * first was chosen unless `warm` says otherwise.
+   */
   scores: ScoredNode[];
+  /** The warm-aware choice, when a feasible node had warm capacity for the create's pool. */
+  warm?: WarmExplain;
 }
 
 /** The result of {@linkcode Placer.pick}: a node, or why none fits. */
@@ -58,6 +128,11 @@ export type PickResult =
     /** Seconds until the next reading is due somewhere (the 503's Retry-After). */
     retryAfterSeconds: number;
     explain: PlacementExplain;
+    /**
+     * Set when no node of the fleet, up or down, holds the asked template (a 400, not a 503:
+     * waiting will not help): the templates the fleet offers.
+     */
+    templateNowhere?: { template: string; offered: string[] };
   };
 
 /** The limits the filters apply. */
@@ -85,6 +160,8 @@ export interface FilterInput {
   limits: PlacerLimits;
   /** Whether the fleet calls it down at `now`. */
   down: boolean;
+  /** What the create asks for (template, volumes). */
+  ask: PlacementAsk;
 }
 
 /** One feasibility filter: returns a detail sentence when it rejects, `undefined` otherwise. */
@@ -98,9 +175,11 @@ export interface PlacementFilter {
 /**
  * The filter chain, built in one place. Why this order: the first reason a node fails is the
  * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
- * mean there is nothing current to judge by (every later filter reads the reading); cpu is a
- * host-wide pressure signal; active-limit is our own ceiling; disk last because it rarely binds
- * and a full disk on a busy node is better reported as busy.
+ * mean there is nothing current to judge by (every later filter reads the reading); template
+ * and volume next because a node without them can never serve the create, however idle, so
+ * its load is not the news; cpu is a host-wide pressure signal; active-limit is our own
+ * ceiling; disk last because it rarely binds and a full disk on a busy node is better reported
+ * as busy.
  */
 export const placementFilters: readonly PlacementFilter[] = [
   {
@@ -117,6 +196,24 @@ export const placementFilters: readonly PlacementFilter[] = [
   {
     reason: "no-reading",
     check: ({ node }) => node.reading === null ? "no reading yet" : undefined,
+  },
+  {
+    reason: "template",
+    // A node that does not say (it predates capabilities) is not refused: it did not before.
+    check: ({ node, ask }) =>
+      ask.template !== undefined && node.templates !== null &&
+        !node.templates.includes(ask.template)
+        ? `lacks template '${ask.template}'`
+        : undefined,
+  },
+  {
+    reason: "volume",
+    check: ({ node, ask }) => {
+      for (const v of ask.volumes ?? []) {
+        if (!node.volumes.includes(v)) return `lacks volume '${v}'`;
+      }
+      return undefined;
+    },
   },
   {
     reason: "cpu",
@@ -209,6 +306,13 @@ export interface PlacerOptions {
   explainTop?: number;
   /** How many rejections the "nothing fits" sentence spells out before counting. Default 10. */
   messageLimit?: number;
+  /**
+   * The random source of the power-of-two-choices pick, `[0, 1)`. Default: {@linkcode
+   * seededRandom} over `seed`, so a placement sequence replays from its seed.
+   */
+  random?: () => number;
+  /** The seed of the default random source; a random one when absent (see `Placer.seed`). */
+  seed?: number;
 }
 
 interface NodeFlight {
@@ -216,6 +320,99 @@ interface NodeFlight {
   seq: number;
   /** Names placed since that reading. */
   names: Set<string>;
+  /** Of those, the ones placed as claims, with their pool key. */
+  claims: Map<string, string>;
+  /** Claims per pool key, counted against that pool's warm count in the reading. */
+  claimCounts: Map<string, number>;
+}
+
+/**
+ * A small seeded random source (mulberry32): the same seed gives the same sequence, so a test
+ * or a post-mortem replays the power-of-two-choices picks.
+ *
+ * @example
+ * ```ts
+ * import { seededRandom } from "@dormice/cluster/gateway";
+ * const a = seededRandom(7), b = seededRandom(7);
+ * console.log(a() === b()); // true
+ * ```
+ */
+export function seededRandom(seed: number): () => number {
+  let t = seed >>> 0;
+  return () => {
+    t = (t + 0x6d2b79f5) >>> 0;
+    let r = Math.imul(t ^ (t >>> 15), 1 | t);
+    r = (r + Math.imul(r ^ (r >>> 7), 61 | r)) ^ r;
+    return ((r ^ (r >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** One warm holder offered to {@linkcode pickTwoChoices}. */
+export interface WarmCandidate {
+  /** The node id. */
+  nodeId: string;
+  /** Its warm count for the key (already less the claims in flight); above 0. */
+  warm: number;
+  /** Its {@linkcode loadScore}: lower is better. */
+  score: number;
+}
+
+/**
+ * Power of two choices over warm holders: two distinct candidates sampled with probability
+ * proportional to their warm count, the one with the lower load score kept (ties: more warm,
+ * then the first sampled). Sampling, not the best of all, so several gateways reading the same
+ * check-ins do not all send their claims to one node; weighting by warm, so a node with a
+ * deep pool takes more claims than one with a single warm sandbox. One candidate is simply
+ * chosen. Returns the chosen index, the sampled indexes and why.
+ *
+ * @example
+ * ```ts
+ * import { pickTwoChoices, seededRandom } from "@dormice/cluster/gateway";
+ * const r = pickTwoChoices([
+ *   { nodeId: "a", warm: 4, score: 2 },
+ *   { nodeId: "b", warm: 4, score: 1 },
+ * ], seededRandom(1));
+ * console.log(r.chosen); // 1: both were sampled and b is less loaded
+ * ```
+ */
+export function pickTwoChoices(
+  candidates: readonly WarmCandidate[],
+  random: () => number,
+): { chosen: number; sampled: number[]; why: string } {
+  if (candidates.length === 0) throw new RangeError("pickTwoChoices needs a candidate");
+  if (candidates.length === 1) {
+    return { chosen: 0, sampled: [0], why: "the only node with a warm sandbox for this pool" };
+  }
+  let total = 0;
+  for (const c of candidates) total += c.warm;
+  const first = weighted(candidates, total, random, -1);
+  const second = weighted(candidates, total - candidates[first].warm, random, first);
+  const a = candidates[first], b = candidates[second];
+  let chosen = first;
+  let why: string;
+  if (b.score < a.score) chosen = second, why = "lower load score";
+  else if (b.score > a.score) why = "lower load score";
+  else if (b.warm > a.warm) chosen = second, why = "same load score, more warm";
+  else why = b.warm < a.warm ? "same load score, more warm" : "a tie: the first sampled";
+  return { chosen, sampled: [first, second], why };
+}
+
+/** An index drawn with probability proportional to warm, skipping `except`. */
+function weighted(
+  candidates: readonly WarmCandidate[],
+  total: number,
+  random: () => number,
+  except: number,
+): number {
+  let at = random() * total;
+  let last = -1;
+  for (let i = 0; i < candidates.length; i++) {
+    if (i === except) continue;
+    last = i;
+    at -= candidates[i].warm;
+    if (at < 0) return i;
+  }
+  return last; // rounding at the top end
 }
 
 /**
@@ -254,6 +451,9 @@ export class Placer {
   #flights = new Map<string, NodeFlight>();
   /** sandbox name → the node it was placed on, for `release` / `refused`. */
   #placements = new Map<string, string>();
+  #random: () => number;
+  /** The seed of the random source (when the default one is used), logged at start for replay. */
+  readonly seed: number;
 
   /**
    * Builds a placer over `fleet`.
@@ -268,6 +468,7 @@ export class Placer {
       minDiskGB = 10,
       explainTop = 5,
       messageLimit = 10,
+      seed = (Math.random() * 2 ** 32) >>> 0,
     } = options;
     for (const [name, value] of Object.entries({ cpuLimitPct, activeLimit, minDiskGB })) {
       if (!Number.isFinite(value) || value < 0) {
@@ -280,6 +481,8 @@ export class Placer {
     this.limits = Object.freeze({ cpuLimitPct, activeLimit, minDiskBytes: minDiskGB * 1e9 });
     this.#explainTop = Math.max(1, explainTop);
     this.#messageLimit = messageLimit;
+    this.seed = seed;
+    this.#random = options.random ?? seededRandom(seed);
   }
 
   /**
@@ -291,12 +494,14 @@ export class Placer {
    * if (r.ok) console.log(r.node.id, r.explain.scores);
    * ```
    */
-  pick(): PickResult {
+  pick(ask: PlacementAsk = {}): PickResult {
     const now = this.#fleet.now();
     const limits = this.limits;
     const rejected: Record<RejectReason, number> = {
       "down": 0,
       "no-reading": 0,
+      "template": 0,
+      "volume": 0,
       "cpu": 0,
       "active-limit": 0,
       "disk": 0,
@@ -311,7 +516,11 @@ export class Placer {
       inFlight: 0,
       limits,
       down: false,
+      ask,
     };
+    const key = ask.poolKey;
+    const warm: WarmCandidate[] = [];
+    const warmNodes: FleetNode[] = [];
     for (const node of this.#fleet.nodes()) {
       considered++;
       if (node.intervalSeconds < minInterval) minInterval = node.intervalSeconds;
@@ -331,13 +540,35 @@ export class Placer {
       }
       if (failed) continue;
       feasible++;
-      best.offer(node, loadScore(node, input.inFlight), input.inFlight);
+      const score = loadScore(node, input.inFlight);
+      best.offer(node, score, input.inFlight);
+      if (key !== undefined && node.pools.length > 0) {
+        const left = this.#warmLeft(node, key);
+        if (left > 0) {
+          warm.push({ nodeId: node.id, warm: left, score });
+          warmNodes.push(node);
+        }
+      }
     }
     // Counts of nodes that left the directory without forgetNode (an embedder's own directory).
     if (this.#flights.size > considered) this.#dropUnknownNodes();
     const top = best.scores;
     const explain: PlacementExplain = { considered, feasible, rejected, rejections, scores: top };
+    if (warm.length > 0) {
+      // Warm capacity first: a claim is a ledger write where a cold create is engine work.
+      const r = pickTwoChoices(warm, this.#random);
+      const chosen = warm[r.chosen];
+      explain.warm = {
+        poolKey: key!,
+        candidates: warm.length,
+        sampled: r.sampled.map((i) => ({ ...warm[i] })),
+        chosen: chosen.nodeId,
+        why: r.why,
+      };
+      return { ok: true, node: warmNodes[r.chosen], score: chosen.score, explain };
+    }
     if (top.length > 0) return { ok: true, node: best.nodes[0], score: top[0].score, explain };
+    const nowhere = ask.template === undefined ? undefined : this.#templateNowhere(ask.template);
     return {
       ok: false,
       message: this.#nothingFits(rejections),
@@ -346,7 +577,37 @@ export class Placer {
         ? Math.min(60, Math.max(1, Math.ceil(minInterval)))
         : 15,
       explain,
+      ...(nowhere ? { templateNowhere: nowhere } : {}),
     };
+  }
+
+  /**
+   * Whether no node, up or down, holds `template` while every node says what it holds (a
+   * node that does not say might hold it); with the templates the fleet offers.
+   */
+  #templateNowhere(template: string): { template: string; offered: string[] } | undefined {
+    const offered = new Set<string>();
+    let any = false;
+    for (const node of this.#fleet.nodes()) {
+      any = true;
+      if (node.templates === null || node.templates.includes(template)) return undefined;
+      for (const t of node.templates) offered.add(t);
+    }
+    return any ? { template, offered: [...offered].sort() } : undefined;
+  }
+
+  /** The node's warm count for `key` less the claims placed on it since that reading. */
+  #warmLeft(node: FleetNode, key: string): number {
+    let warm = 0;
+    for (const p of node.pools) {
+      if (poolKey(p.template, p.spec) === key) warm += p.warm;
+    }
+    if (warm === 0) return 0;
+    const flight = this.#flights.get(node.id);
+    const claimed = flight !== undefined && flight.seq === node.readingSeq
+      ? flight.claimCounts.get(key) ?? 0
+      : 0;
+    return warm - claimed;
   }
 
   /**
@@ -358,9 +619,11 @@ export class Placer {
    * if (!r.ok) throw new HttpError(503, r.message, { headers: { "Retry-After": String(r.retryAfterSeconds) } });
    * ```
    */
-  place(name: string): PickResult {
-    const result = this.pick();
-    if (result.ok) this.record(name, result.node.id);
+  place(name: string, ask: PlacementAsk = {}): PickResult {
+    const result = this.pick(ask);
+    if (result.ok) {
+      this.record(name, result.node.id, result.explain.warm ? ask.poolKey : undefined);
+    }
     return result;
   }
 
@@ -372,13 +635,18 @@ export class Placer {
    * placer.record("agent-1", "node-a");
    * ```
    */
-  record(name: string, nodeId: string): void {
+  record(name: string, nodeId: string, claimFrom?: string): void {
     const node = this.#fleet.get(nodeId);
     if (node === undefined) return;
     const flight = this.#flightFor(node);
     // A name placed again (a retry after a 5xx) stays counted where it went first: it may exist.
     this.#placements.set(name, nodeId);
     flight.names.add(name);
+    if (claimFrom !== undefined && !flight.claims.has(name)) {
+      // Counted against that pool's warm count until the node reports it again.
+      flight.claims.set(name, claimFrom);
+      flight.claimCounts.set(claimFrom, (flight.claimCounts.get(claimFrom) ?? 0) + 1);
+    }
   }
 
   /**
@@ -401,6 +669,13 @@ export class Placer {
       // The node has reported since: its reading already says whether the sandbox exists.
       this.#reset(nodeId, flight, node.readingSeq);
       return false;
+    }
+    const key = flight.claims.get(name);
+    if (key !== undefined) {
+      flight.claims.delete(name);
+      const n = (flight.claimCounts.get(key) ?? 1) - 1;
+      if (n > 0) flight.claimCounts.set(key, n);
+      else flight.claimCounts.delete(key);
     }
     return flight.names.delete(name);
   }
@@ -464,7 +739,15 @@ export class Placer {
   #flightFor(node: FleetNode): NodeFlight {
     let flight = this.#flights.get(node.id);
     if (flight === undefined) {
-      this.#flights.set(node.id, flight = { seq: node.readingSeq, names: new Set() });
+      this.#flights.set(
+        node.id,
+        flight = {
+          seq: node.readingSeq,
+          names: new Set(),
+          claims: new Map(),
+          claimCounts: new Map(),
+        },
+      );
     } else if (flight.seq !== node.readingSeq) {
       this.#reset(node.id, flight, node.readingSeq);
     }
@@ -483,6 +766,8 @@ export class Placer {
       if (this.#placements.get(name) === nodeId) this.#placements.delete(name);
     }
     flight.names.clear();
+    flight.claims.clear();
+    flight.claimCounts.clear();
     flight.seq = seq;
   }
 

@@ -30,12 +30,16 @@ function nodeWith(r: HostReading | null, extra: Partial<FleetNode> = {}): FleetN
     heardSinceStart: true,
     reading: r,
     readingSeq: 1,
+    pools: [],
+    templates: null,
+    volumes: [],
+    configDigest: null,
     ...extra,
   };
 }
 
 function input(r: HostReading | null, over: Partial<FilterInput> = {}): FilterInput {
-  return { node: nodeWith(r), now: 0, inFlight: 0, limits, down: false, ...over };
+  return { node: nodeWith(r), now: 0, inFlight: 0, limits, down: false, ask: {}, ...over };
 }
 
 function disk(availableBytes: number) {
@@ -46,6 +50,8 @@ Deno.test("placementFilters run in the documented order", () => {
   assert.deepEqual(placementFilters.map((f) => f.reason), [
     "down",
     "no-reading",
+    "template",
+    "volume",
     "cpu",
     "active-limit",
     "disk",
@@ -214,6 +220,8 @@ Deno.test("Placer.pick() explains every rejection with its reason and counts", (
   assert.deepEqual(r.explain.rejected, {
     "down": 1,
     "no-reading": 0,
+    "template": 0,
+    "volume": 0,
     "cpu": 1,
     "active-limit": 1,
     "disk": 1,

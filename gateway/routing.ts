@@ -6,7 +6,7 @@
  */
 import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
-import type { PickResult, Placer } from "./placer.ts";
+import type { PickResult, PlacementAsk, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import type { Admission } from "./team_limits.ts";
@@ -137,6 +137,8 @@ export interface CreateOptions {
    * team's limit), or returns what to tell once the node answered.
    */
   admit?: () => Admission;
+  /** What the create asks of its node (template, volumes, pool): the placer's filters read it. */
+  ask?: PlacementAsk;
 }
 
 /** Options of {@linkcode GatewayRouting.destroy}. */
@@ -444,9 +446,14 @@ export class GatewayRouting {
     path: string,
     body: string | null,
     signal: AbortSignal,
-    init: { method?: string; headers?: Readonly<Record<string, string>> } = {},
+    init: {
+      method?: string;
+      headers?: Readonly<Record<string, string>>;
+      /** The nodes to ask; every registered node when absent. */
+      nodes?: readonly FleetNode[];
+    } = {},
   ): Promise<FanOutAnswer[]> {
-    const nodes = [...this.#fleet.nodes()];
+    const nodes = init.nodes ?? [...this.#fleet.nodes()];
     return Promise.all(nodes.map(async (node): Promise<FanOutAnswer> => {
       const bound = AbortSignal.any([signal, AbortSignal.timeout(this.#fanOutTimeoutMs)]);
       try {
@@ -516,10 +523,19 @@ export class GatewayRouting {
     // An unnamed create is counted under a private key until the node names the sandbox.
     const key = name ?? `unnamed:${crypto.randomUUID()}`;
     const admission = options.admit?.();
-    const pick = this.#placer.place(key);
+    const pick = this.#placer.place(key, options.ask);
     this.#observer.placed?.(key, pick);
     if (!pick.ok) {
       admission?.cancel();
+      if (pick.templateNowhere) {
+        const { template, offered } = pick.templateNowhere;
+        throw new HttpError(
+          400,
+          `No node of the fleet has template '${template}': the fleet offers ` +
+            `${offered.length === 0 ? "no templates" : offered.join(", ")}`,
+          { details: { template, offered } },
+        );
+      }
       this.#log("warn", "no node can take a new sandbox", { name: key, explain: pick.explain });
       throw new HttpError(503, pick.message, {
         headers: { "retry-after": String(pick.retryAfterSeconds) },
@@ -553,7 +569,11 @@ export class GatewayRouting {
       const sandbox = this.#remember(pick.node, answer, options);
       if (sandbox !== undefined) this.#observer.created?.(pick.node, sandbox, options.path);
       if (name === undefined && sandbox !== undefined && this.#placer.release(key)) {
-        this.#placer.record(teamScopedName(sandbox.team, sandbox.name), pick.node.id);
+        this.#placer.record(
+          teamScopedName(sandbox.team, sandbox.name),
+          pick.node.id,
+          pick.explain.warm ? options.ask?.poolKey : undefined,
+        );
       }
     }
     return answer;

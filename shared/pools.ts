@@ -50,26 +50,27 @@ export const poolTargetSchema: z.ZodType<PoolTarget, unknown> = z.object({
   ),
 }).strict();
 
-/**
- * The `setPools` body of a node: the whole set of targets (a pool left out is emptied), each
- * key at most once.
- */
-export const setPoolsSchema: z.ZodType<{ pools: PoolTarget[] }, unknown> = z.object({
-  pools: z.array(poolTargetSchema).max(MAX_POOLS, `a node keeps at most ${MAX_POOLS} pools`)
-    .superRefine((pools, ctx) => {
-      const seen = new Set<string>();
-      for (const [i, p] of pools.entries()) {
-        const key = poolKey(p.template, p.spec);
-        if (seen.has(key)) {
-          ctx.addIssue({
-            code: "custom",
-            path: [i],
-            message: `pool ${key} is listed twice: give each template and size once`,
-          });
-        }
-        seen.add(key);
+/** A whole set of pool targets (a pool left out is emptied), each key at most once. */
+export const poolTargetsSchema: z.ZodType<PoolTarget[], unknown> = z.array(poolTargetSchema)
+  .max(MAX_POOLS, `a node keeps at most ${MAX_POOLS} pools`)
+  .superRefine((pools, ctx) => {
+    const seen = new Set<string>();
+    for (const [i, p] of pools.entries()) {
+      const key = poolKey(p.template, p.spec);
+      if (seen.has(key)) {
+        ctx.addIssue({
+          code: "custom",
+          path: [i],
+          message: `pool ${key} is listed twice: give each template and size once`,
+        });
       }
-    }),
+      seen.add(key);
+    }
+  });
+
+/** The `setPools` body of a node. */
+export const setPoolsSchema: z.ZodType<{ pools: PoolTarget[] }, unknown> = z.object({
+  pools: poolTargetsSchema,
 }).strict();
 
 /** What a check-in says of one pool. */

@@ -23,7 +23,13 @@ import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
 import { randomSandboxName } from "../../shared/random_name.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
 import { tokensEqual } from "../../shared/token.ts";
-import { describeZodError, metadataSchema, sandboxNameSchema } from "../../shared/schemas.ts";
+import {
+  describeZodError,
+  metadataSchema,
+  sandboxNameSchema,
+  type SandboxSpec,
+  sandboxSpecSchema,
+} from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
@@ -31,6 +37,13 @@ import { parseCreateOptions } from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
+
+/** The spec of E2B volume mounts, each checked as a native `spec.volumes` entry is. */
+function volumeSpec(volumes: { name: string; mountPath: string }[]): SandboxSpec {
+  const r = sandboxSpecSchema.safeParse({ volumes });
+  if (!r.success) throw new HttpError(400, describeZodError(r.error, "'volumeMounts'"));
+  return r.data;
+}
 
 /** Options of {@linkcode createE2bApi}. */
 export interface E2bApiOptions {
@@ -103,6 +116,8 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     timeout: timeoutSchema.optional(),
     metadata: metadataSchema.optional(),
     envVars: z.record(z.string(), z.string()).optional(),
+    // E2B's SandboxVolumeMount: a volume the node declares (DORMICE_VOLUMES) and its path.
+    volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).max(16).optional(),
   });
   const connectSchema = z.object({ timeout: timeoutSchema.optional() });
   const setTimeoutSchema = z.object({ timeout: timeoutSchema });
@@ -206,7 +221,12 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       template: body.templateID,
       metadata: body.metadata,
       env: body.envVars,
-      spec: options.spec,
+      spec: body.volumeMounts?.length
+        ? {
+          ...options.spec,
+          ...volumeSpec(body.volumeMounts.map((v) => ({ name: v.name, mountPath: v.path }))),
+        }
+        : options.spec,
       deadline: { ms: timeoutSeconds * 1000, action: options.onTimeout },
       e2b: options.e2b,
     });
