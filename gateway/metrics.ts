@@ -177,7 +177,15 @@ export class GatewayMetrics implements FinderMetrics {
       name: "dormice_gateway_placement_rejections_total",
       help: "Nodes a placement passed over, by the first filter each failed",
     });
-    const reasons: RejectReason[] = ["down", "no-reading", "cpu", "active-limit", "disk"];
+    const reasons: RejectReason[] = [
+      "down",
+      "no-reading",
+      "template",
+      "volume",
+      "cpu",
+      "active-limit",
+      "disk",
+    ];
     this.#rejections = Object.fromEntries(
       reasons.map((r) => [r, rejections.series({ reason: r })]),
     ) as Record<RejectReason, CounterChild>;
@@ -289,7 +297,7 @@ export class GatewayMetrics implements FinderMetrics {
       help: "Nodes whose config digest differs from the fleet's (0 until nodes report one)",
       registers,
       collect() {
-        this.set(0);
+        this.set(fleet.list().filter((n) => n.configDigestMismatch).length);
       },
     });
   }

@@ -283,8 +283,18 @@ function nodesTable(nodes: NodeSummary[]): string {
 <td class="states">${states}${
       n.inFlight > 0 ? `<span>in flight <b>${n.inFlight}</b></span>` : ""
     }</td>
-<td><span class="muted">none</span></td>
-<td>no</td>
+<td class="states">${
+      n.pools.length === 0
+        ? '<span class="muted">none</span>'
+        : n.pools.map((p) =>
+          `<span>${escapeHtml(p.template)}${
+            p.spec.cpus !== undefined || p.spec.memoryMB !== undefined
+              ? ` ${p.spec.cpus ?? "-"}c/${p.spec.memoryMB ?? "-"}MB`
+              : ""
+          } <b>${p.warm}/${p.target}</b></span>`
+        ).join("")
+    }</td>
+<td>${n.configDigestMismatch ? '<b class="down">yes</b>' : "no"}</td>
 <td><span class="muted">${escapeHtml(n.build)}</span></td></tr>`;
   }).join("");
   return `<table><thead><tr><th>Node</th><th>State</th><th>Last check-in</th><th>CPU</th><th>Memory</th>
