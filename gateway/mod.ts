@@ -65,6 +65,9 @@ export {
   type FilterInput,
   loadScore,
   type PickResult,
+  pickTwoChoices,
+  type PlacementAsk,
+  placementAsk,
   type PlacementExplain,
   type PlacementFilter,
   placementFilters,
@@ -74,6 +77,10 @@ export {
   type Rejection,
   type RejectReason,
   type ScoredNode,
+  seededRandom,
+  type WarmCandidate,
+  type WarmExplain,
+  type WarmSample,
 } from "./placer.ts";
 export { LruCache, type LruCacheOptions } from "./lru.ts";
 export { NameQueue } from "../shared/name_queue.ts";

@@ -164,11 +164,11 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   // answer, at most one interval old, so a slow engine never delays a check-in.
   let capabilities: ExecutorCapabilities | null = null;
   let asking = false;
-  const refreshCapabilities = () => {
-    if (asking || executor.capabilities === undefined) return;
+  const refreshCapabilities = (): Promise<void> => {
+    if (asking || executor.capabilities === undefined) return Promise.resolve();
     asking = true;
-    executor.capabilities().then(
-      (c) => capabilities = c,
+    return executor.capabilities().then(
+      (c) => void (capabilities = c),
       (error) => log("warn", "could not read the executor's templates and volumes", { error }),
     ).finally(() => asking = false);
   };
@@ -215,7 +215,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     events: outbox,
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
-      refreshCapabilities();
+      void refreshCapabilities();
       return {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
@@ -284,11 +284,18 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     pools,
     configDigest,
     start() {
-      refreshCapabilities();
       scanner.start();
       upkeep.start();
       metricsSampler.start();
-      checkIn?.start();
+      // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
+      // without them is placed as if it served any template until its next check-in.
+      const known = refreshCapabilities();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const bound = new Promise<void>((resolve) => timer = setTimeout(resolve, 2_000));
+      void Promise.race([known, bound]).then(() => {
+        clearTimeout(timer);
+        if (!closed) checkIn?.start();
+      });
     },
     async close() {
       if (closed) return;

@@ -66,6 +66,7 @@ export {
   newSandboxId,
   type NewSandboxRow,
   type SandboxRowPatch,
+  type WarmRow,
 } from "./ledger.ts";
 export { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
 export { LedgerUpkeep, type LedgerUpkeepOptions } from "./ledger_upkeep.ts";
@@ -113,6 +114,7 @@ export {
   type ExecHandle,
   type ExecRequest,
   type Executor,
+  type ExecutorCapabilities,
   ExecutorError,
   type ExecutorErrorCode,
   executorErrorStatus,
@@ -123,8 +125,11 @@ export {
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
+  unknownVolume,
   type WatchRequest,
 } from "./executors/contract.ts";
+export { type ClaimAsk, WarmPools, type WarmPoolsOptions } from "./pools.ts";
+export { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
 export type {
   AcquireRequest,
   AcquireResult,

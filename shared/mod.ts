@@ -66,3 +66,26 @@ export {
   teamSchema,
   teamScopedName,
 } from "./teams.ts";
+export {
+  compareDigests,
+  configDigest,
+  type DigestComparison,
+  type FleetInvariants,
+  secretIdentity,
+} from "./config_digest.ts";
+export {
+  MAX_POOL_WARM,
+  MAX_POOLS,
+  poolKey,
+  type PoolReport,
+  poolReportSchema,
+  type PoolSpec,
+  poolSpecSchema,
+  type PoolStatus,
+  type PoolTarget,
+  poolTargetSchema,
+  poolTargetsSchema,
+  setPoolsSchema,
+  type VolumeMount,
+  volumeMountSchema,
+} from "./pools.ts";

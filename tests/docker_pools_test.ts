@@ -56,10 +56,12 @@ Deno.test({
   let b: DockerNodeProcess | undefined;
   const startA = async () =>
     a = await startDockerNode({ nodeId: idA, token, gatewayUrl: gw!.url, dataDir: dataA });
+  // Up at the endpoint it has now: a restarted node listens on a fresh port.
   const nodeUp = (id: string) => async () => {
     const { body } = await gw!.json("listNodes");
+    const url = id === idA ? a?.url : b?.url;
     // deno-lint-ignore no-explicit-any
-    return body.nodes.some((n: any) => n.id === id && n.state === "up");
+    return body.nodes.some((n: any) => n.id === id && n.state === "up" && n.endpoint === url);
   };
   const warmOn = async (node: DockerNodeProcess) =>
     (await nodeCall(node, "listPools", {})).pools[0]?.warm ?? 0;
@@ -174,6 +176,10 @@ Deno.test({
         // deno-lint-ignore no-explicit-any
         return body.nodes.find((n: any) => n.id === idB)?.templates?.includes("tiny") ?? false;
       });
+      await until(
+        "A and B both up where they listen",
+        async () => await nodeUp(idA)() && await nodeUp(idB)(),
+      );
       const r = await gw!.json("acquireSandbox", { name: "on-b", template: "tiny" });
       assert.equal(r.status, 200, JSON.stringify(r.body));
       assert.equal(r.body.sandbox.nodeId, idB);

@@ -80,14 +80,18 @@ Deno.test({
     // Made first, so the nodes' 5 s sampler has sampled it a few times by the metrics step.
     const sampled = await Sandbox.create(opts);
 
-    await t.step("an unknown template is Docker's 400 sentence on the fake too", async () => {
-      const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
-      assert.ok(error instanceof SandboxError, String(error));
-      assert.match(
-        error.message,
-        /^400: Template 'no-such-template' is not known on this node: use one of base/,
-      );
-    });
+    await t.step(
+      "an unknown template is the gateway's 400 naming the fleet's templates",
+      async () => {
+        const error = await Sandbox.create("no-such-template", opts).catch((e) => e);
+        assert.ok(error instanceof SandboxError, String(error));
+        assert.match(
+          error.message,
+          // No node holds it, so the gateway answers before any node is asked (issue 14).
+          /^400: No node of the fleet has template 'no-such-template': the fleet offers base/,
+        );
+      },
+    );
 
     await t.step(
       "getInfo() reports the sandbox's own cpu and memory, as its metrics do",

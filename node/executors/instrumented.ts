@@ -11,8 +11,13 @@ import type { SandboxSpec } from "../../shared/schemas.ts";
 /**
  * The contract's calls, each measured under its own name. A record over the contract's keys, so
  * a verb added to `Executor` and not here is a type error, not a wrapper without that verb.
+ * `capabilities` is left out: the node asks the executor itself, once per check-in, and the
+ * wrapper does not offer it (its absence reads as "serves any template").
  */
-const measured: Record<Exclude<keyof Executor, "kind" | "limits" | "close">, true> = {
+const measured: Record<
+  Exclude<keyof Executor, "kind" | "limits" | "close" | "capabilities">,
+  true
+> = {
   create: true,
   destroy: true,
   exec: true,
