@@ -202,3 +202,88 @@ export function runTwoGateways({ runs }: PoolsBenchOptions): Section {
     ],
   };
 }
+
+/**
+ * The node-side claim on its own: an in-process node (no socket), its pool full, one
+ * `acquireSandbox` per name through `app.fetch`. The claim path makes no executor call, so the
+ * fake executor measures exactly what a Docker node does on it: routing, the name's slot and one
+ * ledger transaction. The reference is a `lookupSandbox` read through the same app, which has the
+ * same routing and JSON costs and no write.
+ */
+export async function runNodeClaim({ runs }: PoolsBenchOptions): Promise<Section> {
+  const { createNodeApp } = await import("../node/app.ts");
+  const n = Math.max(5, runs);
+  const perRun = 40;
+  const claims: number[] = [];
+  const reads: number[] = [];
+  const claimedCounts: number[] = [];
+  const token = "b".repeat(40);
+  const call = (
+    app: { fetch(r: Request): Response | Promise<Response> },
+    verb: string,
+    body: unknown,
+  ) =>
+    Promise.resolve(app.fetch(
+      new Request(`http://node/${verb}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}` },
+        body: JSON.stringify(body),
+      }),
+    )).then((r) => r.json());
+  for (let run = 0; run < n; run++) {
+    const dir = await Deno.makeTempDir({ prefix: "bench-claim-" });
+    const app = createNodeApp({
+      config: {
+        apiToken: token,
+        dataDir: dir,
+        nodeId: "bench-claim",
+        nodeEndpoint: "http://127.0.0.1:1",
+        gatewayEndpoint: null,
+        gatewayEndpoints: [],
+        checkInIntervalSeconds: 15,
+        scanIntervalSeconds: 60,
+        pools: [{ template: "base", spec: {}, warm: perRun + 5 }],
+      },
+    });
+    try {
+      await app.pools.start();
+      await until(() => Promise.resolve(app.pools.warmCount() >= perRun + 5), 30_000);
+      const claimTimes: number[] = [];
+      const readTimes: number[] = [];
+      for (let i = 0; i < perRun; i++) {
+        let t = performance.now();
+        await call(app, "acquireSandbox", { name: `claim-${i}` });
+        claimTimes.push(performance.now() - t);
+        t = performance.now();
+        await call(app, "lookupSandbox", { name: `claim-${i}` });
+        readTimes.push(performance.now() - t);
+      }
+      const listed = await call(app, "listPools", {});
+      claimedCounts.push(listed.pools[0].claimed);
+      claims.push(median(claimTimes));
+      reads.push(median(readTimes));
+    } finally {
+      await app.close();
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
+  }
+  return {
+    title: "Warm pool claim on the node, in process",
+    reference:
+      "a lookupSandbox read through the same in-process app, same runs (routing, JSON, no write)",
+    rows: [
+      row("lookupSandbox (reference)", "ms", reads, reads, { digits: 3 }),
+      row("acquireSandbox served by a claim", "ms", claims, reads, {
+        digits: 3,
+        target: "< 1 ms",
+        met: median(claims) < 1,
+      }),
+      row("claims per run (of 40 creates)", "", claimedCounts, null, { digits: 0 }),
+    ],
+    notes: [
+      `Median of ${perRun} claims per run, ${n} runs; load average ${
+        Deno.loadavg().map((x) => x.toFixed(1)).join(" ")
+      } when it ended. No executor call is made on the claim path (a unit test counts them).`,
+    ],
+  };
+}

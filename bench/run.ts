@@ -20,7 +20,7 @@ import { runForwarding } from "./forwarding.ts";
 import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
-import { runClaimLatency, runTwoGateways } from "./pools.ts";
+import { runClaimLatency, runNodeClaim, runTwoGateways } from "./pools.ts";
 
 const args = new Map(
   Deno.args.filter((a) => a.startsWith("--")).map((a) => {
@@ -84,6 +84,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
   ["e2b-docker", () => runE2bDocker({ runs: Math.max(runs, 7) })],
   ["pools-two-gateways", () => runTwoGateways({ runs })],
+  ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],
 ];
 
