@@ -1,103 +1,49 @@
 /**
- * The Placer: which node takes a new sandbox. Feasibility filters, then a score, Nomad style.
+ * The Placer: which node takes a new sandbox. Feasibility filters (placement_filters.ts), then a
+ * choice among the nodes that pass (placement_choice.ts), Nomad style; this file holds the
+ * in-flight counts and the explain.
  *
  * @module
  */
 import type { FleetNode, NodeDirectory } from "./fleet.ts";
 import { poolKey } from "../shared/pools.ts";
-import type { SandboxSpec } from "../shared/schemas.ts";
+import {
+  type FilterInput,
+  type PlacementAsk,
+  placementFilters,
+  type PlacerLimits,
+  type Rejection,
+  type RejectReason,
+} from "./placement_filters.ts";
+import {
+  BestNodes,
+  loadScore,
+  pickTwoChoices,
+  type ScoredNode,
+  seededRandom,
+  type WarmCandidate,
+  type WarmExplain,
+} from "./placement_choice.ts";
 
-/** Why a node cannot take a new sandbox, in the order the filters run. */
-export type RejectReason =
-  | "down"
-  | "no-reading"
-  | "template"
-  | "volume"
-  | "cpu"
-  | "active-limit"
-  | "disk";
-
-/** What a create asks of its node, as far as placement can tell. */
-export interface PlacementAsk {
-  /** The template; a node that says which templates it holds must hold it. */
-  template?: string;
-  /** Volume names; a node must advertise every one. */
-  volumes?: readonly string[];
-  /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
-  poolKey?: string;
-}
-
-/**
- * What placement needs of a create: its template (`base` when it names none, as a node
- * defaults), the volumes it asks for, and the pool key a claim would match, or none when the
- * spec asks for what a warm sandbox lacks (network, pids, volumes), as the node's pools decide.
- *
- * @example
- * ```ts
- * import { placementAsk } from "@dormice/cluster/gateway";
- * placementAsk("minimal", { cpus: 1 }); // { template: "minimal", volumes: [], poolKey: "minimal/1/-" }
- * ```
- */
-export function placementAsk(template: string | undefined, spec: SandboxSpec = {}): PlacementAsk {
-  const t = template ?? "base";
-  const volumes = (spec.volumes ?? []).map((v) => v.name);
-  const claimable = spec.network === undefined && spec.pids === undefined && volumes.length === 0;
-  return {
-    template: t,
-    volumes,
-    ...(claimable ? { poolKey: poolKey(t, { cpus: spec.cpus, memoryMB: spec.memoryMB }) } : {}),
-  };
-}
-
-/** A warm holder sampled by the power-of-two-choices pick. */
-export interface WarmSample {
-  /** The node id. */
-  nodeId: string;
-  /** Its warm count for the key, less the claims placed since its reading. */
-  warm: number;
-  /** Its {@linkcode loadScore}. */
-  score: number;
-}
-
-/** How the warm-aware choice went, in `explain.warm`. */
-export interface WarmExplain {
-  /** The pool key the create would claim from. */
-  poolKey: string;
-  /** Feasible nodes with warm capacity for the key. */
-  candidates: number;
-  /** The (at most two) nodes sampled, weighted by warm count. */
-  sampled: WarmSample[];
-  /** The node kept. */
-  chosen: string;
-  /** Why it won, in a sentence. */
-  why: string;
-}
-
-/** One rejected node and its named reason. */
-export interface Rejection {
-  /** The rejected node's id. */
-  nodeId: string;
-  /** The first filter it failed (the chain stops there). */
-  reason: RejectReason;
-  /** A sentence with the numbers and the variable that moves the limit. */
-  detail: string;
-}
-
-/** A feasible node and the numbers behind its score. */
-export interface ScoredNode {
-  /** The node id. */
-  nodeId: string;
-  /** Its {@linkcode loadScore}, `(active + inFlight) / cores`: lower is better. */
-  score: number;
-  /** Active sandboxes in its last reading. */
-  active: number;
-  /** Placements since that reading. */
-  inFlight: number;
-  /** Its cpu count, the score's divisor. */
-  cores: number;
-  /** The first tie-breaker: more is better. */
-  memoryAvailableBytes: number;
-}
+export {
+  type FilterInput,
+  type PlacementAsk,
+  placementAsk,
+  type PlacementFilter,
+  placementFilters,
+  type PlacerLimits,
+  type Rejection,
+  type RejectReason,
+} from "./placement_filters.ts";
+export {
+  loadScore,
+  pickTwoChoices,
+  type ScoredNode,
+  seededRandom,
+  type WarmCandidate,
+  type WarmExplain,
+  type WarmSample,
+} from "./placement_choice.ts";
 
 /** How a placement was decided, for the answer and the log. */
 export interface PlacementExplain {
@@ -134,151 +80,6 @@ export type PickResult =
      */
     templateNowhere?: { template: string; offered: string[] };
   };
-
-/** The limits the filters apply. */
-export interface PlacerLimits {
-  /** Reject a node whose cpu used % is above this. */
-  cpuLimitPct: number;
-  /** Reject a node whose active + in-flight count is at or above this. */
-  activeLimit: number;
-  /** Reject a node whose data disk has fewer available bytes than this. */
-  minDiskBytes: number;
-}
-
-/**
- * What a filter sees of one node. `pick()` reuses one object for every node (no allocation per
- * node), so a filter must not keep it.
- */
-export interface FilterInput {
-  /** The node being judged; its `reading` is non-null for every filter after `no-reading`. */
-  node: FleetNode;
-  /** Now, by the fleet's clock. */
-  now: number;
-  /** Placements counted against it since its last reading, not yet in `reading`. */
-  inFlight: number;
-  /** The Placer's limits: a filter's sentence quotes the one it applies. */
-  limits: PlacerLimits;
-  /** Whether the fleet calls it down at `now`. */
-  down: boolean;
-  /** What the create asks for (template, volumes). */
-  ask: PlacementAsk;
-}
-
-/** One feasibility filter: returns a detail sentence when it rejects, `undefined` otherwise. */
-export interface PlacementFilter {
-  /** The reason counted in `explain.rejected` and shown with each rejection. */
-  reason: RejectReason;
-  /** Rejects with a sentence, or passes with `undefined`. */
-  check(input: FilterInput): string | undefined;
-}
-
-/**
- * The filter chain, built in one place. Why this order: the first reason a node fails is the
- * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
- * mean there is nothing current to judge by (every later filter reads the reading); template
- * and volume next because a node without them can never serve the create, however idle, so
- * its load is not the news; cpu is a host-wide pressure signal; active-limit is our own
- * ceiling; disk last because it rarely binds and a full disk on a busy node is better reported
- * as busy.
- */
-export const placementFilters: readonly PlacementFilter[] = [
-  {
-    reason: "down",
-    check: ({ node, now, down }) =>
-      down
-        ? node.heardSinceStart
-          ? `down: no check-in for ${
-            Math.round((now - node.lastCheckIn) / 1000)
-          } s (interval ${node.intervalSeconds} s)`
-          : "down: not heard since the gateway started"
-        : undefined,
-  },
-  {
-    reason: "no-reading",
-    check: ({ node }) => node.reading === null ? "no reading yet" : undefined,
-  },
-  {
-    reason: "template",
-    // A node that does not say (it predates capabilities) is not refused: it did not before.
-    check: ({ node, ask }) =>
-      ask.template !== undefined && node.templates !== null &&
-        !node.templates.includes(ask.template)
-        ? `lacks template '${ask.template}'`
-        : undefined,
-  },
-  {
-    reason: "volume",
-    check: ({ node, ask }) => {
-      for (const v of ask.volumes ?? []) {
-        if (!node.volumes.includes(v)) return `lacks volume '${v}'`;
-      }
-      return undefined;
-    },
-  },
-  {
-    reason: "cpu",
-    check: ({ node, limits }) => {
-      const pct = node.reading!.cpuUsedPct;
-      // A first reading has no cpu figure (it needs two samples); it must not block a new node.
-      return pct !== null && pct > limits.cpuLimitPct
-        ? `cpu ${pct.toFixed(0)}% is above the limit ${limits.cpuLimitPct}% ` +
-          `(DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT)`
-        : undefined;
-    },
-  },
-  {
-    reason: "active-limit",
-    check: ({ node, inFlight, limits }) => {
-      const active = node.reading!.sandboxes.active;
-      return active + inFlight >= limits.activeLimit
-        ? `${active} active + ${inFlight} in flight reaches the limit ${limits.activeLimit} ` +
-          `(DORMICE_GATEWAY_NODE_ACTIVE_LIMIT)`
-        : undefined;
-    },
-  },
-  {
-    reason: "disk",
-    check: ({ node, limits }) => {
-      const disk = node.reading!.dataDisk;
-      return disk !== null && disk.availableBytes < limits.minDiskBytes
-        ? `data disk has ${gb(disk.availableBytes)} GB available, below the floor ` +
-          `${gb(limits.minDiskBytes)} GB (DORMICE_GATEWAY_NODE_MIN_DISK_GB)`
-        : undefined;
-    },
-  },
-];
-
-/**
- * The score of a node that passed every filter; lower wins:
- *
- *     score = (active + inFlight) / cores
- *
- * Per core, so a node with twice the cores takes twice the sandboxes before the two tie; with the
- * placements in flight, so a burst of creates inside one check-in interval spreads over the
- * fleet instead of piling onto the node whose last reading looked emptiest. Ties go to more
- * available memory, then the smaller node id (see `Placer.pick()`). Warm-aware placement (power
- * of two choices among the nodes holding a warm sandbox) compares candidates with this score.
- *
- * @example
- * ```ts
- * import { Fleet, loadScore } from "@dormice/cluster/gateway";
- * const fleet = new Fleet();
- * fleet.checkIn({
- *   nodeId: "a", endpoint: "http://10.0.0.1:3676", intervalSeconds: 15, build: "dev",
- *   reading: {
- *     takenAt: 0, cpuCount: 4, cpuUsedPct: null, memoryTotalBytes: 8e9,
- *     memoryAvailableBytes: 4e9, swapTotalBytes: 0, swapFreeBytes: 0, dataDisk: null,
- *     sandboxes: { active: 6, frozen: 0, stopped: 0, archived: 0, restoring: 0 },
- *   },
- * });
- * console.log(loadScore(fleet.get("a")!, 2)); // 2, that is (6 active + 2 in flight) / 4 cores
- * fleet.close();
- * ```
- */
-export function loadScore(node: FleetNode, inFlight: number): number {
-  const reading = node.reading!;
-  return (reading.sandboxes.active + inFlight) / reading.cpuCount;
-}
 
 /** Options for {@linkcode Placer}. */
 export interface PlacerOptions {
@@ -324,95 +125,6 @@ interface NodeFlight {
   claims: Map<string, string>;
   /** Claims per pool key, counted against that pool's warm count in the reading. */
   claimCounts: Map<string, number>;
-}
-
-/**
- * A small seeded random source (mulberry32): the same seed gives the same sequence, so a test
- * or a post-mortem replays the power-of-two-choices picks.
- *
- * @example
- * ```ts
- * import { seededRandom } from "@dormice/cluster/gateway";
- * const a = seededRandom(7), b = seededRandom(7);
- * console.log(a() === b()); // true
- * ```
- */
-export function seededRandom(seed: number): () => number {
-  let t = seed >>> 0;
-  return () => {
-    t = (t + 0x6d2b79f5) >>> 0;
-    let r = Math.imul(t ^ (t >>> 15), 1 | t);
-    r = (r + Math.imul(r ^ (r >>> 7), 61 | r)) ^ r;
-    return ((r ^ (r >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
-/** One warm holder offered to {@linkcode pickTwoChoices}. */
-export interface WarmCandidate {
-  /** The node id. */
-  nodeId: string;
-  /** Its warm count for the key (already less the claims in flight); above 0. */
-  warm: number;
-  /** Its {@linkcode loadScore}: lower is better. */
-  score: number;
-}
-
-/**
- * Power of two choices over warm holders: two distinct candidates sampled with probability
- * proportional to their warm count, the one with the lower load score kept (ties: more warm,
- * then the first sampled). Sampling, not the best of all, so several gateways reading the same
- * check-ins do not all send their claims to one node; weighting by warm, so a node with a
- * deep pool takes more claims than one with a single warm sandbox. One candidate is simply
- * chosen. Returns the chosen index, the sampled indexes and why.
- *
- * @example
- * ```ts
- * import { pickTwoChoices, seededRandom } from "@dormice/cluster/gateway";
- * const r = pickTwoChoices([
- *   { nodeId: "a", warm: 4, score: 2 },
- *   { nodeId: "b", warm: 4, score: 1 },
- * ], seededRandom(1));
- * console.log(r.chosen); // 1: both were sampled and b is less loaded
- * ```
- */
-export function pickTwoChoices(
-  candidates: readonly WarmCandidate[],
-  random: () => number,
-): { chosen: number; sampled: number[]; why: string } {
-  if (candidates.length === 0) throw new RangeError("pickTwoChoices needs a candidate");
-  if (candidates.length === 1) {
-    return { chosen: 0, sampled: [0], why: "the only node with a warm sandbox for this pool" };
-  }
-  let total = 0;
-  for (const c of candidates) total += c.warm;
-  const first = weighted(candidates, total, random, -1);
-  const second = weighted(candidates, total - candidates[first].warm, random, first);
-  const a = candidates[first], b = candidates[second];
-  let chosen = first;
-  let why: string;
-  if (b.score < a.score) chosen = second, why = "lower load score";
-  else if (b.score > a.score) why = "lower load score";
-  else if (b.warm > a.warm) chosen = second, why = "same load score, more warm";
-  else why = b.warm < a.warm ? "same load score, more warm" : "a tie: the first sampled";
-  return { chosen, sampled: [first, second], why };
-}
-
-/** An index drawn with probability proportional to warm, skipping `except`. */
-function weighted(
-  candidates: readonly WarmCandidate[],
-  total: number,
-  random: () => number,
-  except: number,
-): number {
-  let at = random() * total;
-  let last = -1;
-  for (let i = 0; i < candidates.length; i++) {
-    if (i === except) continue;
-    last = i;
-    at -= candidates[i].warm;
-    if (at < 0) return i;
-  }
-  return last; // rounding at the top end
 }
 
 /**
@@ -783,55 +495,4 @@ export class Placer {
       : "";
     return `No node can take a new sandbox now: ${shown}${more}`;
   }
-}
-
-/**
- * The best `k` feasible nodes seen so far, best first, kept in a small sorted array: one pass
- * over the fleet and no sort of all nodes, so `pick()` stays under a millisecond for 10,000.
- */
-class BestNodes {
-  /** What `explain.scores` shows. */
-  readonly scores: ScoredNode[] = [];
-  /** The nodes behind `scores`, index for index. */
-  readonly nodes: FleetNode[] = [];
-  readonly #k: number;
-
-  constructor(k: number) {
-    this.#k = k;
-  }
-
-  /** Keeps `node` if it ranks among the best `k`; its entry is built only then. */
-  offer(node: FleetNode, score: number, inFlight: number): void {
-    const { scores, nodes } = this;
-    const k = this.#k;
-    const reading = node.reading!;
-    const memory = reading.memoryAvailableBytes;
-    if (scores.length === k && !better(score, memory, node.id, scores[k - 1])) return;
-    let at = scores.length < k ? scores.length : k - 1;
-    while (at > 0 && better(score, memory, node.id, scores[at - 1])) at--;
-    if (scores.length === k) {
-      scores.pop();
-      nodes.pop();
-    }
-    scores.splice(at, 0, {
-      nodeId: node.id,
-      score,
-      active: reading.sandboxes.active,
-      inFlight,
-      cores: reading.cpuCount,
-      memoryAvailableBytes: memory,
-    });
-    nodes.splice(at, 0, node);
-  }
-}
-
-/** Whether (score, memory, id) beats `than`: lower score, then more memory, then smaller id. */
-function better(score: number, memory: number, id: string, than: ScoredNode): boolean {
-  if (score !== than.score) return score < than.score;
-  if (memory !== than.memoryAvailableBytes) return memory > than.memoryAvailableBytes;
-  return id < than.nodeId;
-}
-
-function gb(bytes: number): string {
-  return (bytes / 1e9).toFixed(1);
 }
