@@ -1,5 +1,8 @@
 /**
- * The sandbox service: keeps the ledger and the executor in step, one name at a time.
+ * The sandbox service: keeps the ledger and the executor in step, one name at a time. This file
+ * holds the verbs; service_create.ts the two ways a sandbox is made (a warm claim, a cold
+ * create), service_state.ts the steps that keep a row and its sandbox in step (wake, pause,
+ * lost, the boot reconcile).
  *
  * @module
  */
@@ -18,7 +21,6 @@ import {
   type ExecRequest,
   type Executor,
   ExecutorError,
-  executorErrorToHttp,
   type FileEntry,
   type FileOptions,
   type FsChange,
@@ -28,9 +30,16 @@ import {
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
-import type { SandboxSpec } from "../shared/schemas.ts";
-import { LedgerFullError } from "./ledger_space.ts";
 import { MetricsHistory } from "./metrics_history.ts";
+import {
+  callExecutor,
+  markLost,
+  reconcileWithExecutor,
+  recordPause,
+  type ServiceCore,
+  wake,
+} from "./service_state.ts";
+import { buildCold, claimWarm } from "./service_create.ts";
 import type {
   AcquireRequest,
   AcquireResult,
@@ -101,6 +110,7 @@ export class SandboxService implements SandboxOps {
   #pools: WarmPools | undefined;
   #killGraceMs: number;
   #commands = new RunningCommands();
+  #core: ServiceCore;
 
   /** Builds the service over a ledger and an executor. */
   constructor(options: SandboxServiceOptions) {
@@ -114,6 +124,13 @@ export class SandboxService implements SandboxOps {
     this.history = options.history ?? new MetricsHistory();
     this.#killGraceMs = options.killGraceMs ?? 5_000;
     this.#pools = options.pools;
+    this.#core = {
+      ledger: this.#ledger,
+      executor: this.#executor,
+      clock: this.#clock,
+      log: this.#log,
+      queue: this.queue,
+    };
   }
 
   /** Create-or-wake by name. */
@@ -124,7 +141,10 @@ export class SandboxService implements SandboxOps {
       if (existing) {
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
-        let sandbox = await this.#guard(existing, () => this.#wake(existing, { probe: true }));
+        let sandbox = await this.#guard(
+          existing,
+          () => wake(this.#core, existing, { probe: true }),
+        );
         const { deadline, e2b } = request;
         if (deadline || e2b) {
           // A built sandbox keeps its network: only the lifecycle follows the new request.
@@ -142,97 +162,14 @@ export class SandboxService implements SandboxOps {
       const spec = request.spec ?? {};
       const env = { ...spec.env, ...request.env };
       this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
-      const warm = this.#claim(request, team, template, spec, env);
+      const warm = this.#pools &&
+        claimWarm(this.#core, this.#pools, request, { team, template, spec, env });
       if (warm !== undefined) return { created: true, sandbox: warm };
-      await this.#call(() =>
-        this.#executor.create({ id, name: request.name, template, spec, env })
-      );
-      const now = this.#clock.now();
-      try {
-        const sandbox = this.#ledger.insert({
-          id,
-          name: request.name,
-          team,
-          state: "active",
-          template,
-          metadata: request.metadata ?? {},
-          spec,
-          env,
-          createdAt: now,
-          deadlineAt: request.deadline ? now + request.deadline.ms : null,
-          deadlineAction: request.deadline?.action ?? null,
-          e2b: request.e2b,
-        });
-        this.#log("info", "sandbox created", { name: request.name, team, id, template });
-        return { created: true, sandbox };
-      } catch (error) {
-        // Without its row the container would be an orphan nobody can name: take it back.
-        await this.#executor.destroy(id).catch((e) =>
-          this.#log("error", "could not remove a sandbox whose ledger row failed", {
-            id,
-            error: e,
-          })
-        );
-        if (error instanceof LedgerFullError) {
-          this.#log("warn", "sandbox not created: the data disk is full", {
-            name: request.name,
-            dataDir: error.dataDir,
-          });
-          throw error;
-        }
-        this.#log("error", "ledger write failed after create", { name: request.name, error });
-        throw new HttpError(
-          500,
-          `The node built sandbox '${request.name}' but could not record it in its ledger ` +
-            `(${(error as Error)?.message}); it was removed again: check the node's data dir`,
-        );
-      }
+      return {
+        created: true,
+        sandbox: await buildCold(this.#core, request, { id, team, template, spec, env }),
+      };
     });
-  }
-
-  /**
-   * Hands a warm sandbox over (call inside the name's slot): the pool gives an id, the ledger
-   * turns its warm row into this sandbox's row in one transaction (named, metadata and team
-   * set, the env recorded for every later command, the deadline started), and no engine call
-   * is made. `undefined` when no pool matches or the matching pool is empty: the caller builds
-   * cold.
-   */
-  #claim(
-    request: AcquireRequest,
-    team: string,
-    template: string,
-    spec: SandboxSpec,
-    env: Record<string, string>,
-  ): SandboxRecord | undefined {
-    const ask = { template, spec };
-    const id = this.#pools?.claim(ask);
-    if (id === undefined) return undefined;
-    const now = this.#clock.now();
-    try {
-      const sandbox = this.#ledger.claimWarm({
-        id,
-        name: request.name,
-        team,
-        state: "active",
-        template,
-        metadata: request.metadata ?? {},
-        spec,
-        env,
-        createdAt: now,
-        deadlineAt: request.deadline ? now + request.deadline.ms : null,
-        deadlineAction: request.deadline?.action ?? null,
-      });
-      this.#log("info", "sandbox claimed from a warm pool", {
-        name: request.name,
-        team,
-        id,
-        template,
-      });
-      return sandbox;
-    } catch (error) {
-      this.#pools!.giveBack(ask, id);
-      throw error;
-    }
   }
 
   /**
@@ -292,8 +229,8 @@ export class SandboxService implements SandboxOps {
   ): Promise<ExecResult> {
     const { maxOutputBytes = this.#maxOutputBytes, ...exec } = request;
     const { handle, sandbox } = await this.#inSlot(ref, async (sandbox) => {
-      const awake = await this.#wake(sandbox);
-      const started = await this.#call(() => this.#executor.exec(awake.id, withEnv(awake, exec)));
+      const awake = await wake(this.#core, sandbox);
+      const started = await callExecutor(() => this.#executor.exec(awake.id, withEnv(awake, exec)));
       return { handle: this.#commands.track(awake.id, started, exec, false), sandbox: awake };
     });
     const { out, err, exit } = await runToEnd(handle, {
@@ -321,8 +258,8 @@ export class SandboxService implements SandboxOps {
   /** Starts a streamed command; it is tracked in `commands()` until it exits. */
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle> {
     return this.#inSlot(ref, async (sandbox) => {
-      const awake = await this.#wake(sandbox);
-      const started = await this.#call(() =>
+      const awake = await wake(this.#core, sandbox);
+      const started = await callExecutor(() =>
         this.#executor.exec(awake.id, withEnv(awake, request))
       );
       return this.#commands.track(awake.id, started, request, true);
@@ -341,7 +278,7 @@ export class SandboxService implements SandboxOps {
   async #destroyNow(sandbox: SandboxRecord): Promise<void> {
     const settle = this.#commands.destroying(sandbox.id);
     try {
-      await this.#call(() => this.#executor.destroy(sandbox.id));
+      await callExecutor(() => this.#executor.destroy(sandbox.id));
       this.#ledger.delete(sandbox.id);
       this.history.drop(sandbox.id);
     } catch (error) {
@@ -426,8 +363,9 @@ export class SandboxService implements SandboxOps {
           `Sandbox '${sandbox.name}' is already paused: resume it, or run a command to wake it`,
         );
       }
-      await this.#call(() => this.#executor.pause(sandbox.id));
-      return await this.#recordPause(
+      await callExecutor(() => this.#executor.pause(sandbox.id));
+      return await recordPause(
+        this.#core,
         sandbox,
         () => this.#ledger.update(sandbox.id, { state: "frozen" })!,
       );
@@ -438,7 +376,7 @@ export class SandboxService implements SandboxOps {
   resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }> {
     return this.#inSlot(ref, async (sandbox) => {
       const resumed = sandbox.state !== "active";
-      return { resumed, sandbox: await this.#wake(sandbox, { probe: true }) };
+      return { resumed, sandbox: await wake(this.#core, sandbox, { probe: true }) };
     });
   }
 
@@ -470,7 +408,7 @@ export class SandboxService implements SandboxOps {
 
   /** Resource use of one sandbox (never wakes). */
   metrics(ref: SandboxRef): Promise<SandboxStats> {
-    return this.#inSlot(ref, (sandbox) => this.#call(() => this.#executor.stats(sandbox.id)));
+    return this.#inSlot(ref, (sandbox) => callExecutor(() => this.#executor.stats(sandbox.id)));
   }
 
   /**
@@ -481,7 +419,7 @@ export class SandboxService implements SandboxOps {
     return this.#inSlot(ref, async (sandbox) => {
       const running = sandbox.state === "active" || sandbox.state === "restoring";
       if (running && !this.history.latest(sandbox.id)) {
-        this.history.add(sandbox.id, await this.#call(() => this.#executor.stats(sandbox.id)));
+        this.history.add(sandbox.id, await callExecutor(() => this.#executor.stats(sandbox.id)));
       }
       return this.history.range(sandbox.id, fromMs, toMs);
     });
@@ -497,7 +435,7 @@ export class SandboxService implements SandboxOps {
       const { onTimeout, autoResume, timeoutSeconds } = sandbox.e2b;
       // A native sandbox wakes on use; an E2B one only with autoResume, as on E2B.
       if (onTimeout !== undefined && !autoResume) return null;
-      const awake = await this.#wake(sandbox);
+      const awake = await wake(this.#core, sandbox);
       if (onTimeout === undefined || timeoutSeconds === undefined) return awake;
       const renewed = this.#clock.now() + timeoutSeconds * 1000;
       if (awake.deadlineAt !== null && awake.deadlineAt >= renewed) return awake;
@@ -528,14 +466,14 @@ export class SandboxService implements SandboxOps {
         if (sandbox.state === "frozen") write();
         else {
           try {
-            await this.#call(() => this.#executor.pause(id));
+            await callExecutor(() => this.#executor.pause(id));
           } catch (error) {
             if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
             // Nothing left to pause: the row is marked lost, which clears the deadline.
-            this.#markLost(sandbox, error.message);
+            markLost(this.#core, sandbox, error.message);
             return "skipped";
           }
-          await this.#recordPause(sandbox, write);
+          await recordPause(this.#core, sandbox, write);
         }
         this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
         return "paused";
@@ -560,55 +498,8 @@ export class SandboxService implements SandboxOps {
    * The fake executor's sandboxes vanish with the process by design, so after its restart every
    * row is marked the same way: one rule for both executors.
    */
-  async reconcile(): Promise<{ lost: string[]; removed: string[] }> {
-    const held = new Set(await this.#call(() => this.#executor.list()));
-    // A warm row whose container is gone is simply forgotten: it belonged to no one.
-    const warm = new Set<string>();
-    for (const row of this.#ledger.warmRows()) {
-      if (held.has(row.id)) warm.add(row.id);
-      else this.#ledger.deleteWarm(row.id);
-    }
-    const lost: string[] = [];
-    for (const row of this.#ledger.all()) {
-      if (held.has(row.id)) continue;
-      await this.queue.run(teamScopedName(row.team, row.name), () => {
-        const now = this.#ledger.byId(row.id);
-        if (!now) return;
-        lost.push(now.id);
-        this.#markLost(now, "its ledger row has no sandbox in the executor");
-      });
-    }
-    const destroyed: string[] = [];
-    for (const id of held) {
-      if (warm.has(id) || this.#ledger.byId(id)) continue;
-      try {
-        await this.#executor.destroy(id);
-        destroyed.push(id);
-      } catch (error) {
-        this.#log("error", "could not remove a sandbox without a ledger row", { id, error });
-      }
-    }
-    // destroy() forgives a sandbox it cannot find (say, a container renamed by hand that still
-    // wears this node's labels): look again rather than report a removal that did not happen.
-    const left = destroyed.length > 0 ? new Set(await this.#executor.list()) : new Set();
-    const removed: string[] = [];
-    for (const id of destroyed) {
-      if (left.has(id)) {
-        this.#log("error", "a sandbox without a ledger row is still there after its removal", {
-          id,
-          executor: this.#executor.kind,
-          hint:
-            "remove it by hand (e.g. docker rm -f on the container labelled dormice.sandbox=<id>)",
-        });
-      } else {
-        removed.push(id);
-        this.#log("warn", "sandbox without a ledger row removed", {
-          id,
-          executor: this.#executor.kind,
-        });
-      }
-    }
-    return { lost, removed };
+  reconcile(): Promise<{ lost: string[]; removed: string[] }> {
+    return reconcileWithExecutor(this.#core);
   }
 
   #require(ref: SandboxRef): SandboxRecord {
@@ -659,7 +550,7 @@ export class SandboxService implements SandboxOps {
       const row = this.#ledger.byId(sandbox.id);
       // A row marked at boot was reported then; a sandbox lost now is reported now.
       const lostBefore = row?.state === "stopped";
-      if (row && !lostBefore) this.#markLost(row, error.message);
+      if (row && !lostBefore) markLost(this.#core, row, error.message);
       throw new HttpError(
         410,
         `Sandbox '${sandbox.name}' lost its ${this.#executor.kind} sandbox, with its files and ` +
@@ -669,102 +560,12 @@ export class SandboxService implements SandboxOps {
     }
   }
 
-  /**
-   * Marks a row whose sandbox the executor no longer has (call inside the slot): `stopped`,
-   * never dropped, so the name stays taken (a gateway keeps finding it here, not building it
-   * elsewhere), the E2B view shows it paused, a wake answers 410, and a destroy removes it. A
-   * pause deadline is cleared, since nothing is left to pause.
-   */
-  #markLost(row: SandboxRecord, why: string): void {
-    const pauseDeadline = row.deadlineAction === "pause";
-    if (row.state !== "stopped" || pauseDeadline) {
-      try {
-        this.#ledger.update(row.id, {
-          state: "stopped",
-          ...(pauseDeadline ? { deadlineAt: null, deadlineAction: null } : {}),
-        });
-      } catch (error) {
-        // A full disk: the next use finds it gone again and tries again.
-        this.#log("error", "could not mark a lost sandbox in the ledger", { id: row.id, error });
-      }
-    }
-    this.#log(
-      "warn",
-      `sandbox lost: ${why}; marked stopped (destroy it, then create it again)`,
-      { name: row.name, id: row.id, was: row.state, executor: this.#executor.kind },
-    );
-  }
-
   /** Runs a file verb in the slot on a woken sandbox. */
   #awake<T>(ref: SandboxRef, task: (id: string) => Promise<T>): Promise<T> {
     return this.#inSlot(ref, async (sandbox) => {
-      const awake = await this.#wake(sandbox);
-      return await this.#call(() => task(awake.id));
+      const awake = await wake(this.#core, sandbox);
+      return await callExecutor(() => task(awake.id));
     });
-  }
-
-  /**
-   * Resumes a frozen sandbox and touches its idle clock (call inside the slot, under
-   * `#guard`); with `probe`, an active one is asked too (a resume leaves a running sandbox as
-   * it is), so a sandbox removed behind the node's back is noticed. The clock is
-   * kept in memory and flushed in batches (`Ledger.flushTouches`): a command or a read on an
-   * active sandbox writes nothing, so it works on a full data disk. A state change is written at
-   * once; when the disk has no room for it the sandbox is frozen again, so the ledger never
-   * says frozen about a running sandbox, and the caller gets the 507.
-   */
-  async #wake(sandbox: SandboxRecord, { probe = false } = {}): Promise<SandboxRecord> {
-    if (sandbox.state === "active" && probe) {
-      await this.#call(() => this.#executor.resume(sandbox.id));
-    }
-    if (sandbox.state !== "active") {
-      await this.#call(() => this.#executor.resume(sandbox.id));
-      try {
-        this.#ledger.update(sandbox.id, { state: "active" });
-      } catch (error) {
-        if (sandbox.state === "frozen") {
-          await this.#executor.pause(sandbox.id).catch((again) =>
-            this.#log("error", "a sandbox woken without its ledger write could not be paused", {
-              name: sandbox.name,
-              id: sandbox.id,
-              error: again,
-            })
-          );
-        }
-        throw error;
-      }
-      this.#log("info", "sandbox woken", { name: sandbox.name, id: sandbox.id });
-    }
-    this.#ledger.touch(sandbox.id, this.#clock.now());
-    return this.#ledger.byId(sandbox.id)!;
-  }
-
-  /**
-   * Writes the state of a sandbox just paused; when the ledger refuses (a full data disk) the
-   * sandbox is resumed again, so the row never says active about a frozen sandbox.
-   */
-  async #recordPause<T>(sandbox: SandboxRecord, write: () => T): Promise<T> {
-    try {
-      return write();
-    } catch (error) {
-      await this.#executor.resume(sandbox.id).catch((again) =>
-        this.#log("error", "a sandbox paused without its ledger write could not be resumed", {
-          name: sandbox.name,
-          id: sandbox.id,
-          error: again,
-        })
-      );
-      throw error;
-    }
-  }
-
-  /** Runs an executor call; its errors become HttpErrors, except `gone`, which `#guard` reads. */
-  async #call<T>(fn: () => Promise<T>): Promise<T> {
-    try {
-      return await fn();
-    } catch (error) {
-      if (error instanceof ExecutorError && error.code === "gone") throw error;
-      throw executorErrorToHttp(error);
-    }
   }
 }
 

@@ -1,0 +1,123 @@
+/**
+ * The two ways the sandbox service makes a new sandbox inside a name's slot: a claim hands a
+ * warm one over with no engine call, a cold create builds one and records it, taking the
+ * sandbox back when its ledger row cannot be written.
+ *
+ * @module
+ */
+import { HttpError } from "../shared/http_error.ts";
+import type { SandboxSpec } from "../shared/schemas.ts";
+import { LedgerFullError } from "./ledger_space.ts";
+import type { WarmPools } from "./pools.ts";
+import type { AcquireRequest, SandboxRecord } from "./service_contract.ts";
+import { callExecutor, type ServiceCore } from "./service_state.ts";
+
+/** What a new sandbox is made of, decided by `acquire` before either path runs. */
+export interface NewSandbox {
+  /** Its id (a cold create's; a claim takes the warm sandbox's own). */
+  id: string;
+  /** Its team. */
+  team: string;
+  /** Its template. */
+  template: string;
+  /** Its resource limits. */
+  spec: SandboxSpec;
+  /** Its default environment. */
+  env: Record<string, string>;
+}
+
+/**
+ * Hands a warm sandbox over (call inside the name's slot): the pool gives an id, the ledger
+ * turns its warm row into this sandbox's row in one transaction (named, metadata and team
+ * set, the env recorded for every later command, the deadline started), and no engine call
+ * is made. `undefined` when no pool matches or the matching pool is empty: the caller builds
+ * cold.
+ */
+export function claimWarm(
+  core: ServiceCore,
+  pools: WarmPools,
+  request: AcquireRequest,
+  { team, template, spec, env }: Omit<NewSandbox, "id">,
+): SandboxRecord | undefined {
+  const ask = { template, spec };
+  const id = pools.claim(ask);
+  if (id === undefined) return undefined;
+  const now = core.clock.now();
+  try {
+    const sandbox = core.ledger.claimWarm({
+      id,
+      name: request.name,
+      team,
+      state: "active",
+      template,
+      metadata: request.metadata ?? {},
+      spec,
+      env,
+      createdAt: now,
+      deadlineAt: request.deadline ? now + request.deadline.ms : null,
+      deadlineAction: request.deadline?.action ?? null,
+    });
+    core.log("info", "sandbox claimed from a warm pool", {
+      name: request.name,
+      team,
+      id,
+      template,
+    });
+    return sandbox;
+  } catch (error) {
+    pools.giveBack(ask, id);
+    throw error;
+  }
+}
+
+/**
+ * Builds a sandbox cold and writes its row (call inside the name's slot). A row that cannot be
+ * written takes the sandbox back: without its row it would be an orphan nobody can name.
+ */
+export async function buildCold(
+  core: ServiceCore,
+  request: AcquireRequest,
+  { id, team, template, spec, env }: NewSandbox,
+): Promise<SandboxRecord> {
+  await callExecutor(() => core.executor.create({ id, name: request.name, template, spec, env }));
+  const now = core.clock.now();
+  try {
+    const sandbox = core.ledger.insert({
+      id,
+      name: request.name,
+      team,
+      state: "active",
+      template,
+      metadata: request.metadata ?? {},
+      spec,
+      env,
+      createdAt: now,
+      deadlineAt: request.deadline ? now + request.deadline.ms : null,
+      deadlineAction: request.deadline?.action ?? null,
+      e2b: request.e2b,
+    });
+    core.log("info", "sandbox created", { name: request.name, team, id, template });
+    return sandbox;
+  } catch (error) {
+    // Without its row the container would be an orphan nobody can name: take it back.
+    await core.executor.destroy(id).catch((e) =>
+      core.log("error", "could not remove a sandbox whose ledger row failed", {
+        id,
+        error: e,
+      })
+    );
+    if (error instanceof LedgerFullError) {
+      core.log("warn", "sandbox not created: the data disk is full", {
+        name: request.name,
+        dataDir: error.dataDir,
+      });
+      throw error;
+    }
+    core.log("error", "ledger write failed after create", { name: request.name, error });
+    throw new HttpError(
+      500,
+      `The node built sandbox '${request.name}' but could not record it in its ledger ` +
+        `(${(error as Error)?.message}); it was removed again: check the node's data dir`,
+    );
+  }
+}
