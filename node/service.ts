@@ -23,6 +23,7 @@ import {
   ExecutorError,
   type FileEntry,
   type FileOptions,
+  type FileStream,
   type FsChange,
   type SandboxLimits,
   type SandboxStats,
@@ -292,7 +293,7 @@ export class SandboxService implements SandboxOps {
   writeFile(
     ref: SandboxRef,
     path: string,
-    data: Uint8Array,
+    data: Uint8Array | FileStream,
     options?: FileOptions,
   ): Promise<FileEntry> {
     return this.#awake(ref, (id) => this.#executor.writeFile(id, path, data, options));

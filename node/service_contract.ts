@@ -12,6 +12,7 @@ import type {
   ExecRequest,
   FileEntry,
   FileOptions,
+  FileStream,
   FsChange,
   SandboxLimits,
   SandboxStats,
@@ -135,11 +136,15 @@ export interface SandboxOps {
   startCommand(ref: SandboxRef, request: ExecRequest): Promise<ExecHandle>;
   /** Running commands of a sandbox started with `startCommand`, by pid. */
   commands(ref: SandboxRef): Map<number, { handle: ExecHandle; request: ExecRequest }>;
-  /** Writes a whole file, creating parent directories; binary-safe (wakes first). */
+  /**
+   * Writes a whole file, creating parent directories; binary-safe (wakes first). A
+   * {@linkcode FileStream} is read inside the sandbox's slot, so give one that flows at disk
+   * speed (an upload staged first), never a client's body at the client's pace.
+   */
   writeFile(
     ref: SandboxRef,
     path: string,
-    data: Uint8Array,
+    data: Uint8Array | FileStream,
     options?: FileOptions,
   ): Promise<FileEntry>;
   /** Reads a whole file; binary-safe (wakes first). */

@@ -157,6 +157,64 @@ export interface DirWatch {
   stop(): Promise<void>;
 }
 
+/**
+ * A file's bytes as a stream of a known length: how an upload reaches an executor without being
+ * held whole (the node stages it first, so the stream flows at disk speed, not the client's).
+ * Docker needs the length up front for the archive's header.
+ */
+export interface FileStream {
+  /** The number of bytes `stream` delivers; an executor refuses a stream that delivers another. */
+  readonly size: number;
+  /** The bytes. The executor reads it once, to its end, or cancels it when it gives up. */
+  readonly stream: ReadableStream<Uint8Array>;
+}
+
+/**
+ * The bytes of a {@linkcode FileStream}, read into memory: for an executor that keeps files in
+ * memory anyway (the fake).
+ *
+ * @throws {ExecutorError} `invalid` when the stream delivers more or fewer bytes than `size`.
+ * @example
+ * ```ts
+ * import { readFileStream } from "@dormice/cluster/node";
+ * const stream = new Blob(["hi"]).stream();
+ * await readFileStream({ size: 2, stream }); // Uint8Array [104, 105]
+ * ```
+ */
+export async function readFileStream(data: FileStream): Promise<Uint8Array> {
+  const bytes = new Uint8Array(data.size);
+  let at = 0;
+  for await (const chunk of data.stream) {
+    if (at + chunk.length > data.size) {
+      throw fileStreamLengthError(data.size, at + chunk.length, "at least");
+    }
+    bytes.set(chunk, at);
+    at += chunk.length;
+  }
+  if (at !== data.size) throw fileStreamLengthError(data.size, at, "only");
+  return bytes;
+}
+
+/**
+ * The error of a stream that did not deliver the bytes it announced.
+ *
+ * @example
+ * ```ts
+ * import { fileStreamLengthError } from "@dormice/cluster/node";
+ * fileStreamLengthError(10, 4, "only").code; // "invalid"
+ * ```
+ */
+export function fileStreamLengthError(
+  size: number,
+  got: number,
+  how: "only" | "at least",
+): ExecutorError {
+  return new ExecutorError(
+    "invalid",
+    `The file's stream announced ${size} bytes but delivered ${how} ${got}: send it again`,
+  );
+}
+
 /** Resource use of one sandbox. */
 export interface SandboxStats {
   /** Taken at, ms since the epoch. */
@@ -301,8 +359,19 @@ export interface Executor {
   destroy(id: string): Promise<void>;
   /** Starts a command; output streams as it comes. */
   exec(id: string, request: ExecRequest): Promise<ExecHandle>;
-  /** Writes a whole file, creating parent directories; binary-safe. */
-  writeFile(id: string, path: string, data: Uint8Array, options?: FileOptions): Promise<FileEntry>;
+  /**
+   * Writes a whole file, creating parent directories; binary-safe. `data` is the bytes, or a
+   * {@linkcode FileStream} the executor reads as it writes (a large upload), holding a bounded
+   * part of it. When the stream fails, its error is thrown as it came; the file may then hold
+   * the bytes that arrived (Docker extracts as it receives, like envd writes), so give a stream
+   * that cannot fail midway (an upload staged first) where a partial file matters.
+   */
+  writeFile(
+    id: string,
+    path: string,
+    data: Uint8Array | FileStream,
+    options?: FileOptions,
+  ): Promise<FileEntry>;
   /** Reads a whole file; binary-safe. */
   readFile(id: string, path: string, options?: FileOptions): Promise<Uint8Array>;
   /** Lists a directory's entries, down to `depth` levels (1 = the directory's own children). */

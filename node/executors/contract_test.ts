@@ -74,6 +74,18 @@ function screen(stream: ReadableStream<Uint8Array>) {
   };
 }
 
+/** `bytes` as a stream of `size`-byte chunks. */
+function chunks(bytes: Uint8Array, size: number): ReadableStream<Uint8Array> {
+  let at = 0;
+  return new ReadableStream({
+    pull(c) {
+      if (at >= bytes.length) return c.close();
+      c.enqueue(bytes.slice(at, at + size));
+      at += size;
+    },
+  });
+}
+
 type Case = (executor: Executor, id: string) => Promise<void>;
 
 /** Waits until `check()` holds, up to `ms` (a watch sees a command's change within an interval). */
@@ -211,6 +223,40 @@ const cases: Record<string, Case> = {
     assert.deepEqual(await ex.readFile(id, "/tmp/deep/er/blob.bin"), new Uint8Array([0, 255, 10]));
     await ex.writeFile(id, "/tmp/empty", new Uint8Array());
     assert.deepEqual(await ex.readFile(id, "/tmp/empty"), new Uint8Array());
+  },
+  "writeFile() takes a FileStream: every byte, parents created, a wrong length refused": async (
+    ex,
+    id,
+  ) => {
+    const size = 3 * 1024 * 1024 + 5;
+    const data = new Uint8Array(size);
+    for (let i = 0; i < size; i++) data[i] = (i * 13 + (i >> 10)) & 0xff;
+    const entry = await ex.writeFile(id, "/tmp/streamed/deep/big.bin", {
+      size,
+      stream: chunks(data, 64 * 1024),
+    });
+    assert.equal(entry.size, size);
+    assert.equal(entry.path, "/tmp/streamed/deep/big.bin");
+    assert.deepEqual(await ex.readFile(id, "/tmp/streamed/deep/big.bin"), data);
+    await rejectsWith(
+      ex.writeFile(id, "/tmp/short.bin", { size: 10, stream: chunks(data.subarray(0, 5), 5) }),
+      "invalid",
+    );
+    await rejectsWith(
+      ex.writeFile(id, "/tmp/long.bin", { size: 5, stream: chunks(data.subarray(0, 10), 5) }),
+      "invalid",
+    );
+    // A stream that fails is that failure, not an engine error.
+    const failing = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(new Uint8Array(100));
+        c.error(new RangeError("the upload was cut"));
+      },
+    });
+    await assert.rejects(
+      ex.writeFile(id, "/tmp/failed.bin", { size: 1000, stream: failing }),
+      RangeError,
+    );
   },
   "a relative path is relative to the home": async (ex, id) => {
     const entry = await ex.writeFile(id, "notes.txt", encoder.encode("hi"));

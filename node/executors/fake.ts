@@ -15,7 +15,9 @@ import {
   ExecutorError,
   type FileEntry,
   type FileOptions,
+  type FileStream,
   type FsChange,
+  readFileStream,
   type SandboxLimits,
   type SandboxStats,
   type TerminalSize,
@@ -371,19 +373,44 @@ export class FakeExecutor implements Executor {
     return process;
   }
 
-  /** Writes a whole file, creating parents; what it creates is owned by the run-as user. */
+  /**
+   * Writes a whole file, creating parents; what it creates is owned by the run-as user. A stream
+   * is read into memory first (the fake keeps files in memory). `/dev/null` swallows what is
+   * written to it, as on Linux, so a test can push gigabytes through a fake node unheld.
+   */
   async writeFile(
     id: string,
     path: string,
-    data: Uint8Array,
+    data: Uint8Array | FileStream,
     options: FileOptions = {},
   ): Promise<FileEntry> {
-    await this.hooks.enter("writeFile");
-    const { fs } = await this.#ready(id);
-    return fs.write(resolveFor(fs, path, options), data, {
-      owner: fakeUser(options.user),
-      chowned: true,
-    });
+    try {
+      await this.hooks.enter("writeFile");
+      const { fs } = await this.#ready(id);
+      const target = resolveFor(fs, path, options);
+      if (target === "/dev/null") {
+        if (!(data instanceof Uint8Array)) {
+          for await (const _ of data.stream) {
+            /* swallowed */
+          }
+        }
+        return {
+          name: "null",
+          path: target,
+          type: "file",
+          size: 0,
+          mode: 0o666,
+          owner: "root",
+          group: "root",
+          modifiedAt: this.#clock.now(),
+        };
+      }
+      const bytes = data instanceof Uint8Array ? data : await readFileStream(data);
+      return fs.write(target, bytes, { owner: fakeUser(options.user), chowned: true });
+    } finally {
+      // A stream the write did not read to its end (a refusal, a failure) is let go of.
+      if (!(data instanceof Uint8Array)) await data.stream.cancel().catch(() => {});
+    }
   }
 
   /** A copy of the file's bytes; a directory is `is_dir`. */

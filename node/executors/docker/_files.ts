@@ -15,9 +15,16 @@
  */
 import { Buffer } from "node:buffer";
 import { posix } from "node:path";
+import { Readable } from "node:stream";
 import type { Clock } from "../../../shared/clock.ts";
-import { ExecutorError, type FileEntry, type FileOptions } from "../contract.ts";
-import { concat, readTar, writeTar } from "./_tar.ts";
+import {
+  ExecutorError,
+  type FileEntry,
+  type FileOptions,
+  type FileStream,
+  fileStreamLengthError,
+} from "../contract.ts";
+import { concat, readTar, TAR_END, tarHeader, tarPadding, writeTar } from "./_tar.ts";
 import type { Commands, HelperResult } from "./_exec.ts";
 import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
 import { LIST_SCRIPT, parseStatLines, STAT_SCRIPT } from "./_stat.ts";
@@ -112,6 +119,44 @@ function scriptError(result: HelperResult, what: string, path: string): Executor
   );
 }
 
+/**
+ * A one-file archive around a stream: the header, the stream's chunks as they are read, the
+ * padding and the end blocks. A stream that delivers another length than it announced would
+ * make a corrupt archive, so it throws instead, and `onFailure` aborts the put; `failure()` is
+ * what the stream itself threw, if it did.
+ */
+function streamedTar(
+  header: Uint8Array,
+  data: FileStream,
+  onFailure: (error: unknown) => void,
+): { chunks: AsyncGenerator<Buffer>; failure(): unknown } {
+  let failed: unknown;
+  async function* chunks(): AsyncGenerator<Buffer> {
+    yield bytesOf(header);
+    let sent = 0;
+    try {
+      for await (const chunk of data.stream) {
+        sent += chunk.length;
+        if (sent > data.size) throw fileStreamLengthError(data.size, sent, "at least");
+        yield bytesOf(chunk);
+      }
+      if (sent !== data.size) throw fileStreamLengthError(data.size, sent, "only");
+    } catch (error) {
+      failed = error;
+      onFailure(error);
+      throw error;
+    }
+    yield bytesOf(tarPadding(data.size));
+    yield bytesOf(TAR_END);
+  }
+  return { chunks: chunks(), failure: () => failed };
+}
+
+/** A Buffer over the same bytes, which docker-modem sends as they are. */
+function bytesOf(chunk: Uint8Array): Buffer {
+  return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.length);
+}
+
 /** What {@link Files} needs. */
 export interface FilesOptions {
   engine: Engine;
@@ -142,63 +187,94 @@ export class Files {
 
   /**
    * The contract's `writeFile`: one archive put (owned by the run-as user, as envd hands its
-   * writes over), a `makeDir` and a second put when the parent is missing.
+   * writes over), a `makeDir` and a second put when the parent is missing. A stream is sent as
+   * it is read, inside a tar built around it (its size goes in the header), so the node holds a
+   * chunk of it at a time; it can be sent only once, so an empty archive put first finds out
+   * whether the parent exists.
    */
   async writeFile(
     id: string,
     path: string,
-    data: Uint8Array,
+    data: Uint8Array | FileStream,
     options: FileOptions = {},
   ): Promise<FileEntry> {
-    const runAs = await this.runAs(id, options);
-    const target = resolvePath(path, runAs.home);
-    if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
-    const dir = posix.dirname(target);
-    const { uid, gid, owner, group } = await this.#owner(id, runAs.user);
-    // Whole seconds: what a tar header keeps, so the entry says what stat would.
-    const modifiedAt = Math.floor(this.#clock.now() / 1000) * 1000;
-    const tar = writeTar([{
-      name: posix.basename(target),
-      type: "file",
-      data,
-      mode: 0o644,
-      mtimeMs: modifiedAt,
-      uid,
-      gid,
-    }]);
-    const put = () =>
-      this.#engine.call(
-        `writing ${target} in sandbox ${id}`,
-        (signal) =>
-          // docker-modem sends a Buffer as the body; any other object must be a node stream.
-          this.#engine.container(id).putArchive(
-            Buffer.from(tar.buffer, tar.byteOffset, tar.length),
-            { path: dir, noOverwriteDirNonDir: true, abortSignal: signal },
-          ),
-        this.#transferTimeoutMs,
-      );
     try {
-      await put();
-    } catch (error) {
-      if (!(error instanceof ExecutorError)) throw error;
-      if (error.code === "not_found") {
-        await this.makeDir(id, dir, options);
-        await put().catch((again) => {
-          throw this.#archiveError(again, id, "write", target);
-        });
-      } else throw this.#archiveError(error, id, "write", target);
+      const runAs = await this.runAs(id, options);
+      const target = resolvePath(path, runAs.home);
+      if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
+      const dir = posix.dirname(target);
+      const { uid, gid, owner, group } = await this.#owner(id, runAs.user);
+      // Whole seconds: what a tar header keeps, so the entry says what stat would.
+      const modifiedAt = Math.floor(this.#clock.now() / 1000) * 1000;
+      const entry = {
+        name: posix.basename(target),
+        type: "file" as const,
+        mode: 0o644,
+        mtimeMs: modifiedAt,
+        uid,
+        gid,
+      };
+      const put = (body: Buffer | Readable, cut?: AbortSignal) =>
+        this.#engine.call(
+          `writing ${target} in sandbox ${id}`,
+          (signal) =>
+            // docker-modem sends a Buffer as the body; any other object must be a node stream.
+            this.#engine.container(id).putArchive(body, {
+              path: dir,
+              noOverwriteDirNonDir: true,
+              abortSignal: cut ? AbortSignal.any([signal, cut]) : signal,
+            }),
+          this.#transferTimeoutMs,
+        );
+      if (data instanceof Uint8Array) {
+        const tar = bytesOf(writeTar([{ ...entry, data }]));
+        try {
+          await put(tar);
+        } catch (error) {
+          if (!(error instanceof ExecutorError)) throw error;
+          if (error.code !== "not_found") throw this.#archiveError(error, id, "write", target);
+          await this.makeDir(id, dir, options);
+          await put(tar).catch((again) => {
+            throw this.#archiveError(again, id, "write", target);
+          });
+        }
+      } else {
+        // docker-modem answers a failing body by destroying its request, which Deno's node:http
+        // (2.9.6) does not turn into an error: the put would hang to its deadline. Aborting does.
+        const cut = new AbortController();
+        const tar = streamedTar(tarHeader(entry, data.size), data, (e) => cut.abort(e));
+        try {
+          // The engine answers 404 for an extraction point that does not exist.
+          await put(bytesOf(TAR_END)).catch(async (error) => {
+            if (!(error instanceof ExecutorError) || error.code !== "not_found") throw error;
+            await this.makeDir(id, dir, options);
+          });
+          const body = Readable.from(tar.chunks);
+          try {
+            await put(body, cut.signal);
+          } finally {
+            // Ends the generator (and with it the caller's stream) when the put stopped early.
+            body.destroy();
+          }
+        } catch (error) {
+          // The caller's stream failing aborts the put; its own error says why, not the engine's.
+          throw tar.failure() ?? this.#archiveError(error, id, "write", target);
+        }
+      }
+      // The archive replaced whatever was there with exactly this header: no stat round trip.
+      return {
+        name: posix.basename(target),
+        path: target,
+        type: "file",
+        size: data instanceof Uint8Array ? data.length : data.size,
+        mode: 0o644,
+        owner,
+        group,
+        modifiedAt,
+      };
+    } finally {
+      if (!(data instanceof Uint8Array)) await data.stream.cancel().catch(() => {});
     }
-    // The archive replaced whatever was there with exactly this header: no stat round trip.
-    return {
-      name: posix.basename(target),
-      path: target,
-      type: "file",
-      size: data.length,
-      mode: 0o644,
-      owner,
-      group,
-      modifiedAt,
-    };
   }
 
   /**

@@ -84,9 +84,25 @@ function header(
 }
 
 function padded(data: Uint8Array): Uint8Array[] {
-  const rest = data.length % BLOCK;
-  return rest === 0 ? [data] : [data, new Uint8Array(BLOCK - rest)];
+  const padding = tarPadding(data.length);
+  return padding.length === 0 ? [data] : [data, padding];
 }
+
+/**
+ * The zero bytes that round a file's data of `size` bytes up to whole blocks.
+ *
+ * @example
+ * ```ts
+ * tarPadding(10).length; // 502
+ * ```
+ */
+export function tarPadding(size: number): Uint8Array {
+  const rest = size % BLOCK;
+  return new Uint8Array(rest === 0 ? 0 : BLOCK - rest);
+}
+
+/** The two zero blocks that end an archive. */
+export const TAR_END: Uint8Array = new Uint8Array(BLOCK * 2);
 
 function paxRecord(key: string, value: string): string {
   // A record is "<length> <key>=<value>\n" where length counts itself.
@@ -110,21 +126,35 @@ function paxRecord(key: string, value: string): string {
 export function writeTar(entries: TarInput[]): Uint8Array {
   const parts: Uint8Array[] = [];
   for (const entry of entries) {
-    const now = entry.mtimeMs ?? Date.now();
     const data = entry.type === "file" ? entry.data ?? new Uint8Array() : new Uint8Array();
-    const mode = entry.mode ?? (entry.type === "dir" ? 0o755 : 0o644);
-    let name = entry.name + (entry.type === "dir" && !entry.name.endsWith("/") ? "/" : "");
-    if (encoder.encode(name).length > 100) {
-      const pax = encoder.encode(paxRecord("path", name));
-      parts.push(header("PaxHeader", "x", pax.length, 0o644, now), ...padded(pax));
-      name = "long-name";
-    }
-    parts.push(
-      header(name, entry.type === "dir" ? "5" : "0", data.length, mode, now, entry.uid, entry.gid),
-    );
+    parts.push(tarHeader(entry, data.length));
     if (data.length) parts.push(...padded(data));
   }
-  parts.push(new Uint8Array(BLOCK * 2));
+  parts.push(TAR_END);
+  return concat(parts);
+}
+
+/**
+ * The header blocks of one entry whose data is `size` bytes (a PAX record first for a name over
+ * 100 bytes): what a streamed archive sends before the data, then {@linkcode tarPadding} and
+ * {@linkcode TAR_END}. Its `data` is ignored.
+ *
+ * @example
+ * ```ts
+ * tarHeader({ name: "big.bin", type: "file" }, 1024 ** 3).length; // 512
+ * ```
+ */
+export function tarHeader(entry: TarInput, size: number): Uint8Array {
+  const now = entry.mtimeMs ?? Date.now();
+  const mode = entry.mode ?? (entry.type === "dir" ? 0o755 : 0o644);
+  let name = entry.name + (entry.type === "dir" && !entry.name.endsWith("/") ? "/" : "");
+  const parts: Uint8Array[] = [];
+  if (encoder.encode(name).length > 100) {
+    const pax = encoder.encode(paxRecord("path", name));
+    parts.push(header("PaxHeader", "x", pax.length, 0o644, now), ...padded(pax));
+    name = "long-name";
+  }
+  parts.push(header(name, entry.type === "dir" ? "5" : "0", size, mode, now, entry.uid, entry.gid));
   return concat(parts);
 }
 

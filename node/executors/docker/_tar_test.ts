@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { readTar, writeTar } from "./_tar.ts";
+import { concat, readTar, TAR_END, tarHeader, tarPadding, writeTar } from "./_tar.ts";
 
 Deno.test("writeTar() and readTar() keep every byte, long names and directories", () => {
   const data = new Uint8Array(1500);
@@ -28,4 +28,20 @@ Deno.test("readTar() refuses a corrupt header", () => {
   const tar = writeTar([{ name: "a", type: "file", data: new Uint8Array([1]) }]);
   tar[0] = "b".charCodeAt(0);
   assert.throws(() => readTar(tar), /bad header checksum/);
+});
+
+Deno.test("tarHeader() + the data + tarPadding() + TAR_END is the archive writeTar() builds", () => {
+  const data = new Uint8Array(700).fill(7);
+  const long = "x/".repeat(60) + "streamed.bin";
+  for (const name of ["a.bin", long]) {
+    const entry = { name, type: "file" as const, mode: 0o644, mtimeMs: 1_700_000_000_000 };
+    const streamed = concat([
+      tarHeader(entry, data.length),
+      data,
+      tarPadding(data.length),
+      TAR_END,
+    ]);
+    assert.deepEqual(streamed, writeTar([{ ...entry, data }]));
+  }
+  assert.equal(tarPadding(1024).length, 0);
 });

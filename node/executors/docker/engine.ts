@@ -5,6 +5,7 @@
  *
  * @module
  */
+import type { Readable } from "node:stream";
 import { ExecutorError } from "../contract.ts";
 
 /** The engine socket when `DOCKER_HOST` does not name another one. */
@@ -70,8 +71,11 @@ export interface EngineContainer {
   unpause(options: Record<string, unknown>): Promise<unknown>;
   /** Registers a command to run in the container; nothing runs until its `start`. */
   exec(options: Record<string, unknown>): Promise<EngineExec>;
-  /** Extracts a tar into a directory of the container, as root, keeping the headers' owners. */
-  putArchive(tar: Uint8Array, options: Record<string, unknown>): Promise<unknown>;
+  /**
+   * Extracts a tar into a directory of the container, as root, keeping the headers' owners. The
+   * tar is a Buffer, or a node stream sent as it is read (chunked).
+   */
+  putArchive(tar: Uint8Array | Readable, options: Record<string, unknown>): Promise<unknown>;
   /** A tar of one path (a symlink comes as itself, not its target). */
   getArchive(options: Record<string, unknown>): Promise<AsyncIterable<Uint8Array>>;
   /** One stats sample (`stream: false`). */
