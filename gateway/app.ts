@@ -61,6 +61,12 @@ export interface GatewayOptions {
   headTimeoutMs?: number;
   /** Finder cache entries per index. Default 100,000. */
   cacheSize?: number;
+  /**
+   * Cap of a JSON request body the gateway reads to route (native verbs, E2B control plane),
+   * bytes. Default 32 MiB (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`); envd and `/files` stream
+   * through uncapped, the node caps them.
+   */
+  maxJsonBodyBytes?: number;
   /** Time source; the real clock by default. */
   clock?: Clock;
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
@@ -182,6 +188,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fanOutTimeoutMs,
     headTimeoutMs,
     cacheSize,
+    maxJsonBodyBytes,
     clock = systemClock,
     fetch: fetchFn = globalThis.fetch,
     log = silentLog,
@@ -270,6 +277,10 @@ export function createGateway(options: GatewayOptions): Gateway {
   const authorized = fleetTokenCheck(token);
   const identify = callerCheck(token, keys);
   const accessTokens = AccessTokens.fromFleetToken(token);
+  const jsonBodyCap = {
+    maxBytes: maxJsonBodyBytes,
+    capVariable: "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
+  };
   const parts: GatewayParts = {
     fleet,
     finder,
@@ -285,6 +296,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     metrics,
     placements,
     lifecycle: events,
+    jsonBodyCap,
   };
   const native = createNativeFace(parts, {
     mount: (app, p) => {

@@ -26,6 +26,8 @@ export interface GatewayConfig {
   lookupTimeoutMs: number;
   /** The longest wait for a forwarded request's head from its node, once its body is sent. */
   headTimeoutMs: number;
+  /** Cap of one JSON request body, bytes (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`). */
+  jsonBodyLimitBytes: number;
   /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
   logLevel: LogLevel;
   /** Where lifecycle events are POSTed (`DORMICE_WEBHOOK_URL`); `null` sends none. */
@@ -54,6 +56,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
   "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
+  "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
   "DORMICE_WEBHOOK_URL",
   "DORMICE_WEBHOOK_SECRET",
@@ -79,6 +82,10 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.
   headTimeoutMs: 120_000,
+  // The gateway reads a JSON body whole to route it and holds about three copies while it
+  // forwards one, so the cap stays in the tens of MB; files stream through /files uncapped here
+  // (the node that stores them caps them).
+  jsonBodyLimitBytes: 32 * 1024 * 1024,
   logLevel: "info",
   webhookUrl: null,
   webhookSecret: null,
@@ -262,6 +269,14 @@ export function loadGatewayConfig(
       gatewayDefaults.headTimeoutMs,
       (n) => Number.isInteger(n) && n >= 100 && n <= 3_600_000,
       "a whole number of milliseconds from 100 to 3600000",
+      errors,
+    ),
+    jsonBodyLimitBytes: 1024 * 1024 * number(
+      env,
+      "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
+      gatewayDefaults.jsonBodyLimitBytes / (1024 * 1024),
+      (n) => Number.isInteger(n) && n >= 1 && n <= 256,
+      "a whole number of MiB from 1 to 256",
       errors,
     ),
     logLevel: logLevel instanceof Error ? "info" : logLevel,

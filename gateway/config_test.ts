@@ -13,6 +13,13 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   assert.equal(r.config.nodeMinDiskGb, 10);
   assert.equal(r.config.lookupTimeoutMs, 2000);
   assert.equal(r.config.headTimeoutMs, 120_000);
+  assert.equal(r.config.jsonBodyLimitBytes, 32 * 1024 * 1024);
+  const set = loadGatewayConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "4",
+  });
+  assert.ok(set.ok);
+  assert.equal(set.config.jsonBodyLimitBytes, 4 * 1024 * 1024);
 });
 
 Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value and the fix", () => {
@@ -25,6 +32,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
     [{ DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS: "5" }, /DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS='5'/],
     [{ DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "0" }, /DORMICE_GATEWAY_HEAD_TIMEOUT_MS='0'.*100 to/],
     [{ DORMICE_LOG_LEVEL: "loud" }, /DORMICE_LOG_LEVEL='loud'/],
+    [
+      { DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "1000" },
+      /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
+    ],
   ];
   for (const [env, expected] of cases) {
     const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, ...env });

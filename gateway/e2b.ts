@@ -150,6 +150,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
   const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
     const signal = c.req.raw.signal;
     const { text, value: body } = await readJsonObject(c.req.raw, {
+      ...parts.jsonBodyCap,
       empty: "refuse",
       example: '{"templateID":"base"}',
     });

@@ -57,6 +57,7 @@ const gateway = createGateway({
   lookupTimeoutMs: config.lookupTimeoutMs,
   headTimeoutMs: config.headTimeoutMs,
   listenAddress: { hostname: config.host, port: config.port },
+  maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,
   mount: (app, parts) => mountE2b(app, parts),
   webhook: config.webhookUrl === null

@@ -31,7 +31,7 @@ import type { FoundSandbox } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
 import { clientGone } from "./routing.ts";
 import { HttpError, messageResponse } from "../shared/http_error.ts";
-import { readJsonObject } from "../shared/json_body.ts";
+import { type BodyCapOptions, readJsonObject } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
 import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
@@ -99,7 +99,7 @@ const streamedVerbs = [
  * ```
  */
 export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions = {}): NativeFace {
-  const { fleet, finder, placer, routing, identify, keys, limits, log } = parts;
+  const { fleet, finder, placer, routing, identify, keys, limits, log, jsonBodyCap } = parts;
   // The gate hands each request's caller to its handler; collected with the request.
   const callers = new WeakMap<Request, Caller>();
   const callerOf = (c: Context): Caller => callers.get(c.req.raw)!;
@@ -129,21 +129,21 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 
   // --- the fleet's own verbs ---
   post("checkIn", async (c) => {
-    const { value } = await readBody(c.req.raw, checkInSchema);
+    const { value } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
     const outcome = fleet.checkIn(value);
     parts.lifecycle.fromNode(value.nodeId, value.events);
     return c.json({ ok: true, outcome });
   });
   post("listNodes", (c) => c.json({ nodes: fleet.list((id) => placer.inFlight(id)) }));
   post("removeNode", async (c) => {
-    const { value: { nodeId } } = await readBody(c.req.raw, removeNodeSchema);
+    const { value: { nodeId } } = await readBody(c.req.raw, removeNodeSchema, jsonBodyCap);
     fleet.removeNode(nodeId);
     return c.json({ removed: nodeId });
   });
 
   // One result per node, so retrying the failed nodes (nodeIds) is the whole protocol.
   post("setPools", async (c) => {
-    const { value } = await readBody(c.req.raw, gatewaySetPoolsSchema);
+    const { value } = await readBody(c.req.raw, gatewaySetPoolsSchema, jsonBodyCap);
     const known = [...fleet.nodes()];
     const wanted = value.nodeIds ?? known.map((n) => n.id);
     const results: { nodeId: string; ok: boolean; pools?: unknown; error?: string }[] = [];
@@ -180,15 +180,15 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 
   // --- the key table (the gate let only the fleet token through) ---
   post("createApiKey", async (c) => {
-    const { value } = await readJsonObject(c.req.raw);
+    const { value } = await readJsonObject(c.req.raw, jsonBodyCap);
     return c.json(parts.keySync ? await parts.keySync.create(value) : keys.create(value));
   });
   post("listApiKeys", async (c) => {
-    await readBody(c.req.raw, z.object({}).strict());
+    await readBody(c.req.raw, z.object({}).strict(), jsonBodyCap);
     return c.json({ keys: keys.list() });
   });
   post("revokeApiKey", async (c) => {
-    const { value: { id } } = await readBody(c.req.raw, revokeApiKeySchema);
+    const { value: { id } } = await readBody(c.req.raw, revokeApiKeySchema, jsonBodyCap);
     if (parts.keySync) await parts.keySync.revoke(id);
     else keys.revoke(id);
     return c.json({ revoked: true });
@@ -198,7 +198,11 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   post("acquireSandbox", async (c) => {
     const caller = callerOf(c);
     const team = teamOf(caller);
-    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.acquireSandbox);
+    const { text, value } = await readBody(
+      c.req.raw,
+      nativeRequestSchemas.acquireSandbox,
+      jsonBodyCap,
+    );
     const answer = await routing.create({
       name: teamScopedName(team, value.name),
       path: "/acquireSandbox",
@@ -213,7 +217,11 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   });
   post("destroySandbox", async (c) => {
     const caller = callerOf(c);
-    const { text, value } = await readBody(c.req.raw, nativeRequestSchemas.destroySandbox);
+    const { text, value } = await readBody(
+      c.req.raw,
+      nativeRequestSchemas.destroySandbox,
+      jsonBodyCap,
+    );
     const answer = await routing.destroy({
       by: "name",
       key: teamScopedName(teamOf(caller), value.name),
@@ -233,7 +241,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     const schema: z.ZodType<{ name: string }> = nativeRequestSchemas[verb];
     const path = `/${verb}`;
     routed.set(path, async (request, caller) => {
-      const { text, value } = await readBody(request, schema);
+      const { text, value } = await readBody(request, schema, jsonBodyCap);
       const key = teamScopedName(teamOf(caller), value.name);
       const found = finder.cached("name", key) ??
         await routing.locate("name", key, request.signal);
@@ -249,7 +257,11 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     });
   }
   routed.set("/lookupSandbox", async (request, caller) => {
-    const { text, value } = await readBody(request, nativeRequestSchemas.lookupSandbox);
+    const { text, value } = await readBody(
+      request,
+      nativeRequestSchemas.lookupSandbox,
+      jsonBodyCap,
+    );
     const [by, key] = "name" in value
       ? ["name", teamScopedName(teamOf(caller), value.name)] as const
       : ["id", value.id] as const;
@@ -285,7 +297,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     }
   };
   post("listSandboxes", async (c) => {
-    const { text } = await readBody(c.req.raw, nativeRequestSchemas.listSandboxes);
+    const { text } = await readBody(c.req.raw, nativeRequestSchemas.listSandboxes, jsonBodyCap);
     // Each node lists only the caller's team (every team for the operator).
     const answers = await routing.fanOut("/listSandboxes", text, c.req.raw.signal, {
       headers: routing.nodeHeadersFor(scopeOf(callerOf(c))),
@@ -310,7 +322,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     return c.json({ sandboxes, unreachable }, 200, headers);
   });
   post("getHostMetrics", async (c) => {
-    await readBody(c.req.raw, nativeRequestSchemas.getHostMetrics);
+    await readBody(c.req.raw, nativeRequestSchemas.getHostMetrics, jsonBodyCap);
     const nodes = [...fleet.nodes()].map((n) => ({ nodeId: n.id, endpoint: n.endpoint }));
     const where = nodes.length === 0
       ? "no node has checked in yet"
@@ -381,8 +393,9 @@ function relay(answer: { status: number; headers: Headers; text: string }): Resp
 async function readBody<T>(
   request: Request,
   schema: { safeParse(v: unknown): z.ZodSafeParseResult<T> },
+  cap: BodyCapOptions,
 ): Promise<{ text: string; value: T }> {
-  const { text, value } = await readJsonObject(request);
+  const { text, value } = await readJsonObject(request, cap);
   const r = schema.safeParse(value);
   if (!r.success) throw new HttpError(400, describeZodError(r.error));
   return { text, value: r.data };

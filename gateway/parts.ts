@@ -17,6 +17,7 @@ import type { LifecycleEvents } from "./lifecycle.ts";
 import type { GatewayMetrics } from "./metrics.ts";
 import type { PlacementLog } from "./placements.ts";
 import type { AccessTokens } from "../shared/access_tokens.ts";
+import type { BodyCapOptions } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
 
 /** The pieces a mounted face builds on; one set per gateway, shared by every face. */
@@ -52,4 +53,6 @@ export interface GatewayParts {
   placements: PlacementLog;
   /** Lifecycle events for the webhook: the check-in verb hands it what nodes report. */
   lifecycle: LifecycleEvents;
+  /** The cap every JSON body the gateway reads is read under: pass it to `readJsonObject`. */
+  jsonBodyCap: BodyCapOptions;
 }

@@ -38,7 +38,10 @@ import { bearerToken, tokensEqual } from "../shared/token.ts";
 /** The build string a node reports (`@dormice/cluster@<version>`). */
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
 
-/** The parts of {@linkcode NodeConfig} the app needs. */
+/**
+ * The parts of {@linkcode NodeConfig} the app needs; the body caps keep their defaults (32 MiB
+ * of JSON, 1 GiB per upload) when absent.
+ */
 export type NodeAppConfig =
   & Pick<
     NodeConfig,
@@ -51,7 +54,12 @@ export type NodeAppConfig =
     | "checkInIntervalSeconds"
     | "scanIntervalSeconds"
   >
-  & Partial<Pick<NodeConfig, "pools" | "templates" | "sandboxDomain">>;
+  & Partial<
+    Pick<
+      NodeConfig,
+      "pools" | "templates" | "sandboxDomain" | "jsonBodyLimitBytes" | "uploadLimitBytes"
+    >
+  >;
 
 /** Options of {@linkcode createNodeApp}. */
 export interface NodeAppOptions {
@@ -249,9 +257,19 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
     });
   });
-  hono.route("/e2b/api", createE2bApi(service, { apiToken: config.apiToken, accessTokens, log }));
-  hono.route("/e2b/envd", createEnvd(service, { accessTokens, log }));
-  hono.route("/", handleSignedFiles(service, { accessTokens, log }));
+  const maxBodyBytes = config.jsonBodyLimitBytes;
+  const envd = {
+    accessTokens,
+    log,
+    maxJsonBodyBytes: maxBodyBytes,
+    maxUploadBytes: config.uploadLimitBytes,
+  };
+  hono.route(
+    "/e2b/api",
+    createE2bApi(service, { apiToken: config.apiToken, accessTokens, log, maxBodyBytes }),
+  );
+  hono.route("/e2b/envd", createEnvd(service, envd));
+  hono.route("/", handleSignedFiles(service, envd));
 
   hono.route(
     "/",
@@ -264,6 +282,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       hostReading: () => hostReader.read(),
       pools,
       log,
+      maxBodyBytes,
     }),
   );
 

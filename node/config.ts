@@ -19,6 +19,8 @@
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
+ * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of one JSON body (native verbs, the E2B control plane, Connect RPCs), MiB, 1 to 256 |
+ * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
@@ -26,6 +28,12 @@
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
+ *
+ * The two body caps: a JSON body is read whole (a node holds about three times the cap while it
+ * parses one), so its cap stays in the tens of MB and under V8's longest string; an upload
+ * streams (staged under `<DORMICE_DATA_DIR>/uploads` past 1 MiB), so its cap bounds what one
+ * request may put in a sandbox and on the data disk, and the tar header Docker needs (under
+ * 8 GiB).
  *
  * @module
  */
@@ -87,6 +95,10 @@ export interface NodeConfig {
   volumes: VolumeDecl[];
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), or `null`. */
   sandboxDomain: string | null;
+  /** Cap of one JSON request body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
+  jsonBodyLimitBytes: number;
+  /** Cap of one `POST /files` upload after decompression, bytes (`DORMICE_UPLOAD_LIMIT_MB`). */
+  uploadLimitBytes: number;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -128,6 +140,8 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_NODE_ID",
   "DORMICE_CHECK_IN_INTERVAL_SECONDS",
   "DORMICE_SCAN_INTERVAL_SECONDS",
+  "DORMICE_JSON_BODY_LIMIT_MB",
+  "DORMICE_UPLOAD_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
   "DORMICE_VOLUMES",
@@ -351,6 +365,24 @@ export function loadNodeConfig(
     refusals,
   );
 
+  const mib = 1024 * 1024;
+  const jsonBodyLimitBytes = mib * integer(
+    get("DORMICE_JSON_BODY_LIMIT_MB"),
+    32,
+    1,
+    256,
+    "DORMICE_JSON_BODY_LIMIT_MB",
+    refusals,
+  );
+  const uploadLimitBytes = mib * integer(
+    get("DORMICE_UPLOAD_LIMIT_MB"),
+    1024,
+    1,
+    8191,
+    "DORMICE_UPLOAD_LIMIT_MB",
+    refusals,
+  );
+
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
 
@@ -382,6 +414,8 @@ export function loadNodeConfig(
       pools: pools as PoolTarget[],
       volumes: volumes as VolumeDecl[],
       sandboxDomain,
+      jsonBodyLimitBytes,
+      uploadLimitBytes,
     },
   };
 }

@@ -31,6 +31,8 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     pools: [],
     volumes: [],
     sandboxDomain: null,
+    jsonBodyLimitBytes: 32 * 1024 * 1024,
+    uploadLimitBytes: 1024 * 1024 * 1024,
   });
 });
 
@@ -59,6 +61,24 @@ Deno.test("loadNodeConfig() refuses a bad pool or volume, naming the part", () =
   assert.match(twice, /'base=2' is listed twice/);
   const [volume] = refusals({ DORMICE_API_TOKEN: token, DORMICE_VOLUMES: "data=rel/path" });
   assert.match(volume, /DORMICE_VOLUMES: 'data=rel\/path' is not a volume/);
+});
+
+Deno.test("loadNodeConfig() reads the body caps in MiB and refuses one out of range", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_JSON_BODY_LIMIT_MB: "8",
+    DORMICE_UPLOAD_LIMIT_MB: "2048",
+  });
+  assert.ok(r.ok);
+  assert.equal(r.config.jsonBodyLimitBytes, 8 * 1024 * 1024);
+  assert.equal(r.config.uploadLimitBytes, 2048 * 1024 * 1024);
+  const [json, upload] = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_JSON_BODY_LIMIT_MB: "700",
+    DORMICE_UPLOAD_LIMIT_MB: "0",
+  });
+  assert.match(json, /DORMICE_JSON_BODY_LIMIT_MB='700' is not a whole number from 1 to 256/);
+  assert.match(upload, /DORMICE_UPLOAD_LIMIT_MB='0' is not a whole number from 1 to 8191/);
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

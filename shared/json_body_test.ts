@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { HttpError } from "./http_error.ts";
-import { formatBytes, readBodyText, readJsonObject } from "./json_body.ts";
+import { formatBytes, readBodyBytes, readBodyText, readJsonObject } from "./json_body.ts";
 
 const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
   new Request("http://x/", { method: "POST", body, headers });
@@ -44,7 +44,10 @@ Deno.test("readBodyText() refuses a declared length past the cap without reading
     },
   });
   const e = await refusal(
-    readBodyText(post(stream, { "content-length": "2000" }), 1000, "use /files"),
+    readBodyText(post(stream, { "content-length": "2000" }), {
+      maxBytes: 1000,
+      tooLargeHint: "use /files",
+    }),
   );
   assert.equal(e.status, 413);
   assert.equal(
@@ -62,14 +65,36 @@ Deno.test("readBodyText() stops reading a chunked body at the cap", async () => 
       c.enqueue(new Uint8Array(1024));
     },
   });
-  const e = await refusal(readBodyText(post(stream), 4096));
+  const e = await refusal(readBodyText(post(stream), { maxBytes: 4096 }));
   assert.equal(e.status, 413);
   assert.match(e.message, /cap of 4 KiB/);
   assert.ok(pulled <= 6, `read ${pulled} KiB of an endless body capped at 4 KiB`);
 });
 
 Deno.test("readBodyText() reads a body exactly at the cap", async () => {
-  assert.equal(await readBodyText(post("x".repeat(100)), 100), "x".repeat(100));
+  assert.equal(await readBodyText(post("x".repeat(100)), { maxBytes: 100 }), "x".repeat(100));
+});
+
+Deno.test("readJsonObject() answers a body past the cap with a 413 naming the cap, its variable and /files", async () => {
+  const e = await refusal(
+    readJsonObject(post("x".repeat(2048)), {
+      maxBytes: 1024,
+      capVariable: "DORMICE_JSON_BODY_LIMIT_MB",
+    }),
+  );
+  assert.equal(e.status, 413);
+  assert.match(e.message, /cap of 1 KiB \(DORMICE_JSON_BODY_LIMIT_MB\)/);
+  assert.match(e.message, /POST \/files.*streams/);
+});
+
+Deno.test("readBodyBytes() keeps the bytes as they came and stops a chunked body at the cap", async () => {
+  const bytes = new Uint8Array([0, 255, 7]);
+  assert.deepEqual(await readBodyBytes(post(bytes), { maxBytes: 3 }), bytes);
+  const endless = new ReadableStream<Uint8Array>({
+    pull: (c) => c.enqueue(new Uint8Array(512)),
+  });
+  const e = await refusal(readBodyBytes(post(endless), { maxBytes: 2048 }));
+  assert.equal(e.status, 413);
 });
 
 Deno.test("formatBytes() names whole units", () => {

@@ -60,7 +60,10 @@ export function mountFleetPage(app: Hono, parts: GatewayParts, options: FleetPag
 
   app.post("/ui/login", async (c) => {
     sameOrigin(c);
-    const text = await readBodyText(c.req.raw, maxLoginBytes, "send only the token field");
+    const text = await readBodyText(c.req.raw, {
+      maxBytes: maxLoginBytes,
+      tooLargeHint: "send only the token field",
+    });
     const token = new URLSearchParams(text).get("token") ?? "";
     const nonce = newNonce();
     if (!parts.authorized(token)) {

@@ -113,6 +113,25 @@ Deno.test("readUnaryRequest() turns the JSON reader's refusals into Connect erro
   assert.match(big.message, /cap of 32 MiB/);
 });
 
+Deno.test("readStreamRequest() stops reading an endless body at the cap with a Connect error", async () => {
+  let pulled = 0;
+  const endless = new ReadableStream<Uint8Array>({
+    pull(c) {
+      pulled++;
+      c.enqueue(new Uint8Array(64 * 1024));
+    },
+  });
+  const request = new Request("http://x/", { method: "POST", body: endless });
+  const error = await readStreamRequest(request, {
+    maxBytes: 1024 * 1024,
+    capVariable: "DORMICE_JSON_BODY_LIMIT_MB",
+  }).catch((e) => e);
+  assert.ok(error instanceof ConnectError, String(error));
+  assert.equal(error.code, "invalid_argument");
+  assert.match(error.message, /cap of 1 MiB \(DORMICE_JSON_BODY_LIMIT_MB\)/);
+  assert.ok(pulled <= 20, `read ${pulled} chunks of 64 KiB under a 1 MiB cap`);
+});
+
 async function readAll(res: Response): Promise<Uint8Array> {
   return new Uint8Array(await res.arrayBuffer());
 }

@@ -16,7 +16,7 @@ import type { Context } from "hono";
 import { z } from "zod";
 import { unbuiltE2bRoutes } from "../../shared/e2b_unbuilt.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { readJsonObject } from "../../shared/json_body.ts";
+import { type BodyCapOptions, readJsonObject } from "../../shared/json_body.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
@@ -65,6 +65,8 @@ export interface E2bApiOptions {
   maxTimeoutSeconds?: number;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
+  /** Cap of a JSON body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`); 32 MiB when absent. */
+  maxBodyBytes?: number;
 }
 
 /** The header of a v2 list counting the running sandboxes its filters match, before paging. */
@@ -107,6 +109,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
   const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
   const randomName = options.randomName ?? randomSandboxName;
+  const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
   const app = new Hono();
 
   const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")
@@ -197,7 +200,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   };
 
   const create = async (c: Context) => {
-    const raw = await readBody(c, "refuse", `{"templateID":"base"}`);
+    const raw = await readBody(c, "refuse", `{"templateID":"base"}`, bodyCap);
     const body = parse(createSchema, raw);
     const timeoutSeconds = body.timeout ?? defaultTimeout;
     const options = parseCreateOptions(raw, timeoutSeconds);
@@ -237,7 +240,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   const connect = async (c: Context) => {
     const id = c.req.param("id")!;
-    const body = parse(connectSchema, await readBody(c, "object", `{"timeout":300}`));
+    const body = parse(connectSchema, await readBody(c, "object", `{"timeout":300}`, bodyCap));
     mustGet(c, id);
     const { resumed, sandbox } = await ops.resume(at(c, id));
     const now = clock.now();
@@ -259,7 +262,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     const id = c.req.param("id");
     const body = parse(
       z.object({ timeout: timeoutSchema.optional(), autoPause: z.boolean().optional() }),
-      await readBody(c, "object", `{"timeout":300}`),
+      await readBody(c, "object", `{"timeout":300}`, bodyCap),
     );
     const before = mustGet(c, id);
     if (e2bState(before.state) === "running") {
@@ -281,7 +284,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.post("/sandboxes/:id/timeout", async (c) => {
     const id = c.req.param("id");
-    const body = parse(setTimeoutSchema, await readBody(c, "refuse", `{"timeout":300}`));
+    const body = parse(setTimeoutSchema, await readBody(c, "refuse", `{"timeout":300}`, bodyCap));
     const s = mustGet(c, id);
     ops.setDeadline(at(c, id), clock.now() + body.timeout * 1000, onTimeoutOf(s));
     return c.body(null, 204);
@@ -290,7 +293,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   // Only ever extends, unlike /timeout (E2B's keep-alive); a sandbox with no deadline keeps none.
   app.post("/sandboxes/:id/refreshes", async (c) => {
     const id = c.req.param("id");
-    const body = parse(refreshSchema, await readBody(c, "object", `{"duration":60}`));
+    const body = parse(refreshSchema, await readBody(c, "object", `{"duration":60}`, bodyCap));
     const s = mustGet(c, id);
     if (e2bState(s.state) === "paused") {
       throw new HttpError(409, `Sandbox '${id}' is paused: connect to it to resume it first`);
@@ -432,8 +435,13 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
  * 413 are HttpErrors, which onError answers as `{code, message}`. `empty` says whether the
  * route needs a body (create, set timeout) or reads none as `{}` (connect, resume).
  */
-async function readBody(c: Context, empty: "object" | "refuse", example: string) {
-  return (await readJsonObject(c.req.raw, { empty, example })).value;
+async function readBody(
+  c: Context,
+  empty: "object" | "refuse",
+  example: string,
+  cap: BodyCapOptions,
+) {
+  return (await readJsonObject(c.req.raw, { ...cap, empty, example })).value;
 }
 
 function parse<T>(schema: z.ZodType<T>, value: unknown): T {

@@ -68,6 +68,11 @@ export interface NativeFaceOptions {
   pools?: Pick<WarmPools, "set" | "list">;
   /** Where unexpected errors (500s) are logged; `silentLog` when absent. */
   log?: Log;
+  /**
+   * Cap of a verb's JSON body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`); 32 MiB when absent. Past
+   * it a 413 names the cap and `POST /files`, which streams a file of any size.
+   */
+  maxBodyBytes?: number;
 }
 
 /** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
@@ -174,6 +179,7 @@ function parse<T>(verb: string, schema: z.ZodType<T>, body: unknown): T {
 export function createNativeFace(options: NativeFaceOptions): Hono {
   const { service, token, nodeId, endpoint, build, hostReading } = options;
   const log = options.log ?? silentLog;
+  const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
   const app = new Hono();
   app.onError((error) => nativeErrorResponse(error, log));
   app.notFound(nativeNotFound);
@@ -209,7 +215,7 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
       const team = teamOfRequest(c.req.raw.headers);
-      const { value } = await readJsonObject(c.req.raw);
+      const { value } = await readJsonObject(c.req.raw, bodyCap);
       const input = parse(verbName, schema, value);
       return c.json(await run(input, team) as Record<string, unknown>);
     });

@@ -8,6 +8,7 @@ import { type Clock, systemClock } from "../../../shared/clock.ts";
 import { type Log, silentLog } from "../../../shared/log.ts";
 import type { SandboxOps } from "../../service_contract.ts";
 import type { AccessTokens } from "../../../shared/access_tokens.ts";
+import { type BodyCapOptions, DEFAULT_JSON_BODY_LIMIT_BYTES } from "../../../shared/json_body.ts";
 
 /** Options of `createEnvd` and `handleSignedFiles`. */
 export interface EnvdOptions {
@@ -29,6 +30,11 @@ export interface EnvdOptions {
    * second.
    */
   maxWatchesPerSandbox?: number;
+  /**
+   * Cap of a Connect request body, unary or stream, bytes (default
+   * `DEFAULT_JSON_BODY_LIMIT_BYTES`, 32 MiB): an RPC's request is one JSON message.
+   */
+  maxJsonBodyBytes?: number;
 }
 
 /** The header the SDK names the sandbox with. */
@@ -45,6 +51,14 @@ export interface EnvdCore {
   options: Required<Omit<EnvdOptions, "accessTokens">> & { accessTokens?: AccessTokens };
 }
 
+/**
+ * The cap of a Connect request body, as the shared reader takes it: the 413 names the node's
+ * variable.
+ */
+export function jsonBodyCap(core: EnvdCore): BodyCapOptions {
+  return { maxBytes: core.options.maxJsonBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+}
+
 /** Fills in the defaults of `options`. */
 export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
   return {
@@ -55,6 +69,7 @@ export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
       clock: options.clock ?? systemClock,
       maxUploadBytes: options.maxUploadBytes ?? 1024 ** 3,
       maxWatchesPerSandbox: options.maxWatchesPerSandbox ?? 16,
+      maxJsonBodyBytes: options.maxJsonBodyBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
     },
   };
 }

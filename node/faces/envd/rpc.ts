@@ -17,7 +17,7 @@ import {
   streamResponse,
   type StreamSink,
 } from "../connect_codec.ts";
-import type { EnvdCore } from "./core.ts";
+import { type EnvdCore, jsonBodyCap } from "./core.ts";
 import { toConnect, unsupportedMedia } from "./dialects.ts";
 import { guard } from "./guard.ts";
 import { deadlineOf, keepaliveOf, userOf } from "./request.ts";
@@ -105,7 +105,7 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
         // Read before the body, so the deadline counts from the request's arrival.
         const deadlineMs = deadlineOf(c);
         const arrived = performance.now();
-        const message = await readStreamRequest(c.req.raw);
+        const message = await readStreamRequest(c.req.raw, jsonBodyCap(core));
         const left = deadlineMs === undefined
           ? undefined
           : Math.max(0, Math.round(deadlineMs - (performance.now() - arrived)));
@@ -116,7 +116,7 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
           deadlineMs: left,
         });
       }
-      const message = await readUnaryRequest(c.req.raw);
+      const message = await readUnaryRequest(c.req.raw, jsonBodyCap(core));
       return c.json(await unary!(call(message)));
     });
   });
