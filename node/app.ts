@@ -19,7 +19,7 @@ import { Ledger } from "./ledger.ts";
 import { LedgerUpkeep } from "./ledger_upkeep.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
-import { createEnvd, handleSignedFiles } from "./faces/envd/mod.ts";
+import { createEnvd, handleSignedFiles, UploadSlots, UploadStaging } from "./faces/envd/mod.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";
 import { DeadlineScanner } from "./deadline_scanner.ts";
 import { instrumentExecutor } from "./executors/instrumented.ts";
@@ -258,11 +258,14 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     });
   });
   const maxBodyBytes = config.jsonBodyLimitBytes;
+  // One bound and one staging dir for both /files doors: the bound is the node's, not a door's.
   const envd = {
     accessTokens,
     log,
     maxJsonBodyBytes: maxBodyBytes,
     maxUploadBytes: config.uploadLimitBytes,
+    uploads: new UploadSlots(),
+    staging: new UploadStaging({ dir: join(config.dataDir, "uploads") }),
   };
   hono.route(
     "/e2b/api",

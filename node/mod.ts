@@ -144,7 +144,15 @@ export type {
   SandboxRef,
 } from "./service_contract.ts";
 export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
-export { createEnvd, type EnvdOptions, handleSignedFiles } from "./faces/envd/mod.ts";
+export {
+  createEnvd,
+  type EnvdOptions,
+  handleSignedFiles,
+  UploadSlots,
+  type UploadSlotsOptions,
+  UploadStaging,
+  type UploadStagingOptions,
+} from "./faces/envd/mod.ts";
 export { AccessTokens } from "../shared/access_tokens.ts";
 export { type ExecutorOutcome, NodeMetrics, type NodeMetricsOptions } from "./metrics.ts";
 export { instrumentExecutor } from "./executors/instrumented.ts";

@@ -8,19 +8,17 @@ import { encodeEnvelope } from "../connect_codec.ts";
 import { FakeExecutor } from "../../executors/fake.ts";
 import { Ledger } from "../../ledger.ts";
 import { SandboxService } from "../../service.ts";
-import { createEnvd, handleSignedFiles } from "./mod.ts";
+import { createEnvd, type EnvdOptions, handleSignedFiles } from "./mod.ts";
 
 /** Builds the fixture; close `executor` at the end of the test. */
-export async function setup(
-  options: { maxUploadBytes?: number; maxWatchesPerSandbox?: number } = {},
-) {
+export async function setup(options: Omit<EnvdOptions, "accessTokens"> = {}) {
   const executor = new FakeExecutor();
   const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
   const service = new SandboxService({ ledger, executor });
   const accessTokens = new AccessTokens("secret for the envd tests 0123456789abc");
   const app = new Hono();
   app.route("/e2b/envd", createEnvd(service, { accessTokens, ...options }));
-  app.route("/", handleSignedFiles(service, { accessTokens }));
+  app.route("/", handleSignedFiles(service, { accessTokens, ...options }));
   const { sandbox } = await service.acquire({ name: "envd-1" });
   const headers = (extra: Record<string, string> = {}) => ({
     "E2b-Sandbox-Id": sandbox.id,

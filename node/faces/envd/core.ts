@@ -9,6 +9,11 @@ import { type Log, silentLog } from "../../../shared/log.ts";
 import type { SandboxOps } from "../../service_contract.ts";
 import type { AccessTokens } from "../../../shared/access_tokens.ts";
 import { type BodyCapOptions, DEFAULT_JSON_BODY_LIMIT_BYTES } from "../../../shared/json_body.ts";
+import { UploadSlots } from "./upload_slots.ts";
+import { UploadStaging } from "./staging.ts";
+
+/** Default cap of one `POST /files` upload: 1 GiB, counted after decompression. */
+export const DEFAULT_UPLOAD_LIMIT_BYTES = 1024 ** 3;
 
 /** Options of `createEnvd` and `handleSignedFiles`. */
 export interface EnvdOptions {
@@ -22,7 +27,11 @@ export interface EnvdOptions {
   log?: Log;
   /** The time a signed URL's expiry is checked against; `systemClock` when absent. */
   clock?: Clock;
-  /** Largest upload accepted by `POST /files`, bytes (default 1 GiB: files are held in memory). */
+  /**
+   * Largest upload `POST /files` accepts, bytes, counted after decompression (default
+   * {@linkcode DEFAULT_UPLOAD_LIMIT_BYTES}). Uploads stream to the executor, so this bounds
+   * what one upload may put in a sandbox (and stage on the data disk), not memory.
+   */
   maxUploadBytes?: number;
   /**
    * Directory watches (`WatchDir`, `CreateWatcher`) one sandbox may have at once (16 by
@@ -35,6 +44,18 @@ export interface EnvdOptions {
    * `DEFAULT_JSON_BODY_LIMIT_BYTES`, 32 MiB): an RPC's request is one JSON message.
    */
   maxJsonBodyBytes?: number;
+  /**
+   * The bound on uploads streaming at once; pass one instance to every `/files` door of a node
+   * (`createEnvd` and `handleSignedFiles`) so the bound is the node's. A fresh `UploadSlots()`
+   * per door when absent.
+   */
+  uploads?: UploadSlots;
+  /**
+   * Where uploads wait between the client and the executor; pass one instance to every door
+   * (`createNodeApp` stages under `<DORMICE_DATA_DIR>/uploads`). A fresh `UploadStaging()` (a
+   * temporary directory) per door when absent.
+   */
+  staging?: UploadStaging;
 }
 
 /** The header the SDK names the sandbox with. */
@@ -67,9 +88,11 @@ export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
       accessTokens: options.accessTokens,
       log: options.log ?? silentLog,
       clock: options.clock ?? systemClock,
-      maxUploadBytes: options.maxUploadBytes ?? 1024 ** 3,
+      maxUploadBytes: options.maxUploadBytes ?? DEFAULT_UPLOAD_LIMIT_BYTES,
       maxWatchesPerSandbox: options.maxWatchesPerSandbox ?? 16,
       maxJsonBodyBytes: options.maxJsonBodyBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
+      uploads: options.uploads ?? new UploadSlots(),
+      staging: options.staging ?? new UploadStaging(),
     },
   };
 }

@@ -1,8 +1,13 @@
 /**
  * envd's REST `/files` door, in both its forms: behind the `E2b-Sandbox-Id` header at
  * `/e2b/envd/files` (the access token checked by `guard`), and the SDK's root-level `/files`
- * that finds its sandbox from a signed URL alone. Uploads are held in memory, so every byte of
- * one counts against `maxUploadBytes` (1 GiB by default), after decompression too.
+ * that finds its sandbox from a signed URL alone.
+ *
+ * Uploads stream: a multipart body is read a part at a time (`multipart.ts`), each file is
+ * staged (`staging.ts`: in memory up to 1 MiB, on the data disk past it) and then handed to the
+ * executor as a stream, so an upload costs the node a bounded amount of memory whatever its size.
+ * Every byte counts against `maxUploadBytes` (1 GiB by default, `DORMICE_UPLOAD_LIMIT_MB`), after
+ * decompression too, and at most a few uploads stream at once (`upload_slots.ts`).
  *
  * @module
  */
@@ -10,6 +15,7 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { posix } from "node:path";
 import { HttpError } from "../../../shared/http_error.ts";
+import { formatBytes } from "../../../shared/json_body.ts";
 import type { SandboxOps, SandboxRecord } from "../../service_contract.ts";
 import {
   type AccessTokens,
@@ -20,6 +26,7 @@ import {
 import { DEFAULT_USER, type EnvdCore, type EnvdOptions, makeCore } from "./core.ts";
 import { restError, restErrorOf } from "./dialects.ts";
 import { admitTraffic, guard } from "./guard.ts";
+import { multipartBoundary, readMultipart } from "./multipart.ts";
 import { resolvePath } from "./request.ts";
 
 /**
@@ -123,7 +130,9 @@ async function readFileResponse(
 /**
  * `POST /files`: a multipart upload (one part per file, each part's filename its path, or
  * `?path=` for a single part) or one raw `application/octet-stream` body (gzip allowed) at
- * `?path=`. Every byte counts against `maxUploadBytes`, declared or not.
+ * `?path=`. Every byte counts against `maxUploadBytes`, declared or not. The files of a
+ * multipart body are written one by one as they arrive, so a body refused at its second part
+ * has written its first.
  */
 async function writeFilesResponse(
   core: EnvdCore,
@@ -133,119 +142,144 @@ async function writeFilesResponse(
 ): Promise<Response> {
   const user = url.searchParams.get("username") || DEFAULT_USER;
   const pathParam = url.searchParams.get("path");
-  const contentType = (request.headers.get("content-type") ?? "").split(";")[0].trim()
-    .toLowerCase();
+  const contentTypeHeader = request.headers.get("content-type") ?? "";
+  const contentType = contentTypeHeader.split(";")[0].trim().toLowerCase();
   const limit = core.options.maxUploadBytes;
-  const declared = Number(request.headers.get("content-length") ?? "0");
-  if (declared > limit) {
-    throw new HttpError(
-      413,
-      `The upload is ${declared} bytes, over this node's limit of ${limit}: send smaller files`,
-    );
-  }
-  const files: { path: string; data: Uint8Array }[] = [];
-  if (contentType === "multipart/form-data") {
-    let form: FormData;
-    try {
-      // Re-wrapped so the byte cap applies to chunked uploads too (the SDK sends no length).
-      form = await new Request(request.url, {
-        method: "POST",
-        headers: request.headers,
-        body: capped(request.body, limit),
-        duplex: "half",
-      } as RequestInit).formData();
-    } catch (error) {
-      if (error instanceof UploadTooLarge) throw tooLarge(limit);
-      throw new HttpError(400, "The multipart body could not be parsed: send parts named 'file'");
-    }
-    const parts = form.getAll("file");
-    if (parts.length === 0) {
-      throw new HttpError(
-        400,
-        "The multipart body has no part named 'file': name each part 'file'",
-      );
-    }
-    if (pathParam && parts.length > 1) {
-      throw new HttpError(
-        400,
-        `'path' names one file but the upload has ${parts.length} parts: drop 'path' and give each part its full path as filename`,
-      );
-    }
-    for (const part of parts) {
-      const name = typeof part === "string" ? "" : part.name;
-      const data = typeof part === "string"
-        ? new TextEncoder().encode(part)
-        : new Uint8Array(await part.arrayBuffer());
-      const target = pathParam || name;
-      if (!target) {
-        throw new HttpError(
-          400,
-          "'path' is required: give it as a query parameter or as the part's filename",
-        );
-      }
-      files.push({ path: resolvePath(target, user, "path"), data });
-    }
-  } else if (contentType === "application/octet-stream" || contentType === "") {
+  const encoding = (request.headers.get("content-encoding") ?? "").toLowerCase();
+  // Everything that needs no body byte is checked before the upload takes a slot.
+  let boundary: string | undefined;
+  if (contentType === "multipart/form-data") boundary = multipartBoundary(contentTypeHeader);
+  else if (contentType === "application/octet-stream" || contentType === "") {
     if (!pathParam) {
       throw new HttpError(400, "'path' is required with an application/octet-stream body");
     }
-    let body: ReadableStream<Uint8Array> | null = request.body;
-    const encoding = (request.headers.get("content-encoding") ?? "").toLowerCase();
-    if (body && encoding === "gzip") {
-      body = body.pipeThrough(
-        new DecompressionStream("gzip") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>,
-      );
-    } else if (encoding && encoding !== "identity") {
-      throw new HttpError(400, `Content-Encoding '${encoding}' is not supported: use gzip or none`);
-    }
-    let data: Uint8Array;
-    try {
-      // Capped after decompression, so a small gzip bomb cannot fill the node's memory either.
-      data = new Uint8Array(await new Response(capped(body, limit)).arrayBuffer());
-    } catch (error) {
-      if (error instanceof UploadTooLarge) throw tooLarge(limit);
-      throw new HttpError(400, "The upload body could not be read (bad gzip?): send it again");
-    }
-    files.push({ path: resolvePath(pathParam, user, "path"), data });
+    resolvePath(pathParam, user, "path");
   } else {
     throw new HttpError(
       400,
       `Content-Type '${contentType}' is not supported: use multipart/form-data or application/octet-stream`,
     );
   }
-  const out = [];
-  for (const file of files) {
-    const entry = await core.ops.writeFile({ id: sandbox.id }, file.path, file.data, { user });
-    out.push({ path: entry.path, name: entry.name, type: "file" });
+  if (encoding && encoding !== "identity" && !(encoding === "gzip" && boundary === undefined)) {
+    throw new HttpError(
+      400,
+      `Content-Encoding '${encoding}' is not supported here: use gzip (octet-stream only) or none`,
+    );
   }
-  return Response.json(out, { status: 200 });
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > limit) {
+    await request.body?.cancel().catch(() => {});
+    throw uploadTooLarge(limit, `it declares ${declared} bytes`);
+  }
+  const release = await core.options.uploads.acquire(request.signal);
+  try {
+    let raw: ReadableStream<Uint8Array> = request.body ?? new Blob([]).stream();
+    if (encoding === "gzip") {
+      raw = raw.pipeThrough(
+        new DecompressionStream("gzip") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>,
+      );
+    }
+    // Capped after decompression, so a small gzip bomb cannot fill the node's disk either.
+    const body = metered(raw, limit, (error) => {
+      if (request.signal.aborted) return new HttpError(499, "The client closed the request");
+      return new HttpError(
+        400,
+        `The upload body could not be read${encoding === "gzip" ? " (bad gzip?)" : ""} ` +
+          `(${(error as Error)?.message ?? error}): send it again`,
+      );
+    });
+    const out: { path: string; name: string; type: "file" }[] = [];
+    const write = async (path: string, stream: ReadableStream<Uint8Array>) => {
+      const staged = await core.options.staging.stage(stream);
+      try {
+        const entry = await core.ops.writeFile({ id: sandbox.id }, path, staged.data, { user });
+        out.push({ path: entry.path, name: entry.name, type: "file" });
+      } finally {
+        await staged.dispose();
+      }
+    };
+    if (boundary === undefined) {
+      await write(resolvePath(pathParam!, user, "path"), body);
+      return Response.json(out, { status: 200 });
+    }
+    let files = 0;
+    for await (const part of readMultipart(body, boundary)) {
+      if (part.name !== "file") {
+        await part.body.cancel();
+        continue;
+      }
+      if (++files > 1 && pathParam) {
+        throw new HttpError(
+          400,
+          `'path' names one file but the upload has more than one part named 'file' (the first ` +
+            `was written to ${
+              out[0]?.path
+            }): drop 'path' and give each part its full path as filename`,
+        );
+      }
+      const target = pathParam || part.filename;
+      if (!target) {
+        throw new HttpError(
+          400,
+          "'path' is required: give it as a query parameter or as the part's filename",
+        );
+      }
+      await write(resolvePath(target, user, "path"), part.body);
+    }
+    if (files === 0) {
+      throw new HttpError(
+        400,
+        "The multipart body has no part named 'file': name each part 'file'",
+      );
+    }
+    return Response.json(out, { status: 200 });
+  } finally {
+    release();
+    // Whatever was not read (a refusal midway) is let go of, so the connection can close.
+    await request.body?.cancel().catch(() => {});
+  }
 }
 
-/** Raised inside a capped stream once more than its limit has flowed. */
-class UploadTooLarge extends Error {}
-
-/** Passes `body` through, erroring with UploadTooLarge once more than `limit` bytes flowed. */
-function capped(
-  body: ReadableStream<Uint8Array> | null,
+/**
+ * Passes `body` through as it is read, erroring with the 413 once more than `limit` bytes
+ * flowed and with `unreadable(error)` when `body` itself fails (a client that left, bad gzip),
+ * so every reader downstream (the multipart reader, the staging) stops with the right sentence.
+ */
+function metered(
+  body: ReadableStream<Uint8Array>,
   limit: number,
-): ReadableStream<Uint8Array> | null {
-  if (body === null) return null;
+  unreadable: (error: unknown) => HttpError,
+): ReadableStream<Uint8Array> {
+  const reader = body.getReader();
   let seen = 0;
-  return body.pipeThrough(
-    new TransformStream<Uint8Array, Uint8Array>({
-      transform(chunk, controller) {
-        seen += chunk.byteLength;
-        if (seen > limit) controller.error(new UploadTooLarge());
-        else controller.enqueue(chunk);
-      },
-    }),
-  );
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      let next: ReadableStreamReadResult<Uint8Array>;
+      try {
+        next = await reader.read();
+      } catch (error) {
+        controller.error(unreadable(error));
+        return;
+      }
+      if (next.done) return controller.close();
+      seen += next.value.byteLength;
+      if (seen > limit) {
+        controller.error(uploadTooLarge(limit, `more than ${limit} bytes arrived`));
+        await reader.cancel().catch(() => {});
+        return;
+      }
+      controller.enqueue(next.value);
+    },
+    cancel: (reason) => reader.cancel(reason),
+  }, { highWaterMark: 0 });
 }
 
-/** The 413 of an upload that ran past the cap while it was read. */
-function tooLarge(limit: number): HttpError {
+/** The 413 of an upload past the cap, naming it, its variable and what to do. */
+function uploadTooLarge(limit: number, why: string): HttpError {
   return new HttpError(
     413,
-    `The upload is over this node's limit of ${limit} bytes: send smaller files`,
+    `The upload is over this node's cap of ${formatBytes(limit)} per request, counted after ` +
+      `decompression (${why}; DORMICE_UPLOAD_LIMIT_MB sets it): send fewer or smaller files per ` +
+      "request",
   );
 }

@@ -11,6 +11,9 @@
  * | `request.ts` | the run-as user, keepalives, deadlines, {@linkcode resolvePath}, schemas |
  * | `dialects.ts` | the Connect and REST error dialects |
  * | `files.ts` | the REST `/files` door, signed URLs ({@linkcode handleSignedFiles}), the upload cap |
+ * | `multipart.ts` | a streaming `multipart/form-data` reader: one part at a time, each a stream |
+ * | `staging.ts` | {@linkcode UploadStaging}: an upload read to its end, in memory or on disk, before the executor writes it |
+ * | `upload_slots.ts` | {@linkcode UploadSlots}: the bound on uploads streaming at once |
  * | `process/` | `process.Process`: one file per RPC, `processes.ts` the process table |
  * | `filesystem/` | `filesystem.Filesystem`: one file per RPC group, `watchers.ts` the watches |
  *
@@ -29,6 +32,8 @@ import { mountRpcs } from "./rpc.ts";
 
 export type { EnvdOptions } from "./core.ts";
 export { handleSignedFiles } from "./files.ts";
+export { UploadSlots, type UploadSlotsOptions } from "./upload_slots.ts";
+export { UploadStaging, type UploadStagingOptions } from "./staging.ts";
 export { resolvePath } from "./request.ts";
 
 /**
