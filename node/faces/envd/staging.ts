@@ -11,6 +11,7 @@
 import { join } from "node:path";
 import { HttpError } from "../../../shared/http_error.ts";
 import type { FileStream } from "../../executors/contract.ts";
+import { isDiskFull } from "../../ledger_space.ts";
 
 /** Options of {@linkcode UploadStaging}. */
 export interface UploadStagingOptions {
@@ -198,7 +199,7 @@ class BatchedWriter {
 /** A failure of the staging directory as a sentence naming it. */
 function diskError(error: unknown, dir: string): HttpError {
   const message = error instanceof Error ? error.message : String(error);
-  if (/no space left|os error 28|ENOSPC|quota/i.test(message)) {
+  if (isDiskFull(error)) {
     return new HttpError(
       507,
       `The node has no room to stage the upload in ${dir} (${message}): free space on the ` +
