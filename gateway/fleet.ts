@@ -261,6 +261,8 @@ export class Fleet implements NodeDirectory {
   /** endpoint → ids reporting it, to warn when two ids share one daemon. */
   #byEndpoint = new Map<string, Set<string>>();
   #seq = 0;
+  /** While the shared node table cannot be read: when it was last read (see `replicationLost`). */
+  #lostSince: number | null = null;
   #insert: StatementSync;
   #update: StatementSync;
   #remove: StatementSync;
@@ -393,7 +395,31 @@ export class Fleet implements NodeDirectory {
   isSilent(node: string | FleetNode, now: number = this.#clock.now()): boolean {
     const m = typeof node === "string" ? this.#members.get(node) : node;
     if (m === undefined) return true;
-    return now - m.lastCheckIn > this.#downAfter * m.intervalSeconds * 1000;
+    // Blind to the other gateways' check-ins, silence counts only up to the last read: the time
+    // since is an absence of news, not of check-ins. A check-in heard here meanwhile is later
+    // than that, so a node checking in with this gateway is judged on its own check-ins.
+    const until = this.#lostSince === null ? now : Math.min(now, this.#lostSince);
+    return until - m.lastCheckIn > this.#downAfter * m.intervalSeconds * 1000;
+  }
+
+  /**
+   * Shared mode: `since` is when the node table in etcd was last read, while it cannot be read
+   * now; `null` once a read succeeds again. Meanwhile `isSilent` counts no time after `since`, so
+   * a node that checks in with another gateway is not refused as silent here only because etcd
+   * is away (its sandboxes keep answering; a node that really died costs its requests the head
+   * timeout instead of an immediate 503). `isDown` is unchanged: it says what this gateway heard.
+   *
+   * @example
+   * ```ts
+   * import { Fleet } from "@dormice/cluster/gateway";
+   * const fleet = new Fleet();
+   * fleet.replicationLost(Date.now()); // a read of etcd failed
+   * fleet.replicationLost(null); // and the next one succeeded
+   * fleet.close();
+   * ```
+   */
+  replicationLost(since: number | null): void {
+    this.#lostSince = since;
   }
 
   /**

@@ -39,7 +39,9 @@ export interface FleetSyncOptions {
  * Keeps a Fleet in step with etcd. `written(body, at)` (the Fleet's `onCheckIn`) queues the
  * record; writes that fail while etcd is away are kept (the latest per node, so the queue is
  * bounded by the fleet's size) and written when it returns. `removed(id)` (the Fleet's
- * `onRemove`) deletes the record, and a node whose record is gone is forgotten here too.
+ * `onRemove`) deletes the record, and a node whose record is gone is forgotten here too. While
+ * the table cannot be read, the Fleet is told when it last was (`Fleet.replicationLost`), so no
+ * node is judged silent here because etcd is.
  *
  * @example
  * ```ts ignore
@@ -61,6 +63,8 @@ export class FleetSync {
   #timer: ReturnType<typeof setTimeout> | undefined;
   #running = false;
   #tick: Promise<void> | null = null;
+  /** When the node table was last read whole (the read's start), or when this sync was built. */
+  #lastRead: number;
 
   /** Builds the sync; nothing is read or written until `start()` or `syncOnce()`. */
   constructor(options: FleetSyncOptions) {
@@ -69,6 +73,7 @@ export class FleetSync {
     this.#fleet = options.fleet;
     this.#pollMs = options.pollMs ?? 1000;
     this.#changes = new ChangeLog(options.log ?? silentLog);
+    this.#lastRead = this.#fleet.now();
   }
 
   /** Queues a check-in this gateway accepted and writes it now. */
@@ -146,10 +151,14 @@ export class FleetSync {
         if (seen.has(node.id) || this.#pending.has(node.id) || node.lastCheckIn >= asked) continue;
         this.#fleet.forgetRemoved(node.id);
       }
+      this.#lastRead = asked;
+      this.#fleet.replicationLost(null);
       this.#changes.report("etcd", "ok", "info", "the node table is in step with etcd", {
         nodes: kvs.length,
       });
     } catch (error) {
+      // Check-ins accepted by other gateways since the last read are unknown here, not absent.
+      this.#fleet.replicationLost(this.#lastRead);
       this.#changes.report(
         "etcd",
         "failing",

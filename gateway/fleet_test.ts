@@ -217,3 +217,35 @@ Deno.test("Fleet.list() shows id, endpoint, state, age, reading and the in-fligh
   assert.equal(fleet.list()[0].inFlight, 0);
   fleet.close();
 });
+
+Deno.test("Fleet.isSilent() counts no time after the last read of etcd while it is lost", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("far", A, { intervalSeconds: 10 }), { at: clock.now(), replicated: true });
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
+  clock.tick(5_000);
+  fleet.replicationLost(clock.now());
+  clock.tick(60_000); // far longer than two intervals without news of "far"
+  assert.equal(fleet.isSilent("far"), false, "no news is not silence");
+  assert.equal(fleet.isDown("far"), true, "isDown still says what this gateway heard");
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 })); // heard here meanwhile
+  clock.tick(21_000);
+  assert.equal(
+    fleet.isSilent("near"),
+    false,
+    "silent since a check-in heard here: left to the head timeout",
+  );
+  fleet.replicationLost(null);
+  assert.equal(fleet.isSilent("far"), true, "etcd is back, and it had nothing newer");
+  assert.equal(fleet.isSilent("near"), true);
+  fleet.close();
+});
+
+Deno.test("Fleet.isSilent() still counts silence before the last read while etcd is lost", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
+  clock.tick(25_000);
+  fleet.replicationLost(clock.now());
+  clock.tick(1_000);
+  assert.equal(fleet.isSilent("a"), true);
+  fleet.close();
+});

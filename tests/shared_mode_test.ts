@@ -239,10 +239,10 @@ Deno.test({
   sanitizeOps: false,
   async fn() {
     const etcd = await startEtcd(3);
-    // 5 s: the gateway the nodes do not check in with hears of them only through etcd, so an
-    // outage longer than two intervals makes it refuse their sandboxes as silent (see
-    // docs/shared-mode.md); this outage lasts about 4 s.
-    const fleet = await sharedFleet({ etcd: etcd.endpoints, nodes: 2, intervalSeconds: 5 });
+    // 1 s intervals and an outage of more than three: the gateway the nodes do not check in
+    // with (g2) hears of them only through etcd, and must not take that silence for theirs.
+    const intervalSeconds = 1;
+    const fleet = await sharedFleet({ etcd: etcd.endpoints, nodes: 2, intervalSeconds });
     const [g1, g2] = fleet.gateways;
     try {
       const a = await g1.json("acquireSandbox", { name: "a" });
@@ -256,6 +256,7 @@ Deno.test({
       // Every member stopped: creates and destroys wait for etcd, execs do not.
       await etcd.kill(1);
       await etcd.kill(2);
+      await new Promise((r) => setTimeout(r, 3.5 * intervalSeconds * 1000));
       for (const gw of fleet.gateways) {
         const create = await gw.json("acquireSandbox", { name: "new" });
         assert.equal(create.status, 503, JSON.stringify(create.body));
@@ -269,17 +270,20 @@ Deno.test({
       }
       // Check-ins are still accepted by the gateway the nodes check in with: no node goes down
       // there while etcd is away (the other gateway cannot hear of them until etcd returns).
-      await new Promise((r) => setTimeout(r, 2500));
       const { body } = await g1.json("listNodes");
       // deno-lint-ignore no-explicit-any
       assert.deepEqual(body.nodes.map((n: any) => n.state), ["up", "up"]);
       assert.match(g1.process.stderr(), /etcd is unreachable/);
       // Everything resumes when etcd returns.
       await etcd.restartAll();
+      let last = "";
       await waitUntil("a create succeeds again", async () => {
         const r = await g2.json("acquireSandbox", { name: "new" });
+        last = `${r.status} ${JSON.stringify(r.body)}`;
         return r.status === 200;
-      }, 20_000);
+      }, 20_000).catch((error) => {
+        throw new Error(`${error.message}; the last answer: ${last}`);
+      });
       const gone = await post(g1.url, fleet.token, "destroySandbox", { name: "a" });
       assert.equal(gone.status, 200);
       await gone.body?.cancel();
