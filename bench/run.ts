@@ -5,8 +5,8 @@
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them.
- * Sections: placement, lookup, syn-drop, memory, bursts, bursts-inprocess, forwarding,
- * streaming, docker, e2b-docker.
+ * Sections: placement, lookup, syn-drop, memory, bursts, shared, bursts-inprocess, forwarding,
+ * streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node, pools-claim-docker.
  *
  * @module
  */
@@ -21,6 +21,7 @@ import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
 import { runClaimLatency, runNodeClaim, runTwoGateways } from "./pools.ts";
+import { runShared } from "./shared.ts";
 
 const args = new Map(
   Deno.args.filter((a) => a.startsWith("--")).map((a) => {
@@ -75,6 +76,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
         return { ...t, close: () => gw.stop() };
       },
     })],
+  ["shared", () => runShared({ runs })],
   ["bursts-inprocess", async () => {
     const s = await runBursts({ runs, target: () => Promise.resolve(inProcessTarget()) });
     return { ...s, title: "Bursts, in-process (the library pieces without the HTTP face)" };
