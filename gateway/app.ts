@@ -23,6 +23,8 @@ import { LifecycleEvents } from "./lifecycle.ts";
 import { GatewayMetrics } from "./metrics.ts";
 import { mountOperatorView } from "./operator.ts";
 import { PlacementLog } from "./placements.ts";
+import { createPortProxy } from "./ports.ts";
+import { createDomainFront } from "./sandbox_domain.ts";
 import { WebhookSender, type WebhookSenderOptions } from "./webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
 import { EtcdClient, EtcdSession } from "./etcd.ts";
@@ -104,6 +106,13 @@ export interface GatewayOptions {
    * gateways front one fleet (see docs/shared-mode.md). Absent: the embedded default.
    */
   etcd?: SharedModeOptions;
+  /**
+   * The sandbox domain (`DORMICE_SANDBOX_DOMAIN`): requests are then routed by Host first, as
+   * `sandbox_domain.ts` says (`api.<domain>` to the E2B control plane mounted at `/e2b/api`,
+   * `<port>-<id>.<domain>` to envd or that sandbox port), and E2B answers carry it as `domain`.
+   * Mount the E2B faces (`mountE2b`) for the control plane and envd to answer.
+   */
+  sandboxDomain?: string;
 }
 
 /** Where shared mode keeps its state. */
@@ -297,6 +306,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     placements,
     lifecycle: events,
     jsonBodyCap,
+    sandboxDomain: options.sandboxDomain,
   };
   const native = createNativeFace(parts, {
     mount: (app, p) => {
@@ -304,13 +314,19 @@ export function createGateway(options: GatewayOptions): Gateway {
       options.mount?.(app, p);
     },
   });
+  const ports = createPortProxy(parts);
+  const served = options.sandboxDomain === undefined ? native.fetch : createDomainFront({
+    domain: options.sandboxDomain,
+    next: native.fetch,
+    port: ports,
+  });
   return {
     ...parts,
     app: native.app,
     instanceId,
     fetch: (request) => {
       const refused = doorAnswer(request, instanceId);
-      return refused === undefined ? native.fetch(request) : Promise.resolve(refused);
+      return refused === undefined ? served(request) : Promise.resolve(refused);
     },
     webhooks,
     shared: shared?.mode,

@@ -25,6 +25,8 @@ import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
 import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { envdCredentialsRefusal, envdRequestAuthorized } from "../shared/access_tokens.ts";
 import { type PlacementAsk, placementAsk } from "./placer.ts";
+import { createPortProxy, type PortProxy } from "./ports.ts";
+import { ENVD_PORT } from "./sandbox_domain.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { randomSandboxName } from "../shared/random_name.ts";
@@ -60,6 +62,10 @@ export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
 export { UNREACHABLE_HEADER } from "./e2b_merge.ts";
 /** The header the SDK names the sandbox with on every envd request. */
 const SANDBOX_ID_HEADER = "e2b-sandbox-id";
+/** The header the SDK names the port with; other than envd's, it reaches that sandbox port. */
+const SANDBOX_PORT_HEADER = "e2b-sandbox-port";
+/** Tells a node the gateway's sandbox domain, which it answers as `domain` (see `node/faces/e2b_api.ts`). */
+const SANDBOX_DOMAIN_HEADER = "x-dormice-sandbox-domain";
 
 /**
  * Builds the gateway's E2B faces over the gateway's parts (see `createGateway({ mount })`).
@@ -143,6 +149,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     };
     const team = scopeOf(caller);
     if (team !== undefined) headers[TEAM_HEADER] = team;
+    if (parts.sandboxDomain !== undefined) headers[SANDBOX_DOMAIN_HEADER] = parts.sandboxDomain;
     return headers;
   };
   const app = new Hono();
@@ -162,6 +169,7 @@ function createApi(parts: GatewayParts, options: E2bFacesOptions): Hono {
     let name: string;
     const team = teamOf(caller);
     const headers: Record<string, string> = { ...routing.nodeHeadersFor(scopeOf(caller)) };
+    if (parts.sandboxDomain !== undefined) headers[SANDBOX_DOMAIN_HEADER] = parts.sandboxDomain;
     if (given !== undefined) {
       const r = sandboxNameSchema.safeParse(given);
       if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
@@ -351,9 +359,14 @@ function notFound(id: string): HttpError {
 
 function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
   const nodeEnvd = options.nodeEnvdPath ?? "/e2b/envd";
+  const ports = createPortProxy(parts);
   const app = new Hono();
   app.all("*", async (c) => {
     const rest = suffix(c);
+    const port = c.req.header(SANDBOX_PORT_HEADER);
+    if (port !== undefined && port !== String(ENVD_PORT)) {
+      return await portByHeader(c.req.raw, c.req.header(SANDBOX_ID_HEADER), port, rest, ports);
+    }
     const dialect = isRpc(rest) ? "connect" : "rest";
     try {
       const header = c.req.header(SANDBOX_ID_HEADER);
@@ -396,6 +409,30 @@ function createEnvd(parts: GatewayParts, options: E2bFacesOptions): Hono {
     }
   });
   return app;
+}
+
+/** `E2b-Sandbox-Port` other than envd's: that port of that sandbox, as by Host. */
+function portByHeader(
+  request: Request,
+  id: string | undefined,
+  port: string,
+  rest: string,
+  ports: PortProxy,
+): Promise<Response> {
+  const n = Number(port);
+  if (!/^\d{1,5}$/.test(port) || n < 1 || n > 65535) {
+    return Promise.resolve(Response.json({
+      code: 400,
+      message: `E2b-Sandbox-Port must be a port from 1 to 65535: received '${port.slice(0, 20)}'`,
+    }, { status: 400 }));
+  }
+  if (!id) {
+    return Promise.resolve(Response.json({
+      code: 400,
+      message: "The E2b-Sandbox-Id header is missing: name the sandbox the request is for",
+    }, { status: 400 }));
+  }
+  return ports(request, id, n, rest + new URL(request.url).search);
 }
 
 /** Connect RPC paths look like `/process.Process/Start`; everything else is envd's REST. */

@@ -55,4 +55,9 @@ export interface GatewayParts {
   lifecycle: LifecycleEvents;
   /** The cap every JSON body the gateway reads is read under: pass it to `readJsonObject`. */
   jsonBodyCap: BodyCapOptions;
+  /**
+   * The sandbox domain (`DORMICE_SANDBOX_DOMAIN`, e.g. `sbx.example.com`), answered as `domain`
+   * in E2B create and connect answers; `undefined` when the gateway serves no domain.
+   */
+  sandboxDomain?: string;
 }

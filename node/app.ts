@@ -20,6 +20,7 @@ import { LedgerUpkeep } from "./ledger_upkeep.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles, UploadSlots, UploadStaging } from "./faces/envd/mod.ts";
+import { createPortsDoor, PORTS_PATH } from "./faces/ports.ts";
 import { createNativeFace, nativeErrorResponse, nativeNotFound } from "./faces/native.ts";
 import { DeadlineScanner } from "./deadline_scanner.ts";
 import { instrumentExecutor } from "./executors/instrumented.ts";
@@ -272,6 +273,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     createE2bApi(service, { apiToken: config.apiToken, accessTokens, log, maxBodyBytes }),
   );
   hono.route("/e2b/envd", createEnvd(service, envd));
+  // Not a Hono sub-app: the door needs the server's own request to upgrade a WebSocket.
+  const ports = createPortsDoor(service, timed, { accessTokens, log });
+  hono.all(`${PORTS_PATH}/*`, (c) => ports(c.req.raw));
   hono.route("/", handleSignedFiles(service, envd));
 
   hono.route(

@@ -124,6 +124,7 @@ export {
   type FileStream,
   fileStreamLengthError,
   type FsChange,
+  type PortAddress,
   readFileStream,
   type SandboxLimits,
   type SandboxStats,

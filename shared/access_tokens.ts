@@ -81,6 +81,22 @@ export class AccessTokens {
     if (!given) return false;
     return tokensEqual(given, this.forSandbox(sandboxId));
   }
+
+  /**
+   * The sandbox's traffic access token (its ports' `e2b-traffic-access-token`): derived like the
+   * envd token under another label, so knowing one never gives the other.
+   */
+  forTraffic(sandboxId: string): string {
+    return createHmac("sha256", this.#secret).update(`traffic\u0000${sandboxId}`).digest(
+      "base64url",
+    );
+  }
+
+  /** True when `given` is the sandbox's traffic access token (constant time). */
+  verifyTraffic(sandboxId: string, given: string | null | undefined): boolean {
+    if (!given) return false;
+    return tokensEqual(given, this.forTraffic(sandboxId));
+  }
 }
 
 /** What a signed `/files` URL signs. */

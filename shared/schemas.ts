@@ -352,12 +352,17 @@ export interface Sandbox {
   lastActiveAt: string;
 }
 
-/** Resource limits and options asked for a sandbox. */
+/**
+ * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
+ * default); `privatePorts: true` makes its ports require its traffic access token (E2B's
+ * `secure` / `network.allowPublicTraffic: false`).
+ */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;
   memoryMB: z.ZodOptional<z.ZodNumber>;
   pids: z.ZodOptional<z.ZodNumber>;
   network: z.ZodOptional<z.ZodBoolean>;
+  privatePorts: z.ZodOptional<z.ZodBoolean>;
   env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodType<VolumeMount>>>;
 }> = z.object({
@@ -365,6 +370,7 @@ export const sandboxSpecSchema: z.ZodObject<{
   memoryMB: z.number().int().positive().max(1_048_576).optional(),
   pids: z.number().int().positive().max(1_000_000).optional(),
   network: z.boolean().optional(),
+  privatePorts: z.boolean().optional(),
   env: z.record(z.string(), z.string()).optional(),
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
   volumes: z.array(volumeMountSchema).max(16).optional(),

@@ -21,7 +21,8 @@ export type FakeCall =
   | "pause"
   | "resume"
   | "stats"
-  | "list";
+  | "list"
+  | "portAddress";
 
 interface Park {
   waiters: (() => void)[];
@@ -63,6 +64,7 @@ export class FakeExecutorHooks {
     resume: 0,
     stats: 0,
     list: 0,
+    portAddress: 0,
   };
   #parks = new Map<FakeCall, Park>();
   #delays = new Map<FakeCall, number>();

@@ -215,6 +215,14 @@ export function fileStreamLengthError(
   );
 }
 
+/** A host and port the node can open a TCP connection to. */
+export interface PortAddress {
+  /** An IP address (the container's, or loopback). */
+  hostname: string;
+  /** The TCP port. */
+  port: number;
+}
+
 /** Resource use of one sandbox. */
 export interface SandboxStats {
   /** Taken at, ms since the epoch. */
@@ -405,6 +413,13 @@ export interface Executor {
   list(): Promise<string[]>;
   /** What it can serve now (templates, volumes); an executor without it serves any template. */
   capabilities?(): Promise<ExecutorCapabilities>;
+  /**
+   * Where the node reaches `port` inside the sandbox: an address on the node's own side (Docker:
+   * the container's address on the node's internal network; fake: a loopback listener serving a
+   * handler a test installed). `null` when the executor knows nothing listens there; a refused
+   * connection to the address says the same for Docker.
+   */
+  portAddress(id: string, port: number): Promise<PortAddress | null>;
   /** Releases connections and timers. */
   close(): Promise<void>;
 }

@@ -17,6 +17,7 @@ import {
   type FileOptions,
   type FileStream,
   type FsChange,
+  type PortAddress,
   readFileStream,
   type SandboxLimits,
   type SandboxStats,
@@ -25,6 +26,7 @@ import {
   type WatchRequest,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
+import { type FakePortHandler, FakePorts } from "./_fake_ports.ts";
 import { FakeFs, fakeHome, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
 import { Killed, runCommand } from "./_fake_shell.ts";
 import type { Clock } from "../../shared/clock.ts";
@@ -283,6 +285,7 @@ export class FakeExecutor implements Executor {
   /** Test controls: park, slow down, fail and count calls. */
   readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
   #sandboxes = new Map<string, FakeSandbox>();
+  #ports = new FakePorts();
   #templates: Set<string>;
   #volumes: string[];
   #clock: Clock;
@@ -347,6 +350,7 @@ export class FakeExecutor implements Executor {
     this.#sandboxes.delete(id);
     sandbox.destroyed = true;
     for (const stop of [...sandbox.watches]) stop();
+    await this.#ports.closeSandbox(id);
     for (const p of sandbox.processes.values()) await p.kill("SIGKILL");
     for (const go of sandbox.thaw.splice(0)) go();
   }
@@ -533,9 +537,32 @@ export class FakeExecutor implements Executor {
     return [...this.#sandboxes.keys()];
   }
 
+  /**
+   * Serves `handler` as `port` of sandbox `id` (a test's stand-in for a server started in the
+   * sandbox), on a loopback listener the node's port proxy reaches over TCP; closed with the
+   * sandbox. An unknown sandbox is `gone`.
+   */
+  servePort(id: string, port: number, handler: FakePortHandler): Promise<void> {
+    this.#get(id);
+    return this.#ports.serve(id, port, handler);
+  }
+
+  /** Stops serving `port` of sandbox `id`: nothing listens there any more. */
+  stopPort(id: string, port: number): Promise<void> {
+    return this.#ports.stop(id, port);
+  }
+
+  /** The listener `servePort` started, or `null` when nothing serves that port. */
+  async portAddress(id: string, port: number): Promise<PortAddress | null> {
+    await this.hooks.enter("portAddress");
+    this.#get(id);
+    return this.#ports.address(id, port);
+  }
+
   /** Kills every process and forgets every sandbox. */
   async close(): Promise<void> {
     this.hooks.clear();
+    await this.#ports.closeAll();
     const all = [...this.#sandboxes.values()];
     this.#sandboxes.clear();
     for (const sandbox of all) {

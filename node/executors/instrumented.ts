@@ -33,6 +33,7 @@ const measured: Record<
   resume: true,
   stats: true,
   list: true,
+  portAddress: true,
 };
 const operations = Object.keys(measured) as (keyof typeof measured)[];
 

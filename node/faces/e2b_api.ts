@@ -33,6 +33,7 @@ import {
 import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
+import { portsArePrivate } from "./ports.ts";
 import { parseCreateOptions } from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
@@ -71,6 +72,8 @@ export interface E2bApiOptions {
 
 /** The header of a v2 list counting the running sandboxes its filters match, before paging. */
 const TOTAL_RUNNING_HEADER = "x-total-running";
+/** The header a gateway names its sandbox domain in, for the `domain` of create answers. */
+export const SANDBOX_DOMAIN_HEADER = "x-dormice-sandbox-domain";
 
 /**
  * The E2B state of a Dormice state: only `running` and `paused` exist there.
@@ -137,16 +140,21 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     // No deadline (a native sandbox): E2B has no "never", so answer the far future.
     s.deadlineAt === null ? "9999-12-31T23:59:59.000Z" : new Date(s.deadlineAt).toISOString();
 
-  /** The `Sandbox` answer of create and connect. */
-  const created = (s: SandboxRecord) => {
+  /**
+   * The `Sandbox` answer of create and connect. A gateway with a sandbox domain names it in
+   * `X-Dormice-Sandbox-Domain`, so the SDK builds `<port>-<id>.<domain>` hosts that route there.
+   */
+  const created = (c: Context, s: SandboxRecord) => {
     const accessToken = token(s);
+    const traffic = portsArePrivate(s) ? options.accessTokens?.forTraffic(s.id) : undefined;
     return {
       sandboxID: s.id,
       templateID: s.template,
       clientID: s.nodeId,
       envdVersion,
       ...(accessToken ? { envdAccessToken: accessToken } : {}),
-      domain,
+      ...(traffic ? { trafficAccessToken: traffic } : {}),
+      domain: c.req.header(SANDBOX_DOMAIN_HEADER) || domain,
     };
   };
 
@@ -233,7 +241,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       deadline: { ms: timeoutSeconds * 1000, action: options.onTimeout },
       e2b: options.e2b,
     });
-    return c.json(created(result.sandbox), 201);
+    return c.json(created(c, result.sandbox), 201);
   };
   app.post("/v2/sandboxes", create);
   app.post("/sandboxes", create);
@@ -253,7 +261,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
         current = ops.setDeadline(at(c, id), wanted, onTimeoutOf(sandbox));
       }
     }
-    return c.json(created(current), resumed ? 201 : 200);
+    return c.json(created(c, current), resumed ? 201 : 200);
   };
   app.post("/v2/sandboxes/:id/connect", connect);
   app.post("/sandboxes/:id/connect", connect);
@@ -279,7 +287,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       clock.now() + (body.timeout ?? defaultTimeout) * 1000,
       action,
     );
-    return c.json(created(after), 201);
+    return c.json(created(c, after), 201);
   });
 
   app.post("/sandboxes/:id/timeout", async (c) => {

@@ -45,6 +45,13 @@ export interface DockerEngine {
   createContainer(options: Record<string, unknown>): Promise<EngineContainer>;
   /** Containers matching `filters` (`all: true` includes stopped ones). */
   listContainers(options: Record<string, unknown>): Promise<{ Labels?: Record<string, string> }[]>;
+  /** Creates a network; a 409 when the name is taken. */
+  createNetwork(options: Record<string, unknown>): Promise<unknown>;
+  /** A handle on a network by name; `inspect` is a 404 when it does not exist. */
+  getNetwork(name: string): {
+    inspect(options: Record<string, unknown>): Promise<unknown>;
+    remove(options: Record<string, unknown>): Promise<unknown>;
+  };
   /** The engine's own description (`docker info`): its storage driver among the rest. */
   info(options: { abortSignal: AbortSignal }): Promise<EngineInfo>;
 }
@@ -108,6 +115,8 @@ export interface ContainerInspect {
   State?: { StartedAt?: string };
   /** The cpu (in billionths of a core) and memory (bytes) limits the container runs under. */
   HostConfig?: { NanoCpus?: number; Memory?: number };
+  /** The container's address on each network it is attached to. */
+  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string }> };
   /** Bytes in the writable layer (with `size: true`). */
   SizeRw?: number;
 }
@@ -163,7 +172,7 @@ export interface EngineOptions {
 }
 
 /** Docker's container-name alphabet; anything else in an id becomes '_'. */
-function nameSafe(text: string): string {
+export function nameSafe(text: string): string {
   return text.replace(/[^a-zA-Z0-9_.-]/g, "_");
 }
 

@@ -23,6 +23,7 @@ import {
   type FileEntry,
   type FileOptions,
   type FsChange,
+  type PortAddress,
   type SandboxLimits,
   type SandboxStats,
   unknownVolume,
@@ -35,7 +36,14 @@ import { Files } from "./_files.ts";
 import { Watches } from "./_watch.ts";
 import { resolvePath, Sandboxes } from "./_sandboxes.ts";
 import { type CpuSample, usageOf } from "./_stats.ts";
-import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, type EngineInfo } from "./engine.ts";
+import {
+  DEFAULT_DOCKER_SOCKET,
+  type DockerEngine,
+  Engine,
+  type EngineInfo,
+  nameSafe,
+} from "./engine.ts";
+import { SandboxNetwork } from "./_network.ts";
 import { buildCommandOf, parseTemplates, unknownTemplateError } from "./templates.ts";
 
 /** How to get a missing image; named in every missing-image error. */
@@ -153,6 +161,7 @@ export class DockerExecutor implements Executor {
   readonly kind: string = "docker";
   #engine: Engine;
   #sandboxes: Sandboxes;
+  #network: SandboxNetwork;
   #commands: Commands;
   #files: Files;
   #watches: Watches;
@@ -193,6 +202,7 @@ export class DockerExecutor implements Executor {
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     this.#sandboxes = new Sandboxes(this.#engine);
+    this.#network = new SandboxNetwork(this.#engine, nameSafe(nodeId));
     this.#commands = new Commands({
       engine: this.#engine,
       sandboxes: this.#sandboxes,
@@ -434,6 +444,7 @@ export class DockerExecutor implements Executor {
     const env = { ...spec.env, ...request.env };
     const user: string = imageInfo.Config?.User ?? "";
     const containerName = this.#engine.containerName(id);
+    const networkMode = await this.#network.modeFor(spec.network === true);
     const container = await this.#engine.call(
       `creating the container of sandbox ${id}`,
       (signal) =>
@@ -453,7 +464,9 @@ export class DockerExecutor implements Executor {
           },
           HostConfig: {
             Init: this.#init,
-            NetworkMode: spec.network ? "bridge" : "none",
+            // Without egress the container sits on the node's internal network only: no route
+            // out, and its ports still reachable by the node (see _network.ts).
+            NetworkMode: networkMode,
             // Commands run as the image's user, who holds no capability whatever this says. Root
             // (a command asked to run as root, or `sudo`, which E2B's users may use without a
             // password) gets the part of Docker's default set that lets root act as root on
@@ -506,6 +519,7 @@ export class DockerExecutor implements Executor {
 
   async destroy(id: string): Promise<void> {
     this.#sandboxes.forget(id);
+    this.#network.forget(id);
     this.#cpu.delete(id);
     try {
       // Force removal kills and removes in one call: a sandbox has nothing to flush on stop.
@@ -627,6 +641,14 @@ export class DockerExecutor implements Executor {
     const { stats, cpu } = usageOf(sample, inspect, previous, this.#clock.now());
     this.#cpu.set(id, cpu);
     return stats;
+  }
+
+  /**
+   * The container's address on its network: the internal one, or `bridge` for a sandbox with
+   * egress. Whether anything listens there is for the connection to find out.
+   */
+  portAddress(id: string, port: number): Promise<PortAddress | null> {
+    return this.#network.address(id, port);
   }
 
   async list(): Promise<string[]> {

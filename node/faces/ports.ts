@@ -1,0 +1,205 @@
+/**
+ * The node's door to sandbox ports: `ANY /e2b/ports/<port>/<path>` with `E2b-Sandbox-Id` reaches
+ * `<path>` on that port inside that sandbox (the gateway sends here what it got by Host
+ * `<port>-<id>.<domain>` or by `E2b-Sandbox-Port`). Bodies stream both ways, WebSockets are
+ * relayed, and errors take the shape of E2B's own proxy: `{message, sandboxId, code:502}`.
+ *
+ * Like envd it takes no fleet token: a sandbox's ports are public, as in E2B, unless the sandbox
+ * was created secure (`spec.privatePorts`), and then `e2b-traffic-access-token` must carry its
+ * traffic token.
+ *
+ * @module
+ */
+import type { Executor } from "../executors/contract.ts";
+import { ExecutorError } from "../executors/contract.ts";
+import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
+import type { AccessTokens } from "../../shared/access_tokens.ts";
+import { type Log, silentLog } from "../../shared/log.ts";
+import {
+  endToEndHeaders,
+  isWebSocketUpgrade,
+  RelayOpenError,
+  relayWebSocket,
+} from "../../shared/port_proxy.ts";
+
+/** The header a secure sandbox's ports require (E2B's name). */
+export const TRAFFIC_TOKEN_HEADER = "e2b-traffic-access-token";
+/** The path the node serves sandbox ports under. */
+export const PORTS_PATH = "/e2b/ports";
+
+/** Options of {@linkcode createPortsDoor}. */
+export interface PortsDoorOptions {
+  /** Derives each sandbox's traffic token. */
+  accessTokens: AccessTokens;
+  /** Where unexpected failures are logged. */
+  log?: Log;
+  /**
+   * Bound of the connection to the sandbox's port and of its answer's head: 30 s, long enough
+   * for a server that answers slowly, short enough that a dead one frees its caller.
+   */
+  headTimeoutMs?: number;
+}
+
+/**
+ * Builds the ports door; `createNodeApp` answers `/e2b/ports/*` with it. A paused sandbox is a
+ * 502 saying so (traffic does not resume it here; the gateway's lifecycle may).
+ *
+ * @example
+ * ```ts
+ * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * import { AccessTokens } from "./access_tokens.ts";
+ * import { createPortsDoor } from "./ports.ts";
+ * const executor = new FakeExecutor();
+ * const ops = new SandboxService({
+ *   ledger: Ledger.inMemory({ nodeId: "n1", endpoint: "http://127.0.0.1:3676" }),
+ *   executor,
+ * });
+ * const door = createPortsDoor(ops, executor, { accessTokens: new AccessTokens("s".repeat(32)) });
+ * const res = await door(new Request("http://n/e2b/ports/8000/", { headers: { "e2b-sandbox-id": "x" } }));
+ * console.log(res.status); // 502: no such sandbox
+ * await res.body?.cancel();
+ * await executor.close();
+ * ```
+ */
+export function createPortsDoor(
+  ops: SandboxOps,
+  executor: Executor,
+  options: PortsDoorOptions,
+): (request: Request) => Promise<Response> {
+  const log = options.log ?? silentLog;
+  const headTimeoutMs = options.headTimeoutMs ?? 30_000;
+  return async (request) => {
+    const url = new URL(request.url);
+    const m = /^\/e2b\/ports\/(\d{1,5})(\/.*)?$/.exec(url.pathname);
+    const id = request.headers.get("e2b-sandbox-id") ?? "";
+    if (!m || Number(m[1]) < 1 || Number(m[1]) > 65535) {
+      return answer(400, "The path must be /e2b/ports/<port 1-65535>/<path>", id);
+    }
+    const port = Number(m[1]);
+    if (id === "") {
+      return answer(400, "The E2b-Sandbox-Id header is missing: name the sandbox", id);
+    }
+    const sandbox = ops.get({ id });
+    if (sandbox === undefined) return answer(502, "The sandbox was not found", id);
+    if (portsArePrivate(sandbox)) {
+      const given = request.headers.get(TRAFFIC_TOKEN_HEADER);
+      if (!options.accessTokens.verifyTraffic(id, given)) {
+        return answer(
+          403,
+          given
+            ? `The ${TRAFFIC_TOKEN_HEADER} header does not match sandbox '${id}': send the ` +
+              "trafficAccessToken of its create answer"
+            : `Sandbox '${id}' is secure: its ports require the ${TRAFFIC_TOKEN_HEADER} header ` +
+              "with the trafficAccessToken of its create answer",
+          id,
+        );
+      }
+    }
+    if (sandbox.state !== "active") {
+      return answer(
+        502,
+        `The sandbox is ${sandbox.state === "frozen" ? "paused" : sandbox.state}: resume it ` +
+          "(Sandbox.connect) before reaching its ports",
+        id,
+        { port },
+      );
+    }
+    let address;
+    try {
+      address = await executor.portAddress(id, port);
+    } catch (error) {
+      if (error instanceof ExecutorError && error.code === "gone") {
+        return answer(502, "The sandbox was not found", id);
+      }
+      log("warn", "a sandbox port address lookup failed", {
+        sandboxId: id,
+        port,
+        error: String(error),
+      });
+      return answer(502, `The sandbox's address could not be read: ${String(error)}`, id, { port });
+    }
+    if (address === null) return closedPort(id, port);
+    const rest = (m[2] ?? "/") + url.search;
+    const headers = endToEndHeaders(request.headers, {}, [
+      "e2b-sandbox-id",
+      "e2b-sandbox-port",
+      TRAFFIC_TOKEN_HEADER,
+    ]);
+    const target = `${address.hostname}:${address.port}${rest}`;
+    if (isWebSocketUpgrade(request)) {
+      try {
+        return await relayWebSocket(request, `ws://${target}`, { headers });
+      } catch (error) {
+        if (error instanceof RelayOpenError) return closedPort(id, port, error.message);
+        throw error;
+      }
+    }
+    const hasBody = request.method !== "GET" && request.method !== "HEAD";
+    const connect = AbortSignal.timeout(headTimeoutMs);
+    const controller = new AbortController();
+    const onTimeout = () => controller.abort(connect.reason);
+    connect.addEventListener("abort", onTimeout, { once: true });
+    request.signal.addEventListener("abort", () => controller.abort(), { once: true });
+    let upstream: Response;
+    try {
+      upstream = await fetch(`http://${target}`, {
+        method: request.method,
+        headers,
+        body: hasBody ? request.body : null,
+        redirect: "manual",
+        signal: controller.signal,
+        ...(hasBody && request.body ? { duplex: "half" } : {}),
+      } as RequestInit);
+    } catch (error) {
+      if (request.signal.aborted) return new Response(null, { status: 499 });
+      if (connect.aborted) {
+        return answer(504, `Port ${port} did not answer within ${headTimeoutMs} ms`, id, { port });
+      }
+      return closedPort(id, port, String((error as Error)?.message ?? error));
+    } finally {
+      // Only the head is bounded: a long answer (an event stream) may flow for as long as it likes.
+      connect.removeEventListener("abort", onTimeout);
+    }
+    return new Response(upstream.body, {
+      status: upstream.status,
+      statusText: upstream.statusText,
+      headers: endToEndHeaders(upstream.headers),
+    });
+  };
+}
+
+/**
+ * Whether a sandbox's ports require its traffic token: the native `spec.privatePorts`, or an
+ * E2B create with `secure: true` or `network.allowPublicTraffic: false`.
+ *
+ * @example
+ * ```ts ignore
+ * if (portsArePrivate(sandbox)) requireTrafficToken(request);
+ * ```
+ */
+export function portsArePrivate(
+  s: Pick<SandboxRecord, "spec"> & { e2b?: { secure?: boolean; allowPublicTraffic?: boolean } },
+): boolean {
+  return s.spec.privatePorts === true || s.e2b?.secure === true ||
+    s.e2b?.allowPublicTraffic === false;
+}
+
+function closedPort(id: string, port: number, cause?: string): Response {
+  return answer(
+    502,
+    `The sandbox is running but nothing listens on port ${port}: start a server on ` +
+      `0.0.0.0:${port} inside the sandbox`,
+    id,
+    { port, ...(cause ? { cause: cause.slice(0, 200) } : {}) },
+  );
+}
+
+/** E2B's proxy error shape: `{message, sandboxId, code}` with the status as `code`. */
+function answer(
+  status: number,
+  message: string,
+  sandboxId: string,
+  extra: Record<string, unknown> = {},
+): Response {
+  return Response.json({ message, sandboxId, ...extra, code: status }, { status });
+}

@@ -1,0 +1,287 @@
+// Sandbox ports and the sandbox domain, in one process on real sockets: a gateway with a domain
+// and one node on the fake executor, whose in-process port handlers stand in for servers started
+// in the sandbox. Host routing is driven through gateway.fetch with the Host in the URL (Deno's
+// fetch cannot send another Host); WebSockets go over the gateway's socket by header.
+import assert from "node:assert/strict";
+import { createGateway, type Gateway } from "../gateway/app.ts";
+import { mountE2b } from "../gateway/e2b.ts";
+import { createNodeApp, type NodeApp } from "../node/app.ts";
+import { FakeExecutor } from "../node/executors/fake.ts";
+import { Ledger } from "../node/ledger.ts";
+import { checkIn } from "../gateway/_fixtures_test.ts";
+
+const token = "t".repeat(40);
+const domain = "sbx.test";
+
+interface Fleet {
+  gateway: Gateway;
+  gatewayUrl: string;
+  node: NodeApp;
+  executor: FakeExecutor;
+  close(): Promise<void>;
+}
+
+async function fleet(): Promise<Fleet> {
+  const executor = new FakeExecutor();
+  const nodeServer = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    (r) => node.fetch(r),
+  );
+  const endpoint = `http://127.0.0.1:${nodeServer.addr.port}`;
+  const node = createNodeApp({
+    config: {
+      apiToken: token,
+      dataDir: "/nonexistent",
+      nodeId: "node-1",
+      nodeEndpoint: endpoint,
+      gatewayEndpoint: null,
+      checkInIntervalSeconds: 15,
+      scanIntervalSeconds: 60,
+    },
+    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
+    executor,
+    sampler: {
+      cpuCount: () => 2,
+      cpuTimes: () => null,
+      memory: () => ({
+        memoryTotalBytes: 4e9,
+        memoryAvailableBytes: 2e9,
+        swapTotalBytes: 0,
+        swapFreeBytes: 0,
+      }),
+      dataDisk: () => null,
+    },
+  });
+  const gateway = createGateway({ token, sandboxDomain: domain, mount: mountE2b });
+  const gatewayServer = Deno.serve(
+    { hostname: "127.0.0.1", port: 0, onListen: () => {} },
+    (r) => gateway.fetch(r),
+  );
+  const gatewayUrl = `http://127.0.0.1:${gatewayServer.addr.port}`;
+  const res = await gateway.fetch(
+    new Request(`${gatewayUrl}/checkIn`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify(checkIn("node-1", endpoint)),
+    }),
+  );
+  assert.equal(res.status, 200, await res.text());
+  return {
+    gateway,
+    gatewayUrl,
+    node,
+    executor,
+    close: async () => {
+      await executor.close();
+      await gatewayServer.shutdown();
+      await nodeServer.shutdown();
+      gateway.close();
+      await node.close();
+    },
+  };
+}
+
+async function create(f: Fleet, body: Record<string, unknown> = {}) {
+  const res = await f.gateway.fetch(
+    new Request(`http://api.${domain}/v2/sandboxes`, {
+      method: "POST",
+      headers: { "x-api-key": token, "content-type": "application/json" },
+      body: JSON.stringify({ templateID: "base", ...body }),
+    }),
+  );
+  assert.equal(res.status, 201);
+  return await res.json() as {
+    sandboxID: string;
+    domain: string;
+    trafficAccessToken?: string;
+    envdAccessToken?: string;
+  };
+}
+
+Deno.test("api.<domain> serves the control plane at root paths and create answers the domain", async () => {
+  const f = await fleet();
+  try {
+    const sbx = await create(f);
+    assert.equal(sbx.domain, domain);
+    assert.equal(sbx.trafficAccessToken, undefined);
+    const list = await f.gateway.fetch(
+      new Request(`http://api.${domain}/v2/sandboxes`, { headers: { "x-api-key": token } }),
+    );
+    assert.deepEqual((await list.json() as { sandboxID: string }[]).map((s) => s.sandboxID), [
+      sbx.sandboxID,
+    ]);
+    const health = await f.gateway.fetch(new Request(`http://api.${domain}/healthz`));
+    assert.equal(health.status, 200);
+    await health.body?.cancel();
+    const envd = await f.gateway.fetch(
+      new Request(`http://49983-${sbx.sandboxID}.${domain}/health`),
+    );
+    assert.equal(envd.status, 204);
+    await envd.body?.cancel();
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("<port>-<id>.<domain> reaches the port: method, path, query, headers and body pass", async () => {
+  const f = await fleet();
+  try {
+    const { sandboxID: id } = await create(f);
+    await f.executor.servePort(id, 8000, async (r) => {
+      const url = new URL(r.url);
+      return Response.json({
+        method: r.method,
+        path: url.pathname + url.search,
+        body: await r.text(),
+        auth: r.headers.get("authorization"),
+        forwardedHost: r.headers.get("x-forwarded-host"),
+      }, { headers: { "x-app": "yes" } });
+    });
+    const res = await f.gateway.fetch(
+      new Request(`http://8000-${id}.${domain}/a/b?x=1`, {
+        method: "PUT",
+        headers: { authorization: "Bearer app-own" },
+        body: "hello",
+      }),
+    );
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("x-app"), "yes");
+    assert.deepEqual(await res.json(), {
+      method: "PUT",
+      path: "/a/b?x=1",
+      body: "hello",
+      auth: "Bearer app-own",
+      forwardedHost: `8000-${id}.${domain}`,
+    });
+    // The same port by header on the envd route, on any host.
+    const byHeader = await fetch(`${f.gatewayUrl}/e2b/envd/c?y=2`, {
+      headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "8000" },
+    });
+    assert.equal(((await byHeader.json()) as { path: string }).path, "/c?y=2");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing listening", async () => {
+  const f = await fleet();
+  try {
+    const unknown = await f.gateway.fetch(new Request(`http://8000-sbx_nope.${domain}/`));
+    assert.equal(unknown.status, 502);
+    assert.deepEqual(await unknown.json(), {
+      message: "The sandbox was not found",
+      sandboxId: "sbx_nope",
+      code: 502,
+    });
+    const { sandboxID: id } = await create(f);
+    const closed = await f.gateway.fetch(new Request(`http://8001-${id}.${domain}/`));
+    assert.equal(closed.status, 502);
+    const body = await closed.json() as { message: string; sandboxId: string; code: number };
+    assert.match(body.message, /port 8001/);
+    assert.equal(body.sandboxId, id);
+    assert.equal(body.code, 502);
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("an event stream's first event arrives before the last is written, through both hops", async () => {
+  const f = await fleet();
+  try {
+    const { sandboxID: id } = await create(f);
+    let release!: () => void;
+    const released = new Promise<void>((r) => release = r);
+    await f.executor.servePort(id, 8000, () =>
+      new Response(
+        new ReadableStream({
+          async start(c) {
+            c.enqueue(new TextEncoder().encode("data: first\n\n"));
+            await released;
+            c.enqueue(new TextEncoder().encode("data: last\n\n"));
+            c.close();
+          },
+        }),
+        { headers: { "content-type": "text/event-stream" } },
+      ));
+    const res = await fetch(`${f.gatewayUrl}/e2b/envd/events`, {
+      headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "8000" },
+    });
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader();
+    const first = await Promise.race([
+      reader.read(),
+      new Promise((_, no) => setTimeout(() => no(new Error("no first event in 5 s")), 5000)),
+    ]) as ReadableStreamReadResult<string>;
+    assert.equal(first.value, "data: first\n\n");
+    release();
+    let rest = "";
+    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += r.value;
+    assert.equal(rest, "data: last\n\n");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a WebSocket echoes through both hops, subprotocol included", async () => {
+  const f = await fleet();
+  try {
+    const { sandboxID: id } = await create(f);
+    await f.executor.servePort(id, 8765, (r) => {
+      const { socket, response } = Deno.upgradeWebSocket(r, { protocol: "echo" });
+      socket.onmessage = (e) => socket.send(typeof e.data === "string" ? `echo ${e.data}` : e.data);
+      return response;
+    });
+    const ws = new WebSocket(`${f.gatewayUrl.replace("http", "ws")}/e2b/envd/ws`, {
+      headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "8765" },
+      protocols: ["echo"],
+    } as unknown as string[]);
+    ws.binaryType = "arraybuffer";
+    const got: unknown[] = [];
+    await new Promise<void>((resolve, reject) => {
+      ws.onopen = () => {
+        ws.send("hi");
+        ws.send(new Uint8Array([1, 2, 3]));
+      };
+      ws.onmessage = (e) => {
+        got.push(typeof e.data === "string" ? e.data : [...new Uint8Array(e.data)]);
+        if (got.length === 2) resolve();
+      };
+      ws.onerror = () => reject(new Error("WebSocket failed"));
+      setTimeout(() => reject(new Error("no echo in 5 s")), 5000);
+    });
+    assert.equal(ws.protocol, "echo");
+    assert.deepEqual(got, ["echo hi", [1, 2, 3]]);
+    const closed = new Promise((r) => ws.onclose = r);
+    ws.close();
+    await closed;
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("a secure sandbox's ports require its traffic access token", async () => {
+  const f = await fleet();
+  try {
+    const sbx = await create(f, { secure: true });
+    assert.equal(typeof sbx.trafficAccessToken, "string");
+    const open = await create(f, { network: { allowPublicTraffic: true } });
+    assert.equal(open.trafficAccessToken, undefined);
+    const closed = await create(f, { network: { allowPublicTraffic: false } });
+    assert.equal(typeof closed.trafficAccessToken, "string");
+    await f.executor.servePort(sbx.sandboxID, 8000, () => new Response("inside"));
+    const url = `http://8000-${sbx.sandboxID}.${domain}/`;
+    const without = await f.gateway.fetch(new Request(url));
+    assert.equal(without.status, 403);
+    assert.match((await without.json() as { message: string }).message, /e2b-traffic-access-token/);
+    const wrong = await f.gateway.fetch(
+      new Request(url, { headers: { "e2b-traffic-access-token": closed.trafficAccessToken! } }),
+    );
+    assert.equal(wrong.status, 403);
+    await wrong.body?.cancel();
+    const right = await f.gateway.fetch(
+      new Request(url, { headers: { "e2b-traffic-access-token": sbx.trafficAccessToken! } }),
+    );
+    assert.equal(await right.text(), "inside");
+  } finally {
+    await f.close();
+  }
+});
