@@ -43,6 +43,10 @@ export interface GatewayConfig {
   etcdPrefix: string;
   /** The gateway's lease TTL (`DORMICE_GATEWAY_ETCD_LEASE_SECONDS`): a dead holder's bound. */
   etcdLeaseSeconds: number;
+  /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), lower case, maybe with `:port`; `null` for none. */
+  sandboxDomain: string | null;
+  /** PEM certificate and key files (`DORMICE_GATEWAY_TLS_CERT`, `_KEY`); `null` serves plain HTTP. */
+  tls: { certFile: string; keyFile: string } | null;
 }
 
 /** Every variable the gateway reads, so `--allow-env` can name exactly these. */
@@ -63,6 +67,9 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_ETCD",
   "DORMICE_GATEWAY_ETCD_PREFIX",
   "DORMICE_GATEWAY_ETCD_LEASE_SECONDS",
+  "DORMICE_SANDBOX_DOMAIN",
+  "DORMICE_GATEWAY_TLS_CERT",
+  "DORMICE_GATEWAY_TLS_KEY",
 ];
 
 /** The defaults, with the reason for each number. */
@@ -89,6 +96,8 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   logLevel: "info",
   webhookUrl: null,
   webhookSecret: null,
+  sandboxDomain: null,
+  tls: null,
   etcdEndpoints: null,
   etcdPrefix: "/dormice/",
   // A gateway that dies mid-create holds its names this long; renewed every third of it, so two
@@ -128,6 +137,40 @@ function etcd(
     endpoints.push(url.origin);
   }
   return { etcdEndpoints: endpoints, etcdPrefix: prefix };
+}
+
+function sandboxDomain(raw: string | undefined, errors: string[]): string | null {
+  if (raw === undefined || raw === "") return null;
+  const value = raw.toLowerCase();
+  // A port is allowed for a fleet not on 443: the SDK then builds https://<port>-<id>.<domain>.
+  const m = /^((?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z][a-z0-9-]{0,62})(?::(\d{1,5}))?$/
+    .exec(value);
+  if (!m || (m[2] !== undefined && (Number(m[2]) < 1 || Number(m[2]) > 65535))) {
+    errors.push(
+      `DORMICE_SANDBOX_DOMAIN='${raw}' is not a domain name: write one such as sbx.example.com ` +
+        "(the gateway then answers api.<domain> and <port>-<id>.<domain>; a :port may follow)",
+    );
+    return null;
+  }
+  return value;
+}
+
+function tls(
+  env: Record<string, string | undefined>,
+  errors: string[],
+): { certFile: string; keyFile: string } | null {
+  const certFile = env.DORMICE_GATEWAY_TLS_CERT || null;
+  const keyFile = env.DORMICE_GATEWAY_TLS_KEY || null;
+  if (certFile === null && keyFile === null) return null;
+  if (certFile === null || keyFile === null) {
+    errors.push(
+      `${certFile === null ? "DORMICE_GATEWAY_TLS_KEY" : "DORMICE_GATEWAY_TLS_CERT"} is set but ` +
+        `${certFile === null ? "DORMICE_GATEWAY_TLS_CERT" : "DORMICE_GATEWAY_TLS_KEY"} is not: ` +
+        "set both (PEM files: the certificate chain for *.<domain> and its private key), or neither for plain HTTP",
+    );
+    return null;
+  }
+  return { certFile, keyFile };
 }
 
 /** A webhook secret shorter than this is refused: it would be guessed. */
@@ -290,6 +333,8 @@ export function loadGatewayConfig(
       "a whole number of seconds from 2 to 300",
       errors,
     ),
+    sandboxDomain: sandboxDomain(env.DORMICE_SANDBOX_DOMAIN, errors),
+    tls: tls(env, errors),
   };
   return errors.length ? { ok: false, errors } : { ok: true, config };
 }

@@ -104,3 +104,31 @@ Deno.test("loadGatewayConfig() reads shared mode's etcd members, prefix and leas
   assert.ok(!bad.ok);
   assert.equal(bad.errors.length, 3, bad.errors.join("\n"));
 });
+
+Deno.test("loadGatewayConfig() reads the sandbox domain and refuses a bad one naming the variable", () => {
+  const base = { DORMICE_API_TOKEN: "x".repeat(32) };
+  const ok = loadGatewayConfig({ ...base, DORMICE_SANDBOX_DOMAIN: "Sbx.Example.com:8443" });
+  assert.ok(ok.ok);
+  assert.equal(ok.config.sandboxDomain, "sbx.example.com:8443");
+  const bad = loadGatewayConfig({ ...base, DORMICE_SANDBOX_DOMAIN: "http://sbx.example.com" });
+  assert.ok(!bad.ok);
+  assert.match(bad.errors.join("\n"), /DORMICE_SANDBOX_DOMAIN='http:\/\/sbx.example.com'/);
+});
+
+Deno.test("loadGatewayConfig() wants both TLS files or neither", () => {
+  const base = { DORMICE_API_TOKEN: "x".repeat(32) };
+  assert.equal((loadGatewayConfig(base) as { config: { tls: unknown } }).config.tls, null);
+  const both = loadGatewayConfig({
+    ...base,
+    DORMICE_GATEWAY_TLS_CERT: "/etc/dormice/cert.pem",
+    DORMICE_GATEWAY_TLS_KEY: "/etc/dormice/key.pem",
+  });
+  assert.ok(both.ok);
+  assert.deepEqual(both.config.tls, {
+    certFile: "/etc/dormice/cert.pem",
+    keyFile: "/etc/dormice/key.pem",
+  });
+  const half = loadGatewayConfig({ ...base, DORMICE_GATEWAY_TLS_CERT: "/etc/dormice/cert.pem" });
+  assert.ok(!half.ok);
+  assert.match(half.errors[0], /DORMICE_GATEWAY_TLS_KEY is not/);
+});

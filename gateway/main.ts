@@ -48,6 +48,24 @@ try {
   ]);
 }
 
+let tls: { cert: string; key: string } | undefined;
+if (config.tls !== null) {
+  const read = (file: string, variable: string) => {
+    try {
+      return Deno.readTextFileSync(file);
+    } catch (error) {
+      refuse([
+        `Cannot read ${variable}='${file}' (${(error as Error).message}): point it at a readable ` +
+        "PEM file (and allow reading it: --allow-read)",
+      ]);
+    }
+  };
+  tls = {
+    cert: read(config.tls.certFile, "DORMICE_GATEWAY_TLS_CERT"),
+    key: read(config.tls.keyFile, "DORMICE_GATEWAY_TLS_KEY"),
+  };
+}
+
 const gateway = createGateway({
   token: config.apiToken,
   database,
@@ -60,6 +78,7 @@ const gateway = createGateway({
   maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,
   mount: (app, parts) => mountE2b(app, parts),
+  sandboxDomain: config.sandboxDomain ?? undefined,
   webhook: config.webhookUrl === null
     ? undefined
     : { url: config.webhookUrl, secret: config.webhookSecret! },
@@ -77,10 +96,14 @@ const server = serveGuarded({
   port: config.port,
   log,
   handler: gateway.fetch,
+  tls,
   onListen: ({ hostname, port }) =>
     log("info", "gateway listening", {
       address: `${hostname}:${port}`,
-      url: `http://${hostname.includes(":") ? `[${hostname}]` : hostname}:${port}`,
+      url: `${tls ? "https" : "http"}://${
+        hostname.includes(":") ? `[${hostname}]` : hostname
+      }:${port}`,
+      sandboxDomain: config.sandboxDomain ?? "none",
       db: config.dbPath,
       nodes: gateway.fleet.size,
       webhook: config.webhookUrl === null ? "none" : new URL(config.webhookUrl).origin,

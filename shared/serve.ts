@@ -51,6 +51,12 @@ export interface GuardedServeOptions {
    * admit a new one; when every one is busy the new one is closed at once.
    */
   maxConnections?: number;
+  /**
+   * PEM certificate chain and private key (the text, not paths): the server then speaks HTTPS
+   * (HTTP/1.1 over TLS, the same guard on every connection, a handshake counted against the
+   * head timeout). Plain HTTP when absent.
+   */
+  tls?: { cert: string; key: string };
   /** Called once the listener is bound. */
   onListen?: (addr: Deno.NetAddr) => void;
   /**
@@ -166,6 +172,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     const server = Deno.serve({
       hostname: options.hostname,
       port: options.port,
+      ...(options.tls ?? {}),
       onListen: (addr) => options.onListen?.(addr),
       onError,
     }, options.handler);
@@ -183,8 +190,17 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
   const maxConnections = options.maxConnections ?? 8_192;
   const changes = new ChangeLog(log);
-  const listener = Deno.listen({ hostname: options.hostname, port: options.port });
-  const addr = listener.addr;
+  const listener: Deno.Listener<Deno.TcpConn | Deno.TlsConn> = options.tls
+    ? Deno.listenTls({
+      hostname: options.hostname,
+      port: options.port,
+      cert: options.tls.cert,
+      key: options.tls.key,
+      // HTTP/1.1 only: the per-connection server speaks it, and WebSocket upgrades need it.
+      alpnProtocols: ["http/1.1"],
+    })
+    : Deno.listen({ hostname: options.hostname, port: options.port });
+  const addr = listener.addr as Deno.NetAddr;
   const open = new Set<Watched>();
   let stopping = false;
 
@@ -223,7 +239,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     return n;
   };
 
-  const watch = (conn: Deno.TcpConn) => {
+  const watch = (conn: Deno.TcpConn | Deno.TlsConn) => {
     const c: Watched = {
       stop: new AbortController(),
       inFlight: 0,
@@ -256,7 +272,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const accepting = (async () => {
     let backoffMs = 10;
     while (!stopping) {
-      let conn: Deno.TcpConn;
+      let conn: Deno.TcpConn | Deno.TlsConn;
       try {
         conn = await listener.accept();
       } catch (error) {

@@ -1,3 +1,4 @@
+import { makeCertificates } from "./_tls_fixtures_test.ts";
 import assert from "node:assert/strict";
 import { FakeClock } from "./clock.ts";
 import { type GuardedServeOptions, serveGuarded } from "./serve.ts";
@@ -248,4 +249,27 @@ Deno.test("serveGuarded() drops a body cut with StreamCut and logs it as info, n
   assert.deepEqual(lines.filter((l) => l.level !== "info"), []);
   assert.ok(lines.some((l) => l.msg === "a streamed answer was cut off"), JSON.stringify(lines));
   await server.shutdown();
+});
+
+Deno.test("serveGuarded() with tls serves HTTPS a client trusting the CA accepts", async () => {
+  const certs = await makeCertificates(["localhost"]);
+  const server = serveGuarded({
+    hostname: "127.0.0.1",
+    port: 0,
+    tls: { cert: certs.cert, key: certs.key },
+    handler: (r) => new Response(`secure ${new URL(r.url).protocol}`),
+  });
+  const client = Deno.createHttpClient({ caCerts: [certs.ca] });
+  try {
+    const res = await fetch(`https://localhost:${server.addr.port}/`, { client });
+    assert.equal(await res.text(), "secure https:");
+    // Plain HTTP on the TLS port is not served.
+    await assert.rejects(() => fetch(`http://127.0.0.1:${server.addr.port}/`));
+    // Nor is a client that does not trust the CA.
+    await assert.rejects(() => fetch(`https://localhost:${server.addr.port}/`));
+  } finally {
+    client.close();
+    await server.shutdown();
+    await Deno.remove(certs.dir, { recursive: true });
+  }
 });
