@@ -66,6 +66,20 @@ export class SandboxNetwork {
     return { hostname: ip, port };
   }
 
+  /**
+   * Removes the internal network when no container is left on it (the engine refuses while one
+   * is, which is then no error). Docker has address pools for about thirty such networks, so a
+   * node that leaves for good must not keep one.
+   */
+  async release(): Promise<void> {
+    // Also when this executor never made it: a cleanup after a node that died removes it too.
+    this.#ready = undefined;
+    await this.#engine.call(
+      `removing network ${this.name}`,
+      (signal) => this.#engine.client.getNetwork(this.name).remove({ abortSignal: signal }),
+    ).catch(() => {});
+  }
+
   /** Drops a destroyed sandbox's address. */
   forget(id: string): void {
     this.#addresses.delete(id);

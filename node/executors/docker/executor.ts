@@ -669,6 +669,6 @@ export class DockerExecutor implements Executor {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     this.#commands.close();
-    return Promise.resolve();
+    return this.#network.release();
   }
 }
