@@ -314,24 +314,29 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     await Promise.all([waking.kill(), staying.kill()]);
   });
 
-  await t.step("allowInternetAccess picks the container's network: none unless asked", async () => {
-    // Only the container's configuration is checked: this test never reaches an outside address.
-    const networkMode = async (sandboxId: string) => {
-      const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
-      const [c] = await docker.listContainers({
-        filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandboxId}`] },
-      });
-      return (await docker.getContainer(c.Id).inspect()).HostConfig.NetworkMode;
-    };
-    const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
-    const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
-    assert.equal(await networkMode(open.sandboxId), "bridge");
-    assert.equal(await networkMode(closed.sandboxId), "none");
-    assert.equal(await networkMode(sandbox.sandboxId), "none", "the default is no egress");
-    assert.equal((await open.getInfo()).allowInternetAccess, true);
-    assert.equal((await closed.getInfo()).allowInternetAccess, false);
-    await Promise.all([open.kill(), closed.kill()]);
-  });
+  await t.step(
+    "allowInternetAccess picks the container's network: internal unless asked",
+    async () => {
+      // Only the container's configuration is checked: this test never reaches an outside address.
+      const networkMode = async (sandboxId: string) => {
+        const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+        const [c] = await docker.listContainers({
+          filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandboxId}`] },
+        });
+        return (await docker.getContainer(c.Id).inspect()).HostConfig.NetworkMode;
+      };
+      const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
+      const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
+      assert.equal(await networkMode(open.sandboxId), "bridge");
+      // Without egress: the node's --internal network, which forwards nothing out.
+      const internal = `dormice-${nodeId}-internal`;
+      assert.equal(await networkMode(closed.sandboxId), internal);
+      assert.equal(await networkMode(sandbox.sandboxId), internal, "the default is no egress");
+      assert.equal((await open.getInfo()).allowInternetAccess, true);
+      assert.equal((await closed.getInfo()).allowInternetAccess, false);
+      await Promise.all([open.kill(), closed.kill()]);
+    },
+  );
 
   await t.step(
     "an unknown template is the gateway's 400 naming the fleet's templates",

@@ -113,8 +113,11 @@ Deno.test("api.<domain> serves the control plane at root paths and create answer
     const health = await f.gateway.fetch(new Request(`http://api.${domain}/healthz`));
     assert.equal(health.status, 200);
     await health.body?.cancel();
+    // envd by host, with the access token the SDK sends (the gateway checks it).
     const envd = await f.gateway.fetch(
-      new Request(`http://49983-${sbx.sandboxID}.${domain}/health`),
+      new Request(`http://49983-${sbx.sandboxID}.${domain}/health`, {
+        headers: { "x-access-token": sbx.envdAccessToken! },
+      }),
     );
     assert.equal(envd.status, 204);
     await envd.body?.cancel();

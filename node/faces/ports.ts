@@ -47,7 +47,7 @@ export interface PortsDoorOptions {
  * @example
  * ```ts
  * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
- * import { AccessTokens } from "./access_tokens.ts";
+ * import { AccessTokens } from "../../shared/access_tokens.ts";
  * import { createPortsDoor } from "./ports.ts";
  * const executor = new FakeExecutor();
  * const ops = new SandboxService({

@@ -72,7 +72,9 @@ export class SandboxNetwork {
    * node that leaves for good must not keep one.
    */
   async release(): Promise<void> {
-    // Also when this executor never made it: a cleanup after a node that died removes it too.
+    // Only an executor that used it: another one with the same node id (a cleanup helper beside
+    // a live node) must not pull the network from under the node's next create.
+    if (this.#ready === undefined) return;
     this.#ready = undefined;
     await this.#engine.call(
       `removing network ${this.name}`,

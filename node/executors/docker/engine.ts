@@ -247,7 +247,9 @@ export class Engine {
         controller.abort();
       }, timeoutMs);
     });
-    const work = fn(controller.signal);
+    // A call that throws at once (an engine client lacking the method) must still lose the race
+    // cleanly, never leave the deadline's rejection unhandled.
+    const work = Promise.resolve().then(() => fn(controller.signal));
     work.catch(() => {}); // a call that loses the race must not become an unhandled rejection
     try {
       return await Promise.race([work, deadline]);

@@ -262,6 +262,8 @@ function recordingEngine(refuseStorageOpt: string | null) {
       return Promise.resolve({ start: ok });
     },
     listContainers: () => Promise.resolve([]),
+    getNetwork: () => ({ inspect: ok, remove: ok }),
+    createNetwork: ok,
   } as unknown as DockerEngine;
   return { engine, creates, removed };
 }
