@@ -18,6 +18,7 @@ import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { splitTeamScopedName, teamScopedName } from "../shared/teams.ts";
+import { digestProbe, idDigestKey } from "../shared/lookup_digest.ts";
 
 export type { FoundSandbox } from "./lookup_client.ts";
 
@@ -121,7 +122,23 @@ export interface FinderOptions {
    * own, the one its door checks.
    */
   hopMarker?: string;
+  /**
+   * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
+   * `"off"` (the default) asks every node; `"sole-writer"` skips them, which is sound only
+   * while this gateway is the one way sandboxes are created on its nodes: no other gateway
+   * (shared mode), no client calling a node directly. docs/lookup-digest.md has the argument
+   * and the cases where every node is asked anyway.
+   */
+  lookupDigests?: "off" | "sole-writer";
 }
+
+/** Why a round asked a node rather than trusting its digest (tests and the bench read it). */
+export type AskReason =
+  | "may-hold"
+  | "no-digest"
+  | "down"
+  | "first-check-in"
+  | "own-create";
 
 /** Options for one call. */
 export interface FindOptions {
@@ -194,6 +211,14 @@ export class Finder {
   #roundsByName = new Map<string, Round>();
   #roundsById = new Map<string, Round>();
   #metrics?: FinderMetrics;
+  #digests: "off" | "sole-writer";
+  /**
+   * node id → this gateway's creates there that the node's digest may not show yet. An entry
+   * goes once its node's digest is sure to include them (two check-ins after the last one
+   * ended) or the node leaves (`forgetNode`), so it never outgrows the fleet.
+   */
+  #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
+  #lastAsked = 0;
 
   /**
    * Builds a finder over `fleet`.
@@ -227,6 +252,77 @@ export class Finder {
     this.#byName = new LruCache({ max: cacheSize });
     this.#byId = new LruCache({ max: cacheSize });
     this.#metrics = options.metrics;
+    this.#digests = options.lookupDigests ?? "off";
+  }
+
+  /** Nodes asked by the last lookup round that started (the bench and tests read it). */
+  get lastRoundAsked(): number {
+    return this.#lastAsked;
+  }
+
+  /**
+   * Tells the Finder a create is being sent to `nodeId`, so lookups keep asking that node until
+   * its digest must show the create; call the returned function once the create ended, with
+   * whether the node answered. A create the node never answered may still land there at any
+   * time, so the node is asked on every miss for the rest of this process.
+   *
+   * @example
+   * ```ts ignore
+   * const ended = finder.placing(node.id);
+   * try { answer = await send(node); ended(true); } catch (e) { ended(false); throw e; }
+   * ```
+   */
+  placing(nodeId: string): (answered: boolean) => void {
+    let entry = this.#ownCreates.get(nodeId);
+    if (entry === undefined) this.#ownCreates.set(nodeId, entry = { inFlight: 0, cleanAt: 0 });
+    entry.inFlight++;
+    const own = entry;
+    let ended = false;
+    return (answered) => {
+      if (ended) return;
+      ended = true;
+      own.inFlight--;
+      const node = this.#fleet.get(nodeId);
+      // The next check-in may have been built before the create committed; the one after was
+      // built after that check-in's answer, so after the create's answer (docs/lookup-digest.md).
+      const at = answered && node !== undefined ? (node.checkInsSinceStart ?? 0) + 2 : Infinity;
+      own.cleanAt = Math.max(own.cleanAt, at);
+    };
+  }
+
+  /**
+   * Why a miss for `key` must ask `node`, or `undefined` when its digest proves it cannot hold
+   * the key (only in `"sole-writer"` mode). Exported for the Finder's table tests.
+   *
+   * @example
+   * ```ts ignore
+   * finder.mustAsk(node, "name", "agent-1"); // "may-hold" | … | undefined
+   * ```
+   */
+  mustAsk(node: FleetNode, by: FindBy, key: string): AskReason | undefined {
+    return this.#mustAsk(node, digestProbe(by === "name" ? `n:${key}` : idDigestKey(key)));
+  }
+
+  #mustAsk(
+    node: FleetNode,
+    probe: ReturnType<typeof digestProbe>,
+    now = this.#fleet.now(),
+  ): AskReason | undefined {
+    const digest = node.digest ?? null;
+    if (digest === null) return "no-digest";
+    if (digest.mayHoldProbe(probe)) return "may-hold";
+    // A down node's last digest is old: whatever it did since is unknown, so it is asked, and
+    // silence from it is unsure as before.
+    if (this.#fleet.isDown(node, now)) return "down";
+    // The first check-in to this process may predate a create the previous process sent.
+    const checkIns = node.checkInsSinceStart ?? 0;
+    if (checkIns < 2) return "first-check-in";
+    const own = this.#ownCreates.get(node.id);
+    if (own !== undefined) {
+      if (own.inFlight > 0 || checkIns < own.cleanAt) return "own-create";
+      this.#ownCreates.delete(node.id);
+    }
+    return undefined;
   }
 
   /** How many entries each cache index holds. */
@@ -254,6 +350,7 @@ export class Finder {
     this.#byName.deleteWhere(ofNode);
     this.#byId.deleteWhere(ofNode);
     this.#client.forget(nodeId);
+    this.#ownCreates.delete(nodeId);
   }
 
   /**
@@ -474,10 +571,11 @@ export class Finder {
     key: string,
     controller: AbortController,
     nodes: FleetNode[],
+    fleetSize: number,
   ): Promise<FindResult> {
     const started = this.#clock.now();
     // Failure records of nodes that left without forgetNode (an embedder's own directory).
-    if (this.#client.failingNodes > nodes.length) {
+    if (this.#client.failingNodes > fleetSize) {
       this.#client.retainOnly((id) => this.#fleet.get(id) !== undefined);
     }
     if (nodes.length === 0) return { kind: "none" };
@@ -526,8 +624,21 @@ export class Finder {
   /** `#decide` timed: the round's outcome, duration and fan-out go to the metrics. */
   async #round(by: FindBy, key: string, controller: AbortController): Promise<FindResult> {
     const started = performance.now();
-    const nodes = [...this.#fleet.nodes()];
-    const result = await this.#decide(by, key, controller, nodes);
+    const all = [...this.#fleet.nodes()];
+    let nodes = all;
+    if (this.#digests === "sole-writer") {
+      const probe = digestProbe(by === "name" ? `n:${key}` : idDigestKey(key));
+      const now = this.#fleet.now();
+      nodes = all.filter((node) => this.#mustAsk(node, probe, now) !== undefined);
+      // Entries whose node left without forgetNode (an embedder's own directory).
+      if (this.#ownCreates.size > all.length) {
+        for (const id of [...this.#ownCreates.keys()]) {
+          if (this.#fleet.get(id) === undefined) this.#ownCreates.delete(id);
+        }
+      }
+    }
+    this.#lastAsked = nodes.length;
+    const result = await this.#decide(by, key, controller, nodes, all.length);
     this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
     return result;
   }

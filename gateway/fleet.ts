@@ -10,6 +10,7 @@ import { compareDigests } from "../shared/config_digest.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { LookupDigest } from "../shared/lookup_digest.ts";
 
 /**
  * One node as the Fleet knows it. The object is live: the Fleet updates it in place at each
@@ -47,6 +48,15 @@ export interface FleetNode {
   readonly volumes: readonly string[];
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
+  /**
+   * The lookup digest of its last check-in to this process, or `null` (a node that sends none,
+   * or not heard since this process started). Whether a lookup may trust it is the Finder's
+   * rule (docs/lookup-digest.md). Optional so a test's or embedder's directory may omit it:
+   * absent reads as `null`.
+   */
+  readonly digest?: LookupDigest | null;
+  /** Check-ins heard by this process, so a rule can wait for "two check-ins after X". */
+  readonly checkInsSinceStart?: number;
 }
 
 /** What `listNodes` shows for one node. */
@@ -185,6 +195,8 @@ interface Member extends FleetNode {
   templates: string[] | null;
   volumes: string[];
   configDigest: string | null;
+  digest: LookupDigest | null;
+  checkInsSinceStart: number;
   /** The last up/down state announced in the log and hooks. */
   announcedUp: boolean;
 }
@@ -330,6 +342,8 @@ export class Fleet implements NodeDirectory {
         templates: null,
         volumes: [],
         configDigest: null,
+        digest: null,
+        checkInsSinceStart: 0,
         announcedUp: false,
       };
       this.#members.set(member.id, member);
@@ -473,6 +487,8 @@ export class Fleet implements NodeDirectory {
         reading: body.reading,
         readingSeq: ++this.#seq,
         ...capabilitiesOf(body),
+        digest: this.#digestOf(body),
+        checkInsSinceStart: 1,
         announcedUp: true,
       };
       this.#persist(() =>
@@ -536,6 +552,8 @@ export class Fleet implements NodeDirectory {
     known.reading = body.reading;
     known.readingSeq = ++this.#seq;
     Object.assign(known, capabilitiesOf(body));
+    known.digest = this.#digestOf(body);
+    known.checkInsSinceStart++;
     const firstSinceStart = !known.heardSinceStart;
     known.heardSinceStart = true;
     this.#persist(() =>
@@ -641,6 +659,7 @@ export class Fleet implements NodeDirectory {
     this.#unindexEndpoint(m.id, m.endpoint);
     this.#reportShared(m.endpoint);
     this.#changes.clear(`twin:${m.id}`);
+    this.#changes.clear(`digest:${m.id}`);
   }
 
   /**
@@ -680,6 +699,26 @@ export class Fleet implements NodeDirectory {
   /** Closes the database when the Fleet opened it itself (the in-memory default). */
   close(): void {
     if (this.#ownsDb && this.#db.isOpen) this.#db.close();
+  }
+
+  /** A check-in's digest; one that will not decode is dropped (the node is then always asked). */
+  #digestOf(body: CheckIn): LookupDigest | null {
+    if (body.digest === undefined) return null;
+    try {
+      return LookupDigest.fromWire(body.digest);
+    } catch (error) {
+      this.#changes.report(
+        `digest:${body.nodeId}`,
+        String(error),
+        "warn",
+        "lookup digest refused",
+        {
+          nodeId: body.nodeId,
+          cause: error instanceof Error ? error.message : String(error),
+        },
+      );
+      return null;
+    }
   }
 
   #persist(write: () => unknown): void {

@@ -550,12 +550,16 @@ export class GatewayRouting {
     });
     // A 502 (no answer) leaves the placement counted: the sandbox may exist.
     let answer: CapturedAnswer;
+    // Until the node's digest shows this create, lookups must ask that node (lookup digests).
+    const ended = this.#finder.placing(pick.node.id);
     try {
       answer = await this.#capture(pick.node, options.path, {
         body: options.body,
         headers: options.headers,
       });
+      ended(true);
     } catch (error) {
+      ended(false);
       admission?.placed(pick.node.id);
       throw error;
     }

@@ -10,7 +10,7 @@ import type { Clock, Timers } from "../shared/clock.ts";
 import { systemClock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
-import { CheckInLoop } from "./check_in.ts";
+import { CheckInLoop, lookupDigestOf } from "./check_in.ts";
 import type { NodeConfig } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
@@ -222,6 +222,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     fetch: options.fetch,
     log,
     events: outbox,
+    digest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();

@@ -6,6 +6,12 @@
 import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
 import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
+import {
+  idDigestKey,
+  LookupDigest,
+  type LookupDigestWire,
+  nameDigestKey,
+} from "../shared/lookup_digest.ts";
 
 /** Options of {@linkcode CheckInLoop}. */
 export interface CheckInOptions {
@@ -47,6 +53,11 @@ export interface CheckInOptions {
     batch(): NodeLifecycleEvent[];
     delivered(events: readonly NodeLifecycleEvent[]): void;
   };
+  /**
+   * The lookup digest of what the node holds now ({@linkcode lookupDigestOf}), built afresh for
+   * each check-in; none is sent when absent (the gateway then asks this node on every miss).
+   */
+  digest?: () => LookupDigestWire;
   /** Hears how each attempt ended (the node's metrics count it); must not throw. */
   onOutcome?: (outcome: CheckInOutcome) => void;
   /**
@@ -54,6 +65,34 @@ export interface CheckInOptions {
    * holds, its volumes, its config digest); nothing when absent. Must be quick and not throw.
    */
   capabilities?: () => Pick<CheckIn, "pools" | "templates" | "volumes" | "configDigest">;
+}
+
+/**
+ * The lookup digest of a node: every sandbox's name (within its team) and id, and every name
+ * whose create is in flight (`busyNames`, team-scoped slots), since a create in flight must be
+ * found and its ledger row only appears once the executor is done.
+ *
+ * @example
+ * ```ts
+ * import { lookupDigestOf } from "@dormice/cluster/node";
+ * const wire = lookupDigestOf([{ id: "sbx_1", name: "agent-1", team: "default" }], ["agent-2"]);
+ * console.log(wire.count); // 3
+ * ```
+ */
+export function lookupDigestOf(
+  sandboxes: Iterable<{ id: string; name: string; team: string }>,
+  busyNames: Iterable<string>,
+): LookupDigestWire {
+  const rows = [...sandboxes];
+  const busy = [...busyNames];
+  const digest = LookupDigest.sized(rows.length * 2 + busy.length);
+  for (const s of rows) {
+    digest.add(nameDigestKey(s.team, s.name));
+    digest.add(idDigestKey(s.id));
+  }
+  // A busy slot is already team-scoped (`teamScopedName`).
+  for (const slot of busy) digest.add(`n:${slot}`);
+  return digest.toWire();
 }
 
 /** How one attempt ended. */
@@ -223,6 +262,7 @@ export class CheckInLoop {
       reading: o.reading(),
       ...(events.length > 0 ? { events } : {}),
       ...o.capabilities?.(),
+      ...(o.digest ? { digest: o.digest() } : {}),
     };
   }
 

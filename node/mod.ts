@@ -91,6 +91,7 @@ export {
   type CheckInOptions,
   type CheckInOutcome,
   describeFetchFailure,
+  lookupDigestOf,
 } from "./check_in.ts";
 export { MetricsHistory, type MetricsHistoryOptions } from "./metrics_history.ts";
 export { MetricsSampler, type MetricsSamplerOptions } from "./metrics_sampler.ts";

@@ -58,6 +58,11 @@ export class NameQueue {
     return this.#tails.get(key) ?? Promise.resolve();
   }
 
+  /** The keys busy now (running or waiting): a node's lookup digest files them as held. */
+  busyKeys(): IterableIterator<string> {
+    return this.#depth.keys();
+  }
+
   /** How many keys are busy now (running or waiting). */
   get size(): number {
     return this.#depth.size;

@@ -233,6 +233,30 @@ export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
  */
 export const maxCheckInIntervalSeconds: number = 300;
 
+/**
+ * A check-in's lookup digest (`LookupDigest.toWire()`): base64 bits, at most 1 MiB of them.
+ *
+ * @example
+ * ```ts
+ * import { lookupDigestSchema } from "@dormice/cluster/shared";
+ * lookupDigestSchema.safeParse({ bits: "AAAAAAAAAAA=", hashes: 7, count: 0 }).success; // true
+ * ```
+ */
+// lookup_digest.ts's MAX_DIGEST_BITS (2^23 bits, 1 MiB), written out: that module imports
+// teams.ts, which imports this one, so importing it here would be a cycle.
+const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
+
+export const lookupDigestSchema: z.ZodObject<{
+  bits: z.ZodString;
+  hashes: z.ZodNumber;
+  count: z.ZodNumber;
+}> = z.object({
+  bits: z.string().min(12).max(MAX_DIGEST_BASE64, "a digest is at most 1 MiB")
+    .regex(/^[A-Za-z0-9+/]*={0,2}$/, "a digest's bits are base64"),
+  hashes: z.number().int().min(1).max(16),
+  count: z.number().int().min(0),
+});
+
 /** The body a node posts to `<gateway>/checkIn` every interval. */
 export const checkInSchema: z.ZodObject<{
   nodeId: z.ZodString;
@@ -245,6 +269,7 @@ export const checkInSchema: z.ZodObject<{
   templates: z.ZodOptional<z.ZodArray<z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
   configDigest: z.ZodOptional<z.ZodString>;
+  digest: z.ZodOptional<typeof lookupDigestSchema>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -273,6 +298,11 @@ export const checkInSchema: z.ZodObject<{
    * gateway warns when nodes differ. See `shared/config_digest.ts`.
    */
   configDigest: z.string().max(128).optional(),
+  /**
+   * A Bloom filter of the names and ids the node held when it built this check-in; absent from
+   * a node that predates it (the gateway then asks that node on every miss).
+   */
+  digest: lookupDigestSchema.optional(),
 });
 
 /** A check-in body. */
