@@ -126,7 +126,7 @@ Deno.test("a silent node whose fresh digest may hold the name makes the miss uns
   t.fleet.close();
 });
 
-Deno.test("this gateway's own create is asked for until two check-ins after it ended", async () => {
+Deno.test("this gateway's own create is asked for until two check-ins after it ended", () => {
   const t = setup();
   t.report("a", digestOf());
   const a = () => t.fleet.get("a")!;
@@ -144,7 +144,7 @@ Deno.test("this gateway's own create is asked for until two check-ins after it e
   t.fleet.close();
 });
 
-Deno.test("a create the node never answered keeps that node asked", async () => {
+Deno.test("a create the node never answered keeps that node asked", () => {
   const t = setup();
   t.report("a", digestOf());
   t.finder.placing("a")(false);
