@@ -5,7 +5,7 @@
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them.
- * Sections: placement, lookup, syn-drop, memory, bursts, shared, bursts-inprocess, forwarding,
+ * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess, forwarding,
  * streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node, pools-claim-docker.
  *
  * @module
@@ -13,6 +13,7 @@
 import { mergeReport, renderReport, type Section } from "./_stats.ts";
 import { runPlacement } from "./placement.ts";
 import { runLookup, runSynDrop } from "./lookup.ts";
+import { runLookupScale } from "./lookup_scale.ts";
 import { runMemory } from "./memory.ts";
 import { gatewayTarget, inProcessTarget, runBursts } from "./bursts.ts";
 import { startGateway } from "./_fixtures.ts";
@@ -62,6 +63,7 @@ const machine: Record<string, string> = {
 const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["placement", () => runPlacement({ runs })],
   ["lookup", () => runLookup({ runs })],
+  ["lookup-scale", () => runLookupScale({ runs })],
   ["syn-drop", () => runSynDrop({ runs })],
   ["memory", () => runMemory({ runs })],
   ["bursts", () =>

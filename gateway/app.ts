@@ -54,6 +54,12 @@ export interface GatewayOptions {
   minDiskGB?: number;
   /** One deadline for a lookup round, connect included. Default 2000 ms. */
   lookupTimeoutMs?: number;
+  /**
+   * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
+   * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
+   * created on its nodes (docs/lookup-digest.md).
+   */
+  lookupDigests?: "off" | "sole-writer";
   /** Bound of each node's answer to a fleet-wide listing. Default 5000 ms. */
   fanOutTimeoutMs?: number;
   /**
@@ -194,6 +200,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     activeLimit,
     minDiskGB,
     lookupTimeoutMs,
+    lookupDigests,
     fanOutTimeoutMs,
     headTimeoutMs,
     cacheSize,
@@ -241,6 +248,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fleet,
     token,
     timeoutMs: lookupTimeoutMs,
+    lookupDigests,
     cacheSize,
     fetch: fetchFn,
     clock,

@@ -24,6 +24,8 @@ export interface GatewayConfig {
   nodeMinDiskGb: number;
   /** One deadline for a whole lookup round, connect included. */
   lookupTimeoutMs: number;
+  /** Whether a lookup miss may skip nodes by their digest (`DORMICE_GATEWAY_LOOKUP_DIGESTS`). */
+  lookupDigests: "off" | "sole-writer";
   /** The longest wait for a forwarded request's head from its node, once its body is sent. */
   headTimeoutMs: number;
   /** Cap of one JSON request body, bytes (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`). */
@@ -59,6 +61,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_NODE_ACTIVE_LIMIT",
   "DORMICE_GATEWAY_NODE_MIN_DISK_GB",
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
+  "DORMICE_GATEWAY_LOOKUP_DIGESTS",
   "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
   "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
@@ -85,6 +88,9 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   nodeMinDiskGb: 10,
   // A lookup round waits for every node; two seconds bounds what one silent node costs a miss.
   lookupTimeoutMs: 2000,
+  // Skipping nodes by digest is sound only with one writer, which the gateway cannot check:
+  // the operator says so (docs/lookup-digest.md).
+  lookupDigests: "off",
   // A native verb answers when its work is done (a Docker create, a file read: seconds), envd
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.
@@ -268,6 +274,14 @@ export function loadGatewayConfig(
     errors,
   );
   const logLevel = parseLogLevel(env.DORMICE_LOG_LEVEL);
+  const digests = env.DORMICE_GATEWAY_LOOKUP_DIGESTS ?? gatewayDefaults.lookupDigests;
+  if (digests !== "off" && digests !== "sole-writer") {
+    errors.push(
+      `DORMICE_GATEWAY_LOOKUP_DIGESTS='${digests.slice(0, 40)}' is not a mode: set 'off' (ask ` +
+        "every node on a miss) or 'sole-writer' (skip nodes by their digest, only when this " +
+        "gateway is the one way sandboxes are created on its nodes)",
+    );
+  }
   if (logLevel instanceof Error) errors.push(logLevel.message);
   const config: GatewayConfig = {
     apiToken,
@@ -322,6 +336,7 @@ export function loadGatewayConfig(
       "a whole number of MiB from 1 to 256",
       errors,
     ),
+    lookupDigests: digests === "sole-writer" ? "sole-writer" : "off",
     logLevel: logLevel instanceof Error ? "info" : logLevel,
     ...webhook(env, errors),
     ...etcd(env, errors),

@@ -20,6 +20,16 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   });
   assert.ok(set.ok);
   assert.equal(set.config.jsonBodyLimitBytes, 4 * 1024 * 1024);
+  assert.equal(r.config.lookupDigests, "off");
+});
+
+Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=sole-writer turns digest skipping on", () => {
+  const r = loadGatewayConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",
+  });
+  assert.ok(r.ok);
+  assert.equal(r.config.lookupDigests, "sole-writer");
 });
 
 Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value and the fix", () => {
@@ -36,6 +46,7 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       { DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "1000" },
       /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
     ],
+    [{ DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" }, /DORMICE_GATEWAY_LOOKUP_DIGESTS='on'.*'off'/],
   ];
   for (const [env, expected] of cases) {
     const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, ...env });

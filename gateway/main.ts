@@ -73,6 +73,7 @@ const gateway = createGateway({
   activeLimit: config.nodeActiveLimit,
   minDiskGB: config.nodeMinDiskGb,
   lookupTimeoutMs: config.lookupTimeoutMs,
+  lookupDigests: config.lookupDigests,
   headTimeoutMs: config.headTimeoutMs,
   listenAddress: { hostname: config.host, port: config.port },
   maxJsonBodyBytes: config.jsonBodyLimitBytes,

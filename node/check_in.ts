@@ -11,6 +11,7 @@ import {
   LookupDigest,
   type LookupDigestWire,
   nameDigestKey,
+  NODE_DIGEST_FALSE_POSITIVE_RATE,
 } from "../shared/lookup_digest.ts";
 
 /** Options of {@linkcode CheckInLoop}. */
@@ -85,7 +86,7 @@ export function lookupDigestOf(
 ): LookupDigestWire {
   const rows = [...sandboxes];
   const busy = [...busyNames];
-  const digest = LookupDigest.sized(rows.length * 2 + busy.length);
+  const digest = LookupDigest.sized(rows.length * 2 + busy.length, NODE_DIGEST_FALSE_POSITIVE_RATE);
   for (const s of rows) {
     digest.add(nameDigestKey(s.team, s.name));
     digest.add(idDigestKey(s.id));

@@ -1,7 +1,13 @@
 import assert from "node:assert/strict";
 import { checkInSchema, type HostReading } from "../shared/schemas.ts";
 import type { Log } from "../shared/log.ts";
-import { CheckInLoop, type CheckInOptions, describeFetchFailure } from "./check_in.ts";
+import {
+  CheckInLoop,
+  type CheckInOptions,
+  describeFetchFailure,
+  lookupDigestOf,
+} from "./check_in.ts";
+import { idDigestKey, LookupDigest, nameDigestKey } from "../shared/lookup_digest.ts";
 
 const token = "k".repeat(32);
 const reading: HostReading = {
@@ -235,4 +241,29 @@ Deno.test("CheckInLoop with several gateways moves to the next when one does not
     assert.equal(seen.length, 4);
     assert.equal(loop.url, `${dead}/checkIn`);
   });
+});
+
+Deno.test("a check-in carries the node's lookup digest: names, ids and creates in flight", () => {
+  const loop = new CheckInLoop(options("http://127.0.0.1:1", {
+    digest: () =>
+      lookupDigestOf([
+        { id: "sbx_1", name: "agent-1", team: "default" },
+        { id: "sbx_2", name: "agent-1", team: "red" },
+      ], ["red/being-built"]),
+  }));
+  const body = checkInSchema.parse(loop.body());
+  const digest = LookupDigest.fromWire(body.digest!);
+  assert.equal(digest.count, 5);
+  for (
+    const key of [
+      nameDigestKey("default", "agent-1"),
+      nameDigestKey("red", "agent-1"),
+      idDigestKey("sbx_1"),
+      idDigestKey("sbx_2"),
+      nameDigestKey("red", "being-built"),
+    ]
+  ) assert.equal(digest.mayHold(key), true, key);
+  assert.equal(digest.mayHold(nameDigestKey("blue", "agent-1")), false);
+  // A node without the option sends none: the gateway then asks it on every miss.
+  assert.equal(new CheckInLoop(options("http://127.0.0.1:1")).body().digest, undefined);
 });

@@ -18,6 +18,13 @@ export interface LookupDigestWire {
   count: number;
 }
 
+/**
+ * The false positive rate nodes size their digests for: 0.1%, 14.4 bits (1.8 bytes) and 10
+ * hashes per key. A miss asks about `nodes × rate` nodes by false positive, so 1% would ask
+ * 100 of 10,000 nodes per miss; 0.1% asks about 10 for 1.5 times the bytes.
+ */
+export const NODE_DIGEST_FALSE_POSITIVE_RATE = 0.001;
+
 /** Largest filter a check-in may carry: 2^23 bits (1 MiB), about 870,000 keys at 1%. */
 export const MAX_DIGEST_BITS = 1 << 23;
 
