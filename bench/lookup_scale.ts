@@ -55,7 +55,7 @@ function stubFleet(n: number, perNode: number) {
       digest.add(idDigestKey(`sbx_${i}_${s}`));
     }
     held.set(new URL(endpoint).host, names);
-    const body = { ...checkIn(i, endpoint), digest: digest.toWire() };
+    const body = { ...checkIn(i, endpoint), lookupDigest: digest.toWire() };
     // Twice: the Finder trusts a node's digest from its second check-in to this process.
     fleet.checkIn(body);
     fleet.checkIn(body);

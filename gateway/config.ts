@@ -282,6 +282,15 @@ export function loadGatewayConfig(
         "gateway is the one way sandboxes are created on its nodes)",
     );
   }
+  if (digests === "sole-writer" && (env.DORMICE_GATEWAY_ETCD ?? "").trim() !== "") {
+    // Another gateway's creates are invisible here until the node's next check-in: skipping by
+    // digest could then build a name twice (docs/lookup-digest.md).
+    errors.push(
+      "DORMICE_GATEWAY_LOOKUP_DIGESTS='sole-writer' cannot go with DORMICE_GATEWAY_ETCD: in " +
+        "shared mode other gateways create sandboxes too, so this one would skip nodes whose " +
+        "digest predates their creates; unset DORMICE_GATEWAY_LOOKUP_DIGESTS or set it to 'off'",
+    );
+  }
   if (logLevel instanceof Error) errors.push(logLevel.message);
   const config: GatewayConfig = {
     apiToken,

@@ -47,6 +47,13 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
     ],
     [{ DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" }, /DORMICE_GATEWAY_LOOKUP_DIGESTS='on'.*'off'/],
+    [
+      {
+        DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",
+        DORMICE_GATEWAY_ETCD: "http://127.0.0.1:2379",
+      },
+      /'sole-writer' cannot go with DORMICE_GATEWAY_ETCD/,
+    ],
   ];
   for (const [env, expected] of cases) {
     const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, ...env });

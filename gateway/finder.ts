@@ -308,7 +308,7 @@ export class Finder {
     probe: ReturnType<typeof digestProbe>,
     now = this.#fleet.now(),
   ): AskReason | undefined {
-    const digest = node.digest ?? null;
+    const digest = node.lookupDigest ?? null;
     if (digest === null) return "no-digest";
     if (digest.mayHoldProbe(probe)) return "may-hold";
     // A down node's last digest is old: whatever it did since is unknown, so it is asked, and

@@ -45,7 +45,7 @@ function setup(mode: "off" | "sole-writer" = "sole-writer") {
   /** `times` check-ins of `id` carrying `digest` (or none). */
   const report = (id: string, digest?: ReturnType<typeof digestOf>, times = 2) => {
     for (let i = 0; i < times; i++) {
-      fleet.checkIn(checkIn(id, endpoint(id), digest ? { digest } : {}));
+      fleet.checkIn(checkIn(id, endpoint(id), digest ? { lookupDigest: digest } : {}));
     }
   };
   const askedIds = () => asked.map((o) => new URL(o).hostname.split(".")[0]).sort();
@@ -169,9 +169,13 @@ Deno.test("with digests off (the default) every node is asked whatever its diges
 
 Deno.test("a digest that will not decode is dropped: the node is asked", async () => {
   const t = setup();
-  t.fleet.checkIn(checkIn("a", t.endpoint("a"), { digest: { bits: "@@@@", hashes: 7, count: 0 } }));
-  t.fleet.checkIn(checkIn("a", t.endpoint("a"), { digest: { bits: "@@@@", hashes: 7, count: 0 } }));
-  assert.equal(t.fleet.get("a")!.digest, null);
+  t.fleet.checkIn(
+    checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
+  );
+  t.fleet.checkIn(
+    checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
+  );
+  assert.equal(t.fleet.get("a")!.lookupDigest, null);
   await t.finder.lookup("name", "agent-1");
   assert.deepEqual(t.askedIds(), ["a"]);
   t.fleet.close();

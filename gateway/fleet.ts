@@ -54,7 +54,7 @@ export interface FleetNode {
    * rule (docs/lookup-digest.md). Optional so a test's or embedder's directory may omit it:
    * absent reads as `null`.
    */
-  readonly digest?: LookupDigest | null;
+  readonly lookupDigest?: LookupDigest | null;
   /** Check-ins heard by this process, so a rule can wait for "two check-ins after X". */
   readonly checkInsSinceStart?: number;
 }
@@ -195,7 +195,7 @@ interface Member extends FleetNode {
   templates: string[] | null;
   volumes: string[];
   configDigest: string | null;
-  digest: LookupDigest | null;
+  lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
   /** The last up/down state announced in the log and hooks. */
   announcedUp: boolean;
@@ -342,7 +342,7 @@ export class Fleet implements NodeDirectory {
         templates: null,
         volumes: [],
         configDigest: null,
-        digest: null,
+        lookupDigest: null,
         checkInsSinceStart: 0,
         announcedUp: false,
       };
@@ -487,7 +487,7 @@ export class Fleet implements NodeDirectory {
         reading: body.reading,
         readingSeq: ++this.#seq,
         ...capabilitiesOf(body),
-        digest: this.#digestOf(body),
+        lookupDigest: this.#lookupDigestOf(body),
         checkInsSinceStart: 1,
         announcedUp: true,
       };
@@ -552,7 +552,7 @@ export class Fleet implements NodeDirectory {
     known.reading = body.reading;
     known.readingSeq = ++this.#seq;
     Object.assign(known, capabilitiesOf(body));
-    known.digest = this.#digestOf(body);
+    known.lookupDigest = this.#lookupDigestOf(body);
     known.checkInsSinceStart++;
     const firstSinceStart = !known.heardSinceStart;
     known.heardSinceStart = true;
@@ -659,7 +659,7 @@ export class Fleet implements NodeDirectory {
     this.#unindexEndpoint(m.id, m.endpoint);
     this.#reportShared(m.endpoint);
     this.#changes.clear(`twin:${m.id}`);
-    this.#changes.clear(`digest:${m.id}`);
+    this.#changes.clear(`lookup-digest:${m.id}`);
   }
 
   /**
@@ -702,13 +702,13 @@ export class Fleet implements NodeDirectory {
   }
 
   /** A check-in's digest; one that will not decode is dropped (the node is then always asked). */
-  #digestOf(body: CheckIn): LookupDigest | null {
-    if (body.digest === undefined) return null;
+  #lookupDigestOf(body: CheckIn): LookupDigest | null {
+    if (body.lookupDigest === undefined) return null;
     try {
-      return LookupDigest.fromWire(body.digest);
+      return LookupDigest.fromWire(body.lookupDigest);
     } catch (error) {
       this.#changes.report(
-        `digest:${body.nodeId}`,
+        `lookup-digest:${body.nodeId}`,
         String(error),
         "warn",
         "lookup digest refused",

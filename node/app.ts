@@ -222,7 +222,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     fetch: options.fetch,
     log,
     events: outbox,
-    digest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
+    lookupDigest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();

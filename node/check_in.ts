@@ -58,7 +58,7 @@ export interface CheckInOptions {
    * The lookup digest of what the node holds now ({@linkcode lookupDigestOf}), built afresh for
    * each check-in; none is sent when absent (the gateway then asks this node on every miss).
    */
-  digest?: () => LookupDigestWire;
+  lookupDigest?: () => LookupDigestWire;
   /** Hears how each attempt ended (the node's metrics count it); must not throw. */
   onOutcome?: (outcome: CheckInOutcome) => void;
   /**
@@ -263,7 +263,7 @@ export class CheckInLoop {
       reading: o.reading(),
       ...(events.length > 0 ? { events } : {}),
       ...o.capabilities?.(),
-      ...(o.digest ? { digest: o.digest() } : {}),
+      ...(o.lookupDigest ? { lookupDigest: o.lookupDigest() } : {}),
     };
   }
 

@@ -245,14 +245,14 @@ Deno.test("CheckInLoop with several gateways moves to the next when one does not
 
 Deno.test("a check-in carries the node's lookup digest: names, ids and creates in flight", () => {
   const loop = new CheckInLoop(options("http://127.0.0.1:1", {
-    digest: () =>
+    lookupDigest: () =>
       lookupDigestOf([
         { id: "sbx_1", name: "agent-1", team: "default" },
         { id: "sbx_2", name: "agent-1", team: "red" },
       ], ["red/being-built"]),
   }));
   const body = checkInSchema.parse(loop.body());
-  const digest = LookupDigest.fromWire(body.digest!);
+  const digest = LookupDigest.fromWire(body.lookupDigest!);
   assert.equal(digest.count, 5);
   for (
     const key of [
@@ -265,5 +265,5 @@ Deno.test("a check-in carries the node's lookup digest: names, ids and creates i
   ) assert.equal(digest.mayHold(key), true, key);
   assert.equal(digest.mayHold(nameDigestKey("blue", "agent-1")), false);
   // A node without the option sends none: the gateway then asks it on every miss.
-  assert.equal(new CheckInLoop(options("http://127.0.0.1:1")).body().digest, undefined);
+  assert.equal(new CheckInLoop(options("http://127.0.0.1:1")).body().lookupDigest, undefined);
 });

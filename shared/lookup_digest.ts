@@ -8,7 +8,7 @@
  */
 import { teamScopedName } from "./teams.ts";
 
-/** The wire form, the optional `digest` field of a check-in. */
+/** The wire form, the optional `lookupDigest` field of a check-in. */
 export interface LookupDigestWire {
   /** The filter's bits, base64 (length a multiple of 8 bits). */
   bits: string;

@@ -92,12 +92,12 @@ Deno.test("a check-in's digest is optional and checked by the schema", () => {
   };
   assert.equal(checkInSchema.safeParse(base).success, true);
   const digest = LookupDigest.sized(1).toWire();
-  assert.equal(checkInSchema.safeParse({ ...base, digest }).success, true);
-  const bad = checkInSchema.safeParse({ ...base, digest: { ...digest, hashes: 99 } });
+  assert.equal(checkInSchema.safeParse({ ...base, lookupDigest: digest }).success, true);
+  const bad = checkInSchema.safeParse({ ...base, lookupDigest: { ...digest, hashes: 99 } });
   assert.equal(bad.success, false);
   const huge = checkInSchema.safeParse({
     ...base,
-    digest: { ...digest, bits: "A".repeat(2 * 1024 * 1024) },
+    lookupDigest: { ...digest, bits: "A".repeat(2 * 1024 * 1024) },
   });
   assert.equal(huge.success, false);
 });

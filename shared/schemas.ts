@@ -269,7 +269,7 @@ export const checkInSchema: z.ZodObject<{
   templates: z.ZodOptional<z.ZodArray<z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
   configDigest: z.ZodOptional<z.ZodString>;
-  digest: z.ZodOptional<typeof lookupDigestSchema>;
+  lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -302,7 +302,7 @@ export const checkInSchema: z.ZodObject<{
    * A Bloom filter of the names and ids the node held when it built this check-in; absent from
    * a node that predates it (the gateway then asks that node on every miss).
    */
-  digest: lookupDigestSchema.optional(),
+  lookupDigest: lookupDigestSchema.optional(),
 });
 
 /** A check-in body. */
