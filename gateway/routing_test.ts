@@ -7,6 +7,7 @@ import { Placer } from "./placer.ts";
 import { type CreateOptions, GatewayRouting } from "./routing.ts";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { LookupDigest } from "../shared/lookup_digest.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 
 const token = "routing-unit-test-token-0123456789abcdef";
@@ -571,6 +572,27 @@ Deno.test("GatewayRouting.fanOut() for a client that left mid-way is a 499", asy
   });
   try {
     await assert.rejects(routing.fanOut("/list", "{}", left.signal), httpError(499));
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create() tells the Finder of its create, so digests are not trusted before they show it", async () => {
+  const { routing, finder, fleet, add, close } = setup();
+  const a = add("a");
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  const empty = LookupDigest.sized(0).toWire();
+  const report = () => fleet.checkIn(checkIn("a", "http://a.test:3676", { lookupDigest: empty }));
+  try {
+    report();
+    report();
+    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "y"), undefined);
+    await routing.create(createOptions("x"));
+    // Red without routing's finder.placing(): the stale digest would rule the new name out.
+    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "x"), "own-create");
+    report();
+    report();
+    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "y"), undefined);
   } finally {
     close();
   }
