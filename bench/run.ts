@@ -5,8 +5,9 @@
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them.
- * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess, forwarding,
- * streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node, pools-claim-docker.
+ * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
+ * forwarding, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
+ * pools-claim-docker.
  *
  * @module
  */
