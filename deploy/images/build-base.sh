@@ -37,6 +37,8 @@ packages=(
   git curl wget ca-certificates openssh-client
   sudo libnss-myhostname procps psmisc iproute2 iputils-ping netbase
   less nano file jq unzip zip xz-utils bzip2 bash-completion
+  # setfattr/getfattr: file metadata (envd's X-Metadata-*) lives in user.e2b.* xattrs.
+  attr
 )
 
 images_need_docker
@@ -126,7 +128,7 @@ images_import "$root" "dormice base: Debian $suite minbase + python3, git, curl,
 
 # What the SDKs and the executor's helper scripts (node/executors/docker/_files.ts, _exec.ts)
 # rely on: the login shell, python, pip, sudo as the user, git, curl, ps, and GNU stat/find.
-images_smoke "$(printf 'user:/home/user:/home/user\n2\nsudo ok\nbash\nuser')" '
+images_smoke "$(printf 'user:/home/user:/home/user\n2\nsudo ok\nbash\nuser\nana\nana')" '
 echo "$(id -un):$HOME:$(pwd)"
 python3 -c "print(1+1)"
 python3 -m pip --version >/dev/null || echo "no pip"
@@ -137,5 +139,11 @@ ps -o comm= -p $$
 for t in grep find stat kill mv rm rmdir mkdir dirname sleep cat; do
   command -v $t >/dev/null || echo "missing $t"
 done
-stat -c %U /home/user'
+stat -c %U /home/user
+# File metadata (user.e2b.* xattrs) must stick in /tmp and the home, on overlay2.
+for d in /tmp /home/user; do
+  touch "$d/.xattr" && setfattr -n user.e2b.owner -v ana "$d/.xattr" &&
+    getfattr --absolute-names --only-values -n user.e2b.owner "$d/.xattr" && echo
+  rm -f "$d/.xattr"
+done'
 images_promote
