@@ -132,6 +132,7 @@ export {
   type TerminalSize,
   unknownVolume,
   type WatchRequest,
+  type WriteOptions,
 } from "./executors/contract.ts";
 export { type ClaimAsk, WarmPools, type WarmPoolsOptions } from "./pools.ts";
 export { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";

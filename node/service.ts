@@ -28,6 +28,7 @@ import {
   type SandboxLimits,
   type SandboxStats,
   type WatchRequest,
+  type WriteOptions,
 } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
@@ -294,7 +295,7 @@ export class SandboxService implements SandboxOps {
     ref: SandboxRef,
     path: string,
     data: Uint8Array | FileStream,
-    options?: FileOptions,
+    options?: WriteOptions,
   ): Promise<FileEntry> {
     return this.#awake(ref, (id) => this.#executor.writeFile(id, path, data, options));
   }

@@ -17,6 +17,7 @@ import type {
   SandboxLimits,
   SandboxStats,
   WatchRequest,
+  WriteOptions,
 } from "./executors/contract.ts";
 
 /** What a deadline does when it passes (E2B: kill, or pause with `autoPause`). */
@@ -145,7 +146,7 @@ export interface SandboxOps {
     ref: SandboxRef,
     path: string,
     data: Uint8Array | FileStream,
-    options?: FileOptions,
+    options?: WriteOptions,
   ): Promise<FileEntry>;
   /** Reads a whole file; binary-safe (wakes first). */
   readFile(ref: SandboxRef, path: string, options?: FileOptions): Promise<Uint8Array>;

@@ -204,6 +204,23 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(entries.get("ls")?.symlinkTarget, "/tmp/meta/sub");
   });
 
+  await t.step("files.write keeps metadata as xattrs: getInfo and list show it", async () => {
+    const metadata = { owner: "ana" };
+    const written = await sandbox.files.write("/tmp/md/a.txt", "x", { metadata });
+    assert.deepEqual(written.metadata, metadata);
+    await sandbox.files.write("/tmp/md/plain.txt", "y");
+    assert.deepEqual((await sandbox.files.getInfo("/tmp/md/a.txt")).metadata, metadata);
+    // A command editing the file in place keeps it: it lives on the file, not in the node.
+    await sandbox.commands.run("echo more >> /tmp/md/a.txt");
+    const listed = new Map((await sandbox.files.list("/tmp/md")).map((e) => [e.name, e]));
+    assert.deepEqual(listed.get("a.txt")?.metadata, metadata);
+    assert.equal(listed.get("plain.txt")?.metadata, undefined);
+    const attr = await sandbox.commands.run("getfattr --only-values -n user.e2b.owner a.txt", {
+      cwd: "/tmp/md",
+    });
+    assert.equal(attr.stdout, "ana");
+  });
+
   await t.step("files.read reads a virtual file like cat does", async () => {
     const version = await sandbox.files.read("/proc/version");
     assert.match(version, /^Linux version /);

@@ -17,6 +17,8 @@ type FsNode =
     owner: string;
     /** A kernel file: stat says size 0 whatever it holds, as /proc's do. */
     virtual?: boolean;
+    /** Its `user.e2b.*` extended attributes (see `FileEntry.metadata`). */
+    metadata?: Record<string, string>;
   }
   | { type: "symlink"; target: string; mode: number; modifiedAt: number; owner: string };
 
@@ -155,13 +157,15 @@ export class FakeFs {
 
   /**
    * Writes (or appends to) a file; creates parent directories when `parents` is set. A new file
-   * and new parents are owned by `owner`; an existing file keeps its owner and mode.
+   * and new parents are owned by `owner`; an existing file keeps its owner and mode. `metadata`
+   * undefined keeps the file's (a command writing in place); null or a record replaces it, as
+   * the Docker executor's archive replaces the file.
    */
   write(
     path: string,
     data: Uint8Array,
-    { append = false, parents = true, owner = "user", chowned = false }:
-      & { append?: boolean; parents?: boolean }
+    { append = false, parents = true, owner = "user", chowned = false, metadata }:
+      & { append?: boolean; parents?: boolean; metadata?: Record<string, string> | null }
       & MakeOptions = {},
   ): FileEntry {
     // A write through a symlink writes what it leads to, as open(2) does.
@@ -172,6 +176,9 @@ export class FakeFs {
       throw new ExecutorError("is_dir", `${path} is a directory: write to a file path inside it`);
     }
     const old = append && existing?.type === "file" ? existing.data : new Uint8Array();
+    const kept = metadata === undefined && existing?.type === "file"
+      ? existing.metadata
+      : metadata ?? undefined;
     const joined = new Uint8Array(old.length + data.length);
     joined.set(old);
     joined.set(data, old.length);
@@ -181,6 +188,7 @@ export class FakeFs {
       mode: existing?.mode ?? 0o644,
       modifiedAt: this.#now(),
       owner: existing?.owner ?? owner,
+      ...(kept && Object.keys(kept).length ? { metadata: { ...kept } } : {}),
     });
     // inotify's view: open(O_CREAT) creates, envd's chown is an attribute change, each write (and
     // a truncation) modifies; touching an existing file changes only its times.
@@ -232,6 +240,7 @@ export class FakeFs {
       group: node.owner,
       modifiedAt: node.modifiedAt,
     };
+    if (node.type === "file" && node.metadata) entry.metadata = { ...node.metadata };
     if (node.type === "symlink") {
       const end = this.#follow(path);
       entry.symlinkTarget = end.path;

@@ -120,6 +120,12 @@ export interface FileEntry {
   targetType?: "file" | "dir";
   /** The permission bits of what a symlink leads to; absent when `targetType` is. */
   targetMode?: number;
+  /**
+   * The file's metadata, as envd keeps it: the `user.e2b.<key>` extended attributes, which
+   * follow the file through renames and edits in place and go when a write replaces it. Absent
+   * when there is none, and on an image without the tools to read them (`getfattr`).
+   */
+  metadata?: Record<string, string>;
 }
 
 /** Options every file verb takes. */
@@ -131,6 +137,16 @@ export interface FileOptions {
    * `stat`, `listDir`, `move` and `remove` see the file system with that user's permissions.
    */
   user?: string;
+}
+
+/** What `writeFile` takes besides the run-as user. */
+export interface WriteOptions extends FileOptions {
+  /**
+   * Metadata to keep with the written file (envd's `X-Metadata-<key>` headers): keys of HTTP
+   * token characters, printable ASCII values. A write replaces the file and with it the old
+   * metadata; an image that cannot keep it (no `setfattr`) refuses the write as `invalid`.
+   */
+  metadata?: Record<string, string>;
 }
 
 /** One change a directory watch reports, named as inotify (and so envd) names them. */
@@ -378,7 +394,7 @@ export interface Executor {
     id: string,
     path: string,
     data: Uint8Array | FileStream,
-    options?: FileOptions,
+    options?: WriteOptions,
   ): Promise<FileEntry>;
   /** Reads a whole file; binary-safe. */
   readFile(id: string, path: string, options?: FileOptions): Promise<Uint8Array>;

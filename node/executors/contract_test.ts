@@ -538,6 +538,40 @@ const cases: Record<string, Case> = {
     await rejectsWith(ex.stats(id), "gone");
     await rejectsWith(ex.resume(id), "gone");
   },
+  "writeFile() keeps metadata that stat and listDir show, on base; minimal refuses it": async (
+    ex,
+    id,
+  ) => {
+    // The suite's sandbox is minimal (busybox, no setfattr): metadata is refused, not dropped.
+    const refused = ex.writeFile(id, "/tmp/m.txt", encoder.encode("x"), {
+      metadata: { owner: "ana" },
+    });
+    await rejectsWith(refused, "invalid");
+    await refused.catch((e) => assert.match(e.message, /no setfattr.*use the base template/));
+    await rejectsWith(ex.stat(id, "/tmp/m.txt"), "not_found");
+    const base = `${id}-base`;
+    await ex.create({ id: base, name: base, template: "base", spec: {}, env: {} });
+    try {
+      const meta = { owner: "ana", "note.v2": "a b=c" };
+      const written = await ex.writeFile(base, "/tmp/d/m.txt", encoder.encode("x"), {
+        metadata: meta,
+      });
+      assert.deepEqual(written.metadata, meta);
+      assert.deepEqual((await ex.stat(base, "/tmp/d/m.txt")).metadata, meta);
+      await ex.writeFile(base, "/tmp/d/plain.txt", encoder.encode("y"));
+      const listed = await ex.listDir(base, "/tmp/d");
+      assert.deepEqual(listed.map((e) => [e.name, e.metadata]), [
+        ["m.txt", meta],
+        ["plain.txt", undefined],
+      ]);
+      // It follows the file through a rename; a write replacing the file replaces it.
+      assert.deepEqual((await ex.move(base, "/tmp/d/m.txt", "/tmp/d/n.txt")).metadata, meta);
+      await ex.writeFile(base, "/tmp/d/n.txt", encoder.encode("z"));
+      assert.equal((await ex.stat(base, "/tmp/d/n.txt")).metadata, undefined);
+    } finally {
+      await ex.destroy(base);
+    }
+  },
   "create() refuses an id that exists and an unknown template": async (ex, id) => {
     const request = { id, name: "again", template: "base", spec: {}, env: {} };
     await rejectsWith(ex.create(request), "exists");

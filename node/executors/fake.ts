@@ -24,6 +24,7 @@ import {
   type TerminalSize,
   unknownVolume,
   type WatchRequest,
+  type WriteOptions,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 import { type FakePortHandler, FakePorts } from "./_fake_ports.ts";
@@ -32,6 +33,7 @@ import { Killed, runCommand } from "./_fake_shell.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
 import { DEFAULT_TEMPLATES, parseTemplates, unknownTemplateError } from "./docker/templates.ts";
+import { metadataUnsupported } from "./docker/_stat.ts";
 import { FakeExecutorHooks } from "./_fake_hooks.ts";
 
 export { type FakeCall, FakeExecutorHooks } from "./_fake_hooks.ts";
@@ -386,12 +388,16 @@ export class FakeExecutor implements Executor {
     id: string,
     path: string,
     data: Uint8Array | FileStream,
-    options: FileOptions = {},
+    options: WriteOptions = {},
   ): Promise<FileEntry> {
     try {
       await this.hooks.enter("writeFile");
-      const { fs } = await this.#ready(id);
+      const { fs, request } = await this.#ready(id);
       const target = resolveFor(fs, path, options);
+      // Docker's busybox image has no setfattr to keep metadata with: refused as there.
+      if (request.template === "minimal" && Object.keys(options.metadata ?? {}).length) {
+        throw metadataUnsupported(target);
+      }
       if (target === "/dev/null") {
         if (!(data instanceof Uint8Array)) {
           for await (const _ of data.stream) {
@@ -410,7 +416,11 @@ export class FakeExecutor implements Executor {
         };
       }
       const bytes = data instanceof Uint8Array ? data : await readFileStream(data);
-      return fs.write(target, bytes, { owner: fakeUser(options.user), chowned: true });
+      return fs.write(target, bytes, {
+        owner: fakeUser(options.user),
+        chowned: true,
+        metadata: options.metadata ?? null,
+      });
     } finally {
       // A stream the write did not read to its end (a refusal, a failure) is let go of.
       if (!(data instanceof Uint8Array)) await data.stream.cancel().catch(() => {});

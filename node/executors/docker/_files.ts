@@ -23,11 +23,18 @@ import {
   type FileOptions,
   type FileStream,
   fileStreamLengthError,
+  type WriteOptions,
 } from "../contract.ts";
 import { concat, readTar, TAR_END, tarHeader, tarPadding, writeTar } from "./_tar.ts";
 import type { Commands, HelperResult } from "./_exec.ts";
 import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
-import { LIST_SCRIPT, parseStatLines, STAT_SCRIPT } from "./_stat.ts";
+import {
+  LIST_SCRIPT,
+  metadataUnsupported,
+  parseStatLines,
+  SET_XATTRS_SCRIPT,
+  STAT_SCRIPT,
+} from "./_stat.ts";
 import type { Engine } from "./engine.ts";
 
 /**
@@ -190,18 +197,24 @@ export class Files {
    * writes over), a `makeDir` and a second put when the parent is missing. A stream is sent as
    * it is read, inside a tar built around it (its size goes in the header), so the node holds a
    * chunk of it at a time; it can be sent only once, so an empty archive put first finds out
-   * whether the parent exists.
+   * whether the parent exists. Metadata is set after the put by `setfattr` as the run-as user
+   * (the file is theirs); an image without it is asked first, so the refusal writes nothing.
    */
   async writeFile(
     id: string,
     path: string,
     data: Uint8Array | FileStream,
-    options: FileOptions = {},
+    options: WriteOptions = {},
   ): Promise<FileEntry> {
     try {
       const runAs = await this.runAs(id, options);
       const target = resolvePath(path, runAs.home);
       if (target === "/") throw new ExecutorError("is_dir", "Cannot write '/': it is a directory");
+      const metadata = Object.entries(options.metadata ?? {});
+      if (metadata.length) {
+        const probe = await this.#script(id, runAs, SET_XATTRS_SCRIPT, target);
+        if (probe.code === 127) throw metadataUnsupported(target);
+      }
       const dir = posix.dirname(target);
       const { uid, gid, owner, group } = await this.#owner(id, runAs.user);
       // Whole seconds: what a tar header keeps, so the entry says what stat would.
@@ -261,6 +274,14 @@ export class Files {
           throw tar.failure() ?? this.#archiveError(error, id, "write", target);
         }
       }
+      if (metadata.length) {
+        const hex = (value: string) =>
+          Array.from(new TextEncoder().encode(value), (b) => b.toString(16).padStart(2, "0"))
+            .join("");
+        const args = metadata.flatMap(([key, value]) => [key, hex(value)]);
+        const set = await this.#script(id, runAs, SET_XATTRS_SCRIPT, target, ...args);
+        if (set.code !== 0) throw scriptError(set, "set metadata on", target);
+      }
       // The archive replaced whatever was there with exactly this header: no stat round trip.
       return {
         name: posix.basename(target),
@@ -271,6 +292,7 @@ export class Files {
         owner,
         group,
         modifiedAt,
+        ...(metadata.length ? { metadata: Object.fromEntries(metadata) } : {}),
       };
     } finally {
       if (!(data instanceof Uint8Array)) await data.stream.cancel().catch(() => {});

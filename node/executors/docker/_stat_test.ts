@@ -71,3 +71,32 @@ Deno.test("parseStatLines() joins a name with a newline and attaches link record
   assert.deepEqual([broken.symlinkTarget, broken.targetType], ["/nowhere", undefined]);
   assert.equal(deep.symlinkTarget, "/no/dir/x");
 });
+
+// Real output of LIST_SCRIPT (/tmp/t, depth 2) on the Debian base image (getfattr 2.5.1): the
+// metadata section after the \001 mark, its paths quoted with octal escapes; `user.other` is
+// not metadata and is not asked for.
+const withXattrs = "81a4/1/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507 +0000" +
+  "//tmp/t/b\\s\n81a4/1/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507 +0000" +
+  "//tmp/t/é\n81a4/1/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507 +0000" +
+  "//tmp/t/new\nline\n81a4/1/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507 " +
+  "+0000//tmp/t/plain\n41ed/4096/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507" +
+  " +0000//tmp/t/d\n81a4/1/1000/1000/user/user/1796123660/2026-12-01 11:14:20.665342507 +0000" +
+  "//tmp/t/d/m\n\u0001xattrs\n# file: /tmp/t/b\\134s\nuser.e2b.owner=0x616e61\n\n" +
+  "# file: /tmp/t/é\nuser.e2b.owner=0x616e61\n\n# file: /tmp/t/new\\012line\n" +
+  "user.e2b.owner=0x616e61\n\n# file: /tmp/t/plain\nuser.e2b.owner=0x616e61\n\n" +
+  "# file: /tmp/t/d/m\nuser.e2b.note=0x6120623d63\nuser.e2b.owner=0x616e61\n\n";
+
+Deno.test("parseStatLines() attaches getfattr's metadata to its entries, odd names too", () => {
+  const ana = { owner: "ana" };
+  assert.deepEqual(parseStatLines(withXattrs).map((e) => [e.path, e.metadata]), [
+    ["/tmp/t/b\\s", ana],
+    ["/tmp/t/é", ana],
+    ["/tmp/t/new\nline", ana],
+    ["/tmp/t/plain", ana],
+    ["/tmp/t/d", undefined],
+    ["/tmp/t/d/m", { note: "a b=c", owner: "ana" }],
+  ]);
+  // An empty listing prints the mark first; the minimal image prints no mark at all.
+  assert.deepEqual(parseStatLines("\u0001xattrs\n"), []);
+  assert.equal(parseStatLines(bothStats).some((e) => e.metadata), false);
+});

@@ -28,6 +28,7 @@ import {
   type SandboxStats,
   unknownVolume,
   type WatchRequest,
+  type WriteOptions,
 } from "../contract.ts";
 import type { SandboxSpec } from "../../../shared/schemas.ts";
 import type { VolumeDecl } from "../../config_capabilities.ts";
@@ -546,7 +547,7 @@ export class DockerExecutor implements Executor {
     id: string,
     path: string,
     data: Uint8Array,
-    options: FileOptions = {},
+    options: WriteOptions = {},
   ): Promise<FileEntry> {
     const target = resolvePath(path, (await this.#files.runAs(id, options)).home);
     return await this.#watches.changing(

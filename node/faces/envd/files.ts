@@ -127,6 +127,47 @@ async function readFileResponse(
   });
 }
 
+/** The most metadata keys one write carries, and their keys' and values' bytes in all. */
+const METADATA_MAX_KEYS = 32;
+const METADATA_MAX_BYTES = 8 * 1024;
+const METADATA_PREFIX = "x-metadata-";
+/** What the SDK allows: keys of HTTP token characters, printable US-ASCII values. */
+const METADATA_KEY = /^[A-Za-z0-9!#$%&'*+\-.^_`|~]+$/;
+const METADATA_VALUE = /^[\x20-\x7e]*$/;
+
+/**
+ * The file metadata of a write, from its `X-Metadata-<key>` headers, as the SDK sends it.
+ * Header names reach the node lowercased (HTTP's names are case-insensitive), so keys are too.
+ */
+function metadataOf(headers: Headers): Record<string, string> | undefined {
+  const out: Record<string, string> = {};
+  let count = 0, bytes = 0;
+  for (const [name, value] of headers) {
+    if (!name.startsWith(METADATA_PREFIX)) continue;
+    const key = name.slice(METADATA_PREFIX.length);
+    if (!METADATA_KEY.test(key)) {
+      throw new HttpError(
+        400,
+        `The metadata header '${name}' names no key: add one after 'X-Metadata-'`,
+      );
+    }
+    if (!METADATA_VALUE.test(value)) {
+      throw new HttpError(400, `The metadata value of '${key}' must be printable US-ASCII`);
+    }
+    count++;
+    bytes += key.length + value.length;
+    if (count > METADATA_MAX_KEYS || bytes > METADATA_MAX_BYTES) {
+      throw new HttpError(
+        400,
+        `A file takes at most ${METADATA_MAX_KEYS} metadata keys and ${METADATA_MAX_BYTES} bytes ` +
+          `of keys and values: send fewer`,
+      );
+    }
+    out[key] = value;
+  }
+  return count ? out : undefined;
+}
+
 /**
  * `POST /files`: a multipart upload (one part per file, each part's filename its path, or
  * `?path=` for a single part) or one raw `application/octet-stream` body (gzip allowed) at
@@ -142,6 +183,7 @@ async function writeFilesResponse(
 ): Promise<Response> {
   const user = url.searchParams.get("username") || DEFAULT_USER;
   const pathParam = url.searchParams.get("path");
+  const metadata = metadataOf(request.headers);
   const contentTypeHeader = request.headers.get("content-type") ?? "";
   const contentType = contentTypeHeader.split(";")[0].trim().toLowerCase();
   const limit = core.options.maxUploadBytes;
@@ -188,12 +230,25 @@ async function writeFilesResponse(
           `(${(error as Error)?.message ?? error}): send it again`,
       );
     });
-    const out: { path: string; name: string; type: "file" }[] = [];
+    const out: {
+      path: string;
+      name: string;
+      type: "file";
+      metadata?: Record<string, string>;
+    }[] = [];
     const write = async (path: string, stream: ReadableStream<Uint8Array>) => {
       const staged = await core.options.staging.stage(stream);
       try {
-        const entry = await core.ops.writeFile({ id: sandbox.id }, path, staged.data, { user });
-        out.push({ path: entry.path, name: entry.name, type: "file" });
+        const entry = await core.ops.writeFile({ id: sandbox.id }, path, staged.data, {
+          user,
+          metadata,
+        });
+        out.push({
+          path: entry.path,
+          name: entry.name,
+          type: "file",
+          ...(entry.metadata ? { metadata: entry.metadata } : {}),
+        });
       } finally {
         await staged.dispose();
       }

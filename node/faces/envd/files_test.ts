@@ -266,3 +266,44 @@ Deno.test("POST /files refuses a declared length past the cap at once, naming th
   assert.equal(executor.hooks.calls.writeFile, 0);
   await executor.close();
 });
+
+Deno.test("POST /files keeps X-Metadata-* headers as the file's metadata; Stat and ListDir show it", async () => {
+  const { app, headers, unary, executor } = await setup();
+  const upload = (extra: Record<string, string>, path = "/tmp/meta/m.txt") =>
+    app.request(`/e2b/envd/files?path=${path}`, {
+      method: "POST",
+      headers: headers({ "content-type": "application/octet-stream", ...extra }),
+      body: "x",
+    });
+  const res = await upload({ "X-Metadata-Owner": "ana", "x-metadata-note": "a b=c" });
+  assert.equal(res.status, 200);
+  const meta = { owner: "ana", note: "a b=c" };
+  assert.deepEqual((await res.json())[0].metadata, meta);
+  const stat = await unary("filesystem.Filesystem/Stat", { path: "/tmp/meta/m.txt" });
+  assert.deepEqual((await stat.json()).entry.metadata, meta);
+  const plain = await upload({}, "/tmp/meta/plain.txt");
+  assert.equal((await plain.json())[0].metadata, undefined);
+  const list = await unary("filesystem.Filesystem/ListDir", { path: "/tmp/meta", depth: 1 });
+  const entries = (await list.json()).entries as { name: string; metadata?: unknown }[];
+  assert.deepEqual(entries.map((e) => [e.name, e.metadata]), [
+    ["m.txt", meta],
+    ["plain.txt", undefined],
+  ]);
+  // What the SDK refuses before sending is a 400 sentence here, and nothing is written.
+  const bad = await upload({ "X-Metadata-k": "caf\u00e9" }, "/tmp/meta/bad.txt");
+  assert.equal(bad.status, 400);
+  assert.match((await bad.json()).message, /metadata value of 'k' must be printable US-ASCII/);
+  const many = Object.fromEntries(
+    Array.from({ length: 33 }, (_, i) => [`X-Metadata-k${i}`, "v"]),
+  );
+  const tooMany = await upload(many, "/tmp/meta/bad.txt");
+  assert.equal(tooMany.status, 400);
+  assert.match((await tooMany.json()).message, /at most 32 metadata keys/);
+  const huge = await upload({ "X-Metadata-big": "v".repeat(9000) }, "/tmp/meta/bad.txt");
+  assert.equal(huge.status, 400);
+  await huge.body?.cancel();
+  const missing = await unary("filesystem.Filesystem/Stat", { path: "/tmp/meta/bad.txt" });
+  assert.equal(missing.status, 404);
+  await missing.body?.cancel();
+  await executor.close();
+});

@@ -41,6 +41,7 @@ export function entryJson(e: FileEntry): Record<string, unknown> {
     group: e.group,
     modifiedTime: new Date(e.modifiedAt).toISOString(),
     ...(e.symlinkTarget !== undefined ? { symlinkTarget: e.symlinkTarget } : {}),
+    ...(e.metadata ? { metadata: e.metadata } : {}),
   };
 }
 
