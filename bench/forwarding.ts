@@ -176,10 +176,15 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   if (missing) return { title, reference: "", rows: [], notes: [], skipped: missing };
   const started: { stop(): Promise<void> }[] = [];
   const name = "bench-fwd";
-  const keys = ["direct", "gateway", "nginx", "naive"] as const;
+  const keys = ["direct", "gateway", "nginx", "naive", "naive-node-http", "naive-undici"] as const;
   type Key = typeof keys[number];
-  const results: Record<Key, WrkResult[]> = { direct: [], gateway: [], nginx: [], naive: [] };
-  const single: Record<Key, WrkResult[]> = { direct: [], gateway: [], nginx: [], naive: [] };
+  const empty = () =>
+    Object.fromEntries(keys.map((k) => [k, []])) as unknown as Record<
+      Key,
+      WrkResult[]
+    >;
+  const results = empty();
+  const single = empty();
   try {
     const gw: Daemon = await startGateway(gatewayArgs);
     started.push(gw);
@@ -192,19 +197,28 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     }
     const nginx = await startNginx(node.port);
     started.push(nginx);
-    const naive = await startChild<{ port: number }>([
-      "run",
-      "--allow-net=127.0.0.1",
-      new URL("./_naive_proxy.ts", import.meta.url).pathname,
-      node.url,
-    ]);
-    started.push(naive);
+    // The same bare proxy with each HTTP client the runtime offers (issue 16).
+    const naiveWith = async (client: string) => {
+      const child = await startChild<{ port: number }>([
+        "run",
+        "--frozen",
+        "--allow-net=127.0.0.1",
+        "--allow-env",
+        new URL("./_naive_proxy.ts", import.meta.url).pathname,
+        node.url,
+        client,
+      ]);
+      started.push(child);
+      return `http://127.0.0.1:${child.ready.port}`;
+    };
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: name };
     const targets: Record<Key, string> = {
       direct: node.url,
       gateway: gw.url,
       nginx: nginx.url,
-      naive: `http://127.0.0.1:${naive.ready.port}`,
+      naive: await naiveWith("fetch"),
+      "naive-node-http": await naiveWith("node-http"),
+      "naive-undici": await naiveWith("undici"),
     };
     for (const [key, url] of Object.entries(targets)) {
       const check = await postJson(`${url}/getSandboxMetrics`, { name });
@@ -250,6 +264,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       pick("naive", "rps"),
       nginxRps,
     ),
+    row(
+      "naive proxy with node:http keep-alive Agent throughput",
+      "req/s",
+      pick("naive-node-http", "rps"),
+      nginxRps,
+    ),
+    row("naive proxy with undici Pool throughput", "req/s", pick("naive-undici", "rps"), nginxRps),
     row("gateway ÷ direct throughput", "×", gwRps.map((v, i) => v / dRps[i]), null, { digits: 2 }),
     row("nginx p50 at c32 (reference)", "ms", nginxP50, nginxP50),
     row("direct p50 at c32", "ms", pick("direct", "p50"), nginxP50),
@@ -272,6 +293,18 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       one("naive").map((v, i) => v - d1[i]),
       nginx1,
     ),
+    row(
+      "naive node:http proxy added p50 at c1 (− direct)",
+      "ms",
+      one("naive-node-http").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
+    row(
+      "naive undici proxy added p50 at c1 (− direct)",
+      "ms",
+      one("naive-undici").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
   ];
   return {
     title,
@@ -281,7 +314,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the three targets in turn within each run; one node ` +
+      `measurement, the six targets in turn within each run; one node ` +
       `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
@@ -298,6 +331,10 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         median(nginxAdded).toFixed(3)
       } ms: a serve + fetch hop in this runtime costs more ` +
       "than twice nginx's added latency before the gateway does any work of its own.",
+      "The naive proxy is run with three clients to the node (issue 16): fetch, node:http " +
+      "request with a keep-alive Agent (32 sockets) and npm:undici's Pool (32 connections, " +
+      "pool.request()); the last two read the small request body whole before sending it. " +
+      "The gateway keeps fetch unless another client is faster in the same run.",
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx.",
     ],
