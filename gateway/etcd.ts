@@ -73,9 +73,11 @@ export interface EtcdClientOptions {
   /** The members' client URLs (`DORMICE_GATEWAY_ETCD`), e.g. `["http://10.0.0.1:2379"]`. */
   endpoints: readonly string[];
   /**
-   * Bound of one call across every member. Default 3000 ms: a leader election in a healthy
-   * cluster settles in about one election timeout (1 s by default), so a call made while the
-   * leader dies still succeeds; a cluster that lost its quorum is reported within 3 s.
+   * Bound of one call across every member. Default 5000 ms: a leader election settles in about
+   * one election timeout (1 s by default), but a split vote on a loaded machine takes a few
+   * rounds (measured: over 3 s with two members left on 2 busy cores), and a call made while
+   * the leader dies must still succeed; a cluster that lost its quorum is reported within 5 s,
+   * and one whose members all refuse at once.
    */
   timeoutMs?: number;
   /** The HTTP client; the global `fetch` by default. */
@@ -158,7 +160,7 @@ export class EtcdClient {
       throw new TypeError("Cannot create EtcdClient as 'endpoints' is empty: pass at least one");
     }
     this.endpoints = options.endpoints;
-    this.#timeoutMs = options.timeoutMs ?? 3000;
+    this.#timeoutMs = options.timeoutMs ?? 5000;
     this.#fetch = options.fetch ?? globalThis.fetch;
   }
 
@@ -176,9 +178,13 @@ export class EtcdClient {
       const endpoint = this.endpoints[i];
       const left = deadline - Date.now();
       if (left <= 0) break;
+      // One member may hang rather than refuse (a follower whose leader just died holds a
+      // proposal until the election ends): it gets a share of the bound, so the others are
+      // asked in time.
+      const share = Math.max(250, Math.floor(this.#timeoutMs / this.endpoints.length));
       const bound = signal
-        ? AbortSignal.any([signal, AbortSignal.timeout(left)])
-        : AbortSignal.timeout(left);
+        ? AbortSignal.any([signal, AbortSignal.timeout(Math.min(left, share))])
+        : AbortSignal.timeout(Math.min(left, share));
       try {
         const res = await this.#fetch(endpoint + path, {
           method: "POST",
@@ -199,6 +205,9 @@ export class EtcdClient {
       } catch (error) {
         if (signal?.aborted) throw error;
         if (error instanceof EtcdRequestError) throw error;
+        // A member that took its whole share is alive and waiting (for a leader, say), like
+        // one answering 5xx: worth asking again; only a refused connection says it is gone.
+        if ((error as Error)?.name === "TimeoutError") answeredBusy = true;
         causes.push(`${endpoint}: ${describe(error)}`);
       }
       const cycled = (attempt + 1) % this.endpoints.length === 0;
@@ -253,9 +262,14 @@ export class EtcdClient {
     const r = await this.call("/v3/kv/txn", {
       compare: [{ target: "CREATE", key: b64(key), create_revision: "0" }],
       success: [{ request_put: { key: b64(key), value: b64(value), ...(lease ? { lease } : {}) } }],
-      failure: [],
+      // Read the holder back: a retried call whose first try was applied after it timed out
+      // finds its own value there, and holds the key (otherwise it would wait on itself).
+      failure: [{ request_range: { key: b64(key) } }],
     }, signal);
-    return r.succeeded ? (r.header?.revision ?? "0") : null;
+    if (r.succeeded) return r.header?.revision ?? "0";
+    const held = r.responses?.[0]?.response_range?.kvs?.[0];
+    if (held && unb64(held.value) === value) return held.create_revision ?? "0";
+    return null;
   }
 
   /** Deletes `key` only while it is still the one created at `createRevision`. */

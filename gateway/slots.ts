@@ -172,12 +172,14 @@ export class EtcdSlots implements Slots {
 
   async #take(slotKey: string, signal?: AbortSignal): Promise<string> {
     const deadline = Date.now() + this.#waitMs;
+    // Unique to this take, so a value found in the key is ours only when this take wrote it.
+    const attempt = `${this.#session.owner}/${crypto.randomUUID()}`;
     for (;;) {
       signal?.throwIfAborted();
       const lease = await this.#session.lease();
       let revision: string | null;
       try {
-        revision = await this.#client.createIfAbsent(slotKey, this.#session.owner, lease, signal);
+        revision = await this.#client.createIfAbsent(slotKey, attempt, lease, signal);
       } catch (error) {
         // etcd was away longer than the lease: take a new one and try again.
         if (!(error instanceof EtcdRequestError && error.leaseNotFound)) throw error;

@@ -298,3 +298,45 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    `EtcdClient.createIfAbsent(): a retry of a create that was applied finds its own value and holds the key${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(",") });
+    const key = `/t-${crypto.randomUUID().slice(0, 8)}/slots/default/a`;
+    try {
+      const first = await client.createIfAbsent(key, "gw-1/take-1");
+      assert.notEqual(first, null);
+      // The same call again, as after a first try that timed out on our side but was applied:
+      // it must not wait on itself.
+      assert.equal(await client.createIfAbsent(key, "gw-1/take-1"), first);
+      // Anyone else, another take of the same gateway included, finds it held.
+      assert.equal(await client.createIfAbsent(key, "gw-1/take-2"), null);
+      assert.equal(await client.createIfAbsent(key, "gw-2/take-1"), null);
+    } finally {
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test("EtcdClient.call() gives a member that hangs a share of its bound, then asks the next", async () => {
+  const asked: string[] = [];
+  const client = new EtcdClient({
+    endpoints: ["http://m1", "http://m2", "http://m3"],
+    timeoutMs: 900,
+    fetch: (input, init) => {
+      const url = String(input);
+      asked.push(new URL(url).host);
+      if (url.startsWith("http://m3")) return Promise.resolve(Response.json({ ok: true }));
+      // m1 and m2 hang like followers whose leader just died, until the caller gives up.
+      return new Promise((_, reject) =>
+        init!.signal!.addEventListener("abort", () => reject(init!.signal!.reason))
+      );
+    },
+  });
+  assert.deepEqual(await client.call("/v3/kv/range", {}), { ok: true });
+  assert.deepEqual(asked, ["m1", "m2", "m3"]);
+});
