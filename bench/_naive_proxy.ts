@@ -14,7 +14,7 @@
  */
 import http from "node:http";
 import { Readable } from "node:stream";
-import { Pool } from "npm:undici@7.30.2";
+import { Pool } from "undici";
 
 const upstream = Deno.args[0];
 const client = Deno.args[1] ?? "fetch";
