@@ -214,3 +214,19 @@ Deno.test("WarmPools.set() empties a dropped pool and refuses a bad target", asy
     /listed twice/,
   );
 });
+
+Deno.test("SandboxService.acquire() served by a claim keeps the E2B lifecycle it was asked for", async () => {
+  const { pools, service } = setup();
+  await pools.start();
+  await pools.set([{ template: "base", spec: {}, warm: 1 }]);
+  await pools.settled();
+  const e2b = { onTimeout: "pause" as const, autoResume: true, timeoutSeconds: 60 };
+  const { sandbox } = await service.acquire({
+    name: "agent-2",
+    deadline: { ms: 60_000, action: "pause" },
+    e2b,
+  });
+  assert.equal(pools.list()[0].claimed, 1, "the create was served by a claim");
+  assert.equal(sandbox.e2b.autoResume, true);
+  assert.equal(sandbox.e2b.onTimeout, "pause");
+});

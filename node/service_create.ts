@@ -7,6 +7,7 @@
  */
 import { HttpError } from "../shared/http_error.ts";
 import type { SandboxSpec } from "../shared/schemas.ts";
+import type { NewSandboxRow } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
 import type { WarmPools } from "./pools.ts";
 import type { AcquireRequest, SandboxRecord } from "./service_contract.ts";
@@ -42,21 +43,10 @@ export function claimWarm(
   const ask = { template, spec };
   const id = pools.claim(ask);
   if (id === undefined) return undefined;
-  const now = core.clock.now();
   try {
-    const sandbox = core.ledger.claimWarm({
-      id,
-      name: request.name,
-      team,
-      state: "active",
-      template,
-      metadata: request.metadata ?? {},
-      spec,
-      env,
-      createdAt: now,
-      deadlineAt: request.deadline ? now + request.deadline.ms : null,
-      deadlineAction: request.deadline?.action ?? null,
-    });
+    const sandbox = core.ledger.claimWarm(
+      newRow(core, request, { id, team, template, spec, env }),
+    );
     core.log("info", "sandbox claimed from a warm pool", {
       name: request.name,
       team,
@@ -80,22 +70,8 @@ export async function buildCold(
   { id, team, template, spec, env }: NewSandbox,
 ): Promise<SandboxRecord> {
   await callExecutor(() => core.executor.create({ id, name: request.name, template, spec, env }));
-  const now = core.clock.now();
   try {
-    const sandbox = core.ledger.insert({
-      id,
-      name: request.name,
-      team,
-      state: "active",
-      template,
-      metadata: request.metadata ?? {},
-      spec,
-      env,
-      createdAt: now,
-      deadlineAt: request.deadline ? now + request.deadline.ms : null,
-      deadlineAction: request.deadline?.action ?? null,
-      e2b: request.e2b,
-    });
+    const sandbox = core.ledger.insert(newRow(core, request, { id, team, template, spec, env }));
     core.log("info", "sandbox created", { name: request.name, team, id, template });
     return sandbox;
   } catch (error) {
@@ -120,4 +96,30 @@ export async function buildCold(
         `(${(error as Error)?.message}); it was removed again: check the node's data dir`,
     );
   }
+}
+
+/**
+ * The row a new sandbox gets, the same whichever way it was made: a claimed sandbox is this
+ * request's sandbox in every field a cold one would have (its E2B lifecycle included).
+ */
+function newRow(
+  core: ServiceCore,
+  request: AcquireRequest,
+  { id, team, template, spec, env }: NewSandbox,
+): NewSandboxRow {
+  const now = core.clock.now();
+  return {
+    id,
+    name: request.name,
+    team,
+    state: "active",
+    template,
+    metadata: request.metadata ?? {},
+    spec,
+    env,
+    createdAt: now,
+    deadlineAt: request.deadline ? now + request.deadline.ms : null,
+    deadlineAction: request.deadline?.action ?? null,
+    e2b: request.e2b,
+  };
 }
