@@ -9,6 +9,7 @@ import type { CheckIn } from "../shared/schemas.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import type { EtcdClient } from "./etcd.ts";
 import type { Fleet } from "./fleet.ts";
+import { Poller } from "./poller.ts";
 
 /** What one node's key in etcd holds. */
 interface NodeRecord {
@@ -54,15 +55,12 @@ export class FleetSync {
   readonly #client: EtcdClient;
   readonly #prefix: string;
   readonly #fleet: Fleet;
-  readonly #pollMs: number;
   readonly #changes: ChangeLog;
   /** Records not yet in etcd, one per node: the latest replaces an older one. */
   readonly #pending = new Map<string, NodeRecord>();
   /** Removals not yet in etcd. */
   readonly #removals = new Set<string>();
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  #running = false;
-  #tick: Promise<void> | null = null;
+  readonly #poller: Poller;
   /** When the node table was last read whole (the read's start), or when this sync was built. */
   #lastRead: number;
 
@@ -71,7 +69,7 @@ export class FleetSync {
     this.#client = options.client;
     this.#prefix = `${options.prefix}nodes/`;
     this.#fleet = options.fleet;
-    this.#pollMs = options.pollMs ?? 1000;
+    this.#poller = new Poller(() => this.syncOnce(), options.pollMs ?? 1000);
     this.#changes = new ChangeLog(options.log ?? silentLog);
     this.#lastRead = this.#fleet.now();
   }
@@ -96,21 +94,12 @@ export class FleetSync {
 
   /** Reads etcd now and every `pollMs` after, until `stop()`. */
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    const tick = async () => {
-      this.#tick = this.syncOnce();
-      await this.#tick;
-      if (this.#running) this.#timer = setTimeout(tick, this.#pollMs);
-    };
-    void tick();
+    this.#poller.start();
   }
 
   /** Stops reading; a write in flight ends on its own bound. */
-  async stop(): Promise<void> {
-    this.#running = false;
-    clearTimeout(this.#timer);
-    await this.#tick;
+  stop(): Promise<void> {
+    return this.#poller.stop();
   }
 
   /**

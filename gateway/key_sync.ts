@@ -11,6 +11,7 @@ import { HttpError } from "../shared/http_error.ts";
 import type { EtcdClient } from "./etcd.ts";
 import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
 import { etcdHttpError } from "./slots.ts";
+import { Poller } from "./poller.ts";
 
 /** Options of {@linkcode KeySync}. */
 export interface KeySyncOptions {
@@ -46,20 +47,17 @@ export class KeySync {
   readonly #client: EtcdClient;
   readonly #prefix: string;
   readonly #keys: ApiKeys;
-  readonly #pollMs: number;
   readonly #changes: ChangeLog;
   /** Ids being written now: the read-back must not forget them before their write lands. */
   readonly #writing = new Set<string>();
-  #timer: ReturnType<typeof setTimeout> | undefined;
-  #running = false;
-  #tick: Promise<void> | null = null;
+  readonly #poller: Poller;
 
   /** Builds the sync; nothing is read until `start()` or `syncOnce()`. */
   constructor(options: KeySyncOptions) {
     this.#client = options.client;
     this.#prefix = `${options.prefix}keys/`;
     this.#keys = options.keys;
-    this.#pollMs = options.pollMs ?? 1000;
+    this.#poller = new Poller(() => this.syncOnce(), options.pollMs ?? 1000);
     this.#changes = new ChangeLog(options.log ?? silentLog);
   }
 
@@ -106,21 +104,12 @@ export class KeySync {
 
   /** Reads etcd now and every `pollMs` after, until `stop()`. */
   start(): void {
-    if (this.#running) return;
-    this.#running = true;
-    const tick = async () => {
-      this.#tick = this.syncOnce();
-      await this.#tick;
-      if (this.#running) this.#timer = setTimeout(tick, this.#pollMs);
-    };
-    void tick();
+    this.#poller.start();
   }
 
   /** Stops reading. */
-  async stop(): Promise<void> {
-    this.#running = false;
-    clearTimeout(this.#timer);
-    await this.#tick;
+  stop(): Promise<void> {
+    return this.#poller.stop();
   }
 
   /** Applies etcd's key table here. Never rejects: an unreachable etcd keeps what is known. */
