@@ -38,3 +38,7 @@ fi
 
 "$here/deploy/images/build-minimal.sh"
 "$here/deploy/images/build-base.sh"
+
+# Sandbox networks whose node was killed before it could remove them (a CI machine may be reused):
+# the engine has address pools for about thirty networks, and only unused ones are pruned.
+docker network prune -f --filter label=dormice.network=internal >/dev/null
