@@ -273,8 +273,8 @@ export class Fleet implements NodeDirectory {
   /** endpoint → ids reporting it, to warn when two ids share one daemon. */
   #byEndpoint = new Map<string, Set<string>>();
   #seq = 0;
-  /** While the shared node table cannot be read: when it was last read (see `replicationLost`). */
-  #lostSince: number | null = null;
+  /** Shared mode: when the node table was last read whole (see `replicaAsOf`); else `null`. */
+  #asOf: number | null = null;
   #insert: StatementSync;
   #update: StatementSync;
   #remove: StatementSync;
@@ -390,7 +390,19 @@ export class Fleet implements NodeDirectory {
   isDown(node: string | FleetNode, now: number = this.#clock.now()): boolean {
     const m = typeof node === "string" ? this.#members.get(node) : node;
     if (m === undefined || !m.heardSinceStart) return true;
-    return now - m.lastCheckIn > this.#downAfter * m.intervalSeconds * 1000;
+    return this.#silentFor(m, now) > this.#downAfter * m.intervalSeconds * 1000;
+  }
+
+  /**
+   * How long `m` has been without news at `now`. In shared mode the other gateways' check-ins
+   * arrive only with a read of etcd, so the time since the last read began is an absence of
+   * news, not of check-ins, and is not counted: a read held up by an etcd election (seconds on a
+   * loaded machine) must not make every node checking in elsewhere look down. A check-in heard
+   * here since is later than that, so its silence starts at 0.
+   */
+  #silentFor(m: FleetNode, now: number): number {
+    const until = this.#asOf === null ? now : Math.min(now, this.#asOf);
+    return until - m.lastCheckIn;
   }
 
   /**
@@ -409,31 +421,27 @@ export class Fleet implements NodeDirectory {
   isSilent(node: string | FleetNode, now: number = this.#clock.now()): boolean {
     const m = typeof node === "string" ? this.#members.get(node) : node;
     if (m === undefined) return true;
-    // Blind to the other gateways' check-ins, silence counts only up to the last read: the time
-    // since is an absence of news, not of check-ins. A check-in heard here meanwhile is later
-    // than that, so a node checking in with this gateway is judged on its own check-ins.
-    const until = this.#lostSince === null ? now : Math.min(now, this.#lostSince);
-    return until - m.lastCheckIn > this.#downAfter * m.intervalSeconds * 1000;
+    return this.#silentFor(m, now) > this.#downAfter * m.intervalSeconds * 1000;
   }
 
   /**
-   * Shared mode: `since` is when the node table in etcd was last read, while it cannot be read
-   * now; `null` once a read succeeds again. Meanwhile `isSilent` counts no time after `since`, so
-   * a node that checks in with another gateway is not refused as silent here only because etcd
-   * is away (its sandboxes keep answering; a node that really died costs its requests the head
-   * timeout instead of an immediate 503). `isDown` is unchanged: it says what this gateway heard.
+   * Shared mode: `at` is when the last whole read of the node table in etcd began (`null`: not
+   * shared, the default). `isDown` and `isSilent` count no silence after `at`: a node that checks
+   * in with another gateway is not judged down here because a read is slow or etcd is away (its
+   * sandboxes keep answering; one that really died costs its requests the head timeout instead
+   * of an immediate 503, and creates wait for etcd anyway). The cost in step: a death is seen
+   * one read (about a second) later.
    *
    * @example
    * ```ts
    * import { Fleet } from "@dormice/cluster/gateway";
    * const fleet = new Fleet();
-   * fleet.replicationLost(Date.now()); // a read of etcd failed
-   * fleet.replicationLost(null); // and the next one succeeded
+   * fleet.replicaAsOf(Date.now()); // a read of etcd that began now has ended
    * fleet.close();
    * ```
    */
-  replicationLost(since: number | null): void {
-    this.#lostSince = since;
+  replicaAsOf(at: number | null): void {
+    this.#asOf = at;
   }
 
   /**

@@ -40,9 +40,9 @@ export interface FleetSyncOptions {
  * Keeps a Fleet in step with etcd. `written(body, at)` (the Fleet's `onCheckIn`) queues the
  * record; writes that fail while etcd is away are kept (the latest per node, so the queue is
  * bounded by the fleet's size) and written when it returns. `removed(id)` (the Fleet's
- * `onRemove`) deletes the record, and a node whose record is gone is forgotten here too. While
- * the table cannot be read, the Fleet is told when it last was (`Fleet.replicationLost`), so no
- * node is judged silent here because etcd is.
+ * `onRemove`) deletes the record, and a node whose record is gone is forgotten here too. The
+ * Fleet is told when the last whole read began (`Fleet.replicaAsOf`), so no node is judged
+ * silent or down here because a read is slow or etcd is away.
  *
  * @example
  * ```ts ignore
@@ -61,8 +61,6 @@ export class FleetSync {
   /** Removals not yet in etcd. */
   readonly #removals = new Set<string>();
   readonly #poller: Poller;
-  /** When the node table was last read whole (the read's start), or when this sync was built. */
-  #lastRead: number;
 
   /** Builds the sync; nothing is read or written until `start()` or `syncOnce()`. */
   constructor(options: FleetSyncOptions) {
@@ -71,7 +69,8 @@ export class FleetSync {
     this.#fleet = options.fleet;
     this.#poller = new Poller(() => this.syncOnce(), options.pollMs ?? 1000);
     this.#changes = new ChangeLog(options.log ?? silentLog);
-    this.#lastRead = this.#fleet.now();
+    // Until the first read, what other gateways heard is unknown here, not absent.
+    this.#fleet.replicaAsOf(this.#fleet.now());
   }
 
   /** Queues a check-in this gateway accepted and writes it now. */
@@ -140,14 +139,11 @@ export class FleetSync {
         if (seen.has(node.id) || this.#pending.has(node.id) || node.lastCheckIn >= asked) continue;
         this.#fleet.forgetRemoved(node.id);
       }
-      this.#lastRead = asked;
-      this.#fleet.replicationLost(null);
+      this.#fleet.replicaAsOf(asked);
       this.#changes.report("etcd", "ok", "info", "the node table is in step with etcd", {
         nodes: kvs.length,
       });
     } catch (error) {
-      // Check-ins accepted by other gateways since the last read are unknown here, not absent.
-      this.#fleet.replicationLost(this.#lastRead);
       this.#changes.report(
         "etcd",
         "failing",

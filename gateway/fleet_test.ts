@@ -218,15 +218,15 @@ Deno.test("Fleet.list() shows id, endpoint, state, age, reading and the in-fligh
   fleet.close();
 });
 
-Deno.test("Fleet.isSilent() counts no time after the last read of etcd while it is lost", () => {
+Deno.test("Fleet: in shared mode no silence is counted after the last read of etcd began", () => {
   const { fleet, clock } = setup();
   fleet.checkIn(checkIn("far", A, { intervalSeconds: 10 }), { at: clock.now(), replicated: true });
   fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
   clock.tick(5_000);
-  fleet.replicationLost(clock.now());
-  clock.tick(60_000); // far longer than two intervals without news of "far"
+  fleet.replicaAsOf(clock.now());
+  clock.tick(60_000); // far longer than two intervals without news of "far": a read is stuck
   assert.equal(fleet.isSilent("far"), false, "no news is not silence");
-  assert.equal(fleet.isDown("far"), true, "isDown still says what this gateway heard");
+  assert.equal(fleet.isDown("far"), false, "nor is it down: placement may still pick it");
   fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 })); // heard here meanwhile
   clock.tick(21_000);
   assert.equal(
@@ -234,18 +234,24 @@ Deno.test("Fleet.isSilent() counts no time after the last read of etcd while it 
     false,
     "silent since a check-in heard here: left to the head timeout",
   );
-  fleet.replicationLost(null);
-  assert.equal(fleet.isSilent("far"), true, "etcd is back, and it had nothing newer");
+  fleet.replicaAsOf(clock.now()); // a read that began now had nothing newer
+  assert.equal(fleet.isSilent("far"), true);
+  assert.equal(fleet.isDown("far"), true);
   assert.equal(fleet.isSilent("near"), true);
+  fleet.replicaAsOf(null); // not shared: silence runs to now
+  fleet.checkIn(checkIn("far", A, { intervalSeconds: 10 }));
+  clock.tick(21_000);
+  assert.equal(fleet.isDown("far"), true);
   fleet.close();
 });
 
-Deno.test("Fleet.isSilent() still counts silence before the last read while etcd is lost", () => {
+Deno.test("Fleet: in shared mode silence before the last read still counts", () => {
   const { fleet, clock } = setup();
   fleet.checkIn(checkIn("a", A, { intervalSeconds: 10 }));
   clock.tick(25_000);
-  fleet.replicationLost(clock.now());
+  fleet.replicaAsOf(clock.now());
   clock.tick(1_000);
   assert.equal(fleet.isSilent("a"), true);
+  assert.equal(fleet.isDown("a"), true);
   fleet.close();
 });
