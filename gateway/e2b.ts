@@ -13,7 +13,7 @@ import type { Context } from "hono";
 import { type Caller, optionalE2bCaller, requireE2bCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
-import type { CapturedAnswer } from "./routing.ts";
+import type { CapturedAnswer } from "./routing_create.ts";
 import {
   cursorOf,
   gather,

@@ -15,7 +15,8 @@
  *   Fleet is kept in step through etcd by {@linkcode FleetSync});
  * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
  *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
- *   (`forward.ts`);
+ *   (`forward.ts`); a create's placement and bookkeeping is `routing_create.ts`, the errors
+ *   the rules answer with `routing_answers.ts`;
  * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}) and paths
  *   with dot segments, checked before any face;
  * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
@@ -88,15 +89,14 @@ export * from "./config.ts";
 export * from "./forward.ts";
 export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
 export {
-  type CapturedAnswer,
-  clientGone,
-  type CreateOptions,
   type DestroyOptions,
   type FanOutAnswer,
   GatewayRouting,
   type GatewayRoutingOptions,
   type StreamOptions,
 } from "./routing.ts";
+export { type CapturedAnswer, type CreateOptions } from "./routing_create.ts";
+export { clientGone } from "./routing_answers.ts";
 export {
   createE2bFaces,
   type E2bFaces,

@@ -29,7 +29,7 @@ import { z } from "zod";
 import { type Caller, callerGate, requireCaller, scopeOf, teamOf } from "./auth.ts";
 import type { FoundSandbox } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
-import { clientGone } from "./routing.ts";
+import { clientGone } from "./routing_answers.ts";
 import { HttpError, messageResponse } from "../shared/http_error.ts";
 import { type BodyCapOptions, readJsonObject } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";

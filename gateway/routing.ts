@@ -1,19 +1,36 @@
 /**
  * The gateway's routing core, shared by its faces: find the node that holds a sandbox, stream a
- * request to it, and run the two creators and destroy inside the per-name slots.
+ * request to it, and run the two creators and destroy inside the per-name slots. What a create
+ * that builds a new sandbox does once its name is known to be absent (admission, placement,
+ * counting back) is `routing_create.ts`; the HTTP errors these rules answer with are
+ * `routing_answers.ts`.
  *
  * @module
  */
 import type { Fleet, FleetNode } from "./fleet.ts";
-import type { FindBy, Finder, FindNone, FindOne, FindResult, FoundSandbox } from "./finder.ts";
-import type { PickResult, PlacementAsk, Placer } from "./placer.ts";
+import type { FindBy, Finder, FindNone, FindOne, FoundSandbox } from "./finder.ts";
+import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
-import type { Admission } from "./team_limits.ts";
 import { LocalSlots, type Slots } from "./slots.ts";
+import {
+  clientGone,
+  ownedBy,
+  settle,
+  silentNodeError,
+  silentWhileWaiting,
+  statusOf,
+} from "./routing_answers.ts";
+import {
+  type CapturedAnswer,
+  type CreateOptions,
+  type CreateParts,
+  placeNew,
+  rememberCreated,
+} from "./routing_create.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
-import { DEFAULT_TEAM, TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
+import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 
 /** Options for {@linkcode GatewayRouting}. */
 export interface GatewayRoutingOptions {
@@ -81,18 +98,6 @@ export interface RoutingObserver {
   destroyed?(found: FindOne, path: string): void;
 }
 
-/** A node's whole answer, read by the gateway (create and destroy). */
-export interface CapturedAnswer {
-  /** The node's status: 4xx and 2xx decide what is counted and cached. */
-  status: number;
-  /** The node's headers; a face relays only those its clients need. */
-  headers: Headers;
-  /** The node's whole body, read so the sandbox in it can be cached. */
-  text: string;
-  /** The node that answered. */
-  node: FleetNode;
-}
-
 /** Options of {@linkcode GatewayRouting.stream}. */
 export interface StreamOptions {
   /** Where the sandbox lives: the Finder's cached entry, or what `locate` / `resolve` found. */
@@ -116,29 +121,6 @@ export interface StreamOptions {
    * untouched (envd, whose access token the node checks).
    */
   headers?: Readonly<Record<string, string>>;
-}
-
-/** Options of {@linkcode GatewayRouting.create}. */
-export interface CreateOptions {
-  /** The sandbox name, or `undefined` for an unnamed create (no slot, no lookup: always new). */
-  name?: string;
-  /** The path on the node, e.g. `/acquireSandbox`. */
-  path: string;
-  /** The body to send (already validated by the face). */
-  body: string;
-  /** The client's signal: a client that left is not served (checked in the slot). */
-  signal: AbortSignal;
-  /** Headers for the node; the fleet token and JSON content type by default. */
-  headers?: Readonly<Record<string, string>>;
-  /** Reads the sandbox out of a 2xx answer so the Finder can cache it; `undefined` skips. */
-  identify: (text: string) => FoundSandbox | undefined;
-  /**
-   * Called just before a new sandbox is placed (never for a wake): throws to refuse it (a
-   * team's limit), or returns what to tell once the node answered.
-   */
-  admit?: () => Admission;
-  /** What the create asks of its node (template, volumes, pool): the placer's filters read it. */
-  ask?: PlacementAsk;
 }
 
 /** Options of {@linkcode GatewayRouting.destroy}. */
@@ -165,18 +147,6 @@ export interface DestroyOptions {
 export type FanOutAnswer =
   | { node: FleetNode; ok: true; status: number; headers: Headers; json: unknown }
   | { node: FleetNode; ok: false; cause: string };
-
-/**
- * The error a client that already hung up gets (nobody reads it; it stops the work).
- *
- * @example
- * ```ts ignore
- * if (request.signal.aborted) throw clientGone();
- * ```
- */
-export function clientGone(): HttpError {
-  return new HttpError(499, "The client closed the request before the gateway answered");
-}
 
 /**
  * The routing rules of DESIGN §5 as one object the faces share:
@@ -213,6 +183,8 @@ export class GatewayRouting {
   readonly #observer: RoutingObserver;
   readonly #hop: string;
   readonly #headTimeoutMs: number;
+  /** What a create that builds a new sandbox works with (`routing_create.ts`). */
+  readonly #creates: CreateParts;
 
   /** Builds the rules over one Fleet, Finder and Placer; `nodeHeaders` is fixed from `token`. */
   constructor(options: GatewayRoutingOptions) {
@@ -233,6 +205,15 @@ export class GatewayRouting {
       "authorization": `Bearer ${options.token}`,
       "content-type": "application/json",
     });
+    this.#creates = {
+      fleet: this.#fleet,
+      finder: this.#finder,
+      placer: this.#placer,
+      log: this.#log,
+      placed: (key, pick) => this.#observer.placed?.(key, pick),
+      created: (node, sandbox, path) => this.#observer.created?.(node, sandbox, path),
+      capture: (node, path, init) => this.#capture(node, path, init),
+    };
   }
 
   /**
@@ -368,7 +349,7 @@ export class GatewayRouting {
       if (signal.aborted) return Promise.reject(clientGone());
       // No slot to take, yet shared slots refuse it too while their store is unreachable: the
       // fleet's rule is one answer for every create while etcd is away.
-      return this.slots.ready().then(() => this.#place(undefined, options));
+      return this.slots.ready().then(() => placeNew(this.#creates, undefined, options));
     }
     return this.#inSlot(name, signal, async () => {
       // A client that hung up while queued behind other holders must not build anything.
@@ -380,14 +361,16 @@ export class GatewayRouting {
       const result = await this.#finder.confirm("name", name, { signal });
       if (signal.aborted) throw clientGone();
       const r = settle(result);
-      if (r.kind === "none") return await this.#place(name, options);
+      if (r.kind === "none") return await placeNew(this.#creates, name, options);
       this.#refuseSilent(r.node);
       // A wake is not a placement: nothing is counted.
       const answer = await this.#capture(r.node, options.path, {
         body: options.body,
         headers: options.headers,
       });
-      if (answer.status >= 200 && answer.status < 300) this.#remember(r.node, answer, options);
+      if (answer.status >= 200 && answer.status < 300) {
+        rememberCreated(this.#creates, r.node, answer, options);
+      }
       return answer;
     });
   }
@@ -483,20 +466,7 @@ export class GatewayRouting {
    */
   #refuseSilent(node: FleetNode): void {
     const now = this.#fleet.now();
-    if (!this.#fleet.isSilent(node, now)) return;
-    const interval = node.intervalSeconds;
-    throw new HttpError(
-      503,
-      `Node '${node.id}' at ${node.endpoint} holds this sandbox but has not checked in for ` +
-        `${Math.round((now - node.lastCheckIn) / 1000)} s (more than two of its ${interval} s ` +
-        "intervals): it may be frozen, stopped or cut off from the gateway. Retry once it " +
-        "checks in again; if it is gone for good, stop it and remove it with removeNode (its " +
-        "sandboxes go with it)",
-      {
-        headers: { "retry-after": String(Math.min(60, Math.max(1, Math.ceil(interval)))) },
-        details: { nodeId: node.id, endpoint: node.endpoint },
-      },
-    );
+    if (this.#fleet.isSilent(node, now)) throw silentNodeError(node, now);
   }
 
   /** Why a forward still waiting for `nodeId`'s head should stop: the node fell silent. */
@@ -504,11 +474,7 @@ export class GatewayRouting {
     const node = this.#fleet.get(nodeId);
     const now = this.#fleet.now();
     if (node === undefined || !this.#fleet.isSilent(node, now)) return undefined;
-    return `Node '${node.id}' at ${node.endpoint} stopped checking in (last check-in ` +
-      `${Math.round((now - node.lastCheckIn) / 1000)} s ago, more than two of its ` +
-      `${node.intervalSeconds} s intervals) while this request waited for its answer: it may ` +
-      "be frozen or cut off, and the request may still run there. listNodes shows it down; " +
-      "retry once it checks in again, or remove it with removeNode if it is gone for good";
+    return silentWhileWaiting(node, now);
   }
 
   /** Runs `task` in `key`'s slot; a client that left while waiting for it gets `clientGone`. */
@@ -517,87 +483,6 @@ export class GatewayRouting {
       if (signal.aborted && !(error instanceof HttpError)) throw clientGone();
       throw error;
     });
-  }
-
-  async #place(name: string | undefined, options: CreateOptions): Promise<CapturedAnswer> {
-    // An unnamed create is counted under a private key until the node names the sandbox.
-    const key = name ?? `unnamed:${crypto.randomUUID()}`;
-    const admission = options.admit?.();
-    const pick = this.#placer.place(key, options.ask);
-    this.#observer.placed?.(key, pick);
-    if (!pick.ok) {
-      admission?.cancel();
-      if (pick.templateNowhere) {
-        const { template, offered } = pick.templateNowhere;
-        throw new HttpError(
-          400,
-          `No node of the fleet has template '${template}': the fleet offers ` +
-            `${offered.length === 0 ? "no templates" : offered.join(", ")}`,
-          { details: { template, offered } },
-        );
-      }
-      this.#log("warn", "no node can take a new sandbox", { name: key, explain: pick.explain });
-      throw new HttpError(503, pick.message, {
-        headers: { "retry-after": String(pick.retryAfterSeconds) },
-        details: { reasons: pick.explain.rejections },
-      });
-    }
-    this.#log("info", "sandbox placed", {
-      name: key,
-      nodeId: pick.node.id,
-      score: pick.score,
-      explain: pick.explain,
-    });
-    // A 502 (no answer) leaves the placement counted: the sandbox may exist.
-    let answer: CapturedAnswer;
-    // Until the node's digest shows this create, lookups must ask that node (lookup digests).
-    const ended = this.#finder.placing(pick.node.id);
-    try {
-      answer = await this.#capture(pick.node, options.path, {
-        body: options.body,
-        headers: options.headers,
-      });
-      ended(true);
-    } catch (error) {
-      ended(false);
-      admission?.placed(pick.node.id);
-      throw error;
-    }
-    if (answer.status >= 400 && answer.status < 500) {
-      this.#placer.refused(key);
-      admission?.cancel();
-    } else {
-      admission?.placed(pick.node.id);
-    }
-    if (answer.status >= 200 && answer.status < 300) {
-      const sandbox = this.#remember(pick.node, answer, options);
-      if (sandbox !== undefined) this.#observer.created?.(pick.node, sandbox, options.path);
-      if (name === undefined && sandbox !== undefined && this.#placer.release(key)) {
-        this.#placer.record(
-          teamScopedName(sandbox.team, sandbox.name),
-          pick.node.id,
-          pick.explain.warm ? options.ask?.poolKey : undefined,
-        );
-      }
-    }
-    return answer;
-  }
-
-  #remember(
-    node: FleetNode,
-    answer: CapturedAnswer,
-    options: CreateOptions,
-  ): FoundSandbox | undefined {
-    let sandbox: FoundSandbox | undefined;
-    try {
-      sandbox = options.identify(answer.text);
-    } catch {
-      sandbox = undefined;
-    }
-    if (sandbox !== undefined && this.#fleet.get(node.id) === node) {
-      this.#finder.remember(node, sandbox);
-    }
-    return sandbox;
   }
 
   async #capture(
@@ -623,47 +508,5 @@ export class GatewayRouting {
     }
     this.#observer.forwarded?.(path, r.status, (performance.now() - started) / 1000);
     return { ...r, node };
-  }
-}
-
-/** The status a failed forward is counted under: its HttpError's (502, 504), or 499. */
-function statusOf(error: unknown): number {
-  return error instanceof HttpError ? error.status : 499;
-}
-
-/** `one` when it belongs to `team` (or no team limits the caller), `none` otherwise. */
-function ownedBy(r: FindOne | FindNone, team: string | undefined): FindOne | FindNone {
-  return r.kind === "one" && team !== undefined && (r.sandbox.team ?? DEFAULT_TEAM) !== team
-    ? { kind: "none" }
-    : r;
-}
-
-/** Turns conflict and unsure into their HTTP errors; passes one and none through. */
-function settle(result: FindResult): FindOne | FindNone {
-  switch (result.kind) {
-    case "one":
-    case "none":
-      return result;
-    case "conflict":
-      throw new HttpError(409, result.message, {
-        details: {
-          nodes: result.nodes.map(({ node, sandbox }) => ({
-            nodeId: node.id,
-            endpoint: node.endpoint,
-            sandboxId: sandbox.id,
-          })),
-        },
-      });
-    case "unsure":
-      throw new HttpError(503, result.message, {
-        headers: { "retry-after": String(result.retryAfterSeconds) },
-        details: {
-          silent: result.silent.map(({ node, cause }) => ({
-            nodeId: node.id,
-            endpoint: node.endpoint,
-            cause,
-          })),
-        },
-      });
   }
 }
