@@ -1,9 +1,10 @@
 /**
- * `DockerExecutor`: the executor contract on a local Docker Engine. It owns the lifecycle of
- * each sandbox's container (create, destroy, pause, resume, stats, the list for reconciling)
- * and composes the pieces that do the rest: {@link Engine} (every engine call, with its
- * deadline and error translation), `Commands` (exec), `Files` (the file verbs; `_stat.ts`
- * describes paths) and `Watches` (directory watches, `_watch.ts`).
+ * `DockerExecutor`: the executor contract on a local Docker Engine. It holds no sandbox logic of
+ * its own: it builds and composes the pieces that do the work, {@link Engine} (every engine call,
+ * with its deadline and error translation), `Containers` (each sandbox's container: create,
+ * destroy, pause, resume, stats, the list for reconciling; `_containers.ts`), `Commands` (exec,
+ * `_exec.ts`), `Files` (the file verbs, `_files.ts`; `_stat.ts` describes paths) and `Watches`
+ * (directory watches, `_watch.ts`), and it tells the watches of every change a file verb makes.
  *
  * @module
  */
@@ -26,7 +27,6 @@ import {
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
-  unknownVolume,
   type WatchRequest,
   type WriteOptions,
 } from "../contract.ts";
@@ -36,41 +36,12 @@ import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
 import { Watches } from "./_watch.ts";
 import { resolvePath, Sandboxes } from "./_sandboxes.ts";
-import { type CpuSample, usageOf } from "./_stats.ts";
-import {
-  DEFAULT_DOCKER_SOCKET,
-  type DockerEngine,
-  Engine,
-  type EngineInfo,
-  nameSafe,
-} from "./engine.ts";
+import { Containers, DEFAULT_LIMITS, type DockerLimits } from "./_containers.ts";
+import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./engine.ts";
 import { SandboxNetwork } from "./_network.ts";
-import { buildCommandOf, parseTemplates, unknownTemplateError } from "./templates.ts";
+import { parseTemplates } from "./templates.ts";
 
-/** How to get a missing image; named in every missing-image error. */
-function buildHint(image: string): string {
-  const command = buildCommandOf(image);
-  return command
-    ? `build it with ${command.join(" ")} (or \`docker load\` it)`
-    : "`docker pull` or `docker load` it, or point the template at another image";
-}
-
-/** Node-wide limits for a sandbox whose spec does not say. */
-export interface DockerLimits {
-  /** Cores (fractions allowed). */
-  cpus: number;
-  /** Memory, MiB (swap is not granted on top). */
-  memoryMB: number;
-  /** Processes and threads. */
-  pids: number;
-  /**
-   * Bound of the container's writable layer, MiB (`--storage-opt size=`), so one sandbox
-   * cannot fill the engine's disk; unbounded when absent. Only some storage drivers can bound
-   * it (overlay2 on xfs mounted with `pquota`, btrfs, zfs, ...): `connect()` refuses a bound
-   * the engine cannot keep, rather than build sandboxes that ignore it.
-   */
-  diskMB?: number;
-}
+export type { DockerLimits } from "./_containers.ts";
 
 /** Options for {@link DockerExecutor}. */
 export interface DockerExecutorOptions {
@@ -107,26 +78,6 @@ export interface DockerExecutorOptions {
 }
 
 /**
- * What root may do in a sandbox: own and write any file (CHOWN, DAC_OVERRIDE, FOWNER, FSETID),
- * signal any process (KILL), switch users as sudo does (SETUID, SETGID, and AUDIT_WRITE, without
- * which sudo fails to log), and bind a port under 1024 (NET_BIND_SERVICE).
- */
-const ROOT_CAPABILITIES = [
-  "CHOWN",
-  "DAC_OVERRIDE",
-  "FOWNER",
-  "FSETID",
-  "KILL",
-  "SETUID",
-  "SETGID",
-  "AUDIT_WRITE",
-  "NET_BIND_SERVICE",
-];
-
-/** Defaults of the limits, chosen for a 2-core worker running a handful of sandboxes. */
-const DEFAULT_LIMITS: DockerLimits = { cpus: 1, memoryMB: 512, pids: 512 };
-
-/**
  * The executor contract on Docker: one container per sandbox, labelled with this node's id and
  * the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
  * non-root user without capabilities; root keeps only what it needs to act as root on files,
@@ -161,20 +112,11 @@ export class DockerExecutor implements Executor {
   /** Always `"docker"`. */
   readonly kind: string = "docker";
   #engine: Engine;
-  #sandboxes: Sandboxes;
   #network: SandboxNetwork;
+  #containers: Containers;
   #commands: Commands;
   #files: Files;
   #watches: Watches;
-  #nodeId: string;
-  #templates: Map<string, string>;
-  #limits: DockerLimits;
-  #createTimeoutMs: number;
-  #init: boolean;
-  #clock: Clock;
-  #log: Log;
-  #cpu = new Map<string, CpuSample>();
-  #volumes: Map<string, VolumeDecl>;
   #closed = false;
 
   /** Builds the executor without touching the engine; {@link DockerExecutor.connect} pings first. */
@@ -202,30 +144,35 @@ export class DockerExecutor implements Executor {
       map = parsed;
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
-    this.#sandboxes = new Sandboxes(this.#engine);
+    const sandboxes = new Sandboxes(this.#engine);
     this.#network = new SandboxNetwork(this.#engine, nameSafe(nodeId));
     this.#commands = new Commands({
       engine: this.#engine,
-      sandboxes: this.#sandboxes,
+      sandboxes,
       log,
       helperTimeoutMs: fileTimeoutMs,
     });
     this.#files = new Files({
       engine: this.#engine,
-      sandboxes: this.#sandboxes,
+      sandboxes,
       commands: this.#commands,
       clock,
       transferTimeoutMs: fileTimeoutMs,
     });
     this.#watches = new Watches({ commands: this.#commands, log, intervalMs: watchIntervalMs });
-    this.#nodeId = nodeId;
-    this.#templates = map;
-    this.#limits = { ...DEFAULT_LIMITS, ...defaults };
-    this.#createTimeoutMs = createTimeoutMs;
-    this.#init = init;
-    this.#clock = clock;
-    this.#log = log;
-    this.#volumes = new Map(volumes.map((v) => [v.name, v]));
+    this.#containers = new Containers({
+      engine: this.#engine,
+      sandboxes,
+      network: this.#network,
+      nodeId,
+      templates: map,
+      limits: { ...DEFAULT_LIMITS, ...defaults },
+      createTimeoutMs,
+      init,
+      clock,
+      log,
+      volumes,
+    });
   }
 
   /**
@@ -233,47 +180,8 @@ export class DockerExecutor implements Executor {
    * host directory that exists, a Docker volume the engine has): a writable volume declared on
    * several nodes but present on one is advertised, and so served, by that one only.
    */
-  async capabilities(): Promise<ExecutorCapabilities> {
-    const templates = await Promise.all(
-      [...this.#templates].map(async ([template, image]) => {
-        try {
-          await this.#engine.call(
-            `inspecting image ${image}`,
-            (signal) => this.#engine.client.getImage(image).inspect({ abortSignal: signal }),
-          );
-          return template;
-        } catch (error) {
-          if (error instanceof ExecutorError && error.code === "not_found") return undefined;
-          throw error;
-        }
-      }),
-    );
-    const volumes = await Promise.all([...this.#volumes.values()].map(async (v) => {
-      if (v.source.startsWith("/")) {
-        try {
-          return (await Deno.stat(v.source)).isDirectory ? v.name : undefined;
-        } catch (error) {
-          // A node not allowed to read the path cannot tell: the engine will, at create.
-          return error instanceof Deno.errors.NotCapable ? v.name : undefined;
-        }
-      }
-      const client = this.#engine.client;
-      if (client.getVolume === undefined) return v.name;
-      try {
-        await this.#engine.call(
-          `inspecting volume ${v.source}`,
-          (signal) => client.getVolume!(v.source).inspect({ abortSignal: signal }),
-        );
-        return v.name;
-      } catch (error) {
-        if (error instanceof ExecutorError && error.code === "not_found") return undefined;
-        throw error;
-      }
-    }));
-    return {
-      templates: templates.filter((t): t is string => t !== undefined),
-      volumes: volumes.filter((v): v is string => v !== undefined),
-    };
+  capabilities(): Promise<ExecutorCapabilities> {
+    return this.#containers.capabilities();
   }
 
   /**
@@ -300,79 +208,8 @@ export class DockerExecutor implements Executor {
   static async connect(options: DockerExecutorOptions): Promise<DockerExecutor> {
     const executor = new DockerExecutor(options);
     await executor.ping();
-    const built: string[] = [];
-    for (const [template, image] of executor.#templates) {
-      try {
-        await executor.#engine.call(
-          `inspecting image ${image}`,
-          (signal) => executor.#engine.client.getImage(image).inspect({ abortSignal: signal }),
-        );
-        built.push(image);
-      } catch (error) {
-        if (error instanceof ExecutorError && error.code === "not_found") {
-          executor.#log(
-            "warn",
-            `Image ${image} of template '${template}' is missing: ${buildHint(image)}`,
-            { template, image },
-          );
-        } else throw error;
-      }
-    }
-    if (executor.#limits.diskMB && built.length > 0) await executor.#probeDiskBound(built[0]);
+    await executor.#containers.checkImages();
     return executor;
-  }
-
-  /**
-   * Creates (never starts) one container with the disk bound and removes it: the engine refuses
-   * a bound its storage driver cannot keep at create, so a node that would build unbounded
-   * sandboxes, or none at all, refuses at boot instead.
-   *
-   * @throws {ExecutorError} `invalid` naming the driver and what to do.
-   */
-  async #probeDiskBound(image: string): Promise<void> {
-    const name = this.#engine.containerName("disk-probe");
-    const remove = () =>
-      this.#engine.call(
-        "removing the disk probe container",
-        (signal) =>
-          this.#engine.client.getContainer(name).remove({ force: true, abortSignal: signal }),
-      ).catch(() => {});
-    await remove(); // one left by a node that died mid-probe
-    try {
-      await this.#engine.call(
-        "creating the disk probe container",
-        (signal) =>
-          this.#engine.client.createContainer({
-            name,
-            Image: image,
-            Entrypoint: ["true"],
-            HostConfig: {
-              NetworkMode: "none",
-              StorageOpt: { size: `${this.#limits.diskMB}M` },
-            },
-            abortSignal: signal,
-          }),
-        this.#createTimeoutMs,
-      );
-    } catch (error) {
-      if (!(error instanceof ExecutorError) || error.code === "timeout") throw error;
-      const info = await this.#engine.call(
-        "reading the engine's storage driver",
-        (signal) => this.#engine.client.info({ abortSignal: signal }),
-      ).catch(() => ({} as EngineInfo));
-      const backing = info.DriverStatus?.find(([key]) => key === "Backing Filesystem")?.[1];
-      const driver = `${info.Driver ?? "unknown"}${backing ? ` on ${backing}` : ""}`;
-      throw new ExecutorError(
-        "invalid",
-        `A disk bound of ${this.#limits.diskMB} MiB per sandbox (DORMICE_SANDBOX_DISK_MB) needs ` +
-          `a storage driver that bounds a container's writable layer, and this engine's ` +
-          `(${driver}) refuses it: ${error.message}. Unset DORMICE_SANDBOX_DISK_MB, or give ` +
-          "the engine such a driver: overlay2 with /var/lib/docker on xfs mounted with " +
-          "pquota, or btrfs (the README's Docker section says more)",
-      );
-    } finally {
-      await remove();
-    }
   }
 
   /**
@@ -413,130 +250,17 @@ export class DockerExecutor implements Executor {
     }
   }
 
-  async create(request: CreateRequest): Promise<void> {
-    const { id, name, template, spec } = request;
-    const image = this.#templates.get(template);
-    if (!image) throw unknownTemplateError(template, this.#templates.keys());
-    let imageInfo;
-    try {
-      imageInfo = await this.#engine.call(
-        `inspecting image ${image}`,
-        (signal) => this.#engine.client.getImage(image).inspect({ abortSignal: signal }),
-      );
-    } catch (error) {
-      if (error instanceof ExecutorError && error.code === "not_found") {
-        throw new ExecutorError(
-          "unavailable",
-          `Image ${image} of template '${template}' is not in the Docker engine: ${
-            buildHint(image)
-          }`,
-        );
-      }
-      throw error;
-    }
-    const binds: string[] = [];
-    for (const v of spec.volumes ?? []) {
-      const decl = this.#volumes.get(v.name);
-      if (decl === undefined) throw unknownVolume(v.name, [...this.#volumes.keys()]);
-      binds.push(`${decl.source}:${v.mountPath}${decl.readOnly ? ":ro" : ""}`);
-    }
-    const { cpus, memoryMB } = this.limits(spec);
-    const memory = memoryMB * 1024 * 1024;
-    const env = { ...spec.env, ...request.env };
-    const user: string = imageInfo.Config?.User ?? "";
-    const containerName = this.#engine.containerName(id);
-    const networkMode = await this.#network.modeFor(spec.network === true);
-    const container = await this.#engine.call(
-      `creating the container of sandbox ${id}`,
-      (signal) =>
-        this.#engine.client.createContainer({
-          name: containerName,
-          Image: image,
-          // The container only holds the sandbox open; commands come by exec. Overriding the
-          // entrypoint keeps an image's own server or shell from taking PID 1's place.
-          Entrypoint: ["sleep"],
-          Cmd: ["2147483647"],
-          Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
-          Labels: {
-            "dormice.node": this.#nodeId,
-            "dormice.sandbox": id,
-            "dormice.name": name,
-            "dormice.template": template,
-          },
-          HostConfig: {
-            Init: this.#init,
-            // Without egress the container sits on the node's internal network only: no route
-            // out, and its ports still reachable by the node (see _network.ts).
-            NetworkMode: networkMode,
-            // Commands run as the image's user, who holds no capability whatever this says. Root
-            // (a command asked to run as root, or `sudo`, which E2B's users may use without a
-            // password) gets the part of Docker's default set that lets root act as root on
-            // files and processes, and no more (no raw sockets, mknod, chroot or ptrace).
-            // no-new-privileges is off because it would stop sudo's setuid.
-            CapDrop: ["ALL"],
-            CapAdd: ROOT_CAPABILITIES,
-            NanoCpus: Math.round(cpus * 1e9),
-            Memory: memory,
-            MemorySwap: memory,
-            PidsLimit: spec.pids ?? this.#limits.pids,
-            ...(this.#limits.diskMB ? { StorageOpt: { size: `${this.#limits.diskMB}M` } } : {}),
-            ...(binds.length > 0 ? { Binds: binds } : {}),
-            RestartPolicy: { Name: "no" },
-            LogConfig: { Type: "none", Config: {} },
-          },
-          abortSignal: signal,
-        }),
-      this.#createTimeoutMs,
-    ).catch((error) => {
-      if (error instanceof ExecutorError && error.code === "exists") {
-        throw new ExecutorError(
-          "exists",
-          `Sandbox '${id}' already has a container on this engine (${containerName}): destroy it first`,
-        );
-      }
-      throw error;
-    });
-    try {
-      await this.#engine.call(
-        `starting the container of sandbox ${id}`,
-        (signal) => container.start({ abortSignal: signal }),
-        this.#createTimeoutMs,
-      );
-    } catch (error) {
-      await this.destroy(id).catch(() => {});
-      throw error;
-    }
-    this.#sandboxes.remember(id, user, imageInfo.Config?.WorkingDir);
-    this.#log("debug", "Sandbox container started", { id, image, container: containerName });
+  create(request: CreateRequest): Promise<void> {
+    return this.#containers.create(request);
   }
 
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */
   limits(spec: SandboxSpec): SandboxLimits {
-    return {
-      cpus: spec.cpus ?? this.#limits.cpus,
-      memoryMB: spec.memoryMB ?? this.#limits.memoryMB,
-    };
+    return this.#containers.limits(spec);
   }
 
-  async destroy(id: string): Promise<void> {
-    this.#sandboxes.forget(id);
-    this.#network.forget(id);
-    this.#cpu.delete(id);
-    try {
-      // Force removal kills and removes in one call: a sandbox has nothing to flush on stop.
-      await this.#engine.call(
-        `removing the container of sandbox ${id}`,
-        (signal) =>
-          this.#engine.container(id).remove({ force: true, v: true, abortSignal: signal }),
-        this.#createTimeoutMs,
-      );
-    } catch (error) {
-      if (error instanceof ExecutorError) {
-        if (error.code === "not_found") return;
-        if (error.code === "exists" && /already in progress/i.test(error.message)) return;
-      }
-      throw error;
-    }
+  destroy(id: string): Promise<void> {
+    return this.#containers.destroy(id);
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
@@ -597,51 +321,15 @@ export class DockerExecutor implements Executor {
 
   pause(id: string): Promise<void> {
     // Commands still starting go first; later ones wait for this pause to settle.
-    return this.#commands.pauseBetweenStarts(id, async () => {
-      try {
-        await this.#engine.callContainer(
-          id,
-          `pausing sandbox ${id}`,
-          (container, signal) => container.pause({ abortSignal: signal }),
-        );
-      } catch (error) {
-        if (error instanceof ExecutorError && /already paused/i.test(error.message)) return;
-        throw error;
-      }
-    });
+    return this.#commands.pauseBetweenStarts(id, () => this.#containers.pause(id));
   }
 
-  async resume(id: string): Promise<void> {
-    try {
-      await this.#engine.callContainer(
-        id,
-        `resuming sandbox ${id}`,
-        (container, signal) => container.unpause({ abortSignal: signal }),
-      );
-    } catch (error) {
-      if (error instanceof ExecutorError && /not paused/i.test(error.message)) return;
-      throw error;
-    }
+  resume(id: string): Promise<void> {
+    return this.#containers.resume(id);
   }
 
-  async stats(id: string): Promise<SandboxStats> {
-    const [sample, inspect] = await Promise.all([
-      this.#engine.callContainer(
-        id,
-        `reading stats of sandbox ${id}`,
-        (container, signal) =>
-          container.stats({ stream: false, "one-shot": true, abortSignal: signal }),
-      ),
-      this.#engine.callContainer(
-        id,
-        `inspecting sandbox ${id}`,
-        (container, signal) => container.inspect({ size: true, abortSignal: signal }),
-      ),
-    ]);
-    const previous = this.#cpu.get(id);
-    const { stats, cpu } = usageOf(sample, inspect, previous, this.#clock.now());
-    this.#cpu.set(id, cpu);
-    return stats;
+  stats(id: string): Promise<SandboxStats> {
+    return this.#containers.stats(id);
   }
 
   /**
@@ -652,18 +340,8 @@ export class DockerExecutor implements Executor {
     return this.#network.address(id, port);
   }
 
-  async list(): Promise<string[]> {
-    const containers = await this.#engine.call(
-      "listing this node's containers",
-      (signal) =>
-        this.#engine.client.listContainers({
-          all: true,
-          filters: { label: [`dormice.node=${this.#nodeId}`] },
-          abortSignal: signal,
-        }),
-    );
-    return containers.map((c) => c.Labels?.["dormice.sandbox"]).filter((id): id is string => !!id)
-      .sort();
+  list(): Promise<string[]> {
+    return this.#containers.list();
   }
 
   close(): Promise<void> {
