@@ -288,3 +288,41 @@ Deno.test("a secure sandbox's ports require its traffic access token", async () 
     await f.close();
   }
 });
+
+Deno.test("a port request resumes a paused sandbox created with autoResume; else a 502 says paused", async () => {
+  const f = await fleet();
+  try {
+    const waking = await create(f, { lifecycle: { onTimeout: "pause", autoResume: true } });
+    const staying = await create(f, { lifecycle: { onTimeout: "pause" } });
+    for (const { sandboxID } of [waking, staying]) {
+      await f.executor.servePort(sandboxID, 8000, () => new Response(`inside ${sandboxID}`));
+      const paused = await f.gateway.fetch(
+        new Request(`http://api.${domain}/sandboxes/${sandboxID}/pause`, {
+          method: "POST",
+          headers: { "x-api-key": token },
+        }),
+      );
+      assert.equal(paused.status, 204);
+    }
+    const state = async (id: string) => {
+      const res = await f.gateway.fetch(
+        new Request(`http://api.${domain}/sandboxes/${id}`, { headers: { "x-api-key": token } }),
+      );
+      return (await res.json() as { state: string }).state;
+    };
+    const woken = await f.gateway.fetch(new Request(`http://8000-${waking.sandboxID}.${domain}/`));
+    assert.equal(await woken.text(), `inside ${waking.sandboxID}`);
+    assert.equal(await state(waking.sandboxID), "running");
+
+    const refused = await f.gateway.fetch(
+      new Request(`http://8000-${staying.sandboxID}.${domain}/`),
+    );
+    assert.equal(refused.status, 502);
+    const body = await refused.json() as { message: string; sandboxId: string; code: number };
+    assert.match(body.message, /^The sandbox is paused: .*autoResume/);
+    assert.deepEqual([body.sandboxId, body.code], [staying.sandboxID, 502]);
+    assert.equal(await state(staying.sandboxID), "paused");
+  } finally {
+    await f.close();
+  }
+});

@@ -41,8 +41,9 @@ export interface PortsDoorOptions {
 }
 
 /**
- * Builds the ports door; `createNodeApp` answers `/e2b/ports/*` with it. A paused sandbox is a
- * 502 saying so (traffic does not resume it here; the gateway's lifecycle may).
+ * Builds the ports door; `createNodeApp` answers `/e2b/ports/*` with it. A paused sandbox is
+ * resumed by the request when its lifecycle allows (`autoResume`, or a native sandbox), as envd
+ * does; otherwise it is a 502 saying it is paused.
  *
  * @example
  * ```ts
@@ -96,13 +97,25 @@ export function createPortsDoor(
       }
     }
     if (sandbox.state !== "active") {
-      return answer(
-        502,
-        `The sandbox is ${sandbox.state === "frozen" ? "paused" : sandbox.state}: resume it ` +
-          "(Sandbox.connect) before reaching its ports",
-        id,
-        { port },
-      );
+      // As on envd: traffic resumes a sandbox created with autoResume (or a native one).
+      const awake = await ops.wakeForTraffic({ id }).catch((error) => {
+        log("warn", "a paused sandbox could not be woken for port traffic", {
+          sandboxId: id,
+          port,
+          error: String(error),
+        });
+        return null;
+      });
+      if (awake === null) {
+        return answer(
+          502,
+          `The sandbox is ${sandbox.state === "frozen" ? "paused" : sandbox.state}: resume it ` +
+            "with Sandbox.connect(), or create it with lifecycle.autoResume so that traffic " +
+            "resumes it",
+          id,
+          { port },
+        );
+      }
     }
     let address;
     try {
