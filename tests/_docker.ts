@@ -48,7 +48,9 @@ export function dockerNodePermissions(
   socket: string = DEFAULT_DOCKER_SOCKET,
 ): string[] {
   return [
-    `--allow-net=127.0.0.1,unix:${socket}`,
+    // The ports door connects to sandbox addresses the engine picks from its address pools, so
+    // the hosts cannot be listed (deno task node grants --allow-net too).
+    "--allow-net",
     // dockerode's dependencies list the environment as they load: a name list is refused.
     "--allow-env",
     `--allow-read=${dataDir},${socket}`,

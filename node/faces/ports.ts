@@ -144,6 +144,7 @@ export function createPortsDoor(
         return await relayWebSocket(request, `ws://${target}`, { headers });
       } catch (error) {
         if (error instanceof RelayOpenError) return closedPort(id, port, error.message);
+        if (isNetDenied(error)) return netDenied(id, port, address.hostname);
         throw error;
       }
     }
@@ -168,6 +169,7 @@ export function createPortsDoor(
       if (connect.aborted) {
         return answer(504, `Port ${port} did not answer within ${headTimeoutMs} ms`, id, { port });
       }
+      if (isNetDenied(error)) return netDenied(id, port, address.hostname);
       return closedPort(id, port, String((error as Error)?.message ?? error));
     } finally {
       // Only the head is bounded: a long answer (an event stream) may flow for as long as it likes.
@@ -195,6 +197,22 @@ export function portsArePrivate(
 ): boolean {
   return s.spec.privatePorts === true || s.e2b?.secure === true ||
     s.e2b?.allowPublicTraffic === false;
+}
+
+/** Deno refused the connection itself: the node runs with an `--allow-net` list. */
+function isNetDenied(error: unknown): boolean {
+  return error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied;
+}
+
+function netDenied(id: string, port: number, hostname: string): Response {
+  return answer(
+    502,
+    `The node may not connect to the sandbox at ${hostname}: its --allow-net list does not ` +
+      "name that address; run the node with --allow-net (as deno task node does), since the " +
+      "engine picks sandbox addresses",
+    id,
+    { port },
+  );
 }
 
 function closedPort(id: string, port: number, cause?: string): Response {
