@@ -273,3 +273,35 @@ Deno.test("serveGuarded() with tls serves HTTPS a client trusting the CA accepts
     await Deno.remove(certs.dir, { recursive: true });
   }
 });
+
+Deno.test({
+  // Known failure (issue 13): Deno's per-connection server ends its request loop when the
+  // connection upgrades and then closes the server, taking the upgraded socket with it. The
+  // port relay works on Deno.serve (tests/ports_test.ts) but not behind the daemons' guard.
+  name: "serveGuarded() keeps an upgraded WebSocket open (ignored: it is closed at once)",
+  ignore: true,
+}, async () => {
+  const server = serveGuarded({
+    hostname: "127.0.0.1",
+    port: 0,
+    handler: (r) => {
+      const { socket, response } = Deno.upgradeWebSocket(r);
+      socket.onmessage = (e) => socket.send(`echo ${e.data}`);
+      return response;
+    },
+  });
+  try {
+    const ws = new WebSocket(`ws://127.0.0.1:${server.addr.port}/`);
+    const got = await new Promise<string>((resolve, reject) => {
+      ws.onopen = () => ws.send("hi");
+      ws.onmessage = (e) => resolve(e.data);
+      ws.onerror = (e) => reject(new Error((e as ErrorEvent).message));
+    });
+    assert.equal(got, "echo hi");
+    const closed = new Promise((r) => ws.onclose = r);
+    ws.close();
+    await closed;
+  } finally {
+    await server.shutdown();
+  }
+});
