@@ -1,116 +1,22 @@
 /**
- * The Fleet: the nodes that checked in, their last readings, and who is up.
+ * The Fleet: the nodes that checked in, their last readings, and who is up. This file holds the
+ * rules (join, move, down, silent, remove); the node's shape and how a check-in fills it in are
+ * `fleet_node.ts`, the SQLite table `fleet_table.ts`, the once-per-change warnings
+ * `fleet_warnings.ts` and the refusals' sentences `fleet_refusals.ts`.
  *
  * @module
  */
-import { DatabaseSync, type StatementSync } from "node:sqlite";
-import type { CheckIn, HostReading } from "../shared/schemas.ts";
-import type { PoolReport } from "../shared/pools.ts";
-import { compareDigests } from "../shared/config_digest.ts";
+import type { DatabaseSync } from "node:sqlite";
+import type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fleet_node.ts";
+import { NodeTable } from "./fleet_table.ts";
+import { compareUpDigests, FleetWarnings } from "./fleet_warnings.ts";
+import { applyCheckIn, joinedMember, loadedMember, type Member } from "./fleet_node.ts";
+import { ownEndpointRefusal, stillChecksIn, twinRefusal, unknownNode } from "./fleet_refusals.ts";
+import type { CheckIn } from "../shared/schemas.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
-import { HttpError } from "../shared/http_error.ts";
-import { LookupDigest } from "../shared/lookup_digest.ts";
 
-/**
- * One node as the Fleet knows it. The object is live: the Fleet updates it in place at each
- * check-in (so a cached reference always shows the current endpoint and reading) and drops it on
- * `removeNode`. Treat it as read-only.
- */
-export interface FleetNode {
-  /** The node's `DORMICE_NODE_ID`. */
-  readonly id: string;
-  /** The origin the gateway forwards to. */
-  readonly endpoint: string;
-  /** The node's own check-in interval; its down and move rules are counted in it. */
-  readonly intervalSeconds: number;
-  /** The build string the node reported. */
-  readonly build: string;
-  /** When this id first checked in (ms since the epoch, gateway clock). */
-  readonly firstSeen: number;
-  /** When this id last checked in (ms since the epoch, gateway clock; persisted). */
-  readonly lastCheckIn: number;
-  /** Whether it checked in since this gateway process started. */
-  readonly heardSinceStart: boolean;
-  /** The last reading, kept in memory only; `null` until it checks in with this process. */
-  readonly reading: HostReading | null;
-  /**
-   * Changes at every check-in and is unique across the Fleet's life, so a consumer that keeps
-   * per-reading state (the Placer's in-flight count) can tell a new reading from the old one
-   * without a callback.
-   */
-  readonly readingSeq: number;
-  /** Its warm pools as of its last check-in (empty for a node without pools). */
-  readonly pools: readonly PoolReport[];
-  /** Templates whose images it holds; `null` when it does not say (it may serve any). */
-  readonly templates: readonly string[] | null;
-  /** Volumes it can mount (names). */
-  readonly volumes: readonly string[];
-  /** The digest of its fleet-invariant settings; `null` when it does not send one. */
-  readonly configDigest: string | null;
-  /**
-   * The lookup digest of its last check-in to this process, or `null` (a node that sends none,
-   * or not heard since this process started). Whether a lookup may trust it is the Finder's
-   * rule (docs/lookup-digest.md). Optional so a test's or embedder's directory may omit it:
-   * absent reads as `null`.
-   */
-  readonly lookupDigest?: LookupDigest | null;
-  /** Check-ins heard by this process, so a rule can wait for "two check-ins after X". */
-  readonly checkInsSinceStart?: number;
-}
-
-/** What `listNodes` shows for one node. */
-export interface NodeSummary {
-  /** The node's `DORMICE_NODE_ID`, what `removeNode` takes. */
-  id: string;
-  /** The origin the gateway forwards to. */
-  endpoint: string;
-  /** `up`, or `down` (silent past two intervals, or not heard since this gateway started). */
-  state: "up" | "down";
-  /** Milliseconds since its last check-in (persisted, so it survives a gateway restart). */
-  lastCheckInAgeMs: number;
-  /** Its check-in interval: `state` turns `down` after two of them without a check-in. */
-  intervalSeconds: number;
-  /** The build string it reported, to spot a node running other software. */
-  build: string;
-  /** When it first checked in, ISO 8601. */
-  firstSeen: string;
-  /** Its last reading, or `null` when it has not checked in with this gateway process. */
-  reading: HostReading | null;
-  /** Placements counted against it since its last reading (from the `inFlight` callback). */
-  inFlight: number;
-  /** Its warm pools: template, size, warm and target. */
-  pools: readonly PoolReport[];
-  /** Templates whose images it holds; `null` when it does not say. */
-  templates: readonly string[] | null;
-  /** Volumes it can mount. */
-  volumes: readonly string[];
-  /** The digest of its fleet-invariant settings, or `null`. */
-  configDigest: string | null;
-  /**
-   * True when its digest differs from the one most nodes report: its templates, sandbox domain
-   * or signing secret are not the fleet's. Warn-only: it keeps serving (a rolling change is a
-   * legitimate, passing mismatch).
-   */
-  configDigestMismatch: boolean;
-}
-
-/** What a check-in did. */
-export type CheckInOutcome = "joined" | "updated";
-
-/**
- * What the Placer and Finder need from a fleet: the Fleet implements it, a test may fake it.
- */
-export interface NodeDirectory {
-  /** Every registered node, up or down. */
-  nodes(): Iterable<FleetNode>;
-  /** The node with `id`, or `undefined`. */
-  get(id: string): FleetNode | undefined;
-  /** Whether `node` is down at `now` (the directory's own clock when omitted). */
-  isDown(node: string | FleetNode, now?: number): boolean;
-  /** The directory's clock, so every rule about time reads one clock. */
-  now(): number;
-}
+export type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fleet_node.ts";
 
 /** Options for {@linkcode Fleet}. */
 export interface FleetOptions {
@@ -181,44 +87,6 @@ export interface CheckInApply {
   replicated?: boolean;
 }
 
-interface Member extends FleetNode {
-  id: string;
-  endpoint: string;
-  intervalSeconds: number;
-  build: string;
-  firstSeen: number;
-  lastCheckIn: number;
-  heardSinceStart: boolean;
-  reading: HostReading | null;
-  readingSeq: number;
-  pools: PoolReport[];
-  templates: string[] | null;
-  volumes: string[];
-  configDigest: string | null;
-  lookupDigest: LookupDigest | null;
-  checkInsSinceStart: number;
-  /** The last up/down state announced in the log and hooks. */
-  announcedUp: boolean;
-}
-
-interface Row {
-  id: string;
-  endpoint: string;
-  interval_seconds: number;
-  build: string;
-  first_seen: number;
-  last_check_in: number;
-}
-
-const schema = `CREATE TABLE IF NOT EXISTS gateway_nodes (
-  id TEXT PRIMARY KEY,
-  endpoint TEXT NOT NULL,
-  interval_seconds REAL NOT NULL,
-  build TEXT NOT NULL,
-  first_seen INTEGER NOT NULL,
-  last_check_in INTEGER NOT NULL
-)`;
-
 /**
  * The nodes that checked in. A node joins at its first check-in (there is no registration verb
  * and no nodes file); the table is written only by check-ins and `removeNode`, and each node's
@@ -257,11 +125,10 @@ const schema = `CREATE TABLE IF NOT EXISTS gateway_nodes (
  * ```
  */
 export class Fleet implements NodeDirectory {
-  #db: DatabaseSync;
-  #ownsDb: boolean;
+  #table: NodeTable;
   #clock: Clock;
   #log: Log;
-  #changes: ChangeLog;
+  #warnings: FleetWarnings;
   #downAfter: number;
   #moveAfter: number;
   #onJoin?: (node: FleetNode) => void;
@@ -270,14 +137,9 @@ export class Fleet implements NodeDirectory {
   #isOwnEndpoint?: (endpoint: string) => boolean;
   #onCheckIn?: (body: CheckIn, at: number) => void;
   #members = new Map<string, Member>();
-  /** endpoint → ids reporting it, to warn when two ids share one daemon. */
-  #byEndpoint = new Map<string, Set<string>>();
   #seq = 0;
   /** Shared mode: when the node table was last read whole (see `replicaAsOf`); else `null`. */
   #asOf: number | null = null;
-  #insert: StatementSync;
-  #update: StatementSync;
-  #remove: StatementSync;
 
   /** Opens (creating if needed) the node table and loads its rows; every loaded node is down. */
   constructor(options: FleetOptions = {}) {
@@ -303,11 +165,11 @@ export class Fleet implements NodeDirectory {
         `Cannot create Fleet as 'moveAfterIntervals' must be positive: received ${moveAfterIntervals}`,
       );
     }
-    this.#db = database ?? new DatabaseSync(":memory:");
-    this.#ownsDb = database === undefined;
+    const changes = new ChangeLog(log);
+    this.#table = new NodeTable(database, changes);
     this.#clock = clock;
     this.#log = log;
-    this.#changes = new ChangeLog(log);
+    this.#warnings = new FleetWarnings(changes);
     this.#downAfter = downAfterIntervals;
     this.#moveAfter = moveAfterIntervals;
     this.#onJoin = onJoin;
@@ -315,45 +177,17 @@ export class Fleet implements NodeDirectory {
     this.#onRemove = onRemove;
     this.#isOwnEndpoint = isOwnEndpoint;
     this.#onCheckIn = onCheckIn;
-    this.#db.exec(schema);
-    this.#insert = this.#db.prepare(
-      `INSERT INTO gateway_nodes (id, endpoint, interval_seconds, build, first_seen, last_check_in)
-       VALUES (?, ?, ?, ?, ?, ?)`,
-    );
-    this.#update = this.#db.prepare(
-      `UPDATE gateway_nodes SET endpoint = ?, interval_seconds = ?, build = ?, last_check_in = ?
-       WHERE id = ?`,
-    );
-    this.#remove = this.#db.prepare(`DELETE FROM gateway_nodes WHERE id = ?`);
-    const rows = this.#db.prepare(`SELECT * FROM gateway_nodes ORDER BY id`).all() as unknown[];
-    for (const raw of rows) {
-      const row = raw as Row;
-      const member: Member = {
-        id: row.id,
-        endpoint: row.endpoint,
-        intervalSeconds: row.interval_seconds,
-        build: row.build,
-        firstSeen: row.first_seen,
-        lastCheckIn: row.last_check_in,
-        heardSinceStart: false,
-        reading: null,
-        readingSeq: ++this.#seq,
-        pools: [],
-        templates: null,
-        volumes: [],
-        configDigest: null,
-        lookupDigest: null,
-        checkInsSinceStart: 0,
-        announcedUp: false,
-      };
+    const rows = this.#table.load();
+    for (const row of rows) {
+      const member = loadedMember(row, ++this.#seq);
       this.#members.set(member.id, member);
-      this.#indexEndpoint(member.id, member.endpoint);
+      this.#warnings.indexEndpoint(member.id, member.endpoint);
     }
     if (rows.length > 0) {
       log("info", "fleet loaded from the database; every node is down until it checks in", {
         nodes: rows.length,
       });
-      for (const endpoint of this.#byEndpoint.keys()) this.#reportShared(endpoint);
+      for (const endpoint of this.#warnings.endpoints()) this.#warnings.reportShared(endpoint);
     }
   }
 
@@ -472,45 +306,21 @@ export class Fleet implements NodeDirectory {
   }
 
   #checkIn(body: CheckIn, apply: CheckInApply): CheckInOutcome {
-    if (this.#isOwnEndpoint?.(body.endpoint)) {
-      throw new HttpError(
-        400,
-        `Node '${body.nodeId}' checks in with the endpoint ${body.endpoint}, which is this ` +
-          "gateway's own address: set the node's DORMICE_NODE_ENDPOINT to the address where " +
-          "the gateway reaches that node",
-        { details: { nodeId: body.nodeId, endpoint: body.endpoint } },
-      );
-    }
+    if (this.#isOwnEndpoint?.(body.endpoint)) throw ownEndpointRefusal(body);
     const now = apply.at ?? this.#clock.now();
     const known = this.#members.get(body.nodeId);
     if (known === undefined) {
-      const member: Member = {
-        id: body.nodeId,
-        endpoint: body.endpoint,
-        intervalSeconds: body.intervalSeconds,
-        build: body.build,
-        firstSeen: now,
-        lastCheckIn: now,
-        heardSinceStart: true,
-        reading: body.reading,
-        readingSeq: ++this.#seq,
-        ...capabilitiesOf(body),
-        lookupDigest: this.#lookupDigestOf(body),
-        checkInsSinceStart: 1,
-        announcedUp: true,
-      };
-      this.#persist(() =>
-        this.#insert.run(member.id, member.endpoint, member.intervalSeconds, member.build, now, now)
-      );
+      const member = joinedMember(body, now, ++this.#seq, this.#warnings.lookupDigestOf(body));
+      this.#table.insert(member, now);
       this.#members.set(member.id, member);
-      this.#indexEndpoint(member.id, member.endpoint);
+      this.#warnings.indexEndpoint(member.id, member.endpoint);
       this.#log("info", "node joined the fleet", {
         nodeId: member.id,
         endpoint: member.endpoint,
         intervalSeconds: member.intervalSeconds,
         build: member.build,
       });
-      this.#reportShared(member.endpoint);
+      this.#warnings.reportShared(member.endpoint);
       this.#reportDigests();
       this.#call("onJoin", this.#onJoin, member);
       return "joined";
@@ -522,23 +332,10 @@ export class Fleet implements NodeDirectory {
       if (silentMs <= moveAfterMs && !apply.replicated) {
         // The first reporter keeps the id: two daemons sharing an id would each answer for the
         // other's sandboxes, and the one that is really there would lose its traffic.
-        const message = `Node id '${known.id}' is checking in from ${known.endpoint} ` +
-          `(last check-in ${seconds(silentMs)} ago), so ${body.endpoint} cannot use it: ` +
-          `give the node at ${body.endpoint} its own DORMICE_NODE_ID, or, if the node really ` +
-          `moved, stop the one at ${known.endpoint}; the new endpoint is accepted after ` +
-          `${seconds(moveAfterMs)} of silence from the old one`;
-        this.#changes.report(
-          `twin:${known.id}`,
-          body.endpoint,
-          "warn",
-          "check-in refused: a second endpoint uses a live node id",
-          { nodeId: known.id, endpoint: known.endpoint, refusedEndpoint: body.endpoint },
-        );
-        throw new HttpError(409, message, {
-          details: { nodeId: known.id, endpoint: known.endpoint, refusedEndpoint: body.endpoint },
-        });
+        this.#warnings.twinRefused(known, body.endpoint);
+        throw twinRefusal(known, body.endpoint, silentMs, moveAfterMs);
       }
-      this.#changes.clear(`twin:${known.id}`);
+      this.#warnings.twinGone(known.id);
       this.#log("warn", "node endpoint moved", {
         nodeId: known.id,
         from: known.endpoint,
@@ -546,27 +343,14 @@ export class Fleet implements NodeDirectory {
         silentMs,
       });
       const from = known.endpoint;
-      this.#unindexEndpoint(known.id, from);
       known.endpoint = body.endpoint;
-      this.#indexEndpoint(known.id, known.endpoint);
-      this.#reportShared(from);
-      this.#reportShared(known.endpoint);
+      this.#warnings.moved(known.id, from, known.endpoint);
     }
 
     const wasDown = this.isDown(known, now);
-    known.intervalSeconds = body.intervalSeconds;
-    known.build = body.build;
-    known.lastCheckIn = now;
-    known.reading = body.reading;
-    known.readingSeq = ++this.#seq;
-    Object.assign(known, capabilitiesOf(body));
-    known.lookupDigest = this.#lookupDigestOf(body);
-    known.checkInsSinceStart++;
     const firstSinceStart = !known.heardSinceStart;
-    known.heardSinceStart = true;
-    this.#persist(() =>
-      this.#update.run(known.endpoint, known.intervalSeconds, known.build, now, known.id)
-    );
+    applyCheckIn(known, body, now, ++this.#seq, this.#warnings.lookupDigestOf(body));
+    this.#table.update(known, now);
     if (wasDown || !known.announcedUp) {
       known.announcedUp = true;
       this.#log(
@@ -619,21 +403,11 @@ export class Fleet implements NodeDirectory {
   removeNode(id: string): void {
     const m = this.#members.get(id);
     if (m === undefined) {
-      throw new HttpError(404, `No node '${id}' in the fleet: listNodes shows the registered ids`);
+      throw unknownNode(id);
     }
     const now = this.#clock.now();
     if (!this.isDown(m, now)) {
-      const downMs = this.#downAfter * m.intervalSeconds * 1000;
-      throw new HttpError(
-        409,
-        `Node '${id}' at ${m.endpoint} still checks in (last check-in ` +
-          `${
-            seconds(now - m.lastCheckIn)
-          } ago): stop it (or unset its DORMICE_GATEWAY_ENDPOINT), ` +
-          `wait two check-in intervals (${seconds(downMs)}) until listNodes shows it down, ` +
-          `then remove it`,
-        { details: { nodeId: id, endpoint: m.endpoint } },
-      );
+      throw stillChecksIn(m, now, this.#downAfter * m.intervalSeconds * 1000);
     }
     this.#forget(m);
     this.#log("info", "node removed from the fleet", { nodeId: id, endpoint: m.endpoint });
@@ -662,12 +436,11 @@ export class Fleet implements NodeDirectory {
   }
 
   #forget(m: Member): void {
-    this.#persist(() => this.#remove.run(m.id));
+    this.#table.remove(m.id);
     this.#members.delete(m.id);
-    this.#unindexEndpoint(m.id, m.endpoint);
-    this.#reportShared(m.endpoint);
-    this.#changes.clear(`twin:${m.id}`);
-    this.#changes.clear(`lookup-digest:${m.id}`);
+    this.#warnings.unindexEndpoint(m.id, m.endpoint);
+    this.#warnings.reportShared(m.endpoint);
+    this.#warnings.forgotten(m.id);
   }
 
   /**
@@ -682,7 +455,7 @@ export class Fleet implements NodeDirectory {
   list(inFlight?: (nodeId: string) => number): NodeSummary[] {
     const now = this.#clock.now();
     const out: NodeSummary[] = [];
-    const { mismatched } = this.#compareDigests(now);
+    const { mismatched } = compareUpDigests(this.#members.values(), (m) => !this.isDown(m, now));
     for (const m of this.#members.values()) {
       out.push({
         id: m.id,
@@ -706,39 +479,7 @@ export class Fleet implements NodeDirectory {
 
   /** Closes the database when the Fleet opened it itself (the in-memory default). */
   close(): void {
-    if (this.#ownsDb && this.#db.isOpen) this.#db.close();
-  }
-
-  /** A check-in's digest; one that will not decode is dropped (the node is then always asked). */
-  #lookupDigestOf(body: CheckIn): LookupDigest | null {
-    if (body.lookupDigest === undefined) return null;
-    try {
-      return LookupDigest.fromWire(body.lookupDigest);
-    } catch (error) {
-      this.#changes.report(
-        `lookup-digest:${body.nodeId}`,
-        String(error),
-        "warn",
-        "lookup digest refused",
-        {
-          nodeId: body.nodeId,
-          cause: error instanceof Error ? error.message : String(error),
-        },
-      );
-      return null;
-    }
-  }
-
-  #persist(write: () => unknown): void {
-    // The table only matters at the next start; a full disk must not stop routing now.
-    try {
-      write();
-      this.#changes.clear("persist");
-    } catch (error) {
-      this.#changes.report("persist", "failing", "error", "could not write the node table", {
-        error: (error as Error).message,
-      });
-    }
+    this.#table.close();
   }
 
   #call(name: string, hook: ((node: FleetNode) => void) | undefined, node: FleetNode): void {
@@ -753,87 +494,9 @@ export class Fleet implements NodeDirectory {
     }
   }
 
-  #indexEndpoint(id: string, endpoint: string): void {
-    let ids = this.#byEndpoint.get(endpoint);
-    if (!ids) this.#byEndpoint.set(endpoint, ids = new Set());
-    ids.add(id);
-  }
-
-  #unindexEndpoint(id: string, endpoint: string): void {
-    const ids = this.#byEndpoint.get(endpoint);
-    if (!ids) return;
-    ids.delete(id);
-    if (ids.size === 0) this.#byEndpoint.delete(endpoint);
-  }
-
-  /** The digest comparison over the nodes that are up (a down node's settings may be old). */
-  #compareDigests(now: number) {
-    const up: [string, string | undefined][] = [];
-    for (const m of this.#members.values()) {
-      if (!this.isDown(m, now)) up.push([m.id, m.configDigest ?? undefined]);
-    }
-    return compareDigests(up);
-  }
-
-  /**
-   * Warns at the moment a node's digest parts from the fleet's (once per change, not per
-   * check-in), and says so again when it agrees once more.
-   */
+  /** Warns when a node's fleet-invariant settings part from the fleet's, or agree again. */
   #reportDigests(): void {
-    const { reference, mismatched } = this.#compareDigests(this.#clock.now());
-    for (const m of this.#members.values()) {
-      const key = `digest:${m.id}`;
-      if (mismatched.has(m.id)) {
-        this.#changes.report(
-          key,
-          `${m.configDigest}/${reference}`,
-          "warn",
-          "node's fleet-invariant settings differ from the fleet's (DORMICE_TEMPLATES, " +
-            "DORMICE_SANDBOX_DOMAIN or the fleet token's signing secret): it keeps serving; " +
-            "align its settings, or finish the rolling change",
-          {
-            nodeId: m.id,
-            endpoint: m.endpoint,
-            digest: m.configDigest?.slice(0, 12),
-            fleetDigest: reference?.slice(0, 12),
-          },
-        );
-      } else this.#changes.clear(key);
-    }
+    const now = this.#clock.now();
+    this.#warnings.reportDigests(this.#members.values(), (m) => !this.isDown(m, now));
   }
-
-  /** Warns once per change when two or more ids report one endpoint. */
-  #reportShared(endpoint: string): void {
-    const ids = this.#byEndpoint.get(endpoint);
-    const key = `shared:${endpoint}`;
-    if (!ids || ids.size < 2) {
-      this.#changes.clear(key);
-      return;
-    }
-    const sorted = [...ids].sort();
-    this.#changes.report(
-      key,
-      sorted.join(","),
-      "warn",
-      "several node ids report one endpoint: one daemon answers for all of them, so its " +
-        "sandboxes look duplicated; remove the id that no longer checks in with removeNode, or " +
-        "correct the DORMICE_NODE_ENDPOINT of a node that names the wrong machine",
-      { endpoint, nodeIds: sorted },
-    );
-  }
-}
-
-/** What a check-in says the node can serve; a field it leaves out keeps its old meaning. */
-function capabilitiesOf(body: CheckIn) {
-  return {
-    pools: body.pools ?? [],
-    templates: body.templates ?? null,
-    volumes: body.volumes ?? [],
-    configDigest: body.configDigest ?? null,
-  };
-}
-
-function seconds(ms: number): string {
-  const s = ms / 1000;
-  return `${Number.isInteger(s) ? s : s.toFixed(1)} s`;
 }
