@@ -1,75 +1,42 @@
 /**
- * The Finder: which node holds a sandbox, by name or by id. This file holds the cache, the
- * lookup rounds (shared by concurrent callers, one deadline each) and their four outcomes;
- * asking one node over the wire is `lookup_client.ts`.
+ * The Finder: which node holds a sandbox, by name or by id. This file holds the order of the
+ * rules: the cache first, then one lookup round under one deadline, its answers judged into an
+ * outcome, and the creators' confirm and the 404 re-check. The pieces it orders have their own
+ * files: the two cache indexes (`finder_cache.ts`), the outcomes and their sentences
+ * (`finder_outcomes.ts`), which nodes a round may skip by their digests (`finder_digests.ts`),
+ * rounds shared by concurrent callers (`finder_rounds.ts`), and asking one node over the wire
+ * (`lookup_client.ts`).
  *
  * @module
  */
 import type { FleetNode, NodeDirectory } from "./fleet.ts";
-import {
-  EveryCallerLeft,
-  type FoundSandbox,
-  type LookupAnswer,
-  LookupClient,
-} from "./lookup_client.ts";
+import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_client.ts";
 import { newGatewayInstanceId } from "./door.ts";
-import { LruCache } from "./lru.ts";
+import { SharedRounds } from "./finder_rounds.ts";
+import { FoundCache } from "./finder_cache.ts";
 import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
-import { splitTeamScopedName, teamScopedName } from "../shared/teams.ts";
-import { digestProbe, idDigestKey } from "../shared/lookup_digest.ts";
+import { splitTeamScopedName } from "../shared/teams.ts";
+import { type AskReason, DigestSkips } from "./finder_digests.ts";
+import {
+  conflictOf,
+  type FindBy,
+  type FindOne,
+  type FindResult,
+  unsureOf,
+} from "./finder_outcomes.ts";
 
 export type { FoundSandbox } from "./lookup_client.ts";
-
-/**
- * What a lookup is keyed by: the sandbox name or its id. A name key is the name within its team
- * (`teamScopedName(team, name)`: the bare name in the default team, `team/name` otherwise), since
- * two teams may each hold an `agent-1`; an id key is the bare id, which is unique fleet-wide, and
- * the answer says the sandbox's team so the caller can tell whether it may see it.
- */
-export type FindBy = "name" | "id";
-
-/** Found on exactly one node: route there. */
-export interface FindOne {
-  /** `"one"`: route to `node`. A round's `one` is cached by name and id (unless the node left). */
-  readonly kind: "one";
-  /** The node (live: its endpoint follows check-ins). */
-  readonly node: FleetNode;
-  /** The sandbox it reported. */
-  readonly sandbox: FoundSandbox;
-}
-
-/** Found on two or more nodes: a 409 naming them. */
-export interface FindConflict {
-  /** `"conflict"`: answer a 409 with `message`; nothing is cached or routed. */
-  readonly kind: "conflict";
-  /** Every node that reported it, with what it reported. */
-  readonly nodes: ReadonlyArray<{ node: FleetNode; sandbox: FoundSandbox }>;
-  /** A sentence naming both nodes and what to do. */
-  readonly message: string;
-}
-
-/** Every node answered and none has it: absent (a creator may place it). */
-export interface FindNone {
-  /** `"none"`: absent everywhere; never cached, so the next miss asks the fleet again. */
-  readonly kind: "none";
-}
-
-/** Nobody who answered has it, but some nodes did not answer: a 503 with Retry-After. */
-export interface FindUnsure {
-  /** `"unsure"`: answer a 503 with `message`; a creator must not build the name elsewhere. */
-  readonly kind: "unsure";
-  /** The nodes that did not answer, each with why. */
-  readonly silent: ReadonlyArray<{ node: FleetNode; cause: string }>;
-  /** A sentence naming the silent nodes and what to do. */
-  readonly message: string;
-  /** Seconds for the 503's Retry-After. */
-  readonly retryAfterSeconds: number;
-}
-
-/** The outcome of a lookup. */
-export type FindResult = FindOne | FindConflict | FindNone | FindUnsure;
+export type { AskReason } from "./finder_digests.ts";
+export type {
+  FindBy,
+  FindConflict,
+  FindNone,
+  FindOne,
+  FindResult,
+  FindUnsure,
+} from "./finder_outcomes.ts";
 
 /** Timer functions, injectable so tests fire the deadline themselves. */
 export interface FinderTimers {
@@ -132,14 +99,6 @@ export interface FinderOptions {
   lookupDigests?: "off" | "sole-writer";
 }
 
-/** Why a round asked a node rather than trusting its digest (tests and the bench read it). */
-export type AskReason =
-  | "may-hold"
-  | "no-digest"
-  | "down"
-  | "first-check-in"
-  | "own-create";
-
 /** Options for one call. */
 export interface FindOptions {
   /**
@@ -153,15 +112,6 @@ export interface FindOptions {
    * predate a create that an earlier holder of the slot made, and must not let it build twice.
    */
   fresh?: boolean;
-}
-
-interface Round {
-  promise: Promise<FindResult>;
-  /** Callers waiting that may still leave; when the last one leaves, the round is aborted. */
-  leavers: number;
-  /** Callers that can never leave (no signal): the round is never abandoned for them. */
-  pinned: boolean;
-  controller: AbortController;
 }
 
 const defaultTimers: FinderTimers = {
@@ -206,18 +156,12 @@ export class Finder {
   #log: Log;
   #timers: FinderTimers;
   #client: LookupClient;
-  #byName: LruCache<string, FindOne>;
-  #byId: LruCache<string, FindOne>;
-  #roundsByName = new Map<string, Round>();
-  #roundsById = new Map<string, Round>();
+  #cache: FoundCache;
+  #rounds = new SharedRounds();
   #metrics?: FinderMetrics;
   #digests: "off" | "sole-writer";
-  /**
-   * node id → this gateway's creates there that the node's digest may not show yet. An entry
-   * goes once its node's digest is sure to include them (two check-ins after the last one
-   * ended) or the node leaves (`forgetNode`), so it never outgrows the fleet.
-   */
-  #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
+  /** Which nodes a miss may skip by their digests (`finder_digests.ts`). */
+  #skips: DigestSkips;
   #lastAsked = 0;
 
   /**
@@ -249,10 +193,10 @@ export class Finder {
     this.#log = log;
     this.#timers = timers;
     this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode, hopMarker });
-    this.#byName = new LruCache({ max: cacheSize });
-    this.#byId = new LruCache({ max: cacheSize });
+    this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
+    this.#skips = new DigestSkips(fleet);
   }
 
   /** Nodes asked by the last lookup round that started (the bench and tests read it). */
@@ -263,8 +207,7 @@ export class Finder {
   /**
    * Tells the Finder a create is being sent to `nodeId`, so lookups keep asking that node until
    * its digest must show the create; call the returned function once the create ended, with
-   * whether the node answered. A create the node never answered may still land there at any
-   * time, so the node is asked on every miss for the rest of this process.
+   * whether the node answered (see {@linkcode DigestSkips.placing}).
    *
    * @example
    * ```ts ignore
@@ -273,21 +216,7 @@ export class Finder {
    * ```
    */
   placing(nodeId: string): (answered: boolean) => void {
-    let entry = this.#ownCreates.get(nodeId);
-    if (entry === undefined) this.#ownCreates.set(nodeId, entry = { inFlight: 0, cleanAt: 0 });
-    entry.inFlight++;
-    const own = entry;
-    let ended = false;
-    return (answered) => {
-      if (ended) return;
-      ended = true;
-      own.inFlight--;
-      const node = this.#fleet.get(nodeId);
-      // The next check-in may have been built before the create committed; the one after was
-      // built after that check-in's answer, so after the create's answer (docs/lookup-digest.md).
-      const at = answered && node !== undefined ? (node.checkInsSinceStart ?? 0) + 2 : Infinity;
-      own.cleanAt = Math.max(own.cleanAt, at);
-    };
+    return this.#skips.placing(nodeId);
   }
 
   /**
@@ -300,34 +229,12 @@ export class Finder {
    * ```
    */
   mustAsk(node: FleetNode, by: FindBy, key: string): AskReason | undefined {
-    return this.#mustAsk(node, digestProbe(by === "name" ? `n:${key}` : idDigestKey(key)));
-  }
-
-  #mustAsk(
-    node: FleetNode,
-    probe: ReturnType<typeof digestProbe>,
-    now = this.#fleet.now(),
-  ): AskReason | undefined {
-    const digest = node.lookupDigest ?? null;
-    if (digest === null) return "no-digest";
-    if (digest.mayHoldProbe(probe)) return "may-hold";
-    // A down node's last digest is old: whatever it did since is unknown, so it is asked, and
-    // silence from it is unsure as before.
-    if (this.#fleet.isDown(node, now)) return "down";
-    // The first check-in to this process may predate a create the previous process sent.
-    const checkIns = node.checkInsSinceStart ?? 0;
-    if (checkIns < 2) return "first-check-in";
-    const own = this.#ownCreates.get(node.id);
-    if (own !== undefined) {
-      if (own.inFlight > 0 || checkIns < own.cleanAt) return "own-create";
-      this.#ownCreates.delete(node.id);
-    }
-    return undefined;
+    return this.#skips.mustAsk(node, by, key);
   }
 
   /** How many entries each cache index holds. */
   get cacheSize(): { name: number; id: number } {
-    return { name: this.#byName.size, id: this.#byId.size };
+    return this.#cache.size;
   }
 
   /** How many nodes the lookup client remembers as failing (diagnostics and tests). */
@@ -346,11 +253,9 @@ export class Finder {
    * ```
    */
   forgetNode(nodeId: string): void {
-    const ofNode = (v: FindOne) => v.node.id === nodeId;
-    this.#byName.deleteWhere(ofNode);
-    this.#byId.deleteWhere(ofNode);
+    this.#cache.forgetNode(nodeId);
     this.#client.forget(nodeId);
-    this.#ownCreates.delete(nodeId);
+    this.#skips.forget(nodeId);
   }
 
   /**
@@ -364,11 +269,11 @@ export class Finder {
    * ```
    */
   cached(by: FindBy, key: string): FindOne | undefined {
-    const hit = (by === "name" ? this.#byName : this.#byId).get(key);
+    const hit = this.#cache.get(by, key);
     if (hit === undefined) return undefined;
     // A removed node (or one removed and joined again) is a different object: the entry is stale.
     if (this.#fleet.get(hit.node.id) !== hit.node) {
-      this.#evictEntry(hit);
+      this.#cache.evict(hit);
       return undefined;
     }
     this.#metrics?.cacheHit();
@@ -402,25 +307,7 @@ export class Finder {
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     this.#metrics?.cacheMiss();
-    const rounds = by === "name" ? this.#roundsByName : this.#roundsById;
-    let round = options.fresh ? undefined : rounds.get(key);
-    if (round === undefined) {
-      const controller = new AbortController();
-      const started = this.#round(by, key, controller);
-      const created: Round = { promise: started, leavers: 0, pinned: false, controller };
-      round = created;
-      rounds.set(key, created);
-      started.finally(() => {
-        if (rounds.get(key) === created) rounds.delete(key);
-      }).catch(() => {});
-    }
-    if (signal === undefined) {
-      round.pinned = true;
-      return round.promise;
-    }
-    return this.#waitFor(round, signal, () => {
-      if (rounds.get(key) === round) rounds.delete(key);
-    });
+    return this.#rounds.join(by, key, options, (controller) => this.#round(by, key, controller));
   }
 
   /**
@@ -441,9 +328,9 @@ export class Finder {
     const answer = await this.#askOne(hit.node, hit.sandbox.id, options.signal);
     if (answer.kind === "found") return hit;
     if (answer.kind === "silent") {
-      return this.#unsure(key, [{ node: hit.node, cause: answer.cause }]);
+      return unsureOf(key, [{ node: hit.node, cause: answer.cause }]);
     }
-    this.#evictEntry(hit);
+    this.#cache.evict(hit);
     return this.lookup(by, key, fresh);
   }
 
@@ -463,15 +350,15 @@ export class Finder {
     key: string,
     options: FindOptions = {},
   ): Promise<"evicted" | "kept" | "uncached"> {
-    const hit = (by === "name" ? this.#byName : this.#byId).peek(key);
+    const hit = this.#cache.peek(by, key);
     if (hit === undefined) return "uncached";
     if (this.#fleet.get(hit.node.id) !== hit.node) {
-      this.#evictEntry(hit);
+      this.#cache.evict(hit);
       return "evicted";
     }
     const answer = await this.#askOne(hit.node, hit.sandbox.id, options.signal);
     if (answer.kind !== "absent") return "kept";
-    this.#evictEntry(hit);
+    this.#cache.evict(hit);
     return "evicted";
   }
 
@@ -484,8 +371,8 @@ export class Finder {
    * ```
    */
   evict(by: FindBy, key: string): void {
-    const hit = (by === "name" ? this.#byName : this.#byId).peek(key);
-    if (hit !== undefined) this.#evictEntry(hit);
+    const hit = this.#cache.peek(by, key);
+    if (hit !== undefined) this.#cache.evict(hit);
   }
 
   /**
@@ -497,18 +384,7 @@ export class Finder {
    * ```
    */
   remember(node: FleetNode, sandbox: FoundSandbox): FindOne {
-    const one: FindOne = {
-      kind: "one",
-      node,
-      sandbox: { id: sandbox.id, name: sandbox.name, state: sandbox.state, team: sandbox.team },
-    };
-    const nameKey = teamScopedName(sandbox.team, sandbox.name);
-    // A name rebuilt under a new id: the old id must not keep routing to the old sandbox.
-    const before = this.#byName.peek(nameKey);
-    if (before !== undefined && before.sandbox.id !== sandbox.id) this.#evictEntry(before);
-    this.#byName.set(nameKey, one);
-    this.#byId.set(sandbox.id, one);
-    return one;
+    return this.#cache.set(node, sandbox);
   }
 
   /**
@@ -521,49 +397,7 @@ export class Finder {
    * ```
    */
   cachedOn(nodeId: string): FindOne[] {
-    const out: FindOne[] = [];
-    for (const id of this.#byId.keys()) {
-      const entry = this.#byId.peek(id);
-      if (entry !== undefined && entry.node.id === nodeId) out.push(entry);
-    }
-    return out;
-  }
-
-  #evictEntry(hit: FindOne): void {
-    const same = (v: FindOne) => v.node.id === hit.node.id && v.sandbox.id === hit.sandbox.id;
-    this.#byName.evictIf(teamScopedName(hit.sandbox.team, hit.sandbox.name), same);
-    this.#byId.evictIf(hit.sandbox.id, same);
-  }
-
-  #waitFor(round: Round, signal: AbortSignal, forget: () => void): Promise<FindResult> {
-    round.leavers++;
-    return new Promise<FindResult>((resolve, reject) => {
-      let done = false;
-      const onAbort = () => {
-        if (done) return;
-        done = true;
-        round.leavers--;
-        if (round.leavers === 0 && !round.pinned) {
-          // Nobody wants this answer any more: stop the nodes' work, and let the next caller
-          // start a fresh round instead of joining an aborted one.
-          forget();
-          round.controller.abort(new EveryCallerLeft());
-        }
-        reject(signal.reason);
-      };
-      signal.addEventListener("abort", onAbort, { once: true });
-      round.promise.then((result) => {
-        if (done) return;
-        done = true;
-        signal.removeEventListener("abort", onAbort);
-        resolve(result);
-      }, (error) => {
-        if (done) return;
-        done = true;
-        signal.removeEventListener("abort", onAbort);
-        reject(error);
-      });
-    });
+    return this.#cache.on(nodeId);
   }
 
   async #decide(
@@ -616,8 +450,16 @@ export class Finder {
       }
       return { kind: "one", node: found[0].node, sandbox: found[0].sandbox };
     }
-    if (found.length > 1) return this.#conflict(by, key, found);
-    if (silent.length > 0) return this.#unsure(key, silent);
+    if (found.length > 1) {
+      const conflict = conflictOf(by, key, found, this.#fleet);
+      this.#log("warn", "sandbox found on several nodes", {
+        by,
+        key,
+        nodeIds: found.map((f) => f.node.id),
+      });
+      return conflict;
+    }
+    if (silent.length > 0) return unsureOf(key, silent);
     return { kind: "none" };
   }
 
@@ -627,81 +469,12 @@ export class Finder {
     const all = [...this.#fleet.nodes()];
     let nodes = all;
     if (this.#digests === "sole-writer") {
-      const probe = digestProbe(by === "name" ? `n:${key}` : idDigestKey(key));
-      const now = this.#fleet.now();
-      nodes = all.filter((node) => this.#mustAsk(node, probe, now) !== undefined);
-      // Entries whose node left without forgetNode (an embedder's own directory).
-      if (this.#ownCreates.size > all.length) {
-        for (const id of [...this.#ownCreates.keys()]) {
-          if (this.#fleet.get(id) === undefined) this.#ownCreates.delete(id);
-        }
-      }
+      nodes = this.#skips.toAsk(all, by, key);
     }
     this.#lastAsked = nodes.length;
     const result = await this.#decide(by, key, controller, nodes, all.length);
     this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
     return result;
-  }
-
-  #conflict(
-    by: FindBy,
-    key: string,
-    found: { node: FleetNode; sandbox: FoundSandbox }[],
-  ): FindConflict {
-    const named = found.map(({ node, sandbox }) =>
-      `'${node.id}' (${node.endpoint}, sandbox id ${sandbox.id})`
-    ).join(" and ");
-    const byEndpoint = new Map<string, FleetNode[]>();
-    for (const { node } of found) {
-      const list = byEndpoint.get(node.endpoint) ?? [];
-      list.push(node);
-      byEndpoint.set(node.endpoint, list);
-    }
-    const shared = [...byEndpoint.values()].find((list) => list.length > 1);
-    let message: string;
-    if (shared !== undefined) {
-      // Two ids at one endpoint are one daemon answering twice, not two copies of the sandbox.
-      const now = this.#fleet.now();
-      const endpoint = shared[0].endpoint;
-      const stale = shared.filter((n) => this.#fleet.isDown(n, now)).map((n) => `'${n.id}'`);
-      const whoAnswers = `GET ${endpoint}/healthz names the id that really runs there`;
-      message = `Sandbox ${by} '${key}' is reported by ${named}, which share the endpoint ` +
-        `${endpoint}: one daemon answers for several node ids. ` +
-        (stale.length > 0
-          ? `Remove the id that no longer checks in (${stale.join(", ")}) with removeNode; if ` +
-            `that node does still run elsewhere, its DORMICE_NODE_ENDPOINT names the wrong ` +
-            `machine: correct it (${whoAnswers})`
-          // Both check in, so neither will ever show down: waiting for one to do so is no remedy.
-          : `Every one of them still checks in, so all but one name a machine they do not run ` +
-            `on: correct the DORMICE_NODE_ENDPOINT of the others (${whoAnswers}); the gateway ` +
-            `takes a corrected endpoint one check-in interval after the wrong one stops`);
-    } else {
-      message = `Sandbox ${by} '${key}' exists on ${found.length} nodes: ${named}. ` +
-        `Destroy the copy you do not want by calling destroySandbox on that node directly`;
-    }
-    this.#log("warn", "sandbox found on several nodes", {
-      by,
-      key,
-      nodeIds: found.map((f) => f.node.id),
-    });
-    return { kind: "conflict", nodes: found, message };
-  }
-
-  #unsure(key: string, silent: { node: FleetNode; cause: string }[]): FindUnsure {
-    let interval = Infinity;
-    for (const s of silent) interval = Math.min(interval, s.node.intervalSeconds);
-    const names = silent.slice(0, 10).map((s) => `'${s.node.id}' (${s.node.endpoint}: ${s.cause})`)
-      .join(", ");
-    const more = silent.length > 10 ? ` and ${silent.length - 10} more` : "";
-    return {
-      kind: "unsure",
-      silent,
-      message: `Cannot tell whether '${key}' exists: ${names}${more} did not answer, and it may ` +
-        `live there. Retry shortly; if a node is gone for good, stop it and remove it with ` +
-        `removeNode once it is down`,
-      // Within one check-in interval the fleet knows whether the silent node is back.
-      retryAfterSeconds: Math.min(60, Math.max(1, Math.ceil(interval))),
-    };
   }
 
   /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
