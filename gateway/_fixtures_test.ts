@@ -37,3 +37,18 @@ export function recordingLog(): {
   const lines: { level: LogLevel; msg: string; fields: Record<string, unknown> }[] = [];
   return { log: (level, msg, fields = {}) => lines.push({ level, msg, fields }), lines };
 }
+
+/**
+ * A `fetch` that hands each request to the in-process node serving its origin; any other origin
+ * is refused the way a closed port is.
+ */
+export function fetchToNodes(
+  nodes: ReadonlyMap<string, { handle(request: Request): Promise<Response> }>,
+): typeof fetch {
+  return ((input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init);
+    const node = nodes.get(new URL(request.url).origin);
+    if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
+    return node.handle(request);
+  }) as typeof fetch;
+}

@@ -1,111 +1,17 @@
 import assert from "node:assert/strict";
 import { Fleet } from "./fleet.ts";
-import { Finder, type FinderTimers } from "./finder.ts";
+import { Finder } from "./finder.ts";
 import { FakeClock } from "../shared/clock.ts";
-import { checkIn, recordingLog } from "./_fixtures_test.ts";
-
-const TOKEN = "t".repeat(32);
-
-type Behaviour =
-  | { found: { id: string; name: string; state?: string } }
-  | "absent"
-  | "refused"
-  | "hang"
-  | { status: number };
-
-interface Call {
-  url: string;
-  body: Record<string, string>;
-  authorization: string | null;
-  signal: AbortSignal | undefined;
-}
-
-/** A fetch that answers `lookupSandbox` per endpoint from a table the test edits. */
-function fakeFetch(behaviours: Map<string, Behaviour>) {
-  const calls: Call[] = [];
-  const fn = (async (input: RequestInfo | URL, init?: RequestInit) => {
-    const url = String(input);
-    const origin = new URL(url).origin;
-    const body = JSON.parse(String(init?.body));
-    const headers = new Headers(init?.headers);
-    calls.push({
-      url,
-      body,
-      authorization: headers.get("authorization"),
-      signal: init?.signal ?? undefined,
-    });
-    const b = behaviours.get(origin) ?? "absent";
-    if (b === "refused") {
-      throw new TypeError("tcp connect error: Connection refused (os error 111)");
-    }
-    if (b === "hang") {
-      return await new Promise<Response>((_, reject) => {
-        const signal = init?.signal;
-        if (signal?.aborted) reject(signal.reason);
-        signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
-      });
-    }
-    if (b === "absent") return Response.json({ found: false });
-    if ("status" in b) return new Response("node says no", { status: b.status });
-    // By id, a found sandbox is found only when the id matches.
-    if (body.id !== undefined && body.id !== b.found.id) return Response.json({ found: false });
-    return Response.json({ found: true, sandbox: { state: "active", ...b.found } });
-  }) as typeof fetch;
-  return { fn, calls };
-}
-
-/** Timers the test fires by hand, so the deadline is asserted without real time. */
-function manualTimers() {
-  const pending = new Map<number, { fn: () => void; ms: number }>();
-  let next = 1;
-  const timers: FinderTimers = {
-    setTimeout: (fn, ms) => {
-      pending.set(next, { fn, ms });
-      return next++;
-    },
-    clearTimeout: (handle) => {
-      pending.delete(handle as number);
-    },
-  };
-  return {
-    timers,
-    pending,
-    fireAll() {
-      for (const [id, t] of [...pending]) {
-        pending.delete(id);
-        t.fn();
-      }
-    },
-  };
-}
-
-const EP = { a: "http://10.0.0.1:3676", b: "http://10.0.0.2:3676", c: "http://10.0.0.3:3676" };
-
-function setup(nodes: Partial<Record<keyof typeof EP, Behaviour>>, cacheSize?: number) {
-  const clock = new FakeClock();
-  const fleet = new Fleet({ clock });
-  const behaviours = new Map<string, Behaviour>();
-  for (const [id, b] of Object.entries(nodes)) {
-    const endpoint = EP[id as keyof typeof EP];
-    fleet.checkIn(checkIn(id, endpoint));
-    behaviours.set(endpoint, b);
-  }
-  const fake = fakeFetch(behaviours);
-  const t = manualTimers();
-  const { log, lines } = recordingLog();
-  const finder = new Finder({
-    fleet,
-    token: TOKEN,
-    fetch: fake.fn,
-    timers: t.timers,
-    clock,
-    log,
-    cacheSize,
-  });
-  return { clock, fleet, behaviours, fake, t, finder, lines };
-}
-
-const s1 = { id: "sb-1", name: "alpha" };
+import { checkIn } from "./_fixtures_test.ts";
+import {
+  type Behaviour,
+  EP,
+  fakeFetch,
+  manualTimers,
+  s1,
+  setup,
+  TOKEN,
+} from "./_finder_fixtures_test.ts";
 
 Deno.test("Finder.find() is one when exactly one node has the name, and caches it", async () => {
   const { finder, fake, fleet, t } = setup({ a: "absent", b: { found: s1 }, c: "absent" });
@@ -344,142 +250,6 @@ Deno.test("Finder.lookup() with an already-aborted signal asks nobody", async ()
   fleet.close();
 });
 
-Deno.test("Finder.confirm() on a hit asks that node by id: found is a wake", async () => {
-  const { finder, fleet, fake } = setup({ a: { found: s1 }, b: "absent" });
-  const first = await finder.find("name", "alpha");
-  const before = fake.calls.length;
-  const r = await finder.confirm("name", "alpha");
-  assert.equal(r, first);
-  assert.equal(fake.calls.length, before + 1);
-  assert.deepEqual(fake.calls.at(-1)!.body, { id: "sb-1" });
-  assert.ok(fake.calls.at(-1)!.url.startsWith(EP.a));
-  fleet.close();
-});
-
-Deno.test("Finder.confirm() on a hit whose node lost it evicts and asks the fleet", async () => {
-  const { finder, fleet, fake, behaviours } = setup({ a: { found: s1 }, b: "absent" });
-  await finder.find("name", "alpha");
-  // Destroyed on a behind the gateway's back, rebuilt on b.
-  behaviours.set(EP.a, "absent");
-  behaviours.set(EP.b, { found: { id: "sb-9", name: "alpha" } });
-  const r = await finder.confirm("name", "alpha");
-  assert.equal(r.kind, "one");
-  if (r.kind === "one") assert.equal(r.node.id, "b");
-  assert.equal(finder.cached("id", "sb-1"), undefined, "the old id is evicted too");
-  assert.equal(finder.cached("id", "sb-9"), r);
-  assert.equal(fake.calls.length, 2 + 1 + 2);
-  fleet.close();
-});
-
-Deno.test("Finder.confirm() on a hit whose node is silent is unsure naming it", async () => {
-  const { finder, fleet, behaviours, t } = setup({ a: { found: s1 }, b: "absent" });
-  await finder.find("name", "alpha");
-  behaviours.set(EP.a, "hang");
-  const pending = finder.confirm("name", "alpha");
-  await new Promise((r) => setTimeout(r, 0));
-  t.fireAll();
-  const r = await pending;
-  assert.equal(r.kind, "unsure");
-  if (r.kind === "unsure") assert.deepEqual(r.silent.map((s) => s.node.id), ["a"]);
-  assert.ok(finder.cached("name", "alpha"), "silence evicts nothing");
-  fleet.close();
-});
-
-Deno.test("Finder.confirm() on a miss is a plain lookup round", async () => {
-  const { finder, fleet } = setup({ a: "absent", b: "absent" });
-  assert.deepEqual(await finder.confirm("name", "alpha"), { kind: "none" });
-  fleet.close();
-});
-
-Deno.test("Finder.recheck() after a node's 404 evicts a sandbox the node no longer has", async () => {
-  const { finder, fleet, behaviours, fake } = setup({ a: { found: s1 } });
-  await finder.find("name", "alpha");
-  // Still there (the 404 was about something else, e.g. a missing file): kept.
-  assert.equal(await finder.recheck("name", "alpha"), "kept");
-  assert.ok(finder.cached("name", "alpha"));
-  behaviours.set(EP.a, "absent");
-  assert.equal(await finder.recheck("name", "alpha"), "evicted");
-  assert.equal(finder.cached("name", "alpha"), undefined);
-  assert.equal(finder.cached("id", "sb-1"), undefined);
-  assert.deepEqual(fake.calls.at(-1)!.body, { id: "sb-1" });
-  assert.equal(await finder.recheck("name", "alpha"), "uncached");
-  fleet.close();
-});
-
-Deno.test("Finder.forgetNode() drops a removed node's cache entries and failure record", async () => {
-  const { finder, fleet, clock, behaviours } = setup({ a: { found: s1 }, b: "refused" });
-  await finder.find("name", "alpha");
-  await finder.find("id", "sb-1");
-  behaviours.set(EP.a, "refused");
-  await finder.find("name", "ghost");
-  assert.equal(finder.failingNodes, 2);
-  assert.deepEqual(finder.cacheSize, { name: 1, id: 1 });
-  clock.tick(31_000);
-  fleet.removeNode("a");
-  finder.forgetNode("a");
-  assert.deepEqual(finder.cacheSize, { name: 0, id: 0 });
-  assert.equal(finder.failingNodes, 1);
-  fleet.close();
-});
-
-Deno.test("Finder rounds drop failure records of nodes the directory no longer holds", async () => {
-  const { finder, fleet, clock } = setup({ a: "absent", b: "refused", c: "refused" });
-  await finder.find("name", "ghost");
-  assert.equal(finder.failingNodes, 2);
-  clock.tick(31_000);
-  fleet.checkIn(checkIn("a", EP.a));
-  // Removed without forgetNode (an embedder's Fleet with no onRemove hook).
-  fleet.removeNode("b");
-  fleet.removeNode("c");
-  await finder.find("name", "ghost-2");
-  assert.equal(finder.failingNodes, 0);
-  fleet.close();
-});
-
-Deno.test("Finder.evict() forgets a sandbox under both keys", async () => {
-  const { finder, fleet } = setup({ a: { found: s1 } });
-  await finder.find("id", "sb-1");
-  assert.ok(finder.cached("name", "alpha"));
-  finder.evict("id", "sb-1");
-  assert.equal(finder.cached("name", "alpha"), undefined);
-  assert.deepEqual(finder.cacheSize, { name: 0, id: 0 });
-  fleet.close();
-});
-
-Deno.test("Finder.cached() drops an entry whose node was removed", async () => {
-  const { finder, fleet, clock } = setup({ a: { found: s1 } });
-  await finder.find("name", "alpha");
-  clock.tick(31_000);
-  fleet.removeNode("a");
-  assert.equal(finder.cached("name", "alpha"), undefined);
-  assert.deepEqual(finder.cacheSize, { name: 0, id: 0 });
-  fleet.close();
-});
-
-Deno.test("Finder.cached() follows a node's endpoint move without a new round", async () => {
-  const { finder, fleet, clock } = setup({ a: { found: s1 } });
-  await finder.find("name", "alpha");
-  clock.tick(16_000);
-  fleet.checkIn(checkIn("a", "http://10.9.9.9:3676"));
-  assert.equal(finder.cached("name", "alpha")?.node.endpoint, "http://10.9.9.9:3676");
-  fleet.close();
-});
-
-Deno.test("Finder cache is bounded and keeps the most recently used", () => {
-  const { finder, fleet } = setup({ a: "absent" }, 3);
-  const node = fleet.get("a")!;
-  for (let i = 0; i < 5; i++) {
-    finder.remember(node, { id: `id-${i}`, name: `n-${i}`, state: "active" });
-  }
-  assert.deepEqual(finder.cacheSize, { name: 3, id: 3 });
-  assert.equal(finder.cached("name", "n-1"), undefined);
-  assert.ok(finder.cached("name", "n-2"));
-  finder.remember(node, { id: "id-5", name: "n-5", state: "active" });
-  assert.ok(finder.cached("name", "n-2"), "the hit made n-2 young");
-  assert.equal(finder.cached("name", "n-3"), undefined);
-  fleet.close();
-});
-
 Deno.test("Finder logs a silent node once per change of cause, not every round", async () => {
   const { finder, fleet, lines } = setup({ a: "refused" });
   await finder.find("name", "x");
@@ -509,41 +279,6 @@ Deno.test("Finder logs a node answering again, and never logs a caller's hang-up
     "node did not answer a lookup",
     "node answers lookups again",
   ]);
-  fleet.close();
-});
-
-Deno.test("Finder.confirm() rejects with the caller's reason when the caller leaves", async () => {
-  const { finder, fleet, behaviours, t } = setup({ a: { found: s1 } });
-  await finder.find("name", "alpha");
-  behaviours.set(EP.a, "hang");
-  const caller = new AbortController();
-  const p = finder.confirm("name", "alpha", { signal: caller.signal });
-  await new Promise((r) => setTimeout(r, 0));
-  caller.abort(new Error("client gone"));
-  await assert.rejects(p, /client gone/);
-  assert.equal(t.pending.size, 0);
-  fleet.close();
-});
-
-Deno.test("Finder.confirm() starts a fresh round rather than joining one begun earlier", async () => {
-  const { finder, fleet, fake, t, behaviours } = setup({ a: "hang" });
-  const early = finder.find("name", "alpha"); // e.g. an exec that began before the create
-  await new Promise((r) => setTimeout(r, 0));
-  behaviours.set(EP.a, { found: s1 }); // the create landed meanwhile
-  const r = await finder.confirm("name", "alpha");
-  assert.equal(r.kind, "one");
-  assert.equal(fake.calls.length, 2);
-  t.fireAll();
-  assert.equal((await early).kind, "unsure");
-  fleet.close();
-});
-
-Deno.test("Finder.remember() of a name rebuilt under a new id drops the old id", () => {
-  const { finder, fleet } = setup({ a: "absent", b: "absent" });
-  finder.remember(fleet.get("a")!, { id: "old", name: "alpha", state: "active" });
-  finder.remember(fleet.get("b")!, { id: "new", name: "alpha", state: "active" });
-  assert.equal(finder.cached("id", "old"), undefined);
-  assert.equal(finder.cached("name", "alpha")?.node.id, "b");
   fleet.close();
 });
 

@@ -9,7 +9,7 @@ import type { CreateOptions } from "./routing_create.ts";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { LookupDigest } from "../shared/lookup_digest.ts";
-import { checkIn, reading } from "./_fixtures_test.ts";
+import { checkIn, fetchToNodes, reading } from "./_fixtures_test.ts";
 
 const token = "routing-unit-test-token-0123456789abcdef";
 
@@ -59,18 +59,13 @@ const idleTimers: FinderTimers = { setTimeout: () => 0, clearTimeout: () => {} }
 
 function setup() {
   const nodes = new Map<string, StubNode>();
-  const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {
-    const request = new Request(input, init);
-    const node = nodes.get(new URL(request.url).origin);
-    if (!node) return Promise.reject(new TypeError("error sending request: Connection refused"));
-    return node.handle(request);
-  };
+  const fakeFetch = fetchToNodes(nodes);
   const clock = new FakeClock();
   const fleet = new Fleet({ clock });
   const finder = new Finder({
     fleet,
     token,
-    fetch: fakeFetch as typeof fetch,
+    fetch: fakeFetch,
     clock,
     timers: idleTimers,
   });
@@ -80,7 +75,7 @@ function setup() {
     finder,
     placer,
     token,
-    fetch: fakeFetch as typeof fetch,
+    fetch: fakeFetch,
   });
   const add = (id: string, memoryAvailableBytes = 8e9) => {
     const endpoint = `http://${id}.test:3676`;
