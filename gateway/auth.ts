@@ -31,7 +31,7 @@ import type { ApiKeyInfo, ApiKeys } from "./keys.ts";
 import { e2bApiKey, e2bKeyAuth } from "../shared/e2b_auth.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
-import { bearerToken, tokenMatcher } from "../shared/token.ts";
+import { bearerToken, requireFleetBearer, tokenMatcher } from "../shared/token.ts";
 
 /** Who sent a request: the operator (the fleet token) or a client's API key. */
 export type Caller =
@@ -296,40 +296,6 @@ export function skipsFleetBearer(path: string): boolean {
 }
 
 /**
- * Refuses a request whose `Authorization` header does not carry the fleet token, with a 401
- * saying which header to send (and `WWW-Authenticate: Bearer`).
- *
- * @throws {HttpError} 401 when the bearer token is missing or is not the fleet token.
- *
- * @example
- * ```ts
- * import { fleetTokenCheck, requireFleetBearer } from "./auth.ts";
- * const authorized = fleetTokenCheck("t".repeat(32));
- * requireFleetBearer(`Bearer ${"t".repeat(32)}`, authorized); // passes
- * ```
- */
-export function requireFleetBearer(
-  header: string | null | undefined,
-  authorized: FleetTokenCheck,
-): void {
-  const given = bearerToken(header);
-  if (given === undefined) {
-    throw new HttpError(
-      401,
-      "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
-      { headers: { "www-authenticate": "Bearer" } },
-    );
-  }
-  if (!authorized(given)) {
-    throw new HttpError(
-      401,
-      "The bearer token does not match the gateway's DORMICE_API_TOKEN: send the fleet token",
-      { headers: { "www-authenticate": "Bearer" } },
-    );
-  }
-}
-
-/**
  * The root app's middleware: every path but those {@linkcode skipsFleetBearer} names needs the
  * fleet token as a bearer token.
  *
@@ -345,7 +311,7 @@ export function fleetBearerGate(authorized: FleetTokenCheck): MiddlewareHandler 
   return (c, next) => {
     const path = c.req.path;
     if (skipsFleetBearer(path)) return next();
-    requireFleetBearer(c.req.header("authorization"), authorized);
+    requireFleetBearer(c.req.header("authorization"), authorized, "the gateway's");
     return next();
   };
 }

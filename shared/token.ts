@@ -1,8 +1,9 @@
 /**
- * Constant-time comparison of secrets.
+ * Constant-time comparison of secrets, and the fleet token's bearer check built on it.
  *
  * @module
  */
+import { HttpError } from "./http_error.ts";
 
 const encoder = new TextEncoder();
 
@@ -60,4 +61,41 @@ export function bearerToken(header: string | null | undefined): string | undefin
   if (!header) return undefined;
   const m = /^Bearer\s+(.+)$/i.exec(header.trim());
   return m ? m[1].trim() : undefined;
+}
+
+/**
+ * Requires the fleet token as `Authorization: Bearer <token>`, the check both the gateway and
+ * every node put before their fleet verbs. A missing token and a wrong one are each a 401 with
+ * `WWW-Authenticate: Bearer` and a sentence saying what to send; `holder` names whose
+ * `DORMICE_API_TOKEN` a wrong one failed to match (`"the gateway's"`, `"this node's"`), so an
+ * operator knows which side's setting differs. `matches` is the side's constant-time check.
+ *
+ * @throws {HttpError} 401 when the bearer token is missing or does not match.
+ * @example
+ * ```ts
+ * import { requireFleetBearer, tokenMatcher } from "./token.ts";
+ * const matches = tokenMatcher("t".repeat(32));
+ * requireFleetBearer(`Bearer ${"t".repeat(32)}`, matches, "this node's"); // passes
+ * ```
+ */
+export function requireFleetBearer(
+  header: string | null | undefined,
+  matches: (given: string) => boolean,
+  holder: string,
+): void {
+  const given = bearerToken(header);
+  if (given === undefined) {
+    throw new HttpError(
+      401,
+      "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
+      { headers: { "www-authenticate": "Bearer" } },
+    );
+  }
+  if (!matches(given)) {
+    throw new HttpError(
+      401,
+      `The bearer token does not match ${holder} DORMICE_API_TOKEN: send the fleet token`,
+      { headers: { "www-authenticate": "Bearer" } },
+    );
+  }
 }

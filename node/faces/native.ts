@@ -42,7 +42,7 @@ import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
-import { bearerToken, tokensEqual } from "../../shared/token.ts";
+import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
 import { setPoolsSchema } from "../../shared/pools.ts";
@@ -187,23 +187,9 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   app.get("/healthz", (c) => c.json({ ok: true, nodeId, build }));
   app.all("/healthz", (c) => methodNotAllowed(c, "GET"));
 
-  const authorize = (header: string | undefined) => {
-    const given = bearerToken(header);
-    if (given === undefined) {
-      throw new HttpError(
-        401,
-        "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
-        { headers: { "www-authenticate": "Bearer" } },
-      );
-    }
-    if (!tokensEqual(given, token)) {
-      throw new HttpError(
-        401,
-        "The bearer token does not match this node's DORMICE_API_TOKEN: send the fleet token",
-        { headers: { "www-authenticate": "Bearer" } },
-      );
-    }
-  };
+  const matchesToken = (given: string) => tokensEqual(given, token);
+  const authorize = (header: string | undefined) =>
+    requireFleetBearer(header, matchesToken, "this node's");
 
   // `team` is the gateway's X-Dormice-Team, read only once the fleet token is checked: the
   // gateway names the caller's team, and no one else may. Absent, the caller is the operator.
