@@ -1,0 +1,712 @@
+/**
+ * A small HTTP/1.1 client over `Deno.connect`, shaped like `fetch` so the gateway can inject it
+ * where it injects `fetch` (issue 16's comparison of the runtime's clients, bench/RESULTS.md).
+ * Plain `http:` only: nodes are reached inside the fleet's network.
+ *
+ * What it keeps, and why:
+ * - a bounded pool per origin (`maxConnections`, then requests wait, at most `maxWaiting` of
+ *   them) whose idle connections are evicted after `idleTimeoutMs`, and an origin with nothing
+ *   pooled, busy or waiting is dropped from the map;
+ * - the head is read up to `maxHeaderBytes`, past which the answer is refused: a node is trusted,
+ *   but a cap keeps one broken node from growing the gateway's memory;
+ * - bodies stream both ways, pulled only as the reader asks (no buffering beyond one socket
+ *   read): a request body that is a stream goes out chunked as it comes, the answer's
+ *   content-length or chunked body is handed on read by read;
+ * - the signal covers every wait, connect included (`Deno.connect`'s own signal), so a bound such
+ *   as the lookup's 2 s holds against a node that drops SYNs; an abort closes the connection,
+ *   which is what tells the node's server that its client has gone.
+ *
+ * @module
+ */
+
+/** Options of {@linkcode createH1Client}. */
+export interface H1ClientOptions {
+  /**
+   * Connections per origin (busy and idle). Default 64: two wrk-sized bursts of 32 in flight at
+   * once without queueing, far below a node's file limit.
+   */
+  maxConnections?: number;
+  /** Requests that may wait for a connection per origin before more are refused. Default 4096. */
+  maxWaiting?: number;
+  /**
+   * An idle connection is closed after this long. Default 4000 ms, below the 5 s keep-alive of
+   * common servers so the client closes first and never writes into a socket the node closed.
+   */
+  idleTimeoutMs?: number;
+  /** The longest answer head (status line and headers) read. Default 64 KiB. */
+  maxHeaderBytes?: number;
+}
+
+/** A `fetch`-shaped HTTP/1.1 client with its pools. */
+export interface H1Client {
+  /** Sends one request; the answer resolves once its head has arrived. */
+  fetch: typeof fetch;
+  /** Connections open now (busy and idle) over every origin. */
+  readonly open: number;
+  /** Closes every idle connection and stops the eviction timer; busy ones close as they end. */
+  close(): void;
+}
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const CRLF = encoder.encode("\r\n");
+const LAST_CHUNK = encoder.encode("0\r\n\r\n");
+/** Headers the client frames itself; the caller's are dropped (RFC 9112 §6, §9.6). */
+const framing = new Set([
+  "host",
+  "content-length",
+  "transfer-encoding",
+  "connection",
+  "keep-alive",
+]);
+const unsafe = /[\r\n\0]/;
+
+/**
+ * Builds a client with its own pools.
+ *
+ * @example
+ * ```ts
+ * import { createH1Client } from "./h1_client.ts";
+ * const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => new Response("hi"));
+ * const client = createH1Client();
+ * const res = await client.fetch(`http://127.0.0.1:${server.addr.port}/`);
+ * console.log(await res.text()); // "hi"
+ * client.close();
+ * await server.shutdown();
+ * ```
+ */
+export function createH1Client(options: H1ClientOptions = {}): H1Client {
+  const maxConnections = options.maxConnections ?? 64;
+  const maxWaiting = options.maxWaiting ?? 4096;
+  const idleTimeoutMs = options.idleTimeoutMs ?? 4000;
+  const maxHeaderBytes = options.maxHeaderBytes ?? 64 * 1024;
+  if (!Number.isInteger(maxConnections) || maxConnections < 1) {
+    throw new RangeError(
+      `Cannot create the HTTP/1.1 client as 'maxConnections' must be a positive integer: ` +
+        `received ${maxConnections}`,
+    );
+  }
+  const pools = new Map<string, Pool>();
+  let open = 0;
+  let sweeper: ReturnType<typeof setInterval> | undefined;
+
+  const sweep = () => {
+    const now = performance.now();
+    let idle = 0;
+    for (const [origin, pool] of pools) {
+      pool.idle = pool.idle.filter((c) => {
+        if (!c.dead && now - c.idleSince < idleTimeoutMs) return true;
+        c.destroy();
+        return false;
+      });
+      idle += pool.idle.length;
+      if (pool.idle.length === 0 && pool.busy === 0 && pool.waiting.length === 0) {
+        pools.delete(origin);
+      }
+    }
+    if (idle === 0 && sweeper !== undefined) {
+      clearInterval(sweeper);
+      sweeper = undefined;
+    }
+  };
+
+  /** A connection to `pool`'s origin, pooled or new, waiting while the pool is full. */
+  const acquire = (pool: Pool, signal: AbortSignal | null): Promise<Conn> | Conn => {
+    while (pool.idle.length > 0) {
+      const c = pool.idle.pop()!;
+      if (!c.dead) {
+        pool.busy++;
+        c.idle = false;
+        return c;
+      }
+    }
+    if (pool.busy < maxConnections) {
+      pool.busy++;
+      return connect(pool, signal);
+    }
+    if (pool.waiting.length >= maxWaiting) {
+      throw new TypeError(
+        `error sending request: ${pool.waiting.length} requests already wait for a connection ` +
+          `to ${pool.origin} (maxWaiting)`,
+      );
+    }
+    return new Promise<Conn>((resolve, reject) => {
+      const waiter: Waiter = { resolve, reject, signal };
+      pool.waiting.push(waiter);
+      signal?.addEventListener("abort", () => {
+        const at = pool.waiting.indexOf(waiter);
+        if (at >= 0) pool.waiting.splice(at, 1);
+        reject(signal.reason);
+      }, { once: true });
+    });
+  };
+
+  const connect = async (pool: Pool, signal: AbortSignal | null): Promise<Conn> => {
+    try {
+      const tcp = await Deno.connect({
+        hostname: pool.hostname,
+        port: pool.port,
+        signal: signal ?? undefined,
+      });
+      tcp.setNoDelay(true);
+      open++;
+      return new Conn(tcp, () => open--);
+    } catch (error) {
+      release(pool, undefined);
+      if (signal?.aborted) throw signal.reason;
+      throw new TypeError(`error sending request: ${(error as Error).message}`, { cause: error });
+    }
+  };
+
+  /** Returns a finished connection (or a freed slot when `c` is undefined) to the pool. */
+  const release = (pool: Pool, c: Conn | undefined) => {
+    pool.busy--;
+    if (c !== undefined && c.dead) c = undefined;
+    while (pool.waiting.length > 0) {
+      const waiter = pool.waiting.shift()!;
+      if (waiter.signal?.aborted) continue;
+      pool.busy++;
+      if (c !== undefined) waiter.resolve(c);
+      else connect(pool, waiter.signal).then(waiter.resolve, waiter.reject);
+      return;
+    }
+    if (c === undefined) return;
+    c.idleSince = performance.now();
+    c.idle = true;
+    c.watchIdle();
+    pool.idle.push(c);
+    if (sweeper === undefined) {
+      const timer = setInterval(sweep, Math.max(50, idleTimeoutMs / 2));
+      Deno.unrefTimer(timer);
+      sweeper = timer;
+    }
+  };
+
+  const send = async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
+    const request = input instanceof Request ? input : undefined;
+    const url = new URL(request?.url ?? String(input));
+    if (url.protocol !== "http:") {
+      throw new TypeError(
+        `Cannot send to ${url.origin}: the HTTP/1.1 client speaks plain http only`,
+      );
+    }
+    const method = (init.method ?? request?.method ?? "GET").toUpperCase();
+    const signal = init.signal ?? request?.signal ?? null;
+    signal?.throwIfAborted();
+    let body: BodyInit | null = init.body ?? (request ? request.body : null) ?? null;
+    const pairs: [string, string][] = [];
+    const given = init.headers ?? request?.headers;
+    let contentType = false;
+    let declared: string | undefined;
+    if (given !== undefined) {
+      const iter: Iterable<[string, string]> | [string, string][] = Array.isArray(given)
+        ? given as [string, string][]
+        : given instanceof Headers
+        ? given
+        : Object.entries(given);
+      for (const [k, v] of iter) {
+        const name = k.toLowerCase();
+        if (name === "content-length") declared = v;
+        if (framing.has(name)) continue;
+        if (unsafe.test(name) || unsafe.test(v)) {
+          throw new TypeError(`Cannot send header '${name}': it holds a line break or NUL`);
+        }
+        if (name === "content-type") contentType = true;
+        pairs.push([name, v]);
+      }
+    }
+    // Fixed bodies as bytes, everything else (a Blob, FormData) through Response's encoder.
+    let bytes: Uint8Array | undefined;
+    let stream: ReadableStream<Uint8Array> | undefined;
+    if (body === null) {
+      if (method !== "GET" && method !== "HEAD") bytes = new Uint8Array(0);
+    } else if (typeof body === "string") bytes = encoder.encode(body);
+    else if (body instanceof Uint8Array) bytes = body;
+    else if (body instanceof ArrayBuffer) bytes = new Uint8Array(body);
+    else if (ArrayBuffer.isView(body)) {
+      bytes = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
+    } else if (body instanceof ReadableStream) stream = body;
+    else {
+      const wrapped = new Response(body);
+      const type = wrapped.headers.get("content-type");
+      if (type !== null && !contentType) pairs.push(["content-type", type]);
+      stream = wrapped.body ?? undefined;
+    }
+    body = null;
+    // A stream whose length the caller declared goes out with that length, unframed: the node
+    // then reads it without chunk framing, and a small one is sent in the head's write.
+    let length: number | undefined;
+    if (stream !== undefined && declared !== undefined && /^\d{1,15}$/.test(declared.trim())) {
+      length = Number(declared);
+    }
+    let head = `${method} ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
+    for (let i = 0; i < pairs.length; i++) head += `${pairs[i][0]}: ${pairs[i][1]}\r\n`;
+    head += length !== undefined
+      ? `content-length: ${length}\r\n\r\n`
+      : stream !== undefined
+      ? "transfer-encoding: chunked\r\n\r\n"
+      : bytes !== undefined
+      ? `content-length: ${bytes.length}\r\n\r\n`
+      : "\r\n";
+    const headBytes = encoder.encode(head);
+
+    let pool = pools.get(url.origin);
+    if (pool === undefined) {
+      pool = {
+        origin: url.origin,
+        hostname: url.hostname.replace(/^\[|\]$/g, ""),
+        port: Number(url.port || 80),
+        idle: [],
+        busy: 0,
+        waiting: [],
+      };
+      pools.set(url.origin, pool);
+    }
+    // A reused connection the node closed while it sat idle fails before any byte of an answer;
+    // a fixed body is then sent once more on a new connection (the node never read it).
+    for (let attempt = 0;; attempt++) {
+      const conn = await acquire(pool, signal);
+      const reused = conn.used;
+      conn.used = true;
+      try {
+        return await exchange(conn, pool, method, headBytes, bytes, stream, length, signal);
+      } catch (error) {
+        if (
+          error instanceof StaleConnection && reused && stream === undefined && attempt === 0
+        ) continue;
+        throw error instanceof StaleConnection ? error.cause : error;
+      }
+    }
+  };
+
+  const exchange = async (
+    conn: Conn,
+    pool: Pool,
+    method: string,
+    head: Uint8Array,
+    bytes: Uint8Array | undefined,
+    stream: ReadableStream<Uint8Array> | undefined,
+    length: number | undefined,
+    signal: AbortSignal | null,
+  ): Promise<Response> => {
+    let finished = false;
+    // Every exit frees the pool slot once: a clean end keeps the connection, the rest close it.
+    const finish = (reuse: boolean) => {
+      if (finished) return;
+      finished = true;
+      signal?.removeEventListener("abort", onAbort);
+      // Bytes past the answer's end break the framing of the next one.
+      if (!reuse || conn.buffered.length > 0) {
+        conn.destroy();
+        release(pool, undefined);
+      } else release(pool, conn);
+    };
+    const onAbort = () => {
+      conn.destroy();
+      bodyController?.error(signal!.reason);
+      finish(false);
+    };
+    let bodyController: ReadableStreamDefaultController<Uint8Array> | undefined;
+    signal?.addEventListener("abort", onAbort, { once: true });
+    if (signal?.aborted) {
+      finish(false);
+      throw signal.reason;
+    }
+    let sent: Promise<boolean>;
+    if (stream === undefined && (bytes === undefined || bytes.length <= 16 * 1024)) {
+      try {
+        await conn.writeAll(bytes === undefined || bytes.length === 0 ? head : join(head, bytes));
+      } catch (error) {
+        finish(false);
+        if (signal?.aborted) throw signal.reason;
+        throw new StaleConnection("write failed", { cause: wrap(error) });
+      }
+      sent = Promise.resolve(true);
+    } else {
+      // A large or streamed body goes out while the answer is read: a node may answer early. A
+      // write that fails closes the connection, so the answer's read fails with it.
+      sent = writeRequest(conn, head, bytes, stream, length).then(() => true, () => {
+        conn.destroy();
+        return false;
+      });
+    }
+    let parsed: Head;
+    try {
+      do parsed = await readHead(conn, maxHeaderBytes); while (
+        parsed.status >= 100 && parsed.status < 200 && parsed.status !== 101
+      );
+    } catch (error) {
+      finish(false);
+      if (signal?.aborted) throw signal.reason;
+      throw error instanceof StaleConnection ? error : wrap(error);
+    }
+    const { status, statusText, headers } = parsed;
+    const noBody = method === "HEAD" || status === 204 || status === 304;
+    const te = headers.get("transfer-encoding");
+    const chunked = te !== null && /(^|,)\s*chunked\s*$/i.test(te);
+    const lengthText = headers.get("content-length");
+    let remaining = noBody ? 0 : chunked ? -1 : lengthText === null ? -2 : Number(lengthText);
+    if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) {
+      finish(false);
+      throw new TypeError(`error reading response: bad content-length '${lengthText}'`);
+    }
+    const keepAlive = parsed.http11 && !/\bclose\b/i.test(headers.get("connection") ?? "") &&
+      remaining !== -2;
+    // The connection goes back only once the request body is out too (a node may answer first).
+    const done = () => void sent.then((ok) => finish(keepAlive && ok));
+    if (remaining === 0) {
+      done();
+      return new Response(noBody ? null : new Uint8Array(0), { status, statusText, headers });
+    }
+    // A small sized answer already read whole is handed over as bytes, which Deno's server
+    // writes in one go instead of pumping a stream.
+    if (remaining > 0 && conn.buffered.length >= remaining) {
+      const whole = conn.take(remaining);
+      done();
+      return new Response(whole, { status, statusText, headers });
+    }
+    const decode = chunked ? new ChunkDecoder(conn) : undefined;
+    const out = new ReadableStream<Uint8Array>({
+      start(controller) {
+        bodyController = controller;
+      },
+      async pull(controller) {
+        try {
+          if (decode !== undefined) {
+            const chunk = await decode.next();
+            if (chunk === null) {
+              controller.close();
+              done();
+            } else controller.enqueue(chunk);
+            return;
+          }
+          if (conn.buffered.length === 0 && !(await conn.fill())) {
+            if (remaining === -2) {
+              controller.close();
+              finish(false);
+              return;
+            }
+            throw new TypeError("error reading response: the node closed the body early");
+          }
+          const n = remaining === -2
+            ? conn.buffered.length
+            : Math.min(remaining, conn.buffered.length);
+          controller.enqueue(conn.take(n));
+          if (remaining > 0) remaining -= n;
+          if (remaining === 0) {
+            controller.close();
+            done();
+          }
+        } catch (error) {
+          finish(false);
+          controller.error(signal?.aborted ? signal.reason : wrap(error));
+        }
+      },
+      cancel() {
+        finish(false);
+      },
+    }, { highWaterMark: 0 });
+    return new Response(out, { status, statusText, headers });
+  };
+
+  return {
+    fetch: send as typeof fetch,
+    get open() {
+      return open;
+    },
+    close() {
+      for (const pool of pools.values()) {
+        for (const c of pool.idle) c.destroy();
+        pool.idle = [];
+      }
+      if (sweeper !== undefined) clearInterval(sweeper);
+      sweeper = undefined;
+    },
+  };
+}
+
+interface Waiter {
+  resolve(c: Conn): void;
+  reject(e: unknown): void;
+  signal: AbortSignal | null;
+}
+
+interface Pool {
+  origin: string;
+  hostname: string;
+  port: number;
+  idle: Conn[];
+  busy: number;
+  waiting: Waiter[];
+}
+
+interface Head {
+  status: number;
+  statusText: string;
+  headers: Headers;
+  http11: boolean;
+}
+
+/** A connection closed before any byte of the answer: safe to retry a fixed body once. */
+class StaleConnection extends Error {}
+
+function wrap(error: unknown): TypeError {
+  if (error instanceof TypeError) return error;
+  return new TypeError(`error sending request: ${(error as Error)?.message ?? error}`, {
+    cause: error,
+  });
+}
+
+/** One TCP connection and the bytes read from it but not yet consumed. */
+class Conn {
+  readonly #tcp: Deno.TcpConn;
+  readonly #onClose: () => void;
+  buffered: Uint8Array<ArrayBuffer> = new Uint8Array(0);
+  dead = false;
+  used = false;
+  idle = false;
+  idleSince = 0;
+  /** Bytes read so far in the current answer: none means a failure may be a stale connection. */
+  answered = 0;
+  #readSize = 16 * 1024;
+  #peek: Promise<number | null> | undefined;
+  #peekBuf: Uint8Array<ArrayBuffer> | undefined;
+
+  constructor(tcp: Deno.TcpConn, onClose: () => void) {
+    this.#tcp = tcp;
+    this.#onClose = onClose;
+  }
+
+  /**
+   * Starts a read while the connection sits idle, so a node that closes it is noticed (and the
+   * connection dropped) before a request is written into it; the next answer starts from it.
+   */
+  watchIdle(): void {
+    this.answered = 0;
+    if (this.#peek !== undefined || this.buffered.length > 0) return;
+    const buf = new Uint8Array(this.#readSize);
+    this.#peekBuf = buf;
+    const idleAt = this.idleSince;
+    const peek = this.#tcp.read(buf).catch(() => null);
+    this.#peek = peek;
+    peek.then(() => {
+      // Still idle since then: an end or bytes nobody asked for both make it useless. Taken
+      // meanwhile, the answer's reader reads this result itself.
+      if (this.idle && this.idleSince === idleAt && this.#peek === peek) this.destroy();
+    });
+  }
+
+  async writeAll(bytes: Uint8Array): Promise<void> {
+    let at = 0;
+    while (at < bytes.length) at += await this.#tcp.write(bytes.subarray(at));
+  }
+
+  /** Reads more bytes into `buffered`; false at the end of the stream. */
+  async fill(): Promise<boolean> {
+    let n: number | null;
+    let buf: Uint8Array<ArrayBuffer>;
+    if (this.#peek !== undefined) {
+      n = await this.#peek;
+      buf = this.#peekBuf!;
+      this.#peek = undefined;
+      this.#peekBuf = undefined;
+    } else {
+      buf = new Uint8Array(this.#readSize);
+      n = await this.#tcp.read(buf);
+    }
+    if (n === null) {
+      if (this.answered === 0) throw new StaleConnection("closed", { cause: closedEarly() });
+      return false;
+    }
+    this.answered += n;
+    // A socket that fills whole reads is a bulk transfer: read larger, up to 256 KiB.
+    if (n === buf.length && this.#readSize < 256 * 1024) this.#readSize *= 2;
+    const got = buf.subarray(0, n);
+    if (this.buffered.length === 0) this.buffered = got;
+    else {
+      const joined = new Uint8Array(this.buffered.length + n);
+      joined.set(this.buffered);
+      joined.set(got, this.buffered.length);
+      this.buffered = joined;
+    }
+    return true;
+  }
+
+  /** The next `n` buffered bytes (a view: each read has its own buffer, never reused). */
+  take(n: number): Uint8Array<ArrayBuffer> {
+    const out = this.buffered.subarray(0, n);
+    this.buffered = this.buffered.subarray(n);
+    return out;
+  }
+
+  destroy(): void {
+    if (this.dead) return;
+    this.dead = true;
+    try {
+      this.#tcp.close();
+    } catch { /* already closed */ }
+    this.#onClose();
+  }
+}
+
+function closedEarly(): TypeError {
+  return new TypeError("error sending request: connection closed before message completed");
+}
+
+/** Reads and parses one answer head, leaving the body's first bytes buffered. */
+async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head> {
+  let from = 0;
+  for (;;) {
+    const end = indexOfHeadEnd(conn.buffered, from);
+    if (end >= 0 && end <= maxHeaderBytes) {
+      const text = decoder.decode(conn.take(end + 4).subarray(0, end));
+      return parseHead(text);
+    }
+    if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
+      throw new TypeError(
+        `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
+      );
+    }
+    from = Math.max(0, conn.buffered.length - 3);
+    if (!(await conn.fill())) throw closedEarly();
+  }
+}
+
+function indexOfHeadEnd(b: Uint8Array, from: number): number {
+  for (let i = from; i + 3 < b.length; i++) {
+    if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) return i;
+  }
+  return -1;
+}
+
+function parseHead(text: string): Head {
+  const lines = text.split("\r\n");
+  const m = /^HTTP\/1\.([01]) (\d{3})(?: (.*))?$/.exec(lines[0]);
+  if (m === null) {
+    throw new TypeError(`error reading response: bad status line '${lines[0].slice(0, 80)}'`);
+  }
+  const headers = new Headers();
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i];
+    const colon = line.indexOf(":");
+    if (colon <= 0) throw new TypeError(`error reading response: bad header line`);
+    headers.append(line.slice(0, colon), line.slice(colon + 1).trim());
+  }
+  return { status: Number(m[2]), statusText: m[3] ?? "", headers, http11: m[1] === "1" };
+}
+
+/** Decodes a chunked body read by read; trailers are read and dropped. */
+class ChunkDecoder {
+  readonly #conn: Conn;
+  #left = 0;
+  #ended = false;
+
+  constructor(conn: Conn) {
+    this.#conn = conn;
+  }
+
+  async next(): Promise<Uint8Array | null> {
+    const conn = this.#conn;
+    for (;;) {
+      if (this.#ended) return null;
+      if (this.#left > 0) {
+        if (conn.buffered.length === 0 && !(await conn.fill())) throw closedEarly();
+        const n = Math.min(this.#left, conn.buffered.length);
+        this.#left -= n;
+        const out = conn.take(n);
+        if (this.#left === 0) await this.#line(); // the CRLF after the data
+        return out;
+      }
+      const sizeLine = await this.#line();
+      const size = parseInt(sizeLine, 16);
+      if (!Number.isSafeInteger(size) || size < 0 || !/^[0-9a-f]+/i.test(sizeLine)) {
+        throw new TypeError(`error reading response: bad chunk size '${sizeLine.slice(0, 20)}'`);
+      }
+      if (size === 0) {
+        while ((await this.#line()) !== "") { /* trailers */ }
+        this.#ended = true;
+        return null;
+      }
+      this.#left = size;
+    }
+  }
+
+  /** One CRLF-ended line (a size line or a trailer), at most 8 KiB. */
+  async #line(): Promise<string> {
+    const conn = this.#conn;
+    for (;;) {
+      const b = conn.buffered;
+      for (let i = 0; i + 1 < b.length; i++) {
+        if (b[i] === 13 && b[i + 1] === 10) {
+          const text = decoder.decode(b.subarray(0, i));
+          conn.take(i + 2);
+          return text;
+        }
+      }
+      if (b.length > 8192) throw new TypeError("error reading response: a chunk line is too long");
+      if (!(await conn.fill())) throw closedEarly();
+    }
+  }
+}
+
+function join(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+/**
+ * Writes the head and the body. A stream's first chunk shares the head's write (a small body
+ * whose length was declared is then one write, as a fixed one is); each further chunk is one
+ * write as it comes, chunk-framed unless `length` was declared, whose count is then held to.
+ */
+async function writeRequest(
+  conn: Conn,
+  head: Uint8Array,
+  bytes: Uint8Array | undefined,
+  stream: ReadableStream<Uint8Array> | undefined,
+  length: number | undefined,
+): Promise<void> {
+  if (stream === undefined) {
+    await conn.writeAll(head);
+    if (bytes !== undefined) await conn.writeAll(bytes);
+    return;
+  }
+  const reader = stream.getReader();
+  let pending: Uint8Array | undefined = head;
+  let sent = 0;
+  try {
+    for (;;) {
+      if (length !== undefined && sent === length) break;
+      const { value, done } = await reader.read();
+      if (done) break;
+      if (value.length === 0) continue;
+      sent += value.length;
+      if (length !== undefined && sent > length) {
+        throw new TypeError(`error sending request: the body is longer than its ${length} bytes`);
+      }
+      let framed: Uint8Array = value;
+      if (length === undefined) {
+        const size = encoder.encode(`${value.length.toString(16)}\r\n`);
+        framed = new Uint8Array(size.length + value.length + 2);
+        framed.set(size);
+        framed.set(value, size.length);
+        framed.set(CRLF, size.length + value.length);
+      }
+      await conn.writeAll(pending === undefined ? framed : join(pending, framed));
+      pending = undefined;
+    }
+    if (length !== undefined && sent !== length) {
+      throw new TypeError(`error sending request: the body ended ${length - sent} bytes short`);
+    }
+    const tail = length === undefined ? LAST_CHUNK : new Uint8Array(0);
+    const last = pending === undefined ? tail : join(pending, tail);
+    if (last.length > 0) await conn.writeAll(last);
+  } catch (error) {
+    await reader.cancel(error).catch(() => {});
+    throw error;
+  } finally {
+    reader.releaseLock();
+  }
+}

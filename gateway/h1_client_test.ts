@@ -1,0 +1,193 @@
+import assert from "node:assert/strict";
+import { createH1Client } from "./h1_client.ts";
+
+function serve(handler: (r: Request) => Response | Promise<Response>) {
+  const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);
+  return { server, url: `http://127.0.0.1:${server.addr.port}` };
+}
+
+/** A raw TCP server answering every connection with `answer`, then closing. */
+function rawServer(answer: string) {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const done = (async () => {
+    for await (const conn of listener) {
+      const buf = new Uint8Array(4096);
+      await conn.read(buf);
+      await conn.write(new TextEncoder().encode(answer)).catch(() => {});
+      conn.close();
+    }
+  })().catch(() => {});
+  return {
+    url: `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`,
+    close: async () => {
+      listener.close();
+      await done;
+    },
+  };
+}
+
+Deno.test("createH1Client() keeps one connection alive across sequential requests", async () => {
+  const { server, url } = serve(async (r) => new Response(`got ${await r.text()}`));
+  const client = createH1Client();
+  try {
+    for (let i = 0; i < 5; i++) {
+      const res = await client.fetch(`${url}/x?i=${i}`, { method: "POST", body: `b${i}` });
+      assert.equal(res.status, 200);
+      assert.equal(await res.text(), `got b${i}`);
+    }
+    assert.equal(client.open, 1);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("createH1Client() bounds the pool: the next request waits for a free connection", async () => {
+  let inFlight = 0, most = 0;
+  const { server, url } = serve(async () => {
+    most = Math.max(most, ++inFlight);
+    await new Promise((r) => setTimeout(r, 20));
+    inFlight--;
+    return new Response("ok");
+  });
+  const client = createH1Client({ maxConnections: 2 });
+  try {
+    const answers = await Promise.all(
+      Array.from({ length: 6 }, () => client.fetch(url).then((r) => r.text())),
+    );
+    assert.deepEqual(answers, Array(6).fill("ok"));
+    assert.equal(most, 2);
+    assert.equal(client.open, 2);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("createH1Client() closes idle connections after idleTimeoutMs", async () => {
+  const { server, url } = serve(() => new Response("ok"));
+  const client = createH1Client({ idleTimeoutMs: 60 });
+  try {
+    await (await client.fetch(url)).text();
+    assert.equal(client.open, 1);
+    await new Promise((r) => setTimeout(r, 250));
+    assert.equal(client.open, 0);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("createH1Client() streams a request body out chunked and a chunked answer in", async () => {
+  const { server, url } = serve((r) => {
+    if (r.method === "PUT") assert.equal(r.headers.get("transfer-encoding"), "chunked");
+    // Echo as it comes: the answer is chunked too.
+    return new Response(r.body);
+  });
+  const client = createH1Client();
+  try {
+    const parts = ["alpha", "beta", "gamma"];
+    const body = new ReadableStream<Uint8Array>({
+      pull(c) {
+        const p = parts.shift();
+        if (p === undefined) c.close();
+        else c.enqueue(new TextEncoder().encode(p));
+      },
+    });
+    const res = await client.fetch(url, { method: "PUT", body });
+    assert.equal(await res.text(), "alphabetagamma");
+    // The connection went back to the pool once both bodies were done.
+    const again = await client.fetch(url, { method: "POST", body: "x" });
+    assert.equal(await again.text(), "x");
+    assert.equal(client.open, 1);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("createH1Client() refuses a head past maxHeaderBytes", async () => {
+  const raw = rawServer(`HTTP/1.1 200 OK\r\nx-big: ${"a".repeat(4000)}\r\n\r\n`);
+  const client = createH1Client({ maxHeaderBytes: 1024 });
+  try {
+    await assert.rejects(client.fetch(raw.url), /head is longer than 1024 bytes/);
+    assert.equal(client.open, 0);
+  } finally {
+    client.close();
+    await raw.close();
+  }
+});
+
+Deno.test("createH1Client() reads a body that ends with the connection, and never reuses it", async () => {
+  const raw = rawServer("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end");
+  const client = createH1Client();
+  try {
+    const res = await client.fetch(raw.url);
+    assert.equal(await res.text(), "until the end");
+    assert.equal(client.open, 0);
+  } finally {
+    client.close();
+    await raw.close();
+  }
+});
+
+Deno.test("createH1Client() aborts: the node sees the hang-up, the caller the reason", async () => {
+  let sawAbort!: () => void;
+  const aborted = new Promise<void>((r) => sawAbort = r);
+  const { server, url } = serve((r) =>
+    new Promise<Response>((resolve) => {
+      r.signal.addEventListener("abort", () => {
+        sawAbort();
+        resolve(new Response(null, { status: 499 }));
+      });
+    })
+  );
+  const client = createH1Client();
+  try {
+    const ac = new AbortController();
+    const pending = client.fetch(url, { method: "POST", body: "{}", signal: ac.signal });
+    await new Promise((r) => setTimeout(r, 50));
+    ac.abort(new Error("client gone"));
+    await assert.rejects(pending, /client gone/);
+    await aborted;
+    assert.equal(client.open, 0);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("createH1Client() sends a fixed body again once when a pooled connection was closed", async () => {
+  // Answers, then closes the connection without saying so: the pooled one is stale.
+  let seen = 0;
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const done = (async () => {
+    for await (const conn of listener) {
+      const buf = new Uint8Array(4096);
+      await conn.read(buf);
+      seen++;
+      await conn.write(new TextEncoder().encode("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"));
+      conn.close();
+    }
+  })().catch(() => {});
+  const client = createH1Client();
+  try {
+    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}`;
+    assert.equal(await (await client.fetch(url, { method: "POST", body: "a" })).text(), "ok");
+    assert.equal(await (await client.fetch(url, { method: "POST", body: "b" })).text(), "ok");
+    assert.equal(seen, 2);
+  } finally {
+    client.close();
+    listener.close();
+    await done;
+  }
+});
+
+Deno.test("createH1Client() refuses a header value with a line break", async () => {
+  const client = createH1Client();
+  await assert.rejects(
+    client.fetch("http://127.0.0.1:9/", { headers: [["x-a", "1\r\nx-b: 2"]] }),
+    /line break/,
+  );
+  client.close();
+});
