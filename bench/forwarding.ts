@@ -176,7 +176,16 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   if (missing) return { title, reference: "", rows: [], notes: [], skipped: missing };
   const started: { stop(): Promise<void> }[] = [];
   const name = "bench-fwd";
-  const keys = ["direct", "gateway", "nginx", "naive", "naive-node-http", "naive-undici"] as const;
+  const keys = [
+    "direct",
+    "gateway",
+    "nginx",
+    "naive",
+    "naive-node-http",
+    "naive-undici",
+    "naive-h1",
+    "naive-h2",
+  ] as const;
   type Key = typeof keys[number];
   const empty = () =>
     Object.fromEntries(keys.map((k) => [k, []])) as unknown as Record<
@@ -219,6 +228,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       naive: await naiveWith("fetch"),
       "naive-node-http": await naiveWith("node-http"),
       "naive-undici": await naiveWith("undici"),
+      "naive-h1": await naiveWith("h1"),
+      "naive-h2": await naiveWith("h2"),
     };
     for (const [key, url] of Object.entries(targets)) {
       const check = await postJson(`${url}/getSandboxMetrics`, { name });
@@ -271,6 +282,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       nginxRps,
     ),
     row("naive proxy with undici Pool throughput", "req/s", pick("naive-undici", "rps"), nginxRps),
+    row(
+      "naive proxy with the Deno.connect HTTP/1.1 client throughput",
+      "req/s",
+      pick("naive-h1", "rps"),
+      nginxRps,
+    ),
+    row("naive proxy with fetch over h2c throughput", "req/s", pick("naive-h2", "rps"), nginxRps),
     row("gateway ÷ direct throughput", "×", gwRps.map((v, i) => v / dRps[i]), null, { digits: 2 }),
     row("nginx p50 at c32 (reference)", "ms", nginxP50, nginxP50),
     row("direct p50 at c32", "ms", pick("direct", "p50"), nginxP50),
@@ -305,6 +323,18 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       one("naive-undici").map((v, i) => v - d1[i]),
       nginx1,
     ),
+    row(
+      "naive HTTP/1.1 client proxy added p50 at c1 (− direct)",
+      "ms",
+      one("naive-h1").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
+    row(
+      "naive h2c proxy added p50 at c1 (− direct)",
+      "ms",
+      one("naive-h2").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
   ];
   return {
     title,
@@ -314,7 +344,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the six targets in turn within each run; one node ` +
+      `measurement, the eight targets in turn within each run; one node ` +
       `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
@@ -331,10 +361,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         median(nginxAdded).toFixed(3)
       } ms: a serve + fetch hop in this runtime costs more ` +
       "than twice nginx's added latency before the gateway does any work of its own.",
-      "The naive proxy is run with three clients to the node (issue 16): fetch, node:http " +
-      "request with a keep-alive Agent (32 sockets) and npm:undici's Pool (32 connections, " +
-      "pool.request()); the last two read the small request body whole before sending it. " +
-      "The gateway keeps fetch unless another client is faster in the same run.",
+      "The naive proxy is run with five clients to the node (issue 16, bench/_clients.ts): " +
+      "fetch, node:http request with a keep-alive Agent (32 sockets), npm:undici's Pool (32 " +
+      "connections), gateway/h1_client.ts (HTTP/1.1 over Deno.connect, its own pool) and fetch " +
+      "over h2c (Deno.createHttpClient with http1 off: prior-knowledge HTTP/2, which the node's " +
+      "server answers on its plain port); each streams the request body on. Which of them keep " +
+      "the forwarding rules is the next table. The gateway keeps fetch unless another client " +
+      "that keeps every rule is faster by a real margin in the same run.",
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx.",
     ],

@@ -6,7 +6,7 @@
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
- * forwarding, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
+ * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
  * pools-claim-docker.
  *
  * @module
@@ -19,6 +19,8 @@ import { runMemory } from "./memory.ts";
 import { gatewayTarget, inProcessTarget, runBursts } from "./bursts.ts";
 import { startGateway } from "./_fixtures.ts";
 import { runForwarding } from "./forwarding.ts";
+import { runForwardingRules } from "./forwarding_rules.ts";
+import { runPorts } from "./ports.ts";
 import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
@@ -85,6 +87,8 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
     return { ...s, title: "Bursts, in-process (the library pieces without the HTTP face)" };
   }],
   ["forwarding", () => runForwarding({ runs })],
+  ["forwarding-rules", () => runForwardingRules({ runs })],
+  ["ports", () => runPorts({ runs })],
   ["streaming", () => runStreaming({ runs })],
   ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
   ["e2b-docker", () => runE2bDocker({ runs: Math.max(runs, 7) })],
