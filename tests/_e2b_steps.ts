@@ -42,6 +42,8 @@ export async function commandSteps(
     assert.ok(error instanceof CommandExitError, String(error));
     assert.equal(error.exitCode, 3);
     assert.equal(error.stderr, "oops\n");
+    // The SDK's message is the end event's `error`, as envd words it; empty without one.
+    assert.equal(error.message, "exit status 3");
   });
 
   await t.step("a background command is killed through SendSignal", async () => {

@@ -14,10 +14,12 @@ Deno.test("Process/Start streams start, data, end and the end-stream envelope", 
   assert.ok("start" in messages[0].event);
   const out = messages.filter((m) => m.event?.data).map((m) => m.event.data);
   assert.deepEqual(out, [{ stdout: btoa("hi\n") }, { stderr: btoa("err\n") }]);
+  // envd's words for a failed command, twice: the SDK's CommandExitError takes `error` as its message.
   assert.deepEqual(messages.at(-2)?.event.end, {
     exitCode: 2,
     exited: true,
     status: "exit status 2",
+    error: "exit status 2",
   });
   assert.deepEqual(envelopes.at(-1), { flags: 2, message: {} });
   await executor.close();
@@ -283,7 +285,12 @@ Deno.test("Process/Start with a pty: pty data, pty input, Update resizes, wrong 
     rest = new Uint8Array([...rest, ...r.value]);
   }
   const end = decodeEnvelopes(rest).map((e) => (e.message as Event).event?.end).find(Boolean);
-  assert.deepEqual(end, { exitCode: 4, exited: true, status: "exit status 4" });
+  assert.deepEqual(end, {
+    exitCode: 4,
+    exited: true,
+    status: "exit status 4",
+    error: "exit status 4",
+  });
   await executor.close();
 });
 

@@ -256,15 +256,20 @@ export async function follow(
 }
 
 /**
- * The end event of a command, as envd words it.
+ * The end event of a command, as envd words it. A command that failed (a non-zero exit or a
+ * signal) also carries `error`, the same words as `status`: envd sends Go's `cmd.Wait()` error
+ * there, and the SDK makes it the message of its `CommandExitError`, which is empty without it.
  *
  * @example
  * ```ts
  * import { endEvent } from "./processes.ts";
- * endEvent({ exitCode: 2 }); // { exitCode: 2, exited: true, status: "exit status 2" }
+ * endEvent({ exitCode: 0 }); // { exitCode: 0, exited: true, status: "exit status 0" }
+ * endEvent({ exitCode: 2 }); // { ..., status: "exit status 2", error: "exit status 2" }
  * ```
  */
-export function endEvent(exit: ExecExit): { exitCode: number; exited: boolean; status: string } {
+export function endEvent(
+  exit: ExecExit,
+): { exitCode: number; exited: boolean; status: string; error?: string } {
   if (exit.signal) {
     // envd reports what Go's ProcessState says for a signalled process: code -1.
     const names: Record<string, string> = {
@@ -273,13 +278,12 @@ export function endEvent(exit: ExecExit): { exitCode: number; exited: boolean; s
       SIGINT: "interrupt",
       SIGHUP: "hangup",
     };
-    return {
-      exitCode: -1,
-      exited: false,
-      status: `signal: ${names[exit.signal] ?? exit.signal.toLowerCase()}`,
-    };
+    const status = `signal: ${names[exit.signal] ?? exit.signal.toLowerCase()}`;
+    return { exitCode: -1, exited: false, status, error: status };
   }
-  return { exitCode: exit.exitCode, exited: true, status: `exit status ${exit.exitCode}` };
+  const status = `exit status ${exit.exitCode}`;
+  if (exit.exitCode === 0) return { exitCode: 0, exited: true, status };
+  return { exitCode: exit.exitCode, exited: true, status, error: status };
 }
 
 function hubKey(sandboxId: string, pid: number): string {
