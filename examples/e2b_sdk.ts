@@ -7,7 +7,7 @@
  * deno task fleet                      # terminal 1: a gateway and two nodes; prints the lines below
  * export E2B_API_URL=http://127.0.0.1:3677/e2b/api
  * export E2B_SANDBOX_URL=http://127.0.0.1:3677/e2b/envd
- * export E2B_API_KEY=<the fleet token printed by deno task fleet>
+ * export E2B_API_KEY=<the API key deno task fleet minted and printed (never the fleet token)>
  * deno run --allow-net=127.0.0.1 --allow-env examples/e2b_sdk.ts
  * ```
  *
