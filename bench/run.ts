@@ -4,13 +4,15 @@
  *
  * Usage: `deno task bench` (installs wrk and nginx first), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
- * the other sections of RESULTS.md are kept as the last full run wrote them.
+ * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
+ * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
  * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
  * pools-claim-docker.
  *
  * @module
  */
+import { benchUsage, parseBenchArgs, unknownSections } from "./_args.ts";
 import { mergeReport, renderReport, type Section } from "./_stats.ts";
 import { runPlacement } from "./placement.ts";
 import { runLookup, runSynDrop } from "./lookup.ts";
@@ -27,19 +29,14 @@ import { runE2bDocker } from "./e2b_docker.ts";
 import { runClaimLatency, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
 
-const args = new Map(
-  Deno.args.filter((a) => a.startsWith("--")).map((a) => {
-    const [k, v = "true"] = a.slice(2).split("=");
-    return [k, v] as const;
-  }),
-);
-const runs = Number(args.get("runs") ?? "5");
-if (!Number.isInteger(runs) || runs < 1) {
-  console.error(`Cannot run with --runs=${args.get("runs")}: give a positive integer (5 or more)`);
+const args = parseBenchArgs(Deno.args);
+if (args instanceof Error) {
+  console.error(args.message);
   Deno.exit(2);
 }
-const only = args.get("only")?.split(",");
-const out = args.get("out") ?? new URL("./RESULTS.md", import.meta.url).pathname;
+const runs = args.runs;
+const only = args.only;
+const out = args.out ?? new URL("./RESULTS.md", import.meta.url).pathname;
 // A partial run keeps the sections it did not run, as the last full run measured them.
 const previous = only ? await Deno.readTextFile(out).catch(() => null) : null;
 
@@ -96,6 +93,17 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],
 ];
+
+const names = benchmarks.map(([name]) => name);
+if (args.help) {
+  console.log(benchUsage(names));
+  Deno.exit(0);
+}
+const refusal = unknownSections(only, names);
+if (refusal !== undefined) {
+  console.error(refusal);
+  Deno.exit(2);
+}
 
 const sections: Section[] = [];
 const t0 = performance.now();

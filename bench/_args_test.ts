@@ -1,0 +1,81 @@
+import assert from "node:assert/strict";
+import { fileURLToPath } from "node:url";
+import { parseBenchArgs, unknownSections } from "./_args.ts";
+
+Deno.test("parseBenchArgs() reads --only, --runs, --out and --help", () => {
+  assert.deepEqual(parseBenchArgs([]), { help: false, runs: 5, only: undefined, out: undefined });
+  assert.deepEqual(parseBenchArgs(["--only=placement,lookup", "--runs=3", "--out=/tmp/r.md"]), {
+    help: false,
+    runs: 3,
+    only: ["placement", "lookup"],
+    out: "/tmp/r.md",
+  });
+  assert.equal((parseBenchArgs(["--help"]) as { help: boolean }).help, true);
+  assert.equal((parseBenchArgs(["-h"]) as { help: boolean }).help, true);
+});
+
+Deno.test("parseBenchArgs() refuses what it does not know instead of running everything", () => {
+  for (const bad of ["--onyl=placement", "--help=yes", "placement", "--runs", "--out="]) {
+    const answer = parseBenchArgs([bad]);
+    assert.ok(answer instanceof Error, bad);
+    assert.match(answer.message, /Unknown argument .* takes --only=<section>/, bad);
+  }
+  for (const bad of ["0", "1.5", "x", ""]) {
+    const answer = parseBenchArgs([`--runs=${bad}`]);
+    assert.ok(answer instanceof Error, bad);
+    assert.match(answer.message, /give a positive integer/);
+  }
+});
+
+Deno.test("unknownSections() names the typo and the sections there are", () => {
+  const known = ["placement", "lookup"];
+  assert.equal(unknownSections(undefined, known), undefined);
+  assert.equal(unknownSections(["lookup"], known), undefined);
+  assert.equal(
+    unknownSections(["lookup", "placment"], known),
+    "--only names no section 'placment': write some of placement, lookup",
+  );
+  assert.equal(
+    unknownSections([], known),
+    "--only names no section: write some of placement, lookup",
+  );
+});
+
+Deno.test("bench/run.ts --help prints the usage and measures nothing", async () => {
+  const dir = await Deno.makeTempDir();
+  const out = `${dir}/RESULTS.md`;
+  const run = (...args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--quiet",
+        "--frozen",
+        "--allow-net=127.0.0.1",
+        "--allow-read",
+        "--allow-write",
+        "--allow-run",
+        "--allow-env=PATH,CI",
+        "--allow-sys=loadavg,osRelease,uid",
+        fileURLToPath(new URL("./run.ts", import.meta.url)),
+        `--out=${out}`,
+        ...args,
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+  try {
+    const help = await run("--help");
+    const text = new TextDecoder().decode(help.stdout);
+    assert.equal(help.code, 0, new TextDecoder().decode(help.stderr));
+    assert.match(text, /^Usage: deno task bench/);
+    assert.match(text, /Sections: placement, lookup, /);
+    const typo = await run("--only=placment");
+    assert.equal(typo.code, 2);
+    assert.match(new TextDecoder().decode(typo.stderr), /no section 'placment': write some of/);
+    const stderr = new TextDecoder().decode(help.stderr) + new TextDecoder().decode(typo.stderr);
+    assert.doesNotMatch(stderr, /bench: /, "no section started");
+    await assert.rejects(Deno.stat(out), Deno.errors.NotFound, "no report was written");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
