@@ -40,7 +40,8 @@ const usage = [
 
 /**
  * Runs one key command (`create`, `list` or `revoke`) against the gateway and returns the exit
- * code: 0 on success, 1 when the gateway refused (its sentence is printed), 2 for bad usage.
+ * code: 0 on success (and for `--help`, which prints the usage), 1 when the gateway refused
+ * (its sentence is printed), 2 for bad usage.
  *
  * @example
  * ```ts ignore
@@ -53,6 +54,10 @@ const usage = [
  */
 export async function runKeysCommand(args: string[], io: KeysCommandIo): Promise<number> {
   const [command, ...rest] = args;
+  if (args.length === 1 && ["--help", "-h", "help"].includes(command)) {
+    io.print(usage);
+    return 0;
+  }
   let verb: string;
   let body: Record<string, unknown>;
   try {
@@ -98,7 +103,11 @@ export async function runKeysCommand(args: string[], io: KeysCommandIo): Promise
   // deno-lint-ignore no-explicit-any
   const answer: any = await res.json().catch(() => ({ message: `HTTP ${res.status}` }));
   if (!res.ok) {
-    io.print(`The gateway refused ${verb} (${res.status}): ${answer.message}`);
+    // The gateway's 401 is worded for a client; whoever runs this holds the fleet token.
+    const hint = res.status === 401
+      ? ` (DORMICE_API_TOKEN here must be the fleet token the gateway at ${io.gatewayUrl} runs with)`
+      : "";
+    io.print(`The gateway refused ${verb} (${res.status}): ${answer.message}${hint}`);
     return 1;
   }
   if (verb === "createApiKey") {

@@ -37,5 +37,22 @@ Deno.test("runKeysCommand() creates, lists and revokes keys through the gateway'
   assert.equal(await runKeysCommand(["create"], io), 2);
   assert.equal(await runKeysCommand(["rotate"], io), 2);
   assert.equal(await runKeysCommand(["list"], { ...io, token: undefined }), 2);
+  lines.length = 0;
+  assert.equal(await runKeysCommand(["list"], { ...io, token: "u".repeat(32) }), 1);
+  assert.match(lines[0], /\(401\): .*DORMICE_API_TOKEN here must be the fleet token the gateway/);
   gateway.close();
+});
+
+Deno.test("deno task keys --help prints the usage and succeeds, asking nothing of the gateway", async () => {
+  for (const ask of ["--help", "-h", "help"]) {
+    const lines: string[] = [];
+    const io = {
+      gatewayUrl: "http://gw",
+      token: undefined,
+      fetch: (() => Promise.reject(new Error("no request expected"))) as typeof fetch,
+      print: (line: string) => lines.push(line),
+    };
+    assert.equal(await runKeysCommand([ask], io), 0, ask);
+    assert.match(lines.join("\n"), /^Usage:\n {2}deno task keys create --team <team>/, ask);
+  }
 });
