@@ -271,6 +271,8 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
 
   const accepting = (async () => {
     let backoffMs = 10;
+    // Only a recovery is news: the first connection after boot is not "again".
+    let acceptFailed = false;
     while (!stopping) {
       let conn: Deno.TcpConn | Deno.TlsConn;
       try {
@@ -289,12 +291,16 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
             : "accepting a connection failed; retrying",
           { error: String((error as Error)?.message ?? error), open: open.size, shed: shedCount },
         );
+        acceptFailed = true;
         await new Promise((r) => setTimeout(r, backoffMs));
         backoffMs = Math.min(backoffMs * 2, 500);
         continue;
       }
       backoffMs = 10;
-      changes.report("accept", "ok", "info", "accepting connections again", { open: open.size });
+      if (acceptFailed) {
+        acceptFailed = false;
+        changes.report("accept", "ok", "info", "accepting connections again", { open: open.size });
+      }
       if (open.size >= maxConnections && shed(1) === 0) {
         // Every connection is busy: refusing this one costs less than starving the busy ones.
         conn.close();

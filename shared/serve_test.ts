@@ -101,6 +101,18 @@ Deno.test("serveGuarded() answers requests and keeps the connection alive", asyn
   await server.shutdown();
 });
 
+Deno.test("serveGuarded() logs nothing about accepting when no accept failed", async () => {
+  const lines: string[] = [];
+  const { server, port } = start({ log: (_level, msg) => void lines.push(msg) });
+  for (let i = 0; i < 2; i++) {
+    const res = await fetch(`http://127.0.0.1:${port}/`, { headers: { connection: "close" } });
+    assert.equal(await res.text(), "ok");
+  }
+  await server.shutdown();
+  // A fresh server's first connection is not a recovery ("accepting connections again").
+  assert.deepEqual(lines.filter((l) => /accept/i.test(l)), []);
+});
+
 Deno.test("serveGuarded() closes a connection that sends nothing after the header timeout", async () => {
   const { server, clock, port } = start();
   const c = await rawClient(port);
