@@ -121,6 +121,8 @@ function startEtcd(clientUrl: string, peerPort: number): Child {
   const peerUrl = `http://127.0.0.1:${peerPort}`;
   const dataDir = `${root}/${dataRoot}/etcd`;
   Deno.mkdirSync(dataDir, { recursive: true });
+  // etcd warns at every start about a data dir that others may read; it holds the key table.
+  Deno.chmodSync(dataDir, 0o700);
   let process: Deno.ChildProcess;
   try {
     process = new Deno.Command("etcd", {
@@ -133,6 +135,9 @@ function startEtcd(clientUrl: string, peerPort: number): Child {
         `--initial-advertise-peer-urls=${peerUrl}`,
         `--initial-cluster=fleet=${peerUrl}`,
         "--log-level=warn",
+        // etcd 3.4's default logger (capnslog) ignores --log-level for raft's INFO lines and
+        // warns that it is deprecated: a dozen lines in the user's terminal at every start.
+        "--logger=zap",
       ],
       stdin: "null",
       stdout: "null",
@@ -326,7 +331,11 @@ if (import.meta.main) {
     stopping = true;
     console.error("\nStopping the fleet…");
     await stopAll(children, signalled);
-    console.error("The gateway and both nodes stopped.");
+    console.error(
+      shared
+        ? "Both gateways, etcd and both nodes stopped."
+        : "The gateway and both nodes stopped.",
+    );
     Deno.exit(code);
   };
   Deno.addSignalListener("SIGINT", () => void stop(true, 0));
