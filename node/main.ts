@@ -85,9 +85,16 @@ const executor = await openExecutor(config);
 try {
   Deno.mkdirSync(config.dataDir, { recursive: true });
 } catch (error) {
+  // Deno's own refusal and the OS's have different remedies: `deno task node` grants only
+  // .dormice, and no flag fixes a directory this user may not write.
+  const notGranted = error instanceof Deno.errors.NotCapable;
   refuse([
     `Cannot create DORMICE_DATA_DIR='${config.dataDir}' (${(error as Error).message}): ` +
-    "point it at a writable directory (and allow writing there with --allow-write)",
+    (notGranted
+      ? "deno task node may read and write only under .dormice; for another directory run " +
+        `node/main.ts with --allow-read=${config.dataDir} --allow-write=${config.dataDir} ` +
+        "(as deploy/dormice-node.service does)"
+      : "point it at a directory this user may write"),
   ]);
 }
 

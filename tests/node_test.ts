@@ -5,7 +5,14 @@
 import assert from "node:assert/strict";
 import { checkInSchema, lookupAnswerSchema } from "../shared/schemas.ts";
 import { nativeVerbs } from "../node/faces/native.ts";
-import { nodeMain, nodePermissions, spawnDeno, startNode } from "./_processes.ts";
+import {
+  freePort,
+  newToken,
+  nodeMain,
+  nodePermissions,
+  spawnDeno,
+  startNode,
+} from "./_processes.ts";
 
 interface Answer {
   status: number;
@@ -245,6 +252,34 @@ Deno.test("node process: a bad variable is refused at boot with a sentence, toke
     assert.doesNotMatch(p.stderr(), /short-secret/);
   } finally {
     await Deno.remove(dataDir, { recursive: true });
+  }
+});
+
+Deno.test("node process: a data dir outside its --allow-write says which flags to run with", async () => {
+  const granted = await Deno.makeTempDir();
+  const elsewhere = await Deno.makeTempDir();
+  try {
+    const p = spawnDeno(nodeMain, {
+      env: {
+        DORMICE_API_TOKEN: newToken(),
+        DORMICE_DATA_DIR: `${elsewhere}/node`,
+        DORMICE_EXECUTOR: "fake",
+        DORMICE_PORT: String(freePort()),
+      },
+      permissions: nodePermissions(granted),
+    });
+    const status = await p.exited;
+    assert.equal(status.code, 2);
+    assert.match(
+      p.stderr(),
+      new RegExp(
+        `Cannot create DORMICE_DATA_DIR='${elsewhere}/node' .*deno task node may read and write ` +
+          `only under \\.dormice; .* --allow-read=${elsewhere}/node --allow-write=${elsewhere}/node`,
+      ),
+    );
+  } finally {
+    await Deno.remove(granted, { recursive: true });
+    await Deno.remove(elsewhere, { recursive: true });
   }
 });
 
