@@ -42,9 +42,16 @@ try {
   database = openExclusiveDatabase(config.dbPath, "DORMICE_GATEWAY_DB");
 } catch (error) {
   if (error instanceof DatabaseLockedError) refuse([error.message]);
+  const dir = dirname(config.dbPath);
+  // Deno's refusal and the OS's have different remedies: `deno task gateway` grants only
+  // .dormice (and reads /etc/dormice), and no flag fixes a directory this user may not write.
   refuse([
-    `Cannot open DORMICE_GATEWAY_DB='${config.dbPath}' (${(error as Error).message}): point it ` +
-    "at a writable file (and allow reading and writing its directory)",
+    `Cannot open DORMICE_GATEWAY_DB='${config.dbPath}' (${(error as Error).message}): ` +
+    (error instanceof Deno.errors.NotCapable
+      ? "deno task gateway may write only under .dormice; for another directory run " +
+        `gateway/main.ts with --allow-read=${dir} --allow-write=${dir} ` +
+        "(as deploy/dormice-gateway.service does)"
+      : "point it at a file in a directory this user may write"),
   ]);
 }
 
@@ -55,8 +62,11 @@ if (config.tls !== null) {
       return Deno.readTextFileSync(file);
     } catch (error) {
       refuse([
-        `Cannot read ${variable}='${file}' (${(error as Error).message}): point it at a readable ` +
-        "PEM file (and allow reading it: --allow-read)",
+        `Cannot read ${variable}='${file}' (${(error as Error).message}): ` +
+        (error instanceof Deno.errors.NotCapable
+          ? "deno task gateway may read only /etc/dormice and .dormice; put the PEM files " +
+            `there, or run gateway/main.ts with --allow-read=${file}`
+          : "point it at a readable PEM file"),
       ]);
     }
   };
