@@ -25,6 +25,45 @@ Deno.test("createGateway() answers /healthz openly and 401 on every other route 
   }
 });
 
+Deno.test("createGateway(): a fleet-only route's 401 asks for the fleet token, never an API key", async () => {
+  const { gateway } = setup();
+  try {
+    const routes: [string, RequestInit][] = [
+      ["GET /metrics", { method: "GET" }],
+      ...["listNodes", "checkIn", "removeNode", "setPools", "createApiKey", "listApiKeys"].map(
+        (verb): [string, RequestInit] => [verb, { method: "POST", body: "{}" }],
+      ),
+    ];
+    for (const [route, init] of routes) {
+      const path = route === "GET /metrics" ? "/metrics" : `/${route}`;
+      for (const headers of [{}, { authorization: "Bearer wrong-token" }] as HeadersInit[]) {
+        const res = await gateway.fetch(new Request(`http://gw.test${path}`, { ...init, headers }));
+        assert.equal(res.status, 401, route);
+        assert.equal(res.headers.get("www-authenticate"), "Bearer");
+        const { message } = await res.json();
+        assert.match(message, /DORMICE_API_TOKEN/, route);
+        assert.ok(message.includes(`${route} takes the fleet token`), message);
+        assert.doesNotMatch(message, /API key>|createApiKey\)/, message);
+      }
+    }
+    // A key on them is still a 403; the client verbs still ask for a key.
+    const created = await call(gateway, "createApiKey", { team: "acme" });
+    const { key } = await created.json();
+    const byKey = await gateway.fetch(
+      new Request("http://gw.test/metrics", { headers: { authorization: `Bearer ${key}` } }),
+    );
+    assert.equal(byKey.status, 403);
+    assert.match((await byKey.json()).message, /fleet token \(DORMICE_API_TOKEN\) only/);
+    const client = await gateway.fetch(
+      new Request("http://gw.test/acquireSandbox", { method: "POST", body: "{}" }),
+    );
+    assert.equal(client.status, 401);
+    assert.match((await client.json()).message, /Bearer <API key>/);
+  } finally {
+    gateway.close();
+  }
+});
+
 Deno.test("createGateway() refuses a check-in whose endpoint has a path, and a twin id", async () => {
   const { gateway } = setup();
   try {

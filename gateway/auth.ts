@@ -244,10 +244,19 @@ export function callerGate(
   return (c, next) => {
     const path = c.req.path;
     if (skipsFleetBearer(path)) return next();
-    const caller = requireCaller(c.req.header("authorization"), identify);
+    const header = c.req.header("authorization");
     const verb = path.slice(1);
-    if (fleetOnlyVerbs.includes(verb)) requireOperator(caller, verb);
-    remember(c.req.raw, caller);
+    if (!fleetOnlyVerbs.includes(verb)) {
+      remember(c.req.raw, requireCaller(header, identify));
+      return next();
+    }
+    // A fleet-only route's 401 must ask for the fleet token, not a key (which is a 403 here).
+    const given = bearerToken(header);
+    const caller = given === undefined ? undefined : identify(given);
+    if (caller?.kind === "key") requireOperator(caller, verb);
+    const route = verb === "metrics" ? "GET /metrics" : verb;
+    requireFleetBearer(header, () => caller !== undefined, "the gateway's", route);
+    remember(c.req.raw, caller!);
     return next();
   };
 }

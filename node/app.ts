@@ -33,8 +33,7 @@ import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
 import { parseTemplates } from "./executors/docker/templates.ts";
 import type { ExecutorCapabilities } from "./executors/contract.ts";
-import { HttpError } from "../shared/http_error.ts";
-import { bearerToken, tokensEqual } from "../shared/token.ts";
+import { requireFleetBearer, tokenMatcher } from "../shared/token.ts";
 
 /** The build string a node reports (`@dormice/cluster@<version>`). */
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
@@ -245,16 +244,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   // node and every restart agrees on a sandbox's access token without another variable.
   // Before every face: Prometheus sends the fleet token as a bearer token, and a GET at the root
   // is none of the faces' business.
+  const matchesToken = tokenMatcher(config.apiToken);
   hono.get("/metrics", async (c) => {
-    const given = bearerToken(c.req.header("authorization"));
-    if (given === undefined || !tokensEqual(given, config.apiToken)) {
-      throw new HttpError(
-        401,
-        "GET /metrics takes the fleet token: send 'Authorization: Bearer <DORMICE_API_TOKEN>' " +
-          "(Prometheus: authorization.credentials in the scrape config)",
-        { headers: { "www-authenticate": "Bearer" } },
-      );
-    }
+    requireFleetBearer(c.req.header("authorization"), matchesToken, "this node's", "GET /metrics");
     return new Response(await metrics.text(), {
       headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
     });

@@ -69,6 +69,8 @@ export function bearerToken(header: string | null | undefined): string | undefin
  * `WWW-Authenticate: Bearer` and a sentence saying what to send; `holder` names whose
  * `DORMICE_API_TOKEN` a wrong one failed to match (`"the gateway's"`, `"this node's"`), so an
  * operator knows which side's setting differs. `matches` is the side's constant-time check.
+ * `route` (`"GET /metrics"`, `"listNodes"`) names a route that takes the fleet token only where
+ * a client's API key opens the others, so the sentence cannot be read as asking for a key.
  *
  * @throws {HttpError} 401 when the bearer token is missing or does not match.
  * @example
@@ -82,19 +84,27 @@ export function requireFleetBearer(
   header: string | null | undefined,
   matches: (given: string) => boolean,
   holder: string,
+  route?: string,
 ): void {
   const given = bearerToken(header);
+  const send = "the header 'Authorization: Bearer <DORMICE_API_TOKEN>'";
   if (given === undefined) {
     throw new HttpError(
       401,
-      "Missing bearer token: send the header 'Authorization: Bearer <DORMICE_API_TOKEN>'",
+      route === undefined
+        ? `Missing bearer token: send ${send}`
+        : `Missing bearer token: ${route} takes the fleet token (DORMICE_API_TOKEN) only, ` +
+          `not an API key: send ${send}`,
       { headers: { "www-authenticate": "Bearer" } },
     );
   }
   if (!matches(given)) {
     throw new HttpError(
       401,
-      `The bearer token does not match ${holder} DORMICE_API_TOKEN: send the fleet token`,
+      route === undefined
+        ? `The bearer token does not match ${holder} DORMICE_API_TOKEN: send the fleet token`
+        : `The bearer token does not match ${holder} DORMICE_API_TOKEN, and ${route} takes ` +
+          `the fleet token only: send ${send}`,
       { headers: { "www-authenticate": "Bearer" } },
     );
   }
