@@ -65,7 +65,9 @@ if (config.tls !== null) {
         `Cannot read ${variable}='${file}' (${(error as Error).message}): ` +
         (error instanceof Deno.errors.NotCapable
           ? "deno task gateway may read only /etc/dormice and .dormice; put the PEM files " +
-            `there, or run gateway/main.ts with --allow-read=${file}`
+            `there, or run gateway/main.ts with --allow-read=${file} (under ` +
+            "deploy/dormice-gateway.service, install its drop-in " +
+            "dormice-gateway.service.d/tls.conf rather than setting the variable)"
           : "point it at a readable PEM file"),
       ]);
     }
