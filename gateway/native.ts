@@ -33,12 +33,13 @@ import { clientGone } from "./routing_answers.ts";
 import { HttpError, messageResponse } from "../shared/http_error.ts";
 import { type BodyCapOptions, readJsonObject } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
-import { nativeRequestSchemas, nativeVerbs } from "../shared/native_schemas.ts";
+import { nativeRequestSchemas } from "../shared/native_schemas.ts";
 import { checkInSchema, describeZodError, nodeIdSchema } from "../shared/schemas.ts";
 import { poolTargetsSchema } from "../shared/pools.ts";
 import { placementAsk } from "./placer.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
+import { describeRoutes } from "./route_summary.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {
@@ -59,18 +60,6 @@ export interface NativeFace {
    */
   fetch(request: Request): Promise<Response>;
 }
-
-/** The verbs the gateway answers, in the order the 404 lists them: the native ones and its own. */
-const verbs = [
-  ...nativeVerbs,
-  "checkIn",
-  "listNodes",
-  "removeNode",
-  "setPools",
-  "createApiKey",
-  "listApiKeys",
-  "revokeApiKey",
-];
 
 /** The verbs found by name and streamed to their node; each has the fast path. */
 const streamedVerbs = [
@@ -105,11 +94,18 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   const callerOf = (c: Context): Caller => callers.get(c.req.raw)!;
   const app = new Hono();
   app.onError((error, c) => errorResponse(error, c.req.raw, log));
+  // Read off app.routes, so the list is what is mounted; built again only when a route was added.
+  let answers = { routes: -1, text: "" };
   app.notFound((c) => {
     const path = new URL(c.req.url).pathname;
+    if (answers.routes !== app.routes.length) {
+      answers = { routes: app.routes.length, text: describeRoutes(app.routes) };
+    }
     return c.json({
-      message: (/^\/[^/]+$/.test(path) ? `Unknown verb '${path.slice(1)}'` : `No route ${path}`) +
-        `: the gateway answers POST /<verb> for ${verbs.join(", ")}, and GET /healthz`,
+      message: (/^\/[^/]+$/.test(path)
+        ? `Unknown verb '${path.slice(1)}'`
+        : `No route ${c.req.method} ${path}`) +
+        `: the gateway answers ${answers.text}`,
     }, 404);
   });
 
