@@ -79,3 +79,44 @@ Deno.test("bench/run.ts --help prints the usage and measures nothing", async () 
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("deno task bench: --help and a bad argument answer before bench/setup.sh can install anything", async () => {
+  // A stand-in `sh` first on PATH records every script it is asked to run and fails setup.sh
+  // instead of running it, so the test never installs anything and never measures.
+  const dir = await Deno.makeTempDir();
+  const log = `${dir}/sh.log`;
+  await Deno.writeTextFile(
+    `${dir}/sh`,
+    `#!/bin/sh\necho "$@" >> '${log}'\ncase "$1" in *setup.sh) exit 1;; esac\nexec /bin/sh "$@"\n`,
+    { mode: 0o755 },
+  );
+  const task = (...args: string[]) =>
+    new Deno.Command(Deno.execPath(), {
+      args: ["task", "--quiet", "bench", `--out=${dir}/RESULTS.md`, ...args],
+      cwd: fileURLToPath(new URL("..", import.meta.url)),
+      env: { PATH: `${dir}:${Deno.env.get("PATH")}`, NO_COLOR: "1" },
+      stdout: "piped",
+      stderr: "piped",
+      signal: AbortSignal.timeout(60_000),
+    }).output();
+  const setupRuns = () =>
+    Deno.readTextFile(log).then((t) => t.match(/setup\.sh/g)?.length ?? 0, () => 0);
+  try {
+    const help = await task("--help");
+    assert.equal(help.code, 0, new TextDecoder().decode(help.stderr));
+    assert.match(new TextDecoder().decode(help.stdout), /^Usage: deno task bench/);
+    for (const bad of ["--onyl=placement", "--only=placment", "--runs=0"]) {
+      const refused = await task(bad);
+      assert.equal(refused.code, 2, bad);
+    }
+    assert.equal(await setupRuns(), 0, "setup.sh ran before the arguments were read");
+    // Understood arguments do reach setup.sh, and its failure stops the run before it measures.
+    const one = await task("--only=placement", "--runs=1");
+    assert.equal(one.code, 1);
+    assert.match(new TextDecoder().decode(one.stderr), /bench\/setup\.sh failed .*nothing was/);
+    assert.equal(await setupRuns(), 1);
+    await assert.rejects(Deno.stat(`${dir}/RESULTS.md`), Deno.errors.NotFound);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -2,7 +2,8 @@
  * The benchmark harness of issue 6: runs every benchmark and rewrites bench/RESULTS.md (after
  * each section, so an interrupted run still leaves what it measured).
  *
- * Usage: `deno task bench` (installs wrk and nginx first), or directly
+ * Usage: `deno task bench` (installs wrk and nginx first, through setup.sh, once the arguments
+ * are understood), or directly
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
@@ -37,28 +38,6 @@ if (args instanceof Error) {
 const runs = args.runs;
 const only = args.only;
 const out = args.out ?? new URL("./RESULTS.md", import.meta.url).pathname;
-// A partial run keeps the sections it did not run, as the last full run measured them.
-const previous = only ? await Deno.readTextFile(out).catch(() => null) : null;
-
-/** Output of a command, trimmed; Deno refuses to read /proc/cpuinfo without --allow-all. */
-async function shell(command: string): Promise<string> {
-  try {
-    const out = await new Deno.Command("sh", { args: ["-c", command], stderr: "null" }).output();
-    return new TextDecoder().decode(out.stdout).trim() || "unknown";
-  } catch {
-    return "unknown";
-  }
-}
-
-const machine: Record<string, string> = {
-  date: new Date().toISOString(),
-  nproc: await shell("nproc"),
-  cpu: await shell("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1"),
-  deno: `${Deno.version.deno} (V8 ${Deno.version.v8})`,
-  os: `${Deno.build.os} ${Deno.osRelease()}`,
-  "load average at start": Deno.loadavg().map((x) => x.toFixed(2)).join(" "),
-  runs: String(runs),
-};
 
 const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["placement", () => runPlacement({ runs })],
@@ -104,6 +83,41 @@ if (refusal !== undefined) {
   console.error(refusal);
   Deno.exit(2);
 }
+
+// Only now, with the arguments understood: setup.sh may apt-get install as root, which a
+// --help or a typo must never set off.
+const setup = await new Deno.Command("sh", {
+  args: [new URL("./setup.sh", import.meta.url).pathname],
+  stdout: "inherit",
+  stderr: "inherit",
+}).output();
+if (!setup.success) {
+  console.error(`bench: bench/setup.sh failed (exit ${setup.code}); nothing was measured`);
+  Deno.exit(1);
+}
+
+// A partial run keeps the sections it did not run, as the last full run measured them.
+const previous = only ? await Deno.readTextFile(out).catch(() => null) : null;
+
+/** Output of a command, trimmed; Deno refuses to read /proc/cpuinfo without --allow-all. */
+async function shell(command: string): Promise<string> {
+  try {
+    const out = await new Deno.Command("sh", { args: ["-c", command], stderr: "null" }).output();
+    return new TextDecoder().decode(out.stdout).trim() || "unknown";
+  } catch {
+    return "unknown";
+  }
+}
+
+const machine: Record<string, string> = {
+  date: new Date().toISOString(),
+  nproc: await shell("nproc"),
+  cpu: await shell("sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1"),
+  deno: `${Deno.version.deno} (V8 ${Deno.version.v8})`,
+  os: `${Deno.build.os} ${Deno.osRelease()}`,
+  "load average at start": Deno.loadavg().map((x) => x.toFixed(2)).join(" "),
+  runs: String(runs),
+};
 
 const sections: Section[] = [];
 const t0 = performance.now();
