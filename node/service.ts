@@ -141,6 +141,7 @@ export class SandboxService implements SandboxOps {
     return this.queue.run(teamScopedName(team, request.name), async () => {
       const existing = this.#ledger.byName(request.name, team);
       if (existing) {
+        refuseOtherTemplate(existing, request.template);
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
         let sandbox = await this.#guard(
@@ -578,4 +579,20 @@ export class SandboxService implements SandboxOps {
 function withEnv(sandbox: SandboxRecord, request: ExecRequest): ExecRequest {
   if (Object.keys(sandbox.env).length === 0) return request;
   return { ...request, env: { ...sandbox.env, ...request.env } };
+}
+
+/**
+ * A name keeps the template it was built from: a create-or-wake that names another one must not
+ * quietly wake the old machine (its tools, image and files are not what the caller asked for).
+ * Names are ours, not E2B's, so the rule is ours: refuse, and say both ways out.
+ */
+function refuseOtherTemplate(existing: SandboxRecord, asked: string | undefined): void {
+  if (asked === undefined || asked === existing.template) return;
+  throw new HttpError(
+    409,
+    `Sandbox '${existing.name}' exists with template '${existing.template}', and this request ` +
+      `asks for template '${asked}': a name keeps the template it was built from, so destroy ` +
+      `it first (destroySandbox, or kill it) to build '${asked}' under that name, or use ` +
+      `another name (or ask for '${existing.template}', or for no template, to wake it)`,
+  );
 }

@@ -60,7 +60,11 @@ export interface AcquireRequest {
   name: string;
   /** The team the sandbox belongs to (the default team when absent); names are per team. */
   team?: string;
-  /** Template to build from on create (the service's `defaultTemplate` when absent); ignored on wake. */
+  /**
+   * Template to build from on create (the service's `defaultTemplate` when absent). On wake,
+   * absent means whatever the sandbox was built from; another template than that is a 409, since
+   * waking it would hand the caller a machine it did not ask for.
+   */
   template?: string;
   /** Caller's key/value labels, stored on create; ignored on wake. */
   metadata?: Record<string, string>;

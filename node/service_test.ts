@@ -95,6 +95,37 @@ Deno.test("SandboxService.acquire(): twenty callers build one sandbox", async ()
   await close();
 });
 
+Deno.test("SandboxService.acquire(): another template for an existing name is a 409 naming both; none or the same wakes it", async () => {
+  const { executor, service, close } = setup();
+  try {
+    const built = await service.acquire({ name: "agent-1", template: "minimal" });
+    assert.equal(built.sandbox.template, "minimal");
+    await service.pause({ name: "agent-1" });
+    const refused = await service.acquire({ name: "agent-1", template: "base" }).then(
+      () => assert.fail("a base acquire woke the minimal sandbox"),
+      (error) => error,
+    );
+    assert.ok(refused instanceof HttpError);
+    assert.equal(refused.status, 409);
+    assert.match(
+      refused.message,
+      /'agent-1' exists with template 'minimal'.*asks for template 'base'/,
+    );
+    assert.match(refused.message, /destroy it first \(destroySandbox/);
+    assert.match(refused.message, /or use another name/);
+    // Refused before anything was touched: still paused, nothing built.
+    assert.equal(service.get({ name: "agent-1" })?.state, "frozen");
+    assert.equal((await executor.list()).length, 1);
+    for (const template of [undefined, "minimal"]) {
+      const woken = await service.acquire({ name: "agent-1", template });
+      assert.equal(woken.created, false);
+      assert.equal(woken.sandbox.id, built.sandbox.id);
+    }
+  } finally {
+    await close();
+  }
+});
+
 Deno.test("SandboxService.acquire() removes the container when the ledger write fails", async () => {
   const { executor, ledger, service, close } = setup();
   const insert = ledger.insert.bind(ledger);
