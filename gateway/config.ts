@@ -5,6 +5,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
+import { parseWebSocketSwitch } from "../shared/serve.ts";
 
 /** The gateway's settings. */
 export interface GatewayConfig {
@@ -47,6 +48,8 @@ export interface GatewayConfig {
   etcdLeaseSeconds: number;
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), lower case, maybe with `:port`; `null` for none. */
   sandboxDomain: string | null;
+  /** Whether sandbox ports take WebSocket upgrades here (`DORMICE_GATEWAY_WEBSOCKETS`). */
+  websockets: boolean;
   /** PEM certificate and key files (`DORMICE_GATEWAY_TLS_CERT`, `_KEY`); `null` serves plain HTTP. */
   tls: { certFile: string; keyFile: string } | null;
 }
@@ -73,6 +76,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_SANDBOX_DOMAIN",
   "DORMICE_GATEWAY_TLS_CERT",
   "DORMICE_GATEWAY_TLS_KEY",
+  "DORMICE_GATEWAY_WEBSOCKETS",
 ];
 
 /** The defaults, with the reason for each number. */
@@ -103,6 +107,7 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   webhookUrl: null,
   webhookSecret: null,
   sandboxDomain: null,
+  websockets: false,
   tls: null,
   etcdEndpoints: null,
   etcdPrefix: "/dormice/",
@@ -292,6 +297,11 @@ export function loadGatewayConfig(
     );
   }
   if (logLevel instanceof Error) errors.push(logLevel.message);
+  const websockets = parseWebSocketSwitch(
+    "DORMICE_GATEWAY_WEBSOCKETS",
+    env.DORMICE_GATEWAY_WEBSOCKETS,
+  );
+  if (websockets instanceof Error) errors.push(websockets.message);
   const config: GatewayConfig = {
     apiToken,
     host: env.DORMICE_GATEWAY_HOST || gatewayDefaults.host,
@@ -358,6 +368,7 @@ export function loadGatewayConfig(
       errors,
     ),
     sandboxDomain: sandboxDomain(env.DORMICE_SANDBOX_DOMAIN, errors),
+    websockets: websockets === true,
     tls: tls(env, errors),
   };
   return errors.length ? { ok: false, errors } : { ok: true, config };

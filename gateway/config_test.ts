@@ -150,3 +150,15 @@ Deno.test("loadGatewayConfig() wants both TLS files or neither", () => {
   assert.ok(!half.ok);
   assert.match(half.errors[0], /DORMICE_GATEWAY_TLS_KEY is not/);
 });
+
+Deno.test("DORMICE_GATEWAY_WEBSOCKETS turns upgrades on; anything but on/off is refused", () => {
+  const off = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(off.ok);
+  assert.equal(off.config.websockets, false);
+  const on = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_WEBSOCKETS: "on" });
+  assert.ok(on.ok);
+  assert.equal(on.config.websockets, true);
+  const bad = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_WEBSOCKETS: "yes" });
+  assert.ok(!bad.ok);
+  assert.match(bad.errors.join("\n"), /DORMICE_GATEWAY_WEBSOCKETS='yes' is not a switch: set 'on'/);
+});

@@ -103,10 +103,11 @@ const gateway = createGateway({
 });
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
-// (shared/serve.ts says what was measured).
+// (shared/serve.ts says what was measured). Upgrades only when asked: see DORMICE_*WEBSOCKETS.
 const server = serveGuarded({
   hostname: config.host,
   port: config.port,
+  upgrades: config.websockets,
   log,
   handler: gateway.fetch,
   tls,

@@ -38,6 +38,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
+import { parseWebSocketSwitch } from "../shared/serve.ts";
 import type { PoolTarget } from "../shared/pools.ts";
 import { maxCheckInIntervalSeconds, nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
 import { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
@@ -95,6 +96,8 @@ export interface NodeConfig {
   volumes: VolumeDecl[];
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), or `null`. */
   sandboxDomain: string | null;
+  /** Whether the port door takes WebSocket upgrades (`DORMICE_WEBSOCKETS`). */
+  websockets: boolean;
   /** Cap of one JSON request body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
   /** Cap of one `POST /files` upload after decompression, bytes (`DORMICE_UPLOAD_LIMIT_MB`). */
@@ -146,6 +149,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_POOLS",
   "DORMICE_VOLUMES",
   "DORMICE_SANDBOX_DOMAIN",
+  "DORMICE_WEBSOCKETS",
 ];
 
 /** Options of {@linkcode loadNodeConfig}. */
@@ -391,6 +395,8 @@ export function loadNodeConfig(
   const volumes = parseVolumes(get("DORMICE_VOLUMES"));
   if (typeof volumes === "string") refusals.push(volumes);
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
+  const websockets = parseWebSocketSwitch("DORMICE_WEBSOCKETS", get("DORMICE_WEBSOCKETS"));
+  if (websockets instanceof Error) refusals.push(websockets.message);
 
   if (refusals.length > 0) return { ok: false, refusals };
   return {
@@ -414,6 +420,7 @@ export function loadNodeConfig(
       pools: pools as PoolTarget[],
       volumes: volumes as VolumeDecl[],
       sandboxDomain,
+      websockets: websockets === true,
       jsonBodyLimitBytes,
       uploadLimitBytes,
     },

@@ -31,6 +31,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     pools: [],
     volumes: [],
     sandboxDomain: null,
+    websockets: false,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
   });
@@ -234,5 +235,18 @@ Deno.test("loadNodeConfig() reads several gateways, comma-separated, and checks 
   assert.ok(
     remote.some((s) => s.startsWith("DORMICE_NODE_ENDPOINT is not set")),
     remote.join("\n"),
+  );
+});
+
+Deno.test("DORMICE_WEBSOCKETS turns the port door's upgrades on; anything but on/off is refused", () => {
+  const off = loadNodeConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(off.ok);
+  assert.equal(off.config.websockets, false);
+  const on = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "ON" });
+  assert.ok(on.ok);
+  assert.equal(on.config.websockets, true);
+  assert.match(
+    refusals({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "1" }).join("\n"),
+    /DORMICE_WEBSOCKETS='1' is not a switch/,
   );
 });

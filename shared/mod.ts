@@ -58,7 +58,12 @@ export {
   signatureMatches,
   type SignedFileRequest,
 } from "./access_tokens.ts";
-export { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";
+export {
+  type GuardedServeOptions,
+  type GuardedServer,
+  parseWebSocketSwitch,
+  serveGuarded,
+} from "./serve.ts";
 export {
   DEFAULT_TEAM,
   splitTeamScopedName,

@@ -18,11 +18,49 @@
  * (`deno.lock`, `npx -y deno@2.9.6`); when a runtime lacks it this falls back to plain
  * `Deno.serve` and logs that the guard is off.
  *
+ * That server cannot keep a WebSocket: it closes an upgraded socket once the handshake is
+ * answered. With `upgrades` each connection goes to `Deno.serveHttp` instead, under the same
+ * guard. Its differences, each measured and each handled here but the first: it does not abort
+ * `request.signal` when the client hangs up before the answer's head; it compresses answers
+ * unasked (turned off with `Cache-Control: no-transform`); it stops reading a request body once
+ * the answer is handed over and resets the connection if the body was begun, so an early answer
+ * (a 413 at a cap) first reads the rest, within a bound; and it serves 0.6–0.7× the requests per
+ * second.
+ *
  * @module
  */
 import { type Clock, systemClock } from "./clock.ts";
 import { ChangeLog, type Log, silentLog } from "./log.ts";
 import { StreamCut } from "./stream_cut.ts";
+import {
+  acceptsCompression,
+  DrainableBody,
+  type RequestEvent,
+  serveHttpLegacy,
+  uncompressed,
+} from "./_serve_upgrading.ts";
+
+/**
+ * Reads a daemon's WebSocket switch (`DORMICE_GATEWAY_WEBSOCKETS`, `DORMICE_WEBSOCKETS`):
+ * `on` serves with {@linkcode GuardedServeOptions.upgrades}, `off` (the default) without.
+ * Returns an Error naming the variable for anything else.
+ *
+ * @example
+ * ```ts
+ * import { parseWebSocketSwitch } from "@dormice/cluster/shared";
+ * parseWebSocketSwitch("DORMICE_WEBSOCKETS", "on"); // true
+ * ```
+ */
+export function parseWebSocketSwitch(name: string, raw: string | undefined): boolean | Error {
+  const value = (raw ?? "").trim().toLowerCase();
+  if (value === "" || value === "off") return false;
+  if (value === "on") return true;
+  return new Error(
+    `${name}='${(raw ?? "").slice(0, 20)}' is not a switch: set 'on' (sandbox ports take ` +
+      "WebSockets; a client that hangs up before an answer's head is not seen until the " +
+      "answer) or 'off' (the default: upgrades are answered 501)",
+  );
+}
 
 /** Options of {@linkcode serveGuarded}. */
 export interface GuardedServeOptions {
@@ -57,6 +95,15 @@ export interface GuardedServeOptions {
    * head timeout). Plain HTTP when absent.
    */
   tls?: { cert: string; key: string };
+  /**
+   * Whether a handler may upgrade a connection (`Deno.upgradeWebSocket`). Deno's fastest
+   * per-connection server closes an upgraded socket the moment its request loop ends, so a
+   * WebSocket opens and then cannot carry a frame (measured on 2.9.6). With `true` each
+   * connection is served by `Deno.serveHttp`, which keeps it, at a cost to plain requests
+   * (measured: 0.6–0.7× the requests per second of a bare handler; see bench/RESULTS.md).
+   * With `false` (the default) an upgrade request is answered 501, saying so.
+   */
+  upgrades?: boolean;
   /** Called once the listener is bound. */
   onListen?: (addr: Deno.NetAddr) => void;
   /**
@@ -121,6 +168,23 @@ type ServeOnConnection = (
   onListen: (scheme: string) => void,
 ) => { finished: Promise<void> };
 
+/**
+ * Whether `request` asks to become a WebSocket. Other upgrades (`h2c` from `curl --http2`) are
+ * offers a server may ignore, and both engines answer them as HTTP/1.1.
+ */
+function asksWebSocket(request: Request): boolean {
+  return request.headers.get("upgrade")?.toLowerCase() === "websocket";
+}
+
+function notUpgradable(): Response {
+  return Response.json({
+    code: 501,
+    message: "This server takes no WebSocket upgrades: a daemon takes them on sandbox ports " +
+      "with DORMICE_GATEWAY_WEBSOCKETS=on (gateway) and DORMICE_WEBSOCKETS=on (nodes); an " +
+      "embedder passes `upgrades: true` to serveGuarded",
+  }, { status: 501 });
+}
+
 function serveOnConnection(): ServeOnConnection | undefined {
   // deno-lint-ignore no-explicit-any
   const internal = (Deno as any)[(Deno as any).internal];
@@ -161,6 +225,12 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
       return new Response("Internal error: the server's log has the details", { status: 500 });
     });
   const serveOne = serveOnConnection();
+  const serveLegacy = serveHttpLegacy();
+  if (options.upgrades && !serveLegacy) {
+    log("warn", "this Deno has no Deno.serveHttp: WebSocket upgrades are answered 501", {
+      deno: Deno.version.deno,
+    });
+  }
   if (!serveOne) {
     log(
       "warn",
@@ -239,6 +309,84 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     return n;
   };
 
+  /** The end of one answer: the connection waits for its next head from now. */
+  const answered = (c: Watched) => {
+    c.inFlight--;
+    c.served = true;
+    c.waitingSince = clock.now();
+    if (stopping && c.inFlight === 0) closeAfterFlush(c);
+  };
+
+  /** The fast engine: Deno's per-connection server. */
+  const serveFast = (conn: Deno.TcpConn | Deno.TlsConn, c: Watched): Promise<void> =>
+    serveOne!(
+      conn,
+      c.stop.signal,
+      (request, info) => {
+        c.inFlight++;
+        info.completed.catch(() => {}).finally(() => answered(c));
+        if (asksWebSocket(request)) return notUpgradable();
+        return options.handler(request, info);
+      },
+      onError,
+      () => {},
+    ).finished;
+
+  /**
+   * The upgrading engine: `Deno.serveHttp`. Once a request upgrades, its loop ends and the
+   * socket belongs to the handler's WebSocket, outside this guard's count.
+   */
+  const serveUpgrading = async (conn: Deno.TcpConn | Deno.TlsConn, c: Watched): Promise<void> => {
+    const http = serveLegacy!(conn);
+    c.stop.signal.addEventListener("abort", () => {
+      try {
+        http.close();
+      } catch {
+        // Closed already (the client left, or the connection upgraded).
+      }
+    }, { once: true });
+    const remoteAddr = conn.remoteAddr as Deno.NetAddr;
+    for await (const event of http) {
+      c.inFlight++;
+      void answer(event, remoteAddr).finally(() => answered(c));
+    }
+  };
+
+  const answer = async (event: RequestEvent, remoteAddr: Deno.NetAddr): Promise<void> => {
+    let sent!: () => void;
+    let failed!: (error: unknown) => void;
+    const completed = new Promise<void>((resolve, reject) => {
+      sent = resolve;
+      failed = reject;
+    });
+    completed.catch(() => {});
+    const compressible = acceptsCompression(event.request);
+    const body = event.request.body === null ? null : new DrainableBody(event.request.body);
+    const request = body === null
+      ? event.request
+      : new Request(event.request, { body: body.stream, duplex: "half" } as RequestInit);
+    let response: Response;
+    try {
+      response = await options.handler(request, { remoteAddr, completed });
+    } catch (error) {
+      response = await onError(error);
+    }
+    if (compressible) response = uncompressed(response);
+    if (body?.unfinished) await body.drain();
+    try {
+      await event.respondWith(response);
+      sent();
+    } catch (error) {
+      failed(error);
+      // A client that left is no error of ours; a body that failed on purpose or by a bug is.
+      if (!(error instanceof Deno.errors.Http || error instanceof Deno.errors.BadResource)) {
+        await onError(error);
+      } else if ((error as Error).cause instanceof StreamCut) await onError((error as Error).cause);
+    }
+  };
+
+  const serveConnection = options.upgrades && serveLegacy ? serveUpgrading : serveFast;
+
   const watch = (conn: Deno.TcpConn | Deno.TlsConn) => {
     const c: Watched = {
       stop: new AbortController(),
@@ -248,23 +396,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
       done: Promise.resolve(),
     };
     open.add(c);
-    const server = serveOne(
-      conn,
-      c.stop.signal,
-      (request, info) => {
-        c.inFlight++;
-        info.completed.catch(() => {}).finally(() => {
-          c.inFlight--;
-          c.served = true;
-          c.waitingSince = clock.now();
-          if (stopping && c.inFlight === 0) closeAfterFlush(c);
-        });
-        return options.handler(request, info);
-      },
-      onError,
-      () => {},
-    );
-    c.done = server.finished.catch(() => {
+    c.done = serveConnection(conn, c).catch(() => {
       // A reset or a half-written request ends this connection only; nothing to report.
     }).finally(() => open.delete(c));
   };

@@ -58,7 +58,7 @@ async function rawClient(port: number) {
   };
 }
 
-function start(options: Partial<GuardedServeOptions> = {}) {
+function startWith(options: Partial<GuardedServeOptions> = {}) {
   const clock = new FakeClock();
   const server = serveGuarded({
     hostname: "127.0.0.1",
@@ -84,235 +84,292 @@ async function accepted(server: { connections(): number }, n: number) {
 
 const GET = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
 
-Deno.test("serveGuarded() answers requests and keeps the connection alive", async () => {
-  const { server, port } = start();
-  const c = await rawClient(port);
-  await c.write(GET);
-  await c.until("ok");
-  await c.until("ok");
-  await c.write(GET);
-  const end = Date.now() + 2000;
-  while (c.received().split("HTTP/1.1 200").length < 3 && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  assert.equal(c.received().split("HTTP/1.1 200").length, 3, "the same socket answered twice");
-  assert.equal(c.closed(), false);
-  c.close();
-  await server.shutdown();
-});
+/**
+ * The guard's rules, on both engines: the daemons serve with `upgrades` (Deno.serveHttp), an
+ * embedder may serve without (Deno's per-connection server).
+ */
+function guardSuite(upgrades: boolean) {
+  const name = upgrades ? "serveGuarded({ upgrades })" : "serveGuarded()";
+  const start = (options: Partial<GuardedServeOptions> = {}) => startWith({ upgrades, ...options });
 
-Deno.test("serveGuarded() logs nothing about accepting when no accept failed", async () => {
-  const lines: string[] = [];
-  const { server, port } = start({ log: (_level, msg) => void lines.push(msg) });
-  for (let i = 0; i < 2; i++) {
-    const res = await fetch(`http://127.0.0.1:${port}/`, { headers: { connection: "close" } });
-    assert.equal(await res.text(), "ok");
-  }
-  await server.shutdown();
-  // A fresh server's first connection is not a recovery ("accepting connections again").
-  assert.deepEqual(lines.filter((l) => /accept/i.test(l)), []);
-});
-
-Deno.test("serveGuarded() closes a connection that sends nothing after the header timeout", async () => {
-  const { server, clock, port } = start();
-  const c = await rawClient(port);
-  await accepted(server, 1);
-  clock.tick(999);
-  assert.equal(server.sweep(), 0, "closed before its header timeout");
-  clock.tick(1);
-  assert.equal(server.sweep(), 1);
-  await c.closedWithin(2000);
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() closes a connection trickling its head after the header timeout", async () => {
-  const { server, clock, port } = start();
-  const c = await rawClient(port);
-  await accepted(server, 1);
-  for (const part of ["GET / HT", "TP/1.1\r\n", "Host: x\r\n", "X-Slow: 1\r\n"]) {
-    await c.write(part);
-    clock.tick(300);
-    server.sweep();
-  }
-  await c.closedWithin(2000);
-  assert.equal(c.received(), "", "a head that never finished got an answer");
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() closes a kept-alive connection after the idle timeout, not before", async () => {
-  const { server, clock, port } = start();
-  const c = await rawClient(port);
-  await c.write(GET);
-  await c.until("ok");
-  await new Promise((r) => setTimeout(r, 20)); // the answer's completion is reported after the write
-  clock.tick(4_999);
-  assert.equal(server.sweep(), 0, "a kept-alive connection was closed before its idle timeout");
-  assert.equal(c.closed(), false);
-  clock.tick(1);
-  assert.equal(server.sweep(), 1);
-  await c.closedWithin(2000);
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() never closes a connection with a request in flight", async () => {
-  let release!: () => void;
-  const parked = new Promise<void>((r) => release = r);
-  const { server, clock, port } = start({
-    handler: async () => {
-      await parked;
-      return new Response("late");
-    },
-  });
-  const c = await rawClient(port);
-  await c.write(GET);
-  await accepted(server, 1);
-  await new Promise((r) => setTimeout(r, 20));
-  clock.tick(60_000);
-  assert.equal(server.sweep(), 0);
-  release();
-  await c.until("late");
-  c.close();
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() at its cap closes the longest-idle connection to admit a new one", async () => {
-  const { server, clock, port } = start({ maxConnections: 2 });
-  const first = await rawClient(port);
-  await accepted(server, 1);
-  clock.tick(10);
-  const second = await rawClient(port);
-  await accepted(server, 2);
-  const third = await rawClient(port);
-  await first.closedWithin(2000);
-  assert.equal(second.closed(), false);
-  await third.write(GET);
-  await third.until("ok");
-  second.close();
-  third.close();
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() at its cap with every connection busy refuses the new one", async () => {
-  let release!: () => void;
-  const parked = new Promise<void>((r) => release = r);
-  const { server, port } = start({
-    maxConnections: 1,
-    handler: async () => {
-      await parked;
-      return new Response("late");
-    },
-  });
-  const busy = await rawClient(port);
-  await busy.write(GET);
-  await accepted(server, 1);
-  await new Promise((r) => setTimeout(r, 20));
-  const refused = await rawClient(port);
-  await refused.closedWithin(2000);
-  assert.equal(busy.closed(), false);
-  release();
-  await busy.until("late");
-  busy.close();
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded().shutdown() lets an in-flight request finish, then closes", async () => {
-  let release!: () => void;
-  const parked = new Promise<void>((r) => release = r);
-  const { server, port } = start({
-    handler: async () => {
-      await parked;
-      return new Response("finished");
-    },
-  });
-  const idle = await rawClient(port);
-  const busy = await rawClient(port);
-  await busy.write(GET);
-  await accepted(server, 2);
-  await new Promise((r) => setTimeout(r, 20));
-  const stopped = server.shutdown();
-  await idle.closedWithin(2000);
-  assert.equal(busy.closed(), false);
-  release();
-  await busy.until("finished");
-  await stopped;
-  await busy.closedWithin(2000);
-});
-
-Deno.test("serveGuarded() drops a body cut with StreamCut and logs it as info, not error", async () => {
-  const lines: { level: string; msg: string }[] = [];
-  const { server, port } = start({
-    log: (level, msg) => void lines.push({ level, msg }),
-    handler: () =>
-      new Response(
-        new ReadableStream({
-          start(c) {
-            c.enqueue(new TextEncoder().encode("part"));
-            setTimeout(() => c.error(new StreamCut("the sandbox died")), 20);
-          },
-        }),
-      ),
-  });
-  const res = await fetch(`http://127.0.0.1:${port}/`);
-  await assert.rejects(res.text(), /error reading a body from connection/);
-  const end = Date.now() + 2000;
-  while (!lines.some((l) => l.msg.includes("cut off")) && Date.now() < end) {
-    await new Promise((r) => setTimeout(r, 5));
-  }
-  assert.deepEqual(lines.filter((l) => l.level !== "info"), []);
-  assert.ok(lines.some((l) => l.msg === "a streamed answer was cut off"), JSON.stringify(lines));
-  await server.shutdown();
-});
-
-Deno.test("serveGuarded() with tls serves HTTPS a client trusting the CA accepts", async () => {
-  const certs = await makeCertificates(["localhost"]);
-  const server = serveGuarded({
-    hostname: "127.0.0.1",
-    port: 0,
-    tls: { cert: certs.cert, key: certs.key },
-    handler: (r) => new Response(`secure ${new URL(r.url).protocol}`),
-  });
-  const client = Deno.createHttpClient({ caCerts: [certs.ca] });
-  try {
-    const res = await fetch(`https://localhost:${server.addr.port}/`, { client });
-    assert.equal(await res.text(), "secure https:");
-    // Plain HTTP on the TLS port is not served.
-    await assert.rejects(() => fetch(`http://127.0.0.1:${server.addr.port}/`));
-    // Nor is a client that does not trust the CA.
-    await assert.rejects(() => fetch(`https://localhost:${server.addr.port}/`));
-  } finally {
-    client.close();
+  Deno.test(name + " answers requests and keeps the connection alive", async () => {
+    const { server, port } = start();
+    const c = await rawClient(port);
+    await c.write(GET);
+    await c.until("ok");
+    await c.until("ok");
+    await c.write(GET);
+    const end = Date.now() + 2000;
+    while (c.received().split("HTTP/1.1 200").length < 3 && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.equal(c.received().split("HTTP/1.1 200").length, 3, "the same socket answered twice");
+    assert.equal(c.closed(), false);
+    c.close();
     await server.shutdown();
-    await Deno.remove(certs.dir, { recursive: true });
-  }
-});
-
-Deno.test({
-  // Known failure (issue 13): Deno's per-connection server ends its request loop when the
-  // connection upgrades and then closes the server, taking the upgraded socket with it. The
-  // port relay works on Deno.serve (tests/ports_test.ts) but not behind the daemons' guard.
-  name: "serveGuarded() keeps an upgraded WebSocket open (ignored: it is closed at once)",
-  ignore: true,
-}, async () => {
-  const server = serveGuarded({
-    hostname: "127.0.0.1",
-    port: 0,
-    handler: (r) => {
-      const { socket, response } = Deno.upgradeWebSocket(r);
-      socket.onmessage = (e) => socket.send(`echo ${e.data}`);
-      return response;
-    },
   });
+
+  Deno.test(name + " logs nothing about accepting when no accept failed", async () => {
+    const lines: string[] = [];
+    const { server, port } = start({ log: (_level, msg) => void lines.push(msg) });
+    for (let i = 0; i < 2; i++) {
+      const res = await fetch(`http://127.0.0.1:${port}/`, { headers: { connection: "close" } });
+      assert.equal(await res.text(), "ok");
+    }
+    await server.shutdown();
+    // A fresh server's first connection is not a recovery ("accepting connections again").
+    assert.deepEqual(lines.filter((l) => /accept/i.test(l)), []);
+  });
+
+  Deno.test(name + " closes a connection that sends nothing after the header timeout", async () => {
+    const { server, clock, port } = start();
+    const c = await rawClient(port);
+    await accepted(server, 1);
+    clock.tick(999);
+    assert.equal(server.sweep(), 0, "closed before its header timeout");
+    clock.tick(1);
+    assert.equal(server.sweep(), 1);
+    await c.closedWithin(2000);
+    await server.shutdown();
+  });
+
+  Deno.test(name + " closes a connection trickling its head after the header timeout", async () => {
+    const { server, clock, port } = start();
+    const c = await rawClient(port);
+    await accepted(server, 1);
+    for (const part of ["GET / HT", "TP/1.1\r\n", "Host: x\r\n", "X-Slow: 1\r\n"]) {
+      await c.write(part);
+      clock.tick(300);
+      server.sweep();
+    }
+    await c.closedWithin(2000);
+    assert.equal(c.received(), "", "a head that never finished got an answer");
+    await server.shutdown();
+  });
+
+  Deno.test(
+    name + " closes a kept-alive connection after the idle timeout, not before",
+    async () => {
+      const { server, clock, port } = start();
+      const c = await rawClient(port);
+      await c.write(GET);
+      await c.until("ok");
+      await new Promise((r) => setTimeout(r, 20)); // the answer's completion is reported after the write
+      clock.tick(4_999);
+      assert.equal(server.sweep(), 0, "a kept-alive connection was closed before its idle timeout");
+      assert.equal(c.closed(), false);
+      clock.tick(1);
+      assert.equal(server.sweep(), 1);
+      await c.closedWithin(2000);
+      await server.shutdown();
+    },
+  );
+
+  Deno.test(name + " never closes a connection with a request in flight", async () => {
+    let release!: () => void;
+    const parked = new Promise<void>((r) => release = r);
+    const { server, clock, port } = start({
+      handler: async () => {
+        await parked;
+        return new Response("late");
+      },
+    });
+    const c = await rawClient(port);
+    await c.write(GET);
+    await accepted(server, 1);
+    await new Promise((r) => setTimeout(r, 20));
+    clock.tick(60_000);
+    assert.equal(server.sweep(), 0);
+    release();
+    await c.until("late");
+    c.close();
+    await server.shutdown();
+  });
+
+  Deno.test(
+    name + " at its cap closes the longest-idle connection to admit a new one",
+    async () => {
+      const { server, clock, port } = start({ maxConnections: 2 });
+      const first = await rawClient(port);
+      await accepted(server, 1);
+      clock.tick(10);
+      const second = await rawClient(port);
+      await accepted(server, 2);
+      const third = await rawClient(port);
+      await first.closedWithin(2000);
+      assert.equal(second.closed(), false);
+      await third.write(GET);
+      await third.until("ok");
+      second.close();
+      third.close();
+      await server.shutdown();
+    },
+  );
+
+  Deno.test(name + " at its cap with every connection busy refuses the new one", async () => {
+    let release!: () => void;
+    const parked = new Promise<void>((r) => release = r);
+    const { server, port } = start({
+      maxConnections: 1,
+      handler: async () => {
+        await parked;
+        return new Response("late");
+      },
+    });
+    const busy = await rawClient(port);
+    await busy.write(GET);
+    await accepted(server, 1);
+    await new Promise((r) => setTimeout(r, 20));
+    const refused = await rawClient(port);
+    await refused.closedWithin(2000);
+    assert.equal(busy.closed(), false);
+    release();
+    await busy.until("late");
+    busy.close();
+    await server.shutdown();
+  });
+
+  Deno.test(name + ".shutdown() lets an in-flight request finish, then closes", async () => {
+    let release!: () => void;
+    const parked = new Promise<void>((r) => release = r);
+    const { server, port } = start({
+      handler: async () => {
+        await parked;
+        return new Response("finished");
+      },
+    });
+    const idle = await rawClient(port);
+    const busy = await rawClient(port);
+    await busy.write(GET);
+    await accepted(server, 2);
+    await new Promise((r) => setTimeout(r, 20));
+    const stopped = server.shutdown();
+    await idle.closedWithin(2000);
+    assert.equal(busy.closed(), false);
+    release();
+    await busy.until("finished");
+    await stopped;
+    await busy.closedWithin(2000);
+  });
+
+  Deno.test(name + " drops a body cut with StreamCut and logs it as info, not error", async () => {
+    const lines: { level: string; msg: string }[] = [];
+    const { server, port } = start({
+      log: (level, msg) => void lines.push({ level, msg }),
+      handler: () =>
+        new Response(
+          new ReadableStream({
+            start(c) {
+              c.enqueue(new TextEncoder().encode("part"));
+              setTimeout(() => c.error(new StreamCut("the sandbox died")), 20);
+            },
+          }),
+        ),
+    });
+    const res = await fetch(`http://127.0.0.1:${port}/`);
+    await assert.rejects(res.text(), /error reading a body from connection/);
+    const end = Date.now() + 2000;
+    while (!lines.some((l) => l.msg.includes("cut off")) && Date.now() < end) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    assert.deepEqual(lines.filter((l) => l.level !== "info"), []);
+    assert.ok(lines.some((l) => l.msg === "a streamed answer was cut off"), JSON.stringify(lines));
+    await server.shutdown();
+  });
+
+  Deno.test(name + " with tls serves HTTPS a client trusting the CA accepts", async () => {
+    const certs = await makeCertificates(["localhost"]);
+    const server = serveGuarded({
+      upgrades,
+      hostname: "127.0.0.1",
+      port: 0,
+      tls: { cert: certs.cert, key: certs.key },
+      handler: (r) => new Response(`secure ${new URL(r.url).protocol}`),
+    });
+    const client = Deno.createHttpClient({ caCerts: [certs.ca] });
+    try {
+      const res = await fetch(`https://localhost:${server.addr.port}/`, { client });
+      assert.equal(await res.text(), "secure https:");
+      // Plain HTTP on the TLS port is not served.
+      await assert.rejects(() => fetch(`http://127.0.0.1:${server.addr.port}/`));
+      // Nor is a client that does not trust the CA.
+      await assert.rejects(() => fetch(`https://localhost:${server.addr.port}/`));
+    } finally {
+      client.close();
+      await server.shutdown();
+      await Deno.remove(certs.dir, { recursive: true });
+    }
+  });
+}
+
+guardSuite(false);
+guardSuite(true);
+
+async function echoOnce(port: number): Promise<string> {
+  const ws = new WebSocket(`ws://127.0.0.1:${port}/`);
+  const closed = new Promise((r) => ws.addEventListener("close", r));
   try {
-    const ws = new WebSocket(`ws://127.0.0.1:${server.addr.port}/`);
-    const got = await new Promise<string>((resolve, reject) => {
+    return await new Promise<string>((resolve, reject) => {
       ws.onopen = () => ws.send("hi");
       ws.onmessage = (e) => resolve(e.data);
       ws.onerror = (e) => reject(new Error((e as ErrorEvent).message));
+      ws.onclose = (e) => reject(new Error(`closed (${e.code}) before an echo`));
     });
-    assert.equal(got, "echo hi");
-    const closed = new Promise((r) => ws.onclose = r);
+  } finally {
     ws.close();
     await closed;
+  }
+}
+
+const echoing = (r: Request) => {
+  const { socket, response } = Deno.upgradeWebSocket(r);
+  socket.onmessage = (e) => socket.send(`echo ${e.data}`);
+  return response;
+};
+
+Deno.test("serveGuarded({ upgrades }) keeps an upgraded WebSocket open: frames go both ways", async () => {
+  const server = serveGuarded({ hostname: "127.0.0.1", port: 0, upgrades: true, handler: echoing });
+  try {
+    assert.equal(await echoOnce(server.addr.port), "echo hi");
+    assert.equal(await echoOnce(server.addr.port), "echo hi", "and again on a new connection");
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("serveGuarded() without upgrades answers a WebSocket upgrade 501, saying why", async () => {
+  const server = serveGuarded({ hostname: "127.0.0.1", port: 0, handler: echoing });
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.addr.port}/`, {
+      headers: {
+        connection: "Upgrade",
+        upgrade: "websocket",
+        "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        "sec-websocket-version": "13",
+      },
+    });
+    assert.equal(res.status, 501);
+    assert.match(await res.text(), /takes no WebSocket upgrades/);
+  } finally {
+    await server.shutdown();
+  }
+});
+
+Deno.test("serveGuarded({ upgrades }) sends an answer as it is: no compression unasked", async () => {
+  const text = JSON.stringify({ filler: "x".repeat(4000) });
+  const server = serveGuarded({
+    hostname: "127.0.0.1",
+    port: 0,
+    upgrades: true,
+    handler: () => new Response(text, { headers: { "content-type": "application/json" } }),
+  });
+  try {
+    const res = await fetch(`http://127.0.0.1:${server.addr.port}/`, {
+      headers: { "accept-encoding": "gzip, br" },
+    });
+    assert.equal(res.headers.get("content-encoding"), null);
+    assert.equal(res.headers.get("content-length"), String(text.length));
+    assert.equal(await res.text(), text);
   } finally {
     await server.shutdown();
   }

@@ -199,13 +199,7 @@ try {
     assert.equal(await again.text(), "uploaded\n");
   });
 
-  // The handshake passes both hops, but the daemons' serveGuarded serves each connection with
-  // Deno's per-connection server, which closes an upgraded socket as soon as its request loop
-  // ends (shared/serve_test.ts has the ignored reproduction). Until that is fixed the step is
-  // skipped here, visibly; tests/ports_test.ts covers the relay on Deno.serve.
-  if (Deno.env.get("DORMICE_EXAM_WEBSOCKET") !== "1") {
-    console.log("skip a WebSocket echo through both hops: serveGuarded closes upgraded sockets");
-  } else {
+  {
     await step("a WebSocket echo server in the sandbox answers through both hops", async () => {
       await sandbox.files.write("/tmp/ws_echo.py", wsEcho);
       await sandbox.commands.run("python3 /tmp/ws_echo.py", { background: true });

@@ -134,6 +134,8 @@ Deno.test({
         DORMICE_GATEWAY_TLS_CERT: `${certs.dir}/cert.pem`,
         DORMICE_GATEWAY_TLS_KEY: `${certs.dir}/key.pem`,
         DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+        // getHost() on a WebSocket server: both hops take the upgrade only when asked.
+        DORMICE_GATEWAY_WEBSOCKETS: "on",
       },
     });
     await until("the gateway to answer over TLS", gateway, async () => {
@@ -146,7 +148,7 @@ Deno.test({
       token,
       nodeId,
       gatewayUrl: "https://127.0.0.1",
-      env: { DENO_CERT: `${certs.dir}/ca.pem` },
+      env: { DENO_CERT: `${certs.dir}/ca.pem`, DORMICE_WEBSOCKETS: "on" },
     });
     await until("the docker node to be up at the gateway", gateway, async () => {
       const res = await gw("/listNodes", {});
@@ -181,14 +183,14 @@ Deno.test({
     };
 
     await t.step("E2B_DOMAIN and E2B_API_KEY only: ports by host name", async () => {
-      await runSdk({ E2B_DOMAIN: DOMAIN, DORMICE_EXAM_MODE: "domain" }, 8);
+      await runSdk({ E2B_DOMAIN: DOMAIN, DORMICE_EXAM_MODE: "domain" }, 9);
     });
     await t.step("E2B_API_URL and E2B_SANDBOX_URL: ports by E2b-Sandbox-Port", async () => {
       await runSdk({
         E2B_API_URL: "https://127.0.0.1/e2b/api",
         E2B_SANDBOX_URL: "https://127.0.0.1/e2b/envd",
         DORMICE_EXAM_MODE: "header",
-      }, 7);
+      }, 8);
     });
   } finally {
     await node?.stop();

@@ -1,0 +1,131 @@
+/**
+ * What serving a connection with `Deno.serveHttp` (`serveGuarded`'s `upgrades` engine) needs
+ * beyond the fast engine: its types (gone from Deno's own), the request body that is read to
+ * its end before an early answer, and the switch that keeps it from compressing answers.
+ *
+ * @module
+ */
+
+/** One request as `Deno.serveHttp` yields it. */
+export interface RequestEvent {
+  readonly request: Request;
+  respondWith(response: Response | Promise<Response>): Promise<void>;
+}
+
+/** What `Deno.serveHttp` returns for a connection: its requests, one after another. */
+export interface HttpConn extends AsyncIterable<RequestEvent> {
+  close(): void;
+}
+
+/**
+ * `Deno.serveHttp`: gone from Deno's types but still in the pinned runtime, and the one
+ * per-connection server that keeps an upgraded socket open.
+ */
+export function serveHttpLegacy(): ((conn: Deno.Conn) => HttpConn) | undefined {
+  // deno-lint-ignore no-explicit-any
+  const fn = (Deno as any).serveHttp;
+  return typeof fn === "function" ? fn : undefined;
+}
+
+/** Most bytes read and dropped before an early answer; past it the connection is given up. */
+const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
+/** Longest time spent reading them. */
+const DRAIN_MAX_MS = 10_000;
+/** The size of one read of a request body (what Deno's own reads hand over at most). */
+const CHUNK_BYTES = 64 * 1024;
+
+/**
+ * A request body the handler reads through `stream`. Deno.serveHttp stops reading a request's
+ * body the moment its answer is handed over, and resets the connection when a body it began
+ * reading is left unfinished: the client sees a failed fetch instead of, say, a 413 for a cap.
+ * (A body it never began is fine.) So when the handler answers early, the rest is read and
+ * dropped first, within a bound; the handler's cancel is not passed on, for the same reason.
+ */
+export class DrainableBody {
+  readonly stream: ReadableStream<Uint8Array>;
+  readonly #reader: ReadableStreamBYOBReader;
+  #began = false;
+  #done = false;
+  #reading: Promise<unknown> = Promise.resolve();
+
+  constructor(source: ReadableStream<Uint8Array>) {
+    // BYOB, so the drain can read into one buffer instead of leaving megabytes to the GC.
+    this.#reader = source.getReader({ mode: "byob" });
+    this.stream = new ReadableStream<Uint8Array>({
+      pull: async (controller) => {
+        this.#began = true;
+        const read = this.#reader.read(new Uint8Array(CHUNK_BYTES));
+        this.#reading = read;
+        const { value, done } = await read;
+        if (done || value === undefined) {
+          this.#done = true;
+          controller.close();
+        } else controller.enqueue(value);
+      },
+      cancel: () => {},
+    }, { highWaterMark: 0 });
+  }
+
+  /** Whether the handler began reading and left some unread. */
+  get unfinished(): boolean {
+    return this.#began && !this.#done;
+  }
+
+  /** Reads what is left, at most DRAIN_MAX_BYTES within DRAIN_MAX_MS. */
+  async drain(): Promise<void> {
+    const deadline = Date.now() + DRAIN_MAX_MS;
+    let dropped = 0;
+    let buffer = new Uint8Array(CHUNK_BYTES);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<"late">((r) => timer = setTimeout(() => r("late"), DRAIN_MAX_MS));
+    try {
+      await Promise.race([this.#reading.catch(() => {}), late]);
+      while (dropped < DRAIN_MAX_BYTES && Date.now() < deadline && !this.#done) {
+        const next = await Promise.race([this.#reader.read(buffer), late]);
+        if (next === "late") break;
+        if (next.done || next.value === undefined) this.#done = true;
+        else {
+          dropped += next.value.byteLength;
+          buffer = new Uint8Array(next.value.buffer);
+        }
+      }
+    } catch {
+      // The client left: nothing left to read.
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** Whether Deno.serveHttp would compress an answer to `request` (it offers gzip or br). */
+export function acceptsCompression(request: Request): boolean {
+  return /\b(gzip|br)\b/i.test(request.headers.get("accept-encoding") ?? "");
+}
+
+/**
+ * `response`, marked so that Deno.serveHttp sends it as it is. That server compresses a
+ * compressible answer unasked; a proxy must not (a node's answer would reach the gateway's
+ * fetch compressed, be unpacked there and leave with the `content-encoding` of the packed
+ * bytes), and the fast engine never does. `Cache-Control: no-transform` is the one switch it
+ * honours that does not change the body, and it tells other proxies the same.
+ */
+export function uncompressed(response: Response): Response {
+  if (response.status === 101 || response.headers.has("content-encoding")) return response;
+  if (!response.headers.has("content-type")) return response;
+  const cacheControl = response.headers.get("cache-control");
+  if (cacheControl !== null && /\bno-transform\b/i.test(cacheControl)) return response;
+  const value = cacheControl === null ? "no-transform" : `${cacheControl}, no-transform`;
+  try {
+    response.headers.set("cache-control", value);
+    return response;
+  } catch {
+    // A fetched answer's headers are immutable: the same body under a copy of them.
+    const headers = new Headers(response.headers);
+    headers.set("cache-control", value);
+    return new Response(response.body, {
+      status: response.status,
+      statusText: response.statusText,
+      headers,
+    });
+  }
+}
