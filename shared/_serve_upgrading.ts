@@ -27,24 +27,25 @@ export function serveHttpLegacy(): ((conn: Deno.Conn) => HttpConn) | undefined {
   return typeof fn === "function" ? fn : undefined;
 }
 
-/** Most bytes read and dropped before an early answer; past it the connection is given up. */
-const DRAIN_MAX_BYTES = 64 * 1024 * 1024;
-/** Longest time spent reading them. */
+/**
+ * Longest time spent reading and dropping a body before an early answer: 10 s, which covers any
+ * body a client sends at loopback or LAN speed (a 128 MiB refused body is read in well under a
+ * second). Past it the connection is given up. Bytes are not bounded: one buffer is reused.
+ */
 const DRAIN_MAX_MS = 10_000;
 /** The size of one read of a request body (what Deno's own reads hand over at most). */
 const CHUNK_BYTES = 64 * 1024;
 
 /**
  * A request body the handler reads through `stream`. Deno.serveHttp stops reading a request's
- * body the moment its answer is handed over, and resets the connection when a body it began
- * reading is left unfinished: the client sees a failed fetch instead of, say, a 413 for a cap.
- * (A body it never began is fine.) So when the handler answers early, the rest is read and
- * dropped first, within a bound; the handler's cancel is not passed on, for the same reason.
+ * body the moment its answer is handed over and then closes a connection with bytes still
+ * unread, which resets it: the client sees a failed fetch (broken pipe) instead of, say, a 413
+ * for a cap. So when the handler answers before the body's end, the rest is read and dropped
+ * first, within a bound; the handler's cancel is not passed on, for the same reason.
  */
 export class DrainableBody {
   readonly stream: ReadableStream<Uint8Array>;
   readonly #reader: ReadableStreamBYOBReader;
-  #began = false;
   #done = false;
   #reading: Promise<unknown> = Promise.resolve();
 
@@ -53,7 +54,6 @@ export class DrainableBody {
     this.#reader = source.getReader({ mode: "byob" });
     this.stream = new ReadableStream<Uint8Array>({
       pull: async (controller) => {
-        this.#began = true;
         const read = this.#reader.read(new Uint8Array(CHUNK_BYTES));
         this.#reading = read;
         const { value, done } = await read;
@@ -66,28 +66,24 @@ export class DrainableBody {
     }, { highWaterMark: 0 });
   }
 
-  /** Whether the handler began reading and left some unread. */
+  /** Whether some of the body is still unread. */
   get unfinished(): boolean {
-    return this.#began && !this.#done;
+    return !this.#done;
   }
 
-  /** Reads what is left, at most DRAIN_MAX_BYTES within DRAIN_MAX_MS. */
+  /** Reads what is left, for at most DRAIN_MAX_MS. */
   async drain(): Promise<void> {
     const deadline = Date.now() + DRAIN_MAX_MS;
-    let dropped = 0;
     let buffer = new Uint8Array(CHUNK_BYTES);
     let timer: ReturnType<typeof setTimeout> | undefined;
     const late = new Promise<"late">((r) => timer = setTimeout(() => r("late"), DRAIN_MAX_MS));
     try {
       await Promise.race([this.#reading.catch(() => {}), late]);
-      while (dropped < DRAIN_MAX_BYTES && Date.now() < deadline && !this.#done) {
+      while (Date.now() < deadline && !this.#done) {
         const next = await Promise.race([this.#reader.read(buffer), late]);
         if (next === "late") break;
         if (next.done || next.value === undefined) this.#done = true;
-        else {
-          dropped += next.value.byteLength;
-          buffer = new Uint8Array(next.value.buffer);
-        }
+        else buffer = new Uint8Array(next.value.buffer);
       }
     } catch {
       // The client left: nothing left to read.
