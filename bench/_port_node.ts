@@ -21,6 +21,7 @@ let endpoint = "";
 const server = serveGuarded({
   hostname: "127.0.0.1",
   port: 0,
+  upgrades: true,
   handler: (r) => node.fetch(r),
   onListen: () => {},
 });

@@ -106,7 +106,8 @@ async function roundTrips(route: Route, trips: number): Promise<number> {
 /** Runs the port benchmark. */
 export async function runPorts(options: PortsOptions): Promise<Section> {
   const { runs, mib = 64, trips = 300 } = options;
-  const gw = await startGateway();
+  // WebSockets on both hops, as an operator serving sandbox ports with them runs the fleet.
+  const gw = await startGateway([], { DORMICE_GATEWAY_WEBSOCKETS: "on" });
   const stops: (() => Promise<void>)[] = [() => gw.stop()];
   const keys = ["listener", "node", "gateway"] as const;
   type Key = typeof keys[number];
@@ -193,10 +194,7 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       [...wsFailed].map(([k, m]) => `${k} ('${m}')`).join(", ")
     }; the echo rows that remain divide by ${
       wsFailed.has("node") ? "the listener's" : "the node door's"
-    } round trip. Measured: a WebSocket served by serveGuarded (shared/serve.ts, what ` +
-      "gateway/main.ts and node/main.ts listen with) fails on its first frame ('Failed to send " +
-      "frame' on the client) while the same handler under Deno.serve echoes: the " +
-      "per-connection server it hands connections to does not carry upgrades.";
+    } round trip.`;
   return {
     title: "Sandbox ports: bulk transfer and WebSocket echo through both hops",
     reference: "the same port through the node's port door alone (one hop), same run",
@@ -205,7 +203,8 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       `${mib} MiB per transfer, streamed in 256 KiB blocks both ways; ${trips} sequential ` +
       "WebSocket echoes of 32 bytes per measurement (20 more first, not counted), p50 within " +
       "the run. Gateway (gateway/main.ts) and node (bench/_port_node.ts: the node app on the fake " +
-      "executor, serveGuarded as node/main.ts) are processes of their own; the port's listener " +
+      "executor, serveGuarded as node/main.ts) are processes of their own, both with WebSockets " +
+      "on (DORMICE_GATEWAY_WEBSOCKETS / DORMICE_WEBSOCKETS: the Deno.serveHttp engine); the port's listener " +
       "is a Deno.serve in the node's process, as the fake executor serves ports. The gateway " +
       "route is /e2b/envd with E2b-Sandbox-Id and E2b-Sandbox-Port (what E2B_SANDBOX_URL users " +
       "send); by Host it is the same forward. Each run alternates the order of the routes.",
