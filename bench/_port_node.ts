@@ -9,9 +9,8 @@
  *
  * @module
  */
-import { createNodeApp } from "../node/app.ts";
+import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
-import { Ledger } from "../node/ledger.ts";
 import { serveGuarded } from "../shared/serve.ts";
 import { benchToken } from "./_fixtures.ts";
 
@@ -26,29 +25,12 @@ const server = serveGuarded({
   onListen: () => {},
 });
 endpoint = `http://127.0.0.1:${server.addr.port}`;
-const node = createNodeApp({
-  config: {
-    apiToken: benchToken,
-    dataDir: "/nonexistent",
-    nodeId: "bench-port-node",
-    nodeEndpoint: endpoint,
-    gatewayEndpoint: gateway,
-    checkInIntervalSeconds: 1,
-    scanIntervalSeconds: 60,
-  },
-  ledger: Ledger.inMemory({ nodeId: "bench-port-node", endpoint }),
+const node = testNodeApp({
+  token: benchToken,
+  endpoint,
   executor,
-  sampler: {
-    cpuCount: () => 2,
-    cpuTimes: () => null,
-    memory: () => ({
-      memoryTotalBytes: 4e9,
-      memoryAvailableBytes: 2e9,
-      swapTotalBytes: 0,
-      swapFreeBytes: 0,
-    }),
-    dataDisk: () => null,
-  },
+  sampler: steadySampler,
+  config: { nodeId: "bench-port-node", gatewayEndpoint: gateway, checkInIntervalSeconds: 1 },
 });
 node.start();
 const made = await node.fetch(

@@ -1,23 +1,11 @@
 import assert from "node:assert/strict";
-import { createNodeApp } from "./app.ts";
-import { Ledger } from "./ledger.ts";
+import { testNodeApp } from "./_app_fixtures_test.ts";
 
 const token = "node-app-test-token-0123456789abcdef";
 const endpoint = "http://127.0.0.1:3676";
 
 Deno.test("createNodeApp(): GET /metrics asks for the fleet token and answers it with Prometheus text", async () => {
-  const node = createNodeApp({
-    config: {
-      apiToken: token,
-      dataDir: "/nonexistent",
-      nodeId: "node-1",
-      nodeEndpoint: endpoint,
-      gatewayEndpoint: null,
-      checkInIntervalSeconds: 15,
-      scanIntervalSeconds: 60,
-    },
-    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
-  });
+  const node = testNodeApp({ token, endpoint });
   try {
     for (const headers of [{}, { authorization: "Bearer wrong-token" }] as HeadersInit[]) {
       const res = await node.fetch(new Request("http://node.test/metrics", { headers }));

@@ -8,28 +8,15 @@ import assert from "node:assert/strict";
 import { createGateway } from "../gateway/app.ts";
 import { mountE2b } from "../gateway/e2b.ts";
 import { checkIn, fetchToNodes } from "../gateway/_fixtures_test.ts";
-import { createNodeApp } from "../node/app.ts";
+import { testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
-import { Ledger } from "../node/ledger.ts";
 
 const token = "acquire-template-test-token-0123456789abcdef";
 const endpoint = "http://10.0.0.5:3676";
 
 function fleet() {
   const executor = new FakeExecutor();
-  const node = createNodeApp({
-    config: {
-      apiToken: token,
-      dataDir: "/nonexistent",
-      nodeId: "node-1",
-      nodeEndpoint: endpoint,
-      gatewayEndpoint: null,
-      checkInIntervalSeconds: 15,
-      scanIntervalSeconds: 60,
-    },
-    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
-    executor,
-  });
+  const node = testNodeApp({ token, endpoint, executor });
   const gateway = createGateway({
     token,
     fetch: fetchToNodes(new Map([[endpoint, { handle: (r: Request) => node.fetch(r) }]])),

@@ -5,9 +5,9 @@
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "../gateway/app.ts";
 import { mountE2b } from "../gateway/e2b.ts";
-import { createNodeApp, type NodeApp } from "../node/app.ts";
+import type { NodeApp } from "../node/app.ts";
+import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
-import { Ledger } from "../node/ledger.ts";
 import { checkIn } from "../gateway/_fixtures_test.ts";
 
 const token = "t".repeat(40);
@@ -28,30 +28,7 @@ async function fleet(): Promise<Fleet> {
     (r) => node.fetch(r),
   );
   const endpoint = `http://127.0.0.1:${nodeServer.addr.port}`;
-  const node = createNodeApp({
-    config: {
-      apiToken: token,
-      dataDir: "/nonexistent",
-      nodeId: "node-1",
-      nodeEndpoint: endpoint,
-      gatewayEndpoint: null,
-      checkInIntervalSeconds: 15,
-      scanIntervalSeconds: 60,
-    },
-    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
-    executor,
-    sampler: {
-      cpuCount: () => 2,
-      cpuTimes: () => null,
-      memory: () => ({
-        memoryTotalBytes: 4e9,
-        memoryAvailableBytes: 2e9,
-        swapTotalBytes: 0,
-        swapFreeBytes: 0,
-      }),
-      dataDisk: () => null,
-    },
-  });
+  const node = testNodeApp({ token, endpoint, executor, sampler: steadySampler });
   const gateway = createGateway({ token, sandboxDomain: domain, mount: mountE2b });
   const gatewayServer = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen: () => {} },

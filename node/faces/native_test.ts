@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../../shared/clock.ts";
 import { hostReadingSchema, lookupAnswerSchema } from "../../shared/schemas.ts";
-import { createNodeApp, type NodeApp } from "../app.ts";
+import type { NodeApp } from "../app.ts";
+import { testNodeApp } from "../_app_fixtures_test.ts";
 import { FakeExecutor } from "../executors/fake.ts";
 import type { HostSampler } from "../host_reading.ts";
-import { Ledger } from "../ledger.ts";
 
 const token = "n".repeat(32);
 const endpoint = "http://127.0.0.1:3676";
@@ -24,22 +24,7 @@ const sampler: HostSampler = {
 function node(): { app: NodeApp; executor: FakeExecutor } {
   const clock = new FakeClock(1_700_000_000_000);
   const executor = new FakeExecutor({ clock });
-  const app = createNodeApp({
-    config: {
-      apiToken: token,
-      dataDir: "/nonexistent",
-      nodeId: "node-1",
-      nodeEndpoint: endpoint,
-      gatewayEndpoint: null,
-      checkInIntervalSeconds: 15,
-      scanIntervalSeconds: 60,
-    },
-    ledger: Ledger.inMemory({ nodeId: "node-1", endpoint }),
-    executor,
-    clock,
-    sampler,
-    build: "test-build",
-  });
+  const app = testNodeApp({ token, endpoint, executor, clock, sampler, build: "test-build" });
   return { app, executor };
 }
 
