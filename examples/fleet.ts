@@ -10,9 +10,18 @@
  * one-member etcd (Debian's `etcd-server`; its data under `.dormice/fleet/etcd`), two gateways
  * coordinated through it, and two nodes that check in with either.
  *
+ * `deno task fleet --domain=dormice.test` serves the sandbox domain (DESIGN §7) over https: it
+ * makes (or reuses, under `.dormice/fleet/tls/<domain>/`) a certificate authority and a
+ * wildcard certificate with openssl, starts the gateway with `DORMICE_SANDBOX_DOMAIN` and
+ * `DORMICE_GATEWAY_TLS_CERT`/`_KEY` (on 443 when it may bind it, as root does; the SDK's hosts
+ * carry no port), and prints how to trust the CA, which names must resolve to the gateway, and
+ * the `E2B_DOMAIN` line. Without openssl it says so and starts without the domain.
+ *
  * `DORMICE_API_TOKEN` is the fleet token; when unset a development token is generated and
  * printed. `DORMICE_GATEWAY_PORT` moves the gateway (default 3677; the nodes take the next free
- * ports from 3676 up). The gateway's CPU and disk filters are off by default here
+ * ports from 3676 up; with `--domain`, 443 is tried first). `DORMICE_FLEET_DIR` moves the data
+ * (default `.dormice/fleet`, relative to the repository; the task may write only under
+ * `.dormice`). The gateway's CPU and disk filters are off by default here
  * (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT=100`, `DORMICE_GATEWAY_NODE_MIN_DISK_GB=0`): both nodes
  * report the same machine, so those readings cannot tell them apart.
  *
@@ -21,6 +30,13 @@
 import { fileURLToPath } from "node:url";
 import { gatewayEnvVariables } from "../gateway/config.ts";
 import { nodeEnvVariables } from "../node/config.ts";
+import {
+  domainInstructions,
+  domainRefusal,
+  ensureFleetCertificates,
+  type FleetCertificates,
+  OpensslError,
+} from "./_fleet_tls.ts";
 
 /** The team `deno task fleet` mints its development key for. */
 const DEV_TEAM = "dev";
@@ -28,19 +44,35 @@ const DEV_TEAM = "dev";
 const DEV_LABEL = "deno task fleet";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const dataRoot = ".dormice/fleet";
+const dataRoot = Deno.env.get("DORMICE_FLEET_DIR") || ".dormice/fleet";
+if (import.meta.main && (dataRoot.startsWith("/") || dataRoot.split("/").includes(".."))) {
+  console.error(
+    `DORMICE_FLEET_DIR='${dataRoot}' must be a path inside the repository, such as .dormice/fleet-2`,
+  );
+  Deno.exit(2);
+}
 /** Variables a child keeps so Deno finds its cache; nothing else leaks in. */
 const passThrough = ["HOME", "PATH", "DENO_DIR", "XDG_CACHE_HOME", "TMPDIR"];
 
 /** Whether nothing listens on a loopback port. */
 function portIsFree(port: number): boolean {
+  return bindRefusal(port) === null;
+}
+
+/** Why this process cannot listen on a loopback port, or `null` when it can. */
+function bindRefusal(port: number): string | null {
   try {
     Deno.listen({ hostname: "127.0.0.1", port }).close();
-    return true;
-  } catch {
-    return false;
+    return null;
+  } catch (error) {
+    return error instanceof Deno.errors.PermissionDenied
+      ? `binding port ${port} needs root or CAP_NET_BIND_SERVICE`
+      : `port ${port} on 127.0.0.1 is in use`;
   }
 }
+
+/** The fleet's own client for the gateway: it trusts the fleet's CA when the gateway has TLS. */
+let gatewayClient: Deno.HttpClient | undefined;
 
 /** The first free port at or after `from`, skipping `taken`. */
 function nextFreePort(from: number, taken: Set<number>): number {
@@ -107,7 +139,10 @@ async function waitForHealth(child: Child, timeoutMs = 30_000, path = "/healthz"
       throw new Error(`${child.label} exited before it answered ${child.url}/healthz`);
     }
     try {
-      const res = await fetch(`${child.url}${path}`, { signal: AbortSignal.timeout(1000) });
+      const res = await fetch(`${child.url}${path}`, {
+        signal: AbortSignal.timeout(1000),
+        client: gatewayClient,
+      });
       await res.body?.cancel();
       if (res.ok) return;
     } catch { /* not listening yet */ }
@@ -303,16 +338,51 @@ if (import.meta.main) {
     }
   }
   const shared = Deno.args.includes("--shared");
+  let domain = Deno.args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length) ??
+    null;
+  if (domain !== null) {
+    const refusal = domainRefusal(domain) ??
+      (shared ? "--domain and --shared together are not supported here: pick one" : null);
+    if (refusal !== null) {
+      console.error(refusal);
+      Deno.exit(2);
+    }
+  }
+  let certs: FleetCertificates | undefined;
+  if (domain !== null) {
+    try {
+      // Printed paths are copied into shells: no doubled slash.
+      certs = await ensureFleetCertificates(`${root.replace(/\/$/, "")}/${dataRoot}/tls`, domain);
+    } catch (error) {
+      if (!(error instanceof OpensslError)) throw error;
+      console.error(`${error.message}.`);
+      // The loopback fleet is still useful; the domain is what cannot be served without TLS.
+      console.error(`Starting the fleet without the sandbox domain ${domain}.`);
+      domain = null;
+    }
+  }
+  if (certs !== undefined) {
+    gatewayClient = Deno.createHttpClient({ caCerts: [Deno.readTextFileSync(certs.caFile)] });
+  }
   const taken = new Set<number>();
-  const gatewayPort = Number(Deno.env.get("DORMICE_GATEWAY_PORT") || 3677);
-  if (!portIsFree(gatewayPort)) {
+  const askedPort = Deno.env.get("DORMICE_GATEWAY_PORT");
+  // The SDK's https URLs carry no port, so a domain wants 443 (root may bind it); another
+  // port then rides in the domain, and the printed lines say so.
+  const not443 = domain !== null && !askedPort ? bindRefusal(443) : null;
+  const gatewayPort = Number(askedPort || (domain !== null && not443 === null ? 443 : 3677));
+  const refusal = bindRefusal(gatewayPort);
+  if (refusal !== null) {
     console.error(
-      `Port ${gatewayPort} on 127.0.0.1 is in use: stop what listens there, or set DORMICE_GATEWAY_PORT to another port`,
+      `Cannot start the gateway: ${refusal}: stop what listens there, or set DORMICE_GATEWAY_PORT to another port`,
     );
     Deno.exit(2);
   }
   taken.add(gatewayPort);
-  const gatewayUrl = `http://127.0.0.1:${gatewayPort}`;
+  const scheme = certs === undefined ? "http" : "https";
+  const gatewayUrl = `${scheme}://127.0.0.1:${gatewayPort}`;
+  const sandboxDomain = domain === null
+    ? null
+    : `${domain}${gatewayPort === 443 ? "" : `:${gatewayPort}`}`;
   const dbDir = `${dataRoot}/gateway`;
   Deno.mkdirSync(`${root}/${dbDir}`, { recursive: true });
   // Shared mode's second gateway and its etcd, on the next free ports.
@@ -354,14 +424,22 @@ if (import.meta.main) {
         "--unstable-no-legacy-abort",
         "--allow-net=127.0.0.1",
         `--allow-env=${gatewayEnvVariables.join(",")}`,
-        `--allow-read=${dir}`,
+        `--allow-read=${dir}${certs ? `,${dataRoot}/tls/${domain}` : ""}`,
         `--allow-write=${dir}`,
       ], {
         DORMICE_API_TOKEN: token,
         DORMICE_GATEWAY_HOST: "127.0.0.1",
-        DORMICE_GATEWAY_PORT: new URL(url).port,
+        // Not the URL's port: https://127.0.0.1:443 parses to none.
+        DORMICE_GATEWAY_PORT: String(i === 0 ? gatewayPort : gateway2Port),
         DORMICE_GATEWAY_DB: `${dir}/gateway.db`,
         ...(shared ? { DORMICE_GATEWAY_ETCD: etcdUrl } : {}),
+        ...(certs && sandboxDomain
+          ? {
+            DORMICE_SANDBOX_DOMAIN: sandboxDomain,
+            DORMICE_GATEWAY_TLS_CERT: certs.certFile,
+            DORMICE_GATEWAY_TLS_KEY: certs.keyFile,
+          }
+          : {}),
         // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
         // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
         DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
@@ -399,6 +477,8 @@ if (import.meta.main) {
         DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
         DORMICE_NODE_ID: id,
         DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
+        // The nodes check in over https, trusting the fleet's CA as any client must.
+        ...(certs ? { DENO_CERT: certs.caFile } : {}),
       }));
     }
     await Promise.all(children.slice(-2).map((c) => waitForHealth(c)));
@@ -406,6 +486,11 @@ if (import.meta.main) {
 
     const auth = `-H "Authorization: Bearer $E2B_API_KEY"`;
     const fleetAuth = `-H "Authorization: Bearer $DORMICE_API_TOKEN"`;
+    const curl = certs ? `curl -s --cacert ${certs.caFile}` : "curl -s";
+    const keysEnv = [
+      ...(gatewayUrl === "http://127.0.0.1:3677" ? [] : [`DORMICE_GATEWAY_URL=${gatewayUrl}`]),
+      ...(certs ? [`DENO_CERT=${certs.caFile}`] : []),
+    ].map((v) => `${v} `).join("");
     console.log(
       [
         "",
@@ -428,16 +513,26 @@ if (import.meta.main) {
         `  export DORMICE_API_TOKEN=${token}`,
         "",
         "Try:",
-        `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/acquireSandbox`,
-        `  curl -s ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
-        `  curl -s ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
-        `  curl -s ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
-        `  curl -s ${fleetAuth} ${gatewayUrl}/metrics`,
+        `  ${curl} ${auth} -d '{"name":"demo"}' ${gatewayUrl}/acquireSandbox`,
+        `  ${curl} ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
+        `  ${curl} ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
+        `  ${curl} ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
+        `  ${curl} ${fleetAuth} ${gatewayUrl}/metrics`,
         `  open ${gatewayUrl}/ui in a browser and log in with the fleet token`,
-        `  ${
-          gatewayUrl === "http://127.0.0.1:3677" ? "" : `DORMICE_GATEWAY_URL=${gatewayUrl} `
-        }deno task keys create --team another-team --max-sandboxes 5`,
+        `  ${keysEnv}deno task keys create --team another-team --max-sandboxes 5`,
         "",
+        ...(certs && domain
+          ? [
+            ...domainInstructions({
+              domain,
+              port: gatewayPort,
+              not443: not443 ?? undefined,
+              certs,
+              apiKey: devKey,
+            }),
+            "",
+          ]
+          : []),
         shared ? "Ctrl-C stops them all." : "Ctrl-C stops all three.",
         "",
       ].join("\n"),
@@ -465,6 +560,7 @@ async function mintDevKey(gatewayUrl: string, token: string): Promise<string> {
       headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(10_000),
+      client: gatewayClient,
     });
     const answer = await res.json();
     if (!res.ok) throw new Error(`The gateway refused ${verb}: ${answer.message}`);
