@@ -438,6 +438,9 @@ if (import.meta.main) {
             DORMICE_SANDBOX_DOMAIN: sandboxDomain,
             DORMICE_GATEWAY_TLS_CERT: certs.certFile,
             DORMICE_GATEWAY_TLS_KEY: certs.keyFile,
+            // A fleet with ports serves their WebSockets too (Jupyter, dev servers); the cost of
+            // the switch is in the README's domain section.
+            DORMICE_GATEWAY_WEBSOCKETS: "on",
           }
           : {}),
         // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
@@ -478,7 +481,7 @@ if (import.meta.main) {
         DORMICE_NODE_ID: id,
         DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
         // The nodes check in over https, trusting the fleet's CA as any client must.
-        ...(certs ? { DENO_CERT: certs.caFile } : {}),
+        ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
       }));
     }
     await Promise.all(children.slice(-2).map((c) => waitForHealth(c)));
@@ -519,7 +522,7 @@ if (import.meta.main) {
         `  ${curl} ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
         `  ${curl} ${fleetAuth} ${gatewayUrl}/metrics`,
         `  open ${gatewayUrl}/ui in a browser and log in with the fleet token`,
-        `  ${keysEnv}deno task keys create --team another-team --max-sandboxes 5`,
+        `  ${keysEnv}npx -y deno@2.9.6 task keys create --team another-team --max-sandboxes 5`,
         "",
         ...(certs && domain
           ? [

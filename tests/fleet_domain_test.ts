@@ -142,6 +142,20 @@ Deno.test({
     assert.deepEqual(JSON.parse(listed.body), []);
     const client = Deno.createHttpClient({ caCerts: [ca] });
     try {
+      // Ports take WebSockets in domain mode: an upgrade reaches the routing (a 502 for an
+      // unknown sandbox) instead of the guard's 501 for a server started without upgrades.
+      const upgrade = await fetch(`https://127.0.0.1:${port}/e2b/envd/`, {
+        client,
+        headers: {
+          connection: "Upgrade",
+          upgrade: "websocket",
+          "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+          "sec-websocket-version": "13",
+          "e2b-sandbox-id": "sbx_nobody",
+          "e2b-sandbox-port": "8000",
+        },
+      });
+      assert.notEqual(upgrade.status, 501, await upgrade.text());
       const until = Date.now() + 20_000;
       for (;;) {
         const res = await fetch(`https://127.0.0.1:${port}/healthz`, { client });
