@@ -1,7 +1,9 @@
 /**
  * A small HTTP/1.1 client over `Deno.connect`, shaped like `fetch` so the gateway can inject it
  * where it injects `fetch` (issue 16's comparison of the runtime's clients, bench/RESULTS.md).
- * Plain `http:` only: nodes are reached inside the fleet's network.
+ * Plain `http:` only: nodes are reached inside the fleet's network. A node registered with an
+ * `https:` endpoint goes to the `otherSchemes` client (the gateway passes `fetch`, which does TLS)
+ * rather than being refused.
  *
  * What it keeps, and why:
  * - a bounded pool per origin (`maxConnections`, then requests wait, at most `maxWaiting` of
@@ -35,6 +37,11 @@ export interface H1ClientOptions {
   idleTimeoutMs?: number;
   /** The longest answer head (status line and headers) read. Default 64 KiB. */
   maxHeaderBytes?: number;
+  /**
+   * Where a request to any other scheme than `http:` (an `https:` node) goes instead, e.g. the
+   * global `fetch`. Without it such a request rejects with a TypeError.
+   */
+  otherSchemes?: typeof fetch;
 }
 
 /** A `fetch`-shaped HTTP/1.1 client with its pools. */
@@ -80,6 +87,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   const maxWaiting = options.maxWaiting ?? 4096;
   const idleTimeoutMs = options.idleTimeoutMs ?? 4000;
   const maxHeaderBytes = options.maxHeaderBytes ?? 64 * 1024;
+  const otherSchemes = options.otherSchemes;
   if (!Number.isInteger(maxConnections) || maxConnections < 1) {
     throw new RangeError(
       `Cannot create the HTTP/1.1 client as 'maxConnections' must be a positive integer: ` +
@@ -186,6 +194,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     const request = input instanceof Request ? input : undefined;
     const url = new URL(request?.url ?? String(input));
     if (url.protocol !== "http:") {
+      if (otherSchemes !== undefined) return otherSchemes(input, init);
       throw new TypeError(
         `Cannot send to ${url.origin}: the HTTP/1.1 client speaks plain http only`,
       );
@@ -313,6 +322,8 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       throw signal.reason;
     }
     let sent: Promise<boolean>;
+    // Set while a body is still being written; stops it (the upload's reader is cancelled).
+    let stopUpload: (() => void) | undefined;
     if (stream === undefined && (bytes === undefined || bytes.length <= 16 * 1024)) {
       try {
         await conn.writeAll(bytes === undefined || bytes.length === 0 ? head : join(head, bytes));
@@ -325,9 +336,15 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     } else {
       // A large or streamed body goes out while the answer is read: a node may answer early. A
       // write that fails closes the connection, so the answer's read fails with it.
-      sent = writeRequest(conn, head, bytes, stream, length).then(() => true, () => {
+      let uploading = true;
+      sent = writeRequest(conn, head, bytes, stream, length, (stop) => {
+        if (uploading) stopUpload = stop;
+      }).then(() => true, () => {
         conn.destroy();
         return false;
+      }).finally(() => {
+        uploading = false;
+        stopUpload = undefined;
       });
     }
     let parsed: Head;
@@ -353,7 +370,15 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     const keepAlive = parsed.http11 && !/\bclose\b/i.test(headers.get("connection") ?? "") &&
       remaining !== -2;
     // The connection goes back only once the request body is out too (a node may answer first).
-    const done = () => void sent.then((ok) => finish(keepAlive && ok));
+    // An answer that ends while the body still goes out (a node refusing an upload it never
+    // read) ends the upload too, and the connection with it: waiting would hold the pool slot
+    // until the client's upload ends, which may be never (RFC 9112 §9.6: cease sending).
+    const done = () => {
+      if (stopUpload === undefined) return void sent.then((ok) => finish(keepAlive && ok));
+      conn.destroy();
+      stopUpload();
+      finish(false);
+    };
     if (remaining === 0) {
       done();
       return new Response(noBody ? null : new Uint8Array(0), { status, statusText, headers });
@@ -667,6 +692,7 @@ async function writeRequest(
   bytes: Uint8Array | undefined,
   stream: ReadableStream<Uint8Array> | undefined,
   length: number | undefined,
+  onStoppable: (stop: () => void) => void = () => {},
 ): Promise<void> {
   if (stream === undefined) {
     await conn.writeAll(head);
@@ -674,6 +700,7 @@ async function writeRequest(
     return;
   }
   const reader = stream.getReader();
+  onStoppable(() => void reader.cancel(closedEarly()).catch(() => {}));
   let pending: Uint8Array | undefined = head;
   let sent = 0;
   try {

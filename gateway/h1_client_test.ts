@@ -191,3 +191,91 @@ Deno.test("createH1Client() refuses a header value with a line break", async () 
   );
   client.close();
 });
+
+Deno.test("createH1Client() sends an https request to otherSchemes, and refuses it without", async () => {
+  const asked: string[] = [];
+  const client = createH1Client({
+    otherSchemes: (input) => {
+      asked.push(String(input));
+      return Promise.resolve(new Response("over tls"));
+    },
+  });
+  const bare = createH1Client();
+  try {
+    const res = await client.fetch("https://node.test:3676/execCommand", { method: "POST" });
+    assert.equal(await res.text(), "over tls");
+    assert.deepEqual(asked, ["https://node.test:3676/execCommand"]);
+    await assert.rejects(bare.fetch("https://node.test:3676/"), /plain http only/);
+  } finally {
+    client.close();
+    bare.close();
+  }
+});
+
+Deno.test("createH1Client() with one connection serves the next request after each way a request can fail", async () => {
+  const { server, url } = serve(async (r) => {
+    const path = new URL(r.url).pathname;
+    // Answers before reading the upload, as a node refusing a body does.
+    if (path === "/refuse") return new Response("no", { status: 413 });
+    if (path === "/long") {
+      // Cancelled when the client goes: a pull that was pending then finds the stream closed.
+      let gone = false;
+      return new Response(
+        new ReadableStream({
+          pull: (c) =>
+            new Promise((res) =>
+              setTimeout(() => res(gone ? undefined : c.enqueue(new Uint8Array(1024))), 5)
+            ),
+          cancel: () => void (gone = true),
+        }),
+      );
+    }
+    if (path === "/hold") await new Promise((res) => r.signal.addEventListener("abort", res));
+    return new Response(`ok ${await r.text()}`);
+  });
+  const client = createH1Client({ maxConnections: 1 });
+  // A slot that leaked would make the next request wait for ever: each gets a bound.
+  const next = async (label: string) => {
+    const res = await client.fetch(`${url}/echo`, {
+      method: "POST",
+      body: label,
+      signal: AbortSignal.timeout(2000),
+    });
+    assert.equal(await res.text(), `ok ${label}`);
+  };
+  try {
+    await next("first");
+
+    // 1. The node answers early, the streamed upload never ends.
+    const upload = new ReadableStream<Uint8Array>({
+      start: (c) => c.enqueue(new Uint8Array(10)),
+    });
+    const refused = await client.fetch(`${url}/refuse`, { method: "PUT", body: upload });
+    assert.equal(refused.status, 413);
+    await refused.body?.cancel();
+    await next("after an early answer");
+
+    // 2. The reader cancels a body mid-way (a client hanging up while an answer streams).
+    const long = await client.fetch(`${url}/long`);
+    const reader = long.body!.getReader();
+    await reader.read();
+    await reader.cancel();
+    await next("after a cancelled body");
+
+    // 3. The caller aborts before the head.
+    const ac = new AbortController();
+    const held = client.fetch(`${url}/hold`, { method: "POST", body: "x", signal: ac.signal });
+    setTimeout(() => ac.abort(new Error("gone")), 20);
+    await assert.rejects(held, /gone/);
+    await next("after an abort");
+
+    // 4. Nothing listens: a refused connect frees its slot too.
+    await assert.rejects(client.fetch("http://127.0.0.1:9/"), TypeError);
+    await next("after a refused connect");
+
+    assert.ok(client.open <= 1, `open ${client.open}`);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
