@@ -179,6 +179,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const keys = [
     "direct",
     "gateway",
+    "gateway-fetch",
     "nginx",
     "naive",
     "naive-node-http",
@@ -200,9 +201,21 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     const node = await startNode("bench-fwd-node", gw.url);
     started.push(node);
     await waitForNode(gw.url, "bench-fwd-node");
-    const made = await postJson(`${gw.url}/acquireSandbox`, { name });
-    if (made.status !== 200) {
-      throw new Error(`acquireSandbox answered ${made.status}: ${JSON.stringify(made.json)}`);
+    // The same gateway with fetch to its node (DORMICE_GATEWAY_NODE_CLIENT=fetch), for the
+    // before/after of the switch in one run. A node checks in to one gateway, so it has a twin
+    // of its own: the same process on the fake executor.
+    const gwFetch: Daemon = await startGateway(gatewayArgs, {
+      DORMICE_GATEWAY_NODE_CLIENT: "fetch",
+    });
+    started.push(gwFetch);
+    const twin = await startNode("bench-fwd-node-f", gwFetch.url);
+    started.push(twin);
+    await waitForNode(gwFetch.url, "bench-fwd-node-f");
+    for (const g of [gw, gwFetch]) {
+      const made = await postJson(`${g.url}/acquireSandbox`, { name });
+      if (made.status !== 200) {
+        throw new Error(`acquireSandbox answered ${made.status}: ${JSON.stringify(made.json)}`);
+      }
     }
     const nginx = await startNginx(node.port);
     started.push(nginx);
@@ -224,6 +237,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     const targets: Record<Key, string> = {
       direct: node.url,
       gateway: gw.url,
+      "gateway-fetch": gwFetch.url,
       nginx: nginx.url,
       naive: await naiveWith("fetch"),
       "naive-node-http": await naiveWith("node-http"),
@@ -256,6 +270,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const nginx1 = one("nginx"), gw1 = one("gateway"), d1 = one("direct");
   const nginxAdded = nginx1.map((v, i) => v - d1[i]);
   const gwAdded = gw1.map((v, i) => v - d1[i]);
+  const gwfRps = pick("gateway-fetch", "rps");
+  const gwfAdded = one("gateway-fetch").map((v, i) => v - d1[i]);
   const errors = [...Object.values(results), ...Object.values(single)].flat()
     .reduce((a, x) => a + x.errors, 0);
   const rpsRatio = gwRps.map((v, i) => v / nginxRps[i]);
@@ -269,6 +285,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       target: "≥ 0.5× nginx",
       met: median(rpsRatio) >= 0.5,
     }),
+    row("through the gateway with fetch to the node throughput", "req/s", gwfRps, nginxRps),
     row(
       "naive Deno fetch proxy throughput (runtime floor)",
       "req/s",
@@ -299,12 +316,14 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     row("direct p50 at c1", "ms", d1, nginx1),
     row("nginx p50 at c1 (reference for c1)", "ms", nginx1, nginx1),
     row("gateway p50 at c1", "ms", gw1, nginx1),
+    row("gateway with fetch p50 at c1", "ms", one("gateway-fetch"), nginx1),
     row("naive Deno proxy p50 at c1", "ms", one("naive"), nginx1),
     row("nginx added p50 at c1 (− direct)", "ms", nginxAdded, nginx1),
     row("gateway added p50 at c1 (− direct)", "ms", gwAdded, nginx1, {
       target: "≤ 2× nginx's added p50",
       met: addedRatio <= 2 && median(nginxAdded) > 0,
     }),
+    row("gateway with fetch added p50 at c1 (− direct)", "ms", gwfAdded, nginx1),
     row(
       "naive Deno proxy added p50 at c1 (− direct)",
       "ms",
@@ -344,7 +363,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the eight targets in turn within each run; one node ` +
+      `measurement, the nine targets in turn within each run; one node ` +
       `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
@@ -366,8 +385,18 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "connections), gateway/h1_client.ts (HTTP/1.1 over Deno.connect, its own pool) and fetch " +
       "over h2c (Deno.createHttpClient with http1 off: prior-knowledge HTTP/2, which the node's " +
       "server answers on its plain port); each streams the request body on. Which of them keep " +
-      "the forwarding rules is the next table. The gateway keeps fetch unless another client " +
-      "that keeps every rule is faster by a real margin in the same run.",
+      "the forwarding rules is the next table. The gateway uses h1_client (it keeps every " +
+      "rule and halves fetch's added latency); DORMICE_GATEWAY_NODE_CLIENT=fetch goes back.",
+      "The gateway rows are gateway/main.ts as deployed (DORMICE_GATEWAY_NODE_CLIENT=h1, its " +
+      "own HTTP/1.1 client to the node); the 'with fetch' rows are the same daemon with " +
+      "DORMICE_GATEWAY_NODE_CLIENT=fetch, in front of a twin node (a node checks in to one " +
+      "gateway), measured in the same runs. Before/after the switch (medians of per-run " +
+      `ratios): throughput ${median(gwfRps.map((v, i) => v / nginxRps[i])).toFixed(2)} → ` +
+      `${median(rpsRatio).toFixed(2)}× nginx; added p50 at c1 ${median(gwfAdded).toFixed(3)} → ${
+        median(gwAdded).toFixed(3)
+      } ms (÷ nginx's added p50: ${(median(gwfAdded) / median(nginxAdded)).toFixed(1)} → ${
+        addedRatio.toFixed(1)
+      }).`,
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx.",
     ],

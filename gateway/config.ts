@@ -29,6 +29,11 @@ export interface GatewayConfig {
   lookupDigests: "off" | "sole-writer";
   /** The longest wait for a forwarded request's head from its node, once its body is sent. */
   headTimeoutMs: number;
+  /**
+   * The HTTP client to the nodes (`DORMICE_GATEWAY_NODE_CLIENT`): `h1`, the gateway's own
+   * HTTP/1.1 client (`h1_client.ts`, https nodes still through fetch), or the runtime's `fetch`.
+   */
+  nodeClient: "h1" | "fetch";
   /** Cap of one JSON request body, bytes (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
   /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
@@ -66,6 +71,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
   "DORMICE_GATEWAY_LOOKUP_DIGESTS",
   "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
+  "DORMICE_GATEWAY_NODE_CLIENT",
   "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
   "DORMICE_WEBHOOK_URL",
@@ -99,6 +105,10 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.
   headTimeoutMs: 120_000,
+  // Measured in one run against fetch on the routed verb (bench/RESULTS.md, forwarding): lower
+  // added latency, every forwarding rule kept. `fetch` stays one variable away should a node's
+  // server and this client ever disagree on HTTP/1.1.
+  nodeClient: "h1",
   // The gateway reads a JSON body whole to route it and holds about three copies while it
   // forwards one, so the cap stays in the tens of MB; files stream through /files uncapped here
   // (the node that stores them caps them).
@@ -296,6 +306,13 @@ export function loadGatewayConfig(
         "digest predates their creates; unset DORMICE_GATEWAY_LOOKUP_DIGESTS or set it to 'off'",
     );
   }
+  const nodeClient = env.DORMICE_GATEWAY_NODE_CLIENT || gatewayDefaults.nodeClient;
+  if (nodeClient !== "h1" && nodeClient !== "fetch") {
+    errors.push(
+      `DORMICE_GATEWAY_NODE_CLIENT='${nodeClient.slice(0, 40)}' is not a client: set 'h1' (the ` +
+        "gateway's HTTP/1.1 client, the default) or 'fetch' (the runtime's)",
+    );
+  }
   if (logLevel instanceof Error) errors.push(logLevel.message);
   const websockets = parseWebSocketSwitch(
     "DORMICE_GATEWAY_WEBSOCKETS",
@@ -356,6 +373,7 @@ export function loadGatewayConfig(
       errors,
     ),
     lookupDigests: digests === "sole-writer" ? "sole-writer" : "off",
+    nodeClient: nodeClient === "fetch" ? "fetch" : "h1",
     logLevel: logLevel instanceof Error ? "info" : logLevel,
     ...webhook(env, errors),
     ...etcd(env, errors),

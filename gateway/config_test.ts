@@ -21,6 +21,13 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   assert.ok(set.ok);
   assert.equal(set.config.jsonBodyLimitBytes, 4 * 1024 * 1024);
   assert.equal(r.config.lookupDigests, "off");
+  assert.equal(r.config.nodeClient, "h1");
+  const viaFetch = loadGatewayConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_NODE_CLIENT: "fetch",
+  });
+  assert.ok(viaFetch.ok);
+  assert.equal(viaFetch.config.nodeClient, "fetch");
 });
 
 Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=sole-writer turns digest skipping on", () => {
@@ -47,6 +54,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
     ],
     [{ DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" }, /DORMICE_GATEWAY_LOOKUP_DIGESTS='on'.*'off'/],
+    [
+      { DORMICE_GATEWAY_NODE_CLIENT: "undici" },
+      /DORMICE_GATEWAY_NODE_CLIENT='undici'.*'h1'.*'fetch'/,
+    ],
     [
       {
         DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",

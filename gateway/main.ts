@@ -20,6 +20,7 @@ import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createGateway } from "./app.ts";
 import { mountE2b } from "./e2b.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
+import { createH1Client } from "./h1_client.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -78,6 +79,13 @@ if (config.tls !== null) {
   };
 }
 
+// Node hops only (forwards, lookups, creates, fan-outs): the HTTP/1.1 client beat fetch's added
+// latency at c1 and kept every forwarding rule (bench/RESULTS.md). An https node goes to fetch,
+// which does TLS; etcd and the webhook keep fetch (their own `fetch`).
+const nodeClient = config.nodeClient === "h1"
+  ? createH1Client({ otherSchemes: globalThis.fetch })
+  : undefined;
+
 const gateway = createGateway({
   token: config.apiToken,
   database,
@@ -90,6 +98,7 @@ const gateway = createGateway({
   listenAddress: { hostname: config.host, port: config.port },
   maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,
+  fetch: nodeClient?.fetch ?? globalThis.fetch,
   mount: (app, parts) => mountE2b(app, parts),
   sandboxDomain: config.sandboxDomain ?? undefined,
   webhook: config.webhookUrl === null
@@ -99,6 +108,7 @@ const gateway = createGateway({
     endpoints: config.etcdEndpoints,
     prefix: config.etcdPrefix,
     leaseSeconds: config.etcdLeaseSeconds,
+    fetch: globalThis.fetch,
   },
 });
 
@@ -120,6 +130,7 @@ const server = serveGuarded({
       sandboxDomain: config.sandboxDomain ?? "none",
       db: config.dbPath,
       nodes: gateway.fleet.size,
+      nodeClient: config.nodeClient,
       webhook: config.webhookUrl === null ? "none" : new URL(config.webhookUrl).origin,
       mode: config.etcdEndpoints === null
         ? "embedded"
@@ -139,6 +150,7 @@ onTerminationSignals((signal) => {
     // Revoking the lease frees this gateway's slots now rather than one TTL from now.
     await gateway.shared?.close();
     gateway.close();
+    nodeClient?.close();
     database.close();
   }).then((clean) => {
     log("info", "gateway stopped", { clean });

@@ -75,6 +75,7 @@ export function createPortProxy(parts: GatewayParts): PortProxy {
       return await forward(request, { nodeId: found.node.id, endpoint: found.node.endpoint }, {
         path,
         headers: own,
+        fetch: routing.nodeFetch,
         hangUps: routing.hangUps,
       });
     } catch (error) {

@@ -172,6 +172,8 @@ export class GatewayRouting {
   readonly hangUps: HangUpWatch;
   /** The credentials and content type every node request carries. */
   readonly nodeHeaders: Readonly<Record<string, string>>;
+  /** The HTTP client to the nodes (`fetch` option), for a face that forwards on its own. */
+  readonly nodeFetch: typeof fetch;
   readonly #fleet: Fleet;
   readonly #finder: Finder;
   readonly #placer: Placer;
@@ -192,6 +194,7 @@ export class GatewayRouting {
     this.#finder = options.finder;
     this.#placer = options.placer;
     this.#fetch = options.fetch ?? globalThis.fetch;
+    this.nodeFetch = this.#fetch;
     this.#log = options.log ?? silentLog;
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
