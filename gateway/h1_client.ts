@@ -386,7 +386,9 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     // A small sized answer already read whole is handed over as bytes, which Deno's server
     // writes in one go instead of pumping a stream.
     if (remaining > 0 && conn.buffered.length >= remaining) {
-      const whole = conn.take(remaining);
+      // Not lent: Response copies a byte body (the Fetch standard's BufferSource rule, a test
+      // holds it to that), so the read buffer serves the connection's next answer.
+      const whole = conn.consume(remaining);
       done();
       return new Response(whole, { status, statusText, headers });
     }
@@ -494,6 +496,12 @@ class Conn {
   /** Bytes read so far in the current answer: none means a failure may be a stale connection. */
   answered = 0;
   #readSize = 16 * 1024;
+  /**
+   * The buffer of the last read, reused by the next one unless a view of it was handed out
+   * (`take`): a fresh 16 KiB per request was most of the gateway's garbage on small answers.
+   */
+  #last: Uint8Array<ArrayBuffer> | undefined;
+  #lent = false;
   #peek: Promise<number | null> | undefined;
   #peekBuf: Uint8Array<ArrayBuffer> | undefined;
 
@@ -509,7 +517,7 @@ class Conn {
   watchIdle(): void {
     this.answered = 0;
     if (this.#peek !== undefined || this.buffered.length > 0) return;
-    const buf = new Uint8Array(this.#readSize);
+    const buf = this.#readBuffer();
     this.#peekBuf = buf;
     const idleAt = this.idleSince;
     const peek = this.#tcp.read(buf).catch(() => null);
@@ -536,7 +544,7 @@ class Conn {
       this.#peek = undefined;
       this.#peekBuf = undefined;
     } else {
-      buf = new Uint8Array(this.#readSize);
+      buf = this.#readBuffer();
       n = await this.#tcp.read(buf);
     }
     if (n === null) {
@@ -549,6 +557,7 @@ class Conn {
     const got = buf.subarray(0, n);
     if (this.buffered.length === 0) this.buffered = got;
     else {
+      // Copied out: the joined bytes are what views are taken of, so the read buffer stays free.
       const joined = new Uint8Array(this.buffered.length + n);
       joined.set(this.buffered);
       joined.set(got, this.buffered.length);
@@ -557,11 +566,32 @@ class Conn {
     return true;
   }
 
-  /** The next `n` buffered bytes (a view: each read has its own buffer, never reused). */
+  /** The next `n` buffered bytes as a view handed on: their read buffer is then never reused. */
   take(n: number): Uint8Array<ArrayBuffer> {
+    this.#lent = true;
     const out = this.buffered.subarray(0, n);
     this.buffered = this.buffered.subarray(n);
     return out;
+  }
+
+  /** The next `n` buffered bytes, read then dropped at once (a head, a chunk line). */
+  consume(n: number): Uint8Array<ArrayBuffer> {
+    const out = this.buffered.subarray(0, n);
+    this.buffered = this.buffered.subarray(n);
+    return out;
+  }
+
+  /** A buffer for the next read: the last one when nothing still refers to its bytes. */
+  #readBuffer(): Uint8Array<ArrayBuffer> {
+    const last = this.#last;
+    if (
+      last !== undefined && !this.#lent && this.buffered.length === 0 &&
+      last.length === this.#readSize
+    ) return last;
+    const buf = new Uint8Array(this.#readSize);
+    this.#last = buf;
+    this.#lent = false;
+    return buf;
   }
 
   destroy(): void {
@@ -584,7 +614,7 @@ async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head> {
   for (;;) {
     const end = indexOfHeadEnd(conn.buffered, from);
     if (end >= 0 && end <= maxHeaderBytes) {
-      const text = decoder.decode(conn.take(end + 4).subarray(0, end));
+      const text = decoder.decode(conn.consume(end + 4).subarray(0, end));
       return parseHead(text);
     }
     if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
@@ -664,7 +694,7 @@ class ChunkDecoder {
       for (let i = 0; i + 1 < b.length; i++) {
         if (b[i] === 13 && b[i + 1] === 10) {
           const text = decoder.decode(b.subarray(0, i));
-          conn.take(i + 2);
+          conn.consume(i + 2);
           return text;
         }
       }

@@ -279,3 +279,23 @@ Deno.test("createH1Client() with one connection serves the next request after ea
     await server.shutdown();
   }
 });
+
+Deno.test("createH1Client() reuses a connection's read buffer without overwriting an answer still held", async () => {
+  let n = 0;
+  const { server, url } = serve(() => new Response(`answer ${++n}`));
+  const client = createH1Client();
+  try {
+    // Small sized answers read whole: the first is read only after the second has come in over
+    // the same connection, into the same read buffer.
+    const first = await client.fetch(url);
+    const second = await client.fetch(url);
+    const third = await client.fetch(url);
+    assert.equal(client.open, 1);
+    assert.equal(await first.text(), "answer 1");
+    assert.equal(await second.text(), "answer 2");
+    assert.equal(await third.text(), "answer 3");
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});

@@ -1,0 +1,85 @@
+/**
+ * Profiles the gateway on the routed verb: one gateway (`--cpu-prof`) in front of one node on the
+ * fake executor, wrk -t2 -c32 on `POST /getSandboxMetrics` for a cached name, then the profile's
+ * self time by function, ours (this repository, not node_modules) marked. Not a section of
+ * RESULTS.md: a tool for before/after figures of one change (issue 16).
+ *
+ * `deno run -A bench/_profile.ts [--client=h1|fetch] [--seconds=10] [--top=25]`
+ *
+ * @module
+ */
+import { benchToken, postJson, startGateway, startNode } from "./_fixtures.ts";
+import { waitForNode, wrk } from "./forwarding.ts";
+
+interface ProfileNode {
+  id: number;
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  children?: number[];
+}
+interface CpuProfile {
+  nodes: ProfileNode[];
+  samples: number[];
+  timeDeltas: number[];
+}
+
+const flag = (name: string, fallback: string) =>
+  Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
+const client = flag("client", "h1");
+const seconds = Number(flag("seconds", "10"));
+const top = Number(flag("top", "25"));
+const root = new URL("../", import.meta.url).href;
+
+const dir = await Deno.makeTempDir({ prefix: "dormice-prof-" });
+const gw = await startGateway(["--cpu-prof", `--cpu-prof-dir=${dir}`], {
+  DORMICE_GATEWAY_NODE_CLIENT: client,
+});
+const node = await startNode("prof-node", gw.url);
+let result;
+try {
+  await waitForNode(gw.url, "prof-node");
+  const made = await postJson(`${gw.url}/acquireSandbox`, { name: "prof" });
+  if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status}`);
+  const env = { BENCH_TOKEN: benchToken, BENCH_NAME: "prof" };
+  await wrk(`${gw.url}/getSandboxMetrics`, 1, env);
+  result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env);
+} finally {
+  await gw.stop();
+  await node.stop();
+}
+const file = [...Deno.readDirSync(dir)].find((e) => e.name.endsWith(".cpuprofile"));
+if (file === undefined) throw new Error(`No .cpuprofile was written to ${dir}`);
+const profile: CpuProfile = JSON.parse(await Deno.readTextFile(`${dir}/${file.name}`));
+
+// Self time per sample: each sample's delta goes to the node it landed in.
+const selfUs = new Map<number, number>();
+for (let i = 0; i < profile.samples.length; i++) {
+  const id = profile.samples[i];
+  selfUs.set(id, (selfUs.get(id) ?? 0) + (profile.timeDeltas[i] ?? 0));
+}
+const byFunction = new Map<string, number>();
+let total = 0, idle = 0, ours = 0;
+for (const n of profile.nodes) {
+  const us = selfUs.get(n.id) ?? 0;
+  total += us;
+  const { functionName, url, lineNumber } = n.callFrame;
+  if (functionName === "(idle)") idle += us;
+  const mine = url.startsWith(root) && !url.includes("node_modules");
+  if (mine) ours += us;
+  const where = url === ""
+    ? ""
+    : ` ${url.replace(root, "").replace(/^.*node_modules\//, "npm:")}:${lineNumber + 1}`;
+  const key = `${mine ? "* " : "  "}${functionName || "(anonymous)"}${where}`;
+  byFunction.set(key, (byFunction.get(key) ?? 0) + us);
+}
+const busy = total - idle;
+console.log(
+  `client=${client} ${result.rps.toFixed(0)} req/s p50 ${result.p50} ms errors ${result.errors}; ` +
+    `profile ${(total / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(1)} s, ours ${
+      (100 * ours / busy).toFixed(1)
+    }% of busy; µs of self time per request: ${(busy / (result.rps * seconds)).toFixed(1)}`,
+);
+console.log("self % of busy  function (* = this repository)");
+for (const [k, us] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, top)) {
+  console.log(`${(100 * us / busy).toFixed(1).padStart(6)}%  ${k}`);
+}
+await Deno.remove(dir, { recursive: true });
