@@ -1,0 +1,329 @@
+/**
+ * The wire side of {@linkcode createH1Client} (h1_client.ts): one pooled TCP connection and its
+ * read buffer, the answer head's reader and parser with its cap, the chunked decoder, and the
+ * request writer. The client keeps the pools, the waits and the fetch shape.
+ *
+ * @module
+ */
+export const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+const CRLF = encoder.encode("\r\n");
+const LAST_CHUNK = encoder.encode("0\r\n\r\n");
+
+/** A request waiting for one of its origin's connections. */
+export interface Waiter {
+  resolve(c: Conn): void;
+  reject(e: unknown): void;
+  signal: AbortSignal | null;
+}
+
+/** One origin's connections: the idle ones, how many are busy, and who waits for one. */
+export interface Pool {
+  origin: string;
+  hostname: string;
+  port: number;
+  idle: Conn[];
+  busy: number;
+  waiting: Waiter[];
+}
+
+export interface Head {
+  status: number;
+  statusText: string;
+  headers: Headers;
+  http11: boolean;
+}
+
+/** A connection closed before any byte of the answer: safe to retry a fixed body once. */
+export class StaleConnection extends Error {}
+
+export function wrap(error: unknown): TypeError {
+  if (error instanceof TypeError) return error;
+  return new TypeError(`error sending request: ${(error as Error)?.message ?? error}`, {
+    cause: error,
+  });
+}
+
+/** One TCP connection and the bytes read from it but not yet consumed. */
+export class Conn {
+  readonly #tcp: Deno.TcpConn;
+  readonly #onClose: () => void;
+  buffered: Uint8Array<ArrayBuffer> = new Uint8Array(0);
+  dead = false;
+  used = false;
+  idle = false;
+  idleSince = 0;
+  /** Bytes read so far in the current answer: none means a failure may be a stale connection. */
+  answered = 0;
+  #readSize = 16 * 1024;
+  /**
+   * The buffer of the last read, reused by the next one unless a view of it was handed out
+   * (`take`): a fresh 16 KiB per request was most of the gateway's garbage on small answers.
+   */
+  #last: Uint8Array<ArrayBuffer> | undefined;
+  #lent = false;
+  #peek: Promise<number | null> | undefined;
+  #peekBuf: Uint8Array<ArrayBuffer> | undefined;
+
+  constructor(tcp: Deno.TcpConn, onClose: () => void) {
+    this.#tcp = tcp;
+    this.#onClose = onClose;
+  }
+
+  /**
+   * Starts a read while the connection sits idle, so a node that closes it is noticed (and the
+   * connection dropped) before a request is written into it; the next answer starts from it.
+   */
+  watchIdle(): void {
+    this.answered = 0;
+    if (this.#peek !== undefined || this.buffered.length > 0) return;
+    const buf = this.#readBuffer();
+    this.#peekBuf = buf;
+    const idleAt = this.idleSince;
+    const peek = this.#tcp.read(buf).catch(() => null);
+    this.#peek = peek;
+    peek.then(() => {
+      // Still idle since then: an end or bytes nobody asked for both make it useless. Taken
+      // meanwhile, the answer's reader reads this result itself.
+      if (this.idle && this.idleSince === idleAt && this.#peek === peek) this.destroy();
+    });
+  }
+
+  async writeAll(bytes: Uint8Array): Promise<void> {
+    let at = 0;
+    while (at < bytes.length) at += await this.#tcp.write(bytes.subarray(at));
+  }
+
+  /** Reads more bytes into `buffered`; false at the end of the stream. */
+  async fill(): Promise<boolean> {
+    let n: number | null;
+    let buf: Uint8Array<ArrayBuffer>;
+    if (this.#peek !== undefined) {
+      n = await this.#peek;
+      buf = this.#peekBuf!;
+      this.#peek = undefined;
+      this.#peekBuf = undefined;
+    } else {
+      buf = this.#readBuffer();
+      n = await this.#tcp.read(buf);
+    }
+    if (n === null) {
+      if (this.answered === 0) throw new StaleConnection("closed", { cause: closedEarly() });
+      return false;
+    }
+    this.answered += n;
+    // A socket that fills whole reads is a bulk transfer: read larger, up to 256 KiB.
+    if (n === buf.length && this.#readSize < 256 * 1024) this.#readSize *= 2;
+    const got = buf.subarray(0, n);
+    if (this.buffered.length === 0) this.buffered = got;
+    else {
+      // Copied out: the joined bytes are what views are taken of, so the read buffer stays free.
+      const joined = new Uint8Array(this.buffered.length + n);
+      joined.set(this.buffered);
+      joined.set(got, this.buffered.length);
+      this.buffered = joined;
+    }
+    return true;
+  }
+
+  /** The next `n` buffered bytes as a view handed on: their read buffer is then never reused. */
+  take(n: number): Uint8Array<ArrayBuffer> {
+    this.#lent = true;
+    const out = this.buffered.subarray(0, n);
+    this.buffered = this.buffered.subarray(n);
+    return out;
+  }
+
+  /** The next `n` buffered bytes, read then dropped at once (a head, a chunk line). */
+  consume(n: number): Uint8Array<ArrayBuffer> {
+    const out = this.buffered.subarray(0, n);
+    this.buffered = this.buffered.subarray(n);
+    return out;
+  }
+
+  /** A buffer for the next read: the last one when nothing still refers to its bytes. */
+  #readBuffer(): Uint8Array<ArrayBuffer> {
+    const last = this.#last;
+    if (
+      last !== undefined && !this.#lent && this.buffered.length === 0 &&
+      last.length === this.#readSize
+    ) return last;
+    const buf = new Uint8Array(this.#readSize);
+    this.#last = buf;
+    this.#lent = false;
+    return buf;
+  }
+
+  destroy(): void {
+    if (this.dead) return;
+    this.dead = true;
+    try {
+      this.#tcp.close();
+    } catch { /* already closed */ }
+    this.#onClose();
+  }
+}
+
+function closedEarly(): TypeError {
+  return new TypeError("error sending request: connection closed before message completed");
+}
+
+/** Reads and parses one answer head, leaving the body's first bytes buffered. */
+export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head> {
+  let from = 0;
+  for (;;) {
+    const end = indexOfHeadEnd(conn.buffered, from);
+    if (end >= 0 && end <= maxHeaderBytes) {
+      const text = decoder.decode(conn.consume(end + 4).subarray(0, end));
+      return parseHead(text);
+    }
+    if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
+      throw new TypeError(
+        `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
+      );
+    }
+    from = Math.max(0, conn.buffered.length - 3);
+    if (!(await conn.fill())) throw closedEarly();
+  }
+}
+
+function indexOfHeadEnd(b: Uint8Array, from: number): number {
+  for (let i = from; i + 3 < b.length; i++) {
+    if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) return i;
+  }
+  return -1;
+}
+
+function parseHead(text: string): Head {
+  const lines = text.split("\r\n");
+  const m = /^HTTP\/1\.([01]) (\d{3})(?: (.*))?$/.exec(lines[0]);
+  if (m === null) {
+    throw new TypeError(`error reading response: bad status line '${lines[0].slice(0, 80)}'`);
+  }
+  const headers = new Headers();
+  for (let i = 1; i < lines.length; i++) {
+    const line = lines[i];
+    const colon = line.indexOf(":");
+    if (colon <= 0) throw new TypeError(`error reading response: bad header line`);
+    headers.append(line.slice(0, colon), line.slice(colon + 1).trim());
+  }
+  return { status: Number(m[2]), statusText: m[3] ?? "", headers, http11: m[1] === "1" };
+}
+
+/** Decodes a chunked body read by read; trailers are read and dropped. */
+export class ChunkDecoder {
+  readonly #conn: Conn;
+  #left = 0;
+  #ended = false;
+
+  constructor(conn: Conn) {
+    this.#conn = conn;
+  }
+
+  async next(): Promise<Uint8Array | null> {
+    const conn = this.#conn;
+    for (;;) {
+      if (this.#ended) return null;
+      if (this.#left > 0) {
+        if (conn.buffered.length === 0 && !(await conn.fill())) throw closedEarly();
+        const n = Math.min(this.#left, conn.buffered.length);
+        this.#left -= n;
+        const out = conn.take(n);
+        if (this.#left === 0) await this.#line(); // the CRLF after the data
+        return out;
+      }
+      const sizeLine = await this.#line();
+      const size = parseInt(sizeLine, 16);
+      if (!Number.isSafeInteger(size) || size < 0 || !/^[0-9a-f]+/i.test(sizeLine)) {
+        throw new TypeError(`error reading response: bad chunk size '${sizeLine.slice(0, 20)}'`);
+      }
+      if (size === 0) {
+        while ((await this.#line()) !== "") { /* trailers */ }
+        this.#ended = true;
+        return null;
+      }
+      this.#left = size;
+    }
+  }
+
+  /** One CRLF-ended line (a size line or a trailer), at most 8 KiB. */
+  async #line(): Promise<string> {
+    const conn = this.#conn;
+    for (;;) {
+      const b = conn.buffered;
+      for (let i = 0; i + 1 < b.length; i++) {
+        if (b[i] === 13 && b[i + 1] === 10) {
+          const text = decoder.decode(b.subarray(0, i));
+          conn.consume(i + 2);
+          return text;
+        }
+      }
+      if (b.length > 8192) throw new TypeError("error reading response: a chunk line is too long");
+      if (!(await conn.fill())) throw closedEarly();
+    }
+  }
+}
+
+export function join(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+/**
+ * Writes the head and the body. A stream's first chunk shares the head's write (a small body
+ * whose length was declared is then one write, as a fixed one is); each further chunk is one
+ * write as it comes, chunk-framed unless `length` was declared, whose count is then held to.
+ */
+export async function writeRequest(
+  conn: Conn,
+  head: Uint8Array,
+  bytes: Uint8Array | undefined,
+  stream: ReadableStream<Uint8Array> | undefined,
+  length: number | undefined,
+  onStoppable: (stop: () => void) => void = () => {},
+): Promise<void> {
+  if (stream === undefined) {
+    await conn.writeAll(head);
+    if (bytes !== undefined) await conn.writeAll(bytes);
+    return;
+  }
+  const reader = stream.getReader();
+  onStoppable(() => void reader.cancel(closedEarly()).catch(() => {}));
+  let pending: Uint8Array | undefined = head;
+  let sent = 0;
+  try {
+    for (;;) {
+      if (length !== undefined && sent === length) break;
+      const { value, done } = await reader.read();
+      if (done) break;
+      if (value.length === 0) continue;
+      sent += value.length;
+      if (length !== undefined && sent > length) {
+        throw new TypeError(`error sending request: the body is longer than its ${length} bytes`);
+      }
+      let framed: Uint8Array = value;
+      if (length === undefined) {
+        const size = encoder.encode(`${value.length.toString(16)}\r\n`);
+        framed = new Uint8Array(size.length + value.length + 2);
+        framed.set(size);
+        framed.set(value, size.length);
+        framed.set(CRLF, size.length + value.length);
+      }
+      await conn.writeAll(pending === undefined ? framed : join(pending, framed));
+      pending = undefined;
+    }
+    if (length !== undefined && sent !== length) {
+      throw new TypeError(`error sending request: the body ended ${length - sent} bytes short`);
+    }
+    const tail = length === undefined ? LAST_CHUNK : new Uint8Array(0);
+    const last = pending === undefined ? tail : join(pending, tail);
+    if (last.length > 0) await conn.writeAll(last);
+  } catch (error) {
+    await reader.cancel(error).catch(() => {});
+    throw error;
+  } finally {
+    reader.releaseLock();
+  }
+}
