@@ -301,6 +301,28 @@ export class EtcdClient {
   }
 }
 
+/**
+ * The values of `kvs` parsed as JSON, in order, leaving out any that is not JSON: a replica
+ * reads records another gateway wrote, and one it cannot read is skipped, not fatal. The caller
+ * still checks each record's fields.
+ *
+ * @example
+ * ```ts ignore
+ * for (const record of jsonValues(await etcd.range("/dormice/nodes/"))) console.log(record);
+ * ```
+ */
+export function jsonValues(kvs: readonly EtcdKv[]): unknown[] {
+  const values: unknown[] = [];
+  for (const kv of kvs) {
+    try {
+      values.push(JSON.parse(kv.value));
+    } catch {
+      // Not a record of ours: left alone.
+    }
+  }
+  return values;
+}
+
 function describe(error: unknown): string {
   const e = error as { name?: string; message?: string };
   if (e?.name === "TimeoutError") return "no answer in time";

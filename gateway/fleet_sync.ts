@@ -7,7 +7,7 @@
  */
 import type { CheckIn } from "../shared/schemas.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
-import type { EtcdClient } from "./etcd.ts";
+import { type EtcdClient, jsonValues } from "./etcd.ts";
 import type { Fleet } from "./fleet.ts";
 import { Poller } from "./poller.ts";
 
@@ -115,14 +115,8 @@ export class FleetSync {
       const asked = this.#fleet.now();
       const kvs = await this.#client.range(this.#prefix);
       const seen = new Set<string>();
-      for (const kv of kvs) {
-        let record: NodeRecord;
-        try {
-          record = JSON.parse(kv.value);
-        } catch {
-          continue;
-        }
-        const id = record.checkIn?.nodeId;
+      for (const record of jsonValues(kvs) as NodeRecord[]) {
+        const id = record?.checkIn?.nodeId;
         if (typeof id !== "string" || typeof record.at !== "number") continue;
         seen.add(id);
         const known = this.#fleet.get(id);

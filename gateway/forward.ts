@@ -6,19 +6,9 @@
  */
 import { HOP_HEADER, nextHop } from "./door.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { hopByHopHeaders } from "../shared/port_proxy.ts";
 
-/** Headers that describe one hop, never the message, so they are not passed on (RFC 9110 §7.6.1). */
-const hopByHop = new Set([
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "transfer-encoding",
-  "te",
-  "trailer",
-  "upgrade",
-  "host",
-  "content-length",
-]);
+const hopByHop = new Set(hopByHopHeaders);
 
 /**
  * The hop-by-hop headers that make a node's answer be re-wrapped. Content-Length and

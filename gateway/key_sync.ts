@@ -8,7 +8,7 @@
  */
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import { HttpError } from "../shared/http_error.ts";
-import type { EtcdClient } from "./etcd.ts";
+import { type EtcdClient, jsonValues } from "./etcd.ts";
 import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
 import { etcdHttpError } from "./slots.ts";
 import { Poller } from "./poller.ts";
@@ -118,13 +118,7 @@ export class KeySync {
       const asked = Date.now();
       const kvs = await this.#client.range(this.#prefix);
       const seen = new Set<string>();
-      for (const kv of kvs) {
-        let record: ApiKeyRecord;
-        try {
-          record = JSON.parse(kv.value);
-        } catch {
-          continue;
-        }
+      for (const record of jsonValues(kvs) as ApiKeyRecord[]) {
         if (typeof record?.id !== "string" || typeof record.hash !== "string") continue;
         seen.add(record.id);
         this.#keys.adopt(record);

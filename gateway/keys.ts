@@ -193,16 +193,7 @@ export class ApiKeys {
       created_at: this.#clock.now(),
       last_used_at: null,
     };
-    this.#insert.run(
-      row.id,
-      row.hash,
-      row.team,
-      row.label,
-      row.max_sandboxes,
-      row.creates_per_minute,
-      row.created_at,
-    );
-    this.#index(row);
+    this.#store(row);
     this.#log("info", "API key created", { keyId: row.id, team, maxSandboxes, createsPerMinute });
     const { lastUsedAt: _, ...info } = infoOf(row);
     return { ...info, key };
@@ -292,16 +283,7 @@ export class ApiKeys {
   adopt(record: ApiKeyRecord): boolean {
     if (this.#byId.has(record.id) || this.#byHash.has(record.hash)) return false;
     const row: Row = { ...record, last_used_at: null };
-    this.#insert.run(
-      row.id,
-      row.hash,
-      row.team,
-      row.label,
-      row.max_sandboxes,
-      row.creates_per_minute,
-      row.created_at,
-    );
-    this.#index(row);
+    this.#store(row);
     return true;
   }
 
@@ -325,6 +307,20 @@ export class ApiKeys {
   /** Closes the database when the table opened it itself (the in-memory default). */
   close(): void {
     if (this.#ownsDb && this.#db.isOpen) this.#db.close();
+  }
+
+  /** Writes a new row to the table and to the in-memory indexes. */
+  #store(row: Row): void {
+    this.#insert.run(
+      row.id,
+      row.hash,
+      row.team,
+      row.label,
+      row.max_sandboxes,
+      row.creates_per_minute,
+      row.created_at,
+    );
+    this.#index(row);
   }
 
   #index(row: Row): void {

@@ -6,8 +6,11 @@
  * @module
  */
 
-/** Headers that describe one hop, never the message (RFC 9110 §7.6.1), and WebSocket's own. */
-const hopByHop = new Set([
+/**
+ * Headers that describe one hop, never the message (RFC 9110 §7.6.1), so no proxy passes them
+ * on: the gateway's forward to a node and both port hops use this one list.
+ */
+export const hopByHopHeaders: readonly string[] = [
   "connection",
   "keep-alive",
   "proxy-connection",
@@ -17,6 +20,11 @@ const hopByHop = new Set([
   "upgrade",
   "host",
   "content-length",
+];
+
+/** A port hop's: the hop's own, and WebSocket's handshake, which each hop makes anew. */
+const hopByHop = new Set([
+  ...hopByHopHeaders,
   "sec-websocket-key",
   "sec-websocket-version",
   "sec-websocket-extensions",
