@@ -16,7 +16,7 @@
  * @module
  */
 import { freePort } from "./_fixtures.ts";
-import { synDropUnavailable } from "./lookup.ts";
+import { dropSyns, synDropUnavailable } from "./_syn_drop.ts";
 import { type Row, row, type Section } from "./_stats.ts";
 import { clientLabels, type ClientName, clientNames, makeClient } from "./_clients.ts";
 
@@ -154,17 +154,6 @@ async function droppedSyns(port: number): Promise<number> {
   return NaN;
 }
 
-async function iptables(action: "-I" | "-D", port: number): Promise<void> {
-  const out = await new Deno.Command("iptables", {
-    args: [action, "INPUT", "-p", "tcp", "--dport", String(port), "--syn", "-j", "DROP"],
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`iptables ${action} failed: ${new TextDecoder().decode(out.stderr).trim()}`);
-  }
-}
-
 interface Measured {
   syn: number[];
   syns: number[];
@@ -274,15 +263,7 @@ export async function runForwardingRules(options: ForwardingRulesOptions): Promi
   const node = startNode(() => state);
   const base = `http://127.0.0.1:${node.addr.port}`;
   const blackhole = synWhy === undefined ? freePort() : undefined;
-  let inserted = false;
-  const onSignal = () => {
-    if (blackhole !== undefined) {
-      new Deno.Command("iptables", {
-        args: ["-D", "INPUT", "-p", "tcp", "--dport", String(blackhole), "--syn", "-j", "DROP"],
-      }).outputSync();
-    }
-    Deno.exit(130);
-  };
+  let undrop: (() => Promise<void>) | undefined;
   const measured = Object.fromEntries(
     clientNames.map((n) => [n, {
       syn: [],
@@ -296,24 +277,14 @@ export async function runForwardingRules(options: ForwardingRulesOptions): Promi
     }]),
   ) as unknown as Record<ClientName, Measured>;
   try {
-    if (blackhole !== undefined) {
-      await iptables("-I", blackhole);
-      inserted = true;
-      // Ctrl-C would skip the finally: remove the rule on the way out then too.
-      Deno.addSignalListener("SIGINT", onSignal);
-      Deno.addSignalListener("SIGTERM", onSignal);
-    }
+    if (blackhole !== undefined) undrop = await dropSyns(blackhole);
     for (let r = 0; r < runs; r++) {
       for (const name of clientNames) {
         await checkClient(name, base, (s) => state = s, blackhole, boundMs, measured[name]);
       }
     }
   } finally {
-    if (inserted) {
-      Deno.removeSignalListener("SIGINT", onSignal);
-      Deno.removeSignalListener("SIGTERM", onSignal);
-      await iptables("-D", blackhole!);
-    }
+    await undrop?.();
     await node.shutdown();
   }
   const rows: Row[] = [];

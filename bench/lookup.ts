@@ -14,6 +14,7 @@ import { Fleet } from "../gateway/fleet.ts";
 import { Finder } from "../gateway/finder.ts";
 import { benchToken, checkIn, freePort, reading, startStubNodes } from "./_fixtures.ts";
 import { median, percentile, type Row, row, type Section } from "./_stats.ts";
+import { dropSyns, synDropUnavailable } from "./_syn_drop.ts";
 
 /** Options of the lookup benchmark. */
 export interface LookupOptions {
@@ -100,30 +101,6 @@ export interface SynDropOptions {
   timeoutMs?: number;
 }
 
-async function iptables(action: "-I" | "-D", port: number): Promise<void> {
-  const out = await new Deno.Command("iptables", {
-    args: [action, "INPUT", "-p", "tcp", "--dport", String(port), "--syn", "-j", "DROP"],
-    stdout: "null",
-    stderr: "piped",
-  }).output();
-  if (!out.success) {
-    throw new Error(`iptables ${action} failed: ${new TextDecoder().decode(out.stderr).trim()}`);
-  }
-}
-
-/** Why the SYN-drop benchmark cannot run here, or `undefined` when it can. */
-export async function synDropUnavailable(): Promise<string | undefined> {
-  if (Deno.uid() !== 0) return "not root, so iptables cannot drop SYNs on a loopback port";
-  try {
-    const out = await new Deno.Command("iptables", { args: ["-S", "INPUT"], stdout: "null" })
-      .output();
-    if (!out.success) return "iptables -S INPUT failed (no netfilter in this container?)";
-  } catch {
-    return "iptables is not installed";
-  }
-  return undefined;
-}
-
 /** Runs the lookup round with one of ten nodes dropping SYNs. */
 export async function runSynDrop(options: SynDropOptions): Promise<Section> {
   const { runs, timeoutMs = 2000 } = options;
@@ -135,23 +112,12 @@ export async function runSynDrop(options: SynDropOptions): Promise<Section> {
   const blackhole = freePort();
   const fleet = new Fleet();
   const rows: Row[] = [];
-  let inserted = false;
-  let onSignal: (() => void) | undefined;
+  let undrop: (() => Promise<void>) | undefined;
   try {
     stubs.ready.ports.forEach((p, i) => fleet.checkIn(checkIn(i, `http://127.0.0.1:${p}`)));
     fleet.checkIn(checkIn(9, `http://127.0.0.1:${blackhole}`, reading()));
     const finder = new Finder({ fleet, token: benchToken, timeoutMs });
-    await iptables("-I", blackhole);
-    inserted = true;
-    // Ctrl-C would skip the finally: remove the rule on the way out then too.
-    onSignal = () => {
-      new Deno.Command("iptables", {
-        args: ["-D", "INPUT", "-p", "tcp", "--dport", String(blackhole), "--syn", "-j", "DROP"],
-      }).outputSync();
-      Deno.exit(130);
-    };
-    Deno.addSignalListener("SIGINT", onSignal);
-    Deno.addSignalListener("SIGTERM", onSignal);
+    undrop = await dropSyns(blackhole);
     const took: number[] = [];
     for (let r = 0; r < runs; r++) {
       const t0 = performance.now();
@@ -166,11 +132,7 @@ export async function runSynDrop(options: SynDropOptions): Promise<Section> {
       met: took.every((t) => Math.abs(t - timeoutMs) <= timeoutMs * 0.05),
     }));
   } finally {
-    if (onSignal) {
-      Deno.removeSignalListener("SIGINT", onSignal);
-      Deno.removeSignalListener("SIGTERM", onSignal);
-    }
-    if (inserted) await iptables("-D", blackhole);
+    await undrop?.();
     fleet.close();
     await stubs.stop();
   }
