@@ -64,6 +64,8 @@ export function freePort(): number {
 export interface Child<T> {
   /** The first stdout line, parsed. */
   ready: T;
+  /** Its process id (for /proc readings). */
+  pid: number;
   /** Stops it (SIGTERM, then waits). */
   stop(): Promise<void>;
 }
@@ -120,6 +122,7 @@ export async function startChild<T>(
   let stopped = false;
   return {
     ready: JSON.parse(buf.slice(0, buf.indexOf("\n"))) as T,
+    pid: proc.pid,
     stop: async () => {
       if (stopped) return;
       stopped = true;
@@ -282,6 +285,9 @@ export async function startNode(
       DORMICE_NODE_ID: nodeId,
       DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
       DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+      // The faster engine (no WebSocket upgrades): these benchmarks measure what the gateway
+      // adds in front of a node, which a slower node would hide.
+      DORMICE_WEBSOCKETS: "off",
       ...(gateway ? { DORMICE_GATEWAY_ENDPOINT: gateway } : {}),
     },
     port,
@@ -359,4 +365,25 @@ export async function stopProcess(
   }, graceMs);
   await proc.status;
   clearTimeout(kill);
+}
+
+/**
+ * CPU time (user + system) each process has used so far, in ms, read from /proc with `cat`
+ * (Deno refuses /proc reads without --allow-all). Clock ticks are taken as 100 per second, the
+ * Linux default (`getconf CLK_TCK`).
+ */
+export async function cpuMs(pids: readonly number[]): Promise<number[]> {
+  const out = await new Deno.Command("cat", {
+    args: pids.map((pid) => `/proc/${pid}/stat`),
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`reading /proc/<pid>/stat failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return new TextDecoder().decode(out.stdout).trim().split("\n").map((line) => {
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    const fields = line.slice(line.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) * 10;
+  });
 }

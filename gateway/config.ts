@@ -53,7 +53,10 @@ export interface GatewayConfig {
   etcdLeaseSeconds: number;
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), lower case, maybe with `:port`; `null` for none. */
   sandboxDomain: string | null;
-  /** Whether sandbox ports take WebSocket upgrades here (`DORMICE_GATEWAY_WEBSOCKETS`). */
+  /**
+   * Whether sandbox ports take WebSocket upgrades here (`DORMICE_GATEWAY_WEBSOCKETS`): on by
+   * default when `DORMICE_SANDBOX_DOMAIN` is set, off otherwise.
+   */
   websockets: boolean;
   /** PEM certificate and key files (`DORMICE_GATEWAY_TLS_CERT`, `_KEY`); `null` serves plain HTTP. */
   tls: { certFile: string; keyFile: string } | null;
@@ -314,9 +317,12 @@ export function loadGatewayConfig(
     );
   }
   if (logLevel instanceof Error) errors.push(logLevel.message);
+  // On by default where sandbox ports face users (a sandbox domain): `getHost()` URLs then take
+  // WebSockets as E2B's do. Without a domain the faster engine serves (shared/serve.ts).
   const websockets = parseWebSocketSwitch(
     "DORMICE_GATEWAY_WEBSOCKETS",
     env.DORMICE_GATEWAY_WEBSOCKETS,
+    (env.DORMICE_SANDBOX_DOMAIN ?? "").trim() !== "",
   );
   if (websockets instanceof Error) errors.push(websockets.message);
   const config: GatewayConfig = {

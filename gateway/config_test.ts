@@ -162,14 +162,24 @@ Deno.test("loadGatewayConfig() wants both TLS files or neither", () => {
   assert.match(half.errors[0], /DORMICE_GATEWAY_TLS_KEY is not/);
 });
 
-Deno.test("DORMICE_GATEWAY_WEBSOCKETS turns upgrades on; anything but on/off is refused", () => {
-  const off = loadGatewayConfig({ DORMICE_API_TOKEN: token });
-  assert.ok(off.ok);
-  assert.equal(off.config.websockets, false);
+Deno.test("DORMICE_GATEWAY_WEBSOCKETS: on by default with a sandbox domain; anything but on/off/auto is refused", () => {
+  const plain = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(plain.ok);
+  assert.equal(plain.config.websockets, false, "no domain: the faster engine");
+  const domain = { DORMICE_API_TOKEN: token, DORMICE_SANDBOX_DOMAIN: "sbx.example.com" };
+  const withDomain = loadGatewayConfig(domain);
+  assert.ok(withDomain.ok);
+  assert.equal(withDomain.config.websockets, true, "a domain: getHost() URLs take WebSockets");
+  const forcedOff = loadGatewayConfig({ ...domain, DORMICE_GATEWAY_WEBSOCKETS: "off" });
+  assert.ok(forcedOff.ok);
+  assert.equal(forcedOff.config.websockets, false);
   const on = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_WEBSOCKETS: "on" });
   assert.ok(on.ok);
   assert.equal(on.config.websockets, true);
   const bad = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_WEBSOCKETS: "yes" });
   assert.ok(!bad.ok);
-  assert.match(bad.errors.join("\n"), /DORMICE_GATEWAY_WEBSOCKETS='yes' is not a switch: set 'on'/);
+  assert.match(
+    bad.errors.join("\n"),
+    /DORMICE_GATEWAY_WEBSOCKETS='yes' is not a switch: set 'on'.*\(off here\)/,
+  );
 });

@@ -113,7 +113,8 @@ const gateway = createGateway({
 });
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
-// (shared/serve.ts says what was measured). Upgrades only when asked: see DORMICE_*WEBSOCKETS.
+// (shared/serve.ts says what was measured). Upgrades with a sandbox domain, or as
+// DORMICE_GATEWAY_WEBSOCKETS says.
 const server = serveGuarded({
   hostname: config.host,
   port: config.port,

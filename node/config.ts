@@ -96,7 +96,7 @@ export interface NodeConfig {
   volumes: VolumeDecl[];
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), or `null`. */
   sandboxDomain: string | null;
-  /** Whether the port door takes WebSocket upgrades (`DORMICE_WEBSOCKETS`). */
+  /** Whether the port door takes WebSocket upgrades (`DORMICE_WEBSOCKETS`; on by default). */
   websockets: boolean;
   /** Cap of one JSON request body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
@@ -395,7 +395,9 @@ export function loadNodeConfig(
   const volumes = parseVolumes(get("DORMICE_VOLUMES"));
   if (typeof volumes === "string") refusals.push(volumes);
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
-  const websockets = parseWebSocketSwitch("DORMICE_WEBSOCKETS", get("DORMICE_WEBSOCKETS"));
+  // On by default: the gateway relays sandbox ports' WebSockets through this door, and a node's
+  // request rate is bound by its sandboxes long before the slower engine's (shared/serve.ts).
+  const websockets = parseWebSocketSwitch("DORMICE_WEBSOCKETS", get("DORMICE_WEBSOCKETS"), true);
   if (websockets instanceof Error) refusals.push(websockets.message);
 
   if (refusals.length > 0) return { ok: false, refusals };

@@ -31,7 +31,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     pools: [],
     volumes: [],
     sandboxDomain: null,
-    websockets: false,
+    websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
   });
@@ -238,15 +238,18 @@ Deno.test("loadNodeConfig() reads several gateways, comma-separated, and checks 
   );
 });
 
-Deno.test("DORMICE_WEBSOCKETS turns the port door's upgrades on; anything but on/off is refused", () => {
-  const off = loadNodeConfig({ DORMICE_API_TOKEN: token });
+Deno.test("DORMICE_WEBSOCKETS: the port door takes upgrades unless off; anything else is refused", () => {
+  const unset = loadNodeConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(unset.ok);
+  assert.equal(unset.config.websockets, true, "on by default: the gateway relays through it");
+  const auto = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "auto" });
+  assert.ok(auto.ok);
+  assert.equal(auto.config.websockets, true);
+  const off = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "Off" });
   assert.ok(off.ok);
   assert.equal(off.config.websockets, false);
-  const on = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "ON" });
-  assert.ok(on.ok);
-  assert.equal(on.config.websockets, true);
   assert.match(
     refusals({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "1" }).join("\n"),
-    /DORMICE_WEBSOCKETS='1' is not a switch/,
+    /DORMICE_WEBSOCKETS='1' is not a switch: .*unset for the default \(on here\)/,
   );
 });

@@ -138,7 +138,7 @@ try {
 }
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
-// (shared/serve.ts says what was measured). Upgrades only when asked: see DORMICE_*WEBSOCKETS.
+// (shared/serve.ts says what was measured). Upgrades unless DORMICE_WEBSOCKETS=off.
 const server = serveGuarded({
   hostname: config.host,
   port: config.port,

@@ -186,6 +186,49 @@ function guardSuite(upgrades: boolean) {
     await server.shutdown();
   });
 
+  Deno.test(name + " tells the handler of a client that hangs up before the head", async () => {
+    // A proxy ties its upstream request to request.signal and streams the body on: a client
+    // that leaves while the answer's head is still awaited must reach the handler, by the signal
+    // after a whole request, by the signal or a failing body read in the middle of a body.
+    for (const head of [GET, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nab"]) {
+      let seen!: (signal: AbortSignal) => void;
+      const arrived = new Promise<AbortSignal>((r) => seen = r);
+      let bodyFailed!: (failed: true) => void;
+      const failedBody = new Promise<true>((r) => bodyFailed = r);
+      const { server, port } = start({
+        handler: (request) => {
+          seen(request.signal);
+          request.body?.pipeTo(new WritableStream()).catch(() => bodyFailed(true));
+          // Answered at the abort, or after 3 s when none comes (so the shutdown is bounded).
+          return new Promise<Response>((resolve) => {
+            const answer = () => {
+              clearTimeout(fallback);
+              resolve(new Response("gone"));
+            };
+            const fallback = setTimeout(answer, 3000);
+            request.signal.addEventListener("abort", answer);
+          });
+        },
+      });
+      const c = await rawClient(port);
+      await c.write(head);
+      const signal = await arrived;
+      assert.equal(signal.aborted, false, "aborted before the client left");
+      c.close();
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const aborted = new Promise<true>((r) => {
+        if (signal.aborted) r(true);
+        signal.addEventListener("abort", () => r(true));
+      });
+      const late = new Promise<false>((r) => timer = setTimeout(() => r(false), 2000));
+      const told = head === GET ? aborted : Promise.race([aborted, failedBody]);
+      const outcome = await Promise.race([told, late]);
+      clearTimeout(timer);
+      assert.equal(outcome, true, `not told within 2 s of the hang-up (${head.split(" ")[0]})`);
+      await server.shutdown();
+    }
+  });
+
   Deno.test(
     name + " at its cap closes the longest-idle connection to admit a new one",
     async () => {
