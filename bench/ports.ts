@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { startChild, startGateway } from "./_fixtures.ts";
+import { cpuMs, startChild, startGateway } from "./_fixtures.ts";
 import { waitForNode } from "./forwarding.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";
 
@@ -109,11 +109,30 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
   // WebSockets on both hops, as an operator serving sandbox ports with them runs the fleet.
   const gw = await startGateway([], { DORMICE_GATEWAY_WEBSOCKETS: "on" });
   const stops: (() => Promise<void>)[] = [() => gw.stop()];
-  const keys = ["listener", "node", "gateway"] as const;
+  const keys = ["listener", "node", "gateway", "splice"] as const;
   type Key = typeof keys[number];
-  const down: Record<Key, number[]> = { listener: [], node: [], gateway: [] };
-  const up: Record<Key, number[]> = { listener: [], node: [], gateway: [] };
-  const rtt: Record<Key, number[]> = { listener: [], node: [], gateway: [] };
+  const lists = () =>
+    ({ listener: [], node: [], gateway: [], splice: [] }) as Record<Key, number[]>;
+  const down = lists(), up = lists();
+  let rtt = lists();
+  // CPU of each process over the measured transfers, per route and direction: [client, gateway,
+  // node process (door and listener), splice], in ms, and the transfers' wall time.
+  const usage = () =>
+    Object.fromEntries(keys.map((k) => [k, { ms: [0, 0, 0, 0], wallMs: 0 }])) as Record<
+      Key,
+      { ms: number[]; wallMs: number }
+    >;
+  const cpu = { down: usage(), up: usage() };
+  let pids: number[] = [];
+  const measured = async (dir: "down" | "up", k: Key, transfer: () => Promise<number>) => {
+    const before = await cpuMs(pids);
+    const t0 = performance.now();
+    const rate = await transfer();
+    cpu[dir][k].wallMs += performance.now() - t0;
+    const after = await cpuMs(pids);
+    after.forEach((v, i) => cpu[dir][k].ms[i] += v - before[i]);
+    return rate;
+  };
   // A route whose WebSocket fails is left out of the echo rows, with its error in the notes.
   const wsFailed = new Map<Key, string>();
   const echo = async (k: Key, route: Route, n: number) => {
@@ -135,6 +154,16 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       gw.url,
     ]);
     stops.unshift(() => child.stop());
+    // The runtime's floor for a hop: a TCP splice on Deno in front of the node's door.
+    const splice = await startChild<{ port: number }>([
+      "run",
+      "--frozen",
+      "--allow-net=127.0.0.1",
+      new URL("./_splice_proxy.ts", import.meta.url).pathname,
+      `127.0.0.1:${child.ready.port}`,
+    ]);
+    stops.unshift(() => splice.stop());
+    pids = [Deno.pid, gw.pid, child.pid, splice.pid];
     await waitForNode(gw.url, "bench-port-node");
     const id = child.ready.sandboxId;
     const routes: Record<Key, Route> = {
@@ -147,18 +176,24 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
         url: `${gw.url}/e2b/envd`,
         headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "8000" },
       },
+      splice: {
+        url: `http://127.0.0.1:${splice.ready.port}/e2b/ports/8000`,
+        headers: { "e2b-sandbox-id": id },
+      },
     };
     for (const k of keys) {
       await download(routes[k], 4); // warm-up: pools, JIT
       await upload(routes[k], 4);
       await echo(k, routes[k], 20);
-      rtt[k] = [];
     }
+    rtt = lists();
     for (let r = 0; r < runs; r++) {
       // Alternating the order spreads the machine's drift over both hops.
       const order = r % 2 === 0 ? keys : [...keys].reverse();
-      for (const k of order) down[k].push(await download(routes[k], mib));
-      for (const k of order) up[k].push(await upload(routes[k], mib));
+      for (const k of order) {
+        down[k].push(await measured("down", k, () => download(routes[k], mib)));
+      }
+      for (const k of order) up[k].push(await measured("up", k, () => upload(routes[k], mib)));
       for (const k of order) await echo(k, routes[k], trips);
     }
   } finally {
@@ -178,12 +213,66 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       met: ratio(up.gateway, up.node) >= 0.9,
     }),
     row("upload, straight to the listener", "MiB/s", up.listener, up.node),
+    row("download, through a Deno TCP splice and the node's door", "MiB/s", down.splice, down.node),
+    row("upload, through a Deno TCP splice and the node's door", "MiB/s", up.splice, up.node),
   ];
+  // What each hop costs in CPU: on a machine whose cores the transfer keeps busy, the extra
+  // hop's share of all CPU per MiB is the share of throughput it must take away.
+  const total = mib * runs;
+  const perMiB = (dir: "down" | "up", k: Key) => cpu[dir][k].ms.map((v) => v / total);
+  const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
+  const ceilings: string[] = [];
+  for (const [dir, word] of [["down", "download"], ["up", "upload"]] as const) {
+    const ref = perMiB(dir, "node"), via = perMiB(dir, "gateway");
+    const one = (label: string, v: number) => rows.push(row(label, "ms/MiB", [v], null));
+    one(`${word} CPU per MiB through the node's door: client + node process`, sum(ref));
+    one(`${word} CPU per MiB through the gateway: client`, via[0]);
+    one(`${word} CPU per MiB through the gateway: gateway`, via[1]);
+    one(`${word} CPU per MiB through the gateway: node process (door and listener)`, via[2]);
+    const busy = sum(cpu[dir].gateway.ms) / cpu[dir].gateway.wallMs;
+    rows.push(
+      row(`${word} through the gateway: cores busy (2 on this machine)`, "cores", [busy], null, {
+        digits: 2,
+      }),
+    );
+    const spliced = perMiB(dir, "splice");
+    one(`${word} CPU per MiB through the splice: the splice`, spliced[3]);
+    const ceiling = sum(ref) / sum(via);
+    const spliceCeiling = sum(ref) / sum(spliced);
+    rows.push(
+      row(
+        `${word}: CPU-bound ceiling of the two-hop ratio (reference CPU ÷ two-hop CPU per MiB)`,
+        "×",
+        [ceiling],
+        null,
+        { digits: 2 },
+      ),
+    );
+    ceilings.push(
+      `${word} ${ceiling.toFixed(2)} (the gateway's share ${
+        (via[1] / sum(via) * 100).toFixed(0)
+      }% of the two-hop CPU, ${busy.toFixed(2)} cores busy; with a TCP splice as the extra hop ${
+        spliceCeiling.toFixed(2)
+      }, the splice ${spliced[3].toFixed(2)} ms/MiB against the gateway's ${via[1].toFixed(2)})`,
+    );
+    rows.push(
+      row(
+        `${word}: the same ceiling with a TCP splice as the extra hop`,
+        "×",
+        [spliceCeiling],
+        null,
+        {
+          digits: 2,
+        },
+      ),
+    );
+  }
   const echoRef = wsFailed.has("node") ? rtt.listener : rtt.node;
   const echoRows: [Key, string][] = [
     ["node", "WebSocket echo p50, through the node's door"],
     ["gateway", "WebSocket echo p50, through the gateway and the node's door"],
     ["listener", "WebSocket echo p50, straight to the listener"],
+    ["splice", "WebSocket echo p50, through a Deno TCP splice and the node's door"],
   ];
   for (const [k, label] of echoRows) {
     if (!wsFailed.has(k)) rows.push(row(label, "ms", rtt[k], echoRef));
@@ -213,6 +302,11 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       }, upload ${ratio(up.gateway, up.node).toFixed(2)} of the node's door. Both hops ` +
       "share this machine's 2 cores with the client and the listener, so a bulk transfer's " +
       "extra hop costs CPU the one-hop path does not pay.",
+      "CPU per MiB is user + system time from /proc/<pid>/stat over all measured transfers of " +
+      "a route (10 ms ticks), for the client (this process), the gateway and the node's process " +
+      "(its door and the listener). When the transfer keeps every core busy, throughput goes " +
+      "as 1 ÷ CPU per MiB, so the reference path's CPU per MiB ÷ the two-hop path's is the " +
+      `highest two-hop ratio this machine allows: ${ceilings.join("; ")}.`,
       wsNote,
     ],
   };
