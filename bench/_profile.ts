@@ -4,12 +4,18 @@
  * self time by function, ours (this repository, not node_modules) marked. Not a section of
  * RESULTS.md: a tool for before/after figures of one change (issue 16).
  *
- * `deno run -A bench/_profile.ts [--client=h1|fetch] [--seconds=10] [--top=25]`
+ * With `--workload=upload` or `--workload=download` the gateway relays 64 MiB transfers to a
+ * sandbox port instead (bench/_port_node.ts, as bench/ports.ts does), `--transfers` of them, and
+ * the figure per request becomes per MiB.
+ *
+ * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download]
+ * [--seconds=10] [--transfers=8] [--top=25]`
  *
  * @module
  */
-import { benchToken, postJson, startGateway, startNode } from "./_fixtures.ts";
+import { benchToken, postJson, startChild, startGateway, startNode } from "./_fixtures.ts";
 import { waitForNode, wrk } from "./forwarding.ts";
+import { download, upload } from "./ports.ts";
 
 interface ProfileNode {
   id: number;
@@ -27,24 +33,63 @@ const flag = (name: string, fallback: string) =>
 const client = flag("client", "h1");
 const seconds = Number(flag("seconds", "10"));
 const top = Number(flag("top", "25"));
+const workload = flag("workload", "verb");
+const transfers = Number(flag("transfers", "8"));
+if (!["verb", "upload", "download"].includes(workload)) {
+  console.error(`--workload=${workload}: give verb, upload or download`);
+  Deno.exit(2);
+}
 const root = new URL("../", import.meta.url).href;
 
 const dir = await Deno.makeTempDir({ prefix: "dormice-prof-" });
+// Transfers go to a port as a gateway with a sandbox domain serves them: with WebSockets on.
 const gw = await startGateway(["--cpu-prof", `--cpu-prof-dir=${dir}`], {
   DORMICE_GATEWAY_NODE_CLIENT: client,
+  DORMICE_GATEWAY_WEBSOCKETS: workload === "verb" ? "off" : "on",
 });
-const node = await startNode("prof-node", gw.url);
-let result;
-try {
-  await waitForNode(gw.url, "prof-node");
-  const made = await postJson(`${gw.url}/acquireSandbox`, { name: "prof" });
-  if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status}`);
-  const env = { BENCH_TOKEN: benchToken, BENCH_NAME: "prof" };
-  await wrk(`${gw.url}/getSandboxMetrics`, 1, env);
-  result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env);
-} finally {
-  await gw.stop();
-  await node.stop();
+let result: { rps: number; p50: number | string; errors: number };
+/** Units of work profiled: requests for the verb, MiB for a transfer. */
+let units = 0;
+if (workload === "verb") {
+  const node = await startNode("prof-node", gw.url);
+  try {
+    await waitForNode(gw.url, "prof-node");
+    const made = await postJson(`${gw.url}/acquireSandbox`, { name: "prof" });
+    if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status}`);
+    const env = { BENCH_TOKEN: benchToken, BENCH_NAME: "prof" };
+    await wrk(`${gw.url}/getSandboxMetrics`, 1, env);
+    result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env);
+    units = result.rps * seconds;
+  } finally {
+    await gw.stop();
+    await node.stop();
+  }
+} else {
+  const child = await startChild<{ port: number; sandboxId: string }>([
+    "run",
+    "--frozen",
+    "--allow-net=127.0.0.1",
+    "--allow-env",
+    "--allow-read",
+    new URL("./_port_node.ts", import.meta.url).pathname,
+    gw.url,
+  ]);
+  try {
+    await waitForNode(gw.url, "bench-port-node");
+    const route = {
+      url: `${gw.url}/e2b/envd`,
+      headers: { "e2b-sandbox-id": child.ready.sandboxId, "e2b-sandbox-port": "8000" },
+    };
+    const move = workload === "upload" ? upload : download;
+    const rates: number[] = [];
+    for (let i = 0; i < transfers; i++) rates.push(await move(route, 64));
+    rates.sort((a, b) => a - b);
+    result = { rps: rates[Math.floor(rates.length / 2)], p50: "-", errors: 0 };
+    units = 64 * transfers;
+  } finally {
+    await gw.stop();
+    await child.stop();
+  }
 }
 const file = [...Deno.readDirSync(dir)].find((e) => e.name.endsWith(".cpuprofile"));
 if (file === undefined) throw new Error(`No .cpuprofile was written to ${dir}`);
@@ -73,10 +118,14 @@ for (const n of profile.nodes) {
 }
 const busy = total - idle;
 console.log(
-  `client=${client} ${result.rps.toFixed(0)} req/s p50 ${result.p50} ms errors ${result.errors}; ` +
+  `client=${client} workload=${workload} ${result.rps.toFixed(0)} ${
+    workload === "verb" ? "req/s" : "MiB/s (median)"
+  } p50 ${result.p50} ms errors ${result.errors}; ` +
     `profile ${(total / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(1)} s, ours ${
       (100 * ours / busy).toFixed(1)
-    }% of busy; µs of self time per request: ${(busy / (result.rps * seconds)).toFixed(1)}`,
+    }% of busy; µs of self time per ${workload === "verb" ? "request" : "MiB"}: ${
+      (busy / units).toFixed(1)
+    }`,
 );
 console.log("self % of busy  function (* = this repository)");
 for (const [k, us] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, top)) {

@@ -21,12 +21,14 @@ export interface PortsOptions {
   trips?: number;
 }
 
-interface Route {
+/** Where a transfer goes: a base URL and the headers that route it. */
+export interface Route {
   url: string;
   headers: Record<string, string>;
 }
 
-async function download(route: Route, mib: number): Promise<number> {
+/** Downloads `mib` MiB from the port's /bulk; returns MiB/s. */
+export async function download(route: Route, mib: number): Promise<number> {
   const t0 = performance.now();
   const res = await fetch(`${route.url}/bulk?mib=${mib}`, { headers: route.headers });
   if (res.status !== 200) throw new Error(`bulk answered ${res.status}: ${await res.text()}`);
@@ -37,7 +39,8 @@ async function download(route: Route, mib: number): Promise<number> {
   return mib / s;
 }
 
-async function upload(route: Route, mib: number): Promise<number> {
+/** Uploads `mib` MiB to the port's /sink in 256 KiB blocks; returns MiB/s. */
+export async function upload(route: Route, mib: number): Promise<number> {
   const block = new Uint8Array(256 * 1024).fill(121);
   let left = mib * 2 ** 20;
   const body = new ReadableStream<Uint8Array>({
