@@ -188,6 +188,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     "naive-h2",
     "splice",
     "js-server",
+    "raw-http",
   ] as const;
   type Key = typeof keys[number];
   const empty = () =>
@@ -253,6 +254,16 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       node.url,
     ]);
     started.push(jsServer);
+    // HTTP framed on bytes, no objects (bench/_raw_http_proxy.ts): the floor of a proxy that
+    // must find each message's end.
+    const rawHttp = await startChild<{ port: number }>([
+      "run",
+      "--frozen",
+      "--allow-net=127.0.0.1",
+      new URL("./_raw_http_proxy.ts", import.meta.url).pathname,
+      `127.0.0.1:${node.port}`,
+    ]);
+    started.push(rawHttp);
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: name };
     const targets: Record<Key, string> = {
       direct: node.url,
@@ -266,6 +277,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "naive-h2": await naiveWith("h2"),
       splice: `http://127.0.0.1:${splice.ready.port}`,
       "js-server": `http://127.0.0.1:${jsServer.ready.port}`,
+      "raw-http": `http://127.0.0.1:${rawHttp.ready.port}`,
     };
     for (const [key, url] of Object.entries(targets)) {
       const check = await postJson(`${url}/getSandboxMetrics`, { name });
@@ -337,6 +349,12 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       nginxRps,
     ),
     row(
+      "HTTP framed on bytes, no objects (the floor of an HTTP-aware proxy) throughput",
+      "req/s",
+      pick("raw-http", "rps"),
+      nginxRps,
+    ),
+    row(
       "Deno TCP splice throughput (the runtime's floor: no HTTP)",
       "req/s",
       pick("splice", "rps"),
@@ -396,6 +414,12 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       one("js-server").map((v, i) => v - d1[i]),
       nginx1,
     ),
+    row(
+      "HTTP framed on bytes, no objects added p50 at c1 (− direct)",
+      "ms",
+      one("raw-http").map((v, i) => v - d1[i]),
+      nginx1,
+    ),
     row("Deno TCP splice added p50 at c1 (− direct)", "ms", spliceAdded, nginx1),
   ];
   return {
@@ -406,7 +430,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the eleven targets in turn within each run; one node ` +
+      `measurement, the twelve targets in turn within each run; one node ` +
       `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
@@ -455,6 +479,17 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       } ms with Deno.serve, so Deno's HTTP server is not what keeps a proxy over nginx's ` +
       "latency: the HTTP work on top of the splice's four socket calls is, whichever server " +
       "or client does it.",
+      "The bytes-framed row (bench/_raw_http_proxy.ts) finds each message's end by scanning " +
+      "its bytes for the blank line and Content-Length, and passes the bytes on over one " +
+      "upstream connection per client connection: no string, Headers, Request or Response. " +
+      "It is the least an HTTP-aware proxy does (a gateway must know where a request ends to " +
+      `route the next one): ${
+        median(pick("raw-http", "rps").map((v, i) => v / nginxRps[i])).toFixed(2)
+      }× nginx's throughput and ${
+        median(one("raw-http").map((v, i) => v - d1[i])).toFixed(3)
+      } ms added at c1 (${
+        (median(one("raw-http").map((v, i) => v - d1[i])) / median(nginxAdded)).toFixed(1)
+      }× nginx's). What a gateway adds over it is the price of its objects and its own work.`,
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx.",
     ],

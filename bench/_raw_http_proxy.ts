@@ -1,0 +1,117 @@
+/**
+ * The floor of an HTTP-aware proxy on Deno, for the forwarding benchmark: each request and each
+ * answer is framed on its bytes (the head's end and its Content-Length found by scanning, no
+ * string, no Headers, no Request or Response object), and passed on as the bytes that came,
+ * over one upstream connection per client connection. A gateway must do at least this per
+ * request (find where a message ends, to route the next one) on top of what the TCP splice
+ * does; what it adds over this row is its own work. A measuring stick: Content-Length bodies
+ * only, no chunked messages, no limits beyond a 64 KiB head. Prints `{"port":N}` once listening.
+ *
+ * Usage: deno run --allow-net=127.0.0.1 bench/_raw_http_proxy.ts 127.0.0.1:3676
+ *
+ * @module
+ */
+const [hostname, portText] = (Deno.args[0] ?? "").split(":");
+const upstreamPort = Number(portText);
+if (!hostname || !Number.isInteger(upstreamPort)) {
+  console.error("Give the upstream as host:port, e.g. 127.0.0.1:3676");
+  Deno.exit(2);
+}
+const CAPACITY = 64 * 1024;
+const NEEDLE = new TextEncoder().encode("content-length:");
+
+/** Bytes read from one side of the proxy, with the unframed ones kept in front. */
+class Side {
+  readonly conn: Deno.TcpConn;
+  buf = new Uint8Array(CAPACITY);
+  start = 0;
+  end = 0;
+  constructor(conn: Deno.TcpConn) {
+    this.conn = conn;
+  }
+  async fill(): Promise<boolean> {
+    if (this.start === this.end) this.start = this.end = 0;
+    else if (this.end === this.buf.length) {
+      this.buf.copyWithin(0, this.start, this.end);
+      this.end -= this.start;
+      this.start = 0;
+    }
+    if (this.end === this.buf.length) return false;
+    const n = await this.conn.read(this.buf.subarray(this.end));
+    if (n === null) return false;
+    this.end += n;
+    return true;
+  }
+  /** The length of the next message's head (through its blank line), or -1 at the end. */
+  async head(): Promise<number> {
+    for (;;) {
+      const b = this.buf;
+      for (let i = this.start; i + 3 < this.end; i++) {
+        if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) {
+          return i + 4 - this.start;
+        }
+      }
+      if (!(await this.fill())) return -1;
+    }
+  }
+  /** The Content-Length in the head of `headLength` bytes at `start` (0 when there is none). */
+  contentLength(headLength: number): number {
+    const b = this.buf, stop = this.start + headLength;
+    for (let i = this.start; i + NEEDLE.length < stop; i++) {
+      if (b[i - 1] !== 10) continue;
+      let j = 0;
+      while (j < NEEDLE.length && (b[i + j] | 0x20) === NEEDLE[j]) j++;
+      if (j < NEEDLE.length) continue;
+      let n = 0;
+      for (let k = i + j; k < stop && b[k] !== 13; k++) {
+        if (b[k] >= 48 && b[k] <= 57) n = n * 10 + b[k] - 48;
+      }
+      return n;
+    }
+    return 0;
+  }
+  /** Writes the next `n` bytes (read as they come) to `to`. */
+  async pass(n: number, to: Deno.TcpConn): Promise<boolean> {
+    while (n > 0) {
+      if (this.start === this.end && !(await this.fill())) return false;
+      const take = Math.min(n, this.end - this.start);
+      let at = 0;
+      while (at < take) at += await to.write(this.buf.subarray(this.start + at, this.start + take));
+      this.start += take;
+      n -= take;
+    }
+    return true;
+  }
+}
+
+async function proxy(client: Deno.TcpConn): Promise<void> {
+  const upstream = await Deno.connect({ hostname, port: upstreamPort });
+  client.setNoDelay(true);
+  upstream.setNoDelay(true);
+  const down = new Side(client), up = new Side(upstream);
+  try {
+    for (;;) {
+      const requestHead = await down.head();
+      if (requestHead < 0) return;
+      if (!(await down.pass(requestHead + down.contentLength(requestHead), upstream))) return;
+      const answerHead = await up.head();
+      if (answerHead < 0) return;
+      if (!(await up.pass(answerHead + up.contentLength(answerHead), client))) return;
+    }
+  } finally {
+    upstream.close();
+  }
+}
+
+const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+console.log(JSON.stringify({ port: (listener.addr as Deno.NetAddr).port }));
+Deno.addSignalListener("SIGTERM", () => Deno.exit(0));
+for await (const conn of listener) {
+  proxy(conn).catch(() => {}).finally(() => {
+    try {
+      conn.close();
+    } catch {
+      // Closed already.
+    }
+  });
+}
