@@ -6,10 +6,11 @@
  *
  * With `--workload=upload` or `--workload=download` the gateway relays 64 MiB transfers to a
  * sandbox port instead (bench/_port_node.ts, as bench/ports.ts does), `--transfers` of them, and
- * the figure per request becomes per MiB.
+ * the figure per request becomes per MiB. `--websockets=on|off` picks the gateway's engine
+ * (DORMICE_GATEWAY_WEBSOCKETS; off for the verb and on for transfers by default).
  *
  * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download]
- * [--seconds=10] [--transfers=8] [--top=25]`
+ * [--websockets=on|off] [--seconds=10] [--transfers=8] [--top=25]`
  *
  * @module
  */
@@ -35,6 +36,8 @@ const seconds = Number(flag("seconds", "10"));
 const top = Number(flag("top", "25"));
 const workload = flag("workload", "verb");
 const transfers = Number(flag("transfers", "8"));
+// The gateway's engine: on is Deno.serveHttp (WebSockets), off Deno's per-connection server.
+const websockets = flag("websockets", workload === "verb" ? "off" : "on");
 if (!["verb", "upload", "download"].includes(workload)) {
   console.error(`--workload=${workload}: give verb, upload or download`);
   Deno.exit(2);
@@ -45,7 +48,7 @@ const dir = await Deno.makeTempDir({ prefix: "dormice-prof-" });
 // Transfers go to a port as a gateway with a sandbox domain serves them: with WebSockets on.
 const gw = await startGateway(["--cpu-prof", `--cpu-prof-dir=${dir}`], {
   DORMICE_GATEWAY_NODE_CLIENT: client,
-  DORMICE_GATEWAY_WEBSOCKETS: workload === "verb" ? "off" : "on",
+  DORMICE_GATEWAY_WEBSOCKETS: websockets,
 });
 let result: { rps: number; p50: number | string; errors: number };
 /** Units of work profiled: requests for the verb, MiB for a transfer. */
