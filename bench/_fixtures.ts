@@ -259,6 +259,25 @@ export async function startGateway(
   );
 }
 
+/**
+ * Starts one of bench/'s helper scripts (`name`, e.g. `_splice_proxy.ts`) with loopback network
+ * access and `permissions` more, and waits for its first stdout line (JSON).
+ */
+export function startScript<T>(
+  name: string,
+  args: string[],
+  permissions: string[] = [],
+): Promise<Child<T>> {
+  return startChild<T>([
+    "run",
+    "--frozen",
+    "--allow-net=127.0.0.1",
+    ...permissions,
+    new URL(`./${name}`, import.meta.url).pathname,
+    ...args,
+  ]);
+}
+
 /** Starts `node/main.ts` on the fake executor, checking in to `gateway` when given. */
 export async function startNode(
   nodeId: string,

@@ -14,9 +14,9 @@
  *
  * @module
  */
-import { benchToken, postJson, startChild, startGateway, startNode } from "./_fixtures.ts";
+import { benchToken, postJson, startGateway, startNode } from "./_fixtures.ts";
 import { waitForNode, wrk } from "./forwarding.ts";
-import { download, upload } from "./ports.ts";
+import { download, startPortNode, upload } from "./ports.ts";
 
 interface ProfileNode {
   id: number;
@@ -68,15 +68,7 @@ if (workload === "verb") {
     await node.stop();
   }
 } else {
-  const child = await startChild<{ port: number; sandboxId: string }>([
-    "run",
-    "--frozen",
-    "--allow-net=127.0.0.1",
-    "--allow-env",
-    "--allow-read",
-    new URL("./_port_node.ts", import.meta.url).pathname,
-    gw.url,
-  ]);
+  const child = await startPortNode(gw.url);
   try {
     await waitForNode(gw.url, "bench-port-node");
     const route = {

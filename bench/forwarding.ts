@@ -14,9 +14,9 @@ import {
   type Daemon,
   freePort,
   postJson,
-  startChild,
   startGateway,
   startNode,
+  startScript,
   stopProcess,
 } from "./_fixtures.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";
@@ -224,43 +224,23 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     started.push(nginx);
     // The same bare proxy with each HTTP client the runtime offers (issue 16).
     const naiveWith = async (client: string) => {
-      const child = await startChild<{ port: number }>([
-        "run",
-        "--frozen",
-        "--allow-net=127.0.0.1",
+      const child = await startScript<{ port: number }>("_naive_proxy.ts", [node.url, client], [
         "--allow-env",
-        new URL("./_naive_proxy.ts", import.meta.url).pathname,
-        node.url,
-        client,
       ]);
       started.push(child);
       return `http://127.0.0.1:${child.ready.port}`;
     };
     // The runtime's floor: a TCP splice on Deno, no HTTP at all (bench/_splice_proxy.ts).
-    const splice = await startChild<{ port: number }>([
-      "run",
-      "--frozen",
-      "--allow-net=127.0.0.1",
-      new URL("./_splice_proxy.ts", import.meta.url).pathname,
+    const splice = await startScript<{ port: number }>("_splice_proxy.ts", [
       `127.0.0.1:${node.port}`,
     ]);
     started.push(splice);
     // The naive h1 proxy without Deno's HTTP server (bench/_js_server_proxy.ts).
-    const jsServer = await startChild<{ port: number }>([
-      "run",
-      "--frozen",
-      "--allow-net=127.0.0.1",
-      new URL("./_js_server_proxy.ts", import.meta.url).pathname,
-      node.url,
-    ]);
+    const jsServer = await startScript<{ port: number }>("_js_server_proxy.ts", [node.url]);
     started.push(jsServer);
     // HTTP framed on bytes, no objects (bench/_raw_http_proxy.ts): the floor of a proxy that
     // must find each message's end.
-    const rawHttp = await startChild<{ port: number }>([
-      "run",
-      "--frozen",
-      "--allow-net=127.0.0.1",
-      new URL("./_raw_http_proxy.ts", import.meta.url).pathname,
+    const rawHttp = await startScript<{ port: number }>("_raw_http_proxy.ts", [
       `127.0.0.1:${node.port}`,
     ]);
     started.push(rawHttp);

@@ -7,7 +7,7 @@
  *
  * @module
  */
-import { cpuMs, startChild, startGateway } from "./_fixtures.ts";
+import { type Child, cpuMs, startGateway, startScript } from "./_fixtures.ts";
 import { waitForNode } from "./forwarding.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";
 
@@ -106,6 +106,16 @@ async function roundTrips(route: Route, trips: number): Promise<number> {
   return median(took);
 }
 
+/**
+ * Starts bench/_port_node.ts checking in to `gateway`: the node app on the fake executor with one
+ * sandbox whose port 8000 is a listener in the same process.
+ */
+export function startPortNode(
+  gateway: string,
+): Promise<Child<{ port: number; sandboxId: string; listener: number }>> {
+  return startScript("_port_node.ts", [gateway], ["--allow-env", "--allow-read"]);
+}
+
 /** Runs the port benchmark. */
 export async function runPorts(options: PortsOptions): Promise<Section> {
   const { runs, mib = 64, trips = 300 } = options;
@@ -147,22 +157,10 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
     }
   };
   try {
-    const child = await startChild<{ port: number; sandboxId: string; listener: number }>([
-      "run",
-      "--frozen",
-      "--allow-net=127.0.0.1",
-      "--allow-env",
-      "--allow-read",
-      new URL("./_port_node.ts", import.meta.url).pathname,
-      gw.url,
-    ]);
+    const child = await startPortNode(gw.url);
     stops.unshift(() => child.stop());
     // The runtime's floor for a hop: a TCP splice on Deno in front of the node's door.
-    const splice = await startChild<{ port: number }>([
-      "run",
-      "--frozen",
-      "--allow-net=127.0.0.1",
-      new URL("./_splice_proxy.ts", import.meta.url).pathname,
+    const splice = await startScript<{ port: number }>("_splice_proxy.ts", [
       `127.0.0.1:${child.ready.port}`,
     ]);
     stops.unshift(() => splice.stop());
