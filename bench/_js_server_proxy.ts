@@ -70,7 +70,7 @@ async function serve(conn: Deno.TcpConn): Promise<void> {
       }
     }
     const length = Number(lines.find((l) => /^content-length:/i.test(l))?.split(":")[1] ?? 0);
-    let body: Uint8Array | undefined;
+    let body: Uint8Array<ArrayBuffer> | undefined;
     if (length > 0) {
       body = new Uint8Array(length);
       let got = 0;
