@@ -319,10 +319,11 @@ export function loadGatewayConfig(
   if (logLevel instanceof Error) errors.push(logLevel.message);
   // On by default where sandbox ports face users (a sandbox domain): `getHost()` URLs then take
   // WebSockets as E2B's do. Without a domain the faster engine serves (shared/serve.ts).
+  const domain = sandboxDomain(env.DORMICE_SANDBOX_DOMAIN, errors);
   const websockets = parseWebSocketSwitch(
     "DORMICE_GATEWAY_WEBSOCKETS",
     env.DORMICE_GATEWAY_WEBSOCKETS,
-    (env.DORMICE_SANDBOX_DOMAIN ?? "").trim() !== "",
+    domain !== null,
   );
   if (websockets instanceof Error) errors.push(websockets.message);
   const config: GatewayConfig = {
@@ -391,7 +392,7 @@ export function loadGatewayConfig(
       "a whole number of seconds from 2 to 300",
       errors,
     ),
-    sandboxDomain: sandboxDomain(env.DORMICE_SANDBOX_DOMAIN, errors),
+    sandboxDomain: domain,
     websockets: websockets === true,
     tls: tls(env, errors),
   };
