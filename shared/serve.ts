@@ -394,18 +394,11 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     completed.catch(() => {});
     const compressible = acceptsCompression(event.request);
     const body = event.request.body === null ? null : new DrainableBody(event.request.body);
-    event.request.signal.addEventListener(
-      "abort",
-      () => hangUp.abort(event.request.signal.reason),
-      {
-        once: true,
-      },
-    );
+    // The server's own signal (it aborts once the answer is done) or the hang-up, first of both.
+    const signal = AbortSignal.any([event.request.signal, hangUp.signal]);
     const request = new Request(
       event.request,
-      (body === null
-        ? { signal: hangUp.signal }
-        : { body: body.stream, duplex: "half", signal: hangUp.signal }) as RequestInit,
+      (body === null ? { signal } : { body: body.stream, duplex: "half", signal }) as RequestInit,
     );
     let response: Response;
     try {
