@@ -248,6 +248,9 @@ Deno.test("DORMICE_WEBSOCKETS: the port door takes upgrades unless off; anything
   const off = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "Off" });
   assert.ok(off.ok);
   assert.equal(off.config.websockets, false);
+  const on = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "ON" });
+  assert.ok(on.ok);
+  assert.equal(on.config.websockets, true);
   assert.match(
     refusals({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "1" }).join("\n"),
     /DORMICE_WEBSOCKETS='1' is not a switch: .*unset for the default \(on here\)/,
