@@ -282,10 +282,12 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     dRps = pick("direct", "rps");
   const nginxP50 = pick("nginx", "p50");
   const nginx1 = one("nginx"), gw1 = one("gateway"), d1 = one("direct");
-  const nginxAdded = nginx1.map((v, i) => v - d1[i]);
-  const gwAdded = gw1.map((v, i) => v - d1[i]);
+  /** What `k` adds to the direct p50 at c1, per run. */
+  const added = (k: Key) => one(k).map((v, i) => v - d1[i]);
+  const nginxAdded = added("nginx");
+  const gwAdded = added("gateway");
   const gwfRps = pick("gateway-fetch", "rps");
-  const gwfAdded = one("gateway-fetch").map((v, i) => v - d1[i]);
+  const gwfAdded = added("gateway-fetch");
   const errors = [...Object.values(results), ...Object.values(single)].flat()
     .reduce((a, x) => a + x.errors, 0);
   const rpsRatio = gwRps.map((v, i) => v / nginxRps[i]);
@@ -293,7 +295,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   // so the target compares the medians over runs rather than per-run ratios.
   const addedRatio = median(gwAdded) / median(nginxAdded);
   const spliceRps = pick("splice", "rps");
-  const spliceAdded = one("splice").map((v, i) => v - d1[i]);
+  const spliceAdded = added("splice");
   const rows: Row[] = [
     row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
     row("direct to the node throughput", "req/s", dRps, nginxRps),
@@ -361,43 +363,43 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     row(
       "naive Deno proxy added p50 at c1 (− direct)",
       "ms",
-      one("naive").map((v, i) => v - d1[i]),
+      added("naive"),
       nginx1,
     ),
     row(
       "naive node:http proxy added p50 at c1 (− direct)",
       "ms",
-      one("naive-node-http").map((v, i) => v - d1[i]),
+      added("naive-node-http"),
       nginx1,
     ),
     row(
       "naive undici proxy added p50 at c1 (− direct)",
       "ms",
-      one("naive-undici").map((v, i) => v - d1[i]),
+      added("naive-undici"),
       nginx1,
     ),
     row(
       "naive HTTP/1.1 client proxy added p50 at c1 (− direct)",
       "ms",
-      one("naive-h1").map((v, i) => v - d1[i]),
+      added("naive-h1"),
       nginx1,
     ),
     row(
       "naive h2c proxy added p50 at c1 (− direct)",
       "ms",
-      one("naive-h2").map((v, i) => v - d1[i]),
+      added("naive-h2"),
       nginx1,
     ),
     row(
       "naive HTTP/1.1 client proxy behind a JS HTTP server added p50 at c1 (− direct)",
       "ms",
-      one("js-server").map((v, i) => v - d1[i]),
+      added("js-server"),
       nginx1,
     ),
     row(
       "HTTP framed on bytes, no objects added p50 at c1 (− direct)",
       "ms",
-      one("raw-http").map((v, i) => v - d1[i]),
+      added("raw-http"),
       nginx1,
     ),
     row("Deno TCP splice added p50 at c1 (− direct)", "ms", spliceAdded, nginx1),
@@ -420,9 +422,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         median(gwRps.map((v, i) => v / pick("naive", "rps")[i])).toFixed(2)
       }; gateway added p50 ÷ nginx added ` +
       `p50 (medians) ${addedRatio.toFixed(1)}.`,
-      `At c1 the naive Deno proxy adds ${
-        median(one("naive").map((v, i) => v - d1[i])).toFixed(3)
-      } ms ` +
+      `At c1 the naive Deno proxy adds ${median(added("naive")).toFixed(3)} ms ` +
       `and nginx ${
         median(nginxAdded).toFixed(3)
       } ms: a serve + fetch hop in this runtime costs more ` +
@@ -454,8 +454,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       }× nginx's added p50. Where the splice misses a target, no gateway on Deno 2.9.6 meets it.`,
       "The JS-server row (bench/_js_server_proxy.ts) is the naive h1_client proxy behind a " +
       "minimal HTTP/1.1 server written in JS over Deno.listen instead of Deno.serve: it adds " +
-      `${median(one("js-server").map((v, i) => v - d1[i])).toFixed(3)} ms at c1 against ${
-        median(one("naive-h1").map((v, i) => v - d1[i])).toFixed(3)
+      `${median(added("js-server")).toFixed(3)} ms at c1 against ${
+        median(added("naive-h1")).toFixed(3)
       } ms with Deno.serve, so Deno's HTTP server is not what keeps a proxy over nginx's ` +
       "latency: the HTTP work on top of the splice's four socket calls is, whichever server " +
       "or client does it.",
@@ -465,10 +465,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "It is the least an HTTP-aware proxy does (a gateway must know where a request ends to " +
       `route the next one): ${
         median(pick("raw-http", "rps").map((v, i) => v / nginxRps[i])).toFixed(2)
-      }× nginx's throughput and ${
-        median(one("raw-http").map((v, i) => v - d1[i])).toFixed(3)
-      } ms added at c1 (${
-        (median(one("raw-http").map((v, i) => v - d1[i])) / median(nginxAdded)).toFixed(1)
+      }× nginx's throughput and ${median(added("raw-http")).toFixed(3)} ms added at c1 (${
+        (median(added("raw-http")) / median(nginxAdded)).toFixed(1)
       }× nginx's). What a gateway adds over it is the price of its objects and its own work.`,
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx.",

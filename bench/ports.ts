@@ -223,49 +223,45 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
   const perMiB = (dir: "down" | "up", k: Key) => cpu[dir][k].ms.map((v) => v / total);
   const sum = (xs: number[]) => xs.reduce((a, b) => a + b, 0);
   const ceilings: string[] = [];
+  /** One figure over all runs (no per-run values, no reference). */
+  const single = (label: string, unit: string, v: number, extra: Partial<Row> = {}) =>
+    rows.push(row(label, unit, [v], null, extra));
   for (const [dir, word] of [["down", "download"], ["up", "upload"]] as const) {
-    const ref = perMiB(dir, "node"), via = perMiB(dir, "gateway");
-    const one = (label: string, v: number) => rows.push(row(label, "ms/MiB", [v], null));
-    one(`${word} CPU per MiB through the node's door: client + node process`, sum(ref));
-    one(`${word} CPU per MiB through the gateway: client`, via[0]);
-    one(`${word} CPU per MiB through the gateway: gateway`, via[1]);
-    one(`${word} CPU per MiB through the gateway: node process (door and listener)`, via[2]);
+    const ref = perMiB(dir, "node"), via = perMiB(dir, "gateway"), spliced = perMiB(dir, "splice");
     const busy = sum(cpu[dir].gateway.ms) / cpu[dir].gateway.wallMs;
-    rows.push(
-      row(`${word} through the gateway: cores busy (2 on this machine)`, "cores", [busy], null, {
-        digits: 2,
-      }),
-    );
-    const spliced = perMiB(dir, "splice");
-    one(`${word} CPU per MiB through the splice: the splice`, spliced[3]);
     const ceiling = sum(ref) / sum(via);
     const spliceCeiling = sum(ref) / sum(spliced);
-    rows.push(
-      row(
-        `${word}: CPU-bound ceiling of the two-hop ratio (reference CPU ÷ two-hop CPU per MiB)`,
-        "×",
-        [ceiling],
-        null,
-        { digits: 2 },
-      ),
+    single(
+      `${word} CPU per MiB through the node's door: client + node process`,
+      "ms/MiB",
+      sum(ref),
     );
+    single(`${word} CPU per MiB through the gateway: client`, "ms/MiB", via[0]);
+    single(`${word} CPU per MiB through the gateway: gateway`, "ms/MiB", via[1]);
+    single(
+      `${word} CPU per MiB through the gateway: node process (door and listener)`,
+      "ms/MiB",
+      via[2],
+    );
+    single(`${word} through the gateway: cores busy (2 on this machine)`, "cores", busy, {
+      digits: 2,
+    });
+    single(`${word} CPU per MiB through the splice: the splice`, "ms/MiB", spliced[3]);
+    single(
+      `${word}: CPU-bound ceiling of the two-hop ratio (reference CPU ÷ two-hop CPU per MiB)`,
+      "×",
+      ceiling,
+      { digits: 2 },
+    );
+    single(`${word}: the same ceiling with a TCP splice as the extra hop`, "×", spliceCeiling, {
+      digits: 2,
+    });
     ceilings.push(
       `${word} ${ceiling.toFixed(2)} (the gateway's share ${
         (via[1] / sum(via) * 100).toFixed(0)
       }% of the two-hop CPU, ${busy.toFixed(2)} cores busy; with a TCP splice as the extra hop ${
         spliceCeiling.toFixed(2)
       }, the splice ${spliced[3].toFixed(2)} ms/MiB against the gateway's ${via[1].toFixed(2)})`,
-    );
-    rows.push(
-      row(
-        `${word}: the same ceiling with a TCP splice as the extra hop`,
-        "×",
-        [spliceCeiling],
-        null,
-        {
-          digits: 2,
-        },
-      ),
     );
   }
   const echoRef = wsFailed.has("node") ? rtt.listener : rtt.node;
