@@ -6,18 +6,7 @@
 import assert from "node:assert/strict";
 import type { FsChange } from "./contract.ts";
 import { type Case, contractSuite, encoder, rejectsWith, run } from "./_contract_fixtures_test.ts";
-
-/** `bytes` as a stream of `size`-byte chunks. */
-function chunks(bytes: Uint8Array, size: number): ReadableStream<Uint8Array> {
-  let at = 0;
-  return new ReadableStream({
-    pull(c) {
-      if (at >= bytes.length) return c.close();
-      c.enqueue(bytes.slice(at, at + size));
-      at += size;
-    },
-  });
-}
+import { chunked } from "../../shared/_stream_fixtures_test.ts";
 
 /** Waits until `check()` holds, up to `ms` (a watch sees a command's change within an interval). */
 async function until(what: string, check: () => boolean, ms = 5_000): Promise<void> {
@@ -52,17 +41,17 @@ const cases: Record<string, Case> = {
     for (let i = 0; i < size; i++) data[i] = (i * 13 + (i >> 10)) & 0xff;
     const entry = await ex.writeFile(id, "/tmp/streamed/deep/big.bin", {
       size,
-      stream: chunks(data, 64 * 1024),
+      stream: chunked(data, 64 * 1024),
     });
     assert.equal(entry.size, size);
     assert.equal(entry.path, "/tmp/streamed/deep/big.bin");
     assert.deepEqual(await ex.readFile(id, "/tmp/streamed/deep/big.bin"), data);
     await rejectsWith(
-      ex.writeFile(id, "/tmp/short.bin", { size: 10, stream: chunks(data.subarray(0, 5), 5) }),
+      ex.writeFile(id, "/tmp/short.bin", { size: 10, stream: chunked(data.subarray(0, 5), 5) }),
       "invalid",
     );
     await rejectsWith(
-      ex.writeFile(id, "/tmp/long.bin", { size: 5, stream: chunks(data.subarray(0, 10), 5) }),
+      ex.writeFile(id, "/tmp/long.bin", { size: 5, stream: chunked(data.subarray(0, 10), 5) }),
       "invalid",
     );
     // A stream that fails is that failure, not an engine error.

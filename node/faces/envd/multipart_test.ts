@@ -1,18 +1,7 @@
 import assert from "node:assert/strict";
 import { HttpError } from "../../../shared/http_error.ts";
 import { multipartBoundary, readMultipart } from "./multipart.ts";
-
-/** `bytes` as a stream cut into chunks of `size` bytes (the last one shorter). */
-function chunked(bytes: Uint8Array, size: number): ReadableStream<Uint8Array> {
-  let at = 0;
-  return new ReadableStream({
-    pull(c) {
-      if (at >= bytes.length) return c.close();
-      c.enqueue(bytes.slice(at, at + size));
-      at += size;
-    },
-  });
-}
+import { chunked } from "../../../shared/_stream_fixtures_test.ts";
 
 /** A FormData encoded the way fetch sends it: its boundary and its bytes. */
 async function encode(form: FormData): Promise<{ boundary: string; bytes: Uint8Array }> {
