@@ -19,6 +19,7 @@
  *
  * @module
  */
+import { sentUrl } from "../shared/h1_server.ts";
 import { statusToConnectCode } from "../shared/connect_codes.ts";
 
 /** The hop marker: the comma-separated ids of the gateways a request went through. */
@@ -184,7 +185,7 @@ function refusal(status: number, message: string, path: string): Response {
  * ```
  */
 export function doorAnswer(request: Request, instanceId: string): Response | undefined {
-  const url = request.url;
+  const url = sentUrl(request);
   if (markerNames(request.headers.get(HOP_HEADER), instanceId)) {
     return refusal(
       508,

@@ -65,6 +65,15 @@ export {
   serveGuarded,
 } from "./serve.ts";
 export {
+  type BytesLane,
+  type H1ServeOptions,
+  HeadError,
+  type LaneExchange,
+  RequestHead,
+  sentUrl,
+  serveH1,
+} from "./h1_server.ts";
+export {
   DEFAULT_TEAM,
   splitTeamScopedName,
   TEAM_HEADER,

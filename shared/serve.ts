@@ -27,11 +27,16 @@
  * and resets the connection if the body was begun, so an early answer (a 413 at a cap) first
  * reads the rest, within a bound. What stays is its speed: 0.6–0.7× the requests per second.
  *
+ * With `engine: "bytes"` (and no `upgrades`) each connection goes to the bytes engine instead
+ * (`h1_server.ts`): HTTP/1.1 written here on the socket, under the same guard, which can hand the
+ * requests a `lane` claims to it before any `Request` is made (the gateway's routed verbs).
+ *
  * @module
  */
 import { type Clock, systemClock } from "./clock.ts";
 import { ChangeLog, type Log, silentLog } from "./log.ts";
 import { StreamCut } from "./stream_cut.ts";
+import { type BytesLane, serveH1 } from "./h1_server.ts";
 import {
   acceptsCompression,
   DrainableBody,
@@ -113,6 +118,14 @@ export interface GuardedServeOptions {
    * With `false` (the default) an upgrade request is answered 501, saying so.
    */
   upgrades?: boolean;
+  /**
+   * The HTTP engine of a server without `upgrades`: `"deno"` (Deno's per-connection server, the
+   * default) or `"bytes"` (`h1_server.ts`, HTTP/1.1 written here on the socket, which serves
+   * `lane`'s requests from their bytes). With `upgrades`, `Deno.serveHttp` serves either way.
+   */
+  engine?: "deno" | "bytes";
+  /** Requests the bytes engine answers from their bytes (the gateway's routed verbs). */
+  lane?: BytesLane;
   /** Called once the listener is bound. */
   onListen?: (addr: Deno.NetAddr) => void;
   /**
@@ -422,7 +435,27 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     }
   };
 
-  const serveConnection = options.upgrades && serveLegacy ? serveUpgrading : serveFast;
+  /** The bytes engine: HTTP/1.1 of our own on the socket (`h1_server.ts`). */
+  const serveBytes = (conn: Deno.TcpConn | Deno.TlsConn, c: Watched): Promise<void> => {
+    // An answer is one write, sent at once: nothing to gain from Nagle's wait for an ACK.
+    if ("setNoDelay" in conn) conn.setNoDelay(true);
+    return serveH1(conn, {
+      handler: (request, info) =>
+        asksWebSocket(request) ? notUpgradable() : options.handler(request, info),
+      onError,
+      scheme: options.tls ? "https" : "http",
+      stop: c.stop.signal,
+      begun: () => c.inFlight++,
+      ended: () => answered(c),
+      lane: options.lane,
+    });
+  };
+
+  const serveConnection = options.upgrades && serveLegacy
+    ? serveUpgrading
+    : options.engine === "bytes"
+    ? serveBytes
+    : serveFast;
 
   const watch = (conn: Deno.TcpConn | Deno.TlsConn) => {
     const c: Watched = {

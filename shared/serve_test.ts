@@ -88,9 +88,14 @@ const GET = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
  * The guard's rules, on both engines: the daemons serve with `upgrades` (Deno.serveHttp), an
  * embedder may serve without (Deno's per-connection server).
  */
-function guardSuite(upgrades: boolean) {
-  const name = upgrades ? "serveGuarded({ upgrades })" : "serveGuarded()";
-  const start = (options: Partial<GuardedServeOptions> = {}) => startWith({ upgrades, ...options });
+function guardSuite(upgrades: boolean, engine: "deno" | "bytes" = "deno") {
+  const name = upgrades
+    ? "serveGuarded({ upgrades })"
+    : engine === "bytes"
+    ? 'serveGuarded({ engine: "bytes" })'
+    : "serveGuarded()";
+  const start = (options: Partial<GuardedServeOptions> = {}) =>
+    startWith({ upgrades, engine, ...options });
 
   Deno.test(name + " answers requests and keeps the connection alive", async () => {
     const { server, port } = start();
@@ -324,6 +329,7 @@ function guardSuite(upgrades: boolean) {
     const certs = await makeCertificates(["localhost"]);
     const server = serveGuarded({
       upgrades,
+      engine,
       hostname: "127.0.0.1",
       port: 0,
       tls: { cert: certs.cert, key: certs.key },
@@ -347,6 +353,7 @@ function guardSuite(upgrades: boolean) {
 
 guardSuite(false);
 guardSuite(true);
+guardSuite(false, "bytes");
 
 async function echoOnce(port: number): Promise<string> {
   const ws = new WebSocket(`ws://127.0.0.1:${port}/`);

@@ -1,0 +1,189 @@
+/**
+ * The answer side of the bytes engine (`h1_server.ts`): a `Response` written as HTTP/1.1, sized
+ * when its length is known at once, chunked (or, to HTTP/1.0, ended by the close) when it streams,
+ * its head out before its first body byte; and the byte helpers the gateway's lane shares.
+ *
+ * @module
+ */
+import type { RequestHead } from "./_h1_head.ts";
+
+const encoder = new TextEncoder();
+/** The end of a chunked body. */
+export const LAST_CHUNK: Uint8Array = encoder.encode("0\r\n\r\n");
+/** Answer headers the engine frames itself. */
+const framing = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"]);
+
+let dateText = "";
+let dateSecond = 0;
+/** The Date header's value, formatted once a second. */
+function httpDate(): string {
+  const now = Date.now();
+  const second = Math.floor(now / 1000);
+  if (second !== dateSecond) {
+    dateSecond = second;
+    dateText = new Date(now).toUTCString();
+  }
+  return dateText;
+}
+
+const reasons: Record<number, string> = {
+  200: "OK",
+  201: "Created",
+  204: "No Content",
+  206: "Partial Content",
+  301: "Moved Permanently",
+  302: "Found",
+  304: "Not Modified",
+  400: "Bad Request",
+  401: "Unauthorized",
+  403: "Forbidden",
+  404: "Not Found",
+  405: "Method Not Allowed",
+  409: "Conflict",
+  413: "Content Too Large",
+  417: "Expectation Failed",
+  429: "Too Many Requests",
+  431: "Request Header Fields Too Large",
+  500: "Internal Server Error",
+  501: "Not Implemented",
+  502: "Bad Gateway",
+  503: "Service Unavailable",
+  504: "Gateway Timeout",
+  505: "HTTP Version Not Supported",
+  508: "Loop Detected",
+};
+
+export async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let at = 0;
+  while (at < bytes.length) at += await conn.write(bytes.subarray(at));
+}
+
+export function joined(a: Uint8Array, b: Uint8Array): Uint8Array {
+  const out = new Uint8Array(a.length + b.length);
+  out.set(a);
+  out.set(b, a.length);
+  return out;
+}
+
+/** A chunk framed for a chunked body. */
+export function frame(chunk: Uint8Array): Uint8Array {
+  const size = chunk.length.toString(16);
+  const out = new Uint8Array(size.length + 2 + chunk.length + 2);
+  for (let i = 0; i < size.length; i++) out[i] = size.charCodeAt(i);
+  out[size.length] = 13;
+  out[size.length + 1] = 10;
+  out.set(chunk, size.length + 2);
+  out[out.length - 2] = 13;
+  out[out.length - 1] = 10;
+  return out;
+}
+
+/** Resolves after a few microtask turns: long enough for a fixed body's stream to end. */
+export function soon(): Promise<"later"> {
+  return Promise.resolve().then(() => 0).then(() => 0).then(() => 0).then(() => "later" as const);
+}
+
+/**
+ * Writes `response` as the answer to `head`. Resolves whether the connection may carry another
+ * request. Rejects when the client went away mid-write or the body failed (its source is
+ * cancelled first).
+ */
+export async function writeResponse(
+  conn: Deno.Conn,
+  head: RequestHead,
+  response: Response,
+  close: boolean,
+): Promise<boolean> {
+  const status = response.status;
+  let text = `HTTP/1.1 ${status} ${response.statusText || reasons[status] || "Status"}\r\n`;
+  let declared = -1;
+  let hasDate = false;
+  for (const [name, value] of response.headers) {
+    if (framing.has(name)) {
+      if (name === "content-length" && /^\d{1,16}$/.test(value)) declared = Number(value);
+      if (name === "connection" && /\bclose\b/i.test(value)) close = true;
+      continue;
+    }
+    if (name === "date") hasDate = true;
+    text += `${name}: ${value}\r\n`;
+  }
+  if (!hasDate) text += `date: ${httpDate()}\r\n`;
+  const bodiless = head.method === "HEAD" || status === 204 || status === 304 ||
+    (status >= 100 && status < 200);
+  const body = response.body;
+  if (bodiless || body === null) {
+    text += close ? "connection: close\r\n" : head.http11 ? "" : "connection: keep-alive\r\n";
+    if (!bodiless) text += "content-length: 0\r\n";
+    else if (head.method === "HEAD" && declared >= 0) text += `content-length: ${declared}\r\n`;
+    await body?.cancel().catch(() => {});
+    await writeAll(conn, encoder.encode(text + "\r\n"));
+    return !close;
+  }
+  const reader = body.getReader();
+  try {
+    // A body that is all there at once (a string, bytes, a relayed answer read whole) goes in
+    // the head's write, sized; one still coming gets its head at once, before its first byte.
+    const first = reader.read();
+    let ready = await Promise.race([first, soon()]);
+    let length = declared;
+    let second: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
+    if (length < 0 && ready !== "later") {
+      if (ready.done) length = 0;
+      else {
+        second = reader.read();
+        const quick = await Promise.race([second, soon()]);
+        if (quick !== "later" && quick.done) length = ready.value.length;
+      }
+    }
+    // A streamed answer to an HTTP/1.0 client cannot be chunked: it ends with the connection.
+    if (length < 0 && !head.http11) close = true;
+    text += close ? "connection: close\r\n" : head.http11 ? "" : "connection: keep-alive\r\n";
+    const chunked = length < 0 && head.http11;
+    const out = (piece: Uint8Array) => chunked ? frame(piece) : piece;
+    let pending: Uint8Array | undefined = encoder.encode(
+      length >= 0
+        ? `${text}content-length: ${length}\r\n\r\n`
+        : chunked
+        ? `${text}transfer-encoding: chunked\r\n\r\n`
+        : `${text}\r\n`,
+    );
+    if (ready === "later") {
+      await writeAll(conn, pending);
+      pending = undefined;
+      ready = await first;
+    }
+    let sent = 0;
+    let r: ReadableStreamReadResult<Uint8Array> = ready;
+    while (!r.done) {
+      if (r.value.length > 0) {
+        sent += r.value.length;
+        if (length >= 0 && sent > length) {
+          throw new TypeError("the answer's body is longer than its length");
+        }
+        await writeAll(conn, pending === undefined ? out(r.value) : joined(pending, out(r.value)));
+        pending = undefined;
+      }
+      if (second === undefined) r = await reader.read();
+      else {
+        r = await second;
+        second = undefined;
+      }
+    }
+    if (length >= 0 && sent !== length) {
+      throw new TypeError("the answer's body ended before its length");
+    }
+    const tail = chunked ? LAST_CHUNK : undefined;
+    if (pending !== undefined || tail !== undefined) {
+      await writeAll(
+        conn,
+        pending === undefined ? tail! : tail === undefined ? pending : joined(pending, tail),
+      );
+    }
+    return !close;
+  } catch (error) {
+    await reader.cancel(error).catch(() => {});
+    throw error;
+  } finally {
+    reader.releaseLock();
+  }
+}

@@ -1,0 +1,308 @@
+/**
+ * The request head of the bytes engine (`h1_server.ts`): found and parsed from the bytes as they
+ * came, strictly, since a proxy that reads a head differently from the server behind it is how
+ * requests get smuggled. Every refusal is a {@linkcode HeadError} with the status to answer and a
+ * sentence naming what was wrong; the connection is closed after it.
+ *
+ * @module
+ */
+
+/** A head the engine will not serve: answered with `status`, then the connection is closed. */
+export class HeadError extends Error {
+  /** 400, 431 (head too long), 501 (a transfer coding other than chunked) or 505. */
+  readonly status: number;
+  constructor(status: number, message: string) {
+    super(message);
+    this.status = status;
+  }
+}
+
+/**
+ * One parsed request head. Only what framing and routing need is decoded as it is parsed; the
+ * header names and values are decoded when first asked for (the object path asks for all of
+ * them, the bytes lane for a few, copying the rest as the bytes that came).
+ */
+export class RequestHead {
+  /** The method, as sent (methods are case-sensitive). */
+  readonly method: string;
+  /** The request target: an origin-form path and query, an absolute URL, or `*`. */
+  readonly target: string;
+  /** HTTP/1.1 (true) or HTTP/1.0. */
+  readonly http11: boolean;
+  /** The body's length; `-1` for a chunked body; `0` when the request has none. */
+  readonly contentLength: number;
+  /** Whether the connection may carry another request after this one's answer. */
+  readonly keepAlive: boolean;
+  /** Whether the client waits for `100 Continue` before sending its body. */
+  readonly expectContinue: boolean;
+  /** The Host header ('' when absent, as HTTP/1.0 allows). */
+  readonly host: string;
+  /**
+   * The head's bytes, request line to blank line: a view of the connection's buffer, valid until
+   * the engine next reads a head (copy what must outlive the request's answer).
+   */
+  readonly raw: Uint8Array;
+  /** Per header, four offsets into `raw`: its line's start, its colon, its value's start, end. */
+  readonly spans: readonly number[];
+  #names: string[] | undefined;
+  #values: string[] | undefined;
+
+  constructor(fields: {
+    method: string;
+    target: string;
+    http11: boolean;
+    contentLength: number;
+    keepAlive: boolean;
+    expectContinue: boolean;
+    host: string;
+    raw: Uint8Array;
+    spans: number[];
+  }) {
+    this.method = fields.method;
+    this.target = fields.target;
+    this.http11 = fields.http11;
+    this.contentLength = fields.contentLength;
+    this.keepAlive = fields.keepAlive;
+    this.expectContinue = fields.expectContinue;
+    this.host = fields.host;
+    this.raw = fields.raw;
+    this.spans = fields.spans;
+  }
+
+  /** How many header lines the head has. */
+  get count(): number {
+    return this.spans.length / 4;
+  }
+
+  /** Header names, lowercased, in the order sent; `values[i]` is the value of `names[i]`. */
+  get names(): string[] {
+    if (this.#names === undefined) {
+      const names: string[] = [];
+      for (let i = 0; i < this.spans.length; i += 4) {
+        names.push(octets(this.raw, this.spans[i], this.spans[i + 1]).toLowerCase());
+      }
+      this.#names = names;
+    }
+    return this.#names;
+  }
+
+  /** Header values, trimmed of surrounding whitespace. */
+  get values(): string[] {
+    if (this.#values === undefined) {
+      const values: string[] = [];
+      for (let i = 0; i < this.spans.length; i += 4) {
+        values.push(octets(this.raw, this.spans[i + 2], this.spans[i + 3]));
+      }
+      this.#values = values;
+    }
+    return this.#values;
+  }
+
+  /** Whether header `i`'s name is `lower` (a lowercase name), compared on the bytes. */
+  nameIs(i: number, lower: string): boolean {
+    const start = this.spans[4 * i], end = this.spans[4 * i + 1];
+    return sameName(this.raw, start, end, lower);
+  }
+
+  /** The value of the first header named `lower` (a lowercase name), or undefined. */
+  get(lower: string): string | undefined {
+    for (let i = 0; i < this.spans.length; i += 4) {
+      if (sameName(this.raw, this.spans[i], this.spans[i + 1], lower)) {
+        return octets(this.raw, this.spans[i + 2], this.spans[i + 3]);
+      }
+    }
+    return undefined;
+  }
+
+  /** Header `i`'s whole line, CRLF included, as the bytes that came (a view of `raw`). */
+  line(i: number): Uint8Array {
+    const start = this.spans[4 * i];
+    return this.raw.subarray(start, this.raw.indexOf(10, this.spans[4 * i + 3]) + 1);
+  }
+}
+
+/** Whether `b[start, end)` is the name `lower`, ASCII case-insensitively. */
+function sameName(b: Uint8Array, start: number, end: number, lower: string): boolean {
+  if (end - start !== lower.length) return false;
+  for (let k = 0; k < lower.length; k++) {
+    const c = b[start + k];
+    if ((c >= 65 && c <= 90 ? c + 32 : c) !== lower.charCodeAt(k)) return false;
+  }
+  return true;
+}
+
+/** A Host value: `host[:port]`, the host a name, an IPv4 address or a bracketed IPv6 one. */
+const HOST = /^(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~!$&'()*+,;=%]*)(?::\d{0,5})?$/;
+
+const TOKEN = (() => {
+  const t = new Uint8Array(128);
+  for (const c of "!#$%&'*+-.^_`|~") t[c.charCodeAt(0)] = 1;
+  for (let c = 48; c <= 57; c++) t[c] = 1;
+  for (let c = 65; c <= 90; c++) t[c] = 1;
+  for (let c = 97; c <= 122; c++) t[c] = 1;
+  return t;
+})();
+
+/**
+ * Where the head in `b[from, to)` ends (the index after its blank line), or -1 while it is not all
+ * there. Empty lines before a request line are skipped by the caller (RFC 9112 §2.2).
+ */
+export function headEnd(b: Uint8Array, from: number, to: number): number {
+  // Searched in a view: an indexOf on the whole buffer would scan its unused room too.
+  const v = b.subarray(from, to);
+  for (let i = v.indexOf(10); i !== -1; i = v.indexOf(10, i + 1)) {
+    // A blank line after a line's end: CRLF CRLF, or one with a bare LF in it (LF CRLF, CRLF LF,
+    // LF LF), which is found here so that parse refuses it rather than waiting for more.
+    if (i >= 2 && v[i - 1] === 13 && v[i - 2] === 10) return from + i + 1;
+    if (i >= 1 && v[i - 1] === 10) return from + i + 1;
+  }
+  return -1;
+}
+
+/** Latin-1 text of `b[from, to)`: header bytes are octets, and Headers takes them as such. */
+function octets(b: Uint8Array, from: number, to: number): string {
+  if (to - from < 4096) {
+    return String.fromCharCode.apply(null, b.subarray(from, to) as unknown as number[]);
+  }
+  let s = "";
+  for (let i = from; i < to; i += 4096) {
+    s += String.fromCharCode.apply(
+      null,
+      b.subarray(i, Math.min(to, i + 4096)) as unknown as number[],
+    );
+  }
+  return s;
+}
+
+const bad = (what: string) =>
+  new HeadError(400, `Bad request head: ${what}. Send an HTTP/1.1 request (RFC 9112)`);
+
+/**
+ * Parses the head in `b[from, end)` (`end` from {@linkcode headEnd}).
+ *
+ * @throws {HeadError} for anything RFC 9112 refuses, or a proxy must: a bare LF, obs-fold,
+ *   whitespace before a colon, a control character in a field, both Content-Length and
+ *   Transfer-Encoding, differing Content-Lengths, a transfer coding other than `chunked`.
+ */
+export function parseHead(b: Uint8Array, from: number, end: number): RequestHead {
+  if (b[end - 2] !== 13 || b[end - 3] !== 10 || b[end - 4] !== 13) {
+    throw bad("a line ends with a bare LF");
+  }
+  // The request line.
+  let i = from;
+  const lineEnd = b.indexOf(10, from);
+  if (lineEnd < from + 1 || b[lineEnd - 1] !== 13) throw bad("a line ends with a bare LF");
+  while (i < lineEnd && b[i] < 128 && TOKEN[b[i]] === 1) i++;
+  if (i === from || b[i] !== 32) throw bad("the request line has no method");
+  const method = octets(b, from, i);
+  const targetStart = ++i;
+  while (i < lineEnd - 1 && b[i] > 32 && b[i] < 127) i++;
+  if (i === targetStart || b[i] !== 32) throw bad("the request line has no target");
+  const target = octets(b, targetStart, i);
+  const version = octets(b, i + 1, lineEnd - 1);
+  let http11: boolean;
+  if (version === "HTTP/1.1") http11 = true;
+  else if (version === "HTTP/1.0") http11 = false;
+  else if (/^HTTP\/\d(\.\d)?$/.test(version)) {
+    throw new HeadError(505, `HTTP version '${version}' is not served here: use HTTP/1.1`);
+  } else throw bad(`the request line ends with '${version.slice(0, 20)}', not a version`);
+  if (target[0] !== "/" && target !== "*" && !/^https?:\/\//i.test(target)) {
+    throw bad(`the target '${target.slice(0, 40)}' is not a path or an absolute URL`);
+  }
+
+  const spans: number[] = [];
+  let contentLength = -2;
+  let transferEncoding: string | undefined;
+  let connection = "";
+  let expect = "";
+  let host: string | undefined;
+  let at = lineEnd + 1;
+  const stop = end - 2; // the blank line's CRLF
+  while (at < stop) {
+    const nl = b.indexOf(10, at);
+    if (nl < 0 || nl >= end || b[nl - 1] !== 13) throw bad("a line ends with a bare LF");
+    const first = b[at];
+    if (first === 32 || first === 9) throw bad("a header line is folded (obs-fold)");
+    let j = at;
+    while (j < nl && b[j] < 128 && TOKEN[b[j]] === 1) j++;
+    if (j === at || b[j] !== 58) {
+      throw bad(
+        b[j] === 32 || b[j] === 9
+          ? "a header name is followed by whitespace before its colon"
+          : "a header line has no name and colon",
+      );
+    }
+    let v = j + 1, w = nl - 1;
+    while (v < w && (b[v] === 32 || b[v] === 9)) v++;
+    while (w > v && (b[w - 1] === 32 || b[w - 1] === 9)) w--;
+    for (let k = v; k < w; k++) {
+      const c = b[k];
+      if ((c < 32 && c !== 9) || c === 127) {
+        throw bad(`header '${octets(b, at, j).toLowerCase()}' holds a control character`);
+      }
+    }
+    spans.push(at - from, j - from, v - from, w - from);
+    // Only the names that frame or route the request are decoded here.
+    const n = j - at;
+    if (n === 14 && sameName(b, at, j, "content-length")) {
+      const value = octets(b, v, w);
+      // A list of equal values is one value (RFC 9110 §8.6); anything else is refused.
+      for (const part of value.split(",")) {
+        const digits = part.trim();
+        if (!/^\d{1,16}$/.test(digits) || !Number.isSafeInteger(Number(digits))) {
+          throw bad(`Content-Length '${value.slice(0, 20)}' is not a length`);
+        }
+        const length = Number(digits);
+        if (contentLength !== -2 && contentLength !== length) {
+          throw bad("two Content-Length values differ");
+        }
+        contentLength = length;
+      }
+    } else if (n === 17 && sameName(b, at, j, "transfer-encoding")) {
+      const value = octets(b, v, w);
+      transferEncoding = transferEncoding === undefined ? value : `${transferEncoding},${value}`;
+    } else if (n === 10 && sameName(b, at, j, "connection")) {
+      connection += `,${octets(b, v, w).toLowerCase()}`;
+    } else if (n === 6 && sameName(b, at, j, "expect")) {
+      expect = octets(b, v, w).toLowerCase();
+    } else if (n === 4 && sameName(b, at, j, "host")) {
+      if (host !== undefined) throw bad("the request has two Host headers");
+      host = octets(b, v, w);
+    }
+    at = nl + 1;
+  }
+  if (transferEncoding !== undefined) {
+    if (contentLength !== -2) {
+      throw bad("the request has both Content-Length and Transfer-Encoding");
+    }
+    if (!http11) throw bad("Transfer-Encoding is not allowed in HTTP/1.0");
+    if (transferEncoding.trim().toLowerCase() !== "chunked") {
+      throw new HeadError(
+        501,
+        `Transfer-Encoding '${transferEncoding.slice(0, 40)}' is not served: send the body ` +
+          "with Content-Length or Transfer-Encoding: chunked alone",
+      );
+    }
+    contentLength = -1;
+  }
+  if (http11 && host === undefined) throw bad("an HTTP/1.1 request must carry a Host header");
+  if (host !== undefined && !HOST.test(host)) {
+    throw bad(`the Host '${host.slice(0, 40)}' is not a host[:port]`);
+  }
+  const closes = /(^|,)\s*close\s*(,|$)/.test(connection);
+  const keepAlive = http11 ? !closes : /(^|,)\s*keep-alive\s*(,|$)/.test(connection) && !closes;
+  if (expect !== "" && expect !== "100-continue") {
+    throw new HeadError(417, `Expect '${expect.slice(0, 40)}' is not served: only 100-continue is`);
+  }
+  return new RequestHead({
+    method,
+    target,
+    http11,
+    contentLength: contentLength === -2 ? 0 : contentLength,
+    keepAlive,
+    expectContinue: http11 && expect === "100-continue",
+    host: host ?? "",
+    raw: b.subarray(from, end),
+    spans,
+  });
+}

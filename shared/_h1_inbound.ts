@@ -1,0 +1,295 @@
+/**
+ * The request side of the bytes engine (`h1_server.ts`): the bytes read from a client and not yet
+ * consumed, with the one read that stays pending while an answer is made (so a hang-up is heard),
+ * and one request's body, sized or chunked, read as the handler asks and drained after its answer.
+ *
+ * @module
+ */
+import { HeadError, type RequestHead } from "./_h1_head.ts";
+
+/** The size of one read. */
+export const READ_BYTES = 64 * 1024;
+/** A body piece at least this long still to come is read into a buffer of its own. */
+const OWN_READ = 64 * 1024;
+/** Longest time spent reading and dropping a body the handler left unread. */
+const DRAIN_MAX_MS = 10_000;
+/** Longest chunk-size line or trailer line, and most trailer bytes, of a chunked body. */
+const LINE_MAX = 8 * 1024;
+
+/** The bytes read from the client and not yet consumed, and the one read that may be pending. */
+export class Inbound {
+  readonly conn: Deno.Conn;
+  buf = new Uint8Array(READ_BYTES);
+  start = 0;
+  end = 0;
+  /** A read started while the answer is made, so a hang-up is heard: its result comes first. */
+  #pending: Promise<number | null> | undefined;
+  /** Settles `true` when the client hung up (or the socket failed). */
+  #hungUp: (() => void) | undefined;
+  closed = false;
+
+  constructor(conn: Deno.Conn) {
+    this.conn = conn;
+  }
+
+  get size(): number {
+    return this.end - this.start;
+  }
+
+  /** Makes room for `n` more bytes after `end` (moving or growing the buffer). */
+  #room(n: number): void {
+    if (this.start === this.end) this.start = this.end = 0;
+    if (this.buf.length - this.end >= n) return;
+    const live = this.end - this.start;
+    if (live + n > this.buf.length) {
+      const grown = new Uint8Array(live + n);
+      grown.set(this.buf.subarray(this.start, this.end));
+      this.buf = grown;
+    } else this.buf.copyWithin(0, this.start, this.end);
+    this.start = 0;
+    this.end = live;
+  }
+
+  /** Reads more; false at the end of the stream (or when the socket failed). */
+  async fill(): Promise<boolean> {
+    if (this.closed) return false;
+    let n: number | null;
+    if (this.#pending !== undefined) {
+      n = await this.#pending;
+      this.#pending = undefined;
+    } else {
+      this.#room(READ_BYTES / 4);
+      n = await this.conn.read(this.buf.subarray(this.end)).catch(() => null);
+    }
+    if (n === null) {
+      this.closed = true;
+      return false;
+    }
+    this.end += n;
+    return true;
+  }
+
+  /**
+   * Reads at most `max` bytes into a buffer of their own, handed over whole: a bulk body's piece
+   * then costs no copy out of the connection's buffer. Only when nothing is buffered or pending;
+   * null at the end of the stream.
+   */
+  async readOwn(max: number): Promise<Uint8Array<ArrayBuffer> | null> {
+    const own = new Uint8Array(max);
+    const n = this.closed ? null : await this.conn.read(own).catch(() => null);
+    if (n === null) {
+      this.closed = true;
+      return null;
+    }
+    return own.subarray(0, n);
+  }
+
+  /** Whether a read is pending (`watch`): `fill` must take its result first. */
+  get pending(): boolean {
+    return this.#pending !== undefined;
+  }
+
+  /**
+   * Starts a read that settles when the client sends more (a pipelined request, kept) or hangs
+   * up (`onHangUp` runs). At most one is pending; `fill` takes its result.
+   */
+  watch(onHangUp: () => void): void {
+    this.#hungUp = onHangUp;
+    if (this.#pending !== undefined || this.closed) return;
+    // Nothing read so far moves or is overwritten while the answer is made: the head and a lane's
+    // body are views of it. Short of room, the read goes into a new buffer instead.
+    if (this.buf.length - this.end < READ_BYTES / 4) {
+      const fresh = new Uint8Array(Math.max(READ_BYTES, this.size + READ_BYTES / 4));
+      fresh.set(this.buf.subarray(this.start, this.end));
+      this.buf = fresh;
+      this.end -= this.start;
+      this.start = 0;
+    }
+    const pending = this.conn.read(this.buf.subarray(this.end)).catch(() => null);
+    this.#pending = pending;
+    pending.then((n) => {
+      if (n === null) this.#hungUp?.();
+    });
+  }
+
+  /** Stops telling the last watcher. */
+  unwatch(): void {
+    this.#hungUp = undefined;
+  }
+
+  /** Takes `n` buffered bytes as a view, valid until the next head is read. */
+  view(n: number): Uint8Array<ArrayBuffer> {
+    const out = this.buf.subarray(this.start, this.start + n);
+    this.start += n;
+    return out;
+  }
+
+  /** Takes `n` buffered bytes as a copy (a body chunk handed to the app outlives the buffer). */
+  take(n: number): Uint8Array<ArrayBuffer> {
+    const out = this.buf.slice(this.start, this.start + n);
+    this.start += n;
+    return out;
+  }
+
+  /** One CRLF-ended line (a chunk size, a trailer), without its CRLF, or null at the end. */
+  async line(): Promise<string | null> {
+    for (;;) {
+      const found = this.buf.subarray(this.start, this.end).indexOf(10);
+      const nl = found === -1 ? -1 : this.start + found;
+      if (nl !== -1) {
+        if (nl === this.start || this.buf[nl - 1] !== 13) {
+          throw new HeadError(400, "A chunked body has a line that ends with a bare LF");
+        }
+        const text = String.fromCharCode.apply(
+          null,
+          this.buf.subarray(this.start, nl - 1) as unknown as number[],
+        );
+        this.start = nl + 1;
+        return text;
+      }
+      if (this.size > LINE_MAX) {
+        throw new HeadError(400, `A chunked body has a line longer than ${LINE_MAX} bytes`);
+      }
+      if (!(await this.fill())) return null;
+    }
+  }
+}
+
+/**
+ * Reads one request's body from `inbound` as it is asked for: by the handler's stream, then by
+ * the engine, which drops what the handler left unread before the next request's head.
+ */
+export class BodyReader {
+  readonly #in: Inbound;
+  /** Bytes left in the body (sized) or in the current chunk (chunked); -1 before a chunk. */
+  #left: number;
+  readonly #chunked: boolean;
+  /** The read in progress, which a drain waits for before reading on its own. */
+  #reading: Promise<unknown> | undefined;
+  /** Set once the engine drains: the handler's stream reads nothing more. */
+  #abandoned = false;
+  /** Runs once when the body's last byte has been read. */
+  onEnd: (() => void) | undefined;
+  /** Runs when the client ends the connection before the body's end (a hang-up). */
+  onCut: (() => void) | undefined;
+  done: boolean;
+  /** Bytes read of the body so far. */
+  read = 0;
+
+  constructor(inbound: Inbound, head: RequestHead) {
+    this.#in = inbound;
+    this.#chunked = head.contentLength === -1;
+    this.#left = this.#chunked ? -1 : head.contentLength;
+    this.done = head.contentLength === 0;
+  }
+
+  /**
+   * The whole of a sized body as a view, when it has all been read with the head (the usual
+   * small request): no copy. `undefined` otherwise.
+   */
+  whole(): Uint8Array<ArrayBuffer> | undefined {
+    if (this.#chunked || this.done || this.read > 0 || this.#in.size < this.#left) return undefined;
+    const out = this.#in.view(this.#left);
+    this.read = this.#left;
+    this.#left = 0;
+    this.#ended();
+    return out;
+  }
+
+  /** The next piece of the body for the handler, or null at its end. */
+  next(): Promise<Uint8Array<ArrayBuffer> | null> {
+    if (this.#abandoned) {
+      return Promise.reject(new Deno.errors.BadResource("the request's answer was already sent"));
+    }
+    const reading = this.#next();
+    this.#reading = reading;
+    return reading;
+  }
+
+  async #next(): Promise<Uint8Array<ArrayBuffer> | null> {
+    const inbound = this.#in;
+    if (this.done) return null;
+    if (this.#chunked && this.#left <= 0) {
+      if (this.#left === 0 && (await inbound.line()) !== "") {
+        throw new HeadError(400, "A chunk's data is not followed by CRLF");
+      }
+      const line = await inbound.line();
+      if (line === null) throw cutShort(this);
+      const size = /^([0-9a-fA-F]{1,13})[ \t]*(;.*)?$/.exec(line);
+      const n = size === null ? NaN : parseInt(size[1], 16);
+      if (!Number.isSafeInteger(n)) {
+        throw new HeadError(400, `A chunk size '${line.slice(0, 20)}' is not a hex length`);
+      }
+      if (n === 0) {
+        let trailers = 0;
+        for (;;) {
+          const t = await inbound.line();
+          if (t === null) throw cutShort(this);
+          if (t === "") break;
+          trailers += t.length;
+          if (trailers > LINE_MAX) {
+            throw new HeadError(400, `A chunked body's trailers pass ${LINE_MAX} bytes`);
+          }
+        }
+        return this.#ended();
+      }
+      this.#left = n;
+    }
+    if (inbound.size === 0 && !this.#abandoned && !inbound.pending && this.#left >= OWN_READ) {
+      // A bulk body with nothing buffered: read straight into a piece of its own.
+      const own = await inbound.readOwn(Math.min(this.#left, 4 * OWN_READ));
+      if (own === null) throw cutShort(this);
+      this.#left -= own.length;
+      this.read += own.length;
+      if (!this.#chunked && this.#left === 0) this.#ended();
+      return own;
+    }
+    if (inbound.size === 0 && !(await inbound.fill())) throw cutShort(this);
+    const n = Math.min(this.#left, inbound.size);
+    this.#left -= n;
+    this.read += n;
+    // Dropped bytes are skipped, not copied: a refused 128 MiB body costs no garbage.
+    const piece = this.#abandoned ? SKIPPED : inbound.take(n);
+    if (this.#abandoned) inbound.start += n;
+    if (!this.#chunked && this.#left === 0) this.#ended();
+    return piece;
+  }
+
+  #ended(): null {
+    this.done = true;
+    const onEnd = this.onEnd;
+    this.onEnd = undefined;
+    onEnd?.();
+    return null;
+  }
+
+  /**
+   * Takes the body from the handler and reads and drops the rest, within DRAIN_MAX_MS; false
+   * when it could not (the connection must then end).
+   */
+  async drain(): Promise<boolean> {
+    this.#abandoned = true;
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<false>((r) => timer = setTimeout(() => r(false), DRAIN_MAX_MS));
+    const rest = async () => {
+      await this.#reading;
+      while (!this.done) await this.#next();
+      return true;
+    };
+    try {
+      return await Promise.race([rest(), late]);
+    } catch {
+      return false;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** What a drained read returns: the bytes were dropped. */
+const SKIPPED = new Uint8Array(0);
+
+function cutShort(reader?: { onCut: (() => void) | undefined }): Error {
+  reader?.onCut?.();
+  return new Deno.errors.UnexpectedEof("the client ended the request before its body's end");
+}

@@ -1,0 +1,496 @@
+/**
+ * The bytes engine (`h1_server.ts`), black-box: raw bytes over loopback to
+ * `serveGuarded({ engine: "bytes" })`: bodies, framing, HTTP/1.0, Expect, early answers, hang-ups
+ * and URLs. Its refusals are `h1_server_refusals_test.ts`.
+ */
+import assert from "node:assert/strict";
+import { sentUrl } from "./h1_server.ts";
+import {
+  answers,
+  deferred,
+  enc,
+  firstHead,
+  GET,
+  hasHeader,
+  ok,
+  sleep,
+  within,
+  withServer,
+} from "./_h1_server_fixtures_test.ts";
+
+const echo = async (request: Request) => new Response(await request.text());
+
+Deno.test("bytes engine: a sized POST body reaches the handler intact", async () => {
+  await withServer(echo, async ({ connect }) => {
+    const c = await connect();
+    const body = "hello, sized\r\n\r\nworld";
+    await c.write(`POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: ${body.length}\r\n\r\n`);
+    await sleep(10);
+    await c.write(body);
+    await c.until(body);
+    assert.match(c.received(), /^HTTP\/1\.1 200 /);
+    assert.ok(c.received().endsWith(`\r\n\r\n${body}`), c.received());
+    assert.ok(hasHeader(firstHead(c.received()), `content-length: ${body.length}`));
+  });
+});
+
+Deno.test("bytes engine: equal Content-Lengths, twice or as a list, are one length", async () => {
+  await withServer(echo, async ({ connect }) => {
+    const c = await connect();
+    await c.write(
+      "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\nfirst",
+    );
+    await c.until("first");
+    await c.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 6, 6\r\n\r\nsecond");
+    await c.until((t) => answers(t) === 2 && t.endsWith("second"));
+    assert.equal(c.received().match(/HTTP\/1\.1 200 /g)?.length, 2, c.received());
+  });
+});
+
+Deno.test("bytes engine: a chunked POST body (extension, trailer) reaches the handler intact", async () => {
+  let trailerSeen = "";
+  await withServer(async (request) => {
+    const text = await request.text();
+    trailerSeen = request.headers.get("x-trailer") ?? "";
+    return new Response(text);
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write("POST /e HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    await c.write("5;x=y\r\nhello\r\n");
+    await sleep(10);
+    await c.write("1\r\n,\r\n");
+    await c.write("B\r\n chunked!\r\n\r\n0\r\nX-Trailer: t\r\n\r\n");
+    await c.until("chunked!\r\n");
+    const text = c.received();
+    assert.match(text, /^HTTP\/1\.1 200 /);
+    assert.ok(text.endsWith("\r\n\r\nhello, chunked!\r\n"), JSON.stringify(text));
+    assert.equal(trailerSeen, "", "a trailer is not a header");
+    // The connection serves on after a chunked body.
+    await c.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc");
+    await c.until((t) => answers(t) === 2 && t.endsWith("abc"));
+  });
+});
+
+const badChunked: [string, string][] = [
+  ["a size that is not hex", "zz\r\nhello\r\n0\r\n\r\n"],
+  ["a size past 2^53", "fffffffffffffff\r\nhello\r\n0\r\n\r\n"],
+  ["no CRLF after a chunk's data", "5\r\nhelloXX\r\n0\r\n\r\n"],
+];
+
+for (const [what, body] of badChunked) {
+  Deno.test(`bytes engine: a chunked body with ${what} fails the read and closes`, async () => {
+    const read = deferred<unknown>();
+    await withServer(async (request) => {
+      try {
+        read.resolve(`read: ${await request.text()}`);
+      } catch (error) {
+        read.resolve(error);
+      }
+      return new Response("handled");
+    }, async ({ connect }) => {
+      const c = await connect();
+      await c.write(`POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n${body}`);
+      const outcome = await within(read.promise, 2000, "the handler's body read");
+      assert.ok(outcome instanceof Error, `the body read did not fail: ${outcome}`);
+      await c.closedWithin(2000);
+    });
+  });
+}
+
+// --- Pipelining. ---
+
+Deno.test("bytes engine: pipelined requests are answered in order", async () => {
+  await withServer(async (request) => {
+    const path = new URL(request.url).pathname;
+    if (path === "/slow") await sleep(30);
+    const body = request.body === null ? "" : await request.text();
+    return new Response(`${path}[${body}]`);
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write(
+      "GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /fast HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    await c.until((t) => answers(t) === 2 && t.includes("/fast[]"));
+    const text = c.received();
+    assert.ok(text.indexOf("/slow[]") < text.indexOf("/fast[]"), text);
+    // With a body in between.
+    const d = await connect();
+    await d.write(
+      "POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" +
+        "POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nde\r\n0\r\n\r\n" +
+        "GET /c HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    await d.until((t) => answers(t) === 3 && t.includes("/c[]"));
+    const three = d.received();
+    const at = ["/a[abc]", "/b[de]", "/c[]"].map((s) => three.indexOf(s));
+    assert.ok(at[0] >= 0 && at[0] < at[1] && at[1] < at[2], three);
+  });
+});
+
+// --- Bodiless answers. ---
+
+Deno.test("bytes engine: a HEAD answer has its head and no body bytes", async () => {
+  await withServer(() => new Response("hello"), async ({ connect }) => {
+    const c = await connect();
+    await c.write("HEAD / HTTP/1.1\r\nHost: x\r\n\r\n");
+    await c.until("\r\n\r\n");
+    await sleep(30);
+    const head = firstHead(c.received());
+    assert.equal(c.received(), head, "bytes after a HEAD answer's head");
+    assert.ok(!hasHeader(head, "transfer-encoding"), head);
+    await c.write(GET);
+    await c.until((t) => answers(t) === 2 && t.endsWith("hello"));
+    assert.ok(c.received().slice(head.length).startsWith("HTTP/1.1 200 "), c.received());
+  });
+});
+
+Deno.test("bytes engine: 204 and 304 answers carry no body and no framing", async () => {
+  await withServer((request) => {
+    const path = new URL(request.url).pathname;
+    if (path === "/204") return new Response(null, { status: 204 });
+    if (path === "/304") return new Response(null, { status: 304, headers: { etag: '"v1"' } });
+    return new Response("after");
+  }, async ({ connect }) => {
+    const c = await connect();
+    let seen = 0;
+    for (const status of [204, 304]) {
+      await c.write(`GET /${status} HTTP/1.1\r\nHost: x\r\n\r\n`);
+      await c.until((t) => t.slice(seen).includes("\r\n\r\n"));
+      await sleep(20);
+      const rest = c.received().slice(seen);
+      const head = firstHead(rest);
+      assert.match(head, new RegExp(`^HTTP/1\\.1 ${status} `));
+      assert.equal(rest, head, `bytes after a ${status}'s head`);
+      assert.ok(!hasHeader(head, "content-length"), head);
+      assert.ok(!hasHeader(head, "transfer-encoding"), head);
+      assert.ok(!hasHeader(head, "connection"), head);
+      seen += head.length;
+    }
+    await c.write(GET);
+    await c.until("after");
+    assert.ok(c.received().slice(seen).startsWith("HTTP/1.1 200 "), c.received());
+    assert.equal(c.closed(), false);
+  });
+});
+
+// --- HTTP/1.0. ---
+
+Deno.test("bytes engine: an HTTP/1.0 request is answered, then the connection closed", async () => {
+  let url = "";
+  await withServer((request) => {
+    url = request.url;
+    return new Response("ten");
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write("GET /ten HTTP/1.0\r\n\r\n");
+    await c.closedWithin(2000);
+    const text = c.received();
+    assert.match(text, /^HTTP\/1\.1 200 /);
+    const head = firstHead(text);
+    assert.ok(hasHeader(head, "connection: close"), head);
+    assert.ok(hasHeader(head, "content-length: 3"), head);
+    assert.equal(text.slice(head.length), "ten");
+    assert.equal(url, "http://localhost/ten", "an HTTP/1.0 request without Host");
+  });
+});
+
+Deno.test("bytes engine: HTTP/1.0 with Connection: keep-alive stays open", async () => {
+  await withServer(() => new Response("kept"), async ({ connect }) => {
+    const c = await connect();
+    const request = "GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    await c.write(request);
+    await c.until("kept");
+    assert.match(c.received(), /^HTTP\/1\.1 200 /);
+    assert.ok(!hasHeader(firstHead(c.received()), "connection: close"));
+    await c.write(request);
+    await c.until((t) => answers(t) === 2 && t.endsWith("kept"));
+    assert.equal(c.closed(), false);
+  });
+});
+
+/** A body of `parts`, each enqueued after a pause; `gate` (when given) opens before the first. */
+function streamed(parts: string[], gate?: Promise<void>): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>({
+    async start(controller) {
+      if (gate !== undefined) await within(gate, 3000, "the test's gate");
+      for (const part of parts) {
+        controller.enqueue(enc(part));
+        await sleep(10);
+      }
+      controller.close();
+    },
+  });
+}
+
+Deno.test("bytes engine: a streamed answer to HTTP/1.0 is unframed and ends with the close", async () => {
+  await withServer(() => new Response(streamed(["one ", "two ", "three"])), async ({ connect }) => {
+    const c = await connect();
+    await c.write("GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    await c.closedWithin(2000);
+    const text = c.received();
+    const head = firstHead(text);
+    assert.match(head, /^HTTP\/1\.1 200 /);
+    assert.ok(!hasHeader(head, "transfer-encoding"), head);
+    assert.ok(!hasHeader(head, "content-length"), head);
+    assert.ok(hasHeader(head, "connection: close"), head);
+    assert.equal(text.slice(head.length), "one two three");
+  });
+});
+
+// --- HTTP/1.1 answers. ---
+
+Deno.test("bytes engine: a streamed answer is chunked, its head sent before its first chunk", async () => {
+  const gate = deferred();
+  await withServer(
+    () => new Response(streamed(["hello", " world"], gate.promise)),
+    async ({ connect }) => {
+      const c = await connect();
+      try {
+        await c.write(GET);
+        await c.until("\r\n\r\n");
+        const head = firstHead(c.received());
+        assert.match(head, /^HTTP\/1\.1 200 /);
+        assert.ok(hasHeader(head, "transfer-encoding: chunked"), head);
+        assert.ok(!hasHeader(head, "content-length"), head);
+        assert.equal(c.received(), head, "body bytes before the handler made any");
+        gate.resolve();
+        await c.until("0\r\n\r\n");
+        assert.equal(c.received().slice(head.length), "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+        await c.write(GET);
+        await c.until((t) => answers(t) === 2);
+      } finally {
+        gate.resolve();
+      }
+    },
+  );
+});
+
+Deno.test("bytes engine: a fixed answer is sized: content-length, no transfer-encoding", async () => {
+  await withServer(() => new Response("hello"), async ({ connect }) => {
+    const c = await connect();
+    await c.write(GET);
+    await c.until("hello");
+    const text = c.received();
+    const head = firstHead(text);
+    assert.match(head, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.ok(hasHeader(head, "content-length: 5"), head);
+    assert.ok(!hasHeader(head, "transfer-encoding"), head);
+    assert.ok(hasHeader(head, "date"), head);
+    assert.equal(text.slice(head.length), "hello");
+  });
+});
+
+// --- Expect: 100-continue. ---
+
+Deno.test("bytes engine: 100 Continue goes out when the handler first reads, then the answer", async () => {
+  const called = deferred();
+  const gate = deferred();
+  await withServer(async (request) => {
+    called.resolve();
+    await within(gate.promise, 3000, "the test's gate");
+    return new Response(`got ${await request.text()}`);
+  }, async ({ connect }) => {
+    const c = await connect();
+    try {
+      await c.write(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
+      );
+      await within(called.promise, 2000, "the handler's call");
+      await sleep(50);
+      assert.equal(c.received(), "", "sent before the handler read the body");
+      gate.resolve();
+      await c.until("\r\n\r\n");
+      await sleep(20);
+      assert.equal(c.received(), "HTTP/1.1 100 Continue\r\n\r\n");
+      await c.write("hello");
+      await c.until("got hello");
+      assert.match(c.received(), /^HTTP\/1\.1 100 Continue\r\n\r\nHTTP\/1\.1 200 /);
+    } finally {
+      gate.resolve();
+    }
+  });
+});
+
+Deno.test("bytes engine: a 413 to an Expect: 100-continue unread: no 100, answer, close", async () => {
+  await withServer(
+    () => new Response("too large", { status: 413 }),
+    async ({ connect }) => {
+      const c = await connect();
+      await c.write(
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\nExpect: 100-continue\r\n\r\n",
+      );
+      await c.closedWithin(2000);
+      const text = c.received();
+      assert.match(text, /^HTTP\/1\.1 413 /, "no 100 Continue before the answer");
+      assert.ok(!text.includes("100 Continue"), text);
+      assert.ok(text.endsWith("too large"), text);
+      assert.ok(hasHeader(firstHead(text), "connection: close"), text);
+    },
+  );
+});
+
+Deno.test("bytes engine: an early 413 to a 4 MiB body is received, then the connection serves on", async () => {
+  const size = 4 * 1024 * 1024;
+  await withServer((request) => {
+    if (request.method === "POST") return new Response("too large", { status: 413 });
+    return new Response("next");
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write(`POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${size}\r\n\r\n`);
+    const sending = c.write(new Uint8Array(size).fill(97));
+    sending.catch(() => {});
+    await c.until("too large", 5000);
+    assert.match(c.received(), /^HTTP\/1\.1 413 /);
+    await within(sending, 5000, "sending the 4 MiB body");
+    await c.write(GET);
+    await c.until("next", 5000);
+    assert.equal(answers(c.received()), 2);
+    assert.equal(c.closed(), false);
+  });
+});
+
+// --- Hang-ups. ---
+
+/** A handler that hands over its request's signal, then answers at its abort (or after 3 s). */
+function waitingHandler(seen: (signal: AbortSignal) => void, readBody: boolean) {
+  return async (request: Request) => {
+    if (readBody) await request.text();
+    seen(request.signal);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, 3000);
+      request.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    return new Response("gone");
+  };
+}
+
+/** Resolves true once `signal` aborts. */
+const abortOf = (signal: AbortSignal) =>
+  new Promise<true>((r) => {
+    if (signal.aborted) r(true);
+    signal.addEventListener("abort", () => r(true));
+  });
+
+Deno.test("bytes engine: a client that hangs up after a whole GET aborts request.signal", async () => {
+  const seen = deferred<AbortSignal>();
+  await withServer(waitingHandler(seen.resolve, false), async ({ connect }) => {
+    const c = await connect();
+    await c.write(GET);
+    const signal = await within(seen.promise, 2000, "the handler's call");
+    await sleep(20);
+    assert.equal(signal.aborted, false, "aborted before the client left");
+    await c.close();
+    await within(abortOf(signal), 2000, "request.signal's abort");
+  });
+});
+
+Deno.test("bytes engine: a client that hangs up after a POST body read aborts request.signal", async () => {
+  const seen = deferred<AbortSignal>();
+  await withServer(waitingHandler(seen.resolve, true), async ({ connect }) => {
+    const c = await connect();
+    await c.write("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
+    const signal = await within(seen.promise, 2000, "the handler's body read");
+    await sleep(20);
+    assert.equal(signal.aborted, false, "aborted before the client left");
+    await c.close();
+    await within(abortOf(signal), 2000, "request.signal's abort");
+  });
+});
+
+// --- Connection: close. ---
+
+Deno.test("bytes engine: Connection: close is answered with connection: close, then closed", async () => {
+  await withServer(ok, async ({ connect }) => {
+    const c = await connect();
+    await c.write("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    await c.closedWithin(2000);
+    const text = c.received();
+    assert.match(text, /^HTTP\/1\.1 200 /);
+    assert.ok(hasHeader(firstHead(text), "connection: close"), text);
+    assert.ok(text.endsWith("ok"), text);
+    assert.equal(c.wasReset(), false, "reset instead of closed");
+  });
+});
+
+// --- Failures. ---
+
+Deno.test("bytes engine: a handler that throws gets serveGuarded's default 500", async () => {
+  const logged: string[] = [];
+  await withServer(() => {
+    throw new Error("the handler's bug");
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write(GET);
+    await c.until("log has the details");
+    assert.match(c.received(), /^HTTP\/1\.1 500 /);
+    assert.ok(c.received().endsWith("Internal error: the server's log has the details"));
+  }, { log: (_level, msg) => void logged.push(msg) });
+  assert.ok(logged.includes("unexpected error answering a request"), JSON.stringify(logged));
+});
+
+Deno.test("bytes engine: an answer body that errors midway closes the connection unterminated", async () => {
+  const logged: string[] = [];
+  await withServer(() =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(enc("part"));
+          setTimeout(() => controller.error(new Error("the source broke")), 20);
+        },
+      }),
+    ), async ({ connect }) => {
+    const c = await connect();
+    await c.write(GET);
+    await c.closedWithin(2000);
+    const text = c.received();
+    const head = firstHead(text);
+    assert.ok(hasHeader(head, "transfer-encoding: chunked"), head);
+    assert.equal(text.slice(head.length), "4\r\npart\r\n", "a chunked terminator was sent");
+  }, { log: (_level, msg) => void logged.push(msg) });
+  assert.ok(logged.includes("unexpected error answering a request"), JSON.stringify(logged));
+});
+
+// --- The request the handler sees. ---
+
+Deno.test("bytes engine: the request URL is http://<Host><target>; sentUrl keeps it as sent", async () => {
+  await withServer(
+    (request) => Response.json({ url: request.url, sent: sentUrl(request) }),
+    async ({ connect }) => {
+      const cases: [string, string, string][] = [
+        ["/x/y?z=1", "http://example.test:8080/x/y?z=1", "http://example.test:8080/x/y?z=1"],
+        ["/a/../b", "http://example.test:8080/b", "http://example.test:8080/a/../b"],
+        ["http://other.test/p", "http://other.test/p", "http://other.test/p"],
+      ];
+      for (const [target, url, sent] of cases) {
+        const c = await connect();
+        await c.write(
+          `GET ${target} HTTP/1.1\r\nHost: example.test:8080\r\nConnection: close\r\n\r\n`,
+        );
+        await c.closedWithin(2000);
+        const text = c.received();
+        assert.deepEqual(JSON.parse(text.slice(firstHead(text).length)), { url, sent }, target);
+      }
+    },
+  );
+});
+
+Deno.test("bytes engine: a WebSocket upgrade request is answered 501", async () => {
+  let served = 0;
+  await withServer(() => {
+    served++;
+    return ok();
+  }, async ({ connect }) => {
+    const c = await connect();
+    await c.write(
+      "GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    );
+    await c.until("upgrades");
+    assert.match(c.received(), /^HTTP\/1\.1 501 /);
+    assert.match(c.received(), /takes no WebSocket upgrades/);
+  });
+  assert.equal(served, 0, "the app's handler saw the upgrade");
+});
