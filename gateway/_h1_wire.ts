@@ -196,6 +196,103 @@ export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head
   }
 }
 
+/**
+ * An answer head as bytes, for the bytes lane, which relays it without a Headers object: only
+ * the status and the framing headers are decoded.
+ */
+export interface RawHead {
+  status: number;
+  http11: boolean;
+  /**
+   * The head's bytes, status line to blank line: a view of the connection's buffer, valid only
+   * until the body is first read (copy it out before).
+   */
+  raw: Uint8Array;
+  /** Where the status line ends (after its CRLF), in `raw`. */
+  statusEnd: number;
+  /** Per header line, three offsets in `raw`: its start, its colon, its end after the CRLF. */
+  spans: number[];
+  contentLength: string | undefined;
+  transferEncoding: string | undefined;
+  connection: string;
+}
+
+/** Reads one answer head as bytes, leaving the body's first bytes buffered. */
+export async function readRawHead(conn: Conn, maxHeaderBytes: number): Promise<RawHead> {
+  let from = 0;
+  for (;;) {
+    const end = indexOfHeadEnd(conn.buffered, from);
+    if (end >= 0 && end <= maxHeaderBytes) return parseRawHead(conn.consume(end + 4));
+    if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
+      throw new TypeError(
+        `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
+      );
+    }
+    from = Math.max(0, conn.buffered.length - 3);
+    if (!(await conn.fill())) throw closedEarly();
+  }
+}
+
+/** Whether `b[start, end)` is the name `lower`, ASCII case-insensitively. */
+export function nameIs(b: Uint8Array, start: number, end: number, lower: string): boolean {
+  if (end - start !== lower.length) return false;
+  for (let k = 0; k < lower.length; k++) {
+    const c = b[start + k];
+    if ((c >= 65 && c <= 90 ? c + 32 : c) !== lower.charCodeAt(k)) return false;
+  }
+  return true;
+}
+
+function parseRawHead(raw: Uint8Array): RawHead {
+  const statusEnd = raw.indexOf(10) + 1;
+  // "HTTP/1.x NNN" and a CRLF: the rest of the status line is the reason, passed on as it came.
+  const ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 &&
+    decoder.decode(raw.subarray(0, 7)) === "HTTP/1." && (raw[7] === 48 || raw[7] === 49) &&
+    raw[8] === 32 && (raw[12] === 32 || raw[12] === 13);
+  const status = ok ? Number(decoder.decode(raw.subarray(9, 12))) : NaN;
+  if (!Number.isInteger(status) || status < 100) {
+    throw new TypeError(
+      `error reading response: bad status line '${
+        decoder.decode(raw.subarray(0, 80)).split("\r")[0]
+      }'`,
+    );
+  }
+  const spans: number[] = [];
+  let contentLength: string | undefined, transferEncoding: string | undefined, connection = "";
+  const stop = raw.length - 2;
+  for (let at = statusEnd; at < stop;) {
+    const nl = raw.indexOf(10, at);
+    const colon = raw.indexOf(58, at);
+    if (nl <= at || raw[nl - 1] !== 13 || colon <= at || colon > nl) {
+      throw new TypeError("error reading response: bad header line");
+    }
+    for (let k = colon; k < nl - 1; k++) {
+      if (raw[k] === 13 || raw[k] === 0) {
+        throw new TypeError("error reading response: bad header line");
+      }
+    }
+    spans.push(at, colon, nl + 1);
+    const n = colon - at;
+    if (n === 14 || n === 17 || n === 10) {
+      const value = () => decoder.decode(raw.subarray(colon + 1, nl - 1)).trim();
+      if (nameIs(raw, at, colon, "content-length")) contentLength = value();
+      else if (nameIs(raw, at, colon, "transfer-encoding")) transferEncoding = value();
+      else if (nameIs(raw, at, colon, "connection")) connection += `,${value()}`;
+    }
+    at = nl + 1;
+  }
+  return {
+    status,
+    http11: raw[7] === 49,
+    raw,
+    statusEnd,
+    spans,
+    contentLength,
+    transferEncoding,
+    connection,
+  };
+}
+
 function indexOfHeadEnd(b: Uint8Array, from: number): number {
   for (let i = from; i + 3 < b.length; i++) {
     if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) return i;

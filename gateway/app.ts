@@ -16,6 +16,8 @@ import { Finder } from "./finder.ts";
 import { ApiKeys } from "./keys.ts";
 import { TeamLimits } from "./team_limits.ts";
 import { createNativeFace } from "./native.ts";
+import type { H1Client } from "./h1_client.ts";
+import type { GatewayBytesLane } from "./bytes_lane.ts";
 import type { GatewayParts } from "./parts.ts";
 import { Placer } from "./placer.ts";
 import { GatewayRouting } from "./routing.ts";
@@ -79,6 +81,11 @@ export interface GatewayOptions {
   clock?: Clock;
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
   fetch?: typeof fetch;
+  /**
+   * The gateway's HTTP/1.1 client to the nodes (`h1_client.ts`): with it, `fetch` defaults to
+   * its `fetch`, and the gateway has a {@linkcode Gateway.lane} for the bytes engine.
+   */
+  nodeClient?: H1Client;
   /** Where events go; silent by default. */
   log?: Log;
   /**
@@ -163,6 +170,11 @@ export interface Gateway extends GatewayParts {
   instanceId: string;
   /** Announces nodes that went down; call it every second or so. */
   sweep(): string[];
+  /**
+   * The routed verbs served from their bytes (`bytes_lane.ts`), for `serveGuarded`'s bytes
+   * engine; present when `nodeClient` was given and no sandbox domain routes by Host.
+   */
+  lane?: GatewayBytesLane;
   /** The webhook queue, when `webhook` was given. */
   webhooks?: WebhookSender;
   /** Shared mode's pieces, when `etcd` was given. */
@@ -206,7 +218,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     cacheSize,
     maxJsonBodyBytes,
     clock = systemClock,
-    fetch: fetchFn = globalThis.fetch,
+    nodeClient,
+    fetch: fetchFn = nodeClient?.fetch ?? globalThis.fetch,
     log = silentLog,
     listenAddress,
     instanceId = newGatewayInstanceId(),
@@ -336,6 +349,8 @@ export function createGateway(options: GatewayOptions): Gateway {
       const refused = doorAnswer(request, instanceId);
       return refused === undefined ? served(request) : Promise.resolve(refused);
     },
+    // By Host first with a domain: the lane, which routes by path, would skip that.
+    lane: nodeClient && options.sandboxDomain === undefined ? native.lane(nodeClient) : undefined,
     webhooks,
     shared: shared?.mode,
     sweep: () => fleet.sweep(),

@@ -34,6 +34,12 @@ export interface GatewayConfig {
    * HTTP/1.1 client (`h1_client.ts`, https nodes still through fetch), or the runtime's `fetch`.
    */
   nodeClient: "h1" | "fetch";
+  /**
+   * The HTTP engine of the gateway's listener without WebSockets (`DORMICE_GATEWAY_ENGINE`):
+   * `bytes`, HTTP/1.1 written on the socket (`shared/h1_server.ts`) with the routed verbs
+   * answered from their bytes, or `deno`, Deno's own per-connection server.
+   */
+  engine: "bytes" | "deno";
   /** Cap of one JSON request body, bytes (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
   /** The least severe level logged (`DORMICE_LOG_LEVEL`). */
@@ -75,6 +81,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_LOOKUP_DIGESTS",
   "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
   "DORMICE_GATEWAY_NODE_CLIENT",
+  "DORMICE_GATEWAY_ENGINE",
   "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
   "DORMICE_WEBHOOK_URL",
@@ -112,6 +119,8 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   // added latency, every forwarding rule kept. `fetch` stays one variable away should a node's
   // server and this client ever disagree on HTTP/1.1.
   nodeClient: "h1",
+  // Measured in one run against Deno's server on the routed verb (bench/RESULTS.md, forwarding).
+  engine: "bytes",
   // The gateway reads a JSON body whole to route it and holds about three copies while it
   // forwards one, so the cap stays in the tens of MB; files stream through /files uncapped here
   // (the node that stores them caps them).
@@ -316,6 +325,14 @@ export function loadGatewayConfig(
         "gateway's HTTP/1.1 client, the default) or 'fetch' (the runtime's)",
     );
   }
+  const engine = env.DORMICE_GATEWAY_ENGINE || gatewayDefaults.engine;
+  if (engine !== "bytes" && engine !== "deno") {
+    errors.push(
+      `DORMICE_GATEWAY_ENGINE='${engine.slice(0, 40)}' is not an engine: set 'bytes' (HTTP/1.1 ` +
+        "on the socket, the routed verbs served from their bytes; the default) or 'deno' " +
+        "(Deno's own HTTP server)",
+    );
+  }
   if (logLevel instanceof Error) errors.push(logLevel.message);
   // On by default where sandbox ports face users (a sandbox domain): `getHost()` URLs then take
   // WebSockets as E2B's do. Without a domain the faster engine serves (shared/serve.ts).
@@ -381,6 +398,7 @@ export function loadGatewayConfig(
     ),
     lookupDigests: digests === "sole-writer" ? "sole-writer" : "off",
     nodeClient: nodeClient === "fetch" ? "fetch" : "h1",
+    engine: engine === "deno" ? "deno" : "bytes",
     logLevel: logLevel instanceof Error ? "info" : logLevel,
     ...webhook(env, errors),
     ...etcd(env, errors),

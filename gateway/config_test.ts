@@ -30,6 +30,15 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   assert.equal(viaFetch.config.nodeClient, "fetch");
 });
 
+Deno.test("the gateway serves with the bytes engine unless DORMICE_GATEWAY_ENGINE=deno", () => {
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(r.ok);
+  assert.equal(r.config.engine, "bytes");
+  const deno = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_ENGINE: "deno" });
+  assert.ok(deno.ok);
+  assert.equal(deno.config.engine, "deno");
+});
+
 Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=sole-writer turns digest skipping on", () => {
   const r = loadGatewayConfig({
     DORMICE_API_TOKEN: token,
@@ -58,6 +67,7 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       { DORMICE_GATEWAY_NODE_CLIENT: "undici" },
       /DORMICE_GATEWAY_NODE_CLIENT='undici'.*'h1'.*'fetch'/,
     ],
+    [{ DORMICE_GATEWAY_ENGINE: "hyper" }, /DORMICE_GATEWAY_ENGINE='hyper'.*'bytes'.*'deno'/],
     [
       {
         DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",

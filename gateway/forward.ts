@@ -86,8 +86,8 @@ function copyHeaders(from: Headers): Headers {
 
 /** A node request waiting for its head, and the client's request it serves. */
 export interface WatchedForward {
-  /** The client's request. */
-  readonly request: Request;
+  /** The client's request (its signal is what a hang-up aborts). */
+  readonly request: { readonly signal: AbortSignal };
   /** Aborts the node's request. */
   readonly controller: AbortController;
   /** The watch's tick when it started. */
@@ -161,7 +161,7 @@ export class HangUpWatch {
    * up, the head's bound passes (counted from `bodySent`), or the node is gone.
    */
   watch(
-    request: Request,
+    request: { readonly signal: AbortSignal },
     target: ForwardTarget,
     headTimeoutMs?: number,
   ): WatchedForward {
@@ -193,15 +193,18 @@ export class HangUpWatch {
    * once, for an answer that may stream for long.
    */
   done(entry: WatchedForward, linkNow = false): void {
+    // The timer stops at its next tick with nothing pending, not here: one request at a time
+    // would otherwise start and clear an interval per request.
     this.#pending.delete(entry);
-    if (this.#pending.size === 0 && this.#timer !== undefined) {
-      clearInterval(this.#timer);
-      this.#timer = undefined;
-    }
     if (linkNow) link(entry);
   }
 
   #check(): void {
+    if (this.#pending.size === 0) {
+      clearInterval(this.#timer);
+      this.#timer = undefined;
+      return;
+    }
     const tick = this.#tick++;
     const askGone = this.#gone !== undefined && tick % this.#goneEvery === 0;
     const now = performance.now();

@@ -27,7 +27,9 @@ import {
   type Head,
   join,
   type Pool,
+  type RawHead,
   readHead,
+  readRawHead,
   StaleConnection,
   type Waiter,
   wrap,
@@ -57,10 +59,40 @@ export interface H1ClientOptions {
   otherSchemes?: typeof fetch;
 }
 
+/** A node's answer read on the wire (see {@linkcode H1Client.sendBytes}). */
+export interface BytesAnswer {
+  /**
+   * The status line and the header lines, framing ones included, as bytes: valid only until the
+   * body is first asked for.
+   */
+  readonly head: RawHead;
+  /** The body's length; `-1` when it is chunked, `-2` when it ends with the connection. */
+  readonly length: number;
+  /**
+   * The next piece of the body (de-chunked), or null at its end. A piece is valid until the
+   * next call: write it out before asking for more. Rejects when the body fails.
+   */
+  next(): Promise<Uint8Array | null>;
+  /**
+   * The whole of a sized body when it arrived with the head (the usual small answer), taken at
+   * once, or `undefined` (then read it with `next`).
+   */
+  whole(): Uint8Array | undefined;
+  /** Drops the rest of the answer, and its connection with it. */
+  cancel(): void;
+}
+
 /** A `fetch`-shaped HTTP/1.1 client with its pools. */
 export interface H1Client {
   /** Sends one request; the answer resolves once its head has arrived. */
   fetch: typeof fetch;
+  /**
+   * Sends a request already written as bytes (head and whole body) to `origin` (`http://host:port`)
+   * on one of its pooled connections, and resolves the answer once its head has arrived: the
+   * gateway's bytes lane, which never builds a Request or a Response. A reused connection that
+   * turns out closed is retried once on a new one, as `fetch` does for a fixed body.
+   */
+  sendBytes(origin: string, bytes: Uint8Array, signal: AbortSignal | null): Promise<BytesAnswer>;
   /** Connections open now (busy and idle) over every origin. */
   readonly open: number;
   /** Closes every idle connection and stops the eviction timer; busy ones close as they end. */
@@ -199,6 +231,24 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     }
   };
 
+  /** The pool of `origin`, made when it has none (`url` parses it when given). */
+  const poolOf = (origin: string, url?: URL): Pool => {
+    let pool = pools.get(origin);
+    if (pool === undefined) {
+      const parsed = url ?? new URL(origin);
+      pool = {
+        origin,
+        hostname: parsed.hostname.replace(/^\[|\]$/g, ""),
+        port: Number(parsed.port || 80),
+        idle: [],
+        busy: 0,
+        waiting: [],
+      };
+      pools.set(origin, pool);
+    }
+    return pool;
+  };
+
   const send = async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
     const request = input instanceof Request ? input : undefined;
     const url = new URL(request?.url ?? String(input));
@@ -268,18 +318,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       : "\r\n";
     const headBytes = encoder.encode(head);
 
-    let pool = pools.get(url.origin);
-    if (pool === undefined) {
-      pool = {
-        origin: url.origin,
-        hostname: url.hostname.replace(/^\[|\]$/g, ""),
-        port: Number(url.port || 80),
-        idle: [],
-        busy: 0,
-        waiting: [],
-      };
-      pools.set(url.origin, pool);
-    }
+    const pool = poolOf(url.origin, url);
     // A reused connection the node closed while it sat idle fails before any byte of an answer;
     // a fixed body is then sent once more on a new connection (the node never read it).
     for (let attempt = 0;; attempt++) {
@@ -297,18 +336,18 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     }
   };
 
-  const exchange = async (
+  /**
+   * One request's hold on `conn`: the returned `finish` frees the pool slot once, keeping the
+   * connection for the next request only on a clean end; an abort of `signal` closes the
+   * connection (which tells the node), runs `aborted`, and finishes.
+   */
+  const hold = (
     conn: Conn,
     pool: Pool,
-    method: string,
-    head: Uint8Array,
-    bytes: Uint8Array | undefined,
-    stream: ReadableStream<Uint8Array> | undefined,
-    length: number | undefined,
     signal: AbortSignal | null,
-  ): Promise<Response> => {
+    aborted?: () => void,
+  ): (reuse: boolean) => void => {
     let finished = false;
-    // Every exit frees the pool slot once: a clean end keeps the connection, the rest close it.
     const finish = (reuse: boolean) => {
       if (finished) return;
       finished = true;
@@ -321,11 +360,25 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     };
     const onAbort = () => {
       conn.destroy();
-      bodyController?.error(signal!.reason);
+      aborted?.();
       finish(false);
     };
-    let bodyController: ReadableStreamDefaultController<Uint8Array> | undefined;
     signal?.addEventListener("abort", onAbort, { once: true });
+    return finish;
+  };
+
+  const exchange = async (
+    conn: Conn,
+    pool: Pool,
+    method: string,
+    head: Uint8Array,
+    bytes: Uint8Array | undefined,
+    stream: ReadableStream<Uint8Array> | undefined,
+    length: number | undefined,
+    signal: AbortSignal | null,
+  ): Promise<Response> => {
+    let bodyController: ReadableStreamDefaultController<Uint8Array> | undefined;
+    const finish = hold(conn, pool, signal, () => bodyController?.error(signal!.reason));
     if (signal?.aborted) {
       finish(false);
       throw signal.reason;
@@ -445,8 +498,128 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     return new Response(out, { status, statusText, headers });
   };
 
+  const sendBytes = async (
+    origin: string,
+    bytes: Uint8Array,
+    signal: AbortSignal | null,
+  ): Promise<BytesAnswer> => {
+    signal?.throwIfAborted();
+    const pool = poolOf(origin);
+    for (let attempt = 0;; attempt++) {
+      const conn = await acquire(pool, signal);
+      const reused = conn.used;
+      conn.used = true;
+      try {
+        return await exchangeBytes(conn, pool, bytes, signal);
+      } catch (error) {
+        if (error instanceof StaleConnection && reused && attempt === 0) continue;
+        throw error instanceof StaleConnection ? error.cause : error;
+      }
+    }
+  };
+
+  const exchangeBytes = async (
+    conn: Conn,
+    pool: Pool,
+    bytes: Uint8Array,
+    signal: AbortSignal | null,
+  ): Promise<BytesAnswer> => {
+    const finish = hold(conn, pool, signal);
+    if (signal?.aborted) {
+      finish(false);
+      throw signal.reason;
+    }
+    const failed = (error: unknown) => {
+      finish(false);
+      return signal?.aborted
+        ? signal.reason
+        : error instanceof StaleConnection
+        ? error
+        : wrap(error);
+    };
+    try {
+      await conn.writeAll(bytes);
+    } catch (error) {
+      throw failed(new StaleConnection("write failed", { cause: wrap(error) }));
+    }
+    let head: RawHead;
+    try {
+      do head = await readRawHead(conn, maxHeaderBytes); while (
+        head.status >= 100 && head.status < 200 && head.status !== 101
+      );
+    } catch (error) {
+      throw failed(error);
+    }
+    const te = head.transferEncoding, lengthText = head.contentLength;
+    const chunked = te !== undefined && /(^|,)\s*chunked\s*$/i.test(te);
+    const bodiless = head.status === 204 || head.status === 304;
+    let remaining = bodiless
+      ? 0
+      : chunked
+      ? -1
+      : lengthText === undefined
+      ? -2
+      : Number(lengthText);
+    if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) {
+      finish(false);
+      throw new TypeError(`error reading response: bad content-length '${lengthText}'`);
+    }
+    const length = remaining;
+    const keepAlive = head.http11 && !/\bclose\b/i.test(head.connection) && remaining !== -2;
+    if (remaining === 0) finish(keepAlive);
+    const decode = chunked ? new ChunkDecoder(conn) : undefined;
+    return {
+      head,
+      length,
+      whole() {
+        if (remaining < 0 || conn.buffered.length < remaining) return undefined;
+        // Lent: the connection goes back to the pool while the caller still writes these bytes.
+        const body = conn.take(remaining);
+        remaining = 0;
+        finish(keepAlive);
+        return body;
+      },
+      async next() {
+        if (remaining === 0) return null;
+        try {
+          if (decode !== undefined) {
+            const chunk = await decode.next();
+            if (chunk === null) finish(keepAlive);
+            return chunk;
+          }
+          if (conn.buffered.length === 0 && !(await conn.fill())) {
+            if (remaining === -2) {
+              finish(false);
+              remaining = 0;
+              return null;
+            }
+            throw new TypeError("error reading response: the node closed the body early");
+          }
+          const n = remaining === -2
+            ? conn.buffered.length
+            : Math.min(remaining, conn.buffered.length);
+          // Not lent, as the caller writes it out before asking for more, so the read buffer is
+          // reused; but the last piece is, since the connection goes back to the pool with it.
+          const piece = n === remaining ? conn.take(n) : conn.consume(n);
+          if (remaining > 0) {
+            remaining -= n;
+            if (remaining === 0) finish(keepAlive);
+          }
+          return piece;
+        } catch (error) {
+          remaining = 0;
+          throw failed(error);
+        }
+      },
+      cancel() {
+        finish(false);
+      },
+    };
+  };
+
   return {
     fetch: send as typeof fetch,
+    sendBytes,
     get open() {
       return open;
     },

@@ -98,7 +98,7 @@ const gateway = createGateway({
   listenAddress: { hostname: config.host, port: config.port },
   maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,
-  fetch: nodeClient?.fetch ?? globalThis.fetch,
+  nodeClient,
   mount: (app, parts) => mountE2b(app, parts),
   sandboxDomain: config.sandboxDomain ?? undefined,
   webhook: config.webhookUrl === null
@@ -119,6 +119,8 @@ const server = serveGuarded({
   hostname: config.host,
   port: config.port,
   upgrades: config.websockets,
+  engine: config.engine,
+  lane: gateway.lane,
   log,
   handler: gateway.fetch,
   tls,

@@ -87,6 +87,18 @@ export { LruCache, type LruCacheOptions } from "./lru.ts";
 export { NameQueue } from "../shared/name_queue.ts";
 export * from "./config.ts";
 export * from "./forward.ts";
+export {
+  type BytesAnswer,
+  createH1Client,
+  type H1Client,
+  type H1ClientOptions,
+} from "./h1_client.ts";
+export {
+  type BytesLaneOptions,
+  createBytesLane,
+  type GatewayBytesLane,
+  type LaneVerb,
+} from "./bytes_lane.ts";
 export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
 export {
   type DestroyOptions,

@@ -40,6 +40,8 @@ import { placementAsk } from "./placer.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
 import { describeRoutes } from "./route_summary.ts";
+import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
+import type { H1Client } from "./h1_client.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {
@@ -59,6 +61,12 @@ export interface NativeFace {
    * path, a tenth of a forward's cost), everything else by `app`.
    */
   fetch(request: Request): Promise<Response>;
+  /**
+   * The routed verbs' bytes lane over `client` (`bytes_lane.ts`), for a gateway served by the
+   * bytes engine: the same verbs as the fast path, answered without Request or Response objects
+   * where they can be, and handed back to `fetch` where they cannot.
+   */
+  lane(client: H1Client): GatewayBytesLane;
 }
 
 /** The verbs found by name and streamed to their node; each has the fast path. */
@@ -331,9 +339,22 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     );
   });
 
+  const laneVerbs = new Map<string, LaneVerb>(
+    streamedVerbs.map((verb) => [`/${verb}`, {
+      schema: nativeRequestSchemas[verb],
+      headBound: commandHeadBound,
+    }]),
+  );
   return {
     app,
     fetch: (request: Request) => fast(request) ?? Promise.resolve(app.fetch(request)),
+    lane: (client) =>
+      createBytesLane({
+        parts,
+        client,
+        verbs: laneVerbs,
+        answerError: (error) => messageResponse(error, "gateway", log),
+      }),
   };
 }
 

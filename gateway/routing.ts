@@ -174,6 +174,10 @@ export class GatewayRouting {
   readonly nodeHeaders: Readonly<Record<string, string>>;
   /** The HTTP client to the nodes (`fetch` option), for a face that forwards on its own. */
   readonly nodeFetch: typeof fetch;
+  /** This gateway's id in the hop marker, for a face that forwards on its own. */
+  readonly hop: string;
+  /** The bound of a forward's wait for its node's head (`headTimeoutMs`). */
+  readonly headTimeoutMs: number;
   readonly #fleet: Fleet;
   readonly #finder: Finder;
   readonly #placer: Placer;
@@ -201,7 +205,9 @@ export class GatewayRouting {
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
     this.#hop = options.hopMarker ?? newGatewayInstanceId();
+    this.hop = this.#hop;
     this.#headTimeoutMs = options.headTimeoutMs ?? 120_000;
+    this.headTimeoutMs = this.#headTimeoutMs;
     this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
     this.slots = options.slots ?? new LocalSlots();
     this.nodeHeaders = Object.freeze({
@@ -331,6 +337,14 @@ export class GatewayRouting {
       await this.#finder.recheck(by, key).catch(() => {});
     }
     return response;
+  }
+
+  /**
+   * Tells the observer of a forward a face made on its own (the bytes lane), as `stream` does
+   * of its own: `status` 502 when the node did not answer, `seconds` the time to its head.
+   */
+  forwarded(path: string, status: number, seconds: number, found?: FindOne): void {
+    this.#observer.forwarded?.(path, status, seconds, found);
   }
 
   /**

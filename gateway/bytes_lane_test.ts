@@ -1,0 +1,452 @@
+// The bytes lane (`bytes_lane.ts`) end to end: a real node stub, a gateway served by the bytes
+// engine, clients over the wire. Each test reads `gateway.lane.served` / `handedBack` to prove
+// which path answered.
+import assert from "node:assert/strict";
+import { createGateway, type Gateway } from "./app.ts";
+import { createH1Client } from "./h1_client.ts";
+import { checkIn } from "./_fixtures_test.ts";
+import { serveGuarded } from "../shared/serve.ts";
+import { teamScopedName } from "../shared/teams.ts";
+import type { GatewayBytesLane } from "./bytes_lane.ts";
+
+const TOKEN = "t".repeat(32);
+const NODE = "node-a";
+const encoder = new TextEncoder();
+
+/** A request the stub node got. */
+interface Seen {
+  method: string;
+  path: string;
+  headers: Headers;
+  body: string;
+  signal: AbortSignal;
+}
+
+/** `promise`, or a rejection naming `what` after `ms`: no wait of a red run hangs. */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
+  });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Whether `promise` settles within `ms` (false when it does not). */
+function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  return within(promise.then(() => true), ms, "").catch(() => false);
+}
+
+/** A POST, its answer read whole, bounded by 5 s. */
+async function post(url: string, headers: Record<string, string>, body: string) {
+  const controller = new AbortController();
+  const timer = setTimeout(() => controller.abort(new Error(`no answer from ${url}`)), 5000);
+  try {
+    const res = await fetch(url, { method: "POST", headers, body, signal: controller.signal });
+    return { status: res.status, headers: res.headers, text: await res.text() };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+interface RigOptions {
+  /** Names the stub's lookupSandbox finds (mutable through `rig.names`). */
+  names?: string[];
+  /** The stub's answer to every verb but lookupSandbox; a plain exec result when absent. */
+  answer?: (seen: Seen) => Response | Promise<Response>;
+  headTimeoutMs?: number;
+}
+
+/** A stub node checked in to a gateway served by the bytes engine with its lane. */
+async function rig(options: RigOptions = {}) {
+  const names = new Set(options.names ?? []);
+  const seen: Seen[] = [];
+  const stub = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    const s: Seen = {
+      method: req.method,
+      path,
+      headers: req.headers,
+      body: await req.text(),
+      // Made only when a test asks: Deno.serve's legacy abort warns of every signal made.
+      get signal() {
+        return req.signal;
+      },
+    };
+    seen.push(s);
+    if (path === "/lookupSandbox") {
+      const b = JSON.parse(s.body);
+      const name = b.name ?? String(b.id).replace(/^id-/, "");
+      const team = req.headers.get("x-dormice-team") ?? undefined;
+      return Response.json(
+        names.has(name)
+          ? { found: true, sandbox: { id: `id-${name}`, name, state: "active", team } }
+          : { found: false },
+      );
+    }
+    return options.answer
+      ? await options.answer(s)
+      : Response.json({ exitCode: 0, stdout: "ok\n", stderr: "" });
+  });
+  const client = createH1Client();
+  const gateway = createGateway({
+    token: TOKEN,
+    nodeClient: client,
+    headTimeoutMs: options.headTimeoutMs,
+    lookupTimeoutMs: 1000,
+  });
+  const lane = gateway.lane!;
+  assert.ok(lane, "a gateway with a nodeClient has a lane");
+  const server = serveGuarded({
+    hostname: "127.0.0.1",
+    port: 0,
+    engine: "bytes",
+    lane,
+    handler: gateway.fetch,
+  });
+  const base = `http://127.0.0.1:${server.addr.port}`;
+  const endpoint = `http://127.0.0.1:${stub.addr.port}`;
+  const fleetAuth = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
+  const joined = await post(`${base}/checkIn`, fleetAuth, JSON.stringify(checkIn(NODE, endpoint)));
+  assert.equal(joined.status, 200, joined.text);
+  let stubDown = false;
+  return {
+    names,
+    seen,
+    gateway: gateway as Gateway & { lane: GatewayBytesLane },
+    lane,
+    base,
+    endpoint,
+    fleetAuth,
+    /** The served and handed-back counts since `mark()`. */
+    mark() {
+      const s = lane.served, h = lane.handedBack;
+      return () => ({ served: lane.served - s, handedBack: lane.handedBack - h });
+    },
+    /** Caches `name` with a lookupSandbox through the gateway. */
+    async cache(name: string, auth: Record<string, string> = fleetAuth) {
+      const r = await post(`${base}/lookupSandbox`, auth, JSON.stringify({ name }));
+      assert.equal(r.status, 200, r.text);
+      assert.equal(JSON.parse(r.text).found, true, r.text);
+    },
+    exec(name: string, auth: Record<string, string> = fleetAuth, extra = {}) {
+      return post(`${base}/execCommand`, { ...auth, ...extra }, execBody(name));
+    },
+    async stopStub() {
+      stubDown = true;
+      await stub.shutdown();
+    },
+    async close() {
+      await within(server.shutdown(), 5000, "gateway server shutdown");
+      if (!stubDown) await within(stub.shutdown(), 5000, "stub shutdown");
+      client.close();
+      gateway.close();
+    },
+  };
+}
+
+function execBody(name: string): string {
+  return JSON.stringify({ name, command: ["echo", "hi"] });
+}
+
+Deno.test("a cached execCommand is served by the lane with the node's headers and the client's body", async () => {
+  const r = await rig({
+    names: ["x"],
+    answer: () =>
+      new Response('{"exitCode":0,"stdout":"lane\\n"}', {
+        status: 202,
+        headers: {
+          "content-type": "application/json",
+          "x-node-said": "hi",
+          "keep-alive": "timeout=5",
+        },
+      }),
+  });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const body = `{"name":"x",  "command":"echo  hi" , "env":{"A":"é"}}`;
+    const res = await post(`${r.base}/execCommand`, {
+      authorization: `Bearer ${TOKEN}`,
+      "content-type": "application/json; charset=utf-8",
+      "x-trace": "abc",
+      connection: "keep-alive",
+      te: "trailers",
+    }, body);
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+    const got = r.seen.at(-1)!;
+    assert.equal(got.method, "POST");
+    assert.equal(got.path, "/execCommand");
+    assert.equal(got.headers.get("authorization"), `Bearer ${TOKEN}`);
+    assert.equal(got.headers.get("content-type"), "application/json");
+    assert.equal(got.headers.get("x-dormice-hop"), r.gateway.instanceId);
+    assert.equal(got.headers.get("x-trace"), "abc");
+    assert.equal(got.headers.get("te"), null);
+    assert.equal(got.headers.get("connection"), null);
+    assert.equal(got.headers.get("x-dormice-team"), null);
+    assert.equal(got.headers.get("content-length"), String(encoder.encode(body).length));
+    assert.equal(got.body, body);
+    assert.equal(res.status, 202);
+    assert.equal(res.text, '{"exitCode":0,"stdout":"lane\\n"}');
+    assert.equal(res.headers.get("x-node-said"), "hi");
+    assert.equal(res.headers.get("content-type"), "application/json");
+    assert.equal(res.headers.get("keep-alive"), null);
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a node's 204 reaches the client without framing headers, and the connection serves on", async () => {
+  const r = await rig({ names: ["x"], answer: () => new Response(null, { status: 204 }) });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    for (let i = 0; i < 2; i++) {
+      const res = await r.exec("x");
+      assert.equal(res.status, 204);
+      assert.equal(res.text, "");
+      // RFC 9110 §8.6: a 204 carries no Content-Length (nor Transfer-Encoding).
+      assert.equal(res.headers.get("content-length"), null);
+      assert.equal(res.headers.get("transfer-encoding"), null);
+    }
+    assert.deepEqual(delta(), { served: 2, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("an API key's team reaches the node as x-dormice-team, replacing the client's", async () => {
+  const r = await rig({ names: ["x"] });
+  try {
+    const minted = await post(`${r.base}/createApiKey`, r.fleetAuth, '{"team":"acme"}');
+    assert.equal(minted.status, 200, minted.text);
+    const keyAuth = {
+      authorization: `Bearer ${JSON.parse(minted.text).key}`,
+      "content-type": "application/json",
+    };
+    await r.cache("x", keyAuth);
+    const lookup = r.seen.find((s) => s.path === "/lookupSandbox")!;
+    assert.deepEqual(JSON.parse(lookup.body), { name: "x" });
+    assert.equal(lookup.headers.get("x-dormice-team"), "acme");
+    assert.ok(r.gateway.finder.cached("name", teamScopedName("acme", "x")));
+    assert.equal(r.gateway.finder.cached("name", "x"), undefined);
+    const delta = r.mark();
+    const res = await r.exec("x", keyAuth, { "x-dormice-team": "other" });
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+    const got = r.seen.at(-1)!;
+    assert.equal(got.path, "/execCommand");
+    assert.equal(got.headers.get("x-dormice-team"), "acme");
+    assert.equal(got.headers.get("authorization"), `Bearer ${TOKEN}`);
+    assert.equal(got.body, execBody("x"));
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a streamed node answer reaches the client piece by piece, its head first", async () => {
+  // Each piece is made only once the client has what came before it: the head, then "one,".
+  const gates = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+  const inOrder: boolean[] = [];
+  const r = await rig({
+    names: ["x"],
+    answer: () =>
+      new Response(
+        new ReadableStream<Uint8Array>({
+          async pull(c) {
+            const n = inOrder.length;
+            if (n === 2) return c.close();
+            inOrder.push(await settlesWithin(gates[n].promise, 3000));
+            c.enqueue(encoder.encode(["one,", "two"][n]));
+          },
+        }),
+        { headers: { "content-type": "text/plain" } },
+      ),
+  });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const res = await within(
+      fetch(`${r.base}/execCommand`, { method: "POST", headers: r.fleetAuth, body: execBody("x") }),
+      5000,
+      "the streamed answer's head",
+    );
+    gates[0].resolve();
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get("content-type"), "text/plain");
+    assert.equal(res.headers.get("content-length"), null);
+    const reader = res.body!.getReader();
+    const decoder = new TextDecoder();
+    const first = await within(reader.read(), 5000, "the first piece");
+    assert.equal(decoder.decode(first.value), "one,");
+    gates[1].resolve();
+    let text = decoder.decode(first.value);
+    for (let p = await within(reader.read(), 5000, "a piece"); !p.done;) {
+      text += decoder.decode(p.value);
+      p = await within(reader.read(), 5000, "a piece");
+    }
+    assert.equal(text, "one,two");
+    assert.deepEqual(inOrder, [true, true], "the client had the head, then one, in time");
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+  } finally {
+    for (const g of gates) g.resolve();
+    await r.close();
+  }
+});
+
+Deno.test("what the lane cannot serve exactly is handed back and answered by the object path", async () => {
+  const r = await rig({ names: ["x", "fresh"] });
+  try {
+    await r.cache("x");
+    /** Sent over the wire (the lane claims it) and to gateway.fetch (the object path). */
+    const both = async (headers: Record<string, string>, body: string, status: number) => {
+      const delta = r.mark();
+      const wire = await post(`${r.base}/execCommand`, headers, body);
+      assert.deepEqual(delta(), { served: 0, handedBack: 1 }, body);
+      const direct = await r.gateway.fetch(
+        new Request("http://gw.test/execCommand", { method: "POST", headers, body }),
+      );
+      assert.equal(wire.status, status, wire.text);
+      assert.equal(direct.status, status);
+      assert.equal(wire.text, await direct.text());
+      for (const [k, v] of direct.headers) assert.equal(wire.headers.get(k), v, k);
+      return JSON.parse(wire.text);
+    };
+    const wrong = { authorization: `Bearer ${"w".repeat(32)}`, "content-type": "application/json" };
+    const unauthorized = await both(wrong, execBody("x"), 401);
+    assert.equal(typeof unauthorized.message, "string");
+    assert.match((await both(r.fleetAuth, "not json", 400)).message, /not valid JSON/);
+    assert.equal(typeof (await both(r.fleetAuth, '{"name": 5}', 400)).message, "string");
+    assert.ok(!r.seen.some((s) => s.path === "/execCommand"), "no refused body reached the node");
+
+    // A name not cached: the lookup round runs, then the node answers.
+    let delta = r.mark();
+    const before = r.seen.length;
+    const miss = await r.exec("fresh");
+    assert.deepEqual(delta(), { served: 0, handedBack: 1 });
+    assert.deepEqual(r.seen.slice(before).map((s) => s.path), ["/lookupSandbox", "/execCommand"]);
+    assert.deepEqual(JSON.parse(r.seen[before].body), { name: "fresh" });
+    assert.equal(miss.status, 200);
+    assert.deepEqual(JSON.parse(miss.text), { exitCode: 0, stdout: "ok\n", stderr: "" });
+
+    // A byte-order mark: the object path decodes it away and forwards the text.
+    delta = r.mark();
+    const bom = await post(`${r.base}/execCommand`, r.fleetAuth, "\uFEFF" + execBody("x"));
+    assert.deepEqual(delta(), { served: 0, handedBack: 1 });
+    assert.equal(bom.status, 200, bom.text);
+    assert.deepEqual(JSON.parse(bom.text), { exitCode: 0, stdout: "ok\n", stderr: "" });
+    assert.equal(r.seen.at(-1)!.path, "/execCommand");
+    assert.equal(r.seen.at(-1)!.body, execBody("x"));
+  } finally {
+    await r.close();
+  }
+});
+
+/** A stub answer that holds until the node's request is aborted (or 4 s pass, on a red run). */
+function holding(arrived: PromiseWithResolvers<void>, aborted: PromiseWithResolvers<void>) {
+  return (s: Seen) =>
+    new Promise<Response>((resolve) => {
+      arrived.resolve();
+      const done = () => {
+        clearTimeout(timer);
+        resolve(Response.json({ late: true }));
+      };
+      const timer = setTimeout(done, 4000);
+      s.signal.addEventListener("abort", () => {
+        aborted.resolve();
+        done();
+      }, { once: true });
+    });
+}
+
+Deno.test("a node that sends no head within headTimeoutMs is a 504 and its request is aborted", async () => {
+  const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
+  const r = await rig({ names: ["x"], headTimeoutMs: 300, answer: holding(arrived, aborted) });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const started = performance.now();
+    const res = await r.exec("x");
+    const ms = performance.now() - started;
+    assert.equal(res.status, 504, res.text);
+    const { message } = JSON.parse(res.text);
+    assert.match(message, new RegExp(`Node '${NODE}'`));
+    assert.match(message, /within 300 ms/);
+    assert.match(message, /DORMICE_GATEWAY_HEAD_TIMEOUT_MS/);
+    assert.ok(ms >= 250 && ms < 3000, `answered after ${ms} ms`);
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+    assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a client that hangs up aborts the node's request", async () => {
+  const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
+  const r = await rig({ names: ["x"], answer: holding(arrived, aborted) });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const body = encoder.encode(execBody("x"));
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.base).port) });
+    try {
+      const head = `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
+        `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
+      const bytes = new Uint8Array([...encoder.encode(head), ...body]);
+      for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
+      await within(arrived.promise, 3000, "the node's request");
+    } finally {
+      conn.close();
+    }
+    assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a node's 404 on a cached name makes the Finder re-check and evict it", async () => {
+  const r = await rig({
+    names: ["x"],
+    answer: (s) => {
+      r.names.delete(JSON.parse(s.body).name);
+      return Response.json({ message: "No sandbox named 'x'" }, { status: 404 });
+    },
+  });
+  try {
+    await r.cache("x");
+    const key = teamScopedName("default", "x");
+    assert.ok(r.gateway.finder.cached("name", key));
+    const delta = r.mark();
+    const before = r.seen.length;
+    const res = await r.exec("x");
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+    assert.equal(res.status, 404);
+    assert.deepEqual(JSON.parse(res.text), { message: "No sandbox named 'x'" });
+    const after = r.seen.slice(before);
+    assert.deepEqual(after.map((s) => s.path), ["/execCommand", "/lookupSandbox"]);
+    assert.deepEqual(JSON.parse(after[1].body), { id: "id-x" });
+    assert.equal(r.gateway.finder.cached("name", key), undefined);
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a node that went away is a 502 naming it", async () => {
+  const r = await rig({ names: ["x"] });
+  try {
+    await r.cache("x");
+    await r.stopStub();
+    const delta = r.mark();
+    const res = await r.exec("x");
+    assert.equal(res.status, 502, res.text);
+    const { message } = JSON.parse(res.text);
+    assert.match(message, new RegExp(`Node '${NODE}' at ${r.endpoint} did not answer`));
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
