@@ -7,10 +7,13 @@
  * With `--workload=upload` or `--workload=download` the gateway relays 64 MiB transfers to a
  * sandbox port instead (bench/_port_node.ts, as bench/ports.ts does), `--transfers` of them, and
  * the figure per request becomes per MiB. `--websockets=on|off` picks the gateway's engine
- * (DORMICE_GATEWAY_WEBSOCKETS; off for the verb and on for transfers by default).
+ * (DORMICE_GATEWAY_WEBSOCKETS: on is Deno.serveHttp; off for the verb and on for transfers by
+ * default), and with it off `--engine=bytes|deno` picks between the bytes engine (the default)
+ * and Deno's per-connection server (DORMICE_GATEWAY_ENGINE). `--connections=1` runs wrk with one
+ * connection (the c1 rows of the forwarding benchmark) instead of 32.
  *
  * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download]
- * [--websockets=on|off] [--seconds=10] [--transfers=8] [--top=25]`
+ * [--websockets=on|off] [--engine=bytes|deno] [--connections=32] [--seconds=10] [--transfers=8] [--top=25]`
  *
  * @module
  */
@@ -36,8 +39,11 @@ const seconds = Number(flag("seconds", "10"));
 const top = Number(flag("top", "25"));
 const workload = flag("workload", "verb");
 const transfers = Number(flag("transfers", "8"));
-// The gateway's engine: on is Deno.serveHttp (WebSockets), off Deno's per-connection server.
+// The gateway's engine: on is Deno.serveHttp (WebSockets); off, the bytes engine or Deno's own.
 const websockets = flag("websockets", workload === "verb" ? "off" : "on");
+const engine = flag("engine", "bytes");
+// wrk's connections on the verb: 32 loads the gateway; 1 puts all of its work on the request's path.
+const connections = Number(flag("connections", "32"));
 if (!["verb", "upload", "download"].includes(workload)) {
   console.error(`--workload=${workload}: give verb, upload or download`);
   Deno.exit(2);
@@ -49,6 +55,7 @@ const dir = await Deno.makeTempDir({ prefix: "dormice-prof-" });
 const gw = await startGateway(["--cpu-prof", `--cpu-prof-dir=${dir}`], {
   DORMICE_GATEWAY_NODE_CLIENT: client,
   DORMICE_GATEWAY_WEBSOCKETS: websockets,
+  DORMICE_GATEWAY_ENGINE: engine,
 });
 let result: { rps: number; p50: number | string; errors: number };
 /** Units of work profiled: requests for the verb, MiB for a transfer. */
@@ -60,8 +67,8 @@ if (workload === "verb") {
     const made = await postJson(`${gw.url}/acquireSandbox`, { name: "prof" });
     if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status}`);
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: "prof" };
-    await wrk(`${gw.url}/getSandboxMetrics`, 1, env);
-    result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env);
+    await wrk(`${gw.url}/getSandboxMetrics`, 1, env, connections);
+    result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env, connections);
     units = result.rps * seconds;
   } finally {
     await gw.stop();
@@ -113,7 +120,9 @@ for (const n of profile.nodes) {
 }
 const busy = total - idle;
 console.log(
-  `client=${client} workload=${workload} ${result.rps.toFixed(0)} ${
+  `client=${client} workload=${workload} websockets=${websockets} engine=${engine} ${
+    result.rps.toFixed(0)
+  } ${
     workload === "verb" ? "req/s" : "MiB/s (median)"
   } p50 ${result.p50} ms errors ${result.errors}; ` +
     `profile ${(total / 1e6).toFixed(1)} s, busy ${(busy / 1e6).toFixed(1)} s, ours ${

@@ -179,6 +179,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const keys = [
     "direct",
     "gateway",
+    "gateway-deno",
     "gateway-fetch",
     "nginx",
     "naive",
@@ -204,17 +205,23 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     const node = await startNode("bench-fwd-node", gw.url);
     started.push(node);
     await waitForNode(gw.url, "bench-fwd-node");
-    // The same gateway with fetch to its node (DORMICE_GATEWAY_NODE_CLIENT=fetch), for the
-    // before/after of the switch in one run. A node checks in to one gateway, so it has a twin
-    // of its own: the same process on the fake executor.
-    const gwFetch: Daemon = await startGateway(gatewayArgs, {
+    // The same gateway as it was before each of issue 16's switches, for their before/after in
+    // one run: Deno's own HTTP server in place of the bytes engine (DORMICE_GATEWAY_ENGINE=deno),
+    // and with it fetch in place of the HTTP/1.1 client (DORMICE_GATEWAY_NODE_CLIENT=fetch). A
+    // node checks in to one gateway, so each has a twin of its own on the fake executor.
+    const twin = async (id: string, env: Record<string, string>) => {
+      const g: Daemon = await startGateway(gatewayArgs, env);
+      started.push(g);
+      started.push(await startNode(id, g.url));
+      await waitForNode(g.url, id);
+      return g;
+    };
+    const gwDeno = await twin("bench-fwd-node-d", { DORMICE_GATEWAY_ENGINE: "deno" });
+    const gwFetch = await twin("bench-fwd-node-f", {
+      DORMICE_GATEWAY_ENGINE: "deno",
       DORMICE_GATEWAY_NODE_CLIENT: "fetch",
     });
-    started.push(gwFetch);
-    const twin = await startNode("bench-fwd-node-f", gwFetch.url);
-    started.push(twin);
-    await waitForNode(gwFetch.url, "bench-fwd-node-f");
-    for (const g of [gw, gwFetch]) {
+    for (const g of [gw, gwDeno, gwFetch]) {
       const made = await postJson(`${g.url}/acquireSandbox`, { name });
       if (made.status !== 200) {
         throw new Error(`acquireSandbox answered ${made.status}: ${JSON.stringify(made.json)}`);
@@ -248,6 +255,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     const targets: Record<Key, string> = {
       direct: node.url,
       gateway: gw.url,
+      "gateway-deno": gwDeno.url,
       "gateway-fetch": gwFetch.url,
       nginx: nginx.url,
       naive: await naiveWith("fetch"),
@@ -288,6 +296,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const gwAdded = added("gateway");
   const gwfRps = pick("gateway-fetch", "rps");
   const gwfAdded = added("gateway-fetch");
+  const gwdRps = pick("gateway-deno", "rps");
+  const gwdAdded = added("gateway-deno");
   const errors = [...Object.values(results), ...Object.values(single)].flat()
     .reduce((a, x) => a + x.errors, 0);
   const rpsRatio = gwRps.map((v, i) => v / nginxRps[i]);
@@ -303,7 +313,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       target: "≥ 1.0× nginx",
       met: median(rpsRatio) >= 1,
     }),
-    row("through the gateway with fetch to the node throughput", "req/s", gwfRps, nginxRps),
+    row("through the gateway on Deno's HTTP server throughput", "req/s", gwdRps, nginxRps),
+    row(
+      "through the gateway on Deno's server with fetch to the node throughput",
+      "req/s",
+      gwfRps,
+      nginxRps,
+    ),
     row(
       "naive Deno fetch proxy throughput",
       "req/s",
@@ -352,14 +368,16 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     row("direct p50 at c1", "ms", d1, nginx1),
     row("nginx p50 at c1 (reference for c1)", "ms", nginx1, nginx1),
     row("gateway p50 at c1", "ms", gw1, nginx1),
-    row("gateway with fetch p50 at c1", "ms", one("gateway-fetch"), nginx1),
+    row("gateway on Deno's server p50 at c1", "ms", one("gateway-deno"), nginx1),
+    row("gateway on Deno's server with fetch p50 at c1", "ms", one("gateway-fetch"), nginx1),
     row("naive Deno proxy p50 at c1", "ms", one("naive"), nginx1),
     row("nginx added p50 at c1 (− direct)", "ms", nginxAdded, nginx1),
     row("gateway added p50 at c1 (− direct)", "ms", gwAdded, nginx1, {
       target: "≤ 2× nginx's added p50",
       met: addedRatio <= 2 && median(nginxAdded) > 0,
     }),
-    row("gateway with fetch added p50 at c1 (− direct)", "ms", gwfAdded, nginx1),
+    row("gateway on Deno's server added p50 at c1 (− direct)", "ms", gwdAdded, nginx1),
+    row("gateway on Deno's server with fetch added p50 at c1 (− direct)", "ms", gwfAdded, nginx1),
     row(
       "naive Deno proxy added p50 at c1 (− direct)",
       "ms",
@@ -412,8 +430,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the twelve targets in turn within each run; one node ` +
-      `(fake executor) and one gateway, each its own Deno process; nginx has one worker ` +
+      `measurement, the thirteen targets in turn within each run; one node ` +
+      `(fake executor) per gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
       `Headline: gateway ÷ nginx throughput ${median(rpsRatio).toFixed(2)}, gateway ÷ direct ` +
@@ -434,16 +452,20 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "server answers on its plain port); each streams the request body on. Which of them keep " +
       "the forwarding rules is the next table. The gateway uses h1_client (it keeps every " +
       "rule and halves fetch's added latency); DORMICE_GATEWAY_NODE_CLIENT=fetch goes back.",
-      "The gateway rows are gateway/main.ts as deployed (DORMICE_GATEWAY_NODE_CLIENT=h1, its " +
-      "own HTTP/1.1 client to the node); the 'with fetch' rows are the same daemon with " +
-      "DORMICE_GATEWAY_NODE_CLIENT=fetch, in front of a twin node (a node checks in to one " +
-      "gateway), measured in the same runs. Before/after the switch (medians of per-run " +
-      `ratios): throughput ${median(gwfRps.map((v, i) => v / nginxRps[i])).toFixed(2)} → ` +
-      `${median(rpsRatio).toFixed(2)}× nginx; added p50 at c1 ${median(gwfAdded).toFixed(3)} → ${
-        median(gwAdded).toFixed(3)
-      } ms (÷ nginx's added p50: ${(median(gwfAdded) / median(nginxAdded)).toFixed(1)} → ${
-        addedRatio.toFixed(1)
-      }).`,
+      "The gateway rows are gateway/main.ts as deployed: the bytes engine (shared/h1_server.ts, " +
+      "DORMICE_GATEWAY_ENGINE=bytes) serving the routed verb from its bytes (gateway/bytes_lane.ts) " +
+      "over its own HTTP/1.1 client to the node (DORMICE_GATEWAY_NODE_CLIENT=h1). The 'on Deno's " +
+      "server' rows are the same daemon as it was before the engine (DORMICE_GATEWAY_ENGINE=deno), " +
+      "and 'with fetch' as it was before the client too (DORMICE_GATEWAY_NODE_CLIENT=fetch), " +
+      "each in front of a twin node (a node checks in to one gateway), measured in the same " +
+      "runs. Before/after (medians of per-run ratios): throughput " +
+      `${median(gwfRps.map((v, i) => v / nginxRps[i])).toFixed(2)} → ${
+        median(gwdRps.map((v, i) => v / nginxRps[i])).toFixed(2)
+      } → ${median(rpsRatio).toFixed(2)}× nginx; added p50 at c1 ${median(gwfAdded).toFixed(3)} → ${
+        median(gwdAdded).toFixed(3)
+      } → ${median(gwAdded).toFixed(3)} ms (÷ nginx's added p50: ${
+        (median(gwfAdded) / median(nginxAdded)).toFixed(1)
+      } → ${(median(gwdAdded) / median(nginxAdded)).toFixed(1)} → ${addedRatio.toFixed(1)}).`,
       "The Deno TCP splice (bench/_splice_proxy.ts) copies bytes between a client's connection " +
       "and one upstream connection of its own, with no HTTP parsing, routing or pool: less " +
       "work than nginx does and than any HTTP forwarder can do. It is this runtime's ceiling " +
