@@ -57,6 +57,11 @@ export interface BytesLaneOptions {
   answerError(error: unknown): Response;
 }
 
+/**
+ * The largest body the lane reads whole: 1 MiB. The routed verbs' usual bodies are a few hundred
+ * bytes; a file's content in `writeFile` is larger, and the object path reads it under its cap.
+ */
+const LANE_BODY_MAX = 1024 * 1024;
 const encoder = new TextEncoder();
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const CHUNKED_HEAD_END = encoder.encode("transfer-encoding: chunked\r\n\r\n");
@@ -121,7 +126,7 @@ function cached<V>(map: Map<string, V>, key: string, cap: number, make: () => V)
 }
 
 /** The lane, with its counts (tests and the operator's view read them). */
-export interface GatewayBytesLane extends BytesLane {
+export interface GatewayBytesLane extends BytesLane<Caller> {
   /** Requests the lane served itself, from their bytes. */
   readonly served: number;
   /** Requests it claimed and handed back to the object path (a 401, a bad body, a cache miss). */
@@ -140,7 +145,11 @@ export interface GatewayBytesLane extends BytesLane {
 export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   const { parts, client, verbs, answerError } = options;
   const { routing, finder, fleet, identify } = parts;
-  const maxBodyBytes = parts.jsonBodyCap.maxBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES;
+  // Read whole before it is parsed: a larger body streams through the object path's reader.
+  const maxBodyBytes = Math.min(
+    parts.jsonBodyCap.maxBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
+    LANE_BODY_MAX,
+  );
 
   // Encoded once: the request line and Host per verb and node, the node's own headers per team,
   // the hop marker (this gateway's request never carries one in: `claims` leaves those out).
@@ -241,13 +250,15 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       return handedBack;
     },
     maxBodyBytes,
-    claims: (head) =>
-      head.method === "POST" && verbs.has(head.target) && head.get(HOP_HEADER) === undefined,
-    async serve(ex) {
+    // The caller is named from the head, before the body is read: a stranger's request goes to
+    // the object path, whose 401 reads nothing of it.
+    claim: (head) =>
+      head.method === "POST" && verbs.has(head.target) && head.get(HOP_HEADER) === undefined
+        ? identify(bearerToken(head.get("authorization") ?? null))
+        : undefined,
+    async serve(ex, caller) {
       const path = ex.head.target;
       const verb = verbs.get(path)!;
-      const caller = identify(bearerToken(ex.head.get("authorization") ?? null));
-      if (caller === undefined) return handBack();
       const value = jsonObject(ex.body);
       if (value === undefined) return handBack();
       const parsed = verb.schema.safeParse(value);

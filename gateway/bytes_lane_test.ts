@@ -302,10 +302,15 @@ Deno.test("what the lane cannot serve exactly is handed back and answered by the
   try {
     await r.cache("x");
     /** Sent over the wire (the lane claims it) and to gateway.fetch (the object path). */
-    const both = async (headers: Record<string, string>, body: string, status: number) => {
+    const both = async (
+      headers: Record<string, string>,
+      body: string,
+      status: number,
+      claimed = true,
+    ) => {
       const delta = r.mark();
       const wire = await post(`${r.base}/execCommand`, headers, body);
-      assert.deepEqual(delta(), { served: 0, handedBack: 1 }, body);
+      assert.deepEqual(delta(), { served: 0, handedBack: claimed ? 1 : 0 }, body);
       const direct = await r.gateway.fetch(
         new Request("http://gw.test/execCommand", { method: "POST", headers, body }),
       );
@@ -316,7 +321,8 @@ Deno.test("what the lane cannot serve exactly is handed back and answered by the
       return JSON.parse(wire.text);
     };
     const wrong = { authorization: `Bearer ${"w".repeat(32)}`, "content-type": "application/json" };
-    const unauthorized = await both(wrong, execBody("x"), 401);
+    // A stranger's request is not even claimed: its bearer is checked from the head.
+    const unauthorized = await both(wrong, execBody("x"), 401, false);
     assert.equal(typeof unauthorized.message, "string");
     assert.match((await both(r.fleetAuth, "not json", 400)).message, /not valid JSON/);
     assert.equal(typeof (await both(r.fleetAuth, '{"name": 5}', 400)).message, "string");
@@ -361,6 +367,47 @@ function holding(arrived: PromiseWithResolvers<void>, aborted: PromiseWithResolv
       }, { once: true });
     });
 }
+
+Deno.test("a stranger's request costs no body read: its 401 comes before the body", async () => {
+  const r = await rig({ names: ["x"] });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.base).port) });
+    try {
+      // A body declared and never sent: read whole first, this would wait for the head timeout.
+      const head = `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${
+        "w".repeat(32)
+      }\r\ncontent-type: application/json\r\ncontent-length: 500000\r\n\r\n`;
+      await conn.write(encoder.encode(head));
+      const buf = new Uint8Array(4096);
+      const n = await within(conn.read(buf), 2000, "the 401");
+      assert.match(new TextDecoder().decode(buf.subarray(0, n ?? 0)), /^HTTP\/1\.1 401 /);
+    } finally {
+      conn.close();
+    }
+    assert.deepEqual(delta(), { served: 0, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a body past the lane's 1 MiB is left to the object path, which reads it under its cap", async () => {
+  const r = await rig({ names: ["x"] });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const content = "y".repeat(1536 * 1024);
+    const body = JSON.stringify({ name: "x", path: "/big.txt", content });
+    const res = await post(`${r.base}/writeFile`, r.fleetAuth, body);
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(delta(), { served: 0, handedBack: 0 });
+    assert.equal(r.seen.at(-1)!.path, "/writeFile");
+    assert.equal(r.seen.at(-1)!.body, body);
+  } finally {
+    await r.close();
+  }
+});
 
 Deno.test("a node that sends no head within headTimeoutMs is a 504 and its request is aborted", async () => {
   const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();

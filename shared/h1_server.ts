@@ -48,18 +48,24 @@ export interface LaneExchange {
 
 /**
  * A fast path for requests the app can answer from their head's bytes and a small body
- * (the gateway's routed verbs). `claims` looks at the head only; a claimed request's body is read
- * whole (it must be sized and at most `maxBodyBytes`), then `serve` either writes the whole
- * answer itself and resolves `true`, or resolves a `Response` for the engine to write, or
- * `undefined` to have the request served by the handler after all (with the body it read).
+ * (the gateway's routed verbs). `claim` looks at the head only, before a byte of the body is
+ * read: it names what the lane learned (say, the caller its bearer stands for), or `undefined`
+ * for a request it leaves to the handler (a stranger's included, which then costs no body read).
+ * A claimed request's body is read whole (it must be sized and at most `maxBodyBytes`), then
+ * `serve` either writes the whole answer itself and resolves `true`, or resolves a `Response`
+ * for the engine to write, or `undefined` to have the request served by the handler after all
+ * (with the body it read).
  */
-export interface BytesLane {
+export interface BytesLane<Claim = unknown> {
   /** The largest body a claimed request may carry; a longer one goes to the handler. */
   readonly maxBodyBytes: number;
-  /** Whether this lane serves the request (an HTTP/1.1 keep-alive request without Expect). */
-  claims(head: RequestHead): boolean;
+  /**
+   * What the lane knows of a request it serves, from its head alone (only HTTP/1.1 keep-alive
+   * requests without Expect are offered), or `undefined` to leave it to the handler.
+   */
+  claim(head: RequestHead): Claim | undefined;
   /** Serves a claimed request. A rejection closes the connection. */
-  serve(exchange: LaneExchange): Promise<true | Response | undefined>;
+  serve(exchange: LaneExchange, claim: Claim): Promise<true | Response | undefined>;
 }
 
 /** Options of {@linkcode serveH1}. */
@@ -230,6 +236,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
     reader.onEnd = () => inbound.watch(onHangUp);
     reader.onCut = onHangUp;
     let keep = head.keepAlive;
+    let claim: unknown;
     let response: Response | undefined;
     let sent: (() => void) | undefined;
     let failed: ((error: unknown) => void) | undefined;
@@ -252,7 +259,8 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       if (reader.done) inbound.watch(onHangUp);
       if (
         lane !== undefined && head.http11 && head.keepAlive && !head.expectContinue &&
-        head.contentLength >= 0 && head.contentLength <= lane.maxBodyBytes && lane.claims(head)
+        head.contentLength >= 0 && head.contentLength <= lane.maxBodyBytes &&
+        (claim = lane.claim(head)) !== undefined
       ) {
         const body = reader.whole() ?? await readWhole(reader, head.contentLength);
         if (body === null) return false;
@@ -266,7 +274,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
             return hungUp;
           },
           write,
-        });
+        }, claim);
         if (answer === true) return keep;
         response = answer ?? await handle(body.length > 0 ? body : null);
       } else {
