@@ -152,7 +152,7 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   );
 
   // Encoded once: the request line and Host per verb and node, the node's own headers per team,
-  // the hop marker (this gateway's request never carries one in: `claims` leaves those out).
+  // the hop marker (this gateway's request never carries one in: `claim` leaves those out).
   const prefixes = new Map<string, Uint8Array>();
   const owns = new Map<string, { bytes: Uint8Array; replaced: readonly string[] }>();
   const hopLine = encoder.encode(`${HOP_HEADER}: ${nextHop(null, routing.hop)}\r\n`);

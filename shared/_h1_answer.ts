@@ -15,7 +15,7 @@ const framing = new Set(["connection", "keep-alive", "transfer-encoding", "conte
 
 let dateText = "";
 let dateSecond = 0;
-/** The Date header's value, formatted once a second. */
+/** The Date header's value (RFC 9110 §6.6.1: a server with a clock sends it), made once a second. */
 function httpDate(): string {
   const now = Date.now();
   const second = Math.floor(now / 1000);
@@ -53,11 +53,13 @@ const reasons: Record<number, string> = {
   508: "Loop Detected",
 };
 
+/** Writes all of `bytes` to `conn` (a write may take fewer). */
 export async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
   let at = 0;
   while (at < bytes.length) at += await conn.write(bytes.subarray(at));
 }
 
+/** `a` then `b` in one new buffer, for one write. */
 export function joined(a: Uint8Array, b: Uint8Array): Uint8Array {
   const out = new Uint8Array(a.length + b.length);
   out.set(a);

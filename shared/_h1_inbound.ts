@@ -8,7 +8,7 @@
 import { HeadError, type RequestHead } from "./_h1_head.ts";
 
 /** The size of one read. */
-export const READ_BYTES = 64 * 1024;
+const READ_BYTES = 64 * 1024;
 /** A body piece at least this long still to come is read into a buffer of its own. */
 const OWN_READ = 64 * 1024;
 /** Longest time spent reading and dropping a body the handler left unread. */

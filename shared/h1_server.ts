@@ -299,8 +299,9 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       failed?.(error);
       if (response === undefined && error instanceof HeadError) {
         await writeResponse(conn, head, refusal(error), true).catch(() => {});
-      } else if (response !== undefined && !clientLeft(error)) {
-        // The answer's body failed (a bug, or a stream cut on purpose): told, connection ended.
+      } else if ((response !== undefined || claim !== undefined) && !clientLeft(error)) {
+        // The answer's body failed, or the lane did (a bug, a node that broke off, a stream cut
+        // on purpose): told, and the connection ended.
         await Promise.resolve(onError(error)).catch(() => {});
       }
       return false;
