@@ -66,6 +66,7 @@ const encoder = new TextEncoder();
 const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
 const CHUNKED_HEAD_END = encoder.encode("transfer-encoding: chunked\r\n\r\n");
 const CRLF = encoder.encode("\r\n");
+const LENGTH_NAME = encoder.encode("content-length: ");
 /** Client headers the node's request does not carry: the hop's own and the hop marker. */
 const notPassed = [...hopByHopHeaders, HOP_HEADER];
 /** Node answer headers the client's answer does not carry: the hop's own; framing is redone. */
@@ -93,6 +94,23 @@ function jsonObject(body: Uint8Array): object | undefined {
   } catch {
     return undefined;
   }
+}
+
+/**
+ * `content-length: <n>` and the blank line, as bytes. Written here, not by TextEncoder: its call
+ * into the runtime was 0.75 µs a line, a twentieth of the lane's JavaScript per request.
+ */
+function lengthLine(n: number): Uint8Array {
+  const digits = String(n);
+  const out = new Uint8Array(LENGTH_NAME.length + digits.length + 4);
+  out.set(LENGTH_NAME);
+  let at = LENGTH_NAME.length;
+  for (let i = 0; i < digits.length; i++) out[at++] = digits.charCodeAt(i);
+  out[at++] = 13;
+  out[at++] = 10;
+  out[at++] = 13;
+  out[at] = 10;
+  return out;
 }
 
 /** `parts` laid end to end in one new buffer. */
@@ -179,7 +197,7 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     for (let i = 0; i < spans.length; i += 4) {
       if (!nameIn(raw, spans[i], spans[i + 1], own.replaced)) parts.push(head.line(i / 4));
     }
-    parts.push(own.bytes, hopLine, encoder.encode(`content-length: ${body.length}\r\n\r\n`), body);
+    parts.push(own.bytes, hopLine, lengthLine(body.length), body);
     return concat(parts);
   };
 
@@ -196,11 +214,7 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     // A 204 or 304 has no body and no framing header (RFC 9110 §8.6, §15.4.5).
     const bodiless = answer.head.status === 204 || answer.head.status === 304;
     parts.push(
-      bodiless
-        ? CRLF
-        : sized
-        ? encoder.encode(`content-length: ${answer.length}\r\n\r\n`)
-        : CHUNKED_HEAD_END,
+      bodiless ? CRLF : sized ? lengthLine(answer.length) : CHUNKED_HEAD_END,
     );
     // The head is copied out before the body is read (the read reuses the bytes it lies in).
     const whole = answer.whole();
