@@ -69,6 +69,8 @@ export async function rawClient(port: number) {
         conn,
         typeof data === "string" ? Uint8Array.from(data, (c) => c.charCodeAt(0)) : data,
       ),
+    /** Ends the client's side (a FIN): the server reads the end of the stream. */
+    endWrite: () => conn.closeWrite(),
     received: () => received,
     closed: () => closedBy,
     wasReset: () => reset,
