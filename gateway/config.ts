@@ -335,7 +335,7 @@ export function loadGatewayConfig(
   }
   if (logLevel instanceof Error) errors.push(logLevel.message);
   // On by default where sandbox ports face users (a sandbox domain): `getHost()` URLs then take
-  // WebSockets as E2B's do. Without a domain the faster engine serves (shared/serve.ts).
+  // WebSockets as E2B's do; the bytes engine splices them at no cost to plain requests.
   const domain = sandboxDomain(env.DORMICE_SANDBOX_DOMAIN, errors);
   const websockets = parseWebSocketSwitch(
     "DORMICE_GATEWAY_WEBSOCKETS",

@@ -84,6 +84,12 @@ export class Inbound {
     return own.subarray(0, n);
   }
 
+  /** What is buffered, or the next read's bytes, as a copy; null at the end (a splice's reads). */
+  async next(): Promise<Uint8Array<ArrayBuffer> | null> {
+    if (this.size === 0 && !(await this.fill())) return null;
+    return this.take(this.size);
+  }
+
   /** Whether a read is pending (`watch`): `fill` must take its result first. */
   get pending(): boolean {
     return this.#pending !== undefined;

@@ -27,6 +27,7 @@
 import { headEnd, HeadError, parseHead, RequestHead } from "./_h1_head.ts";
 import { BodyReader, Inbound } from "./_h1_inbound.ts";
 import { writeAll, writeResponse } from "./_h1_answer.ts";
+import { markEngineRequest, runSplice, spliceOf } from "./_h1_splice.ts";
 
 export { HeadError, RequestHead } from "./_h1_head.ts";
 
@@ -81,6 +82,8 @@ export interface H1ServeOptions {
   scheme: "http" | "https";
   /** Closes the connection when aborted (the guard's timeouts, shutdown). */
   stop: AbortSignal;
+  /** Ends the connection's splices (its WebSockets) when aborted: the server is shutting down. */
+  closing?: AbortSignal;
   /** Called when a request's head has arrived. */
   begun(): void;
   /** Called when its answer has been written (or has failed): the next head is waited for. */
@@ -133,6 +136,8 @@ function requestOf(
       ...(body instanceof ReadableStream ? { duplex: "half" } : {}),
     } as RequestInit);
     if (request.url !== url) sentUrls.set(request, url);
+    // Only an engine request can be spliced (relayWebSocket asks).
+    if (names.includes("upgrade")) markEngineRequest(request);
     return request;
   } catch (error) {
     throw new HeadError(
@@ -284,6 +289,13 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
             head.expectContinue ? () => writeAll(conn, CONTINUE) : undefined,
           ),
         );
+      }
+      const splice = spliceOf(response);
+      if (splice !== undefined) {
+        // An upgrade the next hop accepted: bytes both ways until either side ends.
+        await runSplice(splice, { write, read: () => inbound.next() }, options.closing ?? stop);
+        sent?.();
+        return false;
       }
       // The handler may answer before the body's end (a 413 at a cap). A client that waits for
       // 100 Continue was never told to send it: the connection ends after the answer.

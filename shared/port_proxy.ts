@@ -6,6 +6,8 @@
  * @module
  */
 
+import { fromBytesEngine, openSplice, SpliceOpenError } from "./_h1_splice.ts";
+
 /**
  * Headers that describe one hop, never the message (RFC 9110 §7.6.1), so no proxy passes them
  * on: the gateway's forward to a node and both port hops use this one list.
@@ -110,6 +112,15 @@ export async function relayWebSocket(
   options: RelayOptions = {},
 ): Promise<Response> {
   const openTimeoutMs = options.openTimeoutMs ?? 10_000;
+  if (fromBytesEngine(request)) {
+    // The bytes engine splices: the client's handshake goes on to the next hop, then bytes.
+    try {
+      return await openSplice(request, url, options.headers ?? new Headers(), openTimeoutMs);
+    } catch (error) {
+      if (error instanceof SpliceOpenError) throw new RelayOpenError(error.message, error.timedOut);
+      throw error;
+    }
+  }
   const maxQueuedBytes = options.maxQueuedBytes ?? 4 * 1024 * 1024;
   const protocols = (request.headers.get("sec-websocket-protocol") ?? "").split(",")
     .map((p) => p.trim()).filter((p) => p !== "");

@@ -69,8 +69,8 @@ export function parseWebSocketSwitch(
   if (value === "on") return true;
   return new Error(
     `${name}='${(raw ?? "").slice(0, 20)}' is not a switch: set 'on' (WebSocket upgrades are ` +
-      "relayed; plain requests are served by Deno.serveHttp, about 0.7x the requests per " +
-      `second), 'off' (upgrades are answered 501) or leave it unset for the default (${
+      "relayed; on Deno's engine plain requests are then served by Deno.serveHttp, about 0.7x " +
+      `the requests per second), 'off' (upgrades are answered 501) or leave it unset for the default (${
         fallback ? "on" : "off"
       } here)`,
   );
@@ -114,14 +114,17 @@ export interface GuardedServeOptions {
    * per-connection server closes an upgraded socket the moment its request loop ends, so a
    * WebSocket opens and then cannot carry a frame (measured on 2.9.6). With `true` each
    * connection is served by `Deno.serveHttp`, which keeps it, at a cost to plain requests
-   * (measured: 0.6–0.7× the requests per second of a bare handler; see bench/RESULTS.md).
-   * With `false` (the default) an upgrade request is answered 501, saying so.
+   * (measured: 0.6–0.7× the requests per second of a bare handler; see bench/RESULTS.md), or,
+   * with `engine: "bytes"`, by the bytes engine, which splices `relayWebSocket`'s upgrades at no
+   * cost to plain requests. With `false` (the default) an upgrade request is answered 501.
    */
   upgrades?: boolean;
   /**
-   * The HTTP engine of a server without `upgrades`: `"deno"` (Deno's per-connection server, the
-   * default) or `"bytes"` (`h1_server.ts`, HTTP/1.1 written here on the socket, which serves
-   * `lane`'s requests from their bytes). With `upgrades`, `Deno.serveHttp` serves either way.
+   * The HTTP engine: `"deno"` (the default: Deno's per-connection server, or `Deno.serveHttp`
+   * with `upgrades`) or `"bytes"` (`h1_server.ts`, HTTP/1.1 written here on the socket, which
+   * serves `lane`'s requests from their bytes). With `upgrades` the bytes engine takes the
+   * upgrades `relayWebSocket` makes, as byte splices to the next hop (`_h1_splice.ts`); a handler
+   * that calls `Deno.upgradeWebSocket` itself needs the `"deno"` engine.
    */
   engine?: "deno" | "bytes";
   /** Requests the bytes engine answers from their bytes (the gateway's routed verbs). */
@@ -296,6 +299,8 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const addr = listener.addr as Deno.NetAddr;
   const open = new Set<Watched>();
   let stopping = false;
+  /** Aborted at shutdown: the bytes engine's WebSocket splices end then, as nothing else does. */
+  const closing = new AbortController();
 
   const close = (c: Watched) => {
     if (c.stop.signal.aborted || !open.has(c)) return;
@@ -440,8 +445,12 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     // An answer is one write, sent at once: nothing to gain from Nagle's wait for an ACK.
     if ("setNoDelay" in conn) conn.setNoDelay(true);
     return serveH1(conn, {
-      handler: (request, info) =>
-        asksWebSocket(request) ? notUpgradable() : options.handler(request, info),
+      // With upgrades, relayWebSocket splices them (`_h1_splice.ts`).
+      handler: options.upgrades
+        ? options.handler
+        : (request, info) =>
+          asksWebSocket(request) ? notUpgradable() : options.handler(request, info),
+      closing: closing.signal,
       onError,
       scheme: options.tls ? "https" : "http",
       stop: c.stop.signal,
@@ -451,10 +460,10 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     });
   };
 
-  const serveConnection = options.upgrades && serveLegacy
-    ? serveUpgrading
-    : options.engine === "bytes"
+  const serveConnection = options.engine === "bytes"
     ? serveBytes
+    : options.upgrades && serveLegacy
+    ? serveUpgrading
     : serveFast;
 
   const watch = (conn: Deno.TcpConn | Deno.TlsConn) => {
@@ -522,6 +531,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const shutdown = async () => {
     if (!stopping) {
       stopping = true;
+      closing.abort();
       clearInterval(sweeper);
       try {
         listener.close();

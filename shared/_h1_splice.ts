@@ -1,0 +1,240 @@
+/**
+ * WebSockets on the bytes engine (`h1_server.ts`), as byte splices: the client's handshake is
+ * passed on to the next hop as an HTTP/1.1 upgrade, and once that hop answers 101 the engine
+ * copies bytes both ways until either side ends. Frames, pings and close codes pass through
+ * untouched, and each direction is held back by TCP's own flow control, so no frame is decoded or
+ * queued here. `relayWebSocket` (`port_proxy.ts`) takes this way for requests the bytes engine
+ * served, and `Deno.upgradeWebSocket` for the others.
+ *
+ * @module
+ */
+
+const encoder = new TextEncoder();
+const decoder = new TextDecoder();
+
+/** The requests the bytes engine made: only they can be spliced. */
+const engineRequests = new WeakSet<Request>();
+/** The answers that are splices, with their next hop's open socket. */
+const splices = new WeakMap<Response, Splice>();
+
+/** A next hop that answered an upgrade with 101, and what it sent with it. */
+export interface Splice {
+  /** The socket to the next hop, past its 101 head. */
+  readonly upstream: Deno.Conn;
+  /** The next hop's 101 head, passed on to the client as it came. */
+  readonly head: Uint8Array;
+  /** Bytes the next hop sent after its head (its first frames), passed on after it. */
+  readonly rest: Uint8Array;
+}
+
+/** Marks `request` as one the bytes engine made (`h1_server.ts` calls it). */
+export function markEngineRequest(request: Request): void {
+  engineRequests.add(request);
+}
+
+/** Whether `request` came from the bytes engine, which splices upgrades. */
+export function fromBytesEngine(request: Request): boolean {
+  return engineRequests.has(request);
+}
+
+/** The splice an answer stands for, or undefined for a plain answer. */
+export function spliceOf(response: Response): Splice | undefined {
+  return splices.get(response);
+}
+
+/** Why a splice could not be opened: the caller shapes its own answer from it. */
+export class SpliceOpenError extends Error {
+  /** True when the next hop did not answer within the bound. */
+  readonly timedOut: boolean;
+  /** Builds the error. */
+  constructor(message: string, timedOut: boolean) {
+    super(message);
+    this.name = "SpliceOpenError";
+    this.timedOut = timedOut;
+  }
+}
+
+/** The client's handshake headers, which a splice passes on (each hop does not make its own). */
+const handshake = [
+  "sec-websocket-key",
+  "sec-websocket-version",
+  "sec-websocket-protocol",
+  "sec-websocket-extensions",
+];
+
+/**
+ * Opens the next hop at `url` (`ws:` or `wss:`) with the client's upgrade `request`, its
+ * handshake headers and `headers`, and resolves the answer that stands for the splice once the
+ * hop answers 101.
+ *
+ * @throws {SpliceOpenError} when the hop cannot be reached, answers anything but 101, or does not
+ *   answer within `openTimeoutMs`.
+ */
+export async function openSplice(
+  request: Request,
+  url: string,
+  headers: Headers,
+  openTimeoutMs: number,
+): Promise<Response> {
+  const target = new URL(url);
+  const secure = target.protocol === "wss:";
+  const port = Number(target.port || (secure ? 443 : 80));
+  const hostname = target.hostname.replace(/^\[|\]$/g, "");
+  const deadline = Date.now() + openTimeoutMs;
+  let upstream: Deno.Conn;
+  try {
+    upstream = await bounded(
+      secure ? Deno.connectTls({ hostname, port }) : Deno.connect({ hostname, port }),
+      openTimeoutMs,
+    );
+  } catch (error) {
+    const late = error instanceof SpliceOpenError;
+    throw late ? error : new SpliceOpenError((error as Error).message || String(error), false);
+  }
+  let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${target.host}\r\n` +
+    "connection: Upgrade\r\nupgrade: websocket\r\n";
+  for (const name of handshake) {
+    const value = request.headers.get(name);
+    if (value !== null) text += `${name}: ${value}\r\n`;
+  }
+  for (const [name, value] of headers) {
+    if (!handshake.includes(name)) text += `${name}: ${value}\r\n`;
+  }
+  // The handshake's share of the bound: past it the socket is closed, which ends the read.
+  let late = false;
+  const timer = setTimeout(() => {
+    late = true;
+    try {
+      upstream.close();
+    } catch {
+      // Closed already.
+    }
+  }, Math.max(0, deadline - Date.now()));
+  try {
+    await writeAll(upstream, encoder.encode(text + "\r\n"));
+    const { head, rest } = await readHead(upstream);
+    const status = /^HTTP\/1\.[01] (\d{3})/.exec(decoder.decode(head.subarray(0, 16)))?.[1];
+    if (status !== "101") {
+      throw new SpliceOpenError(
+        status === undefined
+          ? "the next hop sent no HTTP answer"
+          : `the next hop answered ${status}, not 101`,
+        false,
+      );
+    }
+    const response = new Response(null, { status: 200 });
+    splices.set(response, { upstream, head, rest });
+    return response;
+  } catch (error) {
+    try {
+      upstream.close();
+    } catch {
+      // Closed already.
+    }
+    if (error instanceof SpliceOpenError) throw error;
+    throw new SpliceOpenError(
+      late
+        ? `no WebSocket handshake within ${openTimeoutMs} ms`
+        : (error as Error).message || String(error),
+      late,
+    );
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** `connecting`, or a SpliceOpenError after `ms` (a socket that opens later is closed). */
+function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      connecting.then((c) => c.close(), () => {});
+      reject(new SpliceOpenError(`no connection within ${ms} ms`, true));
+    }, ms);
+  });
+  return Promise.race([connecting, late]).finally(() => clearTimeout(timer));
+}
+
+/** Reads an answer head (at most 64 KiB) and what came after it. */
+async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
+  let buf = new Uint8Array(16 * 1024);
+  let end = 0;
+  for (;;) {
+    const at = indexOfBlankLine(buf, end);
+    if (at >= 0) return { head: buf.slice(0, at), rest: buf.slice(at, end) };
+    if (end === buf.length) {
+      if (buf.length >= 64 * 1024) throw new Error("the next hop's head is longer than 64 KiB");
+      const grown = new Uint8Array(buf.length * 2);
+      grown.set(buf);
+      buf = grown;
+    }
+    const n = await conn.read(buf.subarray(end));
+    if (n === null) throw new Error("the next hop closed before its answer");
+    end += n;
+  }
+}
+
+/** Where the head in `b[0, end)` ends (after its blank line), or -1. */
+function indexOfBlankLine(b: Uint8Array, end: number): number {
+  for (let i = 3; i < end; i++) {
+    if (b[i] === 10 && b[i - 1] === 13 && b[i - 2] === 10 && b[i - 3] === 13) return i + 1;
+  }
+  return -1;
+}
+
+async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  let at = 0;
+  while (at < bytes.length) at += await conn.write(bytes.subarray(at));
+}
+
+/**
+ * Runs `splice` between the client (`write` to it, `read` from it, the bytes it already sent
+ * first) and the next hop, until either side ends or `stop` aborts; then closes the next hop.
+ */
+export async function runSplice(
+  splice: Splice,
+  client: {
+    write(bytes: Uint8Array): Promise<void>;
+    read(): Promise<Uint8Array | null>;
+  },
+  stop: AbortSignal,
+): Promise<void> {
+  const { upstream } = splice;
+  const end = () => {
+    try {
+      upstream.close();
+    } catch {
+      // Closed already.
+    }
+  };
+  stop.addEventListener("abort", end, { once: true });
+  try {
+    const first = new Uint8Array(splice.head.length + splice.rest.length);
+    first.set(splice.head);
+    first.set(splice.rest, splice.head.length);
+    await client.write(first);
+    const down = (async () => {
+      const buf = new Uint8Array(64 * 1024);
+      for (;;) {
+        const n = await upstream.read(buf).catch(() => null);
+        if (n === null) return;
+        await client.write(buf.subarray(0, n));
+      }
+    })();
+    const up = (async () => {
+      for (;;) {
+        const piece = await client.read();
+        if (piece === null) return;
+        await writeAll(upstream, piece);
+      }
+    })();
+    // Either side's end ends both: a WebSocket has nothing to say after its close frame. The
+    // other side's pending read or write then fails, which is no error.
+    down.catch(() => {});
+    up.catch(() => {});
+    await Promise.race([down, up]).catch(() => {});
+  } finally {
+    stop.removeEventListener("abort", end);
+    end();
+  }
+}
