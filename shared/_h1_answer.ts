@@ -67,6 +67,15 @@ export function joined(a: Uint8Array, b: Uint8Array): Uint8Array {
   return out;
 }
 
+/** Pieces at least this long are written as they are, not copied into a frame or a head. */
+const COPY_MAX = 16 * 1024;
+const CRLF = encoder.encode("\r\n");
+
+/** A chunk's size line. */
+function sizeLine(n: number): Uint8Array {
+  return encoder.encode(`${n.toString(16)}\r\n`);
+}
+
 /** A chunk framed for a chunked body. */
 export function frame(chunk: Uint8Array): Uint8Array {
   const size = chunk.length.toString(16);
@@ -141,7 +150,6 @@ export async function writeResponse(
     if (length < 0 && !head.http11) close = true;
     text += close ? "connection: close\r\n" : head.http11 ? "" : "connection: keep-alive\r\n";
     const chunked = length < 0 && head.http11;
-    const out = (piece: Uint8Array) => chunked ? frame(piece) : piece;
     let pending: Uint8Array | undefined = encoder.encode(
       length >= 0
         ? `${text}content-length: ${length}\r\n\r\n`
@@ -154,6 +162,25 @@ export async function writeResponse(
       pending = undefined;
       ready = await first;
     }
+    /** Writes one piece after what is pending, framed; a large one is not copied to be joined. */
+    const put = async (piece: Uint8Array) => {
+      if (piece.length >= COPY_MAX) {
+        // Its size line (or the head) in one write, the piece as it is in the next.
+        const before = chunked ? sizeLine(piece.length) : undefined;
+        const lead = before === undefined
+          ? pending
+          : pending === undefined
+          ? before
+          : joined(pending, before);
+        if (lead !== undefined) await writeAll(conn, lead);
+        await writeAll(conn, piece);
+        pending = chunked ? CRLF : undefined;
+        return;
+      }
+      const out = chunked ? frame(piece) : piece;
+      await writeAll(conn, pending === undefined ? out : joined(pending, out));
+      pending = undefined;
+    };
     let sent = 0;
     let r: ReadableStreamReadResult<Uint8Array> = ready;
     while (!r.done) {
@@ -162,8 +189,7 @@ export async function writeResponse(
         if (length >= 0 && sent > length) {
           throw new TypeError("the answer's body is longer than its length");
         }
-        await writeAll(conn, pending === undefined ? out(r.value) : joined(pending, out(r.value)));
-        pending = undefined;
+        await put(r.value);
       }
       if (second === undefined) r = await reader.read();
       else {
@@ -185,7 +211,7 @@ export async function writeResponse(
   } catch (error) {
     await reader.cancel(error).catch(() => {});
     throw error;
-  } finally {
-    reader.releaseLock();
   }
+  // The reader is not released: the stream is done with, and a release makes an Error (with its
+  // stack) for the reader's closed promise, 6% of the object path's time (measured).
 }
