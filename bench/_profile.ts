@@ -12,7 +12,9 @@
  * and Deno's per-connection server (DORMICE_GATEWAY_ENGINE). `--connections=1` runs wrk with one
  * connection (the c1 rows of the forwarding benchmark) instead of 32.
  *
- * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download]
+ * `--verb=lookupSandbox` runs wrk on that verb instead (one the object path serves).
+ *
+ * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download] [--verb=…]
  * [--websockets=on|off] [--engine=bytes|deno] [--connections=32] [--seconds=10] [--transfers=8] [--top=25]`
  *
  * @module
@@ -44,6 +46,8 @@ const websockets = flag("websockets", workload === "verb" ? "off" : "on");
 const engine = flag("engine", "bytes");
 // wrk's connections on the verb: 32 loads the gateway; 1 puts all of its work on the request's path.
 const connections = Number(flag("connections", "32"));
+// The routed verb by default; `--verb=lookupSandbox` profiles a verb the object path serves.
+const verb = flag("verb", "getSandboxMetrics");
 if (!["verb", "upload", "download"].includes(workload)) {
   console.error(`--workload=${workload}: give verb, upload or download`);
   Deno.exit(2);
@@ -67,8 +71,8 @@ if (workload === "verb") {
     const made = await postJson(`${gw.url}/acquireSandbox`, { name: "prof" });
     if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status}`);
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: "prof" };
-    await wrk(`${gw.url}/getSandboxMetrics`, 1, env, connections);
-    result = await wrk(`${gw.url}/getSandboxMetrics`, seconds, env, connections);
+    await wrk(`${gw.url}/${verb}`, 1, env, connections);
+    result = await wrk(`${gw.url}/${verb}`, seconds, env, connections);
     units = result.rps * seconds;
   } finally {
     await gw.stop();

@@ -199,6 +199,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     >;
   const results = empty();
   const single = empty();
+  const objectPath = { gateway: [] as WrkResult[], "gateway-deno": [] as WrkResult[] };
   try {
     const gw: Daemon = await startGateway(gatewayArgs);
     started.push(gw);
@@ -279,6 +280,10 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         results[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env));
         single[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, latencySeconds, env, 1));
       }
+      // A verb the object path serves on either engine (no lane): what the engine costs there.
+      for (const key of ["gateway", "gateway-deno"] as const) {
+        objectPath[key].push(await wrk(`${targets[key]}/lookupSandbox`, seconds, env));
+      }
     }
   } finally {
     for (const s of started.reverse()) await s.stop();
@@ -298,7 +303,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const gwfAdded = added("gateway-fetch");
   const gwdRps = pick("gateway-deno", "rps");
   const gwdAdded = added("gateway-deno");
-  const errors = [...Object.values(results), ...Object.values(single)].flat()
+  const errors = [...Object.values(results), ...Object.values(single), ...Object.values(objectPath)]
+    .flat()
     .reduce((a, x) => a + x.errors, 0);
   const rpsRatio = gwRps.map((v, i) => v / nginxRps[i]);
   // nginx's added latency is tens of µs, within the noise of one run (it can come out negative),
@@ -357,6 +363,18 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "req/s",
       pick("splice", "rps"),
       nginxRps,
+    ),
+    row(
+      "lookupSandbox through the gateway on Deno's server (the object path; reference for the next row)",
+      "req/s",
+      objectPath["gateway-deno"].map((x) => x.rps),
+      objectPath["gateway-deno"].map((x) => x.rps),
+    ),
+    row(
+      "lookupSandbox through the gateway on the bytes engine (the object path: no lane)",
+      "req/s",
+      objectPath.gateway.map((x) => x.rps),
+      objectPath["gateway-deno"].map((x) => x.rps),
     ),
     row("gateway ÷ direct throughput", "×", gwRps.map((v, i) => v / dRps[i]), null, { digits: 2 }),
     row("nginx p50 at c32 (reference)", "ms", nginxP50, nginxP50),
@@ -466,6 +484,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       } → ${median(gwAdded).toFixed(3)} ms (÷ nginx's added p50: ${
         (median(gwfAdded) / median(nginxAdded)).toFixed(1)
       } → ${(median(gwdAdded) / median(nginxAdded)).toFixed(1)} → ${addedRatio.toFixed(1)}).`,
+      "The lookupSandbox rows are a verb the lane does not serve (a lookup by name or id, its " +
+      "own rules), so both engines answer it by the object path: a Request to the app and a " +
+      "Response back. There the bytes engine builds in JavaScript what Deno's server builds " +
+      `natively: ${
+        median(objectPath.gateway.map((x, i) => x.rps / objectPath["gateway-deno"][i].rps))
+          .toFixed(2)
+      }× the requests per second of Deno's server.`,
       "The Deno TCP splice (bench/_splice_proxy.ts) copies bytes between a client's connection " +
       "and one upstream connection of its own, with no HTTP parsing, routing or pool: less " +
       "work than nginx does and than any HTTP forwarder can do. It is this runtime's ceiling " +

@@ -290,7 +290,8 @@ export async function runPorts(options: PortsOptions): Promise<Section> {
       "WebSocket echoes of 32 bytes per measurement (20 more first, not counted), p50 within " +
       "the run. Gateway (gateway/main.ts) and node (bench/_port_node.ts: the node app on the fake " +
       "executor, serveGuarded as node/main.ts) are processes of their own, both with WebSockets " +
-      "on (DORMICE_GATEWAY_WEBSOCKETS / DORMICE_WEBSOCKETS: the Deno.serveHttp engine); the port's listener " +
+      "on (DORMICE_GATEWAY_WEBSOCKETS / DORMICE_WEBSOCKETS): the gateway on its bytes engine, " +
+      "which splices an upgrade to the node, the node on Deno.serveHttp; the port's listener " +
       "is a Deno.serve in the node's process, as the fake executor serves ports. The gateway " +
       "route is /e2b/envd with E2b-Sandbox-Id and E2b-Sandbox-Port (what E2B_SANDBOX_URL users " +
       "send); by Host it is the same forward. Each run alternates the order of the routes.",
