@@ -8,6 +8,7 @@ import { checkIn } from "./_fixtures_test.ts";
 import { serveGuarded } from "../shared/serve.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
+import { within } from "../shared/_h1_server_fixtures_test.ts";
 
 const TOKEN = "t".repeat(32);
 const NODE = "node-a";
@@ -20,19 +21,6 @@ interface Seen {
   headers: Headers;
   body: string;
   signal: AbortSignal;
-}
-
-/** `promise`, or a rejection naming `what` after `ms`: no wait of a red run hangs. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: nothing within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** Whether `promise` settles within `ms` (false when it does not). */

@@ -42,14 +42,17 @@ export function spliceOf(response: Response): Splice | undefined {
   return splices.get(response);
 }
 
-/** Why a splice could not be opened: the caller shapes its own answer from it. */
-export class SpliceOpenError extends Error {
-  /** True when the next hop did not answer within the bound. */
+/**
+ * Why `relayWebSocket` (`port_proxy.ts`) could not open the next hop, spliced or relayed: the
+ * caller shapes its own answer from it.
+ */
+export class RelayOpenError extends Error {
+  /** True when the next hop did not answer the handshake in time. */
   readonly timedOut: boolean;
   /** Builds the error. */
   constructor(message: string, timedOut: boolean) {
     super(message);
-    this.name = "SpliceOpenError";
+    this.name = "RelayOpenError";
     this.timedOut = timedOut;
   }
 }
@@ -67,7 +70,7 @@ const handshake = [
  * handshake headers and `headers`, and resolves the answer that stands for the splice once the
  * hop answers 101.
  *
- * @throws {SpliceOpenError} when the hop cannot be reached, answers anything but 101, or does not
+ * @throws {RelayOpenError} when the hop cannot be reached, answers anything but 101, or does not
  *   answer within `openTimeoutMs`.
  */
 export async function openSplice(
@@ -88,8 +91,8 @@ export async function openSplice(
       openTimeoutMs,
     );
   } catch (error) {
-    const late = error instanceof SpliceOpenError;
-    throw late ? error : new SpliceOpenError((error as Error).message || String(error), false);
+    const late = error instanceof RelayOpenError;
+    throw late ? error : new RelayOpenError((error as Error).message || String(error), false);
   }
   let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${target.host}\r\n` +
     "connection: Upgrade\r\nupgrade: websocket\r\n";
@@ -115,7 +118,7 @@ export async function openSplice(
     const { head, rest } = await readHead(upstream);
     const status = /^HTTP\/1\.[01] (\d{3})/.exec(decoder.decode(head.subarray(0, 16)))?.[1];
     if (status !== "101") {
-      throw new SpliceOpenError(
+      throw new RelayOpenError(
         status === undefined
           ? "the next hop sent no HTTP answer"
           : `the next hop answered ${status}, not 101`,
@@ -131,8 +134,8 @@ export async function openSplice(
     } catch {
       // Closed already.
     }
-    if (error instanceof SpliceOpenError) throw error;
-    throw new SpliceOpenError(
+    if (error instanceof RelayOpenError) throw error;
+    throw new RelayOpenError(
       late
         ? `no WebSocket handshake within ${openTimeoutMs} ms`
         : (error as Error).message || String(error),
@@ -143,13 +146,13 @@ export async function openSplice(
   }
 }
 
-/** `connecting`, or a SpliceOpenError after `ms` (a socket that opens later is closed). */
+/** `connecting`, or a RelayOpenError after `ms` (a socket that opens later is closed). */
 function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
       connecting.then((c) => c.close(), () => {});
-      reject(new SpliceOpenError(`no connection within ${ms} ms`, true));
+      reject(new RelayOpenError(`no connection within ${ms} ms`, true));
     }, ms);
   });
   return Promise.race([connecting, late]).finally(() => clearTimeout(timer));

@@ -4,6 +4,7 @@
  * closed, and the handler never sees it.
  */
 import assert from "node:assert/strict";
+import { seeded } from "./_seeded_fixtures_test.ts";
 import { type Client, firstHead, hasHeader, ok, withServer } from "./_h1_server_fixtures_test.ts";
 
 // --- Refused heads: the status as an answer, then the connection closed. ---
@@ -117,16 +118,6 @@ for (const [what, bytes, status, message] of refusedHeads) {
     });
     assert.equal(served, 0, "the handler saw a refused request");
   });
-}
-
-/** A small seeded generator (mulberry32), so a red mutation can be replayed. */
-function seeded(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 Deno.test("bytes engine: 300 mutated requests never crash it: a 4xx, a served answer or a close", async () => {

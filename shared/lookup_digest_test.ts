@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { seeded } from "./_seeded_fixtures_test.ts";
 import {
   digestProbe,
   idDigestKey,
@@ -7,16 +8,6 @@ import {
   nameDigestKey,
 } from "./lookup_digest.ts";
 import { checkInSchema } from "./schemas.ts";
-
-/** A seeded generator (mulberry32), so the measured rate is the same on every run. */
-function seeded(seed: number): () => number {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 Deno.test("a digest of 10,000 keys has no false negatives and about 1% false positives", () => {
   const random = seeded(16);

@@ -6,7 +6,7 @@
  * @module
  */
 
-import { fromBytesEngine, openSplice, SpliceOpenError } from "./_h1_splice.ts";
+import { fromBytesEngine, openSplice, RelayOpenError } from "./_h1_splice.ts";
 
 /**
  * Headers that describe one hop, never the message (RFC 9110 §7.6.1), so no proxy passes them
@@ -81,17 +81,7 @@ export interface RelayOptions {
   maxQueuedBytes?: number;
 }
 
-/** Why {@linkcode relayWebSocket} could not open the next hop. */
-export class RelayOpenError extends Error {
-  /** True when the next hop did not answer the handshake in time. */
-  readonly timedOut: boolean;
-  /** Builds the error. */
-  constructor(message: string, timedOut: boolean) {
-    super(message);
-    this.name = "RelayOpenError";
-    this.timedOut = timedOut;
-  }
-}
+export { RelayOpenError } from "./_h1_splice.ts";
 
 /**
  * Opens a WebSocket to `url` first (so a next hop that refuses is an HTTP error the caller can
@@ -114,12 +104,7 @@ export async function relayWebSocket(
   const openTimeoutMs = options.openTimeoutMs ?? 10_000;
   if (fromBytesEngine(request)) {
     // The bytes engine splices: the client's handshake goes on to the next hop, then bytes.
-    try {
-      return await openSplice(request, url, options.headers ?? new Headers(), openTimeoutMs);
-    } catch (error) {
-      if (error instanceof SpliceOpenError) throw new RelayOpenError(error.message, error.timedOut);
-      throw error;
-    }
+    return await openSplice(request, url, options.headers ?? new Headers(), openTimeoutMs);
   }
   const maxQueuedBytes = options.maxQueuedBytes ?? 4 * 1024 * 1024;
   const protocols = (request.headers.get("sec-websocket-protocol") ?? "").split(",")

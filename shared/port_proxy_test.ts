@@ -6,19 +6,7 @@
 import assert from "node:assert/strict";
 import { RelayOpenError, relayWebSocket } from "./port_proxy.ts";
 import { serveGuarded } from "./serve.ts";
-
-/** `promise`, or a rejection naming `what` after `ms`. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms);
-  });
-  try {
-    return await Promise.race([promise, late]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
+import { within } from "./_h1_server_fixtures_test.ts";
 
 /** A next hop that echoes, picks the `chat` subprotocol, and records what it saw. */
 function nextHop() {
