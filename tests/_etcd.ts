@@ -70,6 +70,19 @@ interface Running {
  * ```
  */
 export async function startEtcd(size = 1): Promise<EtcdCluster> {
+  for (let attempt = 1;; attempt++) {
+    try {
+      return await startEtcdOnce(size);
+    } catch (error) {
+      // A port picked free can be taken before etcd binds it (another test's socket, measured in
+      // CI once): the cluster is tried again on new ports.
+      if (attempt < 3 && /address already in use/.test((error as Error).message)) continue;
+      throw error;
+    }
+  }
+}
+
+async function startEtcdOnce(size: number): Promise<EtcdCluster> {
   const binary = etcdBinary();
   if (binary === null) throw new Error("etcd is not installed (apt-get install etcd-server)");
   const token = `t-${crypto.randomUUID().slice(0, 8)}`;
@@ -85,6 +98,10 @@ export async function startEtcd(size = 1): Promise<EtcdCluster> {
   }
   const initialCluster = members.map((m) => `${m.name}=${m.peerUrl}`).join(",");
   const processes: (Running | null)[] = members.map(() => null);
+  /** The processes that have exited. */
+  const ended = new WeakSet<Running>();
+  /** Set when one member failed to start: the others' waits stop. */
+  let abandoned = false;
 
   const spawn = (i: number) => {
     const m = members[i];
@@ -114,17 +131,25 @@ export async function startEtcd(size = 1): Promise<EtcdCluster> {
         log = (log + chunk).slice(-20_000);
       }
     })();
-    processes[i] = {
+    const running: Running = {
       child,
       exited: Promise.all([child.status, drained]),
       log: () => log,
     };
+    processes[i] = running;
+    void child.status.then(() => ended.add(running));
     m.running = true;
   };
 
   const healthy = async (i: number, timeoutMs = 20_000) => {
     const deadline = Date.now() + timeoutMs;
-    while (Date.now() < deadline) {
+    while (Date.now() < deadline && !abandoned) {
+      const p = processes[i];
+      // A member that exited (a port it could not bind) will not become healthy: said at once.
+      if (p !== null && ended.has(p)) {
+        await p.exited;
+        throw new Error(`etcd member ${members[i].name} exited before it was healthy:\n${p.log()}`);
+      }
       try {
         const res = await fetch(`${members[i].clientUrl}/health`, {
           signal: AbortSignal.timeout(1000),
@@ -155,7 +180,10 @@ export async function startEtcd(size = 1): Promise<EtcdCluster> {
   try {
     await Promise.all(members.map((_, i) => healthy(i)));
   } catch (error) {
+    // The other members' waits end too, and nothing of this attempt is left behind.
+    abandoned = true;
     for (let i = 0; i < size; i++) await kill(i);
+    for (const m of members) await Deno.remove(m.dataDir, { recursive: true }).catch(() => {});
     throw error;
   }
   return {
