@@ -5,6 +5,9 @@
  *
  * @module
  */
+import { blankLineAt, sameName } from "../shared/_h1_head.ts";
+import { joined } from "../shared/_h1_answer.ts";
+
 export const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 const CRLF = encoder.encode("\r\n");
@@ -181,7 +184,7 @@ function closedEarly(): TypeError {
 export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head> {
   let from = 0;
   for (;;) {
-    const end = indexOfHeadEnd(conn.buffered, from);
+    const end = blankLineAt(conn.buffered, from);
     if (end >= 0 && end <= maxHeaderBytes) {
       const text = decoder.decode(conn.consume(end + 4).subarray(0, end));
       return parseHead(text);
@@ -221,7 +224,7 @@ export interface RawHead {
 export async function readRawHead(conn: Conn, maxHeaderBytes: number): Promise<RawHead> {
   let from = 0;
   for (;;) {
-    const end = indexOfHeadEnd(conn.buffered, from);
+    const end = blankLineAt(conn.buffered, from);
     if (end >= 0 && end <= maxHeaderBytes) return parseRawHead(conn.consume(end + 4));
     if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
       throw new TypeError(
@@ -231,16 +234,6 @@ export async function readRawHead(conn: Conn, maxHeaderBytes: number): Promise<R
     from = Math.max(0, conn.buffered.length - 3);
     if (!(await conn.fill())) throw closedEarly();
   }
-}
-
-/** Whether `b[start, end)` is the name `lower`, ASCII case-insensitively. */
-export function nameIs(b: Uint8Array, start: number, end: number, lower: string): boolean {
-  if (end - start !== lower.length) return false;
-  for (let k = 0; k < lower.length; k++) {
-    const c = b[start + k];
-    if ((c >= 65 && c <= 90 ? c + 32 : c) !== lower.charCodeAt(k)) return false;
-  }
-  return true;
 }
 
 function parseRawHead(raw: Uint8Array): RawHead {
@@ -275,9 +268,9 @@ function parseRawHead(raw: Uint8Array): RawHead {
     const n = colon - at;
     if (n === 14 || n === 17 || n === 10) {
       const value = () => decoder.decode(raw.subarray(colon + 1, nl - 1)).trim();
-      if (nameIs(raw, at, colon, "content-length")) contentLength = value();
-      else if (nameIs(raw, at, colon, "transfer-encoding")) transferEncoding = value();
-      else if (nameIs(raw, at, colon, "connection")) connection += `,${value()}`;
+      if (sameName(raw, at, colon, "content-length")) contentLength = value();
+      else if (sameName(raw, at, colon, "transfer-encoding")) transferEncoding = value();
+      else if (sameName(raw, at, colon, "connection")) connection += `,${value()}`;
     }
     at = nl + 1;
   }
@@ -291,13 +284,6 @@ function parseRawHead(raw: Uint8Array): RawHead {
     transferEncoding,
     connection,
   };
-}
-
-function indexOfHeadEnd(b: Uint8Array, from: number): number {
-  for (let i = from; i + 3 < b.length; i++) {
-    if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) return i;
-  }
-  return -1;
 }
 
 function parseHead(text: string): Head {
@@ -370,13 +356,6 @@ export class ChunkDecoder {
   }
 }
 
-export function join(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a);
-  out.set(b, a.length);
-  return out;
-}
-
 /**
  * Writes the head and the body. A stream's first chunk shares the head's write (a small body
  * whose length was declared is then one write, as a fixed one is); each further chunk is one
@@ -423,14 +402,14 @@ export async function writeRequest(
         framed.set(value, size.length);
         framed.set(CRLF, size.length + value.length);
       }
-      await conn.writeAll(pending === undefined ? framed : join(pending, framed));
+      await conn.writeAll(pending === undefined ? framed : joined(pending, framed));
       pending = undefined;
     }
     if (length !== undefined && sent !== length) {
       throw new TypeError(`error sending request: the body ended ${length - sent} bytes short`);
     }
     const tail = length === undefined ? LAST_CHUNK : new Uint8Array(0);
-    const last = pending === undefined ? tail : join(pending, tail);
+    const last = pending === undefined ? tail : joined(pending, tail);
     if (last.length > 0) await conn.writeAll(last);
   } catch (error) {
     await reader.cancel(error).catch(() => {});

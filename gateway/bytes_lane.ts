@@ -32,7 +32,7 @@ import { HOP_HEADER, nextHop } from "./door.ts";
 import type { FindOne } from "./finder.ts";
 import { unreachable } from "./forward.ts";
 import type { BytesAnswer, H1Client } from "./h1_client.ts";
-import { nameIs } from "./_h1_wire.ts";
+import { sameName } from "../shared/_h1_head.ts";
 import { frame, LAST_CHUNK, soon } from "../shared/_h1_answer.ts";
 import type { GatewayParts } from "./parts.ts";
 import { statusOf } from "./routing_answers.ts";
@@ -128,7 +128,7 @@ function concat(parts: readonly Uint8Array[]): Uint8Array {
 
 /** Whether `name` (in `b[start, end)`) is one of `lowers`, ASCII case-insensitively. */
 function nameIn(b: Uint8Array, start: number, end: number, lowers: readonly string[]): boolean {
-  for (let i = 0; i < lowers.length; i++) if (nameIs(b, start, end, lowers[i])) return true;
+  for (let i = 0; i < lowers.length; i++) if (sameName(b, start, end, lowers[i])) return true;
   return false;
 }
 

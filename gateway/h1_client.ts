@@ -25,7 +25,6 @@ import {
   Conn,
   encoder,
   type Head,
-  join,
   type Pool,
   type RawHead,
   readHead,
@@ -35,6 +34,7 @@ import {
   wrap,
   writeRequest,
 } from "./_h1_wire.ts";
+import { joined } from "../shared/_h1_answer.ts";
 
 /** Options of {@linkcode createH1Client}. */
 export interface H1ClientOptions {
@@ -388,7 +388,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     let stopUpload: (() => void) | undefined;
     if (stream === undefined && (bytes === undefined || bytes.length <= 16 * 1024)) {
       try {
-        await conn.writeAll(bytes === undefined || bytes.length === 0 ? head : join(head, bytes));
+        await conn.writeAll(bytes === undefined || bytes.length === 0 ? head : joined(head, bytes));
       } catch (error) {
         finish(false);
         if (signal?.aborted) throw signal.reason;

@@ -98,12 +98,6 @@ export class RequestHead {
     return this.#values;
   }
 
-  /** Whether header `i`'s name is `lower` (a lowercase name), compared on the bytes. */
-  nameIs(i: number, lower: string): boolean {
-    const start = this.spans[4 * i], end = this.spans[4 * i + 1];
-    return sameName(this.raw, start, end, lower);
-  }
-
   /** The value of the first header named `lower` (a lowercase name), or undefined. */
   get(lower: string): string | undefined {
     for (let i = 0; i < this.spans.length; i += 4) {
@@ -122,7 +116,7 @@ export class RequestHead {
 }
 
 /** Whether `b[start, end)` is the name `lower`, ASCII case-insensitively. */
-function sameName(b: Uint8Array, start: number, end: number, lower: string): boolean {
+export function sameName(b: Uint8Array, start: number, end: number, lower: string): boolean {
   if (end - start !== lower.length) return false;
   for (let k = 0; k < lower.length; k++) {
     const c = b[start + k];
@@ -159,8 +153,20 @@ export function headEnd(b: Uint8Array, from: number, to: number): number {
   return -1;
 }
 
+/**
+ * Where the first CRLF CRLF in `b[from, to)` starts, or -1: the end of a head read strictly (an
+ * answer's from a next hop; a request's is `headEnd`, which also finds the bare-LF shapes it
+ * refuses).
+ */
+export function blankLineAt(b: Uint8Array, from: number, to: number = b.length): number {
+  for (let i = from; i + 3 < to; i++) {
+    if (b[i] === 13 && b[i + 1] === 10 && b[i + 2] === 13 && b[i + 3] === 10) return i;
+  }
+  return -1;
+}
+
 /** Latin-1 text of `b[from, to)`: header bytes are octets, and Headers takes them as such. */
-function octets(b: Uint8Array, from: number, to: number): string {
+export function octets(b: Uint8Array, from: number, to: number): string {
   if (to - from < 4096) {
     return String.fromCharCode.apply(null, b.subarray(from, to) as unknown as number[]);
   }

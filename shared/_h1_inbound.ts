@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { HeadError, type RequestHead } from "./_h1_head.ts";
+import { HeadError, octets, type RequestHead } from "./_h1_head.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;
@@ -146,10 +146,7 @@ export class Inbound {
         if (nl === this.start || this.buf[nl - 1] !== 13) {
           throw new HeadError(400, "A chunked body has a line that ends with a bare LF");
         }
-        const text = String.fromCharCode.apply(
-          null,
-          this.buf.subarray(this.start, nl - 1) as unknown as number[],
-        );
+        const text = octets(this.buf, this.start, nl - 1);
         this.start = nl + 1;
         return text;
       }

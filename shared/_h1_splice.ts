@@ -9,6 +9,9 @@
  * @module
  */
 
+import { blankLineAt } from "./_h1_head.ts";
+import { joined, writeAll } from "./_h1_answer.ts";
+
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -163,8 +166,8 @@ async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint
   let buf = new Uint8Array(16 * 1024);
   let end = 0;
   for (;;) {
-    const at = indexOfBlankLine(buf, end);
-    if (at >= 0) return { head: buf.slice(0, at), rest: buf.slice(at, end) };
+    const at = blankLineAt(buf, 0, end);
+    if (at >= 0) return { head: buf.slice(0, at + 4), rest: buf.slice(at + 4, end) };
     if (end === buf.length) {
       if (buf.length >= 64 * 1024) throw new Error("the next hop's head is longer than 64 KiB");
       const grown = new Uint8Array(buf.length * 2);
@@ -175,19 +178,6 @@ async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint
     if (n === null) throw new Error("the next hop closed before its answer");
     end += n;
   }
-}
-
-/** Where the head in `b[0, end)` ends (after its blank line), or -1. */
-function indexOfBlankLine(b: Uint8Array, end: number): number {
-  for (let i = 3; i < end; i++) {
-    if (b[i] === 10 && b[i - 1] === 13 && b[i - 2] === 10 && b[i - 3] === 13) return i + 1;
-  }
-  return -1;
-}
-
-async function writeAll(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
-  let at = 0;
-  while (at < bytes.length) at += await conn.write(bytes.subarray(at));
 }
 
 /**
@@ -212,10 +202,7 @@ export async function runSplice(
   };
   stop.addEventListener("abort", end, { once: true });
   try {
-    const first = new Uint8Array(splice.head.length + splice.rest.length);
-    first.set(splice.head);
-    first.set(splice.rest, splice.head.length);
-    await client.write(first);
+    await client.write(joined(splice.head, splice.rest));
     const down = (async () => {
       const buf = new Uint8Array(64 * 1024);
       for (;;) {
