@@ -30,7 +30,8 @@ import { type Caller, scopeOf, teamOf } from "./auth.ts";
 import { bearerToken } from "../shared/token.ts";
 import { HOP_HEADER, nextHop } from "./door.ts";
 import type { FindOne } from "./finder.ts";
-import { unreachable } from "./forward.ts";
+import { answerHopByHop, unreachable } from "./forward.ts";
+import { LruCache } from "./lru.ts";
 import type { BytesAnswer, H1Client } from "./h1_client.ts";
 import { sameName } from "../shared/_h1_head.ts";
 import { frame, LAST_CHUNK, soon } from "../shared/_h1_answer.ts";
@@ -70,16 +71,7 @@ const LENGTH_NAME = encoder.encode("content-length: ");
 /** Client headers the node's request does not carry: the hop's own and the hop marker. */
 const notPassed = [...hopByHopHeaders, HOP_HEADER];
 /** Node answer headers the client's answer does not carry: the hop's own; framing is redone. */
-const notRelayed = [
-  "connection",
-  "keep-alive",
-  "proxy-connection",
-  "te",
-  "trailer",
-  "upgrade",
-  "transfer-encoding",
-  "content-length",
-];
+const notRelayed = [...answerHopByHop, "transfer-encoding", "content-length"];
 
 /** The body as one JSON object, or undefined when the object path must say what is wrong. */
 function jsonObject(body: Uint8Array): object | undefined {
@@ -132,17 +124,6 @@ function nameIn(b: Uint8Array, start: number, end: number, lowers: readonly stri
   return false;
 }
 
-/** A map that forgets everything at `cap` entries: the lane's encoded-bytes caches. */
-function cached<V>(map: Map<string, V>, key: string, cap: number, make: () => V): V {
-  let v = map.get(key);
-  if (v === undefined) {
-    if (map.size >= cap) map.clear();
-    v = make();
-    map.set(key, v);
-  }
-  return v;
-}
-
 /** The lane, with its counts (tests and the operator's view read them). */
 export interface GatewayBytesLane extends BytesLane<Caller> {
   /** Requests the lane served itself, from their bytes. */
@@ -171,27 +152,34 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
 
   // Encoded once: the request line and Host per verb and node, the node's own headers per team,
   // the hop marker (this gateway's request never carries one in: `claim` leaves those out).
-  const prefixes = new Map<string, Uint8Array>();
-  const owns = new Map<string, { bytes: Uint8Array; replaced: readonly string[] }>();
+  const prefixes = new LruCache<string, Uint8Array>({ max: 4096 });
+  const owns = new LruCache<string, { bytes: Uint8Array; replaced: readonly string[] }>({
+    max: 1024,
+  });
   const hopLine = encoder.encode(`${HOP_HEADER}: ${nextHop(null, routing.hop)}\r\n`);
 
   /** The node's request: the client's end-to-end header lines as sent, the node's own, the hop. */
   const nodeRequest = (ex: LaneExchange, path: string, endpoint: string, caller: Caller) => {
     const { head, body } = ex;
-    const prefix = cached(prefixes, `${path} ${endpoint}`, 4096, () =>
-      encoder.encode(
-        `POST ${path} HTTP/1.1\r\nhost: ${endpoint.slice(7).replace(/\/.*$/, "")}\r\n`,
-      ));
+    const at = `${path} ${endpoint}`;
+    let prefix = prefixes.get(at);
+    if (prefix === undefined) {
+      const host = endpoint.slice(7).replace(/\/.*$/, "");
+      prefix = encoder.encode(`POST ${path} HTTP/1.1\r\nhost: ${host}\r\n`);
+      prefixes.set(at, prefix);
+    }
     const team = scopeOf(caller);
-    const own = cached(owns, team ?? "", 1024, () => {
+    let own = owns.get(team ?? "");
+    if (own === undefined) {
       const headers = routing.nodeHeadersFor(team);
       let text = "";
       for (const name in headers) text += `${name}: ${headers[name]}\r\n`;
-      return {
+      own = {
         bytes: encoder.encode(text),
         replaced: [...notPassed, ...Object.keys(headers).map((k) => k.toLowerCase())],
       };
-    });
+      owns.set(team ?? "", own);
+    }
     const parts: Uint8Array[] = [prefix];
     const raw = head.raw, spans = head.spans;
     for (let i = 0; i < spans.length; i += 4) {

@@ -15,7 +15,14 @@ const hopByHop = new Set(hopByHopHeaders);
  * Transfer-Encoding are left out: Deno's server frames the body it sends itself (a decoded body
  * drops them), so an answer carrying only those can go back to the client as it came.
  */
-const answerHopByHop = ["connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"];
+export const answerHopByHop: readonly string[] = [
+  "connection",
+  "keep-alive",
+  "proxy-connection",
+  "te",
+  "trailer",
+  "upgrade",
+];
 
 /** The node a request goes to. */
 export interface ForwardTarget {
