@@ -110,6 +110,37 @@ const framing = new Set([
 const unsafe = /[\r\n\0]/;
 
 /**
+ * How an answer's body is framed, from its head: `remaining` is its length, `-1` when chunked,
+ * `-2` when it ends with the connection (`0` for an answer without a body), and whether the
+ * connection may carry the next request after it. `undefined` for a Content-Length that is no
+ * length.
+ */
+function framingOf(
+  bodiless: boolean,
+  transferEncoding: string | null | undefined,
+  contentLength: string | null | undefined,
+  connection: string | null | undefined,
+  http11: boolean,
+): { remaining: number; keepAlive: boolean; chunked: boolean } | undefined {
+  const chunked = transferEncoding != null && /(^|,)\s*chunked\s*$/i.test(transferEncoding);
+  const remaining = bodiless
+    ? 0
+    : chunked
+    ? -1
+    : contentLength == null
+    ? -2
+    : Number(contentLength);
+  if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) return undefined;
+  const keepAlive = http11 && !/\bclose\b/i.test(connection ?? "") && remaining !== -2;
+  return { remaining, keepAlive, chunked };
+}
+
+/** The error for an answer whose Content-Length is no length. */
+function badLength(contentLength: string | null | undefined): TypeError {
+  return new TypeError(`error reading response: bad content-length '${contentLength}'`);
+}
+
+/**
  * Builds a client with its own pools.
  *
  * @example
@@ -421,16 +452,19 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     }
     const { status, statusText, headers } = parsed;
     const noBody = method === "HEAD" || status === 204 || status === 304;
-    const te = headers.get("transfer-encoding");
-    const chunked = te !== null && /(^|,)\s*chunked\s*$/i.test(te);
-    const lengthText = headers.get("content-length");
-    let remaining = noBody ? 0 : chunked ? -1 : lengthText === null ? -2 : Number(lengthText);
-    if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) {
+    const framing = framingOf(
+      noBody,
+      headers.get("transfer-encoding"),
+      headers.get("content-length"),
+      headers.get("connection"),
+      parsed.http11,
+    );
+    if (framing === undefined) {
       finish(false);
-      throw new TypeError(`error reading response: bad content-length '${lengthText}'`);
+      throw badLength(headers.get("content-length"));
     }
-    const keepAlive = parsed.http11 && !/\bclose\b/i.test(headers.get("connection") ?? "") &&
-      remaining !== -2;
+    let { remaining } = framing;
+    const { keepAlive, chunked } = framing;
     // The connection goes back only once the request body is out too (a node may answer first).
     // An answer that ends while the body still goes out (a node refusing an upload it never
     // read) ends the upload too, and the connection with it: waiting would hold the pool slot
@@ -550,22 +584,20 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     } catch (error) {
       throw failed(error);
     }
-    const te = head.transferEncoding, lengthText = head.contentLength;
-    const chunked = te !== undefined && /(^|,)\s*chunked\s*$/i.test(te);
-    const bodiless = head.status === 204 || head.status === 304;
-    let remaining = bodiless
-      ? 0
-      : chunked
-      ? -1
-      : lengthText === undefined
-      ? -2
-      : Number(lengthText);
-    if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) {
+    const framing = framingOf(
+      head.status === 204 || head.status === 304,
+      head.transferEncoding,
+      head.contentLength,
+      head.connection,
+      head.http11,
+    );
+    if (framing === undefined) {
       finish(false);
-      throw new TypeError(`error reading response: bad content-length '${lengthText}'`);
+      throw badLength(head.contentLength);
     }
+    let { remaining } = framing;
+    const { keepAlive, chunked } = framing;
     const length = remaining;
-    const keepAlive = head.http11 && !/\bclose\b/i.test(head.connection) && remaining !== -2;
     if (remaining === 0) finish(keepAlive);
     const decode = chunked ? new ChunkDecoder(conn) : undefined;
     return {

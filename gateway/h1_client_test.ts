@@ -186,6 +186,20 @@ Deno.test("createH1Client() refuses a head past maxHeaderBytes", async () => {
   }
 });
 
+Deno.test("createH1Client() refuses an answer whose Content-Length is no length, both ways", async () => {
+  const raw = rawServer("HTTP/1.1 200 OK\r\ncontent-length: 12x\r\n\r\nabc");
+  const client = createH1Client();
+  try {
+    await assert.rejects(client.fetch(raw.url), /bad content-length '12x'/);
+    const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+    await assert.rejects(client.sendBytes(raw.url, request, null), /bad content-length '12x'/);
+    assert.equal(client.open, 0, "neither connection was kept");
+  } finally {
+    client.close();
+    await raw.close();
+  }
+});
+
 Deno.test("createH1Client() reads a body that ends with the connection, and never reuses it", async () => {
   const raw = rawServer("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end");
   const client = createH1Client();
