@@ -34,7 +34,7 @@ import { answerHopByHop, unreachable } from "./forward.ts";
 import { LruCache } from "./lru.ts";
 import type { BytesAnswer, H1Client } from "./h1_client.ts";
 import { sameName } from "../shared/_h1_head.ts";
-import { frame, LAST_CHUNK, soon } from "../shared/_h1_answer.ts";
+import { writeBody } from "../shared/_h1_answer.ts";
 import type { GatewayParts } from "./parts.ts";
 import { statusOf } from "./routing_answers.ts";
 
@@ -211,27 +211,9 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     // An HTTP/1.0 node's status line is passed on as HTTP/1.1: that is what this hop speaks.
     if (!http11) head[7] = 49;
     if (whole !== undefined) return await ex.write(head);
-    let pending: Uint8Array | undefined = head;
-    const out = (piece: Uint8Array) => sized ? piece : frame(piece);
     try {
-      let next = answer.next();
-      if ((await Promise.race([next, soon()])) === "later") {
-        await ex.write(pending);
-        pending = undefined;
-      }
-      for (let piece = await next; piece !== null; piece = await next) {
-        if (piece.length > 0) {
-          await ex.write(pending === undefined ? out(piece) : concat([pending, out(piece)]));
-          pending = undefined;
-        }
-        next = answer.next();
-      }
-      const tail = sized ? undefined : LAST_CHUNK;
-      if (pending !== undefined || tail !== undefined) {
-        await ex.write(
-          concat(pending === undefined ? [tail!] : tail ? [pending, tail] : [pending]),
-        );
-      }
+      const next = () => answer.next();
+      await writeBody(ex.write, head, next(), next, answer.length, !sized);
     } catch (error) {
       answer.cancel();
       throw error;

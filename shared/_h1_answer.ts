@@ -95,6 +95,67 @@ export function soon(): Promise<"later"> {
 }
 
 /**
+ * Writes a body after `head` (an answer's head, not yet written): the pieces `next` gives until
+ * null, sized when `length` is 0 or more (and held to it), chunked when `chunked`, as they come
+ * otherwise (an answer ended by the close). `first` is the first piece's read, already begun: when
+ * it is not there at once, the head goes out before it. Each piece is written before the next is
+ * asked for, so `next` may reuse the bytes it handed out; a large piece is written as it is, not
+ * copied into a frame or joined to the head.
+ */
+export async function writeBody(
+  write: (bytes: Uint8Array) => Promise<void>,
+  head: Uint8Array,
+  first: Promise<Uint8Array | null>,
+  next: () => Promise<Uint8Array | null>,
+  length: number,
+  chunked: boolean,
+): Promise<void> {
+  let pending: Uint8Array | undefined = head;
+  const ready = await Promise.race([first, soon()]);
+  if (ready === "later") {
+    await write(head);
+    pending = undefined;
+  }
+  /** Writes one piece after what is pending, framed; a large one is not copied to be joined. */
+  const put = async (piece: Uint8Array) => {
+    if (piece.length >= COPY_MAX) {
+      // Its size line (or the head) in one write, the piece as it is in the next.
+      const before = chunked ? sizeLine(piece.length) : undefined;
+      const lead = before === undefined
+        ? pending
+        : pending === undefined
+        ? before
+        : joined(pending, before);
+      if (lead !== undefined) await write(lead);
+      await write(piece);
+      pending = chunked ? CRLF : undefined;
+      return;
+    }
+    const out = chunked ? frame(piece) : piece;
+    await write(pending === undefined ? out : joined(pending, out));
+    pending = undefined;
+  };
+  let sent = 0;
+  for (let piece = ready === "later" ? await first : ready; piece !== null; piece = await next()) {
+    if (piece.length === 0) continue;
+    sent += piece.length;
+    if (length >= 0 && sent > length) {
+      throw new TypeError("the answer's body is longer than its length");
+    }
+    await put(piece);
+  }
+  if (length >= 0 && sent !== length) {
+    throw new TypeError("the answer's body ended before its length");
+  }
+  const tail = chunked ? LAST_CHUNK : undefined;
+  if (pending !== undefined || tail !== undefined) {
+    await write(
+      pending === undefined ? tail! : tail === undefined ? pending : joined(pending, tail),
+    );
+  }
+}
+
+/**
  * Writes `response` as the answer to `head`. Resolves whether the connection may carry another
  * request. Rejects when the client went away mid-write or the body failed (its source is
  * cancelled first).
@@ -135,7 +196,7 @@ export async function writeResponse(
     // A body that is all there at once (a string, bytes, a relayed answer read whole) goes in
     // the head's write, sized; one still coming gets its head at once, before its first byte.
     const first = reader.read();
-    let ready = await Promise.race([first, soon()]);
+    const ready = await Promise.race([first, soon()]);
     let length = declared;
     let second: Promise<ReadableStreamReadResult<Uint8Array>> | undefined;
     if (length < 0 && ready !== "later") {
@@ -150,63 +211,26 @@ export async function writeResponse(
     if (length < 0 && !head.http11) close = true;
     text += close ? "connection: close\r\n" : head.http11 ? "" : "connection: keep-alive\r\n";
     const chunked = length < 0 && head.http11;
-    let pending: Uint8Array | undefined = encoder.encode(
+    const headBytes = encoder.encode(
       length >= 0
         ? `${text}content-length: ${length}\r\n\r\n`
         : chunked
         ? `${text}transfer-encoding: chunked\r\n\r\n`
         : `${text}\r\n`,
     );
-    if (ready === "later") {
-      await writeAll(conn, pending);
-      pending = undefined;
-      ready = await first;
-    }
-    /** Writes one piece after what is pending, framed; a large one is not copied to be joined. */
-    const put = async (piece: Uint8Array) => {
-      if (piece.length >= COPY_MAX) {
-        // Its size line (or the head) in one write, the piece as it is in the next.
-        const before = chunked ? sizeLine(piece.length) : undefined;
-        const lead = before === undefined
-          ? pending
-          : pending === undefined
-          ? before
-          : joined(pending, before);
-        if (lead !== undefined) await writeAll(conn, lead);
-        await writeAll(conn, piece);
-        pending = chunked ? CRLF : undefined;
-        return;
-      }
-      const out = chunked ? frame(piece) : piece;
-      await writeAll(conn, pending === undefined ? out : joined(pending, out));
-      pending = undefined;
-    };
-    let sent = 0;
-    let r: ReadableStreamReadResult<Uint8Array> = ready;
-    while (!r.done) {
-      if (r.value.length > 0) {
-        sent += r.value.length;
-        if (length >= 0 && sent > length) {
-          throw new TypeError("the answer's body is longer than its length");
-        }
-        await put(r.value);
-      }
-      if (second === undefined) r = await reader.read();
-      else {
-        r = await second;
+    const piece = (r: ReadableStreamReadResult<Uint8Array>) => r.done ? null : r.value;
+    await writeBody(
+      (bytes) => writeAll(conn, bytes),
+      headBytes,
+      ready === "later" ? first.then(piece) : Promise.resolve(piece(ready)),
+      () => {
+        const read = second ?? reader.read();
         second = undefined;
-      }
-    }
-    if (length >= 0 && sent !== length) {
-      throw new TypeError("the answer's body ended before its length");
-    }
-    const tail = chunked ? LAST_CHUNK : undefined;
-    if (pending !== undefined || tail !== undefined) {
-      await writeAll(
-        conn,
-        pending === undefined ? tail! : tail === undefined ? pending : joined(pending, tail),
-      );
-    }
+        return read.then(piece);
+      },
+      length,
+      chunked,
+    );
     return !close;
   } catch (error) {
     await reader.cancel(error).catch(() => {});
