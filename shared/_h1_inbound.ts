@@ -217,7 +217,7 @@ export class BodyReader {
         throw new HeadError(400, "A chunk's data is not followed by CRLF");
       }
       const line = await inbound.line();
-      if (line === null) throw cutShort(this);
+      if (line === null) throw this.#cut();
       const size = /^([0-9a-fA-F]{1,13})[ \t]*(;.*)?$/.exec(line);
       const n = size === null ? NaN : parseInt(size[1], 16);
       if (!Number.isSafeInteger(n)) {
@@ -227,7 +227,7 @@ export class BodyReader {
         let trailers = 0;
         for (;;) {
           const t = await inbound.line();
-          if (t === null) throw cutShort(this);
+          if (t === null) throw this.#cut();
           if (t === "") break;
           trailers += t.length;
           if (trailers > LINE_MAX) {
@@ -241,13 +241,13 @@ export class BodyReader {
     if (inbound.size === 0 && !this.#abandoned && !inbound.pending && this.#left >= OWN_READ) {
       // A bulk body with nothing buffered: read straight into a piece of its own.
       const own = await inbound.readOwn(Math.min(this.#left, 4 * OWN_READ));
-      if (own === null) throw cutShort(this);
+      if (own === null) throw this.#cut();
       this.#left -= own.length;
       this.read += own.length;
       if (!this.#chunked && this.#left === 0) this.#ended();
       return own;
     }
-    if (inbound.size === 0 && !(await inbound.fill())) throw cutShort(this);
+    if (inbound.size === 0 && !(await inbound.fill())) throw this.#cut();
     const n = Math.min(this.#left, inbound.size);
     this.#left -= n;
     this.read += n;
@@ -256,6 +256,12 @@ export class BodyReader {
     if (this.#abandoned) inbound.start += n;
     if (!this.#chunked && this.#left === 0) this.#ended();
     return piece;
+  }
+
+  /** The client ended the request before the body's end: its hang-up is told, and the read fails. */
+  #cut(): Error {
+    this.onCut?.();
+    return new Deno.errors.UnexpectedEof("the client ended the request before its body's end");
   }
 
   #ended(): null {
@@ -291,8 +297,3 @@ export class BodyReader {
 
 /** What a drained read returns: the bytes were dropped. */
 const SKIPPED = new Uint8Array(0);
-
-function cutShort(reader?: { onCut: (() => void) | undefined }): Error {
-  reader?.onCut?.();
-  return new Deno.errors.UnexpectedEof("the client ended the request before its body's end");
-}
