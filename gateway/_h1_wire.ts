@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { blankLineAt, sameName } from "../shared/_h1_head.ts";
+import { blankLineAt, octets, sameName } from "../shared/_h1_head.ts";
 import { joined } from "../shared/_h1_answer.ts";
 
 export const encoder = new TextEncoder();
@@ -236,14 +236,28 @@ export async function readRawHead(conn: Conn, maxHeaderBytes: number): Promise<R
   }
 }
 
+const HTTP1 = encoder.encode("HTTP/1.");
+
+/** Whether `raw` starts with `HTTP/1.`, exactly (the version's name is case-sensitive). */
+function startsHttp1(raw: Uint8Array): boolean {
+  for (let i = 0; i < HTTP1.length; i++) if (raw[i] !== HTTP1[i]) return false;
+  return true;
+}
+
+function isDigit(c: number): boolean {
+  return c >= 48 && c <= 57;
+}
+
 function parseRawHead(raw: Uint8Array): RawHead {
   const statusEnd = raw.indexOf(10) + 1;
   // "HTTP/1.x NNN" and a CRLF: the rest of the status line is the reason, passed on as it came.
-  const ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 &&
-    decoder.decode(raw.subarray(0, 7)) === "HTTP/1." && (raw[7] === 48 || raw[7] === 49) &&
-    raw[8] === 32 && (raw[12] === 32 || raw[12] === 13);
-  const status = ok ? Number(decoder.decode(raw.subarray(9, 12))) : NaN;
-  if (!Number.isInteger(status) || status < 100) {
+  // Read from the bytes: a TextDecoder call per answer was two calls into the runtime.
+  const ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 && startsHttp1(raw) &&
+    (raw[7] === 48 || raw[7] === 49) && raw[8] === 32 &&
+    (raw[12] === 32 || raw[12] === 13) && isDigit(raw[9]) && isDigit(raw[10]) &&
+    isDigit(raw[11]);
+  const status = ok ? (raw[9] - 48) * 100 + (raw[10] - 48) * 10 + raw[11] - 48 : NaN;
+  if (!(status >= 100)) {
     throw new TypeError(
       `error reading response: bad status line '${
         decoder.decode(raw.subarray(0, 80)).split("\r")[0]
@@ -267,7 +281,7 @@ function parseRawHead(raw: Uint8Array): RawHead {
     spans.push(at, colon, nl + 1);
     const n = colon - at;
     if (n === 14 || n === 17 || n === 10) {
-      const value = () => decoder.decode(raw.subarray(colon + 1, nl - 1)).trim();
+      const value = () => octets(raw, colon + 1, nl - 1).trim();
       if (sameName(raw, at, colon, "content-length")) contentLength = value();
       else if (sameName(raw, at, colon, "transfer-encoding")) transferEncoding = value();
       else if (sameName(raw, at, colon, "connection")) connection += `,${value()}`;

@@ -323,3 +323,30 @@ Deno.test("HangUpWatch ends the wait for a node its gone check gives up on, with
   );
   assert.equal(hangUps.size, 0);
 });
+
+Deno.test("HangUpWatch entry: its controller is made when asked, aborted if the entry was; its hook is told once", () => {
+  const hangUps = new HangUpWatch({ tickMs: 60_000 });
+  const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
+  const entry = hangUps.watch({ signal: new AbortController().signal }, target);
+  let told = 0;
+  entry.onAbort(() => told++);
+  const reason = new Error("client gone");
+  entry.abort(reason);
+  entry.abort(new Error("again"));
+  assert.equal(told, 1, "the hook is told of the first abort only");
+  assert.equal(entry.aborted, true);
+  assert.equal(entry.reason, reason);
+  assert.equal(entry.signal.aborted, true, "a controller made after the abort is aborted");
+  assert.equal(entry.signal.reason, reason);
+  hangUps.done(entry);
+
+  // Made before the abort, the controller is aborted with it; a cleared hook is not told.
+  const other = hangUps.watch({ signal: new AbortController().signal }, target);
+  const signal = other.signal;
+  other.onAbort(() => told++);
+  other.onAbort(undefined);
+  other.abort(reason);
+  assert.equal(signal.aborted, true);
+  assert.equal(told, 1);
+  hangUps.done(other);
+});

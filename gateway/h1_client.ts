@@ -82,6 +82,31 @@ export interface BytesAnswer {
   cancel(): void;
 }
 
+/**
+ * What ends a `sendBytes` exchange without an AbortSignal's cost (a forward's watch entry,
+ * `WatchedForward`): its one `onAbort` hook is the exchange's, and `signal` is made only for the
+ * waits that need one (a connect, a turn in a full pool).
+ */
+export interface Cancel {
+  readonly aborted: boolean;
+  readonly reason: unknown;
+  readonly signal: AbortSignal;
+  onAbort(hook: (() => void) | undefined): void;
+}
+
+/** The signal of `s`, made now if it is a {@linkcode Cancel}. */
+function signalOf(s: AbortSignal | Cancel | null): AbortSignal | null {
+  return s === null || s instanceof AbortSignal ? s : s.signal;
+}
+
+/** Tells `hook` of an abort of `s` (or, with `on` false, stops telling it). */
+function listen(s: AbortSignal | Cancel | null, hook: () => void, on: boolean): void {
+  if (s === null) return;
+  if (!(s instanceof AbortSignal)) s.onAbort(on ? hook : undefined);
+  else if (on) s.addEventListener("abort", hook, { once: true });
+  else s.removeEventListener("abort", hook);
+}
+
 /** A `fetch`-shaped HTTP/1.1 client with its pools. */
 export interface H1Client {
   /** Sends one request; the answer resolves once its head has arrived. */
@@ -92,7 +117,11 @@ export interface H1Client {
    * gateway's bytes lane, which never builds a Request or a Response. A reused connection that
    * turns out closed is retried once on a new one, as `fetch` does for a fixed body.
    */
-  sendBytes(origin: string, bytes: Uint8Array, signal: AbortSignal | null): Promise<BytesAnswer>;
+  sendBytes(
+    origin: string,
+    bytes: Uint8Array,
+    signal: AbortSignal | Cancel | null,
+  ): Promise<BytesAnswer>;
   /** Connections open now (busy and idle) over every origin. */
   readonly open: number;
   /** Closes every idle connection and stops the eviction timer; busy ones close as they end. */
@@ -191,7 +220,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   };
 
   /** A connection to `pool`'s origin, pooled or new, waiting while the pool is full. */
-  const acquire = (pool: Pool, signal: AbortSignal | null): Promise<Conn> | Conn => {
+  const acquire = (pool: Pool, stop: AbortSignal | Cancel | null): Promise<Conn> | Conn => {
     while (pool.idle.length > 0) {
       const c = pool.idle.pop()!;
       if (!c.dead) {
@@ -200,6 +229,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
         return c;
       }
     }
+    const signal = signalOf(stop);
     if (pool.busy < maxConnections) {
       pool.busy++;
       return connect(pool, signal);
@@ -375,14 +405,14 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   const hold = (
     conn: Conn,
     pool: Pool,
-    signal: AbortSignal | null,
+    signal: AbortSignal | Cancel | null,
     aborted?: () => void,
   ): (reuse: boolean) => void => {
     let finished = false;
     const finish = (reuse: boolean) => {
       if (finished) return;
       finished = true;
-      signal?.removeEventListener("abort", onAbort);
+      listen(signal, onAbort, false);
       // Bytes past the answer's end break the framing of the next one.
       if (!reuse || conn.buffered.length > 0) {
         conn.destroy();
@@ -394,7 +424,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       aborted?.();
       finish(false);
     };
-    signal?.addEventListener("abort", onAbort, { once: true });
+    listen(signal, onAbort, true);
     return finish;
   };
 
@@ -535,9 +565,9 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   const sendBytes = async (
     origin: string,
     bytes: Uint8Array,
-    signal: AbortSignal | null,
+    signal: AbortSignal | Cancel | null,
   ): Promise<BytesAnswer> => {
-    signal?.throwIfAborted();
+    if (signal?.aborted) throw signal.reason;
     const pool = poolOf(origin);
     for (let attempt = 0;; attempt++) {
       const conn = await acquire(pool, signal);
@@ -556,7 +586,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     conn: Conn,
     pool: Pool,
     bytes: Uint8Array,
-    signal: AbortSignal | null,
+    signal: AbortSignal | Cancel | null,
   ): Promise<BytesAnswer> => {
     const finish = hold(conn, pool, signal);
     if (signal?.aborted) {

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { createH1Client } from "./h1_client.ts";
+import { HangUpWatch } from "./forward.ts";
 
 function serve(handler: (r: Request) => Response | Promise<Response>) {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);
@@ -236,6 +237,74 @@ Deno.test("createH1Client() aborts: the node sees the hang-up, the caller the re
   } finally {
     client.close();
     await server.shutdown();
+  }
+});
+
+Deno.test("sendBytes() ends on its Cancel's abort: the node sees the hang-up, the caller the reason", async () => {
+  let sawAbort!: () => void;
+  const aborted = new Promise<void>((r) => sawAbort = r);
+  const { server, url } = serve((r) =>
+    new Promise<Response>((resolve) => {
+      // Bounded, so a failing run ends: the server's shutdown waits for this answer.
+      const timer = setTimeout(() => resolve(new Response(null, { status: 504 })), 3000);
+      r.signal.addEventListener("abort", () => {
+        clearTimeout(timer);
+        sawAbort();
+        resolve(new Response(null, { status: 499 }));
+      });
+    })
+  );
+  const client = createH1Client();
+  // A watch entry is the Cancel the bytes lane passes: no AbortSignal unless a wait needs one.
+  const entry = new HangUpWatch({ tickMs: 60_000 }).watch(
+    { signal: new AbortController().signal },
+    { nodeId: "n", endpoint: url },
+  );
+  try {
+    const request = new TextEncoder().encode(
+      "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}",
+    );
+    const pending = client.sendBytes(url, request, entry);
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(client.open, 1, "the request is on a connection");
+    entry.abort(new Error("client gone"));
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error("the exchange did not end within 2 s")), 2000);
+    });
+    await assert.rejects(Promise.race([pending, late]), /client gone/);
+    clearTimeout(timer);
+    await aborted;
+    assert.equal(client.open, 0);
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
+Deno.test("sendBytes() refuses a status line that is not 'HTTP/1.x' and three digits", async () => {
+  const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+  for (
+    const line of ["HTTP/1.1 2x0 OK", "http/1.1 200 OK", "HTTP/2.0 200 OK", "HTTP/1.1 099 Low"]
+  ) {
+    const raw = rawServer(`${line}\r\ncontent-length: 0\r\n\r\n`);
+    const client = createH1Client();
+    try {
+      await assert.rejects(client.sendBytes(raw.url, request, null), /bad status line/, line);
+    } finally {
+      client.close();
+      await raw.close();
+    }
+  }
+  const raw = rawServer("HTTP/1.0 204 No Content\r\n\r\n");
+  const client = createH1Client();
+  try {
+    const answer = await client.sendBytes(raw.url, request, null);
+    assert.equal(answer.head.status, 204);
+    assert.equal(answer.head.http11, false);
+  } finally {
+    client.close();
+    await raw.close();
   }
 });
 

@@ -13,6 +13,34 @@ export const LAST_CHUNK: Uint8Array = encoder.encode("0\r\n\r\n");
 /** Answer headers the engine frames itself. */
 const framing = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"]);
 
+/** The largest piece carved from a {@linkcode Carver}'s slab; a longer one is its own buffer. */
+export const CARVE_MAX = 2048;
+/** A slab's size: a stuck write pins at most one slab. */
+const SLAB_BYTES = 16 * 1024;
+
+/**
+ * Buffers for the bytes lane's writes (a node's request, a client's answer head), carved one after
+ * the other from a slab and never reused: a new buffer per write was two ArrayBuffers a request
+ * for the runtime to allocate and the GC to sweep. A slab is dropped once it is carved out, and
+ * lives on only while a write of one of its pieces does.
+ */
+export class Carver {
+  #slab = new Uint8Array(0);
+  #at = 0;
+
+  /** `n` bytes of room that no other piece shares. */
+  take(n: number): Uint8Array<ArrayBuffer> {
+    if (n > CARVE_MAX) return new Uint8Array(n);
+    if (this.#slab.length - this.#at < n) {
+      this.#slab = new Uint8Array(SLAB_BYTES);
+      this.#at = 0;
+    }
+    const out = this.#slab.subarray(this.#at, this.#at + n);
+    this.#at += n;
+    return out;
+  }
+}
+
 let dateText = "";
 let dateSecond = 0;
 /** The Date header's value (RFC 9110 §6.6.1: a server with a clock sends it), made once a second. */

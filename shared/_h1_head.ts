@@ -180,6 +180,51 @@ export function octets(b: Uint8Array, from: number, to: number): string {
   return s;
 }
 
+/** Recently decoded short fields (methods, targets, hosts), by a hash of their bytes. */
+const recent: (string | undefined)[] = new Array(256);
+
+/**
+ * `octets(b, from, to)`, as the same string as last time when these bytes were decoded lately: a
+ * keep-alive client sends the same method, Host and a few targets again and again, and comparing
+ * bytes costs less than making a string (with its view) each time.
+ */
+export function recentOctets(b: Uint8Array, from: number, to: number): string {
+  const n = to - from;
+  if (n === 0 || n > 96) return octets(b, from, to);
+  const slot = (n * 31 + b[from] * 7 + b[to - 1] * 3 + b[from + (n >> 1)]) & 255;
+  const seen = recent[slot];
+  if (seen !== undefined && seen.length === n) {
+    let k = 0;
+    while (k < n && seen.charCodeAt(k) === b[from + k]) k++;
+    if (k === n) return seen;
+  }
+  const made = octets(b, from, to);
+  recent[slot] = made;
+  return made;
+}
+
+/** Whether `b[from, to)` is `HTTP/1.<minor>`. */
+function isVersion(b: Uint8Array, from: number, to: number, minor: number): boolean {
+  return to - from === 8 && b[from] === 72 && b[from + 1] === 84 && b[from + 2] === 84 &&
+    b[from + 3] === 80 && b[from + 4] === 47 && b[from + 5] === 49 && b[from + 6] === 46 &&
+    b[from + 7] === minor;
+}
+
+/** The number `b[from, to)` spells in at most 15 digits, or -1 when it is not one. */
+function digitsAt(b: Uint8Array, from: number, to: number): number {
+  if (to <= from || to - from > 15) return -1;
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = b[i];
+    if (c < 48 || c > 57) return -1;
+    n = n * 10 + c - 48;
+  }
+  return n;
+}
+
+/** The last Host that passed the check, which a keep-alive client sends again unchanged. */
+let hostPassed = "";
+
 const bad = (what: string) =>
   new HeadError(400, `Bad request head: ${what}. Send an HTTP/1.1 request (RFC 9112)`);
 
@@ -200,13 +245,22 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
   if (lineEnd < from + 1 || b[lineEnd - 1] !== 13) throw bad("a line ends with a bare LF");
   while (i < lineEnd && b[i] < 128 && TOKEN[b[i]] === 1) i++;
   if (i === from || b[i] !== 32) throw bad("the request line has no method");
-  const method = octets(b, from, i);
+  const method = recentOctets(b, from, i);
   const targetStart = ++i;
-  while (i < lineEnd - 1 && b[i] > 32 && b[i] < 127) i++;
+  let query = false;
+  while (i < lineEnd - 1 && b[i] > 32 && b[i] < 127) {
+    if (b[i] === 63) query = true;
+    i++;
+  }
   if (i === targetStart || b[i] !== 32) throw bad("the request line has no target");
-  const target = octets(b, targetStart, i);
-  const version = octets(b, i + 1, lineEnd - 1);
+  // A query may carry a signature: it is not kept for later requests.
+  const target = query ? octets(b, targetStart, i) : recentOctets(b, targetStart, i);
   let http11: boolean;
+  const version = isVersion(b, i + 1, lineEnd - 1, 49)
+    ? "HTTP/1.1"
+    : isVersion(b, i + 1, lineEnd - 1, 48)
+    ? "HTTP/1.0"
+    : octets(b, i + 1, lineEnd - 1);
   if (version === "HTTP/1.1") http11 = true;
   else if (version === "HTTP/1.0") http11 = false;
   else if (/^HTTP\/\d(\.\d)?$/.test(version)) {
@@ -251,6 +305,13 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
     // Only the names that frame or route the request are decoded here.
     const n = j - at;
     if (n === 14 && sameName(b, at, j, "content-length")) {
+      // One plain number, the usual value, is read from the bytes.
+      const plain = digitsAt(b, v, w);
+      if (plain >= 0 && (contentLength === -2 || contentLength === plain)) {
+        contentLength = plain;
+        at = nl + 1;
+        continue;
+      }
       const value = octets(b, v, w);
       // A list of equal values is one value (RFC 9110 §8.6); anything else is refused.
       for (const part of value.split(",")) {
@@ -273,7 +334,7 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
       expect = octets(b, v, w).toLowerCase();
     } else if (n === 4 && sameName(b, at, j, "host")) {
       if (host !== undefined) throw bad("the request has two Host headers");
-      host = octets(b, v, w);
+      host = recentOctets(b, v, w);
     }
     at = nl + 1;
   }
@@ -292,8 +353,9 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
     contentLength = -1;
   }
   if (http11 && host === undefined) throw bad("an HTTP/1.1 request must carry a Host header");
-  if (host !== undefined && !HOST.test(host)) {
-    throw bad(`the Host '${host.slice(0, 40)}' is not a host[:port]`);
+  if (host !== undefined && host !== hostPassed) {
+    if (!HOST.test(host)) throw bad(`the Host '${host.slice(0, 40)}' is not a host[:port]`);
+    hostPassed = host;
   }
   const closes = /(^|,)\s*close\s*(,|$)/.test(connection);
   const keepAlive = http11 ? !closes : /(^|,)\s*keep-alive\s*(,|$)/.test(connection) && !closes;

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { headEnd, HeadError, parseHead, type RequestHead } from "./_h1_head.ts";
+import { headEnd, HeadError, parseHead, recentOctets, type RequestHead } from "./_h1_head.ts";
 
 /** The bytes of `text`, one byte per char (header bytes are octets). */
 function octets(text: string): Uint8Array {
@@ -368,3 +368,38 @@ const refusedHeads: [string, string, number, RegExp][] = [
 for (const [what, text, status, message] of refusedHeads) {
   Deno.test(`parseHead refuses ${what} with ${status}`, () => refused(text, status, message));
 }
+
+Deno.test("parseHead: fields decoded from recent bytes are the bytes' own text", () => {
+  // Same lengths and ends, so they may share a slot of the recent-fields table.
+  const a = parse(`GET /aXa HTTP/1.1\r\nHost: h1.test\r\n\r\n`);
+  const b = parse(`GET /aYa HTTP/1.1\r\nHost: h2.test\r\n\r\n`);
+  const a2 = parse(`GET /aXa HTTP/1.1\r\nHost: h1.test\r\n\r\n`);
+  assert.deepEqual([a.target, b.target, a2.target], ["/aXa", "/aYa", "/aXa"]);
+  assert.deepEqual([a.host, b.host, a2.host], ["h1.test", "h2.test", "h1.test"]);
+  assert.equal(recentOctets(octets("PUT"), 0, 3), "PUT");
+  assert.equal(recentOctets(octets("PAT"), 0, 3), "PAT");
+  assert.equal(recentOctets(octets("PUT"), 0, 3), "PUT");
+  assert.equal(recentOctets(octets(""), 0, 0), "");
+  // A Host that passed is no pass for a different one.
+  parse(`GET / HTTP/1.1\r\nHost: ok.test\r\n\r\n`);
+  refused(`GET / HTTP/1.1\r\nHost: ok.test/x\r\n\r\n`, 400, /is not a host\[:port\]/);
+});
+
+Deno.test("parseHead: a plain Content-Length read from its bytes keeps the list rules", () => {
+  assert.equal(
+    parse(`POST / HTTP/1.1\r\n${H}Content-Length: 123456789012345\r\n\r\n`)
+      .contentLength,
+    123456789012345,
+  );
+  refused(
+    `POST / HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 6\r\n\r\n`,
+    400,
+    /differ/,
+  );
+  refused(
+    `POST / HTTP/1.1\r\n${H}Content-Length: 5\r\nContent-Length: 5, 6\r\n\r\n`,
+    400,
+    /differ/,
+  );
+  refused(`POST / HTTP/1.1\r\n${H}Content-Length: 5x\r\n\r\n`, 400, /not a length/);
+});
