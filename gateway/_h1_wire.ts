@@ -87,13 +87,15 @@ export class Conn {
     const buf = this.#readBuffer();
     this.#peekBuf = buf;
     const idleAt = this.idleSince;
-    const peek = this.#tcp.read(buf).catch(() => null);
-    this.#peek = peek;
-    peek.then(() => {
-      // Still idle since then: an end or bytes nobody asked for both make it useless. Taken
-      // meanwhile, the answer's reader reads this result itself.
+    // Still idle once it settles: an end, a failure or bytes nobody asked for all make the
+    // connection useless. Taken meanwhile, the answer's reader reads this result itself. One
+    // promise, not a catch and a then.
+    const settled = (n: number | null) => {
       if (this.idle && this.idleSince === idleAt && this.#peek === peek) this.destroy();
-    });
+      return n;
+    };
+    const peek: Promise<number | null> = this.#tcp.read(buf).then(settled, () => settled(null));
+    this.#peek = peek;
   }
 
   async writeAll(bytes: Uint8Array): Promise<void> {

@@ -111,12 +111,20 @@ export class Inbound {
       this.end -= this.start;
       this.start = 0;
     }
-    const pending = this.conn.read(this.buf.subarray(this.end)).catch(() => null);
-    this.#pending = pending;
-    pending.then((n) => {
-      if (n === null) this.#hungUp?.();
-    });
+    // One promise, not a catch and a then: a failed read is a hang-up as an end is.
+    this.#pending = this.conn.read(this.buf.subarray(this.end)).then(this.#heard, this.#failed);
   }
+
+  /** A watched read's result: an end tells the watcher. */
+  readonly #heard = (n: number | null): number | null => {
+    if (n === null) this.#hungUp?.();
+    return n;
+  };
+  /** A watched read that failed: a hang-up too. */
+  readonly #failed = (): null => {
+    this.#hungUp?.();
+    return null;
+  };
 
   /** Stops telling the last watcher. */
   unwatch(): void {
