@@ -387,11 +387,13 @@ export async function stopProcess(
 }
 
 /**
- * CPU time (user + system) each process has used so far, in ms, read from /proc with `cat`
- * (Deno refuses /proc reads without --allow-all). Clock ticks are taken as 100 per second, the
- * Linux default (`getconf CLK_TCK`).
+ * CPU time each process has used so far, in ms, split into user and system time, read from /proc
+ * with `cat` (Deno refuses /proc reads without --allow-all). Clock ticks are taken as 100 per
+ * second, the Linux default (`getconf CLK_TCK`).
  */
-export async function cpuMs(pids: readonly number[]): Promise<number[]> {
+export async function cpuTimes(
+  pids: readonly number[],
+): Promise<{ user: number; system: number }[]> {
   const out = await new Deno.Command("cat", {
     args: pids.map((pid) => `/proc/${pid}/stat`),
     stdout: "piped",
@@ -403,6 +405,11 @@ export async function cpuMs(pids: readonly number[]): Promise<number[]> {
   return new TextDecoder().decode(out.stdout).trim().split("\n").map((line) => {
     // Fields after the command name, which is in parentheses and may hold spaces.
     const fields = line.slice(line.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) * 10;
+    return { user: Number(fields[11]) * 10, system: Number(fields[12]) * 10 };
   });
+}
+
+/** CPU time (user + system) each process has used so far, in ms (see {@linkcode cpuTimes}). */
+export async function cpuMs(pids: readonly number[]): Promise<number[]> {
+  return (await cpuTimes(pids)).map((t) => t.user + t.system);
 }

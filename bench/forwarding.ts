@@ -11,6 +11,7 @@
  */
 import {
   benchToken,
+  cpuTimes,
   type Daemon,
   freePort,
   postJson,
@@ -83,8 +84,21 @@ export async function wrk(
 export interface Nginx {
   /** `http://127.0.0.1:<port>`. */
   url: string;
+  /** The process id of its one worker, which does the proxying (for /proc readings). */
+  pid: number;
   /** Stops it (SIGQUIT) and removes its prefix. */
   stop(): Promise<void>;
+}
+
+/** The process id of nginx's one worker: the master's child. */
+async function workerOf(master: number): Promise<number> {
+  const out = await new Deno.Command("ps", {
+    args: ["-o", "pid=", "--ppid", String(master)],
+    stdout: "piped",
+  }).output();
+  const pid = Number(new TextDecoder().decode(out.stdout).trim().split(/\s+/)[0]);
+  if (!Number.isInteger(pid) || pid <= 0) throw new Error(`nginx ${master} has no worker process`);
+  return pid;
 }
 
 /** Starts nginx from bench/nginx.conf proxying to `nodePort`. */
@@ -126,7 +140,7 @@ export async function startNginx(nodePort: number): Promise<Nginx> {
     try {
       const res = await fetch(`${url}/healthz`);
       await res.body?.cancel();
-      return { url, stop };
+      return { url, pid: await workerOf(proc.pid), stop };
     } catch { /* not yet */ }
     await new Promise((r) => setTimeout(r, 50));
   }
@@ -199,7 +213,16 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     >;
   const results = empty();
   const single = empty();
+  /** The node alone at c1, measured just before each other target's c1 measurement. */
+  const beside = empty();
   const objectPath = { gateway: [] as WrkResult[], "gateway-deno": [] as WrkResult[] };
+  // CPU per request of the proxy's own process at c32, user and system time apart: the kernel's
+  // share is the same for every proxy, so the gap to nginx is user time (the runtime's and ours).
+  const cpuKeys = ["nginx", "raw-http", "splice", "gateway"] as const;
+  const pids: Partial<Record<Key, number>> = {};
+  const cpu = Object.fromEntries(
+    cpuKeys.map((k) => [k, { user: [] as number[], system: [] as number[] }]),
+  );
   try {
     const gw: Daemon = await startGateway(gatewayArgs);
     started.push(gw);
@@ -230,6 +253,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     }
     const nginx = await startNginx(node.port);
     started.push(nginx);
+    pids.gateway = gw.pid;
+    pids.nginx = nginx.pid;
     // The same bare proxy with each HTTP client the runtime offers (issue 16).
     const naiveWith = async (client: string) => {
       const child = await startScript<{ port: number }>("_naive_proxy.ts", [node.url, client], [
@@ -252,6 +277,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       `127.0.0.1:${node.port}`,
     ]);
     started.push(rawHttp);
+    pids["raw-http"] = rawHttp.pid;
+    pids.splice = splice.pid;
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: name };
     const targets: Record<Key, string> = {
       direct: node.url,
@@ -277,7 +304,23 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     }
     for (let r = 0; r < runs; r++) {
       for (const key of keys) {
-        results[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env));
+        const pid = pids[key];
+        const before = pid === undefined ? undefined : (await cpuTimes([pid]))[0];
+        const result = await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env);
+        results[key].push(result);
+        if (before !== undefined) {
+          const after = (await cpuTimes([pid!]))[0];
+          const requests = result.rps * seconds;
+          cpu[key].user.push(1000 * (after.user - before.user) / requests);
+          cpu[key].system.push(1000 * (after.system - before.system) / requests);
+        }
+        // At c1 each target is measured right after the node alone, so the machine's drift
+        // between the two (seconds apart, not a whole run) is what little enters its added p50.
+        if (key !== "direct") {
+          beside[key].push(
+            await wrk(`${targets.direct}/getSandboxMetrics`, latencySeconds, env, 1),
+          );
+        }
         single[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, latencySeconds, env, 1));
       }
       // A verb the object path serves on either engine (no lane): what the engine costs there.
@@ -296,7 +339,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const nginxP50 = pick("nginx", "p50");
   const nginx1 = one("nginx"), gw1 = one("gateway"), d1 = one("direct");
   /** What `k` adds to the direct p50 at c1, per run. */
-  const added = (k: Key) => one(k).map((v, i) => v - d1[i]);
+  const added = (k: Key) => one(k).map((v, i) => v - beside[k][i].p50);
   const nginxAdded = added("nginx");
   const gwAdded = added("gateway");
   const gwfRps = pick("gateway-fetch", "rps");
@@ -311,6 +354,14 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   // so the target compares the medians over runs rather than per-run ratios.
   const addedRatio = median(gwAdded) / median(nginxAdded);
   const spliceRps = pick("splice", "rps");
+  const cpuTotal = (k: typeof cpuKeys[number]) => cpu[k].user.map((u, i) => u + cpu[k].system[i]);
+  const nginxCpu = cpuTotal("nginx");
+  const cpuRows = (label: string, k: typeof cpuKeys[number]) => [
+    row(`${label} CPU per request: user`, "µs", cpu[k].user, nginxCpu),
+    row(`${label} CPU per request: system`, "µs", cpu[k].system, nginxCpu),
+  ];
+  const cpuMedian = (k: typeof cpuKeys[number], part: "user" | "system") =>
+    median(cpu[k][part]).toFixed(1);
   const spliceAdded = added("splice");
   const rows: Row[] = [
     row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
@@ -439,6 +490,17 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       nginx1,
     ),
     row("Deno TCP splice added p50 at c1 (− direct)", "ms", spliceAdded, nginx1),
+    row(
+      "nginx worker CPU per request at c32, user + system (reference for the CPU rows)",
+      "µs",
+      nginxCpu,
+      nginxCpu,
+    ),
+    ...cpuRows("nginx worker", "nginx"),
+    ...cpuRows("Deno TCP splice", "splice"),
+    ...cpuRows("HTTP framed on bytes, no objects", "raw-http"),
+    ...cpuRows("gateway", "gateway"),
+    row("gateway CPU per request, user + system", "µs", cpuTotal("gateway"), nginxCpu),
   ];
   return {
     title,
@@ -515,8 +577,28 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       }× nginx's throughput and ${median(added("raw-http")).toFixed(3)} ms added at c1 (${
         (median(added("raw-http")) / median(nginxAdded)).toFixed(1)
       }× nginx's). What a gateway adds over it is the price of its objects and its own work.`,
+      "The CPU rows read the proxy's own process in /proc over each c32 measurement (nginx: its " +
+      "one worker), user and system time apart, per request answered. The system time is the " +
+      `kernel's, and about the same for every proxy (nginx ${cpuMedian("nginx", "system")}, ` +
+      `bytes-framed ${cpuMedian("raw-http", "system")}, gateway ${
+        cpuMedian("gateway", "system")
+      } µs): each makes two sends and two receives a request (strace -c, once, in ` +
+      "docs/forwarding-engine.md). The user time is where they part: nginx " +
+      `${cpuMedian("nginx", "user")} µs, the splice ${cpuMedian("splice", "user")}, the ` +
+      `bytes-framed proxy ${cpuMedian("raw-http", "user")}, the gateway ${
+        cpuMedian("gateway", "user")
+      }. The node and wrk behind each proxy are the same, so throughput ≥ 1.0× nginx needs a ` +
+      "proxy whose CPU per request is at most nginx's worker's. The bytes-framed proxy, which " +
+      "does nothing but find each message's end, already spends " +
+      `${(median(cpuTotal("raw-http")) / median(nginxCpu)).toFixed(2)}× nginx's CPU per ` +
+      "request: that is the runtime's own share (its op calls, promises and event loop). " +
+      "Everything the gateway must do on top of it (name the caller, parse and check the body, " +
+      "find the sandbox, count the forward) can only add to that.",
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
-      "p50 is queueing time, so the difference to direct can even be negative for nginx.",
+      "p50 is queueing time, so the difference to direct can even be negative for nginx. Each " +
+      "target's c1 p50 is taken right after one of the node alone (the direct c1 row is the " +
+      "first of those), and its added p50 is the difference of that pair: measured a whole run " +
+      "apart, the machine's drift between the two was as large as nginx's added p50 itself.",
     ],
   };
 }
