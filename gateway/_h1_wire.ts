@@ -6,7 +6,7 @@
  * @module
  */
 import { blankLineAt, octets, sameName } from "../shared/_h1_head.ts";
-import { joined } from "../shared/_h1_answer.ts";
+import { joined, writeAll } from "../shared/_h1_answer.ts";
 
 export const encoder = new TextEncoder();
 const decoder = new TextDecoder();
@@ -98,9 +98,8 @@ export class Conn {
     this.#peek = peek;
   }
 
-  async writeAll(bytes: Uint8Array): Promise<void> {
-    let at = 0;
-    while (at < bytes.length) at += await this.#tcp.write(bytes.subarray(at));
+  writeAll(bytes: Uint8Array): Promise<void> {
+    return writeAll(this.#tcp, bytes);
   }
 
   /** Reads more bytes into `buffered`; false at the end of the stream. */
@@ -178,7 +177,7 @@ export class Conn {
   }
 }
 
-function closedEarly(): TypeError {
+export function closedEarly(): TypeError {
   return new TypeError("error sending request: connection closed before message completed");
 }
 
@@ -222,20 +221,24 @@ export interface RawHead {
   connection: string;
 }
 
-/** Reads one answer head as bytes, leaving the body's first bytes buffered. */
-export async function readRawHead(conn: Conn, maxHeaderBytes: number): Promise<RawHead> {
-  let from = 0;
-  for (;;) {
-    const end = blankLineAt(conn.buffered, from);
-    if (end >= 0 && end <= maxHeaderBytes) return parseRawHead(conn.consume(end + 4));
-    if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
-      throw new TypeError(
-        `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
-      );
-    }
-    from = Math.max(0, conn.buffered.length - 3);
-    if (!(await conn.fill())) throw closedEarly();
+/**
+ * The answer head buffered in `conn` as bytes, consumed, or `undefined` while it is not all
+ * there: read more, then ask again from `from` (where the blank line may start: the length
+ * before the read, less three). Not async, so the exchange that reads it keeps one frame.
+ */
+export function bufferedRawHead(
+  conn: Conn,
+  maxHeaderBytes: number,
+  from: number,
+): RawHead | undefined {
+  const end = blankLineAt(conn.buffered, from);
+  if (end >= 0 && end <= maxHeaderBytes) return parseRawHead(conn.consume(end + 4));
+  if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
+    throw new TypeError(
+      `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
+    );
   }
+  return undefined;
 }
 
 const HTTP1 = encoder.encode("HTTP/1.");

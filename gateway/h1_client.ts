@@ -21,14 +21,15 @@
  * @module
  */
 import {
+  bufferedRawHead,
   ChunkDecoder,
+  closedEarly,
   Conn,
   encoder,
   type Head,
   type Pool,
   type RawHead,
   readHead,
-  readRawHead,
   StaleConnection,
   type Waiter,
   wrap,
@@ -105,6 +106,89 @@ function listen(s: AbortSignal | Cancel | null, hook: () => void, on: boolean): 
   if (!(s instanceof AbortSignal)) s.onAbort(on ? hook : undefined);
   else if (on) s.addEventListener("abort", hook, { once: true });
   else s.removeEventListener("abort", hook);
+}
+
+/** A node's answer to `sendBytes`, read on the wire as its reader asks. */
+class WireAnswer implements BytesAnswer {
+  readonly head: RawHead;
+  readonly length: number;
+  readonly #conn: Conn;
+  readonly #finish: (reuse: boolean) => void;
+  readonly #signal: AbortSignal | Cancel | null;
+  readonly #keepAlive: boolean;
+  readonly #decode: ChunkDecoder | undefined;
+  /** Body bytes still to come; -1 chunked, -2 until the close. */
+  #remaining: number;
+
+  constructor(
+    conn: Conn,
+    head: RawHead,
+    framing: { remaining: number; keepAlive: boolean; chunked: boolean },
+    finish: (reuse: boolean) => void,
+    signal: AbortSignal | Cancel | null,
+  ) {
+    this.#conn = conn;
+    this.head = head;
+    this.#finish = finish;
+    this.#signal = signal;
+    this.#keepAlive = framing.keepAlive;
+    this.#remaining = this.length = framing.remaining;
+    this.#decode = framing.chunked ? new ChunkDecoder(conn) : undefined;
+    if (framing.remaining === 0) finish(framing.keepAlive);
+  }
+
+  whole(): Uint8Array | undefined {
+    const conn = this.#conn;
+    if (this.#remaining < 0 || conn.buffered.length < this.#remaining) return undefined;
+    // Lent: the connection goes back to the pool while the caller still writes these bytes.
+    const body = conn.take(this.#remaining);
+    this.#remaining = 0;
+    this.#finish(this.#keepAlive);
+    return body;
+  }
+
+  async next(): Promise<Uint8Array | null> {
+    const conn = this.#conn;
+    const remaining = this.#remaining;
+    if (remaining === 0) return null;
+    try {
+      if (this.#decode !== undefined) {
+        const chunk = await this.#decode.next();
+        if (chunk === null) this.#finish(this.#keepAlive);
+        return chunk;
+      }
+      if (conn.buffered.length === 0 && !(await conn.fill())) {
+        if (remaining === -2) {
+          this.#finish(false);
+          this.#remaining = 0;
+          return null;
+        }
+        throw new TypeError("error reading response: the node closed the body early");
+      }
+      const n = remaining === -2 ? conn.buffered.length : Math.min(remaining, conn.buffered.length);
+      // Not lent, as the caller writes it out before asking for more, so the read buffer is
+      // reused; but the last piece is, since the connection goes back to the pool with it.
+      const piece = n === remaining ? conn.take(n) : conn.consume(n);
+      if (remaining > 0) {
+        this.#remaining = remaining - n;
+        if (this.#remaining === 0) this.#finish(this.#keepAlive);
+      }
+      return piece;
+    } catch (error) {
+      this.#remaining = 0;
+      this.#finish(false);
+      const signal = this.#signal;
+      throw signal?.aborted
+        ? signal.reason
+        : error instanceof StaleConnection
+        ? error
+        : wrap(error);
+    }
+  }
+
+  cancel(): void {
+    this.#finish(false);
+  }
 }
 
 /** A `fetch`-shaped HTTP/1.1 client with its pools. */
@@ -562,6 +646,8 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     return new Response(out, { status, statusText, headers });
   };
 
+  // One async frame per exchange: the connection, the write and the head are awaited here, and
+  // the answer is a WireAnswer (an async helper per step was a frame and a promise each).
   const sendBytes = async (
     origin: string,
     bytes: Uint8Array,
@@ -573,110 +659,47 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       const conn = await acquire(pool, signal);
       const reused = conn.used;
       conn.used = true;
+      const finish = hold(conn, pool, signal);
+      let head: RawHead | undefined;
       try {
-        return await exchangeBytes(conn, pool, bytes, signal);
-      } catch (error) {
-        if (error instanceof StaleConnection && reused && attempt === 0) continue;
-        throw error instanceof StaleConnection ? error.cause : error;
-      }
-    }
-  };
-
-  const exchangeBytes = async (
-    conn: Conn,
-    pool: Pool,
-    bytes: Uint8Array,
-    signal: AbortSignal | Cancel | null,
-  ): Promise<BytesAnswer> => {
-    const finish = hold(conn, pool, signal);
-    if (signal?.aborted) {
-      finish(false);
-      throw signal.reason;
-    }
-    const failed = (error: unknown) => {
-      finish(false);
-      return signal?.aborted
-        ? signal.reason
-        : error instanceof StaleConnection
-        ? error
-        : wrap(error);
-    };
-    try {
-      await conn.writeAll(bytes);
-    } catch (error) {
-      throw failed(new StaleConnection("write failed", { cause: wrap(error) }));
-    }
-    let head: RawHead;
-    try {
-      do head = await readRawHead(conn, maxHeaderBytes); while (
-        head.status >= 100 && head.status < 200 && head.status !== 101
-      );
-    } catch (error) {
-      throw failed(error);
-    }
-    const framing = framingOf(
-      head.status === 204 || head.status === 304,
-      head.transferEncoding,
-      head.contentLength,
-      head.connection,
-      head.http11,
-    );
-    if (framing === undefined) {
-      finish(false);
-      throw badLength(head.contentLength);
-    }
-    let { remaining } = framing;
-    const { keepAlive, chunked } = framing;
-    const length = remaining;
-    if (remaining === 0) finish(keepAlive);
-    const decode = chunked ? new ChunkDecoder(conn) : undefined;
-    return {
-      head,
-      length,
-      whole() {
-        if (remaining < 0 || conn.buffered.length < remaining) return undefined;
-        // Lent: the connection goes back to the pool while the caller still writes these bytes.
-        const body = conn.take(remaining);
-        remaining = 0;
-        finish(keepAlive);
-        return body;
-      },
-      async next() {
-        if (remaining === 0) return null;
+        if (signal?.aborted) throw signal.reason;
         try {
-          if (decode !== undefined) {
-            const chunk = await decode.next();
-            if (chunk === null) finish(keepAlive);
-            return chunk;
-          }
-          if (conn.buffered.length === 0 && !(await conn.fill())) {
-            if (remaining === -2) {
-              finish(false);
-              remaining = 0;
-              return null;
-            }
-            throw new TypeError("error reading response: the node closed the body early");
-          }
-          const n = remaining === -2
-            ? conn.buffered.length
-            : Math.min(remaining, conn.buffered.length);
-          // Not lent, as the caller writes it out before asking for more, so the read buffer is
-          // reused; but the last piece is, since the connection goes back to the pool with it.
-          const piece = n === remaining ? conn.take(n) : conn.consume(n);
-          if (remaining > 0) {
-            remaining -= n;
-            if (remaining === 0) finish(keepAlive);
-          }
-          return piece;
+          await conn.writeAll(bytes);
         } catch (error) {
-          remaining = 0;
-          throw failed(error);
+          throw new StaleConnection("write failed", { cause: wrap(error) });
         }
-      },
-      cancel() {
+        // The head; an interim 1xx answer is skipped (a 101 is final).
+        for (let from = 0;;) {
+          head = bufferedRawHead(conn, maxHeaderBytes, from);
+          if (head === undefined) {
+            from = Math.max(0, conn.buffered.length - 3);
+            if (!(await conn.fill())) throw closedEarly();
+          } else if (head.status >= 200 || head.status === 101) break;
+          else from = 0;
+        }
+      } catch (error) {
         finish(false);
-      },
-    };
+        const reason = signal?.aborted
+          ? signal.reason
+          : error instanceof StaleConnection
+          ? error
+          : wrap(error);
+        if (reason instanceof StaleConnection && reused && attempt === 0) continue;
+        throw reason instanceof StaleConnection ? reason.cause : reason;
+      }
+      const framing = framingOf(
+        head.status === 204 || head.status === 304,
+        head.transferEncoding,
+        head.contentLength,
+        head.connection,
+        head.http11,
+      );
+      if (framing === undefined) {
+        finish(false);
+        throw badLength(head.contentLength);
+      }
+      return new WireAnswer(conn, head, framing, finish, signal);
+    }
   };
 
   return {
