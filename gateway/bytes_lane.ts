@@ -248,9 +248,9 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     // A 204 or 304 has no body and no framing header (RFC 9110 §8.6, §15.4.5).
     const bodiless = answer.head.status === 204 || answer.head.status === 304;
     const framing = bodiless ? 2 : sized ? lengthLineSize(answer.length) : CHUNKED_HEAD_END.length;
-    // The head is copied out before the body is read (the read reuses the bytes it lies in).
-    const whole = answer.whole();
-    const head = carver.take(statusEnd + kept + framing + (whole?.length ?? 0));
+    // The head is copied out before the body is taken (the next read reuses the bytes it lies in).
+    const whole = answer.wholeLength();
+    const head = carver.take(statusEnd + kept + framing + Math.max(0, whole));
     head.set(raw.subarray(0, statusEnd));
     let at = putRuns(head, statusEnd, raw, runs);
     if (bodiless) {
@@ -261,9 +261,11 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       head.set(CHUNKED_HEAD_END, at);
       at += CHUNKED_HEAD_END.length;
     }
-    if (whole !== undefined) head.set(whole, at);
     if (!http11) head[7] = 49;
-    if (whole !== undefined) return await ex.write(head);
+    if (whole >= 0) {
+      answer.copyWhole(head, at);
+      return await ex.write(head);
+    }
     try {
       const next = () => answer.next();
       await writeBody(ex.write, head, next(), next, answer.length, !sized);
@@ -328,15 +330,21 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         if (!(reason instanceof HttpError)) throw reason;
         return answerError(reason);
       }
-      // A streamed answer (a command's output) may run long: the hang-up is tied to it at once.
-      routing.hangUps.done(watched, answer.length < 0);
-      const status = answer.head.status;
-      routing.forwarded(path, status, (performance.now() - started) / 1000, found);
-      if (status === 404) {
-        // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-        await finder.recheck("name", key).catch(() => {});
+      // The answer holds its connection until relayed: whatever fails first lets it go.
+      try {
+        // A streamed answer (a command's output) may run long: the hang-up is tied to it at once.
+        routing.hangUps.done(watched, answer.length < 0);
+        const status = answer.head.status;
+        routing.forwarded(path, status, (performance.now() - started) / 1000, found);
+        if (status === 404) {
+          // The sandbox may have been destroyed behind the gateway's back; only the node can say.
+          await finder.recheck("name", key).catch(() => {});
+        }
+        await relay(ex, answer);
+      } catch (error) {
+        answer.cancel();
+        throw error;
       }
-      await relay(ex, answer);
       return true;
     },
   };

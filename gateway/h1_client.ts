@@ -75,10 +75,15 @@ export interface BytesAnswer {
    */
   next(): Promise<Uint8Array | null>;
   /**
-   * The whole of a sized body when it arrived with the head (the usual small answer), taken at
-   * once, or `undefined` (then read it with `next`).
+   * The length of a sized body that arrived whole with the head (the usual small answer), or
+   * `-1` (then read it with `next`).
    */
-  whole(): Uint8Array | undefined;
+  wholeLength(): number;
+  /**
+   * Copies that whole body into `into` at `at`, and hands the connection back to its pool.
+   * Copy what is wanted of `head.raw` first: the connection's next read may reuse its bytes.
+   */
+  copyWhole(into: Uint8Array, at: number): void;
   /** Drops the rest of the answer, and its connection with it. */
   cancel(): void;
 }
@@ -134,23 +139,30 @@ class WireAnswer implements BytesAnswer {
     this.#keepAlive = framing.keepAlive;
     this.#remaining = this.length = framing.remaining;
     this.#decode = framing.chunked ? new ChunkDecoder(conn) : undefined;
-    if (framing.remaining === 0) finish(framing.keepAlive);
   }
 
-  whole(): Uint8Array | undefined {
-    const conn = this.#conn;
-    if (this.#remaining < 0 || conn.buffered.length < this.#remaining) return undefined;
-    // Lent: the connection goes back to the pool while the caller still writes these bytes.
-    const body = conn.take(this.#remaining);
+  wholeLength(): number {
+    const n = this.#remaining;
+    return n >= 0 && this.#conn.buffered.length >= n ? n : -1;
+  }
+
+  copyWhole(into: Uint8Array, at: number): void {
+    const n = this.wholeLength();
+    if (n < 0) throw new TypeError("copyWhole: the body has not arrived whole; read it with next");
+    // Copied, not lent: the read buffer serves the connection's next answer from its start, where
+    // a view handed on made each answer leave its bytes behind (a new slab every few dozen).
+    if (n > 0) into.set(this.#conn.consume(n), at);
     this.#remaining = 0;
     this.#finish(this.#keepAlive);
-    return body;
   }
 
   async next(): Promise<Uint8Array | null> {
     const conn = this.#conn;
     const remaining = this.#remaining;
-    if (remaining === 0) return null;
+    if (remaining === 0) {
+      this.#finish(this.#keepAlive);
+      return null;
+    }
     try {
       if (this.#decode !== undefined) {
         const chunk = await this.#decode.next();

@@ -282,6 +282,29 @@ Deno.test("sendBytes() ends on its Cancel's abort: the node sees the hang-up, th
   }
 });
 
+Deno.test("sendBytes(): a whole body is copied out and its read buffer serves the next answer", async () => {
+  const { server, url } = serve((r) => new Response(`answer to ${new URL(r.url).pathname}`));
+  const client = createH1Client();
+  try {
+    const seen: string[] = [];
+    for (const path of ["/a", "/bb", "/ccc"]) {
+      const request = new TextEncoder().encode(`GET ${path} HTTP/1.1\r\nhost: x\r\n\r\n`);
+      const answer = await client.sendBytes(url, request, null);
+      const n = answer.wholeLength();
+      assert.ok(n > 0, "a small sized answer arrives whole with its head");
+      const into = new Uint8Array(n + 2);
+      answer.copyWhole(into, 2);
+      seen.push(new TextDecoder().decode(into.subarray(2)));
+      assert.equal(await answer.next(), null, "nothing is left to read");
+    }
+    assert.deepEqual(seen, ["answer to /a", "answer to /bb", "answer to /ccc"]);
+    assert.equal(client.open, 1, "one connection served all three");
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
 Deno.test("sendBytes() refuses a status line that is not 'HTTP/1.x' and three digits", async () => {
   const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
   for (
@@ -302,6 +325,8 @@ Deno.test("sendBytes() refuses a status line that is not 'HTTP/1.x' and three di
     const answer = await client.sendBytes(raw.url, request, null);
     assert.equal(answer.head.status, 204);
     assert.equal(answer.head.http11, false);
+    assert.equal(answer.wholeLength(), 0);
+    answer.copyWhole(new Uint8Array(0), 0);
   } finally {
     client.close();
     await raw.close();
