@@ -118,7 +118,18 @@ const CRLF = encoder.encode("\r\n");
 
 /** A chunk's size line. */
 function sizeLine(n: number): Uint8Array {
-  return encoder.encode(`${n.toString(16)}\r\n`);
+  return latin1(`${n.toString(16)}\r\n`);
+}
+
+/**
+ * The bytes of head text whose characters are octets (a `Headers` value is a ByteString):
+ * one byte each, as HTTP sends them. TextEncoder made UTF-8 of a value's bytes past 0x7f, and its
+ * call into the runtime was a twentieth of the object path's time.
+ */
+export function latin1(text: string): Uint8Array<ArrayBuffer> {
+  const out = new Uint8Array(text.length);
+  for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
+  return out;
 }
 
 /** A chunk framed for a chunked body. */
@@ -233,7 +244,7 @@ export async function writeResponse(
     if (!bodiless) text += "content-length: 0\r\n";
     else if (head.method === "HEAD" && declared >= 0) text += `content-length: ${declared}\r\n`;
     await body?.cancel().catch(() => {});
-    await writeAll(conn, encoder.encode(text + "\r\n"));
+    await writeAll(conn, latin1(text + "\r\n"));
     return !close;
   }
   const reader = body.getReader();
@@ -256,7 +267,7 @@ export async function writeResponse(
     if (length < 0 && !head.http11) close = true;
     text += close ? "connection: close\r\n" : head.http11 ? "" : "connection: keep-alive\r\n";
     const chunked = length < 0 && head.http11;
-    const headBytes = encoder.encode(
+    const headBytes = latin1(
       length >= 0
         ? `${text}content-length: ${length}\r\n\r\n`
         : chunked

@@ -10,9 +10,8 @@
  */
 
 import { blankLineAt } from "./_h1_head.ts";
-import { joined, writeAll } from "./_h1_answer.ts";
+import { joined, latin1, writeAll } from "./_h1_answer.ts";
 
-const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
 /** The requests the bytes engine made: only they can be spliced. */
@@ -117,7 +116,7 @@ export async function openSplice(
     }
   }, Math.max(0, deadline - Date.now()));
   try {
-    await writeAll(upstream, encoder.encode(text + "\r\n"));
+    await writeAll(upstream, latin1(text + "\r\n"));
     const { head, rest } = await readHead(upstream);
     const status = /^HTTP\/1\.[01] (\d{3})/.exec(decoder.decode(head.subarray(0, 16)))?.[1];
     if (status !== "101") {

@@ -265,6 +265,19 @@ Deno.test("bytes engine: a streamed answer is chunked, its head sent before its 
   );
 });
 
+Deno.test("bytes engine: an answer header's octets past 0x7f go out as themselves, not as UTF-8", async () => {
+  // A Headers value is a ByteString: "\u00e9" is the one byte 0xe9 on the wire.
+  await withServer(
+    () => new Response("ok", { headers: { "x-name": "caf\u00e9" } }),
+    async ({ connect }) => {
+      const c = await connect();
+      await c.write(GET);
+      await c.until("\r\n\r\nok");
+      assert.ok(hasHeader(firstHead(c.received()), "x-name: caf\u00e9"), c.received());
+    },
+  );
+});
+
 Deno.test("bytes engine: a fixed answer is sized: content-length, no transfer-encoding", async () => {
   await withServer(() => new Response("hello"), async ({ connect }) => {
     const c = await connect();
