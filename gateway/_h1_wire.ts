@@ -187,8 +187,8 @@ export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head
   for (;;) {
     const end = blankLineAt(conn.buffered, from);
     if (end >= 0 && end <= maxHeaderBytes) {
-      const text = decoder.decode(conn.consume(end + 4).subarray(0, end));
-      return parseHead(text);
+      // One character a byte, as Headers takes header bytes: UTF-8 decoding made U+FFFD of them.
+      return parseHead(octets(conn.consume(end + 4), 0, end));
     }
     if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
       throw new TypeError(

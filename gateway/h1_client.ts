@@ -35,7 +35,7 @@ import {
   wrap,
   writeRequest,
 } from "./_h1_wire.ts";
-import { joined } from "../shared/_h1_answer.ts";
+import { joined, latin1 } from "../shared/_h1_answer.ts";
 
 /** Options of {@linkcode createH1Client}. */
 export interface H1ClientOptions {
@@ -233,6 +233,8 @@ const framing = new Set([
   "keep-alive",
 ]);
 const unsafe = /[\r\n\0]/;
+/** A character no octet stands for: a header sent one byte a character cannot carry it. */
+const notOctets = /[^\x00-\xff]/;
 
 /**
  * How an answer's body is framed, from its head: `remaining` is its length, `-1` when chunked,
@@ -436,6 +438,11 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
         if (unsafe.test(name) || unsafe.test(v)) {
           throw new TypeError(`Cannot send header '${name}': it holds a line break or NUL`);
         }
+        if (notOctets.test(name) || notOctets.test(v)) {
+          throw new TypeError(
+            `Cannot send header '${name}': it holds a character past \\xff (a header is octets)`,
+          );
+        }
         if (name === "content-type") contentType = true;
         pairs.push([name, v]);
       }
@@ -473,7 +480,8 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       : bytes !== undefined
       ? `content-length: ${bytes.length}\r\n\r\n`
       : "\r\n";
-    const headBytes = encoder.encode(head);
+    // One byte a character: a header value is octets (a ByteString), not text to make UTF-8 of.
+    const headBytes = latin1(head);
 
     const pool = poolOf(url.origin, url);
     // A reused connection the node closed while it sat idle fails before any byte of an answer;

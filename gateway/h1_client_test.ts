@@ -175,6 +175,39 @@ Deno.test("createH1Client() hands out answer chunks that stay as read while late
   }
 });
 
+Deno.test("createH1Client() sends and reads header octets past 0x7f as themselves, not as UTF-8", async () => {
+  // A Headers value is a ByteString: "\u00e9" is the one byte 0xe9 on the wire, both ways.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  let sent = new Uint8Array(0);
+  const done = (async () => {
+    const conn = await listener.accept();
+    const buf = new Uint8Array(4096);
+    const n = await conn.read(buf);
+    sent = buf.slice(0, n ?? 0);
+    const answer = "HTTP/1.1 200 OK\r\nx-name: caf\u00e9\r\ncontent-length: 2\r\n\r\nok";
+    await conn.write(Uint8Array.from(answer, (c) => c.charCodeAt(0)));
+    conn.close();
+  })();
+  const client = createH1Client();
+  try {
+    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/`;
+    const res = await client.fetch(url, { headers: new Headers({ "x-name": "caf\u00e9" }) });
+    assert.equal(res.headers.get("x-name"), "caf\u00e9");
+    assert.equal(await res.text(), "ok");
+    await done;
+    const line = String.fromCharCode(...sent).split("\r\n").find((l) => l.startsWith("x-name:"));
+    assert.equal(line, "x-name: caf\u00e9", "one byte 0xe9, not the two of UTF-8");
+    // Refused before any connection: port 9 would refuse one, with another message.
+    await assert.rejects(
+      client.fetch("http://127.0.0.1:9/", { headers: { "x-name": "\u20ac" } }),
+      /Cannot send header 'x-name': it holds a character past \\xff/,
+    );
+  } finally {
+    client.close();
+    listener.close();
+  }
+});
+
 Deno.test("createH1Client() refuses a head past maxHeaderBytes", async () => {
   const raw = rawServer(`HTTP/1.1 200 OK\r\nx-big: ${"a".repeat(4000)}\r\n\r\n`);
   const client = createH1Client({ maxHeaderBytes: 1024 });
