@@ -181,19 +181,28 @@ export function closedEarly(): TypeError {
   return new TypeError("error sending request: connection closed before message completed");
 }
 
+/**
+ * Where the answer head buffered in `conn` ends (its blank line's start), searched from `from`,
+ * or -1 while it is not all there (read more, then search again from the length before the
+ * read, less three). Throws past `maxHeaderBytes`.
+ */
+function headEndIn(conn: Conn, maxHeaderBytes: number, from: number): number {
+  const end = blankLineAt(conn.buffered, from);
+  if (end > maxHeaderBytes || (end < 0 && conn.buffered.length > maxHeaderBytes)) {
+    throw new TypeError(
+      `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
+    );
+  }
+  return end;
+}
+
 /** Reads and parses one answer head, leaving the body's first bytes buffered. */
 export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head> {
-  let from = 0;
-  for (;;) {
-    const end = blankLineAt(conn.buffered, from);
-    if (end >= 0 && end <= maxHeaderBytes) {
+  for (let from = 0;;) {
+    const end = headEndIn(conn, maxHeaderBytes, from);
+    if (end >= 0) {
       // One character a byte, as Headers takes header bytes: UTF-8 decoding made U+FFFD of them.
       return parseHead(octets(conn.consume(end + 4), 0, end));
-    }
-    if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
-      throw new TypeError(
-        `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
-      );
     }
     from = Math.max(0, conn.buffered.length - 3);
     if (!(await conn.fill())) throw closedEarly();
@@ -231,14 +240,8 @@ export function bufferedRawHead(
   maxHeaderBytes: number,
   from: number,
 ): RawHead | undefined {
-  const end = blankLineAt(conn.buffered, from);
-  if (end >= 0 && end <= maxHeaderBytes) return parseRawHead(conn.consume(end + 4));
-  if (end > maxHeaderBytes || conn.buffered.length > maxHeaderBytes) {
-    throw new TypeError(
-      `error reading response: the head is longer than ${maxHeaderBytes} bytes`,
-    );
-  }
-  return undefined;
+  const end = headEndIn(conn, maxHeaderBytes, from);
+  return end >= 0 ? parseRawHead(conn.consume(end + 4)) : undefined;
 }
 
 const HTTP1 = encoder.encode("HTTP/1.");

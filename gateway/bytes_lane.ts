@@ -266,13 +266,9 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       answer.copyWhole(head, at);
       return await ex.write(head);
     }
-    try {
-      const next = () => answer.next();
-      await writeBody(ex.write, head, next(), next, answer.length, !sized);
-    } catch (error) {
-      answer.cancel();
-      throw error;
-    }
+    // A failure cancels the answer in `serve`, which holds it until this ends.
+    const next = () => answer.next();
+    await writeBody(ex.write, head, next(), next, answer.length, !sized);
   };
 
   let served = 0, handedBack = 0;

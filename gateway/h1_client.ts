@@ -113,6 +113,14 @@ function listen(s: AbortSignal | Cancel | null, hook: () => void, on: boolean): 
   else s.removeEventListener("abort", hook);
 }
 
+/**
+ * What a failed bytes exchange rejects with: the abort's reason, a stale connection as it is
+ * (`sendBytes` retries it once), anything else as fetch's TypeError.
+ */
+function failure(signal: AbortSignal | Cancel | null, error: unknown): unknown {
+  return signal?.aborted ? signal.reason : error instanceof StaleConnection ? error : wrap(error);
+}
+
 /** A node's answer to `sendBytes`, read on the wire as its reader asks. */
 class WireAnswer implements BytesAnswer {
   readonly head: RawHead;
@@ -189,12 +197,7 @@ class WireAnswer implements BytesAnswer {
     } catch (error) {
       this.#remaining = 0;
       this.#finish(false);
-      const signal = this.#signal;
-      throw signal?.aborted
-        ? signal.reason
-        : error instanceof StaleConnection
-        ? error
-        : wrap(error);
+      throw failure(this.#signal, error);
     }
   }
 
@@ -699,11 +702,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
         }
       } catch (error) {
         finish(false);
-        const reason = signal?.aborted
-          ? signal.reason
-          : error instanceof StaleConnection
-          ? error
-          : wrap(error);
+        const reason = failure(signal, error);
         if (reason instanceof StaleConnection && reused && attempt === 0) continue;
         throw reason instanceof StaleConnection ? reason.cause : reason;
       }

@@ -187,8 +187,6 @@ export class GatewayRouting {
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne) => void;
   readonly #observer: RoutingObserver;
-  readonly #hop: string;
-  readonly #headTimeoutMs: number;
   /** What a create that builds a new sandbox works with (`routing_create.ts`). */
   readonly #creates: CreateParts;
 
@@ -204,10 +202,8 @@ export class GatewayRouting {
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
-    this.#hop = options.hopMarker ?? newGatewayInstanceId();
-    this.hop = this.#hop;
-    this.#headTimeoutMs = options.headTimeoutMs ?? 120_000;
-    this.headTimeoutMs = this.#headTimeoutMs;
+    this.hop = options.hopMarker ?? newGatewayInstanceId();
+    this.headTimeoutMs = options.headTimeoutMs ?? 120_000;
     this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
     this.slots = options.slots ?? new LocalSlots();
     this.nodeHeaders = Object.freeze({
@@ -319,8 +315,8 @@ export class GatewayRouting {
         body,
         fetch: this.#fetch,
         hangUps: this.hangUps,
-        hop: this.#hop,
-        headTimeoutMs: options.headTimeoutMs ?? this.#headTimeoutMs,
+        hop: this.hop,
+        headTimeoutMs: options.headTimeoutMs ?? this.headTimeoutMs,
       });
     } catch (error) {
       this.#observer.forwarded?.(path, statusOf(error), (performance.now() - started) / 1000);
@@ -459,7 +455,7 @@ export class GatewayRouting {
       try {
         const res = await this.#fetch(node.endpoint + path, {
           method: init.method ?? "POST",
-          headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.#hop },
+          headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop },
           body,
           signal: bound,
           redirect: "manual",
@@ -514,7 +510,7 @@ export class GatewayRouting {
     try {
       r = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
         method: init.method ?? "POST",
-        headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.#hop },
+        headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop },
         body: init.body,
         fetch: this.#fetch,
         timeoutMs: this.#captureTimeoutMs,
