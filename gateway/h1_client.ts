@@ -237,7 +237,7 @@ const framing = new Set([
 ]);
 const unsafe = /[\r\n\0]/;
 /** A character no octet stands for: a header sent one byte a character cannot carry it. */
-const notOctets = /[^\x00-\xff]/;
+const notOctets = /[\u0100-\uffff]/;
 
 /**
  * How an answer's body is framed, from its head: `remaining` is its length, `-1` when chunked,
