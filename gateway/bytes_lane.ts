@@ -240,19 +240,28 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     return out;
   };
 
-  /** Relays the node's answer to the client, re-framed, its head before its first body byte. */
-  const relay = async (ex: LaneExchange, answer: BytesAnswer): Promise<void> => {
+  /**
+   * Relays the node's answer to the client, re-framed, its head before its first body byte. Not
+   * async: a whole answer is one write, whose promise is the relay's.
+   */
+  const relay = (ex: LaneExchange, answer: BytesAnswer): Promise<void> => {
     const { raw, spans, statusEnd, http11 } = answer.head;
     const sized = answer.length >= 0;
     const kept = keptRuns(raw, spans, 3, raw.length - 2, notRelayed, runs);
+    // A first header kept runs on from the status line: the two are one copy.
+    if (runs.length > 0 && runs[0] === statusEnd) runs[0] = 0;
     // A 204 or 304 has no body and no framing header (RFC 9110 §8.6, §15.4.5).
     const bodiless = answer.head.status === 204 || answer.head.status === 304;
     const framing = bodiless ? 2 : sized ? lengthLineSize(answer.length) : CHUNKED_HEAD_END.length;
     // The head is copied out before the body is taken (the next read reuses the bytes it lies in).
     const whole = answer.wholeLength();
     const head = carver.take(statusEnd + kept + framing + Math.max(0, whole));
-    head.set(raw.subarray(0, statusEnd));
-    let at = putRuns(head, statusEnd, raw, runs);
+    let at = 0;
+    if (runs[0] !== 0) {
+      head.set(raw.subarray(0, statusEnd));
+      at = statusEnd;
+    }
+    at = putRuns(head, at, raw, runs);
     if (bodiless) {
       head[at++] = 13;
       head[at++] = 10;
@@ -264,11 +273,11 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     if (!http11) head[7] = 49;
     if (whole >= 0) {
       answer.copyWhole(head, at);
-      return await ex.write(head);
+      return ex.write(head);
     }
     // A failure cancels the answer in `serve`, which holds it until this ends.
     const next = () => answer.next();
-    await writeBody(ex.write, head, next(), next, answer.length, !sized);
+    return writeBody(ex.write, head, next(), next, answer.length, !sized);
   };
 
   let served = 0, handedBack = 0;

@@ -490,7 +490,9 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     // A reused connection the node closed while it sat idle fails before any byte of an answer;
     // a fixed body is then sent once more on a new connection (the node never read it).
     for (let attempt = 0;; attempt++) {
-      const conn = await acquire(pool, signal);
+      // An idle connection is taken at once, without a turn of the event loop.
+      const got = acquire(pool, signal);
+      const conn = got instanceof Conn ? got : await got;
       const reused = conn.used;
       conn.used = true;
       try {

@@ -366,6 +366,22 @@ Deno.test("sendBytes() refuses a status line that is not 'HTTP/1.x' and three di
   }
 });
 
+Deno.test("createH1Client() drops an idle connection the node closes, before any request needs it", async () => {
+  // A keep-alive answer, then the node ends the connection while it sits in the pool.
+  const { url, close } = rawServer("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+  const client = createH1Client({ idleTimeoutMs: 60_000 });
+  try {
+    assert.equal(await (await client.fetch(url)).text(), "ok");
+    // The idle read hears the end; the sweep (60 s away) has no part in it. Bounded: 2 s.
+    const deadline = Date.now() + 2000;
+    while (client.open > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    assert.equal(client.open, 0, "the closed connection left the pool");
+  } finally {
+    client.close();
+    await close();
+  }
+});
+
 Deno.test("createH1Client() sends a fixed body again once when a pooled connection was closed", async () => {
   // Answers, then closes the connection without saying so: the pooled one is stale.
   let seen = 0;

@@ -142,6 +142,8 @@ const TOKEN = (() => {
  * there. Empty lines before a request line are skipped by the caller (RFC 9112 §2.2).
  */
 export function headEnd(b: Uint8Array, from: number, to: number): number {
+  // Nothing buffered yet (the usual call between two requests): no view made to find nothing.
+  if (to - from < 2) return -1;
   // Searched in a view: an indexOf on the whole buffer would scan its unused room too.
   const v = b.subarray(from, to);
   for (let i = v.indexOf(10); i !== -1; i = v.indexOf(10, i + 1)) {

@@ -192,6 +192,46 @@ function requestOf(
   }
 }
 
+/** What the handler is called with, the connection's own. */
+interface Handling {
+  handler: H1ServeOptions["handler"];
+  onError: H1ServeOptions["onError"];
+  scheme: string;
+  remoteAddr: Deno.NetAddr;
+}
+
+/** A request's `completed` promise, with its two ends. */
+class Completion {
+  readonly promise: Promise<void>;
+  sent!: () => void;
+  failed!: (error: unknown) => void;
+  constructor() {
+    this.promise = new Promise<void>((resolve, reject) => {
+      this.sent = resolve;
+      this.failed = reject;
+    });
+    this.promise.catch(() => {});
+  }
+}
+
+/** The handler's answer to the request of `ex` (the onError's when it throws). */
+async function handle(
+  h: Handling,
+  ex: Exchange,
+  body: BodyInit | null,
+  done: Completion,
+): Promise<Response> {
+  const head = ex.head;
+  // A GET or HEAD body is no body a Request can carry: dropped after the answer, as sent.
+  const bodiless = head.method === "GET" || head.method === "HEAD";
+  const request = requestOf(head, h.scheme, bodiless ? null : body, ex.signal);
+  try {
+    return await h.handler(request, { remoteAddr: h.remoteAddr, completed: done.promise });
+  } catch (error) {
+    return await h.onError(error);
+  }
+}
+
 /** The body stream the handler reads; `100 Continue` goes out on its first read when asked for. */
 function bodyStream(
   reader: BodyReader,
@@ -247,6 +287,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
     }
   };
   const write = (bytes: Uint8Array) => writeAll(conn, bytes);
+  const handling: Handling = { handler, onError, scheme, remoteAddr };
 
   /** Serves the request whose head ends at `end` (-1: too long). Resolves whether to go on. */
   const exchange = async (end: number): Promise<boolean> => {
@@ -273,23 +314,9 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
     let keep = head.keepAlive;
     let claim: unknown;
     let response: Response | undefined;
-    let sent: (() => void) | undefined;
-    let failed: ((error: unknown) => void) | undefined;
-    const handle = async (body: BodyInit | null): Promise<Response> => {
-      // A GET or HEAD body is no body a Request can carry: dropped after the answer, as sent.
-      const bodiless = head.method === "GET" || head.method === "HEAD";
-      const request = requestOf(head, scheme, bodiless ? null : body, ex.signal);
-      const completed = new Promise<void>((resolve, reject) => {
-        sent = resolve;
-        failed = reject;
-      });
-      completed.catch(() => {});
-      try {
-        return await handler(request, { remoteAddr, completed });
-      } catch (error) {
-        return await onError(error);
-      }
-    };
+    // The handler's `completed`, made only when the handler is called (the lane's requests do
+    // without): no closure here, so a lane request allocates no context for this frame's locals.
+    let done: Completion | undefined;
     try {
       if (reader.done) ex.watch();
       if (
@@ -302,20 +329,28 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
         ex.body = body;
         const answer = await lane.serve(ex, claim);
         if (answer === true) return keep;
-        response = answer ?? await handle(body.length > 0 ? body : null);
+        if (answer !== undefined) response = answer;
+        else {
+          done = new Completion();
+          response = await handle(handling, ex, body.length > 0 ? body : null, done);
+        }
       } else {
+        done = new Completion();
         response = await handle(
+          handling,
+          ex,
           reader.done ? null : bodyStream(
             reader,
             head.expectContinue ? () => writeAll(conn, CONTINUE) : undefined,
           ),
+          done,
         );
       }
       const splice = spliceOf(response);
       if (splice !== undefined) {
         // An upgrade the next hop accepted: bytes both ways until either side ends.
         await runSplice(splice, { write, read: () => inbound.next() }, options.closing ?? stop);
-        sent?.();
+        done?.sent();
         return false;
       }
       // The handler may answer before the body's end (a 413 at a cap). A client that waits for
@@ -326,10 +361,10 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       // The rest of the body is read and dropped only now (until its answer is sent the handler
       // may still be reading, a relayed upload), so the client reads the answer, not a reset.
       if (!reader.done && !unsent && !(await reader.drain())) keep = false;
-      sent?.();
+      done?.sent();
       return keep;
     } catch (error) {
-      failed?.(error);
+      done?.failed(error);
       if (response === undefined && error instanceof HeadError) {
         await writeResponse(conn, head, refusal(error), true).catch(() => {});
       } else if ((response !== undefined || claim !== undefined) && !clientLeft(error)) {
