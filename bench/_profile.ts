@@ -13,9 +13,12 @@
  * connection (the c1 rows of the forwarding benchmark) instead of 32.
  *
  * `--verb=lookupSandbox` runs wrk on that verb instead (one the object path serves).
+ * `--inclusive=40` adds the 40 largest times per request with callees (each function's own and
+ * what it calls), which is how docs/forwarding-engine.md prices each piece of the lane's work.
  *
  * `deno run -A bench/_profile.ts [--client=h1|fetch] [--workload=verb|upload|download] [--verb=…]
- * [--websockets=on|off] [--engine=bytes|deno] [--connections=32] [--seconds=10] [--transfers=8] [--top=25]`
+ * [--websockets=on|off] [--engine=bytes|deno] [--connections=32] [--seconds=10] [--transfers=8] [--top=25]
+ * [--inclusive=0]`
  *
  * @module
  */
@@ -39,6 +42,9 @@ const flag = (name: string, fallback: string) =>
 const client = flag("client", "h1");
 const seconds = Number(flag("seconds", "10"));
 const top = Number(flag("top", "25"));
+// With `--inclusive=N`, the N largest times with callees too (self time alone hides a piece's
+// builtins and helpers).
+const inclusive = Number(flag("inclusive", "0"));
 const workload = flag("workload", "verb");
 const transfers = Number(flag("transfers", "8"));
 // The gateway's engine: on is Deno.serveHttp (WebSockets); off, the bytes engine or Deno's own.
@@ -138,5 +144,32 @@ console.log(
 console.log("self % of busy  function (* = this repository)");
 for (const [k, us] of [...byFunction].sort((a, b) => b[1] - a[1]).slice(0, top)) {
   console.log(`${(100 * us / busy).toFixed(1).padStart(6)}%  ${k}`);
+}
+
+if (inclusive > 0) {
+  // Each sample's time goes to every function on its stack, once: what a piece costs with all it
+  // calls. An await cuts the stack, so an async function's time is that of its stretch in view.
+  const parent = new Map<number, number>();
+  for (const n of profile.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const nodesById = new Map(profile.nodes.map((n) => [n.id, n]));
+  const withCallees = new Map<string, number>();
+  for (let i = 0; i < profile.samples.length; i++) {
+    const seen = new Set<string>();
+    for (let id = profile.samples[i] as number | undefined; id !== undefined; id = parent.get(id)) {
+      const { functionName, url, lineNumber } = nodesById.get(id)!.callFrame;
+      if (functionName === "(idle)" || functionName === "(root)") continue;
+      const where = url === ""
+        ? ""
+        : ` ${url.replace(root, "").replace(/^.*node_modules\//, "npm:")}:${lineNumber + 1}`;
+      const key = `${functionName || "(anonymous)"}${where}`;
+      if (seen.has(key)) continue;
+      seen.add(key);
+      withCallees.set(key, (withCallees.get(key) ?? 0) + (profile.timeDeltas[i] ?? 0));
+    }
+  }
+  console.log(`µs per ${workload === "verb" ? "request" : "MiB"} with callees (inclusive)`);
+  for (const [k, us] of [...withCallees].sort((a, b) => b[1] - a[1]).slice(0, inclusive)) {
+    console.log(`${(us / units).toFixed(2).padStart(8)}  ${k}`);
+  }
 }
 await Deno.remove(dir, { recursive: true });

@@ -151,3 +151,23 @@ export function mergeReport(
   out.push(...fresh.values());
   return out.join("\n");
 }
+
+/**
+ * The least-squares line `y = a + b x` through the points (`b` is 0 when every x is the same).
+ *
+ * @example
+ * ```ts
+ * fitLine([0, 1, 2], [1, 3, 5]); // { a: 1, b: 2 }
+ * ```
+ */
+export function fitLine(xs: readonly number[], ys: readonly number[]): { a: number; b: number } {
+  const n = xs.length;
+  const mx = xs.reduce((s, x) => s + x, 0) / n, my = ys.reduce((s, y) => s + y, 0) / n;
+  let sxy = 0, sxx = 0;
+  for (let i = 0; i < n; i++) {
+    sxy += (xs[i] - mx) * (ys[i] - my);
+    sxx += (xs[i] - mx) ** 2;
+  }
+  const b = sxx === 0 ? 0 : sxy / sxx;
+  return { a: my - b * mx, b };
+}

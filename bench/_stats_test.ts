@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { mergeReport, renderReport, row, type Section } from "./_stats.ts";
+import { fitLine, mergeReport, renderReport, row, type Section } from "./_stats.ts";
 
 const section = (title: string, value: number): Section => ({
   title,
@@ -21,4 +21,17 @@ Deno.test("mergeReport() replaces the sections that ran, keeps the rest, appends
   assert.match(b, /Measured on its own .*now, load average at start 0\.50 0\.40 0\.30, 7 runs/);
   assert.match(c, /\| x \| ms \| 4\.00 \|/);
   assert.equal(mergeReport(merged, machine, [section("B", 3), section("C", 4)]), merged);
+});
+
+Deno.test("fitLine() finds the least-squares line, and a flat one through equal xs", () => {
+  const exact = fitLine([0, 1, 2], [1, 3, 5]);
+  assert.equal(exact.a, 1);
+  assert.equal(exact.b, 2);
+  // Residuals +1, -2, +1 around y = 2 - x: the fit is that line, not one through two points.
+  const fitted = fitLine([0, 1, 2], [3, -1, 1]);
+  assert.ok(
+    Math.abs(fitted.a - 2) < 1e-12 && Math.abs(fitted.b + 1) < 1e-12,
+    JSON.stringify(fitted),
+  );
+  assert.deepEqual(fitLine([4, 4], [1, 3]), { a: 2, b: 0 });
 });

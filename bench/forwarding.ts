@@ -20,7 +20,7 @@ import {
   startScript,
   stopProcess,
 } from "./_fixtures.ts";
-import { median, type Row, row, type Section } from "./_stats.ts";
+import { fitLine, median, type Row, row, type Section } from "./_stats.ts";
 
 /** One wrk result. */
 export interface WrkResult {
@@ -148,6 +148,9 @@ export async function startNginx(nodePort: number): Promise<Nginx> {
   throw new Error(`nginx did not come up: ${errChunks.join("")}`);
 }
 
+/** CPU spun per request by the floor's worked twins (bench/_raw_http_proxy.ts `work=`), in µs. */
+const WORK_US = [5, 10, 20] as const;
+
 /** Command-line availability of wrk and nginx, or the reason they are missing. */
 export async function missingTools(tools: string[]): Promise<string | undefined> {
   for (const t of tools) {
@@ -223,6 +226,15 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const cpu = Object.fromEntries(
     cpuKeys.map((k) => [k, { user: [] as number[], system: [] as number[] }]),
   );
+  // The bytes-framed floor again with this much CPU spun per request (c32 only): what a
+  // microsecond of a proxy's CPU costs in throughput on this machine, against nginx's.
+  const worked = WORK_US.map((us) => ({
+    us,
+    url: "",
+    pid: 0,
+    results: [] as WrkResult[],
+    cpu: [] as number[],
+  }));
   try {
     const gw: Daemon = await startGateway(gatewayArgs);
     started.push(gw);
@@ -280,6 +292,16 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     pids["raw-http"] = rawHttp.pid;
     pids.splice = splice.pid;
     const env = { BENCH_TOKEN: benchToken, BENCH_NAME: name };
+    for (const w of worked) {
+      const child = await startScript<{ port: number }>("_raw_http_proxy.ts", [
+        `127.0.0.1:${node.port}`,
+        `work=${w.us}`,
+      ]);
+      started.push(child);
+      w.url = `http://127.0.0.1:${child.ready.port}`;
+      w.pid = child.pid;
+      await wrk(`${w.url}/getSandboxMetrics`, 1, env);
+    }
     const targets: Record<Key, string> = {
       direct: node.url,
       gateway: gw.url,
@@ -323,6 +345,14 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         }
         single[key].push(await wrk(`${targets[key]}/getSandboxMetrics`, latencySeconds, env, 1));
       }
+      for (const w of worked) {
+        const before = (await cpuTimes([w.pid]))[0];
+        const result = await wrk(`${w.url}/getSandboxMetrics`, seconds, env);
+        const after = (await cpuTimes([w.pid]))[0];
+        w.results.push(result);
+        const spent = after.user - before.user + after.system - before.system;
+        w.cpu.push(1000 * spent / (result.rps * seconds));
+      }
       // A verb the object path serves on either engine (no lane): what the engine costs there.
       for (const key of ["gateway", "gateway-deno"] as const) {
         objectPath[key].push(await wrk(`${targets[key]}/lookupSandbox`, seconds, env));
@@ -363,6 +393,19 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
   const cpuMedian = (k: typeof cpuKeys[number], part: "user" | "system") =>
     median(cpu[k][part]).toFixed(1);
   const spliceAdded = added("splice");
+  // Throughput against CPU per request, through the floor and its worked twins.
+  const line = fitLine(
+    [median(cpuTotal("raw-http")), ...worked.map((w) => median(w.cpu))],
+    [
+      median(pick("raw-http", "rps").map((v, i) => v / nginxRps[i])),
+      ...worked.map((w) => median(w.results.map((x, i) => x.rps / nginxRps[i]))),
+    ],
+  );
+  const parity = {
+    b: line.b,
+    crossing: line.b < 0 ? (1 - line.a) / line.b : NaN,
+    gateway: line.a + line.b * median(cpuTotal("gateway")),
+  };
   const rows: Row[] = [
     row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
     row("direct to the node throughput", "req/s", dRps, nginxRps),
@@ -408,6 +451,14 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "req/s",
       pick("raw-http", "rps"),
       nginxRps,
+    ),
+    ...worked.map((w) =>
+      row(
+        `HTTP framed on bytes + ${w.us} µs of CPU spun a request throughput`,
+        "req/s",
+        w.results.map((x) => x.rps),
+        nginxRps,
+      )
     ),
     row(
       "Deno TCP splice throughput (the runtime's floor: no HTTP)",
@@ -499,6 +550,20 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     ...cpuRows("nginx worker", "nginx"),
     ...cpuRows("Deno TCP splice", "splice"),
     ...cpuRows("HTTP framed on bytes, no objects", "raw-http"),
+    row(
+      "HTTP framed on bytes, no objects CPU per request, user + system",
+      "µs",
+      cpuTotal("raw-http"),
+      nginxCpu,
+    ),
+    ...worked.map((w) =>
+      row(
+        `HTTP framed on bytes + ${w.us} µs spun CPU per request, user + system`,
+        "µs",
+        w.cpu,
+        nginxCpu,
+      )
+    ),
     ...cpuRows("gateway", "gateway"),
     row("gateway CPU per request, user + system", "µs", cpuTotal("gateway"), nginxCpu),
   ];
@@ -510,7 +575,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the thirteen targets in turn within each run; one node ` +
+      `measurement, the thirteen targets in turn within each run (and the three worked twins of ` +
+      `the bytes-framed proxy, at c32 only); one node ` +
       `(fake executor) per gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
       `nothing else) is the floor of any gateway on this runtime. Non-2xx answers and socket errors over all runs: ${errors}.`,
@@ -594,6 +660,18 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "request: that is the runtime's own share (its op calls, promises and event loop). " +
       "Everything the gateway must do on top of it (name the caller, parse and check the body, " +
       "find the sandbox, count the forward) can only add to that.",
+      "The worked rows are the bytes-framed proxy again with a fixed amount of CPU spun per " +
+      "request (loop turns calibrated at its start): the same floor with a gateway's cost of " +
+      "logic added and nothing else changed. Through the floor's four points (CPU per request, " +
+      `÷ nginx's throughput; medians) the least-squares line falls ${
+        (-100 * parity.b).toFixed(2)
+      } % of nginx's throughput per µs, and crosses 1.0× at ${
+        parity.crossing.toFixed(1)
+      } µs per request: the most a proxy may spend here to match nginx, against nginx's own ${
+        median(nginxCpu).toFixed(1)
+      }. The gateway spends ${median(cpuTotal("gateway")).toFixed(1)} µs, where the line puts ${
+        parity.gateway.toFixed(2)
+      }× (measured: ${median(rpsRatio).toFixed(2)}×).`,
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx. Each " +
       "target's c1 p50 is taken right after one of the node alone (the direct c1 row is the " +
