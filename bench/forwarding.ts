@@ -151,6 +151,27 @@ export async function startNginx(nodePort: number): Promise<Nginx> {
 /** CPU spun per request by the floor's worked twins (bench/_raw_http_proxy.ts `work=`), in µs. */
 const WORK_US = [5, 10, 20] as const;
 
+/**
+ * What the floor's line of throughput against CPU says: its slope and where it crosses 1.0x, or,
+ * when it does not fall (the runs' noise was larger than the spun work), that it gives no figure.
+ */
+function parityNote(
+  parity: { b: number; crossing: number; gateway: number },
+  cpu: { nginx: number; gateway: number; measured: number },
+): string {
+  if (!(parity.b < 0)) {
+    return "Through the floor's four points (CPU per request, ÷ nginx's throughput; medians) " +
+      "the least-squares line does not fall in this run: the runs' noise was larger than " +
+      `${WORK_US[WORK_US.length - 1]} µs of spun CPU, so it gives no crossing.`;
+  }
+  return "Through the floor's four points (CPU per request, ÷ nginx's throughput; medians) the " +
+    `least-squares line falls ${(-100 * parity.b).toFixed(2)} % of nginx's throughput per µs ` +
+    `and crosses 1.0× at ${parity.crossing.toFixed(1)} µs per request: the most a proxy may ` +
+    `spend here to match nginx, against nginx's own ${cpu.nginx.toFixed(1)}. The gateway ` +
+    `spends ${cpu.gateway.toFixed(1)} µs, where the line puts ${parity.gateway.toFixed(2)}× ` +
+    `(measured: ${cpu.measured.toFixed(2)}×).`;
+}
+
 /** Command-line availability of wrk and nginx, or the reason they are missing. */
 export async function missingTools(tools: string[]): Promise<string | undefined> {
   for (const t of tools) {
@@ -662,16 +683,11 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "find the sandbox, count the forward) can only add to that.",
       "The worked rows are the bytes-framed proxy again with a fixed amount of CPU spun per " +
       "request (loop turns calibrated at its start): the same floor with a gateway's cost of " +
-      "logic added and nothing else changed. Through the floor's four points (CPU per request, " +
-      `÷ nginx's throughput; medians) the least-squares line falls ${
-        (-100 * parity.b).toFixed(2)
-      } % of nginx's throughput per µs, and crosses 1.0× at ${
-        parity.crossing.toFixed(1)
-      } µs per request: the most a proxy may spend here to match nginx, against nginx's own ${
-        median(nginxCpu).toFixed(1)
-      }. The gateway spends ${median(cpuTotal("gateway")).toFixed(1)} µs, where the line puts ${
-        parity.gateway.toFixed(2)
-      }× (measured: ${median(rpsRatio).toFixed(2)}×).`,
+      "logic added and nothing else changed. " + parityNote(parity, {
+        nginx: median(nginxCpu),
+        gateway: median(cpuTotal("gateway")),
+        measured: median(rpsRatio),
+      }),
       "Added p50 is measured with one connection (wrk -c1): at c32 every server is saturated and " +
       "p50 is queueing time, so the difference to direct can even be negative for nginx. Each " +
       "target's c1 p50 is taken right after one of the node alone (the direct c1 row is the " +

@@ -30,10 +30,16 @@ export interface Pool {
   waiting: Waiter[];
 }
 
+/** An answer head read for the fetch shape: its header lines as pairs, the framing ones read. */
 export interface Head {
   status: number;
   statusText: string;
-  headers: Headers;
+  /** Each header line's name and value in turn, as sent (the value trimmed). */
+  pairs: string[];
+  /** The framing headers' values as `Headers.get` gives them (repeats joined by ", "), or null. */
+  transferEncoding: string | null;
+  contentLength: string | null;
+  connection: string | null;
   http11: boolean;
 }
 
@@ -328,14 +334,35 @@ function parseHead(text: string): Head {
   if (m === null) {
     throw new TypeError(`error reading response: bad status line '${lines[0].slice(0, 80)}'`);
   }
-  const headers = new Headers();
+  // Pairs, not a Headers: the Response they go into appends them to its own (a Headers given in
+  // its init is copied through the iterator, the costliest part of making the Response).
+  const pairs: string[] = [];
+  let transferEncoding: string | null = null, contentLength: string | null = null;
+  let connection: string | null = null;
+  const joinedWith = (seen: string | null, value: string) =>
+    seen === null ? value : `${seen}, ${value}`;
   for (let i = 1; i < lines.length; i++) {
     const line = lines[i];
     const colon = line.indexOf(":");
     if (colon <= 0) throw new TypeError(`error reading response: bad header line`);
-    headers.append(line.slice(0, colon), line.slice(colon + 1).trim());
+    const name = line.slice(0, colon), value = line.slice(colon + 1).trim();
+    pairs.push(name, value);
+    const n = name.length;
+    if (n !== 10 && n !== 14 && n !== 17) continue;
+    const lower = name.toLowerCase();
+    if (lower === "transfer-encoding") transferEncoding = joinedWith(transferEncoding, value);
+    else if (lower === "content-length") contentLength = joinedWith(contentLength, value);
+    else if (lower === "connection") connection = joinedWith(connection, value);
   }
-  return { status: Number(m[2]), statusText: m[3] ?? "", headers, http11: m[1] === "1" };
+  return {
+    status: Number(m[2]),
+    statusText: m[3] ?? "",
+    pairs,
+    transferEncoding,
+    contentLength,
+    connection,
+    http11: m[1] === "1",
+  };
 }
 
 /** Decodes a chunked body read by read; trailers are read and dropped. */

@@ -77,9 +77,10 @@ function requestHeaders(
   const replaced = extra === undefined ? [] : Object.keys(extra);
   for (let i = 0; i < replaced.length; i++) replaced[i] = replaced[i].toLowerCase();
   if (hop !== undefined) replaced.push(HOP_HEADER);
-  for (const pair of from) {
-    if (!hopByHop.has(pair[0]) && !replaced.includes(pair[0])) out.push(pair);
-  }
+  // forEach: the iterator's result objects were most of what copying the headers cost.
+  from.forEach((value, name) => {
+    if (!hopByHop.has(name) && !replaced.includes(name)) out.push([name, value]);
+  });
   if (extra !== undefined) { for (const k in extra) out.push([k, extra[k]]); }
   if (hop !== undefined) out.push([HOP_HEADER, nextHop(from.get(HOP_HEADER), hop)]);
   return out;
@@ -87,7 +88,9 @@ function requestHeaders(
 
 function copyHeaders(from: Headers): Headers {
   const out = new Headers();
-  for (const [k, v] of from) if (!hopByHop.has(k)) out.set(k, v);
+  from.forEach((v, k) => {
+    if (!hopByHop.has(k)) out.append(k, v);
+  });
   return out;
 }
 

@@ -108,6 +108,21 @@ Deno.test("forward() passes the node's response as it is, unless it names a hop-
   assert.equal(await cleaned.text(), "ok");
 });
 
+Deno.test("forward() keeps every Set-Cookie of an answer whose hop-by-hop headers it removes", async () => {
+  // Each cookie is its own header (Headers never joins them): copying must not keep only one.
+  const headers = new Headers({ connection: "close" });
+  headers.append("set-cookie", "a=1");
+  headers.append("set-cookie", "b=2");
+  headers.append("x-node", "a");
+  const cleaned = await forward(new Request("http://gw.test/x"), target, {
+    path: "/x",
+    fetch: (() => Promise.resolve(new Response("ok", { headers }))) as typeof fetch,
+  });
+  assert.deepEqual(cleaned.headers.getSetCookie(), ["a=1", "b=2"]);
+  assert.equal(cleaned.headers.get("connection"), null);
+  assert.equal(cleaned.headers.get("x-node"), "a");
+});
+
 Deno.test("forward() replaces a client header named in 'headers' whatever its case", async () => {
   let seen: Request | undefined;
   const fakeFetch = (input: RequestInfo | URL, init?: RequestInit) => {

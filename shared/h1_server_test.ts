@@ -466,6 +466,46 @@ Deno.test("bytes engine: an answer body that errors midway closes the connection
   assert.ok(logged.includes("unexpected error answering a request"), JSON.stringify(logged));
 });
 
+Deno.test("bytes engine: a body past its declared length: the length goes out sized, then the close", async () => {
+  // The whole declared body comes in the first piece, then one byte too many.
+  await withServer(() =>
+    new Response(
+      new ReadableStream<Uint8Array>({
+        pull(controller) {
+          controller.enqueue(enc("hello"));
+          controller.enqueue(enc("!"));
+          controller.close();
+        },
+      }),
+      { headers: { "content-length": "5" } },
+    ), async ({ connect }) => {
+    const c = await connect();
+    await c.write(GET);
+    await c.closedWithin(2000);
+    const text = c.received();
+    const head = firstHead(text);
+    assert.ok(hasHeader(head, "content-length: 5"), head);
+    assert.equal(text.slice(head.length), "hello", "the extra byte was not sent");
+  }, { log: () => {} });
+});
+
+Deno.test("bytes engine: a body that ends short of its declared length closes the connection", async () => {
+  await withServer(
+    () => new Response(enc("hel"), { headers: { "content-length": "5" } }),
+    async ({ connect }) => {
+      const c = await connect();
+      await c.write(GET);
+      await c.closedWithin(2000);
+      const text = c.received();
+      const head = firstHead(text);
+      assert.ok(hasHeader(head, "content-length: 5"), head);
+      // The three bytes there are, then the close: the client sees the answer cut short.
+      assert.equal(text.slice(head.length), "hel");
+    },
+    { log: () => {} },
+  );
+});
+
 // --- The request the handler sees. ---
 
 Deno.test("bytes engine: the request URL is http://<Host><target>; sentUrl keeps it as sent", async () => {
