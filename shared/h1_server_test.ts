@@ -20,6 +20,18 @@ import {
 
 const echo = async (request: Request) => new Response(await request.text());
 
+/** A GET's answer on a fresh connection that the server then closes: its head and what followed. */
+async function answerThenClose(
+  connect: Parameters<Parameters<typeof withServer>[1]>[0]["connect"],
+): Promise<{ head: string; body: string }> {
+  const c = await connect();
+  await c.write(GET);
+  await c.closedWithin(2000);
+  const text = c.received();
+  const head = firstHead(text);
+  return { head, body: text.slice(head.length) };
+}
+
 Deno.test("bytes engine: a sized POST body reaches the handler intact", async () => {
   await withServer(echo, async ({ connect }) => {
     const c = await connect();
@@ -455,13 +467,9 @@ Deno.test("bytes engine: an answer body that errors midway closes the connection
         },
       }),
     ), async ({ connect }) => {
-    const c = await connect();
-    await c.write(GET);
-    await c.closedWithin(2000);
-    const text = c.received();
-    const head = firstHead(text);
+    const { head, body } = await answerThenClose(connect);
     assert.ok(hasHeader(head, "transfer-encoding: chunked"), head);
-    assert.equal(text.slice(head.length), "4\r\npart\r\n", "a chunked terminator was sent");
+    assert.equal(body, "4\r\npart\r\n", "a chunked terminator was sent");
   }, { log: (_level, msg) => void logged.push(msg) });
   assert.ok(logged.includes("unexpected error answering a request"), JSON.stringify(logged));
 });
@@ -479,13 +487,9 @@ Deno.test("bytes engine: a body past its declared length: the length goes out si
       }),
       { headers: { "content-length": "5" } },
     ), async ({ connect }) => {
-    const c = await connect();
-    await c.write(GET);
-    await c.closedWithin(2000);
-    const text = c.received();
-    const head = firstHead(text);
+    const { head, body } = await answerThenClose(connect);
     assert.ok(hasHeader(head, "content-length: 5"), head);
-    assert.equal(text.slice(head.length), "hello", "the extra byte was not sent");
+    assert.equal(body, "hello", "the extra byte was not sent");
   }, { log: () => {} });
 });
 
@@ -493,14 +497,10 @@ Deno.test("bytes engine: a body that ends short of its declared length closes th
   await withServer(
     () => new Response(enc("hel"), { headers: { "content-length": "5" } }),
     async ({ connect }) => {
-      const c = await connect();
-      await c.write(GET);
-      await c.closedWithin(2000);
-      const text = c.received();
-      const head = firstHead(text);
+      const { head, body } = await answerThenClose(connect);
       assert.ok(hasHeader(head, "content-length: 5"), head);
       // The three bytes there are, then the close: the client sees the answer cut short.
-      assert.equal(text.slice(head.length), "hel");
+      assert.equal(body, "hel");
     },
     { log: () => {} },
   );
