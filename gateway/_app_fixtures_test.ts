@@ -32,8 +32,17 @@ export class StubNode {
   silent = false;
   /** Status to answer acquireSandbox with instead of creating (e.g. 400 or 500). */
   acquireStatus: number | undefined;
+  /** The ledger change number a node names on its creates and destroys, when it numbers them. */
+  ledgerSeq: number | undefined;
   #seq = 0;
   constructor(readonly id: string, readonly endpoint: string) {}
+
+  /** `answer`, naming the change number after it when the node numbers changes and it made one. */
+  #numbered(answer: Response, changed: boolean): Response {
+    if (this.ledgerSeq === undefined || !changed) return answer;
+    answer.headers.set("x-dormice-ledger-seq", String(++this.ledgerSeq));
+    return answer;
+  }
 
   async handle(request: Request): Promise<Response> {
     const verb = new URL(request.url).pathname.slice(1);
@@ -61,10 +70,15 @@ export class StubNode {
           s = { id: `${this.id}-${++this.#seq}`, name: body.name, state: "active" };
           this.sandboxes.set(body.name, s);
         }
-        return Response.json({ status: "ready", created, sandbox: { ...s, nodeId: this.id } });
+        return this.#numbered(
+          Response.json({ status: "ready", created, sandbox: { ...s, nodeId: this.id } }),
+          created,
+        );
       }
-      case "destroySandbox":
-        return Response.json({ destroyed: this.sandboxes.delete(body.name) });
+      case "destroySandbox": {
+        const destroyed = this.sandboxes.delete(body.name);
+        return this.#numbered(Response.json({ destroyed }), destroyed);
+      }
       case "execCommand": {
         if (!this.sandboxes.has(body.name)) {
           return Response.json({ message: `No sandbox named '${body.name}'` }, { status: 404 });

@@ -7,6 +7,7 @@
  *
  * @module
  */
+import { ledgerSeqOf } from "./routing_create.ts";
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
 import { callerCheck, fleetTokenCheck } from "./auth.ts";
@@ -288,7 +289,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     fanOutTimeoutMs,
     headTimeoutMs,
     slots: shared?.slots,
-    onDestroyed: (found) => limits.destroyed(found.node.id, found.sandbox.team ?? "default"),
+    onDestroyed: (found, answer) =>
+      limits.destroyed(found.node.id, found.sandbox.team ?? "default", ledgerSeqOf(answer.headers)),
     observer: {
       placed: (key, pick) => {
         metrics.placement(pick);

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createGateway } from "./app.ts";
-import { checkIn } from "./_fixtures_test.ts";
+import { checkIn, reading } from "./_fixtures_test.ts";
 import { auth, call, setup, type StubSandbox, token } from "./_app_fixtures_test.ts";
 
 Deno.test("createGateway() answers /healthz openly and 401 on every other route without the token", async () => {
@@ -373,6 +373,48 @@ Deno.test("the routed verbs answer alike before Hono (gateway.fetch) and through
       assert.equal(fast.headers.get("content-type"), routed.headers.get("content-type"), path);
       assert.equal(await fast.text(), await routed.text(), path);
     }
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("createGateway(): a team's count keeps a create and a destroy a node's stale reading lacks", async () => {
+  // A check-in whose counts were read before a create, heard after its answer: the gateway
+  // still counts the create, by the node's change numbers; and the same for a destroy.
+  const { gateway, add } = setup();
+  try {
+    const node = add("n1");
+    node.ledgerSeq = 100;
+    const made = await call(gateway, "createApiKey", { team: "acme", maxSandboxes: 1 });
+    const { key } = await made.json();
+    const asKey = (verb: string, body: unknown) =>
+      gateway.fetch(
+        new Request(`http://gw.test/${verb}`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" },
+          body: JSON.stringify(body),
+        }),
+      );
+    const staleCheckIn = (acme: number, ledgerSeq: number) =>
+      gateway.fleet.checkIn(
+        checkIn("n1", node.endpoint, {
+          reading: reading({ memoryAvailableBytes: 8e9, teams: { acme }, ledgerSeq }),
+        }),
+      );
+    const first = await asKey("acquireSandbox", { name: "a1" });
+    assert.equal(first.status, 200);
+    await first.body?.cancel();
+    staleCheckIn(0, 100);
+    const second = await asKey("acquireSandbox", { name: "a2" });
+    assert.equal(second.status, 429, "the stale reading's 0 plus the create it lacks is the limit");
+    await second.body?.cancel();
+    const gone = await asKey("destroySandbox", { name: "a1" });
+    assert.equal(gone.status, 200);
+    await gone.body?.cancel();
+    staleCheckIn(1, 101);
+    const third = await asKey("acquireSandbox", { name: "a2" });
+    assert.equal(third.status, 200, "the stale reading's 1 less the destroy it lacks is room");
+    await third.body?.cancel();
   } finally {
     gateway.close();
   }

@@ -62,7 +62,7 @@ export interface GatewayRoutingOptions {
    */
   slots?: Slots;
   /** Hears of every sandbox destroyed through the gateway (the team limits count it back). */
-  onDestroyed?: (found: FindOne) => void;
+  onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   /** Hears of placements, forwards and creates (metrics, the fleet page, lifecycle events). */
   observer?: RoutingObserver;
   /**
@@ -185,7 +185,7 @@ export class GatewayRouting {
   readonly #log: Log;
   readonly #fanOutTimeoutMs: number;
   readonly #captureTimeoutMs: number;
-  readonly #onDestroyed?: (found: FindOne) => void;
+  readonly #onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   readonly #observer: RoutingObserver;
   /** What a create that builds a new sandbox works with (`routing_create.ts`). */
   readonly #creates: CreateParts;
@@ -420,7 +420,7 @@ export class GatewayRouting {
       if (answer.status >= 200 && answer.status < 300) {
         this.#finder.evict(by, key);
         this.#placer.release(teamScopedName(r.sandbox.team, r.sandbox.name));
-        this.#onDestroyed?.(r);
+        this.#onDestroyed?.(r, answer);
         this.#observer.destroyed?.(r, options.path);
       } else if (answer.status === 404) {
         await this.#finder.recheck(by, key).catch(() => {});

@@ -16,6 +16,7 @@ import type { Admission } from "./team_limits.ts";
 import { placementRefusal } from "./routing_answers.ts";
 import type { Log } from "../shared/log.ts";
 import { teamScopedName } from "../shared/teams.ts";
+import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
 
 /** A node's whole answer, read by the gateway (create and destroy). */
 export interface CapturedAnswer {
@@ -75,6 +76,21 @@ export interface CreateParts {
 }
 
 /**
+ * The node's ledger change number an answer names (`x-dormice-ledger-seq`), or undefined when it
+ * names none or no number.
+ *
+ * @example
+ * ```ts
+ * ledgerSeqOf(new Headers({ "x-dormice-ledger-seq": "42" })); // 42
+ * ```
+ */
+export function ledgerSeqOf(headers: Headers): number | undefined {
+  const text = headers.get(LEDGER_SEQ_HEADER);
+  if (text === null || !/^\d{1,16}$/.test(text)) return undefined;
+  return Number(text);
+}
+
+/**
  * Places a new sandbox and creates it on the chosen node; `name` is `undefined` for an unnamed
  * create, which is counted under a private key until the node names the sandbox.
  *
@@ -128,7 +144,7 @@ export async function placeNew(
     placer.refused(key);
     admission?.cancel();
   } else {
-    admission?.placed(pick.node.id);
+    admission?.placed(pick.node.id, ledgerSeqOf(answer.headers));
   }
   if (answer.status >= 200 && answer.status < 300) {
     const sandbox = rememberCreated(parts, pick.node, answer, options);

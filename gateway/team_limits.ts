@@ -13,8 +13,11 @@ import { HttpError } from "../shared/http_error.ts";
 
 /** What the routing reports back about one admitted create. */
 export interface Admission {
-  /** The create went to `nodeId` and was not refused (a 2xx, a 5xx or no answer: it may exist). */
-  placed(nodeId: string): void;
+  /**
+   * The create went to `nodeId` and was not refused (a 2xx, a 5xx or no answer: it may exist).
+   * `ledgerSeq` is the node's change number its answer named (`x-dormice-ledger-seq`), if any.
+   */
+  placed(nodeId: string, ledgerSeq?: number): void;
   /** Nothing was built: no node fitted, or the node refused it (4xx). */
   cancel(): void;
 }
@@ -30,9 +33,30 @@ export interface TeamLimitsOptions {
 interface NodeDelta {
   /** The reading these changes are counted since. */
   seq: number;
-  /** team → placements minus destroys since that reading. */
+  /** team → placements minus destroys since that reading, of the changes the node numbered not. */
   teams: Map<string, number>;
+  /** The changes the node numbered, each counted until a reading of that number or later. */
+  numbered: Numbered[];
 }
+
+/** One create (+1) or destroy (-1) whose answer named the node's ledger change number. */
+interface Numbered {
+  team: string;
+  n: number;
+  /** The node's change number after it. */
+  at: number;
+  /** When this gateway heard of it (its clock), for the age bound. */
+  heard: number;
+}
+
+/**
+ * How long a numbered change is counted at most without a reading that counts it (10 minutes):
+ * a node whose readings never catch up (its clock set back across a restart) cannot pin a
+ * team's count for good, and the list per node stays bounded.
+ */
+const NUMBERED_MAX_AGE_MS = 10 * 60_000;
+/** The most numbered changes kept per node; past it the oldest go first. */
+const NUMBERED_MAX = 10_000;
 
 interface Bucket {
   tokens: number;
@@ -47,8 +71,14 @@ const nothing: Admission = { placed() {}, cancel() {} };
 /**
  * Holds teams to their keys' limits without a second copy of the truth: a team's running count
  * is what each node said in its last reading, plus the gateway's own placements and minus its
- * own destroys on that node since then, plus the creates still in flight. A check-in makes the
- * count exact again; between two, it follows this gateway's own work.
+ * own destroys on that node that reading does not count, plus the creates still in flight. A
+ * check-in makes the count exact again; between two, it follows this gateway's own work.
+ *
+ * Which changes a reading counts: a node numbers its ledger's changes, names the number after a
+ * create or a destroy on its answer, and sends the number its counts were read at in each
+ * reading. A reading taken before a create but heard after its answer (the two travel apart)
+ * has a smaller number, so the create is still added to it. A node that numbers nothing is
+ * taken to count everything done before its next reading.
  *
  * The rate is a token bucket per key: `createsPerMinute` tokens, one back every
  * `60 / createsPerMinute` seconds, so a burst up to the limit passes and the average holds.
@@ -79,12 +109,23 @@ export class TeamLimits {
   /** The team's running sandboxes across the fleet, as far as this gateway knows. */
   running(team: string): number {
     let total = this.#pending.get(team) ?? 0;
+    const now = this.#clock.now();
     for (const node of this.#fleet.nodes()) {
       const reported = node.reading?.teams?.[team] ?? 0;
       const delta = this.#deltas.get(node.id);
-      const since = delta !== undefined && delta.seq === node.readingSeq
-        ? delta.teams.get(team) ?? 0
-        : 0;
+      let since = 0;
+      if (delta !== undefined) {
+        if (delta.seq === node.readingSeq) since = delta.teams.get(team) ?? 0;
+        const counted = node.reading?.ledgerSeq;
+        const numbered = delta.numbered;
+        for (let i = 0; i < numbered.length; i++) {
+          const e = numbered[i];
+          if (e.team !== team || now - e.heard > NUMBERED_MAX_AGE_MS) continue;
+          // Without a number in the reading, as an unnumbered change: counted until a new one.
+          const covered = counted === undefined ? delta.seq !== node.readingSeq : counted >= e.at;
+          if (!covered) since += e.n;
+        }
+      }
       total += Math.max(0, reported + since);
     }
     return total;
@@ -123,8 +164,8 @@ export class TeamLimits {
       return true;
     };
     return {
-      placed: (nodeId) => {
-        if (settle()) this.#add(nodeId, team, 1);
+      placed: (nodeId, ledgerSeq) => {
+        if (settle()) this.#add(nodeId, team, 1, ledgerSeq);
       },
       cancel: () => {
         if (settle() && key.createsPerMinute !== null) this.#giveBack(key.id, key.createsPerMinute);
@@ -132,21 +173,36 @@ export class TeamLimits {
     };
   }
 
-  /** A sandbox of `team` on `nodeId` was destroyed through this gateway. */
-  destroyed(nodeId: string, team: string): void {
-    this.#add(nodeId, team, -1);
+  /**
+   * A sandbox of `team` on `nodeId` was destroyed through this gateway; `ledgerSeq` is the node's
+   * change number its answer named, if any.
+   */
+  destroyed(nodeId: string, team: string, ledgerSeq?: number): void {
+    this.#add(nodeId, team, -1, ledgerSeq);
   }
 
-  #add(nodeId: string, team: string, n: number): void {
+  #add(nodeId: string, team: string, n: number, ledgerSeq: number | undefined): void {
     const node = this.#fleet.get(nodeId);
     if (node === undefined) return;
     let delta = this.#deltas.get(nodeId);
-    if (delta === undefined || delta.seq !== node.readingSeq) {
-      // A new reading already counts everything done before it.
-      delta = { seq: node.readingSeq, teams: new Map() };
+    if (delta === undefined) {
+      delta = { seq: node.readingSeq, teams: new Map(), numbered: [] };
       this.#deltas.set(nodeId, delta);
+    } else if (delta.seq !== node.readingSeq) {
+      // A new reading already counts every unnumbered change before it; the numbered ones it
+      // counts are dropped, the rest kept until one does.
+      delta.seq = node.readingSeq;
+      delta.teams = new Map();
+      const counted = node.reading?.ledgerSeq;
+      const now = this.#clock.now();
+      delta.numbered = delta.numbered.filter((e) =>
+        counted !== undefined && counted < e.at && now - e.heard <= NUMBERED_MAX_AGE_MS
+      );
     }
-    delta.teams.set(team, (delta.teams.get(team) ?? 0) + n);
+    if (ledgerSeq !== undefined && Number.isSafeInteger(ledgerSeq) && ledgerSeq >= 0) {
+      delta.numbered.push({ team, n, at: ledgerSeq, heard: this.#clock.now() });
+      if (delta.numbered.length > NUMBERED_MAX) delta.numbered.shift();
+    } else delta.teams.set(team, (delta.teams.get(team) ?? 0) + n);
     // Nodes removed from the fleet leave their deltas behind: drop them while passing by.
     if (this.#deltas.size > this.#fleetSize()) {
       for (const id of this.#deltas.keys()) {

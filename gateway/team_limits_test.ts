@@ -6,8 +6,9 @@ import { Fleet } from "./fleet.ts";
 import type { ApiKeyInfo } from "./keys.ts";
 import { TeamLimits } from "./team_limits.ts";
 
-function reading(teams: Record<string, number>): HostReading {
+function reading(teams: Record<string, number>, ledgerSeq?: number): HostReading {
   return {
+    ...(ledgerSeq === undefined ? {} : { ledgerSeq }),
     takenAt: 0,
     cpuCount: 4,
     cpuUsedPct: null,
@@ -37,13 +38,13 @@ function key(extra: Partial<ApiKeyInfo>): ApiKeyInfo {
 function setup() {
   const clock = new FakeClock(1_700_000_000_000);
   const fleet = new Fleet({ clock });
-  const checkIn = (nodeId: string, teams: Record<string, number>) =>
+  const checkIn = (nodeId: string, teams: Record<string, number>, ledgerSeq?: number) =>
     fleet.checkIn({
       nodeId,
       endpoint: `http://10.0.0.${nodeId.length}:3676`,
       intervalSeconds: 5,
       build: "t",
-      reading: reading(teams),
+      reading: reading(teams, ledgerSeq),
     });
   return { clock, fleet, checkIn, limits: new TeamLimits({ fleet, clock }) };
 }
@@ -102,4 +103,41 @@ Deno.test("TeamLimits.admit() holds a key to createsPerMinute, one token back pe
   limits.admit(k, "acme").placed("a");
   assert.throws(() => limits.admit(k, "acme"), HttpError);
   fleet.close();
+});
+
+Deno.test("TeamLimits: a reading taken before a numbered create or destroy, heard after it, still has it added", () => {
+  const { clock, checkIn, limits } = setup();
+  const k = key({ maxSandboxes: 2 });
+  checkIn("a", { acme: 1 }, 10);
+  // The create's answer names the node's change number 20; a check-in whose counts were read at
+  // 15 arrives after it (the two travel apart): it does not count the new sandbox yet.
+  limits.admit(k, "acme").placed("a", 20);
+  checkIn("a", { acme: 1 }, 15);
+  assert.equal(limits.running("acme"), 2, "the stale reading plus the create it lacks");
+  assert.throws(() => limits.admit(k, "acme"), (e) => e instanceof HttpError && e.status === 429);
+  checkIn("a", { acme: 2 }, 25);
+  assert.equal(limits.running("acme"), 2, "a reading at 25 counts it: not twice");
+  // The same for a destroy: a reading from before it still has the sandbox.
+  limits.destroyed("a", "acme", 30);
+  checkIn("a", { acme: 2 }, 28);
+  assert.equal(limits.running("acme"), 1, "the stale reading less the destroy it lacks");
+  assert.doesNotThrow(() => limits.admit(k, "acme").cancel());
+  checkIn("a", { acme: 1 }, 31);
+  assert.equal(limits.running("acme"), 1);
+  // A node whose readings never catch up cannot pin the count: 10 minutes at most.
+  limits.admit(key({}), "acme").placed("a", 1_000);
+  checkIn("a", { acme: 1 }, 40);
+  assert.equal(limits.running("acme"), 2);
+  clock.tick(10 * 60_000 + 1);
+  assert.equal(limits.running("acme"), 1, "past the age bound the reading is taken as it is");
+});
+
+Deno.test("TeamLimits: a reading without a change number counts every change before it", () => {
+  const { checkIn, limits } = setup();
+  checkIn("a", { acme: 1 });
+  limits.admit(key({ maxSandboxes: 5 }), "acme").placed("a", 20);
+  assert.equal(limits.running("acme"), 2);
+  // A node that numbers its readings not (one that predates the number): as before.
+  checkIn("a", { acme: 2 });
+  assert.equal(limits.running("acme"), 2);
 });

@@ -34,6 +34,7 @@ import { configDigest as computeConfigDigest } from "../shared/config_digest.ts"
 import { parseTemplates } from "./executors/docker/templates.ts";
 import type { ExecutorCapabilities } from "./executors/contract.ts";
 import { requireFleetBearer, tokenMatcher } from "../shared/token.ts";
+import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
 
 /** The build string a node reports (`@dormice/cluster@<version>`). */
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
@@ -184,6 +185,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     dataDir: config.dataDir,
     census: () => ledger.census(),
     teams: () => ledger.teamCounts(),
+    ledgerSeq: () => ledger.changeSeq,
     warm: () => pools.warmCount(),
     sampler: options.sampler,
     clock,
@@ -288,7 +290,20 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
 
   let closed = false;
   return {
-    fetch: async (request) => await hono.fetch(request),
+    fetch: async (request) => {
+      const before = ledger.changeSeq;
+      const response = await hono.fetch(request);
+      // An answer to a request that changed the ledger (a create, a destroy) names the change
+      // number after it, so the gateway can tell which of this node's readings count the change.
+      if (ledger.changeSeq !== before) {
+        try {
+          response.headers.set(LEDGER_SEQ_HEADER, String(ledger.changeSeq));
+        } catch {
+          // Immutable headers (an answer relayed from elsewhere): left as they came.
+        }
+      }
+      return response;
+    },
     hono,
     service,
     ledger,

@@ -24,3 +24,39 @@ Deno.test("createNodeApp(): GET /metrics asks for the fleet token and answers it
     await node.close();
   }
 });
+
+Deno.test("createNodeApp(): an answer that changed the ledger names its change number, which readings carry", async () => {
+  const node = testNodeApp({ token, endpoint });
+  const post = (verb: string, body: unknown) =>
+    node.fetch(
+      new Request(`http://node.test/${verb}`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      }),
+    );
+  try {
+    const before = node.hostReader.read().ledgerSeq!;
+    const made = await post("acquireSandbox", { name: "agent-1" });
+    assert.equal(made.status, 200);
+    await made.body?.cancel();
+    const at = Number(made.headers.get("x-dormice-ledger-seq"));
+    assert.ok(at > before, `the create's number ${at} follows ${before}`);
+    // A reading taken now counts the create: its number is at least the answer's.
+    const after = node.hostReader.read();
+    assert.ok(after.ledgerSeq! >= at);
+    assert.equal(after.teams?.default, 1);
+    // An answer that changed nothing names no number.
+    const looked = await post("lookupSandbox", { name: "agent-1" });
+    await looked.body?.cancel();
+    assert.equal(looked.headers.get("x-dormice-ledger-seq"), null);
+    const gone = await post("destroySandbox", { name: "agent-1" });
+    await gone.body?.cancel();
+    assert.ok(
+      Number(gone.headers.get("x-dormice-ledger-seq")) > at,
+      "the destroy's number is later",
+    );
+  } finally {
+    await node.close();
+  }
+});

@@ -114,6 +114,8 @@ export interface HostReaderOptions {
   teams?: () => Record<string, number>;
   /** Warm pool sandboxes ready now, reported apart from the census; omitted when absent. */
   warm?: () => number;
+  /** The ledger's change number (`Ledger.changeSeq`), read with `teams`; omitted when absent. */
+  ledgerSeq?: () => number;
   /** Source of the raw numbers ({@linkcode systemSampler} by default). */
   sampler?: HostSampler;
   /** Stamps `takenAt` and measures the cpu span ({@linkcode systemClock} by default). */
@@ -137,8 +139,11 @@ export interface HostReaderOptions {
  * ```
  */
 export class HostReader {
-  #options: Required<Omit<HostReaderOptions, "sampler" | "clock" | "teams" | "warm">>;
+  #options: Required<
+    Omit<HostReaderOptions, "sampler" | "clock" | "teams" | "warm" | "ledgerSeq">
+  >;
   #teams?: () => Record<string, number>;
+  #ledgerSeq?: () => number;
   #warm?: () => number;
   #sampler: HostSampler;
   #clock: Clock;
@@ -153,6 +158,7 @@ export class HostReader {
       minCpuSpanMs: options.minCpuSpanMs ?? 1000,
     };
     this.#teams = options.teams;
+    this.#ledgerSeq = options.ledgerSeq;
     this.#warm = options.warm;
     this.#sampler = options.sampler ?? systemSampler;
     this.#clock = options.clock ?? systemClock;
@@ -172,6 +178,7 @@ export class HostReader {
       dataDisk: this.#sampler.dataDisk(this.#options.dataDir),
       sandboxes: this.#options.census(),
       ...(this.#teams ? { teams: this.#teams() } : {}),
+      ...(this.#ledgerSeq ? { ledgerSeq: this.#ledgerSeq() } : {}),
       ...(this.#warm ? { warm: this.#warm() } : {}),
     };
   }

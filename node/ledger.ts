@@ -204,6 +204,7 @@ export class Ledger {
    */
   #touched = new Map<string, number>();
   #listeners = new Set<(change: LedgerChange) => void>();
+  #changeSeq = 0;
 
   /** Wraps an open database (prefer {@linkcode Ledger.open} or {@linkcode Ledger.inMemory}). */
   constructor(db: DatabaseSync, options: LedgerOptions) {
@@ -542,7 +543,18 @@ export class Ledger {
     if (this.#db.isOpen) this.#db.close();
   }
 
+  /**
+   * A number that grows with every change of the rows: the clock's microseconds or one more
+   * than the last, whichever is larger, so it also keeps growing across a restart. A reading
+   * that carries it and an answer that names it let the gateway tell whether the reading counts
+   * that answer's change (`ledgerSeq` in a check-in, `x-dormice-ledger-seq` on an answer).
+   */
+  get changeSeq(): number {
+    return this.#changeSeq;
+  }
+
   #emit(change: LedgerChange): void {
+    this.#changeSeq = Math.max(this.#changeSeq + 1, Date.now() * 1000);
     for (const listener of this.#listeners) listener(change);
   }
 

@@ -130,6 +130,7 @@ export const hostReadingSchema: z.ZodObject<{
   dataDisk: z.ZodNullable<typeof dataDiskSchema>;
   sandboxes: typeof stateCountsSchema;
   teams: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodNumber>>;
+  ledgerSeq: z.ZodOptional<z.ZodNumber>;
   warm: z.ZodOptional<z.ZodNumber>;
 }> = z.object({
   /** Milliseconds since the epoch when the reading was taken. */
@@ -149,6 +150,12 @@ export const hostReadingSchema: z.ZodObject<{
    */
   teams: z.record(z.string().max(64), z.number().int().nonnegative()).optional(),
   /**
+   * The node's ledger change number when `teams` was counted: an answer to a create or a destroy
+   * names the number after its change (`x-dormice-ledger-seq`), so a reading with a smaller one
+   * was taken before that change. Absent from a node that predates it.
+   */
+  ledgerSeq: z.number().int().nonnegative().optional(),
+  /**
    * Warm pool sandboxes ready to be claimed: running containers that belong to no one yet, so
    * they are counted here and not in `sandboxes.active` or `teams`. Absent from a node without
    * pools.
@@ -158,6 +165,12 @@ export const hostReadingSchema: z.ZodObject<{
 
 /** A host reading. */
 export type HostReading = z.infer<typeof hostReadingSchema>;
+
+/**
+ * The answer header naming the node's ledger change number after the request's change (a create,
+ * a destroy): compared with a reading's `ledgerSeq`, it tells whether the reading counts it.
+ */
+export const LEDGER_SEQ_HEADER = "x-dormice-ledger-seq";
 
 /** A node id: the same alphabet as a sandbox name, at most 64 characters. */
 export const nodeIdSchema: z.ZodString = z.string()
