@@ -150,6 +150,7 @@ Deno.test("a cached execCommand is served by the lane with the node's headers an
           "content-type": "application/json",
           "x-node-said": "hi",
           "keep-alive": "timeout=5",
+          "x-dormice-ledger-seq": "1764626400000001",
         },
       }),
   });
@@ -182,6 +183,7 @@ Deno.test("a cached execCommand is served by the lane with the node's headers an
     assert.equal(res.headers.get("x-node-said"), "hi");
     assert.equal(res.headers.get("content-type"), "application/json");
     assert.equal(res.headers.get("keep-alive"), null);
+    assert.equal(res.headers.get("x-dormice-ledger-seq"), null, "the node's number is the hop's");
   } finally {
     await r.close();
   }

@@ -7,6 +7,7 @@
 import { HOP_HEADER, nextHop } from "./door.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { hopByHopHeaders } from "../shared/port_proxy.ts";
+import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
 
 const hopByHop = new Set(hopByHopHeaders);
 
@@ -22,6 +23,8 @@ export const answerHopByHop: readonly string[] = [
   "te",
   "trailer",
   "upgrade",
+  // The node's ledger change number is for this gateway's team counts, not for its clients.
+  LEDGER_SEQ_HEADER,
 ];
 
 /** The node a request goes to. */
@@ -89,7 +92,7 @@ function requestHeaders(
 function copyHeaders(from: Headers): Headers {
   const out = new Headers();
   from.forEach((v, k) => {
-    if (!hopByHop.has(k)) out.append(k, v);
+    if (!hopByHop.has(k) && k !== LEDGER_SEQ_HEADER) out.append(k, v);
   });
   return out;
 }
