@@ -7,7 +7,6 @@
  *
  * @module
  */
-import { ledgerSeqOf } from "./routing_create.ts";
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
 import { callerCheck, fleetTokenCheck } from "./auth.ts";
@@ -21,6 +20,7 @@ import type { H1Client } from "./h1_client.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
 import type { GatewayParts } from "./parts.ts";
 import { Placer } from "./placer.ts";
+import { ledgerSeqOf } from "./routing_create.ts";
 import { GatewayRouting } from "./routing.ts";
 import { LifecycleEvents } from "./lifecycle.ts";
 import { GatewayMetrics } from "./metrics.ts";

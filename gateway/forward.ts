@@ -89,10 +89,13 @@ function requestHeaders(
   return out;
 }
 
+/** What an answer's copy leaves out: the hop's own headers, the ones that make the copy included. */
+const notCopied = new Set([...hopByHopHeaders, ...answerHopByHop]);
+
 function copyHeaders(from: Headers): Headers {
   const out = new Headers();
   from.forEach((v, k) => {
-    if (!hopByHop.has(k) && k !== LEDGER_SEQ_HEADER) out.append(k, v);
+    if (!notCopied.has(k)) out.append(k, v);
   });
   return out;
 }

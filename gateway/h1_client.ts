@@ -247,10 +247,12 @@ const notOctets = /[\u0100-\uffff]/;
  */
 function framingOf(
   bodiless: boolean,
-  transferEncoding: string | null | undefined,
-  contentLength: string | null | undefined,
-  connection: string | null | undefined,
-  http11: boolean,
+  { transferEncoding, contentLength, connection, http11 }: {
+    transferEncoding: string | null | undefined;
+    contentLength: string | null | undefined;
+    connection: string | null | undefined;
+    http11: boolean;
+  },
 ): { remaining: number; keepAlive: boolean; chunked: boolean } | undefined {
   const chunked = transferEncoding != null && /(^|,)\s*chunked\s*$/i.test(transferEncoding);
   const remaining = bodiless
@@ -601,13 +603,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     }
     const status = parsed.status;
     const noBody = method === "HEAD" || status === 204 || status === 304;
-    const framing = framingOf(
-      noBody,
-      parsed.transferEncoding,
-      parsed.contentLength,
-      parsed.connection,
-      parsed.http11,
-    );
+    const framing = framingOf(noBody, parsed);
     if (framing === undefined) {
       finish(false);
       throw badLength(parsed.contentLength);
@@ -728,13 +724,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
         if (reason instanceof StaleConnection && reused && attempt === 0) continue;
         throw reason instanceof StaleConnection ? reason.cause : reason;
       }
-      const framing = framingOf(
-        head.status === 204 || head.status === 304,
-        head.transferEncoding,
-        head.contentLength,
-        head.connection,
-        head.http11,
-      );
+      const framing = framingOf(head.status === 204 || head.status === 304, head);
       if (framing === undefined) {
         finish(false);
         throw badLength(head.contentLength);

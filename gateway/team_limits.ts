@@ -58,6 +58,21 @@ const NUMBERED_MAX_AGE_MS = 10 * 60_000;
 /** The most numbered changes kept per node; past it the oldest go first. */
 const NUMBERED_MAX = 10_000;
 
+/**
+ * Whether a numbered change is still to be added to its node's reading: within the age bound,
+ * and not counted by the reading, which says so by its number (`counted`) or, when it carries
+ * none, by having come before the change (`sinceReading`), as for an unnumbered one.
+ */
+function uncounted(
+  e: Numbered,
+  counted: number | undefined,
+  sinceReading: boolean,
+  now: number,
+): boolean {
+  if (now - e.heard > NUMBERED_MAX_AGE_MS) return false;
+  return counted === undefined ? sinceReading : counted < e.at;
+}
+
 interface Bucket {
   tokens: number;
   at: number;
@@ -115,15 +130,11 @@ export class TeamLimits {
       const delta = this.#deltas.get(node.id);
       let since = 0;
       if (delta !== undefined) {
-        if (delta.seq === node.readingSeq) since = delta.teams.get(team) ?? 0;
+        const sinceReading = delta.seq === node.readingSeq;
+        if (sinceReading) since = delta.teams.get(team) ?? 0;
         const counted = node.reading?.ledgerSeq;
-        const numbered = delta.numbered;
-        for (let i = 0; i < numbered.length; i++) {
-          const e = numbered[i];
-          if (e.team !== team || now - e.heard > NUMBERED_MAX_AGE_MS) continue;
-          // Without a number in the reading, as an unnumbered change: counted until a new one.
-          const covered = counted === undefined ? delta.seq !== node.readingSeq : counted >= e.at;
-          if (!covered) since += e.n;
+        for (const e of delta.numbered) {
+          if (e.team === team && uncounted(e, counted, sinceReading, now)) since += e.n;
         }
       }
       total += Math.max(0, reported + since);
@@ -195,9 +206,7 @@ export class TeamLimits {
       delta.teams = new Map();
       const counted = node.reading?.ledgerSeq;
       const now = this.#clock.now();
-      delta.numbered = delta.numbered.filter((e) =>
-        counted !== undefined && counted < e.at && now - e.heard <= NUMBERED_MAX_AGE_MS
-      );
+      delta.numbered = delta.numbered.filter((e) => uncounted(e, counted, false, now));
     }
     if (ledgerSeq !== undefined && Number.isSafeInteger(ledgerSeq) && ledgerSeq >= 0) {
       delta.numbered.push({ team, n, at: ledgerSeq, heard: this.#clock.now() });

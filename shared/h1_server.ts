@@ -320,6 +320,8 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
     // The handler's `completed`, made only when the handler is called (the lane's requests do
     // without): no closure here, so a lane request allocates no context for this frame's locals.
     let done: Completion | undefined;
+    /** The body the handler is given, when the lane does not answer. */
+    let given: BodyInit | null = null;
     try {
       if (reader.done) ex.watch();
       if (
@@ -332,25 +334,20 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
         ex.body = body;
         const answer = await lane.serve(ex, claim);
         if (answer === true) return keep;
-        if (answer !== undefined) response = answer;
-        else {
-          done = new Completion();
-          response = await handle(handling, ex, body.length > 0 ? body : null, done);
-        }
+        response = answer;
+        given = body.length > 0 ? body : null;
       } else {
-        done = new Completion();
         // A sized body that came whole with its head (most small requests) is given as its bytes,
         // which the Request copies: a stream over them was a tenth of the object path's time.
         const whole = reader.done || head.expectContinue ? undefined : reader.whole();
-        response = await handle(
-          handling,
-          ex,
-          reader.done && whole === undefined ? null : whole ?? bodyStream(
-            reader,
-            head.expectContinue ? () => writeAll(conn, CONTINUE) : undefined,
-          ),
-          done,
-        );
+        given = whole ?? (reader.done ? null : bodyStream(
+          reader,
+          head.expectContinue ? () => writeAll(conn, CONTINUE) : undefined,
+        ));
+      }
+      if (response === undefined) {
+        done = new Completion();
+        response = await handle(handling, ex, given, done);
       }
       const splice = spliceOf(response);
       if (splice !== undefined) {
