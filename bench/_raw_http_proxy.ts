@@ -15,18 +15,6 @@
  *
  * @module
  */
-const [hostname, portText] = (Deno.args[0] ?? "").split(":");
-const upstreamPort = Number(portText);
-if (!hostname || !Number.isInteger(upstreamPort)) {
-  console.error("Give the upstream as host:port, e.g. 127.0.0.1:3676");
-  Deno.exit(2);
-}
-const workUs = Number(/^work=([\d.]+)$/.exec(Deno.args[1] ?? "")?.[1] ?? 0);
-if (Deno.args[1] !== undefined && !(workUs > 0)) {
-  console.error(`Give the work per request as work=<µs>, e.g. work=5: received ${Deno.args[1]}`);
-  Deno.exit(2);
-}
-
 let sink = 0;
 /** `turns` turns of a loop the compiler cannot drop. */
 function spin(turns: number): void {
@@ -49,18 +37,22 @@ function turnsPerUs(): number {
   }
   return best;
 }
-const workTurns = workUs > 0 ? Math.round(workUs * turnsPerUs()) : 0;
-
 const CAPACITY = 64 * 1024;
 const NEEDLE = new TextEncoder().encode("content-length:");
 
+/** What the floor reads from and writes to: a socket (or `bench/_lane_js.ts`'s stand-in). */
+export interface Wire {
+  read(p: Uint8Array): Promise<number | null>;
+  write(p: Uint8Array): Promise<number>;
+}
+
 /** Bytes read from one side of the proxy, with the unframed ones kept in front. */
 class Side {
-  readonly conn: Deno.TcpConn;
+  readonly conn: Wire;
   buf = new Uint8Array(CAPACITY);
   start = 0;
   end = 0;
-  constructor(conn: Deno.TcpConn) {
+  constructor(conn: Wire) {
     this.conn = conn;
   }
   async fill(): Promise<boolean> {
@@ -105,7 +97,7 @@ class Side {
     return 0;
   }
   /** Writes the next `n` bytes (read as they come) to `to`. */
-  async pass(n: number, to: Deno.TcpConn): Promise<boolean> {
+  async pass(n: number, to: Wire): Promise<boolean> {
     while (n > 0) {
       if (this.start === this.end && !(await this.fill())) return false;
       const take = Math.min(n, this.end - this.start);
@@ -118,35 +110,56 @@ class Side {
   }
 }
 
-async function proxy(client: Deno.TcpConn): Promise<void> {
-  const upstream = await Deno.connect({ hostname, port: upstreamPort });
-  client.setNoDelay(true);
-  upstream.setNoDelay(true);
+/**
+ * Relays requests from `client` to `upstream` and their answers back, one at a time, until
+ * either ends; `workTurns` turns of the spin loop a request.
+ */
+export async function relayFloor(client: Wire, upstream: Wire, workTurns = 0): Promise<void> {
   const down = new Side(client), up = new Side(upstream);
-  try {
-    for (;;) {
-      const requestHead = await down.head();
-      if (requestHead < 0) return;
-      if (workTurns > 0) spin(workTurns);
-      if (!(await down.pass(requestHead + down.contentLength(requestHead), upstream))) return;
-      const answerHead = await up.head();
-      if (answerHead < 0) return;
-      if (!(await up.pass(answerHead + up.contentLength(answerHead), client))) return;
-    }
-  } finally {
-    upstream.close();
+  for (;;) {
+    const requestHead = await down.head();
+    if (requestHead < 0) return;
+    if (workTurns > 0) spin(workTurns);
+    if (!(await down.pass(requestHead + down.contentLength(requestHead), upstream))) return;
+    const answerHead = await up.head();
+    if (answerHead < 0) return;
+    if (!(await up.pass(answerHead + up.contentLength(answerHead), client))) return;
   }
 }
 
-const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-console.log(JSON.stringify({ port: (listener.addr as Deno.NetAddr).port }));
-Deno.addSignalListener("SIGTERM", () => Deno.exit(0));
-for await (const conn of listener) {
-  proxy(conn).catch(() => {}).finally(() => {
+if (import.meta.main) {
+  const [hostname, portText] = (Deno.args[0] ?? "").split(":");
+  const upstreamPort = Number(portText);
+  if (!hostname || !Number.isInteger(upstreamPort)) {
+    console.error("Give the upstream as host:port, e.g. 127.0.0.1:3676");
+    Deno.exit(2);
+  }
+  const workUs = Number(/^work=([\d.]+)$/.exec(Deno.args[1] ?? "")?.[1] ?? 0);
+  if (Deno.args[1] !== undefined && !(workUs > 0)) {
+    console.error(`Give the work per request as work=<µs>, e.g. work=5: received ${Deno.args[1]}`);
+    Deno.exit(2);
+  }
+  const workTurns = workUs > 0 ? Math.round(workUs * turnsPerUs()) : 0;
+  const proxy = async (client: Deno.TcpConn) => {
+    const upstream = await Deno.connect({ hostname, port: upstreamPort });
+    client.setNoDelay(true);
+    upstream.setNoDelay(true);
     try {
-      conn.close();
-    } catch {
-      // Closed already.
+      await relayFloor(client, upstream, workTurns);
+    } finally {
+      upstream.close();
     }
-  });
+  };
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  console.log(JSON.stringify({ port: (listener.addr as Deno.NetAddr).port }));
+  Deno.addSignalListener("SIGTERM", () => Deno.exit(0));
+  for await (const conn of listener) {
+    proxy(conn).catch(() => {}).finally(() => {
+      try {
+        conn.close();
+      } catch {
+        // Closed already.
+      }
+    });
+  }
 }
