@@ -1,6 +1,7 @@
 import assert from "node:assert/strict";
 import { capture, forward, HangUpWatch } from "./forward.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { within } from "../shared/_h1_server_fixtures_test.ts";
 
 const target = { nodeId: "a", endpoint: "http://node-a.test:3676" };
 
@@ -364,4 +365,34 @@ Deno.test("HangUpWatch entry: its controller is made when asked, aborted if the 
   assert.equal(signal.aborted, true);
   assert.equal(told, 1);
   hangUps.done(other);
+});
+
+Deno.test("HangUpWatch: forwards ending in any order leave exactly the others pending, and only those time out", async () => {
+  const hangUps = new HangUpWatch({ tickMs: 1 });
+  const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
+  const watch = () => hangUps.watch({ signal: new AbortController().signal }, target, 0);
+  const entries = Array.from({ length: 12 }, watch);
+  // Ended out of order: the middle, the last, the first, then every third of the rest.
+  const ended = new Set([entries[5], entries[11], entries[0]]);
+  for (const e of ended) hangUps.done(e);
+  hangUps.done(entries[5]);
+  assert.equal(hangUps.size, 9, "a forward ended twice is removed once");
+  for (let i = 1; i < 12; i += 3) {
+    if (!ended.has(entries[i])) {
+      hangUps.done(entries[i]);
+      ended.add(entries[i]);
+    }
+  }
+  const pending = entries.filter((e) => !ended.has(e));
+  assert.equal(hangUps.size, pending.length);
+  // The head's bound starts for a pending forward only; a bound of 0 ends it at the next tick.
+  for (const e of entries) hangUps.bodySent(e);
+  for (const e of ended) assert.equal(e.deadline, Infinity, "an ended forward gets no bound");
+  const timedOut = pending.map((e) => new Promise<void>((resolve) => e.onAbort(resolve)));
+  await within(Promise.all(timedOut), 5000, "the pending forwards' 504s");
+  for (const e of pending) {
+    assert.ok(e.reason instanceof HttpError && e.reason.status === 504, String(e.reason));
+  }
+  for (const e of ended) assert.equal(e.aborted, false, "an ended forward is not aborted");
+  assert.equal(hangUps.size, 0);
 });
