@@ -81,6 +81,8 @@ export class Conn {
   #peekBuf: Uint8Array<ArrayBuffer> | undefined;
   /** `idleSince` when the pending idle read began. */
   #peekSince = -1;
+  /** The buffer of the read `read` started, until `landed` takes its result. */
+  #reading: Uint8Array<ArrayBuffer> | undefined;
 
   constructor(tcp: Deno.TcpConn, onClose: () => void) {
     this.#tcp = tcp;
@@ -115,19 +117,37 @@ export class Conn {
     return writeAll(this.#tcp, bytes);
   }
 
+  /** What one write call takes of `bytes`: an async caller writes the rest (`writeAll`). */
+  writeOnce(bytes: Uint8Array): Promise<number> {
+    return this.#tcp.write(bytes);
+  }
+
   /** Reads more bytes into `buffered`; false at the end of the stream. */
   async fill(): Promise<boolean> {
-    let n: number | null;
-    let buf: Uint8Array<ArrayBuffer>;
-    if (this.#peek !== undefined) {
-      n = await this.#peek;
-      buf = this.#peekBuf!;
+    return this.landed(await this.read());
+  }
+
+  /**
+   * The next read: the idle one when it is pending, else a new one. Its result goes to `landed`
+   * at once (`fill` is both): an exchange that awaits the read itself saves fill's frame.
+   */
+  read(): Promise<number | null> {
+    const peek = this.#peek;
+    if (peek !== undefined) {
+      this.#reading = this.#peekBuf!;
       this.#peek = undefined;
       this.#peekBuf = undefined;
-    } else {
-      buf = this.#readBuffer();
-      n = await this.#tcp.read(buf);
+      return peek;
     }
+    const buf = this.#readBuffer();
+    this.#reading = buf;
+    return this.#tcp.read(buf);
+  }
+
+  /** Takes in the result of `read`; false at the end of the stream. */
+  landed(n: number | null): boolean {
+    const buf = this.#reading!;
+    this.#reading = undefined;
     if (n === null) {
       if (this.answered === 0) throw new StaleConnection("closed", { cause: closedEarly() });
       return false;
@@ -182,6 +202,8 @@ export class Conn {
       this.#slabAt = 0;
       this.#lent = false;
     }
+    // The whole slab, the usual case, is read into as it is: a view of all of it is one more object.
+    if (this.#slabAt === 0 && slab.length <= size) return slab;
     return slab.subarray(this.#slabAt, Math.min(slab.length, this.#slabAt + size));
   }
 
@@ -243,6 +265,9 @@ export interface RawHead {
   statusEnd: number;
   /** Per header line, three offsets in `raw`: its start, its colon, its end after the CRLF. */
   spans: number[];
+  /** The Content-Length when it was a plain number (read from its digits), else undefined. */
+  length: number | undefined;
+  /** Any other Content-Length value, as text (`framingOf` refuses what is no length). */
   contentLength: string | undefined;
   transferEncoding: string | undefined;
   connection: string;
@@ -292,6 +317,7 @@ function parseRawHead(raw: Uint8Array): RawHead {
   }
   const spans: number[] = [];
   let contentLength: string | undefined, transferEncoding: string | undefined, connection = "";
+  let length: number | undefined;
   const stop = raw.length - 2;
   for (let at = statusEnd; at < stop;) {
     const nl = raw.indexOf(10, at);
@@ -308,7 +334,9 @@ function parseRawHead(raw: Uint8Array): RawHead {
     const n = colon - at;
     // The framing headers' values only (a closure per line to decode one was a heap object).
     if (n === 14 && sameName(raw, at, colon, "content-length")) {
-      contentLength = octets(raw, colon + 1, nl - 1).trim();
+      // The usual value, digits between optional blanks, is read from the bytes: no string.
+      length = digitsBetweenBlanks(raw, colon + 1, nl - 1);
+      contentLength = length === undefined ? octets(raw, colon + 1, nl - 1).trim() : undefined;
     } else if (n === 17 && sameName(raw, at, colon, "transfer-encoding")) {
       transferEncoding = octets(raw, colon + 1, nl - 1).trim();
     } else if (n === 10 && sameName(raw, at, colon, "connection")) {
@@ -322,10 +350,25 @@ function parseRawHead(raw: Uint8Array): RawHead {
     raw,
     statusEnd,
     spans,
+    length,
     contentLength,
     transferEncoding,
     connection,
   };
+}
+
+/** The number `b[from, to)` spells: at most 15 digits between spaces or tabs; else undefined. */
+function digitsBetweenBlanks(b: Uint8Array, from: number, to: number): number | undefined {
+  while (from < to && (b[from] === 32 || b[from] === 9)) from++;
+  while (to > from && (b[to - 1] === 32 || b[to - 1] === 9)) to--;
+  if (to === from || to - from > 15) return undefined;
+  let n = 0;
+  for (let i = from; i < to; i++) {
+    const c = b[i];
+    if (c < 48 || c > 57) return undefined;
+    n = n * 10 + c - 48;
+  }
+  return n;
 }
 
 function parseHead(text: string): Head {

@@ -9,7 +9,7 @@
  */
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
-import { callerCheck, fleetTokenCheck } from "./auth.ts";
+import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet.ts";
 import { Finder } from "./finder.ts";
@@ -320,6 +320,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     routing,
     authorized,
     identify,
+    identifyBearer: bearerBytesCheck(token, identify),
     keys,
     keySync: shared?.mode.keySync,
     limits,

@@ -69,8 +69,6 @@ const CHUNKED_HEAD_END = encoder.encode("transfer-encoding: chunked\r\n\r\n");
 const LENGTH_NAME = encoder.encode("content-length: ");
 /** Client headers the node's request does not carry: the hop's own and the hop marker. */
 const notPassed = [...hopByHopHeaders, HOP_HEADER];
-/** Node answer headers the client's answer does not carry: the hop's own; framing is redone. */
-const notRelayed = [...answerHopByHop, "transfer-encoding", "content-length"];
 
 /** The body as one JSON object, or undefined when the object path must say what is wrong. */
 function jsonObject(body: Uint8Array): object | undefined {
@@ -116,11 +114,29 @@ function putLengthLine(out: Uint8Array, at: number, n: number): number {
   return at;
 }
 
-/** Whether `name` (in `b[start, end)`) is one of `lowers`, ASCII case-insensitively. */
-function nameIn(b: Uint8Array, start: number, end: number, lowers: readonly string[]): boolean {
-  for (let i = 0; i < lowers.length; i++) if (sameName(b, start, end, lowers[i])) return true;
-  return false;
+/**
+ * Lowercase header names, found by the length of the name asked about first: a header is then
+ * compared with the one or two names of its length, where a walk through every name was a
+ * twentieth of the lane's JavaScript (most of the comparisons failing on the length).
+ */
+class NameSet {
+  readonly #byLength: (string[] | undefined)[] = [];
+
+  constructor(lowers: readonly string[]) {
+    for (const name of new Set(lowers)) (this.#byLength[name.length] ??= []).push(name);
+  }
+
+  /** Whether the name in `b[start, end)` is one of these, ASCII case-insensitively. */
+  has(b: Uint8Array, start: number, end: number): boolean {
+    const same = this.#byLength[end - start];
+    if (same === undefined) return false;
+    for (let i = 0; i < same.length; i++) if (sameName(b, start, end, same[i])) return true;
+    return false;
+  }
 }
+
+/** Node answer headers the client's answer does not carry: the hop's own; framing is redone. */
+const notRelayed = new NameSet([...answerHopByHop, "transfer-encoding", "content-length"]);
 
 /**
  * The header lines of `raw` that are kept, as runs `[from, to)` of adjacent lines: `spans` has
@@ -132,7 +148,7 @@ function keptRuns(
   spans: readonly number[],
   stride: number,
   end: number,
-  dropped: readonly string[],
+  dropped: NameSet,
   runs: number[],
 ): number {
   runs.length = 0;
@@ -140,7 +156,7 @@ function keptRuns(
   let from = -1;
   for (let i = 0; i < spans.length; i += stride) {
     const start = spans[i];
-    if (nameIn(raw, start, spans[i + 1], dropped)) {
+    if (dropped.has(raw, start, spans[i + 1])) {
       if (from >= 0) {
         runs.push(from, start);
         size += start - from;
@@ -183,7 +199,7 @@ export interface GatewayBytesLane extends BytesLane<Caller> {
  */
 export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   const { parts, client, verbs, answerError } = options;
-  const { routing, finder, fleet, identify } = parts;
+  const { routing, finder, fleet, identify, identifyBearer } = parts;
   // Read whole before it is parsed: a larger body streams through the object path's reader.
   const maxBodyBytes = Math.min(
     parts.jsonBodyCap.maxBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
@@ -192,8 +208,11 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
 
   // Encoded once: the request line and Host per verb and node, the node's own headers per team,
   // the hop marker (this gateway's request never carries one in: `claim` leaves those out).
-  const prefixes = new LruCache<string, Uint8Array>({ max: 4096 });
-  const owns = new LruCache<string, { bytes: Uint8Array; replaced: readonly string[] }>({
+  // Looked up by the strings the request already holds (the verb's path, the node's endpoint),
+  // whose hashes are kept: a key made of the two was a string to hash each request. An endpoint
+  // holds one entry per verb; past 4096 endpoints the oldest are dropped.
+  const prefixes = new LruCache<string, Map<string, Uint8Array>>({ max: 4096 });
+  const owns = new LruCache<string, { bytes: Uint8Array; replaced: NameSet }>({
     max: 1024,
   });
   const hopLine = encoder.encode(`${HOP_HEADER}: ${nextHop(null, routing.hop)}\r\n`);
@@ -204,22 +223,23 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   /** The node's request: the client's end-to-end header lines as sent, the node's own, the hop. */
   const nodeRequest = (ex: LaneExchange, path: string, endpoint: string, caller: Caller) => {
     const { head, body } = ex;
-    const key = `${path} ${endpoint}`;
-    let prefix = prefixes.get(key);
+    let byPath = prefixes.peek(endpoint);
+    if (byPath === undefined) prefixes.set(endpoint, byPath = new Map());
+    let prefix = byPath.get(path);
     if (prefix === undefined) {
       const host = endpoint.slice(7).replace(/\/.*$/, "");
       prefix = encoder.encode(`POST ${path} HTTP/1.1\r\nhost: ${host}\r\n`);
-      prefixes.set(key, prefix);
+      byPath.set(path, prefix);
     }
     const team = scopeOf(caller);
-    let own = owns.get(team ?? "");
+    let own = owns.peek(team ?? "");
     if (own === undefined) {
       const headers = routing.nodeHeadersFor(team);
       let text = "";
       for (const name in headers) text += `${name}: ${headers[name]}\r\n`;
       own = {
         bytes: encoder.encode(text),
-        replaced: [...notPassed, ...Object.keys(headers).map((k) => k.toLowerCase())],
+        replaced: new NameSet([...notPassed, ...Object.keys(headers).map((k) => k.toLowerCase())]),
       };
       owns.set(team ?? "", own);
     }
@@ -241,10 +261,11 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   };
 
   /**
-   * Relays the node's answer to the client, re-framed, its head before its first body byte. Not
-   * async: a whole answer is one write, whose promise is the relay's.
+   * The answer's head for the client, re-framed, with room after it for a body of `whole` bytes
+   * (-1: none, the body streams). Copied out before the body is taken: the next read reuses the
+   * bytes the node's head lies in.
    */
-  const relay = (ex: LaneExchange, answer: BytesAnswer): Promise<void> => {
+  const answerHead = (answer: BytesAnswer, whole: number): Uint8Array => {
     const { raw, spans, statusEnd, http11 } = answer.head;
     const sized = answer.length >= 0;
     const kept = keptRuns(raw, spans, 3, raw.length - 2, notRelayed, runs);
@@ -253,8 +274,6 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     // A 204 or 304 has no body and no framing header (RFC 9110 §8.6, §15.4.5).
     const bodiless = answer.head.status === 204 || answer.head.status === 304;
     const framing = bodiless ? 2 : sized ? lengthLineSize(answer.length) : CHUNKED_HEAD_END.length;
-    // The head is copied out before the body is taken (the next read reuses the bytes it lies in).
-    const whole = answer.wholeLength();
     const head = carver.take(statusEnd + kept + framing + Math.max(0, whole));
     let at = 0;
     if (runs[0] !== 0) {
@@ -266,18 +285,15 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       head[at++] = 13;
       head[at++] = 10;
     } else if (sized) at = putLengthLine(head, at, answer.length);
-    else {
-      head.set(CHUNKED_HEAD_END, at);
-      at += CHUNKED_HEAD_END.length;
-    }
+    else head.set(CHUNKED_HEAD_END, at);
     if (!http11) head[7] = 49;
-    if (whole >= 0) {
-      answer.copyWhole(head, at);
-      return ex.write(head);
-    }
-    // A failure cancels the answer in `serve`, which holds it until this ends.
+    return head;
+  };
+
+  /** Relays a streamed answer (head `out`): its head before its first body byte. */
+  const relayStream = (ex: LaneExchange, answer: BytesAnswer, out: Uint8Array) => {
     const next = () => answer.next();
-    return writeBody(ex.write, head, next(), next, answer.length, !sized);
+    return writeBody(ex.write, out, next(), next, answer.length, answer.length < 0);
   };
 
   let served = 0, handedBack = 0;
@@ -296,10 +312,16 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     maxBodyBytes,
     // The caller is named from the head, before the body is read: a stranger's request goes to
     // the object path, whose 401 reads nothing of it.
-    claim: (head) =>
-      head.method === "POST" && verbs.has(head.target) && head.get(HOP_HEADER) === undefined
-        ? identify(bearerToken(head.get("authorization") ?? null))
-        : undefined,
+    claim: (head) => {
+      if (head.method !== "POST" || !verbs.has(head.target) || head.find(HOP_HEADER) >= 0) {
+        return undefined;
+      }
+      const at = head.find("authorization");
+      if (at < 0) return undefined;
+      return identifyBearer !== undefined
+        ? identifyBearer(head.raw, head.spans[at + 2], head.spans[at + 3])
+        : identify(bearerToken(head.get("authorization")));
+    },
     async serve(ex, caller) {
       const path = ex.head.target;
       const verb = verbs.get(path)!;
@@ -345,7 +367,16 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
           // The sandbox may have been destroyed behind the gateway's back; only the node can say.
           await finder.recheck("name", key).catch(() => {});
         }
-        await relay(ex, answer);
+        // A whole answer (the usual small one) is one write awaited here, in this frame: a helper
+        // handing back its promise was one more promise and closure a request.
+        const whole = answer.wholeLength();
+        const out = answerHead(answer, whole);
+        if (whole < 0) await relayStream(ex, answer, out);
+        else {
+          answer.copyWhole(out, out.length - whole);
+          const n = await ex.writeOnce(out);
+          if (n < out.length) await ex.write(out.subarray(n));
+        }
       } catch (error) {
         answer.cancel();
         throw error;

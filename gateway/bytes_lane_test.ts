@@ -6,6 +6,7 @@ import { createGateway, type Gateway } from "./app.ts";
 import { createH1Client } from "./h1_client.ts";
 import { checkIn } from "./_fixtures_test.ts";
 import { serveGuarded } from "../shared/serve.ts";
+import { serveH1 } from "../shared/h1_server.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
 import { within } from "../shared/_h1_server_fixtures_test.ts";
@@ -377,6 +378,78 @@ Deno.test("a stranger's request costs no body read: its 401 comes before the bod
       conn.close();
     }
     assert.deepEqual(delta(), { served: 0, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a body just under the lane's 1 MiB and an answer of 256 KiB pass through the lane whole", async () => {
+  const answer = JSON.stringify({ content: "z".repeat(256 * 1024) });
+  const r = await rig({ names: ["x"], answer: () => new Response(answer) });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const content = "y".repeat(1000 * 1024);
+    const body = JSON.stringify({ name: "x", path: "/big.txt", content });
+    const res = await post(`${r.base}/writeFile`, r.fleetAuth, body);
+    assert.equal(res.status, 200, res.text);
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
+    assert.equal(r.seen.at(-1)!.body, body, "the node got the whole body");
+    assert.equal(res.text, answer, "the client got the whole answer");
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it whole", async () => {
+  const answer = JSON.stringify({ exitCode: 0, stdout: "w".repeat(8000) });
+  const r = await rig({ names: ["x"], answer: () => new Response(answer) });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const body = execBody("x");
+    const request = encoder.encode(
+      `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
+        `content-length: ${encoder.encode(body).length}\r\n\r\n${body}`,
+    );
+    // A connection whose writes take at most 1000 bytes, as a full socket's do.
+    const writes: Uint8Array[] = [];
+    let asked = false, received = "", hangUp!: () => void;
+    const gone = new Promise<null>((resolve) => hangUp = () => resolve(null));
+    const conn = {
+      remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 },
+      read(p: Uint8Array): Promise<number | null> {
+        if (asked) return gone;
+        asked = true;
+        p.set(request);
+        return Promise.resolve(request.length);
+      },
+      write(p: Uint8Array): Promise<number> {
+        const piece = p.slice(0, 1000);
+        writes.push(piece);
+        received += new TextDecoder().decode(piece);
+        if (received.endsWith(answer)) hangUp();
+        return Promise.resolve(piece.length);
+      },
+      close: () => hangUp(),
+    };
+    await within(
+      serveH1(conn as unknown as Deno.Conn, {
+        handler: r.gateway.fetch,
+        onError: (e) => Promise.reject(e),
+        scheme: "http",
+        stop: new AbortController().signal,
+        begun() {},
+        ended() {},
+        lane: r.lane,
+      }),
+      5000,
+      "the answer's last piece",
+    );
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
+    assert.ok(writes.length > 8, `the answer went out in pieces (${writes.length} writes)`);
+    assert.match(received, /^HTTP\/1\.1 200 OK\r\n/);
+    assert.equal(received.slice(received.indexOf("\r\n\r\n") + 4), answer);
   } finally {
     await r.close();
   }

@@ -247,9 +247,11 @@ const notOctets = /[\u0100-\uffff]/;
  */
 function framingOf(
   bodiless: boolean,
-  { transferEncoding, contentLength, connection, http11 }: {
+  { transferEncoding, contentLength, connection, http11, length }: {
     transferEncoding: string | null | undefined;
     contentLength: string | null | undefined;
+    /** A Content-Length already read as a number (a raw head's plain one). */
+    length?: number;
     connection: string | null | undefined;
     http11: boolean;
   },
@@ -259,6 +261,8 @@ function framingOf(
     ? 0
     : chunked
     ? -1
+    : length !== undefined
+    ? length
     : contentLength == null
     ? -2
     : Number(contentLength);
@@ -697,7 +701,9 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     if (signal?.aborted) throw signal.reason;
     const pool = poolOf(origin);
     for (let attempt = 0;; attempt++) {
-      const conn = await acquire(pool, signal);
+      // An idle connection is taken at once, without a turn of the event loop.
+      const got = acquire(pool, signal);
+      const conn = got instanceof Conn ? got : await got;
       const reused = conn.used;
       conn.used = true;
       const finish = hold(conn, pool, signal);
@@ -705,16 +711,19 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
       try {
         if (signal?.aborted) throw signal.reason;
         try {
-          await conn.writeAll(bytes);
+          // One write takes a small request whole; the rest of a larger one follows.
+          const n = await conn.writeOnce(bytes);
+          if (n < bytes.length) await conn.writeAll(bytes.subarray(n));
         } catch (error) {
           throw new StaleConnection("write failed", { cause: wrap(error) });
         }
-        // The head; an interim 1xx answer is skipped (a 101 is final).
+        // The head; an interim 1xx answer is skipped (a 101 is final). The reads are awaited
+        // here, not in `fill`: its frame was one more promise a request.
         for (let from = 0;;) {
           head = bufferedRawHead(conn, maxHeaderBytes, from);
           if (head === undefined) {
             from = Math.max(0, conn.buffered.length - 3);
-            if (!(await conn.fill())) throw closedEarly();
+            if (!conn.landed(await conn.read())) throw closedEarly();
           } else if (head.status >= 200 || head.status === 101) break;
           else from = 0;
         }

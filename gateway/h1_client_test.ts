@@ -524,3 +524,61 @@ Deno.test("createH1Client() reuses a connection's read buffer without overwritin
     await server.shutdown();
   }
 });
+
+Deno.test("sendBytes(): a request the socket takes 1000 bytes at a time reaches the node whole", async () => {
+  const request = new TextEncoder().encode(
+    `POST /x HTTP/1.1\r\nhost: n\r\ncontent-length: 6000\r\n\r\n${"q".repeat(6000)}`,
+  );
+  const got: number[] = [];
+  let wake: ((n: number | null) => void) | undefined, into: Uint8Array | undefined;
+  const answer = new TextEncoder().encode("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok");
+  // A node's connection whose writes take at most 1000 bytes; it answers once all has come.
+  const fake = {
+    setNoDelay() {},
+    close() {
+      wake?.(null);
+    },
+    write(p: Uint8Array): Promise<number> {
+      const n = Math.min(1000, p.length);
+      got.push(...p.subarray(0, n));
+      if (got.length === request.length && wake !== undefined) {
+        into!.set(answer);
+        wake(answer.length);
+      }
+      return Promise.resolve(n);
+    },
+    read(p: Uint8Array): Promise<number | null> {
+      if (got.length === request.length) {
+        p.set(answer);
+        return Promise.resolve(answer.length);
+      }
+      into = p;
+      return new Promise((resolve) => wake = resolve);
+    },
+  };
+  const connect = Deno.connect;
+  (Deno as { connect: unknown }).connect = () => Promise.resolve(fake);
+  const client = createH1Client();
+  try {
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error("no answer within 2 s")), 2000);
+    });
+    const exchange = (async () => {
+      const a = await client.sendBytes("http://127.0.0.1:9", request, null);
+      const body = new Uint8Array(a.wholeLength());
+      a.copyWhole(body, 0);
+      return new TextDecoder().decode(body);
+    })();
+    try {
+      assert.equal(await Promise.race([exchange, late]), "ok");
+    } finally {
+      clearTimeout(timer);
+    }
+    assert.equal(got.length, request.length);
+    assert.deepEqual(new Uint8Array(got), request);
+  } finally {
+    (Deno as { connect: unknown }).connect = connect;
+    client.close();
+  }
+});

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import type { CallerCheck } from "./auth.ts";
+import type { BearerBytesCheck, CallerCheck } from "./auth.ts";
 import type { Fleet } from "./fleet.ts";
 import type { ApiKeys } from "./keys.ts";
 import type { KeySync } from "./key_sync.ts";
@@ -34,6 +34,11 @@ export interface GatewayParts {
   authorized(token: string | undefined): boolean;
   /** Who a presented credential stands for: the operator, a client's key, or nobody. */
   identify: CallerCheck;
+  /**
+   * The same check of an `Authorization` value given as bytes, the fleet token compared without
+   * a string (the bytes lane's); without it the lane decodes the value and asks `identify`.
+   */
+  identifyBearer?: BearerBytesCheck;
   /** The key table (`createApiKey`, `listApiKeys`, `revokeApiKey`). */
   keys: ApiKeys;
   /** Shared mode: mints and revokes go through etcd first (absent in the embedded default). */

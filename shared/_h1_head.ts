@@ -100,12 +100,22 @@ export class RequestHead {
 
   /** The value of the first header named `lower` (a lowercase name), or undefined. */
   get(lower: string): string | undefined {
-    for (let i = 0; i < this.spans.length; i += 4) {
-      if (sameName(this.raw, this.spans[i], this.spans[i + 1], lower)) {
-        return octets(this.raw, this.spans[i + 2], this.spans[i + 3]);
+    const i = this.find(lower);
+    return i < 0 ? undefined : octets(this.raw, this.spans[i + 2], this.spans[i + 3]);
+  }
+
+  /**
+   * Where the first header named `lower` is in `spans` (its value is `raw[spans[i + 2],
+   * spans[i + 3])`), or -1: a value read from its bytes needs no string.
+   */
+  find(lower: string): number {
+    const spans = this.spans, n = lower.length;
+    for (let i = 0; i < spans.length; i += 4) {
+      if (spans[i + 1] - spans[i] === n && sameName(this.raw, spans[i], spans[i + 1], lower)) {
+        return i;
       }
     }
-    return undefined;
+    return -1;
   }
 
   /** Header `i`'s whole line, CRLF included, as the bytes that came (a view of `raw`). */
@@ -142,15 +152,12 @@ const TOKEN = (() => {
  * there. Empty lines before a request line are skipped by the caller (RFC 9112 §2.2).
  */
 export function headEnd(b: Uint8Array, from: number, to: number): number {
-  // Nothing buffered yet (the usual call between two requests): no view made to find nothing.
-  if (to - from < 2) return -1;
-  // Searched in a view: an indexOf on the whole buffer would scan its unused room too.
-  const v = b.subarray(from, to);
-  for (let i = v.indexOf(10); i !== -1; i = v.indexOf(10, i + 1)) {
+  // Byte by byte: a view and an indexOf call per line took three times as long on a usual head.
+  for (let i = from + 1; i < to; i++) {
+    if (b[i] !== 10) continue;
     // A blank line after a line's end: CRLF CRLF, or one with a bare LF in it (LF CRLF, CRLF LF,
     // LF LF), which is found here so that parse refuses it rather than waiting for more.
-    if (i >= 2 && v[i - 1] === 13 && v[i - 2] === 10) return from + i + 1;
-    if (i >= 1 && v[i - 1] === 10) return from + i + 1;
+    if (b[i - 1] === 10 || (i - from >= 2 && b[i - 1] === 13 && b[i - 2] === 10)) return i + 1;
   }
   return -1;
 }
@@ -170,7 +177,9 @@ export function blankLineAt(b: Uint8Array, from: number, to: number = b.length):
 /** Latin-1 text of `b[from, to)`: header bytes are octets, and Headers takes them as such. */
 export function octets(b: Uint8Array, from: number, to: number): string {
   if (to - from < 4096) {
-    return String.fromCharCode.apply(null, b.subarray(from, to) as unknown as number[]);
+    // All of `b` (a lane's body) is read as it is: a view of the whole is one more object.
+    const v = from === 0 && to === b.length ? b : b.subarray(from, to);
+    return String.fromCharCode.apply(null, v as unknown as number[]);
   }
   let s = "";
   for (let i = from; i < to; i += 4096) {

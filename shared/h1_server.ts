@@ -45,6 +45,12 @@ export interface LaneExchange {
   readonly hungUp: boolean;
   /** Writes bytes to the client; rejects once it has gone. */
   write(bytes: Uint8Array): Promise<void>;
+  /**
+   * Writes what one write call takes of `bytes` (all of a small answer), resolving how many
+   * bytes that was: an async caller then writes the rest itself, without the promise and the
+   * closure `write` makes to do it.
+   */
+  writeOnce(bytes: Uint8Array): Promise<number>;
 }
 
 /**
@@ -118,6 +124,10 @@ class Exchange implements LaneExchange {
     this.head = head;
     this.#inbound = inbound;
     this.write = write;
+  }
+
+  writeOnce(bytes: Uint8Array): Promise<number> {
+    return this.#inbound.conn.write(bytes);
   }
 
   get signal(): AbortSignal {
