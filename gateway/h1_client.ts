@@ -267,7 +267,7 @@ function framingOf(
     ? -2
     : Number(contentLength);
   if (!(remaining >= -2) || (remaining >= 0 && !Number.isSafeInteger(remaining))) return undefined;
-  const keepAlive = http11 && !/\bclose\b/i.test(connection ?? "") && remaining !== -2;
+  const keepAlive = http11 && remaining !== -2 && !(connection && /\bclose\b/i.test(connection));
   return { remaining, keepAlive, chunked };
 }
 

@@ -368,8 +368,11 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
     if (!HOST.test(host)) throw bad(`the Host '${host.slice(0, 40)}' is not a host[:port]`);
     hostPassed = host;
   }
-  const closes = /(^|,)\s*close\s*(,|$)/.test(connection);
-  const keepAlive = http11 ? !closes : /(^|,)\s*keep-alive\s*(,|$)/.test(connection) && !closes;
+  // No Connection header, the usual HTTP/1.1 request, asks for no pattern.
+  const closes = connection !== "" && /(^|,)\s*close\s*(,|$)/.test(connection);
+  const keepAlive = http11
+    ? !closes
+    : connection !== "" && /(^|,)\s*keep-alive\s*(,|$)/.test(connection) && !closes;
   if (expect !== "" && expect !== "100-continue") {
     throw new HeadError(417, `Expect '${expect.slice(0, 40)}' is not served: only 100-continue is`);
   }
