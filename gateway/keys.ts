@@ -17,6 +17,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { describeZodError } from "../shared/schemas.ts";
 import { teamSchema } from "../shared/teams.ts";
+import { tokenMatcher } from "../shared/token.ts";
 
 /**
  * The key format: `e2b_` and 40 lowercase hex digits (160 bits). The E2B Python SDK refuses any
@@ -76,6 +77,12 @@ export interface ApiKeysOptions {
   clock?: Clock;
   /** Where mints and revocations go, by key id; silent by default. */
   log?: Log;
+  /**
+   * Where a key verified lately is remembered, so the next request with it needs no hash: a
+   * seeded 32-bit FNV-1a by default. Two keys may share a slot (a test gives a function that
+   * makes them): each is still compared whole.
+   */
+  slotOf?: (key: string) => number;
 }
 
 /** A key as shared mode stores it in etcd: its hash and settings, never the key. */
@@ -108,6 +115,19 @@ const schema = `CREATE TABLE IF NOT EXISTS gateway_api_keys (
  * routed request a disk sync, and an operator asks "used today?", not "used this second?".
  */
 const LAST_USED_RESOLUTION_MS = 60_000;
+
+/** Keys verified lately that `verify` knows without hashing; the oldest go past this many. */
+const RECENT_KEYS = 4096;
+
+/**
+ * A 32-bit FNV-1a of `key` under `seed` (a per-process secret): where a key verified lately is
+ * looked for. Not a check of the key: a slot's key is still compared whole, in constant time.
+ */
+function slotOf(key: string, seed: number): number {
+  let h = (0x811c9dc5 ^ seed) >>> 0;
+  for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key.charCodeAt(i), 0x01000193);
+  return h >>> 0;
+}
 
 /**
  * The SHA-256 of a key, hex: what the table stores and looks up.
@@ -145,6 +165,16 @@ export class ApiKeys {
   #log: Log;
   #byHash = new Map<string, Row>();
   #byId = new Map<string, Row>();
+  /**
+   * Keys verified lately, by `slotOf`: a routed request's key is then a Map hit and a
+   * constant-time compare, not a SHA-256 (0.75 µs, a sixth of the lane's JavaScript). An entry
+   * counts only while its row is still the live one for its hash, so a revoke takes effect at
+   * once; a key whose slot another key took is hashed again.
+   */
+  #recent = new Map<number, { matches: (given: string) => boolean; row: Row }>();
+  #slotOf: (key: string) => number;
+  /** Each live key's info as `verify` last answered it, and the last use it names. */
+  #infos = new WeakMap<Row, { at: number | null; info: ApiKeyInfo }>();
   #insert: StatementSync;
   #delete: StatementSync;
   #touch: StatementSync;
@@ -155,6 +185,8 @@ export class ApiKeys {
     this.#ownsDb = options.database === undefined;
     this.#clock = options.clock ?? systemClock;
     this.#log = options.log ?? silentLog;
+    const seed = crypto.getRandomValues(new Uint32Array(1))[0];
+    this.#slotOf = options.slotOf ?? ((key) => slotOf(key, seed));
     this.#db.exec(schema);
     this.#insert = this.#db.prepare(
       `INSERT INTO gateway_api_keys (id, hash, team, label, max_sandboxes, creates_per_minute,
@@ -233,8 +265,19 @@ export class ApiKeys {
    */
   verify(key: string): ApiKeyInfo | undefined {
     if (!API_KEY_PATTERN.test(key)) return undefined;
-    const row = this.#byHash.get(hashApiKey(key));
-    if (row === undefined) return undefined;
+    const slot = this.#slotOf(key);
+    const seen = this.#recent.get(slot);
+    let row: Row | undefined;
+    if (seen !== undefined && this.#byHash.get(seen.row.hash) === seen.row && seen.matches(key)) {
+      row = seen.row;
+    } else {
+      row = this.#byHash.get(hashApiKey(key));
+      if (row === undefined) return undefined;
+      if (seen === undefined && this.#recent.size >= RECENT_KEYS) {
+        this.#recent.delete(this.#recent.keys().next().value!);
+      }
+      this.#recent.set(slot, { matches: tokenMatcher(key), row });
+    }
     const now = this.#clock.now();
     if (row.last_used_at === null || now - row.last_used_at >= LAST_USED_RESOLUTION_MS) {
       row.last_used_at = now;
@@ -248,7 +291,13 @@ export class ApiKeys {
         });
       }
     }
-    return infoOf(row);
+    // Made again only when its last use was recorded (once a minute at most): the two ISO dates
+    // were half of a verify that found its key remembered.
+    const made = this.#infos.get(row);
+    if (made !== undefined && made.at === row.last_used_at) return made.info;
+    const info = Object.freeze(infoOf(row));
+    this.#infos.set(row, { at: row.last_used_at, info });
+    return info;
   }
 
   /**

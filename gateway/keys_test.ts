@@ -90,3 +90,37 @@ Deno.test("ApiKeys.verify() records use at most once a minute", () => {
   assert.equal(keys.verify("t".repeat(44)), undefined);
   keys.close();
 });
+
+Deno.test("ApiKeys.verify(): a key verified lately is still compared whole, and a revoke or forget ends it at once", () => {
+  const keys = new ApiKeys();
+  try {
+    const a = keys.create({ team: "a" });
+    const b = keys.create({ team: "b" });
+    assert.equal(keys.verify(a.key)?.team, "a");
+    assert.equal(keys.verify(a.key)?.team, "a", "again, remembered");
+    assert.equal(keys.verify(b.key)?.team, "b");
+    const off = a.key.slice(0, -1) + (a.key.endsWith("0") ? "1" : "0");
+    assert.equal(keys.verify(off), undefined, "one digit off a remembered key");
+    keys.revoke(a.id);
+    assert.equal(keys.verify(a.key), undefined, "revoked, though remembered");
+    keys.forget(b.id);
+    assert.equal(keys.verify(b.key), undefined, "forgotten (another gateway revoked it)");
+  } finally {
+    keys.close();
+  }
+});
+
+Deno.test("ApiKeys.verify(): two keys that share a remembered slot are each compared whole", () => {
+  const keys = new ApiKeys({ slotOf: () => 7 });
+  try {
+    const a = keys.create({ team: "a" });
+    const b = keys.create({ team: "b" });
+    const stranger = "e2b_" + "0".repeat(40);
+    assert.equal(keys.verify(a.key)?.team, "a");
+    assert.equal(keys.verify(stranger), undefined, "the slot's key is not the stranger's");
+    assert.equal(keys.verify(b.key)?.team, "b", "b takes the slot");
+    assert.equal(keys.verify(a.key)?.team, "a", "and a is hashed again");
+  } finally {
+    keys.close();
+  }
+});
