@@ -144,8 +144,9 @@ export function hashApiKey(key: string): string {
 
 /**
  * The key table. Every key is held in memory by hash (a request's check is one hash and one
- * `Map` hit), loaded at start and kept in step with the table by `create` and `revoke`; the
- * table holds only hashes, so a copy of the database authenticates nobody.
+ * `Map` hit, and for a key verified lately a `Map` hit and a constant-time compare), loaded at
+ * start and kept in step with the table by `create` and `revoke`; the table holds only hashes,
+ * so a copy of the database authenticates nobody (the keys verified lately are in memory only).
  *
  * @example
  * ```ts
@@ -167,7 +168,7 @@ export class ApiKeys {
   #byId = new Map<string, Row>();
   /**
    * Keys verified lately, by `slotOf`: a routed request's key is then a Map hit and a
-   * constant-time compare, not a SHA-256 (0.75 µs, a sixth of the lane's JavaScript). An entry
+   * constant-time compare, not a SHA-256 (0.75 µs, about a sixth of the lane's JavaScript). An entry
    * counts only while its row is still the live one for its hash, so a revoke takes effect at
    * once; a key whose slot another key took is hashed again.
    */
