@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { blankLineAt, octets, sameName } from "../shared/_h1_head.ts";
+import { blankLineAt, digitsAt, octets, sameName } from "../shared/_h1_head.ts";
 import { joined, writeAll } from "../shared/_h1_answer.ts";
 
 export const encoder = new TextEncoder();
@@ -361,14 +361,8 @@ function parseRawHead(raw: Uint8Array): RawHead {
 function digitsBetweenBlanks(b: Uint8Array, from: number, to: number): number | undefined {
   while (from < to && (b[from] === 32 || b[from] === 9)) from++;
   while (to > from && (b[to - 1] === 32 || b[to - 1] === 9)) to--;
-  if (to === from || to - from > 15) return undefined;
-  let n = 0;
-  for (let i = from; i < to; i++) {
-    const c = b[i];
-    if (c < 48 || c > 57) return undefined;
-    n = n * 10 + c - 48;
-  }
-  return n;
+  const n = digitsAt(b, from, to);
+  return n < 0 ? undefined : n;
 }
 
 function parseHead(text: string): Head {

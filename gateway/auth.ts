@@ -114,6 +114,7 @@ export function bearerBytesCheck(token: string, identify: CallerCheck): BearerBy
   // Only a token of visible ASCII is one byte a character, as `bearerToken` reads it plainly.
   const expected = /^[\x21-\x7e]+$/.test(token) ? new TextEncoder().encode(token) : undefined;
   const n = token.length;
+  const decoded = decodedBearerCheck(identify);
   return (b, from, to) => {
     if (expected !== undefined && to - from === n + 7 && b[from + 6] === 32) {
       let diff = 0;
@@ -121,8 +122,28 @@ export function bearerBytesCheck(token: string, identify: CallerCheck): BearerBy
       for (let i = 0; i < n; i++) diff |= b[from + 7 + i] ^ expected[i];
       if (diff === 0) return OPERATOR;
     }
-    return identify(bearerToken(octets(b, from, to)));
+    return decoded(b, from, to);
   };
+}
+
+/**
+ * The check of an `Authorization` value given as bytes that decodes it and asks `identify`:
+ * what {@linkcode bearerBytesCheck} falls back to, and the bytes lane's check when the gateway's
+ * parts give it none.
+ *
+ * @example
+ * ```ts
+ * import { callerCheck, decodedBearerCheck } from "./auth.ts";
+ * import { ApiKeys } from "./keys.ts";
+ * const keys = new ApiKeys();
+ * const token = "t".repeat(32);
+ * const check = decodedBearerCheck(callerCheck(token, keys));
+ * check(new TextEncoder().encode(`Bearer ${token}`), 0, 39)?.kind; // "operator"
+ * keys.close();
+ * ```
+ */
+export function decodedBearerCheck(identify: CallerCheck): BearerBytesCheck {
+  return (b, from, to) => identify(bearerToken(octets(b, from, to)));
 }
 
 /** `bearer`, lowercase, as bytes. */

@@ -26,8 +26,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { hopByHopHeaders } from "../shared/port_proxy.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { DEFAULT_JSON_BODY_LIMIT_BYTES } from "../shared/json_body.ts";
-import { type Caller, scopeOf, teamOf } from "./auth.ts";
-import { bearerToken } from "../shared/token.ts";
+import { type Caller, decodedBearerCheck, scopeOf, teamOf } from "./auth.ts";
 import { HOP_HEADER, nextHop } from "./door.ts";
 import type { FindOne } from "./finder.ts";
 import { answerHopByHop, unreachable } from "./forward.ts";
@@ -199,7 +198,8 @@ export interface GatewayBytesLane extends BytesLane<Caller> {
  */
 export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   const { parts, client, verbs, answerError } = options;
-  const { routing, finder, fleet, identify, identifyBearer } = parts;
+  const { routing, finder, fleet } = parts;
+  const identifyBearer = parts.identifyBearer ?? decodedBearerCheck(parts.identify);
   // Read whole before it is parsed: a larger body streams through the object path's reader.
   const maxBodyBytes = Math.min(
     parts.jsonBodyCap.maxBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
@@ -317,10 +317,7 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         return undefined;
       }
       const at = head.find("authorization");
-      if (at < 0) return undefined;
-      return identifyBearer !== undefined
-        ? identifyBearer(head.raw, head.spans[at + 2], head.spans[at + 3])
-        : identify(bearerToken(head.get("authorization")));
+      return at < 0 ? undefined : identifyBearer(head.raw, head.spans[at + 2], head.spans[at + 3]);
     },
     async serve(ex, caller) {
       const path = ex.head.target;

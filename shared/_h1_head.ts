@@ -222,7 +222,7 @@ function isVersion(b: Uint8Array, from: number, to: number, minor: number): bool
 }
 
 /** The number `b[from, to)` spells in at most 15 digits, or -1 when it is not one. */
-function digitsAt(b: Uint8Array, from: number, to: number): number {
+export function digitsAt(b: Uint8Array, from: number, to: number): number {
   if (to <= from || to - from > 15) return -1;
   let n = 0;
   for (let i = from; i < to; i++) {
