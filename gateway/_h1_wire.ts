@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { blankLineAt, digitsAt, octets, sameName } from "../shared/_h1_head.ts";
+import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "../shared/_h1_head.ts";
 import { joined, writeAll } from "../shared/_h1_answer.ts";
 
 export const encoder = new TextEncoder();
@@ -300,7 +300,7 @@ function isDigit(c: number): boolean {
 }
 
 function parseRawHead(raw: Uint8Array): RawHead {
-  const statusEnd = raw.indexOf(10) + 1;
+  const statusEnd = byteIndex(raw, 10, 0) + 1;
   // "HTTP/1.x NNN" and a CRLF: the rest of the status line is the reason, passed on as it came.
   // Read from the bytes: a TextDecoder call per answer was two calls into the runtime.
   const ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 && startsHttp1(raw) &&
@@ -320,8 +320,8 @@ function parseRawHead(raw: Uint8Array): RawHead {
   let length: number | undefined;
   const stop = raw.length - 2;
   for (let at = statusEnd; at < stop;) {
-    const nl = raw.indexOf(10, at);
-    const colon = raw.indexOf(58, at);
+    const nl = byteIndex(raw, 10, at);
+    const colon = byteIndex(raw, 58, at, nl);
     if (nl <= at || raw[nl - 1] !== 13 || colon <= at || colon > nl) {
       throw new TypeError("error reading response: bad header line");
     }

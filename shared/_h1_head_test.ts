@@ -1,5 +1,12 @@
 import assert from "node:assert/strict";
-import { headEnd, HeadError, parseHead, recentOctets, type RequestHead } from "./_h1_head.ts";
+import {
+  byteIndex,
+  headEnd,
+  HeadError,
+  parseHead,
+  recentOctets,
+  type RequestHead,
+} from "./_h1_head.ts";
 
 /** The bytes of `text`, one byte per char (header bytes are octets). */
 function octets(text: string): Uint8Array {
@@ -31,6 +38,31 @@ function refused(text: string, status: number, message: RegExp) {
 }
 
 const H = "Host: example.test\r\n";
+
+Deno.test("byteIndex finds a byte within its bounds only, as indexOf does within them", () => {
+  const b = octets("ab\ncd\nef:");
+  assert.equal(byteIndex(b, 10, 0), 2);
+  assert.equal(byteIndex(b, 10, 3), 5);
+  assert.equal(byteIndex(b, 10, 6), -1);
+  // A byte at or past `to` is not found, nor one before `from`.
+  assert.equal(byteIndex(b, 10, 3, 5), -1);
+  assert.equal(byteIndex(b, 10, 3, 6), 5);
+  assert.equal(byteIndex(b, 97, 1), -1);
+  assert.equal(byteIndex(b, 58, 0), 8);
+  assert.equal(byteIndex(b, 58, 0, 8), -1);
+  for (let from = 0; from <= b.length; from++) {
+    assert.equal(byteIndex(b, 10, from), b.indexOf(10, from), `from ${from}`);
+  }
+});
+
+Deno.test("parseHead reads no line past the head's end: the next request's bytes are not its own", () => {
+  // A head whose last header line has no LF before `end` is refused, though a pipelined request
+  // after it holds one.
+  const b = octets(`GET / HTTP/1.1\r\n${H}X: 1\r\n\r\nGET /next HTTP/1.1\r\n${H}\r\n`);
+  const end = headEnd(b, 0, b.length);
+  assert.equal(parseHead(b, 0, end).target, "/");
+  assert.equal(parseHead(b, end, headEnd(b, end, b.length)).target, "/next");
+});
 
 Deno.test("headEnd finds the index after the blank line, or -1 while the head is not all there", () => {
   const head = `GET / HTTP/1.1\r\n${H}\r\n`;

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { HeadError, octets, type RequestHead } from "./_h1_head.ts";
+import { byteIndex, HeadError, octets, type RequestHead } from "./_h1_head.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;
@@ -148,8 +148,7 @@ export class Inbound {
   /** One CRLF-ended line (a chunk size, a trailer), without its CRLF, or null at the end. */
   async line(): Promise<string | null> {
     for (;;) {
-      const found = this.buf.subarray(this.start, this.end).indexOf(10);
-      const nl = found === -1 ? -1 : this.start + found;
+      const nl = byteIndex(this.buf, 10, this.start, this.end);
       if (nl !== -1) {
         if (nl === this.start || this.buf[nl - 1] !== 13) {
           throw new HeadError(400, "A chunked body has a line that ends with a bare LF");
