@@ -31,6 +31,7 @@ import { HOP_HEADER, nextHop } from "./door.ts";
 import type { FindOne } from "./finder.ts";
 import { answerHopByHop, unreachable } from "./forward.ts";
 import { LruCache } from "./lru.ts";
+import { BodyMemo } from "./body_memo.ts";
 import type { BytesAnswer, H1Client } from "./h1_client.ts";
 import { octets, sameName } from "../shared/_h1_head.ts";
 import { Carver, writeBody } from "../shared/_h1_answer.ts";
@@ -219,6 +220,9 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
   // The runs of header lines kept, reused by each request (they are read before the next).
   const runs: number[] = [];
   const carver = new Carver();
+  // What each verb's schema made of a small body lately, by its bytes: a polling client's body
+  // is then neither parsed nor checked again.
+  const bodies = new BodyMemo<{ name: string }>();
 
   /** The node's request: the client's end-to-end header lines as sent, the node's own, the hop. */
   const nodeRequest = (ex: LaneExchange, path: string, endpoint: string, caller: Caller) => {
@@ -322,11 +326,16 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
     async serve(ex, caller) {
       const path = ex.head.target;
       const verb = verbs.get(path)!;
-      const value = jsonObject(ex.body);
-      if (value === undefined) return handBack();
-      const parsed = verb.schema.safeParse(value);
-      if (!parsed.success) return handBack();
-      const key = teamScopedName(teamOf(caller), parsed.data!.name);
+      let data = bodies.get(verb, ex.body);
+      if (data === undefined) {
+        const value = jsonObject(ex.body);
+        if (value === undefined) return handBack();
+        const parsed = verb.schema.safeParse(value);
+        if (!parsed.success) return handBack();
+        data = parsed.data!;
+        bodies.remember(verb, ex.body, data);
+      }
+      const key = teamScopedName(teamOf(caller), data.name);
       const found: FindOne | undefined = finder.cached("name", key);
       if (found === undefined || ex.hungUp) return handBack();
       const node = found.node;
@@ -339,7 +348,7 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       const watched = routing.hangUps.watch(
         ex,
         target,
-        verb.headBound?.(parsed.data!) ?? routing.headTimeoutMs,
+        verb.headBound?.(data) ?? routing.headTimeoutMs,
       );
       const started = performance.now();
       routing.hangUps.bodySent(watched, started);

@@ -342,6 +342,42 @@ Deno.test("what the lane cannot serve exactly is handed back and answered by the
   }
 });
 
+Deno.test("a body the lane saw lately is found again by its bytes, for its own verb only", async () => {
+  const r = await rig({ names: ["x", "z"] });
+  try {
+    await r.cache("x");
+    const body = JSON.stringify({ name: "x" });
+    let delta = r.mark();
+    for (let i = 0; i < 2; i++) {
+      const res = await post(`${r.base}/getSandboxMetrics`, r.fleetAuth, body);
+      assert.equal(res.status, 200, res.text);
+      assert.equal(r.seen.at(-1)!.body, body);
+    }
+    assert.deepEqual(delta(), { served: 2, handedBack: 0 });
+    // The same bytes to execCommand are that verb's schema's to judge: no command is a 400.
+    delta = r.mark();
+    const exec = await post(`${r.base}/execCommand`, r.fleetAuth, body);
+    assert.equal(exec.status, 400, exec.text);
+    assert.deepEqual(delta(), { served: 0, handedBack: 1 });
+    // One byte off names another sandbox, not cached: its lookup round runs.
+    delta = r.mark();
+    const before = r.seen.length;
+    const other = await post(
+      `${r.base}/getSandboxMetrics`,
+      r.fleetAuth,
+      JSON.stringify({ name: "z" }),
+    );
+    assert.equal(other.status, 200, other.text);
+    assert.deepEqual(delta(), { served: 0, handedBack: 1 });
+    assert.deepEqual(r.seen.slice(before).map((s) => s.path), [
+      "/lookupSandbox",
+      "/getSandboxMetrics",
+    ]);
+  } finally {
+    await r.close();
+  }
+});
+
 /** A stub answer that holds until the node's request is aborted (or 4 s pass, on a red run). */
 function holding(arrived: PromiseWithResolvers<void>, aborted: PromiseWithResolvers<void>) {
   return (s: Seen) =>
