@@ -1,0 +1,90 @@
+/**
+ * Two gateways loaded at the same time, each in front of its own node with its own wrk (-t1
+ * -c16 on `POST /getSandboxMetrics` for a cached name): the CPU each spends a request, read from
+ * /proc over the same seconds. On these machines the host's noise moves a proxy's CPU per request
+ * by several µs between runs one after the other; at the same time it moves both. So a change is
+ * priced on the wire here (the tree before as A, the tree after as B), after `bench/_lane_js.ts`
+ * has priced it without sockets. A tree against itself gives the spread to read it against.
+ *
+ * Each gateway is its tree's `gateway/main.ts` as deployed, started by that tree's
+ * `bench/_fixtures.ts`. Not a section of RESULTS.md: a tool for before/after figures (issue 16).
+ *
+ * `deno run -A bench/_head_to_head.ts <tree A> <tree B> [--windows=10] [--seconds=3]`
+ *
+ * @module
+ */
+import { median } from "./_stats.ts";
+import type { Daemon } from "./_fixtures.ts";
+
+interface Fixtures {
+  benchToken: string;
+  startGateway(args?: string[], env?: Record<string, string>): Promise<Daemon>;
+  startNode(id: string, gateway?: string): Promise<Daemon>;
+  postJson(url: string, body: unknown): Promise<{ status: number }>;
+  cpuTimes(pids: readonly number[]): Promise<{ user: number; system: number }[]>;
+}
+
+const flag = (name: string, fallback: number) =>
+  Number(Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback);
+const windows = flag("windows", 10);
+const seconds = flag("seconds", 3);
+const trees = Deno.args.filter((a) => !a.startsWith("--"));
+if (trees.length !== 2) {
+  console.error(
+    "Give two trees (each a checkout of this repository), e.g. /work/wt-base /work/wt-new",
+  );
+  Deno.exit(2);
+}
+const [A, B] = await Promise.all(
+  trees.map((t) => import(`${Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>),
+);
+const { missingTools, waitForNode, wrk } = await import("./forwarding.ts");
+const missing = await missingTools(["wrk"]);
+if (missing) {
+  console.log(`Not measured: ${missing}`);
+  Deno.exit(0);
+}
+
+const started: Daemon[] = [];
+/** A gateway of `f`'s tree with a node of its own and the sandbox cached. */
+async function up(f: Fixtures, id: string): Promise<Daemon> {
+  const gw = await f.startGateway();
+  started.push(gw);
+  started.push(await f.startNode(id, gw.url));
+  await waitForNode(gw.url, id);
+  const made = await f.postJson(`${gw.url}/acquireSandbox`, { name: "bench-fwd" });
+  if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status} on ${id}`);
+  return gw;
+}
+
+try {
+  const ga = await up(A, "h2h-a"), gb = await up(B, "h2h-b");
+  const env = { BENCH_TOKEN: A.benchToken, BENCH_NAME: "bench-fwd" };
+  const url = (g: Daemon) => `${g.url}/getSandboxMetrics`;
+  await Promise.all([wrk(url(ga), 1, env, 16), wrk(url(gb), 1, env, 16)]); // warm-up: JIT, pools
+  const cpu: { a: number; b: number }[] = [], rps: number[] = [];
+  for (let w = 0; w < windows; w++) {
+    const before = await A.cpuTimes([ga.pid, gb.pid]);
+    const [ra, rb] = await Promise.all([
+      wrk(url(ga), seconds, env, 16),
+      wrk(url(gb), seconds, env, 16),
+    ]);
+    const after = await A.cpuTimes([ga.pid, gb.pid]);
+    const per = (i: number, r: number) =>
+      1000 * (after[i].user + after[i].system - before[i].user - before[i].system) /
+      (r * seconds);
+    cpu.push({ a: per(0, ra.rps), b: per(1, rb.rps) });
+    rps.push(rb.rps / ra.rps);
+  }
+  const diffs = cpu.map((c) => c.b - c.a);
+  console.log(
+    `CPU a request, µs (median of ${windows} windows of ${seconds} s): A ${
+      median(cpu.map((c) => c.a)).toFixed(1)
+    }, B ${median(cpu.map((c) => c.b)).toFixed(1)}; B − A ${median(diffs).toFixed(1)} ` +
+      `(windows: ${diffs.map((d) => d.toFixed(1)).join(" ")}); B ÷ A requests answered ${
+        median(rps).toFixed(3)
+      }`,
+  );
+} finally {
+  for (const s of started.reverse()) await s.stop();
+}
