@@ -21,7 +21,6 @@ interface Fixtures {
   startGateway(args?: string[], env?: Record<string, string>): Promise<Daemon>;
   startNode(id: string, gateway?: string): Promise<Daemon>;
   postJson(url: string, body: unknown): Promise<{ status: number }>;
-  cpuTimes(pids: readonly number[]): Promise<{ user: number; system: number }[]>;
 }
 
 const flag = (name: string, fallback: number) =>
@@ -38,7 +37,7 @@ if (trees.length !== 2) {
 const [A, B] = await Promise.all(
   trees.map((t) => import(`${Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>),
 );
-const { missingTools, waitForNode, wrk } = await import("./forwarding.ts");
+const { atOnce, missingTools, waitForNode, wrk } = await import("./forwarding.ts");
 const missing = await missingTools(["wrk"]);
 if (missing) {
   console.log(`Not measured: ${missing}`);
@@ -64,17 +63,9 @@ try {
   await Promise.all([wrk(url(ga), 1, env, 16), wrk(url(gb), 1, env, 16)]); // warm-up: JIT, pools
   const cpu: { a: number; b: number }[] = [], rps: number[] = [];
   for (let w = 0; w < windows; w++) {
-    const before = await A.cpuTimes([ga.pid, gb.pid]);
-    const [ra, rb] = await Promise.all([
-      wrk(url(ga), seconds, env, 16),
-      wrk(url(gb), seconds, env, 16),
-    ]);
-    const after = await A.cpuTimes([ga.pid, gb.pid]);
-    const per = (i: number, r: number) =>
-      1000 * (after[i].user + after[i].system - before[i].user - before[i].system) /
-      (r * seconds);
-    cpu.push({ a: per(0, ra.rps), b: per(1, rb.rps) });
-    rps.push(rb.rps / ra.rps);
+    const both = await atOnce(ga, gb, seconds, env);
+    cpu.push({ a: both.cpu[0], b: both.cpu[1] });
+    rps.push(both.rps[1] / both.rps[0]);
   }
   const diffs = cpu.map((c) => c.b - c.a);
   console.log(

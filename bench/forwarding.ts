@@ -184,6 +184,39 @@ export async function missingTools(tools: string[]): Promise<string | undefined>
   return undefined;
 }
 
+/** Two proxies loaded at the same time, and what each spent: its CPU a request and its rate. */
+export interface AtOnce {
+  /** CPU per request answered, µs (user + system, from /proc), of the first and the second. */
+  cpu: [number, number];
+  /** Requests per second of the first and the second. */
+  rps: [number, number];
+}
+
+/**
+ * Loads `a` and `b` at the same time for `seconds`, each with its own wrk -t1 -c16 on
+ * `POST /getSandboxMetrics`, and reads both processes' CPU over the same seconds: the host's
+ * noise, which moves a proxy's CPU per request by several µs between measurements one after the
+ * other, then hits both.
+ */
+export async function atOnce(
+  a: { url: string; pid: number },
+  b: { url: string; pid: number },
+  seconds: number,
+  env: Record<string, string>,
+): Promise<AtOnce> {
+  const pids = [a.pid, b.pid];
+  const before = await cpuTimes(pids);
+  const [ra, rb] = await Promise.all([
+    wrk(`${a.url}/getSandboxMetrics`, seconds, env, 16),
+    wrk(`${b.url}/getSandboxMetrics`, seconds, env, 16),
+  ]);
+  const after = await cpuTimes(pids);
+  const per = (i: number, rps: number) =>
+    1000 * (after[i].user + after[i].system - before[i].user - before[i].system) /
+    (rps * seconds);
+  return { cpu: [per(0, ra.rps), per(1, rb.rps)], rps: [ra.rps, rb.rps] };
+}
+
 /** Waits until the gateway lists `nodeId`. */
 export async function waitForNode(gateway: string, nodeId: string): Promise<void> {
   for (let i = 0; i < 200; i++) {
@@ -386,22 +419,13 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         w.cpu.push(1000 * spent / (result.rps * seconds));
       }
       // Head to head: the gateway and the floor loaded at the same time, each in front of its own
-      // node with its own wrk -c16, so that the host's noise, which moves a proxy's CPU per
-      // request by several µs between measurements one after the other, hits both.
+      // node (bench/_head_to_head.ts does the same for two trees' gateways).
       {
-        const both = [gw.pid, rawBeside.pid];
-        const before = await cpuTimes(both);
-        const [g, f] = await Promise.all([
-          wrk(`${gw.url}/getSandboxMetrics`, seconds, env, 16),
-          wrk(`http://127.0.0.1:${rawBeside.ready.port}/getSandboxMetrics`, seconds, env, 16),
-        ]);
-        const after = await cpuTimes(both);
-        const per = (i: number, rps: number) =>
-          1000 * (after[i].user + after[i].system - before[i].user - before[i].system) /
-          (rps * seconds);
-        headToHead.gateway.push(per(0, g.rps));
-        headToHead.floor.push(per(1, f.rps));
-        headToHead.rps.push(g.rps / f.rps);
+        const floor = { url: `http://127.0.0.1:${rawBeside.ready.port}`, pid: rawBeside.pid };
+        const { cpu, rps } = await atOnce(gw, floor, seconds, env);
+        headToHead.gateway.push(cpu[0]);
+        headToHead.floor.push(cpu[1]);
+        headToHead.rps.push(rps[0] / rps[1]);
       }
       // A verb the object path serves on either engine (no lane): what the engine costs there.
       for (const key of ["gateway", "gateway-deno"] as const) {

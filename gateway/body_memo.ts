@@ -6,6 +6,7 @@
  *
  * @module
  */
+import { octets } from "../shared/_h1_head.ts";
 
 /** Options of {@linkcode BodyMemo}. */
 export interface BodyMemoOptions {
@@ -78,11 +79,8 @@ export class BodyMemo<V extends object> {
   remember(verb: unknown, bytes: Uint8Array, value: V): void {
     const n = bytes.length;
     if (n === 0 || n > this.#maxBytes) return;
-    let text = "";
-    for (let i = 0; i < n; i++) {
-      if (bytes[i] > 127) return;
-      text += String.fromCharCode(bytes[i]);
-    }
+    for (let i = 0; i < n; i++) if (bytes[i] > 127) return;
+    const text = octets(bytes, 0, n);
     this.#slots[this.#slotOf(bytes) & this.#mask] = { verb, text, value: deepFreeze(value) };
   }
 }
