@@ -11,10 +11,14 @@
  *
  * `deno run -A bench/_head_to_head.ts <tree A> <tree B> [--windows=10] [--seconds=3]`
  *
+ * With `--floor=<arguments>` in place of the trees it loads two of this tree's bytes-framed floors
+ * (`bench/_raw_http_proxy.ts`), A as it is and B with those arguments (`--floor=timer=10`): what
+ * the runtime makes a proxy pay for something, with no gateway in the way.
+ *
  * @module
  */
 import { median } from "./_stats.ts";
-import type { Daemon } from "./_fixtures.ts";
+import { type Daemon, startScript } from "./_fixtures.ts";
 
 interface Fixtures {
   benchToken: string;
@@ -27,15 +31,21 @@ const flag = (name: string, fallback: number) =>
   Number(Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback);
 const windows = flag("windows", 10);
 const seconds = flag("seconds", 3);
-const trees = Deno.args.filter((a) => !a.startsWith("--"));
+const floorArgs = Deno.args.find((a) => a.startsWith("--floor="))?.slice(8).split(" ")
+  .filter((a) => a !== "");
+const trees = floorArgs ? ["", ""] : Deno.args.filter((a) => !a.startsWith("--"));
 if (trees.length !== 2) {
   console.error(
-    "Give two trees (each a checkout of this repository), e.g. /work/wt-base /work/wt-new",
+    "Give two trees (each a checkout of this repository), e.g. /work/wt-base /work/wt-new, " +
+      "or --floor=<the floor's arguments for B>, e.g. --floor=timer=10",
   );
   Deno.exit(2);
 }
+const here = new URL("..", import.meta.url).pathname;
 const [A, B] = await Promise.all(
-  trees.map((t) => import(`${Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>),
+  trees.map((t) =>
+    import(`${floorArgs ? here : Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>
+  ),
 );
 const { atOnce, missingTools, waitForNode, wrk } = await import("./forwarding.ts");
 const missing = await missingTools(["wrk"]);
@@ -44,9 +54,9 @@ if (missing) {
   Deno.exit(0);
 }
 
-const started: Daemon[] = [];
+const started: { stop(): Promise<void> }[] = [];
 /** A gateway of `f`'s tree with a node of its own and the sandbox cached. */
-async function up(f: Fixtures, id: string): Promise<Daemon> {
+async function up(f: Fixtures, id: string): Promise<{ url: string; pid: number }> {
   const gw = await f.startGateway();
   started.push(gw);
   started.push(await f.startNode(id, gw.url));
@@ -56,10 +66,26 @@ async function up(f: Fixtures, id: string): Promise<Daemon> {
   return gw;
 }
 
+/** A floor with `args` in front of a node of its own, which holds the sandbox. */
+async function floor(id: string, args: string[]): Promise<{ url: string; pid: number }> {
+  const node = await A.startNode(id);
+  started.push(node);
+  const made = await A.postJson(`${node.url}/acquireSandbox`, { name: "bench-fwd" });
+  if (made.status !== 200) throw new Error(`acquireSandbox answered ${made.status} on ${id}`);
+  const proxy = await startScript<{ port: number }>("_raw_http_proxy.ts", [
+    `127.0.0.1:${node.port}`,
+    ...args,
+  ]);
+  started.push(proxy);
+  return { url: `http://127.0.0.1:${proxy.ready.port}`, pid: proxy.pid };
+}
+
 try {
-  const ga = await up(A, "h2h-a"), gb = await up(B, "h2h-b");
+  const [ga, gb] = floorArgs
+    ? [await floor("h2h-a", []), await floor("h2h-b", floorArgs)]
+    : [await up(A, "h2h-a"), await up(B, "h2h-b")];
   const env = { BENCH_TOKEN: A.benchToken, BENCH_NAME: "bench-fwd" };
-  const url = (g: Daemon) => `${g.url}/getSandboxMetrics`;
+  const url = (g: { url: string }) => `${g.url}/getSandboxMetrics`;
   await Promise.all([wrk(url(ga), 1, env, 16), wrk(url(gb), 1, env, 16)]); // warm-up: JIT, pools
   const cpu: { a: number; b: number }[] = [], rps: number[] = [];
   for (let w = 0; w < windows; w++) {

@@ -7,11 +7,15 @@
  * does; what it adds over this row is its own work. A measuring stick: Content-Length bodies
  * only, no chunked messages, no limits beyond a 64 KiB head. Prints `{"port":N}` once listening.
  *
- * With a second argument `work=<µs>` it also spins that much CPU per request (counted in loop
- * turns calibrated at start, so it is work, not waiting): the same floor with a gateway's cost of
+ * With an argument `work=<µs>` it also spins that much CPU per request (counted in loop turns
+ * calibrated at start, so it is work, not waiting): the same floor with a gateway's cost of
  * logic added, which shows what a microsecond of a proxy's CPU is worth in throughput here.
+ * With `timer=<ms>` it keeps an empty interval of that period running, and with `armed=<ms>` a
+ * timeout of that delay that never fires (set again a few ms before it would): what a timer
+ * costs a loaded proxy (`bench/_head_to_head.ts --floor`, docs/forwarding-engine.md).
  *
  * Usage: deno run --allow-net=127.0.0.1 bench/_raw_http_proxy.ts 127.0.0.1:3676 [work=5]
+ *   [timer=10] [armed=10]
  *
  * @module
  */
@@ -112,14 +116,20 @@ class Side {
 
 /**
  * Relays requests from `client` to `upstream` and their answers back, one at a time, until
- * either ends; `workTurns` turns of the spin loop a request.
+ * either ends; `workTurns` turns of the spin loop and a call of `onRequest` a request.
  */
-export async function relayFloor(client: Wire, upstream: Wire, workTurns = 0): Promise<void> {
+export async function relayFloor(
+  client: Wire,
+  upstream: Wire,
+  workTurns = 0,
+  onRequest?: () => void,
+): Promise<void> {
   const down = new Side(client), up = new Side(upstream);
   for (;;) {
     const requestHead = await down.head();
     if (requestHead < 0) return;
     if (workTurns > 0) spin(workTurns);
+    onRequest?.();
     if (!(await down.pass(requestHead + down.contentLength(requestHead), upstream))) return;
     const answerHead = await up.head();
     if (answerHead < 0) return;
@@ -134,18 +144,35 @@ if (import.meta.main) {
     console.error("Give the upstream as host:port, e.g. 127.0.0.1:3676");
     Deno.exit(2);
   }
-  const workUs = Number(/^work=([\d.]+)$/.exec(Deno.args[1] ?? "")?.[1] ?? 0);
-  if (Deno.args[1] !== undefined && !(workUs > 0)) {
-    console.error(`Give the work per request as work=<µs>, e.g. work=5: received ${Deno.args[1]}`);
-    Deno.exit(2);
+  const options = new Map<string, number>();
+  for (const arg of Deno.args.slice(1)) {
+    const m = /^(work|timer|armed)=([\d.]+)$/.exec(arg);
+    if (m === null || !(Number(m[2]) > 0)) {
+      console.error(`Give work=<µs>, timer=<ms> or armed=<ms>, e.g. work=5: received ${arg}`);
+      Deno.exit(2);
+    }
+    options.set(m[1], Number(m[2]));
   }
+  const workUs = options.get("work") ?? 0;
   const workTurns = workUs > 0 ? Math.round(workUs * turnsPerUs()) : 0;
+  const timerMs = options.get("timer");
+  if (timerMs !== undefined) setInterval(() => {}, timerMs);
+  // A timeout set again, on a request, once it is within 2 ms of firing: pending, never run.
+  const armedMs = options.get("armed");
+  let armed: ReturnType<typeof setTimeout> | undefined, armedAt = 0;
+  const onRequest = armedMs === undefined ? undefined : () => {
+    const now = performance.now();
+    if (armed !== undefined && now - armedAt < armedMs - 2) return;
+    clearTimeout(armed);
+    armed = setTimeout(() => {}, armedMs);
+    armedAt = now;
+  };
   const proxy = async (client: Deno.TcpConn) => {
     const upstream = await Deno.connect({ hostname, port: upstreamPort });
     client.setNoDelay(true);
     upstream.setNoDelay(true);
     try {
-      await relayFloor(client, upstream, workTurns);
+      await relayFloor(client, upstream, workTurns, onRequest);
     } finally {
       upstream.close();
     }
