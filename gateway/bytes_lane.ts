@@ -345,12 +345,9 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       const target = { nodeId: node.id, endpoint: node.endpoint };
       served++;
       const bytes = nodeRequest(ex, path, node.endpoint, caller);
-      const watched = routing.hangUps.watch(
-        ex,
-        target,
-        verb.headBound?.(data) ?? routing.headTimeoutMs,
-      );
       const started = performance.now();
+      const bound = verb.headBound?.(data) ?? routing.headTimeoutMs;
+      const watched = routing.hangUps.watch(ex, target, bound, started);
       routing.hangUps.bodySent(watched, started);
       let answer: BytesAnswer;
       try {

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { capture, forward, HangUpWatch } from "./forward.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { within } from "../shared/_h1_server_fixtures_test.ts";
+import { FakeClock } from "../shared/clock.ts";
 
 const target = { nodeId: "a", endpoint: "http://node-a.test:3676" };
 
@@ -395,4 +396,79 @@ Deno.test("HangUpWatch: forwards ending in any order leave exactly the others pe
   }
   for (const e of ended) assert.equal(e.aborted, false, "an ended forward is not aborted");
   assert.equal(hangUps.size, 0);
+});
+
+/** A fake clock that also notes the delay of each timer set on it. */
+function notingClock(): { clock: FakeClock; delays: number[] } {
+  const clock = new FakeClock(0);
+  const delays: number[] = [];
+  const setTimer = clock.setTimer.bind(clock);
+  clock.setTimer = (fn, ms) => {
+    delays.push(ms);
+    return setTimer(fn, ms);
+  };
+  return { clock, delays };
+}
+
+Deno.test("HangUpWatch: while forwards keep starting, they run the ticks and the timer waits busyTimerMs", () => {
+  const { clock, delays } = notingClock();
+  const hangUps = new HangUpWatch({ clock, tickMs: 10, busyTimerMs: 250 });
+  const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
+  const client = new AbortController();
+  const long = hangUps.watch(client, target, 50, clock.now());
+  hangUps.bodySent(long, clock.now());
+  // A forward a millisecond for 40 ms, each answered at once.
+  for (let i = 0; i < 40; i++) {
+    clock.tick(1);
+    hangUps.done(hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()));
+  }
+  assert.equal(long.linked, true, "the pending forward was tied to its client on a tick");
+  client.abort(new Error("client gone"));
+  assert.equal(long.aborted, true, "the hang-up reached the node's request");
+  // Its bound is checked by the forwards too: the 504 comes within a tick of it.
+  const timed = hangUps.watch({ signal: new AbortController().signal }, target, 30, clock.now());
+  hangUps.bodySent(timed, clock.now());
+  for (let i = 0; i < 40 && !timed.aborted; i++) {
+    clock.tick(1);
+    hangUps.done(hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()));
+  }
+  assert.ok(timed.reason instanceof HttpError && timed.reason.status === 504, String(timed.reason));
+  // The first timer waited a tick; once it found the forwards ticking, it waited longer.
+  assert.deepEqual(delays, [10, 250]);
+  assert.equal(clock.pendingTimers, 1);
+});
+
+Deno.test("HangUpWatch: a forward left pending when the others stop is checked within busyTimerMs, then every tick", () => {
+  const { clock, delays } = notingClock();
+  const hangUps = new HangUpWatch({ clock, tickMs: 10, busyTimerMs: 250 });
+  const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
+  const others = () => {
+    for (let i = 0; i < 30; i++) {
+      clock.tick(1);
+      hangUps.done(
+        hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()),
+      );
+    }
+  };
+  others();
+  const left = hangUps.watch({ signal: new AbortController().signal }, target, 20, clock.now());
+  hangUps.bodySent(left, clock.now());
+  const at = clock.now();
+  clock.tick(250 + 10);
+  assert.ok(left.reason instanceof HttpError && left.reason.status === 504, String(left.reason));
+  assert.ok(clock.now() - at <= 250 + 10);
+  assert.equal(hangUps.size, 0);
+  // Nothing pending and no forwards starting: the timer stops.
+  clock.tick(1000);
+  assert.equal(clock.pendingTimers, 0);
+  // A lone forward after that is checked every tick: its 504 comes within a tick of its bound.
+  const from = delays.length;
+  const lone = hangUps.watch({ signal: new AbortController().signal }, target, 30, clock.now());
+  hangUps.bodySent(lone, clock.now());
+  clock.tick(25);
+  assert.equal(lone.aborted, false, "not before its bound");
+  clock.tick(15);
+  assert.ok(lone.reason instanceof HttpError && lone.reason.status === 504, String(lone.reason));
+  assert.deepEqual(delays.slice(from), [10, 10, 10], "a tick at a time while it waited");
+  assert.equal(clock.pendingTimers, 0);
 });
