@@ -1,12 +1,13 @@
 /**
- * Where a forwarding proxy's CPU goes on the wire, as `perf` sees it: the gateway and the
- * bytes-framed floor (`bench/_raw_http_proxy.ts`) in turn, each in front of the same node under
+ * Where a forwarding proxy's CPU goes on the wire, as `perf` sees it: the gateway, the
+ * bytes-framed floor (`bench/_raw_http_proxy.ts`) and nginx in turn, each in front of the same node under
  * wrk (-t2 -c32 on `POST /getSandboxMetrics` for a cached name), sampled by `perf record -g` with
  * V8's perf map (`--perf-basic-prof`). Printed per request answered:
  *
  * - the samples by where they fell: the kernel, the runtime's own binary (V8's C++ and Deno's
- *   Rust: its ops, event loop and garbage collector; it has no symbols), JavaScript compiled by V8
- *   (named by the map), libc; and the main thread against the others;
+ *   Rust: its ops, event loop and garbage collector; it has no symbols; for nginx, nginx's own
+ *   binary), JavaScript compiled by V8 (named by the map), libc; and the main thread against the
+ *   others;
  * - the runtime binary's samples by the first JavaScript function above them on the stack: the
  *   calls each function makes out of JavaScript (a builtin written in C++, an op), which the V8
  *   profiler (`bench/_profile.ts`) folds into the function and `bench/_lane_js.ts` cannot price
@@ -15,12 +16,12 @@
  * Not a section of RESULTS.md: a tool for issue 16, which found a call per header line into C++
  * this way (docs/forwarding-engine.md). Needs `perf` (linux-perf) and wrk; without them it says so.
  *
- * `deno run -A bench/_perf_split.ts [--seconds=6] [--callers=15] [--only=gateway|floor]`
+ * `deno run -A bench/_perf_split.ts [--seconds=6] [--callers=15] [--only=gateway|floor|nginx]`
  *
  * @module
  */
 import { benchToken, postJson, startGateway, startNode, startScript } from "./_fixtures.ts";
-import { missingTools, waitForNode, wrk } from "./forwarding.ts";
+import { missingTools, startNginx, waitForNode, wrk } from "./forwarding.ts";
 
 const flag = (name: string, fallback: string) =>
   Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
@@ -56,7 +57,7 @@ export function parsePerfScript(text: string): Sample[] {
 /** Where a frame's code lies. */
 export function placeOf(dso: string): "kernel" | "runtime" | "JavaScript" | "libc" | "other" {
   if (dso.includes("kernel")) return "kernel";
-  if (/\/deno$/.test(dso)) return "runtime";
+  if (/\/(deno|nginx)$/.test(dso)) return "runtime";
   if (dso.includes("perf-") || dso.startsWith("[JIT]")) return "JavaScript";
   if (dso.includes("libc")) return "libc";
   return "other";
@@ -117,7 +118,7 @@ async function samplesOf(file: string): Promise<Sample[]> {
 }
 
 if (import.meta.main) {
-  const missing = await missingTools(["wrk", "perf"]);
+  const missing = await missingTools(["wrk", "perf", "nginx"]);
   if (missing) {
     console.log(`Not measured: ${missing}`);
     Deno.exit(0);
@@ -140,9 +141,12 @@ if (import.meta.main) {
     );
     stops.unshift(floor);
     maps.push(floor.pid);
+    const nginx = await startNginx(node.port);
+    stops.unshift(nginx);
     const targets = [
       { label: "gateway", pid: gw.pid, url: gw.url },
       { label: "floor", pid: floor.pid, url: `http://127.0.0.1:${floor.ready.port}` },
+      { label: "nginx", pid: nginx.pid, url: nginx.url },
     ].filter((t) => only === "" || t.label === only);
     for (const t of targets) {
       const file = `${dir}/${t.label}.data`;
@@ -169,6 +173,7 @@ if (import.meta.main) {
     `${"other threads".padEnd(16)} ${results.map((r) => fmt(r.split.threads.others)).join(" ")}`,
   );
   for (const r of results) {
+    if (r.split.byCaller.size === 1 && r.split.byCaller.has("(event loop)")) continue; // no JS
     console.log(`\n${r.label}: the runtime binary's time on the main thread, by the JS above it`);
     for (const [name, t] of [...r.split.byCaller].sort((a, b) => b[1] - a[1]).slice(0, callers)) {
       console.log(`${fmt(t)}  ${name}`);
