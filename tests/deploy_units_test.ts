@@ -131,6 +131,13 @@ Deno.test("deploy/: systemd-analyze verify finds nothing wrong with the units an
   try {
     await Deno.mkdir(`${dir}/dormice-gateway.service.d`);
     await Deno.copyFile(dropInPath, `${dir}/dormice-gateway.service.d/tls.conf`);
+    // The node's unit requires docker.service, which a machine without Docker does not have, and
+    // verify fails a unit whose requirement it cannot load. A stand-in beside the units (verify
+    // looks there first) makes the check this unit's alone, with or without Docker installed.
+    await Deno.writeTextFile(
+      `${dir}/docker.service`,
+      "[Unit]\nDescription=Stand-in for the Docker engine's unit\n\n[Service]\nExecStart=/bin/true\n",
+    );
     for (const name of ["dormice-gateway.service", "dormice-node.service"]) {
       await t.step(name, async () => {
         // The deno the units name need not be installed here: this one stands in for it.
@@ -146,8 +153,8 @@ Deno.test("deploy/: systemd-analyze verify finds nothing wrong with the units an
           signal: AbortSignal.timeout(30_000),
         }).output();
         const said = new TextDecoder().decode(out.stderr).trim();
-        // A unit naming another (docker.service) it cannot find here is not this unit's fault.
-        const own = said.split("\n").filter((l) => l !== "" && !/docker\.service|etcd/.test(l));
+        // A unit naming another it cannot find here (etcd's) is not this unit's fault.
+        const own = said.split("\n").filter((l) => l !== "" && !/etcd/.test(l));
         assert.ok(out.success, said);
         assert.deepEqual(own, [], said);
       });
