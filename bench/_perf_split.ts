@@ -1,8 +1,9 @@
 /**
  * Where a forwarding proxy's CPU goes on the wire, as `perf` sees it: the gateway, the
- * bytes-framed floor (`bench/_raw_http_proxy.ts`) and nginx in turn, each in front of the same node under
- * wrk (-t2 -c32 on `POST /getSandboxMetrics` for a cached name), sampled by `perf record -g` with
- * V8's perf map (`--perf-basic-prof`). Printed per request answered:
+ * bytes-framed floor (`bench/_raw_http_proxy.ts`) and nginx in turn, each in front of the same
+ * node under wrk (-t2 -c32 on `POST /getSandboxMetrics` for a cached name; `--connections=1` for
+ * one request at a time), sampled by `perf record -g` with V8's perf map (`--perf-basic-prof`).
+ * Printed per request answered:
  *
  * - the samples by where they fell: the kernel, the runtime's own binary (V8's C++ and Deno's
  *   Rust: its ops, event loop and garbage collector; it has no symbols; for nginx, nginx's own
@@ -16,7 +17,8 @@
  * Not a section of RESULTS.md: a tool for issue 16, which found a call per header line into C++
  * this way (docs/forwarding-engine.md). Needs `perf` (linux-perf) and wrk; without them it says so.
  *
- * `deno run -A bench/_perf_split.ts [--seconds=6] [--callers=15] [--only=gateway|floor|nginx]`
+ * `deno run -A bench/_perf_split.ts [--seconds=6] [--callers=15] [--only=gateway|floor|nginx]
+ * [--connections=32]`
  *
  * @module
  */
@@ -28,6 +30,7 @@ const flag = (name: string, fallback: string) =>
 const seconds = Number(flag("seconds", "6"));
 const callers = Number(flag("callers", "15"));
 const only = flag("only", "");
+const connections = Number(flag("connections", "32"));
 const HZ = 1999;
 const PERF_MAP = "--v8-flags=--perf-basic-prof";
 
@@ -102,7 +105,7 @@ async function record(pid: number, url: string, out: string): Promise<number> {
   }).spawn();
   // perf attaches to the threads before the measured run starts.
   await new Promise((r) => setTimeout(r, 300));
-  const result = await wrk(`${url}/getSandboxMetrics`, seconds, env);
+  const result = await wrk(`${url}/getSandboxMetrics`, seconds, env, connections);
   perf.kill("SIGINT");
   await perf.status;
   return result.rps * seconds;
