@@ -9,7 +9,11 @@
  * Each gateway is its tree's `gateway/main.ts` as deployed, started by that tree's
  * `bench/_fixtures.ts`. Not a section of RESULTS.md: a tool for before/after figures (issue 16).
  *
- * `deno run -A bench/_head_to_head.ts <tree A> <tree B> [--windows=10] [--seconds=3]`
+ * `deno run -A bench/_head_to_head.ts <tree A> <tree B> [--windows=10] [--seconds=3] [--latency]`
+ *
+ * With `--latency`, each window loads the two with wrk -c1 instead (windows of 2 s by default) and
+ * the figure is their p50s' difference: one request at a time, where a request's work is its
+ * latency. Read one after the other, a c1 p50 moves by ±10 µs between windows; at once, a few.
  *
  * With `--floor=<arguments>` in place of the trees it loads two of this tree's bytes-framed floors
  * (`bench/_raw_http_proxy.ts`), A as it is and B with those arguments (`--floor=timer=10`): what
@@ -29,8 +33,9 @@ interface Fixtures {
 
 const flag = (name: string, fallback: number) =>
   Number(Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback);
-const windows = flag("windows", 10);
-const seconds = flag("seconds", 3);
+const latency = Deno.args.includes("--latency");
+const windows = flag("windows", latency ? 30 : 10);
+const seconds = flag("seconds", latency ? 2 : 3);
 const floorArgs = Deno.args.find((a) => a.startsWith("--floor="))?.slice(8).split(" ")
   .filter((a) => a !== "");
 const trees = floorArgs ? ["", ""] : Deno.args.filter((a) => !a.startsWith("--"));
@@ -87,21 +92,39 @@ try {
   const env = { BENCH_TOKEN: A.benchToken, BENCH_NAME: "bench-fwd" };
   const url = (g: { url: string }) => `${g.url}/getSandboxMetrics`;
   await Promise.all([wrk(url(ga), 1, env, 16), wrk(url(gb), 1, env, 16)]); // warm-up: JIT, pools
-  const cpu: { a: number; b: number }[] = [], rps: number[] = [];
-  for (let w = 0; w < windows; w++) {
-    const both = await atOnce(ga, gb, seconds, env);
-    cpu.push({ a: both.cpu[0], b: both.cpu[1] });
-    rps.push(both.rps[1] / both.rps[0]);
+  if (latency) {
+    const p50s: { a: number; b: number }[] = [];
+    for (let w = 0; w < windows; w++) {
+      const [ra, rb] = await Promise.all([
+        wrk(url(ga), seconds, env, 1),
+        wrk(url(gb), seconds, env, 1),
+      ]);
+      p50s.push({ a: ra.p50 * 1000, b: rb.p50 * 1000 });
+    }
+    const diffs = p50s.map((p) => p.b - p.a);
+    console.log(
+      `p50 at one connection, µs (median of ${windows} windows of ${seconds} s): A ${
+        median(p50s.map((p) => p.a)).toFixed(1)
+      }, B ${median(p50s.map((p) => p.b)).toFixed(1)}; B − A ${median(diffs).toFixed(1)} ` +
+        `(windows: ${diffs.map((d) => d.toFixed(0)).join(" ")})`,
+    );
+  } else {
+    const cpu: { a: number; b: number }[] = [], rps: number[] = [];
+    for (let w = 0; w < windows; w++) {
+      const both = await atOnce(ga, gb, seconds, env);
+      cpu.push({ a: both.cpu[0], b: both.cpu[1] });
+      rps.push(both.rps[1] / both.rps[0]);
+    }
+    const diffs = cpu.map((c) => c.b - c.a);
+    console.log(
+      `CPU a request, µs (median of ${windows} windows of ${seconds} s): A ${
+        median(cpu.map((c) => c.a)).toFixed(1)
+      }, B ${median(cpu.map((c) => c.b)).toFixed(1)}; B − A ${median(diffs).toFixed(1)} ` +
+        `(windows: ${diffs.map((d) => d.toFixed(1)).join(" ")}); B ÷ A requests answered ${
+          median(rps).toFixed(3)
+        }`,
+    );
   }
-  const diffs = cpu.map((c) => c.b - c.a);
-  console.log(
-    `CPU a request, µs (median of ${windows} windows of ${seconds} s): A ${
-      median(cpu.map((c) => c.a)).toFixed(1)
-    }, B ${median(cpu.map((c) => c.b)).toFixed(1)}; B − A ${median(diffs).toFixed(1)} ` +
-      `(windows: ${diffs.map((d) => d.toFixed(1)).join(" ")}); B ÷ A requests answered ${
-        median(rps).toFixed(3)
-      }`,
-  );
 } finally {
   for (const s of started.reverse()) await s.stop();
 }
