@@ -292,8 +292,8 @@ export class HangUpWatch {
    * once, for an answer that may stream for long.
    */
   done(entry: WatchedForward, linkNow = false): void {
-    // The timer stops when it next fires with nothing pending, not here: one request at a time
-    // would otherwise set and clear a timer per request.
+    // The timer stops when it fires with nothing pending and no forward started since it was
+    // set, not here: one request at a time would otherwise set and clear a timer per request.
     const at = entry.slot;
     if (at >= 0) {
       const last = this.#pending.pop()!;
