@@ -38,7 +38,9 @@ const windows = flag("windows", latency ? 30 : 10);
 const seconds = flag("seconds", latency ? 2 : 3);
 const floorArgs = Deno.args.find((a) => a.startsWith("--floor="))?.slice(8).split(" ")
   .filter((a) => a !== "");
-const trees = floorArgs ? ["", ""] : Deno.args.filter((a) => !a.startsWith("--"));
+// Two floors are both this tree's.
+const here = new URL("..", import.meta.url).pathname;
+const trees = floorArgs ? [here, here] : Deno.args.filter((a) => !a.startsWith("--"));
 if (trees.length !== 2) {
   console.error(
     "Give two trees (each a checkout of this repository), e.g. /work/wt-base /work/wt-new, " +
@@ -46,11 +48,8 @@ if (trees.length !== 2) {
   );
   Deno.exit(2);
 }
-const here = new URL("..", import.meta.url).pathname;
 const [A, B] = await Promise.all(
-  trees.map((t) =>
-    import(`${floorArgs ? here : Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>
-  ),
+  trees.map((t) => import(`${Deno.realPathSync(t)}/bench/_fixtures.ts`) as Promise<Fixtures>),
 );
 const { atOnce, missingTools, waitForNode, wrk } = await import("./forwarding.ts");
 const missing = await missingTools(["wrk"]);

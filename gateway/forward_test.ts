@@ -398,6 +398,18 @@ Deno.test("HangUpWatch: forwards ending in any order leave exactly the others pe
   assert.equal(hangUps.size, 0);
 });
 
+/** A client request that never hangs up. */
+const staying = () => ({ signal: new AbortController().signal });
+
+/** A forward started and answered each millisecond, for `ms` or until `stop` says so. */
+function steady(hangUps: HangUpWatch, clock: FakeClock, ms: number, stop = () => false): void {
+  const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
+  for (let i = 0; i < ms && !stop(); i++) {
+    clock.tick(1);
+    hangUps.done(hangUps.watch(staying(), target, 50, clock.now()));
+  }
+}
+
 /** A fake clock that also notes the delay of each timer set on it. */
 function notingClock(): { clock: FakeClock; delays: number[] } {
   const clock = new FakeClock(0);
@@ -418,20 +430,14 @@ Deno.test("HangUpWatch: while forwards keep starting, they run the ticks and the
   const long = hangUps.watch(client, target, 50, clock.now());
   hangUps.bodySent(long, clock.now());
   // A forward a millisecond for 40 ms, each answered at once.
-  for (let i = 0; i < 40; i++) {
-    clock.tick(1);
-    hangUps.done(hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()));
-  }
+  steady(hangUps, clock, 40);
   assert.equal(long.linked, true, "the pending forward was tied to its client on a tick");
   client.abort(new Error("client gone"));
   assert.equal(long.aborted, true, "the hang-up reached the node's request");
   // Its bound is checked by the forwards too: the 504 comes within a tick of it.
-  const timed = hangUps.watch({ signal: new AbortController().signal }, target, 30, clock.now());
+  const timed = hangUps.watch(staying(), target, 30, clock.now());
   hangUps.bodySent(timed, clock.now());
-  for (let i = 0; i < 40 && !timed.aborted; i++) {
-    clock.tick(1);
-    hangUps.done(hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()));
-  }
+  steady(hangUps, clock, 40, () => timed.aborted);
   assert.ok(timed.reason instanceof HttpError && timed.reason.status === 504, String(timed.reason));
   // The first timer waited a tick; once it found the forwards ticking, it waited longer.
   assert.deepEqual(delays, [10, 250]);
@@ -442,16 +448,8 @@ Deno.test("HangUpWatch: a forward left pending when the others stop is checked w
   const { clock, delays } = notingClock();
   const hangUps = new HangUpWatch({ clock, tickMs: 10, busyTimerMs: 250 });
   const target = { nodeId: "n", endpoint: "http://127.0.0.1:9" };
-  const others = () => {
-    for (let i = 0; i < 30; i++) {
-      clock.tick(1);
-      hangUps.done(
-        hangUps.watch({ signal: new AbortController().signal }, target, 50, clock.now()),
-      );
-    }
-  };
-  others();
-  const left = hangUps.watch({ signal: new AbortController().signal }, target, 20, clock.now());
+  steady(hangUps, clock, 30);
+  const left = hangUps.watch(staying(), target, 20, clock.now());
   hangUps.bodySent(left, clock.now());
   const at = clock.now();
   clock.tick(250 + 10);
@@ -463,7 +461,7 @@ Deno.test("HangUpWatch: a forward left pending when the others stop is checked w
   assert.equal(clock.pendingTimers, 0);
   // A lone forward after that is checked every tick: its 504 comes within a tick of its bound.
   const from = delays.length;
-  const lone = hangUps.watch({ signal: new AbortController().signal }, target, 30, clock.now());
+  const lone = hangUps.watch(staying(), target, 30, clock.now());
   hangUps.bodySent(lone, clock.now());
   clock.tick(25);
   assert.equal(lone.aborted, false, "not before its bound");
