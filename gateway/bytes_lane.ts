@@ -351,7 +351,11 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       routing.hangUps.bodySent(watched, started);
       let answer: BytesAnswer;
       try {
-        answer = await client.sendBytes(node.endpoint, bytes, watched);
+        // The node's request is written before sendBytes first waits; the client's hang-up read
+        // starts after it, while the node works (at one connection, off the request's latency).
+        const asked = client.sendBytes(node.endpoint, bytes, watched);
+        ex.watch();
+        answer = await asked;
       } catch (error) {
         routing.hangUps.done(watched);
         const reason = watched.aborted ? watched.reason : unreachable(target, error);

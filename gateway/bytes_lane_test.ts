@@ -3,7 +3,7 @@
 // which path answered.
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "./app.ts";
-import { createH1Client } from "./h1_client.ts";
+import { createH1Client, type H1Client } from "./h1_client.ts";
 import { checkIn } from "./_fixtures_test.ts";
 import { serveGuarded } from "../shared/serve.ts";
 import { serveH1 } from "../shared/h1_server.ts";
@@ -47,6 +47,8 @@ interface RigOptions {
   /** The stub's answer to every verb but lookupSandbox; a plain exec result when absent. */
   answer?: (seen: Seen) => Response | Promise<Response>;
   headTimeoutMs?: number;
+  /** Told when the gateway hands a request's bytes to its HTTP/1.1 client for the node. */
+  onSend?: () => void;
 }
 
 /** A stub node checked in to a gateway served by the bytes engine with its lane. */
@@ -80,7 +82,17 @@ async function rig(options: RigOptions = {}) {
       ? await options.answer(s)
       : Response.json({ exitCode: 0, stdout: "ok\n", stderr: "" });
   });
-  const client = createH1Client();
+  const h1 = createH1Client();
+  const client: H1Client = {
+    ...h1,
+    sendBytes(origin, bytes, signal) {
+      options.onSend?.();
+      return h1.sendBytes(origin, bytes, signal);
+    },
+    get open() {
+      return h1.open;
+    },
+  };
   const gateway = createGateway({
     token: TOKEN,
     nodeClient: client,
@@ -491,6 +503,64 @@ Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it w
   }
 });
 
+Deno.test("the node's request is written before the client's hang-up read starts", async () => {
+  // At one connection the work before the node's request is written is the request's latency;
+  // the hang-up read (an op call) is started after it, while the node works.
+  const order: string[] = [];
+  const r = await rig({ names: ["x"], onSend: () => order.push("the node's request") });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    const body = execBody("x");
+    const request = encoder.encode(
+      `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
+        `content-length: ${encoder.encode(body).length}\r\n\r\n${body}`,
+    );
+    let reads = 0, hangUp!: () => void;
+    const gone = new Promise<null>((resolve) => hangUp = () => resolve(null));
+    const conn = {
+      remoteAddr: { transport: "tcp", hostname: "127.0.0.1", port: 1 },
+      read(p: Uint8Array): Promise<number | null> {
+        if (reads++ > 0) {
+          order.push("a read after the request");
+          return gone;
+        }
+        order.push("the request");
+        p.set(request);
+        return Promise.resolve(request.length);
+      },
+      write(p: Uint8Array): Promise<number> {
+        order.push("the answer");
+        hangUp();
+        return Promise.resolve(p.length);
+      },
+      close: () => hangUp(),
+    };
+    await within(
+      serveH1(conn as unknown as Deno.Conn, {
+        handler: r.gateway.fetch,
+        onError: (e) => Promise.reject(e),
+        scheme: "http",
+        stop: new AbortController().signal,
+        begun() {},
+        ended() {},
+        lane: r.lane,
+      }),
+      5000,
+      "the answer",
+    );
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
+    assert.deepEqual(order.slice(0, 4), [
+      "the request",
+      "the node's request",
+      "a read after the request",
+      "the answer",
+    ]);
+  } finally {
+    await r.close();
+  }
+});
+
 Deno.test("a body past the lane's 1 MiB is left to the object path, which reads it under its cap", async () => {
   const r = await rig({ names: ["x"] });
   try {
@@ -530,25 +600,45 @@ Deno.test("a node that sends no head within headTimeoutMs is a 504 and its reque
   }
 });
 
+/** A client that sends an execCommand for `name` and hangs up once the node has it. */
+async function hangUpOnExec(r: Awaited<ReturnType<typeof rig>>, arrived: Promise<void>) {
+  const body = encoder.encode(execBody("x"));
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.base).port) });
+  try {
+    const head = `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
+      `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
+    const bytes = new Uint8Array([...encoder.encode(head), ...body]);
+    for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
+    await within(arrived, 3000, "the node's request");
+  } finally {
+    conn.close();
+  }
+}
+
 Deno.test("a client that hangs up aborts the node's request", async () => {
   const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
   const r = await rig({ names: ["x"], answer: holding(arrived, aborted) });
   try {
     await r.cache("x");
     const delta = r.mark();
-    const body = encoder.encode(execBody("x"));
-    const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.base).port) });
-    try {
-      const head = `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
-        `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
-      const bytes = new Uint8Array([...encoder.encode(head), ...body]);
-      for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
-      await within(arrived.promise, 3000, "the node's request");
-    } finally {
-      conn.close();
-    }
+    await hangUpOnExec(r, arrived.promise);
     assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
     assert.deepEqual(delta(), { served: 1, handedBack: 0 });
+  } finally {
+    await r.close();
+  }
+});
+
+Deno.test("a client that hangs up on a request the lane handed back aborts the node's request", async () => {
+  // Not cached: the lane hands it back before asking a node, and the object path's lookup round
+  // and forward hear the hang-up through the read the server starts for it.
+  const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
+  const r = await rig({ names: ["x"], answer: holding(arrived, aborted) });
+  try {
+    const delta = r.mark();
+    await hangUpOnExec(r, arrived.promise);
+    assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
+    assert.deepEqual(delta(), { served: 0, handedBack: 1 });
   } finally {
     await r.close();
   }

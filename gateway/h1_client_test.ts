@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createH1Client } from "./h1_client.ts";
+import { createH1Client, type H1Client } from "./h1_client.ts";
 import { HangUpWatch } from "./forward.ts";
 
 function serve(handler: (r: Request) => Response | Promise<Response>) {
@@ -379,6 +379,41 @@ Deno.test("createH1Client() drops an idle connection the node closes, before any
   } finally {
     client.close();
     await close();
+  }
+});
+
+Deno.test("createH1Client() starts an idle connection's read when the next request is written", async () => {
+  // Two nodes that each answer once and close. With the idle read's own timer a minute away, the
+  // first connection's close can only be heard once the second request is written, by either way.
+  const request = new TextEncoder().encode(
+    "POST / HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\n\r\n",
+  );
+  const second = {
+    fetch: async (client: H1Client, url: string) =>
+      await (await client.fetch(url, { method: "POST", body: "x" })).text(),
+    sendBytes: async (client: H1Client, url: string) => {
+      const answer = await client.sendBytes(url, request, null);
+      const into = new Uint8Array(answer.wholeLength());
+      answer.copyWhole(into, 0);
+      return new TextDecoder().decode(into);
+    },
+  };
+  for (const [way, send] of Object.entries(second)) {
+    const a = rawServer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\na");
+    const b = rawServer("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nb");
+    const client = createH1Client({ idleTimeoutMs: 60_000, idleReadAfterMs: 60_000 });
+    try {
+      assert.equal(await (await client.fetch(a.url)).text(), "a");
+      assert.equal(client.open, 1, "the first connection is pooled, its close not heard yet");
+      assert.equal(await send(client, b.url), "b", way);
+      const deadline = Date.now() + 2000;
+      while (client.open > 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.equal(client.open, 1, `${way}: the first node's close was heard, not the second's`);
+    } finally {
+      client.close();
+      await a.close();
+      await b.close();
+    }
   }
 });
 

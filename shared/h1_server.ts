@@ -51,6 +51,13 @@ export interface LaneExchange {
    * closure `write` makes to do it.
    */
   writeOnce(bytes: Uint8Array): Promise<number>;
+  /**
+   * Starts hearing the client's hang-up (a read stays pending on its connection). The lane calls
+   * it once the node's request is out: at one connection the work before that write is the
+   * request's latency, and the work after it runs while the node answers. The server calls it
+   * itself for a request the lane hands back.
+   */
+  watch(): void;
 }
 
 /**
@@ -339,11 +346,14 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
         head.contentLength >= 0 && head.contentLength <= lane.maxBodyBytes &&
         (claim = lane.claim(head)) !== undefined
       ) {
+        // The lane starts the hang-up read itself once the node's request is out.
+        reader.onEnd = undefined;
         const body = reader.whole() ?? await readWhole(reader, head.contentLength);
         if (body === null) return false;
         ex.body = body;
         const answer = await lane.serve(ex, claim);
         if (answer === true) return keep;
+        ex.watch();
         response = answer;
         given = body.length > 0 ? body : null;
       } else {
