@@ -449,17 +449,39 @@ Deno.test("a body just under the lane's 1 MiB and an answer of 256 KiB pass thro
   }
 });
 
+/** An execCommand for `name` as the bytes a client sends. */
+function execRequest(name: string): Uint8Array {
+  const body = execBody(name);
+  return encoder.encode(
+    `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
+      `content-length: ${encoder.encode(body).length}\r\n\r\n${body}`,
+  );
+}
+
+/** Serves the one connection `conn` (a stand-in socket) with the rig's gateway and lane. */
+function serveOne(r: Awaited<ReturnType<typeof rig>>, conn: object, what: string) {
+  return within(
+    serveH1(conn as unknown as Deno.Conn, {
+      handler: r.gateway.fetch,
+      onError: (e) => Promise.reject(e),
+      scheme: "http",
+      stop: new AbortController().signal,
+      begun() {},
+      ended() {},
+      lane: r.lane,
+    }),
+    5000,
+    what,
+  );
+}
+
 Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it whole", async () => {
   const answer = JSON.stringify({ exitCode: 0, stdout: "w".repeat(8000) });
   const r = await rig({ names: ["x"], answer: () => new Response(answer) });
   try {
     await r.cache("x");
     const delta = r.mark();
-    const body = execBody("x");
-    const request = encoder.encode(
-      `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
-        `content-length: ${encoder.encode(body).length}\r\n\r\n${body}`,
-    );
+    const request = execRequest("x");
     // A connection whose writes take at most 1000 bytes, as a full socket's do.
     const writes: Uint8Array[] = [];
     let asked = false, received = "", hangUp!: () => void;
@@ -481,19 +503,7 @@ Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it w
       },
       close: () => hangUp(),
     };
-    await within(
-      serveH1(conn as unknown as Deno.Conn, {
-        handler: r.gateway.fetch,
-        onError: (e) => Promise.reject(e),
-        scheme: "http",
-        stop: new AbortController().signal,
-        begun() {},
-        ended() {},
-        lane: r.lane,
-      }),
-      5000,
-      "the answer's last piece",
-    );
+    await serveOne(r, conn, "the answer's last piece");
     assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
     assert.ok(writes.length > 8, `the answer went out in pieces (${writes.length} writes)`);
     assert.match(received, /^HTTP\/1\.1 200 OK\r\n/);
@@ -511,11 +521,7 @@ Deno.test("the node's request is written before the client's hang-up read starts
   try {
     await r.cache("x");
     const delta = r.mark();
-    const body = execBody("x");
-    const request = encoder.encode(
-      `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
-        `content-length: ${encoder.encode(body).length}\r\n\r\n${body}`,
-    );
+    const request = execRequest("x");
     let reads = 0, hangUp!: () => void;
     const gone = new Promise<null>((resolve) => hangUp = () => resolve(null));
     const conn = {
@@ -536,19 +542,7 @@ Deno.test("the node's request is written before the client's hang-up read starts
       },
       close: () => hangUp(),
     };
-    await within(
-      serveH1(conn as unknown as Deno.Conn, {
-        handler: r.gateway.fetch,
-        onError: (e) => Promise.reject(e),
-        scheme: "http",
-        stop: new AbortController().signal,
-        begun() {},
-        ended() {},
-        lane: r.lane,
-      }),
-      5000,
-      "the answer",
-    );
+    await serveOne(r, conn, "the answer");
     assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
     assert.deepEqual(order.slice(0, 4), [
       "the request",
