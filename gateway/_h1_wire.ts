@@ -94,7 +94,6 @@ export class Conn {
    * connection dropped) before a request is written into it; the next answer starts from it.
    */
   watchIdle(): void {
-    this.answered = 0;
     if (this.#peek !== undefined || this.buffered.length > 0) return;
     const buf = this.#readBuffer();
     this.#peekBuf = buf;

@@ -438,6 +438,8 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     if (c === undefined) return;
     c.idleSince = performance.now();
     c.idle = true;
+    // The next answer starts from nothing read: a failure before its first byte is a stale
+    // connection (reset here, not when the idle read starts, which a connection taken again skips).
     c.answered = 0;
     pool.idle.push(c);
     watchSoon(c);
