@@ -33,6 +33,7 @@ import { answerHopByHop, unreachable } from "./forward.ts";
 import { LruCache } from "./lru.ts";
 import { BodyMemo } from "./body_memo.ts";
 import type { BytesAnswer, H1Client } from "./h1_client.ts";
+import type { RawHead } from "./_h1_wire.ts";
 import { octets, sameName } from "../shared/_h1_head.ts";
 import { Carver, writeBody } from "../shared/_h1_answer.ts";
 import type { GatewayParts } from "./parts.ts";
@@ -137,6 +138,26 @@ class NameSet {
 
 /** Node answer headers the client's answer does not carry: the hop's own; framing is redone. */
 const notRelayed = new NameSet([...answerHopByHop, "transfer-encoding", "content-length"]);
+
+/**
+ * Whether the node's answer head goes to the client as it came: HTTP/1.1, framed by one
+ * Content-Length of plain digits (what the relay would write again), with no other header the
+ * relay drops. The node's usual answer (content type, length, date) is.
+ */
+function asItCame(head: RawHead): boolean {
+  if (!head.http11 || head.length === undefined || head.status === 204 || head.status === 304) {
+    return false;
+  }
+  const { raw, spans } = head;
+  let lengths = 0;
+  for (let i = 0; i < spans.length; i += 3) {
+    const start = spans[i], colon = spans[i + 1];
+    if (!notRelayed.has(raw, start, colon)) continue;
+    if (colon - start !== 14 || !sameName(raw, start, colon, "content-length")) return false;
+    lengths++;
+  }
+  return lengths === 1;
+}
 
 /**
  * The header lines of `raw` that are kept, as runs `[from, to)` of adjacent lines: `spans` has
@@ -377,10 +398,12 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         // A whole answer (the usual small one) is one write awaited here, in this frame: a helper
         // handing back its promise was one more promise and closure a request.
         const whole = answer.wholeLength();
-        const out = answerHead(answer, whole);
+        const same = whole >= 0 && asItCame(answer.head);
+        // Nothing to change in it: the node's bytes go out from its connection's read buffer.
+        const out = same ? answer.asSent() : answerHead(answer, whole);
         if (whole < 0) await relayStream(ex, answer, out);
         else {
-          answer.copyWhole(out, out.length - whole);
+          if (!same) answer.copyWhole(out, out.length - whole);
           const n = await ex.writeOnce(out);
           if (n < out.length) await ex.write(out.subarray(n));
         }

@@ -513,6 +513,52 @@ Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it w
   }
 });
 
+/** One request's answer read off a plain socket, as bytes: its head and its sized body. */
+async function rawAnswer(url: string, request: Uint8Array): Promise<string> {
+  const { hostname, port } = new URL(url);
+  const conn = await Deno.connect({ hostname, port: Number(port) });
+  try {
+    await conn.write(request);
+    let text = "";
+    const buf = new Uint8Array(64 * 1024);
+    for (const deadline = Date.now() + 5000; Date.now() < deadline;) {
+      const n = await within(conn.read(buf), 5000, `an answer from ${url}`);
+      if (n === null) break;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+      const end = text.indexOf("\r\n\r\n");
+      const length = /\r\ncontent-length: *(\d+)/i.exec(text)?.[1];
+      if (end >= 0 && length !== undefined && text.length >= end + 4 + Number(length)) break;
+    }
+    return text;
+  } finally {
+    conn.close();
+  }
+}
+
+Deno.test("a node's answer that needs no change reaches the client byte for byte", async () => {
+  const r = await rig({
+    names: ["x"],
+    answer: () =>
+      new Response('{"exitCode":0,"stdout":"as sent\\n"}', {
+        headers: { "x-first": "1", "content-type": "application/json", "x-last": "2" },
+      }),
+  });
+  try {
+    await r.cache("x");
+    const delta = r.mark();
+    // The stub's date may tick over between the two answers; the rest is the same bytes.
+    const undated = (t: string) => t.replace(/\r\ndate: [^\r]*/i, "\r\ndate: -");
+    const direct = await rawAnswer(r.endpoint, execRequest("x"));
+    const relayed = await rawAnswer(r.base, execRequest("x"));
+    assert.deepEqual(delta(), { served: 1, handedBack: 0 }, "the lane served it");
+    // Deno's server writes the length before the date: re-framed, it would move after it.
+    assert.match(direct, /^HTTP\/1\.1 200 OK\r\n[^]*content-length: \d+\r\ndate: [^]*as sent/i);
+    assert.equal(undated(relayed), undated(direct));
+  } finally {
+    await r.close();
+  }
+});
+
 Deno.test("the node's request is written before the client's hang-up read starts", async () => {
   // At one connection the work before the node's request is written is the request's latency;
   // the hang-up read (an op call) is started after it, while the node works.

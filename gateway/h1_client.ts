@@ -89,6 +89,12 @@ export interface BytesAnswer {
    * Copy what is wanted of `head.raw` first: the connection's next read may reuse its bytes.
    */
   copyWhole(into: Uint8Array, at: number): void;
+  /**
+   * The answer as the node sent it, head and whole body (a sized body that arrived whole:
+   * `wholeLength() >= 0`), without a copy: the bytes are lent, so the connection's next read
+   * lands after them, and the connection goes back to its pool at once.
+   */
+  asSent(): Uint8Array<ArrayBuffer>;
   /** Drops the rest of the answer, and its connection with it. */
   cancel(): void;
 }
@@ -167,6 +173,21 @@ class WireAnswer implements BytesAnswer {
     if (n > 0) into.set(this.#conn.consume(n), at);
     this.#remaining = 0;
     this.#finish(this.#keepAlive);
+  }
+
+  asSent(): Uint8Array<ArrayBuffer> {
+    const n = this.wholeLength();
+    if (n < 0) throw new TypeError("asSent: the body has not arrived whole; read it with next");
+    // The head was consumed from the bytes the body is taken from now: they are adjacent.
+    const raw = this.head.raw;
+    const rest = this.#conn.buffered;
+    if (n > 0 && (rest.buffer !== raw.buffer || rest.byteOffset !== raw.byteOffset + raw.length)) {
+      throw new TypeError("asSent: the body does not follow the head in the read buffer");
+    }
+    this.#conn.take(n);
+    this.#remaining = 0;
+    this.#finish(this.#keepAlive);
+    return new Uint8Array(raw.buffer as ArrayBuffer, raw.byteOffset, raw.length + n);
   }
 
   async next(): Promise<Uint8Array | null> {

@@ -338,6 +338,31 @@ Deno.test("sendBytes(): a whole body is copied out and its read buffer serves th
   }
 });
 
+Deno.test("sendBytes(): an answer taken as sent keeps its bytes while the connection serves the next", async () => {
+  const { server, url } = serve((r) => new Response(`answer to ${new URL(r.url).pathname}`));
+  const client = createH1Client();
+  try {
+    const taken: Uint8Array[] = [];
+    for (const path of ["/a", "/bb", "/ccc"]) {
+      const request = new TextEncoder().encode(`GET ${path} HTTP/1.1\r\nhost: x\r\n\r\n`);
+      const answer = await client.sendBytes(url, request, null);
+      assert.ok(answer.wholeLength() > 0, "a small sized answer arrives whole with its head");
+      // Kept, as a slow client's write keeps it, while the next answers are read.
+      taken.push(answer.asSent());
+      assert.equal(await answer.next(), null, "nothing is left to read");
+    }
+    const text = taken.map((b) => new TextDecoder().decode(b));
+    for (const [i, path] of ["/a", "/bb", "/ccc"].entries()) {
+      assert.match(text[i], /^HTTP\/1\.1 200 OK\r\n/, "the head, as the node sent it");
+      assert.ok(text[i].endsWith(`\r\n\r\nanswer to ${path}`), `${path}: ${text[i]}`);
+    }
+    assert.equal(client.open, 1, "one connection served all three");
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});
+
 Deno.test("sendBytes() refuses a status line that is not 'HTTP/1.x' and three digits", async () => {
   const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
   for (
