@@ -9,7 +9,7 @@ import { serveGuarded } from "../shared/serve.ts";
 import { serveH1 } from "../shared/h1_server.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
-import { within } from "../shared/_h1_server_fixtures_test.ts";
+import { rawClient, within } from "../shared/_h1_server_fixtures_test.ts";
 
 const TOKEN = "t".repeat(32);
 const NODE = "node-a";
@@ -513,25 +513,19 @@ Deno.test("an answer the client's socket takes 1000 bytes at a time reaches it w
   }
 });
 
-/** One request's answer read off a plain socket, as bytes: its head and its sized body. */
+/** One request's answer read off a plain socket (one char a byte): its head and sized body. */
 async function rawAnswer(url: string, request: Uint8Array): Promise<string> {
-  const { hostname, port } = new URL(url);
-  const conn = await Deno.connect({ hostname, port: Number(port) });
+  const client = await rawClient(Number(new URL(url).port));
   try {
-    await conn.write(request);
-    let text = "";
-    const buf = new Uint8Array(64 * 1024);
-    for (const deadline = Date.now() + 5000; Date.now() < deadline;) {
-      const n = await within(conn.read(buf), 5000, `an answer from ${url}`);
-      if (n === null) break;
-      text += new TextDecoder().decode(buf.subarray(0, n));
+    await client.write(request);
+    await client.until((text) => {
       const end = text.indexOf("\r\n\r\n");
       const length = /\r\ncontent-length: *(\d+)/i.exec(text)?.[1];
-      if (end >= 0 && length !== undefined && text.length >= end + 4 + Number(length)) break;
-    }
-    return text;
+      return end >= 0 && length !== undefined && text.length >= end + 4 + Number(length);
+    }, 5000);
+    return client.received();
   } finally {
-    conn.close();
+    await client.close();
   }
 }
 
