@@ -398,12 +398,15 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         // A whole answer (the usual small one) is one write awaited here, in this frame: a helper
         // handing back its promise was one more promise and closure a request.
         const whole = answer.wholeLength();
-        const same = whole >= 0 && asItCame(answer.head);
-        // Nothing to change in it: the node's bytes go out from its connection's read buffer.
-        const out = same ? answer.asSent() : answerHead(answer, whole);
-        if (whole < 0) await relayStream(ex, answer, out);
+        if (whole < 0) await relayStream(ex, answer, answerHead(answer, whole));
         else {
-          if (!same) answer.copyWhole(out, out.length - whole);
+          let out: Uint8Array;
+          // Nothing to change in it: the node's bytes go out from its connection's read buffer.
+          if (asItCame(answer.head)) out = answer.asSent();
+          else {
+            out = answerHead(answer, whole);
+            answer.copyWhole(out, out.length - whole);
+          }
           const n = await ex.writeOnce(out);
           if (n < out.length) await ex.write(out.subarray(n));
         }
