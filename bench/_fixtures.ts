@@ -409,6 +409,52 @@ export async function cpuTimes(
   });
 }
 
+/** The machine's CPU time so far over all its cores, in ms (see {@linkcode machineTimes}). */
+export interface MachineTimes {
+  /** Time the cores ran anything: user, nice, system, irq and softirq. */
+  busy: number;
+  /** Time they had nothing to run (idle and iowait). */
+  idle: number;
+  /** Time the hypervisor ran something else while this machine had work (steal). */
+  steal: number;
+}
+
+/**
+ * The `cpu` line of `/proc/stat` as {@linkcode MachineTimes}, clock ticks taken as 100 a second.
+ *
+ * @example
+ * ```ts
+ * import { parseProcStat } from "./_fixtures.ts";
+ * parseProcStat("cpu  10 0 5 80 5 0 0 2 0 0\ncpu0 ..."); // { busy: 150, idle: 850, steal: 20 }
+ * ```
+ */
+export function parseProcStat(text: string): MachineTimes {
+  const line = text.split("\n").find((l) => /^cpu\s/.test(l));
+  const f = line?.trim().split(/\s+/).slice(1).map(Number) ?? [];
+  if (f.length < 8 || f.some((n) => !Number.isFinite(n))) {
+    throw new Error(`Cannot read the cpu line of /proc/stat: '${(line ?? text).slice(0, 120)}'`);
+  }
+  const [user, nice, system, idle, iowait, irq, softirq, steal] = f;
+  return {
+    busy: (user + nice + system + irq + softirq) * 10,
+    idle: (idle + iowait) * 10,
+    steal: steal * 10,
+  };
+}
+
+/** The machine's CPU time so far (`/proc/stat`, read with `cat` as {@linkcode cpuTimes} does). */
+export async function machineTimes(): Promise<MachineTimes> {
+  const out = await new Deno.Command("cat", {
+    args: ["/proc/stat"],
+    stdout: "piped",
+    stderr: "piped",
+  }).output();
+  if (!out.success) {
+    throw new Error(`reading /proc/stat failed: ${new TextDecoder().decode(out.stderr)}`);
+  }
+  return parseProcStat(new TextDecoder().decode(out.stdout));
+}
+
 /** CPU time (user + system) each process has used so far, in ms (see {@linkcode cpuTimes}). */
 export async function cpuMs(pids: readonly number[]): Promise<number[]> {
   return (await cpuTimes(pids)).map((t) => t.user + t.system);

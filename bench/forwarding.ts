@@ -14,6 +14,7 @@ import {
   cpuTimes,
   type Daemon,
   freePort,
+  machineTimes,
   postJson,
   startGateway,
   startNode,
@@ -289,6 +290,24 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     results: [] as WrkResult[],
     cpu: [] as number[],
   }));
+  // The node behind the proxies at c32: its CPU per request, the share of one core it ran
+  // (its one JavaScript thread is what sets the rate: at c32 it runs near a whole core), and the
+  // machine's busy and stolen time over the same seconds.
+  const nodeKeys = ["direct", "nginx", "gateway", "raw-http", "splice"] as const;
+  type NodeKey = typeof nodeKeys[number];
+  const nodeSide = Object.fromEntries(
+    nodeKeys.map((k) => [k, { cpu: [] as number[], share: [] as number[], busy: [] as number[] }]),
+  ) as Record<NodeKey, { cpu: number[]; share: number[]; busy: number[] }>;
+  const steal: number[] = [];
+  /**
+   * The targets in a run's order: nginx and the gateway one right after the other, which goes
+   * first taking turns, so the target's ratio compares two measurements seconds apart (a run
+   * apart, the host's drift was as large as the gap read) with neither always first.
+   */
+  const inOrder = (run: number): Key[] => {
+    const pair: Key[] = run % 2 === 0 ? ["nginx", "gateway"] : ["gateway", "nginx"];
+    return ["direct", ...pair, ...keys.filter((k) => k !== "direct" && !pair.includes(k))];
+  };
   /** Per run: CPU per request of the gateway and the floor loaded at once, and their rps ratio. */
   const headToHead = { gateway: [] as number[], floor: [] as number[], rps: [] as number[] };
   try {
@@ -390,16 +409,34 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       await wrk(`${url}/getSandboxMetrics`, 1, env); // warm-up: pools, JIT
     }
     for (let r = 0; r < runs; r++) {
-      for (const key of keys) {
+      let stealMs = 0, allMs = 0;
+      for (const key of inOrder(r)) {
         const pid = pids[key];
-        const before = pid === undefined ? undefined : (await cpuTimes([pid]))[0];
+        const watched = (nodeKeys as readonly string[]).includes(key);
+        const before = await cpuTimes(pid === undefined ? [node.pid] : [node.pid, pid]);
+        const machineBefore = await machineTimes();
+        const wall = performance.now();
         const result = await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env);
+        const wallMs = performance.now() - wall;
+        const machineAfter = await machineTimes();
+        const after = await cpuTimes(pid === undefined ? [node.pid] : [node.pid, pid]);
         results[key].push(result);
-        if (before !== undefined) {
-          const after = (await cpuTimes([pid!]))[0];
-          const requests = result.rps * seconds;
-          cpu[key].user.push(1000 * (after.user - before.user) / requests);
-          cpu[key].system.push(1000 * (after.system - before.system) / requests);
+        const requests = result.rps * seconds;
+        if (pid !== undefined) {
+          cpu[key].user.push(1000 * (after[1].user - before[1].user) / requests);
+          cpu[key].system.push(1000 * (after[1].system - before[1].system) / requests);
+        }
+        if (watched) {
+          const side = nodeSide[key as NodeKey];
+          const nodeMs = after[0].user + after[0].system - before[0].user - before[0].system;
+          side.cpu.push(1000 * nodeMs / requests);
+          side.share.push(100 * nodeMs / wallMs);
+          const busy = machineAfter.busy - machineBefore.busy;
+          const all = busy + machineAfter.idle - machineBefore.idle + machineAfter.steal -
+            machineBefore.steal;
+          side.busy.push(100 * busy / all);
+          stealMs += machineAfter.steal - machineBefore.steal;
+          allMs += all;
         }
         // At c1 each target is measured right after the node alone, so the machine's drift
         // between the two (seconds apart, not a whole run) is what little enters its added p50.
@@ -431,6 +468,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       for (const key of ["gateway", "gateway-deno"] as const) {
         objectPath[key].push(await wrk(`${targets[key]}/lookupSandbox`, seconds, env));
       }
+      steal.push(allMs > 0 ? 100 * stealMs / allMs : 0);
     }
   } finally {
     for (const s of started.reverse()) await s.stop();
@@ -480,6 +518,14 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     crossing: line.b < 0 ? (1 - line.a) / line.b : NaN,
     gateway: line.a + line.b * median(cpuTotal("gateway")),
   };
+  const behind: Record<NodeKey, string> = {
+    direct: "no proxy (direct)",
+    nginx: "nginx (reference)",
+    gateway: "the gateway",
+    "raw-http": "the bytes-framed floor",
+    splice: "the TCP splice",
+  };
+  const share = (k: NodeKey) => median(nodeSide[k].share).toFixed(0);
   const rows: Row[] = [
     row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
     row("direct to the node throughput", "req/s", dRps, nginxRps),
@@ -665,6 +711,24 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       null,
       { digits: 2 },
     ),
+    ...nodeKeys.flatMap((k) => [
+      row(
+        `the node's share of one core at c32, behind ${behind[k]}`,
+        "%",
+        nodeSide[k].share,
+        nodeSide.nginx.share,
+      ),
+      row(
+        `the node's CPU per request at c32, behind ${behind[k]}`,
+        "µs",
+        nodeSide[k].cpu,
+        nodeSide.nginx.cpu,
+      ),
+    ]),
+    ...nodeKeys.map((k) =>
+      row(`the machine's two cores busy at c32, behind ${behind[k]}`, "%", nodeSide[k].busy, null)
+    ),
+    row("the host's steal over a run's c32 measurements", "%", steal, null),
   ];
   return {
     title,
@@ -674,7 +738,8 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     rows,
     notes: [
       `${seconds} s per wrk -t2 -c32 measurement and ${latencySeconds} s per wrk -t1 -c1 ` +
-      `measurement, the thirteen targets in turn within each run (and the three worked twins of ` +
+      `measurement, the thirteen targets in turn within each run, nginx and the gateway one ` +
+      `right after the other and in turn first (and the three worked twins of ` +
       `the bytes-framed proxy, at c32 only); one node ` +
       `(fake executor) per gateway, each its own Deno process; nginx has one worker ` +
       `(bench/nginx.conf says why). The naive Deno proxy (bench/_naive_proxy.ts: serve + fetch, ` +
@@ -752,13 +817,30 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       `${cpuMedian("nginx", "user")} µs, the splice ${cpuMedian("splice", "user")}, the ` +
       `bytes-framed proxy ${cpuMedian("raw-http", "user")}, the gateway ${
         cpuMedian("gateway", "user")
-      }. The node and wrk behind each proxy are the same, so throughput ≥ 1.0× nginx needs a ` +
-      "proxy whose CPU per request is at most nginx's worker's. The bytes-framed proxy, which " +
-      "does nothing but find each message's end, already spends " +
-      `${(median(cpuTotal("raw-http")) / median(nginxCpu)).toFixed(2)}× nginx's CPU per ` +
-      "request: that is the runtime's own share (its op calls, promises and event loop). " +
+      }. The bytes-framed proxy, which does nothing but find each message's end, already ` +
+      `spends ${(median(cpuTotal("raw-http")) / median(nginxCpu)).toFixed(2)}× nginx's CPU ` +
+      "per request: that is the runtime's own share (its op calls, promises and event loop). " +
       "Everything the gateway must do on top of it (name the caller, parse and check the body, " +
       "find the sandbox, count the forward) can only add to that.",
+      "The node rows split each throughput into its two factors: requests a second are the " +
+      "share of a core the node's one JavaScript thread ran, over the CPU it spent a request " +
+      "(an identity of the /proc readings, not a model). The node is the busiest process at " +
+      `c32 (behind nginx ${share("nginx")} % of a core, direct ${share("direct")} %) while ` +
+      `the two cores are not all busy (behind nginx ${
+        median(nodeSide.nginx.busy).toFixed(0)
+      } %), so a proxy's CPU costs throughput where it takes time from the node's thread, or ` +
+      "makes it spend more a request, not by using up the machine. The gateway against nginx, " +
+      `medians of per-run ratios: the node's share ${
+        median(nodeSide.gateway.share.map((v, i) => v / nodeSide.nginx.share[i])).toFixed(2)
+      }×, its CPU per request ${
+        median(nodeSide.gateway.cpu.map((v, i) => v / nodeSide.nginx.cpu[i])).toFixed(2)
+      }×; the floor ${
+        median(nodeSide["raw-http"].share.map((v, i) => v / nodeSide.nginx.share[i])).toFixed(2)
+      }× and ${
+        median(nodeSide["raw-http"].cpu.map((v, i) => v / nodeSide.nginx.cpu[i])).toFixed(2)
+      }×. The node's CPU per request moves with the host (the steal row: time the hypervisor ` +
+      "gave away while this machine had work), which is why nginx and the gateway are " +
+      "measured one right after the other, in turn first.",
       "The worked rows are the bytes-framed proxy again with a fixed amount of CPU spun per " +
       "request (loop turns calibrated at its start): the same floor with a gateway's cost of " +
       "logic added and nothing else changed. " + parityNote(parity, {
