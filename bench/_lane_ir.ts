@@ -16,14 +16,12 @@
  *
  * @module
  */
-import { median } from "./_stats.ts";
-
 const flag = (name: string, fallback: string) =>
   Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;
 const [few, many] = flag("requests", "2000,20000").split(",").map(Number);
 const trees = Deno.args.filter((a) => !a.startsWith("--"));
 if (!(few > 0 && many > few)) {
-  console.error("Give --requests=<fewer>,<more>, e.g. --requests=1000,8000");
+  console.error("Give --requests=<fewer>,<more>, e.g. --requests=2000,20000");
   Deno.exit(2);
 }
 
@@ -82,7 +80,7 @@ if (import.meta.main) {
     }
     console.log(
       `${tree}: lane ${per.lane.toFixed(0)} instructions a request, floor ` +
-        `${per.floor.toFixed(0)}, lane × floor ${median([per.lane / per.floor]).toFixed(3)}`,
+        `${per.floor.toFixed(0)}, lane × floor ${(per.lane / per.floor).toFixed(3)}`,
     );
   }
 }

@@ -412,23 +412,26 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       let stealMs = 0, allMs = 0;
       for (const key of inOrder(r)) {
         const pid = pids[key];
+        // The node is read only behind the targets in front of it (the twins have their own).
         const watched = (nodeKeys as readonly string[]).includes(key);
-        const before = await cpuTimes(pid === undefined ? [node.pid] : [node.pid, pid]);
-        const machineBefore = await machineTimes();
+        const readPids = [...(pid === undefined ? [] : [pid]), ...(watched ? [node.pid] : [])];
+        const before = readPids.length > 0 ? await cpuTimes(readPids) : [];
+        const machineBefore = watched ? await machineTimes() : undefined;
         const wall = performance.now();
         const result = await wrk(`${targets[key]}/getSandboxMetrics`, seconds, env);
         const wallMs = performance.now() - wall;
-        const machineAfter = await machineTimes();
-        const after = await cpuTimes(pid === undefined ? [node.pid] : [node.pid, pid]);
+        const machineAfter = watched ? await machineTimes() : undefined;
+        const after = readPids.length > 0 ? await cpuTimes(readPids) : [];
         results[key].push(result);
         const requests = result.rps * seconds;
         if (pid !== undefined) {
-          cpu[key].user.push(1000 * (after[1].user - before[1].user) / requests);
-          cpu[key].system.push(1000 * (after[1].system - before[1].system) / requests);
+          cpu[key].user.push(1000 * (after[0].user - before[0].user) / requests);
+          cpu[key].system.push(1000 * (after[0].system - before[0].system) / requests);
         }
-        if (watched) {
+        if (machineBefore !== undefined && machineAfter !== undefined) {
           const side = nodeSide[key as NodeKey];
-          const nodeMs = after[0].user + after[0].system - before[0].user - before[0].system;
+          const n = readPids.length - 1;
+          const nodeMs = after[n].user + after[n].system - before[n].user - before[n].system;
           side.cpu.push(1000 * nodeMs / requests);
           side.share.push(100 * nodeMs / wallMs);
           const busy = machineAfter.busy - machineBefore.busy;
@@ -526,6 +529,9 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     splice: "the TCP splice",
   };
   const share = (k: NodeKey) => median(nodeSide[k].share).toFixed(0);
+  /** The median over runs of `k`'s node figure ÷ the same behind nginx, as text. */
+  const vsNginx = (k: NodeKey, f: "share" | "cpu") =>
+    median(nodeSide[k][f].map((v, i) => v / nodeSide.nginx[f][i])).toFixed(2);
   const rows: Row[] = [
     row("nginx proxy_pass throughput (reference)", "req/s", nginxRps, nginxRps),
     row("direct to the node throughput", "req/s", dRps, nginxRps),
@@ -830,14 +836,10 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         median(nodeSide.nginx.busy).toFixed(0)
       } %), so a proxy's CPU costs throughput where it takes time from the node's thread, or ` +
       "makes it spend more a request, not by using up the machine. The gateway against nginx, " +
-      `medians of per-run ratios: the node's share ${
-        median(nodeSide.gateway.share.map((v, i) => v / nodeSide.nginx.share[i])).toFixed(2)
-      }×, its CPU per request ${
-        median(nodeSide.gateway.cpu.map((v, i) => v / nodeSide.nginx.cpu[i])).toFixed(2)
-      }×; the floor ${
-        median(nodeSide["raw-http"].share.map((v, i) => v / nodeSide.nginx.share[i])).toFixed(2)
-      }× and ${
-        median(nodeSide["raw-http"].cpu.map((v, i) => v / nodeSide.nginx.cpu[i])).toFixed(2)
+      `medians of per-run ratios: the node's share ${vsNginx("gateway", "share")}×, its CPU ` +
+      `per request ${vsNginx("gateway", "cpu")}×; the floor ${vsNginx("raw-http", "share")}× ` +
+      `and ${
+        vsNginx("raw-http", "cpu")
       }×. The node's CPU per request moves with the host (the steal row: time the hypervisor ` +
       "gave away while this machine had work), which is why nginx and the gateway are " +
       "measured one right after the other, in turn first.",
