@@ -27,6 +27,12 @@ export class Inbound {
   /** Settles `true` when the client hung up (or the socket failed). */
   #hungUp: (() => void) | undefined;
   closed = false;
+  /**
+   * Set while a parsed head (and maybe a body) are views of `buf`: the bytes before `start` stay
+   * where they are until the next head is read, so a later read goes after them or into a new
+   * buffer, never over them.
+   */
+  #held = false;
 
   constructor(conn: Deno.Conn) {
     this.conn = conn;
@@ -36,8 +42,24 @@ export class Inbound {
     return this.end - this.start;
   }
 
+  /** Keeps every byte read so far in place until {@linkcode release}: a head was parsed. */
+  hold(): void {
+    this.#held = true;
+  }
+
+  /** The views of the last head are no longer used: their bytes may be reused. */
+  release(): void {
+    this.#held = false;
+  }
+
   /** Makes room for `n` more bytes after `end` (moving or growing the buffer). */
   #room(n: number): void {
+    if (this.#held) {
+      if (this.buf.length - this.end >= n) return;
+      // The old buffer stays with the views into it; the live bytes move to a new one.
+      this.#renew(n);
+      return;
+    }
     if (this.start === this.end) this.start = this.end = 0;
     if (this.buf.length - this.end >= n) return;
     const live = this.end - this.start;
@@ -48,6 +70,16 @@ export class Inbound {
     } else this.buf.copyWithin(0, this.start, this.end);
     this.start = 0;
     this.end = live;
+  }
+
+  /** Moves the live bytes to a new buffer with room for `n` more; views into the old one stay. */
+  #renew(n: number): void {
+    const fresh = new Uint8Array(Math.max(READ_BYTES, this.size + n));
+    fresh.set(this.buf.subarray(this.start, this.end));
+    this.buf = fresh;
+    this.end -= this.start;
+    this.start = 0;
+    this.#held = false;
   }
 
   /** Reads more; false at the end of the stream (or when the socket failed). */
@@ -104,13 +136,7 @@ export class Inbound {
     if (this.#pending !== undefined || this.closed) return;
     // Nothing read so far moves or is overwritten while the answer is made: the head and a lane's
     // body are views of it. Short of room, the read goes into a new buffer instead.
-    if (this.buf.length - this.end < READ_BYTES / 4) {
-      const fresh = new Uint8Array(Math.max(READ_BYTES, this.size + READ_BYTES / 4));
-      fresh.set(this.buf.subarray(this.start, this.end));
-      this.buf = fresh;
-      this.end -= this.start;
-      this.start = 0;
-    }
+    if (this.buf.length - this.end < READ_BYTES / 4) this.#renew(READ_BYTES / 4);
     // One promise, not a catch and a then: a failed read is a hang-up as an end is.
     this.#pending = this.conn.read(this.buf.subarray(this.end)).then(this.#heard, this.#failed);
   }

@@ -326,6 +326,8 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       return false;
     }
     inbound.start = end;
+    // The head (and a whole body) are views of the read buffer until the next head is read.
+    inbound.hold();
     const reader = new BodyReader(inbound, head);
     const ex = new Exchange(head, inbound, write);
     // Once the body is read, a read stays pending: a hang-up is heard while the answer is made.
@@ -405,6 +407,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
   try {
     for (;;) {
       // The next head; empty lines before it are skipped (RFC 9112 §2.2).
+      inbound.release();
       let end = -1;
       for (;;) {
         const b = inbound.buf;

@@ -4,7 +4,7 @@
  * and URLs. Its refusals are `h1_server_refusals_test.ts`.
  */
 import assert from "node:assert/strict";
-import { sentUrl } from "./h1_server.ts";
+import { type BytesLane, sentUrl } from "./h1_server.ts";
 import {
   answers,
   deferred,
@@ -546,4 +546,34 @@ Deno.test("bytes engine: a WebSocket upgrade request is answered 501", async () 
     assert.match(c.received(), /takes no WebSocket upgrades/);
   });
   assert.equal(served, 0, "the app's handler saw the upgrade");
+});
+
+Deno.test("bytes engine: a lane's head bytes survive a body that arrives in a later read", async () => {
+  // The head is consumed whole by its read, so the buffer holds nothing live when the body is
+  // read: the body must land beside the head, not over it (the lane copies the head's raw bytes
+  // into the node's request after the body has come).
+  const headRead = deferred();
+  const head = "POST /lane HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n" +
+    "Content-Length: 32\r\n\r\n";
+  const body = "B".repeat(32);
+  const lane: BytesLane<true> = {
+    maxBodyBytes: 1024,
+    claim: () => {
+      headRead.resolve();
+      return true;
+    },
+    serve: (ex) => {
+      const raw = new TextDecoder().decode(ex.head.raw);
+      return Promise.resolve(new Response(`${raw}|${new TextDecoder().decode(ex.body)}`));
+    },
+  };
+  await withServer(ok, async ({ connect }) => {
+    const c = await connect();
+    await c.write(head);
+    await within(headRead.promise, 2000, "the lane's claim of the head");
+    await c.write(body);
+    await c.until(`|${body}`);
+    const text = c.received();
+    assert.ok(text.endsWith(`\r\n\r\n${head}|${body}`), JSON.stringify(text));
+  }, { lane });
 });
