@@ -10,7 +10,7 @@ import http from "node:http";
 import { once } from "node:events";
 import { Readable } from "node:stream";
 import { Pool } from "undici";
-import { createH1Client } from "../gateway/h1_client.ts";
+import { createH1Client } from "../shared/http1/mod.ts";
 
 /** A client: its `fetch` and a way to close its pools. */
 export interface BenchClient {

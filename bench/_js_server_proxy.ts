@@ -1,7 +1,7 @@
 /**
  * The naive proxy without Deno's HTTP server, for the forwarding benchmark: a minimal HTTP/1.1
  * server written in JS over `Deno.listen` (request heads parsed here, bodies by Content-Length
- * only) in front of gateway/h1_client.ts. It answers the question the Deno.serve rows cannot:
+ * only) in front of shared/http1/client.ts. It answers the question the Deno.serve rows cannot:
  * how much of a Deno proxy's added latency is Deno's HTTP server. It is a measuring stick, not a
  * server to deploy: no chunked requests, no pipelining, no limits beyond a 64 KiB head.
  * Prints `{"port":N}` once listening.
@@ -10,7 +10,7 @@
  *
  * @module
  */
-import { createH1Client } from "../gateway/h1_client.ts";
+import { createH1Client } from "../shared/http1/mod.ts";
 
 const upstream = Deno.args[0];
 if (!upstream?.startsWith("http://")) {

@@ -17,8 +17,7 @@
  * @module
  */
 import { createGateway } from "../gateway/app.ts";
-import { createH1Client } from "../gateway/h1_client.ts";
-import { serveH1 } from "../shared/h1_server.ts";
+import { createH1Client, serveH1 } from "../shared/http1/mod.ts";
 import { checkIn } from "../gateway/_fixtures_test.ts";
 import { relayFloor, type Wire } from "./_raw_http_proxy.ts";
 import { median } from "./_stats.ts";

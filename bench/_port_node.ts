@@ -11,7 +11,7 @@
  */
 import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
-import { serveGuarded } from "../shared/serve.ts";
+import { serveGuarded } from "../shared/http1/mod.ts";
 import { benchToken } from "./_fixtures.ts";
 
 const gateway = Deno.args[0];

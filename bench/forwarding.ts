@@ -763,12 +763,12 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "than twice nginx's added latency before the gateway does any work of its own.",
       "The naive proxy is run with five clients to the node (issue 16, bench/_clients.ts): " +
       "fetch, node:http request with a keep-alive Agent (32 sockets), npm:undici's Pool (32 " +
-      "connections), gateway/h1_client.ts (HTTP/1.1 over Deno.connect, its own pool) and fetch " +
+      "connections), shared/http1/client.ts (HTTP/1.1 over Deno.connect, its own pool) and fetch " +
       "over h2c (Deno.createHttpClient with http1 off: prior-knowledge HTTP/2, which the node's " +
       "server answers on its plain port); each streams the request body on. Which of them keep " +
       "the forwarding rules is the next table. The gateway uses h1_client (it keeps every " +
       "rule and halves fetch's added latency); DORMICE_GATEWAY_NODE_CLIENT=fetch goes back.",
-      "The gateway rows are gateway/main.ts as deployed: the bytes engine (shared/h1_server.ts, " +
+      "The gateway rows are gateway/main.ts as deployed: the bytes engine (shared/http1/server.ts, " +
       "DORMICE_GATEWAY_ENGINE=bytes) serving the routed verb from its bytes (gateway/bytes_lane.ts) " +
       "over its own HTTP/1.1 client to the node (DORMICE_GATEWAY_NODE_CLIENT=h1). The 'on Deno's " +
       "server' rows are the same daemon as it was before the engine (DORMICE_GATEWAY_ENGINE=deno), " +

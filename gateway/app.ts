@@ -16,7 +16,7 @@ import { Finder } from "./finder.ts";
 import { ApiKeys } from "./keys.ts";
 import { TeamLimits } from "./team_limits.ts";
 import { createNativeFace } from "./native.ts";
-import type { H1Client } from "./h1_client.ts";
+import type { H1Client } from "../shared/http1/mod.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
 import type { GatewayParts } from "./parts.ts";
 import { Placer } from "./placer.ts";
@@ -83,7 +83,7 @@ export interface GatewayOptions {
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
   fetch?: typeof fetch;
   /**
-   * The gateway's HTTP/1.1 client to the nodes (`h1_client.ts`): with it, `fetch` defaults to
+   * The gateway's HTTP/1.1 client to the nodes (`shared/http1/client.ts`): with it, `fetch` defaults to
    * its `fetch`, and the gateway has a {@linkcode Gateway.lane} for the bytes engine.
    */
   nodeClient?: H1Client;

@@ -32,7 +32,7 @@ import { e2bApiKey, e2bKeyAuth } from "../shared/e2b_auth.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
 import { bearerToken, requireFleetBearer, tokenMatcher } from "../shared/token.ts";
-import { octets } from "../shared/_h1_head.ts";
+import { octets } from "../shared/http1/mod.ts";
 
 /** Who sent a request: the operator (the fleet token) or a client's API key. */
 export type Caller =

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import { octets } from "../shared/_h1_head.ts";
+import { octets } from "../shared/http1/mod.ts";
 
 /** Options of {@linkcode BodyMemo}. */
 export interface BodyMemoOptions {

@@ -1,6 +1,6 @@
 /**
  * The bytes lane: the routed verbs (`execCommand`, `readFile`, …) served from their bytes when the
- * gateway listens with the bytes engine (`shared/h1_server.ts`). No Request, Headers or Response
+ * gateway listens with the bytes engine (`shared/http1/server.ts`). No Request, Headers or Response
  * is made: the client's head and body are checked as they came, the node's request is written as
  * bytes on one of the HTTP/1.1 client's pooled connections, and the node's answer goes back as it
  * arrives. Building those objects was most of what stood between the gateway and nginx's figures
@@ -21,7 +21,17 @@
  *
  * @module
  */
-import type { BytesLane, LaneExchange } from "../shared/h1_server.ts";
+import {
+  type BytesAnswer,
+  type BytesLane,
+  Carver,
+  type H1Client,
+  type LaneExchange,
+  octets,
+  type RawHead,
+  sameName,
+  writeBody,
+} from "../shared/http1/mod.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { hopByHopHeaders } from "../shared/port_proxy.ts";
 import { teamScopedName } from "../shared/teams.ts";
@@ -32,10 +42,6 @@ import type { FindOne } from "./finder.ts";
 import { answerHopByHop, unreachable } from "./forward.ts";
 import { LruCache } from "./lru.ts";
 import { BodyMemo } from "./body_memo.ts";
-import type { BytesAnswer, H1Client } from "./h1_client.ts";
-import type { RawHead } from "./_h1_wire.ts";
-import { octets, sameName } from "../shared/_h1_head.ts";
-import { Carver, writeBody } from "../shared/_h1_answer.ts";
 import type { GatewayParts } from "./parts.ts";
 import { statusOf } from "./routing_answers.ts";
 

@@ -3,13 +3,11 @@
 // which path answered.
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "./app.ts";
-import { createH1Client, type H1Client } from "./h1_client.ts";
+import { createH1Client, type H1Client, serveGuarded, serveH1 } from "../shared/http1/mod.ts";
 import { checkIn } from "./_fixtures_test.ts";
-import { serveGuarded } from "../shared/serve.ts";
-import { serveH1 } from "../shared/h1_server.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
-import { rawClient, within } from "../shared/_h1_server_fixtures_test.ts";
+import { rawClient, within } from "../shared/http1/_server_fixtures_test.ts";
 
 const TOKEN = "t".repeat(32);
 const NODE = "node-a";

@@ -5,7 +5,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
-import { parseWebSocketSwitch } from "../shared/serve.ts";
+import { parseWebSocketSwitch } from "../shared/http1/mod.ts";
 
 /** The gateway's settings. */
 export interface GatewayConfig {
@@ -31,12 +31,12 @@ export interface GatewayConfig {
   headTimeoutMs: number;
   /**
    * The HTTP client to the nodes (`DORMICE_GATEWAY_NODE_CLIENT`): `h1`, the gateway's own
-   * HTTP/1.1 client (`h1_client.ts`, https nodes still through fetch), or the runtime's `fetch`.
+   * HTTP/1.1 client (`shared/http1/client.ts`, https nodes still through fetch), or the runtime's `fetch`.
    */
   nodeClient: "h1" | "fetch";
   /**
    * The HTTP engine of the gateway's listener without WebSockets (`DORMICE_GATEWAY_ENGINE`):
-   * `bytes`, HTTP/1.1 written on the socket (`shared/h1_server.ts`) with the routed verbs
+   * `bytes`, HTTP/1.1 written on the socket (`shared/http1/server.ts`) with the routed verbs
    * answered from their bytes, or `deno`, Deno's own per-connection server.
    */
   engine: "bytes" | "deno";

@@ -19,7 +19,7 @@
  *
  * @module
  */
-import { sentUrl } from "../shared/h1_server.ts";
+import { sentUrl } from "../shared/http1/mod.ts";
 import { statusToConnectCode } from "../shared/connect_codes.ts";
 
 /** The hop marker: the comma-separated ids of the gateways a request went through. */

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { capture, forward, HangUpWatch } from "./forward.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { within } from "../shared/_h1_server_fixtures_test.ts";
+import { within } from "../shared/http1/_server_fixtures_test.ts";
 import { FakeClock } from "../shared/clock.ts";
 
 const target = { nodeId: "a", endpoint: "http://node-a.test:3676" };

@@ -15,12 +15,11 @@
 import { dirname } from "node:path";
 import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
-import { serveGuarded } from "../shared/serve.ts";
+import { createH1Client, serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createGateway } from "./app.ts";
 import { mountE2b } from "./e2b.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
-import { createH1Client } from "./h1_client.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -113,7 +112,7 @@ const gateway = createGateway({
 });
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
-// (shared/serve.ts says what was measured). Upgrades with a sandbox domain, or as
+// (shared/http1/serve.ts says what was measured). Upgrades with a sandbox domain, or as
 // DORMICE_GATEWAY_WEBSOCKETS says.
 const server = serveGuarded({
   hostname: config.host,

@@ -92,7 +92,7 @@ export {
   createH1Client,
   type H1Client,
   type H1ClientOptions,
-} from "./h1_client.ts";
+} from "../shared/http1/mod.ts";
 export {
   type BytesLaneOptions,
   createBytesLane,

@@ -41,7 +41,7 @@ import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
 import { describeRoutes } from "./route_summary.ts";
 import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
-import type { H1Client } from "./h1_client.ts";
+import type { H1Client } from "../shared/http1/mod.ts";
 
 /** Options of {@linkcode createNativeFace}. */
 export interface NativeFaceOptions {

@@ -38,7 +38,7 @@
  * @module
  */
 import { type LogLevel, parseLogLevel } from "../shared/log.ts";
-import { parseWebSocketSwitch } from "../shared/serve.ts";
+import { parseWebSocketSwitch } from "../shared/http1/mod.ts";
 import type { PoolTarget } from "../shared/pools.ts";
 import { maxCheckInIntervalSeconds, nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
 import { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
@@ -396,7 +396,7 @@ export function loadNodeConfig(
   if (typeof volumes === "string") refusals.push(volumes);
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
   // On by default: the gateway relays sandbox ports' WebSockets through this door, and a node's
-  // request rate is bound by its sandboxes long before the slower engine's (shared/serve.ts).
+  // request rate is bound by its sandboxes long before the slower engine's (shared/http1/serve.ts).
   const websockets = parseWebSocketSwitch("DORMICE_WEBSOCKETS", get("DORMICE_WEBSOCKETS"), true);
   if (websockets instanceof Error) refusals.push(websockets.message);
 

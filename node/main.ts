@@ -11,7 +11,7 @@
  */
 import { DatabaseLockedError } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
-import { serveGuarded } from "../shared/serve.ts";
+import { serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
@@ -138,7 +138,7 @@ try {
 }
 
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
-// (shared/serve.ts says what was measured). Upgrades unless DORMICE_WEBSOCKETS=off.
+// (shared/http1/serve.ts says what was measured). Upgrades unless DORMICE_WEBSOCKETS=off.
 const server = serveGuarded({
   hostname: config.host,
   port: config.port,

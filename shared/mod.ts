@@ -63,7 +63,7 @@ export {
   type GuardedServer,
   parseWebSocketSwitch,
   serveGuarded,
-} from "./serve.ts";
+} from "./http1/mod.ts";
 export {
   type BytesLane,
   type H1ServeOptions,
@@ -72,7 +72,7 @@ export {
   RequestHead,
   sentUrl,
   serveH1,
-} from "./h1_server.ts";
+} from "./http1/mod.ts";
 export {
   DEFAULT_TEAM,
   splitTeamScopedName,

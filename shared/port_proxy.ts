@@ -6,7 +6,7 @@
  * @module
  */
 
-import { fromBytesEngine, openSplice, RelayOpenError } from "./_h1_splice.ts";
+import { fromBytesEngine, openSplice, RelayOpenError } from "./http1/mod.ts";
 
 /**
  * Headers that describe one hop, never the message (RFC 9110 §7.6.1), so no proxy passes them
@@ -81,7 +81,7 @@ export interface RelayOptions {
   maxQueuedBytes?: number;
 }
 
-export { RelayOpenError } from "./_h1_splice.ts";
+export { RelayOpenError } from "./http1/mod.ts";
 
 /**
  * Opens a WebSocket to `url` first (so a next hop that refuses is an HTTP error the caller can

@@ -1,12 +1,12 @@
 /**
- * `relayWebSocket` on the bytes engine: the upgrade spliced to the next hop (`_h1_splice.ts`).
+ * `relayWebSocket` on the bytes engine: the upgrade spliced to the next hop (`_splice.ts`).
  * A real next hop (Deno.serve, which terminates the WebSocket), the bytes engine in front, and a
  * client `WebSocket`; every wait is bounded.
  */
 import assert from "node:assert/strict";
 import { RelayOpenError, relayWebSocket } from "./port_proxy.ts";
-import { serveGuarded } from "./serve.ts";
-import { within } from "./_h1_server_fixtures_test.ts";
+import { serveGuarded } from "./http1/mod.ts";
+import { within } from "./http1/_server_fixtures_test.ts";
 
 /** A next hop that echoes, picks the `chat` subprotocol, and records what it saw. */
 function nextHop() {

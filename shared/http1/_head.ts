@@ -1,5 +1,5 @@
 /**
- * The request head of the bytes engine (`h1_server.ts`): found and parsed from the bytes as they
+ * The request head of the bytes engine (`server.ts`): found and parsed from the bytes as they
  * came, strictly, since a proxy that reads a head differently from the server behind it is how
  * requests get smuggled. Every refusal is a {@linkcode HeadError} with the status to answer and a
  * sentence naming what was wrong; the connection is closed after it.

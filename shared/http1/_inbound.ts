@@ -1,11 +1,11 @@
 /**
- * The request side of the bytes engine (`h1_server.ts`): the bytes read from a client and not yet
+ * The request side of the bytes engine (`server.ts`): the bytes read from a client and not yet
  * consumed, with the one read that stays pending while an answer is made (so a hang-up is heard),
  * and one request's body, sized or chunked, read as the handler asks and drained after its answer.
  *
  * @module
  */
-import { byteIndex, HeadError, octets, type RequestHead } from "./_h1_head.ts";
+import { byteIndex, HeadError, octets, type RequestHead } from "./_head.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;

@@ -1,5 +1,5 @@
 /**
- * WebSockets on the bytes engine (`h1_server.ts`), as byte splices: the client's handshake is
+ * WebSockets on the bytes engine (`server.ts`), as byte splices: the client's handshake is
  * passed on to the next hop as an HTTP/1.1 upgrade, and once that hop answers 101 the engine
  * copies bytes both ways until either side ends. Frames, pings and close codes pass through
  * untouched, and each direction is held back by TCP's own flow control, so no frame is decoded or
@@ -9,8 +9,8 @@
  * @module
  */
 
-import { blankLineAt } from "./_h1_head.ts";
-import { joined, latin1, writeAll } from "./_h1_answer.ts";
+import { blankLineAt } from "./_head.ts";
+import { joined, latin1, writeAll } from "./_answer.ts";
 
 const decoder = new TextDecoder();
 
@@ -29,7 +29,7 @@ export interface Splice {
   readonly rest: Uint8Array;
 }
 
-/** Marks `request` as one the bytes engine made (`h1_server.ts` calls it). */
+/** Marks `request` as one the bytes engine made (`server.ts` calls it). */
 export function markEngineRequest(request: Request): void {
   engineRequests.add(request);
 }

@@ -34,8 +34,8 @@ import {
   type Waiter,
   wrap,
   writeRequest,
-} from "./_h1_wire.ts";
-import { joined, latin1 } from "../shared/_h1_answer.ts";
+} from "./_wire.ts";
+import { joined, latin1 } from "./_answer.ts";
 
 /** Options of {@linkcode createH1Client}. */
 export interface H1ClientOptions {
@@ -320,7 +320,7 @@ function badLength(contentLength: string | null | undefined): TypeError {
  *
  * @example
  * ```ts
- * import { createH1Client } from "./h1_client.ts";
+ * import { createH1Client } from "./client.ts";
  * const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, () => new Response("hi"));
  * const client = createH1Client();
  * const res = await client.fetch(`http://127.0.0.1:${server.addr.port}/`);

@@ -1,12 +1,12 @@
 /**
- * The wire side of {@linkcode createH1Client} (h1_client.ts): one pooled TCP connection and its
+ * The wire side of {@linkcode createH1Client} (client.ts): one pooled TCP connection and its
  * read buffer, the answer head's reader and parser with its cap, the chunked decoder, and the
  * request writer. The client keeps the pools, the waits and the fetch shape.
  *
  * @module
  */
-import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "../shared/_h1_head.ts";
-import { joined, writeAll } from "../shared/_h1_answer.ts";
+import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "./_head.ts";
+import { joined, writeAll } from "./_answer.ts";
 
 export const encoder = new TextEncoder();
 const decoder = new TextDecoder();

@@ -28,15 +28,15 @@
  * reads the rest, within a bound. What stays is its speed: 0.6–0.7× the requests per second.
  *
  * With `engine: "bytes"` (and no `upgrades`) each connection goes to the bytes engine instead
- * (`h1_server.ts`): HTTP/1.1 written here on the socket, under the same guard, which can hand the
+ * (`server.ts`): HTTP/1.1 written here on the socket, under the same guard, which can hand the
  * requests a `lane` claims to it before any `Request` is made (the gateway's routed verbs).
  *
  * @module
  */
-import { type Clock, systemClock } from "./clock.ts";
-import { ChangeLog, type Log, silentLog } from "./log.ts";
-import { StreamCut } from "./stream_cut.ts";
-import { type BytesLane, serveH1 } from "./h1_server.ts";
+import { type Clock, systemClock } from "../clock.ts";
+import { ChangeLog, type Log, silentLog } from "../log.ts";
+import { StreamCut } from "../stream_cut.ts";
+import { type BytesLane, serveH1 } from "./server.ts";
 import {
   acceptsCompression,
   DrainableBody,
@@ -121,9 +121,9 @@ export interface GuardedServeOptions {
   upgrades?: boolean;
   /**
    * The HTTP engine: `"deno"` (the default: Deno's per-connection server, or `Deno.serveHttp`
-   * with `upgrades`) or `"bytes"` (`h1_server.ts`, HTTP/1.1 written here on the socket, which
+   * with `upgrades`) or `"bytes"` (`server.ts`, HTTP/1.1 written here on the socket, which
    * serves `lane`'s requests from their bytes). With `upgrades` the bytes engine takes the
-   * upgrades `relayWebSocket` makes, as byte splices to the next hop (`_h1_splice.ts`); a handler
+   * upgrades `relayWebSocket` makes, as byte splices to the next hop (`_splice.ts`); a handler
    * that calls `Deno.upgradeWebSocket` itself needs the `"deno"` engine.
    */
   engine?: "deno" | "bytes";
@@ -440,12 +440,12 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     }
   };
 
-  /** The bytes engine: HTTP/1.1 of our own on the socket (`h1_server.ts`). */
+  /** The bytes engine: HTTP/1.1 of our own on the socket (`server.ts`). */
   const serveBytes = (conn: Deno.TcpConn | Deno.TlsConn, c: Watched): Promise<void> => {
     // An answer is one write, sent at once: nothing to gain from Nagle's wait for an ACK.
     if ("setNoDelay" in conn) conn.setNoDelay(true);
     return serveH1(conn, {
-      // With upgrades, relayWebSocket splices them (`_h1_splice.ts`).
+      // With upgrades, relayWebSocket splices them (`_splice.ts`).
       handler: options.upgrades
         ? options.handler
         : (request, info) =>

@@ -4,8 +4,8 @@
  * closed, and the handler never sees it.
  */
 import assert from "node:assert/strict";
-import { seeded } from "./_seeded_fixtures_test.ts";
-import { type Client, firstHead, hasHeader, ok, withServer } from "./_h1_server_fixtures_test.ts";
+import { seeded } from "../_seeded_fixtures_test.ts";
+import { type Client, firstHead, hasHeader, ok, withServer } from "./_server_fixtures_test.ts";
 
 // --- Refused heads: the status as an answer, then the connection closed. ---
 

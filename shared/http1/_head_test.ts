@@ -6,7 +6,7 @@ import {
   parseHead,
   recentOctets,
   type RequestHead,
-} from "./_h1_head.ts";
+} from "./_head.ts";
 
 /** The bytes of `text`, one byte per char (header bytes are octets). */
 function octets(text: string): Uint8Array {

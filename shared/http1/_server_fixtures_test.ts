@@ -1,12 +1,12 @@
 /**
- * What the bytes engine's black-box tests (`h1_server_test.ts`, `h1_server_refusals_test.ts`)
+ * What the bytes engine's black-box tests (`server_test.ts`, `server_refusals_test.ts`)
  * share: a raw client socket, a server per test, and readers of what came back. Every wait is
  * bounded (2–5 s of real time).
  *
  * @module
  */
 import assert from "node:assert/strict";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "../clock.ts";
 import { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";
 
 const encoder = new TextEncoder();

@@ -1,10 +1,10 @@
 /**
- * The bytes engine (`h1_server.ts`), black-box: raw bytes over loopback to
+ * The bytes engine (`server.ts`), black-box: raw bytes over loopback to
  * `serveGuarded({ engine: "bytes" })`: bodies, framing, HTTP/1.0, Expect, early answers, hang-ups
- * and URLs. Its refusals are `h1_server_refusals_test.ts`.
+ * and URLs. Its refusals are `server_refusals_test.ts`.
  */
 import assert from "node:assert/strict";
-import { type BytesLane, sentUrl } from "./h1_server.ts";
+import { type BytesLane, sentUrl } from "./server.ts";
 import {
   answers,
   deferred,
@@ -16,7 +16,7 @@ import {
   sleep,
   within,
   withServer,
-} from "./_h1_server_fixtures_test.ts";
+} from "./_server_fixtures_test.ts";
 
 const echo = async (request: Request) => new Response(await request.text());
 

@@ -1,11 +1,11 @@
 /**
- * The answer side of the bytes engine (`h1_server.ts`): a `Response` written as HTTP/1.1, sized
+ * The answer side of the bytes engine (`server.ts`): a `Response` written as HTTP/1.1, sized
  * when its length is known at once, chunked (or, to HTTP/1.0, ended by the close) when it streams,
  * its head out before its first body byte; and the byte helpers the gateway's lane shares.
  *
  * @module
  */
-import type { RequestHead } from "./_h1_head.ts";
+import type { RequestHead } from "./_head.ts";
 
 const encoder = new TextEncoder();
 /** The end of a chunked body. */

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
-import { createH1Client, type H1Client } from "./h1_client.ts";
-import { HangUpWatch } from "./forward.ts";
+import { createH1Client, type H1Client } from "./client.ts";
+import { HangUpWatch } from "../../gateway/forward.ts";
 
 function serve(handler: (r: Request) => Response | Promise<Response>) {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);

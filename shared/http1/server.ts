@@ -9,9 +9,9 @@
  * them; everything else is served as Deno's server serves it, as a `Request` to the handler and a
  * `Response` back.
  *
- * What it keeps, each held by a test (h1_server_test.ts, h1_server_refusals_test.ts and the guard
+ * What it keeps, each held by a test (server_test.ts, server_refusals_test.ts and the guard
  * suite in serve_test.ts):
- * - strict heads (`_h1_head.ts`): the smuggling shapes answered 400 and the connection closed, a
+ * - strict heads (`_head.ts`): the smuggling shapes answered 400 and the connection closed, a
  *   head past `maxHeadBytes` a 431;
  * - bodies sized or chunked, streamed as the handler reads them, `Expect: 100-continue` answered
  *   when the handler first reads, and a body the handler left unread drained (within a bound)
@@ -24,12 +24,12 @@
  *
  * @module
  */
-import { headEnd, HeadError, parseHead, RequestHead } from "./_h1_head.ts";
-import { BodyReader, Inbound } from "./_h1_inbound.ts";
-import { writeAll, writeResponse } from "./_h1_answer.ts";
-import { markEngineRequest, runSplice, spliceOf } from "./_h1_splice.ts";
+import { headEnd, HeadError, parseHead, RequestHead } from "./_head.ts";
+import { BodyReader, Inbound } from "./_inbound.ts";
+import { writeAll, writeResponse } from "./_answer.ts";
+import { markEngineRequest, runSplice, spliceOf } from "./_splice.ts";
 
-export { HeadError, RequestHead } from "./_h1_head.ts";
+export { HeadError, RequestHead } from "./_head.ts";
 
 const CONTINUE = new TextEncoder().encode("HTTP/1.1 100 Continue\r\n\r\n");
 

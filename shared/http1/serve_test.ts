@@ -1,8 +1,8 @@
-import { makeCertificates } from "./_tls_fixtures_test.ts";
+import { makeCertificates } from "../_tls_fixtures_test.ts";
 import assert from "node:assert/strict";
-import { FakeClock } from "./clock.ts";
+import { FakeClock } from "../clock.ts";
 import { type GuardedServeOptions, serveGuarded } from "./serve.ts";
-import { StreamCut } from "./stream_cut.ts";
+import { StreamCut } from "../stream_cut.ts";
 
 const decoder = new TextDecoder();
 

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { CARVE_MAX, Carver } from "./_h1_answer.ts";
+import { CARVE_MAX, Carver } from "./_answer.ts";
 
 Deno.test("Carver: pieces never share a byte, a full slab is left for a new one, a large piece is its own", () => {
   const carver = new Carver();
