@@ -81,9 +81,14 @@ const reasons: Record<number, string> = {
   508: "Loop Detected",
 };
 
+/** Where an answer is written: a socket, or one whose writes are counted. */
+export interface Writer {
+  write(p: Uint8Array): Promise<number>;
+}
+
 /** Writes all of `bytes` to `conn` (a write may take fewer). */
 export function writeAll(
-  conn: { write(p: Uint8Array): Promise<number> },
+  conn: Writer,
   bytes: Uint8Array,
 ): Promise<void> {
   // Not an async function: its frame, its promise and a view per call were a tenth of what a
@@ -97,7 +102,7 @@ export function writeAll(
 
 /** The rest of `bytes` from `at`, written call by call. */
 async function writeRest(
-  conn: { write(p: Uint8Array): Promise<number> },
+  conn: Writer,
   bytes: Uint8Array,
   at: number,
 ): Promise<void> {
@@ -217,7 +222,7 @@ export async function writeBody(
  * cancelled first).
  */
 export async function writeResponse(
-  conn: Deno.Conn,
+  conn: Writer,
   head: RequestHead,
   response: Response,
   close: boolean,

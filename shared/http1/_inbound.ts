@@ -6,6 +6,7 @@
  * @module
  */
 import { byteIndex, HeadError, octets, type RequestHead } from "./_head.ts";
+import { type Progress, unmetered } from "./_progress.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;
@@ -34,8 +35,12 @@ export class Inbound {
    */
   #held = false;
 
-  constructor(conn: Deno.Conn) {
+  /** Counts the reads that wait for the client (not the hang-up watch's): the guard's stall bound. */
+  readonly #progress: Progress;
+
+  constructor(conn: Deno.Conn, progress: Progress = unmetered()) {
     this.conn = conn;
+    this.#progress = progress;
   }
 
   get size(): number {
@@ -91,7 +96,9 @@ export class Inbound {
       this.#pending = undefined;
     } else {
       this.#room(READ_BYTES / 4);
+      this.#progress.reads++;
       n = await this.conn.read(this.buf.subarray(this.end)).catch(() => null);
+      this.#progress.readsDone++;
     }
     if (n === null) {
       this.closed = true;
@@ -107,8 +114,11 @@ export class Inbound {
    * null at the end of the stream.
    */
   async readOwn(max: number): Promise<Uint8Array<ArrayBuffer> | null> {
+    if (this.closed) return null;
     const own = new Uint8Array(max);
-    const n = this.closed ? null : await this.conn.read(own).catch(() => null);
+    this.#progress.reads++;
+    const n = await this.conn.read(own).catch(() => null);
+    this.#progress.readsDone++;
     if (n === null) {
       this.closed = true;
       return null;

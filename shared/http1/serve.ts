@@ -30,6 +30,10 @@
  * With `engine: "bytes"` (and no `upgrades`) each connection goes to the bytes engine instead
  * (`server.ts`): HTTP/1.1 written here on the socket, under the same guard, which can hand the
  * requests a `lane` claims to it before any `Request` is made (the gateway's routed verbs).
+ * That engine counts its socket calls (`_progress.ts`), so a request in flight is bounded too:
+ * a body that stops arriving is cut after `bodyTimeoutMs`, an answer the client stops reading
+ * after `writeTimeoutMs`, each measured since the last call that ended, while a handler that is
+ * merely slow (a long command) is never cut by the guard.
  *
  * @module
  */
@@ -37,6 +41,7 @@ import { type Clock, systemClock } from "../clock.ts";
 import { ChangeLog, type Log, silentLog } from "../log.ts";
 import { StreamCut } from "../stream_cut.ts";
 import { type BytesLane, serveH1 } from "./server.ts";
+import { type Progress, StallWatch, unmetered } from "./_progress.ts";
 import {
   acceptsCompression,
   DrainableBody,
@@ -98,6 +103,19 @@ export interface GuardedServeOptions {
    * than the SDKs' pools keep a socket idle, so a client's pooled socket is rarely closed under it.
    */
   idleTimeoutMs?: number;
+  /**
+   * Time the bytes engine waits for the next piece of a request's body it is reading: 60 s (as
+   * nginx's `client_body_timeout`), so an upload on a slow link goes through while a body that
+   * trickles to a halt (a slow POST) gives its connection back. A handler still at work, with
+   * no read pending, is never cut by it.
+   */
+  bodyTimeoutMs?: number;
+  /**
+   * Time the bytes engine waits for one write of an answer to be taken by the client: 60 s (as
+   * nginx's `send_timeout`), so a client that never reads its answer gives its connection, and
+   * the node's answer behind it, back.
+   */
+  writeTimeoutMs?: number;
   /**
    * Most connections open at once: 8,192. At the cap the longest-idle connection is closed to
    * admit a new one; when every one is busy the new one is closed at once.
@@ -180,6 +198,10 @@ interface Watched {
   served: boolean;
   /** Settles when Deno's server for this connection has closed it. */
   done: Promise<void>;
+  /** Its reads and writes, counted by the bytes engine (Deno's engines count none). */
+  progress: Progress;
+  /** What the last sweeps saw of them. */
+  stalls: StallWatch;
 }
 
 type ServeOnConnection = (
@@ -284,6 +306,8 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   const clock = options.clock ?? systemClock;
   const headerTimeoutMs = options.headerTimeoutMs ?? 10_000;
   const idleTimeoutMs = options.idleTimeoutMs ?? 60_000;
+  const bodyTimeoutMs = options.bodyTimeoutMs ?? 60_000;
+  const writeTimeoutMs = options.writeTimeoutMs ?? 60_000;
   const maxConnections = options.maxConnections ?? 8_192;
   const changes = new ChangeLog(log);
   const listener: Deno.Listener<Deno.TcpConn | Deno.TlsConn> = options.tls
@@ -325,7 +349,17 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
     const now = clock.now();
     let n = 0;
     for (const c of open) {
-      if (!idle(c) || c.stop.signal.aborted) continue;
+      if (c.stop.signal.aborted) continue;
+      if (!idle(c)) {
+        // A request in flight: only a client that stopped sending its body or reading its
+        // answer is cut; the handler's own time is the handler's to bound.
+        const { waiting, ms } = c.stalls.check(c.progress, now);
+        if (waiting !== undefined && ms >= (waiting === "write" ? writeTimeoutMs : bodyTimeoutMs)) {
+          close(c);
+          n++;
+        }
+        continue;
+      }
       // A kept-alive connection gets the idle bound for its next head too: nobody can tell an
       // idle socket from one whose first head byte is late.
       const bound = c.served ? idleTimeoutMs : headerTimeoutMs;
@@ -457,6 +491,7 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
       begun: () => c.inFlight++,
       ended: () => answered(c),
       lane: options.lane,
+      progress: c.progress,
     });
   };
 
@@ -473,6 +508,8 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
       waitingSince: clock.now(),
       served: false,
       done: Promise.resolve(),
+      progress: unmetered(),
+      stalls: new StallWatch(),
     };
     open.add(c);
     c.done = serveConnection(conn, c).catch(() => {
@@ -522,7 +559,13 @@ export function serveGuarded(options: GuardedServeOptions): GuardedServer {
   })();
 
   const every = options.sweepIntervalMs ??
-    Math.max(250, Math.min(5_000, Math.floor(Math.min(headerTimeoutMs, idleTimeoutMs) / 4)));
+    Math.max(
+      250,
+      Math.min(
+        5_000,
+        Math.floor(Math.min(headerTimeoutMs, idleTimeoutMs, bodyTimeoutMs, writeTimeoutMs) / 4),
+      ),
+    );
   const sweeper = every > 0 ? setInterval(sweep, every) : undefined;
   options.onListen?.(addr);
 

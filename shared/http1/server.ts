@@ -26,8 +26,9 @@
  */
 import { headEnd, HeadError, parseHead, RequestHead } from "./_head.ts";
 import { BodyReader, Inbound } from "./_inbound.ts";
-import { writeAll, writeResponse } from "./_answer.ts";
+import { writeAll, type Writer, writeResponse } from "./_answer.ts";
 import { markEngineRequest, runSplice, spliceOf } from "./_splice.ts";
+import { MeteredWriter, type Progress, unmetered } from "./_progress.ts";
 
 export { HeadError, RequestHead } from "./_head.ts";
 
@@ -105,6 +106,8 @@ export interface H1ServeOptions {
   maxHeadBytes?: number;
   /** Requests it answers from their bytes. */
   lane?: BytesLane;
+  /** Where the connection's reads and writes are counted, for the guard's stall bounds. */
+  progress?: Progress;
 }
 
 /** The reason a request's signal is aborted with when its client hangs up. */
@@ -127,14 +130,22 @@ class Exchange implements LaneExchange {
   readonly #inbound: Inbound;
   #hangUp: AbortController | undefined;
 
-  constructor(head: RequestHead, inbound: Inbound, write: (bytes: Uint8Array) => Promise<void>) {
+  readonly #out: Writer;
+
+  constructor(
+    head: RequestHead,
+    inbound: Inbound,
+    out: Writer,
+    write: (bytes: Uint8Array) => Promise<void>,
+  ) {
     this.head = head;
     this.#inbound = inbound;
+    this.#out = out;
     this.write = write;
   }
 
   writeOnce(bytes: Uint8Array): Promise<number> {
-    return this.#inbound.conn.write(bytes);
+    return this.#out.write(bytes);
   }
 
   get signal(): AbortSignal {
@@ -296,7 +307,10 @@ function clientLeft(error: unknown): boolean {
 export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise<void> {
   const { handler, onError, scheme, stop, lane } = options;
   const maxHead = options.maxHeadBytes ?? 64 * 1024;
-  const inbound = new Inbound(conn);
+  const progress = options.progress ?? unmetered();
+  const inbound = new Inbound(conn, progress);
+  /** Every write of an answer goes through it, so the guard sees one that waits. */
+  const out: Writer = options.progress === undefined ? conn : new MeteredWriter(conn, progress);
   const remoteAddr = conn.remoteAddr as Deno.NetAddr;
   const closeConn = () => {
     inbound.closed = true;
@@ -306,7 +320,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       // Closed already.
     }
   };
-  const write = (bytes: Uint8Array) => writeAll(conn, bytes);
+  const write = (bytes: Uint8Array) => writeAll(out, bytes);
   const handling: Handling = { handler, onError, scheme, remoteAddr };
 
   /** Serves the request whose head ends at `end` (-1: too long). Resolves whether to go on. */
@@ -322,14 +336,14 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       head = parseHead(inbound.buf, inbound.start, end);
     } catch (error) {
       if (!(error instanceof HeadError)) throw error;
-      await writeResponse(conn, headOnly, refusal(error), true).catch(() => {});
+      await writeResponse(out, headOnly, refusal(error), true).catch(() => {});
       return false;
     }
     inbound.start = end;
     // The head (and a whole body) are views of the read buffer until the next head is read.
     inbound.hold();
     const reader = new BodyReader(inbound, head);
-    const ex = new Exchange(head, inbound, write);
+    const ex = new Exchange(head, inbound, out, write);
     // Once the body is read, a read stays pending: a hang-up is heard while the answer is made.
     reader.onEnd = ex.watch;
     reader.onCut = ex.onHangUp;
@@ -364,7 +378,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
         const whole = reader.done || head.expectContinue ? undefined : reader.whole();
         given = whole ?? (reader.done ? null : bodyStream(
           reader,
-          head.expectContinue ? () => writeAll(conn, CONTINUE) : undefined,
+          head.expectContinue ? () => writeAll(out, CONTINUE) : undefined,
         ));
       }
       if (response === undefined) {
@@ -382,7 +396,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       // 100 Continue was never told to send it: the connection ends after the answer.
       const unsent = !reader.done && head.expectContinue && reader.read === 0;
       if (unsent) keep = false;
-      keep = await writeResponse(conn, head, response, !keep || stop.aborted);
+      keep = await writeResponse(out, head, response, !keep || stop.aborted);
       // The rest of the body is read and dropped only now (until its answer is sent the handler
       // may still be reading, a relayed upload), so the client reads the answer, not a reset.
       if (!reader.done && !unsent && !(await reader.drain())) keep = false;
@@ -391,7 +405,7 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
     } catch (error) {
       done?.failed(error);
       if (response === undefined && error instanceof HeadError) {
-        await writeResponse(conn, head, refusal(error), true).catch(() => {});
+        await writeResponse(out, head, refusal(error), true).catch(() => {});
       } else if ((response !== undefined || claim !== undefined) && !clientLeft(error)) {
         // The answer's body failed, or the lane did (a bug, a node that broke off, a stream cut
         // on purpose): told, and the connection ended.
