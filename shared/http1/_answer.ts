@@ -6,10 +6,8 @@
  * @module
  */
 import type { RequestHead } from "./_head.ts";
+import { CRLF, frame, LAST_CHUNK, sizeLine } from "./_chunked.ts";
 
-const encoder = new TextEncoder();
-/** The end of a chunked body. */
-export const LAST_CHUNK: Uint8Array = encoder.encode("0\r\n\r\n");
 /** Answer headers the engine frames itself. */
 const framing = new Set(["connection", "keep-alive", "transfer-encoding", "content-length"]);
 
@@ -119,12 +117,6 @@ export function joined(a: Uint8Array, b: Uint8Array): Uint8Array {
 
 /** Pieces at least this long are written as they are, not copied into a frame or a head. */
 const COPY_MAX = 16 * 1024;
-const CRLF = encoder.encode("\r\n");
-
-/** A chunk's size line. */
-function sizeLine(n: number): Uint8Array {
-  return latin1(`${n.toString(16)}\r\n`);
-}
 
 /**
  * The bytes of head text whose characters are octets (a `Headers` value is a ByteString):
@@ -134,19 +126,6 @@ function sizeLine(n: number): Uint8Array {
 export function latin1(text: string): Uint8Array<ArrayBuffer> {
   const out = new Uint8Array(text.length);
   for (let i = 0; i < text.length; i++) out[i] = text.charCodeAt(i);
-  return out;
-}
-
-/** A chunk framed for a chunked body. */
-export function frame(chunk: Uint8Array): Uint8Array {
-  const size = chunk.length.toString(16);
-  const out = new Uint8Array(size.length + 2 + chunk.length + 2);
-  for (let i = 0; i < size.length; i++) out[i] = size.charCodeAt(i);
-  out[size.length] = 13;
-  out[size.length + 1] = 10;
-  out.set(chunk, size.length + 2);
-  out[out.length - 2] = 13;
-  out[out.length - 1] = 10;
   return out;
 }
 

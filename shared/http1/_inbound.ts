@@ -7,6 +7,7 @@
  */
 import { byteIndex, HeadError, octets, type RequestHead } from "./_head.ts";
 import { type Progress, unmetered } from "./_progress.ts";
+import { ChunkFraming, LINE_MAX } from "./_chunked.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;
@@ -14,8 +15,6 @@ const READ_BYTES = 64 * 1024;
 const OWN_READ = 64 * 1024;
 /** Longest time spent reading and dropping a body the handler left unread. */
 const DRAIN_MAX_MS = 10_000;
-/** Longest chunk-size line or trailer line, and most trailer bytes, of a chunked body. */
-const LINE_MAX = 8 * 1024;
 
 /** The bytes read from the client and not yet consumed, and the one read that may be pending. */
 export class Inbound {
@@ -207,9 +206,10 @@ export class Inbound {
  */
 export class BodyReader {
   readonly #in: Inbound;
-  /** Bytes left in the body (sized) or in the current chunk (chunked); -1 before a chunk. */
+  /** Bytes left in the body (sized) or in the current chunk (chunked). */
   #left: number;
-  readonly #chunked: boolean;
+  /** A chunked body's framing; undefined for a sized one. */
+  readonly #framing: ChunkFraming | undefined;
   /** The read in progress, which a drain waits for before reading on its own. */
   #reading: Promise<unknown> | undefined;
   /** Set once the engine drains: the handler's stream reads nothing more. */
@@ -224,8 +224,9 @@ export class BodyReader {
 
   constructor(inbound: Inbound, head: RequestHead) {
     this.#in = inbound;
-    this.#chunked = head.contentLength === -1;
-    this.#left = this.#chunked ? -1 : head.contentLength;
+    const chunked = head.contentLength === -1;
+    this.#left = chunked ? 0 : head.contentLength;
+    this.#framing = chunked ? new ChunkFraming(badChunk) : undefined;
     this.done = head.contentLength === 0;
   }
 
@@ -234,7 +235,9 @@ export class BodyReader {
    * small request): no copy. `undefined` otherwise.
    */
   whole(): Uint8Array<ArrayBuffer> | undefined {
-    if (this.#chunked || this.done || this.read > 0 || this.#in.size < this.#left) return undefined;
+    if (this.#framing !== undefined || this.done || this.read > 0 || this.#in.size < this.#left) {
+      return undefined;
+    }
     const out = this.#in.view(this.#left);
     this.read = this.#left;
     this.#left = 0;
@@ -255,51 +258,35 @@ export class BodyReader {
   async #next(): Promise<Uint8Array<ArrayBuffer> | null> {
     const inbound = this.#in;
     if (this.done) return null;
-    if (this.#chunked && this.#left <= 0) {
-      if (this.#left === 0 && (await inbound.line()) !== "") {
-        throw new HeadError(400, "A chunk's data is not followed by CRLF");
-      }
-      const line = await inbound.line();
-      if (line === null) throw this.#cut();
-      const size = /^([0-9a-fA-F]{1,13})[ \t]*(;.*)?$/.exec(line);
-      const n = size === null ? NaN : parseInt(size[1], 16);
-      if (!Number.isSafeInteger(n)) {
-        throw new HeadError(400, `A chunk size '${line.slice(0, 20)}' is not a hex length`);
-      }
-      if (n === 0) {
-        let trailers = 0;
-        for (;;) {
-          const t = await inbound.line();
-          if (t === null) throw this.#cut();
-          if (t === "") break;
-          trailers += t.length;
-          if (trailers > LINE_MAX) {
-            throw new HeadError(400, `A chunked body's trailers pass ${LINE_MAX} bytes`);
-          }
-        }
-        return this.#ended();
-      }
-      this.#left = n;
+    if (this.#framing !== undefined) {
+      const ready = await this.#framing.ready(inbound, this.#cutError);
+      if (ready === 0) return this.#ended();
+      this.#left = ready;
     }
     if (inbound.size === 0 && !this.#abandoned && !inbound.pending && this.#left >= OWN_READ) {
       // A bulk body with nothing buffered: read straight into a piece of its own.
       const own = await inbound.readOwn(Math.min(this.#left, 4 * OWN_READ));
       if (own === null) throw this.#cut();
       this.#left -= own.length;
+      this.#framing?.took(own.length);
       this.read += own.length;
-      if (!this.#chunked && this.#left === 0) this.#ended();
+      if (this.#framing === undefined && this.#left === 0) this.#ended();
       return own;
     }
     if (inbound.size === 0 && !(await inbound.fill())) throw this.#cut();
     const n = Math.min(this.#left, inbound.size);
     this.#left -= n;
+    this.#framing?.took(n);
     this.read += n;
     // Dropped bytes are skipped, not copied: a refused 128 MiB body costs no garbage.
     const piece = this.#abandoned ? SKIPPED : inbound.take(n);
     if (this.#abandoned) inbound.start += n;
-    if (!this.#chunked && this.#left === 0) this.#ended();
+    if (this.#framing === undefined && this.#left === 0) this.#ended();
     return piece;
   }
+
+  /** `#cut` as the framing calls it. */
+  readonly #cutError = (): Error => this.#cut();
 
   /** The client ended the request before the body's end: its hang-up is told, and the read fails. */
   #cut(): Error {
@@ -336,6 +323,11 @@ export class BodyReader {
       clearTimeout(timer);
     }
   }
+}
+
+/** A chunked request body that breaks the coding: a 400. */
+function badChunk(message: string): HeadError {
+  return new HeadError(400, message);
 }
 
 /** What a drained read returns: the bytes were dropped. */

@@ -7,11 +7,10 @@
  */
 import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "./_head.ts";
 import { joined, writeAll } from "./_answer.ts";
+import { ChunkFraming, frame, LAST_CHUNK, LINE_MAX } from "./_chunked.ts";
 
 export const encoder = new TextEncoder();
 const decoder = new TextDecoder();
-const CRLF = encoder.encode("\r\n");
-const LAST_CHUNK = encoder.encode("0\r\n\r\n");
 
 /** A request waiting for one of its origin's connections. */
 export interface Waiter {
@@ -173,6 +172,30 @@ export class Conn {
     const out = this.buffered.subarray(0, n);
     this.buffered = this.buffered.subarray(n);
     return out;
+  }
+
+  /**
+   * One CRLF-ended line of a chunked body, without its CRLF, or null at the end of the stream;
+   * a bare LF or a line past `LINE_MAX` fails the answer.
+   */
+  async line(): Promise<string | null> {
+    for (let from = 0;;) {
+      const b = this.buffered;
+      const nl = byteIndex(b, 10, from);
+      if (nl !== -1) {
+        if (nl === 0 || b[nl - 1] !== 13) {
+          throw answerError("a chunked body has a line that ends with a bare LF");
+        }
+        const text = octets(b, 0, nl - 1);
+        this.consume(nl + 1);
+        return text;
+      }
+      if (b.length > LINE_MAX) {
+        throw answerError(`a chunked body has a line longer than ${LINE_MAX} bytes`);
+      }
+      from = b.length;
+      if (!(await this.fill())) return null;
+    }
   }
 
   /** The next `n` buffered bytes, read then dropped at once (a head, a chunk line). */
@@ -401,58 +424,30 @@ function parseHead(text: string): Head {
   };
 }
 
-/** Decodes a chunked body read by read; trailers are read and dropped. */
+/** A chunked answer body, read by read (the coding's rules are `_chunked.ts`'s). */
 export class ChunkDecoder {
   readonly #conn: Conn;
-  #left = 0;
-  #ended = false;
+  readonly #framing = new ChunkFraming(answerError);
 
   constructor(conn: Conn) {
     this.#conn = conn;
   }
 
+  /** The next piece of data, lent (valid until the connection's next answer), or null at the end. */
   async next(): Promise<Uint8Array | null> {
     const conn = this.#conn;
-    for (;;) {
-      if (this.#ended) return null;
-      if (this.#left > 0) {
-        if (conn.buffered.length === 0 && !(await conn.fill())) throw closedEarly();
-        const n = Math.min(this.#left, conn.buffered.length);
-        this.#left -= n;
-        const out = conn.take(n);
-        if (this.#left === 0) await this.#line(); // the CRLF after the data
-        return out;
-      }
-      const sizeLine = await this.#line();
-      const size = parseInt(sizeLine, 16);
-      if (!Number.isSafeInteger(size) || size < 0 || !/^[0-9a-f]+/i.test(sizeLine)) {
-        throw new TypeError(`error reading response: bad chunk size '${sizeLine.slice(0, 20)}'`);
-      }
-      if (size === 0) {
-        while ((await this.#line()) !== "") { /* trailers */ }
-        this.#ended = true;
-        return null;
-      }
-      this.#left = size;
-    }
+    const ready = await this.#framing.ready(conn, closedEarly);
+    if (ready === 0) return null;
+    if (conn.buffered.length === 0 && !(await conn.fill())) throw closedEarly();
+    const n = Math.min(ready, conn.buffered.length);
+    this.#framing.took(n);
+    return conn.take(n);
   }
+}
 
-  /** One CRLF-ended line (a size line or a trailer), at most 8 KiB. */
-  async #line(): Promise<string> {
-    const conn = this.#conn;
-    for (;;) {
-      const b = conn.buffered;
-      for (let i = 0; i + 1 < b.length; i++) {
-        if (b[i] === 13 && b[i + 1] === 10) {
-          const text = decoder.decode(b.subarray(0, i));
-          conn.consume(i + 2);
-          return text;
-        }
-      }
-      if (b.length > 8192) throw new TypeError("error reading response: a chunk line is too long");
-      if (!(await conn.fill())) throw closedEarly();
-    }
-  }
+/** The error of an answer that breaks HTTP/1.1's framing. */
+function answerError(message: string): TypeError {
+  return new TypeError(`error reading response: ${message}`);
 }
 
 /**
@@ -493,13 +488,10 @@ export async function writeRequest(
       }
       let framed: Uint8Array = value;
       if (length === undefined) {
-        const size = encoder.encode(`${value.length.toString(16)}\r\n`);
-        const needed = size.length + value.length + 2;
+        // Room for the data and its size line and CRLF (a 13-digit size at most).
+        const needed = value.length + 17;
         if (scratch.length < needed) scratch = new Uint8Array(Math.max(needed, 2 * scratch.length));
-        framed = scratch.subarray(0, needed);
-        framed.set(size);
-        framed.set(value, size.length);
-        framed.set(CRLF, size.length + value.length);
+        framed = frame(value, scratch);
       }
       await conn.writeAll(pending === undefined ? framed : joined(pending, framed));
       pending = undefined;

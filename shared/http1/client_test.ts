@@ -642,3 +642,34 @@ Deno.test("sendBytes(): a request the socket takes 1000 bytes at a time reaches 
     client.close();
   }
 });
+
+Deno.test("createH1Client() fails a chunked answer that breaks the coding, never passing on what follows", async () => {
+  // Each would let a node (or whatever answers on its port) slip bytes past the framing: data
+  // longer than its size, a size line with junk after the digits, a line ended by a bare LF.
+  const broken = [
+    "3\r\nabcEXTRA\r\n0\r\n\r\n",
+    "3 junk\r\nabc\r\n0\r\n\r\n",
+    "3\nabc\r\n0\r\n\r\n",
+  ];
+  for (const body of broken) {
+    const raw = rawServer(`HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n${body}`);
+    const client = createH1Client();
+    try {
+      const res = await client.fetch(raw.url);
+      await assert.rejects(res.text(), /error reading response/, JSON.stringify(body));
+      const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+      const answer = await client.sendBytes(raw.url, request, null);
+      await assert.rejects(
+        (async () => {
+          while ((await answer.next()) !== null) { /* read on */ }
+        })(),
+        /error reading response/,
+        JSON.stringify(body),
+      );
+      assert.equal(client.open, 0, "a connection whose answer broke its framing was kept");
+    } finally {
+      client.close();
+      await raw.close();
+    }
+  }
+});
