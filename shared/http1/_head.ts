@@ -399,3 +399,121 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
     spans,
   });
 }
+
+/**
+ * An answer head as bytes, read by the client to the nodes: the status and the framing headers
+ * decoded, every other line left as bytes for the bytes lane to relay without a Headers object.
+ */
+export interface RawHead {
+  status: number;
+  http11: boolean;
+  /**
+   * The head's bytes, status line to blank line: a view of the connection's buffer, valid only
+   * until the body is first read (copy it out before).
+   */
+  raw: Uint8Array;
+  /** Where the status line ends (after its CRLF), in `raw`. */
+  statusEnd: number;
+  /** Per header line, three offsets in `raw`: its start, its colon, its end after the CRLF. */
+  spans: number[];
+  /** The Content-Length when it was a plain number (read from its digits), else undefined. */
+  length: number | undefined;
+  /** Any other Content-Length value, as text (the client refuses what is no length). */
+  contentLength: string | undefined;
+  /** The Transfer-Encoding lines' values, joined by ", " as `Headers.get` joins them. */
+  transferEncoding: string | undefined;
+  /** The Connection lines' values, each after a comma. */
+  connection: string;
+}
+
+/** `HTTP/1.` as bytes: an answer's version is case-sensitive. */
+const HTTP1 = [72, 84, 84, 80, 47, 49, 46];
+
+function isDigit(c: number): boolean {
+  return c >= 48 && c <= 57;
+}
+
+/** The error of an answer head HTTP/1.1 does not allow. */
+function badAnswer(what: string): TypeError {
+  return new TypeError(`error reading response: ${what}`);
+}
+
+/**
+ * Parses an answer head, `raw` being its bytes from the status line through the blank line.
+ * Held to the request side's rules where they guard the framing: every line ends with CRLF, a
+ * header line is a token name, a colon and a value without CR, LF or NUL, no line is folded,
+ * and two Content-Lengths must agree. (A Transfer-Encoding beside a Content-Length is allowed
+ * in an answer, where the coding wins, RFC 9112 §6.3.)
+ *
+ * @throws {TypeError} "error reading response: …" for a head that breaks them.
+ */
+export function parseAnswerHead(raw: Uint8Array): RawHead {
+  const statusEnd = byteIndex(raw, 10, 0) + 1;
+  // "HTTP/1.x NNN" and a CRLF: the rest of the status line is the reason, passed on as it came.
+  // Read from the bytes: a TextDecoder call per answer was two calls into the runtime.
+  let ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 && (raw[7] === 48 || raw[7] === 49) &&
+    raw[8] === 32 && (raw[12] === 32 || raw[12] === 13) && isDigit(raw[9]) &&
+    isDigit(raw[10]) && isDigit(raw[11]);
+  for (let i = 0; ok && i < HTTP1.length; i++) ok = raw[i] === HTTP1[i];
+  const status = ok ? (raw[9] - 48) * 100 + (raw[10] - 48) * 10 + raw[11] - 48 : NaN;
+  if (!(status >= 100)) {
+    const line = octets(raw, 0, Math.min(raw.length, 80)).split(/[\r\n]/)[0];
+    throw badAnswer(`bad status line '${line}'`);
+  }
+  const spans: number[] = [];
+  let contentLength: string | undefined, transferEncoding: string | undefined, connection = "";
+  let length: number | undefined;
+  const stop = raw.length - 2;
+  for (let at = statusEnd; at < stop;) {
+    const nl = byteIndex(raw, 10, at);
+    let colon = at;
+    while (colon < nl && raw[colon] < 128 && TOKEN[raw[colon]] === 1) colon++;
+    if (nl <= at || raw[nl - 1] !== 13 || colon === at || raw[colon] !== 58) {
+      throw badAnswer("bad header line");
+    }
+    for (let k = colon; k < nl - 1; k++) {
+      if (raw[k] === 13 || raw[k] === 0) throw badAnswer("bad header line");
+    }
+    spans.push(at, colon, nl + 1);
+    const n = colon - at;
+    // The framing headers' values only (a closure per line to decode one was a heap object).
+    if (n === 14 && sameName(raw, at, colon, "content-length")) {
+      // The usual value, digits between optional blanks, is read from the bytes: no string.
+      const plain = digitsBetweenBlanks(raw, colon + 1, nl - 1);
+      const text = plain === undefined ? octets(raw, colon + 1, nl - 1).trim() : undefined;
+      if (
+        (length !== undefined || contentLength !== undefined) &&
+        (plain !== length || text !== contentLength)
+      ) {
+        throw badAnswer("two Content-Length values differ");
+      }
+      length = plain;
+      contentLength = text;
+    } else if (n === 17 && sameName(raw, at, colon, "transfer-encoding")) {
+      const value = octets(raw, colon + 1, nl - 1).trim();
+      transferEncoding = transferEncoding === undefined ? value : `${transferEncoding}, ${value}`;
+    } else if (n === 10 && sameName(raw, at, colon, "connection")) {
+      connection += `,${octets(raw, colon + 1, nl - 1).trim()}`;
+    }
+    at = nl + 1;
+  }
+  return {
+    status,
+    http11: raw[7] === 49,
+    raw,
+    statusEnd,
+    spans,
+    length,
+    contentLength,
+    transferEncoding,
+    connection,
+  };
+}
+
+/** The number `b[from, to)` spells: at most 15 digits between spaces or tabs; else undefined. */
+function digitsBetweenBlanks(b: Uint8Array, from: number, to: number): number | undefined {
+  while (from < to && (b[from] === 32 || b[from] === 9)) from++;
+  while (to > from && (b[to - 1] === 32 || b[to - 1] === 9)) to--;
+  const n = digitsAt(b, from, to);
+  return n < 0 ? undefined : n;
+}

@@ -9,10 +9,8 @@
  * @module
  */
 
-import { blankLineAt } from "./_head.ts";
+import { blankLineAt, parseAnswerHead } from "./_head.ts";
 import { joined, latin1, writeAll } from "./_answer.ts";
-
-const decoder = new TextDecoder();
 
 /** The requests the bytes engine made: only they can be spliced. */
 const engineRequests = new WeakSet<Request>();
@@ -118,14 +116,17 @@ export async function openSplice(
   try {
     await writeAll(upstream, latin1(text + "\r\n"));
     const { head, rest } = await readHead(upstream);
-    const status = /^HTTP\/1\.[01] (\d{3})/.exec(decoder.decode(head.subarray(0, 16)))?.[1];
-    if (status !== "101") {
+    let status: number;
+    try {
+      status = parseAnswerHead(head).status;
+    } catch (error) {
       throw new RelayOpenError(
-        status === undefined
-          ? "the next hop sent no HTTP answer"
-          : `the next hop answered ${status}, not 101`,
+        `the next hop sent no HTTP answer (${(error as Error).message})`,
         false,
       );
+    }
+    if (status !== 101) {
+      throw new RelayOpenError(`the next hop answered ${status}, not 101`, false);
     }
     const response = new Response(null, { status: 200 });
     splices.set(response, { upstream, head, rest });

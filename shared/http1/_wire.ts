@@ -5,12 +5,11 @@
  *
  * @module
  */
-import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "./_head.ts";
+import { blankLineAt, byteIndex, octets, parseAnswerHead, type RawHead } from "./_head.ts";
 import { joined, writeAll } from "./_answer.ts";
 import { ChunkFraming, frame, LAST_CHUNK, LINE_MAX } from "./_chunked.ts";
 
 export const encoder = new TextEncoder();
-const decoder = new TextDecoder();
 
 /** A request waiting for one of its origin's connections. */
 export interface Waiter {
@@ -29,17 +28,11 @@ export interface Pool {
   waiting: Waiter[];
 }
 
-/** An answer head read for the fetch shape: its header lines as pairs, the framing ones read. */
-export interface Head {
-  status: number;
+/** An answer head read for the fetch shape: its status text and header lines as pairs too. */
+export interface Head extends RawHead {
   statusText: string;
   /** Each header line's name and value in turn, as sent (the value trimmed). */
   pairs: string[];
-  /** The framing headers' values as `Headers.get` gives them (repeats joined by ", "), or null. */
-  transferEncoding: string | null;
-  contentLength: string | null;
-  connection: string | null;
-  http11: boolean;
 }
 
 /** A connection closed before any byte of the answer: safe to retry a fixed body once. */
@@ -263,36 +256,11 @@ export async function readHead(conn: Conn, maxHeaderBytes: number): Promise<Head
   for (let from = 0;;) {
     const end = headEndIn(conn, maxHeaderBytes, from);
     if (end >= 0) {
-      // One character a byte, as Headers takes header bytes: UTF-8 decoding made U+FFFD of them.
-      return parseHead(octets(conn.consume(end + 4), 0, end));
+      return fetchShape(parseAnswerHead(conn.consume(end + 4)));
     }
     from = Math.max(0, conn.buffered.length - 3);
     if (!(await conn.fill())) throw closedEarly();
   }
-}
-
-/**
- * An answer head as bytes, for the bytes lane, which relays it without a Headers object: only
- * the status and the framing headers are decoded.
- */
-export interface RawHead {
-  status: number;
-  http11: boolean;
-  /**
-   * The head's bytes, status line to blank line: a view of the connection's buffer, valid only
-   * until the body is first read (copy it out before).
-   */
-  raw: Uint8Array;
-  /** Where the status line ends (after its CRLF), in `raw`. */
-  statusEnd: number;
-  /** Per header line, three offsets in `raw`: its start, its colon, its end after the CRLF. */
-  spans: number[];
-  /** The Content-Length when it was a plain number (read from its digits), else undefined. */
-  length: number | undefined;
-  /** Any other Content-Length value, as text (`framingOf` refuses what is no length). */
-  contentLength: string | undefined;
-  transferEncoding: string | undefined;
-  connection: string;
 }
 
 /**
@@ -306,122 +274,26 @@ export function bufferedRawHead(
   from: number,
 ): RawHead | undefined {
   const end = headEndIn(conn, maxHeaderBytes, from);
-  return end >= 0 ? parseRawHead(conn.consume(end + 4)) : undefined;
+  return end >= 0 ? parseAnswerHead(conn.consume(end + 4)) : undefined;
 }
 
-const HTTP1 = encoder.encode("HTTP/1.");
-
-/** Whether `raw` starts with `HTTP/1.`, exactly (the version's name is case-sensitive). */
-function startsHttp1(raw: Uint8Array): boolean {
-  for (let i = 0; i < HTTP1.length; i++) if (raw[i] !== HTTP1[i]) return false;
-  return true;
-}
-
-function isDigit(c: number): boolean {
-  return c >= 48 && c <= 57;
-}
-
-function parseRawHead(raw: Uint8Array): RawHead {
-  const statusEnd = byteIndex(raw, 10, 0) + 1;
-  // "HTTP/1.x NNN" and a CRLF: the rest of the status line is the reason, passed on as it came.
-  // Read from the bytes: a TextDecoder call per answer was two calls into the runtime.
-  const ok = statusEnd >= 14 && raw[statusEnd - 2] === 13 && startsHttp1(raw) &&
-    (raw[7] === 48 || raw[7] === 49) && raw[8] === 32 &&
-    (raw[12] === 32 || raw[12] === 13) && isDigit(raw[9]) && isDigit(raw[10]) &&
-    isDigit(raw[11]);
-  const status = ok ? (raw[9] - 48) * 100 + (raw[10] - 48) * 10 + raw[11] - 48 : NaN;
-  if (!(status >= 100)) {
-    throw new TypeError(
-      `error reading response: bad status line '${
-        decoder.decode(raw.subarray(0, 80)).split("\r")[0]
-      }'`,
+/**
+ * `head` with its reason and its header lines decoded, one character a byte, as Headers takes
+ * header bytes (UTF-8 decoding made U+FFFD of them). Pairs, not a Headers: the Response they go
+ * into appends them to its own (a Headers given in its init is copied through the iterator, the
+ * costliest part of making the Response).
+ */
+function fetchShape(head: RawHead): Head {
+  const { raw, spans, statusEnd } = head;
+  const statusText = raw[12] === 32 ? octets(raw, 13, statusEnd - 2) : "";
+  const pairs: string[] = [];
+  for (let i = 0; i < spans.length; i += 3) {
+    pairs.push(
+      octets(raw, spans[i], spans[i + 1]),
+      octets(raw, spans[i + 1] + 1, spans[i + 2] - 2).trim(),
     );
   }
-  const spans: number[] = [];
-  let contentLength: string | undefined, transferEncoding: string | undefined, connection = "";
-  let length: number | undefined;
-  const stop = raw.length - 2;
-  for (let at = statusEnd; at < stop;) {
-    const nl = byteIndex(raw, 10, at);
-    const colon = byteIndex(raw, 58, at, nl);
-    if (nl <= at || raw[nl - 1] !== 13 || colon <= at || colon > nl) {
-      throw new TypeError("error reading response: bad header line");
-    }
-    for (let k = colon; k < nl - 1; k++) {
-      if (raw[k] === 13 || raw[k] === 0) {
-        throw new TypeError("error reading response: bad header line");
-      }
-    }
-    spans.push(at, colon, nl + 1);
-    const n = colon - at;
-    // The framing headers' values only (a closure per line to decode one was a heap object).
-    if (n === 14 && sameName(raw, at, colon, "content-length")) {
-      // The usual value, digits between optional blanks, is read from the bytes: no string.
-      length = digitsBetweenBlanks(raw, colon + 1, nl - 1);
-      contentLength = length === undefined ? octets(raw, colon + 1, nl - 1).trim() : undefined;
-    } else if (n === 17 && sameName(raw, at, colon, "transfer-encoding")) {
-      transferEncoding = octets(raw, colon + 1, nl - 1).trim();
-    } else if (n === 10 && sameName(raw, at, colon, "connection")) {
-      connection += `,${octets(raw, colon + 1, nl - 1).trim()}`;
-    }
-    at = nl + 1;
-  }
-  return {
-    status,
-    http11: raw[7] === 49,
-    raw,
-    statusEnd,
-    spans,
-    length,
-    contentLength,
-    transferEncoding,
-    connection,
-  };
-}
-
-/** The number `b[from, to)` spells: at most 15 digits between spaces or tabs; else undefined. */
-function digitsBetweenBlanks(b: Uint8Array, from: number, to: number): number | undefined {
-  while (from < to && (b[from] === 32 || b[from] === 9)) from++;
-  while (to > from && (b[to - 1] === 32 || b[to - 1] === 9)) to--;
-  const n = digitsAt(b, from, to);
-  return n < 0 ? undefined : n;
-}
-
-function parseHead(text: string): Head {
-  const lines = text.split("\r\n");
-  const m = /^HTTP\/1\.([01]) (\d{3})(?: (.*))?$/.exec(lines[0]);
-  if (m === null) {
-    throw new TypeError(`error reading response: bad status line '${lines[0].slice(0, 80)}'`);
-  }
-  // Pairs, not a Headers: the Response they go into appends them to its own (a Headers given in
-  // its init is copied through the iterator, the costliest part of making the Response).
-  const pairs: string[] = [];
-  let transferEncoding: string | null = null, contentLength: string | null = null;
-  let connection: string | null = null;
-  const joinedWith = (seen: string | null, value: string) =>
-    seen === null ? value : `${seen}, ${value}`;
-  for (let i = 1; i < lines.length; i++) {
-    const line = lines[i];
-    const colon = line.indexOf(":");
-    if (colon <= 0) throw new TypeError(`error reading response: bad header line`);
-    const name = line.slice(0, colon), value = line.slice(colon + 1).trim();
-    pairs.push(name, value);
-    const n = name.length;
-    if (n !== 10 && n !== 14 && n !== 17) continue;
-    const lower = name.toLowerCase();
-    if (lower === "transfer-encoding") transferEncoding = joinedWith(transferEncoding, value);
-    else if (lower === "content-length") contentLength = joinedWith(contentLength, value);
-    else if (lower === "connection") connection = joinedWith(connection, value);
-  }
-  return {
-    status: Number(m[2]),
-    statusText: m[3] ?? "",
-    pairs,
-    transferEncoding,
-    contentLength,
-    connection,
-    http11: m[1] === "1",
-  };
+  return { ...head, statusText, pairs };
 }
 
 /** A chunked answer body, read by read (the coding's rules are `_chunked.ts`'s). */

@@ -20,6 +20,7 @@
  *
  * @module
  */
+import type { RawHead } from "./_head.ts";
 import {
   bufferedRawHead,
   ChunkDecoder,
@@ -28,7 +29,6 @@ import {
   encoder,
   type Head,
   type Pool,
-  type RawHead,
   readHead,
   StaleConnection,
   type Waiter,

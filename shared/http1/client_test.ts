@@ -673,3 +673,30 @@ Deno.test("createH1Client() fails a chunked answer that breaks the coding, never
     }
   }
 });
+
+Deno.test("createH1Client() refuses an answer head whose framing two readers could read two ways", async () => {
+  // Two different lengths (the bytes path took the last), a length whose name has a space before
+  // its colon (read as no length at all, so the body ran to the close), a folded line.
+  const heads = [
+    "content-length: 3\r\ncontent-length: 5",
+    "content-length : 3",
+    "x-a: 1\r\n folded: 2\r\ncontent-length: 3",
+  ];
+  for (const head of heads) {
+    const raw = rawServer(`HTTP/1.1 200 OK\r\n${head}\r\n\r\nabcde`);
+    const client = createH1Client();
+    try {
+      await assert.rejects(client.fetch(raw.url), /error reading response/, JSON.stringify(head));
+      const request = new TextEncoder().encode("GET / HTTP/1.1\r\nhost: x\r\n\r\n");
+      await assert.rejects(
+        client.sendBytes(raw.url, request, null),
+        /error reading response/,
+        JSON.stringify(head),
+      );
+      assert.equal(client.open, 0);
+    } finally {
+      client.close();
+      await raw.close();
+    }
+  }
+});

@@ -36,7 +36,7 @@ export {
   type H1Client,
   type H1ClientOptions,
 } from "./client.ts";
-export { type RawHead } from "./_wire.ts";
+export { type RawHead } from "./_head.ts";
 export { octets, sameName } from "./_head.ts";
 export { Carver, writeBody } from "./_answer.ts";
 export { fromBytesEngine, openSplice, RelayOpenError } from "./_splice.ts";
