@@ -1,8 +1,10 @@
 /**
- * The request head of the bytes engine (`server.ts`): found and parsed from the bytes as they
- * came, strictly, since a proxy that reads a head differently from the server behind it is how
- * requests get smuggled. Every refusal is a {@linkcode HeadError} with the status to answer and a
- * sentence naming what was wrong; the connection is closed after it.
+ * HTTP/1.1 heads, both kinds: a request's for the bytes engine (`server.ts`) and an answer's for
+ * the client to the nodes (`client.ts`) and the WebSocket splice. Found and parsed from the
+ * bytes as they came, strictly, since a proxy that reads a head differently from the server
+ * behind it is how requests get smuggled and answers desynchronised. A request's refusal is a
+ * {@linkcode HeadError} with the status to answer and a sentence naming what was wrong (the
+ * connection is closed after it); an answer's is a TypeError "error reading response: …".
  *
  * @module
  */

@@ -1,7 +1,8 @@
 /**
  * The wire side of {@linkcode createH1Client} (client.ts): one pooled TCP connection and its
- * read buffer, the answer head's reader and parser with its cap, the chunked decoder, and the
- * request writer. The client keeps the pools, the waits and the fetch shape.
+ * read buffer, the answer head's reader with its cap (the parser is `_head.ts`'s), the chunked
+ * body's reader (the coding is `_chunked.ts`'s), and the request writer. The client keeps the
+ * pools, the waits and the fetch shape.
  *
  * @module
  */
