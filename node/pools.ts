@@ -280,13 +280,17 @@ export class WarmPools {
     await Promise.all([...this.#work]);
   }
 
-  /** Replaces the targets; warm sandboxes beyond a lowered or dropped target are removed. */
+  /**
+   * Replaces the targets; warm sandboxes beyond a lowered or dropped target are removed. A pool
+   * whose key stays keeps its object (only the target changes): a build in flight holds that
+   * object and counts itself off it, and its failure sets that object's backoff, so a copy
+   * would keep counting the build for ever and never refill.
+   */
   #apply(targets: PoolTarget[]): void {
     const next = new Map<string, Pool>();
     for (const t of targets) {
       const key = poolKey(t.template, t.spec);
-      const old = this.#pools.get(key);
-      next.set(key, {
+      const pool = this.#pools.get(key) ?? {
         key,
         template: t.template,
         spec: {
@@ -294,15 +298,20 @@ export class WarmPools {
           ...(t.spec.memoryMB === undefined ? {} : { memoryMB: t.spec.memoryMB }),
         },
         target: t.warm,
-        warm: old?.warm ?? [],
-        building: old?.building ?? 0,
-        claimed: old?.claimed ?? 0,
-        failures: old?.failures ?? 0,
-        retryAt: old?.retryAt ?? 0,
-      });
+        warm: [],
+        building: 0,
+        claimed: 0,
+        failures: 0,
+        retryAt: 0,
+      };
+      pool.target = t.warm;
+      next.set(key, pool);
     }
     for (const [key, old] of this.#pools) {
-      if (!next.has(key)) { for (const id of old.warm) this.#remove(id); }
+      if (next.has(key)) continue;
+      for (const id of old.warm) this.#remove(id);
+      // A dropped pool's failure sentence goes with it, so the map holds only live pools.
+      this.#changes.clear(`pool:${key}`);
     }
     for (const pool of next.values()) {
       while (pool.warm.length > pool.target) this.#remove(pool.warm.pop()!);

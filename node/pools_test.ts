@@ -230,3 +230,45 @@ Deno.test("SandboxService.acquire() served by a claim keeps the E2B lifecycle it
   assert.equal(sandbox.e2b.autoResume, true);
   assert.equal(sandbox.e2b.onTimeout, "pause");
 });
+
+Deno.test("WarmPools.set() sent again while a pool refills leaves the refill's count true", async () => {
+  // The gateway's fan-out protocol is "send the whole set again to the nodes that failed", so a
+  // node that did apply it sees the same set a second time, often mid-refill.
+  const lines: string[] = [];
+  const log: Log = (level, msg) => lines.push(`${level} ${msg}`);
+  const { pools, executor, service, clock } = setup({ log, backoffBaseMs: 1000 });
+  await pools.start();
+  const targets = [{ template: "base", spec: {}, warm: 1 }];
+  const release = executor.hooks.park("create");
+  await pools.set(targets);
+  await executor.hooks.parked("create");
+  assert.equal(pools.list()[0].refilling, 1, "the build is in flight");
+  await pools.set(targets);
+  release();
+  await pools.settled();
+  assert.deepEqual(pools.list().map((p) => [p.warm, p.refilling]), [[1, 0]]);
+
+  // A claim must start a refill: a count left at 1 would hold the pool empty for ever.
+  await service.acquire({ name: "c1" });
+  assert.equal(pools.list()[0].claimed, 1, "the create was served by a claim");
+  await pools.settled();
+  assert.deepEqual(pools.list().map((p) => [p.warm, p.refilling]), [[1, 0]], "refilled");
+
+  // A build failing after a set sent again still puts the pool in backoff.
+  const parkAgain = executor.hooks.park("create");
+  await service.acquire({ name: "c2" });
+  await executor.hooks.parked("create");
+  executor.hooks.fail("create", new Error("engine is sad"), 5);
+  await pools.set(targets);
+  parkAgain();
+  await pools.settled();
+  const attempts = executor.hooks.calls.create;
+  pools.kick();
+  await pools.settled();
+  assert.equal(executor.hooks.calls.create, attempts, "still in backoff: no attempt");
+  assert.equal(lines.filter((l) => l.includes("refill failed")).length, 1);
+  clock.tick(1000);
+  pools.kick();
+  await pools.settled();
+  assert.equal(executor.hooks.calls.create, attempts + 1, "retried after the backoff");
+});
