@@ -39,6 +39,12 @@ export async function runClaimLatency({ runs }: PoolsBenchOptions): Promise<Sect
   let node;
   try {
     node = await startDockerNode(nodeId, gw.url);
+    // The node answers before its first check-in lands, and a gateway that knows no node
+    // refuses setPools (409).
+    await until(
+      async () => (await postJson(`${gw.url}/listNodes`, {})).json.nodes.length > 0,
+      30_000,
+    );
     const set = await postJson(`${gw.url}/setPools`, {
       pools: [{ template: "minimal", warm: 2 }],
     });

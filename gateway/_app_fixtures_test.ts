@@ -89,6 +89,8 @@ export class StubNode {
       }
       case "listSandboxes":
         return Response.json({ sandboxes: [...this.sandboxes.values()] });
+      case "setPools":
+        return Response.json({ pools: body.pools });
       default:
         return Response.json({ message: "unknown" }, { status: 404 });
     }

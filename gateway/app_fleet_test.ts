@@ -130,3 +130,34 @@ Deno.test("checkIn refuses an endpoint that is the gateway's own listening addre
     gateway.close();
   }
 });
+
+Deno.test("setPools on a fleet no node has checked in with is a 409, not an empty success", async () => {
+  const { gateway, add } = setup();
+  const pools = [{ template: "base", warm: 2 }];
+  try {
+    const empty = await call(gateway, "setPools", { pools });
+    assert.equal(empty.status, 409);
+    const { message } = await empty.json();
+    assert.match(message, /^No node has checked in with this gateway, so setPools reached no node/);
+    assert.match(message, /DORMICE_GATEWAY_ENDPOINT/);
+    // Naming nodes still answers one result each, the unknown ones failed.
+    const named = await call(gateway, "setPools", { pools, nodeIds: ["a"] });
+    assert.equal(named.status, 200);
+    assert.deepEqual((await named.json()).results, [
+      {
+        nodeId: "a",
+        ok: false,
+        error: "No node 'a' in the fleet: listNodes shows the registered ids",
+      },
+    ]);
+    const a = add("a");
+    const sent = await call(gateway, "setPools", { pools });
+    assert.equal(sent.status, 200);
+    assert.deepEqual((await sent.json()).results, [
+      { nodeId: "a", ok: true, pools: [{ template: "base", spec: {}, warm: 2 }] },
+    ]);
+    assert.deepEqual(a.calls, ["setPools"]);
+  } finally {
+    gateway.close();
+  }
+});

@@ -149,6 +149,9 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   post("setPools", async (c) => {
     const { value } = await readBody(c.req.raw, gatewaySetPoolsSchema, jsonBodyCap);
     const known = [...fleet.nodes()];
+    // `{results: []}` would read as a success that told nobody: a gateway nobody found, or
+    // one that lost its node table, must not look like a fleet that took the pools.
+    if (value.nodeIds === undefined && known.length === 0) throw noNodeForPools();
     const wanted = value.nodeIds ?? known.map((n) => n.id);
     const results: { nodeId: string; ok: boolean; pools?: unknown; error?: string }[] = [];
     const targets = [];
@@ -359,6 +362,18 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 }
 
 const removeNodeSchema = z.object({ nodeId: nodeIdSchema });
+
+/** The refusal of a `setPools` for the whole fleet when no node has checked in. */
+function noNodeForPools(): HttpError {
+  return new HttpError(
+    409,
+    "No node has checked in with this gateway, so setPools reached no node and changed no " +
+      "pool: start the nodes with DORMICE_GATEWAY_ENDPOINT naming this gateway, wait until " +
+      "listNodes shows them, then send setPools again (with DORMICE_GATEWAY_ETCD, a gateway " +
+      "that cannot read etcd knows only the nodes that checked in with it: look in its log " +
+      "for 'cannot read or write the node table in etcd')",
+  );
+}
 
 /** The gateway's `setPools`: the node's body, and the nodes to send it to (every node when absent). */
 const gatewaySetPoolsSchema = z.object({

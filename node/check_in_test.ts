@@ -96,6 +96,27 @@ Deno.test("CheckInLoop logs a failure once per change and a recovery once", asyn
   });
 });
 
+Deno.test("CheckInLoop logs the gateway's sentence cut at exactly 400 characters", async () => {
+  await withGateway(async (origin, _seen, answer) => {
+    const { log, lines } = recorder();
+    const loop = new CheckInLoop(options(origin, { log }));
+    // Every position differs from its neighbours, so a cut one character off shows.
+    const sentence = Array.from({ length: 1000 }, (_, i) => String.fromCharCode(65 + i % 26))
+      .join("");
+    answer(() => Response.json({ message: sentence }, { status: 409 }));
+    await loop.once();
+    assert.equal(lines.length, 1, "the failure was logged");
+    assert.equal(lines[0].msg, "check-in failed");
+    assert.equal(lines[0].cause, `the gateway answered 409: ${sentence.slice(0, 400)}…`);
+    // A sentence within the bound is logged whole, with no mark.
+    const short = sentence.slice(0, 400);
+    answer(() => Response.json({ message: short }, { status: 503 }));
+    await loop.once();
+    assert.equal(lines.length, 2, "the new failure was logged");
+    assert.equal(lines[1].cause, `the gateway answered 503: ${short}`);
+  });
+});
+
 Deno.test("CheckInLoop logs a cause whose numbers tick once, and again when its status changes", async () => {
   await withGateway(async (origin, _seen, answer) => {
     const { log, lines } = recorder();

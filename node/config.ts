@@ -22,7 +22,7 @@
  * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of one JSON body (native verbs, the E2B control plane, Connect RPCs), MiB, 1 to 256 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
- * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists |
+ * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
  * | `DORMICE_SANDBOX_DOMAIN` | unset | the fleet's sandbox domain; part of the config digest, so a node set apart is reported |
  *

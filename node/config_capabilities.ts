@@ -64,6 +64,27 @@ export function parsePools(text: string | undefined): PoolTarget[] | string {
 }
 
 /**
+ * Writes pool targets as `DORMICE_POOLS` would say them (the inverse of {@linkcode parsePools}),
+ * so a log line can be pasted into the variable.
+ *
+ * @example
+ * ```ts
+ * import { formatPools } from "@dormice/cluster/node";
+ * formatPools([{ template: "base", spec: { memoryMB: 1024 }, warm: 1 }]); // "base::1024=1"
+ * ```
+ */
+export function formatPools(pools: readonly PoolTarget[]): string {
+  return pools.map(({ template, spec: { cpus, memoryMB }, warm }) => {
+    const size = memoryMB !== undefined
+      ? `:${cpus ?? ""}:${memoryMB}`
+      : cpus !== undefined
+      ? `:${cpus}`
+      : "";
+    return `${template}${size}=${warm}`;
+  }).join(",");
+}
+
+/**
  * Parses `DORMICE_VOLUMES`: `name=/host/path[:ro]` or `name=docker-volume[:ro]`,
  * comma-separated.
  *

@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
 import { loadNodeConfig } from "./config.ts";
+import { formatPools, parsePools } from "./config_capabilities.ts";
 
 const token = "t".repeat(32);
 
@@ -52,6 +53,13 @@ Deno.test("loadNodeConfig() reads DORMICE_POOLS and DORMICE_VOLUMES", () => {
   assert.deepEqual(r.config.volumes, [
     { name: "data", source: "/srv/data", readOnly: true },
     { name: "cache", source: "dormice-cache", readOnly: false },
+  ]);
+  // The boot log writes pools back in the variable's syntax, so a line can be pasted into it.
+  const written = formatPools([...r.config.pools, { template: "x", spec: { cpus: 0.5 }, warm: 0 }]);
+  assert.equal(written, "minimal=2,base:1:512=1,base::1024=3,x:0.5=0");
+  assert.deepEqual(parsePools(written), [
+    ...r.config.pools,
+    { template: "x", spec: { cpus: 0.5 }, warm: 0 },
   ]);
 });
 

@@ -135,7 +135,7 @@ export {
   type WriteOptions,
 } from "./executors/contract.ts";
 export { type ClaimAsk, WarmPools, type WarmPoolsOptions } from "./pools.ts";
-export { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
+export { formatPools, parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
 export type {
   AcquireRequest,
   AcquireResult,

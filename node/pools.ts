@@ -16,6 +16,7 @@ import {
   setPoolsSchema,
 } from "../shared/pools.ts";
 import { describeZodError, type SandboxSpec } from "../shared/schemas.ts";
+import { formatPools } from "./config_capabilities.ts";
 import type { Executor } from "./executors/contract.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 
@@ -161,6 +162,7 @@ export class WarmPools {
    */
   async start(): Promise<void> {
     const targets = this.#file === null ? null : await readPoolsFile(this.#file);
+    if (targets !== null) this.#reportSeed(this.#file!, targets);
     this.#apply(targets ?? this.#initial);
     for (const row of this.#ledger.warmRows()) {
       const pool = this.#pools.get(poolKey(row.template, row.spec));
@@ -173,6 +175,37 @@ export class WarmPools {
     const adopted = [...this.#pools.values()].reduce((n, p) => n + p.warm.length, 0);
     if (adopted > 0) this.#log("info", "warm sandboxes adopted at boot", { adopted });
     this.kick();
+  }
+
+  /**
+   * Says that `file` seeded the pools, and warns when `DORMICE_POOLS` asks for other ones: an
+   * operator who edits the variable of a node that once took `setPools` would otherwise see
+   * the edit ignored in silence. An unset `DORMICE_POOLS` is the `setPools` way, not a
+   * disagreement.
+   */
+  #reportSeed(file: string, targets: PoolTarget[]): void {
+    const pools = formatPools(targets);
+    this.#log(
+      "info",
+      "warm pools seeded from pools.json, which setPools wrote: it wins over DORMICE_POOLS " +
+        "while it exists",
+      { file, pools, fix: `delete ${file} and restart the node to go back to DORMICE_POOLS` },
+    );
+    if (this.#initial.length === 0) return;
+    const keys = (list: PoolTarget[]) =>
+      list.map((t) => `${poolKey(t.template, t.spec)}=${t.warm}`).sort().join(",");
+    if (keys(targets) === keys(this.#initial)) return;
+    this.#log(
+      "warn",
+      "pools.json disagrees with DORMICE_POOLS, which is ignored while the file exists",
+      {
+        file,
+        pools,
+        DORMICE_POOLS: formatPools(this.#initial),
+        fix: `send setPools with the pools you want (it rewrites ${file}), or delete ${file} ` +
+          "and restart the node to use DORMICE_POOLS",
+      },
+    );
   }
 
   /**
@@ -280,13 +313,17 @@ export class WarmPools {
     await Promise.all([...this.#work]);
   }
 
-  /** Replaces the targets; warm sandboxes beyond a lowered or dropped target are removed. */
+  /**
+   * Replaces the targets; warm sandboxes beyond a lowered or dropped target are removed. A pool
+   * whose key stays keeps its object (only the target changes): a build in flight holds that
+   * object and counts itself off it, and its failure sets that object's backoff, so a copy
+   * would keep counting the build for ever and never refill.
+   */
   #apply(targets: PoolTarget[]): void {
     const next = new Map<string, Pool>();
     for (const t of targets) {
       const key = poolKey(t.template, t.spec);
-      const old = this.#pools.get(key);
-      next.set(key, {
+      const pool = this.#pools.get(key) ?? {
         key,
         template: t.template,
         spec: {
@@ -294,15 +331,20 @@ export class WarmPools {
           ...(t.spec.memoryMB === undefined ? {} : { memoryMB: t.spec.memoryMB }),
         },
         target: t.warm,
-        warm: old?.warm ?? [],
-        building: old?.building ?? 0,
-        claimed: old?.claimed ?? 0,
-        failures: old?.failures ?? 0,
-        retryAt: old?.retryAt ?? 0,
-      });
+        warm: [],
+        building: 0,
+        claimed: 0,
+        failures: 0,
+        retryAt: 0,
+      };
+      pool.target = t.warm;
+      next.set(key, pool);
     }
     for (const [key, old] of this.#pools) {
-      if (!next.has(key)) { for (const id of old.warm) this.#remove(id); }
+      if (next.has(key)) continue;
+      for (const id of old.warm) this.#remove(id);
+      // A dropped pool's failure sentence goes with it, so the map holds only live pools.
+      this.#changes.clear(`pool:${key}`);
     }
     for (const pool of next.values()) {
       while (pool.warm.length > pool.target) this.#remove(pool.warm.pop()!);

@@ -5,6 +5,7 @@ import type { Log } from "../shared/log.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { Ledger } from "./ledger.ts";
 import { WarmPools, type WarmPoolsOptions } from "./pools.ts";
+import type { PoolTarget } from "../shared/pools.ts";
 import { SandboxService } from "./service.ts";
 
 function setup(options: Partial<WarmPoolsOptions> = {}) {
@@ -229,4 +230,118 @@ Deno.test("SandboxService.acquire() served by a claim keeps the E2B lifecycle it
   assert.equal(pools.list()[0].claimed, 1, "the create was served by a claim");
   assert.equal(sandbox.e2b.autoResume, true);
   assert.equal(sandbox.e2b.onTimeout, "pause");
+});
+
+Deno.test("WarmPools.set() sent again while a pool refills leaves the refill's count true", async () => {
+  // The gateway's fan-out protocol is "send the whole set again to the nodes that failed", so a
+  // node that did apply it sees the same set a second time, often mid-refill.
+  const lines: string[] = [];
+  const log: Log = (level, msg) => lines.push(`${level} ${msg}`);
+  const { pools, executor, service, clock } = setup({ log, backoffBaseMs: 1000 });
+  await pools.start();
+  const targets = [{ template: "base", spec: {}, warm: 1 }];
+  const release = executor.hooks.park("create");
+  await pools.set(targets);
+  await executor.hooks.parked("create");
+  assert.equal(pools.list()[0].refilling, 1, "the build is in flight");
+  await pools.set(targets);
+  release();
+  await pools.settled();
+  assert.deepEqual(pools.list().map((p) => [p.warm, p.refilling]), [[1, 0]]);
+
+  // A claim must start a refill: a count left at 1 would hold the pool empty for ever.
+  await service.acquire({ name: "c1" });
+  assert.equal(pools.list()[0].claimed, 1, "the create was served by a claim");
+  await pools.settled();
+  assert.deepEqual(pools.list().map((p) => [p.warm, p.refilling]), [[1, 0]], "refilled");
+
+  // A build failing after a set sent again still puts the pool in backoff.
+  const parkAgain = executor.hooks.park("create");
+  await service.acquire({ name: "c2" });
+  await executor.hooks.parked("create");
+  executor.hooks.fail("create", new Error("engine is sad"), 5);
+  await pools.set(targets);
+  parkAgain();
+  await pools.settled();
+  const attempts = executor.hooks.calls.create;
+  pools.kick();
+  await pools.settled();
+  assert.equal(executor.hooks.calls.create, attempts, "still in backoff: no attempt");
+  assert.equal(lines.filter((l) => l.includes("refill failed")).length, 1);
+  clock.tick(1000);
+  pools.kick();
+  await pools.settled();
+  assert.equal(executor.hooks.calls.create, attempts + 1, "retried after the backoff");
+});
+
+Deno.test("WarmPools.start() says it seeded from pools.json, and warns when DORMICE_POOLS differs", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const file = join(dir, "pools.json");
+    const boot = async (initial: PoolTarget[]) => {
+      const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+      const log: Log = (level, msg, fields) => lines.push({ level, msg, fields });
+      const ledger = Ledger.inMemory({ nodeId: "n1", endpoint: "http://127.0.0.1:3676" });
+      const pools = new WarmPools({ ledger, executor: new FakeExecutor(), file, initial, log });
+      await pools.start();
+      await pools.close();
+      return { lines, targets: pools.list().map((p) => [p.template, p.spec, p.target]) };
+    };
+    const env = [{ template: "minimal", spec: {}, warm: 2 }];
+
+    // No file yet: DORMICE_POOLS seeds, and nothing is said of a file.
+    const first = await boot(env);
+    assert.deepEqual(first.targets, [["minimal", {}, 2]]);
+    assert.deepEqual(first.lines.filter((l) => /pools\.json/.test(l.msg)), []);
+
+    await Deno.writeTextFile(
+      file,
+      JSON.stringify({
+        pools: [{ template: "base", spec: { cpus: 1, memoryMB: 512 }, warm: 1 }, {
+          template: "minimal",
+          spec: { memoryMB: 256 },
+          warm: 3,
+        }],
+      }),
+    );
+    const seeded = {
+      level: "info",
+      msg: "warm pools seeded from pools.json, which setPools wrote: it wins over DORMICE_POOLS " +
+        "while it exists",
+      fields: {
+        file,
+        pools: "base:1:512=1,minimal::256=3",
+        fix: `delete ${file} and restart the node to go back to DORMICE_POOLS`,
+      },
+    };
+
+    // The file disagrees with DORMICE_POOLS: the seed line, then the warning naming both.
+    const disagreeing = await boot(env);
+    assert.deepEqual(disagreeing.targets, [["base", { cpus: 1, memoryMB: 512 }, 1], [
+      "minimal",
+      { memoryMB: 256 },
+      3,
+    ]]);
+    assert.deepEqual(disagreeing.lines, [seeded, {
+      level: "warn",
+      msg: "pools.json disagrees with DORMICE_POOLS, which is ignored while the file exists",
+      fields: {
+        file,
+        pools: "base:1:512=1,minimal::256=3",
+        DORMICE_POOLS: "minimal=2",
+        fix: `send setPools with the pools you want (it rewrites ${file}), or delete ${file} ` +
+          "and restart the node to use DORMICE_POOLS",
+      },
+    }]);
+
+    // DORMICE_POOLS unset (the setPools way), or the same pools in another order: no warning.
+    assert.deepEqual((await boot([])).lines, [seeded]);
+    const same = [
+      { template: "minimal", spec: { memoryMB: 256 }, warm: 3 },
+      { template: "base", spec: { cpus: 1, memoryMB: 512 }, warm: 1 },
+    ];
+    assert.deepEqual((await boot(same)).lines, [seeded]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -132,6 +132,7 @@ export class SandboxService implements SandboxOps {
       clock: this.#clock,
       log: this.#log,
       queue: this.queue,
+      lostAtBoot: new Set(),
     };
   }
 
@@ -284,6 +285,7 @@ export class SandboxService implements SandboxOps {
       await callExecutor(() => this.#executor.destroy(sandbox.id));
       this.#ledger.delete(sandbox.id);
       this.history.drop(sandbox.id);
+      this.#core.lostAtBoot.delete(sandbox.id);
     } catch (error) {
       settle(false);
       throw error;
@@ -551,14 +553,17 @@ export class SandboxService implements SandboxOps {
     } catch (error) {
       if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
       const row = this.#ledger.byId(sandbox.id);
-      // A row marked at boot was reported then; a sandbox lost now is reported now.
-      const lostBefore = row?.state === "stopped";
-      if (row && !lostBefore) markLost(this.#core, row, error.message);
+      // A row already marked was reported when it was marked; a sandbox lost now is reported now.
+      if (row && row.state !== "stopped") markLost(this.#core, row, error.message);
+      // A stopped row is not enough to say "at boot": the first call of a sandbox removed while
+      // the node ran marks it stopped too.
+      const cause = this.#core.lostAtBoot.has(sandbox.id)
+        ? "it was missing when the node started"
+        : error.message;
       throw new HttpError(
         410,
         `Sandbox '${sandbox.name}' lost its ${this.#executor.kind} sandbox, with its files and ` +
-          `processes (${lostBefore ? "it was missing when the node started" : error.message}): ` +
-          "destroy it (destroySandbox, or kill), then create it again",
+          `processes (${cause}): destroy it (destroySandbox, or kill), then create it again`,
       );
     }
   }

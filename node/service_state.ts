@@ -26,6 +26,13 @@ export interface ServiceCore {
   log: Log;
   /** The per-name slots. */
   queue: NameQueue;
+  /**
+   * Ids whose sandbox the boot reconcile of this process found missing, so each later call
+   * says so; any other lost sandbox vanished while the node ran, and its call says what the
+   * executor says now. Filled only by the reconcile (at most the rows of that moment), and an
+   * id leaves when its row is destroyed.
+   */
+  lostAtBoot: Set<string>;
 }
 
 /** Runs an executor call; its errors become HttpErrors, except `gone`, which `#guard` reads. */
@@ -157,6 +164,7 @@ export async function reconcileWithExecutor(
       const now = core.ledger.byId(row.id);
       if (!now) return;
       lost.push(now.id);
+      core.lostAtBoot.add(now.id);
       markLost(core, now, "its ledger row has no sandbox in the executor");
     });
   }

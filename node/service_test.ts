@@ -440,6 +440,44 @@ Deno.test("SandboxService notices a sandbox removed behind its back: row stopped
   }
 });
 
+Deno.test("SandboxService: every 410 of a lost sandbox names its own cause, not the boot's", async () => {
+  const { ledger, executor, service, close } = setup();
+  try {
+    const { sandbox: removed } = await service.acquire({ name: "removed" });
+    const { sandbox: missing } = await service.acquire({ name: "missing" });
+    // Gone before a boot: the reconcile finds it missing.
+    await executor.destroy(missing.id);
+    assert.deepEqual((await service.reconcile()).lost, [missing.id]);
+    // Gone while the node runs, as `docker rm -f` would do it.
+    await executor.destroy(removed.id);
+    const causeOf = async (name: string) => {
+      const e = await service.execCommand({ name }, { cmd: ["true"] }).then(
+        () => assert.fail(`'${name}' answered`),
+        (e: unknown) => e,
+      );
+      assert.ok(e instanceof HttpError && e.status === 410, String(e));
+      return /with its files and processes \((.*)\): destroy it/.exec(e.message)?.[1];
+    };
+    for (const call of [1, 2, 3]) {
+      assert.equal(
+        await causeOf("removed"),
+        `the fake executor has no sandbox with id '${removed.id}'`,
+        `call ${call} of the sandbox removed while the node ran`,
+      );
+      assert.equal(
+        await causeOf("missing"),
+        "it was missing when the node started",
+        `call ${call} of the sandbox missing at boot`,
+      );
+    }
+    assert.equal(ledger.byName("removed")?.state, "stopped");
+    assert.equal(await service.destroy({ name: "missing" }), true);
+    assert.equal(await service.destroy({ name: "removed" }), true);
+  } finally {
+    await close();
+  }
+});
+
 Deno.test("SandboxService.execCommand(): output held open past the kill is answered anyway", async () => {
   /** A command that escapes its kill (say it dropped the executor's marker from its env). */
   class Escaping extends FakeExecutor {

@@ -84,8 +84,10 @@ Deno.test({
         });
         // Reported once, when noticed.
         assert.match(n.process.stderr(), new RegExp(`sandbox lost: .*"id":"${id}"`));
+        // Every later call names the same cause: the node never restarted.
         const again = await native("execCommand", { name: "by-exec", command: "true" });
         assert.equal(again.status, 410);
+        assert.match(again.body.message, lostSentence("by-exec"));
       },
     );
 
