@@ -5,6 +5,7 @@ import { Fleet } from "./fleet.ts";
 import { Finder, type FinderTimers } from "./finder.ts";
 import { Placer } from "./placer.ts";
 import { GatewayRouting } from "./routing.ts";
+import { LocalSlots, type Slots } from "./slots.ts";
 import type { CreateOptions } from "./routing_create.ts";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -57,26 +58,34 @@ class StubNode {
 /** Deadlines that never fire: every test here gets its answers at once. */
 const idleTimers: FinderTimers = { setTimeout: () => 0, clearTimeout: () => {} };
 
-function setup() {
+/**
+ * One fleet of stub nodes and a gateway's routing over it; `another()` is a second gateway on the
+ * same fleet with its own Finder and Placer that shares the name slots (shared mode's EtcdSlots).
+ */
+function setup(slots: Slots = new LocalSlots()) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = fetchToNodes(nodes);
   const clock = new FakeClock();
   const fleet = new Fleet({ clock });
-  const finder = new Finder({
-    fleet,
-    token,
-    fetch: fakeFetch,
-    clock,
-    timers: idleTimers,
-  });
-  const placer = new Placer({ fleet });
-  const routing = new GatewayRouting({
-    fleet,
-    finder,
-    placer,
-    token,
-    fetch: fakeFetch,
-  });
+  const gateway = () => {
+    const finder = new Finder({
+      fleet,
+      token,
+      fetch: fakeFetch,
+      clock,
+      timers: idleTimers,
+    });
+    const placer = new Placer({ fleet });
+    const routing = new GatewayRouting({
+      fleet,
+      finder,
+      placer,
+      token,
+      fetch: fakeFetch,
+      slots,
+    });
+    return { finder, placer, routing };
+  };
   const add = (id: string, memoryAvailableBytes = 8e9) => {
     const endpoint = `http://${id}.test:3676`;
     const node = new StubNode(id, endpoint);
@@ -84,7 +93,27 @@ function setup() {
     fleet.checkIn(checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes }) }));
     return node;
   };
-  return { clock, fleet, finder, placer, routing, add, close: () => fleet.close() };
+  return { clock, fleet, ...gateway(), another: gateway, add, close: () => fleet.close() };
+}
+
+/** Slots that tell which keys are asked for, as they are asked (before any wait). */
+class WatchedSlots extends LocalSlots {
+  /** Every key a `run` asked for, in order. */
+  readonly asked: string[] = [];
+  #waiters: { key: string; resolve: () => void }[] = [];
+
+  override run<T>(key: string, task: () => Promise<T> | T): Promise<T> {
+    this.asked.push(key);
+    const due = this.#waiters.filter((w) => w.key === key);
+    this.#waiters = this.#waiters.filter((w) => w.key !== key);
+    for (const w of due) w.resolve();
+    return super.run(key, task);
+  }
+
+  /** Resolves when the next `run` for `key` asks for it. */
+  nextAskFor(key: string): Promise<void> {
+    return new Promise((resolve) => this.#waiters.push({ key, resolve }));
+  }
 }
 
 /** A node's acquire: builds the sandbox (or wakes it) and answers like a node's native face. */
@@ -535,6 +564,68 @@ Deno.test("GatewayRouting.destroy() evicts and gives the placement back on a 2xx
     assert.equal(await destroy("never"), null);
     assert.deepEqual(a.forwarded, []);
   } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's slot for an acquire's wake", async () => {
+  const slots = new WatchedSlots();
+  const { routing, another, add, close } = setup(slots);
+  // The destroy comes through another gateway, whose cache has never seen the sandbox.
+  const other = another().routing;
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "frozen" });
+  const order: string[] = [];
+  let woke!: () => void;
+  const waking = new Promise<void>((r) => woke = r);
+  let finishWake!: () => void;
+  const wakeMayFinish = new Promise<void>((r) => finishWake = r);
+  const wake = acquireOn(a);
+  a.answers.set("/acquireSandbox", async (request, body) => {
+    order.push("wake");
+    woke();
+    await wakeMayFinish;
+    return wake(request, body);
+  });
+  let reached!: () => void;
+  const destroyReached = new Promise<void>((r) => reached = r);
+  a.answers.set("/destroySandbox", (_request, body) => {
+    order.push("destroy");
+    reached();
+    const s = [...a.sandboxes.values()].find((x) => x.id === body.id);
+    if (s) a.sandboxes.delete(s.name);
+    return Response.json({ destroyed: s !== undefined }, { status: s ? 200 : 404 });
+  });
+  const signal = new AbortController().signal;
+  try {
+    // The acquire found x and its wake is on its way to the node, inside the name's slot.
+    const acquiring = routing.create(createOptions("x"));
+    await waking;
+    const queued = slots.nextAskFor("x");
+    const destroying = other.destroy({
+      by: "id",
+      key: "a-1",
+      path: "/destroySandbox",
+      body: JSON.stringify({ id: "a-1" }),
+      signal,
+    });
+    // Whichever comes first: the destroy queues behind the acquire in the name's slot, or it
+    // reaches the node while the wake is still on its way (red when the id takes a slot of its
+    // own: the wake would then rebuild, on that node, what the destroy just removed).
+    const first = await Promise.race([
+      queued.then(() => "queued in the name's slot"),
+      destroyReached.then(() => "reached the node during the wake"),
+    ]);
+    assert.equal(first, "queued in the name's slot");
+    assert.deepEqual(order, ["wake"]);
+    finishWake();
+    assert.equal((await acquiring).status, 200);
+    assert.equal((await destroying)?.status, 200);
+    assert.deepEqual(order, ["wake", "destroy"]);
+    assert.equal(a.sandboxes.size, 0, "the name was woken and then destroyed, not rebuilt");
+    assert.deepEqual(slots.asked, ["x", "x"]);
+  } finally {
+    finishWake();
     close();
   }
 });
