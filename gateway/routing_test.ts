@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { Fleet } from "./fleet.ts";
 import { Finder, type FinderTimers } from "./finder.ts";
-import { Placer } from "./placer.ts";
+import { placementAsk, Placer } from "./placer.ts";
 import { GatewayRouting } from "./routing.ts";
 import { LocalSlots, type Slots } from "./slots.ts";
 import type { CreateOptions } from "./routing_create.ts";
@@ -627,6 +627,69 @@ Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's
   } finally {
     finishWake();
     close();
+  }
+});
+
+Deno.test("GatewayRouting.create(): a cold create and a warm claim of one name race in its slot, and one sandbox is built", async () => {
+  // w holds a warm sandbox and is busier; c holds none and is idle. Apart, the claim goes to w
+  // and the cold create to c: two copies of the name, unless both run in the name's slot.
+  const claim = { ...createOptions("x"), ask: placementAsk("minimal") };
+  const cold = { ...createOptions("x"), ask: placementAsk("minimal", { network: true }) };
+  const warmPool = { template: "minimal", spec: {}, warm: 2, target: 2 };
+  const orders: [string, CreateOptions, CreateOptions][] = [
+    ["cold first", cold, claim],
+    ["claim first", claim, cold],
+  ];
+  for (const [label, first, second] of orders) {
+    const slots = new WatchedSlots();
+    const { routing, placer, fleet, add, close } = setup(slots);
+    const w = add("w");
+    const c = add("c");
+    fleet.checkIn(checkIn("w", w.endpoint, { reading: reading({ active: 4 }), pools: [warmPool] }));
+    const arrivals: string[] = [];
+    let arrived!: () => void;
+    let firstArrived = new Promise<void>((r) => arrived = r);
+    let open!: () => void;
+    const gate = new Promise<void>((r) => open = r);
+    for (const node of [w, c]) {
+      const build = acquireOn(node);
+      node.answers.set("/acquireSandbox", async (request, body) => {
+        arrivals.push(node.id);
+        arrived();
+        await gate;
+        return build(request, body);
+      });
+    }
+    try {
+      const one = routing.create(first);
+      const queued = slots.nextAskFor("x");
+      const two = routing.create(second);
+      await firstArrived;
+      firstArrived = new Promise<void>((r) => arrived = r);
+      // The second queues for the name's slot, or (red) reaches a node while the first's create
+      // is still on its way.
+      const next = await Promise.race([
+        queued.then(() => "queued in the name's slot"),
+        firstArrived.then(() => `reached a node while the other was on its way: ${arrivals}`),
+      ]);
+      assert.equal(next, "queued in the name's slot", label);
+      open();
+      const answers = await Promise.all([one, two]);
+      const builder = first === claim ? "w" : "c";
+      assert.deepEqual(answers.map((a) => a.node.id), [builder, builder], label);
+      assert.deepEqual(
+        [w, c].flatMap((n) => [...n.sandboxes.values()].map((s) => `${n.id}:${s.name}`)),
+        [`${builder}:x`],
+        `${label}: one sandbox`,
+      );
+      // One placement, and a claim counted only when the claim built it: the wake took none.
+      assert.equal(placer.inFlight("w") + placer.inFlight("c"), 1, label);
+      const left = placer.pick(claim.ask).explain.warm?.sampled[0].warm;
+      assert.equal(left, first === claim ? 1 : 2, `${label}: w's warm left`);
+    } finally {
+      open();
+      close();
+    }
   }
 });
 
