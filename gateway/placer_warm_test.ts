@@ -9,7 +9,7 @@ import {
   type WarmCandidate,
 } from "./placer.ts";
 import { FakeClock } from "../shared/clock.ts";
-import { checkIn, reading, recordingLog } from "./_fixtures_test.ts";
+import { checkIn, reading } from "./_fixtures_test.ts";
 import type { CheckIn } from "../shared/schemas.ts";
 
 /** A random source that answers the given numbers in turn. */
@@ -247,28 +247,5 @@ Deno.test("Placer.pick() names a template no node has; only-down holders is not 
   const downOnly = placer.pick(placementAsk("gpu"));
   assert.ok(!downOnly.ok);
   assert.equal(downOnly.templateNowhere, undefined, "b has it: a 503, not a 400");
-  fleet.close();
-});
-
-Deno.test("Fleet warns once when a node's config digest parts from the fleet's", () => {
-  const { log, lines } = recordingLog();
-  const fleet = new Fleet({ log });
-  const d = (id: string, digest: string, n: number) =>
-    checkIn(id, `http://10.0.0.${n}:3676`, { configDigest: digest });
-  fleet.checkIn(d("a", "same", 1));
-  fleet.checkIn(d("b", "same", 2));
-  fleet.checkIn(d("c", "other", 3));
-  fleet.checkIn(d("c", "other", 3));
-  const warnings = lines.filter((l) => l.msg.includes("fleet-invariant"));
-  assert.equal(warnings.length, 1, "at the moment it appears, not per check-in");
-  assert.equal(warnings[0].fields.nodeId, "c");
-  const listed = fleet.list();
-  assert.deepEqual(listed.map((n) => [n.id, n.configDigestMismatch]), [
-    ["a", false],
-    ["b", false],
-    ["c", true],
-  ]);
-  fleet.checkIn(d("c", "same", 3));
-  assert.ok(fleet.list().every((n) => !n.configDigestMismatch));
   fleet.close();
 });
