@@ -128,6 +128,16 @@ function acquireOn(node: StubNode, status = 200): Answer {
   };
 }
 
+/** `acquireOn(node)` held at the node until `held` settles; `arrived` hears each request come. */
+function heldAcquireOn(node: StubNode, held: Promise<void>, arrived: () => void): Answer {
+  const build = acquireOn(node);
+  return async (request, body) => {
+    arrived();
+    await held;
+    return build(request, body);
+  };
+}
+
 function createOptions(name: string | undefined, signal = new AbortController().signal) {
   return {
     name,
@@ -243,24 +253,16 @@ Deno.test("GatewayRouting.create() of a cached name confirms it by id and wakes 
 Deno.test("GatewayRouting.create() runs nothing for a client that left while queued in the name's slot", async () => {
   const { routing, placer, add, close } = setup();
   const a = add("a");
-  let release!: () => void;
-  const held = new Promise<void>((resolve) => release = resolve);
-  let arrived!: () => void;
-  const first = new Promise<void>((resolve) => arrived = resolve);
-  const build = acquireOn(a);
-  a.answers.set("/acquireSandbox", async (request, body) => {
-    arrived();
-    await held;
-    return build(request, body);
-  });
+  const held = Promise.withResolvers<void>(), first = Promise.withResolvers<void>();
+  a.answers.set("/acquireSandbox", heldAcquireOn(a, held.promise, first.resolve));
   try {
     const holder = routing.create(createOptions("x"));
-    await first;
+    await first.promise;
     const leaving = new AbortController();
     const queued = routing.create(createOptions("x", leaving.signal));
     assert.equal(routing.slots.isBusy("x"), true);
     leaving.abort();
-    release();
+    held.resolve();
     assert.equal((await holder).status, 200);
     await assert.rejects(queued, httpError(499));
     // One lookup and one create, both the holder's: the queued client cost the node nothing.
@@ -576,22 +578,18 @@ Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's
   const a = add("a");
   a.sandboxes.set("x", { id: "a-1", name: "x", state: "frozen" });
   const order: string[] = [];
-  let woke!: () => void;
-  const waking = new Promise<void>((r) => woke = r);
-  let finishWake!: () => void;
-  const wakeMayFinish = new Promise<void>((r) => finishWake = r);
-  const wake = acquireOn(a);
-  a.answers.set("/acquireSandbox", async (request, body) => {
-    order.push("wake");
-    woke();
-    await wakeMayFinish;
-    return wake(request, body);
-  });
-  let reached!: () => void;
-  const destroyReached = new Promise<void>((r) => reached = r);
+  const waking = Promise.withResolvers<void>(), wakeMayFinish = Promise.withResolvers<void>();
+  a.answers.set(
+    "/acquireSandbox",
+    heldAcquireOn(a, wakeMayFinish.promise, () => {
+      order.push("wake");
+      waking.resolve();
+    }),
+  );
+  const destroyReached = Promise.withResolvers<void>();
   a.answers.set("/destroySandbox", (_request, body) => {
     order.push("destroy");
-    reached();
+    destroyReached.resolve();
     const s = [...a.sandboxes.values()].find((x) => x.id === body.id);
     if (s) a.sandboxes.delete(s.name);
     return Response.json({ destroyed: s !== undefined }, { status: s ? 200 : 404 });
@@ -600,7 +598,7 @@ Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's
   try {
     // The acquire found x and its wake is on its way to the node, inside the name's slot.
     const acquiring = routing.create(createOptions("x"));
-    await waking;
+    await waking.promise;
     const queued = slots.nextAskFor("x");
     const destroying = other.destroy({
       by: "id",
@@ -614,18 +612,18 @@ Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's
     // own: the wake would then rebuild, on that node, what the destroy just removed).
     const first = await Promise.race([
       queued.then(() => "queued in the name's slot"),
-      destroyReached.then(() => "reached the node during the wake"),
+      destroyReached.promise.then(() => "reached the node during the wake"),
     ]);
     assert.equal(first, "queued in the name's slot");
     assert.deepEqual(order, ["wake"]);
-    finishWake();
+    wakeMayFinish.resolve();
     assert.equal((await acquiring).status, 200);
     assert.equal((await destroying)?.status, 200);
     assert.deepEqual(order, ["wake", "destroy"]);
     assert.equal(a.sandboxes.size, 0, "the name was woken and then destroyed, not rebuilt");
     assert.deepEqual(slots.asked, ["x", "x"]);
   } finally {
-    finishWake();
+    wakeMayFinish.resolve();
     close();
   }
 });
@@ -647,33 +645,31 @@ Deno.test("GatewayRouting.create(): a cold create and a warm claim of one name r
     const c = add("c");
     fleet.checkIn(checkIn("w", w.endpoint, { reading: reading({ active: 4 }), pools: [warmPool] }));
     const arrivals: string[] = [];
-    let arrived!: () => void;
-    let firstArrived = new Promise<void>((r) => arrived = r);
-    let open!: () => void;
-    const gate = new Promise<void>((r) => open = r);
+    let arrival = Promise.withResolvers<void>();
+    const gate = Promise.withResolvers<void>();
     for (const node of [w, c]) {
-      const build = acquireOn(node);
-      node.answers.set("/acquireSandbox", async (request, body) => {
-        arrivals.push(node.id);
-        arrived();
-        await gate;
-        return build(request, body);
-      });
+      node.answers.set(
+        "/acquireSandbox",
+        heldAcquireOn(node, gate.promise, () => {
+          arrivals.push(node.id);
+          arrival.resolve();
+        }),
+      );
     }
     try {
       const one = routing.create(first);
       const queued = slots.nextAskFor("x");
       const two = routing.create(second);
-      await firstArrived;
-      firstArrived = new Promise<void>((r) => arrived = r);
+      await arrival.promise;
+      arrival = Promise.withResolvers<void>();
       // The second queues for the name's slot, or (red) reaches a node while the first's create
       // is still on its way.
       const next = await Promise.race([
         queued.then(() => "queued in the name's slot"),
-        firstArrived.then(() => `reached a node while the other was on its way: ${arrivals}`),
+        arrival.promise.then(() => `reached a node while the other was on its way: ${arrivals}`),
       ]);
       assert.equal(next, "queued in the name's slot", label);
-      open();
+      gate.resolve();
       const answers = await Promise.all([one, two]);
       const builder = first === claim ? "w" : "c";
       assert.deepEqual(answers.map((a) => a.node.id), [builder, builder], label);
@@ -687,7 +683,7 @@ Deno.test("GatewayRouting.create(): a cold create and a warm claim of one name r
       const left = placer.pick(claim.ask).explain.warm?.sampled[0].warm;
       assert.equal(left, first === claim ? 1 : 2, `${label}: w's warm left`);
     } finally {
-      open();
+      gate.resolve();
       close();
     }
   }

@@ -12,9 +12,8 @@
 
 const decoder = new TextDecoder();
 
-// -w: wait for the xtables lock, which another process changing rules may hold for a moment.
 function ruleArgs(action: "-I" | "-D", port: number): string[] {
-  return ["-w", action, "INPUT", "-p", "tcp", "--dport", String(port), "--syn", "-j", "DROP"];
+  return [action, "INPUT", "-p", "tcp", "--dport", String(port), "--syn", "-j", "DROP"];
 }
 
 /** Why SYNs cannot be dropped here, or `undefined` when they can. */
@@ -61,19 +60,30 @@ export async function synDropGate(what: string): Promise<SynDropGate> {
   return { skip: true, failure: null };
 }
 
-/** Starts dropping SYNs to `port`; the returned function stops it (call it in `finally`). */
-export async function dropSyns(port: number): Promise<() => Promise<void>> {
+/**
+ * Runs `iptables -w <args>` and answers its output. `-w` waits for the xtables lock, which
+ * another test changing rules on this machine may hold for a moment.
+ *
+ * @throws {Error} naming the action and iptables' own sentence when it fails.
+ */
+async function iptables(args: string[]): Promise<string> {
   const out = await new Deno.Command("iptables", {
-    args: ruleArgs("-I", port),
-    stdout: "null",
+    args: ["-w", ...args],
+    stdout: "piped",
     stderr: "piped",
   }).output();
   if (!out.success) {
-    throw new Error(`iptables -I failed: ${decoder.decode(out.stderr).trim()}`);
+    throw new Error(`iptables ${args[0]} failed: ${decoder.decode(out.stderr).trim()}`);
   }
+  return decoder.decode(out.stdout);
+}
+
+/** Starts dropping SYNs to `port`; the returned function stops it (call it in `finally`). */
+export async function dropSyns(port: number): Promise<() => Promise<void>> {
+  await iptables(ruleArgs("-I", port));
   // Ctrl-C would skip the caller's finally: remove the rule on the way out then too.
   const onSignal = () => {
-    new Deno.Command("iptables", { args: ruleArgs("-D", port) }).outputSync();
+    new Deno.Command("iptables", { args: ["-w", ...ruleArgs("-D", port)] }).outputSync();
     Deno.exit(130);
   };
   Deno.addSignalListener("SIGINT", onSignal);
@@ -81,26 +91,15 @@ export async function dropSyns(port: number): Promise<() => Promise<void>> {
   return async () => {
     Deno.removeSignalListener("SIGINT", onSignal);
     Deno.removeSignalListener("SIGTERM", onSignal);
-    const done = await new Deno.Command("iptables", {
-      args: ruleArgs("-D", port),
-      stdout: "null",
-      stderr: "piped",
-    }).output();
-    if (!done.success) {
-      throw new Error(`iptables -D failed: ${decoder.decode(done.stderr).trim()}`);
-    }
+    await iptables(ruleArgs("-D", port));
   };
 }
 
 /** Packets the SYN-dropping rule for `port` has matched, or NaN when it is not there. */
 export async function droppedSyns(port: number): Promise<number> {
-  const out = await new Deno.Command("iptables", {
-    args: ["-w", "-L", "INPUT", "-v", "-n", "-x"],
-    stdout: "piped",
-    stderr: "null",
-  }).output();
+  const listed = await iptables(["-L", "INPUT", "-v", "-n", "-x"]).catch(() => "");
   const rule = new RegExp(`\\bDROP\\b.*\\bdpt:${port}\\b`);
-  for (const line of decoder.decode(out.stdout).split("\n")) {
+  for (const line of listed.split("\n")) {
     if (rule.test(line)) return Number(line.trim().split(/\s+/)[0]);
   }
   return NaN;
