@@ -16,7 +16,7 @@
  * @module
  */
 import { freePort } from "./_fixtures.ts";
-import { dropSyns, synDropUnavailable } from "./_syn_drop.ts";
+import { droppedSyns, dropSyns, synDropUnavailable } from "../tests/_syn_drop.ts";
 import { type Row, row, type Section } from "./_stats.ts";
 import { clientLabels, type ClientName, clientNames, makeClient } from "./_clients.ts";
 
@@ -139,19 +139,6 @@ function startNode(state: () => NodeState): Deno.HttpServer<Deno.NetAddr> {
     }
     return new Response("not found", { status: 404 });
   });
-}
-
-/** Packets the SYN-dropping rule for `port` has matched, or NaN when it is not there. */
-async function droppedSyns(port: number): Promise<number> {
-  const out = await new Deno.Command("iptables", {
-    args: ["-L", "INPUT", "-v", "-n", "-x"],
-    stdout: "piped",
-  }).output();
-  const rule = new RegExp(`\\bDROP\\b.*\\bdpt:${port}\\b`);
-  for (const line of new TextDecoder().decode(out.stdout).split("\n")) {
-    if (rule.test(line)) return Number(line.trim().split(/\s+/)[0]);
-  }
-  return NaN;
 }
 
 interface Measured {

@@ -14,7 +14,7 @@ import { Fleet } from "../gateway/fleet.ts";
 import { Finder } from "../gateway/finder.ts";
 import { benchToken, checkIn, freePort, reading, startStubNodes } from "./_fixtures.ts";
 import { median, percentile, type Row, row, type Section } from "./_stats.ts";
-import { dropSyns, synDropUnavailable } from "./_syn_drop.ts";
+import { dropSyns, synDropUnavailable } from "../tests/_syn_drop.ts";
 
 /** Options of the lookup benchmark. */
 export interface LookupOptions {

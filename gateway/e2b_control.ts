@@ -110,9 +110,7 @@ export function createE2bApi(
   const kill = async (c: Context, id: string, caller: Caller): Promise<Response> => {
     const signal = c.req.raw.signal;
     const team = scopeOf(caller);
-    // Found first, so the destroy runs in the name's slot (the Finder now knows id → name).
-    const r = await routing.resolve("id", id, signal, team);
-    const answer = r.kind === "none" ? null : await routing.destroy({
+    const answer = await routing.destroy({
       by: "id",
       key: id,
       path: `${nodeApi}/sandboxes/${encodeURIComponent(id)}`,

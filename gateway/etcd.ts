@@ -250,32 +250,34 @@ export class EtcdClient {
   }
 
   /**
-   * Creates `key` with `value` (tied to `lease`) only if it does not exist. Returns the revision
-   * it was created at, or `null` when another holder has it.
+   * Creates `key` with `value` (tied to `lease`) only if it does not exist, and returns the key
+   * as it stands after the call: holding `value` when this call (or an earlier try of it)
+   * created it, another holder's value otherwise.
    */
-  async createIfAbsent(
-    key: string,
-    value: string,
-    lease?: string,
-    signal?: AbortSignal,
-  ): Promise<string | null> {
+  async createIfAbsent(key: string, value: string, lease?: string): Promise<EtcdKv> {
     const r = await this.call("/v3/kv/txn", {
       compare: [{ target: "CREATE", key: b64(key), create_revision: "0" }],
       success: [{ request_put: { key: b64(key), value: b64(value), ...(lease ? { lease } : {}) } }],
       // Read the holder back: a retried call whose first try was applied after it timed out
       // finds its own value there, and holds the key (otherwise it would wait on itself).
       failure: [{ request_range: { key: b64(key) } }],
-    }, signal);
-    if (r.succeeded) return r.header?.revision ?? "0";
+    });
+    const revision = r.header?.revision ?? "0";
+    if (r.succeeded) {
+      return { key, value, createRevision: revision, modRevision: revision, lease };
+    }
     const held = r.responses?.[0]?.response_range?.kvs?.[0];
-    if (held && unb64(held.value) === value) return held.create_revision ?? "0";
-    return null;
+    // The compare and the read are one transaction, so a failed create always finds a holder.
+    return held ? toKv(held) : { key, value: "", createRevision: "0", modRevision: "0" };
   }
 
-  /** Deletes `key` only while it is still the one created at `createRevision`. */
-  async deleteIfCreatedAt(key: string, createRevision: string): Promise<boolean> {
+  /**
+   * Deletes `key` only while it holds `value` (a compare-and-delete): a key that lapsed and
+   * was written again by someone else is left alone. Returns whether it deleted.
+   */
+  async deleteIfValue(key: string, value: string): Promise<boolean> {
     const r = await this.call("/v3/kv/txn", {
-      compare: [{ target: "CREATE", key: b64(key), create_revision: createRevision }],
+      compare: [{ target: "VALUE", key: b64(key), value: b64(value) }],
       success: [{ request_delete_range: { key: b64(key) } }],
       failure: [],
     });

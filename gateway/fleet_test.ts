@@ -153,6 +153,34 @@ Deno.test("Fleet warns once when two ids report one endpoint, and again after a 
   fleet.close();
 });
 
+Deno.test("Fleet warns at the check-in where a node's config digest parts from the fleet's, once", () => {
+  const { fleet, lines } = setup();
+  const d = (id: string, digest: string, n: number) =>
+    checkIn(id, `http://10.0.0.${n}:3676`, { configDigest: digest });
+  const warned = () =>
+    lines.filter((l) => l.level === "warn" && l.msg.includes("fleet-invariant"))
+      .map((l) => l.fields.nodeId);
+  fleet.checkIn(d("a", "same", 1));
+  fleet.checkIn(d("b", "same", 2));
+  assert.deepEqual(warned(), []);
+  // A node that joins with another digest is warned of at its first check-in, not its second.
+  fleet.checkIn(d("c", "other", 3));
+  assert.deepEqual(warned(), ["c"], "at the moment the divergent node appears");
+  fleet.checkIn(d("c", "other", 3));
+  assert.deepEqual(warned(), ["c"], "once, not per check-in");
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.configDigestMismatch]), [
+    ["a", false],
+    ["b", false],
+    ["c", true],
+  ]);
+  fleet.checkIn(d("c", "same", 3));
+  assert.ok(fleet.list().every((n) => !n.configDigestMismatch));
+  // A known node whose digest changes is warned of at that check-in too.
+  fleet.checkIn(d("b", "changed", 2));
+  assert.deepEqual(warned(), ["c", "b"]);
+  fleet.close();
+});
+
 Deno.test("Fleet.removeNode() of a node still checking in is a 409 saying what to do", () => {
   const { fleet, clock } = setup();
   fleet.checkIn(checkIn("a", A, { intervalSeconds: 15 }));

@@ -399,14 +399,17 @@ export class GatewayRouting {
    *   body, signal: request.signal });
    * ```
    */
-  destroy(options: DestroyOptions): Promise<CapturedAnswer | null> {
+  async destroy(options: DestroyOptions): Promise<CapturedAnswer | null> {
     const { by, key, signal, team } = options;
-    const cached = by === "id" ? this.#finder.cached("id", key)?.sandbox : undefined;
-    const slot = by === "name"
-      ? key
-      : cached
-      ? teamScopedName(cached.team, cached.name)
-      : `id:${key}`;
+    let slot = key;
+    if (by === "id") {
+      // An id names no slot of its own: the destroy takes its name's, found first (the cache, or
+      // a lookup round), so it waits for an acquire of that name, whose confirm-then-wake would
+      // otherwise rebuild on the node the sandbox this destroys, skipping placement.
+      const first = await this.resolve(by, key, signal, team);
+      if (first.kind === "none") return null;
+      slot = teamScopedName(first.sandbox.team, first.sandbox.name);
+    }
     return this.#inSlot(slot, signal, async () => {
       if (signal.aborted) throw clientGone();
       const r = await this.resolve(by, key, signal, team);

@@ -3,8 +3,9 @@
 import assert from "node:assert/strict";
 import { Fleet } from "./fleet.ts";
 import { Finder, type FinderTimers } from "./finder.ts";
-import { Placer } from "./placer.ts";
+import { placementAsk, Placer } from "./placer.ts";
 import { GatewayRouting } from "./routing.ts";
+import { LocalSlots, type Slots } from "./slots.ts";
 import type { CreateOptions } from "./routing_create.ts";
 import { FakeClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -57,26 +58,34 @@ class StubNode {
 /** Deadlines that never fire: every test here gets its answers at once. */
 const idleTimers: FinderTimers = { setTimeout: () => 0, clearTimeout: () => {} };
 
-function setup() {
+/**
+ * One fleet of stub nodes and a gateway's routing over it; `another()` is a second gateway on the
+ * same fleet with its own Finder and Placer that shares the name slots (shared mode's EtcdSlots).
+ */
+function setup(slots: Slots = new LocalSlots()) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = fetchToNodes(nodes);
   const clock = new FakeClock();
   const fleet = new Fleet({ clock });
-  const finder = new Finder({
-    fleet,
-    token,
-    fetch: fakeFetch,
-    clock,
-    timers: idleTimers,
-  });
-  const placer = new Placer({ fleet });
-  const routing = new GatewayRouting({
-    fleet,
-    finder,
-    placer,
-    token,
-    fetch: fakeFetch,
-  });
+  const gateway = () => {
+    const finder = new Finder({
+      fleet,
+      token,
+      fetch: fakeFetch,
+      clock,
+      timers: idleTimers,
+    });
+    const placer = new Placer({ fleet });
+    const routing = new GatewayRouting({
+      fleet,
+      finder,
+      placer,
+      token,
+      fetch: fakeFetch,
+      slots,
+    });
+    return { finder, placer, routing };
+  };
   const add = (id: string, memoryAvailableBytes = 8e9) => {
     const endpoint = `http://${id}.test:3676`;
     const node = new StubNode(id, endpoint);
@@ -84,7 +93,27 @@ function setup() {
     fleet.checkIn(checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes }) }));
     return node;
   };
-  return { clock, fleet, finder, placer, routing, add, close: () => fleet.close() };
+  return { clock, fleet, ...gateway(), another: gateway, add, close: () => fleet.close() };
+}
+
+/** Slots that tell which keys are asked for, as they are asked (before any wait). */
+class WatchedSlots extends LocalSlots {
+  /** Every key a `run` asked for, in order. */
+  readonly asked: string[] = [];
+  #waiters: { key: string; resolve: () => void }[] = [];
+
+  override run<T>(key: string, task: () => Promise<T> | T): Promise<T> {
+    this.asked.push(key);
+    const due = this.#waiters.filter((w) => w.key === key);
+    this.#waiters = this.#waiters.filter((w) => w.key !== key);
+    for (const w of due) w.resolve();
+    return super.run(key, task);
+  }
+
+  /** Resolves when the next `run` for `key` asks for it. */
+  nextAskFor(key: string): Promise<void> {
+    return new Promise((resolve) => this.#waiters.push({ key, resolve }));
+  }
 }
 
 /** A node's acquire: builds the sandbox (or wakes it) and answers like a node's native face. */
@@ -96,6 +125,16 @@ function acquireOn(node: StubNode, status = 200): Answer {
     const s = node.sandboxes.get(name) ?? { id: `${node.id}-${++seq}`, name, state: "active" };
     node.sandboxes.set(name, s);
     return Response.json({ status: "ready", sandbox: s });
+  };
+}
+
+/** `acquireOn(node)` held at the node until `held` settles; `arrived` hears each request come. */
+function heldAcquireOn(node: StubNode, held: Promise<void>, arrived: () => void): Answer {
+  const build = acquireOn(node);
+  return async (request, body) => {
+    arrived();
+    await held;
+    return build(request, body);
   };
 }
 
@@ -214,24 +253,16 @@ Deno.test("GatewayRouting.create() of a cached name confirms it by id and wakes 
 Deno.test("GatewayRouting.create() runs nothing for a client that left while queued in the name's slot", async () => {
   const { routing, placer, add, close } = setup();
   const a = add("a");
-  let release!: () => void;
-  const held = new Promise<void>((resolve) => release = resolve);
-  let arrived!: () => void;
-  const first = new Promise<void>((resolve) => arrived = resolve);
-  const build = acquireOn(a);
-  a.answers.set("/acquireSandbox", async (request, body) => {
-    arrived();
-    await held;
-    return build(request, body);
-  });
+  const held = Promise.withResolvers<void>(), first = Promise.withResolvers<void>();
+  a.answers.set("/acquireSandbox", heldAcquireOn(a, held.promise, first.resolve));
   try {
     const holder = routing.create(createOptions("x"));
-    await first;
+    await first.promise;
     const leaving = new AbortController();
     const queued = routing.create(createOptions("x", leaving.signal));
     assert.equal(routing.slots.isBusy("x"), true);
     leaving.abort();
-    release();
+    held.resolve();
     assert.equal((await holder).status, 200);
     await assert.rejects(queued, httpError(499));
     // One lookup and one create, both the holder's: the queued client cost the node nothing.
@@ -536,6 +567,125 @@ Deno.test("GatewayRouting.destroy() evicts and gives the placement back on a 2xx
     assert.deepEqual(a.forwarded, []);
   } finally {
     close();
+  }
+});
+
+Deno.test("GatewayRouting.destroy() by an id its cache lacks waits in the name's slot for an acquire's wake", async () => {
+  const slots = new WatchedSlots();
+  const { routing, another, add, close } = setup(slots);
+  // The destroy comes through another gateway, whose cache has never seen the sandbox.
+  const other = another().routing;
+  const a = add("a");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "frozen" });
+  const order: string[] = [];
+  const waking = Promise.withResolvers<void>(), wakeMayFinish = Promise.withResolvers<void>();
+  a.answers.set(
+    "/acquireSandbox",
+    heldAcquireOn(a, wakeMayFinish.promise, () => {
+      order.push("wake");
+      waking.resolve();
+    }),
+  );
+  const destroyReached = Promise.withResolvers<void>();
+  a.answers.set("/destroySandbox", (_request, body) => {
+    order.push("destroy");
+    destroyReached.resolve();
+    const s = [...a.sandboxes.values()].find((x) => x.id === body.id);
+    if (s) a.sandboxes.delete(s.name);
+    return Response.json({ destroyed: s !== undefined }, { status: s ? 200 : 404 });
+  });
+  const signal = new AbortController().signal;
+  try {
+    // The acquire found x and its wake is on its way to the node, inside the name's slot.
+    const acquiring = routing.create(createOptions("x"));
+    await waking.promise;
+    const queued = slots.nextAskFor("x");
+    const destroying = other.destroy({
+      by: "id",
+      key: "a-1",
+      path: "/destroySandbox",
+      body: JSON.stringify({ id: "a-1" }),
+      signal,
+    });
+    // Whichever comes first: the destroy queues behind the acquire in the name's slot, or it
+    // reaches the node while the wake is still on its way (red when the id takes a slot of its
+    // own: the wake would then rebuild, on that node, what the destroy just removed).
+    const first = await Promise.race([
+      queued.then(() => "queued in the name's slot"),
+      destroyReached.promise.then(() => "reached the node during the wake"),
+    ]);
+    assert.equal(first, "queued in the name's slot");
+    assert.deepEqual(order, ["wake"]);
+    wakeMayFinish.resolve();
+    assert.equal((await acquiring).status, 200);
+    assert.equal((await destroying)?.status, 200);
+    assert.deepEqual(order, ["wake", "destroy"]);
+    assert.equal(a.sandboxes.size, 0, "the name was woken and then destroyed, not rebuilt");
+    assert.deepEqual(slots.asked, ["x", "x"]);
+  } finally {
+    wakeMayFinish.resolve();
+    close();
+  }
+});
+
+Deno.test("GatewayRouting.create(): a cold create and a warm claim of one name race in its slot, and one sandbox is built", async () => {
+  // w holds a warm sandbox and is busier; c holds none and is idle. Apart, the claim goes to w
+  // and the cold create to c: two copies of the name, unless both run in the name's slot.
+  const claim = { ...createOptions("x"), ask: placementAsk("minimal") };
+  const cold = { ...createOptions("x"), ask: placementAsk("minimal", { network: true }) };
+  const warmPool = { template: "minimal", spec: {}, warm: 2, target: 2 };
+  const orders: [string, CreateOptions, CreateOptions][] = [
+    ["cold first", cold, claim],
+    ["claim first", claim, cold],
+  ];
+  for (const [label, first, second] of orders) {
+    const slots = new WatchedSlots();
+    const { routing, placer, fleet, add, close } = setup(slots);
+    const w = add("w");
+    const c = add("c");
+    fleet.checkIn(checkIn("w", w.endpoint, { reading: reading({ active: 4 }), pools: [warmPool] }));
+    const arrivals: string[] = [];
+    let arrival = Promise.withResolvers<void>();
+    const gate = Promise.withResolvers<void>();
+    for (const node of [w, c]) {
+      node.answers.set(
+        "/acquireSandbox",
+        heldAcquireOn(node, gate.promise, () => {
+          arrivals.push(node.id);
+          arrival.resolve();
+        }),
+      );
+    }
+    try {
+      const one = routing.create(first);
+      const queued = slots.nextAskFor("x");
+      const two = routing.create(second);
+      await arrival.promise;
+      arrival = Promise.withResolvers<void>();
+      // The second queues for the name's slot, or (red) reaches a node while the first's create
+      // is still on its way.
+      const next = await Promise.race([
+        queued.then(() => "queued in the name's slot"),
+        arrival.promise.then(() => `reached a node while the other was on its way: ${arrivals}`),
+      ]);
+      assert.equal(next, "queued in the name's slot", label);
+      gate.resolve();
+      const answers = await Promise.all([one, two]);
+      const builder = first === claim ? "w" : "c";
+      assert.deepEqual(answers.map((a) => a.node.id), [builder, builder], label);
+      assert.deepEqual(
+        [w, c].flatMap((n) => [...n.sandboxes.values()].map((s) => `${n.id}:${s.name}`)),
+        [`${builder}:x`],
+        `${label}: one sandbox`,
+      );
+      // One placement, and a claim counted only when the claim built it: the wake took none.
+      assert.equal(placer.inFlight("w") + placer.inFlight("c"), 1, label);
+      const left = placer.pick(claim.ask).explain.warm?.sampled[0].warm;
+      assert.equal(left, first === claim ? 1 : 2, `${label}: w's warm left`);
+    } finally {
+      gate.resolve();
+      close();
+    }
   }
 });
 

@@ -7,7 +7,7 @@
  */
 import { NameQueue } from "../shared/name_queue.ts";
 import { HttpError } from "../shared/http_error.ts";
-import type { EtcdClient, EtcdSession } from "./etcd.ts";
+import type { EtcdClient, EtcdKv, EtcdSession } from "./etcd.ts";
 import { EtcdRequestError, EtcdUnavailableError } from "./etcd.ts";
 
 /**
@@ -109,6 +109,11 @@ export function etcdHttpError(error: unknown): unknown {
  * (one TTL, 10 s by default), and the next holder still asks the fleet first, so whatever the
  * dead one built is found, not built again.
  *
+ * A live gateway renews its lease, so a key it leaves behind would hold the name for every
+ * gateway as long as it lives: the put is never tied to the client's signal, a take that failed
+ * deletes the key if it holds that take's value, and a take that finds a value of its own
+ * gateway's (a failed release, a put applied after its take gave up) deletes it.
+ *
  * Within one gateway, callers first queue in memory, so etcd sees one waiter per gateway per
  * name (and a lease's keys never collide).
  *
@@ -125,6 +130,11 @@ export class EtcdSlots implements Slots {
   readonly #prefix: string;
   readonly #pollMs: number;
   readonly #waitMs: number;
+  /**
+   * Written before every value these slots put, unique to this object: a holder with it is a
+   * take of ours, which the memory queue says is over when another take of the name runs.
+   */
+  readonly #owner: string;
 
   /** Builds the slots; nothing is written until the first `run`. */
   constructor(options: EtcdSlotsOptions) {
@@ -133,6 +143,7 @@ export class EtcdSlots implements Slots {
     this.#prefix = options.prefix;
     this.#pollMs = options.pollMs ?? 20;
     this.#waitMs = options.waitMs ?? 150_000;
+    this.#owner = `${options.session.owner}/${crypto.randomUUID()}`;
   }
 
   get size(): number {
@@ -154,39 +165,56 @@ export class EtcdSlots implements Slots {
   run<T>(key: string, task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
     return this.#local.run(key, async () => {
       const slotKey = `${this.#prefix}slots/${key}`;
-      let revision: string;
+      // Unique to this take, so a value found in the key is ours only when this take wrote it.
+      const attempt = `${this.#owner}/${crypto.randomUUID()}`;
       try {
-        revision = await this.#take(slotKey, signal);
+        await this.#take(slotKey, attempt, signal);
       } catch (error) {
         throw etcdHttpError(error);
       }
       try {
+        // A client that left while the put was on its way: the slot is given back below.
+        signal?.throwIfAborted();
         return await task();
       } finally {
-        // A failed delete leaves the key to the lease; compared on its revision so a slot that
-        // lapsed and was taken by another gateway is never deleted from under it.
-        await this.#client.deleteIfCreatedAt(slotKey, revision).catch(() => {});
+        // A failed delete leaves the key to the lease, or to this gateway's next take of the
+        // name; compared on the value so a slot that lapsed and was taken by another gateway is
+        // never deleted from under it.
+        await this.#client.deleteIfValue(slotKey, attempt).catch(() => {});
       }
     });
   }
 
-  async #take(slotKey: string, signal?: AbortSignal): Promise<string> {
+  async #take(slotKey: string, attempt: string, signal?: AbortSignal): Promise<void> {
     const deadline = Date.now() + this.#waitMs;
-    // Unique to this take, so a value found in the key is ours only when this take wrote it.
-    const attempt = `${this.#session.owner}/${crypto.randomUUID()}`;
     for (;;) {
       signal?.throwIfAborted();
       const lease = await this.#session.lease();
-      let revision: string | null;
+      let holder: EtcdKv;
       try {
-        revision = await this.#client.createIfAbsent(slotKey, attempt, lease, signal);
+        // Never tied to the client's signal: a put etcd applied after the client left would
+        // stay under this gateway's lease, renewed for as long as the gateway lives, and every
+        // gateway's create or destroy of the name would wait for it.
+        holder = await this.#client.createIfAbsent(slotKey, attempt, lease);
       } catch (error) {
         // etcd was away longer than the lease: take a new one and try again.
-        if (!(error instanceof EtcdRequestError && error.leaseNotFound)) throw error;
-        await this.#session.invalidate(lease);
+        if (error instanceof EtcdRequestError && error.leaseNotFound) {
+          await this.#session.invalidate(lease);
+          continue;
+        }
+        // The put may have been applied with its answer lost: given back if it holds this
+        // take's value, without holding up the client's 503.
+        void this.#client.deleteIfValue(slotKey, attempt).catch(() => {});
+        throw error;
+      }
+      if (holder.value === attempt) return;
+      if (holder.value.startsWith(`${this.#owner}/`)) {
+        // Written by a take of these slots, yet every take of this name here runs one after
+        // another in the memory queue, and this one holds it: an earlier take whose put was
+        // applied after it gave up, or whose release failed. Nobody works under it.
+        await this.#client.deleteIfValue(slotKey, holder.value);
         continue;
       }
-      if (revision !== null) return revision;
       if (Date.now() >= deadline) {
         throw new HttpError(
           503,

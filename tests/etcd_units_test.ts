@@ -131,6 +131,135 @@ Deno.test({
   },
 });
 
+/** The slot keys under `prefix` that etcd holds now. */
+async function slotKeys(client: EtcdClient, prefix: string): Promise<string[]> {
+  return (await client.range(`${prefix}slots/`)).map((kv) => kv.key.slice(prefix.length));
+}
+
+/** Polls etcd every 20 ms until no slot key is left under `prefix`, for at most 3 s. */
+async function untilNoSlots(client: EtcdClient, prefix: string): Promise<void> {
+  const deadline = Date.now() + 3000;
+  let left = await slotKeys(client, prefix);
+  while (left.length > 0 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 20));
+    left = await slotKeys(client, prefix);
+  }
+  assert.deepEqual(left, [], "a slot key outlived the take that wrote it");
+}
+
+/** Which of the slots' etcd calls a request is: the put of a take, a delete by value, or other. */
+function slotCall(input: string | URL | Request, init?: RequestInit): "take" | "give-back" | "" {
+  if (!String(input).endsWith("/v3/kv/txn")) return "";
+  const body = String(init?.body);
+  return body.includes('"CREATE"') ? "take" : body.includes('"VALUE"') ? "give-back" : "";
+}
+
+Deno.test({
+  name:
+    `EtcdSlots: a client that hangs up while its slot's put is answered leaves no key behind${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const endpoints = etcd.endpoints.split(",");
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const left = new AbortController();
+    // etcd applied the put; the hang-up lands while its answer is on the way back.
+    const hangUpMidAnswer: typeof fetch = async (input, init) => {
+      const res = await fetch(input, init);
+      if (slotCall(input, init) !== "take" || left.signal.aborted) return res;
+      const text = await res.text();
+      left.abort();
+      init?.signal?.throwIfAborted();
+      return new Response(text, { status: res.status, headers: res.headers });
+    };
+    const client = new EtcdClient({ endpoints, fetch: hangUpMidAnswer });
+    const session = new EtcdSession({ client, ttlSeconds: 5 });
+    const slots = new EtcdSlots({ client, session, prefix });
+    const plain = new EtcdClient({ endpoints });
+    const otherSession = new EtcdSession({ client: plain, ttlSeconds: 5 });
+    const other = new EtcdSlots({ client: plain, session: otherSession, prefix, waitMs: 1000 });
+    try {
+      let ran = false;
+      await assert.rejects(slots.run("default/a", () => {
+        ran = true;
+        return Promise.resolve();
+      }, left.signal));
+      assert.ok(left.signal.aborted, "precondition: the client hung up during the put");
+      assert.equal(ran, false, "the task of a client that left ran");
+      // Red when the put carries the client's signal: the key stays under the renewed lease.
+      assert.deepEqual(await slotKeys(plain, prefix), []);
+      assert.equal(await other.run("default/a", () => Promise.resolve("taken")), "taken");
+    } finally {
+      await session.close();
+      await otherSession.close();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `EtcdSlots: a put applied with its answer lost, or a release that failed, holds no name${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const endpoints = etcd.endpoints.split(",");
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    /** How many takes' answers to lose after etcd applied them, and give-backs to refuse. */
+    const faults = { answersLost: 0, giveBacksRefused: 0 };
+    const reset = () => Promise.reject(new TypeError("connection reset (ECONNRESET)"));
+    const faulty: typeof fetch = async (input, init) => {
+      const call = slotCall(input, init);
+      if (call === "give-back" && faults.giveBacksRefused > 0) {
+        faults.giveBacksRefused--;
+        return reset();
+      }
+      const res = await fetch(input, init);
+      if (call !== "take" || faults.answersLost === 0) return res;
+      faults.answersLost--;
+      await res.body?.cancel();
+      return reset();
+    };
+    const client = new EtcdClient({ endpoints, fetch: faulty });
+    const session = new EtcdSession({ client, ttlSeconds: 5 });
+    // A short wait, so a gateway waiting on its own leftover fails in a second, not 150.
+    const slots = new EtcdSlots({ client, session, prefix, waitMs: 1000 });
+    const plain = new EtcdClient({ endpoints });
+    const otherSession = new EtcdSession({ client: plain, ttlSeconds: 5 });
+    const other = new EtcdSlots({ client: plain, session: otherSession, prefix, waitMs: 1000 });
+    const unreachable = (e: HttpError) => e.status === 503 && /etcd is unreachable/.test(e.message);
+    try {
+      await session.lease();
+      // The answer is lost: the 503 names etcd, and the key is given back behind it.
+      faults.answersLost = 1;
+      await assert.rejects(slots.run("default/a", () => Promise.resolve()), unreachable);
+      assert.equal(faults.answersLost, 0, "precondition: the put was applied");
+      await untilNoSlots(plain, prefix);
+      assert.equal(await other.run("default/a", () => Promise.resolve("a")), "a");
+
+      // The give-back fails too: this gateway's next take of the name deletes its leftover.
+      faults.answersLost = 1;
+      faults.giveBacksRefused = 1;
+      await assert.rejects(slots.run("default/b", () => Promise.resolve()), unreachable);
+      assert.equal(faults.giveBacksRefused, 0, "precondition: the give-back was refused");
+      assert.deepEqual(await slotKeys(plain, prefix), ["slots/default/b"]);
+      assert.equal(await slots.run("default/b", () => Promise.resolve("b")), "b");
+      assert.deepEqual(await slotKeys(plain, prefix), []);
+
+      // A release that fails leaves the key; the next take here deletes it and goes ahead.
+      faults.giveBacksRefused = 1;
+      assert.equal(await slots.run("default/c", () => Promise.resolve("c1")), "c1");
+      assert.deepEqual(await slotKeys(plain, prefix), ["slots/default/c"]);
+      assert.equal(await slots.run("default/c", () => Promise.resolve("c2")), "c2");
+      assert.deepEqual(await slotKeys(plain, prefix), []);
+    } finally {
+      await session.close();
+      await otherSession.close();
+      await etcd.stop();
+    }
+  },
+});
+
 Deno.test({
   name: `EtcdSlots: an unreachable etcd is a 503 with Retry-After naming etcd${skip}`,
   ignore: missing !== null,
@@ -305,7 +434,7 @@ Deno.test({
 
 Deno.test({
   name:
-    `EtcdClient.createIfAbsent(): a retry of a create that was applied finds its own value and holds the key${skip}`,
+    `EtcdClient.createIfAbsent(): a retry of an applied create finds its own value; deleteIfValue() compares${skip}`,
   ignore: missing !== null,
   async fn() {
     const etcd = await startEtcd(1);
@@ -313,13 +442,18 @@ Deno.test({
     const key = `/t-${crypto.randomUUID().slice(0, 8)}/slots/default/a`;
     try {
       const first = await client.createIfAbsent(key, "gw-1/take-1");
-      assert.notEqual(first, null);
+      assert.equal(first.value, "gw-1/take-1");
       // The same call again, as after a first try that timed out on our side but was applied:
       // it must not wait on itself.
-      assert.equal(await client.createIfAbsent(key, "gw-1/take-1"), first);
-      // Anyone else, another take of the same gateway included, finds it held.
-      assert.equal(await client.createIfAbsent(key, "gw-1/take-2"), null);
-      assert.equal(await client.createIfAbsent(key, "gw-2/take-1"), null);
+      const again = await client.createIfAbsent(key, "gw-1/take-1");
+      assert.deepEqual([again.value, again.createRevision], [first.value, first.createRevision]);
+      // Anyone else, another take of the same gateway included, finds it held, and by whom.
+      assert.equal((await client.createIfAbsent(key, "gw-1/take-2")).value, "gw-1/take-1");
+      assert.equal((await client.createIfAbsent(key, "gw-2/take-1")).value, "gw-1/take-1");
+      // Deleted only by the value it holds.
+      assert.equal(await client.deleteIfValue(key, "gw-2/take-1"), false);
+      assert.equal(await client.deleteIfValue(key, "gw-1/take-1"), true);
+      assert.equal(await client.get(key), null);
     } finally {
       await etcd.stop();
     }
