@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { byteIndex, HeadError, octets, type RequestHead } from "./_head.ts";
+import { byteIndex, chunkSize, HeadError, octets, type RequestHead } from "./_head.ts";
 
 /** The size of one read. */
 const READ_BYTES = 64 * 1024;
@@ -251,9 +251,8 @@ export class BodyReader {
       }
       const line = await inbound.line();
       if (line === null) throw this.#cut();
-      const size = /^([0-9a-fA-F]{1,13})[ \t]*(;.*)?$/.exec(line);
-      const n = size === null ? NaN : parseInt(size[1], 16);
-      if (!Number.isSafeInteger(n)) {
+      const n = chunkSize(line);
+      if (n < 0) {
         throw new HeadError(400, `A chunk size '${line.slice(0, 20)}' is not a hex length`);
       }
       if (n === 0) {

@@ -5,7 +5,7 @@
  *
  * @module
  */
-import { blankLineAt, byteIndex, digitsAt, octets, sameName } from "./_head.ts";
+import { blankLineAt, byteIndex, chunkSize, digitsAt, isToken, octets, sameName } from "./_head.ts";
 import { joined, writeAll } from "./_answer.ts";
 
 export const encoder = new TextEncoder();
@@ -321,7 +321,8 @@ function parseRawHead(raw: Uint8Array): RawHead {
   for (let at = statusEnd; at < stop;) {
     const nl = byteIndex(raw, 10, at);
     const colon = byteIndex(raw, 58, at, nl);
-    if (nl <= at || raw[nl - 1] !== 13 || colon <= at || colon > nl) {
+    // A name that is no token (a space in it, say) is a broken head: it is not relayed.
+    if (nl <= at || raw[nl - 1] !== 13 || colon <= at || colon > nl || !isToken(raw, at, colon)) {
       throw new TypeError("error reading response: bad header line");
     }
     for (let k = colon; k < nl - 1; k++) {
@@ -424,8 +425,8 @@ export class ChunkDecoder {
         return out;
       }
       const sizeLine = await this.#line();
-      const size = parseInt(sizeLine, 16);
-      if (!Number.isSafeInteger(size) || size < 0 || !/^[0-9a-f]+/i.test(sizeLine)) {
+      const size = chunkSize(sizeLine);
+      if (size < 0) {
         throw new TypeError(`error reading response: bad chunk size '${sizeLine.slice(0, 20)}'`);
       }
       if (size === 0) {
@@ -444,7 +445,8 @@ export class ChunkDecoder {
       const b = conn.buffered;
       for (let i = 0; i + 1 < b.length; i++) {
         if (b[i] === 13 && b[i + 1] === 10) {
-          const text = decoder.decode(b.subarray(0, i));
+          // One character a byte, as the chunk line's grammar is written for octets.
+          const text = octets(b, 0, i);
           conn.consume(i + 2);
           return text;
         }
