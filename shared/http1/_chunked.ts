@@ -2,11 +2,13 @@
  * The chunked transfer coding (RFC 9112 §7.1), both ways, for requests and answers alike: the
  * framing of a chunked body read from a client (`_inbound.ts`) and from a node (`_wire.ts`), and
  * the frames written around a body sent chunked. Each rule of the coding lives here once: a size
- * line is hex digits and an optional extension, each chunk's data is followed by a CRLF, the
- * trailers are read and dropped within a cap.
+ * line is hex digits and well-formed extensions (`chunkSize`, beside the head rules in
+ * `_head.ts`), each chunk's data is followed by a CRLF, the trailers are read and dropped within
+ * a cap.
  *
  * @module
  */
+import { chunkSize } from "./_head.ts";
 
 /** Longest chunk-size line or trailer line, and most trailer bytes, of a chunked body. */
 export const LINE_MAX = 8 * 1024;
@@ -19,8 +21,6 @@ export interface LineSource {
    */
   line(): Promise<string | null>;
 }
-
-const SIZE_LINE = /^([0-9a-fA-F]{1,13})[ \t]*(;.*)?$/;
 
 /**
  * One chunked body's framing, read from its source between the data: what is left of the current
@@ -56,9 +56,8 @@ export class ChunkFraming {
     }
     const line = await source.line();
     if (line === null) throw cut();
-    const size = SIZE_LINE.exec(line);
-    const n = size === null ? NaN : parseInt(size[1], 16);
-    if (!Number.isSafeInteger(n)) {
+    const n = chunkSize(line);
+    if (n < 0) {
       throw this.#fail(`A chunk size '${line.slice(0, 20)}' is not a hex length`);
     }
     if (n > 0) {

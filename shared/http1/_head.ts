@@ -160,6 +160,27 @@ const TOKEN = (() => {
   return t;
 })();
 
+const TOKEN_TEXT = "[!#$%&'*+\\-.^_`|~0-9A-Za-z]+";
+/** A quoted-string (RFC 9110 §5.6.4), its text one character a byte. */
+const QUOTED_TEXT =
+  '"(?:[\\t \\x21\\x23-\\x5b\\x5d-\\x7e\\x80-\\xff]|\\\\[\\t \\x21-\\x7e\\x80-\\xff])*"';
+/**
+ * A chunk-size line without its CRLF (RFC 9112 §7.1.1): the size in hex, then extensions, each
+ * `;` and a token, with `=` and a token or a quoted string, whitespace allowed only around `;`
+ * and `=`. A size followed by whitespace alone, a `;` with no name or an unclosed quote is no
+ * chunk line: parsers that read those differently disagree on where the body ends.
+ */
+const CHUNK_LINE = new RegExp(
+  `^([0-9a-fA-F]{1,13})(?:[ \\t]*;[ \\t]*${TOKEN_TEXT}` +
+    `(?:[ \\t]*=[ \\t]*(?:${TOKEN_TEXT}|${QUOTED_TEXT}))?)*$`,
+);
+
+/** The chunk size a chunk-size line (one character a byte, no CRLF) gives, or -1 for none. */
+export function chunkSize(line: string): number {
+  const m = CHUNK_LINE.exec(line);
+  return m === null ? -1 : parseInt(m[1], 16);
+}
+
 /**
  * Where the head in `b[from, to)` ends (the index after its blank line), or -1 while it is not all
  * there. Empty lines before a request line are skipped by the caller (RFC 9112 §2.2).
