@@ -252,8 +252,19 @@ export class BodyReader {
     }
     const reading = this.#next();
     this.#reading = reading;
+    // Only a chunked body can be malformed (a sized one can only be cut short).
+    if (this.#chunked) reading.catch(this.#refused);
     return reading;
   }
+
+  /**
+   * The refusal the body's own bytes earned (a bad chunk line), once a read met it: the engine
+   * answers it whatever the handler made of the failed read.
+   */
+  refusal: HeadError | undefined;
+  readonly #refused = (error: unknown): void => {
+    if (error instanceof HeadError) this.refusal ??= error;
+  };
 
   async #next(): Promise<Uint8Array<ArrayBuffer> | null> {
     const inbound = this.#in;

@@ -384,6 +384,14 @@ export async function serveH1(conn: Deno.Conn, options: H1ServeOptions): Promise
       if (response === undefined) {
         done = new Completion();
         response = await handle(handling, ex, given, done);
+        // The client's body broke its framing while the handler read it: the handler blamed
+        // what it fed the body to (a forward answers 502, naming the node), but the bytes were
+        // the client's, and so is the 400.
+        if (reader.refusal !== undefined) {
+          await response.body?.cancel().catch(() => {});
+          response = refusal(reader.refusal);
+          keep = false;
+        }
       }
       const splice = spliceOf(response);
       if (splice !== undefined) {

@@ -221,3 +221,26 @@ Deno.test("bytes engine: a Host that is no host[:port] is answered 400, not rout
 });
 
 // --- Bodies. ---
+
+Deno.test("bytes engine: a chunked body that breaks its framing is the client's 400, whatever the handler answered", async () => {
+  // A forwarding handler sees its upload fail and answers 502, naming the node; the bytes that
+  // failed were the client's, so the client is told that, and the connection ends.
+  let failed = false;
+  await withServer(async (request) => {
+    try {
+      await request.arrayBuffer();
+      return ok();
+    } catch {
+      failed = true;
+      return Response.json({ message: "Node 'a' did not answer" }, { status: 502 });
+    }
+  }, async ({ connect }) => {
+    await assertRefused(
+      await connect(),
+      "POST /u HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5 \r\nhello\r\n0\r\n\r\n",
+      400,
+      /chunk size '5 '/,
+    );
+  });
+  assert.ok(failed, "the handler's read of the body failed");
+});
