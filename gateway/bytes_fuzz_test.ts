@@ -10,8 +10,8 @@
  *   header lines byte for byte, but for {@linkcode REWRITTEN}, and its answer came back;
  * - every mutated one was answered with a 4xx, and no whole request of its reached the node.
  *
- * Seeded (DORMICE_FUZZ_SEED replays a run), bounded in cases and time; a failure prints the
- * seed and the case's bytes as they were cut.
+ * Seeded (a fixed seed; DORMICE_FUZZ_SEED=N replays a run, =random explores), bounded in cases
+ * and time; a failure prints the seed and the case's bytes as they were cut.
  */
 import assert from "node:assert/strict";
 import { createGateway } from "./app.ts";
@@ -522,7 +522,10 @@ function kept(lines: string[], route: Case["route"]): string[] {
 }
 
 Deno.test("fuzz: the gateway forwards routed requests byte for byte however they are cut, and refuses mutated ones", async () => {
-  const seed = Number(Deno.env.get("DORMICE_FUZZ_SEED") ?? Math.floor(Math.random() * 2 ** 31));
+  // A fixed seed by default, so a run that fails fails again on the same machine and CI reads
+  // the same cases each time; DORMICE_FUZZ_SEED=random explores, a number replays.
+  const asked = Deno.env.get("DORMICE_FUZZ_SEED") ?? "20261204";
+  const seed = asked === "random" ? Math.floor(Math.random() * 2 ** 31) : Number(asked);
   console.log(`fuzz seed ${seed} (DORMICE_FUZZ_SEED=${seed} replays this run)`);
   const r = seeded(seed);
   assert.deepEqual(HOP_BY_HOP, [...hopByHopHeaders], "the rewritten list follows the product's");

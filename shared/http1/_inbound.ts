@@ -253,7 +253,7 @@ export class BodyReader {
     const reading = this.#next();
     this.#reading = reading;
     // Only a chunked body can be malformed (a sized one can only be cut short).
-    if (this.#chunked) reading.catch(this.#refused);
+    if (this.#framing !== undefined) reading.catch(this.#refused);
     return reading;
   }
 
