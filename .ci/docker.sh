@@ -40,5 +40,6 @@ fi
 "$here/deploy/images/build-base.sh"
 
 # Sandbox networks whose node was killed before it could remove them (a CI machine may be reused):
-# the engine has address pools for about thirty networks, and only unused ones are pruned.
-docker network prune -f --filter label=dormice.network=internal >/dev/null
+# the engine has address pools for about thirty networks, and only unused ones are pruned. Both
+# kinds go (label dormice.network=internal or =egress).
+docker network prune -f --filter label=dormice.network >/dev/null

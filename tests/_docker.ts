@@ -6,8 +6,6 @@
  * @module
  */
 import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
-import Docker from "dockerode";
-import { nameSafe } from "../node/executors/docker/engine.ts";
 import { dockerReadiness } from "../node/executors/docker/_fixtures_test.ts";
 import { type NodeProcess, startNode } from "./_processes.ts";
 
@@ -131,13 +129,12 @@ export async function removeContainersOf(nodeIds: string[]): Promise<number> {
         await executor.destroy(id);
         removed++;
       }
+      // A node killed before its executor closed leaves its networks behind, and the engine
+      // has address pools for about thirty: once nothing sits on them, they go too.
+      await executor.removeNetworks();
     } finally {
       await executor.close();
     }
-    // A node killed before its executor closed leaves its internal network behind, and the
-    // engine has address pools for about thirty: once nothing sits on it, it goes too.
-    await new Docker({ socketPath: DEFAULT_DOCKER_SOCKET })
-      .getNetwork(`dormice-${nameSafe(nodeId)}-internal`).remove().catch(() => {});
   }
   return removed;
 }

@@ -79,11 +79,11 @@ export interface DockerExecutorOptions {
 
 /**
  * The executor contract on Docker: one container per sandbox, labelled with this node's id and
- * the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
- * non-root user without capabilities; root keeps only what it needs to act as root on files,
- * processes and sudo). Commands run by exec with demultiplexed streams; a kill reaches the
- * command and every descendant, and no other command, through a token in their environment.
- * Files travel by archive put/get.
+ * the ledger id, isolated by default (no route out, no route to another sandbox, cpu / memory /
+ * pids limits, the image's non-root user without capabilities; root keeps only what it needs to
+ * act as root on files, processes and sudo). Commands run by exec with demultiplexed streams; a
+ * kill reaches the command and every descendant, and no other command, through a token in their
+ * environment. Files travel by archive put/get.
  *
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default).
@@ -145,7 +145,7 @@ export class DockerExecutor implements Executor {
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     const sandboxes = new Sandboxes(this.#engine);
-    this.#network = new SandboxNetwork(this.#engine, nameSafe(nodeId));
+    this.#network = new SandboxNetwork({ engine: this.#engine, nodeName: nameSafe(nodeId), log });
     this.#commands = new Commands({
       engine: this.#engine,
       sandboxes,
@@ -333,8 +333,8 @@ export class DockerExecutor implements Executor {
   }
 
   /**
-   * The container's address on its network: the internal one, or `bridge` for a sandbox with
-   * egress. Whether anything listens there is for the connection to find out.
+   * The container's address on its network: the node's internal one, or its egress one for a
+   * sandbox with egress. Whether anything listens there is for the connection to find out.
    */
   portAddress(id: string, port: number): Promise<PortAddress | null> {
     return this.#network.address(id, port);
@@ -342,6 +342,17 @@ export class DockerExecutor implements Executor {
 
   list(): Promise<string[]> {
     return this.#containers.list();
+  }
+
+  /**
+   * Removes this node id's sandbox networks where no container is left on them, whether or not
+   * this executor made them: the cleanup after a node that was killed before it could close
+   * (the engine has address pools for about thirty networks).
+   *
+   * @throws {ExecutorError} when the engine fails.
+   */
+  removeNetworks(): Promise<void> {
+    return this.#network.removeAll();
   }
 
   close(): Promise<void> {

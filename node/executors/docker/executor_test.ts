@@ -262,7 +262,14 @@ function recordingEngine(refuseStorageOpt: string | null) {
       return Promise.resolve({ start: ok });
     },
     listContainers: () => Promise.resolve([]),
-    getNetwork: () => ({ inspect: ok, remove: ok }),
+    getNetwork: () => ({
+      inspect: () =>
+        Promise.resolve({
+          Internal: true,
+          Options: { "com.docker.network.bridge.enable_icc": "false" },
+        }),
+      remove: ok,
+    }),
     createNetwork: ok,
   } as unknown as DockerEngine;
   return { engine, creates, removed };
