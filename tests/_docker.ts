@@ -54,6 +54,8 @@ export function dockerNodePermissions(
     `--allow-read=${dataDir},${socket}`,
     `--allow-write=${dataDir},${socket}`,
     "--allow-sys=cpus,systemMemoryInfo,statfs",
+    // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
+    "--allow-run=iptables",
   ];
 }
 
@@ -129,8 +131,9 @@ export async function removeContainersOf(nodeIds: string[]): Promise<number> {
         await executor.destroy(id);
         removed++;
       }
-      // A node killed before its executor closed leaves its networks behind, and the engine
-      // has address pools for about thirty: once nothing sits on them, they go too.
+      // A node killed before its executor closed leaves its networks behind, with their host
+      // firewall rules, and the engine has address pools for about thirty: once nothing sits
+      // on them, they go too.
       await executor.removeNetworks();
     } finally {
       await executor.close();

@@ -1,25 +1,69 @@
 /**
  * Sandbox isolation on Docker, spoken to only over HTTP: no sandbox reaches another (with egress
- * or without, same team or another, same node or another), while the node still reaches every
- * sandbox's ports through its ports door.
+ * or without, same team or another, same node or another) and no sandbox of a node reaches the
+ * host (its network's gateway address, or any other address of the machine), while the node
+ * still reaches every sandbox's ports through its ports door. A second node run with
+ * `DORMICE_SANDBOX_HOST_FIREWALL=off` is the control: its sandboxes do reach the host listener,
+ * so a "blocked" elsewhere is the rule's doing and not a probe that cannot connect at all. Then
+ * the host rules themselves: one per network, kept across a restart, gone with their network;
+ * and a node that cannot manage them refuses to boot, naming the fix.
  *
- * Every probe is a `nc` from one of the test's own containers to another of them; nothing leaves
- * the machine.
+ * Every probe is a `nc` from one of the test's own containers to another of them, or to a host
+ * listener (the guarded node, bound to 0.0.0.0 as `DORMICE_HOST=0.0.0.0` does); nothing leaves
+ * the machine. The guarded node runs with `deno task node`'s own flags, so they are proved to
+ * suffice.
  *
- * Needs an engine and the images (`.ci/docker.sh`): with `CI=true` a missing one fails the suite;
- * off CI it skips with a printed reason.
+ * Needs an engine, the images, root and iptables (`.ci/docker.sh`, `.ci/run`): with `CI=true` a
+ * missing one fails the suite; off CI it skips with a printed reason.
  */
 import assert from "node:assert/strict";
+import Docker from "dockerode";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import {
   dockerGate,
+  dockerNodePermissions,
   type DockerNodeProcess,
   removeContainersOf,
   startDockerNode,
 } from "./_docker.ts";
 import { type GatewayProcess, postJson, startGateway } from "./_gateway.ts";
-import type { NodeProcess } from "./_processes.ts";
+import { freePort, type NodeProcess, repoRoot, startNode } from "./_processes.ts";
 
 const gate = await dockerGate("docker isolation suite");
+
+/** deno.json's `node` task flags, so the guarded node runs as `deno task node` would. */
+function nodeTaskPermissions(): string[] {
+  const config = JSON.parse(Deno.readTextFileSync(`${repoRoot}/deno.json`));
+  return (config.tasks.node as string).split(/\s+/).filter((w) => w.startsWith("--allow-"));
+}
+
+/** `iptables -S INPUT`'s rules naming `network` (the comment carries the network's name). */
+async function hostRules(network: string): Promise<number> {
+  const out = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output();
+  assert.ok(out.success, new TextDecoder().decode(out.stderr));
+  return new TextDecoder().decode(out.stdout).split("\n")
+    .filter((line) => line.includes(`--comment "dormice ${network}:`)).length;
+}
+
+/** Whether the engine has a network by this name. */
+async function networkExists(name: string): Promise<boolean> {
+  try {
+    await new Docker({ socketPath: DEFAULT_DOCKER_SOCKET }).getNetwork(name).inspect();
+    return true;
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode === 404) return false;
+    throw error;
+  }
+}
+
+/** The first address of a network (its gateway, the host's address on the bridge). */
+function gatewayOf(cidr: string): string {
+  const [ip, bits] = cidr.split("/");
+  const n = ip.split(".").reduce((a, b) => a * 256 + Number(b), 0);
+  const size = 2 ** (32 - Number(bits));
+  const first = Math.floor(n / size) * size + 1;
+  return [24, 16, 8, 0].map((s) => Math.floor(first / 2 ** s) % 256).join(".");
+}
 
 /** A sandbox under test: who it belongs to, how to drive it, and what it serves on port 8000. */
 interface Box {
@@ -65,31 +109,57 @@ async function probeFrom(
 }
 
 Deno.test({
-  name: "docker isolation: no sandbox reaches another; the node reaches their ports",
+  name:
+    "docker isolation: sandboxes reach neither each other nor the host; the node reaches their ports",
   ignore: gate.skip,
   sanitizeResources: false,
   sanitizeOps: false,
 }, async (t) => {
   if (gate.failure) throw new Error(gate.failure);
   const tag = crypto.randomUUID().slice(0, 6);
-  const teamsId = `dkiso-${tag}`;
-  const otherId = `dkiso-${tag}-other`;
+  const guardedId = `dkiso-${tag}`;
+  const openId = `dkiso-${tag}-off`;
+  const dataDir = `.dormice/isolation-test-${tag}`;
+  const port = freePort();
   let gw: GatewayProcess | undefined;
-  let teams: DockerNodeProcess | undefined;
-  let other: DockerNodeProcess | undefined;
+  let guarded: NodeProcess | undefined;
+  let open: DockerNodeProcess | undefined;
   try {
     gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
     const g = gw;
-    teams = await startDockerNode({ token: g.token, gatewayUrl: g.url, nodeId: teamsId });
-    other = await startDockerNode({ nodeId: otherId });
-    const otherNode = other;
-    for (let i = 0; i < 100; i++) {
-      const { body } = await g.json("listNodes");
-      if (
-        body.nodes.some((n: { id: string; state: string }) => n.id === teamsId && n.state === "up")
-      ) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
+    const startGuarded = () =>
+      startNode({
+        token: g.token,
+        dataDir,
+        port,
+        permissions: nodeTaskPermissions,
+        healthTimeoutMs: 30_000,
+        env: {
+          DORMICE_EXECUTOR: "docker",
+          DORMICE_NODE_ID: guardedId,
+          // Every address of the machine: the host listener the sandboxes must not reach.
+          DORMICE_HOST: "0.0.0.0",
+          DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
+          DORMICE_GATEWAY_ENDPOINT: g.url,
+          DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+        },
+      });
+    guarded = await startGuarded();
+    open = await startDockerNode({
+      nodeId: openId,
+      env: { DORMICE_SANDBOX_HOST_FIREWALL: "off" },
+    });
+    const openNode = open;
+    const until = async (check: () => Promise<boolean>) => {
+      for (let i = 0; i < 100 && !(await check()); i++) {
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    await until(async () =>
+      (await g.json("listNodes")).body.nodes.some((n: { id: string; state: string }) =>
+        n.id === guardedId && n.state === "up"
+      )
+    );
 
     const keys: Record<string, string> = {};
     for (const team of ["team-a", "team-b"]) {
@@ -102,8 +172,8 @@ Deno.test({
       assert.equal(r.status, 200, `${name}: ${JSON.stringify(r.body)}`);
       return r.body;
     };
-    const viaOtherNode = async (name: string, body: Record<string, unknown>) => {
-      const r = await postJson(otherNode.url, otherNode.token, name, body);
+    const viaOpenNode = async (name: string, body: Record<string, unknown>) => {
+      const r = await postJson(openNode.url, openNode.token, name, body);
       assert.equal(r.status, 200, `${name}: ${JSON.stringify(r.body)}`);
       return r.body;
     };
@@ -132,15 +202,17 @@ Deno.test({
       assert.equal(r.exitCode, 0, JSON.stringify(r));
       return { label, node, verb, name, id: created.sandbox.id, nonce, cidr: r.stdout.trim() };
     };
-    const teamsNode = teams;
-    const boxes = await Promise.all([
-      make("a-closed", teamsNode, viaGateway("team-a"), false),
-      make("a-open", teamsNode, viaGateway("team-a"), true),
-      make("b-closed", teamsNode, viaGateway("team-b"), false),
-      make("b-open", teamsNode, viaGateway("team-b"), true),
-      make("other-closed", otherNode, viaOtherNode, false),
-      make("other-open", otherNode, viaOtherNode, true),
+    const guardedBoxes = await Promise.all([
+      make("a-closed", guarded, viaGateway("team-a"), false),
+      make("a-open", guarded, viaGateway("team-a"), true),
+      make("b-closed", guarded, viaGateway("team-b"), false),
+      make("b-open", guarded, viaGateway("team-b"), true),
     ]);
+    const openBoxes = await Promise.all([
+      make("off-closed", openNode, viaOpenNode, false),
+      make("off-open", openNode, viaOpenNode, true),
+    ]);
+    const boxes = [...guardedBoxes, ...openBoxes];
     console.log(`  sandboxes: ${boxes.map((b) => `${b.label} ${b.cidr}`).join(", ")}`);
 
     await t.step(
@@ -189,10 +261,141 @@ Deno.test({
         assert.deepEqual(reached, []);
       },
     );
+
+    await t.step(
+      "no sandbox of the guarded node reaches the host; with the firewall off all do",
+      async () => {
+        const machine = Deno.networkInterfaces()
+          .filter((i) => i.family === "IPv4" && !i.address.startsWith("127."))
+          .map((i) => i.address);
+        const hostTargets = (box: Box) =>
+          [...new Set([gatewayOf(box.cidr), ...machine])].map((host) => ({
+            label: host,
+            host,
+            port,
+            path: "/healthz",
+          }));
+        const results = await Promise.all(boxes.map((box) => probeFrom(box, hostTargets(box))));
+        boxes.forEach((box, i) => {
+          const answers = [...results[i]];
+          const summary = answers.map(([host, a]) => `${host} ${a.split("|")[0]}`).join(", ");
+          console.log(`  ${box.label} (nc's exit code per address): ${summary}`);
+          assert.equal(answers.length, hostTargets(box).length, box.label);
+          for (const [host, answer] of answers) {
+            if (guardedBoxes.includes(box)) {
+              // Dropped, so the connect itself fails (never "connected, then nothing").
+              assert.notEqual(answer.split("|")[0], "0", `${box.label} -> ${host}: ${answer}`);
+              assert.ok(!answer.includes("HTTP/1."), `${box.label} -> ${host}: ${answer}`);
+            } else {
+              // The control: without the rule the same listener answers on every address, so a
+              // failure above is the rule's doing, not a probe that cannot connect.
+              assert.match(answer, /HTTP\/1\.[01] 200/, `${box.label} -> ${host}`);
+            }
+          }
+        });
+      },
+    );
+
+    await t.step(
+      "one host rule per network, kept across a restart, gone with the network",
+      async () => {
+        const internal = `dormice-${guardedId}-internal`;
+        const egress = `dormice-${guardedId}-egress`;
+        assert.deepEqual([await hostRules(internal), await hostRules(egress)], [1, 1]);
+        await guarded!.stop();
+        // The sandboxes live on, so do their networks and the rules guarding them.
+        assert.deepEqual([await hostRules(internal), await hostRules(egress)], [1, 1]);
+        guarded = await startGuarded();
+        await until(async () =>
+          (await g.json("listNodes")).body.nodes.some((n: { id: string; state: string }) =>
+            n.id === guardedId && n.state === "up"
+          )
+        );
+        await viaGateway("team-a")("acquireSandbox", { name: "iso-again", template: "minimal" });
+        await viaGateway("team-a")("acquireSandbox", {
+          name: "iso-again-open",
+          template: "minimal",
+          spec: { network: true },
+        });
+        assert.deepEqual([await hostRules(internal), await hostRules(egress)], [1, 1]);
+        for (const box of guardedBoxes) await box.verb("destroySandbox", { name: box.name });
+        for (const name of ["iso-again", "iso-again-open"]) {
+          await viaGateway("team-a")("destroySandbox", { name });
+        }
+        await guarded!.stop();
+        guarded = undefined;
+        assert.deepEqual([await hostRules(internal), await hostRules(egress)], [0, 0]);
+        assert.deepEqual([await networkExists(internal), await networkExists(egress)], [
+          false,
+          false,
+        ]);
+      },
+    );
   } finally {
-    await teams?.stop();
-    await other?.stop();
+    await guarded?.stop();
+    await open?.stop();
     await gw?.stop();
-    await removeContainersOf([teamsId, otherId]);
+    await removeContainersOf([guardedId, openId]);
+    await Deno.remove(`${repoRoot}/${dataDir}`, { recursive: true }).catch(() => {});
+  }
+});
+
+Deno.test({
+  name:
+    "docker isolation: a node that cannot manage its host firewall refuses to boot; off boots it",
+  ignore: gate.skip,
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  if (gate.failure) throw new Error(gate.failure);
+  const nodeId = `dkiso-boot-${crypto.randomUUID().slice(0, 6)}`;
+  const withoutRun = (dataDir: string) =>
+    dockerNodePermissions(dataDir).filter((flag) => !flag.startsWith("--allow-run"));
+  const refusal = async (permissions: (dir: string) => string[], env: Record<string, string>) => {
+    const node = await startNode({
+      permissions,
+      waitForHealth: false,
+      env: { DORMICE_EXECUTOR: "docker", DORMICE_NODE_ID: nodeId, ...env },
+    });
+    const status = await node.process.exited;
+    await node.stop();
+    return { code: status.code, said: node.process.stderr() };
+  };
+  try {
+    await t.step(
+      "without --allow-run=iptables: exit 2, naming the flag and the switch",
+      async () => {
+        const { code, said } = await refusal(withoutRun, {});
+        assert.equal(code, 2, said);
+        assert.match(said, /^The node cannot manage the firewall rule that keeps sandboxes from/m);
+        assert.match(said, /this process may not run it: .*--allow-run=iptables/);
+        assert.match(said, /or set DORMICE_SANDBOX_HOST_FIREWALL=off to run without it/);
+      },
+    );
+
+    await t.step("without iptables on PATH: exit 2, naming the package", async () => {
+      const { code, said } = await refusal(dockerNodePermissions, { PATH: "/nonexistent" });
+      assert.equal(code, 2, said);
+      assert.match(said, /iptables is not installed \(Debian: apt-get install iptables\)/);
+    });
+
+    await t.step("DORMICE_SANDBOX_HOST_FIREWALL=off boots without either, and warns", async () => {
+      const node = await startNode({
+        permissions: withoutRun,
+        healthTimeoutMs: 30_000,
+        env: {
+          DORMICE_EXECUTOR: "docker",
+          DORMICE_NODE_ID: nodeId,
+          DORMICE_SANDBOX_HOST_FIREWALL: "off",
+        },
+      });
+      await node.stop();
+      assert.match(
+        node.process.stderr(),
+        /"The host firewall is off: sandboxes reach every service listening on this machine"/,
+      );
+    });
+  } finally {
+    await removeContainersOf([nodeId]);
   }
 });

@@ -301,7 +301,8 @@ export class Containers {
           HostConfig: {
             Init: this.#init,
             // The node's internal network (no route out) or its egress one: on either, no
-            // route to another sandbox, and its ports reachable by the node (see _network.ts).
+            // route to another sandbox or to the host, and its ports reachable by the node
+            // (see _network.ts).
             NetworkMode: networkMode,
             // Commands run as the image's user, who holds no capability whatever this says. Root
             // (a command asked to run as root, or `sudo`, which E2B's users may use without a

@@ -3,38 +3,56 @@
  * egress sits on `dormice-<node>-internal` (`--internal`: no route out); one that asked for egress
  * sits on `dormice-<node>-egress` (a route out through the host's NAT). Both are made with
  * inter-container communication off (`com.docker.network.bridge.enable_icc=false`), so no sandbox
- * reaches another, whatever its team or network, as in E2B. The node (on the host) still reaches
- * every sandbox's ports: its connections leave the host into the bridge, which that rule does not
- * stop.
+ * reaches another, whatever its team or network, as in E2B; and, unless the host firewall is off,
+ * each bridge gets the INPUT rule of `_firewall.ts`, so no sandbox reaches the host either. The
+ * node (on the host) still reaches every sandbox's ports: its connections leave the host into the
+ * bridge, which neither rule stops, and their replies are let back in.
  *
  * @module
  */
+import { createHash } from "node:crypto";
 import { ExecutorError, type PortAddress } from "../contract.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { Engine } from "./engine.ts";
+import type { HostFirewall } from "./_firewall.ts";
 
 /** Most sandbox addresses remembered; past it the oldest is looked up again on its next use. */
 const MAX_REMEMBERED = 10_000;
 
-/** The bridge driver's option for inter-container traffic. */
+/** The bridge driver's options: the bridge's interface name, and inter-container traffic. */
+const BRIDGE_NAME = "com.docker.network.bridge.name";
 const ICC = "com.docker.network.bridge.enable_icc";
 
 type Kind = "internal" | "egress";
 
 /** The fields of a network inspect read here. */
 interface NetworkInspect {
+  Id?: string;
   Internal?: boolean;
   Options?: Record<string, string>;
   Containers?: Record<string, unknown>;
 }
 
-/** One of the node's networks. */
+/** One of the node's networks: its names and, once made, its bridge. */
 interface NodeNetwork {
   kind: Kind;
   /** `dormice-<node>-<kind>`. */
   name: string;
-  /** Made (or found) and checked. */
-  ready?: Promise<void>;
+  /**
+   * The bridge's interface name this node asks for: `dm-` + ten hex digits of the node name's
+   * hash + the kind's initial (15 characters, the kernel's limit). Fixed per node, so a node
+   * that makes its network again finds its firewall rule again rather than leave one behind.
+   */
+  bridge: string;
+  /** Made (or found) and checked, resolving to the bridge's actual name. */
+  ready?: Promise<string>;
+  /** The host rule was seen in place once by this process. */
+  guarded?: boolean;
+  /**
+   * The last guard of this network's rule: each waits for the one before, since two creates
+   * that both found the rule missing would both insert it.
+   */
+  guarding?: Promise<unknown>;
 }
 
 /** Options of {@linkcode SandboxNetwork}. */
@@ -42,6 +60,8 @@ export interface SandboxNetworkOptions {
   engine: Engine;
   /** The node's id as it may appear in names (`nameSafe`). */
   nodeName: string;
+  /** The host firewall; `null` when it is off (`DORMICE_SANDBOX_HOST_FIREWALL=off`). */
+  firewall: HostFirewall | null;
   log: Log;
 }
 
@@ -52,25 +72,44 @@ export class SandboxNetwork {
   /** The egress network's name, `dormice-<node>-egress`. */
   readonly egressName: string;
   #engine: Engine;
+  #firewall: HostFirewall | null;
   #log: Log;
   #internal: NodeNetwork;
   #egress: NodeNetwork;
   #addresses = new Map<string, string>();
 
-  constructor({ engine, nodeName, log }: SandboxNetworkOptions) {
+  constructor({ engine, nodeName, firewall, log }: SandboxNetworkOptions) {
     this.#engine = engine;
+    this.#firewall = firewall;
     this.#log = log;
-    this.#internal = { kind: "internal", name: `dormice-${nodeName}-internal` };
-    this.#egress = { kind: "egress", name: `dormice-${nodeName}-egress` };
+    const hash = createHash("sha256").update(nodeName).digest("hex").slice(0, 10);
+    const network = (kind: Kind): NodeNetwork => ({
+      kind,
+      name: `dormice-${nodeName}-${kind}`,
+      bridge: `dm-${hash}-${kind[0]}`,
+    });
+    this.#internal = network("internal");
+    this.#egress = network("egress");
     this.name = this.#internal.name;
     this.egressName = this.#egress.name;
   }
 
   /**
-   * The network a new container joins: the egress one with egress, the internal one without,
-   * made now if it does not exist yet.
+   * Checks, at boot, that the host firewall can be managed (nothing to check when it is off).
    *
-   * @throws {ExecutorError} `unavailable` when the network cannot be made isolated.
+   * @throws {ExecutorError} `unavailable` naming what failed and the ways out.
+   */
+  async checkFirewall(): Promise<void> {
+    await this.#firewall?.check(this.#internal.bridge, this.#internal.name);
+  }
+
+  /**
+   * The network a new container joins: the egress one with egress, the internal one without,
+   * made now if it does not exist yet. Each call also confirms the bridge's host rule is in
+   * place and puts it back if not: a firewall reload (ufw, firewalld) flushes INPUT, and no new
+   * sandbox may start on a bridge without its rule.
+   *
+   * @throws {ExecutorError} `unavailable` when the network or its rule cannot be made.
    */
   async modeFor(egress: boolean): Promise<string> {
     const network = egress ? this.#egress : this.#internal;
@@ -79,7 +118,23 @@ export class SandboxNetwork {
       network.ready = undefined;
       throw error;
     });
-    await network.ready;
+    const bridge = await network.ready;
+    const firewall = this.#firewall;
+    if (firewall) {
+      const guard = (network.guarding ?? Promise.resolve()).catch(() => {})
+        .then(() => firewall.guard(bridge, network.name));
+      network.guarding = guard;
+      if (await guard) {
+        this.#log(
+          network.guarded ? "warn" : "info",
+          network.guarded
+            ? "The host firewall rule of a sandbox network was gone (a firewall reload?): put back"
+            : "Host firewall rule installed for a sandbox network",
+          { network: network.name, bridge },
+        );
+      }
+      network.guarded = true;
+    }
     return network.name;
   }
 
@@ -112,29 +167,44 @@ export class SandboxNetwork {
   }
 
   /**
-   * Removes the networks this executor used when no container is left on them (the engine
-   * refuses while one is, which is then no error: the network stays for the sandboxes on it,
-   * and the next start finds it). Docker has address pools for about thirty such networks, so
-   * a node that leaves for good must not keep them.
+   * Removes the networks this executor used, each with its host rule, when no container is left
+   * on it (the engine refuses while one is, which is then no error: the network and its rule
+   * stay for the sandboxes on it, and the next start finds both). Docker has address pools for
+   * about thirty such networks, so a node that leaves for good must not keep them. Failures are
+   * logged, not thrown: this runs while the node shuts down.
    */
   async release(): Promise<void> {
     for (const network of [this.#internal, this.#egress]) {
       // Only a network this executor used: another executor with the same node id (a cleanup
       // helper beside a live node) must not pull it from under the node's next create.
-      if (network.ready === undefined) continue;
+      const ready = network.ready;
+      if (ready === undefined) continue;
       network.ready = undefined;
-      await this.#remove(network);
+      network.guarded = false;
+      const bridge = await ready.catch(() => undefined);
+      if (bridge === undefined) continue;
+      await this.#remove(network, bridge).catch((error) =>
+        this.#log("warn", "Could not remove a sandbox network's host firewall rule", {
+          network: network.name,
+          bridge,
+          error,
+        })
+      );
     }
   }
 
   /**
-   * Removes both networks of this node id, whether or not this executor used them, where no
-   * container is left on them: the cleanup after a node that was killed.
+   * Removes both networks of this node id and their host rules, whether or not this executor
+   * used them, where no container is left on them: the cleanup after a node that was killed.
+   *
+   * @throws {ExecutorError} when the engine or iptables fails.
    */
   async removeAll(): Promise<void> {
     for (const network of [this.#internal, this.#egress]) {
       network.ready = undefined;
-      await this.#remove(network);
+      network.guarded = false;
+      const inspect = await this.#inspect(network);
+      await this.#remove(network, inspect ? bridgeOf(inspect) : network.bridge);
     }
   }
 
@@ -143,12 +213,23 @@ export class SandboxNetwork {
     this.#addresses.delete(id);
   }
 
-  /** Removes `network` if no container sits on it. */
-  async #remove(network: NodeNetwork): Promise<void> {
-    await this.#engine.call(
-      `removing network ${network.name}`,
-      (signal) => this.#engine.client.getNetwork(network.name).remove({ abortSignal: signal }),
-    ).catch(() => {});
+  /** Removes `network` if empty, then (removed or already gone) its host rule. */
+  async #remove(network: NodeNetwork, bridge: string): Promise<void> {
+    try {
+      await this.#engine.call(
+        `removing network ${network.name}`,
+        (signal) => this.#engine.client.getNetwork(network.name).remove({ abortSignal: signal }),
+      );
+    } catch (error) {
+      if (!(error instanceof ExecutorError && error.code === "not_found")) return;
+    }
+    const removed = await this.#firewall?.unguard(bridge, network.name) ?? 0;
+    if (removed > 0) {
+      this.#log("info", "Sandbox network and its host firewall rule removed", {
+        network: network.name,
+        bridge,
+      });
+    }
   }
 
   async #inspect(network: NodeNetwork): Promise<NetworkInspect | null> {
@@ -166,9 +247,10 @@ export class SandboxNetwork {
   /**
    * Makes `network` unless it exists with the isolation asked of it; one made without it (by a
    * node from before inter-container traffic was turned off, or by hand) is made again when
-   * empty and refused while sandboxes sit on it.
+   * empty and refused while sandboxes sit on it. With the firewall on, also checks that the
+   * engine really keeps the bridge's containers apart. Resolves to the bridge's name.
    */
-  async #ensure(network: NodeNetwork): Promise<void> {
+  async #ensure(network: NodeNetwork): Promise<string> {
     let inspect = await this.#inspect(network);
     if (inspect && !isolated(inspect, network.kind)) {
       const held = Object.keys(inspect.Containers ?? {}).length;
@@ -176,7 +258,7 @@ export class SandboxNetwork {
       this.#log("warn", "Sandbox network without isolation found empty: made again", {
         network: network.name,
       });
-      await this.#remove(network);
+      await this.#remove(network, bridgeOf(inspect));
       inspect = null;
     }
     if (inspect === null) {
@@ -188,7 +270,7 @@ export class SandboxNetwork {
               Name: network.name,
               Internal: network.kind === "internal",
               CheckDuplicate: true,
-              Options: { [ICC]: "false" },
+              Options: { [BRIDGE_NAME]: network.bridge, [ICC]: "false" },
               Labels: { "dormice.network": network.kind },
               abortSignal: signal,
             }),
@@ -210,6 +292,9 @@ export class SandboxNetwork {
     if (!isolated(inspect, network.kind)) {
       throw notIsolated(network, Object.keys(inspect.Containers ?? {}).length);
     }
+    const bridge = bridgeOf(inspect);
+    await this.#firewall?.verifyNoInterContainer(bridge, network.name);
+    return bridge;
   }
 }
 
@@ -227,4 +312,9 @@ function notIsolated(network: NodeNetwork, held: number): ExecutorError {
 /** Whether a network has the isolation the node asks of one of its `kind`. */
 function isolated(inspect: NetworkInspect, kind: Kind): boolean {
   return inspect.Options?.[ICC] === "false" && (kind !== "internal" || inspect.Internal === true);
+}
+
+/** A network's bridge interface: the name it was made with, else Docker's `br-<id>`. */
+function bridgeOf(inspect: NetworkInspect): string {
+  return inspect.Options?.[BRIDGE_NAME] || `br-${(inspect.Id ?? "").slice(0, 12)}`;
 }

@@ -280,6 +280,8 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
   const executor = await DockerExecutor.connect({
     nodeId: "n1",
     docker: bounded.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
     defaults: { diskMB: 64 },
   });
@@ -294,6 +296,8 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
   const plain = await DockerExecutor.connect({
     nodeId: "n1",
     docker: unbounded.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
   });
   await plain.create({ id: "sb1", name: "a", template: "base", spec: {}, env: {} });
@@ -308,6 +312,8 @@ Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cann
   const error = await DockerExecutor.connect({
     nodeId: "n1",
     docker: refusing.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
     defaults: { diskMB: 64 },
   }).catch((e) => e);
