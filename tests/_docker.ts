@@ -142,6 +142,19 @@ export async function removeContainersOf(nodeIds: string[]): Promise<number> {
   return removed;
 }
 
+/**
+ * How many host firewall rules guard `network` (`iptables -S INPUT`; each rule's comment names
+ * its network). Requires root and `--allow-run`.
+ */
+export async function hostRules(network: string): Promise<number> {
+  const out = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output();
+  if (!out.success) {
+    throw new Error(`iptables -S INPUT failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+  return new TextDecoder().decode(out.stdout).split("\n")
+    .filter((line) => line.includes(`--comment "dormice ${network}:`)).length;
+}
+
 /** The sandbox ids the engine holds for `nodeId` (its labelled containers). */
 export async function containersOf(nodeId: string): Promise<string[]> {
   const executor = new DockerExecutor({ nodeId });

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
-import { dockerGate, removeContainersOf } from "./_docker.ts";
+import { dockerGate, hostRules, removeContainersOf } from "./_docker.ts";
 import { gatewayMain, postJson } from "./_gateway.ts";
 import { freePort, newToken, nodeMain, repoRoot, spawnDeno, waitForHealth } from "./_processes.ts";
 
@@ -139,11 +139,6 @@ Deno.test({
     s.replaceAll("/var/lib/dormice-node", root).replaceAll("/opt/dormice-cluster", repoRoot);
   const nodeId = `unit-${crypto.randomUUID().slice(0, 8)}`;
   const network = `dormice-${nodeId}-internal`;
-  const hostRules = async () => {
-    const out = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output();
-    return new TextDecoder().decode(out.stdout).split("\n")
-      .filter((l) => l.includes(`--comment "dormice ${network}:`)).length;
-  };
   let node: ReturnType<typeof spawnDeno> | undefined;
   try {
     const [execStart] = values(unit, "ExecStart");
@@ -169,11 +164,11 @@ Deno.test({
     // The first sandbox makes the network and its host rule, with the unit's permissions only.
     const made = await postJson(url, token, "acquireSandbox", { name: "u", template: "minimal" });
     assert.equal(made.status, 200, JSON.stringify(made.body));
-    assert.equal(await hostRules(), 1);
+    assert.equal(await hostRules(network), 1);
     const gone = await postJson(url, token, "destroySandbox", { name: "u" });
     assert.equal(gone.status, 200, JSON.stringify(gone.body));
     await node.stop();
-    assert.equal(await hostRules(), 0, `the rule left with the network: ${node.stderr()}`);
+    assert.equal(await hostRules(network), 0, `the rule left with the network: ${node.stderr()}`);
   } finally {
     await node?.stop();
     await removeContainersOf([nodeId]);

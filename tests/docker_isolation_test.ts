@@ -23,6 +23,7 @@ import {
   dockerGate,
   dockerNodePermissions,
   type DockerNodeProcess,
+  hostRules,
   removeContainersOf,
   startDockerNode,
 } from "./_docker.ts";
@@ -35,14 +36,6 @@ const gate = await dockerGate("docker isolation suite");
 function nodeTaskPermissions(): string[] {
   const config = JSON.parse(Deno.readTextFileSync(`${repoRoot}/deno.json`));
   return (config.tasks.node as string).split(/\s+/).filter((w) => w.startsWith("--allow-"));
-}
-
-/** `iptables -S INPUT`'s rules naming `network` (the comment carries the network's name). */
-async function hostRules(network: string): Promise<number> {
-  const out = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output();
-  assert.ok(out.success, new TextDecoder().decode(out.stderr));
-  return new TextDecoder().decode(out.stdout).split("\n")
-    .filter((line) => line.includes(`--comment "dormice ${network}:`)).length;
 }
 
 /** Whether the engine has a network by this name. */
