@@ -40,5 +40,16 @@ fi
 "$here/deploy/images/build-base.sh"
 
 # Sandbox networks whose node was killed before it could remove them (a CI machine may be reused):
-# the engine has address pools for about thirty networks, and only unused ones are pruned.
-docker network prune -f --filter label=dormice.network=internal >/dev/null
+# the engine has address pools for about thirty networks, and only unused ones are pruned. Both
+# kinds go (label dormice.network=internal or =egress), then the host firewall rules of bridges
+# that no longer exist: a rule names its bridge, so one left behind matches nothing, but a
+# reused machine would pile them up.
+docker network prune -f --filter label=dormice.network >/dev/null
+if command -v iptables >/dev/null; then
+  rules=$(iptables -w 5 -S INPUT 2>/dev/null | grep -- '--comment "dormice ' || true)
+  while read -r rule; do
+    bridge=$(printf '%s\n' "$rule" | sed -nE 's/.* -i ([^ ]+) .*/\1/p')
+    [ -n "$bridge" ] && [ ! -e "/sys/class/net/$bridge" ] || continue
+    eval "iptables -w 5 -D ${rule#-A }" || true
+  done <<<"$rules"
+fi

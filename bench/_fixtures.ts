@@ -332,6 +332,8 @@ export async function startDockerNode(nodeId: string, gateway: string): Promise<
       `--allow-read=${dir},${socket}`,
       `--allow-write=${dir},${socket}`,
       "--allow-sys=cpus,systemMemoryInfo,statfs",
+      // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
+      "--allow-run=iptables",
     ],
     {
       DORMICE_API_TOKEN: benchToken,

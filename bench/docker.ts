@@ -28,6 +28,8 @@ export async function runDocker({ runs }: DockerBenchOptions): Promise<Section> 
       `--allow-read=${socket}`,
       `--allow-write=${socket}`,
       `--allow-net=unix:${socket}`,
+      // The executor guards each sandbox network with an iptables rule.
+      "--allow-run=iptables",
       new URL("./docker_bench.ts", import.meta.url).pathname,
       String(Math.max(3, runs)),
       "--json",

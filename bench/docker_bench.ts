@@ -4,8 +4,9 @@
  * (forced remove). Prints a markdown table of the median and the spread of repeated runs.
  *
  * Run: `deno run --allow-env --allow-read --allow-write=/var/run/docker.sock
- *   --allow-net=unix:/var/run/docker.sock bench/docker_bench.ts [runs]` (default 15 runs)
- * after `.ci/docker.sh` (engine up, images built). Runs on the `minimal` template (busybox).
+ *   --allow-net=unix:/var/run/docker.sock --allow-run=iptables bench/docker_bench.ts [runs]`
+ * (default 15 runs) as root after `.ci/docker.sh` (engine up, images built). Runs on the
+ * `minimal` template (busybox).
  *
  * @module
  */

@@ -25,6 +25,10 @@
  * (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT=100`, `DORMICE_GATEWAY_NODE_MIN_DISK_GB=0`): both nodes
  * report the same machine, so those readings cannot tell them apart.
  *
+ * With Docker the nodes keep their sandboxes off this machine with iptables, which needs root:
+ * run the task as root, or, for a demo on loopback, `DORMICE_SANDBOX_HOST_FIREWALL=off deno task
+ * fleet` (the nodes then let sandboxes reach every service listening on this machine).
+ *
  * @module
  */
 import { fileURLToPath } from "node:url";
@@ -337,6 +341,7 @@ if (import.meta.main) {
       );
     }
   }
+  const hostFirewall = Deno.env.get("DORMICE_SANDBOX_HOST_FIREWALL") ?? "";
   const shared = Deno.args.includes("--shared");
   let domain = Deno.args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length) ??
     null;
@@ -471,6 +476,8 @@ if (import.meta.main) {
         `--allow-read=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
         `--allow-write=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
         "--allow-sys=cpus,systemMemoryInfo,statfs",
+        // The docker executor's host firewall: one iptables rule per sandbox network.
+        ...(executor === "docker" ? ["--allow-run=iptables"] : []),
       ], {
         DORMICE_API_TOKEN: token,
         DORMICE_HOST: "127.0.0.1",
@@ -480,6 +487,9 @@ if (import.meta.main) {
         DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
         DORMICE_NODE_ID: id,
         DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
+        // Only when the operator set it: a non-root demo's explicit off (not root, the nodes
+        // refuse to start with the firewall on).
+        ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),
         // The nodes check in over https, trusting the fleet's CA as any client must.
         ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
       }));

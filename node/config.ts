@@ -14,6 +14,7 @@
  * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |
  * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
  * | `DORMICE_SANDBOX_DISK_MB` | unset (unbounded) | bound of each Docker sandbox's writable layer, MiB; the engine's storage driver must support it (the node refuses to start otherwise) |
+ * | `DORMICE_SANDBOX_HOST_FIREWALL` | `on` | `on`: an iptables rule per sandbox network drops every connection a Docker sandbox opens to this machine (the node refuses to start when it cannot manage it: root, iptables and `--allow-run=iptables`); `off`: no rule, sandboxes reach every service listening on the host |
  * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with; several gateways of one fleet comma-separated (checked in with one at a time, the next when one fails) |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
@@ -73,6 +74,11 @@ export interface NodeConfig {
    * default (1 core, 512 MiB, 512 processes).
    */
   sandboxDefaults: SandboxDefaults;
+  /**
+   * Whether the Docker executor keeps sandboxes from connecting to this machine with an iptables
+   * rule per sandbox network (`DORMICE_SANDBOX_HOST_FIREWALL`, on by default). Absent: on.
+   */
+  sandboxHostFirewall?: boolean;
   /** The first gateway's origin (`DORMICE_GATEWAY_ENDPOINT`); `null` runs standalone. */
   gatewayEndpoint: string | null;
   /**
@@ -138,6 +144,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SANDBOX_MEMORY_MB",
   "DORMICE_SANDBOX_PIDS",
   "DORMICE_SANDBOX_DISK_MB",
+  "DORMICE_SANDBOX_HOST_FIREWALL",
   "DORMICE_GATEWAY_ENDPOINT",
   "DORMICE_NODE_ENDPOINT",
   "DORMICE_NODE_ID",
@@ -300,6 +307,21 @@ export function loadNodeConfig(
     );
   }
 
+  // On unless switched off by name: a typo must not open the host to every sandbox.
+  let sandboxHostFirewall = true;
+  const firewallText = get("DORMICE_SANDBOX_HOST_FIREWALL");
+  if (firewallText !== undefined) {
+    if (firewallText === "on" || firewallText === "off") {
+      sandboxHostFirewall = firewallText === "on";
+    } else {
+      refusals.push(
+        `DORMICE_SANDBOX_HOST_FIREWALL='${firewallText.slice(0, 20)}' is not a switch: write on ` +
+          "(the default: sandboxes may not connect to this machine; needs root and iptables) or " +
+          "off (sandboxes reach every service listening on this machine)",
+      );
+    }
+  }
+
   const endpointVar = (name: string): string | null => {
     const text = get(name);
     if (text === undefined) return null;
@@ -412,6 +434,7 @@ export function loadNodeConfig(
       templates,
       dockerSocket,
       sandboxDefaults,
+      sandboxHostFirewall,
       gatewayEndpoint: gatewayEndpoints[0] ?? null,
       gatewayEndpoints,
       nodeEndpoint,

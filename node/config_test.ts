@@ -22,6 +22,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     templates: null,
     dockerSocket: "/var/run/docker.sock",
     sandboxDefaults: {},
+    sandboxHostFirewall: true,
     gatewayEndpoint: null,
     gatewayEndpoints: [],
     nodeEndpoint: "http://127.0.0.1:3676",
@@ -263,4 +264,18 @@ Deno.test("DORMICE_WEBSOCKETS: the port door takes upgrades unless off; anything
     refusals({ DORMICE_API_TOKEN: token, DORMICE_WEBSOCKETS: "1" }).join("\n"),
     /DORMICE_WEBSOCKETS='1' is not a switch: .*unset for the default \(on here\)/,
   );
+});
+
+Deno.test("loadNodeConfig() turns the host firewall off only when DORMICE_SANDBOX_HOST_FIREWALL=off", () => {
+  const config = (value: string | undefined) => {
+    const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_SANDBOX_HOST_FIREWALL: value });
+    assert.ok(r.ok, JSON.stringify(r));
+    return r.config.sandboxHostFirewall;
+  };
+  assert.equal(config(undefined), true);
+  assert.equal(config("on"), true);
+  assert.equal(config("off"), false);
+  // Anything else is a refusal, never a silent "off": a typo must not open the host.
+  const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SANDBOX_HOST_FIREWALL: "no" });
+  assert.match(refusal, /^DORMICE_SANDBOX_HOST_FIREWALL='no' is not a switch: write on .* or off/);
 });

@@ -5,7 +5,8 @@
  * `--allow-write` on the data dir, and `--allow-sys=cpus,systemMemoryInfo,statfs`. With the
  * Docker executor (the default) also the socket: `--allow-net=unix:/var/run/docker.sock`,
  * `--allow-read` and `--allow-write` on it, and a bare `--allow-env` (dockerode's dependencies
- * read and list the environment when they load).
+ * read and list the environment when they load), and root with `--allow-run=iptables` for the
+ * host firewall (`DORMICE_SANDBOX_HOST_FIREWALL`, on by default).
  *
  * @module
  */
@@ -66,6 +67,16 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
   const { DockerExecutor } = docker;
   const templates = parseTemplates(config.templates ?? undefined);
   if (typeof templates === "string") refuse([templates]);
+  const hostFirewall = config.sandboxHostFirewall !== false;
+  if (!hostFirewall) {
+    log(
+      "warn",
+      "The host firewall is off: sandboxes reach every service listening on this machine",
+      {
+        fix: "unset DORMICE_SANDBOX_HOST_FIREWALL (or set it to on) and run the node as root",
+      },
+    );
+  }
   try {
     return await DockerExecutor.connect({
       nodeId: config.nodeId,
@@ -73,6 +84,7 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
       templates,
       defaults: config.sandboxDefaults,
       volumes: config.volumes,
+      hostFirewall,
       log,
     });
   } catch (error) {

@@ -6,8 +6,6 @@
  * @module
  */
 import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
-import Docker from "dockerode";
-import { nameSafe } from "../node/executors/docker/engine.ts";
 import { dockerReadiness } from "../node/executors/docker/_fixtures_test.ts";
 import { type NodeProcess, startNode } from "./_processes.ts";
 
@@ -56,6 +54,8 @@ export function dockerNodePermissions(
     `--allow-read=${dataDir},${socket}`,
     `--allow-write=${dataDir},${socket}`,
     "--allow-sys=cpus,systemMemoryInfo,statfs",
+    // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
+    "--allow-run=iptables",
   ];
 }
 
@@ -131,15 +131,28 @@ export async function removeContainersOf(nodeIds: string[]): Promise<number> {
         await executor.destroy(id);
         removed++;
       }
+      // A node killed before its executor closed leaves its networks behind, with their host
+      // firewall rules, and the engine has address pools for about thirty: once nothing sits
+      // on them, they go too.
+      await executor.removeNetworks();
     } finally {
       await executor.close();
     }
-    // A node killed before its executor closed leaves its internal network behind, and the
-    // engine has address pools for about thirty: once nothing sits on it, it goes too.
-    await new Docker({ socketPath: DEFAULT_DOCKER_SOCKET })
-      .getNetwork(`dormice-${nameSafe(nodeId)}-internal`).remove().catch(() => {});
   }
   return removed;
+}
+
+/**
+ * How many host firewall rules guard `network` (`iptables -S INPUT`; each rule's comment names
+ * its network). Requires root and `--allow-run`.
+ */
+export async function hostRules(network: string): Promise<number> {
+  const out = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output();
+  if (!out.success) {
+    throw new Error(`iptables -S INPUT failed: ${new TextDecoder().decode(out.stderr).trim()}`);
+  }
+  return new TextDecoder().decode(out.stdout).split("\n")
+    .filter((line) => line.includes(`--comment "dormice ${network}:`)).length;
 }
 
 /** The sandbox ids the engine holds for `nodeId` (its labelled containers). */

@@ -2,12 +2,15 @@
  * The systemd units in deploy/ against the code and the README. systemd does not run in the test
  * sandbox, so the gateway's unit is exercised as far as it can be without it: its own `deno run`
  * flags and its TLS drop-in's variables, with the unit's absolute directories moved into a temp
- * dir, must boot an HTTPS gateway; `systemd-analyze verify` checks the syntax where installed.
+ * dir, must boot an HTTPS gateway; the node's unit likewise must boot a Docker node that manages
+ * its host firewall (where an engine answers: with `CI=true` always); `systemd-analyze verify`
+ * checks the syntax where installed.
  */
 import assert from "node:assert/strict";
 import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
-import { gatewayMain } from "./_gateway.ts";
-import { freePort, newToken, repoRoot, spawnDeno } from "./_processes.ts";
+import { dockerGate, hostRules, removeContainersOf } from "./_docker.ts";
+import { gatewayMain, postJson } from "./_gateway.ts";
+import { freePort, newToken, nodeMain, repoRoot, spawnDeno, waitForHealth } from "./_processes.ts";
 
 const unitPath = `${repoRoot}/deploy/dormice-gateway.service`;
 const dropInPath = `${repoRoot}/deploy/dormice-gateway.service.d/tls.conf`;
@@ -117,6 +120,59 @@ Deno.test("deploy/dormice-gateway.service: its deno flags and the TLS drop-in bo
     client.close();
     await Deno.remove(root, { recursive: true });
     await Deno.remove(certs.dir, { recursive: true });
+  }
+});
+
+const docker = await dockerGate("deploy/dormice-node.service boot test");
+
+Deno.test({
+  name: "deploy/dormice-node.service: its deno flags boot a Docker node that guards the host",
+  ignore: docker.skip,
+  // The node process and dockerode's pooled unix sockets (in the cleanup) outlive the test body.
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  if (docker.failure) throw new Error(docker.failure);
+  const unit = await Deno.readTextFile(`${repoRoot}/deploy/dormice-node.service`);
+  const root = await Deno.makeTempDir({ prefix: "dormice-node-unit-" });
+  const moved = (s: string) =>
+    s.replaceAll("/var/lib/dormice-node", root).replaceAll("/opt/dormice-cluster", repoRoot);
+  const nodeId = `unit-${crypto.randomUUID().slice(0, 8)}`;
+  const network = `dormice-${nodeId}-internal`;
+  let node: ReturnType<typeof spawnDeno> | undefined;
+  try {
+    const [execStart] = values(unit, "ExecStart");
+    const words = execStart.split(/\s+/);
+    assert.equal(words.at(-1), "node/main.ts");
+    const port = freePort();
+    const token = newToken();
+    const env: Record<string, string> = {};
+    for (const [k, v] of Object.entries(environment(unit))) env[k] = moved(v);
+    node = spawnDeno(nodeMain, {
+      env: {
+        ...env,
+        // What /etc/dormice/node.env would hold; loopback rather than the unit's 0.0.0.0.
+        DORMICE_API_TOKEN: token,
+        DORMICE_NODE_ID: nodeId,
+        DORMICE_HOST: "127.0.0.1",
+        DORMICE_PORT: String(port),
+      },
+      permissions: words.slice(words.indexOf("run") + 1, -1).map(moved),
+    });
+    const url = `http://127.0.0.1:${port}`;
+    await waitForHealth(url, node, 30_000);
+    // The first sandbox makes the network and its host rule, with the unit's permissions only.
+    const made = await postJson(url, token, "acquireSandbox", { name: "u", template: "minimal" });
+    assert.equal(made.status, 200, JSON.stringify(made.body));
+    assert.equal(await hostRules(network), 1);
+    const gone = await postJson(url, token, "destroySandbox", { name: "u" });
+    assert.equal(gone.status, 200, JSON.stringify(gone.body));
+    await node.stop();
+    assert.equal(await hostRules(network), 0, `the rule left with the network: ${node.stderr()}`);
+  } finally {
+    await node?.stop();
+    await removeContainersOf([nodeId]);
+    await Deno.remove(root, { recursive: true });
   }
 });
 

@@ -300,8 +300,9 @@ export class Containers {
           },
           HostConfig: {
             Init: this.#init,
-            // Without egress the container sits on the node's internal network only: no route
-            // out, and its ports still reachable by the node (see _network.ts).
+            // The node's internal network (no route out) or its egress one: on either, no
+            // route to another sandbox or to the host, and its ports reachable by the node
+            // (see _network.ts).
             NetworkMode: networkMode,
             // Commands run as the image's user, who holds no capability whatever this says. Root
             // (a command asked to run as root, or `sudo`, which E2B's users may use without a

@@ -39,6 +39,7 @@ import { resolvePath, Sandboxes } from "./_sandboxes.ts";
 import { Containers, DEFAULT_LIMITS, type DockerLimits } from "./_containers.ts";
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./engine.ts";
 import { SandboxNetwork } from "./_network.ts";
+import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { parseTemplates } from "./templates.ts";
 
 export type { DockerLimits } from "./_containers.ts";
@@ -75,18 +76,28 @@ export interface DockerExecutorOptions {
   log?: Log;
   /** Named volumes a create may mount (`DORMICE_VOLUMES`). */
   volumes?: VolumeDecl[];
+  /**
+   * Whether each sandbox network's bridge gets the host rule that drops every connection a
+   * sandbox opens to this machine (`_firewall.ts`); true by default. It needs iptables, root and
+   * `--allow-run=iptables`; `connect()` refuses without them. Off
+   * (`DORMICE_SANDBOX_HOST_FIREWALL=off`), sandboxes reach every service listening on the host.
+   */
+  hostFirewall?: boolean;
+  /** Runs iptables for the host firewall; the real binary by default (tests pass a fake). */
+  runIptables?: IptablesRunner;
 }
 
 /**
  * The executor contract on Docker: one container per sandbox, labelled with this node's id and
- * the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
- * non-root user without capabilities; root keeps only what it needs to act as root on files,
- * processes and sudo). Commands run by exec with demultiplexed streams; a kill reaches the
- * command and every descendant, and no other command, through a token in their environment.
- * Files travel by archive put/get.
+ * the ledger id, isolated by default (no route out, no route to another sandbox or to the host,
+ * cpu / memory / pids limits, the image's non-root user without capabilities; root keeps only
+ * what it needs to act as root on files, processes and sudo). Commands run by exec with
+ * demultiplexed streams; a kill reaches the command and every descendant, and no other command,
+ * through a token in their environment. Files travel by archive put/get.
  *
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
- * (the socket is `/var/run/docker.sock` by default).
+ * (the socket is `/var/run/docker.sock` by default), and `--allow-run=iptables` with root unless
+ * `hostFirewall` is false.
  *
  * @example
  * ```ts
@@ -135,6 +146,8 @@ export class DockerExecutor implements Executor {
       clock = systemClock,
       log = silentLog,
       volumes = [],
+      hostFirewall = true,
+      runIptables,
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
     let map = templates;
@@ -145,7 +158,12 @@ export class DockerExecutor implements Executor {
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     const sandboxes = new Sandboxes(this.#engine);
-    this.#network = new SandboxNetwork(this.#engine, nameSafe(nodeId));
+    this.#network = new SandboxNetwork({
+      engine: this.#engine,
+      nodeName: nameSafe(nodeId),
+      firewall: hostFirewall ? new HostFirewall({ run: runIptables }) : null,
+      log,
+    });
     this.#commands = new Commands({
       engine: this.#engine,
       sandboxes,
@@ -186,10 +204,12 @@ export class DockerExecutor implements Executor {
 
   /**
    * Pings the engine and builds the executor; refuses with a sentence naming the socket and how
-   * to start the engine when it does not answer. Warns (does not refuse) for template images
-   * that are not built yet.
+   * to start the engine when it does not answer, and with one naming iptables and
+   * `DORMICE_SANDBOX_HOST_FIREWALL` when the host firewall is on and cannot be managed. Warns
+   * (does not refuse) for template images that are not built yet.
    *
-   * @throws {ExecutorError} `unavailable` when the engine does not answer.
+   * @throws {ExecutorError} `unavailable` when the engine does not answer or the firewall
+   * cannot be managed.
    * @example
    * ```ts
    * import { DockerExecutor } from "@dormice/cluster/docker";
@@ -209,6 +229,9 @@ export class DockerExecutor implements Executor {
     const executor = new DockerExecutor(options);
     await executor.ping();
     await executor.#containers.checkImages();
+    // At boot rather than at the first create: a node that cannot keep sandboxes off the host
+    // must not start serving (fail closed), and its sentence belongs in the boot log.
+    await executor.#network.checkFirewall();
     return executor;
   }
 
@@ -333,8 +356,8 @@ export class DockerExecutor implements Executor {
   }
 
   /**
-   * The container's address on its network: the internal one, or `bridge` for a sandbox with
-   * egress. Whether anything listens there is for the connection to find out.
+   * The container's address on its network: the node's internal one, or its egress one for a
+   * sandbox with egress. Whether anything listens there is for the connection to find out.
    */
   portAddress(id: string, port: number): Promise<PortAddress | null> {
     return this.#network.address(id, port);
@@ -342,6 +365,17 @@ export class DockerExecutor implements Executor {
 
   list(): Promise<string[]> {
     return this.#containers.list();
+  }
+
+  /**
+   * Removes this node id's sandbox networks and their host firewall rules where no container is
+   * left on them, whether or not this executor made them: the cleanup after a node that was
+   * killed before it could close (the engine has address pools for about thirty networks).
+   *
+   * @throws {ExecutorError} when the engine or iptables fails.
+   */
+  removeNetworks(): Promise<void> {
+    return this.#network.removeAll();
   }
 
   close(): Promise<void> {

@@ -239,6 +239,90 @@ engineTest("runs its helper scripts on the Debian base image, and sudo works", a
   assert.deepEqual([r.stdout, r.stderr, r.code], ["0\n2\n", "", 0]);
 }, "base");
 
+// What root (a command run as root, or sudo) tries against the machine, one line per attempt:
+// the attempt's name and how it ended. Python gives the kernel's own errno where a tool would
+// print a sentence.
+const ROOT_ATTEMPTS = String.raw`
+mount -t tmpfs none /mnt 2>/dev/null; echo "mount-tmpfs $?"
+mount --bind /tmp /mnt 2>/dev/null; echo "mount-bind $?"
+unshare -Urm true 2>/dev/null; echo "unshare-userns $?"
+echo h 2>/dev/null >/proc/sysrq-trigger; echo "sysrq $?"
+python3 - "$HOST_PID" <<'EOF'
+import ctypes, errno, os, socket, sys
+def report(name, call):
+    try:
+        call()
+        print(name, "allowed")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+libc = ctypes.CDLL(None, use_errno=True)
+def syscall(*args):
+    if libc.syscall(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+report("raw-socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+report("packet-socket", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
+null = os.open("/dev/null", os.O_RDONLY)
+report("finit_module", lambda: syscall(313, null, b"", 0))
+report("init_module", lambda: syscall(175, None, 0, b""))
+report("ptrace-host-pid", lambda: syscall(101, 16, int(sys.argv[1]), None, None))
+EOF
+echo "docker-socket $(find / -xdev \( -name docker.sock -o -name containerd.sock \) 2>/dev/null | wc -l)"
+echo "pid-ns $(readlink /proc/self/ns/pid)"
+ps -eo comm= >/tmp/processes
+echo "processes $(sort -u /tmp/processes | tr '\n' ' ')"
+grep -E '^(CapBnd|NoNewPrivs)' /proc/self/status | tr -d '\t' | tr ':' ' '
+`;
+
+engineTest(
+  "keeps root from the machine: no mount, raw socket, module, sysrq, host process or Docker socket",
+  async (ex, id) => {
+    const handle = await ex.exec(id, {
+      cmd: ["/bin/bash", "-c", ROOT_ATTEMPTS],
+      user: "root",
+      env: { HOST_PID: String(Deno.pid) },
+    });
+    const [out, err] = await Promise.all([
+      new Response(handle.stdout).text(),
+      new Response(handle.stderr).text(),
+    ]);
+    assert.equal((await handle.exited).exitCode, 0, err);
+    const said = Object.fromEntries(
+      out.trim().split("\n").map((line) => [line.split(" ")[0], line.slice(line.indexOf(" ") + 1)]),
+    );
+    // Measured 2026-12-04 (Docker 20.10.24, kernel 6.18): mount 32 is mount(8)'s "permission
+    // denied"; unshare fails as the default seccomp profile refuses new user namespaces to a
+    // process without SYS_ADMIN; the kernel here has no /proc/sysrq-trigger, and where it has
+    // one Docker mounts it read-only.
+    assert.equal(said["mount-tmpfs"], "32");
+    assert.equal(said["mount-bind"], "32");
+    assert.notEqual(said["unshare-userns"], "0");
+    assert.notEqual(said.sysrq, "0");
+    assert.equal(said["raw-socket"], "EPERM", "NET_RAW is not granted");
+    assert.equal(said["packet-socket"], "EPERM");
+    assert.equal(said.finit_module, "EPERM", "SYS_MODULE is not granted");
+    assert.equal(said.init_module, "EPERM");
+    // The node (this test process) is not in the sandbox's pid namespace at all.
+    assert.equal(said["ptrace-host-pid"], "ESRCH");
+    // Through readlink: Deno grants /proc/self only to --allow-all.
+    const hostNs = await new Deno.Command("readlink", { args: ["/proc/self/ns/pid"] }).output();
+    assert.match(said["pid-ns"], /^pid:\[\d+\]$/);
+    assert.notEqual(said["pid-ns"], new TextDecoder().decode(hostNs.stdout).trim());
+    const processes = said.processes.trim().split(" ");
+    assert.deepEqual(
+      processes.filter((p) => !["bash", "docker-init", "ps", "python3", "sleep"].includes(p)),
+      [],
+      `only the sandbox's own processes are visible: ${said.processes}`,
+    );
+    assert.equal(said["docker-socket"], "0", "no engine socket inside");
+    // The bounding set is the nine capabilities, so no setuid binary (sudo included) gains more;
+    // no-new-privileges stays off for sudo's sake.
+    assert.equal(said.CapBnd, "00000000200004fb");
+    assert.equal(said.NoNewPrivs, "0");
+  },
+  "base",
+);
+
 /** An engine that answers just enough to build sandboxes, recording every create. */
 function recordingEngine(refuseStorageOpt: string | null) {
   const creates: Record<string, unknown>[] = [];
@@ -262,7 +346,14 @@ function recordingEngine(refuseStorageOpt: string | null) {
       return Promise.resolve({ start: ok });
     },
     listContainers: () => Promise.resolve([]),
-    getNetwork: () => ({ inspect: ok, remove: ok }),
+    getNetwork: () => ({
+      inspect: () =>
+        Promise.resolve({
+          Internal: true,
+          Options: { "com.docker.network.bridge.enable_icc": "false" },
+        }),
+      remove: ok,
+    }),
     createNetwork: ok,
   } as unknown as DockerEngine;
   return { engine, creates, removed };
@@ -273,6 +364,8 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
   const executor = await DockerExecutor.connect({
     nodeId: "n1",
     docker: bounded.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
     defaults: { diskMB: 64 },
   });
@@ -287,6 +380,8 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
   const plain = await DockerExecutor.connect({
     nodeId: "n1",
     docker: unbounded.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
   });
   await plain.create({ id: "sb1", name: "a", template: "base", spec: {}, env: {} });
@@ -301,6 +396,8 @@ Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cann
   const error = await DockerExecutor.connect({
     nodeId: "n1",
     docker: refusing.engine,
+    // Networks are _network_test.ts's: this engine has none, and the host is not touched.
+    hostFirewall: false,
     templates: new Map([["base", "img:1"]]),
     defaults: { diskMB: 64 },
   }).catch((e) => e);

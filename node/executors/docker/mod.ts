@@ -1,11 +1,13 @@
 /**
  * The Docker executor: the executor contract on a local Docker Engine, through `npm:dockerode`.
- * One container per sandbox, isolated by default (no network, cpu / memory / pids limits, the
- * image's non-root user without capabilities, root with only those sudo and file work need),
- * exec with demultiplexed streams, files by archive put/get.
+ * One container per sandbox, isolated by default (no route out, none to another sandbox or to
+ * the host, cpu / memory / pids limits, the image's non-root user without capabilities, root
+ * with only those sudo and file work need), exec with demultiplexed streams, files by archive
+ * put/get.
  *
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
- * (the socket is `/var/run/docker.sock` by default).
+ * (the socket is `/var/run/docker.sock` by default), and root with `--allow-run=iptables` for
+ * the host firewall unless it is turned off (`hostFirewall: false`).
  *
  * @example
  * ```ts
