@@ -10,6 +10,7 @@
  * @module
  */
 import { type Log, silentLog } from "../shared/log.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
 
 /**
  * Thrown when no member of the etcd cluster answered within the bound. The gateway turns it into
@@ -26,12 +27,21 @@ export class EtcdUnavailableError extends Error {
   /** The members asked. */
   readonly endpoints: readonly string[];
   /** Why it failed, with each member's cause. */
-  constructor(endpoints: readonly string[], causes: string[]) {
+  readonly causes: readonly string[];
+  /**
+   * Whether the call spent its whole bound on members that were there but did not answer (no
+   * leader, no quorum), rather than being refused at once.
+   */
+  readonly timedOut: boolean;
+  /** Why it failed, with each member's cause; `timedOut` when the whole bound was spent. */
+  constructor(endpoints: readonly string[], causes: string[], timedOut = false) {
     super(
       `etcd is unreachable (DORMICE_GATEWAY_ETCD=${endpoints.join(",")}): ${causes.join("; ")}`,
     );
     this.name = "EtcdUnavailableError";
     this.endpoints = endpoints;
+    this.causes = causes;
+    this.timedOut = timedOut;
   }
 }
 
@@ -82,6 +92,14 @@ export interface EtcdClientOptions {
   timeoutMs?: number;
   /** The HTTP client; the global `fetch` by default. */
   fetch?: typeof fetch;
+  /**
+   * Once a call waited out its whole bound with no member answering (a cluster without quorum),
+   * how often a call is let through to ask again: 1000 ms. Every other call in between fails at
+   * once, so while the cluster has no quorum a create is a 503 at once, not after the bound.
+   */
+  probeEveryMs?: number;
+  /** Time source of the probes; `systemClock` when absent. */
+  clock?: Clock;
 }
 
 const encoder = new TextEncoder();
@@ -153,6 +171,12 @@ export class EtcdClient {
   readonly #fetch: typeof fetch;
   /** The member that answered last: asked first next time, so a dead one costs one refusal. */
   #current = 0;
+  readonly #probeEveryMs: number;
+  readonly #clock: Clock;
+  /** Why the last call found no member, while etcd is known unreachable; else undefined. */
+  #down: readonly string[] | undefined;
+  /** When the last call that asked the members (the probe, while down) began. */
+  #lastAsked = -Infinity;
 
   /** Builds the client; nothing is sent until the first call. */
   constructor(options: EtcdClientOptions) {
@@ -162,14 +186,50 @@ export class EtcdClient {
     this.endpoints = options.endpoints;
     this.#timeoutMs = options.timeoutMs ?? 5000;
     this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#probeEveryMs = options.probeEveryMs ?? 1000;
+    this.#clock = options.clock ?? systemClock;
+  }
+
+  /** Whether the last call that asked the members waited out its bound with none answering. */
+  get unreachable(): boolean {
+    return this.#down !== undefined;
   }
 
   /**
-   * POSTs `body` to `path` on a member and returns its JSON answer.
+   * POSTs `body` to `path` on a member and returns its JSON answer. While etcd is known
+   * unreachable (the last call waited out its bound with no member answering), one call a
+   * `probeEveryMs` asks the members again and the others fail at once; a probe that is answered
+   * ends that.
    *
-   * @throws {EtcdUnavailableError} when no member answered within the bound.
+   * @throws {EtcdUnavailableError} when no member answered within the bound, or at once while
+   *   etcd is known unreachable and a probe was made less than `probeEveryMs` ago.
    */
   async call(path: string, body: Json, signal?: AbortSignal): Promise<Json> {
+    const now = this.#clock.now();
+    if (this.#down !== undefined && now - this.#lastAsked < this.#probeEveryMs) {
+      throw new EtcdUnavailableError(this.endpoints, [
+        ...this.#down,
+        `not asked again: no member answered ${Math.round(now - this.#lastAsked)} ms ago, ` +
+        `and one call every ${this.#probeEveryMs} ms asks until one does`,
+      ]);
+    }
+    this.#lastAsked = now;
+    try {
+      const answer = await this.#ask(path, body, signal);
+      this.#down = undefined;
+      return answer;
+    } catch (error) {
+      // Only a call that waited out its bound makes the next ones fail at once: a refused
+      // connection costs nothing to try again, and one lost answer is no outage.
+      if (error instanceof EtcdUnavailableError) {
+        this.#down = error.timedOut ? error.causes : undefined;
+      } else if (error instanceof EtcdRequestError) this.#down = undefined;
+      throw error;
+    }
+  }
+
+  /** `call` on the members, in turn, within the call bound. */
+  async #ask(path: string, body: Json, signal?: AbortSignal): Promise<Json> {
     const deadline = Date.now() + this.#timeoutMs;
     const causes: string[] = [];
     let answeredBusy = false;
@@ -219,7 +279,11 @@ export class EtcdClient {
         await new Promise((r) => setTimeout(r, Math.min(100, Math.max(0, deadline - Date.now()))));
       }
     }
-    throw new EtcdUnavailableError(this.endpoints, causes.slice(-this.endpoints.length));
+    throw new EtcdUnavailableError(
+      this.endpoints,
+      causes.slice(-this.endpoints.length),
+      Date.now() >= deadline,
+    );
   }
 
   /** The key's value, or `null`. */
