@@ -255,7 +255,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     onCheckIn: options.etcd && ((body, at) => late.sync?.written(body, at)),
   });
   const keys = new ApiKeys({ database: db, clock, log });
-  const shared = options.etcd && startShared(options.etcd, fleet, keys, fetchFn, log);
+  const shared = options.etcd && startShared(options.etcd, fleet, keys, fetchFn, log, clock);
   late.sync = shared?.mode.sync;
   const limits = new TeamLimits({ fleet, clock });
   const finder = new Finder({
@@ -307,7 +307,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   });
   metrics.observe({ fleet, finder, slots: routing.slots });
   const authorized = fleetTokenCheck(token);
-  const identify = callerCheck(token, keys);
+  const identify = callerCheck(token, keys, shared?.mode.keySync.unconfirmed);
   const accessTokens = AccessTokens.fromFleetToken(token);
   const jsonBodyCap = {
     maxBytes: maxJsonBodyBytes,
@@ -371,13 +371,14 @@ function startShared(
   keys: ApiKeys,
   fetchFn: typeof fetch,
   log: Log,
+  clock: Clock,
 ): { mode: SharedMode; slots: Slots } {
   const prefix = options.prefix ?? "/dormice/";
   const client = new EtcdClient({ endpoints: options.endpoints, fetch: options.fetch ?? fetchFn });
   const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
   const slots = new EtcdSlots({ client, session, prefix });
   const sync = new FleetSync({ client, prefix, fleet, pollMs: options.pollMs, log });
-  const keySync = new KeySync({ client, prefix, keys, pollMs: options.pollMs, log });
+  const keySync = new KeySync({ client, prefix, keys, pollMs: options.pollMs, log, clock });
   sync.start();
   keySync.start();
   // The lease at once, so a first create does not pay for it and an unreachable etcd is logged

@@ -27,7 +27,7 @@
  * @module
  */
 import type { MiddlewareHandler } from "hono";
-import type { ApiKeyInfo, ApiKeys } from "./keys.ts";
+import { API_KEY_PATTERN, type ApiKeyInfo, type ApiKeys } from "./keys.ts";
 import { e2bApiKey, e2bKeyAuth } from "../shared/e2b_auth.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
@@ -64,7 +64,10 @@ export const fleetOnlyVerbs: readonly string[] = [
 
 /**
  * The check of a presented credential: the fleet token (constant time) is the operator, a live
- * key is its caller.
+ * key is its caller. With `unconfirmed` (shared mode: why this gateway's copy of the key table
+ * cannot be trusted now), a key is refused while it says so.
+ *
+ * @throws {HttpError} 503 with its sentence, for a key while `unconfirmed` gives one.
  *
  * @example
  * ```ts
@@ -77,11 +80,19 @@ export const fleetOnlyVerbs: readonly string[] = [
  * keys.close();
  * ```
  */
-export function callerCheck(token: string, keys: ApiKeys): CallerCheck {
+export function callerCheck(
+  token: string,
+  keys: ApiKeys,
+  unconfirmed?: () => string | undefined,
+): CallerCheck {
   const fleet = fleetTokenCheck(token);
   return (given) => {
     if (given === undefined) return undefined;
     if (fleet(given)) return OPERATOR;
+    if (unconfirmed !== undefined && API_KEY_PATTERN.test(given)) {
+      const why = unconfirmed();
+      if (why !== undefined) throw new HttpError(503, why, { headers: { "retry-after": "2" } });
+    }
     const key = keys.verify(given);
     return key === undefined ? undefined : { kind: "key", key };
   };

@@ -348,7 +348,14 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         return undefined;
       }
       const at = head.find("authorization");
-      return at < 0 ? undefined : identifyBearer(head.raw, head.spans[at + 2], head.spans[at + 3]);
+      if (at < 0) return undefined;
+      try {
+        return identifyBearer(head.raw, head.spans[at + 2], head.spans[at + 3]);
+      } catch {
+        // A key this gateway cannot confirm now (a 503): the object path answers it, in its
+        // face's dialect.
+        return undefined;
+      }
     },
     async serve(ex, caller) {
       const path = ex.head.target;

@@ -308,9 +308,10 @@ export class EtcdClient {
     return r.header?.revision ?? "0";
   }
 
-  /** Deletes `key`. */
-  async delete(key: string): Promise<void> {
-    await this.call("/v3/kv/deleterange", { key: b64(key) });
+  /** Deletes `key`; resolves whether it existed. */
+  async delete(key: string): Promise<boolean> {
+    const r = await this.call("/v3/kv/deleterange", { key: b64(key) });
+    return Number(r.deleted ?? 0) > 0;
   }
 
   /**

@@ -12,6 +12,7 @@ import { type EtcdClient, jsonValues } from "./etcd.ts";
 import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
 import { etcdHttpError } from "./slots.ts";
 import { Poller } from "./poller.ts";
+import { type Clock, systemClock } from "../shared/clock.ts";
 
 /** Options of {@linkcode KeySync}. */
 export interface KeySyncOptions {
@@ -28,6 +29,15 @@ export interface KeySyncOptions {
   pollMs?: number;
   /** Where etcd's outages go (once per change). */
   log?: Log;
+  /**
+   * How old this gateway's copy of the table may be before the keys in it are refused: 5000
+   * ms. Past it, a key revoked through another gateway could still work here, so every key is
+   * a 503 naming etcd until a read succeeds. Five polls: a slow read under load is not an
+   * outage, and a revoke is never honoured later than this anywhere.
+   */
+  staleAfterMs?: number;
+  /** Time source of the staleness; `systemClock` when absent. */
+  clock?: Clock;
 }
 
 /**
@@ -51,10 +61,18 @@ export class KeySync {
   /** Ids being written now: the read-back must not forget them before their write lands. */
   readonly #writing = new Set<string>();
   readonly #poller: Poller;
+  readonly #staleAfterMs: number;
+  readonly #clock: Clock;
+  /** When the last read that succeeded began; -Infinity before the first. */
+  #readAt = -Infinity;
+  /** The last read's failure, for the refusal's sentence. */
+  #lastError = "no read of the key table has succeeded yet";
 
   /** Builds the sync; nothing is read until `start()` or `syncOnce()`. */
   constructor(options: KeySyncOptions) {
     this.#client = options.client;
+    this.#staleAfterMs = options.staleAfterMs ?? 5000;
+    this.#clock = options.clock ?? systemClock;
     this.#prefix = `${options.prefix}keys/`;
     this.#keys = options.keys;
     this.#poller = new Poller(() => this.syncOnce(), options.pollMs ?? 1000);
@@ -84,23 +102,38 @@ export class KeySync {
   }
 
   /**
-   * Deletes the key from etcd, then here.
+   * Deletes the key from etcd, then here. etcd decides whether the key exists, never this
+   * gateway's copy: a key minted through another gateway a moment ago is not here yet, and
+   * must not answer 404 while it works there.
    *
-   * @throws {HttpError} 404 for an unknown id, 503 naming etcd when it is away.
+   * @throws {HttpError} 404 for an id etcd does not hold, 503 naming etcd when it is away.
    */
   async revoke(id: string): Promise<void> {
-    if (this.#keys.record(id) === undefined) {
-      // The local answer (404 naming the id) is the same sentence as the embedded one.
-      this.#keys.revoke(id);
-      return;
-    }
+    let existed: boolean;
     try {
-      await this.#client.delete(this.#prefix + id);
+      existed = await this.#client.delete(this.#prefix + id);
     } catch (error) {
       throw etcdHttpError(error);
     }
+    // Minted elsewhere and not read here yet: nothing of it to remove here.
+    if (existed && this.#keys.record(id) === undefined) return;
+    // The local answer (404 naming the id) is the same sentence as the embedded one.
     this.#keys.revoke(id);
   }
+
+  /**
+   * Why the keys in this gateway's copy cannot be trusted now (it is older than
+   * `staleAfterMs`: a revoke through another gateway may be missing), or `undefined` when they
+   * can. The gateway answers a key 503 naming etcd then, rather than serve it.
+   */
+  readonly unconfirmed = (): string | undefined => {
+    const age = this.#clock.now() - this.#readAt;
+    if (age <= this.#staleAfterMs) return undefined;
+    const since = Number.isFinite(age) ? `for ${Math.round(age / 1000)} s` : "since the start";
+    return `This gateway cannot confirm API keys: it has not read the key table from etcd ` +
+      `${since} (${this.#lastError}), so a key revoked elsewhere may look live here. Retry ` +
+      "shortly, or through another gateway; the operator should check DORMICE_GATEWAY_ETCD";
+  };
 
   /** Reads etcd now and every `pollMs` after, until `stop()`. */
   start(): void {
@@ -116,6 +149,7 @@ export class KeySync {
   async syncOnce(): Promise<void> {
     try {
       const asked = Date.now();
+      const readAt = this.#clock.now();
       const kvs = await this.#client.range(this.#prefix);
       const seen = new Set<string>();
       for (const record of jsonValues(kvs) as ApiKeyRecord[]) {
@@ -128,16 +162,19 @@ export class KeySync {
         if (Date.parse(info.createdAt) >= asked) continue;
         this.#keys.forget(info.id);
       }
+      this.#readAt = Math.max(this.#readAt, readAt);
       this.#changes.report("etcd", "ok", "info", "the key table is in step with etcd", {
         keys: kvs.length,
       });
     } catch (error) {
       if (error instanceof HttpError) throw error;
+      this.#lastError = (error as Error)?.message ?? String(error);
       this.#changes.report(
         "etcd",
         "failing",
         "error",
-        "cannot read the key table from etcd: known keys keep working, mints and revokes wait",
+        `cannot read the key table from etcd: keys are refused (503) once the table is older ` +
+          `than ${this.#staleAfterMs} ms, mints and revokes wait`,
         { error: (error as Error)?.message ?? String(error) },
       );
     }
