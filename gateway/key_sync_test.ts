@@ -4,7 +4,7 @@ import { ApiKeys } from "./keys.ts";
 import { KeySync } from "./key_sync.ts";
 import { callerCheck } from "./auth.ts";
 import { FakeClock } from "../shared/clock.ts";
-import { HttpError } from "../shared/http_error.ts";
+import type { HttpError } from "../shared/http_error.ts";
 import { createGateway } from "./app.ts";
 import { mountE2b } from "./e2b.ts";
 
@@ -15,25 +15,25 @@ import { mountE2b } from "./e2b.ts";
 function memoryEtcd() {
   const kv = new Map<string, string>();
   const state = { down: false };
-  const fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-    if (state.down) throw new TypeError("connection refused");
+  const fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    if (state.down) return Promise.reject(new TypeError("connection refused"));
     const path = new URL(String(input)).pathname;
     const body = JSON.parse(String(init?.body ?? "{}"));
     const key = atob(body.key ?? "");
     if (path === "/v3/kv/put") {
       kv.set(key, atob(body.value));
-      return Response.json({ header: { revision: "1" } });
+      return Promise.resolve(Response.json({ header: { revision: "1" } }));
     }
     if (path === "/v3/kv/deleterange") {
       const had = kv.delete(key);
-      return Response.json({ deleted: had ? "1" : "0" });
+      return Promise.resolve(Response.json({ deleted: had ? "1" : "0" }));
     }
     if (path === "/v3/kv/range") {
       const kvs = [...kv].filter(([k]) => body.range_end ? k.startsWith(key) : k === key)
         .map(([k, v]) => ({ key: btoa(k), value: btoa(v) }));
-      return Response.json({ kvs });
+      return Promise.resolve(Response.json({ kvs }));
     }
-    return new Response("unknown", { status: 404 });
+    return Promise.resolve(new Response("unknown", { status: 404 }));
   };
   return { state, fetch, client: new EtcdClient({ endpoints: ["http://etcd"], fetch }) };
 }
