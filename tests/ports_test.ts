@@ -9,6 +9,7 @@ import type { NodeApp } from "../node/app.ts";
 import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
 import { checkIn } from "../gateway/_fixtures_test.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 
 const token = "t".repeat(40);
 const domain = "sbx.test";
@@ -138,6 +139,45 @@ Deno.test("<port>-<id>.<domain> reaches the port: method, path, query, headers a
       headers: { "e2b-sandbox-id": id, "e2b-sandbox-port": "8000" },
     });
     assert.equal(((await byHeader.json()) as { path: string }).path, "/c?y=2");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("an sbx_ id of an earlier ledger stays routable by header, native verb and host", async () => {
+  const f = await fleet();
+  try {
+    // Ledgers of earlier versions minted `sbx_` ids; the row and its sandbox as they left them.
+    const id = "sbx_olf4gmih3aiuc77zzezl";
+    await f.executor.create({ id, name: "old-1", template: "base", spec: {}, env: {} });
+    f.node.ledger.insert({
+      id,
+      name: "old-1",
+      state: "active",
+      template: "base",
+      metadata: {},
+      spec: {},
+      env: {},
+      createdAt: Date.now(),
+      deadlineAt: null,
+      deadlineAction: null,
+    });
+    const lookup = await fetch(`${f.gatewayUrl}/lookupSandbox`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}` },
+      body: JSON.stringify({ id }),
+    });
+    assert.equal((await lookup.json() as { sandbox: { name: string } }).sandbox.name, "old-1");
+    const envd = await fetch(`${f.gatewayUrl}/e2b/envd/health`, {
+      headers: {
+        "e2b-sandbox-id": id,
+        "x-access-token": AccessTokens.fromFleetToken(token).forSandbox(id),
+      },
+    });
+    assert.equal(envd.status, 204);
+    await f.executor.servePort(id, 8000, () => new Response(`inside ${id}`));
+    const byHost = await f.gateway.fetch(new Request(`http://8000-${id}.${domain}/`));
+    assert.equal(await byHost.text(), `inside ${id}`);
   } finally {
     await f.close();
   }
