@@ -34,11 +34,17 @@ export interface E2bSettings {
   autoResume?: boolean;
   /** The lifetime the create gave, seconds: a resume by traffic gets it again. */
   timeoutSeconds?: number;
-  /** `secure: true` was asked (recorded; the traffic token that goes with it is not built yet). */
+  /**
+   * `secure` as the create asked. Recorded only: envd here always requires the sandbox's access
+   * token, which is all `secure` asks in E2B (it does not close the ports).
+   */
   secure?: boolean;
   /** `allowInternetAccess` as the create set it; absent when it did not. */
   allowInternetAccess?: boolean;
-  /** `network.allowPublicTraffic` as the create set it (recorded, not enforced yet). */
+  /**
+   * `network.allowPublicTraffic` as the create set it; `false` makes the ports require the
+   * traffic access token.
+   */
   allowPublicTraffic?: boolean;
 }
 

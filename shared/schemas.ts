@@ -401,7 +401,7 @@ export interface Sandbox {
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
  * default); `privatePorts: true` makes its ports require its traffic access token (E2B's
- * `secure` / `network.allowPublicTraffic: false`).
+ * `network.allowPublicTraffic: false`).
  */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;

@@ -278,27 +278,35 @@ Deno.test("a WebSocket echoes through both hops, subprotocol included", async ()
   }
 });
 
-Deno.test("a secure sandbox's ports require its traffic access token", async () => {
+Deno.test("ports require the traffic token only with allowPublicTraffic: false; secure leaves them open", async () => {
   const f = await fleet();
   try {
+    // `secure` guards envd in E2B, and older SDKs send it by default: ports stay public.
     const sbx = await create(f, { secure: true });
-    assert.equal(typeof sbx.trafficAccessToken, "string");
+    assert.equal(sbx.trafficAccessToken, undefined);
     const open = await create(f, { network: { allowPublicTraffic: true } });
     assert.equal(open.trafficAccessToken, undefined);
-    const closed = await create(f, { network: { allowPublicTraffic: false } });
+    const closed = await create(f, { secure: true, network: { allowPublicTraffic: false } });
     assert.equal(typeof closed.trafficAccessToken, "string");
-    await f.executor.servePort(sbx.sandboxID, 8000, () => new Response("inside"));
-    const url = `http://8000-${sbx.sandboxID}.${domain}/`;
+    const other = await create(f, { secure: true, network: { allowPublicTraffic: false } });
+    await f.executor.servePort(sbx.sandboxID, 8000, () => new Response("secure, public"));
+    await f.executor.servePort(closed.sandboxID, 8000, () => new Response("inside"));
+    const publicPort = await f.gateway.fetch(
+      new Request(`http://8000-${sbx.sandboxID}.${domain}/`),
+    );
+    assert.equal(await publicPort.text(), "secure, public");
+
+    const url = `http://8000-${closed.sandboxID}.${domain}/`;
     const without = await f.gateway.fetch(new Request(url));
     assert.equal(without.status, 403);
     assert.match((await without.json() as { message: string }).message, /e2b-traffic-access-token/);
     const wrong = await f.gateway.fetch(
-      new Request(url, { headers: { "e2b-traffic-access-token": closed.trafficAccessToken! } }),
+      new Request(url, { headers: { "e2b-traffic-access-token": other.trafficAccessToken! } }),
     );
     assert.equal(wrong.status, 403);
     await wrong.body?.cancel();
     const right = await f.gateway.fetch(
-      new Request(url, { headers: { "e2b-traffic-access-token": sbx.trafficAccessToken! } }),
+      new Request(url, { headers: { "e2b-traffic-access-token": closed.trafficAccessToken! } }),
     );
     assert.equal(await right.text(), "inside");
   } finally {

@@ -364,6 +364,21 @@ Deno.test("create honours allowInternetAccess as the spec's egress and records s
   await executor.close();
 });
 
+Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, not for secure", async () => {
+  const { call, accessTokens, executor } = setup();
+  const make = async (options: object) => {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    return await res.json() as { sandboxID: string; trafficAccessToken?: string };
+  };
+  // What the JS SDK up to 2.45 and the Python SDK 2.34 send by default: ports stay public.
+  const secure = await make({ secure: true });
+  assert.equal(secure.trafficAccessToken, undefined);
+  const closed = await make({ secure: true, network: { allowPublicTraffic: false } });
+  assert.equal(closed.trafficAccessToken, accessTokens.forTraffic(closed.sandboxID));
+  await executor.close();
+});
+
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [

@@ -5,8 +5,8 @@
  * relayed, and errors take the shape of E2B's own proxy: `{message, sandboxId, code:502}`.
  *
  * Like envd it takes no fleet token: a sandbox's ports are public, as in E2B, unless the sandbox
- * was created secure (`spec.privatePorts`), and then `e2b-traffic-access-token` must carry its
- * traffic token.
+ * was created with `network.allowPublicTraffic: false` (native: `spec.privatePorts`), and then
+ * `e2b-traffic-access-token` must carry its traffic token. `secure` guards envd, not ports.
  *
  * @module
  */
@@ -90,7 +90,8 @@ export function createPortsDoor(
           given
             ? `The ${TRAFFIC_TOKEN_HEADER} header does not match sandbox '${id}': send the ` +
               "trafficAccessToken of its create answer"
-            : `Sandbox '${id}' is secure: its ports require the ${TRAFFIC_TOKEN_HEADER} header ` +
+            : `Sandbox '${id}' is not open to public traffic: its ports require the ` +
+              `${TRAFFIC_TOKEN_HEADER} header ` +
               "with the trafficAccessToken of its create answer",
           id,
         );
@@ -185,18 +186,22 @@ export function createPortsDoor(
 
 /**
  * Whether a sandbox's ports require its traffic token: the native `spec.privatePorts`, or an
- * E2B create with `secure: true` or `network.allowPublicTraffic: false`.
+ * E2B create with `network.allowPublicTraffic: false`. Not `secure`: in E2B it guards envd (the
+ * access token), and the SDKs send it by default (JS up to 2.45, Python 2.34), so reading it as
+ * "private ports" would lock most sandboxes' `getHost(port)` behind a token their users never
+ * asked for.
  *
  * @example
- * ```ts ignore
- * if (portsArePrivate(sandbox)) requireTrafficToken(request);
+ * ```ts
+ * import { portsArePrivate } from "./ports.ts";
+ * portsArePrivate({ spec: {}, e2b: { secure: true } }); // false
+ * portsArePrivate({ spec: {}, e2b: { allowPublicTraffic: false } }); // true
  * ```
  */
 export function portsArePrivate(
   s: Pick<SandboxRecord, "spec"> & { e2b?: { secure?: boolean; allowPublicTraffic?: boolean } },
 ): boolean {
-  return s.spec.privatePorts === true || s.e2b?.secure === true ||
-    s.e2b?.allowPublicTraffic === false;
+  return s.spec.privatePorts === true || s.e2b?.allowPublicTraffic === false;
 }
 
 /** Deno refused the connection itself: the node runs with an `--allow-net` list. */
