@@ -6,6 +6,7 @@
  * where the case is a header or a body the SDK hides.
  */
 import assert from "node:assert/strict";
+import { Sandbox } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
@@ -61,6 +62,11 @@ Deno.test({
       assert.equal(res.status, 201, JSON.stringify(answer));
       return answer as { sandboxID: string; trafficAccessToken?: string; envdAccessToken: string };
     };
+    const sdk = {
+      apiUrl: `${gateway.url}/e2b/api`,
+      sandboxUrl: `${gateway.url}/e2b/envd`,
+      apiKey: token,
+    };
     /** A port of a sandbox by header, as the SDK reaches it with E2B_SANDBOX_URL. */
     const port = (id: string, n: number, headers: Record<string, string> = {}) =>
       fetch(`${gateway.url}/e2b/envd/`, {
@@ -87,6 +93,38 @@ Deno.test({
       assert.equal(admitted.status, 502);
       await admitted.body?.cancel();
     });
+
+    await t.step(
+      "an expired signed URL says E2B's 'signature is already expired' first",
+      async () => {
+        const sandbox = await Sandbox.create(sdk);
+        await sandbox.files.write("/tmp/signed.txt", "hello");
+        const signed = new URL(
+          await sandbox.downloadUrl("/tmp/signed.txt", { useSignatureExpiration: -10_000 }),
+        );
+        const live = new URL(await sandbox.downloadUrl("/tmp/signed.txt"));
+        // Where a signed URL is served: the sandbox's envd (by host in domain mode, which the
+        // gateway turns into this header) and a node's root door (the SDK pointed at a node).
+        const doors: { url: string; headers: Record<string, string> }[] = [
+          {
+            url: `${gateway.url}/e2b/envd/files`,
+            headers: { "e2b-sandbox-id": sandbox.sandboxId },
+          },
+          { url: `${node!.url}/files`, headers: {} },
+        ];
+        for (const door of doors) {
+          const fresh = await fetch(`${door.url}${live.search}`, { headers: door.headers });
+          assert.equal(await fresh.text(), "hello", door.url);
+          const res = await fetch(`${door.url}${signed.search}`, { headers: door.headers });
+          const body = await res.json();
+          assert.equal(res.status, 401, door.url);
+          assert.equal(body.code, 401, door.url);
+          assert.ok(body.message.startsWith("signature is already expired. "), body.message);
+          assert.match(body.message, /fresh URL/);
+        }
+        await sandbox.kill();
+      },
+    );
   } finally {
     await Promise.all([node?.stop(), gw?.stop()]);
   }
