@@ -6,7 +6,7 @@
  * where the case is a header or a body the SDK hides.
  */
 import assert from "node:assert/strict";
-import { Sandbox } from "e2b";
+import { Sandbox, SandboxError, SandboxNotFoundError } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
@@ -123,6 +123,23 @@ Deno.test({
           assert.match(body.message, /fresh URL/);
         }
         await sandbox.kill();
+      },
+    );
+
+    await t.step(
+      "fork: a killed sandbox is not found; an existing one is 'not built'",
+      async () => {
+        const sandbox = await Sandbox.create(sdk);
+        const existing = await Sandbox.fork(sandbox.sandboxId, { ...sdk, count: 1 })
+          .then(() => undefined, (e) => e);
+        assert.ok(existing instanceof SandboxError, String(existing));
+        assert.ok(!(existing instanceof SandboxNotFoundError), String(existing));
+        assert.match(existing.message, /^501: Forking a sandbox is not built on this fleet yet/);
+        assert.equal(await sandbox.kill(), true);
+        const killed = await Sandbox.fork(sandbox.sandboxId, { ...sdk, count: 1 })
+          .then(() => undefined, (e) => e);
+        assert.ok(killed instanceof SandboxNotFoundError, String(killed));
+        assert.match(killed.message, /not found on any node of the fleet/);
       },
     );
   } finally {

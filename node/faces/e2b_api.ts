@@ -414,7 +414,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   });
 
   for (const route of unbuiltE2bRoutes) {
-    app.on(route.method, route.path, (c) => c.json({ code: 501, message: route.message }, 501));
+    app.on(route.method, route.path, (c) => {
+      // A sandbox that does not exist is a 404 first (see shared/e2b_unbuilt.ts).
+      if (route.namesSandbox) mustGet(c, c.req.param("id")!);
+      return c.json({ code: 501, message: route.message }, 501);
+    });
   }
 
   // A catch-all route rather than notFound(): a mounted sub-app's notFound is not used.

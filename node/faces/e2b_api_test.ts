@@ -402,25 +402,30 @@ Deno.test("create refuses network options this node cannot honour, naming each",
   await executor.close();
 });
 
-Deno.test("routes not built yet answer 501 {code, message}, known sandbox or not", async () => {
+Deno.test("routes not built yet answer 501 {code, message}; about a missing sandbox, 404", async () => {
   const { call, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
-  for (const id of [sandboxID, "sbx_unknown"]) {
-    for (
-      const [method, path] of [
-        ["POST", `/sandboxes/${id}/snapshots`],
-        ["GET", "/snapshots"],
-        ["POST", `/sandboxes/${id}/fork`],
-        ["PUT", `/sandboxes/${id}/network`],
-        ["DELETE", `/templates/${id}`],
-      ]
-    ) {
-      const res = await call(method, path, method === "GET" ? undefined : {});
-      assert.equal(res.status, 501, `${method} ${path}`);
-      const body = await res.json();
-      assert.equal(body.code, 501);
-      assert.ok(body.message.length > 30, body.message);
-    }
+  const routes = (id: string) => [
+    ["POST", `/sandboxes/${id}/snapshots`],
+    ["GET", "/snapshots"],
+    ["POST", `/sandboxes/${id}/fork`],
+    ["PUT", `/sandboxes/${id}/network`],
+    ["DELETE", `/templates/${id}`],
+  ];
+  for (const [method, path] of routes(sandboxID)) {
+    const res = await call(method, path, method === "GET" ? undefined : {});
+    assert.equal(res.status, 501, `${method} ${path}`);
+    const body = await res.json();
+    assert.equal(body.code, 501);
+    assert.ok(body.message.length > 30, body.message);
+  }
+  // A fork of a killed sandbox is E2B's not-found (the SDK's SandboxNotFoundError).
+  assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
+  for (const [method, path] of routes(sandboxID)) {
+    const res = await call(method, path, method === "GET" ? undefined : {});
+    const expected = path.startsWith("/sandboxes/") ? 404 : 501;
+    assert.equal(res.status, expected, `${method} ${path}`);
+    assert.equal((await res.json()).code, expected);
   }
   await executor.close();
 });
