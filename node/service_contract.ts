@@ -46,6 +46,11 @@ export interface E2bSettings {
    * traffic access token.
    */
   allowPublicTraffic?: boolean;
+  /**
+   * `network.maskRequestHost`: the Host the sandbox's servers see on port traffic, `${PORT}`
+   * standing for the port; absent, they see the node's address of the sandbox.
+   */
+  maskRequestHost?: string;
 }
 
 /** A ledger row as the service hands it out: the public sandbox plus E2B bookkeeping. */

@@ -314,6 +314,71 @@ Deno.test("ports require the traffic token only with allowPublicTraffic: false; 
   }
 });
 
+Deno.test("network.maskRequestHost: the sandbox's server sees that Host on requests and WebSocket handshakes", async () => {
+  const f = await fleet();
+  try {
+    const masked = await create(f, { network: { maskRequestHost: "localhost:${PORT}" } });
+    const plain = await create(f);
+    for (const { sandboxID } of [masked, plain]) {
+      await f.executor.servePort(sandboxID, 5173, async (r) => {
+        const host = r.headers.get("host");
+        if (r.headers.get("upgrade") !== "websocket") {
+          return Response.json({ host, body: await r.text() });
+        }
+        const { socket, response } = Deno.upgradeWebSocket(r);
+        socket.binaryType = "arraybuffer";
+        socket.onopen = () => socket.send(`host ${host}`);
+        socket.onmessage = (e) => {
+          if (e.data === "bye") return socket.close(4001, "asked to");
+          socket.send(typeof e.data === "string" ? `echo ${e.data}` : e.data);
+        };
+        return response;
+      });
+    }
+    // A plain request with a streamed body, by host through the gateway.
+    const res = await f.gateway.fetch(
+      new Request(`http://5173-${masked.sandboxID}.${domain}/hmr?x=1`, {
+        method: "POST",
+        body: "payload",
+      }),
+    );
+    assert.deepEqual(await res.json(), { host: "localhost:5173", body: "payload" });
+    // Without the option the server sees the address the node reached it at, as before.
+    const unmasked = await f.gateway.fetch(
+      new Request(`http://5173-${plain.sandboxID}.${domain}/`),
+    );
+    const seen = (await unmasked.json() as { host: string }).host;
+    assert.notEqual(seen, "localhost:5173");
+    assert.match(seen, /^127\.0\.0\.1:\d+$/);
+
+    // A WebSocket (a dev server's hot reload) by header, through both hops.
+    const ws = new WebSocket(`${f.gatewayUrl.replace("http", "ws")}/e2b/envd/ws`, {
+      headers: { "e2b-sandbox-id": masked.sandboxID, "e2b-sandbox-port": "5173" },
+    } as unknown as string[]);
+    ws.binaryType = "arraybuffer";
+    const big = new Uint8Array(200_000).map((_, i) => i % 251);
+    const got: unknown[] = [];
+    const closed = new Promise<CloseEvent>((resolve, reject) => {
+      ws.onmessage = (e) => {
+        got.push(typeof e.data === "string" ? e.data : new Uint8Array(e.data).length);
+        if (got.length === 1) {
+          ws.send("hi");
+          ws.send(big);
+        }
+        if (got.length === 3) ws.send("bye");
+      };
+      ws.onclose = resolve;
+      ws.onerror = () => reject(new Error("WebSocket failed"));
+      setTimeout(() => reject(new Error(`no close in 5 s: ${JSON.stringify(got)}`)), 5000);
+    });
+    const close = await closed;
+    assert.deepEqual(got, ["host localhost:5173", "echo hi", 200_000]);
+    assert.equal(close.code, 4001);
+  } finally {
+    await f.close();
+  }
+});
+
 Deno.test("a port request resumes a paused sandbox created with autoResume; else a 502 says paused", async () => {
   const f = await fleet();
   try {

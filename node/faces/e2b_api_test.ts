@@ -293,8 +293,11 @@ Deno.test("create refuses lifecycle options this node cannot honour, naming them
   const cases: [object, RegExp][] = [
     [{ autoResume: { enabled: true } }, /'autoResume' needs the timeout to pause/],
     [{ lifecycle: { onTimeout: "kill", autoResume: true } }, /'autoResume' needs/],
-    [{ autoPause: true, autoPauseMemory: false }, /'autoPauseMemory': false .* not supported/],
-    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /'autoPauseMemory'/],
+    [
+      { autoPause: true, autoPauseMemory: false },
+      /^A filesystem-only pause \(keepMemory: false.* is not built on this fleet yet: .*Leave keepMemory unset/,
+    ],
+    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /filesystem-only/],
     [{ lifecycle: { onTimeout: "later" } }, /'lifecycle\.onTimeout'/],
     [{ autoResume: { policy: "sometimes" } }, /'autoResume'/],
   ];
@@ -379,6 +382,30 @@ Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, no
   await executor.close();
 });
 
+Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepMemory:false}) is a 400", async () => {
+  const { call, service, executor } = setup();
+  for (const mask of ["localhost:${PORT}", "${PORT}-app.example.com", "[::1]:8080", "example"]) {
+    const res = await call("POST", "/v2/sandboxes", {
+      templateID: "base",
+      network: { maskRequestHost: mask },
+    });
+    assert.equal(res.status, 201, mask);
+    const { sandboxID } = await res.json();
+    assert.equal(service.get({ id: sandboxID })!.e2b.maskRequestHost, mask);
+    const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+    assert.deepEqual(info.network, { maskRequestHost: mask });
+  }
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
+  const refused = await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: false });
+  assert.equal(refused.status, 400);
+  const body = await refused.json();
+  assert.equal(body.code, 400);
+  assert.match(body.message, /^A filesystem-only pause .* is not built on this fleet yet: /);
+  assert.equal(service.get({ id: sandboxID })!.state, "active", "nothing was paused");
+  assert.equal((await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: true })).status, 204);
+  await executor.close();
+});
+
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [
@@ -386,7 +413,9 @@ Deno.test("create refuses network options this node cannot honour, naming each",
     [{ network: { denyOut: ["10.0.0.0/8"] } }, /^'network\.denyOut' is not supported/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
     [{ network: { rules: { "a.com": [] } } }, /^'network\.rules'/],
-    [{ network: { maskRequestHost: "x" } }, /^'network\.maskRequestHost'/],
+    [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
+    [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
+    [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],
     [{ network: { somethingNew: true } }, /somethingNew/],
     [{ allow_internet_access: true, allowInternetAccess: false }, /disagree/],
     [{ allowInternetAccess: true, network: { denyOut: ["0.0.0.0/0"] } }, /disagree/],

@@ -8,6 +8,11 @@
  * was created with `network.allowPublicTraffic: false` (native: `spec.privatePorts`), and then
  * `e2b-traffic-access-token` must carry its traffic token. `secure` guards envd, not ports.
  *
+ * A sandbox created with `network.maskRequestHost` has its servers see that Host (`${PORT}`
+ * replaced by the port), on plain requests and WebSocket handshakes alike, as E2B's proxy does;
+ * both go out on clients of our own (`createH1Client({ hostFromHeaders: true })`,
+ * `connectWebSocket`), since `fetch` and Deno's `WebSocket` send the address they connect to.
+ *
  * @module
  */
 import type { Executor } from "../executors/contract.ts";
@@ -15,6 +20,8 @@ import { ExecutorError } from "../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
+import { createH1Client, type H1Client } from "../../shared/http1/mod.ts";
+import { maskedHost } from "./e2b_create_options.ts";
 import {
   endToEndHeaders,
   isWebSocketUpgrade,
@@ -38,6 +45,12 @@ export interface PortsDoorOptions {
    * for a server that answers slowly, short enough that a dead one frees its caller.
    */
   headTimeoutMs?: number;
+  /**
+   * The client of requests whose Host is masked (`network.maskRequestHost`): it must send the
+   * `host` header it is given. `createNodeApp` passes one and closes it; without it the door
+   * makes its own on first use, whose idle connections close after 4 s.
+   */
+  hostClient?: H1Client;
 }
 
 /**
@@ -69,6 +82,7 @@ export function createPortsDoor(
 ): (request: Request) => Promise<Response> {
   const log = options.log ?? silentLog;
   const headTimeoutMs = options.headTimeoutMs ?? 30_000;
+  let hostClient = options.hostClient;
   return async (request) => {
     const url = new URL(request.url);
     const m = /^\/e2b\/ports\/(\d{1,5})(\/.*)?$/.exec(url.pathname);
@@ -140,9 +154,11 @@ export function createPortsDoor(
       TRAFFIC_TOKEN_HEADER,
     ]);
     const target = `${address.hostname}:${address.port}${rest}`;
+    const mask = sandbox.e2b.maskRequestHost;
+    const host = mask === undefined ? undefined : maskedHost(mask, port);
     if (isWebSocketUpgrade(request)) {
       try {
-        return await relayWebSocket(request, `ws://${target}`, { headers });
+        return await relayWebSocket(request, `ws://${target}`, { headers, host });
       } catch (error) {
         if (error instanceof RelayOpenError) return closedPort(id, port, error.message);
         if (isNetDenied(error)) return netDenied(id, port, address.hostname);
@@ -155,9 +171,15 @@ export function createPortsDoor(
     const onTimeout = () => controller.abort(connect.reason);
     connect.addEventListener("abort", onTimeout, { once: true });
     request.signal.addEventListener("abort", () => controller.abort(), { once: true });
+    let send: typeof fetch = fetch;
+    if (host !== undefined) {
+      headers.set("host", host);
+      hostClient ??= createH1Client({ hostFromHeaders: true });
+      send = hostClient.fetch;
+    }
     let upstream: Response;
     try {
-      upstream = await fetch(`http://${target}`, {
+      upstream = await send(`http://${target}`, {
         method: request.method,
         headers,
         body: hasBody ? request.body : null,
@@ -204,9 +226,14 @@ export function portsArePrivate(
   return s.spec.privatePorts === true || s.e2b?.allowPublicTraffic === false;
 }
 
-/** Deno refused the connection itself: the node runs with an `--allow-net` list. */
+/**
+ * Deno refused the connection itself: the node runs with an `--allow-net` list. Our HTTP/1.1
+ * client wraps the refusal as the cause of its TypeError.
+ */
 function isNetDenied(error: unknown): boolean {
-  return error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied;
+  const denied = (e: unknown) =>
+    e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied;
+  return denied(error) || denied((error as { cause?: unknown } | null)?.cause);
 }
 
 function netDenied(id: string, port: number, hostname: string): Response {

@@ -68,7 +68,7 @@ const handshake = [
 /**
  * Opens the next hop at `url` (`ws:` or `wss:`) with the client's upgrade `request`, its
  * handshake headers and `headers`, and resolves the answer that stands for the splice once the
- * hop answers 101.
+ * hop answers 101. `host`, when given, is the handshake's Host instead of the URL's authority.
  *
  * @throws {RelayOpenError} when the hop cannot be reached, answers anything but 101, or does not
  *   answer within `openTimeoutMs`.
@@ -78,6 +78,7 @@ export async function openSplice(
   url: string,
   headers: Headers,
   openTimeoutMs: number,
+  host?: string,
 ): Promise<Response> {
   const target = new URL(url);
   const secure = target.protocol === "wss:";
@@ -94,7 +95,7 @@ export async function openSplice(
     const late = error instanceof RelayOpenError;
     throw late ? error : new RelayOpenError((error as Error).message || String(error), false);
   }
-  let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${target.host}\r\n` +
+  let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${host ?? target.host}\r\n` +
     "connection: Upgrade\r\nupgrade: websocket\r\n";
   for (const name of handshake) {
     const value = request.headers.get(name);
@@ -150,7 +151,7 @@ export async function openSplice(
 }
 
 /** `connecting`, or a RelayOpenError after `ms` (a socket that opens later is closed). */
-function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn> {
+export function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
@@ -162,7 +163,7 @@ function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn>
 }
 
 /** Reads an answer head (at most 64 KiB) and what came after it. */
-async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
+export async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
   let buf = new Uint8Array(16 * 1024);
   let end = 0;
   for (;;) {
