@@ -10,20 +10,11 @@
  * Needs openssl: off CI it skips with a printed reason.
  */
 import assert from "node:assert/strict";
-import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
+import { domainTlsEnv, makeCertificates, opensslMissing } from "../shared/_tls_fixtures_test.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
 const DOMAIN = "dormice-ids.test";
-
-async function opensslMissing(): Promise<string | null> {
-  try {
-    const out = await new Deno.Command("openssl", { args: ["version"], stdout: "null" }).output();
-    return out.success ? null : "openssl does not run";
-  } catch {
-    return "openssl is not installed";
-  }
-}
 
 const missing = await opensslMissing();
 const onCi = Deno.env.get("CI") === "true";
@@ -131,9 +122,7 @@ Deno.test({
       dir: certs.dir,
       waitForHealth: false,
       env: {
-        DORMICE_SANDBOX_DOMAIN: DOMAIN,
-        DORMICE_GATEWAY_TLS_CERT: `${certs.dir}/cert.pem`,
-        DORMICE_GATEWAY_TLS_KEY: `${certs.dir}/key.pem`,
+        ...domainTlsEnv(certs, DOMAIN),
         DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
       },
     });

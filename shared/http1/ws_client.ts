@@ -13,9 +13,9 @@
  * @module
  */
 import { createHash } from "node:crypto";
-import { octets, parseAnswerHead, sameName } from "./_head.ts";
-import { latin1, writeAll } from "./_answer.ts";
-import { bounded, readHead, RelayOpenError } from "./_splice.ts";
+import { octets, sameName } from "./_head.ts";
+import { writeAll } from "./_answer.ts";
+import { RelayOpenError, upgradeHop } from "./_splice.ts";
 
 /** RFC 6455's key suffix for `Sec-WebSocket-Accept`. */
 const GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -266,86 +266,48 @@ export async function connectWebSocket(
   if (target.protocol !== "ws:") {
     throw new TypeError(`Cannot open ${target.origin}: this WebSocket client speaks ws: only`);
   }
-  const openTimeoutMs = options.openTimeoutMs ?? 10_000;
-  const deadline = Date.now() + openTimeoutMs;
-  const conn = await bounded(
-    Deno.connect({
-      hostname: target.hostname.replace(/^\[|\]$/g, ""),
-      port: Number(target.port || 80),
-    }),
-    openTimeoutMs,
-  ).catch((error) => {
-    throw error instanceof RelayOpenError
-      ? error
-      : new RelayOpenError((error as Error).message || String(error), false);
-  });
   const key = btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(16))));
   const protocols = options.protocols ?? [];
-  let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${options.host}\r\n` +
-    "connection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-version: 13\r\n" +
-    `sec-websocket-key: ${key}\r\n`;
-  if (protocols.length > 0) text += `sec-websocket-protocol: ${protocols.join(", ")}\r\n`;
+  let lines = `sec-websocket-version: 13\r\nsec-websocket-key: ${key}\r\n`;
+  if (protocols.length > 0) lines += `sec-websocket-protocol: ${protocols.join(", ")}\r\n`;
   for (const [name, value] of options.headers ?? []) {
-    if (!ownHeaders.has(name)) text += `${name}: ${value}\r\n`;
+    if (!ownHeaders.has(name)) lines += `${name}: ${value}\r\n`;
   }
-  let late = false;
-  const timer = setTimeout(() => {
-    late = true;
-    try {
-      conn.close();
-    } catch {
-      // Closed already.
-    }
-  }, Math.max(0, deadline - Date.now()));
-  try {
-    await writeAll(conn, latin1(text + "\r\n"));
-    const { head, rest } = await readHead(conn);
-    const parsed = parseAnswerHead(head);
-    if (parsed.status !== 101) {
-      throw new RelayOpenError(`the next hop answered ${parsed.status}, not 101`, false);
-    }
-    const value = (name: string): string | undefined => {
-      const s = parsed.spans;
-      for (let i = 0; i < s.length; i += 3) {
-        if (sameName(head, s[i], s[i + 1], name)) {
-          return octets(head, s[i + 1] + 1, s[i + 2] - 2).trim();
+  let protocol = "";
+  const hop = await upgradeHop(
+    target,
+    options.host,
+    lines,
+    options.openTimeoutMs ?? 10_000,
+    ({ head, parsed }) => {
+      const value = (name: string): string | undefined => {
+        const s = parsed.spans;
+        for (let i = 0; i < s.length; i += 3) {
+          if (sameName(head, s[i], s[i + 1], name)) {
+            return octets(head, s[i + 1] + 1, s[i + 2] - 2).trim();
+          }
         }
+        return undefined;
+      };
+      const accept = createHash("sha1").update(key + GUID).digest("base64");
+      if (
+        value("upgrade")?.toLowerCase() !== "websocket" || value("sec-websocket-accept") !== accept
+      ) {
+        throw new RelayOpenError("the next hop's 101 is not a WebSocket handshake", false);
       }
-      return undefined;
-    };
-    const accept = createHash("sha1").update(key + GUID).digest("base64");
-    if (
-      value("upgrade")?.toLowerCase() !== "websocket" || value("sec-websocket-accept") !== accept
-    ) {
-      throw new RelayOpenError("the next hop's 101 is not a WebSocket handshake", false);
-    }
-    const protocol = value("sec-websocket-protocol") ?? "";
-    if (protocol !== "" && !protocols.includes(protocol)) {
-      throw new RelayOpenError(
-        `the next hop chose subprotocol '${protocol}', never offered`,
-        false,
-      );
-    }
-    return new WireWebSocket(conn, protocol, rest, {
-      maxBytes: options.maxBytes ?? 16 * 1024 * 1024,
-      closeTimeoutMs: options.closeTimeoutMs ?? 5_000,
-    });
-  } catch (error) {
-    try {
-      conn.close();
-    } catch {
-      // Closed already.
-    }
-    if (error instanceof RelayOpenError) throw error;
-    throw new RelayOpenError(
-      late
-        ? `no WebSocket handshake within ${openTimeoutMs} ms`
-        : (error as Error).message || String(error),
-      late,
-    );
-  } finally {
-    clearTimeout(timer);
-  }
+      protocol = value("sec-websocket-protocol") ?? "";
+      if (protocol !== "" && !protocols.includes(protocol)) {
+        throw new RelayOpenError(
+          `the next hop chose subprotocol '${protocol}', never offered`,
+          false,
+        );
+      }
+    },
+  );
+  return new WireWebSocket(hop.conn, protocol, hop.rest, {
+    maxBytes: options.maxBytes ?? 16 * 1024 * 1024,
+    closeTimeoutMs: options.closeTimeoutMs ?? 5_000,
+  });
 }
 
 /** One client frame: FIN set, the payload masked with a fresh key (RFC 6455 §5.3). */
