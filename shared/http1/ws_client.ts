@@ -59,6 +59,14 @@ export interface WireListener {
 }
 
 const encoder = new TextEncoder();
+/** The most fragments one message may come in. */
+const MAX_FRAGMENTS = 4096;
+
+/** Whether an endpoint may send `code` in a close frame (RFC 6455 §7.4). */
+function sendable(code: number): boolean {
+  return code >= 1000 && code <= 4999 && code !== 1004 && code !== 1005 && code !== 1006 &&
+    code !== 1015;
+}
 
 /**
  * A WebSocket opened by {@linkcode connectWebSocket}. Nothing is read until
@@ -122,9 +130,8 @@ export class WireWebSocket {
   close(code = 1000, reason = ""): void {
     if (this.#state !== "open") return;
     this.#state = "closing";
-    const sendable = code >= 1000 && code <= 4999 && code !== 1004 && code !== 1005 &&
-      code !== 1006 && code !== 1015;
-    this.#sendClose(sendable ? code : 1000, sendable ? reason : "");
+    const ok = sendable(code);
+    this.#sendClose(ok ? code : 1000, ok ? reason : "");
     this.#closeTimer = setTimeout(() => this.#end(1006, ""), this.#closeTimeoutMs);
   }
 
@@ -186,12 +193,14 @@ export class WireWebSocket {
         const code = payload.length >= 2 ? (payload[0] << 8) | payload[1] : 1005;
         const reason = new TextDecoder().decode(payload.subarray(2));
         // Answered with the same code, as RFC 6455 §5.5.1 asks, unless we closed first.
-        if (this.#state === "open") this.#sendClose(code === 1005 ? 1000 : code, "");
+        if (this.#state === "open") this.#sendClose(sendable(code) ? code : 1000, "");
         this.#state = "closing";
         await this.#writing;
         return this.#end(code, reason);
       }
       if (opcode === 9) {
+        // A server that pings without reading our pongs would queue them without end.
+        if (this.#queued > this.#maxBytes) return this.#fail(1009, "pongs not read");
         this.#write(frame(10, payload));
         continue;
       }
@@ -200,6 +209,8 @@ export class WireWebSocket {
         return this.#fail(1002, "unexpected frame");
       }
       if (opcode !== 0) messageType = opcode;
+      // Empty fragments add no bytes: their number is bounded on its own.
+      if (parts.length >= MAX_FRAGMENTS) return this.#fail(1009, "too many fragments");
       parts.push(payload);
       partsBytes += payload.length;
       if (!fin) continue;

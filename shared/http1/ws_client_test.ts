@@ -93,6 +93,10 @@ function serverFrame(opcode: number, payload: Uint8Array, fin = true, rsv = 0): 
   return new Uint8Array([(fin ? 0x80 : 0) | rsv | opcode, ...head, ...payload]);
 }
 
+async function writeAllTo(conn: Deno.Conn, bytes: Uint8Array): Promise<void> {
+  for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
+}
+
 /** Reads one client frame (masked) from `conn`: its opcode and unmasked payload. */
 async function readClientFrame(conn: Deno.Conn): Promise<{ opcode: number; payload: Uint8Array }> {
   const buf = new Uint8Array(1024);
@@ -185,7 +189,7 @@ Deno.test("connectWebSocket() joins fragments, answers pings and fails a broken 
   assert.equal(end.code, 1002);
 });
 
-Deno.test("connectWebSocket() closes with 1009 past maxBytes, and 1006 when the server just leaves", async () => {
+Deno.test("connectWebSocket() closes with 1009 past maxBytes or too many fragments, 1006 when the server just leaves", async () => {
   const big = rawServer(async (conn) => {
     await conn.write(serverFrame(2, new Uint8Array(200)));
     await readClientFrame(conn);
@@ -193,6 +197,26 @@ Deno.test("connectWebSocket() closes with 1009 past maxBytes, and 1006 when the 
   const ws = await connectWebSocket(big.url, { host: "h", maxBytes: 100 });
   assert.equal((await collect(ws).ended).code, 1009);
   await big.done();
+
+  // Empty fragments carry no bytes, so their number has its own bound.
+  const fragments = rawServer(async (conn) => {
+    // 5,000 fragments of one message, its last, then a close: a client without the bound
+    // would take the message and answer the close with 1000.
+    const first = serverFrame(1, new Uint8Array(0), false);
+    const empty = serverFrame(0, new Uint8Array(0), false);
+    const last = serverFrame(0, new Uint8Array(0), true);
+    const close = serverFrame(8, new Uint8Array([3, 232]));
+    const burst = new Uint8Array(2 * 5002 + close.length);
+    burst.set(first, 0);
+    for (let i = 1; i <= 5000; i++) burst.set(empty, i * 2);
+    burst.set(last, 5001 * 2);
+    burst.set(close, 5002 * 2);
+    await writeAllTo(conn, burst);
+    await readClientFrame(conn);
+  });
+  const fragmented = await connectWebSocket(fragments.url, { host: "h" });
+  assert.equal((await collect(fragmented).ended).code, 1009);
+  await fragments.done();
 
   const gone = rawServer(async () => {});
   const left = await connectWebSocket(gone.url, { host: "h" });
