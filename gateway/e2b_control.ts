@@ -218,10 +218,17 @@ export function createE2bApi(
     const caller = requireE2bCaller(c.req.raw.headers, identify);
     const rest = suffix(c);
     const method = c.req.method;
-    // Answered here, whatever the sandbox: a node would say the same, and a missing sandbox
-    // must not turn "not built" into "not found".
+    const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
+    // Answered here, as a node would: a route about one sandbox finds it first, so a fork of
+    // a killed sandbox is E2B's 404 (the SDK's SandboxNotFoundError), and "not built" is for
+    // an existing one.
     const unbuilt = unbuiltE2bRoute(method, rest);
-    if (unbuilt) throw new HttpError(501, unbuilt.message);
+    if (unbuilt) {
+      if (unbuilt.namesSandbox && m) {
+        await locate(parts, checkedId(decodeSegment(m[1])), c.req.raw.signal, scopeOf(caller));
+      }
+      throw new HttpError(501, unbuilt.message);
+    }
     if (rest === "/sandboxes/metrics" && method === "GET") return await metricsOf(c, caller);
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
       if (method === "POST") return await create(c, rest, caller);
@@ -230,7 +237,6 @@ export function createE2bApi(
         headers: { allow: "GET, POST" },
       });
     }
-    const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
     if (m) {
       const id = checkedId(decodeSegment(m[1]));
       if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {

@@ -10,7 +10,7 @@
 import type { Context } from "hono";
 import type { FindOne } from "./finder.ts";
 import type { GatewayParts } from "./parts.ts";
-import { envdCredentialsRefusal, envdRequestAuthorized } from "../shared/access_tokens.ts";
+import { envdRefusal, envdRequestAuthorized } from "../shared/access_tokens.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { sandboxIdSchema } from "../shared/schemas.ts";
 
@@ -85,14 +85,16 @@ export function requireCredentials(
   request: Request,
   signedUrlAllowed: boolean,
 ): void {
-  const accessToken = request.headers.get("x-access-token");
-  const ok = envdRequestAuthorized(parts.accessTokens, id, {
-    accessToken,
+  const credentials = {
+    accessToken: request.headers.get("x-access-token"),
     url: new URL(request.url),
     method: request.method,
     signedUrlAllowed,
-  }, Date.now());
-  if (!ok) throw new HttpError(401, envdCredentialsRefusal(id, Boolean(accessToken)));
+  };
+  const now = Date.now();
+  if (!envdRequestAuthorized(parts.accessTokens, id, credentials, now)) {
+    throw new HttpError(401, envdRefusal(parts.accessTokens, id, credentials, now));
+  }
 }
 
 /**

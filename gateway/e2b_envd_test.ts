@@ -53,9 +53,10 @@ Deno.test("E2B envd: requests without the sandbox's token or signature are 401s 
   const b = add("b");
   const s = a.add("x");
   const other = envdTokens.forSandbox(`${s.id}-other`);
+  // Signed for a write: every request below is a POST.
   const expired = fileSignature({
     path: "/a",
-    operation: "read",
+    operation: "write",
     user: "",
     accessToken: envdTokens.forSandbox(s.id),
     expiration: 1,
@@ -93,7 +94,8 @@ Deno.test("E2B envd: requests without the sandbox's token or signature are 401s 
     floods.push([
       `/files?path=/a&signature=${encodeURIComponent(expired)}&signature_expiration=1`,
       { "e2b-sandbox-id": s.id },
-      /needs/,
+      // E2B envd's words first: the SDK's tests compare them.
+      /^signature is already expired\. Ask the SDK for a fresh URL/,
       "rest",
     ]);
     // A signature only stands in for the token on REST doors, as on the node.

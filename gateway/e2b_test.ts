@@ -303,25 +303,37 @@ Deno.test("E2B api: a silent node is named in x-dormice-unreachable; all silent 
   }
 });
 
-Deno.test("E2B api: routes not built yet are a 501 with a sentence, asking no node", async () => {
+Deno.test("E2B api: routes not built yet are a 501 for an existing sandbox, E2B's 404 for a missing one", async () => {
   const { gateway, add } = setup();
   const a = add("a");
+  const s = a.add("x");
   try {
-    const routes: [string, string][] = [
-      ["POST", "/sandboxes/sbx_any/snapshots"],
+    const routes = (id: string): [string, string][] => [
+      ["POST", `/sandboxes/${id}/snapshots`],
       ["GET", "/snapshots"],
-      ["POST", "/sandboxes/sbx_any/fork"],
-      ["PUT", "/sandboxes/sbx_any/network"],
+      ["POST", `/sandboxes/${id}/fork`],
+      ["PUT", `/sandboxes/${id}/network`],
       ["DELETE", "/templates/tpl_1"],
     ];
-    for (const [method, path] of routes) {
+    for (const [method, path] of routes(s.id)) {
       const res = await api(gateway, method, path, method === "GET" ? undefined : {});
       assert.equal(res.status, 501, `${method} ${path}`);
       const body = await res.json();
       assert.equal(body.code, 501);
       assert.match(body.message, /not built on this fleet yet: |so there are none/);
     }
-    assert.deepEqual(a.calls, [], "a sandbox that does not exist must not turn 501 into 404");
+    // Only lookups reached the node: the 501 is the gateway's own.
+    assert.ok(a.calls.every((c) => c === "POST /lookupSandbox"), a.calls.join(", "));
+    // A killed (or never made) sandbox is not found first, which the SDK raises as
+    // SandboxNotFoundError; routes about no sandbox stay a 501.
+    for (const [method, path] of routes("gone")) {
+      const res = await api(gateway, method, path, method === "GET" ? undefined : {});
+      const body = await res.json();
+      const aboutSandbox = path.includes("/sandboxes/");
+      assert.equal(res.status, aboutSandbox ? 404 : 501, `${method} ${path}`);
+      assert.equal(body.code, res.status);
+      if (aboutSandbox) assert.match(body.message, /^Sandbox 'gone' not found/);
+    }
     const noKey = await api(gateway, "GET", "/snapshots", undefined, {} as typeof key);
     assert.equal(noKey.status, 401);
     await noKey.body?.cancel();

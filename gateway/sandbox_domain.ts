@@ -19,13 +19,15 @@ export type HostRoute =
 /**
  * Reads a Host header against the domain (both compared without their port and case). Returns
  * `undefined` for a host outside the domain, or one whose left-most label is not
- * `<port>-<id>`.
+ * `<port>-<id>`. Ids are lowercase letters and digits; ledgers of earlier versions hold `sbx_…`
+ * ids, still routed here for the clients whose certificate check lets them through (Deno's and
+ * Node's; OpenSSL's refuses a `_` under a wildcard).
  *
  * @example
  * ```ts
  * import { routeByHost } from "./sandbox_domain.ts";
- * routeByHost("8000-sbx_ab.sbx.example.com", "sbx.example.com");
- * // { kind: "sandbox", sandboxId: "sbx_ab", port: 8000 }
+ * routeByHost("8000-k3v9q0z8m2c4x7w1b5n6.sbx.example.com", "sbx.example.com");
+ * // { kind: "sandbox", sandboxId: "k3v9q0z8m2c4x7w1b5n6", port: 8000 }
  * routeByHost("api.sbx.example.com:443", "sbx.example.com"); // { kind: "api" }
  * ```
  */

@@ -1,8 +1,10 @@
 /**
  * A key's limits, checked where a new sandbox is placed: `maxSandboxes` (the team's running
- * sandboxes across the fleet) and `createsPerMinute` (the key's rate). Both answer 429 with
- * Retry-After and a sentence naming the limit, which the E2B SDKs turn into their rate-limit
- * error.
+ * sandboxes across the fleet) and `createsPerMinute` (the key's rate). Both answer 429 with a
+ * sentence naming the limit, which the E2B SDKs turn into their rate-limit error. Only the rate
+ * carries Retry-After: time clears it, while only a kill clears `maxSandboxes`, so that one is
+ * answered as E2B answers its concurrency limit, with no retry invited (the JS SDK retries a 429
+ * that carries Retry-After for up to 15 s before it raises).
  *
  * @module
  */
@@ -146,20 +148,21 @@ export class TeamLimits {
    * Lets a create by `key` for `team` go on, counting it in flight, or refuses it. A caller with
    * no key (the operator) has no limits.
    *
-   * @throws {HttpError} 429 with Retry-After when the team is at `maxSandboxes` or the key is past
-   *   `createsPerMinute`.
+   * @throws {HttpError} 429 when the team is at `maxSandboxes` (no Retry-After: waiting does not
+   *   clear it), 429 with Retry-After when the key is past `createsPerMinute`.
    */
   admit(key: ApiKeyInfo | undefined, team: string): Admission {
     if (key === undefined) return nothing;
     if (key.maxSandboxes !== null) {
       const running = this.running(team);
       if (running >= key.maxSandboxes) {
+        // E2B's sentence first: clients match on it to tell this limit from a rate.
         throw new HttpError(
           429,
-          `Team '${team}' already runs ${running} sandboxes, the limit of its key '${key.id}' ` +
-            `(maxSandboxes ${key.maxSandboxes}): destroy one first, or ask the operator for a ` +
-            "higher limit",
-          { headers: { "retry-after": String(this.#retryAfterReading()) } },
+          `You have reached the maximum number of concurrent E2B sandboxes ` +
+            `(${key.maxSandboxes}). Team '${team}' runs ${running}, the limit of its key ` +
+            `'${key.id}' (maxSandboxes ${key.maxSandboxes}): kill one first, or ask the ` +
+            "operator for a higher limit",
         );
       }
     }
@@ -263,12 +266,5 @@ export class TeamLimits {
   /** Drops buckets that have had a minute to fill up again: they are the same as none. */
   #sweep(now: number): void {
     for (const [id, b] of this.#buckets) if (now - b.at >= 60_000) this.#buckets.delete(id);
-  }
-
-  /** Seconds until some node's next reading is due: the count can change then. */
-  #retryAfterReading(): number {
-    let interval = Infinity;
-    for (const node of this.#fleet.nodes()) interval = Math.min(interval, node.intervalSeconds);
-    return Number.isFinite(interval) ? Math.min(60, Math.max(1, Math.ceil(interval))) : 15;
   }
 }

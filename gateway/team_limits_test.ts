@@ -66,17 +66,20 @@ Deno.test("TeamLimits.running() sums the readings, then the gateway's own work s
   fleet.close();
 });
 
-Deno.test("TeamLimits.admit() refuses a create at maxSandboxes with a 429 and Retry-After", () => {
+Deno.test("TeamLimits.admit() refuses a create at maxSandboxes with E2B's 429, no retry invited", () => {
   const { fleet, checkIn, limits } = setup();
   checkIn("a", { acme: 1 });
   const k = key({ maxSandboxes: 2 });
   const first = limits.admit(k, "acme");
   // Removing the in-flight count lets this second concurrent create through (reverse-proved).
+  // Only a kill clears the limit, so no Retry-After: the SDK raises at once instead of retrying.
   assert.throws(
     () => limits.admit(k, "acme"),
     (e) =>
-      e instanceof HttpError && e.status === 429 && e.headers["retry-after"] === "5" &&
-      /maxSandboxes 2/.test(e.message),
+      e instanceof HttpError && e.status === 429 && !("retry-after" in e.headers) &&
+      /^You have reached the maximum number of concurrent E2B sandboxes \(2\)\. /.test(
+        e.message,
+      ) && /maxSandboxes 2/.test(e.message),
   );
   first.cancel();
   limits.admit(k, "acme").placed("a");

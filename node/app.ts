@@ -18,6 +18,7 @@ import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
 import { LedgerUpkeep } from "./ledger_upkeep.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
+import { createH1Client } from "../shared/http1/mod.ts";
 import { createE2bApi } from "./faces/e2b_api.ts";
 import { createEnvd, handleSignedFiles, UploadSlots, UploadStaging } from "./faces/envd/mod.ts";
 import { createPortsDoor, PORTS_PATH } from "./faces/ports.ts";
@@ -269,7 +270,10 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   );
   hono.route("/e2b/envd", createEnvd(service, envd));
   // Not a Hono sub-app: the door needs the server's own request to upgrade a WebSocket.
-  const ports = createPortsDoor(service, timed, { accessTokens, log });
+  // Masked-Host requests to sandbox ports (network.maskRequestHost) go out on a client that
+  // sends the Host it is given; its pools close with the node.
+  const hostClient = createH1Client({ hostFromHeaders: true });
+  const ports = createPortsDoor(service, timed, { accessTokens, log, hostClient });
   hono.all(`${PORTS_PATH}/*`, (c) => ports(c.req.raw));
   hono.route("/", handleSignedFiles(service, envd));
 
@@ -338,6 +342,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       await upkeep.stop();
       await pools.close();
       await executor.close();
+      hostClient.close();
       ledger.close();
     },
   };

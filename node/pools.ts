@@ -104,7 +104,7 @@ export interface ClaimAsk {
  * pools.set([{ template: "base", spec: {}, warm: 2 }]);
  * await pools.settled();
  * console.log(pools.list()[0].warm); // 2
- * const id = pools.claim({ template: "base", spec: {} }); // "sbx_…": the caller records it
+ * const id = pools.claim({ template: "base", spec: {} }); // "k3v9q0…": the caller records it
  * await pools.close();
  * ```
  */

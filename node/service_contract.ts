@@ -34,12 +34,23 @@ export interface E2bSettings {
   autoResume?: boolean;
   /** The lifetime the create gave, seconds: a resume by traffic gets it again. */
   timeoutSeconds?: number;
-  /** `secure: true` was asked (recorded; the traffic token that goes with it is not built yet). */
+  /**
+   * `secure` as the create asked. Recorded only: envd here always requires the sandbox's access
+   * token, which is all `secure` asks in E2B (it does not close the ports).
+   */
   secure?: boolean;
   /** `allowInternetAccess` as the create set it; absent when it did not. */
   allowInternetAccess?: boolean;
-  /** `network.allowPublicTraffic` as the create set it (recorded, not enforced yet). */
+  /**
+   * `network.allowPublicTraffic` as the create set it; `false` makes the ports require the
+   * traffic access token.
+   */
   allowPublicTraffic?: boolean;
+  /**
+   * `network.maskRequestHost`: the Host the sandbox's servers see on port traffic, `${PORT}`
+   * standing for the port; absent, they see the node's address of the sandbox.
+   */
+  maskRequestHost?: string;
 }
 
 /** A ledger row as the service hands it out: the public sandbox plus E2B bookkeeping. */

@@ -13,6 +13,28 @@ export interface TestCertificates {
   dir: string;
 }
 
+/** Why openssl cannot make certificates here (not installed, does not run), or null. */
+export async function opensslMissing(): Promise<string | null> {
+  try {
+    const out = await new Deno.Command("openssl", { args: ["version"], stdout: "null" }).output();
+    return out.success ? null : "openssl does not run";
+  } catch {
+    return "openssl is not installed";
+  }
+}
+
+/**
+ * The gateway's variables that serve `domain` over TLS with `certs`' certificate (its files
+ * must be readable by the gateway: start it with `dir: certs.dir`).
+ */
+export function domainTlsEnv(certs: TestCertificates, domain: string): Record<string, string> {
+  return {
+    DORMICE_SANDBOX_DOMAIN: domain,
+    DORMICE_GATEWAY_TLS_CERT: `${certs.dir}/cert.pem`,
+    DORMICE_GATEWAY_TLS_KEY: `${certs.dir}/key.pem`,
+  };
+}
+
 async function openssl(dir: string, args: string[]): Promise<void> {
   const out = await new Deno.Command("openssl", { args, cwd: dir, stdout: "null", stderr: "piped" })
     .output();

@@ -265,6 +265,49 @@ export function envdRequestAuthorized(
 }
 
 /**
+ * The message of a signed `/files` URL its sandbox did sign but whose `signature_expiration`
+ * has passed: E2B envd's own words first, since clients compare them (the SDK's tests expect
+ * exactly "signature is already expired"), then what to do.
+ */
+export const SIGNED_URL_EXPIRED: string = "signature is already expired. Ask the SDK for a " +
+  "fresh URL (sandbox.downloadUrl() or uploadUrl()), with a longer useSignatureExpiration if " +
+  "it must stay valid longer";
+
+/**
+ * Why an envd request that {@linkcode envdRequestAuthorized} refused is refused, as one
+ * sentence: {@linkcode SIGNED_URL_EXPIRED} when its signed URL was made with the sandbox's token
+ * and only its expiration has passed (a forged or altered URL never learns that), else
+ * {@linkcode envdCredentialsRefusal}'s.
+ *
+ * @example
+ * ```ts
+ * import { AccessTokens, envdRefusal } from "./access_tokens.ts";
+ * const tokens = new AccessTokens("s".repeat(32));
+ * envdRefusal(tokens, "sbx-1", {
+ *   accessToken: null,
+ *   url: new URL("http://gw/e2b/envd/files?path=/a"),
+ *   method: "GET",
+ *   signedUrlAllowed: true,
+ * }, Date.now()); // "Sandbox 'sbx-1' needs the X-Access-Token header: …"
+ * ```
+ */
+export function envdRefusal(
+  tokens: AccessTokens,
+  sandboxId: string,
+  request: EnvdCredentials,
+  nowMs: number,
+): string {
+  if (request.signedUrlAllowed && request.url.searchParams.has("signature")) {
+    const signed = parseSignedFileUrl(request.url, request.method === "GET" ? "read" : "write");
+    if (
+      signed.ok && isExpired(signed.value, nowMs) &&
+      signatureMatches(signed.value, tokens.forSandbox(sandboxId))
+    ) return SIGNED_URL_EXPIRED;
+  }
+  return envdCredentialsRefusal(sandboxId, Boolean(request.accessToken));
+}
+
+/**
  * The sentence for an envd request without the sandbox's credentials (the node and the gateway
  * answer it alike, a 401 in their dialect).
  *

@@ -3,12 +3,14 @@ import { createHash } from "node:crypto";
 import {
   AccessTokens,
   envdCredentialsRefusal,
+  envdRefusal,
   envdRequestAuthorized,
   fileSignature,
   isExpired,
   parseSignedFileUrl,
   SignatureLocator,
   signatureMatches,
+  SIGNED_URL_EXPIRED,
 } from "./access_tokens.ts";
 
 const secret = "a node secret that is long enough!!";
@@ -152,4 +154,39 @@ Deno.test("envdRequestAuthorized() takes the token, or a live signature where si
   assert.equal(check({ url: signedUrl }, 2_000_001), false, "expired");
   assert.match(envdCredentialsRefusal("sbx-1", true), /does not belong to sandbox 'sbx-1'/);
   assert.match(envdCredentialsRefusal("sbx-1", false), /needs the X-Access-Token header/);
+});
+
+Deno.test("envdRefusal() says a signed URL expired in E2B's words, only when its sandbox signed it", () => {
+  const tokens = new AccessTokens(secret);
+  const url = (token: string, expiration: number) =>
+    new URL(
+      `http://n/files?path=/a&signature=${
+        encodeURIComponent(
+          fileSignature({
+            path: "/a",
+            operation: "read",
+            user: "",
+            accessToken: token,
+            expiration,
+          }),
+        )
+      }&signature_expiration=${expiration}`,
+    );
+  const refusal = (over: Partial<Parameters<typeof envdRefusal>[2]>) =>
+    envdRefusal(tokens, "sbx-1", {
+      accessToken: null,
+      url: new URL("http://n/files?path=/a"),
+      method: "GET",
+      signedUrlAllowed: true,
+      ...over,
+    }, 1_000_000);
+  assert.equal(refusal({ url: url(tokens.forSandbox("sbx-1"), 10) }), SIGNED_URL_EXPIRED);
+  assert.match(SIGNED_URL_EXPIRED, /^signature is already expired\. /);
+  // Signed by another sandbox, or where signatures do not count: the usual sentence.
+  assert.match(refusal({ url: url(tokens.forSandbox("sbx-2"), 10) }), /needs the X-Access-Token/);
+  assert.match(
+    refusal({ url: url(tokens.forSandbox("sbx-1"), 10), signedUrlAllowed: false }),
+    /needs the X-Access-Token/,
+  );
+  assert.match(refusal({ accessToken: "wrong" }), /does not belong to sandbox 'sbx-1'/);
 });

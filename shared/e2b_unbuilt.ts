@@ -1,7 +1,10 @@
 /**
  * The E2B control-plane routes the SDKs call that this fleet does not build yet. Until they
  * exist, node and gateway answer each with a 501 in E2B's `{code, message}` shape and a
- * sentence saying what to do instead: a 404 would read as "sandbox not found" in the SDK.
+ * sentence saying what to do instead: a 404 would read as "sandbox not found" in the SDK. A
+ * route about one sandbox (`namesSandbox`) looks that sandbox up first, so one that does not
+ * exist (killed, or never made) is E2B's 404, as the SDK's tests expect of a fork of a killed
+ * sandbox; the 501 is for an existing one.
  *
  * @module
  */
@@ -14,6 +17,8 @@ export interface UnbuiltE2bRoute {
   path: string;
   /** What the 501 says. */
   message: string;
+  /** The path's `:id` is a sandbox, looked up before the 501 (a missing one is a 404). */
+  namesSandbox: boolean;
 }
 
 /**
@@ -29,29 +34,34 @@ export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [
   {
     method: "POST",
     path: "/sandboxes/:id/snapshots",
+    namesSandbox: true,
     message: "Snapshots are not built on this fleet yet: pause the sandbox to keep its state " +
       "(Sandbox.pause(), then Sandbox.connect() resumes it)",
   },
   {
     method: "GET",
     path: "/snapshots",
+    namesSandbox: false,
     message: "Snapshots are not built on this fleet yet, so there are none to list",
   },
   {
     method: "POST",
     path: "/sandboxes/:id/fork",
+    namesSandbox: true,
     message: "Forking a sandbox is not built on this fleet yet: create a new sandbox from " +
       "the same template instead",
   },
   {
     method: "PUT",
     path: "/sandboxes/:id/network",
+    namesSandbox: true,
     message: "Changing a running sandbox's network is not built on this fleet yet: choose " +
       "allowInternetAccess when you create the sandbox",
   },
   {
     method: "DELETE",
     path: "/templates/:id",
+    namesSandbox: false,
     message: "Deleting templates and snapshots is not built on this fleet yet: a node's " +
       "templates are its DORMICE_TEMPLATES",
   },

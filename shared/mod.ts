@@ -49,6 +49,7 @@ export {
   AccessTokens,
   type EnvdCredentials,
   envdCredentialsRefusal,
+  envdRefusal,
   envdRequestAuthorized,
   fileSignature,
   type FileSignatureInput,
@@ -56,6 +57,7 @@ export {
   parseSignedFileUrl,
   SignatureLocator,
   signatureMatches,
+  SIGNED_URL_EXPIRED,
   type SignedFileRequest,
 } from "./access_tokens.ts";
 export {

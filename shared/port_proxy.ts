@@ -6,7 +6,13 @@
  * @module
  */
 
-import { fromBytesEngine, openSplice, RelayOpenError } from "./http1/mod.ts";
+import {
+  connectWebSocket,
+  fromBytesEngine,
+  openSplice,
+  RelayOpenError,
+  type WireListener,
+} from "./http1/mod.ts";
 
 /**
  * Headers that describe one hop, never the message (RFC 9110 §7.6.1), so no proxy passes them
@@ -72,6 +78,12 @@ export function isWebSocketUpgrade(request: Request): boolean {
 export interface RelayOptions {
   /** Headers for the next hop's handshake (end-to-end ones, and the hop's own). */
   headers?: Headers;
+  /**
+   * The Host the next hop's handshake shows, instead of the URL's authority (E2B's
+   * `maskRequestHost`): the hop is then opened with our own client (`connectWebSocket`), since
+   * Deno's `WebSocket` sends the URL's.
+   */
+  host?: string;
   /** How long the next hop gets to accept the handshake: 10 s. */
   openTimeoutMs?: number;
   /**
@@ -102,68 +114,119 @@ export async function relayWebSocket(
   options: RelayOptions = {},
 ): Promise<Response> {
   const openTimeoutMs = options.openTimeoutMs ?? 10_000;
+  const headers = options.headers ?? new Headers();
   if (fromBytesEngine(request)) {
     // The bytes engine splices: the client's handshake goes on to the next hop, then bytes.
-    return await openSplice(request, url, options.headers ?? new Headers(), openTimeoutMs);
+    return await openSplice(request, url, headers, openTimeoutMs, options.host);
   }
-  const maxQueuedBytes = options.maxQueuedBytes ?? 4 * 1024 * 1024;
   const protocols = (request.headers.get("sec-websocket-protocol") ?? "").split(",")
     .map((p) => p.trim()).filter((p) => p !== "");
-  const headers: Record<string, string> = {};
-  for (const [k, v] of options.headers ?? []) headers[k] = v;
+  const upstream = options.host === undefined
+    ? await openStandard(url, headers, protocols, openTimeoutMs)
+    : await connectWebSocket(url, { host: options.host, headers, protocols, openTimeoutMs });
+  return bridge(request, upstream, options.maxQueuedBytes ?? 4 * 1024 * 1024);
+}
+
+/** The next hop as the relay drives it, whichever client opened it. */
+interface Hop {
+  readonly protocol: string;
+  readonly open: boolean;
+  send(data: string | ArrayBuffer): void;
+  close(code: number, reason?: string): void;
+  /** Starts handing over messages and the end; nothing is lost before it is called. */
+  listen(listener: WireListener): void;
+}
+
+/** Opens the next hop with Deno's `WebSocket`, resolved once it is open. */
+async function openStandard(
+  url: string,
+  headers: Headers,
+  protocols: string[],
+  openTimeoutMs: number,
+): Promise<Hop> {
+  const init: Record<string, string> = {};
+  for (const [k, v] of headers) init[k] = v;
   // Deno's WebSocket takes handshake headers as a second-argument option.
-  const upstream = new WebSocket(url, { headers, protocols } as unknown as string[]);
-  upstream.binaryType = "arraybuffer";
-  const early: (string | ArrayBuffer)[] = [];
-  let earlyBytes = 0;
-  const held: { client?: WebSocket } = {};
-  upstream.onmessage = (e) => {
-    if (held.client?.readyState === WebSocket.OPEN) return held.client.send(e.data);
-    early.push(e.data);
-    earlyBytes += typeof e.data === "string" ? e.data.length : e.data.byteLength;
-    if (earlyBytes > maxQueuedBytes) {
-      upstream.close(1009, "too much data before the client's socket opened");
-      held.client?.close(1009);
-    }
-  };
+  const ws = new WebSocket(url, { headers: init, protocols } as unknown as string[]);
+  ws.binaryType = "arraybuffer";
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
-      upstream.close();
+      ws.close();
       reject(new RelayOpenError(`no WebSocket handshake within ${openTimeoutMs} ms`, true));
     }, openTimeoutMs);
-    upstream.onopen = () => {
+    ws.onopen = () => {
       clearTimeout(timer);
       resolve();
     };
-    upstream.onerror = (e) => {
+    ws.onerror = (e) => {
       clearTimeout(timer);
       reject(
         new RelayOpenError((e as ErrorEvent).message || "the WebSocket handshake failed", false),
       );
     };
   });
+  // A message may be dispatched before this function's caller runs again (it can come with the
+  // 101): what arrives before `listen` waits for it, as the end does.
+  let listener: WireListener | undefined;
+  const waiting: (string | ArrayBuffer)[] = [];
+  let ended: [number, string] | undefined;
+  ws.onmessage = (e) => listener ? listener.message(e.data) : waiting.push(e.data);
+  ws.onclose = (e) => listener ? listener.close(e.code, e.reason) : ended ??= [e.code, e.reason];
+  ws.onerror = () => listener ? listener.close(1006, "") : ended ??= [1006, ""];
+  return {
+    protocol: ws.protocol,
+    get open() {
+      return ws.readyState === WebSocket.OPEN;
+    },
+    send: (data) => ws.send(data),
+    close: (code, reason) => closeQuietly(ws, code, reason ?? ""),
+    listen(l) {
+      listener = l;
+      for (const m of waiting.splice(0)) l.message(m);
+      if (ended) l.close(...ended);
+    },
+  };
+}
+
+/**
+ * Upgrades the client's `request` with the subprotocol `upstream` chose and relays messages
+ * both ways; what the next hop sends while the client's socket opens waits, up to
+ * `maxQueuedBytes`.
+ */
+function bridge(request: Request, upstream: Hop, maxQueuedBytes: number): Response {
+  const early: (string | ArrayBuffer)[] = [];
+  let earlyBytes = 0;
   const upgraded = Deno.upgradeWebSocket(request, {
     protocol: upstream.protocol === "" ? undefined : upstream.protocol,
     idleTimeout: 0,
   });
   const socket = upgraded.socket;
-  held.client = socket;
   socket.binaryType = "arraybuffer";
+  upstream.listen({
+    message(data) {
+      if (socket.readyState === WebSocket.OPEN) return socket.send(data);
+      early.push(data);
+      earlyBytes += typeof data === "string" ? data.length : data.byteLength;
+      if (earlyBytes > maxQueuedBytes) {
+        upstream.close(1009, "too much data before the client's socket opened");
+        closeQuietly(socket, 1009, "");
+      }
+    },
+    close(code, reason) {
+      if (socket.readyState === WebSocket.OPEN) closeQuietly(socket, code, reason);
+    },
+  });
   socket.onopen = () => {
     for (const m of early.splice(0)) socket.send(m);
     earlyBytes = 0;
     // The next hop may have closed while the client's socket was opening.
-    if (upstream.readyState >= WebSocket.CLOSING) socket.close(1000);
+    if (!upstream.open) socket.close(1000);
   };
   socket.onmessage = (e) => {
-    if (upstream.readyState === WebSocket.OPEN) upstream.send(e.data);
+    if (upstream.open) upstream.send(e.data);
   };
-  socket.onclose = (e) => closeQuietly(upstream, e.code, e.reason);
-  socket.onerror = () => closeQuietly(upstream, 1000, "");
-  upstream.onclose = (e) => {
-    if (socket.readyState === WebSocket.OPEN) closeQuietly(socket, e.code, e.reason);
-  };
-  upstream.onerror = () => closeQuietly(socket, 1000, "");
+  socket.onclose = (e) => upstream.close(e.code, e.reason);
+  socket.onerror = () => upstream.close(1000, "");
   return upgraded.response;
 }
 

@@ -34,7 +34,10 @@ export const sandboxNameSchema: z.ZodString = z.string()
     "a sandbox name uses only letters, digits, '.', '_' and '-', and starts with a letter or digit",
   );
 
-/** A sandbox id as the ledger mints it (and as E2B clients send it back). */
+/**
+ * A sandbox id as a ledger mints it (20 lowercase letters and digits; ledgers of earlier
+ * versions hold `sbx_` ones, which stay valid) and as E2B clients send it back.
+ */
 export const sandboxIdSchema: z.ZodString = z.string()
   .min(1, "a sandbox id needs at least 1 character")
   .max(128, "a sandbox id has at most 128 characters")
@@ -371,7 +374,7 @@ export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
 
 /** The sandbox object every native verb answers with. */
 export interface Sandbox {
-  /** The ledger id (`sbx_…`), minted by the node on create. */
+  /** The ledger id (lowercase letters and digits, or `sbx_…`), minted by the node on create. */
   id: string;
   /** The caller's name for the sandbox, unique within its team. */
   name: string;
@@ -398,7 +401,7 @@ export interface Sandbox {
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
  * default); `privatePorts: true` makes its ports require its traffic access token (E2B's
- * `secure` / `network.allowPublicTraffic: false`).
+ * `network.allowPublicTraffic: false`).
  */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;

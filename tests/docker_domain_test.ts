@@ -16,7 +16,7 @@
  * (root): with `CI=true` a missing one fails the suite; off CI it skips with a printed reason.
  */
 import assert from "node:assert/strict";
-import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
+import { domainTlsEnv, makeCertificates } from "../shared/_tls_fixtures_test.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
@@ -130,9 +130,7 @@ Deno.test({
       dir: certs.dir,
       waitForHealth: false,
       env: {
-        DORMICE_SANDBOX_DOMAIN: DOMAIN,
-        DORMICE_GATEWAY_TLS_CERT: `${certs.dir}/cert.pem`,
-        DORMICE_GATEWAY_TLS_KEY: `${certs.dir}/key.pem`,
+        ...domainTlsEnv(certs, DOMAIN),
         DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
         // getHost() on a WebSocket server: both hops take the upgrade only when asked.
         DORMICE_GATEWAY_WEBSOCKETS: "on",

@@ -65,7 +65,7 @@ Deno.test({
     const lostSentence = (name: string) =>
       new RegExp(
         `^Sandbox '${name}' lost its docker sandbox, with its files and processes \\(the ` +
-          `Docker engine on \\S+ has no container dormice-${nodeId}-sbx_\\w+ .*removed outside ` +
+          `Docker engine on \\S+ has no container dormice-${nodeId}-[a-z0-9]+ .*removed outside ` +
           "the node, e.g. by docker rm.*\\): destroy it .*then create it again$",
       );
 

@@ -11,17 +11,9 @@
 import assert from "node:assert/strict";
 import { ensureFleetCertificates } from "../examples/_fleet_tls.ts";
 import { freePort, repoRoot, spawnDeno } from "./_processes.ts";
+import { opensslMissing } from "../shared/_tls_fixtures_test.ts";
 
 const DOMAIN = "dormice.test";
-
-async function opensslMissing(): Promise<string | null> {
-  try {
-    const out = await new Deno.Command("openssl", { args: ["version"], stdout: "null" }).output();
-    return out.success ? null : "openssl does not run";
-  } catch {
-    return "openssl is not installed";
-  }
-}
 
 const missing = await opensslMissing();
 const onCi = Deno.env.get("CI") === "true";

@@ -214,14 +214,22 @@ Deno.test({
         const third = await as(keyB, "acquireSandbox", { name: "agent-3" });
         assert.equal(third.status, 429, JSON.stringify(third.body));
         assert.match(third.body.message, /maxSandboxes 2/);
-        assert.ok(Number(third.headers.get("retry-after")) >= 1);
-        // The E2B face says the same, which the SDK turns into its rate-limit error.
+        // Only a kill clears it: no Retry-After, as E2B answers its concurrency limit.
+        assert.equal(third.headers.get("retry-after"), null);
+        // The E2B face says the same in E2B's words, which the SDK turns into its rate-limit
+        // error at once: with a Retry-After it would retry for 15 s first.
+        const raw = await e2b(gw.url, keyB, "POST", "/sandboxes", { templateID: "minimal" });
+        assert.equal(raw.status, 429);
+        assert.equal(raw.headers.get("retry-after"), null);
+        assert.equal(raw.body.code, 429);
+        assert.match(raw.body.message, /^You have reached the maximum number of concurrent E2B /);
         const sdk = await Sandbox.create({
           apiUrl: `${gw.url}/e2b/api`,
           sandboxUrl: `${gw.url}/e2b/envd`,
           apiKey: keyB,
         }).catch((e) => e);
         assert.ok(sdk instanceof RateLimitError, String(sdk));
+        assert.match(sdk.message, /maximum number of concurrent E2B sandboxes \(2\)/);
         // A wake of an existing name is not a create.
         assert.equal((await as(keyB, "acquireSandbox", { name: "agent-1" })).status, 200);
         // After a check-in too (the count comes from the nodes then), still 429.

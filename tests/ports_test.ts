@@ -9,6 +9,7 @@ import type { NodeApp } from "../node/app.ts";
 import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
 import { checkIn } from "../gateway/_fixtures_test.ts";
+import { AccessTokens } from "../shared/access_tokens.ts";
 
 const token = "t".repeat(40);
 const domain = "sbx.test";
@@ -143,6 +144,45 @@ Deno.test("<port>-<id>.<domain> reaches the port: method, path, query, headers a
   }
 });
 
+Deno.test("an sbx_ id of an earlier ledger stays routable by header, native verb and host", async () => {
+  const f = await fleet();
+  try {
+    // Ledgers of earlier versions minted `sbx_` ids; the row and its sandbox as they left them.
+    const id = "sbx_olf4gmih3aiuc77zzezl";
+    await f.executor.create({ id, name: "old-1", template: "base", spec: {}, env: {} });
+    f.node.ledger.insert({
+      id,
+      name: "old-1",
+      state: "active",
+      template: "base",
+      metadata: {},
+      spec: {},
+      env: {},
+      createdAt: Date.now(),
+      deadlineAt: null,
+      deadlineAction: null,
+    });
+    const lookup = await fetch(`${f.gatewayUrl}/lookupSandbox`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}` },
+      body: JSON.stringify({ id }),
+    });
+    assert.equal((await lookup.json() as { sandbox: { name: string } }).sandbox.name, "old-1");
+    const envd = await fetch(`${f.gatewayUrl}/e2b/envd/health`, {
+      headers: {
+        "e2b-sandbox-id": id,
+        "x-access-token": AccessTokens.fromFleetToken(token).forSandbox(id),
+      },
+    });
+    assert.equal(envd.status, 204);
+    await f.executor.servePort(id, 8000, () => new Response(`inside ${id}`));
+    const byHost = await f.gateway.fetch(new Request(`http://8000-${id}.${domain}/`));
+    assert.equal(await byHost.text(), `inside ${id}`);
+  } finally {
+    await f.close();
+  }
+});
+
 Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing listening", async () => {
   const f = await fleet();
   try {
@@ -238,29 +278,102 @@ Deno.test("a WebSocket echoes through both hops, subprotocol included", async ()
   }
 });
 
-Deno.test("a secure sandbox's ports require its traffic access token", async () => {
+Deno.test("ports require the traffic token only with allowPublicTraffic: false; secure leaves them open", async () => {
   const f = await fleet();
   try {
+    // `secure` guards envd in E2B, and older SDKs send it by default: ports stay public.
     const sbx = await create(f, { secure: true });
-    assert.equal(typeof sbx.trafficAccessToken, "string");
+    assert.equal(sbx.trafficAccessToken, undefined);
     const open = await create(f, { network: { allowPublicTraffic: true } });
     assert.equal(open.trafficAccessToken, undefined);
-    const closed = await create(f, { network: { allowPublicTraffic: false } });
+    const closed = await create(f, { secure: true, network: { allowPublicTraffic: false } });
     assert.equal(typeof closed.trafficAccessToken, "string");
-    await f.executor.servePort(sbx.sandboxID, 8000, () => new Response("inside"));
-    const url = `http://8000-${sbx.sandboxID}.${domain}/`;
+    const other = await create(f, { secure: true, network: { allowPublicTraffic: false } });
+    await f.executor.servePort(sbx.sandboxID, 8000, () => new Response("secure, public"));
+    await f.executor.servePort(closed.sandboxID, 8000, () => new Response("inside"));
+    const publicPort = await f.gateway.fetch(
+      new Request(`http://8000-${sbx.sandboxID}.${domain}/`),
+    );
+    assert.equal(await publicPort.text(), "secure, public");
+
+    const url = `http://8000-${closed.sandboxID}.${domain}/`;
     const without = await f.gateway.fetch(new Request(url));
     assert.equal(without.status, 403);
     assert.match((await without.json() as { message: string }).message, /e2b-traffic-access-token/);
     const wrong = await f.gateway.fetch(
-      new Request(url, { headers: { "e2b-traffic-access-token": closed.trafficAccessToken! } }),
+      new Request(url, { headers: { "e2b-traffic-access-token": other.trafficAccessToken! } }),
     );
     assert.equal(wrong.status, 403);
     await wrong.body?.cancel();
     const right = await f.gateway.fetch(
-      new Request(url, { headers: { "e2b-traffic-access-token": sbx.trafficAccessToken! } }),
+      new Request(url, { headers: { "e2b-traffic-access-token": closed.trafficAccessToken! } }),
     );
     assert.equal(await right.text(), "inside");
+  } finally {
+    await f.close();
+  }
+});
+
+Deno.test("network.maskRequestHost: the sandbox's server sees that Host on requests and WebSocket handshakes", async () => {
+  const f = await fleet();
+  try {
+    const masked = await create(f, { network: { maskRequestHost: "localhost:${PORT}" } });
+    const plain = await create(f);
+    for (const { sandboxID } of [masked, plain]) {
+      await f.executor.servePort(sandboxID, 5173, async (r) => {
+        const host = r.headers.get("host");
+        if (r.headers.get("upgrade") !== "websocket") {
+          return Response.json({ host, body: await r.text() });
+        }
+        const { socket, response } = Deno.upgradeWebSocket(r);
+        socket.binaryType = "arraybuffer";
+        socket.onopen = () => socket.send(`host ${host}`);
+        socket.onmessage = (e) => {
+          if (e.data === "bye") return socket.close(4001, "asked to");
+          socket.send(typeof e.data === "string" ? `echo ${e.data}` : e.data);
+        };
+        return response;
+      });
+    }
+    // A plain request with a streamed body, by host through the gateway.
+    const res = await f.gateway.fetch(
+      new Request(`http://5173-${masked.sandboxID}.${domain}/hmr?x=1`, {
+        method: "POST",
+        body: "payload",
+      }),
+    );
+    assert.deepEqual(await res.json(), { host: "localhost:5173", body: "payload" });
+    // Without the option the server sees the address the node reached it at, as before.
+    const unmasked = await f.gateway.fetch(
+      new Request(`http://5173-${plain.sandboxID}.${domain}/`),
+    );
+    const seen = (await unmasked.json() as { host: string }).host;
+    assert.notEqual(seen, "localhost:5173");
+    assert.match(seen, /^127\.0\.0\.1:\d+$/);
+
+    // A WebSocket (a dev server's hot reload) by header, through both hops.
+    const ws = new WebSocket(`${f.gatewayUrl.replace("http", "ws")}/e2b/envd/ws`, {
+      headers: { "e2b-sandbox-id": masked.sandboxID, "e2b-sandbox-port": "5173" },
+    } as unknown as string[]);
+    ws.binaryType = "arraybuffer";
+    const big = new Uint8Array(200_000).map((_, i) => i % 251);
+    const got: unknown[] = [];
+    const closed = new Promise<CloseEvent>((resolve, reject) => {
+      ws.onmessage = (e) => {
+        got.push(typeof e.data === "string" ? e.data : new Uint8Array(e.data).length);
+        if (got.length === 1) {
+          ws.send("hi");
+          ws.send(big);
+        }
+        if (got.length === 3) ws.send("bye");
+      };
+      ws.onclose = resolve;
+      ws.onerror = () => reject(new Error("WebSocket failed"));
+      setTimeout(() => reject(new Error(`no close in 5 s: ${JSON.stringify(got)}`)), 5000);
+    });
+    const close = await closed;
+    assert.deepEqual(got, ["host localhost:5173", "echo hi", 200_000]);
+    assert.equal(close.code, 4001);
   } finally {
     await f.close();
   }

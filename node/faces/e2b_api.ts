@@ -34,7 +34,7 @@ import type { SandboxState } from "../../shared/schemas.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
-import { parseCreateOptions } from "./e2b_create_options.ts";
+import { FILESYSTEM_PAUSE_NOT_BUILT, parseCreateOptions } from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -126,6 +126,8 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).max(16).optional(),
   });
   const connectSchema = z.object({ timeout: timeoutSchema.optional() });
+  // `memory: false` is E2B's filesystem-only pause (the SDK's pause({ keepMemory: false })).
+  const pauseSchema = z.object({ memory: z.boolean().optional() });
   const setTimeoutSchema = z.object({ timeout: timeoutSchema });
   // E2B's refresh keeps a sandbox alive at least 15 s and at most an hour past now.
   const refreshSchema = z.object({
@@ -187,9 +189,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       lifecycle: { onTimeout: onTimeoutOf(s), autoResume: s.e2b.autoResume ?? false },
       // Null: the create did not say (and the sandbox then has no egress here).
       allowInternetAccess: s.e2b.allowInternetAccess ?? null,
-      ...(s.e2b.allowPublicTraffic === undefined
-        ? {}
-        : { network: { allowPublicTraffic: s.e2b.allowPublicTraffic } }),
+      ...(network(s) === undefined ? {} : { network: network(s) }),
+    };
+  };
+
+  /** The create's `network` settings the sandbox keeps, as E2B's detail reports them. */
+  const network = (s: SandboxRecord) => {
+    const { allowPublicTraffic, maskRequestHost } = s.e2b;
+    if (allowPublicTraffic === undefined && maskRequestHost === undefined) return undefined;
+    return {
+      ...(allowPublicTraffic === undefined ? {} : { allowPublicTraffic }),
+      ...(maskRequestHost === undefined ? {} : { maskRequestHost }),
     };
   };
 
@@ -397,7 +407,9 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.post("/sandboxes/:id/pause", async (c) => {
     const id = c.req.param("id");
+    const body = parse(pauseSchema, await readBody(c, "object", `{}`, bodyCap));
     const s = mustGet(c, id);
+    if (body.memory === false) throw new HttpError(400, FILESYSTEM_PAUSE_NOT_BUILT);
     if (e2bState(s.state) === "paused") {
       throw new HttpError(409, `Sandbox '${id}' is already paused: connect to resume it`);
     }
@@ -414,7 +426,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   });
 
   for (const route of unbuiltE2bRoutes) {
-    app.on(route.method, route.path, (c) => c.json({ code: 501, message: route.message }, 501));
+    app.on(route.method, route.path, (c) => {
+      // A sandbox that does not exist is a 404 first (see shared/e2b_unbuilt.ts).
+      if (route.namesSandbox) mustGet(c, c.req.param("id")!);
+      return c.json({ code: 501, message: route.message }, 501);
+    });
   }
 
   // A catch-all route rather than notFound(): a mounted sub-app's notFound is not used.

@@ -293,8 +293,11 @@ Deno.test("create refuses lifecycle options this node cannot honour, naming them
   const cases: [object, RegExp][] = [
     [{ autoResume: { enabled: true } }, /'autoResume' needs the timeout to pause/],
     [{ lifecycle: { onTimeout: "kill", autoResume: true } }, /'autoResume' needs/],
-    [{ autoPause: true, autoPauseMemory: false }, /'autoPauseMemory': false .* not supported/],
-    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /'autoPauseMemory'/],
+    [
+      { autoPause: true, autoPauseMemory: false },
+      /^A filesystem-only pause \(keepMemory: false.* is not built on this fleet yet: .*Leave keepMemory unset/,
+    ],
+    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /filesystem-only/],
     [{ lifecycle: { onTimeout: "later" } }, /'lifecycle\.onTimeout'/],
     [{ autoResume: { policy: "sometimes" } }, /'autoResume'/],
   ];
@@ -364,6 +367,45 @@ Deno.test("create honours allowInternetAccess as the spec's egress and records s
   await executor.close();
 });
 
+Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, not for secure", async () => {
+  const { call, accessTokens, executor } = setup();
+  const make = async (options: object) => {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    return await res.json() as { sandboxID: string; trafficAccessToken?: string };
+  };
+  // What the JS SDK up to 2.45 and the Python SDK 2.34 send by default: ports stay public.
+  const secure = await make({ secure: true });
+  assert.equal(secure.trafficAccessToken, undefined);
+  const closed = await make({ secure: true, network: { allowPublicTraffic: false } });
+  assert.equal(closed.trafficAccessToken, accessTokens.forTraffic(closed.sandboxID));
+  await executor.close();
+});
+
+Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepMemory:false}) is a 400", async () => {
+  const { call, service, executor } = setup();
+  for (const mask of ["localhost:${PORT}", "${PORT}-app.example.com", "[::1]:8080", "example"]) {
+    const res = await call("POST", "/v2/sandboxes", {
+      templateID: "base",
+      network: { maskRequestHost: mask },
+    });
+    assert.equal(res.status, 201, mask);
+    const { sandboxID } = await res.json();
+    assert.equal(service.get({ id: sandboxID })!.e2b.maskRequestHost, mask);
+    const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+    assert.deepEqual(info.network, { maskRequestHost: mask });
+  }
+  const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
+  const refused = await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: false });
+  assert.equal(refused.status, 400);
+  const body = await refused.json();
+  assert.equal(body.code, 400);
+  assert.match(body.message, /^A filesystem-only pause .* is not built on this fleet yet: /);
+  assert.equal(service.get({ id: sandboxID })!.state, "active", "nothing was paused");
+  assert.equal((await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: true })).status, 204);
+  await executor.close();
+});
+
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [
@@ -371,7 +413,9 @@ Deno.test("create refuses network options this node cannot honour, naming each",
     [{ network: { denyOut: ["10.0.0.0/8"] } }, /^'network\.denyOut' is not supported/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
     [{ network: { rules: { "a.com": [] } } }, /^'network\.rules'/],
-    [{ network: { maskRequestHost: "x" } }, /^'network\.maskRequestHost'/],
+    [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
+    [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
+    [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],
     [{ network: { somethingNew: true } }, /somethingNew/],
     [{ allow_internet_access: true, allowInternetAccess: false }, /disagree/],
     [{ allowInternetAccess: true, network: { denyOut: ["0.0.0.0/0"] } }, /disagree/],
@@ -387,25 +431,30 @@ Deno.test("create refuses network options this node cannot honour, naming each",
   await executor.close();
 });
 
-Deno.test("routes not built yet answer 501 {code, message}, known sandbox or not", async () => {
+Deno.test("routes not built yet answer 501 {code, message}; about a missing sandbox, 404", async () => {
   const { call, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
-  for (const id of [sandboxID, "sbx_unknown"]) {
-    for (
-      const [method, path] of [
-        ["POST", `/sandboxes/${id}/snapshots`],
-        ["GET", "/snapshots"],
-        ["POST", `/sandboxes/${id}/fork`],
-        ["PUT", `/sandboxes/${id}/network`],
-        ["DELETE", `/templates/${id}`],
-      ]
-    ) {
-      const res = await call(method, path, method === "GET" ? undefined : {});
-      assert.equal(res.status, 501, `${method} ${path}`);
-      const body = await res.json();
-      assert.equal(body.code, 501);
-      assert.ok(body.message.length > 30, body.message);
-    }
+  const routes = (id: string) => [
+    ["POST", `/sandboxes/${id}/snapshots`],
+    ["GET", "/snapshots"],
+    ["POST", `/sandboxes/${id}/fork`],
+    ["PUT", `/sandboxes/${id}/network`],
+    ["DELETE", `/templates/${id}`],
+  ];
+  for (const [method, path] of routes(sandboxID)) {
+    const res = await call(method, path, method === "GET" ? undefined : {});
+    assert.equal(res.status, 501, `${method} ${path}`);
+    const body = await res.json();
+    assert.equal(body.code, 501);
+    assert.ok(body.message.length > 30, body.message);
+  }
+  // A fork of a killed sandbox is E2B's not-found (the SDK's SandboxNotFoundError).
+  assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
+  for (const [method, path] of routes(sandboxID)) {
+    const res = await call(method, path, method === "GET" ? undefined : {});
+    const expected = path.startsWith("/sandboxes/") ? 404 : 501;
+    assert.equal(res.status, expected, `${method} ${path}`);
+    assert.equal((await res.json()).code, expected);
   }
   await executor.close();
 });

@@ -1,8 +1,8 @@
 /**
  * What an E2B create asks beyond its template: the lifecycle (`lifecycle`, or the wire's
  * `autoPause` / `autoPauseMemory` / `autoResume`), `secure`, `allow_internet_access` and
- * `network`, resolved into what this node does. An option the node cannot honour is a 400
- * naming it, never a silent ignore.
+ * `network` (egress, public traffic, `maskRequestHost`), resolved into what this node does. An
+ * option the node cannot honour is a 400 naming it, never a silent ignore.
  *
  * @module
  */
@@ -85,12 +85,7 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
   const keepMemory = (typeof asked === "object" ? asked.keepMemory : undefined) ??
     body.autoPauseMemory;
   if (onTimeout === "pause" && keepMemory === false) {
-    throw new HttpError(
-      400,
-      "'autoPauseMemory': false (lifecycle.onTimeout.keepMemory: false, a filesystem-only " +
-        "pause) is not supported on this node: a paused sandbox keeps its memory and " +
-        "processes here; leave keepMemory unset",
-    );
+    throw new HttpError(400, FILESYSTEM_PAUSE_NOT_BUILT);
   }
   const policy = body.autoResume && "policy" in body.autoResume
     ? body.autoResume.policy === "any"
@@ -114,7 +109,58 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
   if (body.network?.allowPublicTraffic !== undefined) {
     e2b.allowPublicTraffic = body.network.allowPublicTraffic;
   }
+  if (body.network?.maskRequestHost !== undefined) {
+    e2b.maskRequestHost = checkedHostMask(body.network.maskRequestHost);
+  }
   return { onTimeout, e2b, spec: internet ? { network: true } : {} };
+}
+
+/**
+ * Why a filesystem-only pause (E2B's `keepMemory: false`: the sandbox's disk is kept, its memory
+ * and processes dropped) is refused: a pause here keeps both, and no pause without them is
+ * built yet. The timeout's `lifecycle.onTimeout` and `Sandbox.pause()` say it alike.
+ */
+export const FILESYSTEM_PAUSE_NOT_BUILT: string =
+  "A filesystem-only pause (keepMemory: false, sent as autoPauseMemory: false or pause " +
+  "{memory: false}) is not built on this fleet yet: a pause here keeps the sandbox's memory " +
+  "and processes. Leave keepMemory unset (lifecycle.onTimeout 'pause', or pause()), and " +
+  "Sandbox.connect() resumes the sandbox as it was";
+
+/** The placeholder E2B replaces with the port a request is for. */
+const PORT_PLACEHOLDER = "${PORT}";
+const HOST_AND_PORT =
+  /^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
+/**
+ * A `network.maskRequestHost` that makes a valid Host header for every port: a host name or
+ * bracketed IPv6 address, an optional port, `${PORT}` anywhere standing for the port.
+ *
+ * @throws {HttpError} 400 naming the value and its shape.
+ */
+function checkedHostMask(mask: string): string {
+  if (!HOST_AND_PORT.test(mask.replaceAll(PORT_PLACEHOLDER, "1"))) {
+    throw new HttpError(
+      400,
+      `'network.maskRequestHost' must be a host name with an optional port, ${PORT_PLACEHOLDER} ` +
+        `standing for the sandbox port: received '${mask.slice(0, 80)}' (e.g. ` +
+        `'localhost:${PORT_PLACEHOLDER}')`,
+    );
+  }
+  return mask;
+}
+
+/**
+ * The Host a request to `port` shows the sandbox's server under `mask`
+ * (`network.maskRequestHost`), `${PORT}` replaced by the port, as E2B's proxy does.
+ *
+ * @example
+ * ```ts
+ * import { maskedHost } from "./e2b_create_options.ts";
+ * maskedHost("localhost:${PORT}", 3000); // "localhost:3000"
+ * ```
+ */
+export function maskedHost(mask: string, port: number): string {
+  return mask.replaceAll(PORT_PLACEHOLDER, String(port));
 }
 
 /** Whether the sandbox gets egress: true, false, or undefined when nothing says. */
@@ -157,9 +203,6 @@ function egressOf(body: E2bCreateOptions): boolean | undefined {
   }
   if (network.rules !== undefined && network.rules !== null) {
     throw unsupported("rules", "egress requests cannot be rewritten");
-  }
-  if (network.maskRequestHost !== undefined) {
-    throw unsupported("maskRequestHost", "request hosts cannot be masked");
   }
   if (network.httpsPorts !== undefined && network.httpsPorts !== null) {
     throw unsupported("httpsPorts", "ports are not served as HTTPS");

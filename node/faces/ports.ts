@@ -5,8 +5,13 @@
  * relayed, and errors take the shape of E2B's own proxy: `{message, sandboxId, code:502}`.
  *
  * Like envd it takes no fleet token: a sandbox's ports are public, as in E2B, unless the sandbox
- * was created secure (`spec.privatePorts`), and then `e2b-traffic-access-token` must carry its
- * traffic token.
+ * was created with `network.allowPublicTraffic: false` (native: `spec.privatePorts`), and then
+ * `e2b-traffic-access-token` must carry its traffic token. `secure` guards envd, not ports.
+ *
+ * A sandbox created with `network.maskRequestHost` has its servers see that Host (`${PORT}`
+ * replaced by the port), on plain requests and WebSocket handshakes alike, as E2B's proxy does;
+ * both go out on clients of our own (`createH1Client({ hostFromHeaders: true })`,
+ * `connectWebSocket`), since `fetch` and Deno's `WebSocket` send the address they connect to.
  *
  * @module
  */
@@ -15,6 +20,8 @@ import { ExecutorError } from "../executors/contract.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
+import { createH1Client, type H1Client } from "../../shared/http1/mod.ts";
+import { maskedHost } from "./e2b_create_options.ts";
 import {
   endToEndHeaders,
   isWebSocketUpgrade,
@@ -38,6 +45,12 @@ export interface PortsDoorOptions {
    * for a server that answers slowly, short enough that a dead one frees its caller.
    */
   headTimeoutMs?: number;
+  /**
+   * The client of requests whose Host is masked (`network.maskRequestHost`): it must send the
+   * `host` header it is given. `createNodeApp` passes one and closes it; without it the door
+   * makes its own on first use, whose idle connections close after 4 s.
+   */
+  hostClient?: H1Client;
 }
 
 /**
@@ -69,6 +82,7 @@ export function createPortsDoor(
 ): (request: Request) => Promise<Response> {
   const log = options.log ?? silentLog;
   const headTimeoutMs = options.headTimeoutMs ?? 30_000;
+  let hostClient = options.hostClient;
   return async (request) => {
     const url = new URL(request.url);
     const m = /^\/e2b\/ports\/(\d{1,5})(\/.*)?$/.exec(url.pathname);
@@ -90,7 +104,8 @@ export function createPortsDoor(
           given
             ? `The ${TRAFFIC_TOKEN_HEADER} header does not match sandbox '${id}': send the ` +
               "trafficAccessToken of its create answer"
-            : `Sandbox '${id}' is secure: its ports require the ${TRAFFIC_TOKEN_HEADER} header ` +
+            : `Sandbox '${id}' is not open to public traffic: its ports require the ` +
+              `${TRAFFIC_TOKEN_HEADER} header ` +
               "with the trafficAccessToken of its create answer",
           id,
         );
@@ -139,9 +154,11 @@ export function createPortsDoor(
       TRAFFIC_TOKEN_HEADER,
     ]);
     const target = `${address.hostname}:${address.port}${rest}`;
+    const mask = sandbox.e2b.maskRequestHost;
+    const host = mask === undefined ? undefined : maskedHost(mask, port);
     if (isWebSocketUpgrade(request)) {
       try {
-        return await relayWebSocket(request, `ws://${target}`, { headers });
+        return await relayWebSocket(request, `ws://${target}`, { headers, host });
       } catch (error) {
         if (error instanceof RelayOpenError) return closedPort(id, port, error.message);
         if (isNetDenied(error)) return netDenied(id, port, address.hostname);
@@ -154,9 +171,15 @@ export function createPortsDoor(
     const onTimeout = () => controller.abort(connect.reason);
     connect.addEventListener("abort", onTimeout, { once: true });
     request.signal.addEventListener("abort", () => controller.abort(), { once: true });
+    let send: typeof fetch = fetch;
+    if (host !== undefined) {
+      headers.set("host", host);
+      hostClient ??= createH1Client({ hostFromHeaders: true });
+      send = hostClient.fetch;
+    }
     let upstream: Response;
     try {
-      upstream = await fetch(`http://${target}`, {
+      upstream = await send(`http://${target}`, {
         method: request.method,
         headers,
         body: hasBody ? request.body : null,
@@ -185,23 +208,32 @@ export function createPortsDoor(
 
 /**
  * Whether a sandbox's ports require its traffic token: the native `spec.privatePorts`, or an
- * E2B create with `secure: true` or `network.allowPublicTraffic: false`.
+ * E2B create with `network.allowPublicTraffic: false`. Not `secure`: in E2B it guards envd (the
+ * access token), and the SDKs send it by default (JS up to 2.45, Python 2.34), so reading it as
+ * "private ports" would lock most sandboxes' `getHost(port)` behind a token their users never
+ * asked for.
  *
  * @example
- * ```ts ignore
- * if (portsArePrivate(sandbox)) requireTrafficToken(request);
+ * ```ts
+ * import { portsArePrivate } from "./ports.ts";
+ * portsArePrivate({ spec: {}, e2b: { secure: true } }); // false
+ * portsArePrivate({ spec: {}, e2b: { allowPublicTraffic: false } }); // true
  * ```
  */
 export function portsArePrivate(
   s: Pick<SandboxRecord, "spec"> & { e2b?: { secure?: boolean; allowPublicTraffic?: boolean } },
 ): boolean {
-  return s.spec.privatePorts === true || s.e2b?.secure === true ||
-    s.e2b?.allowPublicTraffic === false;
+  return s.spec.privatePorts === true || s.e2b?.allowPublicTraffic === false;
 }
 
-/** Deno refused the connection itself: the node runs with an `--allow-net` list. */
+/**
+ * Deno refused the connection itself: the node runs with an `--allow-net` list. Our HTTP/1.1
+ * client wraps the refusal as the cause of its TypeError.
+ */
 function isNetDenied(error: unknown): boolean {
-  return error instanceof Deno.errors.NotCapable || error instanceof Deno.errors.PermissionDenied;
+  const denied = (e: unknown) =>
+    e instanceof Deno.errors.NotCapable || e instanceof Deno.errors.PermissionDenied;
+  return denied(error) || denied((error as { cause?: unknown } | null)?.cause);
 }
 
 function netDenied(id: string, port: number, hostname: string): Response {

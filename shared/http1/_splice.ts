@@ -9,7 +9,7 @@
  * @module
  */
 
-import { blankLineAt, parseAnswerHead } from "./_head.ts";
+import { blankLineAt, parseAnswerHead, type RawHead } from "./_head.ts";
 import { joined, latin1, writeAll } from "./_answer.ts";
 
 /** The requests the bytes engine made: only they can be spliced. */
@@ -68,7 +68,7 @@ const handshake = [
 /**
  * Opens the next hop at `url` (`ws:` or `wss:`) with the client's upgrade `request`, its
  * handshake headers and `headers`, and resolves the answer that stands for the splice once the
- * hop answers 101.
+ * hop answers 101. `host`, when given, is the handshake's Host instead of the URL's authority.
  *
  * @throws {RelayOpenError} when the hop cannot be reached, answers anything but 101, or does not
  *   answer within `openTimeoutMs`.
@@ -78,8 +78,50 @@ export async function openSplice(
   url: string,
   headers: Headers,
   openTimeoutMs: number,
+  host?: string,
 ): Promise<Response> {
   const target = new URL(url);
+  let text = "";
+  for (const name of handshake) {
+    const value = request.headers.get(name);
+    if (value !== null) text += `${name}: ${value}\r\n`;
+  }
+  for (const [name, value] of headers) {
+    if (!handshake.includes(name)) text += `${name}: ${value}\r\n`;
+  }
+  const opened = await upgradeHop(target, host ?? target.host, text, openTimeoutMs, () => {});
+  const response = new Response(null, { status: 200 });
+  splices.set(response, { upstream: opened.conn, head: opened.head, rest: opened.rest });
+  return response;
+}
+
+/** A next hop that answered an upgrade with 101: its socket, its head, what came after. */
+export interface UpgradedHop {
+  conn: Deno.Conn;
+  /** The 101 head's bytes, status line to blank line. */
+  head: Uint8Array;
+  /** The head parsed. */
+  parsed: RawHead;
+  /** What the hop sent after its head. */
+  rest: Uint8Array;
+}
+
+/**
+ * Connects to `target` (`ws:` or `wss:`), sends a WebSocket upgrade with Host `host` and the
+ * header lines `lines` (each ending in CRLF), and resolves once the hop answers 101 and `check`
+ * (handed the head) throws nothing; all within `openTimeoutMs`. The socket is closed on every
+ * failure.
+ *
+ * @throws {RelayOpenError} when the hop cannot be reached, answers anything but 101, fails
+ *   `check`, or does not answer in time.
+ */
+export async function upgradeHop(
+  target: URL,
+  host: string,
+  lines: string,
+  openTimeoutMs: number,
+  check: (hop: UpgradedHop) => void,
+): Promise<UpgradedHop> {
   const secure = target.protocol === "wss:";
   const port = Number(target.port || (secure ? 443 : 80));
   const hostname = target.hostname.replace(/^\[|\]$/g, "");
@@ -94,15 +136,8 @@ export async function openSplice(
     const late = error instanceof RelayOpenError;
     throw late ? error : new RelayOpenError((error as Error).message || String(error), false);
   }
-  let text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${target.host}\r\n` +
-    "connection: Upgrade\r\nupgrade: websocket\r\n";
-  for (const name of handshake) {
-    const value = request.headers.get(name);
-    if (value !== null) text += `${name}: ${value}\r\n`;
-  }
-  for (const [name, value] of headers) {
-    if (!handshake.includes(name)) text += `${name}: ${value}\r\n`;
-  }
+  const text = `GET ${target.pathname}${target.search} HTTP/1.1\r\nhost: ${host}\r\n` +
+    "connection: Upgrade\r\nupgrade: websocket\r\n" + lines;
   // The handshake's share of the bound: past it the socket is closed, which ends the read.
   let late = false;
   const timer = setTimeout(() => {
@@ -116,21 +151,21 @@ export async function openSplice(
   try {
     await writeAll(upstream, latin1(text + "\r\n"));
     const { head, rest } = await readHead(upstream);
-    let status: number;
+    let parsed: RawHead;
     try {
-      status = parseAnswerHead(head).status;
+      parsed = parseAnswerHead(head);
     } catch (error) {
       throw new RelayOpenError(
         `the next hop sent no HTTP answer (${(error as Error).message})`,
         false,
       );
     }
-    if (status !== 101) {
-      throw new RelayOpenError(`the next hop answered ${status}, not 101`, false);
+    if (parsed.status !== 101) {
+      throw new RelayOpenError(`the next hop answered ${parsed.status}, not 101`, false);
     }
-    const response = new Response(null, { status: 200 });
-    splices.set(response, { upstream, head, rest });
-    return response;
+    const hop = { conn: upstream, head, parsed, rest };
+    check(hop);
+    return hop;
   } catch (error) {
     try {
       upstream.close();
@@ -162,7 +197,7 @@ function bounded(connecting: Promise<Deno.Conn>, ms: number): Promise<Deno.Conn>
 }
 
 /** Reads an answer head (at most 64 KiB) and what came after it. */
-async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
+export async function readHead(conn: Deno.Conn): Promise<{ head: Uint8Array; rest: Uint8Array }> {
   let buf = new Uint8Array(16 * 1024);
   let end = 0;
   for (;;) {

@@ -63,6 +63,13 @@ export interface H1ClientOptions {
    * global `fetch`. Without it such a request rejects with a TypeError.
    */
   otherSchemes?: typeof fetch;
+  /**
+   * Send a request's own `host` header as its Host, instead of the URL's authority: for a proxy
+   * that must show the server another name than the address it connects to (E2B's
+   * `maskRequestHost`), which `fetch` cannot (it sends the URL's). Off by default, so that a
+   * forward carrying its client's headers never passes the client's Host on.
+   */
+  hostFromHeaders?: boolean;
 }
 
 /** A node's answer read on the wire (see {@linkcode H1Client.sendBytes}). */
@@ -336,6 +343,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   const idleReadAfterMs = options.idleReadAfterMs ?? 100;
   const maxHeaderBytes = options.maxHeaderBytes ?? 64 * 1024;
   const otherSchemes = options.otherSchemes;
+  const hostFromHeaders = options.hostFromHeaders ?? false;
   if (!Number.isInteger(maxConnections) || maxConnections < 1) {
     throw new RangeError(
       `Cannot create the HTTP/1.1 client as 'maxConnections' must be a positive integer: ` +
@@ -506,10 +514,11 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     const given = init.headers ?? request?.headers;
     let contentType = false;
     let declared: string | undefined;
+    let host = url.host;
     const take = (k: string, v: string) => {
       const name = k.toLowerCase();
       if (name === "content-length") declared = v;
-      if (framing.has(name)) return;
+      if (framing.has(name) && !(name === "host" && hostFromHeaders)) return;
       if (unsafe.test(name) || unsafe.test(v)) {
         throw new TypeError(`Cannot send header '${name}': it holds a line break or NUL`);
       }
@@ -517,6 +526,10 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
         throw new TypeError(
           `Cannot send header '${name}': it holds a character past \\xff (a header is octets)`,
         );
+      }
+      if (name === "host") {
+        host = v;
+        return;
       }
       if (name === "content-type") contentType = true;
       pairs.push([name, v]);
@@ -549,7 +562,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
     if (stream !== undefined && declared !== undefined && /^\d{1,15}$/.test(declared.trim())) {
       length = Number(declared);
     }
-    let head = `${method} ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${url.host}\r\n`;
+    let head = `${method} ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${host}\r\n`;
     for (let i = 0; i < pairs.length; i++) head += `${pairs[i][0]}: ${pairs[i][1]}\r\n`;
     head += length !== undefined
       ? `content-length: ${length}\r\n\r\n`

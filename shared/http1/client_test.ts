@@ -700,3 +700,26 @@ Deno.test("createH1Client() refuses an answer head whose framing two readers cou
     }
   }
 });
+
+Deno.test("createH1Client() sends a caller's Host only with hostFromHeaders", async () => {
+  const { server, url } = serve((r) => new Response(r.headers.get("host")));
+  const plain = createH1Client();
+  const masking = createH1Client({ hostFromHeaders: true });
+  try {
+    const port = new URL(url).port;
+    const dropped = await plain.fetch(`${url}/`, { headers: { host: "localhost:8000" } });
+    assert.equal(await dropped.text(), `127.0.0.1:${port}`);
+    const kept = await masking.fetch(`${url}/`, { headers: { host: "localhost:8000" } });
+    assert.equal(await kept.text(), "localhost:8000");
+    const none = await masking.fetch(`${url}/`);
+    assert.equal(await none.text(), `127.0.0.1:${port}`);
+    await assert.rejects(
+      masking.fetch(`${url}/`, { headers: [["host", "a\r\nx-evil: 1"]] }),
+      /line break/,
+    );
+  } finally {
+    plain.close();
+    masking.close();
+    await server.shutdown();
+  }
+});

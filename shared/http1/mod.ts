@@ -40,3 +40,9 @@ export { type RawHead } from "./_head.ts";
 export { octets, sameName } from "./_head.ts";
 export { Carver, writeBody } from "./_answer.ts";
 export { fromBytesEngine, openSplice, RelayOpenError } from "./_splice.ts";
+export {
+  connectWebSocket,
+  type WireListener,
+  WireWebSocket,
+  type WireWebSocketOptions,
+} from "./ws_client.ts";

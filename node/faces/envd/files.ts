@@ -22,6 +22,7 @@ import {
   isExpired,
   parseSignedFileUrl,
   SignatureLocator,
+  SIGNED_URL_EXPIRED,
 } from "../../../shared/access_tokens.ts";
 import { DEFAULT_USER, type EnvdCore, type EnvdOptions, makeCore } from "./core.ts";
 import { restError, restErrorOf } from "./dialects.ts";
@@ -82,9 +83,6 @@ export function handleSignedFiles(
     const url = new URL(c.req.url);
     const parsed = parseSignedFileUrl(url, operation);
     if (!parsed.ok) return restError(401, parsed.error);
-    if (isExpired(parsed.value, core.options.clock.now())) {
-      return restError(401, "The signed URL has expired: ask the SDK for a fresh one");
-    }
     const ids = ops.list().map((s) => s.id);
     const id = locator.find(parsed.value, ids);
     const sandbox = id === undefined ? undefined : ops.get({ id });
@@ -93,6 +91,10 @@ export function handleSignedFiles(
         401,
         "The signature matches no sandbox on this node: the URL was signed for another node, the sandbox is gone, or the URL was altered",
       );
+    }
+    // After the signature: an altered URL is told so, whatever its expiration says.
+    if (isExpired(parsed.value, core.options.clock.now())) {
+      return restError(401, SIGNED_URL_EXPIRED);
     }
     try {
       const awake = await admitTraffic(core, sandbox);

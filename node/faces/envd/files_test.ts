@@ -45,7 +45,25 @@ Deno.test("the root /files door serves a signed URL and refuses an expired one",
     `/files?path=/tmp/s.txt&signature=${encodeURIComponent(sig(exp))}&signature_expiration=${exp}`,
   );
   assert.equal(old.status, 401);
-  assert.match((await old.json()).message, /expired/);
+  // E2B envd's words first (the SDK's tests compare them), the remedy after.
+  const body = await old.json();
+  assert.equal(body.code, 401);
+  assert.match(body.message, /^signature is already expired\. Ask the SDK for a fresh URL/);
+  // Through envd by header, as the gateway sends a domain's signed URL: the same words.
+  const byHeader = await app.request(
+    `/e2b/envd/files?path=/tmp/s.txt&signature=${
+      encodeURIComponent(sig(exp))
+    }&signature_expiration=${exp}`,
+    { headers: { "e2b-sandbox-id": sandbox.id } },
+  );
+  assert.equal(byHeader.status, 401);
+  assert.match((await byHeader.json()).message, /^signature is already expired\. /);
+  // A URL altered after signing is told it matches nothing, whatever its expiration says.
+  const forged = await app.request(
+    `/files?path=/tmp/s.txt&signature=v1_forged&signature_expiration=${exp}`,
+  );
+  assert.equal(forged.status, 401);
+  assert.match((await forged.json()).message, /^The signature matches no sandbox/);
   const none = await app.request("/files?path=/tmp/s.txt");
   assert.equal(none.status, 401);
   await none.body?.cancel();

@@ -7,7 +7,7 @@
  */
 import type { Context } from "hono";
 import type { SandboxRecord } from "../../service_contract.ts";
-import { envdCredentialsRefusal, envdRequestAuthorized } from "../../../shared/access_tokens.ts";
+import { envdRefusal, envdRequestAuthorized } from "../../../shared/access_tokens.ts";
 import { ConnectError, connectErrorResponse } from "../connect_codec.ts";
 import { type EnvdCore, SANDBOX_HEADER } from "./core.ts";
 import { restErrorOf, toConnect } from "./dialects.ts";
@@ -45,16 +45,17 @@ export async function guard(
     const tokens = core.options.accessTokens;
     if (tokens) {
       // A signed URL reaching envd through the gateway (with the sandbox header) also counts.
-      const ok = envdRequestAuthorized(tokens, sandbox.id, {
+      const credentials = {
         accessToken: c.req.header("X-Access-Token"),
         url: new URL(c.req.url),
         method: c.req.method,
         signedUrlAllowed: dialect === "rest",
-      }, core.options.clock.now());
-      if (!ok) {
+      };
+      const now = core.options.clock.now();
+      if (!envdRequestAuthorized(tokens, sandbox.id, credentials, now)) {
         throw new ConnectError(
           "unauthenticated",
-          envdCredentialsRefusal(sandbox.id, Boolean(c.req.header("X-Access-Token"))),
+          envdRefusal(tokens, sandbox.id, credentials, now),
         );
       }
     }
