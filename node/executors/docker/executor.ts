@@ -47,6 +47,13 @@ export type { DockerLimits } from "./_containers.ts";
 export interface DockerExecutorOptions {
   /** This node's id, written on every container as the `dormice.node` label. */
   nodeId: string;
+  /**
+   * What this executor owns its containers by (the `dormice.instance` label, and its internal
+   * network's name): the node's `Ledger.instanceId`, so a restarted node finds its containers
+   * and a node with the same id on the same engine never lists or removes them. A random one,
+   * for this object only, when absent.
+   */
+  instanceId?: string;
   /** The engine client (a dockerode `Docker`); one on `socketPath` by default. */
   docker?: DockerEngine;
   /** The engine socket (for the client and for error sentences). */
@@ -78,8 +85,8 @@ export interface DockerExecutorOptions {
 }
 
 /**
- * The executor contract on Docker: one container per sandbox, labelled with this node's id and
- * the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
+ * The executor contract on Docker: one container per sandbox, labelled with this node's id, its
+ * instance id and the ledger id, isolated by default (no network, cpu / memory / pids limits, the image's
  * non-root user without capabilities; root keeps only what it needs to act as root on files,
  * processes and sudo). Commands run by exec with demultiplexed streams; a kill reaches the
  * command and every descendant, and no other command, through a token in their environment.
@@ -118,11 +125,14 @@ export class DockerExecutor implements Executor {
   #files: Files;
   #watches: Watches;
   #closed = false;
+  /** The `dormice.instance` label of every container it makes, and what it lists by. */
+  readonly instanceId: string;
 
   /** Builds the executor without touching the engine; {@link DockerExecutor.connect} pings first. */
   constructor(options: DockerExecutorOptions) {
     const {
       nodeId,
+      instanceId = randomInstanceId(),
       socketPath = DEFAULT_DOCKER_SOCKET,
       docker = new Docker({ socketPath }) as DockerEngine,
       templates,
@@ -137,6 +147,12 @@ export class DockerExecutor implements Executor {
       volumes = [],
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
+    if (!/^[a-z0-9]{1,32}$/.test(instanceId)) {
+      throw new TypeError(
+        `Cannot create DockerExecutor as 'instanceId' is not 1-32 lowercase letters or digits: received '${instanceId}'`,
+      );
+    }
+    this.instanceId = instanceId;
     let map = templates;
     if (!map) {
       const parsed = parseTemplates(undefined);
@@ -145,7 +161,9 @@ export class DockerExecutor implements Executor {
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     const sandboxes = new Sandboxes(this.#engine);
-    this.#network = new SandboxNetwork(this.#engine, nameSafe(nodeId));
+    // Per instance, like the labels: a node leaving must not pull the network from under
+    // another node with the same id (it is removed once nothing sits on it).
+    this.#network = new SandboxNetwork(this.#engine, `${nameSafe(nodeId)}-${instanceId}`);
     this.#commands = new Commands({
       engine: this.#engine,
       sandboxes,
@@ -165,6 +183,7 @@ export class DockerExecutor implements Executor {
       sandboxes,
       network: this.#network,
       nodeId,
+      instanceId,
       templates: map,
       limits: { ...DEFAULT_LIMITS, ...defaults },
       createTimeoutMs,
@@ -344,10 +363,24 @@ export class DockerExecutor implements Executor {
     return this.#containers.list();
   }
 
+  /** Containers labelled with this node's id but no instance: made before instance labels. */
+  legacy(): Promise<string[]> {
+    return this.#containers.legacy();
+  }
+
   close(): Promise<void> {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     this.#commands.close();
     return this.#network.release();
   }
+}
+
+/** 16 random hex digits: an instance of its own for an executor given none. */
+function randomInstanceId(): string {
+  return Array.from(
+    crypto.getRandomValues(new Uint8Array(8)),
+    (b) => b.toString(16).padStart(2, "0"),
+  )
+    .join("");
 }
