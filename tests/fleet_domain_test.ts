@@ -126,7 +126,11 @@ Deno.test({
     assert.equal(exported("NODE_EXTRA_CA_CERTS"), caFile);
     assert.ok(lines.includes(`127.0.0.1 api.${DOMAIN}`), out);
     assert.ok(lines.some((l) => l.includes(`address=/${DOMAIN}/127.0.0.1`)), out);
-    assert.equal(exported("E2B_API_URL"), `https://127.0.0.1:${port}/e2b/api`);
+    assert.equal(exported("SSL_CERT_FILE"), caFile);
+    // One set of client settings: with E2B_API_URL beside E2B_DOMAIN the SDK takes the URL,
+    // where signed file URLs cannot be routed.
+    assert.equal(exported("E2B_API_URL"), undefined, out);
+    assert.equal(exported("E2B_SANDBOX_URL"), undefined, out);
 
     // The certificate the gateway serves is valid for both kinds of name the SDK reaches, and
     // only for them.
