@@ -58,7 +58,12 @@ export type NodeAppConfig =
   & Partial<
     Pick<
       NodeConfig,
-      "pools" | "templates" | "sandboxDomain" | "jsonBodyLimitBytes" | "uploadLimitBytes"
+      | "pools"
+      | "poolsRefillDelayMs"
+      | "templates"
+      | "sandboxDomain"
+      | "jsonBodyLimitBytes"
+      | "uploadLimitBytes"
     >
   >;
 
@@ -167,6 +172,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       ? null
       : join(config.dataDir, "pools.json"),
     initial: config.pools ?? [],
+    claimRefillDelayMs: config.poolsRefillDelayMs,
     clock,
     log,
   });
