@@ -339,7 +339,8 @@ if (import.meta.main) {
     console.error("\nStopping the fleet: nodes, then gateways" + (shared ? ", then etcd…" : "…"));
     // Each part after the ones that call it, so none logs the others' disappearance.
     await stopInOrder([nodeChildren, gateways, etcds]);
-    console.error(`Stopped: ${all().map((c) => c.label).join(", ")}.`);
+    const parts = all().map((c) => c.label);
+    console.error(parts.length > 0 ? `Stopped: ${parts.join(", ")}.` : "Nothing had started.");
     Deno.exit(code);
   };
   // The children sit in sessions of their own, out of reach of the terminal's signals: every
