@@ -317,9 +317,14 @@ export async function startNode(
 
 /**
  * Starts `node/main.ts` on the Docker executor (the default templates), checking in to
- * `gateway` every second. Its containers carry the label `dormice.node=<nodeId>`.
+ * `gateway` every second (standalone when `null`), with `env` on top. Its containers carry the
+ * label `dormice.node=<nodeId>`.
  */
-export async function startDockerNode(nodeId: string, gateway: string): Promise<Daemon> {
+export async function startDockerNode(
+  nodeId: string,
+  gateway: string | null,
+  env: Record<string, string> = {},
+): Promise<Daemon> {
   const dir = await Deno.makeTempDir({ prefix: "dormice-bench-docker-node-" });
   const port = freePort();
   const socket = "/var/run/docker.sock";
@@ -344,7 +349,8 @@ export async function startDockerNode(nodeId: string, gateway: string): Promise<
       DORMICE_NODE_ID: nodeId,
       DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
       DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
-      DORMICE_GATEWAY_ENDPOINT: gateway,
+      ...(gateway ? { DORMICE_GATEWAY_ENDPOINT: gateway } : {}),
+      ...env,
     },
     port,
     dir,

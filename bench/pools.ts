@@ -7,7 +7,7 @@
  */
 import { Fleet } from "../gateway/fleet.ts";
 import { placementAsk, Placer } from "../gateway/placer.ts";
-import { postJson, reading, startDockerNode, startGateway } from "./_fixtures.ts";
+import { type Daemon, postJson, reading, startDockerNode, startGateway } from "./_fixtures.ts";
 import { median, row, type Section } from "./_stats.ts";
 
 /** Options of both benchmarks. */
@@ -110,6 +110,111 @@ export async function runClaimLatency({ runs }: PoolsBenchOptions): Promise<Sect
   } finally {
     await node?.stop();
     await gw.stop();
+  }
+}
+
+/**
+ * The first commands after a claim, on Docker: two standalone nodes with a pool of two `base`
+ * sandboxes each, one refilling the moment a claim is made (`DORMICE_POOLS_REFILL_DELAY_MS=0`,
+ * as before the delay), one after the default second; the runs alternate between them. Each
+ * run waits until its node's pool is full and quiet, claims with `acquireSandbox`, runs
+ * `echo hi` three times with `execCommand`, then waits for the refill to end and runs it once
+ * more: that settled command is the reference.
+ */
+export async function runFirstCommand({ runs }: PoolsBenchOptions): Promise<Section> {
+  const title = "First commands after a claim, on Docker (refill at once against after 1 s)";
+  const reference = "an `echo` in the same sandbox once its pool's refill has ended, same run";
+  const n = Math.max(5, runs);
+  const tag = crypto.randomUUID().slice(0, 6);
+  const variants = [
+    { label: "refill at once", delay: "0", node: undefined as Daemon | undefined },
+    { label: "refill after 1 s", delay: "1000", node: undefined as Daemon | undefined },
+  ];
+  type Samples = { claim: number[]; first: number[]; second: number[]; third: number[] };
+  const samples = new Map<string, Samples & { settled: number[] }>();
+  try {
+    for (const v of variants) {
+      v.node = await startDockerNode(`bench-first-${tag}-${v.delay}`, null, {
+        DORMICE_POOLS: "base=2",
+        DORMICE_POOLS_REFILL_DELAY_MS: v.delay,
+      });
+      samples.set(v.label, { claim: [], first: [], second: [], third: [], settled: [] });
+    }
+    const quiet = async (url: string) => {
+      await until(async () => {
+        const { json } = await postJson(`${url}/listPools`, {});
+        const pool = json.pools?.[0];
+        return pool?.warm === pool?.target && pool?.refilling === 0;
+      }, 60_000);
+      // The probe's exec and the engine's own bookkeeping after a start settle too.
+      await new Promise((r) => setTimeout(r, 1500));
+    };
+    const echo = async (url: string, name: string) => {
+      const t0 = performance.now();
+      const r = await postJson(`${url}/execCommand`, { name, command: "echo hi" });
+      if (r.status !== 200 || r.json.stdout !== "hi\n") {
+        throw new Error(`execCommand: ${JSON.stringify(r.json)}`);
+      }
+      return performance.now() - t0;
+    };
+    for (let i = 0; i < n; i++) {
+      // Alternate which goes first, so neither always meets the other's leftovers.
+      for (const v of i % 2 ? [...variants].reverse() : variants) {
+        const url = v.node!.url;
+        const s = samples.get(v.label)!;
+        await quiet(url);
+        const name = `first-${i}`;
+        const t0 = performance.now();
+        const claim = await postJson(`${url}/acquireSandbox`, { name });
+        s.claim.push(performance.now() - t0);
+        if (claim.status !== 200) throw new Error(`acquireSandbox: ${JSON.stringify(claim.json)}`);
+        s.first.push(await echo(url, name));
+        s.second.push(await echo(url, name));
+        s.third.push(await echo(url, name));
+        await quiet(url);
+        s.settled.push(await echo(url, name));
+        await postJson(`${url}/destroySandbox`, { name });
+      }
+    }
+    const rows = [];
+    for (const v of variants) {
+      const s = samples.get(v.label)!;
+      rows.push(
+        row(`${v.label}: settled command (reference)`, "ms", s.settled, s.settled),
+        row(`${v.label}: claim (acquireSandbox at the node)`, "ms", s.claim, s.settled),
+        row(`${v.label}: first command`, "ms", s.first, s.settled),
+        row(`${v.label}: second command`, "ms", s.second, s.settled),
+        row(`${v.label}: third command`, "ms", s.third, s.settled),
+      );
+    }
+    return {
+      title,
+      reference,
+      rows,
+      notes: [
+        "Straight at each node (native verbs, no gateway): the claim and the commands are the " +
+        "node's and the engine's. A refill is a container create and start, then the probe's " +
+        "exec, on the same engine and the same two cores as the claimed sandbox's commands.",
+        "Every command is a docker exec (create, start, runc putting the process in the " +
+        "container); that last step is most of a command's time on this machine and the same " +
+        "for the first command as for the later ones once nothing else runs.",
+      ],
+    };
+  } finally {
+    for (const v of variants) await v.node?.stop();
+    // A node stopped mid-run leaves its sandboxes; both ids are this run's own.
+    const ids = variants.map((v) => `bench-first-${tag}-${v.delay}`);
+    await new Deno.Command("sh", {
+      args: [
+        "-c",
+        ids.map((id) => `docker ps -aq --filter label=dormice.node=${id} | xargs -r docker rm -f`)
+          .join("; ") +
+        `; docker network ls -q --filter name=dormice-bench-first-${tag} | ` +
+        "xargs -r docker network rm",
+      ],
+      stdout: "null",
+      stderr: "null",
+    }).output().catch(() => {});
   }
 }
 

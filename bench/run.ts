@@ -9,7 +9,7 @@
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
  * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
- * pools-claim-docker.
+ * pools-claim-docker, pools-first-command.
  *
  * @module
  */
@@ -27,7 +27,7 @@ import { runPorts } from "./ports.ts";
 import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
-import { runClaimLatency, runNodeClaim, runTwoGateways } from "./pools.ts";
+import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
 
 const args = parseBenchArgs(Deno.args);
@@ -71,6 +71,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["pools-two-gateways", () => runTwoGateways({ runs })],
   ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],
+  ["pools-first-command", () => runFirstCommand({ runs: Math.max(runs, 7) })],
 ];
 
 const names = benchmarks.map(([name]) => name);

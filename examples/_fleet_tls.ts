@@ -220,11 +220,13 @@ export interface DomainInstructionsOptions {
   not443?: string;
   certs: FleetCertificates;
   apiKey: string;
+  /** The team the key was minted for. */
+  team: string;
 }
 
 /**
- * The lines `deno task fleet --domain` prints: how to trust the CA, which names must resolve to
- * the gateway, and the SDK's two variables.
+ * How `deno task fleet --domain` tells a client to reach it, the only client settings it prints:
+ * how to trust the CA, which names must resolve to the gateway, and the SDK's two variables.
  *
  * @example
  * ```ts ignore
@@ -238,7 +240,7 @@ export function domainInstructions(options: DomainInstructionsOptions): string[]
   // than 443 has to ride in the domain, or the SDK knocks on 443.
   const sdkDomain = port === 443 ? domain : `${domain}:${port}`;
   return [
-    `The sandbox domain ${sdkDomain}, over https with the fleet's own CA` +
+    `Point a client at the sandbox domain ${sdkDomain}, served over https with the fleet's own CA` +
     (certs.madeCa ? " (made just now)" : "") + ":",
     ...(port === 443 ? [] : [
       `  The gateway is on ${port}, not 443${options.not443 ? ` (${options.not443})` : ""}.`,
@@ -258,7 +260,8 @@ export function domainInstructions(options: DomainInstructionsOptions): string[]
     `    127.0.0.1 api.${domain}`,
     `    127.0.0.1 49983-<sandboxId>.${domain} 8000-<sandboxId>.${domain}`,
     `  for a real domain: DNS records api.${domain} and *.${domain} pointing at the gateway`,
-    "Then the SDK needs only:",
+    `Then the SDK needs only these two (an API key of team '${options.team}', minted just now;`,
+    "leave E2B_API_URL and E2B_SANDBOX_URL unset, or the SDK's signed file URLs cannot be routed):",
     `  export E2B_DOMAIN=${sdkDomain}`,
     `  export E2B_API_KEY=${apiKey}`,
   ];

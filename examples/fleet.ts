@@ -4,7 +4,11 @@
  * otherwise the fake executor with a loud line saying sandboxes are simulated;
  * `DORMICE_EXECUTOR` decides when set) as child processes on loopback, each with its own
  * data under `.dormice/fleet/`, prints where they listen and how to point a client at the
- * gateway, and stops all three cleanly on Ctrl-C.
+ * gateway, and stops them all cleanly, nodes first, on Ctrl-C, SIGTERM, or when the command
+ * that launched it (say `npx`) is gone (`_fleet_children.ts` says how and why).
+ *
+ * The nodes run with the permissions of `deno task node` (deno.json), so they reach sandbox
+ * ports wherever the engine put the containers; the gateways only need loopback.
  *
  * `deno task fleet --shared` starts shared mode instead (DESIGN §9, docs/shared-mode.md): a local
  * one-member etcd (Debian's `etcd-server`; its data under `.dormice/fleet/etcd`), two gateways
@@ -17,13 +21,18 @@
  * carry no port), and prints how to trust the CA, which names must resolve to the gateway, and
  * the `E2B_DOMAIN` line. Without openssl it says so and starts without the domain.
  *
+ * `--verbose` shows every part's log (`info`) and Deno's own progress lines; by default the
+ * parts log warnings and errors only.
+ *
  * `DORMICE_API_TOKEN` is the fleet token; when unset a development token is generated and
- * printed. `DORMICE_GATEWAY_PORT` moves the gateway (default 3677; the nodes take the next free
- * ports from 3676 up; with `--domain`, 443 is tried first). `DORMICE_FLEET_DIR` moves the data
- * (default `.dormice/fleet`, relative to the repository; the task may write only under
- * `.dormice`). The gateway's CPU and disk filters are off by default here
- * (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT=100`, `DORMICE_GATEWAY_NODE_MIN_DISK_GB=0`): both nodes
- * report the same machine, so those readings cannot tell them apart.
+ * printed. `DORMICE_GATEWAY_PORT` moves the gateway (default 3677; with `--domain`, 443 is tried
+ * first), `DORMICE_FLEET_NODE_IDS` names the nodes (default `node-a,node-b`), which take the
+ * next free ports from `DORMICE_FLEET_NODE_PORT` (3676) up, and `--shared`'s etcd the next free
+ * ones from `DORMICE_FLEET_ETCD_PORT` (2379). `DORMICE_FLEET_DIR` moves the data (default
+ * `.dormice/fleet`; the task may write only under `.dormice`). The gateway's CPU and disk
+ * filters are off by default here (`DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT=100`,
+ * `DORMICE_GATEWAY_NODE_MIN_DISK_GB=0`): the nodes report the same machine, so those readings
+ * cannot tell them apart.
  *
  * With Docker the nodes keep their sandboxes off this machine with iptables, which needs root:
  * run the task as root, or, for a demo on loopback, `DORMICE_SANDBOX_HOST_FIREWALL=off deno task
@@ -32,10 +41,18 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
+import denoConfig from "../deno.json" with { type: "json" };
 import { gatewayEnvVariables } from "../gateway/config.ts";
-import { nodeEnvVariables } from "../node/config.ts";
+import { fleetBanner } from "./_fleet_banner.ts";
 import {
-  domainInstructions,
+  type Child,
+  startDeno,
+  startEtcd,
+  stopInOrder,
+  watchLaunchChain,
+} from "./_fleet_children.ts";
+import { fleetSettings } from "./_fleet_settings.ts";
+import {
   domainRefusal,
   ensureFleetCertificates,
   type FleetCertificates,
@@ -49,9 +66,13 @@ const DEV_LABEL = "deno task fleet";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 const dataRoot = Deno.env.get("DORMICE_FLEET_DIR") || ".dormice/fleet";
-if (import.meta.main && (dataRoot.startsWith("/") || dataRoot.split("/").includes(".."))) {
+if (
+  import.meta.main &&
+  (!dataRoot.startsWith(".dormice/") || dataRoot.split("/").includes(".."))
+) {
   console.error(
-    `DORMICE_FLEET_DIR='${dataRoot}' must be a path inside the repository, such as .dormice/fleet-2`,
+    `DORMICE_FLEET_DIR='${dataRoot}' must be a path under the repository's .dormice (the only ` +
+      "place the task may write), such as .dormice/fleet-2",
   );
   Deno.exit(2);
 }
@@ -89,53 +110,6 @@ function nextFreePort(from: number, taken: Set<number>): number {
   throw new Error(`No free loopback port from ${from} to ${from + 199}: stop something using them`);
 }
 
-interface Child {
-  label: string;
-  url: string;
-  process: Deno.ChildProcess;
-  exited: boolean;
-}
-
-/** Starts `deno run <permissions> <script>` with a clean env, prefixing its log lines. */
-function start(
-  label: string,
-  url: string,
-  script: string,
-  permissions: string[],
-  env: Record<string, string>,
-): Child {
-  const childEnv: Record<string, string> = {};
-  for (const name of passThrough) {
-    const value = Deno.env.get(name);
-    if (value !== undefined) childEnv[name] = value;
-  }
-  // By name, so the task can grant exactly `--allow-run=deno`.
-  const process = new Deno.Command("deno", {
-    args: ["run", "--quiet", ...permissions, script],
-    cwd: root,
-    env: { ...childEnv, ...env },
-    clearEnv: true,
-    stdin: "null",
-    stdout: "inherit",
-    stderr: "piped",
-  }).spawn();
-  const child: Child = { label, url, process, exited: false };
-  void process.status.then(() => child.exited = true);
-  const prefix = `[${label}] `.padEnd(10);
-  const encoder = new TextEncoder();
-  void (async () => {
-    let pending = "";
-    for await (const chunk of process.stderr.pipeThrough(new TextDecoderStream())) {
-      pending += chunk;
-      const lines = pending.split("\n");
-      pending = lines.pop()!;
-      // One write per line, so the three children's lines never interleave mid-line.
-      for (const line of lines) await Deno.stderr.write(encoder.encode(prefix + line + "\n"));
-    }
-  })();
-  return child;
-}
-
 async function waitForHealth(child: Child, timeoutMs = 30_000, path = "/healthz"): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (Date.now() < deadline) {
@@ -155,71 +129,13 @@ async function waitForHealth(child: Child, timeoutMs = 30_000, path = "/healthz"
   throw new Error(`${child.label} did not answer ${child.url}/healthz within ${timeoutMs} ms`);
 }
 
-/** Starts a one-member etcd for `--shared` on loopback, its data under the fleet's data dir. */
-function startEtcd(clientUrl: string, peerPort: number): Child {
-  const peerUrl = `http://127.0.0.1:${peerPort}`;
-  const dataDir = `${root}/${dataRoot}/etcd`;
-  Deno.mkdirSync(dataDir, { recursive: true });
-  // etcd warns at every start about a data dir that others may read; it holds the key table.
-  Deno.chmodSync(dataDir, 0o700);
-  let process: Deno.ChildProcess;
-  try {
-    process = new Deno.Command("etcd", {
-      args: [
-        "--name=fleet",
-        `--data-dir=${dataDir}`,
-        `--listen-client-urls=${clientUrl}`,
-        `--advertise-client-urls=${clientUrl}`,
-        `--listen-peer-urls=${peerUrl}`,
-        `--initial-advertise-peer-urls=${peerUrl}`,
-        `--initial-cluster=fleet=${peerUrl}`,
-        "--log-level=warn",
-        // etcd 3.4's default logger (capnslog) ignores --log-level for raft's INFO lines and
-        // warns that it is deprecated: a dozen lines in the user's terminal at every start.
-        "--logger=zap",
-      ],
-      stdin: "null",
-      stdout: "null",
-      stderr: "inherit",
-    }).spawn();
-  } catch (error) {
-    throw new Error(
-      `--shared needs etcd on PATH (${(error as Error).message}): apt-get install etcd-server`,
-    );
-  }
-  const child: Child = { label: "etcd", url: clientUrl, process, exited: false };
-  void process.status.then(() => child.exited = true);
-  return child;
-}
-
-/** Stops every child: SIGTERM (unless it is already stopping), then SIGKILL after 12 s. */
-async function stopAll(children: Child[], alreadySignalled: boolean): Promise<void> {
-  if (alreadySignalled) {
-    // Ctrl-C reached the whole process group: the children are already stopping on their own,
-    // and a second signal would make them exit at once instead of cleanly.
-    await Promise.race([
-      Promise.all(children.map((c) => c.process.status)),
-      new Promise((resolve) => setTimeout(resolve, 1500)),
-    ]);
-  }
-  for (const c of children) {
-    if (!c.exited) {
-      try {
-        c.process.kill("SIGTERM");
-      } catch { /* exited meanwhile */ }
-    }
-  }
-  const timer = setTimeout(() => {
-    for (const c of children) {
-      if (!c.exited) {
-        try {
-          c.process.kill("SIGKILL");
-        } catch { /* exited meanwhile */ }
-      }
-    }
-  }, 12_000);
-  await Promise.all(children.map((c) => c.process.status));
-  clearTimeout(timer);
+/**
+ * The flags of one of deno.json's tasks (`deno run <flags> <script>`): the nodes get exactly
+ * what `deno task node` grants, so the two cannot drift apart.
+ */
+function taskFlags(name: "node"): string[] {
+  const words = denoConfig.tasks[name].split(/\s+/);
+  return words.slice(words.indexOf("run") + 1, -1);
 }
 
 function devToken(): string {
@@ -317,6 +233,11 @@ async function ensureImages(): Promise<DockerState> {
 }
 
 if (import.meta.main) {
+  const settings = fleetSettings(Deno.env, Deno.args);
+  if ("refusals" in settings) {
+    for (const r of settings.refusals) console.error(r);
+    Deno.exit(2);
+  }
   const given = Deno.env.get("DORMICE_API_TOKEN");
   const token = given && given.length >= 32 ? given : devToken();
   if (given && given.length < 32) {
@@ -389,176 +310,168 @@ if (import.meta.main) {
     ? null
     : `${domain}${gatewayPort === 443 ? "" : `:${gatewayPort}`}`;
   const dbDir = `${dataRoot}/gateway`;
-  Deno.mkdirSync(`${root}/${dbDir}`, { recursive: true });
   // Shared mode's second gateway and its etcd, on the next free ports.
   const gateway2Port = shared ? nextFreePort(gatewayPort + 1, taken) : 0;
   const gateway2Url = `http://127.0.0.1:${gateway2Port}`;
   const db2Dir = `${dataRoot}/gateway-2`;
-  const etcdClientPort = shared ? nextFreePort(2379, taken) : 0;
+  const etcdClientPort = shared ? nextFreePort(settings.etcdPort, taken) : 0;
   const etcdPeerPort = shared ? nextFreePort(etcdClientPort + 1, taken) : 0;
   const etcdUrl = `http://127.0.0.1:${etcdClientPort}`;
   const gatewayUrls = shared ? [gatewayUrl, gateway2Url] : [gatewayUrl];
+  const childEnv: Record<string, string> = {
+    // The parts' info lines (listening, placer ready, check-ins) repeat what the banner says.
+    DORMICE_LOG_LEVEL: settings.verbose ? "info" : "warn",
+  };
+  for (const name of passThrough) {
+    const value = Deno.env.get(name);
+    if (value !== undefined) childEnv[name] = value;
+  }
+  const startOptions = (env: Record<string, string>) => ({
+    cwd: root,
+    env: { ...childEnv, ...env },
+    verbose: settings.verbose,
+  });
 
-  const children: Child[] = [];
+  const etcds: Child[] = [];
+  const gateways: Child[] = [];
+  const nodeChildren: Child[] = [];
+  /** Every part, in the order they stop. */
+  const all = () => [...nodeChildren, ...gateways, ...etcds];
   let stopping = false;
-  const stop = async (signalled: boolean, code: number) => {
+  const stop = async (code: number) => {
     if (stopping) return;
     stopping = true;
-    console.error("\nStopping the fleet…");
-    await stopAll(children, signalled);
-    console.error(
-      shared
-        ? "Both gateways, etcd and both nodes stopped."
-        : "The gateway and both nodes stopped.",
-    );
+    console.error("\nStopping the fleet: nodes, then gateways" + (shared ? ", then etcd…" : "…"));
+    // Each part after the ones that call it, so none logs the others' disappearance.
+    await stopInOrder([nodeChildren, gateways, etcds]);
+    const parts = all().map((c) => c.label);
+    console.error(parts.length > 0 ? `Stopped: ${parts.join(", ")}.` : "Nothing had started.");
     Deno.exit(code);
   };
-  Deno.addSignalListener("SIGINT", () => void stop(true, 0));
-  Deno.addSignalListener("SIGTERM", () => void stop(false, 0));
+  // The children sit in sessions of their own, out of reach of the terminal's signals: every
+  // way this process can be asked to stop must stop them. SIGHUP is a closed terminal.
+  for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"] as const) {
+    Deno.addSignalListener(signal, () => void stop(0));
+  }
+  await watchLaunchChain((pid) => {
+    console.error(`\nThe command that started the fleet (process ${pid}) is gone.`);
+    void stop(0);
+  });
 
   try {
     if (shared) {
-      const etcd = startEtcd(etcdUrl, etcdPeerPort);
-      children.push(etcd);
+      const etcd = startEtcd({
+        dataDir: `${root}/${dataRoot}/etcd`,
+        clientPort: etcdClientPort,
+        peerPort: etcdPeerPort,
+        verbose: settings.verbose,
+      });
+      etcds.push(etcd);
       await waitForHealth(etcd, 15_000, "/health");
     }
     for (const [i, url] of gatewayUrls.entries()) {
       const dir = i === 0 ? dbDir : db2Dir;
       Deno.mkdirSync(`${root}/${dir}`, { recursive: true });
-      const gateway = start(i === 0 ? "gateway" : "gateway-2", url, "gateway/main.ts", [
-        "--unstable-no-legacy-abort",
-        "--allow-net=127.0.0.1",
-        `--allow-env=${gatewayEnvVariables.join(",")}`,
-        `--allow-read=${dir}${certs ? `,${dataRoot}/tls/${domain}` : ""}`,
-        `--allow-write=${dir}`,
-      ], {
-        DORMICE_API_TOKEN: token,
-        DORMICE_GATEWAY_HOST: "127.0.0.1",
-        // Not the URL's port: https://127.0.0.1:443 parses to none.
-        DORMICE_GATEWAY_PORT: String(i === 0 ? gatewayPort : gateway2Port),
-        DORMICE_GATEWAY_DB: `${dir}/gateway.db`,
-        ...(shared ? { DORMICE_GATEWAY_ETCD: etcdUrl } : {}),
-        ...(certs && sandboxDomain
-          ? {
-            DORMICE_SANDBOX_DOMAIN: sandboxDomain,
-            DORMICE_GATEWAY_TLS_CERT: certs.certFile,
-            DORMICE_GATEWAY_TLS_KEY: certs.keyFile,
-            // A fleet with ports serves their WebSockets too (Jupyter, dev servers); the cost of
-            // the switch is in the README's domain section.
-            DORMICE_GATEWAY_WEBSOCKETS: "on",
-          }
-          : {}),
-        // Both nodes report this one machine's CPU, so it cannot tell them apart, and a busy
-        // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
-        DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
-          "100",
-        // The same disk too: a nearly full dev disk should not stop a demo either.
-        DORMICE_GATEWAY_NODE_MIN_DISK_GB: Deno.env.get("DORMICE_GATEWAY_NODE_MIN_DISK_GB") || "0",
-      });
-      children.push(gateway);
+      const gateway = startDeno(
+        i === 0 ? "gateway" : "gateway-2",
+        url,
+        "gateway/main.ts",
+        [
+          "--unstable-no-legacy-abort",
+          "--allow-net=127.0.0.1",
+          `--allow-env=${gatewayEnvVariables.join(",")}`,
+          `--allow-read=${dir}${certs ? `,${dataRoot}/tls/${domain}` : ""}`,
+          `--allow-write=${dir}`,
+        ],
+        startOptions({
+          DORMICE_API_TOKEN: token,
+          DORMICE_GATEWAY_HOST: "127.0.0.1",
+          // Not the URL's port: https://127.0.0.1:443 parses to none.
+          DORMICE_GATEWAY_PORT: String(i === 0 ? gatewayPort : gateway2Port),
+          DORMICE_GATEWAY_DB: `${dir}/gateway.db`,
+          ...(shared ? { DORMICE_GATEWAY_ETCD: etcdUrl } : {}),
+          ...(certs && sandboxDomain
+            ? {
+              DORMICE_SANDBOX_DOMAIN: sandboxDomain,
+              DORMICE_GATEWAY_TLS_CERT: certs.certFile,
+              DORMICE_GATEWAY_TLS_KEY: certs.keyFile,
+              // A fleet with ports serves their WebSockets too (Jupyter, dev servers); the cost
+              // of the switch is in the README's domain section.
+              DORMICE_GATEWAY_WEBSOCKETS: "on",
+            }
+            : {}),
+          // The nodes report this one machine's CPU, so it cannot tell them apart, and a busy
+          // laptop must not refuse demo sandboxes; the active-sandbox count still spreads them.
+          DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: Deno.env.get("DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT") ||
+            "100",
+          // The same disk too: a nearly full dev disk should not stop a demo either.
+          DORMICE_GATEWAY_NODE_MIN_DISK_GB: Deno.env.get("DORMICE_GATEWAY_NODE_MIN_DISK_GB") ||
+            "0",
+        }),
+      );
+      gateways.push(gateway);
       await waitForHealth(gateway);
     }
 
     const nodes: { id: string; url: string; dir: string }[] = [];
-    let from = 3676;
-    for (const id of ["node-a", "node-b"]) {
+    let from = settings.nodePort;
+    for (const id of settings.nodeIds) {
       const port = nextFreePort(from, taken);
       from = port + 1;
       const dir = `${dataRoot}/${id}`;
       Deno.mkdirSync(`${root}/${dir}`, { recursive: true });
       const url = `http://127.0.0.1:${port}`;
       nodes.push({ id, url, dir });
-      children.push(start(id, url, "node/main.ts", [
-        `--allow-net=127.0.0.1${executor === "docker" ? `,unix:${dockerSocket}` : ""}`,
-        // dockerode's dependencies read the environment, so the docker executor needs all of it.
-        executor === "docker" ? "--allow-env" : `--allow-env=${nodeEnvVariables.join(",")}`,
-        // The docker executor talks to the daemon over its socket.
-        `--allow-read=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
-        `--allow-write=${dir}${executor === "docker" ? `,${dockerSocket}` : ""}`,
-        "--allow-sys=cpus,systemMemoryInfo,statfs",
-        // The docker executor's host firewall: one iptables rule per sandbox network.
-        ...(executor === "docker" ? ["--allow-run=iptables"] : []),
-      ], {
-        DORMICE_API_TOKEN: token,
-        DORMICE_HOST: "127.0.0.1",
-        DORMICE_PORT: String(port),
-        DORMICE_DATA_DIR: dir,
-        DORMICE_EXECUTOR: executor,
-        DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
-        DORMICE_NODE_ID: id,
-        DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
-        // Only when the operator set it: a non-root demo's explicit off (not root, the nodes
-        // refuse to start with the firewall on).
-        ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),
-        // The nodes check in over https, trusting the fleet's CA as any client must.
-        ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
-      }));
+      // Exactly `deno task node`'s permissions: a node connects to sandbox addresses the
+      // engine picks from its pools (ports, the code interpreter), which no host list names.
+      nodeChildren.push(startDeno(
+        id,
+        url,
+        "node/main.ts",
+        taskFlags("node"),
+        startOptions({
+          DORMICE_API_TOKEN: token,
+          DORMICE_HOST: "127.0.0.1",
+          DORMICE_PORT: String(port),
+          DORMICE_DATA_DIR: dir,
+          DORMICE_EXECUTOR: executor,
+          DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
+          DORMICE_NODE_ID: id,
+          DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
+          // Only when the operator set it: a non-root demo's explicit off (not root, the nodes
+          // refuse to start with the firewall on).
+          ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),
+          // The nodes check in over https, trusting the fleet's CA as any client must.
+          ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
+        }),
+      ));
     }
-    await Promise.all(children.slice(-2).map((c) => waitForHealth(c)));
-    const devKey = await mintDevKey(gatewayUrl, token);
-
-    const auth = `-H "Authorization: Bearer $E2B_API_KEY"`;
-    const fleetAuth = `-H "Authorization: Bearer $DORMICE_API_TOKEN"`;
-    const curl = certs ? `curl -s --cacert ${certs.caFile}` : "curl -s";
-    const keysEnv = [
-      ...(gatewayUrl === "http://127.0.0.1:3677" ? [] : [`DORMICE_GATEWAY_URL=${gatewayUrl}`]),
-      ...(certs ? [`DENO_CERT=${certs.caFile}`] : []),
-    ].map((v) => `${v} `).join("");
+    await Promise.all(nodeChildren.map((c) => waitForHealth(c)));
+    const apiKey = await mintDevKey(gatewayUrl, token);
     console.log(
-      [
-        "",
-        "A Dormice fleet is running on loopback:",
-        `  gateway  ${gatewayUrl}   (database ${dbDir}/gateway.db)`,
-        ...(shared
-          ? [
-            `  gateway  ${gateway2Url}   (shared mode: slots, nodes and keys in etcd at ${etcdUrl})`,
-          ]
-          : []),
-        ...nodes.map((n) =>
-          `  ${n.id.padEnd(7)}  ${n.url}   (data ${n.dir}, ${executor} executor)`
-        ),
-        "",
-        `Point a client at the gateway (an API key of team '${DEV_TEAM}', minted just now):`,
-        `  export E2B_API_URL=${gatewayUrl}/e2b/api`,
-        `  export E2B_SANDBOX_URL=${gatewayUrl}/e2b/envd`,
-        `  export E2B_API_KEY=${devKey}`,
-        "The operator's fleet token (node check-ins, listNodes, minting keys with deno task keys):",
-        `  export DORMICE_API_TOKEN=${token}`,
-        "",
-        "Try:",
-        `  ${curl} ${auth} -d '{"name":"demo"}' ${gatewayUrl}/acquireSandbox`,
-        `  ${curl} ${auth} -d '{"name":"demo","command":"echo hello"}' ${gatewayUrl}/execCommand`,
-        `  ${curl} ${auth} -d '{"name":"demo"}' ${gatewayUrl}/destroySandbox`,
-        `  ${curl} ${fleetAuth} -d '{}' ${gatewayUrl}/listNodes`,
-        `  ${curl} ${fleetAuth} ${gatewayUrl}/metrics`,
-        `  open ${gatewayUrl}/ui in a browser and log in with the fleet token`,
-        `  ${keysEnv}npx -y deno@2.9.6 task keys create --team another-team --max-sandboxes 5`,
-        "",
-        ...(certs && domain
-          ? [
-            ...domainInstructions({
-              domain,
-              port: gatewayPort,
-              not443: not443 ?? undefined,
-              certs,
-              apiKey: devKey,
-            }),
-            "",
-          ]
-          : []),
-        shared ? "Ctrl-C stops them all." : "Ctrl-C stops all three.",
-        "",
-      ].join("\n"),
+      fleetBanner({
+        gatewayUrl,
+        gatewayDb: `${dbDir}/gateway.db`,
+        shared: shared ? { gateway2Url, etcdUrl } : undefined,
+        nodes,
+        executor,
+        team: DEV_TEAM,
+        apiKey,
+        fleetToken: token,
+        domain: certs && domain
+          ? { name: domain, port: gatewayPort, not443: not443 ?? undefined, certs }
+          : undefined,
+      }).join("\n"),
     );
     // A child that dies on its own takes the fleet down with it, so nothing half-runs unnoticed.
-    const first = await Promise.race(children.map((c) => c.process.status.then(() => c)));
+    const first = await Promise.race(all().map((c) => c.process.status.then(() => c)));
     if (!stopping) {
       console.error(`${first.label} exited on its own; stopping the others`);
-      await stop(false, 1);
+      await stop(1);
     }
   } catch (error) {
     console.error((error as Error).message);
-    await stop(false, 1);
+    await stop(1);
   }
 }
 

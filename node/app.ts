@@ -59,7 +59,12 @@ export type NodeAppConfig =
   & Partial<
     Pick<
       NodeConfig,
-      "pools" | "templates" | "sandboxDomain" | "jsonBodyLimitBytes" | "uploadLimitBytes"
+      | "pools"
+      | "poolsRefillDelayMs"
+      | "templates"
+      | "sandboxDomain"
+      | "jsonBodyLimitBytes"
+      | "uploadLimitBytes"
     >
   >;
 
@@ -71,6 +76,11 @@ export interface NodeAppOptions {
   executor?: Executor;
   /** The ledger; `Ledger.open(config.dataDir)` (held exclusively, its reserve beside it) when absent. */
   ledger?: Ledger;
+  /**
+   * Where `setPools` keeps the pools (`null`: nowhere); `<dataDir>/pools.json` when the ledger is
+   * opened here, nowhere when one is given.
+   */
+  poolsFile?: string | null;
   /** Time source of the service, scanner and host reader; `systemClock` when absent. */
   clock?: Clock;
   /** The deadline and sampling timers; `systemTimers` when absent (a `FakeClock` serves as both). */
@@ -157,8 +167,13 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const pools = new WarmPools({
     ledger,
     executor: timed,
-    file: options.ledger ? null : join(config.dataDir, "pools.json"),
+    file: options.poolsFile !== undefined
+      ? options.poolsFile
+      : options.ledger
+      ? null
+      : join(config.dataDir, "pools.json"),
     initial: config.pools ?? [],
+    claimRefillDelayMs: config.poolsRefillDelayMs,
     clock,
     log,
   });

@@ -24,6 +24,7 @@
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
+ * | `DORMICE_POOLS_REFILL_DELAY_MS` | `1000` | how long a pool's refill after a claim waits, ms (0 to 60000), so the claimed sandbox's first commands do not share the engine with a container being built |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
  * | `DORMICE_SANDBOX_DOMAIN` | unset | the fleet's sandbox domain; part of the config digest, so a node set apart is reported |
  *
@@ -98,6 +99,8 @@ export interface NodeConfig {
   logLevel: LogLevel;
   /** Warm pools before any `setPools` (`DORMICE_POOLS`). */
   pools: PoolTarget[];
+  /** How long the refill after a claim waits, ms (`DORMICE_POOLS_REFILL_DELAY_MS`). */
+  poolsRefillDelayMs: number;
   /** Named volumes (`DORMICE_VOLUMES`). */
   volumes: VolumeDecl[];
   /** The sandbox domain (`DORMICE_SANDBOX_DOMAIN`), or `null`. */
@@ -154,6 +157,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_UPLOAD_LIMIT_MB",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
+  "DORMICE_POOLS_REFILL_DELAY_MS",
   "DORMICE_VOLUMES",
   "DORMICE_SANDBOX_DOMAIN",
   "DORMICE_WEBSOCKETS",
@@ -414,6 +418,14 @@ export function loadNodeConfig(
 
   const pools = parsePools(get("DORMICE_POOLS"));
   if (typeof pools === "string") refusals.push(pools);
+  const poolsRefillDelayMs = integer(
+    get("DORMICE_POOLS_REFILL_DELAY_MS"),
+    1000,
+    0,
+    60_000,
+    "DORMICE_POOLS_REFILL_DELAY_MS",
+    refusals,
+  );
   const volumes = parseVolumes(get("DORMICE_VOLUMES"));
   if (typeof volumes === "string") refusals.push(volumes);
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
@@ -443,6 +455,7 @@ export function loadNodeConfig(
       scanIntervalSeconds,
       logLevel: level as LogLevel,
       pools: pools as PoolTarget[],
+      poolsRefillDelayMs,
       volumes: volumes as VolumeDecl[],
       sandboxDomain,
       websockets: websockets === true,

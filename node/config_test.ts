@@ -31,12 +31,26 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     scanIntervalSeconds: 60,
     logLevel: "info",
     pools: [],
+    poolsRefillDelayMs: 1000,
     volumes: [],
     sandboxDomain: null,
     websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
   });
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_POOLS_REFILL_DELAY_MS, 0 to 60000", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_POOLS_REFILL_DELAY_MS: "0" });
+  assert.ok(r.ok);
+  assert.equal(r.config.poolsRefillDelayMs, 0);
+  assert.deepEqual(
+    refusals({ DORMICE_API_TOKEN: token, DORMICE_POOLS_REFILL_DELAY_MS: "90000" }),
+    [
+      "DORMICE_POOLS_REFILL_DELAY_MS='90000' is not a whole number from 0 to 60000: write one " +
+      "such as 1000",
+    ],
+  );
 });
 
 Deno.test("loadNodeConfig() reads DORMICE_POOLS and DORMICE_VOLUMES", () => {

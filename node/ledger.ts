@@ -169,6 +169,26 @@ const ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 const ID_LENGTH = 20;
 
 /**
+ * The ledger's instance id from its `meta` table, minted (16 random hex digits) and written the
+ * first time: a ledger made before the table gets one at its next open.
+ */
+function readInstanceId(db: DatabaseSync): string {
+  db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  const read = () =>
+    (db.prepare("SELECT value FROM meta WHERE key = 'instance_id'").get() as
+      | { value: string }
+      | undefined)?.value;
+  const found = read();
+  if (found !== undefined) return found;
+  const minted = Array.from(
+    crypto.getRandomValues(new Uint8Array(8)),
+    (b) => b.toString(16).padStart(2, "0"),
+  ).join("");
+  db.prepare("INSERT OR IGNORE INTO meta (key, value) VALUES ('instance_id', ?)").run(minted);
+  return read()!;
+}
+
+/**
  * Mints a sandbox id: 20 random lowercase letters and digits, as E2B's ids are. The id is the
  * left-most DNS label's tail in `<port>-<id>.<domain>`, so it holds nothing a certificate's
  * wildcard may fail to cover: OpenSSL (Python's `ssl`, curl, Go, Java) refuses to match
@@ -218,6 +238,14 @@ export class Ledger {
   #listeners = new Set<(change: LedgerChange) => void>();
   #changeSeq = 0;
 
+  /**
+   * This ledger's own id, minted at its first open and kept in it for ever: what the executor
+   * labels its sandboxes with (`dormice.instance`), so two nodes that share a node id on one
+   * engine (two copies of one fleet, a restored data dir) never take each other's containers for
+   * their own. Unlike the node id it cannot be configured, so it cannot be shared by mistake.
+   */
+  readonly instanceId: string;
+
   /** Wraps an open database (prefer {@linkcode Ledger.open} or {@linkcode Ledger.inMemory}). */
   constructor(db: DatabaseSync, options: LedgerOptions) {
     this.#db = db;
@@ -233,6 +261,7 @@ export class Ledger {
     // does (their containers are this node's, not orphans).
     db.exec(`CREATE TABLE IF NOT EXISTS warm (
       id TEXT PRIMARY KEY, template TEXT NOT NULL, spec TEXT NOT NULL, created_at INTEGER NOT NULL)`);
+    this.instanceId = readInstanceId(db);
   }
 
   /**

@@ -228,3 +228,23 @@ Deno.test("Ledger.nextDeadline() and onChange() follow every deadline write", ()
   ]);
   ledger.close();
 });
+
+Deno.test("Ledger.instanceId is minted once per ledger and kept across opens", async () => {
+  const [a, b] = [await Deno.makeTempDir(), await Deno.makeTempDir()];
+  try {
+    const first = Ledger.open(a, options);
+    const id = first.instanceId;
+    assert.match(id, /^[0-9a-f]{16}$/);
+    first.close();
+    const again = Ledger.open(a, options);
+    assert.equal(again.instanceId, id, "a restart owns what it made before");
+    again.close();
+    // Same node id, another data dir: another owner.
+    const other = Ledger.open(b, options);
+    assert.notEqual(other.instanceId, id);
+    other.close();
+  } finally {
+    await Deno.remove(a, { recursive: true });
+    await Deno.remove(b, { recursive: true });
+  }
+});

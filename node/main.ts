@@ -19,6 +19,8 @@ import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { isDiskFull } from "./ledger_space.ts";
+import { Ledger } from "./ledger.ts";
+import { join } from "node:path";
 import { parseTemplates } from "./executors/docker/templates.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
@@ -43,7 +45,7 @@ const log = createLog({ level: config.logLevel, name: "node" });
  * dependencies read the environment as they load, which a fake node's narrow `--allow-env`
  * refuses.
  */
-async function openExecutor(config: NodeConfig): Promise<Executor> {
+async function openExecutor(config: NodeConfig, instanceId: string): Promise<Executor> {
   if (config.executor === "fake") {
     // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
     const templates = parseTemplates(config.templates ?? undefined);
@@ -80,6 +82,7 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
   try {
     return await DockerExecutor.connect({
       nodeId: config.nodeId,
+      instanceId,
       socketPath: config.dockerSocket,
       templates,
       defaults: config.sandboxDefaults,
@@ -92,8 +95,6 @@ async function openExecutor(config: NodeConfig): Promise<Executor> {
     refuse([(error as Error).message]);
   }
 }
-const executor = await openExecutor(config);
-
 try {
   Deno.mkdirSync(config.dataDir, { recursive: true });
 } catch (error) {
@@ -110,9 +111,13 @@ try {
   ]);
 }
 
-function build(): NodeApp {
+function openLedger(): Ledger {
   try {
-    return createNodeApp({ config, executor, log });
+    return Ledger.open(config.dataDir, {
+      nodeId: config.nodeId,
+      endpoint: config.nodeEndpoint,
+      log,
+    });
   } catch (error) {
     if (error instanceof DatabaseLockedError) refuse([error.message]);
     if (isDiskFull(error)) {
@@ -125,7 +130,16 @@ function build(): NodeApp {
     throw error;
   }
 }
-const node = build();
+// The ledger first: its instance id is what the executor owns its containers by.
+const ledger = openLedger();
+const executor = await openExecutor(config, ledger.instanceId);
+const node: NodeApp = createNodeApp({
+  config,
+  executor,
+  ledger,
+  poolsFile: join(config.dataDir, "pools.json"),
+  log,
+});
 
 // Before the first request: containers of this node without a row are removed, rows whose
 // sandbox vanished (a fake executor after a restart, a container removed by hand) are marked

@@ -46,6 +46,15 @@ export interface WarmPoolsOptions {
   probe?: (id: string) => Promise<void>;
   /** Bound of the default probe. Default 10,000 ms. */
   probeTimeoutMs?: number;
+  /**
+   * How long the refill after a claim waits, ms (claims meanwhile share it). Default 1,000: the
+   * claimed sandbox's first commands come right after its claim, and a refill at once (a
+   * container create and start, then the probe, on the same engine and cores) made them
+   * 1.5–2× slower on Docker (measured 2026-12-04, bench/RESULTS.md "first command after a
+   * claim"). A second's wait leaves a pool of one empty a second longer, as a refill takes
+   * about that anyway.
+   */
+  claimRefillDelayMs?: number;
   /** First wait after a failed build; doubles per failure in a row. Default 1,000 ms. */
   backoffBaseMs?: number;
   /** Longest wait between attempts of a failing pool. Default 60,000 ms. */
@@ -53,8 +62,9 @@ export interface WarmPoolsOptions {
   /** Time of backoffs and of warm rows; `systemClock` when absent. */
   clock?: Clock;
   /**
-   * Starts the retry timer of a pool in backoff; `setTimeout` when absent (tests pass their own
-   * and call `kick()` after ticking the clock).
+   * Starts the retry timer of a pool in backoff and the delayed refill after a claim;
+   * `setTimeout` when absent (tests pass their own and run what it was given, or call `kick()`
+   * after ticking the clock).
    */
   setTimer?: (fn: () => void, ms: number) => unknown;
   /** Where failures (on change) and adoptions are logged. */
@@ -90,7 +100,8 @@ export interface ClaimAsk {
  * the ledger's `warm` table: the boot reconcile keeps them (and removes any container without a
  * row, such as one a crash left mid-build), and `start()` adopts them again.
  *
- * Refill rules: `kick()` is coalesced (many kicks before the next turn are one wave), a wave
+ * Refill rules: `kick()` is coalesced (many kicks before the next turn are one wave), a claim
+ * kicks only after `claimRefillDelayMs` (its sandbox's first commands go first), a wave
  * builds at most `concurrency` sandboxes at once over all pools, a new sandbox joins only after
  * the probe passes, and a failing pool waits `backoffBaseMs · 2^(failures-1)` (at most
  * `backoffMaxMs`), its failure logged when the sentence changes, not per attempt.
@@ -114,6 +125,9 @@ export class WarmPools {
   #file: string | null;
   #initial: PoolTarget[];
   #concurrency: number;
+  #claimRefillDelayMs: number;
+  /** Whether a refill after a claim is waiting for its delay. */
+  #claimRefillPending = false;
   #probe: (id: string) => Promise<void>;
   #backoffBaseMs: number;
   #backoffMaxMs: number;
@@ -137,6 +151,7 @@ export class WarmPools {
     this.#file = options.file ?? null;
     this.#initial = options.initial ?? [];
     this.#concurrency = Math.max(1, options.concurrency ?? 2);
+    this.#claimRefillDelayMs = Math.max(0, options.claimRefillDelayMs ?? 1_000);
     const probeTimeoutMs = options.probeTimeoutMs ?? 10_000;
     this.#probe = options.probe ?? ((id) => this.#defaultProbe(id, probeTimeoutMs));
     this.#backoffBaseMs = options.backoffBaseMs ?? 1_000;
@@ -256,7 +271,7 @@ export class WarmPools {
    * Takes a warm sandbox for a create, or `undefined` (no pool for that template and size, an
    * empty pool, or a spec a warm sandbox cannot honour: network, pids, volumes). Synchronous
    * and without an engine call; the caller records the sandbox under its new name (and calls
-   * `giveBack` when it cannot). Kicks the refill.
+   * `giveBack` when it cannot). Starts the refill `claimRefillDelayMs` later.
    */
   claim(ask: ClaimAsk): string | undefined {
     const { spec } = ask;
@@ -267,8 +282,19 @@ export class WarmPools {
     const id = pool?.warm.shift();
     if (pool === undefined || id === undefined) return undefined;
     pool.claimed++;
-    this.kick();
+    this.#refillAfterClaim();
     return id;
+  }
+
+  /** Kicks the refill once the claim's delay has passed; claims meanwhile share the kick. */
+  #refillAfterClaim(): void {
+    if (this.#claimRefillDelayMs === 0) return this.kick();
+    if (this.#claimRefillPending) return;
+    this.#claimRefillPending = true;
+    this.#setTimer(() => {
+      this.#claimRefillPending = false;
+      this.kick();
+    }, this.#claimRefillDelayMs);
   }
 
   /** Returns a claimed sandbox whose ledger write failed: it is still warm and unowned. */

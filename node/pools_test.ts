@@ -12,7 +12,15 @@ function setup(options: Partial<WarmPoolsOptions> = {}) {
   const ledger = Ledger.inMemory({ nodeId: "n1", endpoint: "http://127.0.0.1:3676" });
   const executor = new FakeExecutor();
   const clock = new FakeClock();
-  const pools = new WarmPools({ ledger, executor, clock, setTimer: () => {}, ...options });
+  // The refill after a claim at once, unless a case is about its delay.
+  const pools = new WarmPools({
+    ledger,
+    executor,
+    clock,
+    setTimer: () => {},
+    claimRefillDelayMs: 0,
+    ...options,
+  });
   // The service's own executor calls, apart from the refill's (which goes to `executor`).
   const serviceCalls: string[] = [];
   const counted = new Proxy(executor, {
@@ -118,6 +126,28 @@ Deno.test("WarmPools.kick() coalesces a burst of claims into one refill wave", a
   // One wave for the burst; builds that finish start the next ones within it, two at a time.
   assert.equal(pools.waves - waves, 1);
   assert.equal(pools.list()[0].warm, 5);
+});
+
+Deno.test("WarmPools refills a claim's pool only after the claim's delay, once for a burst", async () => {
+  const timers: { fn: () => void; ms: number }[] = [];
+  const { pools, service, executor } = setup({
+    claimRefillDelayMs: 1000,
+    setTimer: (fn, ms) => timers.push({ fn, ms }),
+  });
+  await pools.start();
+  await pools.set([{ template: "base", spec: {}, warm: 3 }]);
+  await pools.settled();
+  const built = executor.hooks.calls.create;
+  await service.acquire({ name: "first" });
+  await service.acquire({ name: "second" });
+  await pools.settled();
+  // The claimed sandboxes' first commands have the engine to themselves: no build yet.
+  assert.equal(executor.hooks.calls.create, built, "no refill right after the claims");
+  assert.deepEqual(timers.map((t) => t.ms), [1000], "one delayed refill for both claims");
+  timers[0].fn();
+  await pools.settled();
+  assert.equal(executor.hooks.calls.create, built + 2);
+  assert.equal(pools.list()[0].warm, 3);
 });
 
 Deno.test("WarmPools backs off a failing pool and logs the failure once per change", async () => {

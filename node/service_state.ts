@@ -137,9 +137,12 @@ export async function recordPause<T>(
  * Brings the ledger in step with the executor at boot, before the node serves (a create in
  * flight holds a sandbox without its row for a moment, and would look like an orphan):
  *
- * - a sandbox the executor holds for this node without a ledger row is removed: nothing can
+ * - a sandbox the executor made for this node without a ledger row is removed: nothing can
  *   name it, so nothing could ever use or destroy it (the Docker executor lists only
- *   containers labelled with this node's id, so another node on the same engine is safe);
+ *   containers labelled with this ledger's instance id, so another node on the same engine is
+ *   safe, even one with the same node id);
+ * - a sandbox from before instance labels (`executor.legacy()`) is adopted when the ledger
+ *   knows it and otherwise left alone, since another node with the same id may own it;
  * - a row whose sandbox is gone is marked lost (`stopped`, never dropped; see `#markLost`) and
  *   reported in the log, as a sandbox found gone on use is; `destroySandbox` (or its kill
  *   deadline) removes it.
@@ -151,6 +154,20 @@ export async function reconcileWithExecutor(
   core: ServiceCore,
 ): Promise<{ lost: string[]; removed: string[] }> {
   const held = new Set(await callExecutor(() => core.executor.list()));
+  const older = core.executor.legacy ? await callExecutor(() => core.executor.legacy!()) : [];
+  const strangers: string[] = [];
+  const warmIds = new Set(core.ledger.warmRows().map((w) => w.id));
+  for (const id of older) {
+    if (core.ledger.byId(id) || warmIds.has(id)) held.add(id);
+    else strangers.push(id);
+  }
+  if (strangers.length > 0) {
+    core.log("info", "sandboxes labelled with this node id but not in its ledger left alone", {
+      count: strangers.length,
+      ids: strangers.slice(0, 10),
+      why: "made before instance labels, by this node or another with the same id",
+    });
+  }
   // A warm row whose container is gone is simply forgotten: it belonged to no one.
   const warm = new Set<string>();
   for (const row of core.ledger.warmRows()) {

@@ -253,6 +253,46 @@ Deno.test("SandboxService.expireIfDue() kills or pauses past the deadline only",
   await close();
 });
 
+/**
+ * A fake whose sandboxes in `older` stand for containers from before instance labels: `list()`
+ * leaves them out and `legacy()` names them, as the Docker executor does.
+ */
+class LegacyFake extends FakeExecutor {
+  older = new Set<string>();
+  override async list(): Promise<string[]> {
+    return (await super.list()).filter((id) => !this.older.has(id));
+  }
+  async legacy(): Promise<string[]> {
+    return (await super.list()).filter((id) => this.older.has(id));
+  }
+}
+
+Deno.test("SandboxService.reconcile() adopts older sandboxes it knows and never removes the others", async () => {
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new LegacyFake();
+  const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+  const service = new SandboxService({
+    ledger,
+    executor,
+    log: (level, msg, fields) => lines.push({ level, msg, fields }),
+  });
+  const { sandbox: mine } = await service.acquire({ name: "mine" });
+  const spec = { id: "", name: "x", template: "base", spec: {}, env: {} };
+  await executor.create({ ...spec, id: "sbx_another_fleets" });
+  await executor.create({ ...spec, id: "sbx_my_orphan" });
+  executor.older.add(mine.id).add("sbx_another_fleets");
+
+  const result = await service.reconcile();
+  assert.deepEqual(result, { lost: [], removed: ["sbx_my_orphan"] });
+  // Without the legacy adoption the row would be marked lost; without the rule that only made
+  // sandboxes are removed, the other fleet's would be gone.
+  assert.equal(ledger.byId(mine.id)!.state, "active");
+  assert.deepEqual((await executor.legacy()).sort(), [mine.id, "sbx_another_fleets"].sort());
+  assert.ok(lines.some((l) => /left alone/.test(l.msg) && l.fields?.count === 1), "said so");
+  await executor.close();
+  ledger.close();
+});
+
 Deno.test("SandboxService.reconcile() marks lost rows stopped and removes orphans", async () => {
   const { executor, ledger, service, close } = setup();
   const lines: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];

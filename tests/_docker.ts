@@ -5,7 +5,9 @@
  *
  * @module
  */
-import { DEFAULT_DOCKER_SOCKET, DockerExecutor } from "../node/executors/docker/mod.ts";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
+import Docker from "dockerode";
+import { nameSafe } from "../node/executors/docker/engine.ts";
 import { dockerReadiness } from "../node/executors/docker/_fixtures_test.ts";
 import { type NodeProcess, startNode } from "./_processes.ts";
 
@@ -119,24 +121,34 @@ export async function startDockerNode(
 }
 
 /**
- * Removes every container labelled with one of `nodeIds`, so a failed test leaves nothing
- * running on the engine; returns how many it removed.
+ * Removes every container labelled with one of `nodeIds` (whatever node instance made it), so a
+ * failed test leaves nothing running on the engine; returns how many it removed.
  */
 export async function removeContainersOf(nodeIds: string[]): Promise<number> {
+  const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
   let removed = 0;
   for (const nodeId of nodeIds) {
-    const executor = new DockerExecutor({ nodeId });
-    try {
-      for (const id of await executor.list()) {
-        await executor.destroy(id);
-        removed++;
-      }
-      // A node killed before its executor closed leaves its networks behind, with their host
-      // firewall rules, and the engine has address pools for about thirty: once nothing sits
-      // on them, they go too.
-      await executor.removeNetworks();
-    } finally {
-      await executor.close();
+    for (const c of await labelled(docker, nodeId)) {
+      // Gone already, or its removal in progress (the node's own stop): nothing left to do.
+      const done = await docker.getContainer(c.Id).remove({ force: true, v: true }).then(
+        () => true,
+        (error: { statusCode?: number }) => {
+          if (error.statusCode === 404 || error.statusCode === 409) return false;
+          throw error;
+        },
+      );
+      if (done) removed++;
+    }
+    // A node killed before its executor closed leaves its networks behind, with their host
+    // firewall rules, and the engine has address pools for about thirty: once nothing sits on
+    // them, they go too.
+    const prefix = `dormice-${nameSafe(nodeId)}-`;
+    const networks = await docker.listNetworks({ filters: { name: [prefix] } }) as {
+      Name: string;
+    }[];
+    for (const n of networks.filter((n) => n.Name.startsWith(prefix))) {
+      const gone = await docker.getNetwork(n.Name).remove().then(() => true, () => false);
+      if (gone) await dropHostRules(n.Name);
     }
   }
   return removed;
@@ -155,14 +167,41 @@ export async function hostRules(network: string): Promise<number> {
     .filter((line) => line.includes(`--comment "dormice ${network}:`)).length;
 }
 
-/** The sandbox ids the engine holds for `nodeId` (its labelled containers). */
-export async function containersOf(nodeId: string): Promise<string[]> {
-  const executor = new DockerExecutor({ nodeId });
-  try {
-    return await executor.list();
-  } finally {
-    await executor.close();
+/**
+ * Deletes the host firewall rules that guard `network` (a network removed behind its node's back
+ * leaves them). Quiet where iptables cannot run: the node could not have made them either.
+ */
+async function dropHostRules(network: string): Promise<void> {
+  const listed = await new Deno.Command("iptables", { args: ["-w", "5", "-S", "INPUT"] }).output()
+    .catch(() => undefined);
+  if (listed === undefined || !listed.success) return;
+  const rules = new TextDecoder().decode(listed.stdout).split("\n")
+    .filter((line) =>
+      line.startsWith("-A INPUT ") && line.includes(`--comment "dormice ${network}:`)
+    );
+  for (const rule of rules) {
+    // The spec as iptables printed it, quotes around the comment taken off by a shell's rules.
+    const args = rule.slice("-A INPUT ".length).match(/"[^"]*"|\S+/g)!.map((a) =>
+      a.replace(/^"|"$/g, "")
+    );
+    await new Deno.Command("iptables", { args: ["-w", "5", "-D", "INPUT", ...args] }).output()
+      .catch(() => undefined);
   }
+}
+
+/** The sandbox ids the engine holds for `nodeId` (its labelled containers, any instance's). */
+export async function containersOf(nodeId: string): Promise<string[]> {
+  const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+  return (await labelled(docker, nodeId)).map((c) => c.Labels["dormice.sandbox"]).filter((id) =>
+    id !== undefined
+  ).sort();
+}
+
+function labelled(
+  docker: Docker,
+  nodeId: string,
+): Promise<{ Id: string; Labels: Record<string, string> }[]> {
+  return docker.listContainers({ all: true, filters: { label: [`dormice.node=${nodeId}`] } });
 }
 
 /** Polls `check` every 100 ms until it returns true or `ms` passes. */

@@ -1,7 +1,6 @@
 /**
- * `deno task fleet --domain=dormice.test` (issue 13): the whole fleet script, run with the task's
- * own permissions from deno.json and the fake executor, on a free high port so it needs neither
- * root nor 443. It must make a CA and a wildcard certificate with openssl, serve the sandbox
+ * `deno task fleet --domain=dormice.test` (issue 13): the task itself (tests/_fleet_task.ts) with
+ * the fake executor, on a free high port so it needs neither root nor 443. It must make a CA and a wildcard certificate with openssl, serve the sandbox
  * domain over https with them, and print the trust, DNS and `E2B_DOMAIN` lines; a second
  * certificate step reuses both files.
  *
@@ -10,7 +9,8 @@
  */
 import assert from "node:assert/strict";
 import { ensureFleetCertificates } from "../examples/_fleet_tls.ts";
-import { freePort, repoRoot, spawnDeno } from "./_processes.ts";
+import { startFleetTask } from "./_fleet_task.ts";
+import { repoRoot } from "./_processes.ts";
 import { opensslMissing } from "../shared/_tls_fixtures_test.ts";
 
 const DOMAIN = "dormice.test";
@@ -18,13 +18,6 @@ const DOMAIN = "dormice.test";
 const missing = await opensslMissing();
 const onCi = Deno.env.get("CI") === "true";
 if (missing !== null && !onCi) console.log(`fleet domain test skipped: ${missing}`);
-
-/** The permission flags of deno.json's `fleet` task, so the test proves they suffice. */
-function fleetTaskPermissions(): string[] {
-  const config = JSON.parse(Deno.readTextFileSync(`${repoRoot}/deno.json`));
-  const task: string = config.tasks.fleet;
-  return task.split(/\s+/).filter((word) => word.startsWith("--allow-"));
-}
 
 /** One TLS handshake with the gateway, verifying its certificate for `name` against `ca`. */
 async function handshake(port: number, name: string, ca: string): Promise<Deno.TlsConn> {
@@ -81,32 +74,14 @@ Deno.test({
   if (missing !== null) {
     throw new Error(`CI=true, so the fleet domain test must run, but ${missing}`);
   }
-  const dataDir = `.dormice/fleet-test-${crypto.randomUUID().slice(0, 8)}`;
-  const port = freePort();
-  const fleet = spawnDeno("examples/fleet.ts", {
-    args: [`--domain=${DOMAIN}`],
-    permissions: ["--frozen", ...fleetTaskPermissions()],
-    env: {
-      DORMICE_EXECUTOR: "fake",
-      DORMICE_FLEET_DIR: dataDir,
-      DORMICE_GATEWAY_PORT: String(port),
-    },
-  });
+  const fleet = startFleetTask({ args: [`--domain=${DOMAIN}`], env: { DORMICE_EXECUTOR: "fake" } });
+  const { dataDir } = fleet;
+  const port = Number(new URL(fleet.gatewayUrl).port);
   try {
-    const deadline = Date.now() + 60_000;
-    while (!fleet.stdout().includes("Ctrl-C stops")) {
-      const exited = await Promise.race([
-        fleet.exited.then(() => true),
-        new Promise<false>((r) => setTimeout(() => r(false), 100)),
-      ]);
-      if (exited || Date.now() > deadline) {
-        throw new Error(`The fleet did not come up:\n${fleet.stdout()}\n${fleet.stderr()}`);
-      }
-    }
+    await fleet.up(60_000);
     const out = fleet.stdout();
     const lines = out.split("\n").map((l) => l.trim());
-    const exported = (name: string) =>
-      lines.find((l) => l.startsWith(`export ${name}=`))?.slice(`export ${name}=`.length);
+    const exported = fleet.exported;
 
     // The port is not 443, so it rides in the domain, and the reason is printed.
     assert.equal(exported("E2B_DOMAIN"), `${DOMAIN}:${port}`, out);
@@ -118,7 +93,11 @@ Deno.test({
     assert.equal(exported("NODE_EXTRA_CA_CERTS"), caFile);
     assert.ok(lines.includes(`127.0.0.1 api.${DOMAIN}`), out);
     assert.ok(lines.some((l) => l.includes(`address=/${DOMAIN}/127.0.0.1`)), out);
-    assert.equal(exported("E2B_API_URL"), `https://127.0.0.1:${port}/e2b/api`);
+    assert.equal(exported("SSL_CERT_FILE"), caFile);
+    // One set of client settings: with E2B_API_URL beside E2B_DOMAIN the SDK takes the URL,
+    // where signed file URLs cannot be routed.
+    assert.equal(exported("E2B_API_URL"), undefined, out);
+    assert.equal(exported("E2B_SANDBOX_URL"), undefined, out);
 
     // The certificate the gateway serves is valid for both kinds of name the SDK reaches, and
     // only for them.
@@ -168,7 +147,6 @@ Deno.test({
     assert.equal(await Deno.readTextFile(again.caFile), ca);
     assert.equal(await Deno.readTextFile(again.certFile), before);
   } finally {
-    await fleet.stop(15_000);
-    await Deno.remove(`${repoRoot}${dataDir}`, { recursive: true }).catch(() => {});
+    await fleet.stop();
   }
 });

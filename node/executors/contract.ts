@@ -425,8 +425,18 @@ export interface Executor {
   resume(id: string): Promise<void>;
   /** Resource use now. */
   stats(id: string): Promise<SandboxStats>;
-  /** Ids of every sandbox this executor holds (for reconciliation at boot). */
+  /**
+   * Ids of every sandbox this executor made and holds (for reconciliation at boot, which
+   * removes those the ledger has no row for). Docker: the containers labelled with this
+   * ledger's instance id, never another node's that happens to share the node id.
+   */
   list(): Promise<string[]>;
+  /**
+   * Ids of sandboxes made before instance labels, which may be this node's or another's with
+   * the same node id (Docker: containers labelled with the node id alone). The boot reconcile
+   * adopts those its ledger knows and never removes the rest.
+   */
+  legacy?(): Promise<string[]>;
   /** What it can serve now (templates, volumes); an executor without it serves any template. */
   capabilities?(): Promise<ExecutorCapabilities>;
   /**

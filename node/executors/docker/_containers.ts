@@ -76,6 +76,8 @@ export interface ContainersOptions {
   network: SandboxNetwork;
   /** Written on every container as the `dormice.node` label. */
   nodeId: string;
+  /** Written on every container as the `dormice.instance` label; what `list()` selects by. */
+  instanceId: string;
   /** Template name to image. */
   templates: Map<string, string>;
   /** Limits for specs that do not set them, defaults filled in. */
@@ -96,6 +98,7 @@ export class Containers {
   #sandboxes: Sandboxes;
   #network: SandboxNetwork;
   #nodeId: string;
+  #instanceId: string;
   #templates: Map<string, string>;
   #limits: DockerLimits;
   #createTimeoutMs: number;
@@ -110,6 +113,7 @@ export class Containers {
     this.#sandboxes = options.sandboxes;
     this.#network = options.network;
     this.#nodeId = options.nodeId;
+    this.#instanceId = options.instanceId;
     this.#templates = options.templates;
     this.#limits = options.limits;
     this.#createTimeoutMs = options.createTimeoutMs;
@@ -203,7 +207,8 @@ export class Containers {
    * @throws {ExecutorError} `invalid` naming the driver and what to do.
    */
   async #probeDiskBound(image: string): Promise<void> {
-    const name = this.#engine.containerName("disk-probe");
+    // Two nodes with one id may probe at once: each its own container.
+    const name = this.#engine.containerName(`disk-probe-${this.#instanceId}`);
     const remove = () =>
       this.#engine.call(
         "removing the disk probe container",
@@ -294,6 +299,7 @@ export class Containers {
           Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
           Labels: {
             "dormice.node": this.#nodeId,
+            "dormice.instance": this.#instanceId,
             "dormice.sandbox": id,
             "dormice.name": name,
             "dormice.template": template,
@@ -422,17 +428,34 @@ export class Containers {
     return stats;
   }
 
+  /** The sandboxes of the containers this instance made. */
   async list(): Promise<string[]> {
-    const containers = await this.#engine.call(
+    return sandboxIds(await this.#listLabelled(`dormice.instance=${this.#instanceId}`));
+  }
+
+  /**
+   * The sandboxes of containers labelled with this node id and no instance: made by a node
+   * before instance labels, this one or another with the same id.
+   */
+  async legacy(): Promise<string[]> {
+    const labelled = await this.#listLabelled(`dormice.node=${this.#nodeId}`);
+    return sandboxIds(labelled.filter((c) => c.Labels?.["dormice.instance"] === undefined));
+  }
+
+  #listLabelled(label: string): Promise<{ Labels?: Record<string, string> }[]> {
+    return this.#engine.call(
       "listing this node's containers",
       (signal) =>
         this.#engine.client.listContainers({
           all: true,
-          filters: { label: [`dormice.node=${this.#nodeId}`] },
+          filters: { label: [label] },
           abortSignal: signal,
         }),
     );
-    return containers.map((c) => c.Labels?.["dormice.sandbox"]).filter((id): id is string => !!id)
-      .sort();
   }
+}
+
+function sandboxIds(containers: { Labels?: Record<string, string> }[]): string[] {
+  return containers.map((c) => c.Labels?.["dormice.sandbox"]).filter((id): id is string => !!id)
+    .sort();
 }

@@ -48,6 +48,13 @@ export type { DockerLimits } from "./_containers.ts";
 export interface DockerExecutorOptions {
   /** This node's id, written on every container as the `dormice.node` label. */
   nodeId: string;
+  /**
+   * What this executor owns its containers by (the `dormice.instance` label, and its internal
+   * network's name): the node's `Ledger.instanceId`, so a restarted node finds its containers
+   * and a node with the same id on the same engine never lists or removes them. A random one,
+   * for this object only, when absent.
+   */
+  instanceId?: string;
   /** The engine client (a dockerode `Docker`); one on `socketPath` by default. */
   docker?: DockerEngine;
   /** The engine socket (for the client and for error sentences). */
@@ -88,12 +95,12 @@ export interface DockerExecutorOptions {
 }
 
 /**
- * The executor contract on Docker: one container per sandbox, labelled with this node's id and
- * the ledger id, isolated by default (no route out, no route to another sandbox or to the host,
- * cpu / memory / pids limits, the image's non-root user without capabilities; root keeps only
- * what it needs to act as root on files, processes and sudo). Commands run by exec with
- * demultiplexed streams; a kill reaches the command and every descendant, and no other command,
- * through a token in their environment. Files travel by archive put/get.
+ * The executor contract on Docker: one container per sandbox, labelled with this node's id, its
+ * instance id and the ledger id, isolated by default (no route out, no route to another sandbox
+ * or to the host, cpu / memory / pids limits, the image's non-root user without capabilities;
+ * root keeps only what it needs to act as root on files, processes and sudo). Commands run by
+ * exec with demultiplexed streams; a kill reaches the command and every descendant, and no other
+ * command, through a token in their environment. Files travel by archive put/get.
  *
  * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default), and `--allow-run=iptables` with root unless
@@ -129,11 +136,14 @@ export class DockerExecutor implements Executor {
   #files: Files;
   #watches: Watches;
   #closed = false;
+  /** The `dormice.instance` label of every container it makes, and what it lists by. */
+  readonly instanceId: string;
 
   /** Builds the executor without touching the engine; {@link DockerExecutor.connect} pings first. */
   constructor(options: DockerExecutorOptions) {
     const {
       nodeId,
+      instanceId = randomInstanceId(),
       socketPath = DEFAULT_DOCKER_SOCKET,
       docker = new Docker({ socketPath }) as DockerEngine,
       templates,
@@ -150,6 +160,12 @@ export class DockerExecutor implements Executor {
       runIptables,
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
+    if (!/^[a-z0-9]{1,32}$/.test(instanceId)) {
+      throw new TypeError(
+        `Cannot create DockerExecutor as 'instanceId' is not 1-32 lowercase letters or digits: received '${instanceId}'`,
+      );
+    }
+    this.instanceId = instanceId;
     let map = templates;
     if (!map) {
       const parsed = parseTemplates(undefined);
@@ -158,9 +174,11 @@ export class DockerExecutor implements Executor {
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     const sandboxes = new Sandboxes(this.#engine);
+    // Per instance, like the labels: a node leaving must not pull the network from under
+    // another node with the same id (it is removed once nothing sits on it).
     this.#network = new SandboxNetwork({
       engine: this.#engine,
-      nodeName: nameSafe(nodeId),
+      nodeName: `${nameSafe(nodeId)}-${instanceId}`,
       firewall: hostFirewall ? new HostFirewall({ run: runIptables }) : null,
       log,
     });
@@ -183,6 +201,7 @@ export class DockerExecutor implements Executor {
       sandboxes,
       network: this.#network,
       nodeId,
+      instanceId,
       templates: map,
       limits: { ...DEFAULT_LIMITS, ...defaults },
       createTimeoutMs,
@@ -368,7 +387,7 @@ export class DockerExecutor implements Executor {
   }
 
   /**
-   * Removes this node id's sandbox networks and their host firewall rules where no container is
+   * Removes this instance's sandbox networks and their host firewall rules where no container is
    * left on them, whether or not this executor made them: the cleanup after a node that was
    * killed before it could close (the engine has address pools for about thirty networks).
    *
@@ -378,10 +397,24 @@ export class DockerExecutor implements Executor {
     return this.#network.removeAll();
   }
 
+  /** Containers labelled with this node's id but no instance: made before instance labels. */
+  legacy(): Promise<string[]> {
+    return this.#containers.legacy();
+  }
+
   close(): Promise<void> {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     this.#commands.close();
     return this.#network.release();
   }
+}
+
+/** 16 random hex digits: an instance of its own for an executor given none. */
+function randomInstanceId(): string {
+  return Array.from(
+    crypto.getRandomValues(new Uint8Array(8)),
+    (b) => b.toString(16).padStart(2, "0"),
+  )
+    .join("");
 }

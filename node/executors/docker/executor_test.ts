@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
+import Docker from "dockerode";
 import { DockerExecutor } from "./executor.ts";
+import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
 import type { DockerEngine } from "./engine.ts";
 import { ExecutorError } from "../contract.ts";
 import { dockerReadiness } from "./_fixtures_test.ts";
@@ -95,7 +97,7 @@ if (notReady && !onCi) console.log(`docker_executor_test: engine cases skipped: 
 /** A case on a fresh sandbox of `template`: `minimal` (busybox, fast) unless it needs Debian. */
 function engineTest(
   name: string,
-  fn: (executor: DockerExecutor, id: string) => Promise<void>,
+  fn: (executor: DockerExecutor, id: string, nodeId: string) => Promise<void>,
   template = "minimal",
 ) {
   Deno.test({
@@ -117,7 +119,7 @@ function engineTest(
         env: {},
       });
       try {
-        await fn(executor, id);
+        await fn(executor, id, nodeId);
       } finally {
         await executor.destroy(id);
         await executor.close();
@@ -189,12 +191,50 @@ engineTest("keeps odd file names intact and follows symlinks on read", async (ex
   );
 });
 
-engineTest("labels containers with the node and lists only its own", async (ex, id) => {
-  assert.deepEqual(await ex.list(), [id]);
-  const other = new DockerExecutor({ nodeId: "some-other-node-unit" });
-  assert.ok(!(await other.list()).includes(id));
-  await other.close();
-});
+engineTest(
+  "lists only what its own instance made, even beside its node id's twin",
+  async (ex, id, nodeId) => {
+    assert.deepEqual(await ex.list(), [id]);
+    const other = new DockerExecutor({ nodeId: "some-other-node-unit" });
+    assert.ok(!(await other.list()).includes(id));
+    await other.close();
+    // Another data dir of the same node id (a second copy of a fleet): not its container, and not
+    // an older one either, so its boot neither removes nor adopts it.
+    const twin = new DockerExecutor({ nodeId });
+    assert.notEqual(twin.instanceId, ex.instanceId);
+    assert.deepEqual(await twin.list(), []);
+    assert.deepEqual(await twin.legacy(), []);
+    await twin.close();
+    // The same instance after a restart finds it again.
+    const again = new DockerExecutor({ nodeId, instanceId: ex.instanceId });
+    assert.deepEqual(await again.list(), [id]);
+    await again.close();
+  },
+);
+
+engineTest(
+  "names a container from before instance labels as legacy, and destroys it by id",
+  async (ex, _id, nodeId) => {
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    // What a node made before instance labels: the node id and the sandbox id, nothing more.
+    const old = await docker.createContainer({
+      name: `dormice-${nodeId}-sbx_older`,
+      Image: "dormice-minimal:latest",
+      Entrypoint: ["sleep"],
+      Cmd: ["60"],
+      Labels: { "dormice.node": nodeId, "dormice.sandbox": "sbx_older" },
+      HostConfig: { NetworkMode: "none" },
+    });
+    try {
+      assert.deepEqual(await ex.legacy(), ["sbx_older"]);
+      assert.ok(!(await ex.list()).includes("sbx_older"), "not proven its own");
+      await ex.destroy("sbx_older");
+      assert.deepEqual(await ex.legacy(), []);
+    } finally {
+      await old.remove({ force: true }).catch(() => {});
+    }
+  },
+);
 
 engineTest("runs a command as root only when asked by name", async (ex, id) => {
   assert.equal((await sh(ex, id, "id -un", "root")).stdout, "root\n");
