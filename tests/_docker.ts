@@ -189,6 +189,23 @@ async function dropHostRules(network: string): Promise<void> {
   }
 }
 
+/**
+ * The name of `nodeId`'s `kind` network (`dormice-<node>-<instance>-<kind>`), of whichever
+ * instance made it; throws when there is none or more than one.
+ */
+export async function networkOf(nodeId: string, kind: "internal" | "egress"): Promise<string> {
+  const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+  const prefix = `dormice-${nameSafe(nodeId)}-`;
+  // An instance id has no '-': another node whose id starts with this one's is not matched.
+  const own = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}[a-z0-9]+-${kind}$`);
+  const names = (await docker.listNetworks({ filters: { name: [prefix] } }) as { Name: string }[])
+    .map((n) => n.Name).filter((n) => own.test(n));
+  if (names.length !== 1) {
+    throw new Error(`${names.length} ${kind} networks of ${nodeId}: ${names}`);
+  }
+  return names[0];
+}
+
 /** The sandbox ids the engine holds for `nodeId` (its labelled containers, any instance's). */
 export async function containersOf(nodeId: string): Promise<string[]> {
   const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });

@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
-import { dockerGate, hostRules, removeContainersOf } from "./_docker.ts";
+import { dockerGate, hostRules, networkOf, removeContainersOf } from "./_docker.ts";
 import { gatewayMain, postJson } from "./_gateway.ts";
 import { freePort, newToken, nodeMain, repoRoot, spawnDeno, waitForHealth } from "./_processes.ts";
 
@@ -138,7 +138,6 @@ Deno.test({
   const moved = (s: string) =>
     s.replaceAll("/var/lib/dormice-node", root).replaceAll("/opt/dormice-cluster", repoRoot);
   const nodeId = `unit-${crypto.randomUUID().slice(0, 8)}`;
-  const network = `dormice-${nodeId}-internal`;
   let node: ReturnType<typeof spawnDeno> | undefined;
   try {
     const [execStart] = values(unit, "ExecStart");
@@ -164,6 +163,7 @@ Deno.test({
     // The first sandbox makes the network and its host rule, with the unit's permissions only.
     const made = await postJson(url, token, "acquireSandbox", { name: "u", template: "minimal" });
     assert.equal(made.status, 200, JSON.stringify(made.body));
+    const network = await networkOf(nodeId, "internal");
     assert.equal(await hostRules(network), 1);
     const gone = await postJson(url, token, "destroySandbox", { name: "u" });
     assert.equal(gone.status, 200, JSON.stringify(gone.body));

@@ -20,6 +20,7 @@ import {
   containersOf,
   dockerGate,
   type DockerNodeProcess,
+  networkOf,
   removeContainersOf,
   startDockerNode,
   until,
@@ -344,9 +345,10 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
       };
       const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
       const closed = await Sandbox.create({ ...opts, allowInternetAccess: false });
-      assert.equal(await networkMode(open.sandboxId), "bridge");
+      // With egress: the node's own egress network (inter-container traffic off), not bridge.
+      assert.equal(await networkMode(open.sandboxId), await networkOf(nodeId, "egress"));
       // Without egress: the node's --internal network, which forwards nothing out.
-      const internal = `dormice-${nodeId}-internal`;
+      const internal = await networkOf(nodeId, "internal");
       assert.equal(await networkMode(closed.sandboxId), internal);
       assert.equal(await networkMode(sandbox.sandboxId), internal, "the default is no egress");
       assert.equal((await open.getInfo()).allowInternetAccess, true);

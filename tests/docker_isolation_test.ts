@@ -24,6 +24,7 @@ import {
   dockerNodePermissions,
   type DockerNodeProcess,
   hostRules,
+  networkOf,
   removeContainersOf,
   startDockerNode,
 } from "./_docker.ts";
@@ -292,8 +293,8 @@ Deno.test({
     await t.step(
       "one host rule per network, kept across a restart, gone with the network",
       async () => {
-        const internal = `dormice-${guardedId}-internal`;
-        const egress = `dormice-${guardedId}-egress`;
+        const internal = await networkOf(guardedId, "internal");
+        const egress = await networkOf(guardedId, "egress");
         assert.deepEqual([await hostRules(internal), await hostRules(egress)], [1, 1]);
         await guarded!.stop();
         // The sandboxes live on, so do their networks and the rules guarding them.

@@ -79,6 +79,7 @@ function executor(
 ) {
   return new DockerExecutor({
     nodeId: "n1",
+    instanceId: "i1",
     docker: engine,
     templates: new Map([["base", "img:1"]]),
     runIptables: iptables.run,
@@ -97,8 +98,8 @@ Deno.test("DockerExecutor puts sandboxes on the node's two networks, inter-conta
   await create(ex, "open", true);
   await create(ex, "open2", true);
 
-  const internal = networks.get("dormice-n1-internal")!;
-  const egress = networks.get("dormice-n1-egress")!;
+  const internal = networks.get("dormice-n1-i1-internal")!;
+  const egress = networks.get("dormice-n1-i1-egress")!;
   assert.equal(internal.Internal, true);
   assert.equal(egress.Internal, false, "egress: a route out");
   for (const n of [internal, egress]) {
@@ -108,7 +109,7 @@ Deno.test("DockerExecutor puts sandboxes on the node's two networks, inter-conta
   // Docker's default `bridge` (inter-container traffic on) is no sandbox's network any more.
   assert.deepEqual(
     containers.map((c) => (c.HostConfig as { NetworkMode: string }).NetworkMode),
-    ["dormice-n1-internal", "dormice-n1-egress", "dormice-n1-egress"],
+    ["dormice-n1-i1-internal", "dormice-n1-i1-egress", "dormice-n1-i1-egress"],
   );
   for (const n of [internal, egress]) {
     const bridge = n.Options["com.docker.network.bridge.name"];
@@ -124,13 +125,13 @@ Deno.test("DockerExecutor keeps one host rule per network across restarts and re
   await create(first, "a", false);
   // The node stops while its sandbox lives on: the network stays, and so does its rule.
   await first.close();
-  assert.ok(networks.has("dormice-n1-internal"));
+  assert.ok(networks.has("dormice-n1-i1-internal"));
   assert.equal(iptables.chains.get("INPUT")!.length, 1);
 
   const second = executor(engine, iptables);
   await create(second, "b", false);
   assert.equal(iptables.chains.get("INPUT")!.length, 1, "the restarted node found its rule");
-  networks.get("dormice-n1-internal")!.Containers = {};
+  networks.get("dormice-n1-i1-internal")!.Containers = {};
   await second.close();
   assert.equal(networks.size, 0);
   assert.deepEqual(iptables.chains.get("INPUT"), [], "the rule left with its network");
@@ -167,9 +168,9 @@ Deno.test("DockerExecutor makes again an empty network without isolation and ref
   const iptables = new FakeIptables();
   const { engine, networks } = networkEngine(iptables);
   // As an older node made it: --internal only, Docker's own bridge name, one sandbox on it.
-  networks.set("dormice-n1-internal", {
+  networks.set("dormice-n1-i1-internal", {
     Id: "f".repeat(64),
-    Name: "dormice-n1-internal",
+    Name: "dormice-n1-i1-internal",
     Internal: true,
     Options: {},
     Containers: { old: {} },
@@ -179,11 +180,11 @@ Deno.test("DockerExecutor makes again an empty network without isolation and ref
   assert.ok(refused instanceof ExecutorError);
   assert.match(
     refused.message,
-    /^Network dormice-n1-internal lets its sandboxes reach each other \(it was made without com\.docker\.network\.bridge\.enable_icc=false or --internal\) and 1 container\(s\) still sit on it: destroy the sandboxes on it/,
+    /^Network dormice-n1-i1-internal lets its sandboxes reach each other \(it was made without com\.docker\.network\.bridge\.enable_icc=false or --internal\) and 1 container\(s\) still sit on it: destroy the sandboxes on it/,
   );
-  networks.get("dormice-n1-internal")!.Containers = {};
+  networks.get("dormice-n1-i1-internal")!.Containers = {};
   await create(ex, "a", false);
-  const made = networks.get("dormice-n1-internal")!;
+  const made = networks.get("dormice-n1-i1-internal")!;
   assert.equal(made.Options["com.docker.network.bridge.enable_icc"], "false");
 });
 
@@ -195,7 +196,7 @@ Deno.test("DockerExecutor refuses a network whose bridge the engine left open to
   assert.ok(error instanceof ExecutorError);
   assert.match(
     error.message,
-    /installed no rule keeping the sandboxes on network dormice-n1-egress/,
+    /installed no rule keeping the sandboxes on network dormice-n1-i1-egress/,
   );
 });
 
@@ -205,6 +206,7 @@ Deno.test("DockerExecutor.connect() refuses when the host firewall cannot be man
   const { engine } = networkEngine(iptables);
   const options = {
     nodeId: "n1",
+    instanceId: "i1",
     docker: engine,
     templates: new Map([["base", "img:1"]]),
     runIptables: iptables.run,

@@ -403,6 +403,7 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
   const bounded = recordingEngine(null);
   const executor = await DockerExecutor.connect({
     nodeId: "n1",
+    instanceId: "i1",
     docker: bounded.engine,
     // Networks are _network_test.ts's: this engine has none, and the host is not touched.
     hostFirewall: false,
@@ -410,8 +411,8 @@ Deno.test("DockerExecutor bounds each sandbox's writable layer when diskMB is se
     defaults: { diskMB: 64 },
   });
   // connect() probed the bound with a container it never started, then removed it.
-  assert.equal(bounded.creates[0].name, "dormice-n1-disk-probe");
-  assert.ok(bounded.removed.includes("dormice-n1-disk-probe"));
+  assert.equal(bounded.creates[0].name, "dormice-n1-disk-probe-i1");
+  assert.ok(bounded.removed.includes("dormice-n1-disk-probe-i1"));
   await executor.create({ id: "sb1", name: "a", template: "base", spec: {}, env: {} });
   const hostConfig = (o: Record<string, unknown>) => o.HostConfig as Record<string, unknown>;
   assert.deepEqual(hostConfig(bounded.creates.at(-1)!).StorageOpt, { size: "64M" });
@@ -435,6 +436,7 @@ Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cann
   );
   const error = await DockerExecutor.connect({
     nodeId: "n1",
+    instanceId: "i1",
     docker: refusing.engine,
     // Networks are _network_test.ts's: this engine has none, and the host is not touched.
     hostFirewall: false,
@@ -446,5 +448,5 @@ Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cann
     error.message,
     /^A disk bound of 64 MiB per sandbox \(DORMICE_SANDBOX_DISK_MB\) needs a storage driver .* \(overlay2 on extfs\) refuses it: .*only for overlay over xfs.*Unset DORMICE_SANDBOX_DISK_MB, or/,
   );
-  assert.ok(refusing.removed.includes("dormice-n1-disk-probe"), "no probe left behind");
+  assert.ok(refusing.removed.includes("dormice-n1-disk-probe-i1"), "no probe left behind");
 });
