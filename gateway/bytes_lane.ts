@@ -33,6 +33,7 @@ import {
   writeBody,
 } from "../shared/http1/mod.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { hopByHopHeaders } from "../shared/port_proxy.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { DEFAULT_JSON_BODY_LIMIT_BYTES } from "../shared/json_body.ts";
@@ -163,6 +164,17 @@ function asItCame(head: RawHead): boolean {
     lengths++;
   }
   return lengths === 1;
+}
+
+/** Whether the node's answer head has a line named `lower`. */
+function hasLine(head: RawHead, lower: string): boolean {
+  const { raw, spans } = head;
+  for (let i = 0; i < spans.length; i += 3) {
+    if (spans[i + 1] - spans[i] === lower.length && sameName(raw, spans[i], spans[i + 1], lower)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 /**
@@ -406,7 +418,13 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         routing.forwarded(path, status, (performance.now() - started) / 1000, found);
         if (status === 404) {
           // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-          await finder.recheck("name", key).catch(() => {});
+          const rechecked = await finder.recheck("name", key).catch(() => undefined);
+          if (rechecked === "evicted" && hasLine(answer.head, ABSENT_HEADER)) {
+            // The node did nothing, and the name may live on another node now (made again
+            // through another gateway): the object path finds it and sends the request there.
+            answer.cancel();
+            return handBack();
+          }
         }
         // A whole answer (the usual small one) is one write awaited here, in this frame: a helper
         // handing back its promise was one more promise and closure a request.

@@ -718,3 +718,96 @@ Deno.test("a node that went away is a 502 naming it", async () => {
     await r.close();
   }
 });
+
+/**
+ * A second stub node, checked in through `r`, that holds `x` (as `idb-x`) and answers every verb
+ * with "from b".
+ */
+async function nodeB(r: Awaited<ReturnType<typeof rig>>) {
+  const names = new Set<string>();
+  const stub = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
+    const path = new URL(req.url).pathname;
+    const body = await req.text();
+    if (path === "/lookupSandbox") {
+      const b = JSON.parse(body);
+      const name = b.name ?? String(b.id).replace(/^idb-/, "");
+      return Response.json(
+        names.has(name)
+          ? { found: true, sandbox: { id: `idb-${name}`, name, state: "active" } }
+          : { found: false },
+      );
+    }
+    return Response.json({ exitCode: 0, stdout: "from b\n", stderr: "" });
+  });
+  const endpoint = `http://127.0.0.1:${stub.addr.port}`;
+  const joined = await post(
+    `${r.base}/checkIn`,
+    r.fleetAuth,
+    JSON.stringify(checkIn("node-b", endpoint)),
+  );
+  assert.equal(joined.status, 200, joined.text);
+  return { names, close: () => within(stub.shutdown(), 5000, "stub b shutdown") };
+}
+
+/** Node A's answer: its exec while it holds the name, else the node's 404 for an absent sandbox. */
+function answerWhileHeld(names: Set<string>) {
+  return (seen: Seen) =>
+    names.has(JSON.parse(seen.body).name)
+      ? Response.json({ exitCode: 0, stdout: "from a\n", stderr: "" })
+      : Response.json({ message: "No sandbox named 'x' on this node" }, {
+        status: 404,
+        headers: { "x-dormice-absent": "1" },
+      });
+}
+
+for (const path of ["lane", "object path"] as const) {
+  Deno.test(`a stale cache entry costs no 404 (${path}): the request goes once to the node that holds the name now`, async () => {
+    const held = new Set(["x"]);
+    const r = await rig({ names: ["x"], answer: answerWhileHeld(held) });
+    const b = await nodeB(r);
+    try {
+      await r.cache("x");
+      // Another gateway destroyed x on node A and made it again on node B.
+      r.names.delete("x");
+      held.delete("x");
+      b.names.add("x");
+      const delta = r.mark();
+      const res = path === "lane" ? await r.exec("x") : await (async () => {
+        const answer = await r.gateway.fetch(
+          new Request(`${r.base}/execCommand`, {
+            method: "POST",
+            headers: r.fleetAuth,
+            body: execBody("x"),
+          }),
+        );
+        return { status: answer.status, text: await answer.text() };
+      })();
+      assert.equal(res.status, 200, res.text);
+      assert.match(res.text, /from b/);
+      const sentToA = r.seen.filter((s) => s.path === "/execCommand").length;
+      assert.equal(sentToA, 1, "node A heard the exec once");
+      if (path === "lane") assert.deepEqual(delta(), { served: 1, handedBack: 1 });
+    } finally {
+      await b.close();
+      await r.close();
+    }
+  });
+}
+
+Deno.test("a node's 404 about something else than the sandbox (no mark) is the answer, sent nowhere else", async () => {
+  const r = await rig({
+    names: ["x"],
+    answer: () => Response.json({ message: "No such file: /nope" }, { status: 404 }),
+  });
+  const b = await nodeB(r);
+  try {
+    await r.cache("x");
+    b.names.add("x");
+    const res = await r.exec("x");
+    assert.equal(res.status, 404);
+    assert.match(res.text, /No such file/);
+  } finally {
+    await b.close();
+    await r.close();
+  }
+});

@@ -29,6 +29,7 @@ import {
   rememberCreated,
 } from "./routing_create.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 
@@ -330,9 +331,36 @@ export class GatewayRouting {
     );
     if (response.status === 404) {
       // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-      await this.#finder.recheck(by, key).catch(() => {});
+      const rechecked = await this.#finder.recheck(by, key).catch(() => undefined);
+      const again = rechecked === "evicted" && response.headers.has(ABSENT_HEADER)
+        ? await this.#elsewhere(request, options, found)
+        : undefined;
+      if (again !== undefined) {
+        await response.body?.cancel().catch(() => {});
+        return again;
+      }
     }
     return response;
+  }
+
+  /**
+   * The same request sent once more, to the node that holds the name now, when the node it went
+   * to said the sandbox is not there (so it did nothing) and the cache entry was stale: another
+   * gateway destroyed and made the name again elsewhere. `undefined` when it cannot be sent
+   * again (a body that streamed through, an id, which names one sandbox on one node for good)
+   * or the name is on no other node: the first 404 stands.
+   */
+  async #elsewhere(
+    request: Request,
+    options: StreamOptions,
+    was: FindOne,
+  ): Promise<Response | undefined> {
+    const { by, key, body } = options;
+    if (by !== "name" || !(typeof body === "string" || body instanceof Uint8Array)) return;
+    const now = await this.resolve(by, key, request.signal).catch(() => undefined);
+    if (now?.kind !== "one" || now.node.id === was.node.id) return;
+    // Sent as any routed request, and once: its own 404 is the answer, whatever it says.
+    return await this.stream(request, { ...options, found: now, by: "id", key: now.sandbox.id });
   }
 
   /**

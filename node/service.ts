@@ -14,6 +14,7 @@ import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
 import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
+import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
   type DirWatch,
@@ -515,6 +516,7 @@ export class SandboxService implements SandboxOps {
       "name" in ref
         ? `No sandbox named '${ref.name}' on this node: create it with acquireSandbox, or check the name with listSandboxes`
         : `No sandbox with id '${ref.id}' on this node: check the id with listSandboxes`,
+      { headers: { [ABSENT_HEADER]: "1" } },
     );
   }
 

@@ -13,6 +13,13 @@ import {
   sandboxStateSchema,
 } from "./schemas.ts";
 
+/**
+ * The header a node's 404 carries when the sandbox the request named is not on that node (the
+ * verb did nothing): a gateway whose cached entry was stale may then send the same request to
+ * the node that holds the name now, where any other 404 (a file not found) is the answer.
+ */
+export const ABSENT_HEADER = "x-dormice-absent";
+
 const base64 = z.string().regex(
   /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/,
   "is not standard base64 (A–Z, a–z, 0–9, '+', '/', '=' padding)",

@@ -219,3 +219,25 @@ Deno.test("native face: a body declared over the JSON cap is a 413 {message}, no
   assert.match(body.message, /cap of 32 MiB/);
   await app.close();
 });
+
+Deno.test("native face: a 404 for a sandbox not on this node is marked absent, a missing file's is not", async () => {
+  const { app } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const ask = (body: unknown) =>
+    app.fetch(
+      new Request("http://node/readFile", {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
+        body: JSON.stringify(body),
+      }),
+    );
+  const absent = await ask({ name: "zz", path: "/x" });
+  assert.equal(absent.status, 404);
+  assert.equal(absent.headers.get("x-dormice-absent"), "1");
+  await absent.body?.cancel();
+  const missingFile = await ask({ name: "a", path: "/nope" });
+  assert.equal(missingFile.status, 404);
+  assert.equal(missingFile.headers.get("x-dormice-absent"), null);
+  await missingFile.body?.cancel();
+  await app.close();
+});
