@@ -4,8 +4,9 @@
  * different number of requests, the difference over the requests between. A count of
  * instructions does not move with the host: on these machines the wall-clock tools read a change
  * of a few percent as noise (`bench/_lane_js.ts`'s runs of one tree spread from 1.9 to 4.8× the
- * floor on one host on 2026-12-02), where three counts of one tree here spread by about 5 % (the lane 76,950 to
- * 80,819 instructions a request): enough for a change of several percent, not for one op call.
+ * floor on one host, measured on 2026-12-02), where three counts of one tree here spread by about
+ * 5 % (the lane 76,950 to 80,819 instructions a request): enough for a change of several percent,
+ * not for one op call.
  * What it cannot see is what instructions do not say: cache misses, the kernel, the other
  * processes. So a change is priced here first, then on the wire (`bench/_head_to_head.ts`).
  *
