@@ -5,7 +5,7 @@
  * (building 10,000 requests, parsing 10,000 answers, the digest checks), which two cores could
  * not show with 10,000 real listeners; CPU time per round is measured beside it.
  *
- * Reference: the same round asking every node (`lookupDigests: "off"`, today's behaviour), in
+ * Reference: the same round asking every node (`lookupDigests: "off"`, the default), in
  * the same run. Every node has checked in twice with a digest of its `perNode` sandboxes.
  *
  * @module
