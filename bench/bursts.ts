@@ -2,9 +2,10 @@
  * Benchmark 5, bursts: 1,000 simultaneous acquires of distinct names over 10 nodes (how evenly
  * they spread, and how fast), and 200 simultaneous acquires of one name (exactly one create).
  *
- * Two paths, whichever exists: through a real gateway process (`gateway/main.ts`) with the stub
- * nodes checked in to it, or, before that exists, in-process with the library pieces the gateway
- * is made of (NameQueue slot → Finder.confirm → Placer.place → create on the node → remember).
+ * Two paths, each a section of its own: through a real gateway process (`gateway/main.ts`) with
+ * the stub nodes checked in to it (`bursts`), and in-process with the library pieces the gateway
+ * is made of (NameQueue slot → Finder.confirm → Placer.place → create on the node → remember;
+ * `bursts-inprocess`), which shows what the HTTP face adds.
  * The stub nodes run in a child process and count the sandboxes they create.
  *
  * Reference: the same 1,000 acquires sent straight to the stub nodes round-robin (no slot, no

@@ -316,7 +316,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     const node = await startNode("bench-fwd-node", gw.url);
     started.push(node);
     await waitForNode(gw.url, "bench-fwd-node");
-    // The same gateway as it was before each of issue 16's switches, for their before/after in
+    // The same gateway with each of its two forwarding choices undone, for their before/after in
     // one run: Deno's own HTTP server in place of the bytes engine (DORMICE_GATEWAY_ENGINE=deno),
     // and with it fetch in place of the HTTP/1.1 client (DORMICE_GATEWAY_NODE_CLIENT=fetch). A
     // node checks in to one gateway, so each has a twin of its own on the fake executor.
