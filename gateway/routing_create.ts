@@ -48,7 +48,7 @@ export interface CreateOptions {
    * Called just before a new sandbox is placed (never for a wake): throws to refuse it (a
    * team's limit), or returns what to tell once the node answered.
    */
-  admit?: () => Admission;
+  admit?: () => Admission | Promise<Admission>;
   /** What the create asks of its node (template, volumes, pool): the placer's filters read it. */
   ask?: PlacementAsk;
 }
@@ -109,7 +109,7 @@ export async function placeNew(
   const { finder, placer } = parts;
   // An unnamed create is counted under a private key until the node names the sandbox.
   const key = name ?? `unnamed:${crypto.randomUUID()}`;
-  const admission = options.admit?.();
+  const admission = await options.admit?.();
   const pick = placer.place(key, options.ask);
   parts.placed(key, pick);
   if (!pick.ok) {
