@@ -15,6 +15,7 @@ import { Fleet } from "./fleet.ts";
 import { Finder } from "./finder.ts";
 import { ApiKeys } from "./keys.ts";
 import { TeamLimits } from "./team_limits.ts";
+import { EtcdTeamLedger, type TeamLedger } from "./team_ledger.ts";
 import { createNativeFace } from "./native.ts";
 import type { H1Client } from "../shared/http1/mod.ts";
 import type { GatewayBytesLane } from "./bytes_lane.ts";
@@ -257,7 +258,7 @@ export function createGateway(options: GatewayOptions): Gateway {
   const keys = new ApiKeys({ database: db, clock, log });
   const shared = options.etcd && startShared(options.etcd, fleet, keys, fetchFn, log, clock);
   late.sync = shared?.mode.sync;
-  const limits = new TeamLimits({ fleet, clock });
+  const limits = new TeamLimits({ fleet, clock, ledger: shared?.ledger });
   const finder = new Finder({
     fleet,
     token,
@@ -372,7 +373,7 @@ function startShared(
   fetchFn: typeof fetch,
   log: Log,
   clock: Clock,
-): { mode: SharedMode; slots: Slots } {
+): { mode: SharedMode; slots: Slots; ledger: TeamLedger } {
   const prefix = options.prefix ?? "/dormice/";
   const client = new EtcdClient({ endpoints: options.endpoints, fetch: options.fetch ?? fetchFn });
   const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
@@ -387,6 +388,7 @@ function startShared(
   let closing: Promise<void> | undefined;
   return {
     slots,
+    ledger: new EtcdTeamLedger({ client, session, prefix, clock }),
     mode: {
       client,
       session,

@@ -101,7 +101,7 @@ export function createE2bApi(
         const id = (JSON.parse(t) as { sandboxID?: unknown })?.sandboxID;
         return typeof id === "string" ? { id, name, state: "active", team } : undefined;
       },
-      admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
+      admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
       ask: e2bPlacementAsk(body),
     });
     return relay(answer);

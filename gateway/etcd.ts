@@ -78,6 +78,35 @@ export interface EtcdKv {
   lease?: string;
 }
 
+/** One comparison of {@linkcode EtcdClient.txn}: `target` of `key` (or every key under it). */
+export interface EtcdCompare {
+  key: string;
+  /** Whether `key` is a prefix: the comparison holds for every key under it. */
+  prefix?: boolean;
+  target: "MOD" | "CREATE" | "VALUE";
+  result: "EQUAL" | "NOT_EQUAL" | "LESS" | "GREATER";
+  /** The revision compared with (`MOD`, `CREATE`); "0" for a key that does not exist. */
+  revision?: string;
+  /** The value compared with (`VALUE`). */
+  value?: string;
+}
+
+/** One operation of {@linkcode EtcdClient.txn}. */
+export type EtcdOp =
+  | { op: "put"; key: string; value: string; lease?: string }
+  | { op: "delete"; key: string; prefix?: boolean }
+  | { op: "range"; key: string; prefix?: boolean };
+
+/** What {@linkcode EtcdClient.txn} answers. */
+export interface EtcdTxnResult {
+  /** Whether every comparison held (the success ops ran). */
+  succeeded: boolean;
+  /** The store's revision after the transaction. */
+  revision: string;
+  /** The keys each range op of the branch that ran read, in op order. */
+  ranges: EtcdKv[][];
+}
+
 /** Options of {@linkcode EtcdClient}. */
 export interface EtcdClientOptions {
   /** The members' client URLs (`DORMICE_GATEWAY_ETCD`), e.g. `["http://10.0.0.1:2379"]`. */
@@ -349,6 +378,41 @@ export class EtcdClient {
     return r.succeeded === true;
   }
 
+  /**
+   * One transaction: when every comparison holds, `success` runs, else `failure`. A comparison
+   * or delete with `prefix` covers every key that starts with `key` (a comparison over a range
+   * holds when every key in it satisfies it, and holds for an empty range). Returns whether the
+   * comparisons held, the revision after it, and the keys each range op read, in op order.
+   */
+  async txn(
+    compare: readonly EtcdCompare[],
+    success: readonly EtcdOp[],
+    failure: readonly EtcdOp[] = [],
+  ): Promise<EtcdTxnResult> {
+    const r = await this.call("/v3/kv/txn", {
+      compare: compare.map((c) => ({
+        target: c.target,
+        result: c.result,
+        key: b64(c.key),
+        ...(c.prefix ? { range_end: prefixEnd(c.key) } : {}),
+        ...(c.target === "MOD" ? { mod_revision: c.revision ?? "0" } : {}),
+        ...(c.target === "CREATE" ? { create_revision: c.revision ?? "0" } : {}),
+        ...(c.target === "VALUE" ? { value: b64(c.value ?? "") } : {}),
+      })),
+      success: success.map(txnOp),
+      failure: failure.map(txnOp),
+    });
+    const succeeded = r.succeeded === true;
+    const ops = succeeded ? success : failure;
+    // deno-lint-ignore no-explicit-any
+    const responses: any[] = r.responses ?? [];
+    const ranges: EtcdKv[][] = [];
+    ops.forEach((op, i) => {
+      if (op.op === "range") ranges.push((responses[i]?.response_range?.kvs ?? []).map(toKv));
+    });
+    return { succeeded, revision: r.header?.revision ?? "0", ranges };
+  }
+
   /** Grants a lease of `ttlSeconds`; returns its id (a decimal string: int64 exceeds a number). */
   async grant(ttlSeconds: number): Promise<string> {
     const r = await this.call("/v3/lease/grant", { TTL: String(ttlSeconds) });
@@ -388,6 +452,18 @@ export function jsonValues(kvs: readonly EtcdKv[]): unknown[] {
     }
   }
   return values;
+}
+
+function txnOp(op: EtcdOp): Json {
+  const key = b64(op.key);
+  const range_end = "prefix" in op && op.prefix ? prefixEnd(op.key) : undefined;
+  if (op.op === "put") {
+    return { request_put: { key, value: b64(op.value), ...(op.lease ? { lease: op.lease } : {}) } };
+  }
+  if (op.op === "delete") {
+    return { request_delete_range: { key, ...(range_end ? { range_end } : {}) } };
+  }
+  return { request_range: { key, ...(range_end ? { range_end } : {}) } };
 }
 
 function describe(error: unknown): string {

@@ -112,6 +112,12 @@ export interface FindOptions {
    * predate a create that an earlier holder of the slot made, and must not let it build twice.
    */
   fresh?: boolean;
+  /**
+   * The creator's slot token (shared mode, `SlotHold.token`): sent with every lookup of the
+   * round (`x-dormice-slot-token`), so each node asked refuses from then on a build of the name
+   * by a gateway whose take is older.
+   */
+  slotToken?: string;
 }
 
 const defaultTimers: FinderTimers = {
@@ -307,7 +313,12 @@ export class Finder {
     const { signal } = options;
     if (signal?.aborted) return Promise.reject(signal.reason);
     this.#metrics?.cacheMiss();
-    return this.#rounds.join(by, key, options, (controller) => this.#round(by, key, controller));
+    return this.#rounds.join(
+      by,
+      key,
+      options,
+      (controller) => this.#round(by, key, controller, options.slotToken),
+    );
   }
 
   /**
@@ -322,7 +333,7 @@ export class Finder {
    * ```
    */
   async confirm(by: FindBy, key: string, options: FindOptions = {}): Promise<FindResult> {
-    const fresh = { signal: options.signal, fresh: true };
+    const fresh = { signal: options.signal, fresh: true, slotToken: options.slotToken };
     const hit = this.cached(by, key);
     if (hit === undefined) return this.lookup(by, key, fresh);
     const answer = await this.#askOne(hit.node, hit.sandbox.id, options.signal);
@@ -406,6 +417,7 @@ export class Finder {
     controller: AbortController,
     nodes: FleetNode[],
     fleetSize: number,
+    slotToken?: string,
   ): Promise<FindResult> {
     const started = this.#clock.now();
     // Failure records of nodes that left without forgetNode (an embedder's own directory).
@@ -423,7 +435,9 @@ export class Finder {
     let answers: LookupAnswer[];
     try {
       answers = await Promise.all(
-        nodes.map((node) => this.#client.ask(node, body, controller.signal, scoped?.team)),
+        nodes.map((node) =>
+          this.#client.ask(node, body, controller.signal, scoped?.team, slotToken)
+        ),
       );
     } finally {
       this.#timers.clearTimeout(timer);
@@ -464,7 +478,12 @@ export class Finder {
   }
 
   /** `#decide` timed: the round's outcome, duration and fan-out go to the metrics. */
-  async #round(by: FindBy, key: string, controller: AbortController): Promise<FindResult> {
+  async #round(
+    by: FindBy,
+    key: string,
+    controller: AbortController,
+    slotToken?: string,
+  ): Promise<FindResult> {
     const started = performance.now();
     const all = [...this.#fleet.nodes()];
     let nodes = all;
@@ -472,7 +491,7 @@ export class Finder {
       nodes = this.#skips.toAsk(all, by, key);
     }
     this.#lastAsked = nodes.length;
-    const result = await this.#decide(by, key, controller, nodes, all.length);
+    const result = await this.#decide(by, key, controller, nodes, all.length, slotToken);
     this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
     return result;
   }

@@ -12,6 +12,7 @@ import { KeyedLimiter } from "./limiter.ts";
 import type { Log } from "../shared/log.ts";
 import { lookupAnswerSchema } from "../shared/schemas.ts";
 import { TEAM_HEADER } from "../shared/teams.ts";
+import { SLOT_TOKEN_HEADER } from "../shared/slot_token.ts";
 
 /** A sandbox as `lookupSandbox` reports it. */
 export interface FoundSandbox {
@@ -109,7 +110,7 @@ export class LookupClient {
   /**
    * Asks `node` with `body` (`{"name":…}` or `{"id":…}`) until `signal` aborts; never rejects.
    * `team` names the team a name is looked up in; without it (by id) the node answers for any
-   * team and says which.
+   * team and says which. `slotToken` (a creator's, shared mode) goes as `x-dormice-slot-token`.
    *
    * @example
    * ```ts ignore
@@ -122,8 +123,9 @@ export class LookupClient {
     body: string,
     signal: AbortSignal,
     team?: string,
+    slotToken?: string,
   ): Promise<LookupAnswer> {
-    const answer = await this.#askQueued(node, body, signal, team);
+    const answer = await this.#askQueued(node, body, signal, team, slotToken);
     if (answer.kind === "silent") {
       // A caller hanging up says nothing about the node; only its own failures are news.
       if (signal.aborted && !isTimeout(signal.reason)) return answer;
@@ -187,9 +189,11 @@ export class LookupClient {
     body: string,
     signal: AbortSignal,
     team: string | undefined,
+    slotToken: string | undefined,
   ): Promise<LookupAnswer> {
     // Queued asks wait under the same signal, so the round's deadline bounds the wait too.
-    return this.#perNode.run(node.id, signal, () => this.#askNow(node, body, signal, team))
+    const ask = () => this.#askNow(node, body, signal, team, slotToken);
+    return this.#perNode.run(node.id, signal, ask)
       .catch((error) => ({ kind: "silent", cause: describeFailure(error, signal) }));
   }
 
@@ -198,9 +202,11 @@ export class LookupClient {
     body: string,
     signal: AbortSignal,
     team: string | undefined,
+    slotToken: string | undefined,
   ): Promise<LookupAnswer> {
     let response: Response;
-    const headers = team === undefined ? this.#headers : { ...this.#headers, [TEAM_HEADER]: team };
+    let headers = team === undefined ? this.#headers : { ...this.#headers, [TEAM_HEADER]: team };
+    if (slotToken !== undefined) headers = { ...headers, [SLOT_TOKEN_HEADER]: slotToken };
     try {
       response = await this.#fetch(`${node.endpoint}/lookupSandbox`, {
         method: "POST",

@@ -172,10 +172,13 @@ export {
 export {
   EtcdClient,
   type EtcdClientOptions,
+  type EtcdCompare,
   type EtcdKv,
+  type EtcdOp,
   EtcdRequestError,
   EtcdSession,
   type EtcdSessionOptions,
+  type EtcdTxnResult,
   EtcdUnavailableError,
 } from "./etcd.ts";
 export {
@@ -183,8 +186,18 @@ export {
   EtcdSlots,
   type EtcdSlotsOptions,
   LocalSlots,
+  type SlotHold,
   type Slots,
 } from "./slots.ts";
+export {
+  EtcdTeamLedger,
+  type EtcdTeamLedgerOptions,
+  type LedgerEntry,
+  type LedgerVerdict,
+  type RateBucket,
+  type TeamLedger,
+  type TeamRecord,
+} from "./team_ledger.ts";
 export { FleetSync, type FleetSyncOptions } from "./fleet_sync.ts";
 export { type SharedMode, type SharedModeOptions } from "./app.ts";
 export { KeySync, type KeySyncOptions } from "./key_sync.ts";

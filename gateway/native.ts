@@ -217,7 +217,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       signal: c.req.raw.signal,
       headers: routing.nodeHeadersFor(scopeOf(caller)),
       identify: (t) => sandboxOf(t, team),
-      admit: () => limits.admit(caller.kind === "key" ? caller.key : undefined, team),
+      admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
       ask: placementAsk(value.template, value.spec),
     });
     return relay(answer);

@@ -12,7 +12,7 @@ import type { FindBy, Finder, FindNone, FindOne, FoundSandbox } from "./finder.t
 import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
-import { LocalSlots, type Slots } from "./slots.ts";
+import { LocalSlots, type SlotHold, type Slots } from "./slots.ts";
 import {
   clientGone,
   ownedBy,
@@ -216,6 +216,7 @@ export class GatewayRouting {
       finder: this.#finder,
       placer: this.#placer,
       log: this.#log,
+      defaultHeaders: this.nodeHeaders,
       placed: (key, pick) => this.#observer.placed?.(key, pick),
       created: (node, sandbox, path) => this.#observer.created?.(node, sandbox, path),
       capture: (node, path, init) => this.#capture(node, path, init),
@@ -392,17 +393,19 @@ export class GatewayRouting {
       // fleet's rule is one answer for every create while etcd is away.
       return this.slots.ready().then(() => placeNew(this.#creates, undefined, options));
     }
-    return this.#inSlot(name, signal, async () => {
+    return this.#inSlot(name, signal, async (hold) => {
       // A client that hung up while queued behind other holders must not build anything.
       if (signal.aborted) throw clientGone();
       // Cached on a node that stopped checking in: it may still hold the name, so nothing is
       // built elsewhere, and the confirm would only wait out its deadline.
       const hit = this.#finder.cached("name", name);
       if (hit !== undefined) this.#refuseSilent(hit.node);
-      const result = await this.#finder.confirm("name", name, { signal });
+      // The slot token goes with the round's lookups: each node asked refuses from then on a
+      // build of the name by a gateway whose take is older (one that lost its slot).
+      const result = await this.#finder.confirm("name", name, { signal, slotToken: hold?.token });
       if (signal.aborted) throw clientGone();
       const r = settle(result);
-      if (r.kind === "none") return await placeNew(this.#creates, name, options);
+      if (r.kind === "none") return await placeNew(this.#creates, name, options, hold);
       this.#refuseSilent(r.node);
       // A wake is not a placement: nothing is counted.
       const answer = await this.#capture(r.node, options.path, {
@@ -522,7 +525,11 @@ export class GatewayRouting {
   }
 
   /** Runs `task` in `key`'s slot; a client that left while waiting for it gets `clientGone`. */
-  #inSlot<T>(key: string, signal: AbortSignal, task: () => Promise<T>): Promise<T> {
+  #inSlot<T>(
+    key: string,
+    signal: AbortSignal,
+    task: (hold?: SlotHold) => Promise<T>,
+  ): Promise<T> {
     return this.slots.run(key, task, signal).catch((error) => {
       if (signal.aborted && !(error instanceof HttpError)) throw clientGone();
       throw error;

@@ -17,6 +17,8 @@ import { placementRefusal } from "./routing_answers.ts";
 import type { Log } from "../shared/log.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
+import { SLOT_TOKEN_HEADER } from "../shared/slot_token.ts";
+import type { SlotHold } from "./slots.ts";
 
 /** A node's whole answer, read by the gateway (create and destroy). */
 export interface CapturedAnswer {
@@ -48,7 +50,7 @@ export interface CreateOptions {
    * Called just before a new sandbox is placed (never for a wake): throws to refuse it (a
    * team's limit), or returns what to tell once the node answered.
    */
-  admit?: () => Admission;
+  admit?: () => Admission | Promise<Admission>;
   /** What the create asks of its node (template, volumes, pool): the placer's filters read it. */
   ask?: PlacementAsk;
 }
@@ -63,6 +65,8 @@ export interface CreateParts {
   placer: Placer;
   /** Where placements and refusals go. */
   log: Log;
+  /** The node headers a create without its own `headers` is sent with. */
+  defaultHeaders: Readonly<Record<string, string>>;
   /** Hears of the placement decided (placed, or nothing fits). */
   placed(key: string, pick: PickResult): void;
   /** Hears of a 2xx create that named its sandbox. */
@@ -105,11 +109,12 @@ export async function placeNew(
   parts: CreateParts,
   name: string | undefined,
   options: CreateOptions,
+  hold?: SlotHold,
 ): Promise<CapturedAnswer> {
   const { finder, placer } = parts;
   // An unnamed create is counted under a private key until the node names the sandbox.
   const key = name ?? `unnamed:${crypto.randomUUID()}`;
-  const admission = options.admit?.();
+  const admission = await options.admit?.();
   const pick = placer.place(key, options.ask);
   parts.placed(key, pick);
   if (!pick.ok) {
@@ -125,15 +130,29 @@ export async function placeNew(
     score: pick.score,
     explain: pick.explain,
   });
+  if (hold !== undefined) {
+    // Last look before the node builds: a gateway paused or cut off past its lease has lost
+    // the slot, and another may be creating the name now. Nothing was sent: counted back.
+    try {
+      await hold.check();
+    } catch (error) {
+      placer.refused(key);
+      admission?.cancel();
+      throw error;
+    }
+  }
+  // Sent with the create: a node that saw a newer take's token for the name refuses it (a
+  // gateway paused between the check above and the node).
+  const headers = hold === undefined ? options.headers : {
+    ...(options.headers ?? parts.defaultHeaders),
+    [SLOT_TOKEN_HEADER]: hold.token,
+  };
   // A 502 (no answer) leaves the placement counted: the sandbox may exist.
   let answer: CapturedAnswer;
   // Until the node's digest shows this create, lookups must ask that node (lookup digests).
   const ended = finder.placing(pick.node.id);
   try {
-    answer = await parts.capture(pick.node, options.path, {
-      body: options.body,
-      headers: options.headers,
-    });
+    answer = await parts.capture(pick.node, options.path, { body: options.body, headers });
     ended(true);
   } catch (error) {
     ended(false);

@@ -11,17 +11,37 @@ import type { EtcdClient, EtcdKv, EtcdSession } from "./etcd.ts";
 import { EtcdRequestError, EtcdUnavailableError } from "./etcd.ts";
 
 /**
+ * What a task holding a name's slot knows of it: nothing for one gateway's slots; for slots
+ * shared through etcd, the take's token and a check that the slot is still this take's.
+ */
+export interface SlotHold {
+  /**
+   * The take's slot token (etcd's revision of it), larger for every later take of the name:
+   * sent to the nodes with the create's lookups and the create (`x-dormice-slot-token`).
+   */
+  readonly token: string;
+  /**
+   * Resolves while the slot is still this take's in etcd (so the gateway's lease is alive).
+   *
+   * @throws {HttpError} 503 when the slot was lost (the lease lapsed: another gateway may be
+   *   creating the name) or etcd cannot be asked.
+   */
+  check(): Promise<void>;
+}
+
+/**
  * Where a name's create or destroy waits its turn. Tasks for one key never overlap, across
  * every gateway sharing the slots; other keys run concurrently.
  */
 export interface Slots {
   /**
    * Runs `task` once it holds `key`'s slot. A `signal` that aborts while waiting gives up the
-   * wait (the task never runs) with the signal's reason.
+   * wait (the task never runs) with the signal's reason. Slots shared across gateways pass the
+   * task its {@linkcode SlotHold}; one gateway's pass nothing.
    *
    * @throws {HttpError} 503 with Retry-After when the slot's store cannot be reached.
    */
-  run<T>(key: string, task: () => Promise<T>, signal?: AbortSignal): Promise<T>;
+  run<T>(key: string, task: (hold?: SlotHold) => Promise<T>, signal?: AbortSignal): Promise<T>;
   /**
    * Resolves when a create that takes no slot (unnamed) may go ahead.
    *
@@ -162,20 +182,21 @@ export class EtcdSlots implements Slots {
     }
   }
 
-  run<T>(key: string, task: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+  run<T>(key: string, task: (hold?: SlotHold) => Promise<T>, signal?: AbortSignal): Promise<T> {
     return this.#local.run(key, async () => {
       const slotKey = `${this.#prefix}slots/${key}`;
       // Unique to this take, so a value found in the key is ours only when this take wrote it.
       const attempt = `${this.#owner}/${crypto.randomUUID()}`;
+      let token: string;
       try {
-        await this.#take(slotKey, attempt, signal);
+        token = await this.#take(slotKey, attempt, signal);
       } catch (error) {
         throw etcdHttpError(error);
       }
       try {
         // A client that left while the put was on its way: the slot is given back below.
         signal?.throwIfAborted();
-        return await task();
+        return await task({ token, check: () => this.#check(slotKey, attempt) });
       } finally {
         // A failed delete leaves the key to the lease, or to this gateway's next take of the
         // name; compared on the value so a slot that lapsed and was taken by another gateway is
@@ -185,7 +206,30 @@ export class EtcdSlots implements Slots {
     });
   }
 
-  async #take(slotKey: string, attempt: string, signal?: AbortSignal): Promise<void> {
+  /**
+   * Whether the slot is still this take's: a gateway paused or cut off past its lease has lost
+   * it (etcd deleted it with the lease, and another gateway may hold it now).
+   */
+  async #check(slotKey: string, attempt: string): Promise<void> {
+    let holder: EtcdKv | null;
+    try {
+      holder = await this.#client.get(slotKey);
+    } catch (error) {
+      throw etcdHttpError(error);
+    }
+    if (holder?.value === attempt) return;
+    throw new HttpError(
+      503,
+      `This gateway lost the name's slot in etcd before its create reached the node: its lease ` +
+        `(${this.#session.ttlSeconds} s) lapsed while it was paused or cut off from etcd, and ` +
+        `${holder === null ? "the slot is free" : "another gateway holds it"} now. Nothing was ` +
+        "built; retry, and the retry finds whatever another gateway built",
+      { headers: { "retry-after": String(etcdRetryAfterSeconds) } },
+    );
+  }
+
+  /** Takes the slot; resolves with its token (the take's etcd revision). */
+  async #take(slotKey: string, attempt: string, signal?: AbortSignal): Promise<string> {
     const deadline = Date.now() + this.#waitMs;
     for (;;) {
       signal?.throwIfAborted();
@@ -207,7 +251,7 @@ export class EtcdSlots implements Slots {
         void this.#client.deleteIfValue(slotKey, attempt).catch(() => {});
         throw error;
       }
-      if (holder.value === attempt) return;
+      if (holder.value === attempt) return holder.createRevision;
       if (holder.value.startsWith(`${this.#owner}/`)) {
         // Written by a take of these slots, yet every take of this name here runs one after
         // another in the memory queue, and this one holds it: an earlier take whose put was

@@ -12,6 +12,7 @@ import type { NodeDirectory } from "./fleet.ts";
 import type { ApiKeyInfo } from "./keys.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
+import type { RateBucket, TeamLedger, TeamRecord } from "./team_ledger.ts";
 
 /** What the routing reports back about one admitted create. */
 export interface Admission {
@@ -30,6 +31,11 @@ export interface TeamLimitsOptions {
   fleet: NodeDirectory;
   /** The rate's clock; the real one by default. */
   clock?: Clock;
+  /**
+   * Where the creates of keys with limits are counted across gateways (shared mode's etcd);
+   * absent, this gateway counts alone.
+   */
+  ledger?: TeamLedger;
 }
 
 interface NodeDelta {
@@ -75,9 +81,48 @@ function uncounted(
   return counted === undefined ? sinceReading : counted < e.at;
 }
 
-interface Bucket {
-  tokens: number;
-  at: number;
+type Bucket = RateBucket;
+
+/**
+ * How long after the reading that counts a team record the record is kept (5 s): every gateway
+ * reads the node table back once a second, so by then each one has that reading.
+ */
+const RECORD_GRACE_MS = 5000;
+
+/** A bucket of `perMinute` tokens refilled to `now`. */
+function refilled(bucket: Bucket, perMinute: number, now: number): Bucket {
+  const tokens = Math.min(perMinute, bucket.tokens + ((now - bucket.at) * perMinute) / 60_000);
+  return { tokens, at: now };
+}
+
+/** The 429 of a key past its rate, with the seconds until its next token. */
+function rateRefusal(keyId: string, perMinute: number, tokens: number): HttpError {
+  const msPerToken = 60_000 / perMinute;
+  const wait = Math.max(1, Math.ceil(((1 - tokens) * msPerToken) / 1000));
+  return new HttpError(
+    429,
+    `Key '${keyId}' created ${perMinute} sandboxes within the last minute, its limit ` +
+      `(createsPerMinute ${perMinute}): retry in ${wait} s`,
+    { headers: { "retry-after": String(wait) } },
+  );
+}
+
+/** The 429 of a team at its key's `maxSandboxes`, E2B's sentence first. */
+function fullRefusal(key: ApiKeyInfo, team: string, running: number): HttpError {
+  // E2B's sentence first: clients match on it to tell this limit from a rate.
+  return new HttpError(
+    429,
+    `You have reached the maximum number of concurrent E2B sandboxes ` +
+      `(${key.maxSandboxes}). Team '${team}' runs ${running}, the limit of its key ` +
+      `'${key.id}' (maxSandboxes ${key.maxSandboxes}): kill one first, or ask the ` +
+      "operator for a higher limit",
+  );
+}
+
+/** What the team records add to the count: per node until its reading counts them, or flat. */
+interface RecordCount {
+  perNode: Map<string, number>;
+  flat: number;
 }
 
 /** Buckets beyond this many are swept of full ones (a full bucket is the same as none). */
@@ -116,16 +161,21 @@ export class TeamLimits {
   #deltas = new Map<string, NodeDelta>();
   #pending = new Map<string, number>();
   #buckets = new Map<string, Bucket>();
+  #ledger: TeamLedger | undefined;
 
   /** Builds the limits over `fleet`'s readings. */
   constructor(options: TeamLimitsOptions) {
     this.#fleet = options.fleet;
     this.#clock = options.clock ?? systemClock;
+    this.#ledger = options.ledger;
   }
 
-  /** The team's running sandboxes across the fleet, as far as this gateway knows. */
-  running(team: string): number {
-    let total = this.#pending.get(team) ?? 0;
+  /**
+   * The team's running sandboxes across the fleet, as far as this gateway knows; `records`
+   * adds the shared ledger's creates (shared mode).
+   */
+  running(team: string, records?: RecordCount): number {
+    let total = (this.#pending.get(team) ?? 0) + (records?.flat ?? 0);
     const now = this.#clock.now();
     for (const node of this.#fleet.nodes()) {
       const reported = node.reading?.teams?.[team] ?? 0;
@@ -139,9 +189,79 @@ export class TeamLimits {
           if (e.team === team && uncounted(e, counted, sinceReading, now)) since += e.n;
         }
       }
+      since += records?.perNode.get(node.id) ?? 0;
       total += Math.max(0, reported + since);
     }
     return total;
+  }
+
+  /**
+   * Lets a create by `key` for `team` go on, or refuses it, as {@linkcode admit} does; with a
+   * ledger (shared mode) and a key that has limits, counted where every gateway sees it: the
+   * team's creates in flight or not yet in a reading, through any gateway, and the key's rate
+   * as one bucket for the whole fleet.
+   *
+   * @throws {HttpError} what {@linkcode admit} throws; 503 naming etcd when the ledger cannot be
+   *   read or written.
+   */
+  async enter(key: ApiKeyInfo | undefined, team: string): Promise<Admission> {
+    const ledger = this.#ledger;
+    if (
+      key === undefined || ledger === undefined ||
+      (key.maxSandboxes === null && key.createsPerMinute === null)
+    ) return this.admit(key, team);
+    const perMinute = key.createsPerMinute;
+    const rate = perMinute === null ? undefined : { keyId: key.id, perMinute };
+    const entry = await ledger.admit(team, rate, (records, stored) => {
+      const now = this.#clock.now();
+      const { count, drop } = this.#weigh(records, now);
+      if (key.maxSandboxes !== null) {
+        const running = this.running(team, count);
+        if (running >= key.maxSandboxes) throw fullRefusal(key, team, running);
+      }
+      if (perMinute === null) return { drop };
+      const bucket = refilled(stored ?? { tokens: perMinute, at: now }, perMinute, now);
+      if (bucket.tokens < 1) throw rateRefusal(key.id, perMinute, bucket.tokens);
+      return { drop, bucket: { tokens: bucket.tokens - 1, at: now } };
+    });
+    return {
+      placed: (nodeId, ledgerSeq) => void entry.placed(nodeId, ledgerSeq),
+      cancel: () => void entry.cancel(),
+    };
+  }
+
+  /**
+   * What the team's records add: one in flight counts flat; one placed counts on its node until
+   * that node's reading counts it (by its change number, or, for a node that numbers nothing, by
+   * being accepted after it). A record counted by a reading every gateway has had time to read,
+   * one on a node the fleet no longer has, or one past the age bound is dropped.
+   */
+  #weigh(records: TeamRecord[], now: number): { count: RecordCount; drop: string[] } {
+    const count: RecordCount = { perNode: new Map(), flat: 0 };
+    const drop: string[] = [];
+    for (const r of records) {
+      if (now - r.t > NUMBERED_MAX_AGE_MS) {
+        drop.push(r.key);
+        continue;
+      }
+      if (r.node === undefined) {
+        count.flat++;
+        continue;
+      }
+      const node = this.#fleet.get(r.node);
+      if (node === undefined) {
+        // A node this gateway has not heard of yet counts flat for a while; one removed, never.
+        if (now - r.t > RECORD_GRACE_MS) drop.push(r.key);
+        else count.flat++;
+        continue;
+      }
+      const seq = node.reading?.ledgerSeq;
+      const uncounted = node.reading === null ||
+        (r.at !== undefined && seq !== undefined ? seq < r.at : node.lastCheckIn < r.t);
+      if (uncounted) count.perNode.set(node.id, (count.perNode.get(node.id) ?? 0) + 1);
+      else if (now - node.lastCheckIn >= RECORD_GRACE_MS) drop.push(r.key);
+    }
+    return { count, drop };
   }
 
   /**
@@ -155,16 +275,7 @@ export class TeamLimits {
     if (key === undefined) return nothing;
     if (key.maxSandboxes !== null) {
       const running = this.running(team);
-      if (running >= key.maxSandboxes) {
-        // E2B's sentence first: clients match on it to tell this limit from a rate.
-        throw new HttpError(
-          429,
-          `You have reached the maximum number of concurrent E2B sandboxes ` +
-            `(${key.maxSandboxes}). Team '${team}' runs ${running}, the limit of its key ` +
-            `'${key.id}' (maxSandboxes ${key.maxSandboxes}): kill one first, or ask the ` +
-            "operator for a higher limit",
-        );
-      }
+      if (running >= key.maxSandboxes) throw fullRefusal(key, team, running);
     }
     if (key.createsPerMinute !== null) this.#take(key.id, key.createsPerMinute);
     this.#pending.set(team, (this.#pending.get(team) ?? 0) + 1);
@@ -232,16 +343,7 @@ export class TeamLimits {
   #take(keyId: string, perMinute: number): void {
     const now = this.#clock.now();
     const bucket = this.#refill(keyId, perMinute, now);
-    if (bucket.tokens < 1) {
-      const msPerToken = 60_000 / perMinute;
-      const wait = Math.max(1, Math.ceil(((1 - bucket.tokens) * msPerToken) / 1000));
-      throw new HttpError(
-        429,
-        `Key '${keyId}' created ${perMinute} sandboxes within the last minute, its limit ` +
-          `(createsPerMinute ${perMinute}): retry in ${wait} s`,
-        { headers: { "retry-after": String(wait) } },
-      );
-    }
+    if (bucket.tokens < 1) throw rateRefusal(keyId, perMinute, bucket.tokens);
     bucket.tokens -= 1;
   }
 
@@ -258,8 +360,7 @@ export class TeamLimits {
       this.#buckets.set(keyId, bucket);
       return bucket;
     }
-    bucket.tokens = Math.min(perMinute, bucket.tokens + ((now - bucket.at) * perMinute) / 60_000);
-    bucket.at = now;
+    Object.assign(bucket, refilled(bucket, perMinute, now));
     return bucket;
   }
 

@@ -5,6 +5,13 @@ import type { HostReading } from "../shared/schemas.ts";
 import { Fleet } from "./fleet.ts";
 import type { ApiKeyInfo } from "./keys.ts";
 import { TeamLimits } from "./team_limits.ts";
+import type {
+  LedgerEntry,
+  LedgerVerdict,
+  RateBucket,
+  TeamLedger,
+  TeamRecord,
+} from "./team_ledger.ts";
 
 function reading(teams: Record<string, number>, ledgerSeq?: number): HostReading {
   return {
@@ -143,4 +150,99 @@ Deno.test("TeamLimits: a reading without a change number counts every change bef
   // A node that numbers its readings not (one that predates the number): as before.
   checkIn("a", { acme: 2 });
   assert.equal(limits.running("acme"), 2);
+});
+
+/**
+ * The shared ledger as etcd keeps it, in memory: every "gateway" (TeamLimits) given it sees the
+ * others' records and buckets; `admit` is atomic here as etcd's transaction makes it.
+ */
+class MemoryLedger implements TeamLedger {
+  records = new Map<string, TeamRecord[]>();
+  buckets = new Map<string, RateBucket>();
+  dropped: string[] = [];
+  #n = 0;
+  constructor(private clock: FakeClock) {}
+  admit(
+    team: string,
+    rate: { keyId: string; perMinute: number } | undefined,
+    decide: (records: TeamRecord[], bucket: RateBucket | undefined) => LedgerVerdict,
+  ): Promise<LedgerEntry> {
+    const list = this.records.get(team) ?? [];
+    const verdict = decide([...list], rate && this.buckets.get(rate.keyId));
+    const kept = list.filter((r) => !verdict.drop.includes(r.key));
+    this.dropped.push(...verdict.drop);
+    const record: TeamRecord = { key: `r${++this.#n}`, t: this.clock.now() };
+    kept.push(record);
+    this.records.set(team, kept);
+    if (rate && verdict.bucket) this.buckets.set(rate.keyId, verdict.bucket);
+    return Promise.resolve({
+      placed: (node, at) => {
+        Object.assign(record, { node, at, t: this.clock.now() });
+        return Promise.resolve();
+      },
+      cancel: () => {
+        this.records.set(team, this.records.get(team)!.filter((r) => r !== record));
+        return Promise.resolve();
+      },
+    });
+  }
+}
+
+Deno.test("TeamLimits.enter(): with a shared ledger, two gateways count each other's creates", async () => {
+  const { clock, fleet, checkIn } = setup();
+  const ledger = new MemoryLedger(clock);
+  const gw1 = new TeamLimits({ fleet, clock, ledger });
+  const gw2 = new TeamLimits({ fleet, clock, ledger });
+  checkIn("a", { acme: 1 }, 10);
+  const k = key({ maxSandboxes: 3 });
+  const first = await gw1.enter(k, "acme");
+  const second = await gw2.enter(k, "acme");
+  // 1 running + 2 in flight, one through each gateway: the third is refused on either.
+  for (const gw of [gw1, gw2]) {
+    await assert.rejects(
+      () => gw.enter(k, "acme"),
+      (e) => e instanceof HttpError && e.status === 429 && /Team 'acme' runs 3/.test(e.message),
+    );
+  }
+  // Nothing built: the place is free again, for every gateway.
+  second.cancel();
+  await gw1.enter(k, "acme").then((a) => a.cancel());
+  // Placed at change 20: counted on its node until a reading at 20 or later.
+  first.placed("a", 20);
+  checkIn("a", { acme: 1 }, 15);
+  assert.equal(gw2.running("acme"), 1, "the readings alone");
+  await assert.rejects(() => gw2.enter(k, "acme").then(() => gw2.enter(k, "acme")), HttpError);
+  assert.equal(ledger.records.get("acme")!.length, 2, "one placed, one in flight");
+  ledger.records.get("acme")!.pop(); // the in-flight one, as its cancel would
+  checkIn("a", { acme: 2 }, 21);
+  // Counted by a reading: not twice, yet kept until every gateway has had 5 s to read it.
+  const third = await gw1.enter(k, "acme");
+  assert.deepEqual(ledger.dropped, []);
+  third.cancel();
+  clock.tick(5000);
+  (await gw1.enter(k, "acme")).cancel();
+  assert.equal(ledger.dropped.length, 1, "the placed record, counted 5 s ago, is dropped");
+  // A key without limits writes nothing.
+  await gw1.enter(key({}), "acme");
+  assert.equal(ledger.records.get("acme")!.length, 0);
+  fleet.close();
+});
+
+Deno.test("TeamLimits.enter(): createsPerMinute is one bucket for every gateway sharing the ledger", async () => {
+  const { clock, fleet } = setup();
+  const ledger = new MemoryLedger(clock);
+  const gateways = [0, 1, 2].map(() => new TeamLimits({ fleet, clock, ledger }));
+  const k = key({ createsPerMinute: 2 });
+  await gateways[0].enter(k, "acme");
+  await gateways[1].enter(k, "acme");
+  await assert.rejects(
+    () => gateways[2].enter(k, "acme"),
+    (e) =>
+      e instanceof HttpError && e.status === 429 && e.headers["retry-after"] === "30" &&
+      /createsPerMinute 2\): retry in 30 s/.test(e.message),
+  );
+  clock.tick(30_000);
+  await gateways[2].enter(k, "acme");
+  await assert.rejects(() => gateways[0].enter(k, "acme"), HttpError);
+  fleet.close();
 });

@@ -77,6 +77,7 @@ export {
   type FakeExecutorOptions,
 } from "./executors/fake.ts";
 export { SandboxService, type SandboxServiceOptions } from "./service.ts";
+export { SlotFence, type SlotFenceOptions } from "./slot_fence.ts";
 export {
   type CpuTimes,
   HostReader,

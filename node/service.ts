@@ -43,6 +43,7 @@ import {
   wake,
 } from "./service_state.ts";
 import { buildCold, claimWarm } from "./service_create.ts";
+import { SlotFence } from "./slot_fence.ts";
 import type {
   AcquireRequest,
   AcquireResult,
@@ -62,6 +63,8 @@ export interface SandboxServiceOptions {
   executor: Executor;
   /** One slot per name; pass one in to share it with another face. */
   queue?: NameQueue;
+  /** The largest slot token seen per name (shared mode's gateways send them); a fresh one by default. */
+  fence?: SlotFence;
   /** Stamps creation, idle and deadline times; `systemClock` when absent. */
   clock?: Clock;
   /** Where lifecycle events and failures are logged; `silentLog` when absent. */
@@ -114,6 +117,7 @@ export class SandboxService implements SandboxOps {
   #killGraceMs: number;
   #commands = new RunningCommands();
   #core: ServiceCore;
+  #fence: SlotFence;
 
   /** Builds the service over a ledger and an executor. */
   constructor(options: SandboxServiceOptions) {
@@ -127,6 +131,7 @@ export class SandboxService implements SandboxOps {
     this.history = options.history ?? new MetricsHistory();
     this.#killGraceMs = options.killGraceMs ?? 5_000;
     this.#pools = options.pools;
+    this.#fence = options.fence ?? new SlotFence();
     this.#core = {
       ledger: this.#ledger,
       executor: this.#executor,
@@ -140,9 +145,12 @@ export class SandboxService implements SandboxOps {
   /** Create-or-wake by name. */
   acquire(request: AcquireRequest): Promise<AcquireResult> {
     const team = request.team ?? DEFAULT_TEAM;
-    return this.queue.run(teamScopedName(team, request.name), async () => {
+    const slot = teamScopedName(team, request.name);
+    return this.queue.run(slot, async () => {
       const existing = this.#ledger.byName(request.name, team);
       if (existing) {
+        // A wake builds nothing: an older token may wake what a newer take built.
+        this.#fence.saw(slot, request.slotToken);
         refuseOtherTemplate(existing, request.template);
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
@@ -162,6 +170,8 @@ export class SandboxService implements SandboxOps {
         }
         return { created: false, sandbox };
       }
+      // A gateway that lost the name's slot must not build it beside the newer holder's.
+      this.#fence.admit(slot, request.slotToken);
       const id = newSandboxId();
       const template = request.template ?? this.#defaultTemplate;
       const spec = request.spec ?? {};
@@ -201,9 +211,10 @@ export class SandboxService implements SandboxOps {
    * is busy waits for the slot and looks again (a create in flight is found, never reported
    * absent); no row and a free slot is a plain no. By id there is no slot to wait on. Read-only.
    * `team` scopes it like `get`: a name within that team (the default team when absent), an id
-   * of that team only (any team when absent).
+   * of that team only (any team when absent). `slotToken`, a creator's (shared mode), is
+   * remembered for the name: a build with an older one is refused from then on.
    */
-  async lookup(request: LookupRequest, team?: string): Promise<LookupAnswer> {
+  async lookup(request: LookupRequest, team?: string, slotToken?: number): Promise<LookupAnswer> {
     const found = (s: SandboxRecord): LookupAnswer => ({
       found: true,
       sandbox: { id: s.id, name: s.name, state: s.state, team: s.team },
@@ -213,6 +224,9 @@ export class SandboxService implements SandboxOps {
       return row ? found(row) : { found: false };
     }
     const slot = teamScopedName(team, request.name);
+    // A creator's lookup round reaches every node before it builds: from here on, a create of
+    // this name with an older token (a gateway that lost the slot) is refused on this node.
+    this.#fence.saw(slot, slotToken);
     for (;;) {
       const row = this.#ledger.byName(request.name, team ?? DEFAULT_TEAM);
       if (row) return found(row);

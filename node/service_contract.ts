@@ -90,6 +90,11 @@ export interface AcquireRequest {
    * `autoResume`, `timeoutSeconds`) is replaced, since a built sandbox keeps its network.
    */
   e2b?: E2bSettings;
+  /**
+   * The slot token of the gateway's take of the name (`x-dormice-slot-token`, shared mode): a
+   * build is refused (409) when a larger one was seen for the name. Absent, nothing is fenced.
+   */
+  slotToken?: number;
 }
 
 /** What `acquire` answers: the row, and whether this call built it. */
@@ -139,7 +144,7 @@ export interface SandboxOps {
   /** Every row matching the filter. */
   list(filter?: ListFilter): SandboxRecord[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
-  lookup(request: LookupRequest, team?: string): Promise<LookupAnswer>;
+  lookup(request: LookupRequest, team?: string, slotToken?: number): Promise<LookupAnswer>;
   /**
    * Runs a command to the end, buffering output up to the cap; past `timeoutMs` it is killed
    * (`timedOut`). A 410 when the sandbox is destroyed while it runs.

@@ -106,3 +106,4 @@ export {
   type VolumeMount,
   volumeMountSchema,
 } from "./pools.ts";
+export { SLOT_TOKEN_HEADER, slotTokenOf } from "./slot_token.ts";

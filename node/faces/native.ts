@@ -42,6 +42,7 @@ import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
+import { slotTokenOf } from "../../shared/slot_token.ts";
 import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
@@ -196,20 +197,21 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   const verb = <T>(
     verbName: string,
     schema: z.ZodType<T>,
-    run: (input: T, team: string | undefined) => Promise<unknown> | unknown,
+    run: (input: T, team: string | undefined, headers: Headers) => Promise<unknown> | unknown,
   ) => {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
       const team = teamOfRequest(c.req.raw.headers);
       const { value } = await readJsonObject(c.req.raw, bodyCap);
       const input = parse(verbName, schema, value);
-      return c.json(await run(input, team) as Record<string, unknown>);
+      return c.json(await run(input, team, c.req.raw.headers) as Record<string, unknown>);
     });
     app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
   };
 
-  verb("acquireSandbox", schemas.acquireSandbox, async (b, team) => {
-    const { created, sandbox } = await service.acquire({ ...b, team });
+  verb("acquireSandbox", schemas.acquireSandbox, async (b, team, headers) => {
+    const slotToken = slotTokenOf(headers);
+    const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
   verb("listSandboxes", schemas.listSandboxes, (b, team) => ({
@@ -255,7 +257,11 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     build,
     reading: hostReading(),
   }));
-  verb("lookupSandbox", schemas.lookupSandbox, (b, team) => service.lookup(b, team));
+  verb(
+    "lookupSandbox",
+    schemas.lookupSandbox,
+    (b, team, headers) => service.lookup(b, team, slotTokenOf(headers)),
+  );
 
   const pools = () => {
     if (options.pools) return options.pools;
