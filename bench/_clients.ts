@@ -1,6 +1,6 @@
 /**
  * Every HTTP client this runtime offers to reach a node, each behind the same `fetch` shape the
- * gateway injects (issue 16): the naive proxy measures their speed, bench/forwarding_rules.ts
+ * gateway injects: the naive proxy measures their speed, bench/forwarding_rules.ts
  * checks the forwarding rules against each. Every adapter streams request bodies both ways and
  * passes the caller's signal on (node:http's `signal` option, undici's, fetch's own).
  *

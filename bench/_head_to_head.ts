@@ -7,7 +7,7 @@
  * has priced it without sockets. A tree against itself gives the spread to read it against.
  *
  * Each gateway is its tree's `gateway/main.ts` as deployed, started by that tree's
- * `bench/_fixtures.ts`. Not a section of RESULTS.md: a tool for before/after figures (issue 16).
+ * `bench/_fixtures.ts`. Not a section of RESULTS.md: a tool for before/after figures.
  *
  * `deno run -A bench/_head_to_head.ts <tree A> <tree B> [--windows=10] [--seconds=3]
  *   [--latency | --path] [--alternate]`

@@ -10,7 +10,7 @@
  * What it cannot see is what instructions do not say: cache misses, the kernel, the other
  * processes. So a change is priced here first, then on the wire (`bench/_head_to_head.ts`).
  *
- * Not a section of RESULTS.md: a tool for before/after figures (issue 16). Needs valgrind; each
+ * Not a section of RESULTS.md: a tool for before/after figures. Needs valgrind; each
  * tree takes a few minutes, valgrind running the runtime some 200 times slower.
  *
  * `deno run -A bench/_lane_ir.ts [<tree> ...] [--requests=2000,20000]`

@@ -9,7 +9,7 @@
  * The wire benchmark (`bench/forwarding.ts`) is what the targets are read from; on these noisy
  * machines its CPU figures move by a few microseconds a request between runs, which hides most
  * single changes. This one moves by a few percent, so a change to the lane is priced here first.
- * Not a section of RESULTS.md: a tool for before/after figures (issue 16).
+ * Not a section of RESULTS.md: a tool for before/after figures.
  *
  * `deno run --allow-env --allow-read bench/_lane_js.ts [--requests=20000] [--connections=32]
  * [--runs=7] [--only=lane|floor] [--promises]`

@@ -14,7 +14,7 @@
  *   profiler (`bench/_profile.ts`) folds into the function and `bench/_lane_js.ts` cannot price
  *   apart. "(event loop)" is work no JavaScript frame is above: ops polled, promises resolved.
  *
- * Not a section of RESULTS.md: a tool for issue 16, which found a call per header line into C++
+ * Not a section of RESULTS.md: a tool that found a call per header line into C++
  * this way (docs/forwarding-engine.md). Needs `perf` (linux-perf) and wrk; without them it says so.
  *
  * `deno run -A bench/_perf_split.ts [--seconds=6] [--callers=15] [--only=gateway|floor|nginx]

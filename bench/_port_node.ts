@@ -1,5 +1,5 @@
 /**
- * A node for the port benchmark (issue 13): the node app on the fake executor, served as
+ * A node for the port benchmark: the node app on the fake executor, served as
  * node/main.ts serves it (serveGuarded), with one sandbox whose port 8000 stands in for a server
  * started in the sandbox: `GET /bulk?mib=N` streams N MiB, `POST /sink` counts what it is sent,
  * and a WebSocket upgrade echoes every message. It checks in to the gateway given as the first

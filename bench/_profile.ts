@@ -2,7 +2,7 @@
  * Profiles the gateway on the routed verb: one gateway (`--cpu-prof`) in front of one node on the
  * fake executor, wrk -t2 -c32 on `POST /getSandboxMetrics` for a cached name, then the profile's
  * self time by function, ours (this repository, not node_modules) marked. Not a section of
- * RESULTS.md: a tool for before/after figures of one change (issue 16).
+ * RESULTS.md: a tool for before/after figures of one change.
  *
  * With `--workload=upload` or `--workload=download` the gateway relays 64 MiB transfers to a
  * sandbox port instead (bench/_port_node.ts, as bench/ports.ts does), `--transfers` of them, and

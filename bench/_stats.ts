@@ -14,7 +14,7 @@ export interface Row {
   values: number[];
   /** value ÷ reference, per run (the same run's reference); empty when not meaningful. */
   ratios: number[];
-  /** The target as written in issue 6, if any. */
+  /** The target as the section states it, if any. */
   target?: string;
   /** Whether the median meets the target. */
   met?: boolean;

@@ -1,5 +1,5 @@
 /**
- * The Docker executor's life-cycle latency (issue 5) as a section of RESULTS.md: create, exec,
+ * The Docker executor's life-cycle latency as a section of RESULTS.md: create, exec,
  * a 64 KiB write and read, and destroy, each against one engine round trip measured in the same
  * iteration. Runs bench/docker_bench.ts in a child with the socket permissions the harness
  * itself does not hold; skipped with the reason when no engine or image answers.
@@ -53,8 +53,7 @@ export async function runDocker({ runs }: DockerBenchOptions): Promise<Section> 
     ],
     notes: [
       "Through DockerExecutor (dockerode over the engine's unix socket), the minimal template " +
-      "(dormice-minimal:latest, busybox-static + bash; before issue 12 this image was " +
-      "dormice-base), one container created and destroyed per run. The Debian base image is " +
+      "(dormice-minimal:latest, busybox-static + bash), one container created and destroyed per run. The Debian base image is " +
       "measured through the gateway in the E2B-on-Docker section.",
       "exec runs to the command's exit and collects both streams; create includes start.",
     ],

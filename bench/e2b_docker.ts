@@ -1,5 +1,5 @@
 /**
- * The E2B life of a sandbox on the Debian base image, through a gateway (issue 12): create, the
+ * The E2B life of a sandbox on the Debian base image, through a gateway: create, the
  * first command and kill with the official `e2b` SDK, against the same three on the busybox
  * minimal image in the same iteration. Starts a gateway and one node on the Docker executor,
  * runs bench/e2b_docker_bench.ts as the client (it needs --allow-env, which the harness does not

@@ -4,7 +4,7 @@
  * keep-alive in front of the same node (bench/nginx.conf). One node and one gateway process on
  * the fake executor; the three targets are measured in turn inside each run.
  *
- * Reference: nginx in the same run. The targets (issue 16): gateway ≥ 1.0× nginx's throughput and
+ * Reference: nginx in the same run. The targets: gateway ≥ 1.0× nginx's throughput and
  * ≤ 2× nginx's added p50 (p50 through the proxy minus p50 direct).
  *
  * @module
@@ -345,7 +345,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
     started.push(nginx);
     pids.gateway = gw.pid;
     pids.nginx = nginx.pid;
-    // The same bare proxy with each HTTP client the runtime offers (issue 16).
+    // The same bare proxy with each HTTP client the runtime offers.
     const naiveWith = async (client: string) => {
       const child = await startScript<{ port: number }>("_naive_proxy.ts", [node.url, client], [
         "--allow-env",
@@ -761,7 +761,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
         median(nginxAdded).toFixed(3)
       } ms: a serve + fetch hop in this runtime costs more ` +
       "than twice nginx's added latency before the gateway does any work of its own.",
-      "The naive proxy is run with five clients to the node (issue 16, bench/_clients.ts): " +
+      "The naive proxy is run with five clients to the node (bench/_clients.ts): " +
       "fetch, node:http request with a keep-alive Agent (32 sockets), npm:undici's Pool (32 " +
       "connections), shared/http1/client.ts (HTTP/1.1 over Deno.connect, its own pool) and fetch " +
       "over h2c (Deno.createHttpClient with http1 off: prior-knowledge HTTP/2, which the node's " +

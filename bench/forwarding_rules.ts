@@ -1,5 +1,5 @@
 /**
- * The forwarding rules, checked against every client of bench/_clients.ts (issue 16): a faster
+ * The forwarding rules, checked against every client of bench/_clients.ts: a faster
  * client is only worth adopting if it keeps them all.
  * - the lookup's 2 s bound holds during connect to a node that drops SYNs (iptables on a
  *   loopback port; the rule's packet counter proves the SYN was dropped, and it is removed in a

@@ -1,5 +1,5 @@
 /**
- * Benchmarks of issue 14: a claim from a warm pool against a cold create, on Docker and
+ * Warm-pool benchmarks: a claim from a warm pool against a cold create, on Docker and
  * through the gateway; and two gateways placing onto eight simulated nodes with pools, power
  * of two choices against the deterministic least-loaded pick.
  *

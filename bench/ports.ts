@@ -1,5 +1,5 @@
 /**
- * Issue 13's port benchmark: a sandbox port reached through both hops (gateway → the node's
+ * The port benchmark: a sandbox port reached through both hops (gateway → the node's
  * port door → the listener standing in for the sandbox's server, bench/_port_node.ts on the fake
  * executor) against the same port through the node's door alone, in one run. Bulk transfer both
  * ways (64 MiB streamed) and WebSocket echo round trips; the listener reached straight is shown

@@ -1,5 +1,5 @@
 /**
- * The benchmark harness of issue 6: runs every benchmark and rewrites bench/RESULTS.md (after
+ * The benchmark harness: runs every benchmark and rewrites bench/RESULTS.md (after
  * each section, so an interrupted run still leaves what it measured).
  *
  * Usage: `deno task bench` (installs wrk and nginx first, through setup.sh, once the arguments

@@ -1,5 +1,5 @@
 /**
- * Issue 15's benchmark: what shared mode (two gateways coordinated through etcd) costs against
+ * The shared-mode benchmark: what shared mode (two gateways coordinated through etcd) costs against
  * the embedded default (one gateway, in-memory slots), measured in the same run on the same 10
  * stub nodes.
  *

@@ -90,7 +90,7 @@ function terminal() {
 }
 
 /**
- * Issue 12's command steps, run the same on every door and executor: timeouts enforced by the
+ * The command steps, run the same on every door and executor: timeouts enforced by the
  * server, a sandbox killed under a running command, PTY sessions, and output that is not UTF-8.
  * `opts` makes a sandbox of its own for the kill.
  */

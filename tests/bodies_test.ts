@@ -1,5 +1,5 @@
 /**
- * Huge bodies against the real daemons (issue 10, "Bodies"). A node and a gateway run as
+ * Huge bodies against the real daemons. A node and a gateway run as
  * processes; their resident memory is read from `/proc/<pid>/status` while large uploads
  * stream through them, and must stay far below the bytes sent (a memory bound, not a timing
  * one). Bodies past a cap are a 413 (or a Connect error) with the sentence, never a 500, on the

@@ -1,5 +1,5 @@
 /**
- * Issue 13's exam: the official `e2b` SDK, unmodified and configured with only `E2B_DOMAIN` and
+ * The sandbox-domain exam: the official `e2b` SDK, unmodified and configured with only `E2B_DOMAIN` and
  * an API key, over TLS against a gateway on 443 with a Docker node on the Debian base image:
  * create, commands, files, signed URLs, `getHost(8000)` on `python3 -m http.server`, a WebSocket
  * echo server and an event stream inside the sandbox, E2B's 502 shapes and the traffic token.

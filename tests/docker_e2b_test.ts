@@ -1,5 +1,5 @@
 /**
- * The E2B SDK exam's docker subset (issue 5): the official `e2b` package, unmodified, pointed
+ * The E2B SDK exam's docker subset: the official `e2b` package, unmodified, pointed
  * at a real gateway (`/e2b/api`, `/e2b/envd`) in front of a real node process on the Docker
  * executor: create, run, a streamed command, files, pause/resume, kill, on real containers.
  *
@@ -364,7 +364,7 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
       assert.ok(error instanceof SandboxError, String(error));
       assert.match(
         error.message,
-        // No node holds it, so the gateway answers before any node is asked (issue 14).
+        // No node holds it, so the gateway answers before any node is asked.
         /^400: No node of the fleet has template 'no-such-template': the fleet offers base/,
       );
     },

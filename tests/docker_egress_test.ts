@@ -1,5 +1,5 @@
 /**
- * Network isolation on Docker (issue 13): a sandbox created without egress cannot open a
+ * Network isolation on Docker: a sandbox created without egress cannot open a
  * connection out, and one created with the native spec's `network: true` can, tested against
  * an address inside a network namespace this test makes, never an outside one.
  *

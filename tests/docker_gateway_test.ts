@@ -1,5 +1,5 @@
 /**
- * The gateway exam's docker subset (issue 5): a real gateway in front of a real node on the
+ * The gateway exam's docker subset: a real gateway in front of a real node on the
  * Docker executor, spoken to only with `fetch` on the native verbs: create, run, a command
  * killed at its timeout, big output streamed through the gateway, files, metrics, destroy, and
  * a restart of the node after its container was removed by hand (reconciled: the row is kept,

@@ -1,5 +1,5 @@
 /**
- * The exam of warm pools and capabilities on Docker (issue 14): real gateway and node
+ * The exam of warm pools and capabilities on Docker: real gateway and node
  * processes, real containers, counted on the engine.
  *
  * Needs an engine and the images: with `CI=true` it never skips; off CI it skips with a

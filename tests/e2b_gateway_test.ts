@@ -1,5 +1,5 @@
 /**
- * Issue 4's exam: the official `e2b` SDK, unmodified, against a real gateway process in front of
+ * The E2B exam through a gateway: the official `e2b` SDK, unmodified, against a real gateway process in front of
  * two real node processes (fake executor). The SDK is given only `apiUrl`, `sandboxUrl` and
  * `apiKey`, all pointing at the gateway; direct calls to a node only stage a spread of sandboxes
  * across both nodes.

@@ -1,5 +1,5 @@
 /**
- * Issue 12's lifecycle and control-plane exam: the official `e2b` SDK, unmodified, against a
+ * The lifecycle and control-plane exam: the official `e2b` SDK, unmodified, against a
  * real gateway process in front of two real node processes (fake executor), each node with the
  * default 60 s safety sweep, so a deadline that fires on time is the node's timer at work.
  * Direct calls to a node only stage sandboxes on a chosen node.
@@ -87,7 +87,7 @@ Deno.test({
         assert.ok(error instanceof SandboxError, String(error));
         assert.match(
           error.message,
-          // No node holds it, so the gateway answers before any node is asked (issue 14).
+          // No node holds it, so the gateway answers before any node is asked.
           /^400: No node of the fleet has template 'no-such-template': the fleet offers base/,
         );
       },

@@ -59,7 +59,7 @@ function startInProcessNode(): Target & { close(): Promise<void> } {
   };
 }
 
-/** The exam: every SDK behaviour issue 4 asks of a node. */
+/** The exam: every SDK behaviour a node must serve. */
 async function exam(t: Deno.TestContext, target: Target): Promise<void> {
   const { opts } = target;
   let sandbox!: Sandbox;

@@ -1,5 +1,5 @@
 /**
- * `deno task fleet --domain=dormice.test` (issue 13): the task itself (tests/_fleet_task.ts) with
+ * `deno task fleet --domain=dormice.test`: the task itself (tests/_fleet_task.ts) with
  * the fake executor, on a free high port so it needs neither root nor 443. It must make a CA and a wildcard certificate with openssl, serve the sandbox
  * domain over https with them, and print the trust, DNS and `E2B_DOMAIN` lines; a second
  * certificate step reuses both files.

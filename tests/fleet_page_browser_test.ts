@@ -1,5 +1,5 @@
 /**
- * The fleet page in a real browser (issue 17): Debian's headless Chromium, driven by
+ * The fleet page in a real browser: Debian's headless Chromium, driven by
  * puppeteer-core, against a gateway and two nodes running as processes. Log in with the fleet
  * token, see both nodes and the sandboxes created through the API, filter, watch the page
  * refresh itself, follow a sandbox's link, log out. A screenshot is written to

@@ -1,5 +1,5 @@
 /**
- * The gateway's black-box exam (issue 3): real gateway and node processes on loopback, spoken to
+ * The gateway's black-box exam: real gateway and node processes on loopback, spoken to
  * only with `fetch`. Direct calls to a node stage what the gateway must then find.
  *
  * Fleets:

@@ -1,5 +1,5 @@
 /**
- * Issue 11's exam: API keys and teams through real processes (a gateway in front of two nodes on
+ * The keys exam: API keys and teams through real processes (a gateway in front of two nodes on
  * the fake executor). Clients hold minted keys, never the fleet token; each team sees only its
  * own sandboxes in every listing and face; the fleet's verbs refuse a key; limits answer 429.
  */

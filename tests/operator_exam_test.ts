@@ -1,5 +1,5 @@
 /**
- * The operator's view through real processes (issue 17): a gateway and two nodes on loopback.
+ * The operator's view through real processes: a gateway and two nodes on loopback.
  *
  * - `/metrics` on the gateway and on each node parses as Prometheus text, its counters move with
  *   the traffic this test sends, and no label carries the fleet token, a key, a sandbox's name
