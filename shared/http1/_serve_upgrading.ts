@@ -1,10 +1,15 @@
 /**
- * What serving a connection with `Deno.serveHttp` (`serveGuarded`'s `upgrades` engine) needs
- * beyond the fast engine: its types (gone from Deno's own), the request body that is read to
- * its end before an early answer, and the switch that keeps it from compressing answers.
+ * The back end of `serveGuarded`'s `deno` engine with `upgrades`: `Deno.serveHttp`, the one
+ * per-connection server of Deno's that keeps an upgraded socket open ({@linkcode serveHttpBackend}),
+ * and what it needs beyond Deno's per-connection server (the `deno` engine without upgrades): its
+ * types (gone from Deno's own), the request body that is read to its end before an early answer,
+ * the switch that keeps it from compressing answers, and the hang-up it never tells an answer of.
  *
  * @module
  */
+import { StreamCut } from "../stream_cut.ts";
+import type { Backend } from "./_guard.ts";
+import type { Handler, OnError } from "./_backends.ts";
 
 /** One request as `Deno.serveHttp` yields it. */
 export interface RequestEvent {
@@ -102,7 +107,7 @@ export function acceptsCompression(request: Request): boolean {
  * `response`, marked so that Deno.serveHttp sends it as it is. That server compresses a
  * compressible answer unasked; a proxy must not (a node's answer would reach the gateway's
  * fetch compressed, be unpacked there and leave with the `content-encoding` of the packed
- * bytes), and the fast engine never does. `Cache-Control: no-transform` is the one switch it
+ * bytes), and Deno's per-connection server never does. `Cache-Control: no-transform` is the one switch it
  * honours that does not change the body, and it tells other proxies the same.
  */
 export function uncompressed(response: Response): Response {
@@ -123,5 +128,97 @@ export function uncompressed(response: Response): Response {
       statusText: response.statusText,
       headers,
     });
+  }
+}
+
+/**
+ * `Deno.serveHttp` as a back end (`serveLegacy`). Once a request upgrades, its loop ends and the
+ * socket belongs to the handler's WebSocket, outside the guard's count.
+ */
+export function serveHttpBackend(
+  serveLegacy: (conn: Deno.Conn) => HttpConn,
+  handler: Handler,
+  onError: OnError,
+): Backend {
+  return async (conn, c, answered) => {
+    const http = serveLegacy(conn);
+    c.stop.signal.addEventListener("abort", () => {
+      try {
+        http.close();
+      } catch {
+        // Closed already (the client left, or the connection upgraded).
+      }
+    }, { once: true });
+    const remoteAddr = conn.remoteAddr as Deno.NetAddr;
+    /** The requests of this connection whose answer is not sent: their hang-up signals. */
+    const unanswered = new Set<AbortController>();
+    try {
+      for await (const event of http) {
+        c.inFlight++;
+        const hangUp = new AbortController();
+        unanswered.add(hangUp);
+        void answer(handler, onError, event, remoteAddr, hangUp, () => unanswered.delete(hangUp))
+          .finally(() => {
+            unanswered.delete(hangUp);
+            answered(c);
+          });
+      }
+    } finally {
+      // This server ends a connection's request loop as soon as the client hangs up, even with
+      // an answer still being made (measured), but never tells that answer's request.signal: a
+      // proxy would wait for its upstream's head for nothing. So the loop's end is the signal.
+      for (const hangUp of unanswered) {
+        hangUp.abort(new Deno.errors.ConnectionReset("the client hung up"));
+      }
+    }
+  };
+}
+
+/**
+ * Answers one request `event` of a `Deno.serveHttp` connection: its request gets the hang-up
+ * signal too, and its body is drained before an early answer; `upgraded` is told of a 101.
+ */
+async function answer(
+  handler: Handler,
+  onError: OnError,
+  event: RequestEvent,
+  remoteAddr: Deno.NetAddr,
+  hangUp: AbortController,
+  upgraded: () => void,
+): Promise<void> {
+  let sent!: () => void;
+  let failed!: (error: unknown) => void;
+  const completed = new Promise<void>((resolve, reject) => {
+    sent = resolve;
+    failed = reject;
+  });
+  completed.catch(() => {});
+  const compressible = acceptsCompression(event.request);
+  const body = event.request.body === null ? null : new DrainableBody(event.request.body);
+  // The server's own signal (it aborts once the answer is done) or the hang-up, first of both.
+  const signal = AbortSignal.any([event.request.signal, hangUp.signal]);
+  const request = new Request(
+    event.request,
+    (body === null ? { signal } : { body: body.stream, duplex: "half", signal }) as RequestInit,
+  );
+  let response: Response;
+  try {
+    response = await handler(request, { remoteAddr, completed });
+  } catch (error) {
+    response = await onError(error);
+  }
+  // An upgraded connection's loop ends with the handshake: that is no hang-up.
+  if (response.status === 101) upgraded();
+  if (compressible) response = uncompressed(response);
+  if (body?.unfinished) await body.drain();
+  try {
+    await event.respondWith(response);
+    sent();
+  } catch (error) {
+    failed(error);
+    // A client that left is no error of ours; a body that failed on purpose or by a bug is.
+    if (!(error instanceof Deno.errors.Http || error instanceof Deno.errors.BadResource)) {
+      await onError(error);
+    } else if ((error as Error).cause instanceof StreamCut) await onError((error as Error).cause);
   }
 }

@@ -1,8 +1,8 @@
 /**
  * The wire side of {@linkcode createH1Client} (client.ts): one pooled TCP connection and its
  * read buffer, the answer head's reader with its cap (the parser is `_head.ts`'s), the chunked
- * body's reader (the coding is `_chunked.ts`'s), and the request writer. The client keeps the
- * pools, the waits and the fetch shape.
+ * body's reader (the coding is `_chunked.ts`'s), and the request writer. The pools and their
+ * waits are `_pool.ts`'s, the fetch shape the client's.
  *
  * @module
  */
@@ -11,23 +11,6 @@ import { joined, writeAll } from "./_answer.ts";
 import { ChunkFraming, frame, LAST_CHUNK, LINE_MAX } from "./_chunked.ts";
 
 export const encoder = new TextEncoder();
-
-/** A request waiting for one of its origin's connections. */
-export interface Waiter {
-  resolve(c: Conn): void;
-  reject(e: unknown): void;
-  signal: AbortSignal | null;
-}
-
-/** One origin's connections: the idle ones, how many are busy, and who waits for one. */
-export interface Pool {
-  origin: string;
-  hostname: string;
-  port: number;
-  idle: Conn[];
-  busy: number;
-  waiting: Waiter[];
-}
 
 /** An answer head read for the fetch shape: its status text and header lines as pairs too. */
 export interface Head extends RawHead {

@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { createH1Client, type H1Client } from "./client.ts";
-import { HangUpWatch } from "../../gateway/forward.ts";
+import { HangUpWatch } from "../hang_up_watch.ts";
 
 function serve(handler: (r: Request) => Response | Promise<Response>) {
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen: () => {} }, handler);
