@@ -1,6 +1,6 @@
 /**
  * A small HTTP/1.1 client over `Deno.connect`, shaped like `fetch` so the gateway can inject it
- * where it injects `fetch` (issue 16's comparison of the runtime's clients, bench/RESULTS.md).
+ * where it injects `fetch` (the comparison of the runtime's clients is in bench/RESULTS.md).
  * Plain `http:` only: nodes are reached inside the fleet's network. A node registered with an
  * `https:` endpoint goes to the `otherSchemes` client (the gateway passes `fetch`, which does TLS)
  * rather than being refused.
