@@ -42,7 +42,8 @@ export function silentNodeError(node: FleetNode, now: number): HttpError {
       `${Math.round((now - node.lastCheckIn) / 1000)} s (more than two of its ${interval} s ` +
       "intervals): it may be frozen, stopped or cut off from the gateway. Retry once it " +
       "checks in again; if it is gone for good, stop it and remove it with removeNode (its " +
-      "sandboxes go with it)",
+      "sandboxes go with it), or wait until it is declared dead " +
+      "(DORMICE_GATEWAY_NODE_DEAD_AFTER_S without a check-in)",
     {
       headers: { "retry-after": String(Math.min(60, Math.max(1, Math.ceil(interval)))) },
       details: { nodeId: node.id, endpoint: node.endpoint },
