@@ -276,6 +276,27 @@ export class Fleet implements NodeDirectory {
   }
 
   /**
+   * Shared mode: whether the only reason `node` is not silent here is news this gateway could not
+   * read. Its last check-in is older than two of its intervals, but etcd has not been read whole
+   * since before that silence would count (`replicaAsOf`): it may be checking in with another
+   * gateway, or it may have died during the outage. `listNodes` shows it down (flagged
+   * `unheard`); routing still serves it, bounded by a probe of the node itself (`NodeProbes`).
+   * Always false outside shared mode.
+   *
+   * @example
+   * ```ts
+   * import { Fleet } from "@dormice/cluster/gateway";
+   * new Fleet().isUnheard("nobody"); // false
+   * ```
+   */
+  isUnheard(node: string | FleetNode, now: number = this.#clock.now()): boolean {
+    const m = typeof node === "string" ? this.#members.get(node) : node;
+    if (m === undefined || this.#asOf === null || !m.heardSinceStart) return false;
+    const downMs = this.#downAfter * m.intervalSeconds * 1000;
+    return now - m.lastCheckIn > downMs && this.#silentFor(m, now) <= downMs;
+  }
+
+  /**
    * Whether a node is declared dead: down, and silent for more than `deadAfterMs` by its last
    * check-in (persisted, and in shared mode the time the accepting gateway wrote to etcd, so
    * every gateway reaches the same verdict at about the same time; like `isSilent`, silence after
@@ -529,7 +550,12 @@ export class Fleet implements NodeDirectory {
       out.push({
         id: m.id,
         endpoint: m.endpoint,
-        state: this.isDead(m, now) ? "dead" : this.isDown(m, now) ? "down" : "up",
+        state: this.isDead(m, now)
+          ? "dead"
+          : this.isDown(m, now) || this.isUnheard(m, now)
+          ? "down"
+          : "up",
+        unheard: this.isUnheard(m, now),
         lastCheckInAgeMs: Math.max(0, now - m.lastCheckIn),
         intervalSeconds: m.intervalSeconds,
         build: m.build,

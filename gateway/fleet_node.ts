@@ -71,6 +71,13 @@ export interface NodeSummary {
    * names may be built elsewhere until it checks in again).
    */
   state: "up" | "down" | "dead";
+  /**
+   * Shared mode: `true` when this gateway cannot read etcd and has heard nothing of the node for
+   * two of its intervals. `state` is then `down` by what this gateway heard, while the node may
+   * be checking in with another gateway: its sandboxes are still routed, each request bounded by
+   * a health check of the node (docs/shared-mode.md).
+   */
+  unheard: boolean;
   /** Milliseconds since its last check-in (persisted, so it survives a gateway restart). */
   lastCheckInAgeMs: number;
   /** Its check-in interval: `state` turns `down` after two of them without a check-in. */

@@ -358,3 +358,31 @@ Deno.test("Fleet.isDead() reads the persisted last check-in, and in shared mode 
   second.close();
   database.close();
 });
+
+Deno.test("Fleet.list() in shared mode shows a node it cannot hear of down and unheard, while routing still counts it", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("far", A, { intervalSeconds: 10 }), { at: clock.now(), replicated: true });
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
+  fleet.replicaAsOf(clock.now());
+  clock.tick(20_000);
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
+  assert.equal(fleet.isUnheard("far"), false, "exactly two intervals: not yet");
+  clock.tick(1);
+  // etcd has not been read since: "far" may be checking in elsewhere, or dead.
+  assert.equal(fleet.isUnheard("far"), true);
+  assert.equal(fleet.isUnheard("near"), false, "heard here");
+  assert.equal(fleet.isSilent("far"), false, "routing still serves it (bounded by a probe)");
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.state, n.unheard]), [
+    ["far", "down", true],
+    ["near", "up", false],
+  ]);
+  fleet.replicaAsOf(clock.now()); // a read succeeded and had nothing newer: silent, not unheard
+  assert.equal(fleet.isUnheard("far"), false);
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.state, n.unheard]), [
+    ["far", "down", false],
+    ["near", "up", false],
+  ]);
+  fleet.replicaAsOf(null);
+  assert.equal(fleet.isUnheard("far"), false, "never outside shared mode");
+  fleet.close();
+});

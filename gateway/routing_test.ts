@@ -795,3 +795,55 @@ Deno.test("GatewayRouting: a node declared dead frees its names, and back again 
     close();
   }
 });
+
+Deno.test("GatewayRouting: while etcd is unreadable, a node it cannot hear of is served until its health check fails, then refused at once", async () => {
+  const { routing, fleet, clock, add, close } = setup();
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.answers.set("/execCommand", () => Response.json({ exitCode: 0 }));
+  a.answers.set("/healthz", () => Response.json({ ok: true }));
+  const signal = new AbortController().signal;
+  const exec = () => new Request("http://gw.test/execCommand", { method: "POST", body: "{}" });
+  try {
+    const found = await routing.locate("name", "x", signal);
+    // Shared mode: the last whole read of etcd began now, and none succeeds after it.
+    fleet.replicaAsOf(clock.now());
+    clock.tick(31_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    assert.equal(fleet.isUnheard("a"), true);
+    // It answers its health check: still served (it may be checking in with another gateway).
+    const served = await routing.stream(exec(), {
+      found,
+      by: "name",
+      key: "x",
+      path: "/execCommand",
+    });
+    assert.equal(served.status, 200);
+    await served.body?.cancel();
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    assert.ok(a.calls.includes("GET /healthz"), "it was asked itself");
+    // It dies meanwhile: the next probe fails, and from then on its requests are a 503 at once.
+    a.silent = true;
+    clock.tick(5_001);
+    const first = await routing.stream(exec(), {
+      found,
+      by: "name",
+      key: "x",
+      path: "/execCommand",
+    })
+      .catch((e) => e);
+    // The request that started the probe met the refused connection itself (502).
+    assert.ok(first instanceof HttpError && first.status === 502, String(first));
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    assert.ok(a.calls.filter((c) => c === "GET /healthz").length >= 2, "probed again");
+    const before = a.calls.length;
+    await assert.rejects(
+      routing.stream(exec(), { found, by: "name", key: "x", path: "/execCommand" }),
+      httpError(503, /'a' .*did not answer a health check .*cannot read etcd/),
+    );
+    assert.equal(a.calls.length, before, "nothing more reached it");
+  } finally {
+    close();
+  }
+});
