@@ -20,9 +20,9 @@ import {
   settle,
   silentNodeError,
   silentWhileWaiting,
+  statusOf,
   unheardNodeError,
   unheardWhileWaiting,
-  statusOf,
 } from "./routing_answers.ts";
 import {
   type CapturedAnswer,
