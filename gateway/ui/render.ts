@@ -259,7 +259,9 @@ function nodesTable(nodes: NodeSummary[]): string {
       : '<span class="muted">no reading</span>';
     return `<tr data-node="${escapeHtml(n.id)}">
 <td><b>${escapeHtml(n.id)}</b><br><span class="muted">${escapeHtml(n.endpoint)}</span></td>
-<td><span class="${n.state}">${n.state}</span></td>
+<td><span class="${n.state}">${n.state}</span>${
+      n.unheard ? '<br><span class="muted">unheard: etcd unreadable</span>' : ""
+    }</td>
 <td>${age(n.lastCheckInAgeMs)}<br><span class="muted">every ${n.intervalSeconds} s</span></td>
 <td>${
       cpu === null
