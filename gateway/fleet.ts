@@ -150,6 +150,8 @@ export class Fleet implements NodeDirectory {
   #seq = 0;
   /** Shared mode: when the node table was last read whole (see `replicaAsOf`); else `null`. */
   #asOf: number | null = null;
+  /** When this Fleet was created: no silence before it is counted towards death. */
+  #startedAt: number;
 
   /** Opens (creating if needed) the node table and loads its rows; every loaded node is down. */
   constructor(options: FleetOptions = {}) {
@@ -189,6 +191,7 @@ export class Fleet implements NodeDirectory {
     this.#downAfter = downAfterIntervals;
     this.#moveAfter = moveAfterIntervals;
     this.#deadAfterMs = deadAfterMs;
+    this.#startedAt = clock.now();
     this.#onJoin = onJoin;
     this.#onDown = onDown;
     this.#onRemove = onRemove;
@@ -301,9 +304,12 @@ export class Fleet implements NodeDirectory {
    * check-in (persisted, and in shared mode the time the accepting gateway wrote to etcd, so
    * every gateway reaches the same verdict at about the same time; like `isSilent`, silence after
    * the last whole read of etcd is not counted, so a gateway that cannot read the node table
-   * declares no node dead that may be checking in elsewhere). A dead node's sandboxes are taken
-   * as gone with it: lookups do not ask it, so the names it held may be built elsewhere. Never
-   * with `deadAfterMs` 0; an unknown id is not dead (it is not there at all).
+   * declares no node dead that may be checking in elsewhere). Silence counts from this Fleet's
+   * creation at the earliest: a gateway that was itself down (or whose table is older than etcd's)
+   * heard nothing meanwhile, and declaring the whole fleet dead at its start would free every
+   * name of nodes that are about to check in. A dead node's sandboxes are taken as gone with it:
+   * lookups do not ask it, so the names it held may be built elsewhere. Never with `deadAfterMs`
+   * 0; an unknown id is not dead (it is not there at all).
    *
    * @example
    * ```ts
@@ -314,8 +320,9 @@ export class Fleet implements NodeDirectory {
   isDead(node: string | FleetNode, now: number = this.#clock.now()): boolean {
     if (this.#deadAfterMs === 0) return false;
     const m = typeof node === "string" ? this.#members.get(node) : node;
-    if (m === undefined) return false;
-    return this.isDown(m, now) && this.#silentFor(m, now) > this.#deadAfterMs;
+    if (m === undefined || !this.isDown(m, now)) return false;
+    const until = this.#asOf === null ? now : Math.min(now, this.#asOf);
+    return until - Math.max(m.lastCheckIn, this.#startedAt) > this.#deadAfterMs;
   }
 
   /**

@@ -334,7 +334,7 @@ Deno.test("Fleet.isDead() is never true with deadAfterMs 0, and refuses a negati
   assert.throws(() => new Fleet({ deadAfterMs: -1 }), /'deadAfterMs' must be 0 or more/);
 });
 
-Deno.test("Fleet.isDead() reads the persisted last check-in, and in shared mode counts no silence past the last read", () => {
+Deno.test("Fleet.isDead() counts no silence before the Fleet was made, and in shared mode none past the last read", () => {
   const clock = new FakeClock();
   const database = new DatabaseSync(":memory:");
   const first = new Fleet({ clock, database, deadAfterMs: 600_000 });
@@ -342,11 +342,15 @@ Deno.test("Fleet.isDead() reads the persisted last check-in, and in shared mode 
   first.checkIn(checkIn("b", B));
   clock.tick(500_000);
   first.checkIn(checkIn("b", B));
-  // A gateway restarted later judges by the table's times, as every gateway judges by etcd's.
-  clock.tick(100_001);
+  // A gateway restarted after its own long outage heard nothing meanwhile: it declares no node
+  // dead until it has itself waited deadAfterMs (the nodes are about to check in).
+  clock.tick(3_600_000);
   const second = new Fleet({ clock, database, deadAfterMs: 600_000 });
+  assert.equal(second.isDown("a"), true);
+  assert.equal(second.isDead("a"), false);
+  clock.tick(600_001);
   assert.equal(second.isDead("a"), true);
-  assert.equal(second.isDead("b"), false);
+  assert.equal(second.isDead("b"), true);
   // A check-in another gateway accepted, as etcd hands it over: dead on the time it was written.
   second.checkIn(checkIn("c", "http://10.0.0.3:3676"), { at: clock.now(), replicated: true });
   second.replicaAsOf(clock.now());
