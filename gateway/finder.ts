@@ -471,7 +471,8 @@ export class Finder {
     const all = [...this.#fleet.nodes()];
     // A dead node is not asked: its sandboxes are taken as gone, so its silence makes no name
     // unsure (a down node's does, until it is declared dead).
-    let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node)) : all;
+    const now = this.#fleet.now();
+    let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
     if (this.#digests === "sole-writer") {
       nodes = this.#skips.toAsk(nodes, by, key);
     }
