@@ -11,7 +11,13 @@ import type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fl
 import { NodeTable } from "./fleet_table.ts";
 import { compareUpDigests, FleetWarnings } from "./fleet_warnings.ts";
 import { applyCheckIn, joinedMember, loadedMember, type Member } from "./fleet_node.ts";
-import { ownEndpointRefusal, stillChecksIn, twinRefusal, unknownNode } from "./fleet_refusals.ts";
+import {
+  ownEndpointRefusal,
+  stillChecksIn,
+  twinRefusal,
+  unheardRemoval,
+  unknownNode,
+} from "./fleet_refusals.ts";
 import type { CheckIn } from "../shared/schemas.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
@@ -491,7 +497,8 @@ export class Fleet implements NodeDirectory {
   /**
    * Forgets a node that stopped checking in.
    *
-   * @throws {HttpError} 404 for an unknown id; 409 while the node still checks in (not down).
+   * @throws {HttpError} 404 for an unknown id; 409 while the node still checks in (not down);
+   *   503 while it is unheard (shared mode, etcd unreadable: `isUnheard`).
    * @example
    * ```ts ignore
    * fleet.removeNode("node-c");
@@ -503,6 +510,7 @@ export class Fleet implements NodeDirectory {
       throw unknownNode(id);
     }
     const now = this.#clock.now();
+    if (this.isUnheard(m, now)) throw unheardRemoval(m, now);
     if (!this.isDown(m, now)) {
       throw stillChecksIn(m, now, this.#downAfter * m.intervalSeconds * 1000);
     }

@@ -380,6 +380,13 @@ Deno.test("Fleet.list() in shared mode shows a node it cannot hear of down and u
     ["far", "down", true],
     ["near", "up", false],
   ]);
+  // Shown down, but it may live elsewhere and the removal would reach no other gateway.
+  assert.throws(() => fleet.removeNode("far"), (error: unknown) => {
+    assert.ok(error instanceof HttpError);
+    assert.equal(error.status, 503);
+    assert.match(error.message, /^Cannot remove node 'far' .*cannot read etcd/);
+    return true;
+  });
   fleet.replicaAsOf(clock.now()); // a read succeeded and had nothing newer: silent, not unheard
   assert.equal(fleet.isUnheard("far"), false);
   assert.deepEqual(fleet.list().map((n) => [n.id, n.state, n.unheard]), [
