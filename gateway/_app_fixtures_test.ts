@@ -103,6 +103,7 @@ export function setup(
     clock?: FakeClock;
     listenAddress?: ListenAddress;
     headTimeoutMs?: number;
+    nodeDeadAfterMs?: number;
   } = {},
 ) {
   const nodes = new Map<string, StubNode>();
@@ -131,6 +132,7 @@ export function setup(
     clock: options.clock,
     listenAddress: options.listenAddress,
     headTimeoutMs: options.headTimeoutMs,
+    nodeDeadAfterMs: options.nodeDeadAfterMs,
     instanceId: "gw-unit",
   });
   const add = (id: string) => {
@@ -142,7 +144,7 @@ export function setup(
     );
     return node;
   };
-  return { gateway, add, selfCalls: () => selfCalls };
+  return { gateway, add, nodes, selfCalls: () => selfCalls };
 }
 
 /** The origin the injected fetch answers with the gateway under test itself. */

@@ -90,9 +90,13 @@ export const EP = {
   c: "http://10.0.0.3:3676",
 };
 
-export function setup(nodes: Partial<Record<keyof typeof EP, Behaviour>>, cacheSize?: number) {
+export function setup(
+  nodes: Partial<Record<keyof typeof EP, Behaviour>>,
+  cacheSize?: number,
+  fleetOptions: { deadAfterMs?: number } = {},
+) {
   const clock = new FakeClock();
-  const fleet = new Fleet({ clock });
+  const fleet = new Fleet({ clock, ...fleetOptions });
   const behaviours = new Map<string, Behaviour>();
   for (const [id, b] of Object.entries(nodes)) {
     const endpoint = EP[id as keyof typeof EP];

@@ -71,6 +71,11 @@ export interface GatewayOptions {
    * 120,000 ms (see `GatewayRoutingOptions.headTimeoutMs`).
    */
   headTimeoutMs?: number;
+  /**
+   * A node silent this long (ms) is declared dead and the names it held are free
+   * (`FleetOptions.deadAfterMs`). Default 600,000 (`DORMICE_GATEWAY_NODE_DEAD_AFTER_S`); 0 never.
+   */
+  nodeDeadAfterMs?: number;
   /** Finder cache entries per index. Default 100,000. */
   cacheSize?: number;
   /**
@@ -245,6 +250,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     database: db,
     clock,
     log,
+    deadAfterMs: options.nodeDeadAfterMs ?? 600_000,
     onDown: (node) => late.events?.nodeLost(node),
     // removeNode only, long after `finder` and `placer` below exist.
     onRemove: (node) => {

@@ -161,3 +161,51 @@ Deno.test("setPools on a fleet no node has checked in with is a 409, not an empt
     gateway.close();
   }
 });
+
+Deno.test("createGateway() declares a long-silent node dead after 10 minutes by default: listNodes says so and its names are free", async () => {
+  const clock = new FakeClock();
+  const { gateway, add, nodes } = setup({ clock });
+  const a = add("a");
+  add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  try {
+    nodes.delete(a.endpoint); // its machine is gone
+    clock.tick(31_000);
+    gateway.fleet.checkIn(checkIn("b", "http://b.test:3676"));
+    const held = await call(gateway, "acquireSandbox", { name: "x" });
+    assert.equal(held.status, 503, "down: the name may live only there");
+    assert.match((await held.json()).message, /DORMICE_GATEWAY_NODE_DEAD_AFTER_S/);
+    clock.tick(600_000);
+    gateway.fleet.checkIn(checkIn("b", "http://b.test:3676"));
+    gateway.sweep();
+    const { nodes: listed } = await (await call(gateway, "listNodes", {})).json();
+    assert.deepEqual(listed.map((n: { id: string; state: string }) => [n.id, n.state]), [
+      ["a", "dead"],
+      ["b", "up"],
+    ]);
+    const made = await call(gateway, "acquireSandbox", { name: "x" });
+    assert.equal(made.status, 200, "dead: its names are free");
+    await made.body?.cancel();
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("createGateway({ nodeDeadAfterMs: 0 }) never declares a node dead", async () => {
+  const clock = new FakeClock();
+  const { gateway, add, nodes } = setup({ clock, nodeDeadAfterMs: 0 });
+  const a = add("a");
+  add("b");
+  try {
+    nodes.delete(a.endpoint);
+    clock.tick(86_400_000);
+    gateway.fleet.checkIn(checkIn("b", "http://b.test:3676"));
+    const { nodes: listed } = await (await call(gateway, "listNodes", {})).json();
+    assert.equal(listed[0].state, "down");
+    const held = await call(gateway, "acquireSandbox", { name: "x" });
+    assert.equal(held.status, 503);
+    await held.body?.cancel();
+  } finally {
+    gateway.close();
+  }
+});

@@ -385,9 +385,12 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
       const found: FindOne | undefined = finder.cached("name", key);
       if (found === undefined || ex.hungUp) return handBack();
       const node = found.node;
-      if (!node.endpoint.startsWith("http://") || fleet.isSilent(node, fleet.now())) {
-        return handBack();
-      }
+      const now = fleet.now();
+      // A node heard of only through an unreadable etcd is checked on the object path.
+      if (
+        !node.endpoint.startsWith("http://") || fleet.isSilent(node, now) ||
+        fleet.isUnheard(node, now)
+      ) return handBack();
       const target = { nodeId: node.id, endpoint: node.endpoint };
       served++;
       const bytes = nodeRequest(ex, path, node.endpoint, caller);

@@ -30,6 +30,11 @@ export interface GatewayConfig {
   /** The longest wait for a forwarded request's head from its node, once its body is sent. */
   headTimeoutMs: number;
   /**
+   * Seconds without a check-in after which a node is declared dead and the names it held are
+   * free (`DORMICE_GATEWAY_NODE_DEAD_AFTER_S`); 0 never declares one.
+   */
+  nodeDeadAfterSeconds: number;
+  /**
    * The HTTP client to the nodes (`DORMICE_GATEWAY_NODE_CLIENT`): `h1`, the gateway's own
    * HTTP/1.1 client (`shared/http1/client.ts`, https nodes still through fetch), or the runtime's `fetch`.
    */
@@ -80,6 +85,7 @@ export const gatewayEnvVariables: readonly string[] = [
   "DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS",
   "DORMICE_GATEWAY_LOOKUP_DIGESTS",
   "DORMICE_GATEWAY_HEAD_TIMEOUT_MS",
+  "DORMICE_GATEWAY_NODE_DEAD_AFTER_S",
   "DORMICE_GATEWAY_NODE_CLIENT",
   "DORMICE_GATEWAY_ENGINE",
   "DORMICE_GATEWAY_JSON_BODY_LIMIT_MB",
@@ -115,6 +121,11 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.
   headTimeoutMs: 120_000,
+  // A node silent this long is not coming back soon: a reboot or a restart takes minutes, and
+  // until then every name it may hold is refused (503). Past it, the names are worth more free
+  // than waiting; a node that does return brings its ledger, and a name built twice meanwhile is
+  // a 409 naming both nodes.
+  nodeDeadAfterSeconds: 600,
   // Measured in one run against fetch on the routed verb (bench/RESULTS.md, forwarding): lower
   // added latency, every forwarding rule kept. `fetch` stays one variable away should a node's
   // server and this client ever disagree on HTTP/1.1.
@@ -386,6 +397,14 @@ export function loadGatewayConfig(
       gatewayDefaults.headTimeoutMs,
       (n) => Number.isInteger(n) && n >= 100 && n <= 3_600_000,
       "a whole number of milliseconds from 100 to 3600000",
+      errors,
+    ),
+    nodeDeadAfterSeconds: number(
+      env,
+      "DORMICE_GATEWAY_NODE_DEAD_AFTER_S",
+      gatewayDefaults.nodeDeadAfterSeconds,
+      (n) => Number.isInteger(n) && (n === 0 || (n >= 60 && n <= 31_536_000)),
+      "0 (never) or a whole number of seconds from 60 to 31536000",
       errors,
     ),
     jsonBodyLimitBytes: 1024 * 1024 * number(

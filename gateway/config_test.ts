@@ -13,6 +13,7 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   assert.equal(r.config.nodeMinDiskGb, 10);
   assert.equal(r.config.lookupTimeoutMs, 2000);
   assert.equal(r.config.headTimeoutMs, 120_000);
+  assert.equal(r.config.nodeDeadAfterSeconds, 600);
   assert.equal(r.config.jsonBodyLimitBytes, 32 * 1024 * 1024);
   const set = loadGatewayConfig({
     DORMICE_API_TOKEN: token,
@@ -57,6 +58,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
     [{ DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1.5" }, /DORMICE_GATEWAY_NODE_ACTIVE_LIMIT='1.5'/],
     [{ DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS: "5" }, /DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS='5'/],
     [{ DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "0" }, /DORMICE_GATEWAY_HEAD_TIMEOUT_MS='0'.*100 to/],
+    [
+      { DORMICE_GATEWAY_NODE_DEAD_AFTER_S: "30" },
+      /DORMICE_GATEWAY_NODE_DEAD_AFTER_S='30'.*0 \(never\) or .* 60 to/,
+    ],
     [{ DORMICE_LOG_LEVEL: "loud" }, /DORMICE_LOG_LEVEL='loud'/],
     [
       { DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "1000" },
@@ -192,4 +197,10 @@ Deno.test("DORMICE_GATEWAY_WEBSOCKETS: on by default with a sandbox domain; anyt
     bad.errors.join("\n"),
     /DORMICE_GATEWAY_WEBSOCKETS='yes' is not a switch: set 'on'.*\(off here\)/,
   );
+});
+
+Deno.test("DORMICE_GATEWAY_NODE_DEAD_AFTER_S=0 never declares a node dead", () => {
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_NODE_DEAD_AFTER_S: "0" });
+  assert.ok(r.ok);
+  assert.equal(r.config.nodeDeadAfterSeconds, 0);
 });

@@ -88,7 +88,7 @@ Deno.test("E2B envd: requests without the sandbox's token or signature are 401s 
     floods.push([
       "/files?path=/a&signature=v1_forged",
       { "e2b-sandbox-id": s.id },
-      /needs the X-Access/,
+      /signature does not match sandbox/,
       "rest",
     ]);
     floods.push([

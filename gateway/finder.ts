@@ -139,8 +139,9 @@ const defaultTimers: FinderTimers = {
  * restarted, or only its check-ins fail), and it may hold the name: skipping it would let a
  * creator build the name again elsewhere. If it answers, its answer counts like any other; if
  * not, it is silent and the outcome is `unsure`. The price is that a down node which swallows
- * packets makes a miss cost the full deadline, and the way out is `removeNode` — once the
- * operator says the node is gone, its sandboxes are gone with it.
+ * packets makes a miss cost the full deadline, until the Fleet declares it dead (`isDead`, after
+ * `DORMICE_GATEWAY_NODE_DEAD_AFTER_S`) or the operator runs `removeNode`: either way its
+ * sandboxes are gone with it, it is not asked, and its names are free.
  *
  * Concurrent misses for one key share one round. Hot path: `cached()` is two `Map` hits and no
  * allocation.
@@ -278,7 +279,8 @@ export class Finder {
     const hit = this.#cache.get(by, key);
     if (hit === undefined) return undefined;
     // A removed node (or one removed and joined again) is a different object: the entry is stale.
-    if (this.#fleet.get(hit.node.id) !== hit.node) {
+    // A dead node's sandboxes are taken as gone with it (`Fleet.isDead`).
+    if (this.#fleet.get(hit.node.id) !== hit.node || this.#fleet.isDead?.(hit.node)) {
       this.#cache.evict(hit);
       return undefined;
     }
@@ -486,9 +488,12 @@ export class Finder {
   ): Promise<FindResult> {
     const started = performance.now();
     const all = [...this.#fleet.nodes()];
-    let nodes = all;
+    // A dead node is not asked: its sandboxes are taken as gone, so its silence makes no name
+    // unsure (a down node's does, until it is declared dead).
+    const now = this.#fleet.now();
+    let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
     if (this.#digests === "sole-writer") {
-      nodes = this.#skips.toAsk(all, by, key);
+      nodes = this.#skips.toAsk(nodes, by, key);
     }
     this.#lastAsked = nodes.length;
     const result = await this.#decide(by, key, controller, nodes, all.length, slotToken);

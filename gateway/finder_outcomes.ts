@@ -128,7 +128,8 @@ export function unsureOf(key: string, silent: { node: FleetNode; cause: string }
     silent,
     message: `Cannot tell whether '${key}' exists: ${names}${more} did not answer, and it may ` +
       `live there. Retry shortly; if a node is gone for good, stop it and remove it with ` +
-      `removeNode once it is down`,
+      `removeNode once it is down, or wait until it is declared dead ` +
+      `(DORMICE_GATEWAY_NODE_DEAD_AFTER_S without a check-in)`,
     // Within one check-in interval the fleet knows whether the silent node is back.
     retryAfterSeconds: Math.min(60, Math.max(1, Math.ceil(interval))),
   };

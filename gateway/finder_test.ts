@@ -344,3 +344,52 @@ Deno.test("Finder.find() counts the wait for a per-node slot against the round's
   assert.equal(b.kind, "unsure");
   fleet.close();
 });
+
+Deno.test("Finder does not ask a dead node: a name it may hold is none, not unsure, and its cache entries go", async () => {
+  const { finder, fleet, clock, fake, behaviours } = setup(
+    { a: { found: s1 }, b: "absent" },
+    undefined,
+    {
+      deadAfterMs: 600_000,
+    },
+  );
+  // Cached on a while it answers.
+  assert.equal((await finder.find("name", "alpha")).kind, "one");
+  behaviours.set(EP.a, "refused");
+  clock.tick(31_000);
+  fleet.checkIn(checkIn("b", EP.b));
+  // Down but not dead: the name may live only there, so it is never none.
+  finder.evict("name", "alpha");
+  assert.equal((await finder.find("name", "alpha")).kind, "unsure");
+  assert.equal((await finder.find("name", "alpha")).kind, "unsure");
+  finder.remember(fleet.get("a")!, { ...s1, state: "active" });
+  clock.tick(600_000);
+  fleet.checkIn(checkIn("b", EP.b));
+  assert.equal(fleet.isDead("a"), true);
+  const calls = fake.calls.length;
+  assert.equal(finder.cached("name", "alpha"), undefined, "its sandboxes went with it");
+  assert.deepEqual(await finder.find("name", "alpha"), { kind: "none" });
+  assert.ok(fake.calls.slice(calls).every((c) => c.url.startsWith(EP.b)), "a was not asked");
+  fleet.close();
+});
+
+Deno.test("Finder: a dead node back with a name rebuilt elsewhere meanwhile is a 409 conflict naming both", async () => {
+  const { finder, fleet, clock, behaviours } = setup({ a: "refused", b: "absent" }, undefined, {
+    deadAfterMs: 600_000,
+  });
+  clock.tick(600_031);
+  fleet.checkIn(checkIn("b", EP.b));
+  assert.deepEqual(await finder.find("name", "alpha"), { kind: "none" });
+  // Built on b meanwhile; a comes back with its own copy in its ledger.
+  behaviours.set(EP.b, { found: { id: "sb-2", name: "alpha" } });
+  behaviours.set(EP.a, { found: s1 });
+  fleet.checkIn(checkIn("a", EP.a));
+  const r = await finder.lookup("name", "alpha");
+  assert.equal(r.kind, "conflict");
+  if (r.kind === "conflict") {
+    assert.deepEqual(r.nodes.map((n) => n.node.id).sort(), ["a", "b"]);
+    assert.match(r.message, /'a'/);
+    assert.match(r.message, /'b'/);
+  }
+  fleet.close();
+});

@@ -11,7 +11,13 @@ import type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fl
 import { NodeTable } from "./fleet_table.ts";
 import { compareUpDigests, FleetWarnings } from "./fleet_warnings.ts";
 import { applyCheckIn, joinedMember, loadedMember, type Member } from "./fleet_node.ts";
-import { ownEndpointRefusal, stillChecksIn, twinRefusal, unknownNode } from "./fleet_refusals.ts";
+import {
+  ownEndpointRefusal,
+  stillChecksIn,
+  twinRefusal,
+  unheardRemoval,
+  unknownNode,
+} from "./fleet_refusals.ts";
 import type { CheckIn } from "../shared/schemas.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
@@ -36,6 +42,15 @@ export interface FleetOptions {
    * two in a row is a pattern worth acting on.
    */
   downAfterIntervals?: number;
+  /**
+   * A node silent this long (ms, by its last check-in, the time every gateway sees) is declared
+   * dead: its sandboxes are taken as gone with it, lookups no longer wait on it, and the names
+   * it held may be built elsewhere. `0` (the default here; the server's default is 10 minutes,
+   * `DORMICE_GATEWAY_NODE_DEAD_AFTER_S`) never declares one: a silent node then blocks the names
+   * it may hold until `removeNode`. A dead node that checks in again is up again with whatever
+   * its ledger holds.
+   */
+  deadAfterMs?: number;
   /**
    * A second endpoint may take over a live id once the old reporter has been silent this many of
    * its intervals. Default 1: a reporter that is alive checks in within one interval, so a full
@@ -130,6 +145,7 @@ export class Fleet implements NodeDirectory {
   #log: Log;
   #warnings: FleetWarnings;
   #downAfter: number;
+  #deadAfterMs: number;
   #moveAfter: number;
   #onJoin?: (node: FleetNode) => void;
   #onDown?: (node: FleetNode) => void;
@@ -140,6 +156,8 @@ export class Fleet implements NodeDirectory {
   #seq = 0;
   /** Shared mode: when the node table was last read whole (see `replicaAsOf`); else `null`. */
   #asOf: number | null = null;
+  /** When this Fleet was created: no silence before it is counted towards death. */
+  #startedAt: number;
 
   /** Opens (creating if needed) the node table and loads its rows; every loaded node is down. */
   constructor(options: FleetOptions = {}) {
@@ -149,6 +167,7 @@ export class Fleet implements NodeDirectory {
       log = silentLog,
       downAfterIntervals = 2,
       moveAfterIntervals = 1,
+      deadAfterMs = 0,
       onJoin,
       onDown,
       onRemove,
@@ -165,6 +184,11 @@ export class Fleet implements NodeDirectory {
         `Cannot create Fleet as 'moveAfterIntervals' must be positive: received ${moveAfterIntervals}`,
       );
     }
+    if (!(deadAfterMs >= 0) || !Number.isFinite(deadAfterMs)) {
+      throw new RangeError(
+        `Cannot create Fleet as 'deadAfterMs' must be 0 or more: received ${deadAfterMs}`,
+      );
+    }
     const changes = new ChangeLog(log);
     this.#table = new NodeTable(database, changes);
     this.#clock = clock;
@@ -172,6 +196,8 @@ export class Fleet implements NodeDirectory {
     this.#warnings = new FleetWarnings(changes);
     this.#downAfter = downAfterIntervals;
     this.#moveAfter = moveAfterIntervals;
+    this.#deadAfterMs = deadAfterMs;
+    this.#startedAt = clock.now();
     this.#onJoin = onJoin;
     this.#onDown = onDown;
     this.#onRemove = onRemove;
@@ -256,6 +282,53 @@ export class Fleet implements NodeDirectory {
     const m = typeof node === "string" ? this.#members.get(node) : node;
     if (m === undefined) return true;
     return this.#silentFor(m, now) > this.#downAfter * m.intervalSeconds * 1000;
+  }
+
+  /**
+   * Shared mode: whether the only reason `node` is not silent here is news this gateway could not
+   * read. Its last check-in is older than two of its intervals, but etcd has not been read whole
+   * since before that silence would count (`replicaAsOf`): it may be checking in with another
+   * gateway, or it may have died during the outage. `listNodes` shows it down (flagged
+   * `unheard`); routing still serves it, bounded by a probe of the node itself (`NodeProbes`).
+   * Always false outside shared mode.
+   *
+   * @example
+   * ```ts
+   * import { Fleet } from "@dormice/cluster/gateway";
+   * new Fleet().isUnheard("nobody"); // false
+   * ```
+   */
+  isUnheard(node: string | FleetNode, now: number = this.#clock.now()): boolean {
+    const m = typeof node === "string" ? this.#members.get(node) : node;
+    if (m === undefined || this.#asOf === null || !m.heardSinceStart) return false;
+    const downMs = this.#downAfter * m.intervalSeconds * 1000;
+    return now - m.lastCheckIn > downMs && this.#silentFor(m, now) <= downMs;
+  }
+
+  /**
+   * Whether a node is declared dead: down, and silent for more than `deadAfterMs` by its last
+   * check-in (persisted, and in shared mode the time the accepting gateway wrote to etcd, so
+   * every gateway reaches the same verdict at about the same time; like `isSilent`, silence after
+   * the last whole read of etcd is not counted, so a gateway that cannot read the node table
+   * declares no node dead that may be checking in elsewhere). Silence counts from this Fleet's
+   * creation at the earliest: a gateway that was itself down (or whose table is older than etcd's)
+   * heard nothing meanwhile, and declaring the whole fleet dead at its start would free every
+   * name of nodes that are about to check in. A dead node's sandboxes are taken as gone with it:
+   * lookups do not ask it, so the names it held may be built elsewhere. Never with `deadAfterMs`
+   * 0; an unknown id is not dead (it is not there at all).
+   *
+   * @example
+   * ```ts
+   * import { Fleet } from "@dormice/cluster/gateway";
+   * new Fleet({ deadAfterMs: 600_000 }).isDead("nobody"); // false
+   * ```
+   */
+  isDead(node: string | FleetNode, now: number = this.#clock.now()): boolean {
+    if (this.#deadAfterMs === 0) return false;
+    const m = typeof node === "string" ? this.#members.get(node) : node;
+    if (m === undefined || !this.isDown(m, now)) return false;
+    const until = this.#asOf === null ? now : Math.min(now, this.#asOf);
+    return until - Math.max(m.lastCheckIn, this.#startedAt) > this.#deadAfterMs;
   }
 
   /**
@@ -348,10 +421,26 @@ export class Fleet implements NodeDirectory {
     }
 
     const wasDown = this.isDown(known, now);
+    const wasDead = this.isDead(known, now) || known.announcedDead;
+    const previousCheckIn = known.lastCheckIn;
     const firstSinceStart = !known.heardSinceStart;
     applyCheckIn(known, body, now, ++this.#seq, this.#warnings.lookupDigestOf(body));
     this.#table.update(known, now);
-    if (wasDown || !known.announcedUp) {
+    known.announcedDead = false;
+    if (wasDead) {
+      known.announcedUp = true;
+      // Its names were free while it was dead: one rebuilt elsewhere is now held twice, which
+      // lookups answer 409 naming both nodes until one copy is destroyed.
+      this.#log(
+        "warn",
+        "a node declared dead checked in again: it is up with what its ledger holds",
+        {
+          nodeId: known.id,
+          endpoint: known.endpoint,
+          silentMs: now - previousCheckIn,
+        },
+      );
+    } else if (wasDown || !known.announcedUp) {
       known.announcedUp = true;
       this.#log(
         "info",
@@ -377,6 +466,20 @@ export class Fleet implements NodeDirectory {
     const now = this.#clock.now();
     const wentDown: string[] = [];
     for (const m of this.#members.values()) {
+      if (!m.announcedDead && this.isDead(m, now)) {
+        m.announcedDead = true;
+        this.#log(
+          "warn",
+          "node declared dead: no check-in for longer than DORMICE_GATEWAY_NODE_DEAD_AFTER_S; " +
+            "its sandboxes are taken as gone with it and their names may be built on other nodes",
+          {
+            nodeId: m.id,
+            endpoint: m.endpoint,
+            lastCheckInAgeMs: now - m.lastCheckIn,
+            deadAfterMs: this.#deadAfterMs,
+          },
+        );
+      }
       if (!m.announcedUp || !this.isDown(m, now)) continue;
       m.announcedUp = false;
       wentDown.push(m.id);
@@ -394,7 +497,8 @@ export class Fleet implements NodeDirectory {
   /**
    * Forgets a node that stopped checking in.
    *
-   * @throws {HttpError} 404 for an unknown id; 409 while the node still checks in (not down).
+   * @throws {HttpError} 404 for an unknown id; 409 while the node still checks in (not down);
+   *   503 while it is unheard (shared mode, etcd unreadable: `isUnheard`).
    * @example
    * ```ts ignore
    * fleet.removeNode("node-c");
@@ -406,6 +510,7 @@ export class Fleet implements NodeDirectory {
       throw unknownNode(id);
     }
     const now = this.#clock.now();
+    if (this.isUnheard(m, now)) throw unheardRemoval(m, now);
     if (!this.isDown(m, now)) {
       throw stillChecksIn(m, now, this.#downAfter * m.intervalSeconds * 1000);
     }
@@ -460,7 +565,12 @@ export class Fleet implements NodeDirectory {
       out.push({
         id: m.id,
         endpoint: m.endpoint,
-        state: this.isDown(m, now) ? "down" : "up",
+        state: this.isDead(m, now)
+          ? "dead"
+          : this.isDown(m, now) || this.isUnheard(m, now)
+          ? "down"
+          : "up",
+        unheard: this.isUnheard(m, now),
         lastCheckInAgeMs: Math.max(0, now - m.lastCheckIn),
         intervalSeconds: m.intervalSeconds,
         build: m.build,

@@ -65,8 +65,19 @@ export interface NodeSummary {
   id: string;
   /** The origin the gateway forwards to. */
   endpoint: string;
-  /** `up`, or `down` (silent past two intervals, or not heard since this gateway started). */
-  state: "up" | "down";
+  /**
+   * `up`; `down` (silent past two intervals, or not heard since this gateway started); or `dead`
+   * (silent past `DORMICE_GATEWAY_NODE_DEAD_AFTER_S`: its sandboxes are taken as gone and their
+   * names may be built elsewhere until it checks in again).
+   */
+  state: "up" | "down" | "dead";
+  /**
+   * Shared mode: `true` when this gateway cannot read etcd and has heard nothing of the node for
+   * two of its intervals. `state` is then `down` by what this gateway heard, while the node may
+   * be checking in with another gateway: its sandboxes are still routed, each request bounded by
+   * a health check of the node (docs/shared-mode.md).
+   */
+  unheard: boolean;
   /** Milliseconds since its last check-in (persisted, so it survives a gateway restart). */
   lastCheckInAgeMs: number;
   /** Its check-in interval: `state` turns `down` after two of them without a check-in. */
@@ -108,6 +119,11 @@ export interface NodeDirectory {
   get(id: string): FleetNode | undefined;
   /** Whether `node` is down at `now` (the directory's own clock when omitted). */
   isDown(node: string | FleetNode, now?: number): boolean;
+  /**
+   * Whether `node` is declared dead at `now`: lookups do not ask it and its cached sandboxes are
+   * forgotten. Optional: a directory without it declares no node dead.
+   */
+  isDead?(node: string | FleetNode, now?: number): boolean;
   /** The directory's clock, so every rule about time reads one clock. */
   now(): number;
 }
@@ -137,6 +153,8 @@ export interface Member extends FleetNode {
   checkInsSinceStart: number;
   /** The last up/down state announced in the log and hooks. */
   announcedUp: boolean;
+  /** Whether its death was announced in the log (until it checks in again). */
+  announcedDead: boolean;
 }
 
 /**
@@ -161,6 +179,7 @@ export function loadedMember(row: NodeRow, readingSeq: number): Member {
     lookupDigest: null,
     checkInsSinceStart: 0,
     announcedUp: false,
+    announcedDead: false,
   };
 }
 
@@ -192,6 +211,7 @@ export function joinedMember(
     lookupDigest,
     checkInsSinceStart: 1,
     announcedUp: true,
+    announcedDead: false,
   };
 }
 

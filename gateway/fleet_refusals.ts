@@ -84,6 +84,27 @@ export function stillChecksIn(m: FleetNode, now: number, downMs: number): HttpEr
   );
 }
 
+/**
+ * `removeNode` of a node this gateway cannot hear of because it cannot read etcd (shared mode):
+ * listNodes shows it down, but it may be checking in with another gateway, and the removal
+ * could not reach the others anyway.
+ *
+ * @example
+ * ```ts ignore
+ * if (fleet.isUnheard(m, now)) throw unheardRemoval(m, now);
+ * ```
+ */
+export function unheardRemoval(m: FleetNode, now: number): HttpError {
+  return new HttpError(
+    503,
+    `Cannot remove node '${m.id}' at ${m.endpoint}: this gateway cannot read etcd, so it cannot ` +
+      `tell whether the node still checks in with another gateway (last news ` +
+      `${seconds(now - m.lastCheckIn)} ago), and the removal would not reach the others. Retry ` +
+      "once etcd answers, or through a gateway that reaches it",
+    { headers: { "retry-after": "5" }, details: { nodeId: m.id, endpoint: m.endpoint } },
+  );
+}
+
 function seconds(ms: number): string {
   const s = ms / 1000;
   return `${Number.isInteger(s) ? s : s.toFixed(1)} s`;

@@ -283,3 +283,117 @@ Deno.test("Fleet: in shared mode silence before the last read still counts", () 
   assert.equal(fleet.isDown("a"), true);
   fleet.close();
 });
+
+Deno.test("Fleet.isDead() declares a node dead after deadAfterMs of silence, once, and a check-in brings it back", () => {
+  const clock = new FakeClock();
+  const { log, lines } = recordingLog();
+  const fleet = new Fleet({ clock, log, deadAfterMs: 600_000 });
+  fleet.checkIn(checkIn("a", A)); // 15 s intervals: down after 30 s
+  fleet.checkIn(checkIn("b", B));
+  clock.tick(31_000);
+  fleet.checkIn(checkIn("b", B));
+  fleet.sweep();
+  assert.equal(fleet.isDown("a"), true);
+  assert.equal(fleet.isDead("a"), false, "down is not dead");
+  assert.equal(fleet.list()[0].state, "down");
+  clock.tick(600_000 - 31_000); // exactly deadAfterMs: not yet
+  assert.equal(fleet.isDead("a"), false);
+  clock.tick(1);
+  assert.equal(fleet.isDead("a"), true);
+  assert.equal(fleet.isDead("nobody"), false);
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.state]), [["a", "dead"], ["b", "down"]]);
+  for (let i = 0; i < 5; i++) fleet.sweep();
+  const declared = lines.filter((l) => l.msg.startsWith("node declared dead"));
+  assert.equal(declared.length, 1, "logged once");
+  assert.equal(declared[0].fields.nodeId, "a");
+  assert.match(declared[0].msg, /DORMICE_GATEWAY_NODE_DEAD_AFTER_S/);
+  // It checks in again: up, and said so once.
+  fleet.checkIn(checkIn("a", A));
+  assert.equal(fleet.isDead("a"), false);
+  assert.equal(fleet.list()[0].state, "up");
+  assert.equal(lines.filter((l) => l.msg.startsWith("a node declared dead checked in")).length, 1);
+  // And it may die again, announced again.
+  clock.tick(600_001);
+  fleet.sweep();
+  const aDeclared = lines.filter((l) =>
+    l.msg.startsWith("node declared dead") && l.fields.nodeId === "a"
+  );
+  assert.equal(aDeclared.length, 2);
+  fleet.close();
+});
+
+Deno.test("Fleet.isDead() is never true with deadAfterMs 0, and refuses a negative one", () => {
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock });
+  fleet.checkIn(checkIn("a", A));
+  clock.tick(365 * 86_400_000);
+  assert.equal(fleet.isDown("a"), true);
+  assert.equal(fleet.isDead("a"), false);
+  assert.equal(fleet.list()[0].state, "down");
+  fleet.close();
+  assert.throws(() => new Fleet({ deadAfterMs: -1 }), /'deadAfterMs' must be 0 or more/);
+});
+
+Deno.test("Fleet.isDead() counts no silence before the Fleet was made, and in shared mode none past the last read", () => {
+  const clock = new FakeClock();
+  const database = new DatabaseSync(":memory:");
+  const first = new Fleet({ clock, database, deadAfterMs: 600_000 });
+  first.checkIn(checkIn("a", A));
+  first.checkIn(checkIn("b", B));
+  clock.tick(500_000);
+  first.checkIn(checkIn("b", B));
+  // A gateway restarted after its own long outage heard nothing meanwhile: it declares no node
+  // dead until it has itself waited deadAfterMs (the nodes are about to check in).
+  clock.tick(3_600_000);
+  const second = new Fleet({ clock, database, deadAfterMs: 600_000 });
+  assert.equal(second.isDown("a"), true);
+  assert.equal(second.isDead("a"), false);
+  clock.tick(600_001);
+  assert.equal(second.isDead("a"), true);
+  assert.equal(second.isDead("b"), true);
+  // A check-in another gateway accepted, as etcd hands it over: dead on the time it was written.
+  second.checkIn(checkIn("c", "http://10.0.0.3:3676"), { at: clock.now(), replicated: true });
+  second.replicaAsOf(clock.now());
+  clock.tick(3_600_000); // etcd unreadable for an hour: "c" may be checking in elsewhere
+  assert.equal(second.isDead("c"), false, "no news is not death");
+  second.replicaAsOf(clock.now()); // a read that began now had nothing newer
+  assert.equal(second.isDead("c"), true);
+  first.close();
+  second.close();
+  database.close();
+});
+
+Deno.test("Fleet.list() in shared mode shows a node it cannot hear of down and unheard, while routing still counts it", () => {
+  const { fleet, clock } = setup();
+  fleet.checkIn(checkIn("far", A, { intervalSeconds: 10 }), { at: clock.now(), replicated: true });
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
+  fleet.replicaAsOf(clock.now());
+  clock.tick(20_000);
+  fleet.checkIn(checkIn("near", B, { intervalSeconds: 10 }));
+  assert.equal(fleet.isUnheard("far"), false, "exactly two intervals: not yet");
+  clock.tick(1);
+  // etcd has not been read since: "far" may be checking in elsewhere, or dead.
+  assert.equal(fleet.isUnheard("far"), true);
+  assert.equal(fleet.isUnheard("near"), false, "heard here");
+  assert.equal(fleet.isSilent("far"), false, "routing still serves it (bounded by a probe)");
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.state, n.unheard]), [
+    ["far", "down", true],
+    ["near", "up", false],
+  ]);
+  // Shown down, but it may live elsewhere and the removal would reach no other gateway.
+  assert.throws(() => fleet.removeNode("far"), (error: unknown) => {
+    assert.ok(error instanceof HttpError);
+    assert.equal(error.status, 503);
+    assert.match(error.message, /^Cannot remove node 'far' .*cannot read etcd/);
+    return true;
+  });
+  fleet.replicaAsOf(clock.now()); // a read succeeded and had nothing newer: silent, not unheard
+  assert.equal(fleet.isUnheard("far"), false);
+  assert.deepEqual(fleet.list().map((n) => [n.id, n.state, n.unheard]), [
+    ["far", "down", false],
+    ["near", "up", false],
+  ]);
+  fleet.replicaAsOf(null);
+  assert.equal(fleet.isUnheard("far"), false, "never outside shared mode");
+  fleet.close();
+});

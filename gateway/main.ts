@@ -94,6 +94,7 @@ const gateway = createGateway({
   lookupTimeoutMs: config.lookupTimeoutMs,
   lookupDigests: config.lookupDigests,
   headTimeoutMs: config.headTimeoutMs,
+  nodeDeadAfterMs: config.nodeDeadAfterSeconds * 1000,
   listenAddress: { hostname: config.host, port: config.port },
   maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,

@@ -13,6 +13,7 @@ import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
 import { LocalSlots, type SlotHold, type Slots } from "./slots.ts";
+import { NodeProbes } from "./node_probes.ts";
 import {
   clientGone,
   ownedBy,
@@ -20,6 +21,8 @@ import {
   silentNodeError,
   silentWhileWaiting,
   statusOf,
+  unheardNodeError,
+  unheardWhileWaiting,
 } from "./routing_answers.ts";
 import {
   type CapturedAnswer,
@@ -188,6 +191,8 @@ export class GatewayRouting {
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   readonly #observer: RoutingObserver;
+  /** Health checks of nodes this gateway cannot hear of while etcd is unreadable. */
+  readonly #probes: NodeProbes;
   /** What a create that builds a new sandbox works with (`routing_create.ts`). */
   readonly #creates: CreateParts;
 
@@ -206,6 +211,7 @@ export class GatewayRouting {
     this.hop = options.hopMarker ?? newGatewayInstanceId();
     this.headTimeoutMs = options.headTimeoutMs ?? 120_000;
     this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
+    this.#probes = new NodeProbes({ fetch: this.#fetch, now: () => this.#fleet.now() });
     this.slots = options.slots ?? new LocalSlots();
     this.nodeHeaders = Object.freeze({
       "authorization": `Bearer ${options.token}`,
@@ -514,14 +520,31 @@ export class GatewayRouting {
   #refuseSilent(node: FleetNode): void {
     const now = this.#fleet.now();
     if (this.#fleet.isSilent(node, now)) throw silentNodeError(node, now);
+    const cause = this.#unheardFailure(node, now);
+    if (cause !== undefined) throw unheardNodeError(node, now, cause);
+  }
+
+  /**
+   * Shared mode while etcd is unreadable: a node this gateway has not heard of for two of its
+   * intervals may be checking in elsewhere, so it is still served, but it is asked itself (a
+   * health check, 2 s bound, at most every 5 s); a failed check is why its requests end.
+   */
+  #unheardFailure(node: FleetNode, now: number): string | undefined {
+    if (!this.#fleet.isUnheard(node, now)) {
+      if (this.#probes.size > 0) this.#probes.forget(node.id);
+      return undefined;
+    }
+    return this.#probes.failure(node);
   }
 
   /** Why a forward still waiting for `nodeId`'s head should stop: the node fell silent. */
   #wentSilent(nodeId: string): string | undefined {
     const node = this.#fleet.get(nodeId);
     const now = this.#fleet.now();
-    if (node === undefined || !this.#fleet.isSilent(node, now)) return undefined;
-    return silentWhileWaiting(node, now);
+    if (node === undefined) return undefined;
+    if (this.#fleet.isSilent(node, now)) return silentWhileWaiting(node, now);
+    const cause = this.#unheardFailure(node, now);
+    return cause === undefined ? undefined : unheardWhileWaiting(node, now, cause);
   }
 
   /** Runs `task` in `key`'s slot; a client that left while waiting for it gets `clientGone`. */

@@ -42,12 +42,54 @@ export function silentNodeError(node: FleetNode, now: number): HttpError {
       `${Math.round((now - node.lastCheckIn) / 1000)} s (more than two of its ${interval} s ` +
       "intervals): it may be frozen, stopped or cut off from the gateway. Retry once it " +
       "checks in again; if it is gone for good, stop it and remove it with removeNode (its " +
-      "sandboxes go with it)",
+      "sandboxes go with it), or wait until it is declared dead " +
+      "(DORMICE_GATEWAY_NODE_DEAD_AFTER_S without a check-in)",
     {
       headers: { "retry-after": String(Math.min(60, Math.max(1, Math.ceil(interval)))) },
       details: { nodeId: node.id, endpoint: node.endpoint },
     },
   );
+}
+
+/**
+ * The 503 for a node this gateway cannot hear of (etcd unreadable) that failed its health check:
+ * it may have died during the outage. Retry-After one of its intervals.
+ *
+ * @example
+ * ```ts ignore
+ * throw unheardNodeError(node, now, "connection refused");
+ * ```
+ */
+export function unheardNodeError(node: FleetNode, now: number, cause: string): HttpError {
+  return new HttpError(
+    503,
+    `Node '${node.id}' at ${node.endpoint} holds this sandbox but did not answer a health ` +
+      `check (${cause}), and this gateway cannot read etcd to learn whether it still checks in ` +
+      `(last news ${Math.round((now - node.lastCheckIn) / 1000)} s ago): it may be down. ` +
+      "Retry shortly, or through another gateway",
+    {
+      headers: {
+        "retry-after": String(Math.min(60, Math.max(1, Math.ceil(node.intervalSeconds)))),
+      },
+      details: { nodeId: node.id, endpoint: node.endpoint },
+    },
+  );
+}
+
+/**
+ * Why a forward still waiting for an unheard node's head stops: its health check failed.
+ *
+ * @example
+ * ```ts ignore
+ * const cause = unheardWhileWaiting(node, fleet.now(), "connection refused");
+ * ```
+ */
+export function unheardWhileWaiting(node: FleetNode, now: number, cause: string): string {
+  return `Node '${node.id}' at ${node.endpoint} did not answer a health check (${cause}) ` +
+    "while this request waited for its answer, and this gateway cannot read etcd to learn " +
+    `whether it still checks in (last news ${Math.round((now - node.lastCheckIn) / 1000)} s ` +
+    "ago): it may be down, and the request may still run there. Retry shortly, or through " +
+    "another gateway";
 }
 
 /**

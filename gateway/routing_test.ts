@@ -62,11 +62,11 @@ const idleTimers: FinderTimers = { setTimeout: () => 0, clearTimeout: () => {} }
  * One fleet of stub nodes and a gateway's routing over it; `another()` is a second gateway on the
  * same fleet with its own Finder and Placer that shares the name slots (shared mode's EtcdSlots).
  */
-function setup(slots: Slots = new LocalSlots()) {
+function setup(slots: Slots = new LocalSlots(), fleetOptions: { deadAfterMs?: number } = {}) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = fetchToNodes(nodes);
   const clock = new FakeClock();
-  const fleet = new Fleet({ clock });
+  const fleet = new Fleet({ clock, ...fleetOptions });
   const gateway = () => {
     const finder = new Finder({
       fleet,
@@ -93,7 +93,15 @@ function setup(slots: Slots = new LocalSlots()) {
     fleet.checkIn(checkIn(id, endpoint, { reading: reading({ memoryAvailableBytes }) }));
     return node;
   };
-  return { clock, fleet, ...gateway(), another: gateway, add, close: () => fleet.close() };
+  return {
+    clock,
+    fleet,
+    nodes,
+    ...gateway(),
+    another: gateway,
+    add,
+    close: () => fleet.close(),
+  };
 }
 
 /** Slots that tell which keys are asked for, as they are asked (before any wait). */
@@ -739,6 +747,102 @@ Deno.test("GatewayRouting.create() tells the Finder of its create, so digests ar
     report();
     report();
     assert.equal(finder.mustAsk(fleet.get("a")!, "name", "y"), undefined);
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting: a node declared dead frees its names, and back again a name built twice is a 409", async () => {
+  const { routing, fleet, clock, add, nodes, another, close } = setup(new LocalSlots(), {
+    deadAfterMs: 600_000,
+  });
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.answers.set("/acquireSandbox", acquireOn(a));
+  b.answers.set("/acquireSandbox", acquireOn(b));
+  const signal = new AbortController().signal;
+  try {
+    // a's machine is gone: its address refuses, b keeps checking in.
+    nodes.delete(a.endpoint);
+    clock.tick(31_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    // Down, not dead: every name it may hold is refused, a new one included.
+    await assert.rejects(routing.create(createOptions("y")), httpError(503, /'a'/));
+    clock.tick(600_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    assert.equal(fleet.list().find((n) => n.id === "a")?.state, "dead");
+    // Dead: its names are free, built on b.
+    for (const name of ["y", "x"]) {
+      const res = await routing.create(createOptions(name));
+      assert.equal(res.status, 200, name);
+    }
+    assert.equal(b.sandboxes.get("x")?.id.startsWith("b-"), true);
+    // a comes back with its ledger: "x" is held twice, and every lookup says so.
+    nodes.set(a.endpoint, a);
+    fleet.checkIn(checkIn("a", a.endpoint));
+    assert.equal(fleet.list().find((n) => n.id === "a")?.state, "up");
+    // A gateway that did not build it (or this one once its cache entry goes) asks every node.
+    const other = another();
+    await assert.rejects(
+      other.routing.resolve("name", "x", signal),
+      httpError(409, /'a'.*'b'|'b'.*'a'/),
+    );
+    await assert.rejects(other.routing.create(createOptions("x")), httpError(409));
+    // "y" was never on a: served from b alone.
+    assert.equal((await other.routing.locate("name", "y", signal)).node.id, "b");
+  } finally {
+    close();
+  }
+});
+
+Deno.test("GatewayRouting: while etcd is unreadable, a node it cannot hear of is served until its health check fails, then refused at once", async () => {
+  const { routing, fleet, clock, add, close } = setup();
+  const a = add("a");
+  const b = add("b");
+  a.sandboxes.set("x", { id: "a-1", name: "x", state: "active" });
+  a.answers.set("/execCommand", () => Response.json({ exitCode: 0 }));
+  a.answers.set("/healthz", () => Response.json({ ok: true }));
+  const signal = new AbortController().signal;
+  const exec = () => new Request("http://gw.test/execCommand", { method: "POST", body: "{}" });
+  try {
+    const found = await routing.locate("name", "x", signal);
+    // Shared mode: the last whole read of etcd began now, and none succeeds after it.
+    fleet.replicaAsOf(clock.now());
+    clock.tick(31_000);
+    fleet.checkIn(checkIn("b", b.endpoint));
+    assert.equal(fleet.isUnheard("a"), true);
+    // It answers its health check: still served (it may be checking in with another gateway).
+    const served = await routing.stream(exec(), {
+      found,
+      by: "name",
+      key: "x",
+      path: "/execCommand",
+    });
+    assert.equal(served.status, 200);
+    await served.body?.cancel();
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    assert.ok(a.calls.includes("GET /healthz"), "it was asked itself");
+    // It dies meanwhile: the next probe fails, and from then on its requests are a 503 at once.
+    a.silent = true;
+    clock.tick(5_001);
+    const first = await routing.stream(exec(), {
+      found,
+      by: "name",
+      key: "x",
+      path: "/execCommand",
+    })
+      .catch((e) => e);
+    // The request that started the probe met the refused connection itself (502).
+    assert.ok(first instanceof HttpError && first.status === 502, String(first));
+    for (let i = 0; i < 5; i++) await Promise.resolve();
+    assert.ok(a.calls.filter((c) => c === "GET /healthz").length >= 2, "probed again");
+    const before = a.calls.length;
+    await assert.rejects(
+      routing.stream(exec(), { found, by: "name", key: "x", path: "/execCommand" }),
+      httpError(503, /'a' .*did not answer a health check .*cannot read etcd/),
+    );
+    assert.equal(a.calls.length, before, "nothing more reached it");
   } finally {
     close();
   }

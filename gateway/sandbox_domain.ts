@@ -14,12 +14,17 @@ export const ENVD_PORT = 49983;
 /** What a Host names under the sandbox domain. */
 export type HostRoute =
   | { kind: "api" }
-  | { kind: "sandbox"; sandboxId: string; port: number };
+  | { kind: "sandbox"; sandboxId: string; port: number }
+  | { kind: "badPort"; label: string; reason: string };
 
 /**
  * Reads a Host header against the domain (both compared without their port and case). Returns
- * `undefined` for a host outside the domain, or one whose left-most label is not
- * `<port>-<id>`. Ids are lowercase letters and digits; ledgers of earlier versions hold `sbx_…`
+ * `undefined` for a host outside the domain, or one whose left-most label has no `-` (nor is
+ * `api`). A single label with a `-` names a sandbox port: when what precedes the first `-` is not a
+ * port (1 to 65535, decimal, no leading zero) or nothing follows it, the answer is `badPort`, so
+ * the caller answers 400 rather than serving a mistyped host as the native API (`08000-` is
+ * refused, not read as 8000: one port must have one host name). Ids are lowercase letters and
+ * digits; ledgers of earlier versions hold `sbx_…`
  * ids, still routed here for the clients whose certificate check lets them through (Deno's and
  * Node's; OpenSSL's refuses a `_` under a wildcard).
  *
@@ -38,11 +43,31 @@ export function routeByHost(host: string | null, domain: string): HostRoute | un
   if (!name.endsWith(suffix)) return undefined;
   const label = name.slice(0, -suffix.length);
   if (label === "api") return { kind: "api" };
-  const m = /^(\d{1,5})-([a-z0-9_-]{1,128})$/.exec(label);
-  if (!m) return undefined;
-  const port = Number(m[1]);
-  if (port < 1 || port > 65535) return undefined;
-  return { kind: "sandbox", sandboxId: m[2], port };
+  const dash = label.indexOf("-");
+  if (dash < 0 || label.includes(".")) return undefined;
+  const portText = label.slice(0, dash);
+  const id = label.slice(dash + 1);
+  const bad = (reason: string): HostRoute => ({
+    kind: "badPort",
+    label: label.slice(0, 80),
+    reason,
+  });
+  if (!/^[1-9]\d{0,4}$/.test(portText) || Number(portText) > 65535) {
+    const shown = portText.slice(0, 20);
+    return bad(
+      /^0\d+$/.test(portText) && Number(portText) <= 65535 && Number(portText) > 0
+        ? `'${shown}' has a leading zero: write the port as ${Number(portText)}`
+        : `'${shown}' is not a port: use a number from 1 to 65535`,
+    );
+  }
+  if (!/^[a-z0-9_-]{1,128}$/.test(id)) {
+    return bad(
+      id === ""
+        ? "no sandbox id follows the port"
+        : `'${id.slice(0, 40)}' is not a sandbox id: ids are lowercase letters and digits`,
+    );
+  }
+  return { kind: "sandbox", sandboxId: id, port: Number(portText) };
 }
 
 function stripPort(host: string): string {
@@ -98,6 +123,12 @@ export function createDomainFront(
   return (request) => {
     const route = routeByHost(request.headers.get("host") ?? hostOf(request.url), domain);
     if (route === undefined) return next(request);
+    if (route.kind === "badPort") {
+      // In the shape of E2B's proxy, as the port hop's other errors.
+      const message = `The host '${route.label}.${stripPort(domain)}' names no sandbox port: ` +
+        `${route.reason}; a sandbox port's host is <port>-<sandboxId>.${stripPort(domain)}`;
+      return Promise.resolve(Response.json({ message, code: 400 }, { status: 400 }));
+    }
     const url = new URL(request.url);
     if (route.kind === "sandbox" && route.port !== ENVD_PORT) {
       return port(request, route.sandboxId, route.port, url.pathname + url.search);

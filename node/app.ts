@@ -33,7 +33,7 @@ import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
 import { parseTemplates } from "./executors/docker/templates.ts";
-import type { ExecutorCapabilities } from "./executors/contract.ts";
+import { CapabilitiesReader } from "./capabilities_reader.ts";
 import { requireFleetBearer, tokenMatcher } from "../shared/token.ts";
 import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
 
@@ -187,16 +187,11 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   }, config.apiToken);
   // The executor is asked what it can serve in the background; a check-in sends the last
   // answer, at most one interval old, so a slow engine never delays a check-in.
-  let capabilities: ExecutorCapabilities | null = null;
-  let asking = false;
-  const refreshCapabilities = (): Promise<void> => {
-    if (asking || executor.capabilities === undefined) return Promise.resolve();
-    asking = true;
-    return executor.capabilities().then(
-      (c) => void (capabilities = c),
-      (error) => log("warn", "could not read the executor's templates and volumes", { error }),
-    ).finally(() => asking = false);
-  };
+  const capabilitiesReader = new CapabilitiesReader(
+    executor.capabilities === undefined ? undefined : () => executor.capabilities!(),
+    log,
+  );
+  const refreshCapabilities = (): Promise<void> => capabilitiesReader.refresh();
   const hostReader = new HostReader({
     dataDir: config.dataDir,
     census: () => ledger.census(),
@@ -243,6 +238,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();
+      const capabilities = capabilitiesReader.current;
       return {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),

@@ -275,8 +275,10 @@ export const SIGNED_URL_EXPIRED: string = "signature is already expired. Ask the
 
 /**
  * Why an envd request that {@linkcode envdRequestAuthorized} refused is refused, as one
- * sentence: {@linkcode SIGNED_URL_EXPIRED} when its signed URL was made with the sandbox's token
- * and only its expiration has passed (a forged or altered URL never learns that), else
+ * sentence. Without a token, a signed URL where signatures count is judged on its own: a
+ * malformed one says what is malformed, one the sandbox's token did not sign says the signature
+ * does not match (a forged or altered URL never learns whether it also expired), and one it did
+ * sign whose expiration has passed is {@linkcode SIGNED_URL_EXPIRED}. Anything else is
  * {@linkcode envdCredentialsRefusal}'s.
  *
  * @example
@@ -297,14 +299,29 @@ export function envdRefusal(
   request: EnvdCredentials,
   nowMs: number,
 ): string {
-  if (request.signedUrlAllowed && request.url.searchParams.has("signature")) {
+  if (
+    !request.accessToken && request.signedUrlAllowed && request.url.searchParams.has("signature")
+  ) {
     const signed = parseSignedFileUrl(request.url, request.method === "GET" ? "read" : "write");
-    if (
-      signed.ok && isExpired(signed.value, nowMs) &&
-      signatureMatches(signed.value, tokens.forSandbox(sandboxId))
-    ) return SIGNED_URL_EXPIRED;
+    if (!signed.ok) return signed.error;
+    if (!signatureMatches(signed.value, tokens.forSandbox(sandboxId))) {
+      return signatureMismatch(sandboxId);
+    }
+    if (isExpired(signed.value, nowMs)) return SIGNED_URL_EXPIRED;
   }
   return envdCredentialsRefusal(sandboxId, Boolean(request.accessToken));
+}
+
+/**
+ * The sentence for a signed URL whose signature its sandbox did not make: altered after signing
+ * (path, username, expiration, method) or signed for another sandbox. Whether it also expired is
+ * not said, so a forged URL learns nothing.
+ */
+function signatureMismatch(sandboxId: string): string {
+  return `The /files URL's signature does not match sandbox '${sandboxId}': the URL was changed ` +
+    "after signing (its path, username or signature_expiration), is used for another operation " +
+    "(a download URL to upload, or the reverse) or was signed for another sandbox; ask the SDK " +
+    "for a fresh URL (sandbox.downloadUrl() or uploadUrl()) and use it unchanged";
 }
 
 /**

@@ -182,11 +182,57 @@ Deno.test("envdRefusal() says a signed URL expired in E2B's words, only when its
     }, 1_000_000);
   assert.equal(refusal({ url: url(tokens.forSandbox("sbx-1"), 10) }), SIGNED_URL_EXPIRED);
   assert.match(SIGNED_URL_EXPIRED, /^signature is already expired\. /);
-  // Signed by another sandbox, or where signatures do not count: the usual sentence.
-  assert.match(refusal({ url: url(tokens.forSandbox("sbx-2"), 10) }), /needs the X-Access-Token/);
+  // Signed by another sandbox: the signature does not match (expired or not), never "needs the
+  // header", which sends the user looking for a token the URL was meant to replace.
+  assert.match(
+    refusal({ url: url(tokens.forSandbox("sbx-2"), 10) }),
+    /^The \/files URL's signature does not match sandbox 'sbx-1': .*ask the SDK for a fresh URL/,
+  );
+  // Where signatures do not count: the usual sentence.
   assert.match(
     refusal({ url: url(tokens.forSandbox("sbx-1"), 10), signedUrlAllowed: false }),
     /needs the X-Access-Token/,
   );
   assert.match(refusal({ accessToken: "wrong" }), /does not belong to sandbox 'sbx-1'/);
+});
+
+Deno.test("envdRefusal() says a tampered signed URL's signature does not match, not that a header is missing", () => {
+  const tokens = new AccessTokens(secret);
+  const signature = fileSignature({
+    path: "/a",
+    operation: "read",
+    user: "user",
+    accessToken: tokens.forSandbox("sbx-1"),
+  });
+  const refusal = (query: string, method = "GET") =>
+    envdRefusal(tokens, "sbx-1", {
+      accessToken: null,
+      url: new URL(`http://n/files?${query}`),
+      method,
+      signedUrlAllowed: true,
+    }, 1_000_000);
+  const s = encodeURIComponent(signature);
+  const good = `path=/a&username=user&signature=${s}`;
+  assert.equal(
+    envdRequestAuthorized(tokens, "sbx-1", {
+      accessToken: null,
+      url: new URL(`http://n/files?${good}`),
+      method: "GET",
+      signedUrlAllowed: true,
+    }, 1_000_000),
+    true,
+    "the untampered URL is accepted",
+  );
+  for (
+    const [query, method] of [
+      [`path=/etc/passwd&username=user&signature=${s}`, "GET"],
+      [`path=/a&username=root&signature=${s}`, "GET"],
+      [good, "POST"],
+      [`path=/a&username=user&signature=v1_AAAA`, "GET"],
+    ]
+  ) {
+    assert.match(refusal(query, method), /signature does not match sandbox 'sbx-1'/, query);
+  }
+  assert.match(refusal(`path=/a&signature=x1_AAAA`), /not a v1 signature/);
+  assert.match(refusal(`path=/a&signature=${s}&signature_expiration=soon`), /must be Unix seconds/);
 });

@@ -183,7 +183,7 @@ Deno.test("an sbx_ id of an earlier ledger stays routable by header, native verb
   }
 });
 
-Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing listening", async () => {
+Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing listening; a bad port label is a 400", async () => {
   const f = await fleet();
   try {
     const unknown = await f.gateway.fetch(new Request(`http://8000-sbx_nope.${domain}/`));
@@ -200,6 +200,16 @@ Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing liste
     assert.match(body.message, /port 8001/);
     assert.equal(body.sandboxId, id);
     assert.equal(body.code, 502);
+    // A malformed port label is a 400 naming it, never the native API nor another port.
+    for (const label of ["0", "65536", "abc", "08000"]) {
+      const bad = await f.gateway.fetch(
+        new Request(`http://${label}-${id}.${domain}/listSandboxes`, { method: "POST" }),
+      );
+      assert.equal(bad.status, 400, label);
+      const refusal = await bad.json() as { message: string; code: number };
+      assert.equal(refusal.code, 400);
+      assert.match(refusal.message, new RegExp(`^The host '${label}-${id}\\.`));
+    }
   } finally {
     await f.close();
   }

@@ -53,6 +53,8 @@ async function sharedFleet(options: {
   leaseSeconds?: number;
   /** Per node: the endpoint it reports (a proxy in front of it), given its own URL. */
   nodeEndpoint?: (i: number, port: number) => string;
+  /** Extra variables for both gateways. */
+  gatewayEnv?: Record<string, string>;
 }): Promise<Fleet> {
   const token = newToken();
   const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
@@ -63,6 +65,7 @@ async function sharedFleet(options: {
     // The nodes share the test machine's cores with three etcd members and whatever else runs:
     // their CPU reading is the machine's, and must not decide what these tests are about.
     DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+    ...options.gatewayEnv,
   };
   const gateways = await Promise.all([0, 1].map(() => startGateway({ token, env })));
   const nodes = await Promise.all(Array.from({ length: options.nodes }, (_, i) => {
@@ -291,6 +294,79 @@ Deno.test({
       assert.equal(gone.status, 200);
       await gone.body?.cancel();
     } finally {
+      await fleet.stop();
+      await etcd.stop();
+    }
+  },
+});
+
+Deno.test({
+  name:
+    `shared mode: with etcd stopped, a node that dies is shown down and unheard, and its requests end on a health check, not the head timeout${skip}`,
+  ignore: missing !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const intervalSeconds = 1;
+    // A head timeout far past what a client here waits (30 s): only the health check ends it.
+    const fleet = await sharedFleet({
+      etcd: etcd.endpoints,
+      nodes: 1,
+      intervalSeconds,
+      gatewayEnv: { DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "300000" },
+    });
+    const [g1, g2] = fleet.gateways;
+    const node = fleet.nodes[0];
+    let frozen = false;
+    try {
+      const a = await g1.json("acquireSandbox", { name: "a" });
+      assert.equal(a.status, 200, JSON.stringify(a.body));
+      // g2 knows where "a" lives (a cache hit: its requests go straight to the node).
+      const warm = await g2.json("execCommand", { name: "a", command: "echo up" });
+      assert.equal(warm.status, 200, JSON.stringify(warm.body));
+      // g2 hears of the node through etcd only; stop etcd, then freeze the node (its socket
+      // still accepts connections, nothing answers: the head timeout's case).
+      await etcd.kill(0);
+      node.process.child.kill("SIGSTOP");
+      frozen = true;
+      let seen = "";
+      await waitUntil("g2 shows the node down and unheard", async () => {
+        const { body } = await g2.json("listNodes");
+        seen = JSON.stringify(
+          body.nodes.map((n: { state: string; unheard: boolean }) => [n.state, n.unheard]),
+        );
+        return seen === '[["down",true]]';
+      }).catch((error) => {
+        throw new Error(`${error.message}; listNodes said ${seen}`);
+      });
+      // The first request waits for the check it started, then ends naming it.
+      const first = await g2.json("execCommand", { name: "a", command: "echo up" }, {
+        signal: AbortSignal.timeout(30_000),
+      });
+      assert.ok([503, 504].includes(first.status), JSON.stringify(first.body));
+      assert.match(first.body.message, /'node-0' .*did not answer a health check/);
+      assert.match(first.body.message, /cannot read etcd/);
+      // The next is refused at once, with a Retry-After.
+      const next = await g2.json("execCommand", { name: "a", command: "echo up" }, {
+        signal: AbortSignal.timeout(30_000),
+      });
+      assert.equal(next.status, 503, JSON.stringify(next.body));
+      assert.match(next.body.message, /did not answer a health check/);
+      assert.ok(Number(next.headers.get("retry-after")) > 0);
+      // Back: the check passes again and its sandboxes answer, etcd still stopped.
+      node.process.child.kill("SIGCONT");
+      frozen = false;
+      let last = "";
+      await waitUntil("g2 serves the node again", async () => {
+        const r = await g2.json("execCommand", { name: "a", command: "echo up" });
+        last = `${r.status} ${JSON.stringify(r.body)}`;
+        return r.status === 200 && r.body.stdout === "up\n";
+      }).catch((error) => {
+        throw new Error(`${error.message}; the last answer: ${last}`);
+      });
+    } finally {
+      if (frozen) node.process.child.kill("SIGCONT");
       await fleet.stop();
       await etcd.stop();
     }

@@ -51,8 +51,8 @@ meter{width:7rem;height:.9rem;vertical-align:middle}
 .num{font-variant-numeric:tabular-nums;color:var(--muted);font-size:.85rem;margin-left:.3rem;white-space:nowrap}
 .gauge{white-space:nowrap}
 header .muted{color:#c8d3de}
-.up,.down{display:inline-block;padding:0 .5rem;border-radius:1rem;font-size:.8rem;font-weight:600}
-.up{background:#d8f3dc;color:#1b5e20}.down{background:#fde2e1;color:#9b1c1c}
+.up,.down,.dead{display:inline-block;padding:0 .5rem;border-radius:1rem;font-size:.8rem;font-weight:600}
+.up{background:#d8f3dc;color:#1b5e20}.down{background:#fde2e1;color:#9b1c1c}.dead{background:#e5e7eb;color:#374151}
 .muted{color:var(--muted)}
 .states span{margin-right:.6rem;white-space:nowrap}
 form.filters{display:flex;gap:.6rem;align-items:end;flex-wrap:wrap;margin-bottom:.6rem}
@@ -259,7 +259,9 @@ function nodesTable(nodes: NodeSummary[]): string {
       : '<span class="muted">no reading</span>';
     return `<tr data-node="${escapeHtml(n.id)}">
 <td><b>${escapeHtml(n.id)}</b><br><span class="muted">${escapeHtml(n.endpoint)}</span></td>
-<td><span class="${n.state}">${n.state}</span></td>
+<td><span class="${n.state}">${n.state}</span>${
+      n.unheard ? '<br><span class="muted">unheard: etcd unreadable</span>' : ""
+    }</td>
 <td>${age(n.lastCheckInAgeMs)}<br><span class="muted">every ${n.intervalSeconds} s</span></td>
 <td>${
       cpu === null
