@@ -27,6 +27,8 @@ import {
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
+  type SnapshotInfo,
+  type SnapshotRequest,
   type WatchRequest,
   type WriteOptions,
 } from "../contract.ts";
@@ -41,6 +43,7 @@ import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./en
 import { SandboxNetwork } from "./_network.ts";
 import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { parseTemplates } from "./templates.ts";
+import { Snapshots } from "./_snapshots.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -135,6 +138,7 @@ export class DockerExecutor implements Executor {
   #commands: Commands;
   #files: Files;
   #watches: Watches;
+  #snapshots: Snapshots;
   #closed = false;
   /** The `dormice.instance` label of every container it makes, and what it lists by. */
   readonly instanceId: string;
@@ -196,7 +200,15 @@ export class DockerExecutor implements Executor {
       transferTimeoutMs: fileTimeoutMs,
     });
     this.#watches = new Watches({ commands: this.#commands, log, intervalMs: watchIntervalMs });
+    this.#snapshots = new Snapshots({
+      engine: this.#engine,
+      nodeId,
+      instanceId,
+      clock,
+      commitTimeoutMs: createTimeoutMs,
+    });
     this.#containers = new Containers({
+      snapshots: this.#snapshots,
       engine: this.#engine,
       sandboxes,
       network: this.#network,
@@ -372,6 +384,26 @@ export class DockerExecutor implements Executor {
 
   stats(id: string): Promise<SandboxStats> {
     return this.#containers.stats(id);
+  }
+
+  /**
+   * Commits the sandbox's container to a local image `dormice-snapshot:<id>` labelled with this
+   * node instance, the team, the name, the sandbox and the time. The engine pauses the
+   * container for the commit and thaws it after (a paused sandbox stays paused). Memory and
+   * processes are not captured.
+   */
+  snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    return this.#snapshots.take(id, request);
+  }
+
+  /** This node instance's snapshot images, one team's when `team` is given. */
+  listSnapshots(team?: string): Promise<SnapshotInfo[]> {
+    return this.#snapshots.list(team);
+  }
+
+  /** Untags a snapshot's image (freed once no sandbox uses it); false when not held. */
+  deleteSnapshot(snapshotId: string, team?: string): Promise<boolean> {
+    return this.#snapshots.delete(snapshotId, team);
   }
 
   /**
