@@ -105,7 +105,11 @@ export function createE2bApi(
         signal,
       );
       if (source.kind === "snapshot") {
-        ask = { volumes: ask.volumes, snapshot: source.snapshotId };
+        ask = {
+          volumes: ask.volumes,
+          snapshot: source.snapshotId,
+          snapshotHolders: source.holders,
+        };
         forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
       }
     }

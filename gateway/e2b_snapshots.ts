@@ -23,17 +23,18 @@ import type { GatewayParts } from "./parts.ts";
 /** The shape of a snapshot id (as the nodes make them). */
 const SNAPSHOT_ID = /^snap-[a-z0-9]{20}$/;
 
-/** How a create's `templateID` resolved: a template, or a snapshot held by these nodes. */
+/** How a create's `templateID` resolved: a template, or a snapshot and the nodes holding it. */
 export type CreateSource =
   | { kind: "template" }
-  | { kind: "snapshot"; snapshotId: string };
+  | { kind: "snapshot"; snapshotId: string; holders: string[] };
 
 /**
- * Whether a create's `templateID` names a snapshot, and which. An id is taken as it is; a name
- * is looked up among the caller's team's snapshots on every node, unless some node serves a
- * template by that name (templates win: a node refuses a snapshot named like its templates).
- * A snapshot whose every holder is down is a 503 naming them, never a create from something
- * else; one no node holds is E2B's 404.
+ * Whether a create's `templateID` names a snapshot, and which nodes hold it. A name is looked
+ * up among the caller's team's snapshots on every node, unless some node serves a template by
+ * that name (templates win: a node refuses a snapshot named like its templates). An id no
+ * node advertises yet (taken since the last check-ins) is asked of every node. A snapshot
+ * whose every holder is down is a 503 naming them, never a create from something else; one
+ * no node holds is E2B's 404.
  *
  * @throws {HttpError} 404 for a snapshot no node holds, 503 when only down nodes hold it.
  */
@@ -45,40 +46,64 @@ export async function resolveCreateSource(
   signal: AbortSignal,
 ): Promise<CreateSource> {
   const nodes = [...parts.fleet.nodes()];
-  let snapshotId: string | undefined;
-  if (SNAPSHOT_ID.test(templateID)) snapshotId = templateID;
-  else {
+  let snapshotId: string;
+  let holders: string[];
+  if (SNAPSHOT_ID.test(templateID)) {
+    snapshotId = templateID;
+    holders = nodes.filter((n) => n.snapshots?.has(snapshotId)).map((n) => n.id);
+    if (holders.length === 0) {
+      const { rows } = await listAll(parts, nodeApi, `?name=${snapshotId}`, { headers, signal });
+      holders = rows.filter((r) => r.snapshotID === snapshotId).map((r) => r.node);
+    }
+  } else {
     const isTemplate = nodes.some((n) => n.templates === null || n.templates.includes(templateID));
-    const anySnapshots = nodes.some((n) => (n.snapshots?.size ?? 0) > 0 || n.snapshotsTruncated);
-    if (isTemplate || !anySnapshots) return { kind: "template" };
-    const rows = await listAll(parts, nodeApi, `?name=${encodeURIComponent(templateID)}`, {
-      headers,
-      signal,
-    });
-    const match = rows.rows.find((r) => r.names.includes(templateID));
+    if (isTemplate) return { kind: "template" };
+    const { rows, headers: answered } = await listAll(
+      parts,
+      nodeApi,
+      `?name=${encodeURIComponent(templateID)}`,
+      { headers, signal },
+    );
+    const match = rows.find((r) => r.names.includes(templateID));
+    const silent = answered[UNREACHABLE_HEADER];
+    if (!match && silent) {
+      // No template has the name, and a node that did not answer may hold a snapshot by it.
+      throw new HttpError(
+        503,
+        `No node that answered has a template or snapshot named '${templateID}', and node ` +
+          `${silent} did not answer (it may hold that snapshot): retry once it checks in again`,
+        { headers: { "retry-after": "5", [UNREACHABLE_HEADER]: silent } },
+      );
+    }
     if (!match) return { kind: "template" };
     snapshotId = match.snapshotID;
+    holders = [match.node];
+  }
+  if (holders.length === 0) {
+    // Silent nodes were not asked an answer: one of them may hold it.
+    const silent = nodes.filter((n) => parts.fleet.isDown(n)).map((n) => n.id);
+    if (silent.length === 0) {
+      throw new HttpError(
+        404,
+        `Snapshot '${snapshotId}' not found on any node: list your team's snapshots ` +
+          `(GET /snapshots) for their ids and names`,
+      );
+    }
+    holders = silent;
   }
   const now = parts.fleet.now();
-  const holders = nodes.filter((n) => n.snapshots?.has(snapshotId!));
-  if (holders.length > 0 && holders.every((n) => parts.fleet.isDown(n, now))) {
+  const down = holders.filter((id) => parts.fleet.isDown(id, now));
+  if (down.length === holders.length) {
     throw new HttpError(
       503,
       `Snapshot '${snapshotId}' is held only by node ${
-        holders.map((n) => `'${n.id}'`).join(", ")
+        down.map((id) => `'${id}'`).join(", ")
       }, which is down: retry once it checks in again (a sandbox is never started from ` +
         `anything else)`,
-      { headers: { "retry-after": String(holders[0].intervalSeconds) } },
+      { headers: { "retry-after": "5" } },
     );
   }
-  if (holders.length === 0 && !nodes.some((n) => n.snapshotsTruncated)) {
-    throw new HttpError(
-      404,
-      `Snapshot '${snapshotId}' not found on any node: list your team's snapshots ` +
-        `(GET /snapshots) for their ids and names`,
-    );
-  }
-  return { kind: "snapshot", snapshotId };
+  return { kind: "snapshot", snapshotId, holders };
 }
 
 /** `GET /snapshots`: every node's rows for the caller's team, merged, filtered and paged. */
@@ -173,7 +198,8 @@ async function listAll(
     parts.log,
   );
   return {
-    rows: answered.flatMap((a) => a.value),
+    // The node that answered holds the row, whatever the row says of itself.
+    rows: answered.flatMap((a) => a.value.map((r) => ({ ...r, node: a.answer.node.id }))),
     more: answered.some((a) => a.answer.headers.get("x-next-token") !== null),
     headers: answerHeaders,
   };

@@ -28,6 +28,11 @@ export interface PlacementAsk {
    * it may take the create, since no other has its files.
    */
   snapshot?: string;
+  /**
+   * Nodes that answered they hold `snapshot` though their last check-in did not say so yet (a
+   * snapshot taken since): they pass the snapshot filter too.
+   */
+  snapshotHolders?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
   /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
@@ -143,7 +148,7 @@ export const placementFilters: readonly PlacementFilter[] = [
     // hold an older one, and its own 404 says so if it does not.
     check: ({ node, ask }) =>
       ask.snapshot !== undefined && !node.snapshots?.has(ask.snapshot) &&
-        !node.snapshotsTruncated
+        !node.snapshotsTruncated && !ask.snapshotHolders?.includes(node.id)
         ? `lacks snapshot '${ask.snapshot}'`
         : undefined,
   },

@@ -156,7 +156,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
   const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
   const upkeep = new LedgerUpkeep({ ledger, log });
-  const executor = options.executor ?? new FakeExecutor({ clock });
+  const executor = options.executor ?? new FakeExecutor({ clock, nodeId: config.nodeId });
   // Standalone there is no gateway to tell: the outbox stays empty.
   const outbox = new LifecycleOutbox({ onDrop: () => metrics.eventsDropped() });
   const metrics = new NodeMetrics({
