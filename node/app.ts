@@ -320,6 +320,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       build,
       hostReading: () => hostReader.read(),
       pools,
+      snapshots,
       log,
       maxBodyBytes,
     }),
