@@ -58,6 +58,12 @@ export class Snapshots {
   #commitTimeoutMs: number;
   /** Takes one snapshot at a time, so two takes of one name cannot both pass the name check. */
   #taking: Promise<unknown> = Promise.resolve();
+  /**
+   * Images of snapshots deleted while a sandbox still ran from them: untagged, kept by the
+   * engine for that sandbox, removed by {@linkcode Snapshots.sweep} once none uses them. Bounded
+   * by the snapshots deleted in this process; `sweep(true)` at boot finds any left before.
+   */
+  #orphans = new Set<string>();
 
   constructor(options: SnapshotsOptions) {
     this.#engine = options.engine;
@@ -160,18 +166,70 @@ export class Snapshots {
    */
   async delete(snapshotId: string, team?: string): Promise<boolean> {
     if (!(await this.get(snapshotId, team))) return false;
-    const image = this.#engine.client.getImage(snapshotImage(snapshotId));
+    const ref = snapshotImage(snapshotId);
+    const image = this.#engine.client.getImage(ref);
     if (!image.remove) throw new TypeError("The engine client cannot remove images");
-    try {
-      await this.#engine.call(
-        `removing snapshot image ${snapshotImage(snapshotId)}`,
-        (signal) => image.remove!({ force: true, noprune: false, abortSignal: signal }),
+    const remove = (force: boolean) =>
+      this.#engine.call(
+        `removing snapshot image ${ref}`,
+        (signal) => image.remove!({ force, abortSignal: signal }),
       );
+    try {
+      await remove(false);
     } catch (error) {
-      if (error instanceof ExecutorError && error.code === "not_found") return false;
-      throw error;
+      if (!(error instanceof ExecutorError)) throw error;
+      if (error.code === "not_found") return false;
+      if (error.code !== "exists") throw error;
+      // A sandbox runs from it: untag it now (it is no snapshot any more) and free it later.
+      const id = await this.#engine.call(
+        `inspecting snapshot image ${ref}`,
+        (signal) => image.inspect({ abortSignal: signal }),
+      ).then((i) => i.Id, () => undefined);
+      await remove(true);
+      if (id) this.#orphans.add(id);
     }
     return true;
+  }
+
+  /**
+   * Removes the images of deleted snapshots that no sandbox uses any more: those this process
+   * untagged, or with `all`, every untagged snapshot image of this instance (at boot, for those
+   * a previous process left). An image still in use stays for the next sweep.
+   */
+  async sweep(all = false): Promise<void> {
+    let ids = [...this.#orphans];
+    const client = this.#engine.client;
+    if (all && client.listImages) {
+      const images: ImageSummary[] = await this.#engine.call(
+        "listing this node's deleted snapshot images",
+        (signal) =>
+          client.listImages!({
+            filters: { label: [`${L.instance}=${this.#instanceId}`, L.id], dangling: ["true"] },
+            abortSignal: signal,
+          }),
+      );
+      ids = [...new Set([...ids, ...images.map((i) => i.Id).filter((i): i is string => !!i)])];
+    }
+    for (const id of ids) {
+      const image = client.getImage(id);
+      if (!image.remove) return;
+      try {
+        await this.#engine.call(
+          `removing a deleted snapshot's image ${id}`,
+          (signal) => image.remove!({ abortSignal: signal }),
+        );
+        this.#orphans.delete(id);
+      } catch (error) {
+        if (error instanceof ExecutorError && error.code === "not_found") {
+          this.#orphans.delete(id);
+        } else if (!(error instanceof ExecutorError && error.code === "exists")) throw error;
+      }
+    }
+  }
+
+  /** Whether a deleted snapshot's image waits for its last sandbox to go. */
+  get orphaned(): number {
+    return this.#orphans.size;
   }
 
   /**

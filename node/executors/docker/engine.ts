@@ -64,6 +64,8 @@ export interface DockerEngine {
 
 /** The fields of an image list entry this executor reads. */
 export interface ImageSummary {
+  /** The image's id (`sha256:…`). */
+  Id?: string;
   /** `repo:tag` names; none for an image untagged since. */
   RepoTags?: string[] | null;
   /** The image's labels. */
@@ -119,6 +121,8 @@ export interface EngineExec {
 
 /** The fields of an image inspect this executor reads. */
 export interface ImageInspect {
+  /** The image's id (`sha256:…`). */
+  Id?: string;
   /**
    * The image's user and working directory, which become the sandbox's user and home, and its
    * labels (a snapshot's say whose it is).

@@ -260,6 +260,8 @@ export class DockerExecutor implements Executor {
     const executor = new DockerExecutor(options);
     await executor.ping();
     await executor.#containers.checkImages();
+    // Images of snapshots deleted while in use, left by a previous process of this instance.
+    await executor.#snapshots.sweep(true).catch(() => {});
     // At boot rather than at the first create: a node that cannot keep sandboxes off the host
     // must not start serving (fail closed), and its sentence belongs in the boot log.
     await executor.#network.checkFirewall();
@@ -313,8 +315,10 @@ export class DockerExecutor implements Executor {
     return this.#containers.limits(spec);
   }
 
-  destroy(id: string): Promise<void> {
-    return this.#containers.destroy(id);
+  async destroy(id: string): Promise<void> {
+    await this.#containers.destroy(id);
+    // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
+    if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
