@@ -98,6 +98,31 @@ const cases: Record<string, Case> = {
       "not_found",
     );
   },
+  "snapshot() of a paused sandbox keeps its files, and resume() thaws the sandbox after": async (
+    ex,
+    id,
+  ) => {
+    await ex.writeFile(id, "/tmp/paused.txt", encoder.encode("frozen"));
+    await ex.pause(id);
+    const snap = await ex.snapshot(id, { team: "team-a" });
+    const copy = `${id}-p`;
+    try {
+      await ex.create({
+        id: copy,
+        name: copy,
+        template: snap.snapshotId,
+        snapshot: snap.snapshotId,
+        spec: { cpus: 1, memoryMB: 128, pids: 64 },
+        env: {},
+      });
+      assert.equal(decoder.decode(await ex.readFile(copy, "/tmp/paused.txt")), "frozen");
+      await ex.resume(id);
+      assert.equal((await run(ex, id, "cat /tmp/paused.txt")).stdout, "frozen");
+    } finally {
+      await ex.destroy(copy);
+      await ex.deleteSnapshot(snap.snapshotId);
+    }
+  },
   "snapshot() of a sandbox that is gone is `gone`": async (ex, id) => {
     await ex.destroy(id);
     await rejectsWith(ex.snapshot(id, { team: "team-a" }), "gone");
