@@ -46,6 +46,13 @@ export interface FleetNode {
   readonly templates: readonly string[] | null;
   /** Volumes it can mount (names). */
   readonly volumes: readonly string[];
+  /**
+   * Snapshot ids it advertised at its last check-in (at most `MAX_CHECK_IN_SNAPSHOTS`, the
+   * newest). Optional so a test's or embedder's directory may omit it: absent reads as none.
+   */
+  readonly snapshots?: ReadonlySet<string>;
+  /** It holds more snapshots than it advertised: it may hold any snapshot no node lists. */
+  readonly snapshotsTruncated?: boolean;
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
   /**
@@ -148,6 +155,8 @@ export interface Member extends FleetNode {
   pools: PoolReport[];
   templates: string[] | null;
   volumes: string[];
+  snapshots: Set<string>;
+  snapshotsTruncated: boolean;
   configDigest: string | null;
   lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
@@ -175,6 +184,8 @@ export function loadedMember(row: NodeRow, readingSeq: number): Member {
     pools: [],
     templates: null,
     volumes: [],
+    snapshots: new Set(),
+    snapshotsTruncated: false,
     configDigest: null,
     lookupDigest: null,
     checkInsSinceStart: 0,
@@ -248,6 +259,8 @@ function capabilitiesOf(body: CheckIn) {
     pools: body.pools ?? [],
     templates: body.templates ?? null,
     volumes: body.volumes ?? [],
+    snapshots: new Set(body.snapshots ?? []),
+    snapshotsTruncated: body.snapshotsTruncated ?? false,
     configDigest: body.configDigest ?? null,
   };
 }

@@ -181,6 +181,7 @@ export class GatewayMetrics implements FinderMetrics {
       "down",
       "no-reading",
       "template",
+      "snapshot",
       "volume",
       "cpu",
       "active-limit",

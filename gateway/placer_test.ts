@@ -3,6 +3,7 @@ import { Fleet, type FleetNode } from "./fleet.ts";
 import {
   type FilterInput,
   loadScore,
+  type PlacementAsk,
   type PlacementFilter,
   placementFilters,
   Placer,
@@ -51,6 +52,7 @@ Deno.test("placementFilters run in the documented order", () => {
     "down",
     "no-reading",
     "template",
+    "snapshot",
     "volume",
     "cpu",
     "active-limit",
@@ -124,6 +126,28 @@ Deno.test("The disk filter rejects below the floor and lets a null disk pass", (
     const detail = filter("disk").check(input(reading({ dataDisk: d })));
     assert.equal(detail === undefined, passes, `disk ${d?.availableBytes}`);
     if (!passes) assert.match(detail!, /below the floor 10.0 GB.*MIN_DISK_GB/);
+  }
+});
+
+Deno.test("The snapshot filter passes only a node that advertises the snapshot", () => {
+  const id = "snap-aaaaaaaaaaaaaaaaaaaa";
+  const cases: [string, Partial<FleetNode>, PlacementAsk, boolean][] = [
+    ["no snapshot asked", {}, {}, true],
+    ["holder", { snapshots: new Set([id]) }, { snapshot: id }, true],
+    ["another's holder", { snapshots: new Set(["snap-bbbbbbbbbbbbbbbbbbbb"]) }, {
+      snapshot: id,
+    }, false],
+    ["says nothing", {}, { snapshot: id }, false],
+    ["advertised only its newest", { snapshotsTruncated: true }, { snapshot: id }, true],
+  ];
+  for (const [label, extra, ask, passes] of cases) {
+    const detail = filter("snapshot").check({
+      ...input(reading()),
+      node: nodeWith(reading(), extra),
+      ask,
+    });
+    assert.equal(detail === undefined, passes, label);
+    if (!passes) assert.equal(detail, `lacks snapshot '${id}'`);
   }
 });
 
@@ -221,6 +245,7 @@ Deno.test("Placer.pick() explains every rejection with its reason and counts", (
     "down": 1,
     "no-reading": 0,
     "template": 0,
+    "snapshot": 0,
     "volume": 0,
     "cpu": 1,
     "active-limit": 1,

@@ -504,7 +504,9 @@ export class GatewayRouting {
         if (res.status < 200 || res.status >= 300) {
           return { node, ok: false, cause: `HTTP ${res.status}: ${text.slice(0, 200)}` };
         }
-        return { node, ok: true, status: res.status, headers: res.headers, json: JSON.parse(text) };
+        // A 204 (a delete told to every node) has no body to read.
+        const json = text === "" ? null : JSON.parse(text);
+        return { node, ok: true, status: res.status, headers: res.headers, json };
       } catch (error) {
         if (signal.aborted) throw clientGone();
         return { node, ok: false, cause: describeFetchError(error) };

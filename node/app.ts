@@ -29,6 +29,7 @@ import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
 import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
+import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -65,6 +66,7 @@ export type NodeAppConfig =
       | "sandboxDomain"
       | "jsonBodyLimitBytes"
       | "uploadLimitBytes"
+      | "snapshotMinDiskBytes"
     >
   >;
 
@@ -154,7 +156,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
   const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
   const upkeep = new LedgerUpkeep({ ledger, log });
-  const executor = options.executor ?? new FakeExecutor({ clock });
+  const executor = options.executor ?? new FakeExecutor({ clock, nodeId: config.nodeId });
   // Standalone there is no gateway to tell: the outbox stays empty.
   const outbox = new LifecycleOutbox({ onDrop: () => metrics.eventsDropped() });
   const metrics = new NodeMetrics({
@@ -201,6 +203,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     sampler: options.sampler,
     clock,
   });
+  const snapshots = new NodeSnapshots({
+    executor: timed,
+    service,
+    queue: service.queue,
+    hostReading: () => hostReader.read(),
+    minDiskBytes: config.snapshotMinDiskBytes ?? DEFAULT_SNAPSHOT_MIN_DISK_GB * 1e9,
+    templates: async () => (await executor.capabilities?.())?.templates,
+    log,
+  });
   const metricsSampler = new MetricsSampler({
     ledger,
     executor: timed,
@@ -243,6 +254,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
         ...(capabilities ? { volumes: capabilities.volumes } : {}),
+        ...snapshots.advertised(),
         configDigest,
       };
     },
@@ -277,7 +289,13 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   };
   hono.route(
     "/e2b/api",
-    createE2bApi(service, { apiToken: config.apiToken, accessTokens, log, maxBodyBytes }),
+    createE2bApi(service, {
+      apiToken: config.apiToken,
+      accessTokens,
+      log,
+      maxBodyBytes,
+      snapshots,
+    }),
   );
   hono.route("/e2b/envd", createEnvd(service, envd));
   // Not a Hono sub-app: the door needs the server's own request to upgrade a WebSocket.
@@ -298,6 +316,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       build,
       hostReading: () => hostReader.read(),
       pools,
+      snapshots,
       log,
       maxBodyBytes,
     }),
@@ -338,7 +357,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       metricsSampler.start();
       // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
       // without them is placed as if it served any template until its next check-in.
-      const known = refreshCapabilities();
+      const known = Promise.all([refreshCapabilities(), snapshots.refresh()]);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const bound = new Promise<void>((resolve) => timer = setTimeout(resolve, 2_000));
       void Promise.race([known, bound]).then(() => {

@@ -37,6 +37,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
+    snapshotMinDiskBytes: 1e9,
   });
 });
 
@@ -103,6 +104,14 @@ Deno.test("loadNodeConfig() reads the body caps in MiB and refuses one out of ra
   });
   assert.match(json, /DORMICE_JSON_BODY_LIMIT_MB='700' is not a whole number from 1 to 256/);
   assert.match(upload, /DORMICE_UPLOAD_LIMIT_MB='0' is not a whole number from 1 to 8191/);
+});
+
+Deno.test("loadNodeConfig() reads the snapshot disk floor in GB and refuses one out of range", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_MIN_DISK_GB: "0" });
+  assert.ok(r.ok);
+  assert.equal(r.config.snapshotMinDiskBytes, 0);
+  const [floor] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_MIN_DISK_GB: "-1" });
+  assert.match(floor, /DORMICE_SNAPSHOT_MIN_DISK_GB='-1' is not a whole number from 0 to 100000/);
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

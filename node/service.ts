@@ -177,8 +177,10 @@ export class SandboxService implements SandboxOps {
       const spec = request.spec ?? {};
       const env = { ...spec.env, ...request.env };
       this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
-      const warm = this.#pools &&
-        claimWarm(this.#core, this.#pools, request, { team, template, spec, env });
+      // A warm sandbox holds its template's files, never a snapshot's.
+      const warm = this.#pools && request.snapshot === undefined
+        ? claimWarm(this.#core, this.#pools, request, { team, template, spec, env })
+        : undefined;
       if (warm !== undefined) return { created: true, sandbox: warm };
       return {
         created: true,

@@ -77,6 +77,11 @@ export interface AcquireRequest {
    * waking it would hand the caller a machine it did not ask for.
    */
   template?: string;
+  /**
+   * A snapshot id the executor holds, of this team (the caller checks): a create starts from its
+   * file system instead of the template's (no warm pool serves it). Ignored on wake.
+   */
+  snapshot?: string;
   /** Caller's key/value labels, stored on create; ignored on wake. */
   metadata?: Record<string, string>;
   /** Resource limits asked on create; ignored on wake. */

@@ -286,6 +286,8 @@ export const checkInSchema: z.ZodObject<{
   volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
   configDigest: z.ZodOptional<z.ZodString>;
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
+  snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -314,6 +316,13 @@ export const checkInSchema: z.ZodObject<{
    * gateway warns when nodes differ. See `shared/config_digest.ts`.
    */
   configDigest: z.string().max(128).optional(),
+  /**
+   * The snapshot ids the node holds, newest first, at most `MAX_CHECK_IN_SNAPSHOTS`
+   * (`shared/snapshots.ts`); absent from a node that holds none or predates snapshots.
+   */
+  snapshots: z.array(z.string().regex(/^snap-[a-z0-9]{20}$/)).max(2048).optional(),
+  /** The node holds more snapshots than `snapshots` lists. */
+  snapshotsTruncated: z.boolean().optional(),
   /**
    * A Bloom filter of the names and ids the node held when it built this check-in; absent from
    * a node that predates it (the gateway then asks that node on every miss).

@@ -18,6 +18,12 @@
  * | `lookupSandbox` | `{name}` or `{id}` | `{found:true, sandbox:{id,name,state}}` or `{found:false}` |
  * | `setPools` | `{pools:[{template, spec?:{cpus?, memoryMB?}, warm}]}` (the whole set) | `{pools}` |
  * | `listPools` | `{}` | `{pools:[{template, spec, warm, target, refilling, claimed}]}` |
+ * | `snapshotSandbox` | `{name, snapshotName?}` | `{snapshot:{snapshotId, team, name?, sandboxId, template, node, createdAt, sizeBytes}}` |
+ * | `listSnapshots` | `{sandboxId?, name?}` (a name or an id) | `{snapshots:[…]}`, oldest first |
+ * | `deleteSnapshot` | `{snapshotId}` | `{deleted}` |
+ *
+ * The snapshot verbs are this node's own (the gateway serves snapshots on its E2B face): a
+ * snapshot belongs to its sandbox's team, and a team sees and deletes only its own.
  *
  * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
  * open and answers `{ok:true, nodeId, build}`.
@@ -40,12 +46,19 @@ import { readJsonObject } from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
 import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
-import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
+import {
+  describeZodError,
+  type HostReading,
+  type Sandbox,
+  sandboxNameSchema,
+} from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
 import { slotTokenOf } from "../../shared/slot_token.ts";
 import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
+import type { NodeSnapshots } from "../snapshots.ts";
+import { sandboxIdSchema } from "../../shared/schemas.ts";
 import { setPoolsSchema } from "../../shared/pools.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
@@ -67,6 +80,8 @@ export interface NativeFaceOptions {
   hostReading: () => HostReading;
   /** The warm pools `setPools` and `listPools` act on; both answer 501 when absent. */
   pools?: Pick<WarmPools, "set" | "list">;
+  /** The node's snapshots, for the snapshot verbs; they answer 501 when absent. */
+  snapshots?: NodeSnapshots;
   /** Where unexpected errors (500s) are logged; `silentLog` when absent. */
   log?: Log;
   /**
@@ -77,7 +92,7 @@ export interface NativeFaceOptions {
 }
 
 /** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
-const nodeVerbs = ["setPools", "listPools"];
+const nodeVerbs = ["setPools", "listPools", "snapshotSandbox", "listSnapshots", "deleteSnapshot"];
 
 /**
  * The public sandbox object: the record without its E2B bookkeeping.
@@ -287,10 +302,38 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     return { pools: pools().list() };
   });
 
+  const snapshots = () => {
+    if (options.snapshots) return options.snapshots;
+    throw new HttpError(501, "This node was built without snapshots");
+  };
+  verb("snapshotSandbox", snapshotSandboxSchema, async (b, team) => ({
+    snapshot: await snapshots().take({ name: b.name, team }, b.snapshotName),
+  }));
+  verb("listSnapshots", listSnapshotsSchema, async (b, team) => ({
+    snapshots: (await snapshots().list(team)).filter((s) =>
+      (b.sandboxId === undefined || s.sandboxId === b.sandboxId) &&
+      (b.name === undefined || s.name === b.name || s.snapshotId === b.name)
+    ),
+  }));
+  verb("deleteSnapshot", deleteSnapshotSchema, async (b, team) => ({
+    deleted: await snapshots().delete(b.snapshotId, team),
+  }));
+
   return app;
 }
 
 const listPoolsSchema = z.object({}).strict();
+const snapshotSandboxSchema = z.object({
+  name: sandboxNameSchema,
+  snapshotName: z.string().min(1).max(64).optional(),
+});
+const listSnapshotsSchema = z.object({
+  sandboxId: sandboxIdSchema.optional(),
+  name: z.string().min(1).max(64).optional(),
+});
+const deleteSnapshotSchema = z.object({
+  snapshotId: z.string().regex(/^snap-[a-z0-9]{20}$/, "is not a snapshot id (snap-…)"),
+});
 
 function methodNotAllowed(c: Context, allow: string): Response {
   return c.json(

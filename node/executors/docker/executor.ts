@@ -27,6 +27,8 @@ import {
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
+  type SnapshotInfo,
+  type SnapshotRequest,
   type WatchRequest,
   type WriteOptions,
 } from "../contract.ts";
@@ -41,6 +43,7 @@ import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./en
 import { SandboxNetwork } from "./_network.ts";
 import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { parseTemplates } from "./templates.ts";
+import { Snapshots } from "./_snapshots.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -135,6 +138,7 @@ export class DockerExecutor implements Executor {
   #commands: Commands;
   #files: Files;
   #watches: Watches;
+  #snapshots: Snapshots;
   #closed = false;
   /** The `dormice.instance` label of every container it makes, and what it lists by. */
   readonly instanceId: string;
@@ -196,7 +200,15 @@ export class DockerExecutor implements Executor {
       transferTimeoutMs: fileTimeoutMs,
     });
     this.#watches = new Watches({ commands: this.#commands, log, intervalMs: watchIntervalMs });
+    this.#snapshots = new Snapshots({
+      engine: this.#engine,
+      nodeId,
+      instanceId,
+      clock,
+      commitTimeoutMs: createTimeoutMs,
+    });
     this.#containers = new Containers({
+      snapshots: this.#snapshots,
       engine: this.#engine,
       sandboxes,
       network: this.#network,
@@ -248,6 +260,8 @@ export class DockerExecutor implements Executor {
     const executor = new DockerExecutor(options);
     await executor.ping();
     await executor.#containers.checkImages();
+    // Images of snapshots deleted while in use, left by a previous process of this instance.
+    await executor.#snapshots.sweep(true).catch(() => {});
     // At boot rather than at the first create: a node that cannot keep sandboxes off the host
     // must not start serving (fail closed), and its sentence belongs in the boot log.
     await executor.#network.checkFirewall();
@@ -301,8 +315,10 @@ export class DockerExecutor implements Executor {
     return this.#containers.limits(spec);
   }
 
-  destroy(id: string): Promise<void> {
-    return this.#containers.destroy(id);
+  async destroy(id: string): Promise<void> {
+    await this.#containers.destroy(id);
+    // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
+    if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
@@ -372,6 +388,26 @@ export class DockerExecutor implements Executor {
 
   stats(id: string): Promise<SandboxStats> {
     return this.#containers.stats(id);
+  }
+
+  /**
+   * Commits the sandbox's container to a local image `dormice-snapshot:<id>` labelled with this
+   * node instance, the team, the name, the sandbox and the time. The engine pauses the
+   * container for the commit and thaws it after (a paused sandbox stays paused). Memory and
+   * processes are not captured.
+   */
+  snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    return this.#snapshots.take(id, request);
+  }
+
+  /** This node instance's snapshot images, one team's when `team` is given. */
+  listSnapshots(team?: string): Promise<SnapshotInfo[]> {
+    return this.#snapshots.list(team);
+  }
+
+  /** Untags a snapshot's image (freed once no sandbox uses it); false when not held. */
+  deleteSnapshot(snapshotId: string, team?: string): Promise<boolean> {
+    return this.#snapshots.delete(snapshotId, team);
   }
 
   /**
