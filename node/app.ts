@@ -65,6 +65,7 @@ export type NodeAppConfig =
       | "sandboxDomain"
       | "jsonBodyLimitBytes"
       | "uploadLimitBytes"
+      | "uploadGzipMaxRatio"
     >
   >;
 
@@ -276,6 +277,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     log,
     maxJsonBodyBytes: maxBodyBytes,
     maxUploadBytes: config.uploadLimitBytes,
+    maxGzipRatio: config.uploadGzipMaxRatio,
     uploads: new UploadSlots(),
     staging: new UploadStaging({ dir: join(config.dataDir, "uploads") }),
   };

@@ -22,6 +22,7 @@
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
  * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of one JSON body (native verbs, the E2B control plane, Connect RPCs), MiB, 1 to 256 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
+ * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
  * | `DORMICE_POOLS_REFILL_DELAY_MS` | `1000` | how long a pool's refill after a claim waits, ms (0 to 60000), so the claimed sandbox's first commands do not share the engine with a container being built |
@@ -111,6 +112,8 @@ export interface NodeConfig {
   jsonBodyLimitBytes: number;
   /** Cap of one `POST /files` upload after decompression, bytes (`DORMICE_UPLOAD_LIMIT_MB`). */
   uploadLimitBytes: number;
+  /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
+  uploadGzipMaxRatio: number;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -155,6 +158,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SCAN_INTERVAL_SECONDS",
   "DORMICE_JSON_BODY_LIMIT_MB",
   "DORMICE_UPLOAD_LIMIT_MB",
+  "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
   "DORMICE_POOLS_REFILL_DELAY_MS",
@@ -412,6 +416,14 @@ export function loadNodeConfig(
     "DORMICE_UPLOAD_LIMIT_MB",
     refusals,
   );
+  const uploadGzipMaxRatio = integer(
+    get("DORMICE_UPLOAD_GZIP_MAX_RATIO"),
+    100,
+    1,
+    1032,
+    "DORMICE_UPLOAD_GZIP_MAX_RATIO",
+    refusals,
+  );
 
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
@@ -461,6 +473,7 @@ export function loadNodeConfig(
       websockets: websockets === true,
       jsonBodyLimitBytes,
       uploadLimitBytes,
+      uploadGzipMaxRatio,
     },
   };
 }

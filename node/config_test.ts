@@ -37,6 +37,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
+    uploadGzipMaxRatio: 100,
   });
 });
 
@@ -103,6 +104,22 @@ Deno.test("loadNodeConfig() reads the body caps in MiB and refuses one out of ra
   });
   assert.match(json, /DORMICE_JSON_BODY_LIMIT_MB='700' is not a whole number from 1 to 256/);
   assert.match(upload, /DORMICE_UPLOAD_LIMIT_MB='0' is not a whole number from 1 to 8191/);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_UPLOAD_GZIP_MAX_RATIO, 100 by default, 1 to 1032", () => {
+  const plain = loadNodeConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(plain.ok);
+  assert.equal(plain.config.uploadGzipMaxRatio, 100);
+  const off = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_UPLOAD_GZIP_MAX_RATIO: "1032" });
+  assert.ok(off.ok);
+  assert.equal(off.config.uploadGzipMaxRatio, 1032);
+  for (const bad of ["0", "1033", "5.5"]) {
+    const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_UPLOAD_GZIP_MAX_RATIO: bad });
+    assert.match(
+      refusal,
+      new RegExp(`DORMICE_UPLOAD_GZIP_MAX_RATIO='${bad}' is not a whole number from 1 to 1032`),
+    );
+  }
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

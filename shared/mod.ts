@@ -28,6 +28,7 @@ export {
 } from "./log.ts";
 export { HttpError, messageResponse } from "./http_error.ts";
 export { StreamCut } from "./stream_cut.ts";
+export { LoopBudget, type LoopBudgetOptions, yieldToLoop } from "./event_loop.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export {
   type Clock,

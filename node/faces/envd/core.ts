@@ -11,6 +11,7 @@ import type { AccessTokens } from "../../../shared/access_tokens.ts";
 import { type BodyCapOptions, DEFAULT_JSON_BODY_LIMIT_BYTES } from "../../../shared/json_body.ts";
 import { UploadSlots } from "./upload_slots.ts";
 import { UploadStaging } from "./staging.ts";
+import { DEFAULT_GZIP_MAX_RATIO } from "./gunzip.ts";
 
 /** Default cap of one `POST /files` upload: 1 GiB, counted after decompression. */
 export const DEFAULT_UPLOAD_LIMIT_BYTES = 1024 ** 3;
@@ -33,6 +34,12 @@ export interface EnvdOptions {
    * what one upload may put in a sandbox (and stage on the data disk), not memory.
    */
   maxUploadBytes?: number;
+  /**
+   * The most a gzip upload (`Content-Encoding: gzip`) may grow when inflated, as a multiple of
+   * its compressed size, 1 to 1032 (default {@linkcode DEFAULT_GZIP_MAX_RATIO}, 100); the first
+   * MiB of output is allowed whatever the ratio. Past it the upload is a 413.
+   */
+  maxGzipRatio?: number;
   /**
    * Directory watches (`WatchDir`, `CreateWatcher`) one sandbox may have at once (16 by
    * default): on Docker each is a process in the sandbox that looks at the directory 4 times a
@@ -89,6 +96,7 @@ export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
       log: options.log ?? silentLog,
       clock: options.clock ?? systemClock,
       maxUploadBytes: options.maxUploadBytes ?? DEFAULT_UPLOAD_LIMIT_BYTES,
+      maxGzipRatio: options.maxGzipRatio ?? DEFAULT_GZIP_MAX_RATIO,
       maxWatchesPerSandbox: options.maxWatchesPerSandbox ?? 16,
       maxJsonBodyBytes: options.maxJsonBodyBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
       uploads: options.uploads ?? new UploadSlots(),
