@@ -107,3 +107,4 @@ export {
   type VolumeMount,
   volumeMountSchema,
 } from "./pools.ts";
+export { BASE64_SLICE_CHARS, decodeBase64InSlices, isStandardBase64 } from "./base64.ts";

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { FakeClock } from "../../shared/clock.ts";
 import { hostReadingSchema, lookupAnswerSchema } from "../../shared/schemas.ts";
 import type { NodeApp } from "../app.ts";
@@ -240,4 +241,25 @@ Deno.test("native face: a 404 for a sandbox not on this node is marked absent, a
   assert.equal(missingFile.headers.get("x-dormice-absent"), null);
   await missingFile.body?.cancel();
   await app.close();
+});
+
+Deno.test("native face: writeFile takes 8 MiB of contentBase64 and names a bad character's place", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  // A regex of base64 quanta threw "Maximum call stack size exceeded" on this: a 500.
+  const bytes = new Uint8Array(6 * 1024 * 1024).map((_, i) => i % 251);
+  const text = Buffer.from(bytes).toString("base64");
+  const ok = await call(app, "writeFile", { name: "a", path: "/tmp/big", contentBase64: text });
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  assert.equal(ok.body.size, bytes.length);
+  const read = await call(app, "readFile", { name: "a", path: "/tmp/big" });
+  assert.equal(read.body.contentBase64, text);
+  const bad = text.slice(0, 4_000_000) + "QU D" + text.slice(4_000_004);
+  const refused = await call(app, "writeFile", { name: "a", path: "/tmp/bad", contentBase64: bad });
+  assert.equal(refused.status, 400);
+  assert.match(
+    refused.body.message as string,
+    /'contentBase64'.*characters 3670016 to 4194303 are not standard base64/,
+  );
+  await executor.close();
 });
