@@ -7,6 +7,7 @@
 import { z } from "zod";
 import { isStandardBase64 } from "./base64.ts";
 import {
+  envSchema,
   metadataSchema,
   sandboxIdSchema,
   sandboxNameSchema,
@@ -64,7 +65,7 @@ export const execRequestSchema: z.ZodType<{
   ], { error: "must be a shell string or an array of strings (argv)" }),
   timeoutSeconds: z.number().positive().max(86_400).optional(),
   cwd: z.string().min(1).max(4096).optional(),
-  env: z.record(z.string(), z.string()).optional(),
+  env: envSchema.optional(),
 });
 
 /** A `writeFile` body as both schemas read it. */

@@ -25,6 +25,7 @@ import { teamOfRequest } from "../../shared/teams.ts";
 import { tokensEqual } from "../../shared/token.ts";
 import {
   describeZodError,
+  envSchema,
   metadataSchema,
   sandboxNameSchema,
   type SandboxSpec,
@@ -121,7 +122,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     templateID: z.string().min(1).max(256),
     timeout: timeoutSchema.optional(),
     metadata: metadataSchema.optional(),
-    envVars: z.record(z.string(), z.string()).optional(),
+    envVars: envSchema.optional(),
     // E2B's SandboxVolumeMount: a volume the node declares (DORMICE_VOLUMES) and its path.
     volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).max(16).optional(),
   });

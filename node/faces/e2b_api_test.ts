@@ -565,3 +565,32 @@ Deno.test("GET /v2/sandboxes filters by template and startedAfter, orders, and c
   await multi.close();
   await executor.close();
 });
+
+Deno.test("create refuses metadata past 64 keys or 16 KiB and env past 1,000 vars or 256 KiB", async () => {
+  const { call, service, executor } = setup();
+  const many = (n: number, value = "v") =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, value]));
+  const cases: [string, unknown, RegExp][] = [
+    ["65 metadata keys", { metadata: many(65) }, /'metadata'.*holds 65 keys.*at most 64 keys/],
+    ["17 KiB of metadata", { metadata: many(5, "x".repeat(3500)) }, /at most 64 keys of 16 KiB/],
+    ["1,001 env vars", { envVars: many(1001) }, /'envVars'.*holds 1001 variables.*at most 1000/],
+    ["257 KiB of env", { envVars: many(2, "x".repeat(132_000)) }, /of 256 KiB/],
+  ];
+  for (const [label, extra, message] of cases) {
+    const res = await call("POST", "/sandboxes", { templateID: "base", ...extra as object });
+    assert.equal(res.status, 400, label);
+    const body = await res.json();
+    assert.equal(body.code, 400, label);
+    assert.match(body.message, message, label);
+  }
+  assert.equal(service.list().length, 0);
+  // At the limits, a create goes through.
+  const ok = await call("POST", "/sandboxes", {
+    templateID: "base",
+    metadata: many(64),
+    envVars: many(1000),
+  });
+  assert.equal(ok.status, 201, await ok.clone().text());
+  await ok.body?.cancel();
+  await executor.close();
+});

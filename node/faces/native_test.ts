@@ -263,3 +263,20 @@ Deno.test("native face: writeFile takes 8 MiB of contentBase64 and names a bad c
   );
   await executor.close();
 });
+
+Deno.test("native face: acquireSandbox refuses metadata past 64 keys and env past 1,000 vars", async () => {
+  const { app, executor } = node();
+  const many = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+  const meta = await call(app, "acquireSandbox", { name: "a", metadata: many(65) });
+  assert.equal(meta.status, 400);
+  assert.deepEqual(Object.keys(meta.body), ["message"]);
+  assert.match(meta.body.message as string, /'metadata'.*at most 64 keys of 16 KiB/);
+  const env = await call(app, "acquireSandbox", { name: "a", spec: { env: many(1001) } });
+  assert.equal(env.status, 400);
+  assert.match(env.body.message as string, /'spec.env'.*at most 1000 variables of 256 KiB/);
+  const exec = await call(app, "execCommand", { name: "a", command: "true", env: many(1001) });
+  assert.equal(exec.status, 400);
+  assert.match(exec.body.message as string, /'env'.*at most 1000 variables/);
+  await executor.close();
+});
