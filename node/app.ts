@@ -64,6 +64,7 @@ export type NodeAppConfig =
       | "templates"
       | "sandboxDomain"
       | "jsonBodyLimitBytes"
+      | "jsonMessageLimitBytes"
       | "uploadLimitBytes"
       | "uploadGzipMaxRatio"
     >
@@ -276,6 +277,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     accessTokens,
     log,
     maxJsonBodyBytes: maxBodyBytes,
+    maxJsonMessageBytes: config.jsonMessageLimitBytes,
     maxUploadBytes: config.uploadLimitBytes,
     maxGzipRatio: config.uploadGzipMaxRatio,
     uploads: new UploadSlots(),
@@ -283,7 +285,12 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   };
   hono.route(
     "/e2b/api",
-    createE2bApi(service, { apiToken: config.apiToken, accessTokens, log, maxBodyBytes }),
+    createE2bApi(service, {
+      apiToken: config.apiToken,
+      accessTokens,
+      log,
+      maxBodyBytes: config.jsonMessageLimitBytes,
+    }),
   );
   hono.route("/e2b/envd", createEnvd(service, envd));
   // Not a Hono sub-app: the door needs the server's own request to upgrade a WebSocket.
@@ -306,6 +313,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       pools,
       log,
       maxBodyBytes,
+      maxMessageBytes: config.jsonMessageLimitBytes,
     }),
   );
 

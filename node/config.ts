@@ -20,7 +20,8 @@
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
- * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of one JSON body (native verbs, the E2B control plane, Connect RPCs), MiB, 1 to 256 |
+ * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of a JSON body that carries a file's bytes (native `writeFile`, envd's `SendInput`), MiB, 1 to 256 |
+ * | `DORMICE_JSON_MESSAGE_LIMIT_KB` | `1024` | cap of every other JSON body (native verbs, the E2B control plane, Connect RPCs), KiB, 1 to 262144 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
  * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
@@ -108,8 +109,10 @@ export interface NodeConfig {
   sandboxDomain: string | null;
   /** Whether the port door takes WebSocket upgrades (`DORMICE_WEBSOCKETS`; on by default). */
   websockets: boolean;
-  /** Cap of one JSON request body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
+  /** Cap of a JSON body that carries a file, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
+  /** Cap of every other JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`). */
+  jsonMessageLimitBytes: number;
   /** Cap of one `POST /files` upload after decompression, bytes (`DORMICE_UPLOAD_LIMIT_MB`). */
   uploadLimitBytes: number;
   /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
@@ -157,6 +160,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_CHECK_IN_INTERVAL_SECONDS",
   "DORMICE_SCAN_INTERVAL_SECONDS",
   "DORMICE_JSON_BODY_LIMIT_MB",
+  "DORMICE_JSON_MESSAGE_LIMIT_KB",
   "DORMICE_UPLOAD_LIMIT_MB",
   "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
@@ -408,6 +412,14 @@ export function loadNodeConfig(
     "DORMICE_JSON_BODY_LIMIT_MB",
     refusals,
   );
+  const jsonMessageLimitBytes = 1024 * integer(
+    get("DORMICE_JSON_MESSAGE_LIMIT_KB"),
+    1024,
+    1,
+    262144,
+    "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    refusals,
+  );
   const uploadLimitBytes = mib * integer(
     get("DORMICE_UPLOAD_LIMIT_MB"),
     1024,
@@ -472,6 +484,7 @@ export function loadNodeConfig(
       sandboxDomain,
       websockets: websockets === true,
       jsonBodyLimitBytes,
+      jsonMessageLimitBytes,
       uploadLimitBytes,
       uploadGzipMaxRatio,
     },

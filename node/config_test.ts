@@ -38,6 +38,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
     uploadGzipMaxRatio: 100,
+    jsonMessageLimitBytes: 1024 * 1024,
   });
 });
 
@@ -120,6 +121,14 @@ Deno.test("loadNodeConfig() reads DORMICE_UPLOAD_GZIP_MAX_RATIO, 100 by default,
       new RegExp(`DORMICE_UPLOAD_GZIP_MAX_RATIO='${bad}' is not a whole number from 1 to 1032`),
     );
   }
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_JSON_MESSAGE_LIMIT_KB, 1024 by default", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_JSON_MESSAGE_LIMIT_KB: "64" });
+  assert.ok(r.ok);
+  assert.equal(r.config.jsonMessageLimitBytes, 64 * 1024);
+  const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_JSON_MESSAGE_LIMIT_KB: "0" });
+  assert.match(refusal, /DORMICE_JSON_MESSAGE_LIMIT_KB='0' is not a whole number from 1 to 262144/);
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

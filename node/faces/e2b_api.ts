@@ -16,7 +16,12 @@ import type { Context } from "hono";
 import { z } from "zod";
 import { unbuiltE2bRoutes } from "../../shared/e2b_unbuilt.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { type BodyCapOptions, readJsonObject } from "../../shared/json_body.ts";
+import {
+  type BodyCapOptions,
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readJsonObject,
+} from "../../shared/json_body.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
@@ -67,7 +72,10 @@ export interface E2bApiOptions {
   maxTimeoutSeconds?: number;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
-  /** Cap of a JSON body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`); 32 MiB when absent. */
+  /**
+   * Cap of a JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when absent: the control
+   * plane never carries a file.
+   */
   maxBodyBytes?: number;
 }
 
@@ -113,7 +121,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
   const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
   const randomName = options.randomName ?? randomSandboxName;
-  const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const bodyCap = {
+    maxBytes: options.maxBodyBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
 
   const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")

@@ -203,11 +203,12 @@ Deno.test("create answers a body that is not one JSON object, or is over the cap
   const arrayBody = await array.json();
   assert.equal(arrayBody.code, 400);
   assert.match(arrayBody.message, /must be a JSON object such as \{"templateID":"base"\}/);
-  const big = await post('{"templateID":"base"}', { "content-length": String(64 * 1024 ** 2) });
+  // The control plane never carries a file: a one-piece message under 1 MiB.
+  const big = await post('{"templateID":"base"}', { "content-length": String(2 * 1024 ** 2) });
   assert.equal(big.status, 413);
   const bigBody = await big.json();
   assert.equal(bigBody.code, 413);
-  assert.match(bigBody.message, /cap of 32 MiB/);
+  assert.match(bigBody.message, /cap of 1 MiB \(DORMICE_JSON_MESSAGE_LIMIT_KB\)/);
   await executor.close();
 });
 

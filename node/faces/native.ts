@@ -36,7 +36,12 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
-import { readJsonObject } from "../../shared/json_body.ts";
+import {
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readFlatJsonObject,
+  readJsonObject,
+} from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
 import {
@@ -78,6 +83,11 @@ export interface NativeFaceOptions {
    * it a 413 names the cap and `POST /files`, which streams a file of any size.
    */
   maxBodyBytes?: number;
+  /**
+   * Cap of every other verb's JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when
+   * absent. Only `writeFile` carries a file and takes up to `maxBodyBytes`.
+   */
+  maxMessageBytes?: number;
 }
 
 /** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
@@ -185,6 +195,11 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   const { service, token, nodeId, endpoint, build, hostReading } = options;
   const log = options.log ?? silentLog;
   const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const messageCap = {
+    maxBytes: options.maxMessageBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
   app.onError((error) => nativeErrorResponse(error, log));
   app.notFound(nativeNotFound);
@@ -206,7 +221,10 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
       const team = teamOfRequest(c.req.raw.headers);
-      const { value } = await readJsonObject(c.req.raw, bodyCap);
+      // Only writeFile carries a file: its body is read a slice at a time, under the larger cap.
+      const { value } = verbName === "writeFile"
+        ? await readFlatJsonObject(c.req.raw, { ...bodyCap, verb: verbName })
+        : await readJsonObject(c.req.raw, messageCap);
       const input = parse(verbName, schema, value);
       return c.json(await run(input, team) as Record<string, unknown>);
     });

@@ -203,22 +203,49 @@ Deno.test("native face: an unexpected error is a logged 500 {message}", async ()
 
 Deno.test("native face: a body declared over the JSON cap is a 413 {message}, not read", async () => {
   const { app } = node();
-  const res = await app.fetch(
-    new Request("http://node/acquireSandbox", {
-      method: "POST",
-      headers: {
-        authorization: `Bearer ${token}`,
-        "content-type": "application/json",
-        "content-length": String(64 * 1024 * 1024),
-      },
-      body: '{"name":"a"}',
-    }),
-  );
-  assert.equal(res.status, 413);
-  const body = await res.json();
+  const declared = (verb: string, bytes: number, body: string) =>
+    app.fetch(
+      new Request(`http://node/${verb}`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${token}`,
+          "content-type": "application/json",
+          "content-length": String(bytes),
+        },
+        body,
+      }),
+    );
+  // Every verb but writeFile is a one-piece message: 1 MiB.
+  const message = await declared("acquireSandbox", 2 * 1024 * 1024, '{"name":"a"}');
+  assert.equal(message.status, 413);
+  const body = await message.json();
   assert.deepEqual(Object.keys(body), ["message"]);
-  assert.match(body.message, /cap of 32 MiB/);
+  assert.match(body.message, /cap of 1 MiB \(DORMICE_JSON_MESSAGE_LIMIT_KB\): .*writeFile/);
+  const file = await declared("writeFile", 64 * 1024 * 1024, '{"name":"a"}');
+  assert.equal(file.status, 413);
+  assert.match((await file.json()).message, /cap of 32 MiB \(DORMICE_JSON_BODY_LIMIT_MB\)/);
   await app.close();
+});
+
+Deno.test("native face: writeFile takes a 2 MiB file, but not 2 MiB of JSON structure", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const content = "x".repeat(2 * 1024 * 1024);
+  const ok = await call(app, "writeFile", { name: "a", path: "/tmp/two", content });
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  // 2 MiB of small arrays take a parse of their own: one big string does not.
+  const nested = await call(app, "writeFile", {
+    name: "a",
+    path: "/tmp/nested",
+    content: "x",
+    extra: Array.from({ length: 200_000 }, () => [1]),
+  });
+  assert.equal(nested.status, 400);
+  assert.match(nested.body.message as string, /writeFile must be one JSON object of a few fields/);
+  // A message verb over 1 MiB is a 413 even when its body is one string.
+  const big = await call(app, "execCommand", { name: "a", command: content });
+  assert.equal(big.status, 413);
+  await executor.close();
 });
 
 Deno.test("native face: a 404 for a sandbox not on this node is marked absent, a missing file's is not", async () => {

@@ -8,7 +8,12 @@ import { type Clock, systemClock } from "../../../shared/clock.ts";
 import { type Log, silentLog } from "../../../shared/log.ts";
 import type { SandboxOps } from "../../service_contract.ts";
 import type { AccessTokens } from "../../../shared/access_tokens.ts";
-import { type BodyCapOptions, DEFAULT_JSON_BODY_LIMIT_BYTES } from "../../../shared/json_body.ts";
+import {
+  type BodyCapOptions,
+  DEFAULT_JSON_BODY_LIMIT_BYTES,
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+} from "../../../shared/json_body.ts";
 import { UploadSlots } from "./upload_slots.ts";
 import { UploadStaging } from "./staging.ts";
 import { DEFAULT_GZIP_MAX_RATIO } from "./gunzip.ts";
@@ -52,6 +57,12 @@ export interface EnvdOptions {
    */
   maxJsonBodyBytes?: number;
   /**
+   * Cap of every other Connect request, bytes (default `DEFAULT_JSON_MESSAGE_LIMIT_BYTES`, 1 MiB,
+   * `DORMICE_JSON_MESSAGE_LIMIT_KB`): only `process.Process/SendInput` carries data (a
+   * command's stdin) and takes up to `maxJsonBodyBytes`, read a slice at a time.
+   */
+  maxJsonMessageBytes?: number;
+  /**
    * The bound on uploads streaming at once; pass one instance to every `/files` door of a node
    * (`createEnvd` and `handleSignedFiles`) so the bound is the node's. A fresh `UploadSlots()`
    * per door when absent.
@@ -79,12 +90,27 @@ export interface EnvdCore {
   options: Required<Omit<EnvdOptions, "accessTokens">> & { accessTokens?: AccessTokens };
 }
 
+/** The RPCs whose request carries data (a command's stdin), under the larger cap. */
+const DATA_RPCS = new Set(["process.Process/SendInput"]);
+
 /**
  * The cap of a Connect request body, as the shared reader takes it: the 413 names the node's
- * variable.
+ * variable. `flat` says the body is read a slice at a time as one object of a few fields.
  */
-export function jsonBodyCap(core: EnvdCore): BodyCapOptions {
-  return { maxBytes: core.options.maxJsonBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+export function jsonBodyCap(core: EnvdCore, route: string): BodyCapOptions & { flat: boolean } {
+  if (DATA_RPCS.has(route)) {
+    return {
+      maxBytes: core.options.maxJsonBodyBytes,
+      capVariable: "DORMICE_JSON_BODY_LIMIT_MB",
+      flat: true,
+    };
+  }
+  return {
+    maxBytes: core.options.maxJsonMessageBytes,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+    flat: false,
+  };
 }
 
 /** Fills in the defaults of `options`. */
@@ -99,6 +125,7 @@ export function makeCore(ops: SandboxOps, options: EnvdOptions): EnvdCore {
       maxGzipRatio: options.maxGzipRatio ?? DEFAULT_GZIP_MAX_RATIO,
       maxWatchesPerSandbox: options.maxWatchesPerSandbox ?? 16,
       maxJsonBodyBytes: options.maxJsonBodyBytes ?? DEFAULT_JSON_BODY_LIMIT_BYTES,
+      maxJsonMessageBytes: options.maxJsonMessageBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
       uploads: options.uploads ?? new UploadSlots(),
       staging: options.staging ?? new UploadStaging(),
     },
