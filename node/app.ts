@@ -241,7 +241,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     fetch: options.fetch,
     log,
     events: outbox,
-    lookupDigest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
+    lookupDigest: () => lookupDigestOf(ledger.keys(), service.queue.busyKeys()),
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();

@@ -82,6 +82,15 @@ export interface SandboxServiceOptions {
   pools?: WarmPools;
 }
 
+/** Whether a row matches a listing's filter. */
+function matcher(filter: ListFilter): (s: SandboxRecord) => boolean {
+  const wanted = Object.entries(filter.metadata ?? {});
+  return (s) =>
+    (filter.team === undefined || s.team === filter.team) &&
+    (!filter.states || filter.states.includes(s.state)) &&
+    wanted.every(([k, v]) => s.metadata[k] === v);
+}
+
 /**
  * The node's sandbox service. Every verb that touches one sandbox runs inside that name's
  * NameQueue slot, so a create, a wake and a destroy of one name never interleave; a create
@@ -187,13 +196,24 @@ export class SandboxService implements SandboxOps {
     return row && (ref.team === undefined || row.team === ref.team) ? row : undefined;
   }
 
-  /** Every row matching the filter. */
+  /** Every row matching the filter. Holds the event loop for every row: prefer `listInSlices`. */
   list(filter: ListFilter = {}): SandboxRecord[] {
-    return this.#ledger.all().filter((s) =>
-      (filter.team === undefined || s.team === filter.team) &&
-      (!filter.states || filter.states.includes(s.state)) &&
-      Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v)
-    );
+    return this.#ledger.all().filter(matcher(filter));
+  }
+
+  /** Every row matching the filter, read a page at a time with the event loop let run between. */
+  async listInSlices(filter: ListFilter = {}): Promise<SandboxRecord[]> {
+    const matches = matcher(filter);
+    const out: SandboxRecord[] = [];
+    for await (const page of this.#ledger.pages()) {
+      for (const row of page) if (matches(row)) out.push(row);
+    }
+    return out;
+  }
+
+  /** Every sandbox's id, without decoding its row. */
+  ids(): string[] {
+    return this.#ledger.keys().map((k) => k.id);
   }
 
   /**

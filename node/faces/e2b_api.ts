@@ -355,14 +355,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c, c.req.param("id")))));
 
-  app.get("/sandboxes", (c) => {
+  app.get("/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
-    return c.json(
-      ops.list({ metadata, team: teamOf(c), states: ["active", "restoring"] }).map(listed),
-    );
+    const rows = await ops.listInSlices({
+      metadata,
+      team: teamOf(c),
+      states: ["active", "restoring"],
+    });
+    return c.json(rows.map(listed));
   });
 
-  app.get("/v2/sandboxes", (c) => {
+  app.get("/v2/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
     const states = parseStates(c.req.queries("state"));
     const order = c.req.query("order") ?? "desc";
@@ -384,7 +387,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const template = c.req.query("template");
     const sign = order === "asc" ? 1 : -1;
-    let rows = ops.list({ metadata, team: teamOf(c) })
+    let rows = (await ops.listInSlices({ metadata, team: teamOf(c) }))
       .filter((s) => states.has(e2bState(s.state)))
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)

@@ -30,7 +30,7 @@ function setup() {
       },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
-  return { clock, executor, service, accessTokens, call };
+  return { clock, executor, service, ledger, accessTokens, call };
 }
 
 Deno.test("createE2bApi() refuses a missing or wrong X-API-KEY with {code:401}", async () => {
@@ -593,5 +593,35 @@ Deno.test("create refuses metadata past 64 keys or 16 KiB and env past 1,000 var
   });
   assert.equal(ok.status, 201, await ok.clone().text());
   await ok.body?.cancel();
+  await executor.close();
+});
+
+Deno.test("GET /sandboxes reads the ledger a page at a time, letting the event loop run between", async () => {
+  const { call, ledger, executor } = setup();
+  for (let i = 0; i < 1200; i++) {
+    ledger.insert({
+      id: `sbx${String(i).padStart(5, "0")}`,
+      name: `s${i}`,
+      state: "active",
+      template: "base",
+      metadata: {},
+      spec: {},
+      env: {},
+      createdAt: 1_800_000_000_000 + i,
+      deadlineAt: null,
+      deadlineAction: null,
+    });
+  }
+  // A timer due now runs before the answer only if the listing let the loop run.
+  let ranBefore = false;
+  let answered = false;
+  setTimeout(() => ranBefore = !answered, 0);
+  for (const path of ["/sandboxes", "/v2/sandboxes?limit=1000"]) {
+    const res = await call("GET", path);
+    answered = true;
+    assert.equal(res.status, 200);
+    assert.equal((await res.json()).length, path === "/sandboxes" ? 1200 : 1000);
+  }
+  assert.ok(ranBefore, "the listing held the event loop until it answered");
   await executor.close();
 });

@@ -235,8 +235,8 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     const { created, sandbox } = await service.acquire({ ...b, team });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb("listSandboxes", schemas.listSandboxes, (b, team) => ({
-    sandboxes: service.list({ ...b, team }).map(publicSandbox),
+  verb("listSandboxes", schemas.listSandboxes, async (b, team) => ({
+    sandboxes: (await service.listInSlices({ ...b, team })).map(publicSandbox),
   }));
   verb(
     "execCommand",

@@ -84,7 +84,7 @@ export function handleSignedFiles(
     const url = new URL(c.req.url);
     const parsed = parseSignedFileUrl(url, operation);
     if (!parsed.ok) return restError(401, parsed.error);
-    const ids = ops.list().map((s) => s.id);
+    const ids = ops.ids();
     const id = locator.find(parsed.value, ids);
     const sandbox = id === undefined ? undefined : ops.get({ id });
     if (!sandbox) {
