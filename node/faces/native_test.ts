@@ -307,3 +307,33 @@ Deno.test("native face: acquireSandbox refuses metadata past 64 keys and env pas
   assert.match(exec.body.message as string, /'env'.*at most 1000 variables/);
   await executor.close();
 });
+
+Deno.test("native face: readFile streams its answer, the base64 made a slice at a time", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const bytes = new Uint8Array(2 * 1024 * 1024 + 5).map((_, i) => i % 253);
+  const text = Buffer.from(bytes).toString("base64");
+  assert.equal(
+    (await call(app, "writeFile", { name: "a", path: "/tmp/r", contentBase64: text })).status,
+    200,
+  );
+  const res = await app.fetch(
+    new Request("http://node/readFile", {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "a", path: "/tmp/r" }),
+    }),
+  );
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get("content-type"), "application/json");
+  let chunks = 0;
+  const parts: Uint8Array<ArrayBuffer>[] = [];
+  for await (const chunk of res.body!) chunks++, parts.push(new Uint8Array(chunk));
+  const answer = JSON.parse(
+    new TextDecoder().decode(new Uint8Array(await new Blob(parts).arrayBuffer())),
+  );
+  assert.deepEqual(answer, { path: "/tmp/r", size: bytes.length, contentBase64: text });
+  // A head, six slices of 384 KiB, the tail.
+  assert.ok(chunks >= 7, `${chunks} chunks`);
+  await executor.close();
+});
