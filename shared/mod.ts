@@ -108,3 +108,4 @@ export {
   volumeMountSchema,
 } from "./pools.ts";
 export { BASE64_SLICE_CHARS, decodeBase64InSlices, isStandardBase64 } from "./base64.ts";
+export { JSON_ITEMS_PER_SLICE, jsonArrayResponse } from "./json_stream.ts";

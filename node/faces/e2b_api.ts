@@ -22,6 +22,7 @@ import {
   MESSAGE_ALTERNATIVE,
   readJsonObject,
 } from "../../shared/json_body.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
@@ -362,7 +363,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       team: teamOf(c),
       states: ["active", "restoring"],
     });
-    return c.json(rows.map(listed));
+    return jsonArrayResponse(rows.map(listed));
   });
 
   app.get("/v2/sandboxes", async (c) => {

@@ -50,6 +50,7 @@ import {
   writeFileShapeSchema,
 } from "../../shared/native_schemas.ts";
 import { decodeBase64InSlices } from "../../shared/base64.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
 import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
@@ -237,9 +238,15 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     const { created, sandbox } = await service.acquire({ ...b, team });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb("listSandboxes", schemas.listSandboxes, async (b, team) => ({
-    sandboxes: (await service.listInSlices({ ...b, team })).map(publicSandbox),
-  }));
+  verb(
+    "listSandboxes",
+    schemas.listSandboxes,
+    async (b, team) =>
+      jsonArrayResponse(
+        (await service.listInSlices({ ...b, team })).map(publicSandbox),
+        "sandboxes",
+      ),
+  );
   verb(
     "execCommand",
     schemas.execCommand,
