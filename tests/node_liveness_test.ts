@@ -113,10 +113,14 @@ Deno.test({
   async fn(t) {
     const bomb = gzipOfZeros(9000);
     assert.ok(bomb.length > 9_000_000, `the bomb is ${bomb.length} bytes`);
-    // One node with the ratio cap off, so the bomb is inflated up to the upload cap (1 GiB of
-    // work to share the loop with); one with the defaults, where the ratio refuses it early.
+    // One node with the ratio cap off, so the bomb is inflated up to the upload cap (256 MiB of
+    // work to share the loop with, staged on disk too: more only adds time on a loaded machine);
+    // one with the defaults, where the ratio refuses it after its first MiB. Before the gzip was
+    // inflated in slices, the second held the loop past 1 s on its way to the 1 GiB cap.
     const [open, plain] = await Promise.all([
-      startNode({ env: { DORMICE_UPLOAD_GZIP_MAX_RATIO: "1032" } }),
+      startNode({
+        env: { DORMICE_UPLOAD_GZIP_MAX_RATIO: "1032", DORMICE_UPLOAD_LIMIT_MB: "256" },
+      }),
       startNode(),
     ]);
     try {
@@ -125,7 +129,7 @@ Deno.test({
         const r = await uploadWhileAskingHealth(open, envd, bomb, "/dev/null");
         assert.equal(r.status, 413, JSON.stringify(r.body));
         assert.equal(r.body.code, 413);
-        assert.match(r.body.message, /cap of 1 GiB .*DORMICE_UPLOAD_LIMIT_MB/);
+        assert.match(r.body.message, /cap of 256 MiB .*DORMICE_UPLOAD_LIMIT_MB/);
         // The precondition: the health answers really came while the bomb was being inflated.
         assert.ok(r.answers >= 3, `only ${r.answers} /healthz answers during the upload`);
         await stillWorks(open, envd);
