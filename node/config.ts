@@ -33,11 +33,12 @@
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
  *
- * The two body caps: a JSON body is read whole (a node holds about three times the cap while it
- * parses one), so its cap stays in the tens of MB and under V8's longest string; an upload
- * streams (staged under `<DORMICE_DATA_DIR>/uploads` past 1 MiB), so its cap bounds what one
- * request may put in a sandbox and on the data disk, and the tar header Docker needs (under
- * 8 GiB).
+ * The body caps: a JSON body is read whole (a node holds about three times the cap while it
+ * parses one), so its cap stays in the tens of MB and under V8's longest string; a JSON body
+ * that is a message, not a file's bytes, is parsed in one step on the event loop, so its cap is
+ * a MiB; an upload streams (staged under `<DORMICE_DATA_DIR>/uploads` past 1 MiB), so its cap
+ * bounds what one request may put in a sandbox and on the data disk, and the tar header Docker
+ * needs (under 8 GiB); its gzip is inflated in slices, bounded by the ratio cap.
  *
  * @module
  */
