@@ -13,7 +13,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
-import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
+import { type LookupAnswer, type LookupRequest, metadataSchema } from "../shared/schemas.ts";
 import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
@@ -374,10 +374,19 @@ export class SandboxService implements SandboxOps {
     metadata: Record<string, string>,
     merge = false,
   ): Promise<SandboxRecord> {
-    return this.#inSlot(ref, (sandbox) =>
-      this.#ledger.update(sandbox.id, {
-        metadata: merge ? { ...sandbox.metadata, ...metadata } : metadata,
-      })!);
+    return this.#inSlot(ref, (sandbox) => {
+      const next = merge ? { ...sandbox.metadata, ...metadata } : metadata;
+      // Each request is bounded by the schema; a merge is bounded here, or merges would grow it.
+      const bounded = metadataSchema.safeParse(next);
+      if (!bounded.success) {
+        throw new HttpError(
+          400,
+          `The merged metadata of '${sandbox.name}' ${bounded.error.issues[0].message}: ` +
+            "merge fewer keys, or replace the metadata (merge: false)",
+        );
+      }
+      return this.#ledger.update(sandbox.id, { metadata: next })!;
+    });
   }
 
   /** Freezes a sandbox; a 409 when it is already frozen. */

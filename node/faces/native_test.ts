@@ -337,3 +337,24 @@ Deno.test("native face: readFile streams its answer, the base64 made a slice at 
   assert.ok(chunks >= 7, `${chunks} chunks`);
   await executor.close();
 });
+
+Deno.test("native face: updateMetadata refuses a merge that would pass 64 keys", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const keys = (from: number, n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${from + i}`, "v"]));
+  const first = await call(app, "updateMetadata", {
+    name: "a",
+    metadata: keys(0, 40),
+    merge: true,
+  });
+  assert.equal(first.status, 200);
+  const second = await call(app, "updateMetadata", {
+    name: "a",
+    metadata: keys(40, 40),
+    merge: true,
+  });
+  assert.equal(second.status, 400);
+  assert.match(second.body.message as string, /merged metadata of 'a' holds 80 keys.*at most 64/);
+  await executor.close();
+});
