@@ -49,7 +49,7 @@ export interface GunzipBoundedOptions {
  * ```ts
  * import { gzipSync } from "node:zlib";
  * import { gunzipBounded } from "./gunzip.ts";
- * const body = new Blob([gzipSync("hello")]).stream();
+ * const body = new Blob([new Uint8Array(gzipSync("hello"))]).stream();
  * const out = gunzipBounded(body, {
  *   maxRatio: 100,
  *   tooExpanded: () => new Error("too expanded"),
