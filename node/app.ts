@@ -65,8 +65,10 @@ export type NodeAppConfig =
       | "templates"
       | "sandboxDomain"
       | "jsonBodyLimitBytes"
+      | "jsonMessageLimitBytes"
       | "uploadLimitBytes"
       | "snapshotMinDiskBytes"
+      | "uploadGzipMaxRatio"
     >
   >;
 
@@ -245,7 +247,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     fetch: options.fetch,
     log,
     events: outbox,
-    lookupDigest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
+    lookupDigest: () => lookupDigestOf(ledger.keys(), service.queue.busyKeys()),
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();
@@ -283,7 +285,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     accessTokens,
     log,
     maxJsonBodyBytes: maxBodyBytes,
+    maxJsonMessageBytes: config.jsonMessageLimitBytes,
     maxUploadBytes: config.uploadLimitBytes,
+    maxGzipRatio: config.uploadGzipMaxRatio,
     uploads: new UploadSlots(),
     staging: new UploadStaging({ dir: join(config.dataDir, "uploads") }),
   };
@@ -293,7 +297,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       apiToken: config.apiToken,
       accessTokens,
       log,
-      maxBodyBytes,
+      maxBodyBytes: config.jsonMessageLimitBytes,
       snapshots,
     }),
   );
@@ -319,6 +323,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       snapshots,
       log,
       maxBodyBytes,
+      maxMessageBytes: config.jsonMessageLimitBytes,
     }),
   );
 

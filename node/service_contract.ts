@@ -148,6 +148,13 @@ export interface SandboxOps {
   get(ref: SandboxRef): SandboxRecord | undefined;
   /** Every row matching the filter. */
   list(filter?: ListFilter): SandboxRecord[];
+  /**
+   * Every row matching the filter, read a page at a time with the event loop let run between
+   * pages: what a listing answered to a client uses.
+   */
+  listInSlices(filter?: ListFilter): Promise<SandboxRecord[]>;
+  /** Every sandbox's id, read without decoding the rows. */
+  ids(): string[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
   lookup(request: LookupRequest, team?: string, slotToken?: number): Promise<LookupAnswer>;
   /**

@@ -23,7 +23,13 @@ import {
 } from "../../shared/snapshots.ts";
 import { DEFAULT_TEAM } from "../../shared/teams.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { type BodyCapOptions, readJsonObject } from "../../shared/json_body.ts";
+import {
+  type BodyCapOptions,
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readJsonObject,
+} from "../../shared/json_body.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
@@ -33,6 +39,7 @@ import { slotTokenOf } from "../../shared/slot_token.ts";
 import { tokensEqual } from "../../shared/token.ts";
 import {
   describeZodError,
+  envSchema,
   metadataSchema,
   sandboxNameSchema,
   type SandboxSpec,
@@ -80,7 +87,10 @@ export interface E2bApiOptions {
   maxTimeoutSeconds?: number;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
-  /** Cap of a JSON body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`); 32 MiB when absent. */
+  /**
+   * Cap of a JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when absent: the control
+   * plane never carries a file.
+   */
   maxBodyBytes?: number;
   /**
    * The node's snapshots, behind create/list/delete snapshot, fork and a create from a
@@ -134,7 +144,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
   const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
   const randomName = options.randomName ?? randomSandboxName;
-  const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const bodyCap = {
+    maxBytes: options.maxBodyBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
 
   const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")
@@ -143,7 +157,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     templateID: z.string().min(1).max(256),
     timeout: timeoutSchema.optional(),
     metadata: metadataSchema.optional(),
-    envVars: z.record(z.string(), z.string()).optional(),
+    envVars: envSchema.optional(),
     // E2B's SandboxVolumeMount: a volume the node declares (DORMICE_VOLUMES) and its path.
     volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).max(16).optional(),
   });
@@ -391,14 +405,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c, c.req.param("id")))));
 
-  app.get("/sandboxes", (c) => {
+  app.get("/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
-    return c.json(
-      ops.list({ metadata, team: teamOf(c), states: ["active", "restoring"] }).map(listed),
-    );
+    const rows = await ops.listInSlices({
+      metadata,
+      team: teamOf(c),
+      states: ["active", "restoring"],
+    });
+    return jsonArrayResponse(rows.map(listed));
   });
 
-  app.get("/v2/sandboxes", (c) => {
+  app.get("/v2/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
     const states = parseStates(c.req.queries("state"));
     const order = c.req.query("order") ?? "desc";
@@ -420,7 +437,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const template = c.req.query("template");
     const sign = order === "asc" ? 1 : -1;
-    let rows = ops.list({ metadata, team: teamOf(c) })
+    let rows = (await ops.listInSlices({ metadata, team: teamOf(c) }))
       .filter((s) => states.has(e2bState(s.state)))
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)

@@ -42,10 +42,21 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
-import { readJsonObject } from "../../shared/json_body.ts";
+import {
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readFlatJsonObject,
+  readJsonObject,
+} from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
-import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
+import {
+  nativeRequestSchemas as schemas,
+  nativeVerbs,
+  writeFileShapeSchema,
+} from "../../shared/native_schemas.ts";
+import { decodeBase64InSlices } from "../../shared/base64.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import {
   describeZodError,
   type HostReading,
@@ -89,6 +100,11 @@ export interface NativeFaceOptions {
    * it a 413 names the cap and `POST /files`, which streams a file of any size.
    */
   maxBodyBytes?: number;
+  /**
+   * Cap of every other verb's JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when
+   * absent. Only `writeFile` carries a file and takes up to `maxBodyBytes`.
+   */
+  maxMessageBytes?: number;
 }
 
 /** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
@@ -196,6 +212,11 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   const { service, token, nodeId, endpoint, build, hostReading } = options;
   const log = options.log ?? silentLog;
   const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const messageCap = {
+    maxBytes: options.maxMessageBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
   app.onError((error) => nativeErrorResponse(error, log));
   app.notFound(nativeNotFound);
@@ -217,9 +238,14 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
       const team = teamOfRequest(c.req.raw.headers);
-      const { value } = await readJsonObject(c.req.raw, bodyCap);
+      // Only writeFile carries a file: its body is read a slice at a time, under the larger cap.
+      const { value } = verbName === "writeFile"
+        ? await readFlatJsonObject(c.req.raw, { ...bodyCap, verb: verbName })
+        : await readJsonObject(c.req.raw, messageCap);
       const input = parse(verbName, schema, value);
-      return c.json(await run(input, team, c.req.raw.headers) as Record<string, unknown>);
+      const answer = await run(input, team, c.req.raw.headers);
+      if (answer instanceof Response) return answer;
+      return c.json(answer as Record<string, unknown>);
     });
     app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
   };
@@ -229,9 +255,15 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb("listSandboxes", schemas.listSandboxes, (b, team) => ({
-    sandboxes: service.list({ ...b, team }).map(publicSandbox),
-  }));
+  verb(
+    "listSandboxes",
+    schemas.listSandboxes,
+    async (b, team) =>
+      jsonArrayResponse(
+        (await service.listInSlices({ ...b, team })).map(publicSandbox),
+        "sandboxes",
+      ),
+  );
   verb(
     "execCommand",
     schemas.execCommand,
@@ -243,16 +275,16 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
         timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
       }),
   );
-  verb("writeFile", schemas.writeFile, async (b, team) => {
+  verb("writeFile", writeFileShapeSchema, async (b, team) => {
     const data = b.contentBase64 !== undefined
-      ? new Uint8Array(Buffer.from(b.contentBase64, "base64"))
+      ? await decodeContent(b.contentBase64)
       : new TextEncoder().encode(b.content);
     const entry = await service.writeFile({ name: b.name, team }, b.path, data);
     return { path: entry.path, size: entry.size };
   });
   verb("readFile", schemas.readFile, async (b, team) => {
     const data = await service.readFile({ name: b.name, team }, b.path);
-    return { path: b.path, size: data.length, contentBase64: Buffer.from(data).toString("base64") };
+    return streamedReadAnswer(b.path, data);
   });
   verb("updateMetadata", schemas.updateMetadata, async (b, team) => ({
     sandbox: publicSandbox(
@@ -334,6 +366,49 @@ const listSnapshotsSchema = z.object({
 const deleteSnapshotSchema = z.object({
   snapshotId: z.string().regex(/^snap-[a-z0-9]{20}$/, "is not a snapshot id (snap-…)"),
 });
+
+/** Bytes of a file encoded at once in a `readFile` answer: 384 KiB, 512 KiB of base64. */
+const READ_SLICE_BYTES = 384 * 1024;
+
+/**
+ * `readFile`'s answer `{path, size, contentBase64}`, streamed: the base64 is made a slice at a
+ * time as the client takes it, so neither a whole base64 copy nor one long encode and
+ * `JSON.stringify` hold the node (a 24 MiB file took 30 ms to encode and as long to stringify).
+ */
+function streamedReadAnswer(path: string, data: Uint8Array): Response {
+  const encoder = new TextEncoder();
+  let at = 0;
+  let started = false;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (!started) {
+        started = true;
+        const head = `{"path":${JSON.stringify(path)},"size":${data.length},"contentBase64":"`;
+        controller.enqueue(encoder.encode(head));
+        return;
+      }
+      if (at >= data.length) {
+        controller.enqueue(encoder.encode('"}'));
+        controller.close();
+        return;
+      }
+      const slice = data.subarray(at, at + READ_SLICE_BYTES);
+      at += slice.length;
+      controller.enqueue(encoder.encode(Buffer.from(slice).toString("base64")));
+    },
+  }, { highWaterMark: 0 });
+  return new Response(body, { headers: { "content-type": "application/json" } });
+}
+
+/** `writeFile`'s `contentBase64`, decoded a slice at a time; a 400 naming it when it is not base64. */
+async function decodeContent(text: string): Promise<Uint8Array> {
+  try {
+    return await decodeBase64InSlices(text);
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    throw new HttpError(400, `Invalid body for writeFile: 'contentBase64': ${error.message}`);
+  }
+}
 
 function methodNotAllowed(c: Context, allow: string): Response {
   return c.json(
