@@ -213,11 +213,13 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
     const gateways = await Promise.all([startGateway([], env), startGateway([], env)]);
     started.push(...gateways);
     const [g1, g2] = gateways;
-    const nodes = await Promise.all([0, 1].map((i) =>
-      startNode(`soak-node-${i}`, gateways.map((g) => g.url).join(","), [], {
-        DORMICE_TEMPLATES: `base=dormice-base:latest,t${i}=dormice-minimal:latest`,
-      })
-    ));
+    const nodes = await Promise.all(
+      [0, 1].map((i) =>
+        startNode(`soak-node-${i}`, gateways.map((g) => g.url).join(","), [], {
+          DORMICE_TEMPLATES: `base=dormice-base:latest,t${i}=dormice-minimal:latest`,
+        })
+      ),
+    );
     started.push(...nodes);
     for (const gw of gateways) {
       const deadline = Date.now() + 30_000;
@@ -351,8 +353,7 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
           }
           const name = `burst-${r}-${i}`;
           const a = await send(`${gw.url}/acquireSandbox`, { auth: keyAuth, body: { name } });
-          const kill = () =>
-            send(`${other.url}/destroySandbox`, { auth: keyAuth, body: { name } });
+          const kill = () => send(`${other.url}/destroySandbox`, { auth: keyAuth, body: { name } });
           return { a, made: a.status === 200, kill };
         }));
         for (const { a, made, kill } of answers) {
@@ -378,8 +379,8 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
       let n = 0;
       for (const node of nodes) {
         const a = await send(`${node.url}/listSandboxes`, { body: {} });
-        // deno-lint-ignore no-explicit-any
-        for (const s of a.json?.sandboxes ?? []) if ((s as any).team === team) n++;
+        const rows: { team?: string }[] = a.json?.sandboxes ?? [];
+        for (const s of rows) if (s.team === team) n++;
       }
       return n;
     };
@@ -393,13 +394,11 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
             send(`${g2.url}/e2b/api/sandboxes`, { method: "GET", auth: e2bAuth }),
             teamOnNodes(),
           ]);
+          const rows = (x: unknown) => Array.isArray(x) ? x as { state?: string }[] : [];
           const active = (a: Answer) =>
-            // deno-lint-ignore no-explicit-any
-            (a.json?.sandboxes ?? []).filter((s: any) => s.state === "active").length;
-          // deno-lint-ignore no-explicit-any
-          const e2bRunning = (a: Answer) => (Array.isArray(a.json) ? a.json : [])
-            // deno-lint-ignore no-explicit-any
-            .filter((s: any) => s.state === "running").length;
+            rows(a.json?.sandboxes).filter((s) => s.state === "active").length;
+          const e2bRunning = (a: Answer) =>
+            rows(a.json).filter((s) => s.state === "running").length;
           if (n1.status === 200) seen("listSandboxes through gateway 1", active(n1));
           if (n2.status === 200) seen("listSandboxes through gateway 2", active(n2));
           if (e1.status === 200) seen("E2B list through gateway 1", e2bRunning(e1));
@@ -478,11 +477,17 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
       met: f.stale404 === 0,
       digits: 0,
     }),
-    row(`the team's most running (key maxSandboxes ${f.maxSandboxes})`, "sandboxes", [maxTeam], null, {
-      target: `≤ ${f.maxSandboxes}`,
-      met: maxTeam <= f.maxSandboxes,
-      digits: 0,
-    }),
+    row(
+      `the team's most running (key maxSandboxes ${f.maxSandboxes})`,
+      "sandboxes",
+      [maxTeam],
+      null,
+      {
+        target: `≤ ${f.maxSandboxes}`,
+        met: maxTeam <= f.maxSandboxes,
+        digits: 0,
+      },
+    ),
     row("503s, all clients", "answers", [n503], null, { digits: 0 }),
     ...f.rssStart.map((mib, i) =>
       row(`gateway ${i + 1} RSS at the start`, "MiB", [mib], null, { digits: 1 })
@@ -499,10 +504,14 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
       "an exec sent straight to the node that holds its sandbox, measured by a client running through the same soak; each gateway's RSS at the end divides by its RSS at the start",
     rows,
     notes: [
-      `One run of ${f.seconds.toFixed(0)} s: two gateways on a three-member etcd (one local process each, as the tests start it), two fake-executor nodes checking in with both every second. Clients: one mover per name (${f.generations} generations, ${f.moves} of them on the other node than the last) through gateway 1; exec clients through gateway 2 on the same names; a burster of ${
+      `One run of ${
+        f.seconds.toFixed(0)
+      } s: two gateways on a three-member etcd (one local process each, as the tests start it), two fake-executor nodes checking in with both every second. Clients: one mover per name (${f.generations} generations, ${f.moves} of them on the other node than the last) through gateway 1; exec clients through gateway 2 on the same names; a burster of ${
         f.burstOutcomes ? Object.values(f.burstOutcomes).reduce((a, b) => a + b, 0) : 0
       } creates with the limited key over both gateways; a reader of the team's count every second.`,
-      `Exec answers through gateway 2: ${list(f.execStatuses)}. A 404 while its name was being destroyed or not yet made again is the right answer; only one inside the name's life counts as stale.`,
+      `Exec answers through gateway 2: ${
+        list(f.execStatuses)
+      }. A 404 while its name was being destroyed or not yet made again is the right answer; only one inside the name's life counts as stale.`,
       `The team's most running, by reader: ${list(f.maxTeam)}.`,
       `Burst creates: ${list(f.burstOutcomes)} (built = 200/201, 429 = the key's limit).`,
       `503s by cause: ${list(f.unavailable)}.`,
