@@ -460,6 +460,7 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
   const maxTeam = Math.max(...Object.values(f.maxTeam));
   const execs = Object.values(f.execStatuses).reduce((a, b) => a + b, 0);
   const n503 = Object.values(f.unavailable).reduce((a, b) => a + b, 0);
+  const bursts = Object.values(f.burstOutcomes).reduce((a, b) => a + b, 0);
   const rows: Row[] = [
     row("exec straight to a node, p50 (reference)", "ms", [f.directP50], [f.directP50]),
     row("exec through gateway 2 (the stale cache's side), p50", "ms", [f.execP50], [
@@ -471,7 +472,12 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
     row("exec through gateway 2, p99", "ms", [f.execP99], [f.directP99]),
     row("requests, all clients", "requests", [f.requests], null, { digits: 0 }),
     row("execs through gateway 2", "requests", [execs], null, { digits: 0 }),
-    row("names made again on the other node", "moves", [f.moves], null, { digits: 0 }),
+    // The stale case's precondition: without moves, no 404 could have been stale.
+    row("names made again on the other node", "moves", [f.moves], null, {
+      target: "> 0",
+      met: f.moves > 0,
+      digits: 0,
+    }),
     row("stale 404s: an exec's name existed throughout", "answers", [f.stale404], null, {
       target: "0",
       met: f.stale404 === 0,
@@ -506,9 +512,7 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
     notes: [
       `One run of ${
         f.seconds.toFixed(0)
-      } s: two gateways on a three-member etcd (one local process each, as the tests start it), two fake-executor nodes checking in with both every second. Clients: one mover per name (${f.generations} generations, ${f.moves} of them on the other node than the last) through gateway 1; exec clients through gateway 2 on the same names; a burster of ${
-        f.burstOutcomes ? Object.values(f.burstOutcomes).reduce((a, b) => a + b, 0) : 0
-      } creates with the limited key over both gateways; a reader of the team's count every second.`,
+      } s: two gateways on a three-member etcd (one local process each, as the tests start it), two fake-executor nodes checking in with both every second. Clients: one mover per name (${f.generations} generations, ${f.moves} of them on the other node than the last) through gateway 1; exec clients through gateway 2 on the same names; a burster of ${bursts} creates with the limited key over both gateways; a reader of the team's count every second.`,
       `Exec answers through gateway 2: ${
         list(f.execStatuses)
       }. A 404 while its name was being destroyed or not yet made again is the right answer; only one inside the name's life counts as stale.`,
