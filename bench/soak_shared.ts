@@ -78,6 +78,8 @@ export interface SoakFigures {
   /** Each gateway's RSS at the start (after the warm-up) and at the end, MiB. */
   rssStart: number[];
   rssEnd: number[];
+  /** Each gateway's RSS, MiB, at each tenth of the run: growth that levels off is warm-up. */
+  rssTrace: { second: number; mib: number[] }[];
 }
 
 const title = "Soak: two gateways on one etcd, stale caches and a team's limit";
@@ -409,7 +411,17 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
       }
     };
 
+    const rssTrace: { second: number; mib: number[] }[] = [];
+    const tracer = async () => {
+      for (let tenth = 1; tenth < 10; tenth++) {
+        await sleep(Math.max(0, t0 + (durationMs * tenth) / 10 - performance.now()));
+        const mib = await Promise.all(gateways.map((g) => rssMiB(g.pid)));
+        rssTrace.push({ second: Math.round((performance.now() - t0) / 1000), mib });
+      }
+    };
+
     await Promise.all([
+      tracer(),
       ...nameList.map((name, i) => mover(name, i)),
       ...Array.from({ length: execClients }, (_, i) => execer(i)),
       reference(),
@@ -436,6 +448,7 @@ export async function soak(options: SoakOptions = {}): Promise<SoakFigures> {
       directP99: percentile(direct.values, 99),
       rssStart,
       rssEnd,
+      rssTrace: [...rssTrace, { second: Math.round(seconds), mib: rssEnd }],
     };
   } finally {
     await Promise.all(started.map((d) => d.stop()));
@@ -519,6 +532,12 @@ export async function runSoakShared(options: SoakOptions = {}): Promise<Section>
       `The team's most running, by reader: ${list(f.maxTeam)}.`,
       `Burst creates: ${list(f.burstOutcomes)} (built = 200/201, 429 = the key's limit).`,
       `503s by cause: ${list(f.unavailable)}.`,
+      `Gateway RSS (MiB, gateway 1 / gateway 2) through the run: 0 s ${
+        f.rssStart.map((m) => m.toFixed(0)).join(" / ")
+      }; ${
+        f.rssTrace.map((t) => `${t.second} s ${t.mib.map((m) => m.toFixed(0)).join(" / ")}`)
+          .join("; ")
+      }.`,
       ...(f.staleSamples.length ? [`Stale 404s seen: ${f.staleSamples.join(" | ")}`] : []),
       `Load average (1, 5, 15 min) at the section's start ${loadBefore}, at its end ${loadAfter}: both gateways, three etcd members, two nodes and the clients share this machine's cores.`,
     ],
