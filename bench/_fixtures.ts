@@ -278,7 +278,10 @@ export function startScript<T>(
   ]);
 }
 
-/** Starts `node/main.ts` on the fake executor, checking in to `gateway` when given, `env` on top. */
+/**
+ * Starts `node/main.ts` on the fake executor, checking in to `gateway` when given (several
+ * gateways comma-separated), with `env` on top.
+ */
 export async function startNode(
   nodeId: string,
   gateway?: string,

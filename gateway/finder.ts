@@ -353,17 +353,27 @@ export class Finder {
    * a live sandbox, so it alone does not evict.) A silent node keeps the entry: silence proves
    * nothing, and the next request will be a 502 naming the node.
    *
+   * `entry` is the entry the request went by. When the cache no longer holds it (several
+   * requests met the same stale entry: the first one's re-check evicted it, and its lookup may
+   * have cached the name's new place already), the answer is `"evicted"` at once: this request
+   * went by a stale entry just as the first did, and must not take the new entry for its own.
+   *
    * @example
    * ```ts ignore
-   * if (answer.status === 404) await finder.recheck("name", "agent-1");
+   * if (answer.status === 404) await finder.recheck("name", "agent-1", { entry: found });
    * ```
    */
   async recheck(
     by: FindBy,
     key: string,
-    options: FindOptions = {},
+    options: FindOptions & { entry?: FindOne } = {},
   ): Promise<"evicted" | "kept" | "uncached"> {
     const hit = this.#cache.peek(by, key);
+    const went = options.entry;
+    if (
+      went !== undefined &&
+      (hit === undefined || hit.node.id !== went.node.id || hit.sandbox.id !== went.sandbox.id)
+    ) return "evicted";
     if (hit === undefined) return "uncached";
     if (this.#fleet.get(hit.node.id) !== hit.node) {
       this.#cache.evict(hit);

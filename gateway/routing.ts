@@ -338,7 +338,8 @@ export class GatewayRouting {
     );
     if (response.status === 404) {
       // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-      const rechecked = await this.#finder.recheck(by, key).catch(() => undefined);
+      const rechecked = await this.#finder.recheck(by, key, { entry: found })
+        .catch(() => undefined);
       const again = rechecked === "evicted" && response.headers.has(ABSENT_HEADER)
         ? await this.#elsewhere(request, options, found)
         : undefined;
