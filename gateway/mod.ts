@@ -53,6 +53,7 @@ export {
   type FindBy,
   type FindConflict,
   Finder,
+  type FinderMetrics,
   type FinderOptions,
   type FinderTimers,
   type FindNone,
@@ -140,7 +141,6 @@ export {
 } from "./auth.ts";
 export {
   faceOfPath,
-  type FinderMetrics,
   type ForwardFace,
   GatewayMetrics,
   type GatewayMetricsOptions,
