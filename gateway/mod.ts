@@ -181,8 +181,8 @@ export {
   type EtcdTxnResult,
   EtcdUnavailableError,
 } from "./etcd.ts";
+export { etcdHttpError } from "./etcd_answers.ts";
 export {
-  etcdHttpError,
   EtcdSlots,
   type EtcdSlotsOptions,
   LocalSlots,
