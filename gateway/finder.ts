@@ -14,7 +14,6 @@ import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_cli
 import { newGatewayInstanceId } from "./door.ts";
 import { SharedRounds } from "./finder_rounds.ts";
 import { FoundCache } from "./finder_cache.ts";
-import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { splitTeamScopedName } from "../shared/teams.ts";
@@ -37,6 +36,16 @@ export type {
   FindResult,
   FindUnsure,
 } from "./finder_outcomes.ts";
+
+/** What the Finder tells its metrics hook; every method is cheap enough for the hot path. */
+export interface FinderMetrics {
+  /** `cached()` answered from the cache. */
+  cacheHit(): void;
+  /** A caller needed a lookup round (shared or not). */
+  cacheMiss(): void;
+  /** A lookup round ended with `outcome` after `seconds`, having asked `nodes` nodes. */
+  lookupRound(outcome: FindResult["kind"], seconds: number, nodes: number): void;
+}
 
 /** Timer functions, injectable so tests fire the deadline themselves. */
 export interface FinderTimers {

@@ -11,7 +11,8 @@ import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FoundSandbox } from "./finder.ts";
 import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
-import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
+import { capture, forward, HangUpWatch } from "./forward.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import { LocalSlots, type SlotHold, type Slots } from "./slots.ts";
 import { NodeProbes } from "./node_probes.ts";
 import {
@@ -510,7 +511,7 @@ export class GatewayRouting {
         return { node, ok: true, status: res.status, headers: res.headers, json };
       } catch (error) {
         if (signal.aborted) throw clientGone();
-        return { node, ok: false, cause: describeFetchError(error) };
+        return { node, ok: false, cause: describeFetchFailure(error) };
       }
     }));
   }
