@@ -103,8 +103,8 @@ export interface EngineExec {
 
 /** The fields of an image inspect this executor reads. */
 export interface ImageInspect {
-  /** The image's user and working directory, which become the sandbox's user and home. */
-  Config?: { User?: string; WorkingDir?: string };
+  /** The image's user and working directory (the sandbox's user and home) and labels. */
+  Config?: { User?: string; WorkingDir?: string; Labels?: Record<string, string> | null };
 }
 
 /** The fields of a container inspect this executor reads. */
