@@ -12,11 +12,10 @@
  * --allow-env --allow-run --allow-read --allow-write.
  */
 import assert from "node:assert/strict";
-import Docker from "dockerode";
 import { NotFoundError, Sandbox, SandboxError } from "@e2b/code-interpreter";
-import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import { startGateway } from "./_gateway.ts";
 import {
+  codeInterpreterImageMissing,
   dockerGate,
   type DockerNodeProcess,
   removeContainersOf,
@@ -25,21 +24,9 @@ import {
 } from "./_docker.ts";
 
 const SUITE = "docker code interpreter suite";
-const IMAGE = "dormice-code-interpreter:latest";
 const gate = await dockerGate(SUITE);
 
-/** Whether the image is built; the engine gate passed already. */
-async function imageMissing(): Promise<string | null> {
-  try {
-    await new Docker({ socketPath: DEFAULT_DOCKER_SOCKET }).getImage(IMAGE).inspect();
-    return null;
-  } catch (error) {
-    return `the engine has no ${IMAGE} image (${(error as Error).message.split("\n")[0]}): ` +
-      "build it with deploy/images/build-code-interpreter.sh (or .ci/docker.sh)";
-  }
-}
-
-const missing = gate.skip || gate.failure ? null : await imageMissing();
+const missing = gate.skip || gate.failure ? null : await codeInterpreterImageMissing();
 const onCi = Deno.env.get("CI") === "true";
 const skip = gate.skip || (missing !== null && !onCi);
 const failure = gate.failure ??
@@ -193,6 +180,41 @@ Deno.test({
       await t.step("kill ends the sandbox", async () => {
         assert.equal(await sandbox.kill(), true);
       });
+
+      await t.step(
+        "from a warm pool, Sandbox.create() is a claim whose server answers",
+        async () => {
+          const pools = async () => {
+            const res = await fetch(`${node!.url}/listPools`, {
+              method: "POST",
+              headers: {
+                authorization: `Bearer ${node!.token}`,
+                "content-type": "application/json",
+              },
+              body: "{}",
+            });
+            return (await res.json()).pools as { warm: number; claimed: number }[];
+          };
+          const set = await gw.json("setPools", {
+            pools: [{ template: "code-interpreter-v1", warm: 1 }],
+          });
+          assert.equal(set.status, 200, JSON.stringify(set.body));
+          await until("the code interpreter pool to be warm", async () => {
+            const { body } = await gw.json("listNodes");
+            // deno-lint-ignore no-explicit-any
+            return body.nodes.find((n: any) => n.id === nodeId)?.pools?.[0]?.warm === 1;
+          }, 60_000);
+          const claimed = await Sandbox.create(opts);
+          try {
+            assert.equal((await pools())[0].claimed, 1, "the create was a claim");
+            const run = await claimed.runCode("6 * 7");
+            assert.equal(run.text, "42");
+          } finally {
+            await claimed.kill();
+            await gw.json("setPools", { pools: [] });
+          }
+        },
+      );
     } finally {
       await node?.stop();
       await gw.stop();
