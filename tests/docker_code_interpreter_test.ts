@@ -177,6 +177,20 @@ Deno.test({
         },
       );
 
+      await t.step(
+        "a cell that kills its kernel is an error; the context gets a fresh kernel",
+        async () => {
+          const context = await sandbox.createCodeContext();
+          await sandbox.runCode("z = 1", { context });
+          const died = await sandbox.runCode("import os; os._exit(1)", { context });
+          assert.equal(died.error?.name, "KernelDied");
+          const after = await sandbox.runCode("z", { context });
+          assert.equal(after.error?.name, "NameError", "a fresh kernel: z is gone");
+          assert.equal((await sandbox.runCode("1 + 1", { context })).text, "2");
+          await sandbox.removeCodeContext(context);
+        },
+      );
+
       await t.step("kill ends the sandbox", async () => {
         assert.equal(await sandbox.kill(), true);
       });

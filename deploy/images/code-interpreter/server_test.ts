@@ -2,7 +2,7 @@
  * The code interpreter server's framing, without a kernel: how kernel messages become the lines
  * `@e2b/code-interpreter` parses, and that /execute sends each line as it is emitted (a chunk
  * per line), before the cell ends. Runs server.py's own functions under the host's python3
- * (jupyter_client is imported only when a kernel starts). Needs --allow-run --allow-read
+ * (jupyter_client is imported only when a kernel starts). Needs  --allow-run --allow-read
  * --allow-write --allow-net=127.0.0.1; skips without python3 (fails under CI=true).
  */
 import assert from "node:assert/strict";
@@ -29,7 +29,7 @@ if (why && !onCi) console.log(`code interpreter server framing tests skipped: ${
 /** Runs `script` with server.py importable as `server`; returns its stdout. */
 async function runPython(script: string): Promise<string> {
   const out = await new Deno.Command("python3", {
-    args: ["-c", `import sys; sys.path.insert(0, ${JSON.stringify(SERVER_DIR)})\n${script}`],
+    args: ["-B", "-c", `import sys; sys.path.insert(0, ${JSON.stringify(SERVER_DIR)})\n${script}`],
     stdout: "piped",
     stderr: "piped",
   }).output();
@@ -109,6 +109,7 @@ Deno.test({
     // read that line, then a second line and the end.
     const child = new Deno.Command("python3", {
       args: [
+        "-B",
         "-c",
         `import sys, os, time, threading
 sys.path.insert(0, ${JSON.stringify(SERVER_DIR)})
@@ -241,5 +242,47 @@ httpd.serve_forever()
       await child.stdout.cancel().catch(() => {});
       await Deno.remove(dir, { recursive: true });
     }
+  },
+});
+
+Deno.test({
+  name: "server contexts: at most DORMICE_CODE_INTERPRETER_MAX_CONTEXTS, then a 429 saying to " +
+    "remove one; a removed one frees its place",
+  ignore: why !== null && !onCi,
+  async fn() {
+    if (why) throw new Error(`CI=true, so this test must run, but ${why}`);
+    const out = await runPython(`
+import os
+os.environ["DORMICE_CODE_INTERPRETER_MAX_CONTEXTS"] = "2"
+import server
+class FakeContext:
+    def __init__(self, language, cwd):
+        import uuid
+        self.id, self.language, self.cwd = str(uuid.uuid4()), language, cwd
+    def describe(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+    def stop(self):
+        pass
+server.Context = FakeContext
+contexts = server.Contexts()
+a = contexts.create(None, "/")
+b = contexts.create("python", "/tmp")
+try:
+    contexts.create(None, "/")
+    print("no refusal")
+except server.RequestError as error:
+    print(int(error.status), error.message)
+contexts.remove(a.id)
+c = contexts.create(None, "/")
+print(sorted(x["cwd"] for x in contexts.list()))
+try:
+    contexts.create(None, "/no/such/dir")
+except server.RequestError as error:
+    print(int(error.status), error.message)
+`);
+    const [refusal, listed, badCwd] = out.trimEnd().split("\n");
+    assert.match(refusal, /^429 This sandbox runs 2 contexts, its limit .*remove one/);
+    assert.equal(listed, "['/', '/tmp']");
+    assert.match(badCwd, /^400 cwd '\/no\/such\/dir' is not a directory/);
   },
 });
