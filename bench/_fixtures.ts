@@ -336,7 +336,9 @@ export async function startDockerNode(
   return spawnDaemon(
     "../node/main.ts",
     [
-      `--allow-net=127.0.0.1,unix:${socket}`,
+      // The ports door connects to sandbox addresses the engine picks from its address pools, so
+      // the hosts cannot be listed (deno task node grants --allow-net too).
+      "--allow-net",
       // dockerode's dependencies read the environment as they load.
       "--allow-env",
       `--allow-read=${dir},${socket}`,
@@ -353,6 +355,8 @@ export async function startDockerNode(
       DORMICE_EXECUTOR: "docker",
       DORMICE_NODE_ID: nodeId,
       DORMICE_NODE_ENDPOINT: `http://127.0.0.1:${port}`,
+      // The host firewall runs iptables, found on PATH (the daemon's environment is cleared).
+      PATH: Deno.env.get("PATH") ?? "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
       DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
       ...(gateway ? { DORMICE_GATEWAY_ENDPOINT: gateway } : {}),
       ...env,

@@ -8,8 +8,9 @@
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
- * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
- * pools-claim-docker, pools-first-command, liveness, soak-shared (5 minutes; `--quick` 20 s).
+ * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, code-interpreter,
+ * pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command, liveness,
+ * soak-shared (5 minutes; `--quick` 20 s).
  *
  * @module
  */
@@ -27,6 +28,7 @@ import { runPorts } from "./ports.ts";
 import { runStreaming } from "./streaming.ts";
 import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
+import { runCodeInterpreter } from "./code_interpreter.ts";
 import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
 import { runLiveness } from "./liveness.ts";
@@ -70,6 +72,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["streaming", () => runStreaming({ runs })],
   ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
   ["e2b-docker", () => runE2bDocker({ runs: Math.max(runs, 7) })],
+  ["code-interpreter", () => runCodeInterpreter({ runs: Math.max(runs, 5) })],
   ["pools-two-gateways", () => runTwoGateways({ runs })],
   ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],

@@ -8,7 +8,7 @@
  * | `DORMICE_PORT` | `3676` | the port to listen on |
  * | `DORMICE_DATA_DIR` | `.dormice/node` | the ledger (and its lock) |
  * | `DORMICE_EXECUTOR` | `docker` | `docker` (containers; the node refuses to boot when the engine does not answer) or `fake` (in memory, for tests and demos) |
- * | `DORMICE_TEMPLATES` | `base=dormice-base:latest,minimal=dormice-minimal:latest` | template name to Docker image, comma-separated; `base` is required (checked at boot): the Debian image with python3, git, curl and sudo, `minimal` the busybox one; the fake executor accepts the same names |
+ * | `DORMICE_TEMPLATES` | `base=dormice-base:latest,minimal=dormice-minimal:latest,code-interpreter=dormice-code-interpreter:latest,code-interpreter-v1=dormice-code-interpreter:latest` | template name to Docker image, comma-separated; `base` is required (checked at boot): the Debian image with python3, git, curl and sudo, `minimal` the busybox one, `code-interpreter` (and `code-interpreter-v1`, `@e2b/code-interpreter`'s default) the base with Jupyter's Python kernel and its server on port 49999; the fake executor accepts the same names |
  * | `DORMICE_DOCKER_SOCKET` | from `DOCKER_HOST` (`unix://…`), else `/var/run/docker.sock` | the Docker engine's unix socket |
  * | `DORMICE_SANDBOX_CPUS` | `1` | cores of a Docker sandbox whose spec sets none (fractions allowed) |
  * | `DORMICE_SANDBOX_MEMORY_MB` | `512` | memory of a Docker sandbox whose spec sets none, MiB |
@@ -66,7 +66,8 @@ export interface NodeConfig {
   executor: ExecutorKind;
   /**
    * Template name to image (`DORMICE_TEMPLATES`), as written; `null` leaves the Docker
-   * executor's default (`base=dormice-base:latest,minimal=dormice-minimal:latest`, DESIGN §4).
+   * executor's default (`DEFAULT_TEMPLATES`: base, minimal, code-interpreter and
+   * code-interpreter-v1; DESIGN §4).
    * Parsed by the Docker executor's `parseTemplates`, so a bad map is refused when the Docker
    * executor is built.
    */

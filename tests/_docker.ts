@@ -234,3 +234,22 @@ export async function until(
   }
   throw new Error(`Gave up waiting ${ms} ms for ${what}`);
 }
+
+/** The image of the `code-interpreter` and `code-interpreter-v1` templates. */
+export const CODE_INTERPRETER_IMAGE = "dormice-code-interpreter:latest";
+
+/**
+ * Why the code interpreter's suites cannot run on an engine that answers, or null: its image is
+ * built (`deploy/images/build-code-interpreter.sh`, minutes of apt-get, so never built by a test).
+ */
+export async function codeInterpreterImageMissing(): Promise<string | null> {
+  try {
+    await new Docker({ socketPath: DEFAULT_DOCKER_SOCKET }).getImage(CODE_INTERPRETER_IMAGE)
+      .inspect();
+    return null;
+  } catch (error) {
+    return `the engine has no ${CODE_INTERPRETER_IMAGE} image (${
+      (error as Error).message.split("\n")[0]
+    }): build it with deploy/images/build-code-interpreter.sh (or .ci/docker.sh)`;
+  }
+}

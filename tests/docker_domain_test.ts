@@ -18,6 +18,7 @@
 import assert from "node:assert/strict";
 import { domainTlsEnv, makeCertificates } from "../shared/_tls_fixtures_test.ts";
 import {
+  codeInterpreterImageMissing,
   dockerGate,
   type DockerNodeProcess,
   removeContainersOf,
@@ -29,6 +30,7 @@ import { newToken, spawnDeno } from "./_processes.ts";
 const DOMAIN = "dormice.test";
 const HOSTS = "/etc/hosts";
 const sdkChild = new URL("./_domain_sdk.ts", import.meta.url).pathname;
+const interpreterChild = new URL("./_domain_code_interpreter.ts", import.meta.url).pathname;
 
 /** Why the exam cannot run here, or `null` when it can. */
 async function domainReadiness(): Promise<string | null> {
@@ -57,6 +59,12 @@ const docker = await dockerGate("docker domain exam");
 const why = docker.skip ? null : await domainReadiness();
 const onCi = Deno.env.get("CI") === "true";
 if (why !== null && !onCi) console.log(`docker domain exam skipped: ${why}`);
+const interpreterMissing = docker.skip || docker.failure || why !== null
+  ? null
+  : await codeInterpreterImageMissing();
+if (interpreterMissing !== null && !onCi) {
+  console.log(`docker domain exam's code interpreter steps skipped: ${interpreterMissing}`);
+}
 
 /** /etc/hosts with names added for the test; `restore()` writes back the original text. */
 class HostsEntries {
@@ -154,8 +162,12 @@ Deno.test({
       return body.nodes?.some((n) => n.id === nodeId && n.state === "up") ?? false;
     });
 
-    const runSdk = async (env: Record<string, string>, expectedSteps: number) => {
-      const child = spawnDeno(sdkChild, {
+    const runSdk = async (
+      env: Record<string, string>,
+      expectedSteps: number,
+      script: string = sdkChild,
+    ) => {
+      const child = spawnDeno(script, {
         env: {
           ...env,
           E2B_API_KEY: token,
@@ -190,6 +202,29 @@ Deno.test({
         DORMICE_EXAM_MODE: "header",
       }, 8);
     });
+    // The code interpreter (its own image, so its own gate: skipped with a reason off CI when
+    // the image is not built) on port 49999 in both modes.
+    for (
+      const [mode, env] of [
+        ["domain", { E2B_DOMAIN: DOMAIN }],
+        ["header", {
+          E2B_API_URL: "https://127.0.0.1/e2b/api",
+          E2B_SANDBOX_URL: "https://127.0.0.1/e2b/envd",
+        }],
+      ] as const
+    ) {
+      await t.step({
+        name:
+          `@e2b/code-interpreter in ${mode} mode: runCode on port 49999, traffic token required`,
+        ignore: interpreterMissing !== null && !onCi,
+        fn: async () => {
+          if (interpreterMissing) {
+            throw new Error(`CI=true, so this step must run, but ${interpreterMissing}`);
+          }
+          await runSdk({ ...env, DORMICE_EXAM_MODE: mode }, 3, interpreterChild);
+        },
+      });
+    }
   } finally {
     await node?.stop();
     await gateway?.stop();

@@ -25,6 +25,13 @@ import type { SandboxNetwork } from "./_network.ts";
 import { buildCommandOf, unknownTemplateError } from "./templates.ts";
 import type { Snapshots } from "./_snapshots.ts";
 
+/**
+ * The image label naming a command the node runs in a sandbox (as the image's user, with
+ * `/bin/sh -c`) right after its container started; the sandbox is handed out only once that
+ * command exited 0. The code interpreter's image starts its server on port 49999 with it.
+ */
+export const START_LABEL = "dormice.start";
+
 /** How to get a missing image; named in every missing-image error. */
 function buildHint(image: string): string {
   const command = buildCommandOf(image);
@@ -258,7 +265,11 @@ export class Containers {
     }
   }
 
-  async create(request: CreateRequest): Promise<void> {
+  /**
+   * Creates and starts the container of a sandbox. Returns the command the image asks to run
+   * once it started (its `dormice.start` label, run with `/bin/sh -c`), or null.
+   */
+  async create(request: CreateRequest): Promise<string | null> {
     const { id, name, template, spec } = request;
     const image = request.snapshot === undefined
       ? this.#templates.get(template)
@@ -357,6 +368,7 @@ export class Containers {
     }
     this.#sandboxes.remember(id, user, imageInfo.Config?.WorkingDir);
     this.#log("debug", "Sandbox container started", { id, image, container: containerName });
+    return imageInfo.Config?.Labels?.[START_LABEL]?.trim() || null;
   }
 
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */

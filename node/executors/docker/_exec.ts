@@ -165,11 +165,13 @@ export class Commands {
   }
 
   /**
-   * Runs a helper command to its end and collects its output, under the helper deadline.
+   * Runs a helper command to its end and collects its output, under the helper deadline (or
+   * `timeoutMs`).
    *
    * @throws {ExecutorError} `timeout` past the deadline (the command is then killed).
    */
-  async run(id: string, cmd: string[], user?: string): Promise<HelperResult> {
+  async run(id: string, cmd: string[], user?: string, timeoutMs?: number): Promise<HelperResult> {
+    const limitMs = timeoutMs ?? this.#helperTimeoutMs;
     const info = await this.#sandboxes.get(id);
     const handle = await this.exec(id, {
       cmd,
@@ -184,11 +186,11 @@ export class Commands {
         reject(
           new ExecutorError(
             "timeout",
-            `A helper command (${cmd[0]}) in sandbox ${id} ran past ${this.#helperTimeoutMs} ` +
+            `A helper command (${cmd[0]}) in sandbox ${id} ran past ${limitMs} ` +
               `ms: the sandbox may be overloaded`,
           ),
         );
-      }, this.#helperTimeoutMs);
+      }, limitMs);
     });
     try {
       const [stdout, stderr, exit] = await Promise.race([

@@ -1,6 +1,6 @@
 /**
  * One answer, for every docker suite, to "can the Docker half run here?": an engine must answer
- * and every template image must exist. An engine lacking some gets them built once, each by its
+ * and the base and minimal template images must exist. An engine lacking some gets them built once, each by its
  * own script (`deploy/images/build-minimal.sh`: seconds; `deploy/images/build-base.sh`: about
  * 50 s on a fresh machine, debootstrap from Debian's mirror; no registry), so a contributor with
  * Docker exercises Docker instead of failing or silently skipping.
@@ -8,7 +8,7 @@
  * @module
  */
 import { fileURLToPath } from "node:url";
-import { buildCommandOf, DockerExecutor } from "./mod.ts";
+import { buildCommandOf, DockerExecutor, parseTemplates } from "./mod.ts";
 
 /** Whether the Docker half can run, and why not. */
 export type DockerReadiness = { ready: true } | { ready: false; why: string };
@@ -23,12 +23,24 @@ export interface MissingImage {
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 
+/**
+ * The images every docker suite needs. The code interpreter's (minutes of apt-get) is its own
+ * suite's to ask for (tests/docker_code_interpreter_test.ts), so that it never holds up the others.
+ */
+const SUITE_TEMPLATES = parseTemplates(
+  "base=dormice-base:latest,minimal=dormice-minimal:latest",
+) as Map<
+  string,
+  string
+>;
+
 /** The engine's answer: down (why), or the template images it lacks. */
 async function probeEngine(): Promise<{ down: string } | { missing: MissingImage[] }> {
   const missing: MissingImage[] = [];
   try {
     const executor = await DockerExecutor.connect({
       nodeId: "readiness-probe",
+      templates: SUITE_TEMPLATES,
       callTimeoutMs: 3_000,
       // connect() warns, rather than refuses, for a template image that is not built.
       log: (level, message, fields) =>

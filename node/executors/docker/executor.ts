@@ -68,7 +68,10 @@ export interface DockerExecutorOptions {
   defaults?: Partial<DockerLimits>;
   /** Deadline of one ordinary engine call, ms (inspect, exec create, pause, ...). */
   callTimeoutMs?: number;
-  /** Deadline of creating and starting a container, ms (the engine may be busy unpacking). */
+  /**
+   * Deadline of creating and starting a container, ms (the engine may be busy unpacking), and
+   * of the image's start command (its `dormice.start` label), if it has one.
+   */
   createTimeoutMs?: number;
   /** Deadline of a file transfer or a helper command (stat, list, mkdir, ...), ms. */
   fileTimeoutMs?: number;
@@ -139,6 +142,7 @@ export class DockerExecutor implements Executor {
   #files: Files;
   #watches: Watches;
   #snapshots: Snapshots;
+  #startTimeoutMs: number;
   #closed = false;
   /** The `dormice.instance` label of every container it makes, and what it lists by. */
   readonly instanceId: string;
@@ -170,6 +174,7 @@ export class DockerExecutor implements Executor {
       );
     }
     this.instanceId = instanceId;
+    this.#startTimeoutMs = createTimeoutMs;
     let map = templates;
     if (!map) {
       const parsed = parseTemplates(undefined);
@@ -306,8 +311,34 @@ export class DockerExecutor implements Executor {
     }
   }
 
-  create(request: CreateRequest): Promise<void> {
-    return this.#containers.create(request);
+  async create(request: CreateRequest): Promise<void> {
+    const start = await this.#containers.create(request);
+    if (start === null) return;
+    // The image's start command (its `dormice.start` label): a sandbox whose server did not
+    // come up is not handed out.
+    let failure: string | null = null;
+    try {
+      const result = await this.#commands.run(
+        request.id,
+        ["/bin/sh", "-c", start],
+        undefined,
+        this.#startTimeoutMs,
+      );
+      if (result.code !== 0) {
+        const said = (result.stderr.trim() || result.stdout.trim()).slice(-600);
+        failure = `exited ${result.code}${said ? `: ${said}` : ""}`;
+      }
+    } catch (error) {
+      failure = error instanceof Error ? error.message : String(error);
+    }
+    if (failure === null) return;
+    await this.#containers.destroy(request.id).catch(() => {});
+    throw new ExecutorError(
+      "unavailable",
+      `The start command of template '${request.template}' (the image's dormice.start label, ` +
+        `'${start}') failed in sandbox ${request.id}: ${failure}. Rebuild the image ` +
+        "(its deploy/images script) or look at its log inside a sandbox",
+    );
   }
 
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */

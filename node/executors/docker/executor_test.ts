@@ -464,3 +464,65 @@ engineTest(
     await assert.rejects(ex.readFile(id, "/tmp/tree"), /it is a directory/);
   },
 );
+
+Deno.test({
+  name: "DockerExecutor runs the image's dormice.start command before create returns, and a " +
+    "failing one fails the create and leaves no container",
+  ignore: notReady !== null && !onCi,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    const tag = `dormice-start-test:${Math.random().toString(36).slice(2, 8)}`;
+    // Two images on top of minimal, differing only in their label.
+    const labelled = async (suffix: string, start: string) => {
+      const container = await docker.createContainer({
+        Image: "dormice-minimal:latest",
+        Cmd: ["true"],
+      });
+      await container.commit({
+        repo: tag.split(":")[0],
+        tag: `${tag.split(":")[1]}-${suffix}`,
+        changes: [`LABEL dormice.start=${JSON.stringify(start)}`],
+      });
+      await container.remove();
+      return `${tag}-${suffix}`;
+    };
+    const ok = await labelled("ok", "sleep 0.3; echo up > /tmp/started");
+    const broken = await labelled("broken", "echo no server here >&2; exit 3");
+    const nodeId = `unit-${Math.random().toString(36).slice(2, 8)}`;
+    const executor = new DockerExecutor({
+      nodeId,
+      templates: new Map([["base", "dormice-minimal:latest"], ["ok", ok], ["broken", broken]]),
+    });
+    try {
+      await executor.create({ id: "sb1", name: "a", template: "ok", spec: {}, env: {} });
+      try {
+        const started = await sh(executor, "sb1", "cat /tmp/started; id -un");
+        // Done before create returned, as the image's user.
+        assert.equal(started.stdout, "up\nuser\n");
+      } finally {
+        await executor.destroy("sb1");
+      }
+      const error = await executor.create({
+        id: "sb2",
+        name: "b",
+        template: "broken",
+        spec: {},
+        env: {},
+      }).catch((e) => e);
+      assert.ok(error instanceof ExecutorError, String(error));
+      assert.equal(error.code, "unavailable");
+      assert.match(error.message, /template 'broken'.*exited 3: no server here/);
+      const left = await docker.listContainers({
+        all: true,
+        filters: { label: [`dormice.node=${nodeId}`] },
+      });
+      assert.deepEqual(left, [], "the failed sandbox's container is removed");
+    } finally {
+      await executor.close();
+      for (const image of [ok, broken]) await docker.getImage(image).remove().catch(() => {});
+    }
+  },
+});

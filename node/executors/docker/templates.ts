@@ -10,13 +10,20 @@ import { ExecutorError } from "../contract.ts";
 /**
  * The template map when `DORMICE_TEMPLATES` is unset: `base` is the Debian image with python3,
  * pip, git, curl and sudo that E2B's SDKs expect (`deploy/images/build-base.sh`), `minimal` the
- * 6 MB busybox + bash image the fast tests use (`deploy/images/build-minimal.sh`).
+ * 6 MB busybox + bash image the fast tests use (`deploy/images/build-minimal.sh`), and
+ * `code-interpreter` (also `code-interpreter-v1`, the default of `@e2b/code-interpreter`) the
+ * base plus Jupyter's Python kernel and its server on port 49999
+ * (`deploy/images/build-code-interpreter.sh`).
  */
-export const DEFAULT_TEMPLATES: string = "base=dormice-base:latest,minimal=dormice-minimal:latest";
+export const DEFAULT_TEMPLATES: string =
+  "base=dormice-base:latest,minimal=dormice-minimal:latest," +
+  "code-interpreter=dormice-code-interpreter:latest," +
+  "code-interpreter-v1=dormice-code-interpreter:latest";
 
 /** The repositories this project's scripts build, by the script that builds them. */
 const BUILDERS: Record<string, string> = {
   "dormice-base": "deploy/images/build-base.sh",
+  "dormice-code-interpreter": "deploy/images/build-code-interpreter.sh",
   "dormice-minimal": "deploy/images/build-minimal.sh",
 };
 

@@ -1,19 +1,32 @@
 import assert from "node:assert/strict";
 import { buildCommandOf, parseTemplates } from "./templates.ts";
 
-Deno.test("parseTemplates() defaults to the Debian base and the busybox minimal image", () => {
-  for (const value of [undefined, "", "  "]) {
-    assert.deepEqual(
-      parseTemplates(value),
-      new Map([["base", "dormice-base:latest"], ["minimal", "dormice-minimal:latest"]]),
-    );
-  }
-});
+Deno.test(
+  "parseTemplates() defaults to the Debian base, the busybox minimal image and the code " +
+    "interpreter under both of its names",
+  () => {
+    for (const value of [undefined, "", "  "]) {
+      assert.deepEqual(
+        parseTemplates(value),
+        new Map([
+          ["base", "dormice-base:latest"],
+          ["minimal", "dormice-minimal:latest"],
+          ["code-interpreter", "dormice-code-interpreter:latest"],
+          ["code-interpreter-v1", "dormice-code-interpreter:latest"],
+        ]),
+      );
+    }
+  },
+);
 
 Deno.test("buildCommandOf() names the script of each image this project builds, any tag", () => {
   assert.deepEqual(buildCommandOf("dormice-base:latest"), [
     "deploy/images/build-base.sh",
     "dormice-base:latest",
+  ]);
+  assert.deepEqual(buildCommandOf("dormice-code-interpreter:latest"), [
+    "deploy/images/build-code-interpreter.sh",
+    "dormice-code-interpreter:latest",
   ]);
   assert.deepEqual(buildCommandOf("dormice-minimal:v2"), [
     "deploy/images/build-minimal.sh",
