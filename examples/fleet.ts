@@ -166,6 +166,8 @@ const images = [
     script: "deploy/images/build-code-interpreter.sh",
     takes: "about 3 min the first time: Jupyter, matplotlib, numpy and pandas from Debian's mirror",
     required: false,
+    // Three minutes is too long to hold a first run for a template most people do not use.
+    onRequest: true,
   },
 ];
 
@@ -212,8 +214,15 @@ async function dockerState(image: string): Promise<DockerState> {
  * whether the nodes can run Docker: the base image is required, the minimal one is not.
  */
 async function ensureImages(): Promise<DockerState> {
-  for (const { image, script, takes, required } of images) {
+  for (const { image, script, takes, required, onRequest } of images) {
     let state = await dockerState(image);
+    if (!state.ok && state.imageMissing && onRequest) {
+      console.error(
+        `The Docker engine has no ${image}: its templates are refused until 'bash ${script}' ` +
+          `builds it (${takes}).`,
+      );
+      continue;
+    }
     if (!state.ok && state.imageMissing) {
       console.error(`The Docker engine has no ${image}: building it with ${script} (${takes}) …`);
       // Its output goes to this terminal: progress for a minute-long build, and sudo's prompt.
