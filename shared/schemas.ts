@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { type PoolReport, poolReportSchema, type VolumeMount, volumeMountSchema } from "./pools.ts";
+import { type EgressRules, type EgressRulesInput, egressRulesSchema } from "./egress_rules.ts";
 
 /** The lifecycle states a sandbox row can be in (Dormice's vocabulary). */
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
@@ -400,14 +401,16 @@ export interface Sandbox {
 
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
- * default); `privatePorts: true` makes its ports require its traffic access token (E2B's
- * `network.allowPublicTraffic: false`).
+ * default); `egressRules` gives it egress judged by address rules (E2B's `network.allowOut` /
+ * `denyOut`, see `egress_rules.ts`), on a node that can serve them; `privatePorts: true` makes
+ * its ports require its traffic access token (E2B's `network.allowPublicTraffic: false`).
  */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;
   memoryMB: z.ZodOptional<z.ZodNumber>;
   pids: z.ZodOptional<z.ZodNumber>;
   network: z.ZodOptional<z.ZodBoolean>;
+  egressRules: z.ZodOptional<z.ZodType<EgressRules, EgressRulesInput>>;
   privatePorts: z.ZodOptional<z.ZodBoolean>;
   env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodType<VolumeMount>>>;
@@ -416,6 +419,7 @@ export const sandboxSpecSchema: z.ZodObject<{
   memoryMB: z.number().int().positive().max(1_048_576).optional(),
   pids: z.number().int().positive().max(1_000_000).optional(),
   network: z.boolean().optional(),
+  egressRules: egressRulesSchema.optional(),
   privatePorts: z.boolean().optional(),
   env: z.record(z.string(), z.string()).optional(),
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */

@@ -367,6 +367,34 @@ Deno.test("create honours allowInternetAccess as the spec's egress and records s
   await executor.close();
 });
 
+Deno.test("create reads network.allowOut / denyOut into the spec's egress rules, as E2B means them", async () => {
+  const { call, service, executor } = setup();
+  const make = async (options: object) => {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    const { sandboxID } = await res.json();
+    return service.get({ id: sandboxID })!.spec;
+  };
+  // Canonical CIDRs, duplicates dropped; rules give the sandbox egress judged by them.
+  assert.deepEqual(
+    await make({ network: { allowOut: ["198.18.0.1", "198.18.0.1/32"], denyOut: ["0.0.0.0/0"] } }),
+    { network: true, egressRules: { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] } },
+  );
+  assert.deepEqual(await make({ network: { denyOut: ["10.1.2.3/8"] } }), {
+    network: true,
+    egressRules: { allowOut: [], denyOut: ["10.0.0.0/8"] },
+  });
+  // allowInternetAccess: false is a deny of every address, the allowed ones kept (E2B's).
+  assert.deepEqual(
+    await make({
+      allowInternetAccess: false,
+      network: { allowOut: ["1.1.1.1"], denyOut: ["8.8.8.8"] },
+    }),
+    { network: true, egressRules: { allowOut: ["1.1.1.1/32"], denyOut: ["0.0.0.0/0"] } },
+  );
+  await executor.close();
+});
+
 Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, not for secure", async () => {
   const { call, accessTokens, executor } = setup();
   const make = async (options: object) => {
@@ -409,10 +437,17 @@ Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepM
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [
-    [{ network: { allowOut: ["example.com"] } }, /^'network\.allowOut' is not supported/],
-    [{ network: { denyOut: ["10.0.0.0/8"] } }, /^'network\.denyOut' is not supported/],
+    [
+      { network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] } },
+      /^'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
+    ],
+    [{ network: { allowOut: ["*.example.com"] } }, /^'network\.allowOut\[0\]'.* domain name/],
+    [{ network: { denyOut: ["10.0.0.0/33"] } }, /^'network\.denyOut\[0\]' .* prefix length/],
+    [{ network: { denyOut: ["1.2.3.4", "10.0.0.256"] } }, /^'network\.denyOut\[1\]' .* IPv4/],
+    [{ network: { allowOut: ["8.8.8.8:53"] } }, /^'network\.allowOut\[0\]' .* names a port/],
+    [{ network: { allowOut: ["2001:db8::1"] } }, /^'network\.allowOut\[0\]' .* IPv6/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
-    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules'/],
+    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules' .*domain rules/],
     [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
     [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
     [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],
