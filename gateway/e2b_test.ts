@@ -312,7 +312,6 @@ Deno.test("E2B api: routes not built yet are a 501 for an existing sandbox, E2B'
       ["POST", `/sandboxes/${id}/snapshots`],
       ["GET", "/snapshots"],
       ["POST", `/sandboxes/${id}/fork`],
-      ["PUT", `/sandboxes/${id}/network`],
       ["DELETE", "/templates/tpl_1"],
     ];
     for (const [method, path] of routes(s.id)) {

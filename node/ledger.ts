@@ -69,6 +69,8 @@ export interface SandboxRowPatch {
   deadlineAction?: DeadlineAction | null;
   /** New E2B settings, replacing the old as a whole. */
   e2b?: E2bSettings;
+  /** A new spec, replacing the old as a whole (new egress rules of a running sandbox). */
+  spec?: SandboxSpec;
 }
 
 /** A write to the ledger, as {@linkcode Ledger.onChange} listeners see it. */
@@ -389,6 +391,7 @@ export class Ledger {
       sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
     }
     if (patch.e2b !== undefined) sets.push("e2b = ?"), values.push(JSON.stringify(patch.e2b));
+    if (patch.spec !== undefined) sets.push("spec = ?"), values.push(JSON.stringify(patch.spec));
     if (sets.length > 0) {
       const { changes } = this.#write(
         `a change of sandbox '${id}'`,

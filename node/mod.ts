@@ -112,6 +112,7 @@ export {
 export {
   type CreateRequest,
   type DirWatch,
+  egressRulesUnserved,
   type ExecExit,
   type ExecHandle,
   type ExecRequest,
@@ -126,6 +127,7 @@ export {
   type FileStream,
   fileStreamLengthError,
   type FsChange,
+  noEgress,
   type PortAddress,
   readFileStream,
   type SandboxLimits,

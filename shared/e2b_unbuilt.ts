@@ -52,13 +52,6 @@ export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [
       "the same template instead",
   },
   {
-    method: "PUT",
-    path: "/sandboxes/:id/network",
-    namesSandbox: true,
-    message: "Changing a running sandbox's network is not built on this fleet yet: choose " +
-      "allowInternetAccess when you create the sandbox",
-  },
-  {
     method: "DELETE",
     path: "/templates/:id",
     namesSandbox: false,

@@ -22,7 +22,8 @@ export type FakeCall =
   | "resume"
   | "stats"
   | "list"
-  | "portAddress";
+  | "portAddress"
+  | "setEgressRules";
 
 interface Park {
   waiters: (() => void)[];
@@ -65,6 +66,7 @@ export class FakeExecutorHooks {
     stats: 0,
     list: 0,
     portAddress: 0,
+    setEgressRules: 0,
   };
   #parks = new Map<FakeCall, Park>();
   #delays = new Map<FakeCall, number>();

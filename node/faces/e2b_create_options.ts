@@ -213,20 +213,67 @@ function egressOf(body: E2bCreateOptions): Egress {
   };
 }
 
+/** The body of `PUT /sandboxes/{id}/network` (E2B's `SandboxNetworkUpdateConfig`). */
+const updateSchema = z.object({
+  allowOut: z.array(z.string().max(256)).max(1000).optional(),
+  denyOut: z.array(z.string().max(256)).max(1000).optional(),
+  egressProxy: z.unknown().optional(),
+  rules: z.unknown().optional(),
+  allow_internet_access: z.boolean().optional(),
+  allowInternetAccess: z.boolean().optional(),
+}).strict();
+
+/**
+ * Reads the body of E2B's `updateNetwork` (`PUT /sandboxes/{id}/network`) into the rules that
+ * replace the sandbox's whole: an omitted list is cleared (E2B's "omitting a field clears
+ * it"), and `allowInternetAccess: false` denies every address with the allowed ones kept.
+ *
+ * @throws {HttpError} 400 naming a malformed entry, a field not served, or a contradiction.
+ * @example
+ * ```ts
+ * import { parseNetworkUpdate } from "./e2b_create_options.ts";
+ * parseNetworkUpdate({ allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] });
+ * // { allowOut: ["1.1.1.1/32"], denyOut: ["0.0.0.0/0"] }
+ * ```
+ */
+export function parseNetworkUpdate(value: unknown): EgressRules {
+  const parsed = updateSchema.safeParse(value);
+  if (!parsed.success) throw new HttpError(400, describeZodError(parsed.error));
+  const body = parsed.data;
+  const snake = body.allow_internet_access;
+  const camel = body.allowInternetAccess;
+  if (snake !== undefined && camel !== undefined && snake !== camel) {
+    throw new HttpError(
+      400,
+      "'allow_internet_access' and 'allowInternetAccess' disagree: send one of them",
+    );
+  }
+  const internet = snake ?? camel;
+  refuseUnserved(body, "");
+  const allowOut = checkedList(body.allowOut, "allowOut");
+  const denyOut = checkedList(body.denyOut, "denyOut");
+  if (denyOut.includes(ALL_TRAFFIC) && internet === true) {
+    throw new HttpError(
+      400,
+      `'denyOut' ['${ALL_TRAFFIC}'] and allowInternetAccess: true disagree: send one`,
+    );
+  }
+  return { allowOut, denyOut: internet === false ? [ALL_TRAFFIC] : denyOut };
+}
+
 /**
  * Refuses the network options this fleet does not serve yet (domain rules and what rides on
  * them), each naming its field.
  */
-export function refuseUnserved(network: {
-  egressProxy?: unknown;
-  rules?: unknown;
-  httpsPorts?: unknown;
-}): void {
+export function refuseUnserved(
+  network: { egressProxy?: unknown; rules?: unknown; httpsPorts?: unknown },
+  prefix = "network.",
+): void {
   const unsupported = (field: string, why: string) =>
     new HttpError(
       400,
-      `'network.${field}' is not supported on this fleet yet: ${why}; address rules ` +
-        "(network.allowOut / denyOut with IPv4 addresses and CIDRs) are",
+      `'${prefix}${field}' is not supported on this fleet yet: ${why}; address rules ` +
+        "(allowOut / denyOut with IPv4 addresses and CIDRs) are",
     );
   if (network.egressProxy !== undefined && network.egressProxy !== null) {
     throw unsupported("egressProxy", "egress cannot go through a proxy");
