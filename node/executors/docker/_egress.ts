@@ -127,13 +127,22 @@ export class EgressFirewall {
   async remove(id: string): Promise<boolean> {
     const { dispatch, pair, comment } = this.chains(id);
     const listing = await this.#iptables(["-S", DOCKER_USER]);
-    if (listing.code !== 0) throw this.#refusal(["-S", DOCKER_USER], said(listing));
+    if (listing.code !== 0) {
+      // No DOCKER-USER (an engine run with --iptables=false): no rules were ever applied.
+      if (missing(listing)) return false;
+      throw this.#refusal(["-S", DOCKER_USER], said(listing));
+    }
     let removed = false;
     for (const line of listing.stdout.split("\n")) {
       const words = line.trim().split(/\s+/);
       if (words[0] !== "-A" || !words.includes(comment) || words.at(-1) !== dispatch) continue;
       await this.#must(["-D", ...words.slice(1)]);
       removed = true;
+    }
+    // Most sandboxes have no rules: one more look, and no chain to drop.
+    if (!removed) {
+      const probe = await this.#iptables(["-S", dispatch]);
+      if (probe.code !== 0 && missing(probe)) return false;
     }
     for (const chain of [dispatch, ...pair]) removed = (await this.#drop(chain)) || removed;
     return removed;
@@ -143,9 +152,7 @@ export class EgressFirewall {
   async #target(dispatch: string, pair: [string, string]): Promise<string | null> {
     const r = await this.#iptables(["-S", dispatch]);
     if (r.code !== 0) {
-      // iptables-nft says a missing chain is "incompatible"; a real foreign chain by this name
-      // then fails the -N that follows, with its own sentence.
-      if (noChain(r) || /incompatible/.test(r.stderr)) return null;
+      if (missing(r)) return null;
       throw this.#refusal(["-S", dispatch], said(r));
     }
     for (const line of r.stdout.split("\n")) {
@@ -226,6 +233,14 @@ export class EgressFirewall {
 
 function said(r: IptablesResult): string {
   return r.stderr.trim() || `exit code ${r.code}`;
+}
+
+/**
+ * Whether `-S <chain>` says the chain does not exist (iptables-nft calls a missing chain
+ * "incompatible"; a real foreign chain by that name then fails the `-N` that follows).
+ */
+function missing(r: IptablesResult): boolean {
+  return noChain(r) || (r.code === 1 && /incompatible/.test(r.stderr));
 }
 
 function noChain(r: IptablesResult): boolean {

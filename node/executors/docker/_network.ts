@@ -113,12 +113,7 @@ export class SandboxNetwork {
    */
   async modeFor(egress: boolean): Promise<string> {
     const network = egress ? this.#egress : this.#internal;
-    network.ready ??= this.#ensure(network).catch((error) => {
-      // A failure is retried by the next create rather than remembered for ever.
-      network.ready = undefined;
-      throw error;
-    });
-    const bridge = await network.ready;
+    const bridge = await this.#bridgeOf(network);
     const firewall = this.#firewall;
     if (firewall) {
       const guard = (network.guarding ?? Promise.resolve()).catch(() => {})
@@ -136,6 +131,34 @@ export class SandboxNetwork {
       network.guarded = true;
     }
     return network.name;
+  }
+
+  /** `network` made (or found) and checked once per process; resolves to its bridge. */
+  #bridgeOf(network: NodeNetwork): Promise<string> {
+    network.ready ??= this.#ensure(network).catch((error) => {
+      // A failure is retried by the next create rather than remembered for ever.
+      network.ready = undefined;
+      throw error;
+    });
+    return network.ready;
+  }
+
+  /**
+   * Where a sandbox sits on the egress network: its address there and the network's bridge,
+   * which its egress rules are keyed to. `null` for a sandbox not on it (made without egress,
+   * or with egress before the node had its own egress network).
+   *
+   * @throws {ExecutorError} `gone` when the sandbox has no container.
+   */
+  async egressEndpoint(id: string): Promise<{ ip: string; bridge: string } | null> {
+    const inspect = await this.#engine.callContainer(
+      id,
+      `inspecting the network of sandbox ${id}`,
+      (container, signal) => container.inspect({ abortSignal: signal }),
+    );
+    const ip = inspect.NetworkSettings?.Networks?.[this.egressName]?.IPAddress;
+    if (!ip) return null;
+    return { ip, bridge: await this.#bridgeOf(this.#egress) };
   }
 
   /**
