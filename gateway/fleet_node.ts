@@ -46,6 +46,8 @@ export interface FleetNode {
   readonly templates: readonly string[] | null;
   /** Volumes it can mount (names). */
   readonly volumes: readonly string[];
+  /** Whether it enforces egress address rules (false for a node that does not say). */
+  readonly egressRules: boolean;
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
   /**
@@ -96,6 +98,8 @@ export interface NodeSummary {
   templates: readonly string[] | null;
   /** Volumes it can mount. */
   volumes: readonly string[];
+  /** Whether it enforces egress address rules. */
+  egressRules: boolean;
   /** The digest of its fleet-invariant settings, or `null`. */
   configDigest: string | null;
   /**
@@ -148,6 +152,7 @@ export interface Member extends FleetNode {
   pools: PoolReport[];
   templates: string[] | null;
   volumes: string[];
+  egressRules: boolean;
   configDigest: string | null;
   lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
@@ -175,6 +180,7 @@ export function loadedMember(row: NodeRow, readingSeq: number): Member {
     pools: [],
     templates: null,
     volumes: [],
+    egressRules: false,
     configDigest: null,
     lookupDigest: null,
     checkInsSinceStart: 0,
@@ -248,6 +254,7 @@ function capabilitiesOf(body: CheckIn) {
     pools: body.pools ?? [],
     templates: body.templates ?? null,
     volumes: body.volumes ?? [],
+    egressRules: body.egressRules ?? false,
     configDigest: body.configDigest ?? null,
   };
 }

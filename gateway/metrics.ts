@@ -182,6 +182,7 @@ export class GatewayMetrics implements FinderMetrics {
       "no-reading",
       "template",
       "volume",
+      "egress-rules",
       "cpu",
       "active-limit",
       "disk",

@@ -14,6 +14,7 @@ export type RejectReason =
   | "no-reading"
   | "template"
   | "volume"
+  | "egress-rules"
   | "cpu"
   | "active-limit"
   | "disk";
@@ -24,14 +25,17 @@ export interface PlacementAsk {
   template?: string;
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
+  /** Egress address rules; a node must enforce them (say so in its check-in). */
+  egressRules?: boolean;
   /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
   poolKey?: string;
 }
 
 /**
  * What placement needs of a create: its template (`base` when it names none, as a node
- * defaults), the volumes it asks for, and the pool key a claim would match, or none when the
- * spec asks for what a warm sandbox lacks (network, pids, volumes), as the node's pools decide.
+ * defaults), the volumes it asks for, whether it has egress address rules, and the pool key a
+ * claim would match, or none when the spec asks for what a warm sandbox lacks (network, rules,
+ * pids, volumes), as the node's pools decide.
  *
  * @example
  * ```ts
@@ -42,10 +46,13 @@ export interface PlacementAsk {
 export function placementAsk(template: string | undefined, spec: SandboxSpec = {}): PlacementAsk {
   const t = template ?? "base";
   const volumes = (spec.volumes ?? []).map((v) => v.name);
-  const claimable = spec.network === undefined && spec.pids === undefined && volumes.length === 0;
+  const egressRules = spec.egressRules !== undefined;
+  const claimable = spec.network === undefined && spec.pids === undefined &&
+    volumes.length === 0 && !egressRules;
   return {
     template: t,
     volumes,
+    ...(egressRules ? { egressRules } : {}),
     ...(claimable ? { poolKey: poolKey(t, { cpus: spec.cpus, memoryMB: spec.memoryMB }) } : {}),
   };
 }
@@ -102,7 +109,8 @@ export interface PlacementFilter {
  * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
  * mean there is nothing current to judge by (every later filter reads the reading); template
  * and volume next because a node without them can never serve the create, however idle, so
- * its load is not the news; cpu is a host-wide pressure signal; active-limit is our own
+ * its load is not the news (egress rules likewise: a node without iptables rules never serves
+ * them); cpu is a host-wide pressure signal; active-limit is our own
  * ceiling; disk last because it rarely binds and a full disk on a busy node is better reported
  * as busy.
  */
@@ -139,6 +147,14 @@ export const placementFilters: readonly PlacementFilter[] = [
       }
       return undefined;
     },
+  },
+  {
+    reason: "egress-rules",
+    check: ({ node, ask }) =>
+      ask.egressRules && !node.egressRules
+        ? "cannot enforce egress address rules (it needs the Docker executor with iptables: " +
+          "DORMICE_EXECUTOR=docker, DORMICE_SANDBOX_HOST_FIREWALL not off)"
+        : undefined,
   },
   {
     reason: "cpu",

@@ -214,6 +214,7 @@ export class Placer {
       "no-reading": 0,
       "template": 0,
       "volume": 0,
+      "egress-rules": 0,
       "cpu": 0,
       "active-limit": 0,
       "disk": 0,

@@ -243,6 +243,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
         ...(capabilities ? { volumes: capabilities.volumes } : {}),
+        ...(capabilities?.egressRules ? { egressRules: true } : {}),
         configDigest,
       };
     },

@@ -63,9 +63,13 @@ export interface CheckInOptions {
   onOutcome?: (outcome: CheckInOutcome) => void;
   /**
    * What the node can serve, sent with every check-in (its pools, the templates whose images it
-   * holds, its volumes, its config digest); nothing when absent. Must be quick and not throw.
+   * holds, its volumes, whether it enforces egress address rules, its config digest); nothing
+   * when absent. Must be quick and not throw.
    */
-  capabilities?: () => Pick<CheckIn, "pools" | "templates" | "volumes" | "configDigest">;
+  capabilities?: () => Pick<
+    CheckIn,
+    "pools" | "templates" | "volumes" | "egressRules" | "configDigest"
+  >;
 }
 
 /**

@@ -187,3 +187,26 @@ export const egressRulesSchema: z.ZodType<EgressRules, EgressRulesInput> = z.obj
   }
   return out;
 });
+
+/**
+ * Whether an E2B create body asks for address rules the node must enforce, as the node reads
+ * it: any `network.allowOut` entry, or `network.denyOut` entries other than a deny of every
+ * address (which alone is a sandbox without egress). For placement; the node checks the rest.
+ *
+ * @example
+ * ```ts
+ * import { asksForEgressRules } from "@dormice/cluster/shared";
+ * asksForEgressRules({ network: { allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] } }); // true
+ * asksForEgressRules({ network: { denyOut: ["0.0.0.0/0"] } }); // false
+ * ```
+ */
+export function asksForEgressRules(body: Record<string, unknown>): boolean {
+  const network = body.network;
+  if (typeof network !== "object" || network === null) return false;
+  const list = (v: unknown) =>
+    Array.isArray(v) ? v.map((e) => (typeof e === "string" ? e.trim() : e)) : [];
+  const { allowOut, denyOut } = network as { allowOut?: unknown; denyOut?: unknown };
+  if (list(allowOut).length > 0) return true;
+  const deny = list(denyOut);
+  return deny.length > 0 && !deny.includes(ALL_TRAFFIC);
+}

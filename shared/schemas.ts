@@ -285,6 +285,7 @@ export const checkInSchema: z.ZodObject<{
   pools: z.ZodOptional<z.ZodArray<z.ZodType<PoolReport>>>;
   templates: z.ZodOptional<z.ZodArray<z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  egressRules: z.ZodOptional<z.ZodBoolean>;
   configDigest: z.ZodOptional<z.ZodString>;
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
 }> = z.object({
@@ -310,6 +311,11 @@ export const checkInSchema: z.ZodObject<{
   templates: z.array(z.string().max(256)).max(256).optional(),
   /** The volumes the node can mount (names only; absent = none declared). */
   volumes: z.array(z.string().max(64)).max(256).optional(),
+  /**
+   * Whether the node enforces egress address rules (`spec.egressRules`); absent = it does not
+   * (a node that predates them), and placement sends creates with rules elsewhere.
+   */
+  egressRules: z.boolean().optional(),
   /**
    * HMAC-SHA256 (keyed by the fleet token, hex) of the settings every node must share; the
    * gateway warns when nodes differ. See `shared/config_digest.ts`.
