@@ -134,7 +134,8 @@ export class EgressFirewall {
     }
     let removed = false;
     for (const line of listing.stdout.split("\n")) {
-      const words = line.trim().split(/\s+/);
+      // iptables-nft prints a comment in quotes even without spaces; ours has none.
+      const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
       if (words[0] !== "-A" || !words.includes(comment) || words.at(-1) !== dispatch) continue;
       await this.#must(["-D", ...words.slice(1)]);
       removed = true;

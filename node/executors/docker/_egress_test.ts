@@ -64,7 +64,7 @@ Deno.test("EgressFirewall.apply() enforces allow over deny for its sandbox's add
   assert.equal(vector(iptables, "172.30.0.3"), "pass,reject,pass");
   assert.equal(vector(iptables, "172.30.0.2"), "pass,reject,reject");
   // The jump sits first, ahead of the engine's RETURN; names are scoped by instance and id.
-  assert.match(iptables.chains.get(DOCKER_USER)![0], /--comment dormice:inst1:sb2 -j DMN-/);
+  assert.match(iptables.chains.get(DOCKER_USER)![0], /--comment "dormice:inst1:sb2" -j DMN-/);
   assert.notEqual(firewall.chains("sb1").dispatch, firewall.chains("sb2").dispatch);
   const other = new EgressFirewall({ instanceId: "inst2", run: iptables.run });
   assert.notEqual(other.chains("sb1").dispatch, firewall.chains("sb1").dispatch);

@@ -125,7 +125,11 @@ export class FakeIptables {
   }
 }
 
-/** A rule's words as `-S` prints them (a comment with spaces in quotes). */
+/**
+ * A rule's words as `-S` prints them: a comment in quotes, with or without spaces (as
+ * iptables-nft 1.8.9 prints it), any other word with spaces in quotes.
+ */
 function quote(words: string[]): string {
-  return words.map((w) => (/\s/.test(w) ? `"${w}"` : w)).join(" ");
+  return words.map((w, i) => (/\s/.test(w) || words[i - 1] === "--comment" ? `"${w}"` : w))
+    .join(" ");
 }
