@@ -149,6 +149,36 @@ export class EgressFirewall {
     return removed;
   }
 
+  /**
+   * Removes every jump of this instance on `bridge`, and the chains they lead to: what is left
+   * of sandboxes removed behind the node's back (a `docker rm`, a node killed and its containers
+   * cleaned up) once their network goes. Another instance's rules are left alone.
+   *
+   * @returns how many sandboxes' rules were removed.
+   * @throws {ExecutorError} `unavailable` when iptables cannot do it.
+   */
+  async removeBridge(bridge: string): Promise<number> {
+    const listing = await this.#iptables(["-S", DOCKER_USER]);
+    if (listing.code !== 0) {
+      if (missing(listing)) return 0;
+      throw this.#refusal(["-S", DOCKER_USER], said(listing));
+    }
+    const own = `dormice:${this.#instanceId}:`;
+    let removed = 0;
+    for (const line of listing.stdout.split("\n")) {
+      const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+      const i = words.indexOf("-i");
+      if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
+      const comment = words.find((w) => w.startsWith(own));
+      const dispatch = words.at(-1)!;
+      if (comment === undefined || !/^DMN-[0-9a-f]{16}$/.test(dispatch)) continue;
+      await this.#must(["-D", ...words.slice(1)]);
+      for (const chain of [dispatch, `${dispatch}-a`, `${dispatch}-b`]) await this.#drop(chain);
+      removed++;
+    }
+    return removed;
+  }
+
   /** The chain of `pair` the dispatch chain leads to; `null` when there is no dispatch chain. */
   async #target(dispatch: string, pair: [string, string]): Promise<string | null> {
     const r = await this.#iptables(["-S", dispatch]);

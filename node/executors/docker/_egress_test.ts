@@ -145,3 +145,23 @@ Deno.test("EgressFirewall refuses with a sentence naming root, iptables and the 
   assert.ok(error instanceof ExecutorError && error.code === "unavailable", String(error));
   assert.match(error.message, /you must be root.*needs root, iptables and --allow-run=iptables/);
 });
+
+Deno.test("EgressFirewall.removeBridge() removes this instance's leftovers on one bridge only", async () => {
+  const { iptables, firewall } = setup();
+  const deny = { allowOut: [], denyOut: ["0.0.0.0/0"] };
+  await firewall.apply("sb1", "172.30.0.2", bridge, deny);
+  await firewall.apply("sb2", "172.30.0.3", bridge, deny);
+  await firewall.apply("sb3", "172.31.0.2", "dm-other-e", deny);
+  const other = new EgressFirewall({ instanceId: "inst2", run: iptables.run });
+  await other.apply("sb9", "172.30.0.9", bridge, deny);
+  assert.equal(await firewall.removeBridge(bridge), 2);
+  assert.equal(iptables.count(DOCKER_USER, "inst1:sb1"), 0);
+  assert.equal(iptables.count(DOCKER_USER, "inst1:sb2"), 0);
+  assert.equal(iptables.count(DOCKER_USER, "inst1:sb3"), 1, "another bridge keeps its rules");
+  assert.equal(iptables.count(DOCKER_USER, "inst2:sb9"), 1, "another instance keeps its rules");
+  for (const id of ["sb1", "sb2"]) {
+    const { dispatch } = firewall.chains(id);
+    assert.deepEqual([...iptables.chains.keys()].filter((c) => c.startsWith(dispatch)), []);
+  }
+  assert.equal(await firewall.removeBridge(bridge), 0);
+});

@@ -15,6 +15,7 @@ import { ExecutorError, type PortAddress } from "../contract.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { Engine } from "./engine.ts";
 import type { HostFirewall } from "./_firewall.ts";
+import type { EgressFirewall } from "./_egress.ts";
 
 /** Most sandbox addresses remembered; past it the oldest is looked up again on its next use. */
 const MAX_REMEMBERED = 10_000;
@@ -62,6 +63,8 @@ export interface SandboxNetworkOptions {
   nodeName: string;
   /** The host firewall; `null` when it is off (`DORMICE_SANDBOX_HOST_FIREWALL=off`). */
   firewall: HostFirewall | null;
+  /** The sandboxes' egress rules; `null` when the node enforces none. */
+  egress?: EgressFirewall | null;
   log: Log;
 }
 
@@ -73,14 +76,16 @@ export class SandboxNetwork {
   readonly egressName: string;
   #engine: Engine;
   #firewall: HostFirewall | null;
+  #egressRules: EgressFirewall | null;
   #log: Log;
   #internal: NodeNetwork;
   #egress: NodeNetwork;
   #addresses = new Map<string, string>();
 
-  constructor({ engine, nodeName, firewall, log }: SandboxNetworkOptions) {
+  constructor({ engine, nodeName, firewall, egress = null, log }: SandboxNetworkOptions) {
     this.#engine = engine;
     this.#firewall = firewall;
+    this.#egressRules = egress;
     this.#log = log;
     const hash = createHash("sha256").update(nodeName).digest("hex").slice(0, 10);
     const network = (kind: Kind): NodeNetwork => ({
@@ -245,6 +250,17 @@ export class SandboxNetwork {
       );
     } catch (error) {
       if (!(error instanceof ExecutorError && error.code === "not_found")) return;
+    }
+    // Egress rules of sandboxes that left behind the node's back: nothing sits on the bridge.
+    const leftover = network.kind === "egress"
+      ? await this.#egressRules?.removeBridge(bridge) ?? 0
+      : 0;
+    if (leftover > 0) {
+      this.#log("info", "Egress rules of sandboxes gone from a removed network removed", {
+        network: network.name,
+        bridge,
+        sandboxes: leftover,
+      });
     }
     const removed = await this.#firewall?.unguard(bridge, network.name) ?? 0;
     if (removed > 0) {

@@ -198,6 +198,7 @@ export class DockerExecutor implements Executor {
       engine: this.#engine,
       nodeName: `${nameSafe(nodeId)}-${instanceId}`,
       firewall: hostFirewall ? new HostFirewall({ run: runIptables }) : null,
+      egress: this.#egress,
       log,
     });
     this.#commands = new Commands({
