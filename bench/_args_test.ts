@@ -2,20 +2,32 @@ import assert from "node:assert/strict";
 import { fileURLToPath } from "node:url";
 import { parseBenchArgs, unknownSections } from "./_args.ts";
 
-Deno.test("parseBenchArgs() reads --only, --runs, --out and --help", () => {
-  assert.deepEqual(parseBenchArgs([]), { help: false, runs: 5, only: undefined, out: undefined });
-  assert.deepEqual(parseBenchArgs(["--only=placement,lookup", "--runs=3", "--out=/tmp/r.md"]), {
+Deno.test("parseBenchArgs() reads --only, --runs, --out, --quick and --help", () => {
+  assert.deepEqual(parseBenchArgs([]), {
     help: false,
-    runs: 3,
-    only: ["placement", "lookup"],
-    out: "/tmp/r.md",
+    runs: 5,
+    only: undefined,
+    out: undefined,
+    quick: false,
   });
+  assert.deepEqual(
+    parseBenchArgs(["--only=placement,lookup", "--runs=3", "--out=/tmp/r.md", "--quick"]),
+    {
+      help: false,
+      runs: 3,
+      only: ["placement", "lookup"],
+      out: "/tmp/r.md",
+      quick: true,
+    },
+  );
   assert.equal((parseBenchArgs(["--help"]) as { help: boolean }).help, true);
   assert.equal((parseBenchArgs(["-h"]) as { help: boolean }).help, true);
 });
 
 Deno.test("parseBenchArgs() refuses what it does not know instead of running everything", () => {
-  for (const bad of ["--onyl=placement", "--help=yes", "placement", "--runs", "--out="]) {
+  for (
+    const bad of ["--onyl=placement", "--help=yes", "placement", "--runs", "--out=", "--quick=1"]
+  ) {
     const answer = parseBenchArgs([bad]);
     assert.ok(answer instanceof Error, bad);
     assert.match(answer.message, /Unknown argument .* takes --only=<section>/, bad);

@@ -278,11 +278,15 @@ export function startScript<T>(
   ]);
 }
 
-/** Starts `node/main.ts` on the fake executor, checking in to `gateway` when given. */
+/**
+ * Starts `node/main.ts` on the fake executor, checking in to `gateway` when given (several
+ * gateways comma-separated), with `env` on top.
+ */
 export async function startNode(
   nodeId: string,
   gateway?: string,
   extraArgs: string[] = [],
+  env: Record<string, string> = {},
 ): Promise<Daemon> {
   const dir = await Deno.makeTempDir({ prefix: "dormice-bench-node-" });
   const port = freePort();
@@ -308,6 +312,7 @@ export async function startNode(
       // adds in front of a node, which a slower node would hide.
       DORMICE_WEBSOCKETS: "off",
       ...(gateway ? { DORMICE_GATEWAY_ENDPOINT: gateway } : {}),
+      ...env,
     },
     port,
     dir,

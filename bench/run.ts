@@ -9,7 +9,7 @@
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
  * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
- * pools-claim-docker, pools-first-command.
+ * pools-claim-docker, pools-first-command, liveness, soak-shared (5 minutes; `--quick` 20 s).
  *
  * @module
  */
@@ -29,6 +29,8 @@ import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
 import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
+import { runLiveness } from "./liveness.ts";
+import { runSoakShared } from "./soak_shared.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -72,6 +74,8 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],
   ["pools-first-command", () => runFirstCommand({ runs: Math.max(runs, 7) })],
+  ["liveness", () => runLiveness({ runs })],
+  ["soak-shared", () => runSoakShared({ durationMs: args.quick ? 20_000 : 5 * 60_000 })],
 ];
 
 const names = benchmarks.map(([name]) => name);

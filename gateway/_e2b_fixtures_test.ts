@@ -9,6 +9,14 @@ import { createGateway, type Gateway } from "./app.ts";
 import { mountE2b, SANDBOX_NAME_HEADER } from "./e2b.ts";
 import { checkIn, fetchToNodes, reading } from "./_fixtures_test.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
+import type { Clock } from "../shared/clock.ts";
+import { encodeListCursor } from "../shared/list_cursor.ts";
+import {
+  pageSnapshots,
+  parseSnapshotQuery,
+  snapshotCursor,
+  type SnapshotRow,
+} from "../shared/snapshots.ts";
 
 export const token = "gateway-e2b-unit-test-token-0123456789abcdef";
 
@@ -41,6 +49,10 @@ export class StubNode {
   envdSeen: { headers: Headers; body: string; path: string } | undefined;
   /** The signal of the last held stream. */
   held: AbortSignal | undefined;
+  /** The snapshots it holds (every team's: the stub does not filter by team). */
+  snapshots: SnapshotRow[] = [];
+  /** Each create's body, in order. */
+  createBodies: Record<string, unknown>[] = [];
   #seq = 0;
   constructor(readonly id: string, readonly endpoint: string) {}
 
@@ -90,6 +102,7 @@ export class StubNode {
     }
     if (path === "/e2b/api/v2/sandboxes" && request.method === "POST") {
       const body = await request.json();
+      this.createBodies.push(body);
       this.nameHeaders.push(request.headers.get(SANDBOX_NAME_HEADER));
       if (this.createStatus !== undefined) {
         return Response.json({ code: this.createStatus, message: "refused" }, {
@@ -117,6 +130,28 @@ export class StubNode {
         headers: { "x-total-running": String(rows.length) },
       });
     }
+    if (path === "/e2b/api/snapshots") {
+      try {
+        const { page, more } = pageSnapshots(
+          this.snapshots,
+          parseSnapshotQuery(url.searchParams, "node"),
+        );
+        const headers: Record<string, string> = more && page.length > 0
+          ? { "x-next-token": encodeListCursor(snapshotCursor(page[page.length - 1])) }
+          : {};
+        return Response.json(page, { headers });
+      } catch (error) {
+        return Response.json({ code: 400, message: String(error) }, { status: 400 });
+      }
+    }
+    const template = /^\/e2b\/api\/templates\/([^/]+)$/.exec(path);
+    if (template && request.method === "DELETE") {
+      const before = this.snapshots.length;
+      this.snapshots = this.snapshots.filter((r) => r.snapshotID !== template[1]);
+      return before === this.snapshots.length
+        ? Response.json({ code: 404, message: "not here" }, { status: 404 })
+        : new Response(null, { status: 204 });
+    }
     if (path === "/e2b/api/sandboxes/metrics") {
       const asked = (url.searchParams.get("sandbox_ids") ?? "").split(",");
       const sandboxes = Object.fromEntries(
@@ -138,12 +173,13 @@ export class StubNode {
   }
 }
 
-export function setup() {
+export function setup({ clock }: { clock?: Clock } = {}) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = fetchToNodes(nodes);
   let names = 0;
   const gateway = createGateway({
     token,
+    ...(clock ? { clock } : {}),
     fetch: fakeFetch,
     lookupTimeoutMs: 500,
     mount: (app, parts) => mountE2b(app, parts, { randomName: () => `e2b-gen-${++names}` }),

@@ -421,7 +421,8 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         routing.forwarded(path, status, (performance.now() - started) / 1000, found);
         if (status === 404) {
           // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-          const rechecked = await finder.recheck("name", key).catch(() => undefined);
+          const rechecked = await finder.recheck("name", key, { entry: found })
+            .catch(() => undefined);
           if (rechecked === "evicted" && hasLine(answer.head, ABSENT_HEADER)) {
             // The node did nothing, and the name may live on another node now (made again
             // through another gateway): the object path finds it and sends the request there.

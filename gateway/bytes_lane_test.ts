@@ -723,7 +723,7 @@ Deno.test("a node that went away is a 502 naming it", async () => {
  * A second stub node, checked in through `r`, that holds `x` (as `idb-x`) and answers every verb
  * with "from b".
  */
-async function nodeB(r: Awaited<ReturnType<typeof rig>>) {
+async function nodeB(r: Awaited<ReturnType<typeof rig>>, onExec: () => void = () => {}) {
   const names = new Set<string>();
   const stub = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     const path = new URL(req.url).pathname;
@@ -737,6 +737,7 @@ async function nodeB(r: Awaited<ReturnType<typeof rig>>) {
           : { found: false },
       );
     }
+    onExec();
     return Response.json({ exitCode: 0, stdout: "from b\n", stderr: "" });
   });
   const endpoint = `http://127.0.0.1:${stub.addr.port}`;
@@ -811,3 +812,54 @@ Deno.test("a node's 404 about something else than the sandbox (no mark) is the a
     await r.close();
   }
 });
+
+for (const path of ["lane", "object path"] as const) {
+  Deno.test(`two requests on one stale cache entry cost no 404 (${path}): the second's re-check finds the entry already gone and goes to the name's node too`, async () => {
+    // Node A answers the first exec at once and holds the second's 404 until the first has been
+    // answered from B: by then the first request's re-check evicted the stale entry and its
+    // lookup cached x on B, which the second's re-check must not take for its own entry.
+    let fromB!: () => void;
+    const firstDone = new Promise<void>((resolve) => fromB = resolve);
+    let arrivals = 0;
+    const absent = () =>
+      Response.json({ message: "No sandbox named 'x' on this node" }, {
+        status: 404,
+        headers: { "x-dormice-absent": "1" },
+      });
+    const r = await rig({
+      names: ["x"],
+      answer: async (seen) => {
+        if (seen.path !== "/execCommand") return absent();
+        if (++arrivals === 2) await within(firstDone, 5000, "the first exec answered from B");
+        return absent();
+      },
+    });
+    const b = await nodeB(r, () => fromB());
+    try {
+      await r.cache("x");
+      // Another gateway destroyed x on node A and made it again on node B.
+      r.names.delete("x");
+      b.names.add("x");
+      const send = async () => {
+        if (path === "lane") return await r.exec("x");
+        const answer = await r.gateway.fetch(
+          new Request(`${r.base}/execCommand`, {
+            method: "POST",
+            headers: r.fleetAuth,
+            body: execBody("x"),
+          }),
+        );
+        return { status: answer.status, text: await answer.text() };
+      };
+      const [first, second] = await Promise.all([send(), send()]);
+      assert.equal(arrivals, 2, "both execs went to node A first");
+      for (const res of [first, second]) {
+        assert.equal(res.status, 200, res.text);
+        assert.match(res.text, /from b/);
+      }
+    } finally {
+      await b.close();
+      await r.close();
+    }
+  });
+}

@@ -57,8 +57,11 @@ export { UNREACHABLE_HEADER } from "./e2b_merge.ts";
  *   the gateway keeps no paging state. A node silent on one page and back on the next is not
  *   revisited for the rows it missed: the header says which page lacked it.
  *   `GET /sandboxes/metrics?sandbox_ids=` (at most 100 ids) asks every node and merges their
- *   `sandboxes` maps the same way. The routes the fleet does not build yet (snapshots, fork,
- *   network updates, template deletion: `shared/e2b_unbuilt.ts`) are a 501 answered here.
+ *   `sandboxes` maps the same way. Snapshots (`e2b_snapshots.ts`): `GET /snapshots` is every
+ *   node's rows merged and paged, `DELETE /templates/{snapshot id}` is told to every node, a
+ *   create from a snapshot is placed on a node that advertises it, and taking one or forking is
+ *   streamed to the sandbox's node. The routes the fleet does not build yet (network updates,
+ *   template deletion: `shared/e2b_unbuilt.ts`) are a 501 answered here.
  * - `envd`: the id in `E2b-Sandbox-Id` and that sandbox's `X-Access-Token` (or, on REST paths,
  *   a signed URL) are checked first, so a request without them is a 400 or 401 that asks no
  *   node; then the node is found by the id; requests and answers stream both ways;

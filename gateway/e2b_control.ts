@@ -1,7 +1,8 @@
 /**
  * The gateway's E2B control plane (`/e2b/api`): a create placed or woken through the name's
  * slot, a kill through the slot, every other route with an id found by id and streamed, lists
- * and metrics asked of every node and merged (`e2b_merge.ts`). Kept apart from `e2b.ts`, which
+ * and metrics asked of every node and merged (`e2b_merge.ts`), snapshots listed, deleted and
+ * created from as `e2b_snapshots.ts` says. Kept apart from `e2b.ts`, which
  * only assembles the faces, and from envd's routing (`e2b_envd.ts`), which shares none of these
  * rules.
  *
@@ -29,6 +30,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { readJsonObject } from "../shared/json_body.ts";
 import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
 import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
+import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./e2b_snapshots.ts";
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
@@ -92,10 +94,30 @@ export function createE2bApi(
       name = randomName();
       headers[SANDBOX_NAME_HEADER] = name;
     }
+    // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
+    let ask = e2bPlacementAsk(body);
+    let forwarded = text;
+    if (typeof body.templateID === "string") {
+      const source = await resolveCreateSource(
+        parts,
+        body.templateID,
+        nodeApi,
+        nodeAuthFor(caller),
+        signal,
+      );
+      if (source.kind === "snapshot") {
+        ask = {
+          volumes: ask.volumes,
+          snapshot: source.snapshotId,
+          snapshotHolders: source.holders,
+        };
+        forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
+      }
+    }
     const answer = await routing.create({
       name: given === undefined ? undefined : teamScopedName(team, name),
       path: `${nodeApi}${rest}`,
-      body: text,
+      body: forwarded,
       signal,
       headers,
       identify: (t) => {
@@ -103,7 +125,7 @@ export function createE2bApi(
         return typeof id === "string" ? { id, name, state: "active", team } : undefined;
       },
       admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
-      ask: e2bPlacementAsk(body),
+      ask,
     });
     return relay(answer);
   };
@@ -231,6 +253,20 @@ export function createE2bApi(
       throw new HttpError(501, unbuilt.message);
     }
     if (rest === "/sandboxes/metrics" && method === "GET") return await metricsOf(c, caller);
+    if (rest === "/snapshots" && method === "GET") {
+      return await listSnapshots(
+        parts,
+        nodeApi,
+        new URL(c.req.url),
+        nodeAuthFor(caller),
+        c.req.raw.signal,
+      );
+    }
+    const template = /^\/templates\/([^/]+)$/.exec(rest);
+    if (template && method === "DELETE") {
+      const id = decodeSegment(template[1]);
+      return await deleteSnapshot(parts, nodeApi, id, nodeAuthFor(caller), c.req.raw.signal);
+    }
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
       if (method === "POST") return await create(c, rest, caller);
       if (method === "GET") return await list(c, rest === "/v2/sandboxes", caller);

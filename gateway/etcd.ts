@@ -9,6 +9,7 @@
  *
  * @module
  */
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 
@@ -297,7 +298,7 @@ export class EtcdClient {
         // A member that took its whole share is alive and waiting (for a leader, say), like
         // one answering 5xx: worth asking again; only a refused connection says it is gone.
         if ((error as Error)?.name === "TimeoutError") answeredBusy = true;
-        causes.push(`${endpoint}: ${describe(error)}`);
+        causes.push(`${endpoint}: ${describeFetchFailure(error)}`);
       }
       const cycled = (attempt + 1) % this.endpoints.length === 0;
       if (cycled) {
@@ -464,14 +465,6 @@ function txnOp(op: EtcdOp): Json {
     return { request_delete_range: { key, ...(range_end ? { range_end } : {}) } };
   }
   return { request_range: { key, ...(range_end ? { range_end } : {}) } };
-}
-
-function describe(error: unknown): string {
-  const e = error as { name?: string; message?: string };
-  if (e?.name === "TimeoutError") return "no answer in time";
-  const text = e?.message ?? String(error);
-  if (/connection refused|ECONNREFUSED/i.test(text)) return "ECONNREFUSED";
-  return text.slice(0, 200);
 }
 
 /** Options of {@linkcode EtcdSession}. */

@@ -14,7 +14,6 @@ import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_cli
 import { newGatewayInstanceId } from "./door.ts";
 import { SharedRounds } from "./finder_rounds.ts";
 import { FoundCache } from "./finder_cache.ts";
-import type { FinderMetrics } from "./metrics.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import { splitTeamScopedName } from "../shared/teams.ts";
@@ -37,6 +36,16 @@ export type {
   FindResult,
   FindUnsure,
 } from "./finder_outcomes.ts";
+
+/** What the Finder tells its metrics hook; every method is cheap enough for the hot path. */
+export interface FinderMetrics {
+  /** `cached()` answered from the cache. */
+  cacheHit(): void;
+  /** A caller needed a lookup round (shared or not). */
+  cacheMiss(): void;
+  /** A lookup round ended with `outcome` after `seconds`, having asked `nodes` nodes. */
+  lookupRound(outcome: FindResult["kind"], seconds: number, nodes: number): void;
+}
 
 /** Timer functions, injectable so tests fire the deadline themselves. */
 export interface FinderTimers {
@@ -353,17 +362,27 @@ export class Finder {
    * a live sandbox, so it alone does not evict.) A silent node keeps the entry: silence proves
    * nothing, and the next request will be a 502 naming the node.
    *
+   * `entry` is the entry the request went by. When the cache no longer holds it (several
+   * requests met the same stale entry: the first one's re-check evicted it, and its lookup may
+   * have cached the name's new place already), the answer is `"evicted"` at once: this request
+   * went by a stale entry just as the first did, and must not take the new entry for its own.
+   *
    * @example
    * ```ts ignore
-   * if (answer.status === 404) await finder.recheck("name", "agent-1");
+   * if (answer.status === 404) await finder.recheck("name", "agent-1", { entry: found });
    * ```
    */
   async recheck(
     by: FindBy,
     key: string,
-    options: FindOptions = {},
+    options: FindOptions & { entry?: FindOne } = {},
   ): Promise<"evicted" | "kept" | "uncached"> {
     const hit = this.#cache.peek(by, key);
+    const went = options.entry;
+    if (
+      went !== undefined &&
+      (hit === undefined || hit.node.id !== went.node.id || hit.sandbox.id !== went.sandbox.id)
+    ) return "evicted";
     if (hit === undefined) return "uncached";
     if (this.#fleet.get(hit.node.id) !== hit.node) {
       this.#cache.evict(hit);

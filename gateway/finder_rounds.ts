@@ -5,6 +5,11 @@
  * nobody) and forgotten (so the next caller starts afresh). Kept apart from `finder.ts` because
  * this bookkeeping is independent of what a round asks and how its answers are judged.
  *
+ * A `none` answers only the callers there when the round began. One that joined later asks once
+ * more, in a round started after it came (shared with the other late ones): the name may have
+ * been made in between (through another gateway), and a routed verb on a name that exists must
+ * not be told it does not.
+ *
  * @module
  */
 import { EveryCallerLeft } from "./lookup_client.ts";
@@ -17,6 +22,8 @@ interface Round {
   /** Callers that can never leave (no signal): the round is never abandoned for them. */
   pinned: boolean;
   controller: AbortController;
+  /** Its place in the order rounds began: a caller that came after it began asks again on none. */
+  seq: number;
 }
 
 /**
@@ -31,10 +38,14 @@ interface Round {
 export class SharedRounds {
   readonly #byName = new Map<string, Round>();
   readonly #byId = new Map<string, Round>();
+  /** Rounds begun so far. */
+  #begun = 0;
 
   /**
    * Joins the round in flight for `key`, or starts one with `start` (always, with `fresh`).
-   * Without a signal the caller can never leave, so the round is never abandoned for it.
+   * Without a signal the caller can never leave, so the round is never abandoned for it. A
+   * caller that joined a round in flight and got `none` joins one started after it came, or
+   * starts it, once.
    *
    * @example
    * ```ts ignore
@@ -49,17 +60,49 @@ export class SharedRounds {
   ): Promise<FindResult> {
     const { signal } = options;
     const rounds = by === "name" ? this.#byName : this.#byId;
-    let round = options.fresh ? undefined : rounds.get(key);
-    if (round === undefined) {
-      const controller = new AbortController();
-      const started = start(controller);
-      const created: Round = { promise: started, leavers: 0, pinned: false, controller };
-      round = created;
-      rounds.set(key, created);
-      started.finally(() => {
-        if (rounds.get(key) === created) rounds.delete(key);
-      }).catch(() => {});
+    const came = this.#begun;
+    const inFlight = options.fresh ? undefined : rounds.get(key);
+    if (inFlight === undefined) {
+      return this.#wait(this.#begin(rounds, key, start), rounds, key, signal);
     }
+    return this.#wait(inFlight, rounds, key, signal).then((result) => {
+      if (result.kind !== "none") return result;
+      if (signal?.aborted) throw signal.reason;
+      const later = rounds.get(key);
+      const round = later !== undefined && later.seq > came
+        ? later
+        : this.#begin(rounds, key, start);
+      return this.#wait(round, rounds, key, signal);
+    });
+  }
+
+  #begin(
+    rounds: Map<string, Round>,
+    key: string,
+    start: (controller: AbortController) => Promise<FindResult>,
+  ): Round {
+    const controller = new AbortController();
+    const started = start(controller);
+    const created: Round = {
+      promise: started,
+      leavers: 0,
+      pinned: false,
+      controller,
+      seq: ++this.#begun,
+    };
+    rounds.set(key, created);
+    started.finally(() => {
+      if (rounds.get(key) === created) rounds.delete(key);
+    }).catch(() => {});
+    return created;
+  }
+
+  #wait(
+    round: Round,
+    rounds: Map<string, Round>,
+    key: string,
+    signal: AbortSignal | undefined,
+  ): Promise<FindResult> {
     if (signal === undefined) {
       round.pinned = true;
       return round.promise;

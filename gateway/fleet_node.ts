@@ -48,6 +48,13 @@ export interface FleetNode {
   readonly volumes: readonly string[];
   /** Whether it enforces egress address rules (false for a node that does not say). */
   readonly egressRules: boolean;
+  /**
+   * Snapshot ids it advertised at its last check-in (at most `MAX_CHECK_IN_SNAPSHOTS`, the
+   * newest). Optional so a test's or embedder's directory may omit it: absent reads as none.
+   */
+  readonly snapshots?: ReadonlySet<string>;
+  /** It holds more snapshots than it advertised: it may hold any snapshot no node lists. */
+  readonly snapshotsTruncated?: boolean;
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
   /**
@@ -153,6 +160,8 @@ export interface Member extends FleetNode {
   templates: string[] | null;
   volumes: string[];
   egressRules: boolean;
+  snapshots: Set<string>;
+  snapshotsTruncated: boolean;
   configDigest: string | null;
   lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
@@ -181,6 +190,8 @@ export function loadedMember(row: NodeRow, readingSeq: number): Member {
     templates: null,
     volumes: [],
     egressRules: false,
+    snapshots: new Set(),
+    snapshotsTruncated: false,
     configDigest: null,
     lookupDigest: null,
     checkInsSinceStart: 0,
@@ -255,6 +266,8 @@ function capabilitiesOf(body: CheckIn) {
     templates: body.templates ?? null,
     volumes: body.volumes ?? [],
     egressRules: body.egressRules ?? false,
+    snapshots: new Set(body.snapshots ?? []),
+    snapshotsTruncated: body.snapshotsTruncated ?? false,
     configDigest: body.configDigest ?? null,
   };
 }

@@ -5,6 +5,7 @@
  * @module
  */
 import { HOP_HEADER, nextHop } from "./door.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { hopByHopHeaders } from "../shared/port_proxy.ts";
 import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
@@ -249,29 +250,9 @@ export function unreachable(target: ForwardTarget, error: unknown): HttpError {
   return new HttpError(
     502,
     `Node '${target.nodeId}' at ${target.endpoint} did not answer (${
-      describeFetchError(error)
+      describeFetchFailure(error)
     }): ` +
       `check that it is running, or remove it with removeNode once it is down`,
     { details: { nodeId: target.nodeId } },
   );
-}
-
-/**
- * A short cause for a failed fetch: ECONNREFUSED, a DNS failure, a timeout, or the message.
- *
- * @example
- * ```ts
- * import { describeFetchError } from "@dormice/cluster/gateway";
- * describeFetchError(new TypeError("tcp connect error: Connection refused")); // "connection refused"
- * ```
- */
-export function describeFetchError(error: unknown): string {
-  const e = error as { name?: string; message?: string; cause?: { code?: string } };
-  if (e?.name === "TimeoutError") return "timed out";
-  const text = `${e?.message ?? error} ${e?.cause?.code ?? ""}`;
-  if (/ECONNREFUSED|Connection refused/i.test(text)) return "connection refused";
-  if (/ECONNRESET|reset/i.test(text)) return "connection reset";
-  if (/dns|ENOTFOUND|failed to lookup/i.test(text)) return "name not resolved";
-  if (/certificate|tls|ssl/i.test(text)) return "TLS failure";
-  return (e?.message ?? String(error)).slice(0, 200);
 }

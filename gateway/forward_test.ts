@@ -62,7 +62,7 @@ Deno.test("forward() is a 502 naming the node when it cannot be reached", async 
     }),
     (e: unknown) =>
       e instanceof HttpError && e.status === 502 &&
-      /'a'.*node-a\.test.*connection refused/.test(e.message),
+      /'a'.*node-a\.test.*ECONNREFUSED: nothing listens/.test(e.message),
   );
 });
 
@@ -210,7 +210,7 @@ Deno.test("capture() reads the whole answer and names the node when it is unreac
     capture(target, "/x", {
       fetch: (() => Promise.reject(new TypeError("dns error: failed to lookup"))) as typeof fetch,
     }),
-    /name not resolved/,
+    /DNS: the host name does not resolve/,
   );
 });
 

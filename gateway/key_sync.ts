@@ -10,7 +10,7 @@ import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { type EtcdClient, jsonValues } from "./etcd.ts";
 import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
-import { etcdHttpError } from "./slots.ts";
+import { etcdHttpError } from "./etcd_answers.ts";
 import { Poller } from "./poller.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 

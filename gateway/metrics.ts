@@ -23,19 +23,9 @@ import {
   InlineHistogram,
 } from "./inline_metrics.ts";
 import type { Fleet } from "./fleet.ts";
-import type { Finder, FindResult } from "./finder.ts";
+import type { FinderMetrics, FindResult } from "./finder.ts";
 import type { PickResult, RejectReason } from "./placer.ts";
 import { sandboxStates } from "../shared/schemas.ts";
-
-/** What the Finder tells its metrics; every method is cheap enough for the hot path. */
-export interface FinderMetrics {
-  /** `cached()` answered from the cache. */
-  cacheHit(): void;
-  /** A caller needed a lookup round (shared or not). */
-  cacheMiss(): void;
-  /** A lookup round ended with `outcome` after `seconds`, having asked `nodes` nodes. */
-  lookupRound(outcome: FindResult["kind"], seconds: number, nodes: number): void;
-}
 
 /** The face a node path belongs to, as the `face` label names it. */
 export type ForwardFace = "native" | "e2b_api" | "envd";
@@ -181,6 +171,7 @@ export class GatewayMetrics implements FinderMetrics {
       "down",
       "no-reading",
       "template",
+      "snapshot",
       "volume",
       "egress-rules",
       "cpu",
@@ -199,7 +190,11 @@ export class GatewayMetrics implements FinderMetrics {
    *
    * @throws {Error} when called twice (the series would be registered twice).
    */
-  observe(parts: { fleet: Fleet; finder: Finder; slots: { readonly size: number } }): void {
+  observe(parts: {
+    fleet: Fleet;
+    finder: { readonly cacheSize: { name: number; id: number } };
+    slots: { readonly size: number };
+  }): void {
     if (this.#observed) throw new Error("GatewayMetrics.observe() was already called");
     this.#observed = true;
     const { fleet, finder, slots } = parts;

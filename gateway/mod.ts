@@ -53,6 +53,7 @@ export {
   type FindBy,
   type FindConflict,
   Finder,
+  type FinderMetrics,
   type FinderOptions,
   type FinderTimers,
   type FindNone,
@@ -140,7 +141,6 @@ export {
 } from "./auth.ts";
 export {
   faceOfPath,
-  type FinderMetrics,
   type ForwardFace,
   GatewayMetrics,
   type GatewayMetricsOptions,
@@ -181,8 +181,8 @@ export {
   type EtcdTxnResult,
   EtcdUnavailableError,
 } from "./etcd.ts";
+export { etcdHttpError } from "./etcd_answers.ts";
 export {
-  etcdHttpError,
   EtcdSlots,
   type EtcdSlotsOptions,
   LocalSlots,

@@ -8,7 +8,7 @@
  * @module
  */
 import type { FleetNode } from "./fleet_node.ts";
-import { describeFetchError } from "./forward.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 
 /** Options of {@linkcode NodeProbes}. */
 export interface NodeProbesOptions {
@@ -118,7 +118,7 @@ export class NodeProbes {
       (error) => {
         probe.failure = signal.aborted
           ? `no answer to a health check within ${this.#timeoutMs} ms`
-          : describeFetchError(error);
+          : describeFetchFailure(error);
       },
     ).finally(() => probe.asking = false);
   }

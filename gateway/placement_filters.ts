@@ -13,6 +13,7 @@ export type RejectReason =
   | "down"
   | "no-reading"
   | "template"
+  | "snapshot"
   | "volume"
   | "egress-rules"
   | "cpu"
@@ -23,6 +24,16 @@ export type RejectReason =
 export interface PlacementAsk {
   /** The template; a node that says which templates it holds must hold it. */
   template?: string;
+  /**
+   * A snapshot id the create starts from (instead of `template`): only a node that advertises
+   * it may take the create, since no other has its files.
+   */
+  snapshot?: string;
+  /**
+   * Nodes that answered they hold `snapshot` though their last check-in did not say so yet (a
+   * snapshot taken since): they pass the snapshot filter too.
+   */
+  snapshotHolders?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
   /** Egress address rules; a node must enforce them (say so in its check-in). */
@@ -107,10 +118,10 @@ export interface PlacementFilter {
 /**
  * The filter chain, built in one place. Why this order: the first reason a node fails is the
  * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
- * mean there is nothing current to judge by (every later filter reads the reading); template
- * and volume next because a node without them can never serve the create, however idle, so
- * its load is not the news (egress rules likewise: a node without iptables rules never serves
- * them); cpu is a host-wide pressure signal; active-limit is our own
+ * mean there is nothing current to judge by (every later filter reads the reading); template,
+ * snapshot and volume next because a node without them can never serve the create, however
+ * idle, so its load is not the news (egress rules likewise: a node without iptables rules never
+ * serves them); cpu is a host-wide pressure signal; active-limit is our own
  * ceiling; disk last because it rarely binds and a full disk on a busy node is better reported
  * as busy.
  */
@@ -137,6 +148,16 @@ export const placementFilters: readonly PlacementFilter[] = [
       ask.template !== undefined && node.templates !== null &&
         !node.templates.includes(ask.template)
         ? `lacks template '${ask.template}'`
+        : undefined,
+  },
+  {
+    reason: "snapshot",
+    // Only its holders have a snapshot's files; a node that advertised only its newest ids may
+    // hold an older one, and its own 404 says so if it does not.
+    check: ({ node, ask }) =>
+      ask.snapshot !== undefined && !node.snapshots?.has(ask.snapshot) &&
+        !node.snapshotsTruncated && !ask.snapshotHolders?.includes(node.id)
+        ? `lacks snapshot '${ask.snapshot}'`
         : undefined,
   },
   {

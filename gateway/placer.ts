@@ -213,6 +213,7 @@ export class Placer {
       "down": 0,
       "no-reading": 0,
       "template": 0,
+      "snapshot": 0,
       "volume": 0,
       "egress-rules": 0,
       "cpu": 0,

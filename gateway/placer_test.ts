@@ -3,6 +3,7 @@ import { Fleet, type FleetNode } from "./fleet.ts";
 import {
   type FilterInput,
   loadScore,
+  type PlacementAsk,
   type PlacementFilter,
   placementFilters,
   Placer,
@@ -54,6 +55,7 @@ Deno.test("placementFilters run in the documented order", () => {
     "down",
     "no-reading",
     "template",
+    "snapshot",
     "volume",
     "egress-rules",
     "cpu",
@@ -154,6 +156,28 @@ Deno.test("The disk filter rejects below the floor and lets a null disk pass", (
   }
 });
 
+Deno.test("The snapshot filter passes only a node that advertises the snapshot", () => {
+  const id = "snap-aaaaaaaaaaaaaaaaaaaa";
+  const cases: [string, Partial<FleetNode>, PlacementAsk, boolean][] = [
+    ["no snapshot asked", {}, {}, true],
+    ["holder", { snapshots: new Set([id]) }, { snapshot: id }, true],
+    ["another's holder", { snapshots: new Set(["snap-bbbbbbbbbbbbbbbbbbbb"]) }, {
+      snapshot: id,
+    }, false],
+    ["says nothing", {}, { snapshot: id }, false],
+    ["advertised only its newest", { snapshotsTruncated: true }, { snapshot: id }, true],
+  ];
+  for (const [label, extra, ask, passes] of cases) {
+    const detail = filter("snapshot").check({
+      ...input(reading()),
+      node: nodeWith(reading(), extra),
+      ask,
+    });
+    assert.equal(detail === undefined, passes, label);
+    if (!passes) assert.equal(detail, `lacks snapshot '${id}'`);
+  }
+});
+
 function fleetOf(readings: Record<string, HostReading>, interval = 15) {
   const clock = new FakeClock();
   const fleet = new Fleet({ clock });
@@ -248,6 +272,7 @@ Deno.test("Placer.pick() explains every rejection with its reason and counts", (
     "down": 1,
     "no-reading": 0,
     "template": 0,
+    "snapshot": 0,
     "volume": 0,
     "egress-rules": 0,
     "cpu": 1,

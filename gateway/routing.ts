@@ -11,7 +11,8 @@ import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FoundSandbox } from "./finder.ts";
 import type { PickResult, Placer } from "./placer.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
-import { capture, describeFetchError, forward, HangUpWatch } from "./forward.ts";
+import { capture, forward, HangUpWatch } from "./forward.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import { LocalSlots, type SlotHold, type Slots } from "./slots.ts";
 import { NodeProbes } from "./node_probes.ts";
 import {
@@ -338,7 +339,8 @@ export class GatewayRouting {
     );
     if (response.status === 404) {
       // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-      const rechecked = await this.#finder.recheck(by, key).catch(() => undefined);
+      const rechecked = await this.#finder.recheck(by, key, { entry: found })
+        .catch(() => undefined);
       const again = rechecked === "evicted" && response.headers.has(ABSENT_HEADER)
         ? await this.#elsewhere(request, options, found)
         : undefined;
@@ -504,10 +506,12 @@ export class GatewayRouting {
         if (res.status < 200 || res.status >= 300) {
           return { node, ok: false, cause: `HTTP ${res.status}: ${text.slice(0, 200)}` };
         }
-        return { node, ok: true, status: res.status, headers: res.headers, json: JSON.parse(text) };
+        // A 204 (a delete told to every node) has no body to read.
+        const json = text === "" ? null : JSON.parse(text);
+        return { node, ok: true, status: res.status, headers: res.headers, json };
       } catch (error) {
         if (signal.aborted) throw clientGone();
-        return { node, ok: false, cause: describeFetchError(error) };
+        return { node, ok: false, cause: describeFetchFailure(error) };
       }
     }));
   }

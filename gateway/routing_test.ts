@@ -709,7 +709,7 @@ Deno.test("GatewayRouting.fanOut() parses each 2xx and names why each other node
       ["a", { sandboxes: ["one"] }],
       // The status and the node's sentence, which the E2B face passes on as the query's fault.
       ["b", 'HTTP 400: {"message":"bad filter"}'],
-      ["c", "connection refused"],
+      ["c", "ECONNREFUSED: nothing listens at that address and port"],
     ]);
   } finally {
     close();

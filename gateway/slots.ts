@@ -8,7 +8,8 @@
 import { NameQueue } from "../shared/name_queue.ts";
 import { HttpError } from "../shared/http_error.ts";
 import type { EtcdClient, EtcdKv, EtcdSession } from "./etcd.ts";
-import { EtcdRequestError, EtcdUnavailableError } from "./etcd.ts";
+import { EtcdRequestError } from "./etcd.ts";
+import { etcdHttpError, etcdRetryAfterSeconds } from "./etcd_answers.ts";
 
 /**
  * What a task holding a name's slot knows of it: nothing for one gateway's slots; for slots
@@ -91,35 +92,6 @@ export interface EtcdSlotsOptions {
    * the client gets a 503 rather than an open request for ever.
    */
   waitMs?: number;
-}
-
-/** The Retry-After of a 503 naming etcd: a member restart or an election takes seconds. */
-const etcdRetryAfterSeconds = 2;
-
-/**
- * Turns an etcd failure into the 503 a client sees; anything else passes through.
- *
- * @example
- * ```ts ignore
- * await slots.run(key, task).catch((e) => { throw etcdHttpError(e); });
- * ```
- */
-export function etcdHttpError(error: unknown): unknown {
-  if (error instanceof EtcdRequestError) {
-    return new HttpError(503, `${error.message}: the gateway cannot take the name's slot`, {
-      headers: { "retry-after": String(etcdRetryAfterSeconds) },
-    });
-  }
-  if (!(error instanceof EtcdUnavailableError)) return error;
-  return new HttpError(
-    503,
-    `${error.message}; the gateway cannot take the name's slot, and a name must never be built ` +
-      "twice on a guess, so creates and destroys wait for etcd (sandboxes that exist still answer)",
-    {
-      headers: { "retry-after": String(etcdRetryAfterSeconds) },
-      details: { etcd: error.endpoints },
-    },
-  );
 }
 
 /**

@@ -27,7 +27,7 @@ import { Counter, Gauge, type Registry } from "prom-client";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../shared/log.ts";
 import { type LifecycleEventType, lifecycleEventTypes } from "../shared/schemas.ts";
-import { describeFetchError } from "./forward.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 
 /** One lifecycle change as a webhook receives it (the JSON body). */
 export interface LifecycleEvent {
@@ -391,7 +391,7 @@ export class WebhookSender {
         signal: AbortSignal.any([this.#stop.signal, AbortSignal.timeout(this.#timeoutMs)]),
       });
     } catch (error) {
-      return { kind: "failed", cause: describeFetchError(error) };
+      return { kind: "failed", cause: describeFetchFailure(error) };
     }
     await response.body?.cancel().catch(() => {});
     const status = response.status;

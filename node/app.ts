@@ -29,6 +29,7 @@ import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
 import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
+import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -64,7 +65,10 @@ export type NodeAppConfig =
       | "templates"
       | "sandboxDomain"
       | "jsonBodyLimitBytes"
+      | "jsonMessageLimitBytes"
       | "uploadLimitBytes"
+      | "snapshotMinDiskBytes"
+      | "uploadGzipMaxRatio"
     >
   >;
 
@@ -154,7 +158,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
   const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
   const upkeep = new LedgerUpkeep({ ledger, log });
-  const executor = options.executor ?? new FakeExecutor({ clock });
+  const executor = options.executor ?? new FakeExecutor({ clock, nodeId: config.nodeId });
   // Standalone there is no gateway to tell: the outbox stays empty.
   const outbox = new LifecycleOutbox({ onDrop: () => metrics.eventsDropped() });
   const metrics = new NodeMetrics({
@@ -201,6 +205,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     sampler: options.sampler,
     clock,
   });
+  const snapshots = new NodeSnapshots({
+    executor: timed,
+    service,
+    queue: service.queue,
+    hostReading: () => hostReader.read(),
+    minDiskBytes: config.snapshotMinDiskBytes ?? DEFAULT_SNAPSHOT_MIN_DISK_GB * 1e9,
+    templates: async () => (await executor.capabilities?.())?.templates,
+    log,
+  });
   const metricsSampler = new MetricsSampler({
     ledger,
     executor: timed,
@@ -234,7 +247,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     fetch: options.fetch,
     log,
     events: outbox,
-    lookupDigest: () => lookupDigestOf(ledger.all(), service.queue.busyKeys()),
+    lookupDigest: () => lookupDigestOf(ledger.keys(), service.queue.busyKeys()),
     onOutcome: (outcome) => metrics.checkIn(outcome.ok),
     capabilities: () => {
       void refreshCapabilities();
@@ -244,6 +257,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
         ...(capabilities ? { volumes: capabilities.volumes } : {}),
         ...(capabilities?.egressRules ? { egressRules: true } : {}),
+        ...snapshots.advertised(),
         configDigest,
       };
     },
@@ -272,13 +286,21 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     accessTokens,
     log,
     maxJsonBodyBytes: maxBodyBytes,
+    maxJsonMessageBytes: config.jsonMessageLimitBytes,
     maxUploadBytes: config.uploadLimitBytes,
+    maxGzipRatio: config.uploadGzipMaxRatio,
     uploads: new UploadSlots(),
     staging: new UploadStaging({ dir: join(config.dataDir, "uploads") }),
   };
   hono.route(
     "/e2b/api",
-    createE2bApi(service, { apiToken: config.apiToken, accessTokens, log, maxBodyBytes }),
+    createE2bApi(service, {
+      apiToken: config.apiToken,
+      accessTokens,
+      log,
+      maxBodyBytes: config.jsonMessageLimitBytes,
+      snapshots,
+    }),
   );
   hono.route("/e2b/envd", createEnvd(service, envd));
   // Not a Hono sub-app: the door needs the server's own request to upgrade a WebSocket.
@@ -299,8 +321,10 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       build,
       hostReading: () => hostReader.read(),
       pools,
+      snapshots,
       log,
       maxBodyBytes,
+      maxMessageBytes: config.jsonMessageLimitBytes,
     }),
   );
 
@@ -339,7 +363,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       metricsSampler.start();
       // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
       // without them is placed as if it served any template until its next check-in.
-      const known = refreshCapabilities();
+      const known = Promise.all([refreshCapabilities(), snapshots.refresh()]);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const bound = new Promise<void>((resolve) => timer = setTimeout(resolve, 2_000));
       void Promise.race([known, bound]).then(() => {

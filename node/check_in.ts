@@ -5,6 +5,7 @@
  */
 import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
+import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
 import {
   idDigestKey,
@@ -63,12 +64,18 @@ export interface CheckInOptions {
   onOutcome?: (outcome: CheckInOutcome) => void;
   /**
    * What the node can serve, sent with every check-in (its pools, the templates whose images it
-   * holds, its volumes, whether it enforces egress address rules, its config digest); nothing
-   * when absent. Must be quick and not throw.
+   * holds, its volumes, whether it enforces egress address rules, its config digest, the
+   * snapshots it holds); nothing when absent. Must be quick and not throw.
    */
   capabilities?: () => Pick<
     CheckIn,
-    "pools" | "templates" | "volumes" | "egressRules" | "configDigest"
+    | "pools"
+    | "templates"
+    | "volumes"
+    | "egressRules"
+    | "configDigest"
+    | "snapshots"
+    | "snapshotsTruncated"
   >;
 }
 
@@ -125,29 +132,7 @@ function movesOn(outcome: CheckInOutcome): boolean {
   return status === null || Number(status[1]) >= 500;
 }
 
-/**
- * Names the real cause of a failed fetch: ECONNREFUSED, DNS, TLS, timeout, or the error's text.
- *
- * @example
- * ```ts
- * import { describeFetchFailure } from "@dormice/cluster/node";
- * describeFetchFailure(new DOMException("t", "TimeoutError"), 5000); // "timeout: no answer within 5000 ms"
- * ```
- */
-export function describeFetchFailure(error: unknown, timeoutMs: number): string {
-  const e = error as { name?: string; message?: string; cause?: unknown };
-  if (e?.name === "TimeoutError") return `timeout: no answer within ${timeoutMs} ms`;
-  const text = `${e?.message ?? String(error)} ${e?.cause ? String(e.cause) : ""}`.trim();
-  if (/connection refused|ECONNREFUSED/i.test(text)) {
-    return "ECONNREFUSED: nothing listens at that address and port";
-  }
-  if (/dns error|failed to lookup|ENOTFOUND|EAI_AGAIN|name or service not known/i.test(text)) {
-    return `DNS: the host name does not resolve (${cut(text, 200)})`;
-  }
-  if (/certificate|tls|ssl|handshake/i.test(text)) return `TLS: ${cut(text, 300)}`;
-  if (/connection reset|ECONNRESET/i.test(text)) return "ECONNRESET: the connection was reset";
-  return cut(text);
-}
+export { describeFetchFailure };
 
 /**
  * Posts `{nodeId, endpoint, intervalSeconds, build, reading}` to `<gateway>/checkIn` every

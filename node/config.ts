@@ -20,8 +20,11 @@
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
  * | `DORMICE_SCAN_INTERVAL_SECONDS` | `60` | seconds between safety sweeps (deadlines fire on their own timer; this is the longest it sleeps) |
- * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of one JSON body (native verbs, the E2B control plane, Connect RPCs), MiB, 1 to 256 |
+ * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of a JSON body that carries a file's bytes (native `writeFile`, envd's `SendInput`), MiB, 1 to 256 |
+ * | `DORMICE_JSON_MESSAGE_LIMIT_KB` | `1024` | cap of every other JSON body (native verbs, the E2B control plane, Connect RPCs), KiB, 1 to 262144 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
+ * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
+ * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
  * | `DORMICE_POOLS_REFILL_DELAY_MS` | `1000` | how long a pool's refill after a claim waits, ms (0 to 60000), so the claimed sandbox's first commands do not share the engine with a container being built |
@@ -31,11 +34,12 @@
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
  *
- * The two body caps: a JSON body is read whole (a node holds about three times the cap while it
- * parses one), so its cap stays in the tens of MB and under V8's longest string; an upload
- * streams (staged under `<DORMICE_DATA_DIR>/uploads` past 1 MiB), so its cap bounds what one
- * request may put in a sandbox and on the data disk, and the tar header Docker needs (under
- * 8 GiB).
+ * The body caps: a JSON body is read whole (a node holds about three times the cap while it
+ * parses one), so its cap stays in the tens of MB and under V8's longest string; a JSON body
+ * that is a message, not a file's bytes, is parsed in one step on the event loop, so its cap is
+ * a MiB; an upload streams (staged under `<DORMICE_DATA_DIR>/uploads` past 1 MiB), so its cap
+ * bounds what one request may put in a sandbox and on the data disk, and the tar header Docker
+ * needs (under 8 GiB); its gzip is inflated in slices, bounded by the ratio cap.
  *
  * @module
  */
@@ -107,10 +111,16 @@ export interface NodeConfig {
   sandboxDomain: string | null;
   /** Whether the port door takes WebSocket upgrades (`DORMICE_WEBSOCKETS`; on by default). */
   websockets: boolean;
-  /** Cap of one JSON request body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
+  /** Cap of a JSON body that carries a file, bytes (`DORMICE_JSON_BODY_LIMIT_MB`). */
   jsonBodyLimitBytes: number;
+  /** Cap of every other JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`). */
+  jsonMessageLimitBytes: number;
   /** Cap of one `POST /files` upload after decompression, bytes (`DORMICE_UPLOAD_LIMIT_MB`). */
   uploadLimitBytes: number;
+  /** Free bytes a snapshot must leave on the data disk (`DORMICE_SNAPSHOT_MIN_DISK_GB`). */
+  snapshotMinDiskBytes?: number;
+  /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
+  uploadGzipMaxRatio: number;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -154,7 +164,10 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_CHECK_IN_INTERVAL_SECONDS",
   "DORMICE_SCAN_INTERVAL_SECONDS",
   "DORMICE_JSON_BODY_LIMIT_MB",
+  "DORMICE_JSON_MESSAGE_LIMIT_KB",
   "DORMICE_UPLOAD_LIMIT_MB",
+  "DORMICE_SNAPSHOT_MIN_DISK_GB",
+  "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
   "DORMICE_POOLS_REFILL_DELAY_MS",
@@ -404,12 +417,38 @@ export function loadNodeConfig(
     "DORMICE_JSON_BODY_LIMIT_MB",
     refusals,
   );
+  const jsonMessageLimitBytes = 1024 * integer(
+    get("DORMICE_JSON_MESSAGE_LIMIT_KB"),
+    1024,
+    1,
+    262144,
+    "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    refusals,
+  );
   const uploadLimitBytes = mib * integer(
     get("DORMICE_UPLOAD_LIMIT_MB"),
     1024,
     1,
     8191,
     "DORMICE_UPLOAD_LIMIT_MB",
+    refusals,
+  );
+  const uploadGzipMaxRatio = integer(
+    get("DORMICE_UPLOAD_GZIP_MAX_RATIO"),
+    100,
+    1,
+    1032,
+    "DORMICE_UPLOAD_GZIP_MAX_RATIO",
+    refusals,
+  );
+
+  // 1 GB: room for the ledger, staged uploads and the engine to keep working past a snapshot.
+  const snapshotMinDiskBytes = 1e9 * integer(
+    get("DORMICE_SNAPSHOT_MIN_DISK_GB"),
+    1,
+    0,
+    100_000,
+    "DORMICE_SNAPSHOT_MIN_DISK_GB",
     refusals,
   );
 
@@ -460,7 +499,10 @@ export function loadNodeConfig(
       sandboxDomain,
       websockets: websockets === true,
       jsonBodyLimitBytes,
+      jsonMessageLimitBytes,
       uploadLimitBytes,
+      snapshotMinDiskBytes,
+      uploadGzipMaxRatio,
     },
   };
 }

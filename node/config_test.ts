@@ -37,6 +37,9 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
+    snapshotMinDiskBytes: 1e9,
+    uploadGzipMaxRatio: 100,
+    jsonMessageLimitBytes: 1024 * 1024,
   });
 });
 
@@ -103,6 +106,38 @@ Deno.test("loadNodeConfig() reads the body caps in MiB and refuses one out of ra
   });
   assert.match(json, /DORMICE_JSON_BODY_LIMIT_MB='700' is not a whole number from 1 to 256/);
   assert.match(upload, /DORMICE_UPLOAD_LIMIT_MB='0' is not a whole number from 1 to 8191/);
+});
+
+Deno.test("loadNodeConfig() reads the snapshot disk floor in GB and refuses one out of range", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_MIN_DISK_GB: "0" });
+  assert.ok(r.ok);
+  assert.equal(r.config.snapshotMinDiskBytes, 0);
+  const [floor] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_MIN_DISK_GB: "-1" });
+  assert.match(floor, /DORMICE_SNAPSHOT_MIN_DISK_GB='-1' is not a whole number from 0 to 100000/);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_UPLOAD_GZIP_MAX_RATIO, 100 by default, 1 to 1032", () => {
+  const plain = loadNodeConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(plain.ok);
+  assert.equal(plain.config.uploadGzipMaxRatio, 100);
+  const off = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_UPLOAD_GZIP_MAX_RATIO: "1032" });
+  assert.ok(off.ok);
+  assert.equal(off.config.uploadGzipMaxRatio, 1032);
+  for (const bad of ["0", "1033", "5.5"]) {
+    const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_UPLOAD_GZIP_MAX_RATIO: bad });
+    assert.match(
+      refusal,
+      new RegExp(`DORMICE_UPLOAD_GZIP_MAX_RATIO='${bad}' is not a whole number from 1 to 1032`),
+    );
+  }
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_JSON_MESSAGE_LIMIT_KB, 1024 by default", () => {
+  const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_JSON_MESSAGE_LIMIT_KB: "64" });
+  assert.ok(r.ok);
+  assert.equal(r.config.jsonMessageLimitBytes, 64 * 1024);
+  const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_JSON_MESSAGE_LIMIT_KB: "0" });
+  assert.match(refusal, /DORMICE_JSON_MESSAGE_LIMIT_KB='0' is not a whole number from 1 to 262144/);
 });
 
 Deno.test("loadNodeConfig() leaves the executor default to its caller", () => {

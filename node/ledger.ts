@@ -7,6 +7,7 @@ import type { DatabaseSync } from "node:sqlite";
 import { DatabaseSync as Database } from "node:sqlite";
 import { join } from "node:path";
 import { openExclusiveDatabase } from "../shared/lock.ts";
+import { yieldToLoop } from "../shared/event_loop.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import type { PoolSpec } from "../shared/pools.ts";
 import type { SandboxSpec, SandboxState, StateCounts } from "../shared/schemas.ts";
@@ -72,6 +73,9 @@ export interface SandboxRowPatch {
   /** A new spec, replacing the old as a whole (new egress rules of a running sandbox). */
   spec?: SandboxSpec;
 }
+
+/** Rows read at once by {@linkcode Ledger.pages}: about 15 ms of the event loop. */
+export const LEDGER_PAGE_ROWS = 500;
 
 /** A write to the ledger, as {@linkcode Ledger.onChange} listeners see it. */
 export interface LedgerChange {
@@ -258,6 +262,8 @@ export class Ledger {
     migrateToTeams(db);
     migrateToE2bSettings(db);
     db.exec("CREATE INDEX IF NOT EXISTS sandboxes_deadline ON sandboxes (deadline_at)");
+    // Listings read a page at a time in this order (Ledger.pages).
+    db.exec("CREATE INDEX IF NOT EXISTS sandboxes_created ON sandboxes (created_at, name, id)");
     // Warm pool sandboxes have their own table: they belong to no team and have no name yet, so
     // the census, the team counts, listings and lookups never see them; the boot reconcile
     // does (their containers are this node's, not orphans).
@@ -350,10 +356,55 @@ export class Ledger {
     return row ? this.#record(row as unknown as Row) : undefined;
   }
 
-  /** Every row, oldest first. */
+  /** Every row, oldest first. Holds the event loop for all of them: prefer {@linkcode Ledger.pages}. */
   all(): SandboxRecord[] {
-    return this.#db.prepare("SELECT * FROM sandboxes ORDER BY created_at, name").all()
+    return this.#db.prepare("SELECT * FROM sandboxes ORDER BY created_at, name, id").all()
       .map((r) => this.#record(r as unknown as Row));
+  }
+
+  /**
+   * Up to `limit` rows after `after` (the last row of the previous page; from the oldest when
+   * absent), in the order of {@linkcode Ledger.all}: a page is one indexed query.
+   */
+  page(after: SandboxRecord | undefined, limit: number): SandboxRecord[] {
+    const rows = after === undefined
+      ? this.#db.prepare("SELECT * FROM sandboxes ORDER BY created_at, name, id LIMIT ?")
+        .all(limit)
+      : this.#db.prepare(
+        `SELECT * FROM sandboxes WHERE (created_at, name, id) > (?, ?, ?)
+          ORDER BY created_at, name, id LIMIT ?`,
+      ).all(Date.parse(after.createdAt), after.name, after.id, limit);
+    return rows.map((r) => this.#record(r as unknown as Row));
+  }
+
+  /**
+   * Every row, oldest first, a page of `pageSize` (default {@linkcode LEDGER_PAGE_ROWS}) at a
+   * time with the event loop let run between pages: reading and decoding a row costs about
+   * 30 µs (20,000 rows held the loop 600 ms, measured 2026-12-07). A row written meanwhile is
+   * seen when it sorts after the page being read; one destroyed meanwhile may still be seen.
+   */
+  async *pages(
+    pageSize: number = LEDGER_PAGE_ROWS,
+    yieldNow: () => Promise<void> = yieldToLoop,
+  ): AsyncGenerator<SandboxRecord[]> {
+    let after: SandboxRecord | undefined;
+    for (;;) {
+      const page = this.page(after, pageSize);
+      if (page.length > 0) yield page;
+      if (page.length < pageSize) return;
+      after = page[page.length - 1];
+      await yieldNow();
+    }
+  }
+
+  /** Every row's id, name, team and state: the narrow columns, no JSON decoded. */
+  keys(): { id: string; name: string; team: string; state: SandboxState }[] {
+    return this.#db.prepare("SELECT id, name, team, state FROM sandboxes").all() as unknown as {
+      id: string;
+      name: string;
+      team: string;
+      state: SandboxState;
+    }[];
   }
 
   /** The earliest deadline of any row (ms since the epoch), or null when no row has one. */

@@ -248,3 +248,25 @@ Deno.test("Ledger.instanceId is minted once per ledger and kept across opens", a
     await Deno.remove(b, { recursive: true });
   }
 });
+
+Deno.test("Ledger.pages() reads every row once, in all()'s order, yielding between pages", async () => {
+  const ledger = Ledger.inMemory(options);
+  // Ties on created_at (one ms, several names) must neither repeat nor lose a row at a page edge.
+  for (let i = 0; i < 1234; i++) {
+    ledger.insert(
+      row(`s${String(i % 7)}-${i}`, { createdAt: 1_700_000_000_000 + Math.floor(i / 3) }),
+    );
+  }
+  let yields = 0;
+  const pages: number[] = [];
+  const seen: string[] = [];
+  for await (const page of ledger.pages(500, () => (yields++, Promise.resolve()))) {
+    pages.push(page.length);
+    seen.push(...page.map((r) => r.id));
+  }
+  assert.deepEqual(pages, [500, 500, 234]);
+  assert.equal(yields, 2);
+  assert.deepEqual(seen, ledger.all().map((r) => r.id));
+  assert.deepEqual(new Set(ledger.keys().map((k) => k.id)), new Set(seen));
+  ledger.close();
+});

@@ -51,6 +51,7 @@ async function openExecutor(config: NodeConfig, instanceId: string): Promise<Exe
     const templates = parseTemplates(config.templates ?? undefined);
     if (typeof templates === "string") refuse([templates]);
     return new FakeExecutor({
+      nodeId: config.nodeId,
       templates: templates.keys(),
       defaults: config.sandboxDefaults,
       volumes: config.volumes.map((v) => v.name),

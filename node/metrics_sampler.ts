@@ -66,7 +66,7 @@ export class MetricsSampler {
     const { ledger, executor, history } = this.#options;
     const round = (async () => {
       // A history whose row is gone (destroyed mid-round, or behind the service's back) goes.
-      const rows = ledger.all();
+      const rows = ledger.keys();
       const known = new Set(rows.map((r) => r.id));
       for (const id of history.ids()) if (!known.has(id)) history.drop(id);
       const running = rows.filter((r) => r.state === "active" || r.state === "restoring");

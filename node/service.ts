@@ -13,7 +13,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
-import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
+import { type LookupAnswer, type LookupRequest, metadataSchema } from "../shared/schemas.ts";
 import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
@@ -85,6 +85,15 @@ export interface SandboxServiceOptions {
   killGraceMs?: number;
   /** Warm pools a create claims from before it builds cold; none when absent. */
   pools?: WarmPools;
+}
+
+/** Whether a row matches a listing's filter. */
+function matcher(filter: ListFilter): (s: SandboxRecord) => boolean {
+  const wanted = Object.entries(filter.metadata ?? {});
+  return (s) =>
+    (filter.team === undefined || s.team === filter.team) &&
+    (!filter.states || filter.states.includes(s.state)) &&
+    wanted.every(([k, v]) => s.metadata[k] === v);
 }
 
 /**
@@ -179,8 +188,10 @@ export class SandboxService implements SandboxOps {
       const spec = request.spec ?? {};
       const env = { ...spec.env, ...request.env };
       this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
-      const warm = this.#pools &&
-        claimWarm(this.#core, this.#pools, request, { team, template, spec, env });
+      // A warm sandbox holds its template's files, never a snapshot's.
+      const warm = this.#pools && request.snapshot === undefined
+        ? claimWarm(this.#core, this.#pools, request, { team, template, spec, env })
+        : undefined;
       if (warm !== undefined) return { created: true, sandbox: warm };
       return {
         created: true,
@@ -199,13 +210,24 @@ export class SandboxService implements SandboxOps {
     return row && (ref.team === undefined || row.team === ref.team) ? row : undefined;
   }
 
-  /** Every row matching the filter. */
+  /** Every row matching the filter. Holds the event loop for every row: prefer `listInSlices`. */
   list(filter: ListFilter = {}): SandboxRecord[] {
-    return this.#ledger.all().filter((s) =>
-      (filter.team === undefined || s.team === filter.team) &&
-      (!filter.states || filter.states.includes(s.state)) &&
-      Object.entries(filter.metadata ?? {}).every(([k, v]) => s.metadata[k] === v)
-    );
+    return this.#ledger.all().filter(matcher(filter));
+  }
+
+  /** Every row matching the filter, read a page at a time with the event loop let run between. */
+  async listInSlices(filter: ListFilter = {}): Promise<SandboxRecord[]> {
+    const matches = matcher(filter);
+    const out: SandboxRecord[] = [];
+    for await (const page of this.#ledger.pages()) {
+      for (const row of page) if (matches(row)) out.push(row);
+    }
+    return out;
+  }
+
+  /** Every sandbox's id, without decoding its row. */
+  ids(): string[] {
+    return this.#ledger.keys().map((k) => k.id);
   }
 
   /**
@@ -370,10 +392,19 @@ export class SandboxService implements SandboxOps {
     metadata: Record<string, string>,
     merge = false,
   ): Promise<SandboxRecord> {
-    return this.#inSlot(ref, (sandbox) =>
-      this.#ledger.update(sandbox.id, {
-        metadata: merge ? { ...sandbox.metadata, ...metadata } : metadata,
-      })!);
+    return this.#inSlot(ref, (sandbox) => {
+      const next = merge ? { ...sandbox.metadata, ...metadata } : metadata;
+      // Each request is bounded by the schema; a merge is bounded here, or merges would grow it.
+      const bounded = metadataSchema.safeParse(next);
+      if (!bounded.success) {
+        throw new HttpError(
+          400,
+          `The merged metadata of '${sandbox.name}' ${bounded.error.issues[0].message}: ` +
+            "merge fewer keys, or replace the metadata (merge: false)",
+        );
+      }
+      return this.#ledger.update(sandbox.id, { metadata: next })!;
+    });
   }
 
   /**

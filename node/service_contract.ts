@@ -78,6 +78,11 @@ export interface AcquireRequest {
    * waking it would hand the caller a machine it did not ask for.
    */
   template?: string;
+  /**
+   * A snapshot id the executor holds, of this team (the caller checks): a create starts from its
+   * file system instead of the template's (no warm pool serves it). Ignored on wake.
+   */
+  snapshot?: string;
   /** Caller's key/value labels, stored on create; ignored on wake. */
   metadata?: Record<string, string>;
   /** Resource limits asked on create; ignored on wake. */
@@ -144,6 +149,13 @@ export interface SandboxOps {
   get(ref: SandboxRef): SandboxRecord | undefined;
   /** Every row matching the filter. */
   list(filter?: ListFilter): SandboxRecord[];
+  /**
+   * Every row matching the filter, read a page at a time with the event loop let run between
+   * pages: what a listing answered to a client uses.
+   */
+  listInSlices(filter?: ListFilter): Promise<SandboxRecord[]>;
+  /** Every sandbox's id, read without decoding the rows. */
+  ids(): string[];
   /** The three-step lookup (row at once; busy slot: wait and look again; else a plain no). */
   lookup(request: LookupRequest, team?: string, slotToken?: number): Promise<LookupAnswer>;
   /**

@@ -69,7 +69,16 @@ export async function buildCold(
   request: AcquireRequest,
   { id, team, template, spec, env }: NewSandbox,
 ): Promise<SandboxRecord> {
-  await callExecutor(() => core.executor.create({ id, name: request.name, template, spec, env }));
+  await callExecutor(() =>
+    core.executor.create({
+      id,
+      name: request.name,
+      template,
+      spec,
+      env,
+      ...(request.snapshot === undefined ? {} : { snapshot: request.snapshot }),
+    })
+  );
   try {
     const sandbox = core.ledger.insert(newRow(core, request, { id, team, template, spec, env }));
     core.log("info", "sandbox created", { name: request.name, team, id, template });

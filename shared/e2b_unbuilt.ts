@@ -6,6 +6,9 @@
  * exist (killed, or never made) is E2B's 404, as the SDK's tests expect of a fork of a killed
  * sandbox; the 501 is for an existing one.
  *
+ * Deleting a template (`DELETE /templates/:id` with an id that is not a snapshot's) is answered
+ * by {@linkcode TEMPLATE_DELETE_NOT_BUILT}: the route itself deletes snapshots.
+ *
  * @module
  */
 
@@ -27,38 +30,10 @@ export interface UnbuiltE2bRoute {
  * @example
  * ```ts
  * import { unbuiltE2bRoutes } from "@dormice/cluster/shared";
- * unbuiltE2bRoutes.map((r) => `${r.method} ${r.path}`); // ["POST /sandboxes/:id/snapshots", ...]
+ * unbuiltE2bRoutes.length; // 0: every route the SDK calls is built
  * ```
  */
-export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [
-  {
-    method: "POST",
-    path: "/sandboxes/:id/snapshots",
-    namesSandbox: true,
-    message: "Snapshots are not built on this fleet yet: pause the sandbox to keep its state " +
-      "(Sandbox.pause(), then Sandbox.connect() resumes it)",
-  },
-  {
-    method: "GET",
-    path: "/snapshots",
-    namesSandbox: false,
-    message: "Snapshots are not built on this fleet yet, so there are none to list",
-  },
-  {
-    method: "POST",
-    path: "/sandboxes/:id/fork",
-    namesSandbox: true,
-    message: "Forking a sandbox is not built on this fleet yet: create a new sandbox from " +
-      "the same template instead",
-  },
-  {
-    method: "DELETE",
-    path: "/templates/:id",
-    namesSandbox: false,
-    message: "Deleting templates and snapshots is not built on this fleet yet: a node's " +
-      "templates are its DORMICE_TEMPLATES",
-  },
-];
+export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [];
 
 const patterns = unbuiltE2bRoutes.map((route) => ({
   route,
@@ -72,10 +47,15 @@ const patterns = unbuiltE2bRoutes.map((route) => ({
  * @example
  * ```ts
  * import { unbuiltE2bRoute } from "@dormice/cluster/shared";
- * unbuiltE2bRoute("POST", "/sandboxes/sbx_1/fork")?.message; // "Forking a sandbox is not built…"
+ * unbuiltE2bRoute("PUT", "/sandboxes/sbx_1/network"); // undefined: built
  * unbuiltE2bRoute("GET", "/sandboxes/sbx_1"); // undefined
  * ```
  */
 export function unbuiltE2bRoute(method: string, path: string): UnbuiltE2bRoute | undefined {
   return patterns.find((p) => p.route.method === method && p.regex.test(path))?.route;
 }
+
+/** The 501 of `DELETE /templates/:id` for an id that is not a snapshot's. */
+export const TEMPLATE_DELETE_NOT_BUILT: string =
+  "Deleting templates is not built on this fleet: a node's templates are its DORMICE_TEMPLATES " +
+  "(this route deletes snapshots, whose ids start with 'snap-')";

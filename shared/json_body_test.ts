@@ -1,6 +1,12 @@
 import assert from "node:assert/strict";
 import { HttpError } from "./http_error.ts";
-import { formatBytes, readBodyBytes, readBodyText, readJsonObject } from "./json_body.ts";
+import {
+  formatBytes,
+  readBodyBytes,
+  readBodyText,
+  readFlatJsonObject,
+  readJsonObject,
+} from "./json_body.ts";
 
 const post = (body: BodyInit | null, headers: Record<string, string> = {}) =>
   new Request("http://x/", { method: "POST", body, headers });
@@ -101,4 +107,28 @@ Deno.test("formatBytes() names whole units", () => {
   assert.equal(formatBytes(32 * 1024 * 1024), "32 MiB");
   assert.equal(formatBytes(2 * 1024 ** 3), "2 GiB");
   assert.equal(formatBytes(1536), "1536 bytes");
+});
+
+Deno.test("readFlatJsonObject() reads a large one-string body in slices, yielding between them", async () => {
+  const content = "x".repeat(3 * 1024 * 1024);
+  let now = 0, yields = 0;
+  const { value } = await readFlatJsonObject(post(JSON.stringify({ name: "a", content })), {
+    maxBytes: 8 * 1024 * 1024,
+    budget: { sliceMs: 1, now: () => now++, yieldToLoop: () => (yields++, Promise.resolve()) },
+  });
+  assert.equal(value.content, content);
+  assert.ok(yields >= 5, `${yields} yields`);
+  // Escaped quotes and structure inside strings are part of the string.
+  const tricky = { content: '\\"{[,:]}"'.repeat(100), name: "a" };
+  assert.deepEqual((await readFlatJsonObject(post(JSON.stringify(tricky)))).value, tricky);
+});
+
+Deno.test("readFlatJsonObject() refuses a body with more structure than a few fields, before parsing it", async () => {
+  const nested = JSON.stringify({ name: "a", extra: Array.from({ length: 100 }, () => [1]) });
+  const e = await refusal(readFlatJsonObject(post(nested), { verb: "writeFile" }));
+  assert.equal(e.status, 400);
+  assert.match(e.message, /body of writeFile must be one JSON object of a few fields/);
+  const over = await refusal(readFlatJsonObject(post("x".repeat(2048)), { maxBytes: 1024 }));
+  assert.equal(over.status, 413);
+  assert.equal((await refusal(readFlatJsonObject(post("[1]")))).status, 400);
 });

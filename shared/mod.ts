@@ -28,7 +28,9 @@ export {
   silentLog,
 } from "./log.ts";
 export { HttpError, messageResponse } from "./http_error.ts";
+export { describeFetchFailure } from "./fetch_failure.ts";
 export { StreamCut } from "./stream_cut.ts";
+export { LoopBudget, type LoopBudgetOptions, yieldToLoop } from "./event_loop.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
 export {
   type Clock,
@@ -108,3 +110,5 @@ export {
   volumeMountSchema,
 } from "./pools.ts";
 export { SLOT_TOKEN_HEADER, slotTokenOf } from "./slot_token.ts";
+export { BASE64_SLICE_CHARS, decodeBase64InSlices, isStandardBase64 } from "./base64.ts";
+export { JSON_ITEMS_PER_SLICE, jsonArrayResponse } from "./json_stream.ts";

@@ -5,7 +5,9 @@
  * @module
  */
 import { z } from "zod";
+import { isStandardBase64 } from "./base64.ts";
 import {
+  envSchema,
   metadataSchema,
   sandboxIdSchema,
   sandboxNameSchema,
@@ -20,10 +22,11 @@ import {
  */
 export const ABSENT_HEADER = "x-dormice-absent";
 
-const base64 = z.string().regex(
-  /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/,
-  "is not standard base64 (A–Z, a–z, 0–9, '+', '/', '=' padding)",
-);
+const NOT_BASE64 = "is not standard base64 (A–Z, a–z, 0–9, '+', '/', '=' padding)";
+/** Checked in linear time: a regex of base64 quanta overflowed V8's stack on 8 MiB (a 500). */
+const base64 = z.string().refine(isStandardBase64, NOT_BASE64);
+/** Only its length checked: the node decodes it in slices, checking as it goes. */
+const base64Shape = z.string().refine((s) => s.length % 4 === 0, NOT_BASE64);
 
 /** `acquireSandbox`: create-or-wake by name. */
 export const acquireRequestSchema: z.ZodType<{
@@ -62,24 +65,37 @@ export const execRequestSchema: z.ZodType<{
   ], { error: "must be a shell string or an array of strings (argv)" }),
   timeoutSeconds: z.number().positive().max(86_400).optional(),
   cwd: z.string().min(1).max(4096).optional(),
-  env: z.record(z.string(), z.string()).optional(),
+  env: envSchema.optional(),
 });
 
-/** `writeFile`: bytes as base64 or UTF-8 text, exactly one. */
-export const writeFileRequestSchema: z.ZodType<{
+/** A `writeFile` body as both schemas read it. */
+export interface WriteFileRequest {
   name: string;
   path: string;
   contentBase64?: string;
   content?: string;
-}> = z.object({
-  name: sandboxNameSchema,
-  path: z.string().min(1).max(4096),
-  contentBase64: base64.optional(),
-  content: z.string().optional(),
-}).refine((b) => (b.contentBase64 === undefined) !== (b.content === undefined), {
-  message: "give exactly one of 'contentBase64' (bytes as base64) or 'content' (UTF-8 text)",
-  path: ["contentBase64"],
-});
+}
+
+function writeFileSchemaWith(content64: z.ZodType<string>): z.ZodType<WriteFileRequest> {
+  return z.object({
+    name: sandboxNameSchema,
+    path: z.string().min(1).max(4096),
+    contentBase64: content64.optional(),
+    content: z.string().optional(),
+  }).refine((b) => (b.contentBase64 === undefined) !== (b.content === undefined), {
+    message: "give exactly one of 'contentBase64' (bytes as base64) or 'content' (UTF-8 text)",
+    path: ["contentBase64"],
+  });
+}
+
+/** `writeFile`: bytes as base64 or UTF-8 text, exactly one. */
+export const writeFileRequestSchema: z.ZodType<WriteFileRequest> = writeFileSchemaWith(base64);
+
+/**
+ * `writeFile` as the node reads it: `contentBase64`'s characters are checked while it is decoded
+ * a slice at a time (`decodeBase64InSlices`), so a large file does not hold the event loop.
+ */
+export const writeFileShapeSchema: z.ZodType<WriteFileRequest> = writeFileSchemaWith(base64Shape);
 
 /** `readFile`. */
 export const readFileRequestSchema: z.ZodType<{ name: string; path: string }> = z.object({

@@ -288,6 +288,8 @@ export const checkInSchema: z.ZodObject<{
   egressRules: z.ZodOptional<z.ZodBoolean>;
   configDigest: z.ZodOptional<z.ZodString>;
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
+  snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -321,6 +323,13 @@ export const checkInSchema: z.ZodObject<{
    * gateway warns when nodes differ. See `shared/config_digest.ts`.
    */
   configDigest: z.string().max(128).optional(),
+  /**
+   * The snapshot ids the node holds, newest first, at most `MAX_CHECK_IN_SNAPSHOTS`
+   * (`shared/snapshots.ts`); absent from a node that holds none or predates snapshots.
+   */
+  snapshots: z.array(z.string().regex(/^snap-[a-z0-9]{20}$/)).max(2048).optional(),
+  /** The node holds more snapshots than `snapshots` lists. */
+  snapshotsTruncated: z.boolean().optional(),
   /**
    * A Bloom filter of the names and ids the node held when it built this check-in; absent from
    * a node that predates it (the gateway then asks that node on every miss).
@@ -405,6 +414,62 @@ export interface Sandbox {
   lastActiveAt: string;
 }
 
+/** The most keys a sandbox's metadata holds. */
+export const METADATA_MAX_KEYS = 64;
+/** The most bytes (UTF-8) of a sandbox's metadata keys and values together: 16 KiB. */
+export const METADATA_MAX_BYTES = 16 * 1024;
+/** The most variables a sandbox's (or a command's) environment holds. */
+export const ENV_MAX_VARS = 1000;
+/** The most bytes (UTF-8) of an environment's names and values together: 256 KiB. */
+export const ENV_MAX_BYTES = 256 * 1024;
+
+const utf8 = new TextEncoder();
+
+/**
+ * A string-to-string map bounded in entries and bytes: a sandbox's metadata and environment are
+ * kept in the ledger, listed, filtered and copied into every answer, so one create must not make
+ * every listing of the node slow.
+ */
+function boundedRecord(
+  key: z.ZodString,
+  value: z.ZodString,
+  what: string,
+  maxEntries: number,
+  maxBytes: number,
+): z.ZodRecord<z.ZodString, z.ZodString> {
+  return z.record(key, value).check((ctx) => {
+    const entries = Object.entries(ctx.value);
+    let bytes = 0;
+    for (const [k, v] of entries) bytes += utf8.encode(k).length + utf8.encode(v).length;
+    if (entries.length > maxEntries || bytes > maxBytes) {
+      ctx.issues.push({
+        code: "custom",
+        input: ctx.value,
+        message: `holds ${entries.length} ${what} of ${bytes} bytes; at most ${maxEntries} ` +
+          `${what} of ${maxBytes / 1024} KiB (names and values together) are allowed: send fewer`,
+      });
+    }
+  });
+}
+
+/** Metadata: string keys to string values, at most 64 keys and 16 KiB. */
+export const metadataSchema: z.ZodRecord<z.ZodString, z.ZodString> = boundedRecord(
+  z.string().max(256),
+  z.string().max(4096),
+  "keys",
+  METADATA_MAX_KEYS,
+  METADATA_MAX_BYTES,
+);
+
+/** Environment variables: names to values, at most 1,000 of them and 256 KiB. */
+export const envSchema: z.ZodRecord<z.ZodString, z.ZodString> = boundedRecord(
+  z.string(),
+  z.string(),
+  "variables",
+  ENV_MAX_VARS,
+  ENV_MAX_BYTES,
+);
+
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
  * default); `egressRules` gives it egress judged by address rules (E2B's `network.allowOut` /
@@ -427,19 +492,13 @@ export const sandboxSpecSchema: z.ZodObject<{
   network: z.boolean().optional(),
   egressRules: egressRulesSchema.optional(),
   privatePorts: z.boolean().optional(),
-  env: z.record(z.string(), z.string()).optional(),
+  env: envSchema.optional(),
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
   volumes: z.array(volumeMountSchema).max(16).optional(),
 });
 
 /** A sandbox spec. */
 export type SandboxSpec = z.infer<typeof sandboxSpecSchema>;
-
-/** Metadata: string keys to string values, bounded. */
-export const metadataSchema: z.ZodRecord<z.ZodString, z.ZodString> = z.record(
-  z.string().max(256),
-  z.string().max(4096),
-);
 
 /**
  * Turns a zod error into one sentence naming the field(s) at fault.

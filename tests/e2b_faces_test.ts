@@ -127,14 +127,12 @@ Deno.test({
     );
 
     await t.step(
-      "fork: a killed sandbox is not found; an existing one is 'not built'",
+      "fork: a killed sandbox is not found; an existing one forks",
       async () => {
         const sandbox = await Sandbox.create(sdk);
-        const existing = await Sandbox.fork(sandbox.sandboxId, { ...sdk, count: 1 })
-          .then(() => undefined, (e) => e);
-        assert.ok(existing instanceof SandboxError, String(existing));
-        assert.ok(!(existing instanceof SandboxNotFoundError), String(existing));
-        assert.match(existing.message, /^501: Forking a sandbox is not built on this fleet yet/);
+        const [fork] = await Sandbox.fork(sandbox.sandboxId, { ...sdk, count: 1 });
+        assert.ok(fork instanceof Sandbox, String(fork));
+        assert.equal(await (fork as Sandbox).kill(), true);
         assert.equal(await sandbox.kill(), true);
         const killed = await Sandbox.fork(sandbox.sandboxId, { ...sdk, count: 1 })
           .then(() => undefined, (e) => e);

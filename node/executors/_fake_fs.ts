@@ -97,6 +97,16 @@ export class FakeFs {
   }
 
   /**
+   * An independent copy of the tree (no listeners): what a snapshot keeps and what each sandbox
+   * started from it begins with, so a write in one is never seen in another.
+   */
+  copy(now: () => number = this.#now): FakeFs {
+    const copy = new FakeFs(now);
+    copy.#nodes = new Map([...this.#nodes].map(([path, node]) => [path, structuredClone(node)]));
+    return copy;
+  }
+
+  /**
    * Calls `listener` for every change to the entries of directory `dir` (anywhere below it
    * when `recursive`) from now on; the returned function stops that.
    */

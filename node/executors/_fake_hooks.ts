@@ -21,6 +21,9 @@ export type FakeCall =
   | "pause"
   | "resume"
   | "stats"
+  | "snapshot"
+  | "listSnapshots"
+  | "deleteSnapshot"
   | "list"
   | "portAddress"
   | "setEgressRules";
@@ -64,6 +67,9 @@ export class FakeExecutorHooks {
     pause: 0,
     resume: 0,
     stats: 0,
+    snapshot: 0,
+    listSnapshots: 0,
+    deleteSnapshot: 0,
     list: 0,
     portAddress: 0,
     setEgressRules: 0,

@@ -22,6 +22,96 @@ export interface CreateRequest {
   spec: SandboxSpec;
   /** Default environment for every command in the sandbox. */
   env: Record<string, string>;
+  /**
+   * A snapshot id this executor holds: the sandbox starts with that snapshot's file system
+   * instead of the template's (`template` then only names it in labels and answers). The
+   * caller has checked the snapshot belongs to the creating team.
+   */
+  snapshot?: string;
+}
+
+/** What a snapshot is taken as. */
+export interface SnapshotRequest {
+  /** The team it belongs to: only that team lists it, finds it and starts sandboxes from it. */
+  team: string;
+  /** A name unique within the team (`exists` when taken); unnamed when absent. */
+  name?: string;
+}
+
+/**
+ * A snapshot: a sandbox's file system as it was when taken (never its memory or processes),
+ * kept on the node that took it after the sandbox is gone.
+ */
+export interface SnapshotInfo {
+  /** Its id, `snap-` and 20 lowercase letters or digits, unique across the fleet. */
+  snapshotId: string;
+  /** Its team. */
+  team: string;
+  /** Its name within the team, when it was given one. */
+  name?: string;
+  /** The sandbox it was taken from (which may be gone since). */
+  sandboxId: string;
+  /** The template that sandbox was built from. */
+  template: string;
+  /** The node that took it. */
+  node: string;
+  /** When it was taken, ms since the epoch. */
+  createdAt: number;
+  /** Bytes it holds on the node's disk beyond its template (0 when unknown). */
+  sizeBytes: number;
+}
+
+/** The shape of a snapshot id: what a create's template is read as a snapshot by. */
+export const SNAPSHOT_ID_PATTERN: RegExp = /^snap-[a-z0-9]{20}$/;
+
+/**
+ * A new snapshot id: `snap-` and 20 random lowercase letters or digits (about 103 bits).
+ *
+ * @example
+ * ```ts
+ * import { newSnapshotId, SNAPSHOT_ID_PATTERN } from "@dormice/cluster/node";
+ * SNAPSHOT_ID_PATTERN.test(newSnapshotId()); // true
+ * ```
+ */
+export function newSnapshotId(): string {
+  const alphabet = "abcdefghijklmnopqrstuvwxyz0123456789";
+  const bytes = crypto.getRandomValues(new Uint8Array(20));
+  return `snap-${Array.from(bytes, (b) => alphabet[b % alphabet.length]).join("")}`;
+}
+
+/**
+ * The sentence of a snapshot name a team already uses (a 409).
+ *
+ * @example
+ * ```ts
+ * import { snapshotNameTaken } from "@dormice/cluster/node";
+ * snapshotNameTaken("base-ready", "snap-aaaaaaaaaaaaaaaaaaaa").code; // "exists"
+ * ```
+ */
+export function snapshotNameTaken(name: string, existing: string): ExecutorError {
+  return new ExecutorError(
+    "exists",
+    `Snapshot name '${name}' is already used by this team's snapshot ${existing}: choose ` +
+      `another name, or delete that snapshot first`,
+  );
+}
+
+/**
+ * The sentence of a snapshot this node does not hold for the team (a 404: another team's is
+ * as absent as one never taken).
+ *
+ * @example
+ * ```ts
+ * import { snapshotNotFound } from "@dormice/cluster/node";
+ * snapshotNotFound("snap-aaaaaaaaaaaaaaaaaaaa").code; // "not_found"
+ * ```
+ */
+export function snapshotNotFound(idOrName: string): ExecutorError {
+  return new ExecutorError(
+    "not_found",
+    `Snapshot '${idOrName}' not found on this node: list your team's snapshots ` +
+      `(GET /snapshots) for their ids and names`,
+  );
 }
 
 /** How to run one command. */
@@ -469,6 +559,19 @@ export interface Executor {
   resume(id: string): Promise<void>;
   /** Resource use now. */
   stats(id: string): Promise<SandboxStats>;
+  /**
+   * Keeps the sandbox's file system as a snapshot on this node (Docker: `docker commit` to a
+   * local image); the sandbox goes on as it was. Memory and processes are not captured.
+   * `exists` when the team already has a snapshot by that name.
+   */
+  snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo>;
+  /** The snapshots this executor holds: one team's, or every team's when `team` is absent. */
+  listSnapshots(team?: string): Promise<SnapshotInfo[]>;
+  /**
+   * Removes a snapshot this executor holds (of `team` only, when given); false when it holds
+   * none by that id. Sandboxes started from it keep running.
+   */
+  deleteSnapshot(snapshotId: string, team?: string): Promise<boolean>;
   /**
    * Ids of every sandbox this executor made and holds (for reconciliation at boot, which
    * removes those the ledger has no row for). Docker: the containers labelled with this

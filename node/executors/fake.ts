@@ -19,11 +19,16 @@ import {
   type FileOptions,
   type FileStream,
   type FsChange,
+  newSnapshotId,
   noEgress,
   type PortAddress,
   readFileStream,
   type SandboxLimits,
   type SandboxStats,
+  type SnapshotInfo,
+  snapshotNameTaken,
+  snapshotNotFound,
+  type SnapshotRequest,
   unknownVolume,
   type WatchRequest,
   type WriteOptions,
@@ -69,6 +74,8 @@ export interface FakeExecutorOptions {
    * `setEgressRules` is absent and the capabilities say so.
    */
   egressRules?: boolean;
+  /** The node id its snapshots record as their origin; `"fake"` when absent. */
+  nodeId?: string;
 }
 
 /**
@@ -97,6 +104,9 @@ export class FakeExecutor implements Executor {
   /** Test controls: park, slow down, fail and count calls. */
   readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
   #sandboxes = new Map<string, FakeSandbox>();
+  /** Snapshots by id, each with the file tree it keeps; gone when deleted or the executor closes. */
+  #snapshots = new Map<string, { info: SnapshotInfo; fs: FakeFs }>();
+  #nodeId: string;
   #ports = new FakePorts();
   #templates: Set<string>;
   #volumes: string[];
@@ -112,9 +122,16 @@ export class FakeExecutor implements Executor {
 
   /** An executor holding no sandboxes yet; `create` refuses a template outside `templates`. */
   constructor(
-    { templates, volumes = [], clock = systemClock, defaults = {}, egressRules = true }:
-      FakeExecutorOptions = {},
+    {
+      templates,
+      volumes = [],
+      clock = systemClock,
+      defaults = {},
+      egressRules = true,
+      nodeId = "fake",
+    }: FakeExecutorOptions = {},
   ) {
+    this.#nodeId = nodeId;
     this.#templates = new Set(templates ?? defaultTemplateNames());
     this.#volumes = [...volumes];
     this.#clock = clock;
@@ -182,7 +199,13 @@ export class FakeExecutor implements Executor {
     if (this.#sandboxes.has(request.id)) {
       throw new ExecutorError("exists", `A fake sandbox with id '${request.id}' already exists`);
     }
-    if (!this.#templates.has(request.template)) {
+    const snapshot = request.snapshot === undefined
+      ? undefined
+      : this.#snapshots.get(request.snapshot);
+    if (request.snapshot !== undefined && snapshot === undefined) {
+      throw snapshotNotFound(request.snapshot);
+    }
+    if (snapshot === undefined && !this.#templates.has(request.template)) {
       throw unknownTemplateError(request.template, this.#templates);
     }
     for (const v of request.spec.volumes ?? []) {
@@ -195,7 +218,7 @@ export class FakeExecutor implements Executor {
     this.#sandboxes.set(request.id, {
       id: request.id,
       request: structuredClone(request),
-      fs: new FakeFs(() => this.#clock.now()),
+      fs: snapshot?.fs.copy(() => this.#clock.now()) ?? new FakeFs(() => this.#clock.now()),
       paused: false,
       thaw: [],
       processes: new Map(),
@@ -402,6 +425,50 @@ export class FakeExecutor implements Executor {
       memoryLimitBytes: limits.memoryMB * 1024 * 1024,
       diskUsedBytes: bytes,
     };
+  }
+
+  /**
+   * Copies the sandbox's file tree as a snapshot (a paused sandbox too: its files are still
+   * there to copy). A name the team already uses is `exists`.
+   */
+  async snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    await this.hooks.enter("snapshot");
+    const sandbox = this.#get(id);
+    if (request.name !== undefined) {
+      const taken = [...this.#snapshots.values()].find((s) =>
+        s.info.team === request.team && s.info.name === request.name
+      );
+      if (taken) throw snapshotNameTaken(request.name, taken.info.snapshotId);
+    }
+    const info: SnapshotInfo = {
+      snapshotId: newSnapshotId(),
+      team: request.team,
+      ...(request.name === undefined ? {} : { name: request.name }),
+      sandboxId: id,
+      template: sandbox.request.template,
+      node: this.#nodeId,
+      createdAt: this.#clock.now(),
+      sizeBytes: sandbox.fs.bytes(),
+    };
+    this.#snapshots.set(info.snapshotId, { info, fs: sandbox.fs.copy() });
+    return { ...info };
+  }
+
+  /** Its snapshots (one team's when `team` is given), oldest first. */
+  async listSnapshots(team?: string): Promise<SnapshotInfo[]> {
+    await this.hooks.enter("listSnapshots");
+    return [...this.#snapshots.values()].map((s) => ({ ...s.info }))
+      .filter((info) => team === undefined || info.team === team)
+      .sort((a, b) => a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId));
+  }
+
+  /** Forgets a snapshot; false when it holds none by that id for `team`. */
+  async deleteSnapshot(snapshotId: string, team?: string): Promise<boolean> {
+    await this.hooks.enter("deleteSnapshot");
+    const held = this.#snapshots.get(snapshotId);
+    if (!held || (team !== undefined && held.info.team !== team)) return false;
+    this.#snapshots.delete(snapshotId);
+    return true;
   }
 
   /** Ids of every sandbox it holds: in memory only, so none survive a restart. */

@@ -36,6 +36,9 @@ const measured: Record<
   pause: true,
   resume: true,
   stats: true,
+  snapshot: true,
+  listSnapshots: true,
+  deleteSnapshot: true,
   list: true,
   portAddress: true,
 };

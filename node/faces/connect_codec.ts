@@ -10,7 +10,12 @@ import {
   statusToConnectCode,
 } from "../../shared/connect_codes.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { type BodyCapOptions, readBodyBytes, readJsonObject } from "../../shared/json_body.ts";
+import {
+  type BodyCapOptions,
+  readBodyBytes,
+  readFlatJsonObject,
+  readJsonObject,
+} from "../../shared/json_body.ts";
 import { StreamCut } from "../../shared/stream_cut.ts";
 
 export { StreamCut } from "../../shared/stream_cut.ts";
@@ -209,10 +214,12 @@ export async function readStreamRequest(
  */
 export async function readUnaryRequest(
   request: Request,
-  cap: BodyCapOptions = {},
+  cap: BodyCapOptions & { flat?: boolean } = {},
 ): Promise<Record<string, unknown>> {
+  const options = { ...cap, example: `{"path":"/home/user"}` };
   return await connectRefusals(async () =>
-    (await readJsonObject(request, { ...cap, example: `{"path":"/home/user"}` })).value
+    (cap.flat ? await readFlatJsonObject(request, options) : await readJsonObject(request, options))
+      .value
   );
 }
 

@@ -14,9 +14,22 @@ import {
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
-import { unbuiltE2bRoutes } from "../../shared/e2b_unbuilt.ts";
+import { TEMPLATE_DELETE_NOT_BUILT, unbuiltE2bRoutes } from "../../shared/e2b_unbuilt.ts";
+import {
+  pageSnapshots,
+  parseSnapshotQuery,
+  snapshotCursor,
+  snapshotRow,
+} from "../../shared/snapshots.ts";
+import { DEFAULT_TEAM } from "../../shared/teams.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { type BodyCapOptions, readJsonObject } from "../../shared/json_body.ts";
+import {
+  type BodyCapOptions,
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readJsonObject,
+} from "../../shared/json_body.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
@@ -26,13 +39,20 @@ import { slotTokenOf } from "../../shared/slot_token.ts";
 import { tokensEqual } from "../../shared/token.ts";
 import {
   describeZodError,
+  envSchema,
   metadataSchema,
   sandboxNameSchema,
   type SandboxSpec,
   sandboxSpecSchema,
 } from "../../shared/schemas.ts";
 import type { SandboxState } from "../../shared/schemas.ts";
-import { executorErrorToHttp } from "../executors/contract.ts";
+import {
+  executorErrorToHttp,
+  SNAPSHOT_ID_PATTERN,
+  type SnapshotInfo,
+  snapshotNotFound,
+} from "../executors/contract.ts";
+import type { NodeSnapshots } from "../snapshots.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
 import {
@@ -71,9 +91,20 @@ export interface E2bApiOptions {
   maxTimeoutSeconds?: number;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
-  /** Cap of a JSON body, bytes (`DORMICE_JSON_BODY_LIMIT_MB`); 32 MiB when absent. */
+  /**
+   * Cap of a JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when absent: the control
+   * plane never carries a file.
+   */
   maxBodyBytes?: number;
+  /**
+   * The node's snapshots, behind create/list/delete snapshot, fork and a create from a
+   * snapshot; those routes answer 501 when absent.
+   */
+  snapshots?: NodeSnapshots;
 }
+
+/** How many sandboxes of one fork are built at once (each is an engine create). */
+const FORK_CONCURRENCY = 4;
 
 /** The header of a v2 list counting the running sandboxes its filters match, before paging. */
 const TOTAL_RUNNING_HEADER = "x-total-running";
@@ -117,7 +148,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   const defaultTimeout = options.defaultTimeoutSeconds ?? 300;
   const maxTimeout = options.maxTimeoutSeconds ?? 30 * 24 * 3600;
   const randomName = options.randomName ?? randomSandboxName;
-  const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const bodyCap = {
+    maxBytes: options.maxBodyBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
 
   const timeoutSchema = z.number().int("must be whole seconds").min(0, "must be at least 0")
@@ -126,11 +161,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     templateID: z.string().min(1).max(256),
     timeout: timeoutSchema.optional(),
     metadata: metadataSchema.optional(),
-    envVars: z.record(z.string(), z.string()).optional(),
+    envVars: envSchema.optional(),
     // E2B's SandboxVolumeMount: a volume the node declares (DORMICE_VOLUMES) and its path.
     volumeMounts: z.array(z.object({ name: z.string(), path: z.string() })).max(16).optional(),
   });
   const connectSchema = z.object({ timeout: timeoutSchema.optional() });
+  const snapshotSchema = z.object({ name: z.string().max(256).optional() });
+  const forkSchema = z.object({
+    timeout: timeoutSchema.optional(),
+    count: z.number().int("must be a whole number").min(1, "must be at least 1")
+      .max(100, "must be at most 100").optional(),
+  });
   // `memory: false` is E2B's filesystem-only pause (the SDK's pause({ keepMemory: false })).
   const pauseSchema = z.object({ memory: z.boolean().optional() });
   const setTimeoutSchema = z.object({ timeout: timeoutSchema });
@@ -229,6 +270,24 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     return s;
   };
 
+  const needSnapshots = (): NodeSnapshots => {
+    if (!options.snapshots) {
+      throw new HttpError(501, "Snapshots are not served by this node's E2B face");
+    }
+    return options.snapshots;
+  };
+
+  /**
+   * The snapshot a create's `templateID` names (its id, or its name within the caller's team),
+   * or undefined for a template. An id of a snapshot this node does not hold is a 404.
+   */
+  const snapshotOf = async (c: Context, templateID: string): Promise<SnapshotInfo | undefined> => {
+    if (!options.snapshots) return undefined;
+    const found = await options.snapshots.find(templateID, teamOf(c) ?? DEFAULT_TEAM);
+    if (!found && SNAPSHOT_ID_PATTERN.test(templateID)) throw snapshotNotFound(templateID);
+    return found;
+  };
+
   const create = async (c: Context) => {
     const raw = await readBody(c, "refuse", `{"templateID":"base"}`, bodyCap);
     const body = parse(createSchema, raw);
@@ -248,10 +307,12 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       }
       name = r?.data ?? randomName();
     }
+    const from = await snapshotOf(c, body.templateID);
     const result = await ops.acquire({
       name,
       team: teamOf(c),
       template: body.templateID,
+      ...(from ? { template: from.snapshotId, snapshot: from.snapshotId } : {}),
       metadata: body.metadata,
       env: body.envVars,
       spec: body.volumeMounts?.length
@@ -364,14 +425,17 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
 
   app.get("/sandboxes/:id", (c) => c.json(detail(mustGet(c, c.req.param("id")))));
 
-  app.get("/sandboxes", (c) => {
+  app.get("/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
-    return c.json(
-      ops.list({ metadata, team: teamOf(c), states: ["active", "restoring"] }).map(listed),
-    );
+    const rows = await ops.listInSlices({
+      metadata,
+      team: teamOf(c),
+      states: ["active", "restoring"],
+    });
+    return jsonArrayResponse(rows.map(listed));
   });
 
-  app.get("/v2/sandboxes", (c) => {
+  app.get("/v2/sandboxes", async (c) => {
     const metadata = parseMetadataQuery(c.req.query("metadata"));
     const states = parseStates(c.req.queries("state"));
     const order = c.req.query("order") ?? "desc";
@@ -393,7 +457,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     }
     const template = c.req.query("template");
     const sign = order === "asc" ? 1 : -1;
-    let rows = ops.list({ metadata, team: teamOf(c) })
+    let rows = (await ops.listInSlices({ metadata, team: teamOf(c) }))
       .filter((s) => states.has(e2bState(s.state)))
       .filter((s) => startedAfter === undefined || Date.parse(s.createdAt) >= startedAfter)
       .filter((s) => !template || s.template === template)
@@ -445,6 +509,80 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     const { fromMs, toMs } = parseMetricsRange(c.req.query("start"), c.req.query("end"));
     const s = mustGet(c, c.req.param("id"));
     return c.json((await ops.metricsHistory(at(c, s.id), fromMs, toMs)).map(e2bMetric));
+  });
+
+  app.post("/sandboxes/:id/snapshots", async (c) => {
+    const id = c.req.param("id");
+    const body = parse(snapshotSchema, await readBody(c, "object", `{"name":"ready"}`, bodyCap));
+    mustGet(c, id);
+    const info = await needSnapshots().take(at(c, id), body.name);
+    return c.json(snapshotRow(info), 201);
+  });
+
+  app.get("/snapshots", async (c) => {
+    const query = parseSnapshotQuery(new URL(c.req.url).searchParams, "node");
+    const rows = (await needSnapshots().list(teamOf(c))).map(snapshotRow);
+    const { page, more } = pageSnapshots(rows, query);
+    if (more && page.length > 0) {
+      c.header("x-next-token", encodeListCursor(snapshotCursor(page[page.length - 1])));
+    }
+    return c.json(page);
+  });
+
+  app.delete("/templates/:id", async (c) => {
+    const id = c.req.param("id");
+    if (!SNAPSHOT_ID_PATTERN.test(id)) throw new HttpError(501, TEMPLATE_DELETE_NOT_BUILT);
+    if (!(await needSnapshots().delete(id, teamOf(c)))) {
+      throw new HttpError(404, `Snapshot '${id}' not found on this node`);
+    }
+    return c.body(null, 204);
+  });
+
+  // E2B's fork: one snapshot of the source's files, `count` new sandboxes from it, each
+  // answered or failed on its own; the snapshot is dropped after (its sandboxes keep their
+  // files). The source goes on running.
+  app.post("/sandboxes/:id/fork", async (c) => {
+    const id = c.req.param("id");
+    const body = parse(forkSchema, await readBody(c, "object", `{"count":1}`, bodyCap));
+    const source = mustGet(c, id);
+    const snapshots = needSnapshots();
+    const snap = await snapshots.take(at(c, id));
+    const { name: _name, ...metadata } = source.metadata;
+    const timeoutSeconds = body.timeout ?? defaultTimeout;
+    try {
+      const results = await mapBounded(
+        Array.from({ length: body.count ?? 1 }, (_, i) => i),
+        FORK_CONCURRENCY,
+        async () => {
+          try {
+            const { sandbox } = await ops.acquire({
+              name: randomName(),
+              team: source.team,
+              template: source.template,
+              snapshot: snap.snapshotId,
+              metadata,
+              env: source.env,
+              spec: source.spec,
+              deadline: { ms: timeoutSeconds * 1000, action: onTimeoutOf(source) },
+              e2b: { ...source.e2b, timeoutSeconds },
+            });
+            return { sandbox: created(c, sandbox) };
+          } catch (thrown) {
+            const error = executorErrorToHttp(thrown);
+            if (error instanceof HttpError) {
+              return { error: { code: error.status, message: error.message } };
+            }
+            log("error", "a fork failed", { source: id, error });
+            return { error: { code: 500, message: `Internal error: ${errorText(error)}` } };
+          }
+        },
+      );
+      return c.json(results, 201);
+    } finally {
+      await snapshots.delete(snap.snapshotId).catch((error) =>
+        log("warn", "could not drop a fork's snapshot", { snapshot: snap.snapshotId, error })
+      );
+    }
   });
 
   for (const route of unbuiltE2bRoutes) {
@@ -534,4 +672,22 @@ function parseStates(raw: string[] | undefined): Set<"running" | "paused"> {
 
 function errorText(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** `fn` over every item, at most `limit` at once, the answers in the items' order. */
+async function mapBounded<T, R>(
+  items: readonly T[],
+  limit: number,
+  fn: (item: T) => Promise<R>,
+): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) {
+      const i = next++;
+      out[i] = await fn(items[i]);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
+  return out;
 }

@@ -30,7 +30,7 @@ function setup() {
       },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
-  return { clock, executor, service, accessTokens, call };
+  return { clock, executor, service, ledger, accessTokens, call };
 }
 
 Deno.test("createE2bApi() refuses a missing or wrong X-API-KEY with {code:401}", async () => {
@@ -203,11 +203,12 @@ Deno.test("create answers a body that is not one JSON object, or is over the cap
   const arrayBody = await array.json();
   assert.equal(arrayBody.code, 400);
   assert.match(arrayBody.message, /must be a JSON object such as \{"templateID":"base"\}/);
-  const big = await post('{"templateID":"base"}', { "content-length": String(64 * 1024 ** 2) });
+  // The control plane never carries a file: a one-piece message under 1 MiB.
+  const big = await post('{"templateID":"base"}', { "content-length": String(2 * 1024 ** 2) });
   assert.equal(big.status, 413);
   const bigBody = await big.json();
   assert.equal(bigBody.code, 413);
-  assert.match(bigBody.message, /cap of 32 MiB/);
+  assert.match(bigBody.message, /cap of 1 MiB \(DORMICE_JSON_MESSAGE_LIMIT_KB\)/);
   await executor.close();
 });
 
@@ -568,10 +569,8 @@ Deno.test("routes not built yet answer 501 {code, message}; about a missing sand
   const { call, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
   const routes = (id: string) => [
-    ["POST", `/sandboxes/${id}/snapshots`],
-    ["GET", "/snapshots"],
-    ["POST", `/sandboxes/${id}/fork`],
-    ["DELETE", `/templates/${id}`],
+    // Deleting a template (an id that is not a snapshot's) is not built; snapshots are.
+    ["DELETE", `/templates/base`],
   ];
   for (const [method, path] of routes(sandboxID)) {
     const res = await call(method, path, method === "GET" ? undefined : {});
@@ -580,7 +579,7 @@ Deno.test("routes not built yet answer 501 {code, message}; about a missing sand
     assert.equal(body.code, 501);
     assert.ok(body.message.length > 30, body.message);
   }
-  // A fork of a killed sandbox is E2B's not-found (the SDK's SandboxNotFoundError).
+  // A route about a killed sandbox would be E2B's not-found; a template's stays a 501.
   assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
   for (const [method, path] of routes(sandboxID)) {
     const res = await call(method, path, method === "GET" ? undefined : {});
@@ -695,5 +694,64 @@ Deno.test("GET /v2/sandboxes filters by template and startedAfter, orders, and c
   assert.equal(bad.status, 400);
   assert.match((await bad.json()).message, /'startedAfter'/);
   await multi.close();
+  await executor.close();
+});
+
+Deno.test("create refuses metadata past 64 keys or 16 KiB and env past 1,000 vars or 256 KiB", async () => {
+  const { call, service, executor } = setup();
+  const many = (n: number, value = "v") =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, value]));
+  const cases: [string, unknown, RegExp][] = [
+    ["65 metadata keys", { metadata: many(65) }, /'metadata'.*holds 65 keys.*at most 64 keys/],
+    ["17 KiB of metadata", { metadata: many(5, "x".repeat(3500)) }, /at most 64 keys of 16 KiB/],
+    ["1,001 env vars", { envVars: many(1001) }, /'envVars'.*holds 1001 variables.*at most 1000/],
+    ["257 KiB of env", { envVars: many(2, "x".repeat(132_000)) }, /of 256 KiB/],
+  ];
+  for (const [label, extra, message] of cases) {
+    const res = await call("POST", "/sandboxes", { templateID: "base", ...extra as object });
+    assert.equal(res.status, 400, label);
+    const body = await res.json();
+    assert.equal(body.code, 400, label);
+    assert.match(body.message, message, label);
+  }
+  assert.equal(service.list().length, 0);
+  // At the limits, a create goes through.
+  const ok = await call("POST", "/sandboxes", {
+    templateID: "base",
+    metadata: many(64),
+    envVars: many(1000),
+  });
+  assert.equal(ok.status, 201, await ok.clone().text());
+  await ok.body?.cancel();
+  await executor.close();
+});
+
+Deno.test("GET /sandboxes reads the ledger a page at a time, letting the event loop run between", async () => {
+  const { call, ledger, executor } = setup();
+  for (let i = 0; i < 1200; i++) {
+    ledger.insert({
+      id: `sbx${String(i).padStart(5, "0")}`,
+      name: `s${i}`,
+      state: "active",
+      template: "base",
+      metadata: {},
+      spec: {},
+      env: {},
+      createdAt: 1_800_000_000_000 + i,
+      deadlineAt: null,
+      deadlineAction: null,
+    });
+  }
+  // A timer due now runs before the answer only if the listing let the loop run.
+  let ranBefore = false;
+  let answered = false;
+  setTimeout(() => ranBefore = !answered, 0);
+  for (const path of ["/sandboxes", "/v2/sandboxes?limit=1000"]) {
+    const res = await call("GET", path);
+    answered = true;
+    assert.equal(res.status, 200);
+    assert.equal((await res.json()).length, path === "/sandboxes" ? 1200 : 1000);
+  }
+  assert.ok(ranBefore, "the listing held the event loop until it answered");
   await executor.close();
 });

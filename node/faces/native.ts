@@ -18,6 +18,12 @@
  * | `lookupSandbox` | `{name}` or `{id}` | `{found:true, sandbox:{id,name,state}}` or `{found:false}` |
  * | `setPools` | `{pools:[{template, spec?:{cpus?, memoryMB?}, warm}]}` (the whole set) | `{pools}` |
  * | `listPools` | `{}` | `{pools:[{template, spec, warm, target, refilling, claimed}]}` |
+ * | `snapshotSandbox` | `{name, snapshotName?}` | `{snapshot:{snapshotId, team, name?, sandboxId, template, node, createdAt, sizeBytes}}` |
+ * | `listSnapshots` | `{sandboxId?, name?}` (a name or an id) | `{snapshots:[…]}`, oldest first |
+ * | `deleteSnapshot` | `{snapshotId}` | `{deleted}` |
+ *
+ * The snapshot verbs are this node's own (the gateway serves snapshots on its E2B face): a
+ * snapshot belongs to its sandbox's team, and a team sees and deletes only its own.
  *
  * `command` is a shell string (run as `/bin/sh -c <command>`) or an argv array. `GET /healthz` is
  * open and answers `{ok:true, nodeId, build}`.
@@ -36,16 +42,34 @@ import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
-import { readJsonObject } from "../../shared/json_body.ts";
+import {
+  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+  MESSAGE_ALTERNATIVE,
+  readFlatJsonObject,
+  readJsonObject,
+} from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
-import { nativeRequestSchemas as schemas, nativeVerbs } from "../../shared/native_schemas.ts";
-import { describeZodError, type HostReading, type Sandbox } from "../../shared/schemas.ts";
+import {
+  nativeRequestSchemas as schemas,
+  nativeVerbs,
+  writeFileShapeSchema,
+} from "../../shared/native_schemas.ts";
+import { decodeBase64InSlices } from "../../shared/base64.ts";
+import { jsonArrayResponse } from "../../shared/json_stream.ts";
+import {
+  describeZodError,
+  type HostReading,
+  type Sandbox,
+  sandboxNameSchema,
+} from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
 import { slotTokenOf } from "../../shared/slot_token.ts";
 import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
+import type { NodeSnapshots } from "../snapshots.ts";
+import { sandboxIdSchema } from "../../shared/schemas.ts";
 import { setPoolsSchema } from "../../shared/pools.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
 
@@ -67,6 +91,8 @@ export interface NativeFaceOptions {
   hostReading: () => HostReading;
   /** The warm pools `setPools` and `listPools` act on; both answer 501 when absent. */
   pools?: Pick<WarmPools, "set" | "list">;
+  /** The node's snapshots, for the snapshot verbs; they answer 501 when absent. */
+  snapshots?: NodeSnapshots;
   /** Where unexpected errors (500s) are logged; `silentLog` when absent. */
   log?: Log;
   /**
@@ -74,10 +100,15 @@ export interface NativeFaceOptions {
    * it a 413 names the cap and `POST /files`, which streams a file of any size.
    */
   maxBodyBytes?: number;
+  /**
+   * Cap of every other verb's JSON body, bytes (`DORMICE_JSON_MESSAGE_LIMIT_KB`); 1 MiB when
+   * absent. Only `writeFile` carries a file and takes up to `maxBodyBytes`.
+   */
+  maxMessageBytes?: number;
 }
 
 /** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
-const nodeVerbs = ["setPools", "listPools"];
+const nodeVerbs = ["setPools", "listPools", "snapshotSandbox", "listSnapshots", "deleteSnapshot"];
 
 /**
  * The public sandbox object: the record without its E2B bookkeeping.
@@ -181,6 +212,11 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   const { service, token, nodeId, endpoint, build, hostReading } = options;
   const log = options.log ?? silentLog;
   const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
+  const messageCap = {
+    maxBytes: options.maxMessageBytes ?? DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
+    capVariable: "DORMICE_JSON_MESSAGE_LIMIT_KB",
+    tooLargeHint: MESSAGE_ALTERNATIVE,
+  };
   const app = new Hono();
   app.onError((error) => nativeErrorResponse(error, log));
   app.notFound(nativeNotFound);
@@ -202,9 +238,14 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     app.post(`/${verbName}`, async (c) => {
       authorize(c.req.header("authorization"));
       const team = teamOfRequest(c.req.raw.headers);
-      const { value } = await readJsonObject(c.req.raw, bodyCap);
+      // Only writeFile carries a file: its body is read a slice at a time, under the larger cap.
+      const { value } = verbName === "writeFile"
+        ? await readFlatJsonObject(c.req.raw, { ...bodyCap, verb: verbName })
+        : await readJsonObject(c.req.raw, messageCap);
       const input = parse(verbName, schema, value);
-      return c.json(await run(input, team, c.req.raw.headers) as Record<string, unknown>);
+      const answer = await run(input, team, c.req.raw.headers);
+      if (answer instanceof Response) return answer;
+      return c.json(answer as Record<string, unknown>);
     });
     app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
   };
@@ -214,9 +255,15 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb("listSandboxes", schemas.listSandboxes, (b, team) => ({
-    sandboxes: service.list({ ...b, team }).map(publicSandbox),
-  }));
+  verb(
+    "listSandboxes",
+    schemas.listSandboxes,
+    async (b, team) =>
+      jsonArrayResponse(
+        (await service.listInSlices({ ...b, team })).map(publicSandbox),
+        "sandboxes",
+      ),
+  );
   verb(
     "execCommand",
     schemas.execCommand,
@@ -228,16 +275,16 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
         timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
       }),
   );
-  verb("writeFile", schemas.writeFile, async (b, team) => {
+  verb("writeFile", writeFileShapeSchema, async (b, team) => {
     const data = b.contentBase64 !== undefined
-      ? new Uint8Array(Buffer.from(b.contentBase64, "base64"))
+      ? await decodeContent(b.contentBase64)
       : new TextEncoder().encode(b.content);
     const entry = await service.writeFile({ name: b.name, team }, b.path, data);
     return { path: entry.path, size: entry.size };
   });
   verb("readFile", schemas.readFile, async (b, team) => {
     const data = await service.readFile({ name: b.name, team }, b.path);
-    return { path: b.path, size: data.length, contentBase64: Buffer.from(data).toString("base64") };
+    return streamedReadAnswer(b.path, data);
   });
   verb("updateMetadata", schemas.updateMetadata, async (b, team) => ({
     sandbox: publicSandbox(
@@ -287,10 +334,81 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
     return { pools: pools().list() };
   });
 
+  const snapshots = () => {
+    if (options.snapshots) return options.snapshots;
+    throw new HttpError(501, "This node was built without snapshots");
+  };
+  verb("snapshotSandbox", snapshotSandboxSchema, async (b, team) => ({
+    snapshot: await snapshots().take({ name: b.name, team }, b.snapshotName),
+  }));
+  verb("listSnapshots", listSnapshotsSchema, async (b, team) => ({
+    snapshots: (await snapshots().list(team)).filter((s) =>
+      (b.sandboxId === undefined || s.sandboxId === b.sandboxId) &&
+      (b.name === undefined || s.name === b.name || s.snapshotId === b.name)
+    ),
+  }));
+  verb("deleteSnapshot", deleteSnapshotSchema, async (b, team) => ({
+    deleted: await snapshots().delete(b.snapshotId, team),
+  }));
+
   return app;
 }
 
 const listPoolsSchema = z.object({}).strict();
+const snapshotSandboxSchema = z.object({
+  name: sandboxNameSchema,
+  snapshotName: z.string().min(1).max(64).optional(),
+});
+const listSnapshotsSchema = z.object({
+  sandboxId: sandboxIdSchema.optional(),
+  name: z.string().min(1).max(64).optional(),
+});
+const deleteSnapshotSchema = z.object({
+  snapshotId: z.string().regex(/^snap-[a-z0-9]{20}$/, "is not a snapshot id (snap-…)"),
+});
+
+/** Bytes of a file encoded at once in a `readFile` answer: 384 KiB, 512 KiB of base64. */
+const READ_SLICE_BYTES = 384 * 1024;
+
+/**
+ * `readFile`'s answer `{path, size, contentBase64}`, streamed: the base64 is made a slice at a
+ * time as the client takes it, so neither a whole base64 copy nor one long encode and
+ * `JSON.stringify` hold the node (a 24 MiB file took 30 ms to encode and as long to stringify).
+ */
+function streamedReadAnswer(path: string, data: Uint8Array): Response {
+  const encoder = new TextEncoder();
+  let at = 0;
+  let started = false;
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (!started) {
+        started = true;
+        const head = `{"path":${JSON.stringify(path)},"size":${data.length},"contentBase64":"`;
+        controller.enqueue(encoder.encode(head));
+        return;
+      }
+      if (at >= data.length) {
+        controller.enqueue(encoder.encode('"}'));
+        controller.close();
+        return;
+      }
+      const slice = data.subarray(at, at + READ_SLICE_BYTES);
+      at += slice.length;
+      controller.enqueue(encoder.encode(Buffer.from(slice).toString("base64")));
+    },
+  }, { highWaterMark: 0 });
+  return new Response(body, { headers: { "content-type": "application/json" } });
+}
+
+/** `writeFile`'s `contentBase64`, decoded a slice at a time; a 400 naming it when it is not base64. */
+async function decodeContent(text: string): Promise<Uint8Array> {
+  try {
+    return await decodeBase64InSlices(text);
+  } catch (error) {
+    if (!(error instanceof RangeError)) throw error;
+    throw new HttpError(400, `Invalid body for writeFile: 'contentBase64': ${error.message}`);
+  }
+}
 
 function methodNotAllowed(c: Context, allow: string): Response {
   return c.json(

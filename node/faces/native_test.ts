@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Buffer } from "node:buffer";
 import { FakeClock } from "../../shared/clock.ts";
 import { hostReadingSchema, lookupAnswerSchema } from "../../shared/schemas.ts";
 import type { NodeApp } from "../app.ts";
@@ -225,22 +226,49 @@ Deno.test("native face: an unexpected error is a logged 500 {message}", async ()
 
 Deno.test("native face: a body declared over the JSON cap is a 413 {message}, not read", async () => {
   const { app } = node();
-  const res = await app.fetch(
-    new Request("http://node/acquireSandbox", {
-      method: "POST",
-      headers: {
-        authorization: `Bearer ${token}`,
-        "content-type": "application/json",
-        "content-length": String(64 * 1024 * 1024),
-      },
-      body: '{"name":"a"}',
-    }),
-  );
-  assert.equal(res.status, 413);
-  const body = await res.json();
+  const declared = (verb: string, bytes: number, body: string) =>
+    app.fetch(
+      new Request(`http://node/${verb}`, {
+        method: "POST",
+        headers: {
+          authorization: `Bearer ${token}`,
+          "content-type": "application/json",
+          "content-length": String(bytes),
+        },
+        body,
+      }),
+    );
+  // Every verb but writeFile is a one-piece message: 1 MiB.
+  const message = await declared("acquireSandbox", 2 * 1024 * 1024, '{"name":"a"}');
+  assert.equal(message.status, 413);
+  const body = await message.json();
   assert.deepEqual(Object.keys(body), ["message"]);
-  assert.match(body.message, /cap of 32 MiB/);
+  assert.match(body.message, /cap of 1 MiB \(DORMICE_JSON_MESSAGE_LIMIT_KB\): .*writeFile/);
+  const file = await declared("writeFile", 64 * 1024 * 1024, '{"name":"a"}');
+  assert.equal(file.status, 413);
+  assert.match((await file.json()).message, /cap of 32 MiB \(DORMICE_JSON_BODY_LIMIT_MB\)/);
   await app.close();
+});
+
+Deno.test("native face: writeFile takes a 2 MiB file, but not 2 MiB of JSON structure", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const content = "x".repeat(2 * 1024 * 1024);
+  const ok = await call(app, "writeFile", { name: "a", path: "/tmp/two", content });
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  // 2 MiB of small arrays take a parse of their own: one big string does not.
+  const nested = await call(app, "writeFile", {
+    name: "a",
+    path: "/tmp/nested",
+    content: "x",
+    extra: Array.from({ length: 200_000 }, () => [1]),
+  });
+  assert.equal(nested.status, 400);
+  assert.match(nested.body.message as string, /writeFile must be one JSON object of a few fields/);
+  // A message verb over 1 MiB is a 413 even when its body is one string.
+  const big = await call(app, "execCommand", { name: "a", command: content });
+  assert.equal(big.status, 413);
+  await executor.close();
 });
 
 Deno.test("native face: a 404 for a sandbox not on this node is marked absent, a missing file's is not", async () => {
@@ -263,4 +291,93 @@ Deno.test("native face: a 404 for a sandbox not on this node is marked absent, a
   assert.equal(missingFile.headers.get("x-dormice-absent"), null);
   await missingFile.body?.cancel();
   await app.close();
+});
+
+Deno.test("native face: writeFile takes 8 MiB of contentBase64 and names a bad character's place", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  // A regex of base64 quanta threw "Maximum call stack size exceeded" on this: a 500.
+  const bytes = new Uint8Array(6 * 1024 * 1024).map((_, i) => i % 251);
+  const text = Buffer.from(bytes).toString("base64");
+  const ok = await call(app, "writeFile", { name: "a", path: "/tmp/big", contentBase64: text });
+  assert.equal(ok.status, 200, JSON.stringify(ok.body));
+  assert.equal(ok.body.size, bytes.length);
+  const read = await call(app, "readFile", { name: "a", path: "/tmp/big" });
+  assert.equal(read.body.contentBase64, text);
+  const bad = text.slice(0, 4_000_000) + "QU D" + text.slice(4_000_004);
+  const refused = await call(app, "writeFile", { name: "a", path: "/tmp/bad", contentBase64: bad });
+  assert.equal(refused.status, 400);
+  assert.match(
+    refused.body.message as string,
+    /'contentBase64'.*characters 3670016 to 4194303 are not standard base64/,
+  );
+  await executor.close();
+});
+
+Deno.test("native face: acquireSandbox refuses metadata past 64 keys and env past 1,000 vars", async () => {
+  const { app, executor } = node();
+  const many = (n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, "v"]));
+  const meta = await call(app, "acquireSandbox", { name: "a", metadata: many(65) });
+  assert.equal(meta.status, 400);
+  assert.deepEqual(Object.keys(meta.body), ["message"]);
+  assert.match(meta.body.message as string, /'metadata'.*at most 64 keys of 16 KiB/);
+  const env = await call(app, "acquireSandbox", { name: "a", spec: { env: many(1001) } });
+  assert.equal(env.status, 400);
+  assert.match(env.body.message as string, /'spec.env'.*at most 1000 variables of 256 KiB/);
+  const exec = await call(app, "execCommand", { name: "a", command: "true", env: many(1001) });
+  assert.equal(exec.status, 400);
+  assert.match(exec.body.message as string, /'env'.*at most 1000 variables/);
+  await executor.close();
+});
+
+Deno.test("native face: readFile streams its answer, the base64 made a slice at a time", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const bytes = new Uint8Array(2 * 1024 * 1024 + 5).map((_, i) => i % 253);
+  const text = Buffer.from(bytes).toString("base64");
+  assert.equal(
+    (await call(app, "writeFile", { name: "a", path: "/tmp/r", contentBase64: text })).status,
+    200,
+  );
+  const res = await app.fetch(
+    new Request("http://node/readFile", {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ name: "a", path: "/tmp/r" }),
+    }),
+  );
+  assert.equal(res.status, 200);
+  assert.equal(res.headers.get("content-type"), "application/json");
+  let chunks = 0;
+  const parts: Uint8Array<ArrayBuffer>[] = [];
+  for await (const chunk of res.body!) chunks++, parts.push(new Uint8Array(chunk));
+  const answer = JSON.parse(
+    new TextDecoder().decode(new Uint8Array(await new Blob(parts).arrayBuffer())),
+  );
+  assert.deepEqual(answer, { path: "/tmp/r", size: bytes.length, contentBase64: text });
+  // A head, six slices of 384 KiB, the tail.
+  assert.ok(chunks >= 7, `${chunks} chunks`);
+  await executor.close();
+});
+
+Deno.test("native face: updateMetadata refuses a merge that would pass 64 keys", async () => {
+  const { app, executor } = node();
+  await call(app, "acquireSandbox", { name: "a" });
+  const keys = (from: number, n: number) =>
+    Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${from + i}`, "v"]));
+  const first = await call(app, "updateMetadata", {
+    name: "a",
+    metadata: keys(0, 40),
+    merge: true,
+  });
+  assert.equal(first.status, 200);
+  const second = await call(app, "updateMetadata", {
+    name: "a",
+    metadata: keys(40, 40),
+    merge: true,
+  });
+  assert.equal(second.status, 400);
+  assert.match(second.body.message as string, /merged metadata of 'a' holds 80 keys.*at most 64/);
+  await executor.close();
 });

@@ -23,6 +23,7 @@ import { type CpuSample, usageOf } from "./_stats.ts";
 import type { Engine, EngineInfo } from "./engine.ts";
 import type { SandboxNetwork } from "./_network.ts";
 import { buildCommandOf, unknownTemplateError } from "./templates.ts";
+import type { Snapshots } from "./_snapshots.ts";
 
 /** How to get a missing image; named in every missing-image error. */
 function buildHint(image: string): string {
@@ -90,6 +91,8 @@ export interface ContainersOptions {
   log: Log;
   /** Named volumes a create may mount. */
   volumes: VolumeDecl[];
+  /** This instance's snapshots, which a create may start from. */
+  snapshots: Snapshots;
 }
 
 /** The lifecycle of every sandbox's container on this node's engine. */
@@ -107,8 +110,10 @@ export class Containers {
   #log: Log;
   #cpu = new Map<string, CpuSample>();
   #volumes: Map<string, VolumeDecl>;
+  #snapshots: Snapshots;
 
   constructor(options: ContainersOptions) {
+    this.#snapshots = options.snapshots;
     this.#engine = options.engine;
     this.#sandboxes = options.sandboxes;
     this.#network = options.network;
@@ -255,7 +260,9 @@ export class Containers {
 
   async create(request: CreateRequest): Promise<void> {
     const { id, name, template, spec } = request;
-    const image = this.#templates.get(template);
+    const image = request.snapshot === undefined
+      ? this.#templates.get(template)
+      : await this.#snapshots.imageFor(request.snapshot);
     if (!image) throw unknownTemplateError(template, this.#templates.keys());
     let imageInfo;
     try {

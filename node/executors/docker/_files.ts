@@ -26,7 +26,15 @@ import {
   fileStreamLengthError,
   type WriteOptions,
 } from "../contract.ts";
-import { concat, readTar, TAR_END, tarHeader, tarPadding, writeTar } from "./_tar.ts";
+import {
+  concat,
+  readFirstTarEntry,
+  TAR_END,
+  type TarEntry,
+  tarHeader,
+  tarPadding,
+  writeTar,
+} from "./_tar.ts";
 import type { Commands, HelperResult } from "./_exec.ts";
 import { type Owner, resolvePath, type Sandboxes } from "./_sandboxes.ts";
 import {
@@ -236,16 +244,15 @@ export class Files {
     let target = resolvePath(path, runAs.home);
     // Docker archives a symlink as itself; follow a few hops like a reader would.
     for (let hop = 0; hop < 8; hop++) {
-      let tar: Uint8Array;
+      let entry: TarEntry | undefined;
       try {
-        tar = await this.#engine.call(`reading ${target} in sandbox ${id}`, async (signal) => {
+        entry = await this.#engine.call(`reading ${target} in sandbox ${id}`, async (signal) => {
           const body = await this.#engine.container(id).getArchive({
             path: target,
             abortSignal: signal,
           });
-          const chunks: Uint8Array[] = [];
-          for await (const chunk of body as AsyncIterable<Uint8Array>) chunks.push(chunk);
-          return concat(chunks);
+          // Only the first entry: a directory's archive is its whole tree, never fetched.
+          return await readFirstTarEntry(body as AsyncIterable<Uint8Array>);
         }, this.#transferTimeoutMs);
       } catch (error) {
         const failure = this.#archiveError(error, id, "read", path);
@@ -254,7 +261,6 @@ export class Files {
         }
         throw failure;
       }
-      const [entry] = readTar(tar);
       if (!entry) {
         throw new ExecutorError("not_found", `Cannot read '${path}': the engine sent no file`);
       }

@@ -274,3 +274,58 @@ export function readTar(tar: Uint8Array): TarEntry[] {
   }
   return entries;
 }
+
+/**
+ * How many bytes of `prefix` the first entry of its archive ends at (its PAX and long-name
+ * headers, its header and its data), or `undefined` when `prefix` is too short to say.
+ */
+function firstEntryLength(prefix: Uint8Array): number | undefined {
+  let at = 0;
+  let paxSize: number | undefined;
+  while (at + BLOCK <= prefix.length) {
+    const block = prefix.subarray(at, at + BLOCK);
+    if (block.every((byte) => byte === 0)) return at + BLOCK;
+    const typeflag = String.fromCharCode(block[156] || 0x30);
+    const size = paxSize ?? readNumber(block, 124, 12);
+    const start = at + BLOCK;
+    if (typeflag !== "x" && typeflag !== "g" && typeflag !== "L" && typeflag !== "K") {
+      return start + size;
+    }
+    if (start + size > prefix.length) return undefined;
+    if (typeflag === "x") {
+      const pax = parsePax(prefix.subarray(start, start + size));
+      if (pax.size !== undefined) paxSize = Number(pax.size);
+    }
+    at = start + Math.ceil(size / BLOCK) * BLOCK;
+  }
+  return undefined;
+}
+
+/**
+ * The first entry of a tar archive read from `body`, read no further than its end: the rest of
+ * the archive (a directory's whole tree, when the path was one) is never fetched, and the
+ * bytes are joined once, not as each chunk arrives. Leaving the loop early ends `body`.
+ *
+ * @throws {RangeError} When the archive is cut short or a header checksum is wrong.
+ * @example
+ * ```ts
+ * async function* once(bytes: Uint8Array) { yield bytes; }
+ * const tar = writeTar([{ name: "a", type: "file", data: new Uint8Array([1]) }]);
+ * (await readFirstTarEntry(once(tar)))?.data; // Uint8Array [1]
+ * ```
+ */
+export async function readFirstTarEntry(
+  body: AsyncIterable<Uint8Array>,
+): Promise<TarEntry | undefined> {
+  const chunks: Uint8Array[] = [];
+  let have = 0;
+  let needed: number | undefined;
+  for await (const chunk of body) {
+    chunks.push(chunk);
+    have += chunk.length;
+    if (needed === undefined) needed = firstEntryLength(concat(chunks));
+    if (needed !== undefined && have >= needed) break;
+  }
+  const bytes = concat(chunks);
+  return readTar(bytes.subarray(0, Math.min(needed ?? bytes.length, bytes.length)))[0];
+}

@@ -1,5 +1,13 @@
 import assert from "node:assert/strict";
-import { concat, readTar, TAR_END, tarHeader, tarPadding, writeTar } from "./_tar.ts";
+import {
+  concat,
+  readFirstTarEntry,
+  readTar,
+  TAR_END,
+  tarHeader,
+  tarPadding,
+  writeTar,
+} from "./_tar.ts";
 
 Deno.test("writeTar() and readTar() keep every byte, long names and directories", () => {
   const data = new Uint8Array(1500);
@@ -44,4 +52,37 @@ Deno.test("tarHeader() + the data + tarPadding() + TAR_END is the archive writeT
     assert.deepEqual(streamed, writeTar([{ ...entry, data }]));
   }
   assert.equal(tarPadding(1024).length, 0);
+});
+
+Deno.test("readFirstTarEntry() reads no further than the first entry", async () => {
+  const big = new Uint8Array(100_000).map((_, i) => i % 256);
+  const dirFirst = writeTar([
+    { name: "d", type: "dir" },
+    { name: "d/big", type: "file", data: big },
+  ]);
+  const fileFirst = writeTar([
+    { name: "f".repeat(150), type: "file", data: big },
+    { name: "other", type: "file", data: big },
+  ]);
+  // The archive in 4 KiB chunks, then 1,000 chunks of zeros: a directory's tree is long.
+  const counted = (tar: Uint8Array) => {
+    const state = { pulled: 0 };
+    async function* chunks() {
+      for (let at = 0; state.pulled < 1000; at += 4096) {
+        state.pulled++;
+        yield at < tar.length ? tar.slice(at, at + 4096) : new Uint8Array(4096);
+      }
+    }
+    return { state, chunks: chunks() };
+  };
+  const dir = counted(dirFirst);
+  const entry = await readFirstTarEntry(dir.chunks);
+  assert.equal(entry?.type, "dir");
+  assert.equal(dir.state.pulled, 1);
+  const file = counted(fileFirst);
+  const first = await readFirstTarEntry(file.chunks);
+  assert.equal(first?.name, "f".repeat(150));
+  assert.deepEqual(first?.data, big);
+  // The PAX header, the header and 100,000 bytes: 26 chunks of 4 KiB, not the second file.
+  assert.ok(file.state.pulled <= 26, `${file.state.pulled} chunks pulled`);
 });

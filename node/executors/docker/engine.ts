@@ -36,7 +36,13 @@ export interface DockerEngine {
   /** Resolves when the engine answers at all. */
   ping(options: { abortSignal: AbortSignal }): Promise<unknown>;
   /** A handle on an image by reference; `inspect` is a 404 when the image is not built. */
-  getImage(name: string): { inspect(options: { abortSignal: AbortSignal }): Promise<ImageInspect> };
+  getImage(name: string): {
+    inspect(options: { abortSignal: AbortSignal }): Promise<ImageInspect>;
+    /** Untags and removes the image (`force: true` untags one a container still uses). */
+    remove?(options: Record<string, unknown>): Promise<unknown>;
+  };
+  /** Images matching `filters`, with their tags and labels (snapshots are listed by it). */
+  listImages?(options: Record<string, unknown>): Promise<ImageSummary[]>;
   /** A handle on a container by id or name; makes no engine call by itself. */
   getContainer(name: string): EngineContainer;
   /** A handle on a named volume; `inspect` is a 404 when the engine has none by that name. */
@@ -54,6 +60,16 @@ export interface DockerEngine {
   };
   /** The engine's own description (`docker info`): its storage driver among the rest. */
   info(options: { abortSignal: AbortSignal }): Promise<EngineInfo>;
+}
+
+/** The fields of an image list entry this executor reads. */
+export interface ImageSummary {
+  /** The image's id (`sha256:…`). */
+  Id?: string;
+  /** `repo:tag` names; none for an image untagged since. */
+  RepoTags?: string[] | null;
+  /** The image's labels. */
+  Labels?: Record<string, string> | null;
 }
 
 /** The fields of `docker info` this executor reads. */
@@ -87,6 +103,8 @@ export interface EngineContainer {
   getArchive(options: Record<string, unknown>): Promise<AsyncIterable<Uint8Array>>;
   /** One stats sample (`stream: false`). */
   stats(options: Record<string, unknown>): Promise<StatsSample>;
+  /** Commits the container's file system to an image (`repo`, `tag`, `changes`, `pause`). */
+  commit?(options: Record<string, unknown>): Promise<unknown>;
 }
 
 /** The part of a dockerode exec handle this executor uses. */
@@ -103,14 +121,19 @@ export interface EngineExec {
 
 /** The fields of an image inspect this executor reads. */
 export interface ImageInspect {
-  /** The image's user and working directory, which become the sandbox's user and home. */
-  Config?: { User?: string; WorkingDir?: string };
+  /** The image's id (`sha256:…`). */
+  Id?: string;
+  /**
+   * The image's user and working directory, which become the sandbox's user and home, and its
+   * labels (a snapshot's say whose it is).
+   */
+  Config?: { User?: string; WorkingDir?: string; Labels?: Record<string, string> | null };
 }
 
 /** The fields of a container inspect this executor reads. */
 export interface ContainerInspect {
-  /** The user and working directory the container was created with. */
-  Config?: { User?: string; WorkingDir?: string };
+  /** The user, working directory and labels the container was created with. */
+  Config?: { User?: string; WorkingDir?: string; Labels?: Record<string, string> };
   /** When the container started (RFC 3339), for a first CPU reading. */
   State?: { StartedAt?: string };
   /** The cpu (in billionths of a core) and memory (bytes) limits the container runs under. */

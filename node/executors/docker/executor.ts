@@ -29,6 +29,8 @@ import {
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
+  type SnapshotInfo,
+  type SnapshotRequest,
   type WatchRequest,
   type WriteOptions,
 } from "../contract.ts";
@@ -45,6 +47,7 @@ import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
+import { Snapshots } from "./_snapshots.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -142,6 +145,7 @@ export class DockerExecutor implements Executor {
   #watches: Watches;
   #egress: EgressFirewall | null;
   #log: Log;
+  #snapshots: Snapshots;
   #closed = false;
   /**
    * Replaces a sandbox's egress address rules in the kernel at once (see `_egress.ts`), the
@@ -215,7 +219,15 @@ export class DockerExecutor implements Executor {
       transferTimeoutMs: fileTimeoutMs,
     });
     this.#watches = new Watches({ commands: this.#commands, log, intervalMs: watchIntervalMs });
+    this.#snapshots = new Snapshots({
+      engine: this.#engine,
+      nodeId,
+      instanceId,
+      clock,
+      commitTimeoutMs: createTimeoutMs,
+    });
     this.#containers = new Containers({
+      snapshots: this.#snapshots,
       engine: this.#engine,
       sandboxes,
       network: this.#network,
@@ -267,6 +279,8 @@ export class DockerExecutor implements Executor {
     const executor = new DockerExecutor(options);
     await executor.ping();
     await executor.#containers.checkImages();
+    // Images of snapshots deleted while in use, left by a previous process of this instance.
+    await executor.#snapshots.sweep(true).catch(() => {});
     // At boot rather than at the first create: a node that cannot keep sandboxes off the host
     // must not start serving (fail closed), and its sentence belongs in the boot log.
     await executor.#network.checkFirewall();
@@ -350,6 +364,8 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove a destroyed sandbox's egress rules", { id, error })
     );
+    // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
+    if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
@@ -419,6 +435,26 @@ export class DockerExecutor implements Executor {
 
   stats(id: string): Promise<SandboxStats> {
     return this.#containers.stats(id);
+  }
+
+  /**
+   * Commits the sandbox's container to a local image `dormice-snapshot:<id>` labelled with this
+   * node instance, the team, the name, the sandbox and the time. The engine pauses the
+   * container for the commit and thaws it after (a paused sandbox stays paused). Memory and
+   * processes are not captured.
+   */
+  snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    return this.#snapshots.take(id, request);
+  }
+
+  /** This node instance's snapshot images, one team's when `team` is given. */
+  listSnapshots(team?: string): Promise<SnapshotInfo[]> {
+    return this.#snapshots.list(team);
+  }
+
+  /** Untags a snapshot's image (freed once no sandbox uses it); false when not held. */
+  deleteSnapshot(snapshotId: string, team?: string): Promise<boolean> {
+    return this.#snapshots.delete(snapshotId, team);
   }
 
   /**

@@ -450,3 +450,17 @@ Deno.test("DockerExecutor.connect() refuses a disk bound the storage driver cann
   );
   assert.ok(refusing.removed.includes("dormice-n1-disk-probe-i1"), "no probe left behind");
 });
+
+engineTest(
+  "reads a file whole and refuses a directory from its archive's first entry",
+  async (ex, id) => {
+    await sh(ex, id, "mkdir -p /tmp/tree && head -c 3000000 /dev/urandom > /tmp/tree/big");
+    const big = await ex.readFile(id, "/tmp/tree/big");
+    assert.equal(big.length, 3_000_000);
+    const sum = await sh(ex, id, "md5sum /tmp/tree/big | cut -d' ' -f1");
+    const { createHash } = await import("node:crypto");
+    assert.equal(createHash("md5").update(big).digest("hex"), sum.stdout.trim());
+    // The directory's archive holds the 3 MB file too; the first entry says it is a directory.
+    await assert.rejects(ex.readFile(id, "/tmp/tree"), /it is a directory/);
+  },
+);

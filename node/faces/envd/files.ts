@@ -27,6 +27,7 @@ import {
 import { DEFAULT_USER, type EnvdCore, type EnvdOptions, makeCore } from "./core.ts";
 import { restError, restErrorOf } from "./dialects.ts";
 import { admitTraffic, guard } from "./guard.ts";
+import { gunzipBounded } from "./gunzip.ts";
 import { multipartBoundary, readMultipart } from "./multipart.ts";
 import { resolvePath } from "./request.ts";
 
@@ -83,7 +84,7 @@ export function handleSignedFiles(
     const url = new URL(c.req.url);
     const parsed = parseSignedFileUrl(url, operation);
     if (!parsed.ok) return restError(401, parsed.error);
-    const ids = ops.list().map((s) => s.id);
+    const ids = ops.ids();
     const id = locator.find(parsed.value, ids);
     const sandbox = id === undefined ? undefined : ops.get({ id });
     if (!sandbox) {
@@ -218,20 +219,25 @@ async function writeFilesResponse(
   const release = await core.options.uploads.acquire(request.signal);
   try {
     let raw: ReadableStream<Uint8Array> = request.body ?? new Blob([]).stream();
-    if (encoding === "gzip") {
-      raw = raw.pipeThrough(
-        new DecompressionStream("gzip") as unknown as ReadableWritablePair<Uint8Array, Uint8Array>,
-      );
-    }
-    // Capped after decompression, so a small gzip bomb cannot fill the node's disk either.
-    const body = metered(raw, limit, (error) => {
+    const unreadable = (error: unknown) => {
+      if (error instanceof HttpError) return error;
       if (request.signal.aborted) return new HttpError(499, "The client closed the request");
       return new HttpError(
         400,
         `The upload body could not be read${encoding === "gzip" ? " (bad gzip?)" : ""} ` +
           `(${(error as Error)?.message ?? error}): send it again`,
       );
-    });
+    };
+    if (encoding === "gzip") {
+      const maxRatio = core.options.maxGzipRatio;
+      raw = gunzipBounded(raw, {
+        maxRatio,
+        unreadable,
+        tooExpanded: (compressed, inflated) => gzipTooExpanded(maxRatio, compressed, inflated),
+      });
+    }
+    // Capped after decompression, so a small gzip bomb cannot fill the node's disk either.
+    const body = metered(raw, limit, unreadable);
     const out: {
       path: string;
       name: string;
@@ -329,6 +335,17 @@ function metered(
     },
     cancel: (reason) => reader.cancel(reason),
   }, { highWaterMark: 0 });
+}
+
+/** The 413 of a gzip upload that inflates past the ratio cap, naming it and what to do. */
+function gzipTooExpanded(maxRatio: number, compressed: number, inflated: number): HttpError {
+  return new HttpError(
+    413,
+    `The gzip upload inflates more than ${maxRatio} times its size, this node's cap ` +
+      `(${inflated} bytes from the first ${compressed}; ` +
+      "DORMICE_UPLOAD_GZIP_MAX_RATIO sets it, 1 to 1032): send the file without " +
+      "Content-Encoding: gzip, or compress it into an archive the sandbox unpacks",
+  );
 }
 
 /** The 413 of an upload past the cap, naming it, its variable and what to do. */

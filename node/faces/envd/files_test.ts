@@ -171,6 +171,37 @@ Deno.test("POST /files streams large multipart files through the staging dir, by
   await dir.remove();
 });
 
+Deno.test("POST /files refuses a gzip inflating past the ratio cap with a 413 naming it", async () => {
+  const dir = await stagingDir();
+  const post = (app: Awaited<ReturnType<typeof setup>>["app"], h: HeadersInit, path: string) =>
+    app.request(`/e2b/envd/files?path=${path}`, {
+      method: "POST",
+      headers: h,
+      // 16 MiB of zeros are 16 KiB of gzip: far under the 1 GiB upload cap, 1,000 times over.
+      body: new Blob([new Uint8Array(16 * 1024 * 1024)]).stream()
+        .pipeThrough(new CompressionStream("gzip")),
+    });
+  const gzipHeaders = { "content-type": "application/octet-stream", "content-encoding": "gzip" };
+  const capped = await setup({ staging: dir.staging });
+  const bomb = await post(capped.app, capped.headers(gzipHeaders), "/tmp/bomb.bin");
+  assert.equal(bomb.status, 413);
+  const body = await bomb.json();
+  assert.equal(body.code, 413);
+  assert.match(body.message, /inflates more than 100 times its size/);
+  assert.match(body.message, /DORMICE_UPLOAD_GZIP_MAX_RATIO/);
+  await assert.rejects(capped.executor.readFile(capped.sandbox.id, "/tmp/bomb.bin"));
+  assert.deepEqual(await dir.leftovers(), []);
+  await capped.executor.close();
+  // At deflate's own most the ratio is no cap: the same body is written whole.
+  const open = await setup({ staging: dir.staging, maxGzipRatio: 1032 });
+  const ok = await post(open.app, open.headers(gzipHeaders), "/tmp/zeros.bin");
+  assert.equal(ok.status, 200, await ok.clone().text());
+  await ok.body?.cancel();
+  assert.equal((await open.executor.readFile(open.sandbox.id, "/tmp/zeros.bin")).length, 16 << 20);
+  await open.executor.close();
+  await dir.remove();
+});
+
 Deno.test("POST /files takes gzip, refuses bad gzip with a 400 and a gzip bomb with a 413", async () => {
   const dir = await stagingDir();
   const { app, headers, executor, sandbox } = await setup({

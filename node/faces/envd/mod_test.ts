@@ -119,3 +119,21 @@ Deno.test("envd resumes a paused sandbox for traffic only when its lifecycle say
   assert.equal(service.get({ id: native.id })?.state, "active");
   await executor.close();
 });
+
+Deno.test("envd RPCs are one-piece messages under 1 MiB; SendInput alone takes the body cap", async () => {
+  const { unary, executor } = await setup();
+  const big = "x".repeat(2 * 1024 * 1024);
+  const stat = await unary("filesystem.Filesystem/Stat", { path: `/tmp/${big}` });
+  assert.equal(stat.status, 400);
+  const body = await stat.json();
+  assert.equal(body.code, "invalid_argument");
+  assert.match(body.message, /cap of 1 MiB \(DORMICE_JSON_MESSAGE_LIMIT_KB\)/);
+  // SendInput carries a command's stdin: past 1 MiB it is read (and refused here for naming no
+  // running process), not a 413.
+  const input = await unary("process.Process/SendInput", {
+    process: { pid: 424242 },
+    input: { stdin: btoa(big) },
+  });
+  assert.doesNotMatch((await input.json()).message, /cap of/);
+  await executor.close();
+});

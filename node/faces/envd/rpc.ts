@@ -105,7 +105,7 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
         // Read before the body, so the deadline counts from the request's arrival.
         const deadlineMs = deadlineOf(c);
         const arrived = performance.now();
-        const message = await readStreamRequest(c.req.raw, jsonBodyCap(core));
+        const message = await readStreamRequest(c.req.raw, jsonBodyCap(core, route));
         const left = deadlineMs === undefined
           ? undefined
           : Math.max(0, Math.round(deadlineMs - (performance.now() - arrived)));
@@ -116,7 +116,7 @@ export function mountRpcs(app: Hono, core: EnvdCore, services: readonly EnvdServ
           deadlineMs: left,
         });
       }
-      const message = await readUnaryRequest(c.req.raw, jsonBodyCap(core));
+      const message = await readUnaryRequest(c.req.raw, jsonBodyCap(core, route));
       return c.json(await unary!(call(message)));
     });
   });

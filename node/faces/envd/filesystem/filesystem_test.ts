@@ -255,3 +255,21 @@ Deno.test("entryJson() answers as envd: Go's mode string, a link's target type a
   });
   assert.deepEqual([broken.type, broken.mode], ["FILE_TYPE_UNSPECIFIED", 0]);
 });
+
+Deno.test("ListDir answers at most 10,000 entries and refuses more, naming the cap", async () => {
+  const { unary, service, sandbox, executor } = await setup();
+  const empty = new Uint8Array();
+  for (let i = 0; i < 10_000; i++) {
+    await service.writeFile({ id: sandbox.id }, `/tmp/many/f${i}`, empty);
+  }
+  const ok = await unary("filesystem.Filesystem/ListDir", { path: "/tmp/many" });
+  assert.equal(ok.status, 200);
+  assert.equal((await ok.json()).entries.length, 10_000);
+  await service.writeFile({ id: sandbox.id }, "/tmp/many/one-more", empty);
+  const over = await unary("filesystem.Filesystem/ListDir", { path: "/tmp/many" });
+  assert.equal(over.status, 400);
+  const body = await over.json();
+  assert.equal(body.code, "invalid_argument");
+  assert.match(body.message, /holds 10001 entries .*more than the 10,000 one ListDir answers/);
+  await executor.close();
+});

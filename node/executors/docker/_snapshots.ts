@@ -1,0 +1,258 @@
+/**
+ * Snapshots on the Docker engine: a sandbox's container committed (`docker commit`) to a local
+ * image `dormice-snapshot:<snapshot id>`, whose labels say whose it is (team, name, origin
+ * sandbox, template, node, node instance, time, bytes). Listed by this node instance's label,
+ * as its containers are, so two nodes on one engine never see each other's snapshots. Memory and
+ * processes are not captured: a sandbox started from a snapshot boots from its files.
+ *
+ * @module
+ */
+import type { Clock } from "../../../shared/clock.ts";
+import {
+  ExecutorError,
+  newSnapshotId,
+  type SnapshotInfo,
+  snapshotNameTaken,
+  snapshotNotFound,
+  type SnapshotRequest,
+} from "../contract.ts";
+import type { Engine, ImageSummary } from "./engine.ts";
+
+/** The repository every snapshot image is tagged in; the tag is the snapshot id. */
+export const SNAPSHOT_REPOSITORY = "dormice-snapshot";
+
+/** The image reference of a snapshot. */
+export function snapshotImage(snapshotId: string): string {
+  return `${SNAPSHOT_REPOSITORY}:${snapshotId}`;
+}
+
+/** The labels a snapshot image carries, named once. */
+const L = {
+  instance: "dormice.instance",
+  node: "dormice.node",
+  id: "dormice.snapshot",
+  team: "dormice.snapshot.team",
+  name: "dormice.snapshot.name",
+  sandbox: "dormice.snapshot.sandbox",
+  template: "dormice.snapshot.template",
+  created: "dormice.snapshot.created",
+  bytes: "dormice.snapshot.bytes",
+} as const;
+
+/** What {@link Snapshots} works with. */
+export interface SnapshotsOptions {
+  engine: Engine;
+  nodeId: string;
+  instanceId: string;
+  clock: Clock;
+  /** Deadline of a commit, ms (it copies the container's writable layer). */
+  commitTimeoutMs: number;
+}
+
+/** This node instance's snapshot images. */
+export class Snapshots {
+  #engine: Engine;
+  #nodeId: string;
+  #instanceId: string;
+  #clock: Clock;
+  #commitTimeoutMs: number;
+  /** Takes one snapshot at a time, so two takes of one name cannot both pass the name check. */
+  #taking: Promise<unknown> = Promise.resolve();
+  /**
+   * Images of snapshots deleted while a sandbox still ran from them: untagged, kept by the
+   * engine for that sandbox, removed by {@linkcode Snapshots.sweep} once none uses them. Bounded
+   * by the snapshots deleted in this process; `sweep(true)` at boot finds any left before.
+   */
+  #orphans = new Set<string>();
+
+  constructor(options: SnapshotsOptions) {
+    this.#engine = options.engine;
+    this.#nodeId = options.nodeId;
+    this.#instanceId = options.instanceId;
+    this.#clock = options.clock;
+    this.#commitTimeoutMs = options.commitTimeoutMs;
+  }
+
+  /** Commits sandbox `id`'s container to a new snapshot image (the engine pauses it meanwhile). */
+  take(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    const run = this.#taking.then(() => this.#take(id, request));
+    this.#taking = run.catch(() => {});
+    return run;
+  }
+
+  async #take(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+    if (request.name !== undefined) {
+      const taken = (await this.list(request.team)).find((s) => s.name === request.name);
+      if (taken) throw snapshotNameTaken(request.name, taken.snapshotId);
+    }
+    const inspect = await this.#engine.callContainer(
+      id,
+      `inspecting sandbox ${id} for a snapshot`,
+      (container, signal) => container.inspect({ size: true, abortSignal: signal }),
+    );
+    const info: SnapshotInfo = {
+      snapshotId: newSnapshotId(),
+      team: request.team,
+      ...(request.name === undefined ? {} : { name: request.name }),
+      sandboxId: id,
+      template: inspect.Config?.Labels?.["dormice.template"] ?? "",
+      node: this.#nodeId,
+      createdAt: this.#clock.now(),
+      sizeBytes: inspect.SizeRw ?? 0,
+    };
+    const labels: Record<string, string> = {
+      [L.instance]: this.#instanceId,
+      [L.node]: this.#nodeId,
+      [L.id]: info.snapshotId,
+      [L.team]: info.team,
+      // Always written: a snapshot of a sandbox started from a named one would inherit its name.
+      [L.name]: info.name ?? "",
+      [L.sandbox]: id,
+      [L.template]: info.template,
+      [L.created]: String(info.createdAt),
+      [L.bytes]: String(info.sizeBytes),
+    };
+    await this.#engine.callContainer(
+      id,
+      `committing sandbox ${id} to snapshot ${info.snapshotId}`,
+      (container, signal) => {
+        if (!container.commit) throw new TypeError("The engine client cannot commit containers");
+        return container.commit({
+          repo: SNAPSHOT_REPOSITORY,
+          tag: info.snapshotId,
+          pause: true,
+          changes: Object.entries(labels).map(([k, v]) => `LABEL ${k}=${JSON.stringify(v)}`),
+          comment: `Snapshot of sandbox ${id} on node ${this.#nodeId}`,
+          abortSignal: signal,
+        });
+      },
+      this.#commitTimeoutMs,
+    );
+    return info;
+  }
+
+  /** This instance's snapshots, one team's when `team` is given, oldest first. */
+  async list(team?: string): Promise<SnapshotInfo[]> {
+    const client = this.#engine.client;
+    if (!client.listImages) throw new TypeError("The engine client cannot list images");
+    const images: ImageSummary[] = await this.#engine.call(
+      "listing this node's snapshot images",
+      (signal) =>
+        client.listImages!({
+          filters: { label: [`${L.instance}=${this.#instanceId}`, L.id] },
+          abortSignal: signal,
+        }),
+    );
+    const out: SnapshotInfo[] = [];
+    for (const image of images) {
+      const info = infoOf(image.Labels ?? {});
+      // An image untagged by a delete while a sandbox still used it is not a snapshot any more.
+      if (!info || !(image.RepoTags ?? []).includes(snapshotImage(info.snapshotId))) continue;
+      if (team === undefined || info.team === team) out.push(info);
+    }
+    return out.sort((a, b) =>
+      a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId)
+    );
+  }
+
+  /** The snapshot `snapshotId` of this instance (and of `team`, when given), or undefined. */
+  async get(snapshotId: string, team?: string): Promise<SnapshotInfo | undefined> {
+    return (await this.list(team)).find((s) => s.snapshotId === snapshotId);
+  }
+
+  /**
+   * Untags a snapshot's image; the engine frees it once no container uses it (a sandbox started
+   * from it keeps running). False when this instance holds no such snapshot for `team`.
+   */
+  async delete(snapshotId: string, team?: string): Promise<boolean> {
+    if (!(await this.get(snapshotId, team))) return false;
+    const ref = snapshotImage(snapshotId);
+    const image = this.#engine.client.getImage(ref);
+    if (!image.remove) throw new TypeError("The engine client cannot remove images");
+    const remove = (force: boolean) =>
+      this.#engine.call(
+        `removing snapshot image ${ref}`,
+        (signal) => image.remove!({ force, abortSignal: signal }),
+      );
+    try {
+      await remove(false);
+    } catch (error) {
+      if (!(error instanceof ExecutorError)) throw error;
+      if (error.code === "not_found") return false;
+      if (error.code !== "exists") throw error;
+      // A sandbox runs from it: untag it now (it is no snapshot any more) and free it later.
+      const id = await this.#engine.call(
+        `inspecting snapshot image ${ref}`,
+        (signal) => image.inspect({ abortSignal: signal }),
+      ).then((i) => i.Id, () => undefined);
+      await remove(true);
+      if (id) this.#orphans.add(id);
+    }
+    return true;
+  }
+
+  /**
+   * Removes the images of deleted snapshots that no sandbox uses any more: those this process
+   * untagged, or with `all`, every untagged snapshot image of this instance (at boot, for those
+   * a previous process left). An image still in use stays for the next sweep.
+   */
+  async sweep(all = false): Promise<void> {
+    let ids = [...this.#orphans];
+    const client = this.#engine.client;
+    if (all && client.listImages) {
+      const images: ImageSummary[] = await this.#engine.call(
+        "listing this node's deleted snapshot images",
+        (signal) =>
+          client.listImages!({
+            filters: { label: [`${L.instance}=${this.#instanceId}`, L.id], dangling: ["true"] },
+            abortSignal: signal,
+          }),
+      );
+      ids = [...new Set([...ids, ...images.map((i) => i.Id).filter((i): i is string => !!i)])];
+    }
+    for (const id of ids) {
+      const image = client.getImage(id);
+      if (!image.remove) return;
+      try {
+        await this.#engine.call(
+          `removing a deleted snapshot's image ${id}`,
+          (signal) => image.remove!({ abortSignal: signal }),
+        );
+        this.#orphans.delete(id);
+      } catch (error) {
+        if (error instanceof ExecutorError && error.code === "not_found") {
+          this.#orphans.delete(id);
+        } else if (!(error instanceof ExecutorError && error.code === "exists")) throw error;
+      }
+    }
+  }
+
+  /** Whether a deleted snapshot's image waits for its last sandbox to go. */
+  get orphaned(): number {
+    return this.#orphans.size;
+  }
+
+  /**
+   * The image a sandbox starts from for `snapshotId`: refused as `not_found` when this
+   * instance does not hold it (another node's image on the same engine is not this node's).
+   */
+  async imageFor(snapshotId: string): Promise<string> {
+    if (!(await this.get(snapshotId))) throw snapshotNotFound(snapshotId);
+    return snapshotImage(snapshotId);
+  }
+}
+
+function infoOf(labels: Record<string, string>): SnapshotInfo | undefined {
+  const snapshotId = labels[L.id];
+  if (!snapshotId) return undefined;
+  return {
+    snapshotId,
+    team: labels[L.team] ?? "",
+    ...(labels[L.name] ? { name: labels[L.name] } : {}),
+    sandboxId: labels[L.sandbox] ?? "",
+    template: labels[L.template] ?? "",
+    node: labels[L.node] ?? "",
+    createdAt: Number(labels[L.created]) || 0,
+    sizeBytes: Number(labels[L.bytes]) || 0,
+  };
+}

@@ -1,0 +1,209 @@
+/**
+ * The node's snapshots: taking one of a sandbox inside its name's slot (so a destroy cannot
+ * interleave) and within the data-disk floor, finding one by id or name for a team, listing,
+ * deleting, and the ids the check-in advertises. The snapshots themselves are the executor's
+ * (Docker: local images); this file keeps none of their state besides the advertised ids.
+ *
+ * @module
+ */
+import { HttpError } from "../shared/http_error.ts";
+import type { Log } from "../shared/log.ts";
+import { silentLog } from "../shared/log.ts";
+import type { NameQueue } from "../shared/name_queue.ts";
+import { MAX_CHECK_IN_SNAPSHOTS } from "../shared/snapshots.ts";
+import type { HostReading } from "../shared/schemas.ts";
+import { teamScopedName } from "../shared/teams.ts";
+import {
+  type Executor,
+  executorErrorToHttp,
+  SNAPSHOT_ID_PATTERN,
+  type SnapshotInfo,
+} from "./executors/contract.ts";
+import type { SandboxOps, SandboxRef } from "./service_contract.ts";
+
+/** A snapshot name: what a team calls it, 1–64 characters, no spaces or slashes. */
+export const SNAPSHOT_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+
+/** The default data-disk floor below which a snapshot is refused, GB (`DORMICE_SNAPSHOT_MIN_DISK_GB`). */
+export const DEFAULT_SNAPSHOT_MIN_DISK_GB = 1;
+
+/** Options of {@linkcode NodeSnapshots}. */
+export interface NodeSnapshotsOptions {
+  /** Holds the snapshots. */
+  executor: Executor;
+  /** Finds the sandbox a snapshot is taken of. */
+  service: Pick<SandboxOps, "get">;
+  /** The per-name slots of the service, so a take never interleaves with a destroy. */
+  queue: NameQueue;
+  /** The node's host reading, for the data disk's free bytes; no floor is checked when absent. */
+  hostReading?: () => HostReading;
+  /** Bytes the data disk must keep free after a snapshot (`DORMICE_SNAPSHOT_MIN_DISK_GB`). */
+  minDiskBytes?: number;
+  /** Templates a snapshot may not be named after (a create names templates and snapshots alike). */
+  templates?: () => Promise<string[] | undefined>;
+  /** Where takes and deletes are logged. */
+  log?: Log;
+}
+
+/**
+ * The node's snapshot verbs over its executor.
+ *
+ * @example
+ * ```ts
+ * import { FakeExecutor, SandboxService, Ledger } from "@dormice/cluster/node";
+ * import { NodeSnapshots } from "./snapshots.ts";
+ * const executor = new FakeExecutor();
+ * const service = new SandboxService({
+ *   ledger: Ledger.inMemory({ nodeId: "n1", endpoint: "http://127.0.0.1:1" }),
+ *   executor,
+ * });
+ * const snapshots = new NodeSnapshots({ executor, service, queue: service.queue });
+ * const { sandbox } = await service.acquire({ name: "a" });
+ * const snap = await snapshots.take({ id: sandbox.id }, "ready");
+ * console.log((await snapshots.find("ready", "default"))?.snapshotId === snap.snapshotId); // true
+ * ```
+ */
+export class NodeSnapshots {
+  #options: NodeSnapshotsOptions;
+  #log: Log;
+  /** What the last refresh saw, oldest first: the check-in's ids, and which names exist. */
+  #known: SnapshotInfo[] = [];
+  #refreshing: Promise<void> | undefined;
+
+  constructor(options: NodeSnapshotsOptions) {
+    this.#options = options;
+    this.#log = options.log ?? silentLog;
+  }
+
+  /**
+   * Takes a snapshot of the sandbox `ref` names, for the sandbox's own team.
+   *
+   * @throws {HttpError} 404 for a sandbox not found, 400 for a bad name, 409 for a name the
+   * team uses, 507 when the data disk would fall below the floor.
+   */
+  async take(ref: SandboxRef, name?: string): Promise<SnapshotInfo> {
+    if (name !== undefined) {
+      if (!SNAPSHOT_NAME_PATTERN.test(name)) {
+        throw new HttpError(
+          400,
+          `'name' must be 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or ` +
+            `digit: received '${name.slice(0, 80)}'`,
+        );
+      }
+      if (SNAPSHOT_ID_PATTERN.test(name)) {
+        throw new HttpError(400, `'name' must not look like a snapshot id: received '${name}'`);
+      }
+      const templates = await this.#options.templates?.();
+      if (templates?.includes(name)) {
+        throw new HttpError(
+          400,
+          `'name' '${name}' is a template on this node, and a create names both: choose ` +
+            `another name`,
+        );
+      }
+    }
+    const row = this.#options.service.get(ref);
+    const id = "id" in ref ? ref.id : ref.name;
+    if (!row) throw new HttpError(404, `Sandbox '${id}' not found on this node`);
+    const info = await this.#options.queue.run(teamScopedName(row.team, row.name), async () => {
+      await this.#checkDisk(row.id);
+      try {
+        return await this.#options.executor.snapshot(row.id, { team: row.team, name });
+      } catch (error) {
+        throw executorErrorToHttp(error);
+      }
+    });
+    this.#log("info", "snapshot taken", {
+      snapshot: info.snapshotId,
+      sandbox: row.id,
+      team: row.team,
+      name,
+    });
+    await this.refresh();
+    return info;
+  }
+
+  /** The snapshots of `team` (every team's when absent), oldest first. */
+  async list(team?: string): Promise<SnapshotInfo[]> {
+    try {
+      return await this.#options.executor.listSnapshots(team);
+    } catch (error) {
+      throw executorErrorToHttp(error);
+    }
+  }
+
+  /**
+   * The snapshot of `team` whose id or name is `idOrName`, or undefined. A name no snapshot had
+   * at the last refresh (every take and delete refreshes) is answered without asking the
+   * executor, so a create from a template costs no engine call here.
+   */
+  async find(idOrName: string, team?: string): Promise<SnapshotInfo | undefined> {
+    if (
+      !SNAPSHOT_ID_PATTERN.test(idOrName) && !this.#known.some((s) => s.name === idOrName)
+    ) return undefined;
+    return (await this.list(team)).find((s) => s.snapshotId === idOrName || s.name === idOrName);
+  }
+
+  /** Deletes a snapshot of `team` (any team's when absent); false when none by that id. */
+  async delete(snapshotId: string, team?: string): Promise<boolean> {
+    let deleted: boolean;
+    try {
+      deleted = await this.#options.executor.deleteSnapshot(snapshotId, team);
+    } catch (error) {
+      throw executorErrorToHttp(error);
+    }
+    if (deleted) this.#log("info", "snapshot deleted", { snapshot: snapshotId, team });
+    await this.refresh();
+    return deleted;
+  }
+
+  /**
+   * The ids for the check-in: the newest {@linkcode MAX_CHECK_IN_SNAPSHOTS} as of the last
+   * refresh, and whether more were left out.
+   */
+  advertised(): { snapshots: string[]; snapshotsTruncated?: true } {
+    const newest = this.#known.map((s) => s.snapshotId).reverse();
+    return {
+      snapshots: newest.slice(0, MAX_CHECK_IN_SNAPSHOTS),
+      ...(newest.length > MAX_CHECK_IN_SNAPSHOTS ? { snapshotsTruncated: true } : {}),
+    };
+  }
+
+  /**
+   * Reads the executor's snapshots again for {@linkcode advertised} and {@linkcode find}; a call
+   * while one read runs waits for a fresh one after it, so a take's refresh sees the take.
+   */
+  async refresh(): Promise<void> {
+    const before = this.#refreshing ?? Promise.resolve();
+    const run = before.then(async () => {
+      try {
+        this.#known = await this.#options.executor.listSnapshots();
+      } catch (error) {
+        this.#log("warn", "could not list the executor's snapshots", { error });
+      }
+    });
+    this.#refreshing = run;
+    await run;
+    if (this.#refreshing === run) this.#refreshing = undefined;
+  }
+
+  /**
+   * Refuses a snapshot that would leave the data disk below the floor: the sandbox's writable
+   * layer is about what the snapshot adds.
+   */
+  async #checkDisk(id: string): Promise<void> {
+    const floor = this.#options.minDiskBytes ?? 0;
+    const disk = this.#options.hostReading?.().dataDisk;
+    if (!disk || floor <= 0) return;
+    const size = await this.#options.executor.stats(id).then((s) => s.diskUsedBytes, () => 0);
+    if (disk.availableBytes - size >= floor) return;
+    const gb = (bytes: number) => (bytes / 1e9).toFixed(1);
+    throw new HttpError(
+      507,
+      `A snapshot of sandbox '${id}' (about ${gb(size)} GB) would leave the data disk ` +
+        `(${disk.path}) with ${gb(Math.max(0, disk.availableBytes - size))} GB available, ` +
+        `below the snapshot floor ${gb(floor)} GB (DORMICE_SNAPSHOT_MIN_DISK_GB): delete ` +
+        `snapshots you no longer need (DELETE /templates/{id}) or free space on that disk`,
+    );
+  }
+}
