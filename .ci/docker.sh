@@ -56,4 +56,17 @@ if command -v iptables >/dev/null; then
     [ -n "$bridge" ] && [ ! -e "/sys/class/net/$bridge" ] || continue
     eval "iptables -w 5 -D ${rule#-A }" || true
   done <<<"$rules"
+  # Sandboxes' egress rules (a jump in DOCKER-USER per sandbox, to its DMN-<hash> chains) on
+  # bridges that no longer exist, likewise.
+  jumps=$(iptables -w 5 -S DOCKER-USER 2>/dev/null | grep -- ' -j DMN-' || true)
+  while read -r rule; do
+    bridge=$(printf '%s\n' "$rule" | sed -nE 's/.* -i ([^ ]+) .*/\1/p')
+    [ -n "$bridge" ] && [ ! -e "/sys/class/net/$bridge" ] || continue
+    chain=${rule##* -j }
+    eval "iptables -w 5 -D ${rule#-A }" || true
+    for c in "$chain" "$chain-a" "$chain-b"; do
+      iptables -w 5 -F "$c" 2>/dev/null || true
+      iptables -w 5 -X "$c" 2>/dev/null || true
+    done
+  done <<<"$jumps"
 fi

@@ -23,6 +23,7 @@ import {
 } from "./e2b_merge.ts";
 import { checkedId, decodeSegment, e2bError, locate, notFound, suffix } from "./e2b_door.ts";
 import { unbuiltE2bRoute } from "../shared/e2b_unbuilt.ts";
+import { asksForEgressRules } from "../shared/egress_rules.ts";
 import { parseSandboxIds } from "../shared/e2b_metrics_ids.ts";
 import { type PlacementAsk, placementAsk } from "./placer.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -299,8 +300,8 @@ function relay(answer: CapturedAnswer): Response {
 }
 
 /**
- * What an E2B create asks of its node: `templateID` and the names in `volumeMounts` (the node
- * checks the rest of the body and answers its own 400).
+ * What an E2B create asks of its node: `templateID`, the names in `volumeMounts` and whether
+ * it has egress address rules (the node checks the rest of the body and answers its own 400).
  */
 function e2bPlacementAsk(body: Record<string, unknown>): PlacementAsk {
   const template = typeof body.templateID === "string" ? body.templateID : undefined;
@@ -309,5 +310,6 @@ function e2bPlacementAsk(body: Record<string, unknown>): PlacementAsk {
     .map((m) => (m as { name?: unknown } | null)?.name)
     .filter((n): n is string => typeof n === "string")
     .map((name) => ({ name, mountPath: "/" }));
-  return placementAsk(template, volumes.length > 0 ? { volumes } : {});
+  const ask = placementAsk(template, volumes.length > 0 ? { volumes } : {});
+  return asksForEgressRules(body) ? { ...ask, egressRules: true } : ask;
 }

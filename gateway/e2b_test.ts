@@ -309,7 +309,6 @@ Deno.test("E2B api: routes not built yet are a 501 for an existing sandbox, E2B'
   const s = a.add("x");
   try {
     const routes = (id: string): [string, string][] => [
-      ["PUT", `/sandboxes/${id}/network`],
       // A template's id, not a snapshot's: deleting templates is not built.
       ["DELETE", "/templates/tpl_1"],
     ];
@@ -384,6 +383,40 @@ Deno.test("E2B api: a merged v2 list sums the nodes' x-total-running", async () 
     assert.equal(res.status, 200);
     assert.equal(res.headers.get("x-total-running"), "3");
     assert.equal((await res.json()).length, 1);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: a create with address rules is placed only on a node that enforces them", async () => {
+  const { gateway, add } = setup();
+  const a = add("a", 9e9);
+  const b = add("b", 1e9);
+  const rules = { network: { denyOut: ["0.0.0.0/0"], allowOut: ["198.18.0.1"] } };
+  try {
+    // Neither says it enforces rules: a 503 naming the reason for each, nothing built.
+    const none = await api(gateway, "POST", "/v2/sandboxes", { templateID: "base", ...rules });
+    assert.equal(none.status, 503);
+    assert.match((await none.json()).message, /cannot enforce egress address rules/);
+    assert.equal(a.sandboxes.size + b.sandboxes.size, 0);
+    // b does (the less roomy one, which a plain create would not get).
+    gateway.fleet.checkIn(
+      checkIn("b", b.endpoint, {
+        reading: reading({ memoryAvailableBytes: 1e9 }),
+        egressRules: true,
+      }),
+    );
+    const placed = await api(gateway, "POST", "/v2/sandboxes", { templateID: "base", ...rules });
+    assert.equal(placed.status, 201);
+    assert.equal(b.sandboxes.size, 1);
+    assert.equal(a.sandboxes.size, 0);
+    // A deny of every address alone is no egress: any node serves it, the roomier one here.
+    const closed = await api(gateway, "POST", "/v2/sandboxes", {
+      templateID: "base",
+      network: { denyOut: ["0.0.0.0/0"] },
+    });
+    assert.equal(closed.status, 201);
+    assert.equal(a.sandboxes.size, 1);
   } finally {
     gateway.close();
   }

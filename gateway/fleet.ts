@@ -580,6 +580,7 @@ export class Fleet implements NodeDirectory {
         pools: m.pools,
         templates: m.templates,
         volumes: m.volumes,
+        egressRules: m.egressRules,
         configDigest: m.configDigest,
         configDigestMismatch: mismatched.has(m.id),
       });

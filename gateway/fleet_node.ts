@@ -46,6 +46,8 @@ export interface FleetNode {
   readonly templates: readonly string[] | null;
   /** Volumes it can mount (names). */
   readonly volumes: readonly string[];
+  /** Whether it enforces egress address rules (false for a node that does not say). */
+  readonly egressRules: boolean;
   /**
    * Snapshot ids it advertised at its last check-in (at most `MAX_CHECK_IN_SNAPSHOTS`, the
    * newest). Optional so a test's or embedder's directory may omit it: absent reads as none.
@@ -103,6 +105,8 @@ export interface NodeSummary {
   templates: readonly string[] | null;
   /** Volumes it can mount. */
   volumes: readonly string[];
+  /** Whether it enforces egress address rules. */
+  egressRules: boolean;
   /** The digest of its fleet-invariant settings, or `null`. */
   configDigest: string | null;
   /**
@@ -155,6 +159,7 @@ export interface Member extends FleetNode {
   pools: PoolReport[];
   templates: string[] | null;
   volumes: string[];
+  egressRules: boolean;
   snapshots: Set<string>;
   snapshotsTruncated: boolean;
   configDigest: string | null;
@@ -184,6 +189,7 @@ export function loadedMember(row: NodeRow, readingSeq: number): Member {
     pools: [],
     templates: null,
     volumes: [],
+    egressRules: false,
     snapshots: new Set(),
     snapshotsTruncated: false,
     configDigest: null,
@@ -259,6 +265,7 @@ function capabilitiesOf(body: CheckIn) {
     pools: body.pools ?? [],
     templates: body.templates ?? null,
     volumes: body.volumes ?? [],
+    egressRules: body.egressRules ?? false,
     snapshots: new Set(body.snapshots ?? []),
     snapshotsTruncated: body.snapshotsTruncated ?? false,
     configDigest: body.configDigest ?? null,

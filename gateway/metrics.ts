@@ -173,6 +173,7 @@ export class GatewayMetrics implements FinderMetrics {
       "template",
       "snapshot",
       "volume",
+      "egress-rules",
       "cpu",
       "active-limit",
       "disk",

@@ -15,6 +15,7 @@ export type RejectReason =
   | "template"
   | "snapshot"
   | "volume"
+  | "egress-rules"
   | "cpu"
   | "active-limit"
   | "disk";
@@ -35,14 +36,17 @@ export interface PlacementAsk {
   snapshotHolders?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
+  /** Egress address rules; a node must enforce them (say so in its check-in). */
+  egressRules?: boolean;
   /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
   poolKey?: string;
 }
 
 /**
  * What placement needs of a create: its template (`base` when it names none, as a node
- * defaults), the volumes it asks for, and the pool key a claim would match, or none when the
- * spec asks for what a warm sandbox lacks (network, pids, volumes), as the node's pools decide.
+ * defaults), the volumes it asks for, whether it has egress address rules, and the pool key a
+ * claim would match, or none when the spec asks for what a warm sandbox lacks (network, rules,
+ * pids, volumes), as the node's pools decide.
  *
  * @example
  * ```ts
@@ -53,10 +57,13 @@ export interface PlacementAsk {
 export function placementAsk(template: string | undefined, spec: SandboxSpec = {}): PlacementAsk {
   const t = template ?? "base";
   const volumes = (spec.volumes ?? []).map((v) => v.name);
-  const claimable = spec.network === undefined && spec.pids === undefined && volumes.length === 0;
+  const egressRules = spec.egressRules !== undefined;
+  const claimable = spec.network === undefined && spec.pids === undefined &&
+    volumes.length === 0 && !egressRules;
   return {
     template: t,
     volumes,
+    ...(egressRules ? { egressRules } : {}),
     ...(claimable ? { poolKey: poolKey(t, { cpus: spec.cpus, memoryMB: spec.memoryMB }) } : {}),
   };
 }
@@ -112,8 +119,9 @@ export interface PlacementFilter {
  * The filter chain, built in one place. Why this order: the first reason a node fails is the
  * one reported, so the cheapest and most fundamental questions come first. Down and no-reading
  * mean there is nothing current to judge by (every later filter reads the reading); template,
- * snapshot and volume next because a node without them can never serve the create, however idle, so
- * its load is not the news; cpu is a host-wide pressure signal; active-limit is our own
+ * snapshot and volume next because a node without them can never serve the create, however
+ * idle, so its load is not the news (egress rules likewise: a node without iptables rules never
+ * serves them); cpu is a host-wide pressure signal; active-limit is our own
  * ceiling; disk last because it rarely binds and a full disk on a busy node is better reported
  * as busy.
  */
@@ -160,6 +168,14 @@ export const placementFilters: readonly PlacementFilter[] = [
       }
       return undefined;
     },
+  },
+  {
+    reason: "egress-rules",
+    check: ({ node, ask }) =>
+      ask.egressRules && !node.egressRules
+        ? "cannot enforce egress address rules (it needs the Docker executor with iptables: " +
+          "DORMICE_EXECUTOR=docker, DORMICE_SANDBOX_HOST_FIREWALL not off)"
+        : undefined,
   },
   {
     reason: "cpu",

@@ -215,6 +215,7 @@ export class Placer {
       "template": 0,
       "snapshot": 0,
       "volume": 0,
+      "egress-rules": 0,
       "cpu": 0,
       "active-limit": 0,
       "disk": 0,

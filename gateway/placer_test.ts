@@ -10,6 +10,8 @@ import {
   type PlacerLimits,
   type RejectReason,
 } from "./placer.ts";
+import { placementAsk } from "./placement_filters.ts";
+import { asksForEgressRules } from "../shared/egress_rules.ts";
 import { FakeClock } from "../shared/clock.ts";
 import type { HostReading } from "../shared/schemas.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
@@ -34,6 +36,7 @@ function nodeWith(r: HostReading | null, extra: Partial<FleetNode> = {}): FleetN
     pools: [],
     templates: null,
     volumes: [],
+    egressRules: false,
     configDigest: null,
     ...extra,
   };
@@ -54,10 +57,34 @@ Deno.test("placementFilters run in the documented order", () => {
     "template",
     "snapshot",
     "volume",
+    "egress-rules",
     "cpu",
     "active-limit",
     "disk",
   ]);
+});
+
+Deno.test("The egress-rules filter sends a create with address rules only to a node that enforces them", () => {
+  const rules = { ask: { egressRules: true } };
+  const without = filter("egress-rules").check(input(reading(), rules));
+  assert.match(
+    without ?? "",
+    /cannot enforce egress address rules .*DORMICE_SANDBOX_HOST_FIREWALL/,
+  );
+  const able = { ...rules, node: nodeWith(reading(), { egressRules: true }) };
+  assert.equal(filter("egress-rules").check(input(reading(), able)), undefined);
+  // A create without rules goes anywhere, a node without iptables rules included.
+  assert.equal(filter("egress-rules").check(input(reading())), undefined);
+  // What asks for rules: native spec.egressRules (never a warm claim), E2B's allowOut/denyOut.
+  assert.deepEqual(
+    placementAsk("base", { egressRules: { allowOut: ["1.1.1.1/32"], denyOut: [] } }),
+    { template: "base", volumes: [], egressRules: true },
+  );
+  assert.equal(asksForEgressRules({ network: { allowOut: ["1.1.1.1"] } }), true);
+  assert.equal(asksForEgressRules({ network: { denyOut: ["10.0.0.0/8"] } }), true);
+  // A deny of every address alone is a sandbox without egress: any node serves it.
+  assert.equal(asksForEgressRules({ network: { denyOut: ["0.0.0.0/0"] } }), false);
+  assert.equal(asksForEgressRules({ allowInternetAccess: true }), false);
 });
 
 Deno.test("The down filter rejects a node the fleet calls down", () => {
@@ -247,6 +274,7 @@ Deno.test("Placer.pick() explains every rejection with its reason and counts", (
     "template": 0,
     "snapshot": 0,
     "volume": 0,
+    "egress-rules": 0,
     "cpu": 1,
     "active-limit": 1,
     "disk": 1,

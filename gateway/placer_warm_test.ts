@@ -107,6 +107,7 @@ Deno.test("The template and volume filters name what a node lacks (table)", () =
     pools: [],
     templates,
     volumes,
+    egressRules: false,
     configDigest: null,
   });
   const limits = { cpuLimitPct: 70, activeLimit: 400, minDiskBytes: 0 };

@@ -256,6 +256,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
         ...(capabilities ? { volumes: capabilities.volumes } : {}),
+        ...(capabilities?.egressRules ? { egressRules: true } : {}),
         ...snapshots.advertised(),
         configDigest,
       };

@@ -64,12 +64,18 @@ export interface CheckInOptions {
   onOutcome?: (outcome: CheckInOutcome) => void;
   /**
    * What the node can serve, sent with every check-in (its pools, the templates whose images it
-   * holds, its volumes, its config digest, the snapshots it holds); nothing when absent. Must
-   * be quick and not throw.
+   * holds, its volumes, whether it enforces egress address rules, its config digest, the
+   * snapshots it holds); nothing when absent. Must be quick and not throw.
    */
   capabilities?: () => Pick<
     CheckIn,
-    "pools" | "templates" | "volumes" | "configDigest" | "snapshots" | "snapshotsTruncated"
+    | "pools"
+    | "templates"
+    | "volumes"
+    | "egressRules"
+    | "configDigest"
+    | "snapshots"
+    | "snapshotsTruncated"
   >;
 }
 

@@ -70,6 +70,8 @@ export interface SandboxRowPatch {
   deadlineAction?: DeadlineAction | null;
   /** New E2B settings, replacing the old as a whole. */
   e2b?: E2bSettings;
+  /** A new spec, replacing the old as a whole (new egress rules of a running sandbox). */
+  spec?: SandboxSpec;
 }
 
 /** Rows read at once by {@linkcode Ledger.pages}: about 15 ms of the event loop. */
@@ -440,6 +442,7 @@ export class Ledger {
       sets.push("deadline_action = ?"), values.push(patch.deadlineAction);
     }
     if (patch.e2b !== undefined) sets.push("e2b = ?"), values.push(JSON.stringify(patch.e2b));
+    if (patch.spec !== undefined) sets.push("spec = ?"), values.push(JSON.stringify(patch.spec));
     if (sets.length > 0) {
       const { changes } = this.#write(
         `a change of sandbox '${id}'`,

@@ -112,6 +112,7 @@ export {
 export {
   type CreateRequest,
   type DirWatch,
+  egressRulesUnserved,
   type ExecExit,
   type ExecHandle,
   type ExecRequest,
@@ -127,6 +128,7 @@ export {
   fileStreamLengthError,
   type FsChange,
   newSnapshotId,
+  noEgress,
   type PortAddress,
   readFileStream,
   type SandboxLimits,

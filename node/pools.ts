@@ -269,13 +269,17 @@ export class WarmPools {
 
   /**
    * Takes a warm sandbox for a create, or `undefined` (no pool for that template and size, an
-   * empty pool, or a spec a warm sandbox cannot honour: network, pids, volumes). Synchronous
+   * empty pool, or a spec a warm sandbox cannot honour: network, egress rules, pids, volumes).
+   * Synchronous
    * and without an engine call; the caller records the sandbox under its new name (and calls
    * `giveBack` when it cannot). Starts the refill `claimRefillDelayMs` later.
    */
   claim(ask: ClaimAsk): string | undefined {
     const { spec } = ask;
-    if (spec.network !== undefined || spec.pids !== undefined || spec.volumes?.length) {
+    if (
+      spec.network !== undefined || spec.egressRules !== undefined || spec.pids !== undefined ||
+      spec.volumes?.length
+    ) {
       return undefined;
     }
     const pool = this.#pools.get(poolKey(ask.template, spec));

@@ -102,7 +102,16 @@ Deno.test("SandboxService.acquire() builds cold on a miss: no pool, empty pool, 
   await service.acquire({ name: "other-template", template: "minimal" });
   await service.acquire({ name: "other-size", spec: { cpus: 2 } });
   await service.acquire({ name: "with-network", spec: { network: true } });
-  assert.equal(executor.hooks.calls.create - before, 3);
+  // Address rules alone: a warm sandbox has neither egress nor rules.
+  const ruled = await service.acquire({
+    name: "with-rules",
+    spec: { egressRules: { allowOut: [], denyOut: ["10.0.0.0/8"] } },
+  });
+  assert.deepEqual(executor.egressRulesOf(ruled.sandbox.id), {
+    allowOut: [],
+    denyOut: ["10.0.0.0/8"],
+  });
+  assert.equal(executor.hooks.calls.create - before, 4);
   assert.equal(pools.list()[0].warm, 1, "none of them took the warm one");
   // Two claims against a pool of one: the second is cold, never a failure.
   executor.hooks.park("create");

@@ -31,6 +31,8 @@ import {
   type WatchRequest,
   type WriteOptions,
 } from "./executors/contract.ts";
+import { egressRulesUnserved, noEgress } from "./executors/contract.ts";
+import { ALL_TRAFFIC, type EgressRules } from "../shared/egress_rules.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
 import { MetricsHistory } from "./metrics_history.ts";
@@ -402,6 +404,37 @@ export class SandboxService implements SandboxOps {
         );
       }
       return this.#ledger.update(sandbox.id, { metadata: next })!;
+    });
+  }
+
+  /**
+   * Replaces the egress address rules of a sandbox with egress (E2B's `updateNetwork`), in the
+   * executor first and in the ledger's spec second, inside the sandbox's slot; never restarts it
+   * or its processes. Empty lists leave it full egress. A sandbox without egress whose new rules
+   * deny every address and allow none already has what was asked: nothing changes.
+   *
+   * @throws {HttpError} 404 for an unknown sandbox; 409 for one without egress, one archived, or
+   * a node that cannot enforce rules.
+   */
+  updateEgressRules(ref: SandboxRef, rules: EgressRules): Promise<SandboxRecord> {
+    return this.#inSlot(ref, async (sandbox) => {
+      const egress = sandbox.spec.network === true || sandbox.spec.egressRules !== undefined;
+      if (!egress) {
+        const closed = rules.allowOut.length === 0 && rules.denyOut.includes(ALL_TRAFFIC);
+        if (closed) return sandbox;
+        throw new HttpError(409, noEgress(sandbox.id).message);
+      }
+      const set = this.#executor.setEgressRules;
+      if (set === undefined) throw new HttpError(409, egressRulesUnserved().message);
+      if (sandbox.state !== "active" && sandbox.state !== "frozen") {
+        throw new HttpError(
+          409,
+          `Sandbox '${sandbox.name}' is ${sandbox.state}: connect to it (Sandbox.connect) to ` +
+            "resume it, then change its network",
+        );
+      }
+      await callExecutor(() => set.call(this.#executor, sandbox.id, rules));
+      return this.#ledger.update(sandbox.id, { spec: { ...sandbox.spec, egressRules: rules } })!;
     });
   }
 

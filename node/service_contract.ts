@@ -6,6 +6,7 @@
  * @module
  */
 import type { LookupAnswer, LookupRequest, Sandbox, SandboxSpec } from "../shared/schemas.ts";
+import type { EgressRules } from "../shared/egress_rules.ts";
 import type {
   DirWatch,
   ExecHandle,
@@ -212,6 +213,11 @@ export interface SandboxOps {
     metadata: Record<string, string>,
     merge?: boolean,
   ): Promise<SandboxRecord>;
+  /**
+   * Replaces the egress address rules of a sandbox with egress, without restarting it; throws
+   * `HttpError(409)` for a sandbox without egress or a node that cannot enforce rules.
+   */
+  updateEgressRules(ref: SandboxRef, rules: EgressRules): Promise<SandboxRecord>;
   /** Freezes a sandbox (`frozen`); throws `HttpError(409)` when already frozen. */
   pause(ref: SandboxRef): Promise<SandboxRecord>;
   /** Wakes a frozen sandbox; resolves `resumed: false` when it was already running. */

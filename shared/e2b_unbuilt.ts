@@ -30,18 +30,10 @@ export interface UnbuiltE2bRoute {
  * @example
  * ```ts
  * import { unbuiltE2bRoutes } from "@dormice/cluster/shared";
- * unbuiltE2bRoutes.map((r) => `${r.method} ${r.path}`); // ["PUT /sandboxes/:id/network"]
+ * unbuiltE2bRoutes.length; // 0: every route the SDK calls is built
  * ```
  */
-export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [
-  {
-    method: "PUT",
-    path: "/sandboxes/:id/network",
-    namesSandbox: true,
-    message: "Changing a running sandbox's network is not built on this fleet yet: choose " +
-      "allowInternetAccess when you create the sandbox",
-  },
-];
+export const unbuiltE2bRoutes: readonly UnbuiltE2bRoute[] = [];
 
 const patterns = unbuiltE2bRoutes.map((route) => ({
   route,
@@ -55,7 +47,7 @@ const patterns = unbuiltE2bRoutes.map((route) => ({
  * @example
  * ```ts
  * import { unbuiltE2bRoute } from "@dormice/cluster/shared";
- * unbuiltE2bRoute("PUT", "/sandboxes/sbx_1/network")?.message; // "Changing a running…"
+ * unbuiltE2bRoute("PUT", "/sandboxes/sbx_1/network"); // undefined: built
  * unbuiltE2bRoute("GET", "/sandboxes/sbx_1"); // undefined
  * ```
  */

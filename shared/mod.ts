@@ -13,6 +13,7 @@
  * @module
  */
 export * from "./schemas.ts";
+export * from "./egress_rules.ts";
 export * from "./lookup_digest.ts";
 export { NameQueue } from "./name_queue.ts";
 export { bearerToken, tokenMatcher, tokensEqual } from "./token.ts";

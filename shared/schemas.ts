@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { type PoolReport, poolReportSchema, type VolumeMount, volumeMountSchema } from "./pools.ts";
+import { type EgressRules, type EgressRulesInput, egressRulesSchema } from "./egress_rules.ts";
 
 /** The lifecycle states a sandbox row can be in (Dormice's vocabulary). */
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
@@ -284,6 +285,7 @@ export const checkInSchema: z.ZodObject<{
   pools: z.ZodOptional<z.ZodArray<z.ZodType<PoolReport>>>;
   templates: z.ZodOptional<z.ZodArray<z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodString>>;
+  egressRules: z.ZodOptional<z.ZodBoolean>;
   configDigest: z.ZodOptional<z.ZodString>;
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
@@ -311,6 +313,11 @@ export const checkInSchema: z.ZodObject<{
   templates: z.array(z.string().max(256)).max(256).optional(),
   /** The volumes the node can mount (names only; absent = none declared). */
   volumes: z.array(z.string().max(64)).max(256).optional(),
+  /**
+   * Whether the node enforces egress address rules (`spec.egressRules`); absent = it does not
+   * (a node that predates them), and placement sends creates with rules elsewhere.
+   */
+  egressRules: z.boolean().optional(),
   /**
    * HMAC-SHA256 (keyed by the fleet token, hex) of the settings every node must share; the
    * gateway warns when nodes differ. See `shared/config_digest.ts`.
@@ -465,14 +472,16 @@ export const envSchema: z.ZodRecord<z.ZodString, z.ZodString> = boundedRecord(
 
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
- * default); `privatePorts: true` makes its ports require its traffic access token (E2B's
- * `network.allowPublicTraffic: false`).
+ * default); `egressRules` gives it egress judged by address rules (E2B's `network.allowOut` /
+ * `denyOut`, see `egress_rules.ts`), on a node that can serve them; `privatePorts: true` makes
+ * its ports require its traffic access token (E2B's `network.allowPublicTraffic: false`).
  */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;
   memoryMB: z.ZodOptional<z.ZodNumber>;
   pids: z.ZodOptional<z.ZodNumber>;
   network: z.ZodOptional<z.ZodBoolean>;
+  egressRules: z.ZodOptional<z.ZodType<EgressRules, EgressRulesInput>>;
   privatePorts: z.ZodOptional<z.ZodBoolean>;
   env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodType<VolumeMount>>>;
@@ -481,6 +490,7 @@ export const sandboxSpecSchema: z.ZodObject<{
   memoryMB: z.number().int().positive().max(1_048_576).optional(),
   pids: z.number().int().positive().max(1_000_000).optional(),
   network: z.boolean().optional(),
+  egressRules: egressRulesSchema.optional(),
   privatePorts: z.boolean().optional(),
   env: envSchema.optional(),
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */

@@ -7,7 +7,7 @@
  * Needs --allow-net=127.0.0.1 --allow-env --allow-run --allow-read --allow-write.
  */
 import assert from "node:assert/strict";
-import { Sandbox, SandboxError } from "e2b";
+import { ALL_TRAFFIC, Sandbox, SandboxError } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
@@ -217,17 +217,19 @@ Deno.test({
           network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] },
         }).catch((e) => e);
         assert.ok(ruled instanceof SandboxError, String(ruled));
-        assert.match(ruled.message, /^400: 'network\.allowOut' is not supported on this node/);
+        assert.match(
+          ruled.message,
+          /^400: 'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
+        );
         await Promise.all([open.kill(), unset.kill()]);
       },
     );
 
     await t.step(
-      "network updates and template deletes are a 501 sentence, not 'not found'",
+      "template deletes are a 501 sentence, not 'not found'",
       async () => {
         const sandbox = await Sandbox.create(opts);
         const calls: [string, () => Promise<unknown>][] = [
-          ["updateNetwork", () => sandbox.updateNetwork({ allowInternetAccess: false })],
           ["deleteSnapshot", () => Sandbox.deleteSnapshot("base", opts)],
         ];
         for (const [name, call] of calls) {
@@ -237,6 +239,30 @@ Deno.test({
           assert.match(error.message, /^501: .* not built on this fleet/, name);
         }
         await sandbox.kill();
+      },
+    );
+
+    await t.step(
+      "updateNetwork replaces address rules through the gateway; get reports them",
+      async () => {
+        const ruled = await Sandbox.create({
+          ...opts,
+          network: { denyOut: [ALL_TRAFFIC], allowOut: ["198.18.0.1"] },
+        });
+        assert.deepEqual((await ruled.getInfo()).network?.allowOut, ["198.18.0.1/32"]);
+        await ruled.updateNetwork({ allowInternetAccess: false, allowOut: ["198.18.0.2"] });
+        const info = await ruled.getInfo();
+        assert.deepEqual(info.network?.allowOut, ["198.18.0.2/32"]);
+        assert.deepEqual(info.network?.denyOut, [ALL_TRAFFIC]);
+        const bad = await ruled.updateNetwork({ denyOut: ["1.2.3.4/40"] }).catch((e) => e);
+        assert.ok(bad instanceof SandboxError, String(bad));
+        assert.match(bad.message, /^400: 'denyOut\[0\]' '1\.2\.3\.4\/40' has a prefix length/);
+        // Without egress there is no route for rules to open: a 409 saying how to get one.
+        const closed = await Sandbox.create(opts);
+        const refused = await closed.updateNetwork({ allowOut: ["1.1.1.1"] }).catch((e) => e);
+        assert.ok(refused instanceof SandboxError, String(refused));
+        assert.match(refused.message, /^409: .*was made without egress/);
+        await Promise.all([ruled.kill(), closed.kill()]);
       },
     );
 

@@ -25,7 +25,8 @@ export type FakeCall =
   | "listSnapshots"
   | "deleteSnapshot"
   | "list"
-  | "portAddress";
+  | "portAddress"
+  | "setEgressRules";
 
 interface Park {
   waiters: (() => void)[];
@@ -71,6 +72,7 @@ export class FakeExecutorHooks {
     deleteSnapshot: 0,
     list: 0,
     portAddress: 0,
+    setEgressRules: 0,
   };
   #parks = new Map<FakeCall, Park>();
   #delays = new Map<FakeCall, number>();

@@ -8,6 +8,7 @@
  */
 import { HttpError } from "../../shared/http_error.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
+import type { EgressRules } from "../../shared/egress_rules.ts";
 
 /** What an executor is told when it builds a sandbox. */
 export interface CreateRequest {
@@ -433,6 +434,11 @@ export interface ExecutorCapabilities {
   templates?: string[];
   /** Declared volumes that are present now (a missing host directory is not advertised). */
   volumes: string[];
+  /**
+   * Whether it enforces egress address rules (`spec.egressRules`, `setEgressRules`); absent
+   * or false, a create asking for them is refused and the gateway places it elsewhere.
+   */
+  egressRules?: boolean;
 }
 
 /**
@@ -451,6 +457,44 @@ export function unknownVolume(name: string, declared: readonly string[]): Execut
     `Volume '${name}' is not on this node: it declares ${
       declared.length === 0 ? "no volumes" : declared.join(", ")
     } (DORMICE_VOLUMES); create through the gateway, which places on a node that has it`,
+  );
+}
+
+/**
+ * The refusal of a create asking for egress address rules on an executor that cannot enforce
+ * them (the gateway's placement would have sent it to one that can).
+ *
+ * @example
+ * ```ts
+ * import { egressRulesUnserved } from "@dormice/cluster/node";
+ * egressRulesUnserved().code; // "invalid"
+ * ```
+ */
+export function egressRulesUnserved(): ExecutorError {
+  return new ExecutorError(
+    "invalid",
+    "This node cannot enforce egress address rules (network.allowOut / denyOut): it needs the " +
+      "Docker executor with its iptables rules on (DORMICE_SANDBOX_HOST_FIREWALL not off); " +
+      "create through the gateway, which places on a node that can, or leave the rules out",
+  );
+}
+
+/**
+ * The refusal of new egress rules for a sandbox made without egress: its network has no route
+ * out for the rules to open.
+ *
+ * @example
+ * ```ts
+ * import { noEgress } from "@dormice/cluster/node";
+ * noEgress("sbx1").code; // "invalid"
+ * ```
+ */
+export function noEgress(id: string): ExecutorError {
+  return new ExecutorError(
+    "invalid",
+    `Sandbox '${id}' was made without egress (no allowInternetAccess: true and no address ` +
+      "rules), so there is no route out for rules to open: create it with allowInternetAccess: " +
+      "true, or with the rules (e.g. denyOut ['0.0.0.0/0'] and the addresses in allowOut)",
   );
 }
 
@@ -540,6 +584,16 @@ export interface Executor {
    * adopts those its ledger knows and never removes the rest.
    */
   legacy?(): Promise<string[]>;
+  /**
+   * Replaces the egress address rules of a running sandbox (a sandbox with egress) at once:
+   * never a moment with no rules or with both sets, and without restarting the sandbox or its
+   * processes. A create applies `spec.egressRules` itself, before it resolves; destroy removes
+   * them. Absent on an executor that cannot enforce them (its capabilities say so).
+   *
+   * @throws {ExecutorError} `invalid` for a sandbox without egress, `unavailable` when the
+   * rules cannot be written (the old ones then stay).
+   */
+  setEgressRules?(id: string, rules: EgressRules): Promise<void>;
   /** What it can serve now (templates, volumes); an executor without it serves any template. */
   capabilities?(): Promise<ExecutorCapabilities>;
   /**

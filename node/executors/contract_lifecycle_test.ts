@@ -58,6 +58,35 @@ const cases: Record<string, Case> = {
     );
     assert.ok(!(await ex.list()).includes(`${id}-other`));
   },
+  "setEgressRules() replaces a sandbox's rules, running on; one without egress is invalid": async (
+    ex,
+    id,
+  ) => {
+    assert.equal((await ex.capabilities?.())?.egressRules, true, "both enforce rules by default");
+    const set = ex.setEgressRules!.bind(ex);
+    // Made without egress (the suite's sandboxes): no route out for rules to open.
+    await rejectsWith(set(id, { allowOut: ["1.1.1.1/32"], denyOut: [] }), "invalid");
+    const ruled = `${id}-ruled`;
+    await ex.create({
+      id: ruled,
+      name: ruled,
+      template: "minimal",
+      spec: { egressRules: { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] } },
+      env: {},
+    });
+    try {
+      const before = await ex.exec(ruled, { cmd: ["sh", "-c", "sleep 30"] });
+      await set(ruled, { allowOut: ["198.18.0.2/32"], denyOut: ["0.0.0.0/0"] });
+      await set(ruled, { allowOut: [], denyOut: [] });
+      // The sandbox and its command ran on through both replacements.
+      assert.equal((await run(ex, ruled, "echo still")).stdout, "still\n");
+      await before.kill("SIGKILL");
+      assert.notEqual((await before.exited).exitCode, 0, "it was still running to be killed");
+    } finally {
+      await ex.destroy(ruled);
+    }
+    await rejectsWith(set(ruled, { allowOut: [], denyOut: [] }), "gone");
+  },
 };
 
 await contractSuite(cases);

@@ -9,6 +9,7 @@
 import {
   type CreateRequest,
   type DirWatch,
+  egressRulesUnserved,
   type ExecHandle,
   type ExecRequest,
   type Executor,
@@ -19,6 +20,7 @@ import {
   type FileStream,
   type FsChange,
   newSnapshotId,
+  noEgress,
   type PortAddress,
   readFileStream,
   type SandboxLimits,
@@ -32,6 +34,7 @@ import {
   type WriteOptions,
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
+import type { EgressRules } from "../../shared/egress_rules.ts";
 import { type FakePortHandler, FakePorts } from "./_fake_ports.ts";
 import { FakeFs, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
 import { FakeProcess, type ProcessSandbox } from "./_fake_process.ts";
@@ -65,6 +68,12 @@ export interface FakeExecutorOptions {
   clock?: Clock;
   /** Limits of a spec that sets none: Docker's defaults (1 cpu, 512 MiB) when absent. */
   defaults?: Partial<SandboxLimits>;
+  /**
+   * Whether it takes egress address rules (recorded, see `egressRulesOf`); true by default.
+   * False stands for a node that cannot enforce them: a create asking for them is refused,
+   * `setEgressRules` is absent and the capabilities say so.
+   */
+  egressRules?: boolean;
   /** The node id its snapshots record as their origin; `"fake"` when absent. */
   nodeId?: string;
 }
@@ -103,17 +112,65 @@ export class FakeExecutor implements Executor {
   #volumes: string[];
   #clock: Clock;
   #defaults: SandboxLimits;
+  #egressRules = new Map<string, EgressRules>();
+  #egressHistory = new Map<string, EgressRules[]>();
+  /**
+   * Replaces a sandbox's recorded egress rules, as the Docker executor's kernel rules would be
+   * replaced. Absent when the executor was made with `egressRules: false`.
+   */
+  readonly setEgressRules?: (id: string, rules: EgressRules) => Promise<void>;
 
   /** An executor holding no sandboxes yet; `create` refuses a template outside `templates`. */
   constructor(
-    { templates, volumes = [], clock = systemClock, defaults = {}, nodeId = "fake" }:
-      FakeExecutorOptions = {},
+    {
+      templates,
+      volumes = [],
+      clock = systemClock,
+      defaults = {},
+      egressRules = true,
+      nodeId = "fake",
+    }: FakeExecutorOptions = {},
   ) {
     this.#nodeId = nodeId;
     this.#templates = new Set(templates ?? defaultTemplateNames());
     this.#volumes = [...volumes];
     this.#clock = clock;
     this.#defaults = { cpus: 1, memoryMB: 512, ...defaults };
+    if (egressRules) {
+      this.setEgressRules = async (id, rules) => {
+        await this.hooks.enter("setEgressRules");
+        const sandbox = await this.#ready(id);
+        if (
+          sandbox.request.spec.network !== true && sandbox.request.spec.egressRules === undefined
+        ) {
+          throw noEgress(id);
+        }
+        this.#recordEgress(id, rules);
+      };
+    }
+  }
+
+  /**
+   * The egress rules a sandbox has now, as the executor would enforce them; `undefined` for a
+   * sandbox without any (none asked at create and none set since, or destroyed).
+   */
+  egressRulesOf(id: string): EgressRules | undefined {
+    const rules = this.#egressRules.get(id);
+    return rules && structuredClone(rules);
+  }
+
+  /** Every rule set a sandbox was given, oldest first: each replaced the one before whole. */
+  egressHistoryOf(id: string): EgressRules[] {
+    return structuredClone(this.#egressHistory.get(id) ?? []);
+  }
+
+  #recordEgress(id: string, rules: EgressRules): void {
+    this.#egressRules.set(id, structuredClone(rules));
+    const history = this.#egressHistory.get(id) ?? [];
+    // Bounded: a test reads the last few; the oldest go first.
+    if (history.length >= 64) history.shift();
+    history.push(structuredClone(rules));
+    this.#egressHistory.set(id, history);
   }
 
   /** The spec's cpus and memory, else the defaults; `stats()` reports the same. */
@@ -124,9 +181,13 @@ export class FakeExecutor implements Executor {
     };
   }
 
-  /** Its `templates` and `volumes`. */
+  /** Its `templates` and `volumes`, and whether it takes egress rules. */
   capabilities(): Promise<ExecutorCapabilities> {
-    return Promise.resolve({ templates: [...this.#templates], volumes: [...this.#volumes] });
+    return Promise.resolve({
+      templates: [...this.#templates],
+      volumes: [...this.#volumes],
+      egressRules: this.setEgressRules !== undefined,
+    });
   }
 
   /**
@@ -150,6 +211,10 @@ export class FakeExecutor implements Executor {
     for (const v of request.spec.volumes ?? []) {
       if (!this.#volumes.includes(v.name)) throw unknownVolume(v.name, this.#volumes);
     }
+    if (request.spec.egressRules !== undefined) {
+      if (this.setEgressRules === undefined) throw egressRulesUnserved();
+      this.#recordEgress(request.id, request.spec.egressRules);
+    }
     this.#sandboxes.set(request.id, {
       id: request.id,
       request: structuredClone(request),
@@ -169,6 +234,8 @@ export class FakeExecutor implements Executor {
     const sandbox = this.#sandboxes.get(id);
     if (!sandbox) return;
     this.#sandboxes.delete(id);
+    this.#egressRules.delete(id);
+    this.#egressHistory.delete(id);
     sandbox.destroyed = true;
     for (const stop of [...sandbox.watches]) stop();
     await this.#ports.closeSandbox(id);

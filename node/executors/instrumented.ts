@@ -12,11 +12,14 @@ import type { SandboxSpec } from "../../shared/schemas.ts";
  * The contract's calls, each measured under its own name. A record over the contract's keys, so
  * a verb added to `Executor` and not here is a type error, not a wrapper without that verb.
  * `capabilities` is left out: the node asks the executor itself, once per check-in, and the
- * wrapper does not offer it (its absence reads as "serves any template"). `legacy`, optional
- * too, is measured only where the executor has it (see below).
+ * wrapper does not offer it (its absence reads as "serves any template"). `legacy` and
+ * `setEgressRules`, optional too, are measured only where the executor has them (see below).
  */
 const measured: Record<
-  Exclude<keyof Executor, "kind" | "limits" | "close" | "capabilities" | "legacy">,
+  Exclude<
+    keyof Executor,
+    "kind" | "limits" | "close" | "capabilities" | "legacy" | "setEgressRules"
+  >,
   true
 > = {
   create: true,
@@ -65,8 +68,11 @@ export function instrumentExecutor(executor: Executor, metrics: NodeMetrics): Ex
     // No engine call to time: a pure function of the spec.
     limits: (spec: SandboxSpec) => executor.limits(spec),
   };
-  // An executor without `legacy` has no older sandboxes: the wrapper must not invent the verb.
-  const present = executor.legacy === undefined ? operations : [...operations, "legacy" as const];
+  // An executor without `legacy` has no older sandboxes, and one without `setEgressRules`
+  // enforces no rules: the wrapper must not invent either verb.
+  const present: (keyof Executor)[] = [...operations];
+  if (executor.legacy !== undefined) present.push("legacy");
+  if (executor.setEgressRules !== undefined) present.push("setEgressRules");
   for (const operation of present) {
     const call = (executor[operation] as (...args: unknown[]) => Promise<unknown>).bind(executor);
     wrapped[operation] = async (...args: unknown[]) => {

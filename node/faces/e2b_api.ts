@@ -55,7 +55,11 @@ import {
 import type { NodeSnapshots } from "../snapshots.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
-import { FILESYSTEM_PAUSE_NOT_BUILT, parseCreateOptions } from "./e2b_create_options.ts";
+import {
+  FILESYSTEM_PAUSE_NOT_BUILT,
+  parseCreateOptions,
+  parseNetworkUpdate,
+} from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -235,13 +239,20 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     };
   };
 
-  /** The create's `network` settings the sandbox keeps, as E2B's detail reports them. */
+  /**
+   * The `network` settings the sandbox keeps (the create's, its rules as last replaced), as
+   * E2B's detail reports them.
+   */
   const network = (s: SandboxRecord) => {
     const { allowPublicTraffic, maskRequestHost } = s.e2b;
-    if (allowPublicTraffic === undefined && maskRequestHost === undefined) return undefined;
+    const rules = s.spec.egressRules;
+    if (allowPublicTraffic === undefined && maskRequestHost === undefined && !rules) {
+      return undefined;
+    }
     return {
       ...(allowPublicTraffic === undefined ? {} : { allowPublicTraffic }),
       ...(maskRequestHost === undefined ? {} : { maskRequestHost }),
+      ...(rules ? { allowOut: rules.allowOut, denyOut: rules.denyOut } : {}),
     };
   };
 
@@ -383,6 +394,15 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     if (s.deadlineAt !== null && wanted > s.deadlineAt) {
       ops.setDeadline(at(c, id), wanted, onTimeoutOf(s));
     }
+    return c.body(null, 204);
+  });
+
+  // E2B's updateNetwork: the address rules replaced whole (an omitted list is cleared).
+  app.put("/sandboxes/:id/network", async (c) => {
+    const id = c.req.param("id");
+    const rules = parseNetworkUpdate(await readBody(c, "refuse", `{"allowOut":[]}`, bodyCap));
+    mustGet(c, id);
+    await ops.updateEgressRules(at(c, id), rules);
     return c.body(null, 204);
   });
 

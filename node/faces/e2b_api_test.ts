@@ -368,6 +368,34 @@ Deno.test("create honours allowInternetAccess as the spec's egress and records s
   await executor.close();
 });
 
+Deno.test("create reads network.allowOut / denyOut into the spec's egress rules, as E2B means them", async () => {
+  const { call, service, executor } = setup();
+  const make = async (options: object) => {
+    const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    const { sandboxID } = await res.json();
+    return service.get({ id: sandboxID })!.spec;
+  };
+  // Canonical CIDRs, duplicates dropped; rules give the sandbox egress judged by them.
+  assert.deepEqual(
+    await make({ network: { allowOut: ["198.18.0.1", "198.18.0.1/32"], denyOut: ["0.0.0.0/0"] } }),
+    { network: true, egressRules: { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] } },
+  );
+  assert.deepEqual(await make({ network: { denyOut: ["10.1.2.3/8"] } }), {
+    network: true,
+    egressRules: { allowOut: [], denyOut: ["10.0.0.0/8"] },
+  });
+  // allowInternetAccess: false is a deny of every address, the allowed ones kept (E2B's).
+  assert.deepEqual(
+    await make({
+      allowInternetAccess: false,
+      network: { allowOut: ["1.1.1.1"], denyOut: ["8.8.8.8"] },
+    }),
+    { network: true, egressRules: { allowOut: ["1.1.1.1/32"], denyOut: ["0.0.0.0/0"] } },
+  );
+  await executor.close();
+});
+
 Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, not for secure", async () => {
   const { call, accessTokens, executor } = setup();
   const make = async (options: object) => {
@@ -410,10 +438,17 @@ Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepM
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [
-    [{ network: { allowOut: ["example.com"] } }, /^'network\.allowOut' is not supported/],
-    [{ network: { denyOut: ["10.0.0.0/8"] } }, /^'network\.denyOut' is not supported/],
+    [
+      { network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] } },
+      /^'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
+    ],
+    [{ network: { allowOut: ["*.example.com"] } }, /^'network\.allowOut\[0\]'.* domain name/],
+    [{ network: { denyOut: ["10.0.0.0/33"] } }, /^'network\.denyOut\[0\]' .* prefix length/],
+    [{ network: { denyOut: ["1.2.3.4", "10.0.0.256"] } }, /^'network\.denyOut\[1\]' .* IPv4/],
+    [{ network: { allowOut: ["8.8.8.8:53"] } }, /^'network\.allowOut\[0\]' .* names a port/],
+    [{ network: { allowOut: ["2001:db8::1"] } }, /^'network\.allowOut\[0\]' .* IPv6/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
-    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules'/],
+    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules' .*domain rules/],
     [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
     [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
     [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],
@@ -432,11 +467,108 @@ Deno.test("create refuses network options this node cannot honour, naming each",
   await executor.close();
 });
 
+Deno.test("PUT /sandboxes/:id/network replaces the rules whole, reported by get; bad input is a 400 naming it", async () => {
+  const { call, executor } = setup();
+  const create = async (body: object) =>
+    (await (await call("POST", "/v2/sandboxes", { templateID: "base", ...body })).json())
+      .sandboxID as string;
+  const id = await create({ network: { allowOut: ["198.18.0.1"], denyOut: ["0.0.0.0/0"] } });
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: ["198.18.0.1/32"],
+    denyOut: ["0.0.0.0/0"],
+  });
+  const put = (sandbox: string, body: object) => call("PUT", `/sandboxes/${sandbox}/network`, body);
+  assert.equal((await put(id, { allowOut: ["198.18.0.2"], denyOut: ["0.0.0.0/0"] })).status, 204);
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: ["198.18.0.2/32"],
+    denyOut: ["0.0.0.0/0"],
+  });
+  const info = await (await call("GET", `/sandboxes/${id}`)).json();
+  assert.deepEqual(info.network, { allowOut: ["198.18.0.2/32"], denyOut: ["0.0.0.0/0"] });
+  // Omitting a list clears it (E2B's); allowInternetAccess: false denies every address.
+  assert.equal((await put(id, {})).status, 204);
+  assert.deepEqual(executor.egressRulesOf(id), { allowOut: [], denyOut: [] });
+  assert.equal(
+    (await put(id, { allow_internet_access: false, allowOut: ["1.1.1.1"] })).status,
+    204,
+  );
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: ["1.1.1.1/32"],
+    denyOut: ["0.0.0.0/0"],
+  });
+  assert.equal(executor.egressHistoryOf(id).length, 4, "each PUT replaced the set once, whole");
+
+  const refusals: [object, RegExp][] = [
+    [{ denyOut: ["10.0.0.0/40"] }, /^'denyOut\[0\]' '10\.0\.0\.0\/40' has a prefix length/],
+    [
+      { allowOut: ["example.com"] },
+      /^'allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
+    ],
+    [
+      { rules: { "a.com": [{ transform: { headers: { a: "b" } } }] } },
+      /^'rules' is not supported on this fleet yet: domain rules/,
+    ],
+    [{ egressProxy: { address: "p:1080" } }, /^'egressProxy' is not supported/],
+    [{ allowInternetAccess: true, denyOut: ["0.0.0.0/0"] }, /disagree/],
+    [{ somethingNew: 1 }, /somethingNew/],
+  ];
+  for (const [body, pattern] of refusals) {
+    const res = await put(id, body);
+    assert.equal(res.status, 400, JSON.stringify(body));
+    const answer = await res.json();
+    assert.equal(answer.code, 400);
+    assert.match(answer.message, pattern);
+  }
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: ["1.1.1.1/32"],
+    denyOut: ["0.0.0.0/0"],
+  });
+
+  // Without egress there is no route for rules to open: a 409 saying how to create it.
+  const closed = await create({});
+  const noRoute = await put(closed, { allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] });
+  assert.equal(noRoute.status, 409);
+  assert.match((await noRoute.json()).message, /was made without egress/);
+  assert.equal(executor.egressRulesOf(closed), undefined);
+  assert.equal((await put("nope", {})).status, 404);
+  // Destroyed with its sandbox.
+  assert.equal((await call("DELETE", `/sandboxes/${id}`)).status, 204);
+  assert.equal(executor.egressRulesOf(id), undefined);
+  await executor.close();
+});
+
+Deno.test("a node whose executor cannot enforce rules refuses a create asking for them, and their update", async () => {
+  const executor = new FakeExecutor({ egressRules: false });
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const app = createE2bApi(new SandboxService({ ledger, executor }), { apiToken });
+  const call = (method: string, path: string, body: unknown) =>
+    app.request(path, {
+      method,
+      headers: { "content-type": "application/json", "x-api-key": apiToken },
+      body: JSON.stringify(body),
+    });
+  const ruled = await call("POST", "/v2/sandboxes", {
+    templateID: "base",
+    network: { allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] },
+  });
+  assert.equal(ruled.status, 400);
+  assert.match((await ruled.json()).message, /cannot enforce egress address rules/);
+  const open = await call("POST", "/v2/sandboxes", {
+    templateID: "base",
+    allowInternetAccess: true,
+  });
+  const { sandboxID } = await open.json();
+  const update = await call("PUT", `/sandboxes/${sandboxID}/network`, { denyOut: ["8.8.8.8"] });
+  assert.equal(update.status, 409);
+  assert.match((await update.json()).message, /cannot enforce egress address rules/);
+  assert.deepEqual((await executor.capabilities()).egressRules, false);
+  await executor.close();
+});
+
 Deno.test("routes not built yet answer 501 {code, message}; about a missing sandbox, 404", async () => {
   const { call, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
   const routes = (id: string) => [
-    ["PUT", `/sandboxes/${id}/network`],
     // Deleting a template (an id that is not a snapshot's) is not built; snapshots are.
     ["DELETE", `/templates/base`],
   ];
@@ -447,7 +579,7 @@ Deno.test("routes not built yet answer 501 {code, message}; about a missing sand
     assert.equal(body.code, 501);
     assert.ok(body.message.length > 30, body.message);
   }
-  // A network update of a killed sandbox is E2B's not-found (the SDK's SandboxNotFoundError).
+  // A route about a killed sandbox would be E2B's not-found; a template's stays a 501.
   assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
   for (const [method, path] of routes(sandboxID)) {
     const res = await call(method, path, method === "GET" ? undefined : {});

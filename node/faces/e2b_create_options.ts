@@ -1,14 +1,16 @@
 /**
  * What an E2B create asks beyond its template: the lifecycle (`lifecycle`, or the wire's
  * `autoPause` / `autoPauseMemory` / `autoResume`), `secure`, `allow_internet_access` and
- * `network` (egress, public traffic, `maskRequestHost`), resolved into what this node does. An
- * option the node cannot honour is a 400 naming it, never a silent ignore.
+ * `network` (egress, address rules, public traffic, `maskRequestHost`), resolved into what this
+ * node does. An option the node cannot honour (domain rules, proxies) is a 400 naming it, never
+ * a silent ignore.
  *
  * @module
  */
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
 import { describeZodError, type SandboxSpec } from "../../shared/schemas.ts";
+import { ALL_TRAFFIC, type EgressRules, parseEgressList } from "../../shared/egress_rules.ts";
 import type { DeadlineAction, E2bSettings } from "../service_contract.ts";
 
 const onTimeoutSchema = z.enum(["kill", "pause"]);
@@ -56,8 +58,6 @@ export interface ResolvedCreateOptions {
   spec: SandboxSpec;
 }
 
-const ALL_ADDRESSES = "0.0.0.0/0";
-
 /**
  * Reads the lifecycle and network options of a create body (its other fields are left to the
  * caller) into the deadline action, the settings the ledger keeps and the spec the executor
@@ -102,7 +102,7 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
     );
   }
 
-  const internet = egressOf(body);
+  const { internet, rules } = egressOf(body);
   const e2b: E2bSettings = { onTimeout, autoResume, timeoutSeconds };
   if (body.secure !== undefined) e2b.secure = body.secure;
   if (internet !== undefined) e2b.allowInternetAccess = internet;
@@ -112,7 +112,12 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
   if (body.network?.maskRequestHost !== undefined) {
     e2b.maskRequestHost = checkedHostMask(body.network.maskRequestHost);
   }
-  return { onTimeout, e2b, spec: internet ? { network: true } : {} };
+  const spec: SandboxSpec = rules
+    ? { network: true, egressRules: rules }
+    : internet
+    ? { network: true }
+    : {};
+  return { onTimeout, e2b, spec };
 }
 
 /**
@@ -163,8 +168,20 @@ export function maskedHost(mask: string, port: number): string {
   return mask.replaceAll(PORT_PLACEHOLDER, String(port));
 }
 
-/** Whether the sandbox gets egress: true, false, or undefined when nothing says. */
-function egressOf(body: E2bCreateOptions): boolean | undefined {
+/** What a create's network options give the sandbox. */
+interface Egress {
+  /** Egress at all: true, false, or undefined when nothing says. */
+  internet: boolean | undefined;
+  /** Address rules, when the create sent any (they give the sandbox egress). */
+  rules?: EgressRules;
+}
+
+/**
+ * Reads the egress a create asks for: `allowInternetAccess` and the address rules. As in E2B,
+ * `allowInternetAccess: false` is `denyOut: ["0.0.0.0/0"]` with the allowed addresses kept; a
+ * deny of every address and no allow is a sandbox without egress, as it always was here.
+ */
+function egressOf(body: E2bCreateOptions): Egress {
   const snake = body.allow_internet_access;
   const camel = body.allowInternetAccess;
   if (snake !== undefined && camel !== undefined && snake !== camel) {
@@ -173,39 +190,112 @@ function egressOf(body: E2bCreateOptions): boolean | undefined {
       "'allow_internet_access' and 'allowInternetAccess' disagree: send one of them",
     );
   }
-  let internet = snake ?? camel;
+  const internet = snake ?? camel;
   const network = body.network ?? {};
+  refuseUnserved(network);
+  const allowOut = checkedList(network.allowOut, "network.allowOut");
+  const denyOut = checkedList(network.denyOut, "network.denyOut");
+  if (denyOut.includes(ALL_TRAFFIC) && internet === true) {
+    throw new HttpError(
+      400,
+      `'network.denyOut' ['${ALL_TRAFFIC}'] and allowInternetAccess: true disagree: send one`,
+    );
+  }
+  if (allowOut.length === 0) {
+    if (denyOut.length === 0) return { internet };
+    // Every address denied and none allowed: no egress at all, the internal network.
+    if (denyOut.includes(ALL_TRAFFIC)) return { internet: false };
+    return { internet, rules: { allowOut, denyOut } };
+  }
+  return {
+    internet,
+    rules: { allowOut, denyOut: internet === false ? [ALL_TRAFFIC] : denyOut },
+  };
+}
+
+/** The body of `PUT /sandboxes/{id}/network` (E2B's `SandboxNetworkUpdateConfig`). */
+const updateSchema = z.object({
+  allowOut: z.array(z.string().max(256)).max(1000).optional(),
+  denyOut: z.array(z.string().max(256)).max(1000).optional(),
+  egressProxy: z.unknown().optional(),
+  rules: z.unknown().optional(),
+  allow_internet_access: z.boolean().optional(),
+  allowInternetAccess: z.boolean().optional(),
+}).strict();
+
+/**
+ * Reads the body of E2B's `updateNetwork` (`PUT /sandboxes/{id}/network`) into the rules that
+ * replace the sandbox's whole: an omitted list is cleared (E2B's "omitting a field clears
+ * it"), and `allowInternetAccess: false` denies every address with the allowed ones kept.
+ *
+ * @throws {HttpError} 400 naming a malformed entry, a field not served, or a contradiction.
+ * @example
+ * ```ts
+ * import { parseNetworkUpdate } from "./e2b_create_options.ts";
+ * parseNetworkUpdate({ allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] });
+ * // { allowOut: ["1.1.1.1/32"], denyOut: ["0.0.0.0/0"] }
+ * ```
+ */
+export function parseNetworkUpdate(value: unknown): EgressRules {
+  const parsed = updateSchema.safeParse(value);
+  if (!parsed.success) throw new HttpError(400, describeZodError(parsed.error));
+  const body = parsed.data;
+  const snake = body.allow_internet_access;
+  const camel = body.allowInternetAccess;
+  if (snake !== undefined && camel !== undefined && snake !== camel) {
+    throw new HttpError(
+      400,
+      "'allow_internet_access' and 'allowInternetAccess' disagree: send one of them",
+    );
+  }
+  const internet = snake ?? camel;
+  refuseUnserved(body, "");
+  const allowOut = checkedList(body.allowOut, "allowOut");
+  const denyOut = checkedList(body.denyOut, "denyOut");
+  if (denyOut.includes(ALL_TRAFFIC) && internet === true) {
+    throw new HttpError(
+      400,
+      `'denyOut' ['${ALL_TRAFFIC}'] and allowInternetAccess: true disagree: send one`,
+    );
+  }
+  return { allowOut, denyOut: internet === false ? [ALL_TRAFFIC] : denyOut };
+}
+
+/**
+ * Refuses the network options this fleet does not serve yet (domain rules and what rides on
+ * them), each naming its field.
+ */
+export function refuseUnserved(
+  network: { egressProxy?: unknown; rules?: unknown; httpsPorts?: unknown },
+  prefix = "network.",
+): void {
   const unsupported = (field: string, why: string) =>
     new HttpError(
       400,
-      `'network.${field}' is not supported on this node: ${why}; a sandbox has egress or ` +
-        "none here (allowInternetAccess true or false)",
+      `'${prefix}${field}' is not supported on this fleet yet: ${why}; address rules ` +
+        "(allowOut / denyOut with IPv4 addresses and CIDRs) are",
     );
-  if ((network.allowOut ?? []).length > 0) {
-    throw unsupported("allowOut", "egress cannot be allowed by domain or address");
-  }
-  const denyOut = network.denyOut ?? [];
-  if (denyOut.length > 0) {
-    // Denying every address is what allowInternetAccess: false means, so that one is honoured.
-    if (!denyOut.every((d) => d === ALL_ADDRESSES)) {
-      throw unsupported("denyOut", "egress cannot be denied by address, only as a whole");
-    }
-    if (internet === true) {
-      throw new HttpError(
-        400,
-        `'network.denyOut' ['${ALL_ADDRESSES}'] and allowInternetAccess: true disagree: send one`,
-      );
-    }
-    internet = false;
-  }
   if (network.egressProxy !== undefined && network.egressProxy !== null) {
     throw unsupported("egressProxy", "egress cannot go through a proxy");
   }
   if (network.rules !== undefined && network.rules !== null) {
-    throw unsupported("rules", "egress requests cannot be rewritten");
+    throw unsupported(
+      "rules",
+      "domain rules and their header transforms are not served (no egress proxy)",
+    );
   }
   if (network.httpsPorts !== undefined && network.httpsPorts !== null) {
     throw unsupported("httpsPorts", "ports are not served as HTTPS");
   }
-  return internet;
+}
+
+/**
+ * A list of address rules read into canonical CIDRs.
+ *
+ * @throws {HttpError} 400 naming the field, the entry and what is wrong with it.
+ */
+export function checkedList(entries: readonly unknown[] | undefined, field: string): string[] {
+  const r = parseEgressList(entries ?? [], field);
+  if (!r.ok) throw new HttpError(400, r.error);
+  return r.cidrs;
 }

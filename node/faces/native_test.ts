@@ -191,6 +191,29 @@ Deno.test("native face: bad input is a 4xx {message} naming the problem", async 
   await app.close();
 });
 
+Deno.test("native face: acquireSandbox takes spec.egressRules, a bad entry a 400 naming its path", async () => {
+  const { app, executor } = node();
+  const ruled = await call(app, "acquireSandbox", {
+    name: "ruled",
+    spec: { egressRules: { allowOut: ["198.18.0.1"], denyOut: ["0.0.0.0/0"] } },
+  });
+  assert.equal(ruled.status, 200, JSON.stringify(ruled.body));
+  const sandbox = ruled.body.sandbox as { id: string; spec: Record<string, unknown> };
+  const rules = { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] };
+  assert.deepEqual(sandbox.spec.egressRules, rules);
+  assert.deepEqual(executor.egressRulesOf(sandbox.id), rules);
+  const bad = await call(app, "acquireSandbox", {
+    name: "bad",
+    spec: { egressRules: { allowOut: ["example.com"] } },
+  });
+  assert.equal(bad.status, 400);
+  assert.match(
+    String(bad.body.message),
+    /'spec\.egressRules\.allowOut\.0': 'example\.com' is a domain name: domain rules are not served/,
+  );
+  await app.close();
+});
+
 Deno.test("native face: an unexpected error is a logged 500 {message}", async () => {
   const { app, executor } = node();
   await call(app, "acquireSandbox", { name: "a" });

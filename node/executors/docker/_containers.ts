@@ -303,7 +303,9 @@ export class Containers {
     const env = { ...spec.env, ...request.env };
     const user: string = imageInfo.Config?.User ?? "";
     const containerName = this.#engine.containerName(id);
-    const networkMode = await this.#network.modeFor(spec.network === true);
+    // Address rules judge egress, so a sandbox with rules sits on the egress network.
+    const egress = spec.network === true || spec.egressRules !== undefined;
+    const networkMode = await this.#network.modeFor(egress);
     const container = await this.#engine.call(
       `creating the container of sandbox ${id}`,
       (signal) =>

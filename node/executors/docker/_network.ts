@@ -15,6 +15,7 @@ import { ExecutorError, type PortAddress } from "../contract.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { Engine } from "./engine.ts";
 import type { HostFirewall } from "./_firewall.ts";
+import type { EgressFirewall } from "./_egress.ts";
 
 /** Most sandbox addresses remembered; past it the oldest is looked up again on its next use. */
 const MAX_REMEMBERED = 10_000;
@@ -62,6 +63,8 @@ export interface SandboxNetworkOptions {
   nodeName: string;
   /** The host firewall; `null` when it is off (`DORMICE_SANDBOX_HOST_FIREWALL=off`). */
   firewall: HostFirewall | null;
+  /** The sandboxes' egress rules; `null` when the node enforces none. */
+  egress?: EgressFirewall | null;
   log: Log;
 }
 
@@ -73,14 +76,16 @@ export class SandboxNetwork {
   readonly egressName: string;
   #engine: Engine;
   #firewall: HostFirewall | null;
+  #egressRules: EgressFirewall | null;
   #log: Log;
   #internal: NodeNetwork;
   #egress: NodeNetwork;
   #addresses = new Map<string, string>();
 
-  constructor({ engine, nodeName, firewall, log }: SandboxNetworkOptions) {
+  constructor({ engine, nodeName, firewall, egress = null, log }: SandboxNetworkOptions) {
     this.#engine = engine;
     this.#firewall = firewall;
+    this.#egressRules = egress;
     this.#log = log;
     const hash = createHash("sha256").update(nodeName).digest("hex").slice(0, 10);
     const network = (kind: Kind): NodeNetwork => ({
@@ -113,12 +118,7 @@ export class SandboxNetwork {
    */
   async modeFor(egress: boolean): Promise<string> {
     const network = egress ? this.#egress : this.#internal;
-    network.ready ??= this.#ensure(network).catch((error) => {
-      // A failure is retried by the next create rather than remembered for ever.
-      network.ready = undefined;
-      throw error;
-    });
-    const bridge = await network.ready;
+    const bridge = await this.#bridgeOf(network);
     const firewall = this.#firewall;
     if (firewall) {
       const guard = (network.guarding ?? Promise.resolve()).catch(() => {})
@@ -136,6 +136,34 @@ export class SandboxNetwork {
       network.guarded = true;
     }
     return network.name;
+  }
+
+  /** `network` made (or found) and checked once per process; resolves to its bridge. */
+  #bridgeOf(network: NodeNetwork): Promise<string> {
+    network.ready ??= this.#ensure(network).catch((error) => {
+      // A failure is retried by the next create rather than remembered for ever.
+      network.ready = undefined;
+      throw error;
+    });
+    return network.ready;
+  }
+
+  /**
+   * Where a sandbox sits on the egress network: its address there and the network's bridge,
+   * which its egress rules are keyed to. `null` for a sandbox not on it (made without egress,
+   * or with egress before the node had its own egress network).
+   *
+   * @throws {ExecutorError} `gone` when the sandbox has no container.
+   */
+  async egressEndpoint(id: string): Promise<{ ip: string; bridge: string } | null> {
+    const inspect = await this.#engine.callContainer(
+      id,
+      `inspecting the network of sandbox ${id}`,
+      (container, signal) => container.inspect({ abortSignal: signal }),
+    );
+    const ip = inspect.NetworkSettings?.Networks?.[this.egressName]?.IPAddress;
+    if (!ip) return null;
+    return { ip, bridge: await this.#bridgeOf(this.#egress) };
   }
 
   /**
@@ -222,6 +250,17 @@ export class SandboxNetwork {
       );
     } catch (error) {
       if (!(error instanceof ExecutorError && error.code === "not_found")) return;
+    }
+    // Egress rules of sandboxes that left behind the node's back: nothing sits on the bridge.
+    const leftover = network.kind === "egress"
+      ? await this.#egressRules?.removeBridge(bridge) ?? 0
+      : 0;
+    if (leftover > 0) {
+      this.#log("info", "Egress rules of sandboxes gone from a removed network removed", {
+        network: network.name,
+        bridge,
+        sandboxes: leftover,
+      });
     }
     const removed = await this.#firewall?.unguard(bridge, network.name) ?? 0;
     if (removed > 0) {

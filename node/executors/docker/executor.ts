@@ -16,6 +16,7 @@ import { silentLog } from "../../../shared/log.ts";
 import {
   type CreateRequest,
   type DirWatch,
+  egressRulesUnserved,
   type ExecHandle,
   type ExecRequest,
   type Executor,
@@ -24,6 +25,7 @@ import {
   type FileEntry,
   type FileOptions,
   type FsChange,
+  noEgress,
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
@@ -42,6 +44,8 @@ import { Containers, DEFAULT_LIMITS, type DockerLimits } from "./_containers.ts"
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./engine.ts";
 import { SandboxNetwork } from "./_network.ts";
 import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
+import { EgressFirewall } from "./_egress.ts";
+import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
 import { Snapshots } from "./_snapshots.ts";
 
@@ -93,7 +97,8 @@ export interface DockerExecutorOptions {
    * Whether each sandbox network's bridge gets the host rule that drops every connection a
    * sandbox opens to this machine (`_firewall.ts`); true by default. It needs iptables, root and
    * `--allow-run=iptables`; `connect()` refuses without them. Off
-   * (`DORMICE_SANDBOX_HOST_FIREWALL=off`), sandboxes reach every service listening on the host.
+   * (`DORMICE_SANDBOX_HOST_FIREWALL=off`), sandboxes reach every service listening on the host,
+   * and the executor enforces no egress address rules either (its capabilities say so).
    */
   hostFirewall?: boolean;
   /** Runs iptables for the host firewall; the real binary by default (tests pass a fake). */
@@ -141,9 +146,16 @@ export class DockerExecutor implements Executor {
   #commands: Commands;
   #files: Files;
   #watches: Watches;
+  #egress: EgressFirewall | null;
+  #log: Log;
   #snapshots: Snapshots;
   #startTimeoutMs: number;
   #closed = false;
+  /**
+   * Replaces a sandbox's egress address rules in the kernel at once (see `_egress.ts`), the
+   * sandbox and its processes running on. Present when the host firewall is on (iptables).
+   */
+  readonly setEgressRules?: (id: string, rules: EgressRules) => Promise<void>;
   /** The `dormice.instance` label of every container it makes, and what it lists by. */
   readonly instanceId: string;
 
@@ -182,6 +194,12 @@ export class DockerExecutor implements Executor {
       map = parsed;
     }
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
+    this.#log = log;
+    // The same iptables the host firewall needs; with it off the node enforces no rules.
+    this.#egress = hostFirewall ? new EgressFirewall({ instanceId, run: runIptables }) : null;
+    if (this.#egress !== null) {
+      this.setEgressRules = (id, rules) => this.#applyEgress(id, rules);
+    }
     const sandboxes = new Sandboxes(this.#engine);
     // Per instance, like the labels: a node leaving must not pull the network from under
     // another node with the same id (it is removed once nothing sits on it).
@@ -189,6 +207,7 @@ export class DockerExecutor implements Executor {
       engine: this.#engine,
       nodeName: `${nameSafe(nodeId)}-${instanceId}`,
       firewall: hostFirewall ? new HostFirewall({ run: runIptables }) : null,
+      egress: this.#egress,
       log,
     });
     this.#commands = new Commands({
@@ -234,8 +253,8 @@ export class DockerExecutor implements Executor {
    * host directory that exists, a Docker volume the engine has): a writable volume declared on
    * several nodes but present on one is advertised, and so served, by that one only.
    */
-  capabilities(): Promise<ExecutorCapabilities> {
-    return this.#containers.capabilities();
+  async capabilities(): Promise<ExecutorCapabilities> {
+    return { ...await this.#containers.capabilities(), egressRules: this.#egress !== null };
   }
 
   /**
@@ -311,11 +330,26 @@ export class DockerExecutor implements Executor {
     }
   }
 
+  /**
+   * Builds the container; with `spec.egressRules`, also its kernel rules before it resolves
+   * (nothing of the caller's runs in the sandbox before then), and a sandbox whose rules cannot
+   * be written is removed again: it never runs without the rules it asked for. Then the image's
+   * start command (its `dormice.start` label): a sandbox whose server did not come up is not
+   * handed out.
+   */
   async create(request: CreateRequest): Promise<void> {
+    const rules = request.spec.egressRules;
+    if (rules !== undefined && this.#egress === null) throw egressRulesUnserved();
     const start = await this.#containers.create(request);
+    if (rules !== undefined) {
+      try {
+        await this.#applyEgress(request.id, rules);
+      } catch (error) {
+        await this.destroy(request.id).catch(() => {});
+        throw error;
+      }
+    }
     if (start === null) return;
-    // The image's start command (its `dormice.start` label): a sandbox whose server did not
-    // come up is not handed out.
     let failure: string | null = null;
     try {
       const result = await this.#commands.run(
@@ -332,7 +366,7 @@ export class DockerExecutor implements Executor {
       failure = error instanceof Error ? error.message : String(error);
     }
     if (failure === null) return;
-    await this.#containers.destroy(request.id).catch(() => {});
+    await this.destroy(request.id).catch(() => {});
     throw new ExecutorError(
       "unavailable",
       `The start command of template '${request.template}' (the image's dormice.start label, ` +
@@ -341,13 +375,27 @@ export class DockerExecutor implements Executor {
     );
   }
 
+  async #applyEgress(id: string, rules: EgressRules): Promise<void> {
+    const at = await this.#network.egressEndpoint(id);
+    if (at === null) throw noEgress(id);
+    await this.#egress!.apply(id, at.ip, at.bridge, rules);
+  }
+
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */
   limits(spec: SandboxSpec): SandboxLimits {
     return this.#containers.limits(spec);
   }
 
+  /**
+   * Removes the container, then its egress rules (after: a running sandbox is never without
+   * them). Rules left by a failed removal are logged, not thrown: the container is gone, and
+   * they can only refuse (see `_egress.ts`).
+   */
   async destroy(id: string): Promise<void> {
     await this.#containers.destroy(id);
+    await this.#egress?.remove(id).catch((error) =>
+      this.#log("warn", "Could not remove a destroyed sandbox's egress rules", { id, error })
+    );
     // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
     if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
   }

@@ -1,0 +1,86 @@
+import assert from "node:assert/strict";
+import {
+  egressAllows,
+  egressRulesSchema,
+  parseEgressEntry,
+  parseEgressList,
+} from "./egress_rules.ts";
+import { describeZodError, sandboxSpecSchema } from "./schemas.ts";
+
+Deno.test("parseEgressEntry() reads addresses and CIDRs into canonical CIDRs", () => {
+  const cases: [string, string][] = [
+    ["8.8.8.8", "8.8.8.8/32"],
+    [" 8.8.8.8/32 ", "8.8.8.8/32"],
+    ["10.1.2.3/8", "10.0.0.0/8"],
+    ["0.0.0.0/0", "0.0.0.0/0"],
+    ["255.255.255.255", "255.255.255.255/32"],
+    ["172.16.5.4/12", "172.16.0.0/12"],
+  ];
+  for (const [entry, cidr] of cases) assert.deepEqual(parseEgressEntry(entry), { ok: true, cidr });
+});
+
+Deno.test("parseEgressEntry() says what is wrong with each shape it does not serve", () => {
+  const cases: [string, RegExp][] = [
+    ["example.com", /domain name: domain rules are not served/],
+    ["*.example.com", /domain name/],
+    ["localhost", /domain name/],
+    ["8.8.8.8:53", /names a port/],
+    ["8.8.8.0/24:1-1024", /names a port/],
+    ["2001:db8::/32", /IPv6/],
+    ["::1", /IPv6/],
+    ["256.1.1.1", /not an IPv4 address/],
+    ["01.1.1.1", /leading zeros/],
+    ["1.1.1.1/33", /prefix length/],
+    ["1.1.1.1/08", /prefix length/],
+    ["0.0.0.0", /unspecified address/],
+    ["", /not an IPv4 address or CIDR/],
+    ["1.2.3", /not an IPv4 address or CIDR/],
+    ["a b", /not an IPv4 address or CIDR/],
+  ];
+  for (const [entry, why] of cases) {
+    const r = parseEgressEntry(entry);
+    assert.equal(r.ok, false, entry);
+    if (!r.ok) assert.match(r.why, why, entry);
+  }
+});
+
+Deno.test("parseEgressList() names the field and index of the first bad entry, and the cap", () => {
+  assert.deepEqual(parseEgressList(["1.1.1.1", "1.1.1.1/32", "2.2.2.2"], "network.allowOut"), {
+    ok: true,
+    cidrs: ["1.1.1.1/32", "2.2.2.2/32"],
+  });
+  const bad = parseEgressList(["1.1.1.1", "1.1.1.300"], "network.denyOut");
+  assert.equal(bad.ok, false);
+  if (!bad.ok) assert.match(bad.error, /^'network\.denyOut\[1\]' '1\.1\.1\.300' is not an IPv4/);
+  const many = parseEgressList(Array.from({ length: 101 }, () => "1.1.1.1"), "network.allowOut");
+  assert.equal(many.ok, false);
+  if (!many.ok) assert.match(many.error, /'network\.allowOut' has 101 entries, more than the 100/);
+});
+
+Deno.test("egressAllows() lets an allow win over any deny, broader or narrower, as E2B does", () => {
+  const denyAll = { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] };
+  assert.equal(egressAllows(denyAll, "198.18.0.1"), true);
+  assert.equal(egressAllows(denyAll, "198.18.0.2"), false);
+  // A narrower deny inside an allowed range is still allowed: allow always takes precedence.
+  const narrow = { allowOut: ["198.18.0.0/24"], denyOut: ["198.18.0.7/32"] };
+  assert.equal(egressAllows(narrow, "198.18.0.7"), true);
+  // Denied without an allow; anything neither list names is allowed.
+  const some = { allowOut: [], denyOut: ["10.0.0.0/8"] };
+  assert.equal(egressAllows(some, "10.9.9.9"), false);
+  assert.equal(egressAllows(some, "11.0.0.1"), true);
+  assert.equal(egressAllows({ allowOut: [], denyOut: [] }, "1.1.1.1"), true);
+});
+
+Deno.test("sandboxSpecSchema reads spec.egressRules, a bad entry named by its path", () => {
+  const ok = sandboxSpecSchema.parse({ egressRules: { allowOut: ["1.1.1.1"] } });
+  assert.deepEqual(ok.egressRules, { allowOut: ["1.1.1.1/32"], denyOut: [] });
+  const r = sandboxSpecSchema.safeParse({ egressRules: { denyOut: ["0.0.0.0/0", "example.com"] } });
+  assert.equal(r.success, false);
+  if (!r.success) {
+    assert.match(
+      describeZodError(r.error),
+      /^'egressRules\.denyOut\.1': 'example\.com' is a domain name: domain rules are not served/,
+    );
+  }
+  assert.equal(egressRulesSchema.safeParse({ allowOut: ["1.1.1.1"], extra: 1 }).success, false);
+});
