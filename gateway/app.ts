@@ -360,6 +360,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     close: () => {
       void webhooks?.close();
       void shared?.mode.close();
+      // Writes the batched check-in times before the database goes.
+      fleet.close();
       if (database === undefined && db.isOpen) db.close();
     },
   };

@@ -9,7 +9,8 @@
 import type { DatabaseSync } from "node:sqlite";
 import type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fleet_node.ts";
 import { NodeTable } from "./fleet_table.ts";
-import { compareUpDigests, FleetWarnings } from "./fleet_warnings.ts";
+import { FleetWarnings } from "./fleet_warnings.ts";
+import { DigestCounts } from "./fleet_digests.ts";
 import { applyCheckIn, joinedMember, loadedMember, type Member } from "./fleet_node.ts";
 import { ownEndpointRefusal, stillChecksIn, twinRefusal, unknownNode } from "./fleet_refusals.ts";
 import type { CheckIn } from "../shared/schemas.ts";
@@ -129,6 +130,8 @@ export class Fleet implements NodeDirectory {
   #clock: Clock;
   #log: Log;
   #warnings: FleetWarnings;
+  /** The up nodes' config digests, counted as they change (`fleet_digests.ts`). */
+  #digests: DigestCounts;
   #downAfter: number;
   #moveAfter: number;
   #onJoin?: (node: FleetNode) => void;
@@ -170,6 +173,11 @@ export class Fleet implements NodeDirectory {
     this.#clock = clock;
     this.#log = log;
     this.#warnings = new FleetWarnings(changes);
+    this.#digests = new DigestCounts({
+      differs: (id, _digest, reference) =>
+        this.#warnings.digestDiffers(this.#members.get(id)!, reference),
+      agrees: (id) => this.#warnings.digestAgrees(id),
+    });
     this.#downAfter = downAfterIntervals;
     this.#moveAfter = moveAfterIntervals;
     this.#onJoin = onJoin;
@@ -321,7 +329,7 @@ export class Fleet implements NodeDirectory {
         build: member.build,
       });
       this.#warnings.reportShared(member.endpoint);
-      this.#reportDigests();
+      this.#digests.set(member.id, member.configDigest);
       this.#call("onJoin", this.#onJoin, member);
       return "joined";
     }
@@ -359,14 +367,15 @@ export class Fleet implements NodeDirectory {
         { nodeId: known.id, endpoint: known.endpoint },
       );
     }
-    this.#reportDigests();
+    this.#digests.set(known.id, known.configDigest);
     return "updated";
   }
 
   /**
    * Announces nodes that went down since the last sweep: one warning and one `onDown` per
    * transition. Returns the ids that went down. The server calls it on a timer (every second is
-   * plenty); nothing else depends on it, since `isDown` is computed on read.
+   * plenty); nothing else depends on it, since `isDown` is computed on read. It also writes the
+   * batched check-in times once they are a second old.
    *
    * @example
    * ```ts ignore
@@ -375,11 +384,13 @@ export class Fleet implements NodeDirectory {
    */
   sweep(): string[] {
     const now = this.#clock.now();
+    this.#table.flushDue(now);
     const wentDown: string[] = [];
     for (const m of this.#members.values()) {
       if (!m.announcedUp || !this.isDown(m, now)) continue;
       m.announcedUp = false;
       wentDown.push(m.id);
+      this.#digests.drop(m.id);
       this.#log("warn", "node is down: no check-in for more than two of its intervals", {
         nodeId: m.id,
         endpoint: m.endpoint,
@@ -436,6 +447,7 @@ export class Fleet implements NodeDirectory {
   }
 
   #forget(m: Member): void {
+    this.#digests.drop(m.id);
     this.#table.remove(m.id);
     this.#members.delete(m.id);
     this.#warnings.unindexEndpoint(m.id, m.endpoint);
@@ -455,12 +467,12 @@ export class Fleet implements NodeDirectory {
   list(inFlight?: (nodeId: string) => number): NodeSummary[] {
     const now = this.#clock.now();
     const out: NodeSummary[] = [];
-    const { mismatched } = compareUpDigests(this.#members.values(), (m) => !this.isDown(m, now));
     for (const m of this.#members.values()) {
+      const down = this.isDown(m, now);
       out.push({
         id: m.id,
         endpoint: m.endpoint,
-        state: this.isDown(m, now) ? "down" : "up",
+        state: down ? "down" : "up",
         lastCheckInAgeMs: Math.max(0, now - m.lastCheckIn),
         intervalSeconds: m.intervalSeconds,
         build: m.build,
@@ -471,13 +483,16 @@ export class Fleet implements NodeDirectory {
         templates: m.templates,
         volumes: m.volumes,
         configDigest: m.configDigest,
-        configDigestMismatch: mismatched.has(m.id),
+        configDigestMismatch: !down && this.#digests.mismatched(m.id),
       });
     }
     return out;
   }
 
-  /** Closes the database when the Fleet opened it itself (the in-memory default). */
+  /**
+   * Writes the check-in times still waiting (they are batched, at most a second apart), then
+   * closes the database when the Fleet opened it itself (the in-memory default).
+   */
   close(): void {
     this.#table.close();
   }
@@ -492,11 +507,5 @@ export class Fleet implements NodeDirectory {
         error: (error as Error)?.message ?? String(error),
       });
     }
-  }
-
-  /** Warns when a node's fleet-invariant settings part from the fleet's, or agree again. */
-  #reportDigests(): void {
-    const now = this.#clock.now();
-    this.#warnings.reportDigests(this.#members.values(), (m) => !this.isDown(m, now));
   }
 }

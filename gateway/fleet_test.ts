@@ -181,6 +181,75 @@ Deno.test("Fleet warns at the check-in where a node's config digest parts from t
   fleet.close();
 });
 
+Deno.test("Fleet: a check-in judges no other node, however large the fleet", () => {
+  // Counts every up/down judgement the Fleet makes; a check-in of a settled fleet of 200 nodes
+  // must make one (its own node's), not one per node.
+  let judged = 0;
+  class Counting extends Fleet {
+    override isDown(node: string | FleetNode, now?: number): boolean {
+      judged++;
+      return super.isDown(node, now);
+    }
+  }
+  const fleet = new Counting({ clock: new FakeClock() });
+  for (let i = 0; i < 200; i++) {
+    fleet.checkIn(checkIn(`n${i}`, `http://10.0.${i >> 8}.${i & 255}:3676`, {
+      configDigest: "same",
+    }));
+  }
+  judged = 0;
+  fleet.checkIn(checkIn("n7", "http://10.0.0.7:3676", { configDigest: "same" }));
+  assert.ok(judged <= 1, `a check-in judged ${judged} nodes`);
+  fleet.close();
+});
+
+Deno.test("Fleet: a node gone down no longer counts toward the fleet's digest", () => {
+  const { fleet, clock, lines } = setup();
+  const d = (id: string, digest: string, n: number, intervalSeconds = 15) =>
+    checkIn(id, `http://10.0.0.${n}:3676`, { configDigest: digest, intervalSeconds });
+  fleet.checkIn(d("a", "old", 1, 1));
+  fleet.checkIn(d("b", "old", 2, 1));
+  fleet.checkIn(d("c", "new", 3));
+  assert.equal(fleet.list().find((n) => n.id === "c")?.configDigestMismatch, true);
+  clock.tick(3_000); // a and b silent for three of their intervals: down
+  fleet.checkIn(d("c", "new", 3));
+  assert.deepEqual(fleet.sweep(), ["a", "b"]);
+  fleet.checkIn(d("c", "new", 3));
+  assert.ok(fleet.list().every((n) => !n.configDigestMismatch));
+  // b comes back with the old settings: one each, the reference (new) stays.
+  fleet.checkIn(d("b", "old", 2, 1));
+  const warned = lines.filter((l) => l.msg.includes("fleet-invariant")).map((l) => l.fields.nodeId);
+  assert.deepEqual(warned, ["c", "b"]);
+  fleet.close();
+});
+
+Deno.test("Fleet batches time-only check-ins into one write a second, and writes them at close", () => {
+  const db = new DatabaseSync(":memory:");
+  const { fleet, clock } = setup({ database: db });
+  const stored = (id: string) =>
+    (db.prepare("SELECT last_check_in FROM gateway_nodes WHERE id = ?").get(id) as {
+      last_check_in: number;
+    }).last_check_in;
+  const t0 = clock.now();
+  fleet.checkIn(checkIn("a", A));
+  fleet.checkIn(checkIn("b", B));
+  clock.tick(300);
+  fleet.checkIn(checkIn("a", A));
+  assert.equal(stored("a"), t0, "a time-only check-in waits");
+  // A changed build is written at once.
+  fleet.checkIn(checkIn("b", B, { build: "v2" }));
+  assert.equal(stored("b"), t0 + 300);
+  clock.tick(1_000);
+  fleet.sweep();
+  assert.equal(stored("a"), t0 + 300, "written within a second, by the sweep");
+  clock.tick(200);
+  fleet.checkIn(checkIn("a", A));
+  assert.equal(stored("a"), t0 + 300);
+  fleet.close();
+  assert.equal(stored("a"), t0 + 1_500, "close writes what waits");
+  db.close();
+});
+
 Deno.test("Fleet.removeNode() of a node still checking in is a 409 saying what to do", () => {
   const { fleet, clock } = setup();
   fleet.checkIn(checkIn("a", A, { intervalSeconds: 15 }));
