@@ -57,6 +57,8 @@ export interface GatewayOptions {
   minDiskGB?: number;
   /** One deadline for a lookup round, connect included. Default 2000 ms. */
   lookupTimeoutMs?: number;
+  /** Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`). Default 128. */
+  lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
@@ -213,6 +215,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     activeLimit,
     minDiskGB,
     lookupTimeoutMs,
+    lookupConcurrency,
     lookupDigests,
     fanOutTimeoutMs,
     headTimeoutMs,
@@ -262,6 +265,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fleet,
     token,
     timeoutMs: lookupTimeoutMs,
+    lookupConcurrency,
     lookupDigests,
     cacheSize,
     fetch: fetchFn,
