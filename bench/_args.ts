@@ -10,6 +10,8 @@
 export interface BenchArgs {
   /** `--help` (or `-h`): print the usage and measure nothing. */
   help: boolean;
+  /** `--quick`: the sections that have one run a small smoke version (`scale`). */
+  quick: boolean;
   /** `--runs=<n>`: runs per measurement, 5 by default. */
   runs: number;
   /** `--only=a,b`: the sections to run; the others keep what the last full run wrote. */
@@ -29,10 +31,11 @@ export interface BenchArgs {
  */
 export function benchUsage(sections: readonly string[]): string {
   return [
-    "Usage: deno task bench [--only=<section>,…] [--runs=<n>] [--out=<file>]",
+    "Usage: deno task bench [--only=<section>,…] [--runs=<n>] [--out=<file>] [--quick]",
     "  --only   run these sections only; RESULTS.md keeps the others as the last full run wrote them",
     "  --runs   runs per measurement (default 5; the Docker sections take at least 7)",
     "  --out    write the report there instead of bench/RESULTS.md",
+    "  --quick  a small smoke run of the sections that have one (scale): figures not recorded",
     `Sections: ${sections.join(", ")}`,
   ].join("\n");
 }
@@ -46,15 +49,25 @@ export function benchUsage(sections: readonly string[]): string {
  * ```ts
  * import { parseBenchArgs } from "./_args.ts";
  * parseBenchArgs(["--only=placement", "--runs=3"]);
- * // { help: false, runs: 3, only: ["placement"], out: undefined }
+ * // { help: false, quick: false, runs: 3, only: ["placement"], out: undefined }
  * parseBenchArgs(["--onyl=placement"]) instanceof Error; // true
  * ```
  */
 export function parseBenchArgs(argv: string[]): BenchArgs | Error {
-  const parsed: BenchArgs = { help: false, runs: 5, only: undefined, out: undefined };
+  const parsed: BenchArgs = {
+    help: false,
+    quick: false,
+    runs: 5,
+    only: undefined,
+    out: undefined,
+  };
   for (const arg of argv) {
     if (arg === "--help" || arg === "-h") {
       parsed.help = true;
+      continue;
+    }
+    if (arg === "--quick") {
+      parsed.quick = true;
       continue;
     }
     const eq = arg.indexOf("=");
@@ -73,7 +86,7 @@ export function parseBenchArgs(argv: string[]): BenchArgs | Error {
     } else {
       return new Error(
         `Unknown argument '${arg}': deno task bench takes --only=<section>,…, --runs=<n>, ` +
-          "--out=<file> and --help",
+          "--out=<file>, --quick and --help",
       );
     }
   }

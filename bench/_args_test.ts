@@ -3,19 +3,29 @@ import { fileURLToPath } from "node:url";
 import { parseBenchArgs, unknownSections } from "./_args.ts";
 
 Deno.test("parseBenchArgs() reads --only, --runs, --out and --help", () => {
-  assert.deepEqual(parseBenchArgs([]), { help: false, runs: 5, only: undefined, out: undefined });
+  assert.deepEqual(parseBenchArgs([]), {
+    help: false,
+    quick: false,
+    runs: 5,
+    only: undefined,
+    out: undefined,
+  });
   assert.deepEqual(parseBenchArgs(["--only=placement,lookup", "--runs=3", "--out=/tmp/r.md"]), {
     help: false,
+    quick: false,
     runs: 3,
     only: ["placement", "lookup"],
     out: "/tmp/r.md",
   });
   assert.equal((parseBenchArgs(["--help"]) as { help: boolean }).help, true);
   assert.equal((parseBenchArgs(["-h"]) as { help: boolean }).help, true);
+  assert.equal((parseBenchArgs(["--quick"]) as { quick: boolean }).quick, true);
 });
 
 Deno.test("parseBenchArgs() refuses what it does not know instead of running everything", () => {
-  for (const bad of ["--onyl=placement", "--help=yes", "placement", "--runs", "--out="]) {
+  for (
+    const bad of ["--onyl=placement", "--help=yes", "--quick=1", "placement", "--runs", "--out="]
+  ) {
     const answer = parseBenchArgs([bad]);
     assert.ok(answer instanceof Error, bad);
     assert.match(answer.message, /Unknown argument .* takes --only=<section>/, bad);

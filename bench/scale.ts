@@ -1,0 +1,282 @@
+/**
+ * The scale benchmark (issue 33): one gateway process in front of simulated nodes, all in one
+ * stub process (`_scale_nodes.ts`) on distinct loopback addresses 127.1.x.y, each checking in
+ * every 15 s with an empty lookup digest. Per fleet size, in the same run:
+ * - the gateway's cores while every node checks in on its interval (the goal: ≤ 0.15 of a core
+ *   at 10,000 nodes), and its CPU per check-in then;
+ * - the check-in rate one gateway sustains (check-ins sent as fast as it takes them, 64 at once)
+ *   and its CPU per check-in at that rate;
+ * - a lookup miss (a name no node holds): time, nodes heard, sockets the nodes accepted, the
+ *   gateway's CPU, and whether it answered `none` or 503 (`unsure`: nodes not asked in time);
+ * - a first page of `listSandboxes`: time, sandboxes listed, nodes not heard.
+ * Every figure at 1,000 and 10,000 nodes stands beside the same figure at 200 nodes (the
+ * reference, measured in the same run).
+ *
+ * @module
+ */
+import { type Child, cpuMs, freePort, startChild, startGateway } from "./_fixtures.ts";
+import { benchToken } from "./_fixtures.ts";
+import { median, type Row, row, type Section } from "./_stats.ts";
+
+/** Options of the scale benchmark. */
+export interface ScaleOptions {
+  /** Runs per size. */
+  runs: number;
+  /** Small sizes and short windows: a smoke run, not a measurement. */
+  quick?: boolean;
+}
+
+interface Stats {
+  sent: number;
+  failed: number;
+  lastFailure: string;
+  skipped: number;
+  lagMaxMs: number;
+  lookups: number;
+  lists: number;
+  connections: number;
+}
+
+interface Measured {
+  pacedCores: number;
+  pacedCpuPerCheckIn: number;
+  pacedRate: number;
+  lagMaxMs: number;
+  burstRate: number;
+  burstCpuPerCheckIn: number;
+  missMs: number;
+  missStatus: number;
+  missHeard: number;
+  missSockets: number;
+  missCpuMs: number;
+  missNotAsked: number;
+  listMs: number;
+  listed: number;
+  listUnheard: number;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function control<T>(port: number, path: string, method = "GET"): Promise<T> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, { method });
+  return await res.json() as T;
+}
+
+async function gatewayCall(url: string, verb: string, body: unknown) {
+  const t0 = performance.now();
+  const res = await fetch(`${url}/${verb}`, {
+    method: "POST",
+    headers: { authorization: `Bearer ${benchToken}`, "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  const json = await res.json().catch(() => ({}));
+  return { ms: performance.now() - t0, status: res.status, json };
+}
+
+async function measureOnce(
+  gw: { url: string; pid: number },
+  stubs: { port: number },
+  n: number,
+  windowMs: number,
+  burstMs: number,
+  seq: number,
+): Promise<Measured> {
+  // Paced: every node checks in once per interval, spread evenly.
+  await control(stubs.port, "/pace?on=1", "POST");
+  await sleep(1_000); // the pacing settles
+  const s0 = await control<Stats>(stubs.port, "/stats");
+  const [c0] = await cpuMs([gw.pid]);
+  const t0 = performance.now();
+  await sleep(windowMs);
+  const [c1] = await cpuMs([gw.pid]);
+  const wall = performance.now() - t0;
+  const s1 = await control<Stats>(stubs.port, "/stats");
+  const paced = s1.sent - s0.sent;
+
+  // The lookup miss, with the pacing still on (check-ins go on in production too).
+  await control(stubs.port, "/resetSockets", "POST");
+  const l0 = await control<Stats>(stubs.port, "/stats");
+  const [m0] = await cpuMs([gw.pid]);
+  const miss = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-miss-${seq}` });
+  const [m1] = await cpuMs([gw.pid]);
+  const l1 = await control<Stats>(stubs.port, "/stats");
+  const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(miss.json?.message ?? ""));
+
+  // A first list page.
+  const list = await gatewayCall(gw.url, "listSandboxes", {});
+  const sandboxes = Array.isArray(list.json?.sandboxes) ? list.json.sandboxes.length : 0;
+  const unheard = Array.isArray(list.json?.unreachable) ? list.json.unreachable.length : n;
+
+  // Burst: check-ins as fast as the gateway takes them.
+  await control(stubs.port, "/pace?on=0", "POST");
+  await sleep(500);
+  const [b0] = await cpuMs([gw.pid]);
+  const burst = await control<{ sent: number; failed: number; ms: number }>(
+    stubs.port,
+    `/burst?ms=${burstMs}&concurrency=64`,
+    "POST",
+  );
+  const [b1] = await cpuMs([gw.pid]);
+  return {
+    pacedCores: (c1 - c0) / wall,
+    pacedCpuPerCheckIn: (c1 - c0) / Math.max(1, paced),
+    pacedRate: paced / (wall / 1000),
+    lagMaxMs: s1.lagMaxMs,
+    burstRate: burst.sent / (burst.ms / 1000),
+    burstCpuPerCheckIn: (b1 - b0) / Math.max(1, burst.sent),
+    missMs: miss.ms,
+    missStatus: miss.status,
+    missHeard: l1.lookups - l0.lookups,
+    missSockets: l1.connections - l0.connections,
+    missCpuMs: m1 - m0,
+    missNotAsked: notAsked ? Number(notAsked[1]) : 0,
+    listMs: list.ms,
+    listed: sandboxes,
+    listUnheard: unheard,
+  };
+}
+
+/** Runs the scale benchmark. */
+export async function runScale(options: ScaleOptions): Promise<Section> {
+  const { runs, quick = false } = options;
+  const sizes = quick ? [20, 100] : [200, 1_000, 10_000];
+  const windowMs = quick ? 2_000 : 15_000;
+  const burstMs = quick ? 1_000 : 3_000;
+  const bySize = new Map<number, Measured[]>();
+  let seq = 0;
+  for (const n of sizes) {
+    const gw = await startGateway([], {}, "--allow-net");
+    let stubs: Child<{ ready: boolean; joinMs: number; failed: number; lastFailure: string }>;
+    const port = freePort();
+    try {
+      stubs = await startChild(
+        [
+          "run",
+          "--frozen",
+          "--allow-net",
+          new URL("./_scale_nodes.ts", import.meta.url).pathname,
+          String(n),
+          gw.url,
+          String(port),
+          "15",
+        ],
+        {},
+        300_000,
+      );
+    } catch (error) {
+      await gw.stop();
+      throw error;
+    }
+    try {
+      if (stubs.ready.failed > 0) {
+        throw new Error(
+          `${stubs.ready.failed} of ${n} nodes could not join: ${stubs.ready.lastFailure}`,
+        );
+      }
+      const measured: Measured[] = [];
+      for (let r = 0; r < runs; r++) {
+        measured.push(await measureOnce(gw, { port }, n, windowMs, burstMs, ++seq));
+      }
+      bySize.set(n, measured);
+      const s = await control<Stats>(port, "/stats");
+      if (s.failed > 0) {
+        console.error(`bench: scale ${n}: ${s.failed} check-ins failed: ${s.lastFailure}`);
+      }
+    } finally {
+      await stubs.stop();
+      await gw.stop();
+    }
+  }
+
+  const ref = bySize.get(sizes[0])!;
+  const rows: Row[] = [];
+  const refLabel = `${sizes[0].toLocaleString("en-US")} nodes`;
+  const figure = (
+    name: string,
+    unit: string,
+    pick: (m: Measured) => number,
+    goal?: (n: number, value: number) => Partial<Row> | undefined,
+    ratio = true,
+  ) => {
+    const refValues = ref.map(pick);
+    for (const n of sizes) {
+      const values = bySize.get(n)!.map(pick);
+      const label = `${name}, ${n.toLocaleString("en-US")} nodes${
+        n === sizes[0] ? " (reference)" : ""
+      }`;
+      rows.push(
+        row(label, unit, values, ratio ? refValues : null, goal?.(n, median(values)) ?? {}),
+      );
+    }
+  };
+  figure(
+    "gateway cores, every node checking in every 15 s",
+    "cores",
+    (m) => m.pacedCores,
+    (n, v) => n === 10_000 ? { target: "≤ 0.15 core", met: v <= 0.15 } : undefined,
+  );
+  figure("CPU per check-in, paced", "ms", (m) => m.pacedCpuPerCheckIn);
+  figure("check-ins per second, paced (nodes ÷ 15 s wanted)", "1/s", (m) => m.pacedRate);
+  figure("pacing's worst lag", "ms", (m) => m.lagMaxMs);
+  figure(
+    "check-ins per second sustained (64 at once)",
+    "1/s",
+    (m) => m.burstRate,
+    (n, v) => n === 10_000 ? { target: "≥ 667/s (10,000 ÷ 15 s)", met: v >= 667 } : undefined,
+  );
+  figure("CPU per check-in, sustained", "ms", (m) => m.burstCpuPerCheckIn);
+  figure(
+    "lookup miss: time",
+    "ms",
+    (m) => m.missMs,
+    (n, v) => n >= 1_000 ? { target: "≤ 2,200 ms", met: v <= 2_200 } : undefined,
+  );
+  figure(
+    "lookup miss: HTTP status (200 none, 503 unsure)",
+    "",
+    (m) => m.missStatus,
+    undefined,
+    false,
+  );
+  figure("lookup miss: nodes heard", "nodes", (m) => m.missHeard);
+  figure(
+    "lookup miss: nodes not asked before the deadline",
+    "nodes",
+    (m) => m.missNotAsked,
+    undefined,
+    false,
+  );
+  figure("lookup miss: sockets the nodes accepted", "sockets", (m) => m.missSockets);
+  figure("lookup miss: gateway CPU", "ms", (m) => m.missCpuMs);
+  figure("listSandboxes first page: time", "ms", (m) => m.listMs);
+  figure("listSandboxes first page: sandboxes listed", "", (m) => m.listed);
+  figure(
+    "listSandboxes first page: nodes not heard",
+    "nodes",
+    (m) => m.listUnheard,
+    undefined,
+    false,
+  );
+  return {
+    title: quick
+      ? "Scale (quick smoke run: small sizes, not a measurement)"
+      : "Scale: 200, 1,000 and 10,000 nodes",
+    reference: `the same figure at ${refLabel}, same run`,
+    rows,
+    notes: [
+      "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, " +
+      "2,000 ms lookup deadline) and one stub process simulating every node on its own address " +
+      "127.1.x.y (bench/_scale_nodes.ts): each node checks in every 15 s with a reading, a config " +
+      "digest and an empty lookup digest, answers lookupSandbox (never found) and listSandboxes " +
+      "(one sandbox). Both processes share the machine's 2 cores, so the stub's own work " +
+      "(sending 667 check-ins a second, answering 10,000 lookups) competes with the gateway's.",
+      `Gateway CPU is /proc/<pid>/stat (10 ms ticks) over a ${windowMs / 1000} s paced window ` +
+      `(cores = CPU ÷ wall; per check-in = CPU ÷ check-ins, idle timers included) and a ` +
+      `${burstMs / 1000} s burst of check-ins 64 at once (per check-in = CPU ÷ check-ins).`,
+      "The lookup miss is one native lookupSandbox of a new name while the nodes keep checking " +
+      "in; nodes heard and sockets are counted by the stub (a socket is a new client address:port " +
+      "seen by a node). A node the round did not ask before its deadline is not heard: the " +
+      "answer is then a 503 that says how many were not asked.",
+    ],
+  };
+}
