@@ -10,11 +10,17 @@ import { DatabaseSync, type StatementSync } from "node:sqlite";
 import type { NodeRow } from "./fleet_node.ts";
 import type { ChangeLog } from "../shared/log.ts";
 
-/** How often, at most, the batched check-in times are written. */
+/** The longest a check-in waits to be written: they go to the table together, once a second. */
 export const FLUSH_EVERY_MS = 1_000;
 
-function identity(endpoint: string, intervalSeconds: number, build: string): string {
-  return `${endpoint}\n${intervalSeconds}\n${build}`;
+/** A check-in waiting to be written: the row as it will be. */
+interface PendingRow {
+  endpoint: string;
+  intervalSeconds: number;
+  build: string;
+  /** Written only when the row is new. */
+  firstSeen: number;
+  lastCheckIn: number;
 }
 
 interface Row {
@@ -40,13 +46,13 @@ const schema = `CREATE TABLE IF NOT EXISTS gateway_nodes (
  * by check-ins and removals. A failed write is reported through `changes` (once, and cleared by
  * the next write that succeeds) instead of thrown.
  *
- * A check-in that changes only the time is not written at once: times wait in memory and are
+ * Check-ins are not written one by one: each waits in memory (the latest per node) and they are
  * written together, in one transaction, at the first check-in or `flushDue` once the oldest has
- * waited `FLUSH_EVERY_MS`, and at `close()`. A settled fleet of 10,000
- * nodes is 667 check-ins a second, and one write each (a WAL commit and its sync) was the
- * largest share of a check-in's cost. What a crash loses is at most a second of check-in times:
- * the table only serves the next start, which reads a node as down until it checks in anyway.
- * A new node, a move, a new interval or build is written at once.
+ * waited `FLUSH_EVERY_MS`, and at `close()`. A fleet of 10,000 nodes is 667 check-ins a second,
+ * and one write each (a WAL commit and its sync) was the largest share of a check-in's cost. A
+ * crash loses at most a second of check-ins; the table only serves the next start, where every
+ * node is down until it checks in anyway, and a node whose first check-in was lost joins again.
+ * A removal is written at once.
  *
  * @example
  * ```ts ignore
@@ -59,15 +65,11 @@ export class NodeTable {
   readonly #db: DatabaseSync;
   readonly #ownsDb: boolean;
   readonly #changes: ChangeLog;
-  readonly #insert: StatementSync;
-  readonly #update: StatementSync;
+  readonly #upsert: StatementSync;
   readonly #remove: StatementSync;
-  readonly #touch: StatementSync;
-  /** id → its endpoint, interval and build as last written, to tell a time-only check-in. */
-  readonly #written = new Map<string, string>();
-  /** id → a check-in time not written yet (at most one per node: the fleet bounds it). */
-  readonly #pending = new Map<string, number>();
-  /** When the oldest waiting time was recorded: none waits longer than `FLUSH_EVERY_MS`. */
+  /** id → its check-in not written yet (one per node: the fleet bounds it). */
+  readonly #pending = new Map<string, PendingRow>();
+  /** When the oldest waiting check-in was recorded: none waits longer than `FLUSH_EVERY_MS`. */
   #oldestPending = 0;
 
   /** Opens (creating if needed) the table in `database`, or in a private in-memory one. */
@@ -76,19 +78,17 @@ export class NodeTable {
     this.#ownsDb = database === undefined;
     this.#changes = changes;
     this.#db.exec(schema);
-    this.#insert = this.#db.prepare(
+    this.#upsert = this.#db.prepare(
       `INSERT INTO gateway_nodes (id, endpoint, interval_seconds, build, first_seen, last_check_in)
-       VALUES (?, ?, ?, ?, ?, ?)`,
-    );
-    this.#update = this.#db.prepare(
-      `UPDATE gateway_nodes SET endpoint = ?, interval_seconds = ?, build = ?, last_check_in = ?
-       WHERE id = ?`,
+       VALUES (?, ?, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET endpoint = excluded.endpoint,
+         interval_seconds = excluded.interval_seconds, build = excluded.build,
+         last_check_in = excluded.last_check_in`,
     );
     this.#remove = this.#db.prepare(`DELETE FROM gateway_nodes WHERE id = ?`);
-    this.#touch = this.#db.prepare(`UPDATE gateway_nodes SET last_check_in = ? WHERE id = ?`);
   }
 
-  /** Check-in times waiting to be written (diagnostics and tests). */
+  /** Check-ins waiting to be written (diagnostics and tests). */
   get pending(): number {
     return this.#pending.size;
   }
@@ -105,7 +105,6 @@ export class NodeTable {
     const rows = this.#db.prepare(`SELECT * FROM gateway_nodes ORDER BY id`).all() as unknown[];
     return rows.map((raw) => {
       const row = raw as Row;
-      this.#written.set(row.id, identity(row.endpoint, row.interval_seconds, row.build));
       return {
         id: row.id,
         endpoint: row.endpoint,
@@ -118,7 +117,8 @@ export class NodeTable {
   }
 
   /**
-   * Writes a node's first check-in at `at` (its first and last check-in both).
+   * Records a node's first check-in at `at` (its first and last check-in both), written with
+   * the next batch.
    *
    * @example
    * ```ts ignore
@@ -126,16 +126,11 @@ export class NodeTable {
    * ```
    */
   insert(node: Pick<NodeRow, "id" | "endpoint" | "intervalSeconds" | "build">, at: number): void {
-    this.#pending.delete(node.id);
-    this.#written.set(node.id, identity(node.endpoint, node.intervalSeconds, node.build));
-    this.#persist(() =>
-      this.#insert.run(node.id, node.endpoint, node.intervalSeconds, node.build, at, at)
-    );
+    this.#wait(node, at, at);
   }
 
   /**
-   * Records a known node's check-in at `at`: written at once when its endpoint, interval or
-   * build changed, else batched with the other check-in times (see the class).
+   * Records a known node's check-in at `at`, written with the next batch.
    *
    * @example
    * ```ts ignore
@@ -143,23 +138,29 @@ export class NodeTable {
    * ```
    */
   update(node: Pick<NodeRow, "id" | "endpoint" | "intervalSeconds" | "build">, at: number): void {
-    const written = identity(node.endpoint, node.intervalSeconds, node.build);
-    if (this.#written.get(node.id) === written) {
-      if (this.#pending.size === 0) this.#oldestPending = at;
-      this.#pending.set(node.id, at);
-      this.flushDue(at);
-      return;
-    }
-    this.#pending.delete(node.id);
-    this.#written.set(node.id, written);
-    this.#persist(() =>
-      this.#update.run(node.endpoint, node.intervalSeconds, node.build, at, node.id)
-    );
+    // A row not written yet keeps its first check-in; a known row's first_seen is never rewritten.
+    this.#wait(node, this.#pending.get(node.id)?.firstSeen ?? at, at);
+  }
+
+  #wait(
+    node: Pick<NodeRow, "id" | "endpoint" | "intervalSeconds" | "build">,
+    firstSeen: number,
+    at: number,
+  ): void {
+    if (this.#pending.size === 0) this.#oldestPending = at;
+    this.#pending.set(node.id, {
+      endpoint: node.endpoint,
+      intervalSeconds: node.intervalSeconds,
+      build: node.build,
+      firstSeen,
+      lastCheckIn: at,
+    });
+    this.flushDue(at);
   }
 
   /**
-   * Writes the waiting check-in times when the oldest has waited `FLUSH_EVERY_MS` at `now`
-   * (the Fleet's sweep calls it, so a quiet fleet's times are written too).
+   * Writes the waiting check-ins when the oldest has waited `FLUSH_EVERY_MS` at `now` (the
+   * Fleet's sweep calls it, so a quiet fleet's check-ins are written too).
    *
    * @example
    * ```ts ignore
@@ -172,7 +173,7 @@ export class NodeTable {
   }
 
   /**
-   * Writes every waiting check-in time now, in one transaction.
+   * Writes every waiting check-in now, in one transaction.
    *
    * @example
    * ```ts ignore
@@ -188,7 +189,9 @@ export class NodeTable {
       const own = !this.#db.isTransaction;
       if (own) this.#db.exec("BEGIN");
       try {
-        for (const [id, at] of pending) this.#touch.run(at, id);
+        for (const [id, r] of pending) {
+          this.#upsert.run(id, r.endpoint, r.intervalSeconds, r.build, r.firstSeen, r.lastCheckIn);
+        }
         if (own) this.#db.exec("COMMIT");
       } catch (error) {
         if (own && this.#db.isTransaction) this.#db.exec("ROLLBACK");
@@ -198,7 +201,7 @@ export class NodeTable {
   }
 
   /**
-   * Deletes a node's row.
+   * Deletes a node's row, at once.
    *
    * @example
    * ```ts ignore
@@ -207,13 +210,12 @@ export class NodeTable {
    */
   remove(id: string): void {
     this.#pending.delete(id);
-    this.#written.delete(id);
     this.#persist(() => this.#remove.run(id));
   }
 
   /**
-   * Writes the waiting check-in times, then closes the database when the table opened it
-   * itself (the in-memory default).
+   * Writes the waiting check-ins, then closes the database when the table opened it itself (the
+   * in-memory default).
    */
   close(): void {
     this.flush();

@@ -223,30 +223,37 @@ Deno.test("Fleet: a node gone down no longer counts toward the fleet's digest", 
   fleet.close();
 });
 
-Deno.test("Fleet batches time-only check-ins into one write a second, and writes them at close", () => {
+Deno.test("Fleet batches check-ins into one write a second, and writes them at close", () => {
   const db = new DatabaseSync(":memory:");
   const { fleet, clock } = setup({ database: db });
   const stored = (id: string) =>
-    (db.prepare("SELECT last_check_in FROM gateway_nodes WHERE id = ?").get(id) as {
-      last_check_in: number;
-    }).last_check_in;
+    db.prepare("SELECT build, first_seen, last_check_in FROM gateway_nodes WHERE id = ?").get(
+      id,
+    ) as { build: string; first_seen: number; last_check_in: number } | undefined;
   const t0 = clock.now();
   fleet.checkIn(checkIn("a", A));
-  fleet.checkIn(checkIn("b", B));
+  assert.equal(stored("a"), undefined, "a join waits for the batch too");
   clock.tick(300);
-  fleet.checkIn(checkIn("a", A));
-  assert.equal(stored("a"), t0, "a time-only check-in waits");
-  // A changed build is written at once.
-  fleet.checkIn(checkIn("b", B, { build: "v2" }));
-  assert.equal(stored("b"), t0 + 300);
-  clock.tick(1_000);
+  fleet.checkIn(checkIn("a", A, { build: "v2" }));
+  fleet.checkIn(checkIn("b", B));
+  assert.equal(stored("a"), undefined);
+  clock.tick(700);
   fleet.sweep();
-  assert.equal(stored("a"), t0 + 300, "written within a second, by the sweep");
+  assert.deepEqual(
+    { ...stored("a") },
+    { build: "v2", first_seen: t0, last_check_in: t0 + 300 },
+    "written within a second of the oldest, by the sweep, with its first check-in kept",
+  );
+  assert.equal(stored("b")?.last_check_in, t0 + 300);
   clock.tick(200);
-  fleet.checkIn(checkIn("a", A));
-  assert.equal(stored("a"), t0 + 300);
+  fleet.checkIn(checkIn("a", A, { build: "v2" }));
+  assert.equal(stored("a")?.last_check_in, t0 + 300, "the next one waits");
+  // A removal is written at once, and what waited for it is dropped.
+  clock.tick(60_000);
+  fleet.removeNode("b");
+  assert.equal(stored("b"), undefined);
   fleet.close();
-  assert.equal(stored("a"), t0 + 1_500, "close writes what waits");
+  assert.equal(stored("a")?.last_check_in, t0 + 1_200, "close writes what waits");
   db.close();
 });
 
