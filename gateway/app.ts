@@ -291,6 +291,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fetch: fetchFn,
     log,
     fanOutTimeoutMs,
+    fanOutConcurrency: lookupConcurrency,
     headTimeoutMs,
     slots: shared?.slots,
     onDestroyed: (found, answer) =>
