@@ -7,10 +7,12 @@
  *
  * Prints `{"ready":true,...}` once every node has joined. A control listener on 127.0.0.1
  * answers `GET /stats` (check-ins sent and failed, the pacing's lag, lookups and lists answered,
- * sockets accepted) and `POST /burst?ms=&concurrency=` (check-ins as fast as the gateway takes
+ * connections seen: a client address and port not seen before by that node) and `POST /burst?ms=&concurrency=` (check-ins as fast as the gateway takes
  * them, for the sustained rate) and `POST /pace?on=0|1`.
  *
  * Usage: deno run --allow-net bench/_scale_nodes.ts <count> <gatewayUrl> <controlPort> [interval]
+ * [first]: nodes first … first + count - 1 (a process holds a listener and a socket per node, so
+ * the harness splits a fleet larger than the descriptor limit allows over several processes).
  *
  * @module
  */
@@ -21,6 +23,7 @@ const count = Number(Deno.args[0] ?? "200");
 const gateway = Deno.args[1];
 const controlPort = Number(Deno.args[2]);
 const intervalSeconds = Number(Deno.args[3] ?? "15");
+const first = Number(Deno.args[4] ?? "0");
 /** The port every simulated node listens on, each at its own address. */
 export const NODE_PORT = 21500;
 
@@ -32,7 +35,7 @@ export function nodeHost(i: number): string {
 const servers: Deno.HttpServer[] = [];
 let lookups = 0, lists = 0, connections = 0;
 const seenRemotes = new Set<string>();
-for (let i = 0; i < count; i++) {
+for (let i = first; i < first + count; i++) {
   const host = nodeHost(i);
   servers.push(Deno.serve({ hostname: host, port: NODE_PORT, onListen() {} }, async (req, info) => {
     const remote = `${info.remoteAddr.hostname}:${info.remoteAddr.port}>${i}`;
@@ -73,21 +76,23 @@ function nodeId(i: number): string {
 }
 
 const emptyDigest = LookupDigest.sized(0, NODE_DIGEST_FALSE_POSITIVE_RATE).toWire();
-const bodies = Array.from({ length: count }, (_, i) =>
+const bodies = Array.from({ length: count }, (_, j) => first + j).map((i) =>
   JSON.stringify({
     ...checkIn(i, `http://${nodeHost(i)}:${NODE_PORT}`),
     intervalSeconds,
     configDigest: "c".repeat(64),
     lookupDigest: emptyDigest,
-  }));
+  })
+);
 const headers = { authorization: `Bearer ${benchToken}`, "content-type": "application/json" };
 let sent = 0, failed = 0, inFlight = 0, lastFailure = "";
 
-async function send(i: number): Promise<void> {
+/** Sends the check-in of this process's `j`-th node. */
+async function send(j: number): Promise<void> {
   sent++;
   inFlight++;
   try {
-    const res = await fetch(`${gateway}/checkIn`, { method: "POST", headers, body: bodies[i] });
+    const res = await fetch(`${gateway}/checkIn`, { method: "POST", headers, body: bodies[j] });
     const text = await res.text();
     if (!res.ok) {
       failed++;
@@ -165,11 +170,6 @@ Deno.serve({ hostname: "127.0.0.1", port: controlPort, onListen() {} }, async (r
       skipped = 0;
     }
     return Response.json({ pacing });
-  }
-  if (url.pathname === "/resetSockets") {
-    seenRemotes.clear();
-    connections = 0;
-    return Response.json({ ok: true });
   }
   return Response.json({ message: "unknown control" }, { status: 404 });
 });

@@ -24,6 +24,8 @@ export interface ScaleOptions {
   runs: number;
   /** Small sizes and short windows: a smoke run, not a measurement. */
   quick?: boolean;
+  /** Fleet sizes, the reference first (default 200, 1,000 and 10,000). */
+  sizes?: number[];
 }
 
 interface Stats {
@@ -50,57 +52,122 @@ interface Measured {
   missSockets: number;
   missCpuMs: number;
   missNotAsked: number;
+  warmMs: number;
+  warmHeard: number;
+  warmSockets: number;
   listMs: number;
   listed: number;
   listUnheard: number;
 }
 
+/** What `_scale_nodes.ts` prints once its nodes joined. */
+interface StubReady {
+  ready: boolean;
+  joinMs: number;
+  failed: number;
+  lastFailure: string;
+}
+
+/** Nodes one stub process simulates: a listener and a socket each, within 20,000 descriptors. */
+const NODES_PER_PROCESS = 5_000;
+
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 async function control<T>(port: number, path: string, method = "GET"): Promise<T> {
-  const res = await fetch(`http://127.0.0.1:${port}${path}`, { method });
-  return await res.json() as T;
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}${path}`, { method });
+    return await res.json() as T;
+  } catch (error) {
+    throw new Error(`the stub's ${path} failed: ${error}`);
+  }
 }
 
 async function gatewayCall(url: string, verb: string, body: unknown) {
   const t0 = performance.now();
-  const res = await fetch(`${url}/${verb}`, {
-    method: "POST",
-    headers: { authorization: `Bearer ${benchToken}`, "content-type": "application/json" },
-    body: JSON.stringify(body),
-  });
-  const json = await res.json().catch(() => ({}));
-  return { ms: performance.now() - t0, status: res.status, json };
+  try {
+    const res = await fetch(`${url}/${verb}`, {
+      method: "POST",
+      headers: { authorization: `Bearer ${benchToken}`, "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    const json = await res.json().catch(() => ({}));
+    return { ms: performance.now() - t0, status: res.status, json };
+  } catch (error) {
+    throw new Error(`the gateway's ${verb} failed after ${performance.now() - t0} ms: ${error}`);
+  }
+}
+
+/** The stub processes of one fleet, their figures summed. */
+class Stubs {
+  constructor(readonly ports: number[]) {}
+  async stats(): Promise<Stats> {
+    const all = await Promise.all(this.ports.map((p) => control<Stats>(p, "/stats")));
+    const sum = (f: (s: Stats) => number) => all.reduce((n, s) => n + f(s), 0);
+    return {
+      sent: sum((s) => s.sent),
+      failed: sum((s) => s.failed),
+      lastFailure: all.map((s) => s.lastFailure).find((f) => f !== "") ?? "",
+      skipped: sum((s) => s.skipped),
+      lagMaxMs: Math.max(...all.map((s) => s.lagMaxMs)),
+      lookups: sum((s) => s.lookups),
+      lists: sum((s) => s.lists),
+      connections: sum((s) => s.connections),
+    };
+  }
+  async post(path: string): Promise<void> {
+    await Promise.all(this.ports.map((p) => control(p, path, "POST")));
+  }
+  async burst(ms: number, concurrency: number) {
+    const each = Math.max(1, Math.round(concurrency / this.ports.length));
+    const all = await Promise.all(
+      this.ports.map((p) =>
+        control<{ sent: number; failed: number; ms: number }>(
+          p,
+          `/burst?ms=${ms}&concurrency=${each}`,
+          "POST",
+        )
+      ),
+    );
+    return {
+      sent: all.reduce((n, b) => n + b.sent, 0),
+      ms: Math.max(...all.map((b) => b.ms)),
+    };
+  }
 }
 
 async function measureOnce(
   gw: { url: string; pid: number },
-  stubs: { port: number },
+  stubs: Stubs,
   n: number,
   windowMs: number,
   burstMs: number,
   seq: number,
 ): Promise<Measured> {
   // Paced: every node checks in once per interval, spread evenly.
-  await control(stubs.port, "/pace?on=1", "POST");
+  await stubs.post("/pace?on=1");
   await sleep(1_000); // the pacing settles
-  const s0 = await control<Stats>(stubs.port, "/stats");
+  const s0 = await stubs.stats();
   const [c0] = await cpuMs([gw.pid]);
   const t0 = performance.now();
   await sleep(windowMs);
   const [c1] = await cpuMs([gw.pid]);
   const wall = performance.now() - t0;
-  const s1 = await control<Stats>(stubs.port, "/stats");
+  const s1 = await stubs.stats();
   const paced = s1.sent - s0.sent;
 
   // The lookup miss, with the pacing still on (check-ins go on in production too).
-  await control(stubs.port, "/resetSockets", "POST");
-  const l0 = await control<Stats>(stubs.port, "/stats");
+  const l0 = await stubs.stats();
   const [m0] = await cpuMs([gw.pid]);
   const miss = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-miss-${seq}` });
   const [m1] = await cpuMs([gw.pid]);
-  const l1 = await control<Stats>(stubs.port, "/stats");
+  const l1 = await stubs.stats();
   const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(miss.json?.message ?? ""));
+
+  // A second miss at once: the connections of the first are still open (the node client keeps
+  // an idle connection 4 s).
+  const w0 = await stubs.stats();
+  const warm = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-warm-${seq}` });
+  const w1 = await stubs.stats();
 
   // A first list page.
   const list = await gatewayCall(gw.url, "listSandboxes", {});
@@ -108,14 +175,10 @@ async function measureOnce(
   const unheard = Array.isArray(list.json?.unreachable) ? list.json.unreachable.length : n;
 
   // Burst: check-ins as fast as the gateway takes them.
-  await control(stubs.port, "/pace?on=0", "POST");
+  await stubs.post("/pace?on=0");
   await sleep(500);
   const [b0] = await cpuMs([gw.pid]);
-  const burst = await control<{ sent: number; failed: number; ms: number }>(
-    stubs.port,
-    `/burst?ms=${burstMs}&concurrency=64`,
-    "POST",
-  );
+  const burst = await stubs.burst(burstMs, 64);
   const [b1] = await cpuMs([gw.pid]);
   return {
     pacedCores: (c1 - c0) / wall,
@@ -130,6 +193,9 @@ async function measureOnce(
     missSockets: l1.connections - l0.connections,
     missCpuMs: m1 - m0,
     missNotAsked: notAsked ? Number(notAsked[1]) : 0,
+    warmMs: warm.ms,
+    warmHeard: w1.lookups - w0.lookups,
+    warmSockets: w1.connections - w0.connections,
     listMs: list.ms,
     listed: sandboxes,
     listUnheard: unheard,
@@ -139,51 +205,57 @@ async function measureOnce(
 /** Runs the scale benchmark. */
 export async function runScale(options: ScaleOptions): Promise<Section> {
   const { runs, quick = false } = options;
-  const sizes = quick ? [20, 100] : [200, 1_000, 10_000];
+  const sizes = options.sizes ?? (quick ? [20, 100] : [200, 1_000, 10_000]);
   const windowMs = quick ? 2_000 : 15_000;
   const burstMs = quick ? 1_000 : 3_000;
   const bySize = new Map<number, Measured[]>();
   let seq = 0;
   for (const n of sizes) {
     const gw = await startGateway([], {}, "--allow-net");
-    let stubs: Child<{ ready: boolean; joinMs: number; failed: number; lastFailure: string }>;
-    const port = freePort();
+    // A process holds a listener and a socket per node, within its 20,000 descriptors.
+    const parts = Math.ceil(n / NODES_PER_PROCESS);
+    const children: Child<StubReady>[] = [];
+    const ports: number[] = [];
     try {
-      stubs = await startChild(
-        [
-          "run",
-          "--frozen",
-          "--allow-net",
-          new URL("./_scale_nodes.ts", import.meta.url).pathname,
-          String(n),
-          gw.url,
-          String(port),
-          "15",
-        ],
-        {},
-        300_000,
-      );
-    } catch (error) {
-      await gw.stop();
-      throw error;
-    }
-    try {
-      if (stubs.ready.failed > 0) {
-        throw new Error(
-          `${stubs.ready.failed} of ${n} nodes could not join: ${stubs.ready.lastFailure}`,
+      for (let p = 0; p < parts; p++) {
+        const first = p * NODES_PER_PROCESS;
+        const port = freePort();
+        ports.push(port);
+        children.push(
+          await startChild<StubReady>(
+            [
+              "run",
+              "--frozen",
+              "--allow-net",
+              new URL("./_scale_nodes.ts", import.meta.url).pathname,
+              String(Math.min(NODES_PER_PROCESS, n - first)),
+              gw.url,
+              String(port),
+              "15",
+              String(first),
+            ],
+            {},
+            300_000,
+          ),
         );
       }
+      for (const c of children) {
+        if (c.ready.failed > 0) {
+          throw new Error(`${c.ready.failed} nodes could not join: ${c.ready.lastFailure}`);
+        }
+      }
+      const stubs = new Stubs(ports);
       const measured: Measured[] = [];
       for (let r = 0; r < runs; r++) {
-        measured.push(await measureOnce(gw, { port }, n, windowMs, burstMs, ++seq));
+        measured.push(await measureOnce(gw, stubs, n, windowMs, burstMs, ++seq));
       }
       bySize.set(n, measured);
-      const s = await control<Stats>(port, "/stats");
+      const s = await stubs.stats();
       if (s.failed > 0) {
         console.error(`bench: scale ${n}: ${s.failed} check-ins failed: ${s.lastFailure}`);
       }
     } finally {
-      await stubs.stop();
+      for (const c of children) await c.stop();
       await gw.stop();
     }
   }
@@ -248,6 +320,9 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
   );
   figure("lookup miss: sockets the nodes accepted", "sockets", (m) => m.missSockets);
   figure("lookup miss: gateway CPU", "ms", (m) => m.missCpuMs);
+  figure("second miss right after (connections reused): time", "ms", (m) => m.warmMs);
+  figure("second miss: nodes heard", "nodes", (m) => m.warmHeard);
+  figure("second miss: new sockets the nodes accepted", "sockets", (m) => m.warmSockets);
   figure("listSandboxes first page: time", "ms", (m) => m.listMs);
   figure("listSandboxes first page: sandboxes listed", "", (m) => m.listed);
   figure(
@@ -265,10 +340,11 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     rows,
     notes: [
       "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, " +
-      "2,000 ms lookup deadline) and one stub process simulating every node on its own address " +
-      "127.1.x.y (bench/_scale_nodes.ts): each node checks in every 15 s with a reading, a config " +
+      "2,000 ms lookup deadline) and stub processes simulating every node on its own address " +
+      "127.1.x.y (bench/_scale_nodes.ts, 5,000 nodes a process: each holds a listener and a " +
+      "socket per node, and a process may hold 20,000 descriptors here): each node checks in every 15 s with a reading, a config " +
       "digest and an empty lookup digest, answers lookupSandbox (never found) and listSandboxes " +
-      "(one sandbox). Both processes share the machine's 2 cores, so the stub's own work " +
+      "(one sandbox). Every process shares the machine's 2 cores, so the stubs' own work " +
       "(sending 667 check-ins a second, answering 10,000 lookups) competes with the gateway's.",
       `Gateway CPU is /proc/<pid>/stat (10 ms ticks) over a ${windowMs / 1000} s paced window ` +
       `(cores = CPU ÷ wall; per check-in = CPU ÷ check-ins, idle timers included) and a ` +
