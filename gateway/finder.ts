@@ -131,8 +131,8 @@ const defaultTimers: FinderTimers = {
 
 /**
  * Finds the node that holds a sandbox. A bounded LRU cache answers first; on a miss one lookup
- * round asks every registered node in parallel (`POST <endpoint>/lookupSandbox`) under one
- * deadline, and the answers become one of four outcomes:
+ * round asks every registered node (`POST <endpoint>/lookupSandbox`), `lookupConcurrency` at a
+ * time, under one deadline, and the answers become one of four outcomes:
  * - `one` — exactly one node has it (cached; route there);
  * - `conflict` — two or more nodes have it (409 naming them);
  * - `none` — every node answered no (a creator may place it; never cached);
