@@ -209,8 +209,20 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
   const windowMs = quick ? 2_000 : 15_000;
   const burstMs = quick ? 1_000 : 3_000;
   const bySize = new Map<number, Measured[]>();
+  const failures: string[] = [];
   let seq = 0;
   for (const n of sizes) {
+    try {
+      await measureSize(n);
+    } catch (error) {
+      // The sizes measured stay in the table; the reference is needed for any ratio.
+      if (n === sizes[0]) throw error;
+      const message = error instanceof Error ? error.message : String(error);
+      failures.push(`${n.toLocaleString("en-US")} nodes not measured: ${message.slice(0, 400)}`);
+    }
+  }
+
+  async function measureSize(n: number): Promise<void> {
     const gw = await startGateway([], {}, "--allow-net");
     // A process holds a listener and a socket per node, within its 20,000 descriptors.
     const parts = Math.ceil(n / NODES_PER_PROCESS);
@@ -272,6 +284,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
   ) => {
     const refValues = ref.map(pick);
     for (const n of sizes) {
+      if (!bySize.has(n)) continue;
       const values = bySize.get(n)!.map(pick);
       const label = `${name}, ${n.toLocaleString("en-US")} nodes${
         n === sizes[0] ? " (reference)" : ""
@@ -322,7 +335,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
   figure("lookup miss: gateway CPU", "ms", (m) => m.missCpuMs);
   figure("second miss right after (connections reused): time", "ms", (m) => m.warmMs);
   figure("second miss: nodes heard", "nodes", (m) => m.warmHeard);
-  figure("second miss: new sockets the nodes accepted", "sockets", (m) => m.warmSockets);
+  figure(
+    "second miss: new sockets the nodes accepted",
+    "sockets",
+    (m) => m.warmSockets,
+    undefined,
+    false,
+  );
   figure("listSandboxes first page: time", "ms", (m) => m.listMs);
   figure("listSandboxes first page: sandboxes listed", "", (m) => m.listed);
   figure(
@@ -339,6 +358,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     reference: `the same figure at ${refLabel}, same run`,
     rows,
     notes: [
+      ...failures,
       "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, " +
       "2,000 ms lookup deadline) and stub processes simulating every node on its own address " +
       "127.1.x.y (bench/_scale_nodes.ts, 5,000 nodes a process: each holds a listener and a " +
@@ -349,6 +369,10 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       `Gateway CPU is /proc/<pid>/stat (10 ms ticks) over a ${windowMs / 1000} s paced window ` +
       `(cores = CPU ÷ wall; per check-in = CPU ÷ check-ins, idle timers included) and a ` +
       `${burstMs / 1000} s burst of check-ins 64 at once (per check-in = CPU ÷ check-ins).`,
+      "A paced check-in costs about twice a sustained one: it arrives alone, so the gateway " +
+      "wakes, reads, answers and sleeps for each (the loopback write that wakes the stub is " +
+      "charged to the gateway), where a burst shares each wake-up among many. Idle, the " +
+      "gateway spends 0.002 of a core with 10,000 nodes registered (measured 2026-12-07).",
       "The lookup miss is one native lookupSandbox of a new name while the nodes keep checking " +
       "in; nodes heard and sockets are counted by the stub (a socket is a new client address:port " +
       "seen by a node). A node the round did not ask before its deadline is not heard: the " +
