@@ -40,6 +40,7 @@ import { placementAsk } from "./placer.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
 import { describeRoutes } from "./route_summary.ts";
+import { unreachableHeaders } from "./e2b_merge.ts";
 import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
 import type { H1Client } from "../shared/http1/mod.ts";
 
@@ -322,10 +323,8 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
         });
       }
     }
-    const headers: Record<string, string> = {};
-    if (unreachable.length > 0) {
-      headers["x-dormice-unreachable"] = unreachable.map((u) => u.nodeId).join(",");
-    }
+    // The body names every node not heard; the header the first 100, and the count.
+    const headers = unreachableHeaders(unreachable.map((u) => u.nodeId));
     return c.json({ sandboxes, unreachable }, 200, headers);
   });
   post("getHostMetrics", async (c) => {
