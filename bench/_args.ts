@@ -10,7 +10,7 @@
 export interface BenchArgs {
   /** `--help` (or `-h`): print the usage and measure nothing. */
   help: boolean;
-  /** `--quick`: the sections that have one run a small smoke version (`scale`). */
+  /** `--quick`: the sections that have one run a small smoke version (`scale`, `scale-soak`). */
   quick: boolean;
   /** `--runs=<n>`: runs per measurement, 5 by default. */
   runs: number;

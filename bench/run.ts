@@ -7,7 +7,7 @@
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
- * Sections: placement, lookup, lookup-scale, scale, syn-drop, memory, bursts, shared, bursts-inprocess,
+ * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared, bursts-inprocess,
  * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
  * pools-claim-docker, pools-first-command.
  *
@@ -30,6 +30,7 @@ import { runE2bDocker } from "./e2b_docker.ts";
 import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
 import { runScale } from "./scale.ts";
+import { runScaleSoak } from "./scale_soak.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -49,6 +50,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["lookup", () => runLookup({ runs })],
   ["lookup-scale", () => runLookupScale({ runs })],
   ["scale", () => runScale({ runs, quick: args.quick })],
+  ["scale-soak", () => runScaleSoak({ quick: args.quick })],
   ["syn-drop", () => runSynDrop({ runs })],
   ["memory", () => runMemory({ runs })],
   ["bursts", () =>
