@@ -10,14 +10,17 @@
 export interface BenchArgs {
   /** `--help` (or `-h`): print the usage and measure nothing. */
   help: boolean;
+  /**
+   * `--quick`: the sections that have one run a short or small version (`soak-shared` 20 s,
+   * `scale` and `scale-soak` 20 and 100 nodes); the figures go to a temporary file.
+   */
+  quick: boolean;
   /** `--runs=<n>`: runs per measurement, 5 by default. */
   runs: number;
   /** `--only=a,b`: the sections to run; the others keep what the last full run wrote. */
   only: string[] | undefined;
   /** `--out=<file>`: where the report goes, RESULTS.md beside the harness by default. */
   out: string | undefined;
-  /** `--quick`: the sections that run for a set time take their short form (the soak: 20 s). */
-  quick: boolean;
 }
 
 /**
@@ -35,7 +38,8 @@ export function benchUsage(sections: readonly string[]): string {
     "  --only   run these sections only; RESULTS.md keeps the others as the last full run wrote them",
     "  --runs   runs per measurement (default 5; the Docker sections take at least 7)",
     "  --out    write the report there instead of bench/RESULTS.md",
-    "  --quick  the sections that run for a set time run briefly (soak-shared: 20 s, not 5 min)",
+    "  --quick  a short run of the sections that have one (soak-shared: 20 s, not 5 min;",
+    "           scale: 20 and 100 nodes); its figures are not recorded in RESULTS.md",
     `Sections: ${sections.join(", ")}`,
   ].join("\n");
 }

@@ -22,6 +22,7 @@ Deno.test("parseBenchArgs() reads --only, --runs, --out, --quick and --help", ()
   );
   assert.equal((parseBenchArgs(["--help"]) as { help: boolean }).help, true);
   assert.equal((parseBenchArgs(["-h"]) as { help: boolean }).help, true);
+  assert.equal((parseBenchArgs(["--quick"]) as { quick: boolean }).quick, true);
 });
 
 Deno.test("parseBenchArgs() refuses what it does not know instead of running everything", () => {

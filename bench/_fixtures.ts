@@ -234,6 +234,8 @@ async function spawnDaemon(
 export async function startGateway(
   extraArgs: string[] = [],
   extraEnv: Record<string, string> = {},
+  /** The network permission: loopback 127.0.0.1 by default; `--allow-net` for 127.1.x.y nodes. */
+  allowNet = "--allow-net=127.0.0.1",
 ): Promise<Daemon> {
   const dir = await Deno.makeTempDir({ prefix: "dormice-bench-gw-" });
   const port = freePort();
@@ -241,7 +243,7 @@ export async function startGateway(
     "../gateway/main.ts",
     [
       "--unstable-no-legacy-abort",
-      "--allow-net=127.0.0.1",
+      allowNet,
       "--allow-env",
       `--allow-read=${dir}`,
       `--allow-write=${dir}`,

@@ -7,10 +7,10 @@
  * `deno run <permissions> bench/run.ts [--only=placement,lookup,...] [--runs=5]`; with `--only`
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
- * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
- * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, code-interpreter,
- * pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command, liveness,
- * soak-shared (5 minutes; `--quick` 20 s).
+ * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
+ * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, e2b-docker,
+ * code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
+ * liveness, soak-shared (5 minutes; `--quick` 20 s).
  *
  * @module
  */
@@ -33,6 +33,8 @@ import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "
 import { runShared } from "./shared.ts";
 import { runLiveness } from "./liveness.ts";
 import { runSoakShared } from "./soak_shared.ts";
+import { runScale } from "./scale.ts";
+import { runScaleSoak } from "./scale_soak.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -41,12 +43,18 @@ if (args instanceof Error) {
 }
 const runs = args.runs;
 const only = args.only;
-const out = args.out ?? new URL("./RESULTS.md", import.meta.url).pathname;
+// A quick smoke run's figures are not a measurement: they never overwrite RESULTS.md.
+const out = args.out ??
+  (args.quick
+    ? await Deno.makeTempFile({ prefix: "dormice-bench-quick-", suffix: ".md" })
+    : new URL("./RESULTS.md", import.meta.url).pathname);
 
 const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["placement", () => runPlacement({ runs })],
   ["lookup", () => runLookup({ runs })],
   ["lookup-scale", () => runLookupScale({ runs })],
+  ["scale", () => runScale({ runs, quick: args.quick })],
+  ["scale-soak", () => runScaleSoak({ quick: args.quick })],
   ["syn-drop", () => runSynDrop({ runs })],
   ["memory", () => runMemory({ runs })],
   ["bursts", () =>

@@ -58,6 +58,8 @@ export interface GatewayOptions {
   minDiskGB?: number;
   /** One deadline for a lookup round, connect included. Default 2000 ms. */
   lookupTimeoutMs?: number;
+  /** Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`). Default 128. */
+  lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
@@ -219,6 +221,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     activeLimit,
     minDiskGB,
     lookupTimeoutMs,
+    lookupConcurrency,
     lookupDigests,
     fanOutTimeoutMs,
     headTimeoutMs,
@@ -269,6 +272,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fleet,
     token,
     timeoutMs: lookupTimeoutMs,
+    lookupConcurrency,
     lookupDigests,
     cacheSize,
     fetch: fetchFn,
@@ -294,6 +298,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     fetch: fetchFn,
     log,
     fanOutTimeoutMs,
+    fanOutConcurrency: lookupConcurrency,
     headTimeoutMs,
     slots: shared?.slots,
     onDestroyed: (found, answer) =>
@@ -367,6 +372,8 @@ export function createGateway(options: GatewayOptions): Gateway {
     close: () => {
       void webhooks?.close();
       void shared?.mode.close();
+      // Writes the batched check-in times before the database goes.
+      fleet.close();
       if (database === undefined && db.isOpen) db.close();
     },
   };

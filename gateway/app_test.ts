@@ -229,6 +229,7 @@ Deno.test("listSandboxes merges every node and names the one that did not answer
     b.silent = true;
     const part = await call(gateway, "listSandboxes", {});
     assert.equal(part.headers.get("x-dormice-unreachable"), "b");
+    assert.equal(part.headers.get("x-dormice-unreachable-count"), "1");
     const body = await part.json();
     assert.deepEqual(body.unreachable.map((u: { nodeId: string }) => u.nodeId), ["b"]);
     assert.equal(body.sandboxes.length, 1);

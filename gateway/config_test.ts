@@ -12,6 +12,7 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   assert.equal(r.config.nodeActiveLimit, 400);
   assert.equal(r.config.nodeMinDiskGb, 10);
   assert.equal(r.config.lookupTimeoutMs, 2000);
+  assert.equal(r.config.lookupConcurrency, 128);
   assert.equal(r.config.headTimeoutMs, 120_000);
   assert.equal(r.config.nodeDeadAfterSeconds, 600);
   assert.equal(r.config.jsonBodyLimitBytes, 32 * 1024 * 1024);
@@ -57,6 +58,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
     [{ DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "150" }, /DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT='150'/],
     [{ DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1.5" }, /DORMICE_GATEWAY_NODE_ACTIVE_LIMIT='1.5'/],
     [{ DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS: "5" }, /DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS='5'/],
+    [
+      { DORMICE_GATEWAY_LOOKUP_CONCURRENCY: "0" },
+      /DORMICE_GATEWAY_LOOKUP_CONCURRENCY='0'.*from 1 to 4096/,
+    ],
     [{ DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "0" }, /DORMICE_GATEWAY_HEAD_TIMEOUT_MS='0'.*100 to/],
     [
       { DORMICE_GATEWAY_NODE_DEAD_AFTER_S: "30" },

@@ -39,7 +39,7 @@ export interface E2bFaces {
 }
 
 export { SANDBOX_NAME_HEADER } from "./e2b_control.ts";
-export { UNREACHABLE_HEADER } from "./e2b_merge.ts";
+export { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./e2b_merge.ts";
 
 /**
  * Builds the gateway's E2B faces over the gateway's parts (see `createGateway({ mount })`).

@@ -10,8 +10,39 @@ import { HttpError } from "../shared/http_error.ts";
 import type { GatewayParts } from "./parts.ts";
 import type { FanOutAnswer } from "./routing.ts";
 
-/** The header that names the nodes a merged answer could not reach. */
+/** The header that names the nodes a merged answer could not reach (the first 100 of them). */
 export const UNREACHABLE_HEADER: string = "x-dormice-unreachable";
+/** The header counting every node a merged answer could not reach. */
+export const UNREACHABLE_COUNT_HEADER: string = "x-dormice-unreachable-count";
+/**
+ * Node ids named in `x-dormice-unreachable` at most. A list at 10,000 nodes on a busy gateway
+ * left 8,904 nodes not heard (bench/RESULTS.md, Scale): all their ids made a header of about
+ * 100 KB, past what HTTP clients accept (Node's is 16 KB), so the whole list would fail.
+ */
+export const UNREACHABLE_HEADER_IDS = 100;
+
+/**
+ * The headers naming the nodes not heard: the first `UNREACHABLE_HEADER_IDS` ids, and the count.
+ *
+ * @example
+ * ```ts
+ * import { unreachableHeaders } from "./e2b_merge.ts";
+ * unreachableHeaders(["b", "c"]); // { "x-dormice-unreachable": "b,c", "x-dormice-unreachable-count": "2" }
+ * ```
+ */
+export function unreachableHeaders(ids: readonly string[]): Record<string, string> {
+  if (ids.length === 0) return {};
+  return {
+    [UNREACHABLE_HEADER]: ids.slice(0, UNREACHABLE_HEADER_IDS).join(","),
+    [UNREACHABLE_COUNT_HEADER]: String(ids.length),
+  };
+}
+
+/** `ids` for a sentence: the first ten, and how many more. */
+function someOf(ids: readonly string[]): string {
+  const more = ids.length > 10 ? ` and ${ids.length - 10} more` : "";
+  return ids.slice(0, 10).join(", ") + more;
+}
 /** The header of a v2 list counting the running sandboxes its filters match, before paging. */
 export const TOTAL_RUNNING_HEADER: string = "x-total-running";
 /** Largest page a node serves, so the gateway asks for at most this many rows per node. */
@@ -114,21 +145,28 @@ export function gather<T>(
       const cause = a.ok ? `its answer to the ${what} is malformed` : a.cause;
       refusal ??= clientFault(cause);
       unreachable.push(a.node.id);
-      log("warn", `a node did not answer an E2B ${what}`, { nodeId: a.node.id, cause });
+      // One line per node while they are few; a fleet-wide silence is one line, not thousands.
+      if (unreachable.length <= 10) {
+        log("warn", `a node did not answer an E2B ${what}`, { nodeId: a.node.id, cause });
+      }
     }
+  }
+  if (unreachable.length > 10) {
+    log("warn", `${unreachable.length} nodes did not answer an E2B ${what}`, {
+      nodeIds: unreachable.slice(0, 10),
+    });
   }
   // The same bad query fails on every node: say so rather than answer nothing.
   if (refusal && answered.length === 0) throw new HttpError(refusal.status, refusal.message);
   if (answers.length > 0 && answered.length === 0) {
     throw new HttpError(
       503,
-      `No node answered the ${what} (${unreachable.join(", ")}): retry shortly; listNodes ` +
+      `No node answered the ${what} (${someOf(unreachable)}): retry shortly; listNodes ` +
         "shows which nodes are down",
-      { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: unreachable.join(",") } },
+      { headers: { "retry-after": "2", ...unreachableHeaders(unreachable) } },
     );
   }
-  const headers: Record<string, string> = {};
-  if (unreachable.length > 0) headers[UNREACHABLE_HEADER] = unreachable.join(",");
+  const headers: Record<string, string> = unreachableHeaders(unreachable);
   return { answered, headers };
 }
 

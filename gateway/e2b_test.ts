@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { UNREACHABLE_HEADER } from "./e2b.ts";
+import { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./e2b.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 import { api, createNamed, key, setup } from "./_e2b_fixtures_test.ts";
 
@@ -278,6 +278,23 @@ Deno.test("E2B api: GET /v2/sandboxes merges every node's list and pages across 
     const bad = await api(gateway, "GET", "/v2/sandboxes?nextToken=zzz");
     assert.equal(bad.status, 400);
     assert.equal((await bad.json()).code, 400);
+  } finally {
+    gateway.close();
+  }
+});
+
+Deno.test("E2B api: many silent nodes name the first 100 in x-dormice-unreachable, and count them all", async () => {
+  const { gateway, add } = setup();
+  add("a").add("a1");
+  for (let i = 0; i < 150; i++) add(`s${String(i).padStart(3, "0")}`).silent = true;
+  try {
+    const res = await api(gateway, "GET", "/v2/sandboxes");
+    assert.equal(res.status, 200);
+    const named = res.headers.get(UNREACHABLE_HEADER)!.split(",");
+    assert.equal(named.length, 100, "a header of 150 (or 10,000) ids is one no client accepts");
+    assert.equal(named[0], "s000");
+    assert.equal(res.headers.get(UNREACHABLE_COUNT_HEADER), "150");
+    assert.equal((await res.json()).length, 1);
   } finally {
     gateway.close();
   }

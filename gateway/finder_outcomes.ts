@@ -108,8 +108,12 @@ export function conflictOf(
   return { kind: "conflict", nodes: found, message };
 }
 
+/** The cause of a node a lookup round had no time to ask before its deadline. */
+export const NOT_ASKED_CAUSE = "not asked before the round's deadline";
+
 /**
- * The outcome when nobody who answered has the key but some nodes were silent: Retry-After is
+ * The outcome when nobody who answered has the key but some nodes were silent (or not asked
+ * before the deadline: counted, not named): Retry-After is
  * the shortest silent node's interval (by then the fleet knows whether it is back).
  *
  * @example
@@ -120,15 +124,21 @@ export function conflictOf(
 export function unsureOf(key: string, silent: { node: FleetNode; cause: string }[]): FindUnsure {
   let interval = Infinity;
   for (const s of silent) interval = Math.min(interval, s.node.intervalSeconds);
-  const names = silent.slice(0, 10).map((s) => `'${s.node.id}' (${s.node.endpoint}: ${s.cause})`)
+  const heard = silent.filter((s) => s.cause !== NOT_ASKED_CAUSE);
+  const notAsked = silent.length - heard.length;
+  const names = heard.slice(0, 10).map((s) => `'${s.node.id}' (${s.node.endpoint}: ${s.cause})`)
     .join(", ");
-  const more = silent.length > 10 ? ` and ${silent.length - 10} more` : "";
+  const more = heard.length > 10 ? ` and ${heard.length - 10} more` : "";
+  const didNot = heard.length > 0 ? `${names}${more} did not answer` : "";
+  const unasked = notAsked === 0 ? "" : `${notAsked} node${notAsked === 1 ? " was" : "s were"} ` +
+    "not asked before the round's deadline (a round asks at most " +
+    "DORMICE_GATEWAY_LOOKUP_CONCURRENCY nodes at once)";
   return {
     kind: "unsure",
     silent,
-    message: `Cannot tell whether '${key}' exists: ${names}${more} did not answer, and it may ` +
-      `live there. Retry shortly; if a node is gone for good, stop it and remove it with ` +
-      `removeNode once it is down, or wait until it is declared dead ` +
+    message: `Cannot tell whether '${key}' exists: ${didNot}${didNot && unasked ? ", and " : ""}` +
+      `${unasked}, and it may live there. Retry shortly; if a node is gone for good, stop it ` +
+      `and remove it with removeNode once it is down, or wait until it is declared dead ` +
       `(DORMICE_GATEWAY_NODE_DEAD_AFTER_S without a check-in)`,
     // Within one check-in interval the fleet knows whether the silent node is back.
     retryAfterSeconds: Math.min(60, Math.max(1, Math.ceil(interval))),

@@ -9,7 +9,8 @@
 import type { DatabaseSync } from "node:sqlite";
 import type { CheckInOutcome, FleetNode, NodeDirectory, NodeSummary } from "./fleet_node.ts";
 import { NodeTable } from "./fleet_table.ts";
-import { compareUpDigests, FleetWarnings } from "./fleet_warnings.ts";
+import { FleetWarnings } from "./fleet_warnings.ts";
+import { DigestCounts } from "./fleet_digests.ts";
 import { applyCheckIn, joinedMember, loadedMember, type Member } from "./fleet_node.ts";
 import {
   ownEndpointRefusal,
@@ -144,6 +145,8 @@ export class Fleet implements NodeDirectory {
   #clock: Clock;
   #log: Log;
   #warnings: FleetWarnings;
+  /** The up nodes' config digests, counted as they change (`fleet_digests.ts`). */
+  #digests: DigestCounts;
   #downAfter: number;
   #deadAfterMs: number;
   #moveAfter: number;
@@ -194,6 +197,11 @@ export class Fleet implements NodeDirectory {
     this.#clock = clock;
     this.#log = log;
     this.#warnings = new FleetWarnings(changes);
+    this.#digests = new DigestCounts({
+      differs: (id, _digest, reference) =>
+        this.#warnings.digestDiffers(this.#members.get(id)!, reference),
+      agrees: (id) => this.#warnings.digestAgrees(id),
+    });
     this.#downAfter = downAfterIntervals;
     this.#moveAfter = moveAfterIntervals;
     this.#deadAfterMs = deadAfterMs;
@@ -394,7 +402,7 @@ export class Fleet implements NodeDirectory {
         build: member.build,
       });
       this.#warnings.reportShared(member.endpoint);
-      this.#reportDigests();
+      this.#digests.set(member.id, member.configDigest);
       this.#call("onJoin", this.#onJoin, member);
       return "joined";
     }
@@ -448,14 +456,15 @@ export class Fleet implements NodeDirectory {
         { nodeId: known.id, endpoint: known.endpoint },
       );
     }
-    this.#reportDigests();
+    this.#digests.set(known.id, known.configDigest);
     return "updated";
   }
 
   /**
    * Announces nodes that went down since the last sweep: one warning and one `onDown` per
    * transition. Returns the ids that went down. The server calls it on a timer (every second is
-   * plenty); nothing else depends on it, since `isDown` is computed on read.
+   * plenty); nothing else depends on it, since `isDown` is computed on read. It also writes the
+   * batched check-in times once they are a second old.
    *
    * @example
    * ```ts ignore
@@ -464,6 +473,7 @@ export class Fleet implements NodeDirectory {
    */
   sweep(): string[] {
     const now = this.#clock.now();
+    this.#table.flushDue(now);
     const wentDown: string[] = [];
     for (const m of this.#members.values()) {
       if (!m.announcedDead && this.isDead(m, now)) {
@@ -483,6 +493,7 @@ export class Fleet implements NodeDirectory {
       if (!m.announcedUp || !this.isDown(m, now)) continue;
       m.announcedUp = false;
       wentDown.push(m.id);
+      this.#digests.drop(m.id);
       this.#log("warn", "node is down: no check-in for more than two of its intervals", {
         nodeId: m.id,
         endpoint: m.endpoint,
@@ -541,6 +552,7 @@ export class Fleet implements NodeDirectory {
   }
 
   #forget(m: Member): void {
+    this.#digests.drop(m.id);
     this.#table.remove(m.id);
     this.#members.delete(m.id);
     this.#warnings.unindexEndpoint(m.id, m.endpoint);
@@ -560,16 +572,12 @@ export class Fleet implements NodeDirectory {
   list(inFlight?: (nodeId: string) => number): NodeSummary[] {
     const now = this.#clock.now();
     const out: NodeSummary[] = [];
-    const { mismatched } = compareUpDigests(this.#members.values(), (m) => !this.isDown(m, now));
     for (const m of this.#members.values()) {
+      const down = this.isDown(m, now);
       out.push({
         id: m.id,
         endpoint: m.endpoint,
-        state: this.isDead(m, now)
-          ? "dead"
-          : this.isDown(m, now) || this.isUnheard(m, now)
-          ? "down"
-          : "up",
+        state: this.isDead(m, now) ? "dead" : down || this.isUnheard(m, now) ? "down" : "up",
         unheard: this.isUnheard(m, now),
         lastCheckInAgeMs: Math.max(0, now - m.lastCheckIn),
         intervalSeconds: m.intervalSeconds,
@@ -582,13 +590,16 @@ export class Fleet implements NodeDirectory {
         volumes: m.volumes,
         egressRules: m.egressRules,
         configDigest: m.configDigest,
-        configDigestMismatch: mismatched.has(m.id),
+        configDigestMismatch: !down && this.#digests.mismatched(m.id),
       });
     }
     return out;
   }
 
-  /** Closes the database when the Fleet opened it itself (the in-memory default). */
+  /**
+   * Writes the check-in times still waiting (they are batched, at most a second apart), then
+   * closes the database when the Fleet opened it itself (the in-memory default).
+   */
   close(): void {
     this.#table.close();
   }
@@ -603,11 +614,5 @@ export class Fleet implements NodeDirectory {
         error: (error as Error)?.message ?? String(error),
       });
     }
-  }
-
-  /** Warns when a node's fleet-invariant settings part from the fleet's, or agree again. */
-  #reportDigests(): void {
-    const now = this.#clock.now();
-    this.#warnings.reportDigests(this.#members.values(), (m) => !this.isDown(m, now));
   }
 }

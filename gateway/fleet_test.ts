@@ -181,6 +181,82 @@ Deno.test("Fleet warns at the check-in where a node's config digest parts from t
   fleet.close();
 });
 
+Deno.test("Fleet: a check-in judges no other node, however large the fleet", () => {
+  // Counts every up/down judgement the Fleet makes; a check-in of a settled fleet of 200 nodes
+  // must make one (its own node's), not one per node.
+  let judged = 0;
+  class Counting extends Fleet {
+    override isDown(node: string | FleetNode, now?: number): boolean {
+      judged++;
+      return super.isDown(node, now);
+    }
+  }
+  const fleet = new Counting({ clock: new FakeClock() });
+  for (let i = 0; i < 200; i++) {
+    fleet.checkIn(checkIn(`n${i}`, `http://10.0.${i >> 8}.${i & 255}:3676`, {
+      configDigest: "same",
+    }));
+  }
+  judged = 0;
+  fleet.checkIn(checkIn("n7", "http://10.0.0.7:3676", { configDigest: "same" }));
+  assert.ok(judged <= 1, `a check-in judged ${judged} nodes`);
+  fleet.close();
+});
+
+Deno.test("Fleet: a node gone down no longer counts toward the fleet's digest", () => {
+  const { fleet, clock, lines } = setup();
+  const d = (id: string, digest: string, n: number, intervalSeconds = 15) =>
+    checkIn(id, `http://10.0.0.${n}:3676`, { configDigest: digest, intervalSeconds });
+  fleet.checkIn(d("a", "old", 1, 1));
+  fleet.checkIn(d("b", "old", 2, 1));
+  fleet.checkIn(d("c", "new", 3));
+  assert.equal(fleet.list().find((n) => n.id === "c")?.configDigestMismatch, true);
+  clock.tick(3_000); // a and b silent for three of their intervals: down
+  fleet.checkIn(d("c", "new", 3));
+  assert.deepEqual(fleet.sweep(), ["a", "b"]);
+  fleet.checkIn(d("c", "new", 3));
+  assert.ok(fleet.list().every((n) => !n.configDigestMismatch));
+  // b comes back with the old settings: one each, the reference (new) stays.
+  fleet.checkIn(d("b", "old", 2, 1));
+  const warned = lines.filter((l) => l.msg.includes("fleet-invariant")).map((l) => l.fields.nodeId);
+  assert.deepEqual(warned, ["c", "b"]);
+  fleet.close();
+});
+
+Deno.test("Fleet batches check-ins into one write a second, and writes them at close", () => {
+  const db = new DatabaseSync(":memory:");
+  const { fleet, clock } = setup({ database: db });
+  const stored = (id: string) =>
+    db.prepare("SELECT build, first_seen, last_check_in FROM gateway_nodes WHERE id = ?").get(
+      id,
+    ) as { build: string; first_seen: number; last_check_in: number } | undefined;
+  const t0 = clock.now();
+  fleet.checkIn(checkIn("a", A));
+  assert.equal(stored("a"), undefined, "a join waits for the batch too");
+  clock.tick(300);
+  fleet.checkIn(checkIn("a", A, { build: "v2" }));
+  fleet.checkIn(checkIn("b", B));
+  assert.equal(stored("a"), undefined);
+  clock.tick(700);
+  fleet.sweep();
+  assert.deepEqual(
+    { ...stored("a") },
+    { build: "v2", first_seen: t0, last_check_in: t0 + 300 },
+    "written within a second of the oldest, by the sweep, with its first check-in kept",
+  );
+  assert.equal(stored("b")?.last_check_in, t0 + 300);
+  clock.tick(200);
+  fleet.checkIn(checkIn("a", A, { build: "v2" }));
+  assert.equal(stored("a")?.last_check_in, t0 + 300, "the next one waits");
+  // A removal is written at once, and what waited for it is dropped.
+  clock.tick(60_000);
+  fleet.removeNode("b");
+  assert.equal(stored("b"), undefined);
+  fleet.close();
+  assert.equal(stored("a")?.last_check_in, t0 + 1_200, "close writes what waits");
+  db.close();
+});
+
 Deno.test("Fleet.removeNode() of a node still checking in is a 409 saying what to do", () => {
   const { fleet, clock } = setup();
   fleet.checkIn(checkIn("a", A, { intervalSeconds: 15 }));

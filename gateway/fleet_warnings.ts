@@ -9,28 +9,8 @@
  */
 import type { FleetNode } from "./fleet_node.ts";
 import type { CheckIn } from "../shared/schemas.ts";
-import { compareDigests, type DigestComparison } from "../shared/config_digest.ts";
 import type { ChangeLog } from "../shared/log.ts";
 import { LookupDigest } from "../shared/lookup_digest.ts";
-
-/**
- * The digest comparison over the nodes that are up (a down node's settings may be old).
- *
- * @example
- * ```ts ignore
- * const { mismatched } = compareUpDigests(fleet.nodes(), (m) => !fleet.isDown(m));
- * ```
- */
-export function compareUpDigests(
-  nodes: Iterable<FleetNode>,
-  isUp: (node: FleetNode) => boolean,
-): DigestComparison {
-  const up: [string, string | undefined][] = [];
-  for (const m of nodes) {
-    if (isUp(m)) up.push([m.id, m.configDigest ?? undefined]);
-  }
-  return compareDigests(up);
-}
 
 /**
  * The Fleet's once-per-change warnings, with the endpoint → ids index the shared-endpoint
@@ -130,36 +110,41 @@ export class FleetWarnings {
   }
 
   /**
-   * Warns at the moment a node's digest parts from the fleet's (once per change, not per
-   * check-in), and says so again when it agrees once more.
+   * Warns that `node`'s digest parts from the fleet's `reference` (once per change of either:
+   * `DigestCounts` calls it at the moment the divergent node appears).
    *
    * @example
    * ```ts ignore
-   * warnings.reportDigests(fleet.nodes(), (m) => !fleet.isDown(m));
+   * warnings.digestDiffers(node, "d1");
    * ```
    */
-  reportDigests(nodes: Iterable<FleetNode>, isUp: (node: FleetNode) => boolean): void {
-    const all = [...nodes];
-    const { reference, mismatched } = compareUpDigests(all, isUp);
-    for (const m of all) {
-      const key = `digest:${m.id}`;
-      if (mismatched.has(m.id)) {
-        this.#changes.report(
-          key,
-          `${m.configDigest}/${reference}`,
-          "warn",
-          "node's fleet-invariant settings differ from the fleet's (DORMICE_TEMPLATES, " +
-            "DORMICE_SANDBOX_DOMAIN or the fleet token's signing secret): it keeps serving; " +
-            "align its settings, or finish the rolling change",
-          {
-            nodeId: m.id,
-            endpoint: m.endpoint,
-            digest: m.configDigest?.slice(0, 12),
-            fleetDigest: reference?.slice(0, 12),
-          },
-        );
-      } else this.#changes.clear(key);
-    }
+  digestDiffers(node: FleetNode, reference: string): void {
+    this.#changes.report(
+      `digest:${node.id}`,
+      `${node.configDigest}/${reference}`,
+      "warn",
+      "node's fleet-invariant settings differ from the fleet's (DORMICE_TEMPLATES, " +
+        "DORMICE_SANDBOX_DOMAIN or the fleet token's signing secret): it keeps serving; " +
+        "align its settings, or finish the rolling change",
+      {
+        nodeId: node.id,
+        endpoint: node.endpoint,
+        digest: node.configDigest?.slice(0, 12),
+        fleetDigest: reference.slice(0, 12),
+      },
+    );
+  }
+
+  /**
+   * `id` agrees with the fleet again (or went down, or left): a later divergence is warned afresh.
+   *
+   * @example
+   * ```ts ignore
+   * warnings.digestAgrees(node.id);
+   * ```
+   */
+  digestAgrees(id: string): void {
+    this.#changes.clear(`digest:${id}`);
   }
 
   /**

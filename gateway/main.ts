@@ -92,6 +92,7 @@ const gateway = createGateway({
   activeLimit: config.nodeActiveLimit,
   minDiskGB: config.nodeMinDiskGb,
   lookupTimeoutMs: config.lookupTimeoutMs,
+  lookupConcurrency: config.lookupConcurrency,
   lookupDigests: config.lookupDigests,
   headTimeoutMs: config.headTimeoutMs,
   nodeDeadAfterMs: config.nodeDeadAfterSeconds * 1000,

@@ -139,7 +139,8 @@ export class GatewayMetrics implements FinderMetrics {
     });
     const rounds = new InlineCounter(registry, {
       name: "dormice_gateway_lookup_rounds_total",
-      help: "Lookup rounds (every node asked at once) by outcome: one, none, conflict, unsure",
+      help:
+        "Lookup rounds (every node asked, DORMICE_GATEWAY_LOOKUP_CONCURRENCY at once) by outcome: one, none, conflict, unsure",
     });
     const roundLatency = new InlineHistogram(registry, {
       name: "dormice_gateway_lookup_round_duration_seconds",

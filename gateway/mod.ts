@@ -116,6 +116,7 @@ export {
   type E2bFacesOptions,
   mountE2b,
   SANDBOX_NAME_HEADER,
+  UNREACHABLE_COUNT_HEADER,
   UNREACHABLE_HEADER,
 } from "./e2b.ts";
 export { KeyedLimiter } from "./limiter.ts";

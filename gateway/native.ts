@@ -10,7 +10,7 @@
  * | `destroySandbox` | the name's slot, then the node that holds it; `{destroyed:false}` when none does |
  * | `execCommand`, `writeFile`, `readFile`, `updateMetadata`, `getSandboxMetrics` | found by name (the cache, then one lookup round) and streamed both ways |
  * | `lookupSandbox` | found by name or id and asked of that node; `{found:false}` answered here when no node has it |
- * | `listSandboxes` | every node asked at once; the lists merged, silent nodes named in `unreachable` |
+ * | `listSandboxes` | every node asked, 128 at once within 5 s; the lists merged, nodes not heard named in `unreachable` |
  * | `getHostMetrics` | a 501 naming each node to ask: it describes one machine |
  * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs (fleet token only) |
  * | `createApiKey`, `listApiKeys`, `revokeApiKey` | the key table (fleet token only) |
@@ -40,6 +40,7 @@ import { placementAsk } from "./placer.ts";
 import { teamScopedName } from "../shared/teams.ts";
 import { revokeApiKeySchema } from "./keys.ts";
 import { describeRoutes } from "./route_summary.ts";
+import { unreachableHeaders } from "./e2b_merge.ts";
 import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
 import type { H1Client } from "../shared/http1/mod.ts";
 
@@ -322,10 +323,8 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
         });
       }
     }
-    const headers: Record<string, string> = {};
-    if (unreachable.length > 0) {
-      headers["x-dormice-unreachable"] = unreachable.map((u) => u.nodeId).join(",");
-    }
+    // The body names every node not heard; the header the first 100, and the count.
+    const headers = unreachableHeaders(unreachable.map((u) => u.nodeId));
     return c.json({ sandboxes, unreachable }, 200, headers);
   });
   post("getHostMetrics", async (c) => {

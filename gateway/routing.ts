@@ -10,6 +10,7 @@
 import type { Fleet, FleetNode } from "./fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne, FoundSandbox } from "./finder.ts";
 import type { PickResult, Placer } from "./placer.ts";
+import { boundedFanOut } from "./fan_out.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "./door.ts";
 import { capture, forward, HangUpWatch } from "./forward.ts";
 import { describeFetchFailure } from "../shared/fetch_failure.ts";
@@ -56,6 +57,12 @@ export interface GatewayRoutingOptions {
    * listing is heavier than a lookup, and a silent node is named in the answer, not waited for.
    */
   fanOutTimeoutMs?: number;
+  /**
+   * Nodes a fleet-wide call asks at once (`fanOut`: listings, metrics, `setPools`). Default 128,
+   * like a lookup round's (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`): 10,000 nodes asked together
+   * open 10,000 connections, and most are not heard within the bound.
+   */
+  fanOutConcurrency?: number;
   /**
    * Bound of a node's create or destroy. Default 120,000 ms: a Docker create takes well under a
    * second, and a node that hangs longer must not hold the name's slot for ever.
@@ -189,6 +196,7 @@ export class GatewayRouting {
   readonly #fetch: typeof fetch;
   readonly #log: Log;
   readonly #fanOutTimeoutMs: number;
+  readonly #fanOutConcurrency: number;
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   readonly #observer: RoutingObserver;
@@ -206,6 +214,7 @@ export class GatewayRouting {
     this.nodeFetch = this.#fetch;
     this.#log = options.log ?? silentLog;
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
+    this.#fanOutConcurrency = options.fanOutConcurrency ?? 128;
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
@@ -472,15 +481,19 @@ export class GatewayRouting {
   }
 
   /**
-   * Asks every registered node in parallel (each under its own bound) and returns each one's
-   * parsed JSON answer or why it did not give one.
+   * Asks every registered node, at most `fanOutConcurrency` at once and all within one bound
+   * (`fanOutTimeoutMs`), and returns each one's parsed JSON answer or why it did not give one: a
+   * node silent past two check-in intervals is not asked (the fleet reads it as down, and waiting
+   * on it held every listing for the whole bound), and a node not asked before the bound is
+   * named as such. The answer is therefore bounded at any fleet size, and says which nodes were
+   * not heard.
    *
    * @example
    * ```ts ignore
    * const answers = await routing.fanOut("/listSandboxes", "{}", request.signal);
    * ```
    */
-  fanOut(
+  async fanOut(
     path: string,
     body: string | null,
     signal: AbortSignal,
@@ -492,12 +505,22 @@ export class GatewayRouting {
     } = {},
   ): Promise<FanOutAnswer[]> {
     const nodes = init.nodes ?? [...this.#fleet.nodes()];
-    return Promise.all(nodes.map(async (node): Promise<FanOutAnswer> => {
-      const bound = AbortSignal.any([signal, AbortSignal.timeout(this.#fanOutTimeoutMs)]);
+    const now = this.#fleet.now();
+    const bound = AbortSignal.any([signal, AbortSignal.timeout(this.#fanOutTimeoutMs)]);
+    const headers = { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop };
+    const ask = async (node: FleetNode): Promise<FanOutAnswer> => {
+      if (this.#fleet.isSilent(node, now)) {
+        const seconds = Math.round((now - node.lastCheckIn) / 1000);
+        return {
+          node,
+          ok: false,
+          cause: `not asked: no check-in for ${seconds} s, so the fleet reads it as down`,
+        };
+      }
       try {
         const res = await this.#fetch(node.endpoint + path, {
           method: init.method ?? "POST",
-          headers: { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop },
+          headers,
           body,
           signal: bound,
           redirect: "manual",
@@ -510,10 +533,20 @@ export class GatewayRouting {
         const json = text === "" ? null : JSON.parse(text);
         return { node, ok: true, status: res.status, headers: res.headers, json };
       } catch (error) {
-        if (signal.aborted) throw clientGone();
+        if (signal.aborted) return { node, ok: false, cause: "the client left" };
         return { node, ok: false, cause: describeFetchFailure(error) };
       }
-    }));
+    };
+    const notAsked = (node: FleetNode): FanOutAnswer => ({
+      node,
+      ok: false,
+      cause: `not asked within the ${this.#fanOutTimeoutMs} ms bound of a fleet-wide call ` +
+        `(at most ${this.#fanOutConcurrency} nodes are asked at once: ` +
+        "DORMICE_GATEWAY_LOOKUP_CONCURRENCY)",
+    });
+    const answers = await boundedFanOut(nodes, this.#fanOutConcurrency, bound, ask, notAsked);
+    if (signal.aborted) throw clientGone();
+    return answers;
   }
 
   /**

@@ -716,6 +716,59 @@ Deno.test("GatewayRouting.fanOut() parses each 2xx and names why each other node
   }
 });
 
+Deno.test("GatewayRouting.fanOut() asks at most fanOutConcurrency nodes at once, every node in the end", async () => {
+  const nodes = new Map<string, StubNode>();
+  const fleet = new Fleet({ clock: new FakeClock() });
+  let inFlight = 0, peak = 0;
+  for (let i = 0; i < 12; i++) {
+    const node = new StubNode(`n${i}`, `http://n${i}.test:3676`);
+    node.answers.set("/list", async () => {
+      peak = Math.max(peak, ++inFlight);
+      await new Promise((resolve) => setTimeout(resolve, 0));
+      inFlight--;
+      return Response.json({ sandboxes: [] });
+    });
+    nodes.set(node.endpoint, node);
+    fleet.checkIn(checkIn(node.id, node.endpoint));
+  }
+  const fakeFetch = fetchToNodes(nodes);
+  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
+  const routing = new GatewayRouting({
+    fleet,
+    finder,
+    placer: new Placer({ fleet }),
+    token,
+    fetch: fakeFetch,
+    fanOutConcurrency: 3,
+  });
+  try {
+    const answers = await routing.fanOut("/list", "{}", new AbortController().signal);
+    assert.equal(answers.filter((a) => a.ok).length, 12);
+    assert.ok(peak <= 3, `${peak} nodes were asked at once`);
+  } finally {
+    fleet.close();
+  }
+});
+
+Deno.test("GatewayRouting.fanOut() does not wait on a node the fleet reads as down, and says so", async () => {
+  const { routing, add, clock, fleet, close } = setup();
+  const a = add("a"), b = add("b");
+  a.answers.set("/list", () => Response.json({ sandboxes: ["one"] }));
+  b.answers.set("/list", () => Response.json({ sandboxes: ["two"] }));
+  try {
+    clock.tick(31_000); // both silent past two 15 s intervals; a checks in again
+    fleet.checkIn(checkIn("a", a.endpoint));
+    const answers = await routing.fanOut("/list", "{}", new AbortController().signal);
+    assert.deepEqual(answers.map((x) => x.ok ? [x.node.id, x.json] : [x.node.id, x.cause]), [
+      ["a", { sandboxes: ["one"] }],
+      ["b", "not asked: no check-in for 31 s, so the fleet reads it as down"],
+    ]);
+    assert.deepEqual(b.calls, [], "the down node was not asked");
+  } finally {
+    close();
+  }
+});
+
 Deno.test("GatewayRouting.fanOut() for a client that left mid-way is a 499", async () => {
   const { routing, add, close } = setup();
   const a = add("a");
