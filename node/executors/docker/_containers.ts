@@ -258,11 +258,13 @@ export class Containers {
     }
   }
 
-  async create(request: CreateRequest): Promise<void> {
+  /** Builds and starts the sandbox; from `image` when given (a restore), else its template's or snapshot's. */
+  async create(request: CreateRequest, image_?: string): Promise<void> {
     const { id, name, template, spec } = request;
-    const image = request.snapshot === undefined
-      ? this.#templates.get(template)
-      : await this.#snapshots.imageFor(request.snapshot);
+    const image = image_ ??
+      (request.snapshot === undefined
+        ? this.#templates.get(template)
+        : await this.#snapshots.imageFor(request.snapshot));
     if (!image) throw unknownTemplateError(template, this.#templates.keys());
     let imageInfo;
     try {

@@ -43,7 +43,7 @@ import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./en
 import { SandboxNetwork } from "./_network.ts";
 import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { parseTemplates } from "./templates.ts";
-import { Snapshots } from "./_snapshots.ts";
+import { snapshotImage, Snapshots } from "./_snapshots.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -317,8 +317,35 @@ export class DockerExecutor implements Executor {
 
   async destroy(id: string): Promise<void> {
     await this.#containers.destroy(id);
+    // What a filesystem pause kept of it goes too.
+    const kept = await this.#snapshots.archiveOf(id);
+    if (kept !== undefined) await this.#snapshots.delete(kept, undefined, true);
     // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
     if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
+  }
+
+  /**
+   * Commits the container to a local image labelled as the sandbox's archive (no snapshot: no
+   * team lists it), then removes the container.
+   */
+  async archive(id: string): Promise<void> {
+    await this.#snapshots.take(id, { team: "" }, true);
+    await this.#containers.destroy(id);
+  }
+
+  /** A container again under the sandbox's id from its archive image, which is then untagged. */
+  async restore(request: CreateRequest): Promise<void> {
+    const kept = await this.#snapshots.archiveOf(request.id);
+    if (kept === undefined) {
+      throw new ExecutorError(
+        "gone",
+        `No archive of sandbox ${request.id} on this node: it was never paused to disk here, ` +
+          `or its image was removed`,
+      );
+    }
+    await this.#containers.create(request, snapshotImage(kept));
+    // In use by the new container: untagged now, removed with the container (the orphan sweep).
+    await this.#snapshots.delete(kept, undefined, true);
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
@@ -418,8 +445,13 @@ export class DockerExecutor implements Executor {
     return this.#network.address(id, port);
   }
 
-  list(): Promise<string[]> {
-    return this.#containers.list();
+  /** The sandboxes of this instance's containers, and those paused to disk (their archives). */
+  async list(): Promise<string[]> {
+    const [running, archived] = await Promise.all([
+      this.#containers.list(),
+      this.#snapshots.archived(),
+    ]);
+    return [...new Set([...running, ...archived])].sort();
   }
 
   /**
