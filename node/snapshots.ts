@@ -105,6 +105,13 @@ export class NodeSnapshots {
     const row = this.#options.service.get(ref);
     const id = "id" in ref ? ref.id : ref.name;
     if (!row) throw new HttpError(404, `Sandbox '${id}' not found on this node`);
+    if (row.state === "archived") {
+      throw new HttpError(
+        409,
+        `Sandbox '${id}' is paused to disk (pause with keepMemory: false): connect to resume ` +
+          "it, then take the snapshot or fork it",
+      );
+    }
     const info = await this.#options.queue.run(teamScopedName(row.team, row.name), async () => {
       await this.#checkDisk(row.id);
       try {

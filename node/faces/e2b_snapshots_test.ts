@@ -240,3 +240,22 @@ Deno.test("NodeSnapshots.advertised() lists the ids held, newest first, after ev
   assert.deepEqual(snapshots.advertised(), { snapshots: [taken[0]] });
   await executor.close();
 });
+
+Deno.test("a sandbox paused to disk is neither snapshotted nor forked until resumed, and lists no snapshot", async () => {
+  const { call, sandbox, executor } = setup();
+  try {
+    const id = await sandbox();
+    assert.equal((await call("POST", `/sandboxes/${id}/pause`, { memory: false })).status, 204);
+    for (const route of ["snapshots", "fork"]) {
+      const res = await call("POST", `/sandboxes/${id}/${route}`, {});
+      assert.equal(res.status, 409, route);
+      assert.match((await res.json()).message, /is paused to disk .*connect to resume it/);
+    }
+    // What the pause keeps is no snapshot of the team's.
+    assert.deepEqual(await (await call("GET", "/snapshots")).json(), []);
+    assert.equal((await call("POST", `/v2/sandboxes/${id}/connect`, {})).status, 201);
+    assert.equal((await call("POST", `/sandboxes/${id}/snapshots`, {})).status, 201);
+  } finally {
+    await executor.close();
+  }
+});
