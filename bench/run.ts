@@ -9,7 +9,7 @@
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, syn-drop, memory, bursts, shared, bursts-inprocess,
  * forwarding, forwarding-rules, ports, streaming, docker, e2b-docker, pools-two-gateways, pools-claim-node,
- * pools-claim-docker, pools-first-command.
+ * pools-claim-docker, pools-first-command, snapshots-docker.
  *
  * @module
  */
@@ -29,6 +29,7 @@ import { runDocker } from "./docker.ts";
 import { runE2bDocker } from "./e2b_docker.ts";
 import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
 import { runShared } from "./shared.ts";
+import { runSnapshotsDocker } from "./snapshots_docker.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -72,6 +73,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["pools-claim-node", () => runNodeClaim({ runs })],
   ["pools-claim-docker", () => runClaimLatency({ runs: Math.max(runs, 7) })],
   ["pools-first-command", () => runFirstCommand({ runs: Math.max(runs, 7) })],
+  ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
 ];
 
 const names = benchmarks.map(([name]) => name);
