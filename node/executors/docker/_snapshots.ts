@@ -66,6 +66,8 @@ export class Snapshots {
    * by the snapshots deleted in this process; `sweep(true)` at boot finds any left before.
    */
   #orphans = new Set<string>();
+  /** See {@linkcode Snapshots.#archiveMap}. */
+  #archives: Promise<Map<string, string>> | undefined;
 
   constructor(options: SnapshotsOptions) {
     this.#engine = options.engine;
@@ -136,6 +138,9 @@ export class Snapshots {
       },
       this.#commitTimeoutMs,
     );
+    if (archive && this.#engine.client.listImages) {
+      (await this.#archiveMap()).set(id, info.snapshotId);
+    }
     return info;
   }
 
@@ -150,13 +155,31 @@ export class Snapshots {
   async archiveOf(sandboxId: string): Promise<string | undefined> {
     // An engine client that cannot list images (a test's) holds no archives.
     if (!this.#engine.client.listImages) return undefined;
-    return (await this.#tagged()).find((s) => s.archiveOf === sandboxId)?.info.snapshotId;
+    return (await this.#archiveMap()).get(sandboxId);
   }
 
   /** The sandboxes a filesystem pause kept files of. */
   async archived(): Promise<string[]> {
     if (!this.#engine.client.listImages) return [];
-    return (await this.#tagged()).map((s) => s.archiveOf).filter((id): id is string => !!id);
+    return [...(await this.#archiveMap()).keys()];
+  }
+
+  /**
+   * Sandbox id → its archive's snapshot id: read from the engine once (the boot reconcile's
+   * `list` reads it), then kept in step by this process's archives and their removals, so a
+   * destroy costs no image listing. Bounded by the sandboxes paused to disk; an entry goes with
+   * its archive. A failed read is tried again on the next call.
+   */
+  #archiveMap(): Promise<Map<string, string>> {
+    this.#archives ??= this.#tagged().then((all) => {
+      const map = new Map<string, string>();
+      for (const s of all) if (s.archiveOf) map.set(s.archiveOf, s.info.snapshotId);
+      return map;
+    }).catch((error) => {
+      this.#archives = undefined;
+      throw error;
+    });
+    return this.#archives;
   }
 
   /** This instance's tagged snapshot images, archives too, oldest first. */
@@ -204,11 +227,21 @@ export class Snapshots {
         `removing snapshot image ${ref}`,
         (signal) => image.remove!({ force, abortSignal: signal }),
       );
+    // An archive is forgotten once its image is untagged or gone; one whose removal failed stays
+    // known, so the sandbox's destroy tries again.
+    const forget = async () => {
+      if (!archive) return;
+      const map = await this.#archiveMap();
+      for (const [sandbox, kept] of map) if (kept === snapshotId) map.delete(sandbox);
+    };
     try {
       await remove(false);
     } catch (error) {
       if (!(error instanceof ExecutorError)) throw error;
-      if (error.code === "not_found") return false;
+      if (error.code === "not_found") {
+        await forget();
+        return false;
+      }
       if (error.code !== "exists") throw error;
       // A sandbox runs from it: untag it now (it is no snapshot any more) and free it later.
       const id = await this.#engine.call(
@@ -218,6 +251,7 @@ export class Snapshots {
       await remove(true);
       if (id) this.#orphans.add(id);
     }
+    await forget();
     return true;
   }
 

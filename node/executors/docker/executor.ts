@@ -345,7 +345,8 @@ export class DockerExecutor implements Executor {
     }
     await this.#containers.create(request, snapshotImage(kept));
     // In use by the new container: untagged now, removed with the container (the orphan sweep).
-    await this.#snapshots.delete(kept, undefined, true);
+    // The sandbox runs either way: an archive left tagged is removed by its destroy.
+    await this.#snapshots.delete(kept, undefined, true).catch(() => {});
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
