@@ -6,7 +6,7 @@
  * where the case is a header or a body the SDK hides.
  */
 import assert from "node:assert/strict";
-import { Sandbox, SandboxError, SandboxNotFoundError } from "e2b";
+import { Sandbox, SandboxNotFoundError } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
