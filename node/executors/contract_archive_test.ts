@@ -46,6 +46,13 @@ const cases: Record<string, Case> = {
     assert.ok(!(await ex.list()).includes(id), "destroy removes what archive kept");
     await rejectsWith(ex.restore(requestOf(id)), "gone");
   },
+  "archive() of a paused sandbox keeps its files; restore() runs it again": async (ex, id) => {
+    await ex.writeFile(id, "/tmp/frozen.txt", encoder.encode("frozen then archived"));
+    await ex.pause(id);
+    await ex.archive(id);
+    await ex.restore(requestOf(id));
+    assert.equal((await run(ex, id, "cat /tmp/frozen.txt")).stdout, "frozen then archived");
+  },
   "archive() of a sandbox that is gone is `gone`; restore() of one never archived too": async (
     ex,
     id,
