@@ -55,6 +55,8 @@ export class StubNode {
   createBodies: Record<string, unknown>[] = [];
   /** Each fork's body, in order. */
   forkBodies: { count?: number }[] = [];
+  /** How many of each fork's first copies fail (an error entry each). */
+  forkFailures = 0;
   #seq = 0;
   constructor(readonly id: string, readonly endpoint: string) {}
 
@@ -169,6 +171,9 @@ export class StubNode {
         return Response.json({ code: 404, message: "not here" }, { status: 404 });
       }
       const copies = Array.from({ length: body.count ?? 1 }, (_, i) => {
+        if (i < this.forkFailures) {
+          return { error: { code: 500, message: "the engine failed this copy" } };
+        }
         const s = this.add(`fork-${this.forkBodies.length}-${i}`);
         return { sandbox: { sandboxID: s.id, templateID: "base", envdVersion: "0.6.13" } };
       });

@@ -87,3 +87,25 @@ Deno.test("E2B api: a fork's copies spend the key's createsPerMinute", async () 
     gateway.close();
   }
 });
+
+Deno.test("E2B api: a fork's copy that failed on the node gives its place back", async () => {
+  const { gateway, add } = setup();
+  const node = add("a");
+  try {
+    const { key } = gateway.keys.create({ team: "acme", maxSandboxes: 3 });
+    const made = await api(gateway, "POST", "/v2/sandboxes", { templateID: "base" }, asKey(key));
+    const { sandboxID } = await made.json();
+    const fork = (count: number) =>
+      api(gateway, "POST", `/sandboxes/${sandboxID}/fork`, { count }, asKey(key));
+    node.forkFailures = 1;
+    const first: Entry[] = await (await fork(2)).json();
+    assert.deepEqual(first.map((e) => e.sandbox ? "built" : e.error?.code), [500, "built"]);
+    node.forkFailures = 0;
+    // 1 source + 1 copy: room for one more, which the failed copy did not keep.
+    const second: Entry[] = await (await fork(2)).json();
+    assert.deepEqual(second.map((e) => e.sandbox ? "built" : e.error?.code), ["built", 429]);
+    assert.deepEqual(node.forkBodies.map((b) => b.count), [2, 1]);
+  } finally {
+    gateway.close();
+  }
+});
