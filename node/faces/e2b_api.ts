@@ -461,8 +461,11 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     if (e2bState(s.state) === "paused") {
       throw new HttpError(409, `Sandbox '${id}' is already paused: connect to resume it`);
     }
-    // `memory: false` keeps the file system only and frees the rest (E2B's filesystem pause).
-    await ops.pause(at(c, id), { keepMemory: body.memory !== false });
+    // `memory: false` keeps the file system only and frees the rest (E2B's filesystem pause),
+    // within the data-disk floor snapshots keep.
+    const keepMemory = body.memory !== false;
+    if (!keepMemory) await options.snapshots?.checkDisk(s.id, "A pause to disk");
+    await ops.pause(at(c, id), { keepMemory });
     return c.body(null, 204);
   });
 

@@ -223,6 +223,14 @@ Deno.test("a snapshot that would cross the data-disk floor is a 507 naming the f
   assert.equal(body.code, 507);
   assert.match(body.message, /below the snapshot floor 1\.0 GB \(DORMICE_SNAPSHOT_MIN_DISK_GB\)/);
   assert.deepEqual(await snapshots.list(), []);
+  // A pause to disk keeps the same floor; a memory pause writes nothing to the disk.
+  const pause = await call("POST", `/sandboxes/${source}/pause`, { memory: false });
+  assert.equal(pause.status, 507);
+  assert.match(
+    (await pause.json()).message,
+    /^A pause to disk of sandbox .* below the snapshot floor/,
+  );
+  assert.equal((await call("POST", `/sandboxes/${source}/pause`, {})).status, 204);
   await executor.close();
 });
 
