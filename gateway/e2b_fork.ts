@@ -53,7 +53,8 @@ export async function forkWithinLimits(
   parts: GatewayParts,
   fork: ForkRequest,
 ): Promise<Response> {
-  const { request, caller, found, path, headers } = fork;
+  const { request, caller, found, path } = fork;
+  const headers = { "content-type": "application/json", ...fork.headers };
   const { text, value: body } = await readJsonObject(request, {
     ...parts.jsonBodyCap,
     empty: "object",
