@@ -10,7 +10,7 @@
  * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
  * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, e2b-docker,
  * code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
- * liveness, soak-shared (5 minutes; `--quick` 20 s).
+ * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker.
  *
  * @module
  */
@@ -35,6 +35,7 @@ import { runLiveness } from "./liveness.ts";
 import { runSoakShared } from "./soak_shared.ts";
 import { runScale } from "./scale.ts";
 import { runScaleSoak } from "./scale_soak.ts";
+import { runSnapshotsDocker } from "./snapshots_docker.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -87,6 +88,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["pools-first-command", () => runFirstCommand({ runs: Math.max(runs, 7) })],
   ["liveness", () => runLiveness({ runs })],
   ["soak-shared", () => runSoakShared({ durationMs: args.quick ? 20_000 : 5 * 60_000 })],
+  ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
 ];
 
 const names = benchmarks.map(([name]) => name);

@@ -53,6 +53,10 @@ export class StubNode {
   snapshots: SnapshotRow[] = [];
   /** Each create's body, in order. */
   createBodies: Record<string, unknown>[] = [];
+  /** Each fork's body, in order. */
+  forkBodies: { count?: number }[] = [];
+  /** How many of each fork's first copies fail (an error entry each). */
+  forkFailures = 0;
   #seq = 0;
   constructor(readonly id: string, readonly endpoint: string) {}
 
@@ -158,6 +162,22 @@ export class StubNode {
         asked.filter((id) => this.byId(id)).map((id) => [id, { cpuCount: 1, from: this.id }]),
       );
       return Response.json({ sandboxes });
+    }
+    const fork = /^\/e2b\/api\/sandboxes\/([^/]+)\/fork$/.exec(path);
+    if (fork && request.method === "POST") {
+      const body = await request.json();
+      this.forkBodies.push(body);
+      if (!this.byId(fork[1])) {
+        return Response.json({ code: 404, message: "not here" }, { status: 404 });
+      }
+      const copies = Array.from({ length: body.count ?? 1 }, (_, i) => {
+        if (i < this.forkFailures) {
+          return { error: { code: 500, message: "the engine failed this copy" } };
+        }
+        const s = this.add(`fork-${this.forkBodies.length}-${i}`);
+        return { sandbox: { sandboxID: s.id, templateID: "base", envdVersion: "0.6.13" } };
+      });
+      return Response.json(copies, { status: 201 });
     }
     const m = /^\/e2b\/api\/sandboxes\/([^/]+)$/.exec(path);
     if (m) {

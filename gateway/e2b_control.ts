@@ -31,6 +31,7 @@ import { readJsonObject } from "../shared/json_body.ts";
 import { describeZodError, sandboxNameSchema } from "../shared/schemas.ts";
 import { TEAM_HEADER, teamScopedName } from "../shared/teams.ts";
 import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./e2b_snapshots.ts";
+import { forkWithinLimits } from "./e2b_fork.ts";
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
@@ -278,6 +279,16 @@ export function createE2bApi(
       const id = checkedId(decodeSegment(m[1]));
       if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {
         return await kill(c, id, caller);
+      }
+      if (method === "POST" && m[2] === "/fork" && !rest.startsWith("/v2/")) {
+        const found = await locate(parts, id, c.req.raw.signal, scopeOf(caller));
+        return await forkWithinLimits(parts, {
+          request: c.req.raw,
+          caller,
+          found,
+          path: `${nodeApi}${rest}`,
+          headers: nodeAuthFor(caller),
+        });
       }
       return await forwardById(c, id, rest, caller);
     }

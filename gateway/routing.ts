@@ -481,6 +481,26 @@ export class GatewayRouting {
   }
 
   /**
+   * One request to the node a sandbox was found on whose answer the gateway must read whole,
+   * ledger change number included (a fork: its copies are counted by it); a node that stopped
+   * checking in is refused first, as `stream` refuses it. Not tied to the client's signal.
+   *
+   * @throws {HttpError} 503 (the node is silent), 502 (it did not answer).
+   * @example
+   * ```ts ignore
+   * const answer = await routing.send(found, "/e2b/api/sandboxes/x/fork", { body: "{}" });
+   * ```
+   */
+  send(
+    found: FindOne,
+    path: string,
+    init: { method?: string; body: string; headers?: Readonly<Record<string, string>> },
+  ): Promise<CapturedAnswer> {
+    this.#refuseSilent(found.node);
+    return this.#capture(found.node, path, init);
+  }
+
+  /**
    * Asks every registered node, at most `fanOutConcurrency` at once and all within one bound
    * (`fanOutTimeoutMs`), and returns each one's parsed JSON answer or why it did not give one: a
    * node silent past two check-in intervals is not asked (the fleet reads it as down, and waiting

@@ -37,6 +37,7 @@ import { type Ledger, newSandboxId } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
 import { MetricsHistory } from "./metrics_history.ts";
 import {
+  archive,
   callExecutor,
   markLost,
   reconcileWithExecutor,
@@ -438,15 +439,22 @@ export class SandboxService implements SandboxOps {
     });
   }
 
-  /** Freezes a sandbox; a 409 when it is already frozen. */
-  pause(ref: SandboxRef): Promise<SandboxRecord> {
+  /**
+   * Freezes a sandbox, or with `keepMemory: false` keeps its file system only (`archived`: its
+   * processes end, no memory or CPU is held); a 409 when it is already paused either way.
+   */
+  pause(
+    ref: SandboxRef,
+    { keepMemory = true }: { keepMemory?: boolean } = {},
+  ): Promise<SandboxRecord> {
     return this.#inSlot(ref, async (sandbox) => {
-      if (sandbox.state === "frozen") {
+      if (sandbox.state === "frozen" || sandbox.state === "archived") {
         throw new HttpError(
           409,
           `Sandbox '${sandbox.name}' is already paused: resume it, or run a command to wake it`,
         );
       }
+      if (!keepMemory) return await this.#archiveNow(sandbox);
       await callExecutor(() => this.#executor.pause(sandbox.id));
       return await recordPause(
         this.#core,
@@ -456,7 +464,28 @@ export class SandboxService implements SandboxOps {
     });
   }
 
-  /** Wakes a frozen sandbox; `resumed: false` when it was already running. */
+  /**
+   * Archives a sandbox (call inside the slot): its running commands end with it, as on a
+   * destroy, and their exits say the sandbox went.
+   */
+  async #archiveNow(sandbox: SandboxRecord): Promise<SandboxRecord> {
+    const settle = this.#commands.destroying(sandbox.id);
+    try {
+      const row = await archive(this.#core, sandbox);
+      settle(true);
+      this.history.drop(sandbox.id);
+      this.#log("info", "sandbox paused to disk", { name: sandbox.name, id: sandbox.id });
+      return row;
+    } catch (error) {
+      settle(false);
+      throw error;
+    }
+  }
+
+  /**
+   * Wakes a frozen sandbox, or restores an archived one from its files; `resumed: false` when
+   * it was already running.
+   */
   resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }> {
     return this.#inSlot(ref, async (sandbox) => {
       const resumed = sandbox.state !== "active";
@@ -490,9 +519,18 @@ export class SandboxService implements SandboxOps {
     });
   }
 
-  /** Resource use of one sandbox (never wakes). */
+  /** Resource use of one sandbox (never wakes; one paused to disk has none: a 409). */
   metrics(ref: SandboxRef): Promise<SandboxStats> {
-    return this.#inSlot(ref, (sandbox) => callExecutor(() => this.#executor.stats(sandbox.id)));
+    return this.#inSlot(ref, (sandbox) => {
+      if (sandbox.state === "archived") {
+        throw new HttpError(
+          409,
+          `Sandbox '${sandbox.name}' is paused to disk and uses no memory or CPU: resume it to ` +
+            "read its resource use",
+        );
+      }
+      return callExecutor(() => this.#executor.stats(sandbox.id));
+    });
   }
 
   /**
@@ -543,6 +581,25 @@ export class SandboxService implements SandboxOps {
       const sandbox = this.#ledger.byId(id);
       if (!sandbox || sandbox.deadlineAt === null || sandbox.deadlineAt > this.#clock.now()) {
         return "skipped";
+      }
+      if (
+        sandbox.deadlineAction === "pause" &&
+        (sandbox.e2b.keepMemory === false || sandbox.state === "archived")
+      ) {
+        if (sandbox.state === "archived") {
+          this.#ledger.update(id, { deadlineAt: null, deadlineAction: null });
+        } else {
+          // A frozen sandbox's files can be kept too: the engine commits a paused container.
+          try {
+            await this.#archiveNow(sandbox);
+          } catch (error) {
+            if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
+            markLost(this.#core, sandbox, error.message);
+            return "skipped";
+          }
+        }
+        this.#log("info", "sandbox paused to disk at its deadline", { name: sandbox.name, id });
+        return "paused";
       }
       if (sandbox.deadlineAction === "pause") {
         const write = () =>

@@ -52,6 +52,11 @@ export interface E2bSettings {
    * standing for the port; absent, they see the node's address of the sandbox.
    */
   maskRequestHost?: string;
+  /**
+   * `false`: a `pause` deadline pauses the file system only (`lifecycle.onTimeout: {action:
+   * "pause", keepMemory: false}`, sent as `autoPauseMemory: false`); absent keeps the memory.
+   */
+  keepMemory?: false;
 }
 
 /** A ledger row as the service hands it out: the public sandbox plus E2B bookkeeping. */
@@ -218,9 +223,16 @@ export interface SandboxOps {
    * `HttpError(409)` for a sandbox without egress or a node that cannot enforce rules.
    */
   updateEgressRules(ref: SandboxRef, rules: EgressRules): Promise<SandboxRecord>;
-  /** Freezes a sandbox (`frozen`); throws `HttpError(409)` when already frozen. */
-  pause(ref: SandboxRef): Promise<SandboxRecord>;
-  /** Wakes a frozen sandbox; resolves `resumed: false` when it was already running. */
+  /**
+   * Freezes a sandbox (`frozen`), or with `keepMemory: false` keeps only its file system and
+   * removes the rest (`archived`: no memory, no CPU held); throws `HttpError(409)` when it is
+   * already paused either way.
+   */
+  pause(ref: SandboxRef, options?: { keepMemory?: boolean }): Promise<SandboxRecord>;
+  /**
+   * Wakes a frozen sandbox, or restores an archived one from its files under the same id;
+   * resolves `resumed: false` when it was already running.
+   */
   resume(ref: SandboxRef): Promise<{ resumed: boolean; sandbox: SandboxRecord }>;
   /** Sets or clears the E2B deadline. */
   setDeadline(ref: SandboxRef, deadlineAt: number | null, action?: DeadlineAction): SandboxRecord;

@@ -10,7 +10,12 @@ import type { Clock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import type { NameQueue } from "../shared/name_queue.ts";
 import { teamScopedName } from "../shared/teams.ts";
-import { type Executor, ExecutorError, executorErrorToHttp } from "./executors/contract.ts";
+import {
+  type CreateRequest,
+  type Executor,
+  ExecutorError,
+  executorErrorToHttp,
+} from "./executors/contract.ts";
 import type { Ledger } from "./ledger.ts";
 import type { SandboxRecord } from "./service_contract.ts";
 
@@ -88,7 +93,23 @@ export async function wake(
   if (sandbox.state === "active" && probe) {
     await callExecutor(() => core.executor.resume(sandbox.id));
   }
-  if (sandbox.state !== "active") {
+  if (sandbox.state === "archived") {
+    // Paused to disk: built again from its files, under its id; its processes start afresh.
+    await callExecutor(() => core.executor.restore(createRequestOf(sandbox)));
+    try {
+      core.ledger.update(sandbox.id, { state: "active" });
+    } catch (error) {
+      await core.executor.archive(sandbox.id).catch((again) =>
+        core.log("error", "a sandbox restored without its ledger write could not be archived", {
+          name: sandbox.name,
+          id: sandbox.id,
+          error: again,
+        })
+      );
+      throw error;
+    }
+    core.log("info", "sandbox restored from its files", { name: sandbox.name, id: sandbox.id });
+  } else if (sandbox.state !== "active") {
     await callExecutor(() => core.executor.resume(sandbox.id));
     try {
       core.ledger.update(sandbox.id, { state: "active" });
@@ -108,6 +129,41 @@ export async function wake(
   }
   core.ledger.touch(sandbox.id, core.clock.now());
   return core.ledger.byId(sandbox.id)!;
+}
+
+/** What the executor builds a sandbox again from: the row's id, name, template, spec and env. */
+export function createRequestOf(sandbox: SandboxRecord): CreateRequest {
+  return {
+    id: sandbox.id,
+    name: sandbox.name,
+    template: sandbox.template,
+    spec: sandbox.spec,
+    env: sandbox.env,
+  };
+}
+
+/**
+ * Keeps only the file system of a sandbox (call inside the slot, under `#guard`) and records it
+ * `archived`, clearing a pause deadline; when the ledger refuses the write (a full data disk) the
+ * sandbox is restored again, so the row never says active about a removed container.
+ */
+export async function archive(core: ServiceCore, sandbox: SandboxRecord): Promise<SandboxRecord> {
+  await callExecutor(() => core.executor.archive(sandbox.id));
+  try {
+    return core.ledger.update(sandbox.id, {
+      state: "archived",
+      ...(sandbox.deadlineAction === "pause" ? { deadlineAt: null, deadlineAction: null } : {}),
+    })!;
+  } catch (error) {
+    await core.executor.restore(createRequestOf(sandbox)).catch((again) =>
+      core.log("error", "a sandbox archived without its ledger write could not be restored", {
+        name: sandbox.name,
+        id: sandbox.id,
+        error: again,
+      })
+    );
+    throw error;
+  }
 }
 
 /**

@@ -597,3 +597,32 @@ Deno.test("SandboxService: an exit lost to a destroy still reads as the destroy 
   await executor.close();
   ledger.close();
 });
+
+Deno.test("SandboxService: a sandbox paused to disk keeps its row through reconcile, and wakes on use", async () => {
+  const { ledger, executor, service, close } = setup();
+  try {
+    const { sandbox } = await service.acquire({ name: "to-disk" });
+    await service.writeFile({ name: "to-disk" }, "/tmp/a.txt", encoder.encode("kept"));
+    const paused = await service.pause({ name: "to-disk" }, { keepMemory: false });
+    assert.equal(paused.state, "archived");
+    await assert.rejects(service.pause({ name: "to-disk" }), /already paused/);
+    // Held by the executor (its files), so the boot reconcile neither marks nor removes it.
+    assert.deepEqual(await service.reconcile(), { lost: [], removed: [] });
+    assert.equal(ledger.byId(sandbox.id)!.state, "archived");
+    // A native verb wakes it, as it wakes a frozen one: restored with its files.
+    const r = await service.execCommand({ name: "to-disk" }, { cmd: ["cat", "/tmp/a.txt"] });
+    assert.equal(r.stdout, "kept");
+    assert.equal(ledger.byId(sandbox.id)!.state, "active");
+    // Paused to disk again, then the executor loses what it kept (a fake node's restart).
+    await service.pause({ name: "to-disk" }, { keepMemory: false });
+    const restarted = new SandboxService({ ledger, executor: new FakeExecutor() });
+    assert.deepEqual((await restarted.reconcile()).lost, [sandbox.id]);
+    await assert.rejects(
+      restarted.resume({ name: "to-disk" }),
+      (e) => e instanceof HttpError && e.status === 410,
+    );
+    assert.equal(await restarted.destroy({ name: "to-disk" }), true);
+  } finally {
+    await close();
+  }
+});

@@ -105,8 +105,15 @@ export class NodeSnapshots {
     const row = this.#options.service.get(ref);
     const id = "id" in ref ? ref.id : ref.name;
     if (!row) throw new HttpError(404, `Sandbox '${id}' not found on this node`);
+    if (row.state === "archived") {
+      throw new HttpError(
+        409,
+        `Sandbox '${id}' is paused to disk (pause with keepMemory: false): connect to resume ` +
+          "it, then take the snapshot or fork it",
+      );
+    }
     const info = await this.#options.queue.run(teamScopedName(row.team, row.name), async () => {
-      await this.#checkDisk(row.id);
+      await this.checkDisk(row.id);
       try {
         return await this.#options.executor.snapshot(row.id, { team: row.team, name });
       } catch (error) {
@@ -188,10 +195,12 @@ export class NodeSnapshots {
   }
 
   /**
-   * Refuses a snapshot that would leave the data disk below the floor: the sandbox's writable
-   * layer is about what the snapshot adds.
+   * Refuses a snapshot, or a pause to disk, that would leave the data disk below the floor: the
+   * sandbox's writable layer is about what either adds.
+   *
+   * @throws {HttpError} 507 naming the floor.
    */
-  async #checkDisk(id: string): Promise<void> {
+  async checkDisk(id: string, what = "A snapshot"): Promise<void> {
     const floor = this.#options.minDiskBytes ?? 0;
     const disk = this.#options.hostReading?.().dataDisk;
     if (!disk || floor <= 0) return;
@@ -200,7 +209,7 @@ export class NodeSnapshots {
     const gb = (bytes: number) => (bytes / 1e9).toFixed(1);
     throw new HttpError(
       507,
-      `A snapshot of sandbox '${id}' (about ${gb(size)} GB) would leave the data disk ` +
+      `${what} of sandbox '${id}' (about ${gb(size)} GB) would leave the data disk ` +
         `(${disk.path}) with ${gb(Math.max(0, disk.availableBytes - size))} GB available, ` +
         `below the snapshot floor ${gb(floor)} GB (DORMICE_SNAPSHOT_MIN_DISK_GB): delete ` +
         `snapshots you no longer need (DELETE /templates/{id}) or free space on that disk`,

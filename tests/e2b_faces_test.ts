@@ -6,7 +6,7 @@
  * where the case is a header or a body the SDK hides.
  */
 import assert from "node:assert/strict";
-import { Sandbox, SandboxError, SandboxNotFoundError } from "e2b";
+import { Sandbox, SandboxNotFoundError } from "e2b";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 
@@ -142,7 +142,7 @@ Deno.test({
     );
 
     await t.step(
-      "network.maskRequestHost is served; keepMemory: false says it is not built",
+      "network.maskRequestHost is served",
       async () => {
         const masked = await Sandbox.create({
           ...sdk,
@@ -160,26 +160,6 @@ Deno.test({
         assert.equal(bad.status, 400);
         assert.match((await bad.json()).message, /^'network\.maskRequestHost' must be a host/);
 
-        // The SDK sends keepMemory: false as autoPauseMemory: false.
-        const lifecycle = await Sandbox.create({
-          ...sdk,
-          lifecycle: { onTimeout: { action: "pause", keepMemory: false } },
-        }).then(() => undefined, (e) => e);
-        assert.ok(lifecycle instanceof SandboxError, String(lifecycle));
-        assert.match(
-          lifecycle.message,
-          /^400: A filesystem-only pause \(keepMemory: false.* is not built on this fleet yet: .*Leave keepMemory unset/,
-        );
-        const raw = await api("/sandboxes", {
-          method: "POST",
-          body: JSON.stringify({ templateID: "base", autoPause: true, autoPauseMemory: false }),
-        });
-        assert.equal(raw.status, 400);
-        assert.equal((await raw.json()).code, 400);
-        const paused = await masked.pause({ keepMemory: false }).then(() => undefined, (e) => e);
-        assert.ok(paused instanceof SandboxError, String(paused));
-        assert.match(paused.message, /^400: A filesystem-only pause/);
-        assert.equal((await masked.getInfo()).state, "running", "nothing was paused");
         await masked.kill();
       },
     );

@@ -2,8 +2,9 @@
  * Snapshots and fork through the official `e2b` SDK, unmodified, pointed at a real gateway in
  * front of two real node processes: a named snapshot, the list by name and by sandbox, a create
  * from it by id and by name (placed on the node that holds it, with the files written before
- * it), a fork of 3 with independent writes, team isolation, a duplicate name, delete, and a
- * create from a snapshot whose only holder is down (a 503 naming it). Run on the fake executor,
+ * it), a fork of 3 with independent writes, a fork held to the key's maxSandboxes, team
+ * isolation, a duplicate name, delete, and a create from a snapshot whose only holder is down
+ * (a 503 naming it). Run on the fake executor,
  * and again on Docker (two nodes on one engine, which never see each other's snapshots): off
  * CI the Docker run skips with a printed reason when there is no engine; with `CI=true` it fails.
  */
@@ -149,6 +150,31 @@ async function exam(t: Deno.TestContext, fleet: SnapshotFleet): Promise<void> {
       // The fork's own snapshot is not left in the team's list.
       assert.deepEqual(await allIds(Sandbox.listSnapshots(a)), [snapshotId]);
     });
+
+    await t.step(
+      "a fork is held to the key's maxSandboxes: copies past it are RateLimitError",
+      async () => {
+        const minted = await gw.json("createApiKey", { team: "team-c", maxSandboxes: 3 });
+        assert.equal(minted.status, 200, JSON.stringify(minted.body));
+        const c = sdkOptions(gw.url, minted.body.key);
+        const limited = await Sandbox.create(c);
+        made.push(limited);
+        const forks = await Sandbox.fork(limited.sandboxId, { ...c, count: 4, timeoutMs: 120_000 });
+        assert.equal(forks.length, 4);
+        made.push(...forks.filter((f): f is Sandbox => f instanceof Sandbox));
+        assert.deepEqual(
+          forks.map((f) => f instanceof Sandbox ? "sandbox" : (f as Error).name),
+          ["sandbox", "sandbox", "RateLimitError", "RateLimitError"],
+        );
+        assert.match((forks[2] as Error).message, /maxSandboxes 3/);
+        // Full: a whole fork is one 429, the SDK's RateLimitError.
+        const full = await Sandbox.fork(limited.sandboxId, { ...c, count: 1 }).then(
+          () => undefined,
+          (e) => e,
+        );
+        assert.ok(full instanceof Error && full.name === "RateLimitError", String(full));
+      },
+    );
 
     await t.step("another team neither lists, starts from nor deletes the snapshot", async () => {
       assert.deepEqual(await allIds(Sandbox.listSnapshots(b)), []);

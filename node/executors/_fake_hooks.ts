@@ -24,6 +24,8 @@ export type FakeCall =
   | "snapshot"
   | "listSnapshots"
   | "deleteSnapshot"
+  | "archive"
+  | "restore"
   | "list"
   | "portAddress"
   | "setEgressRules";
@@ -70,6 +72,8 @@ export class FakeExecutorHooks {
     snapshot: 0,
     listSnapshots: 0,
     deleteSnapshot: 0,
+    archive: 0,
+    restore: 0,
     list: 0,
     portAddress: 0,
     setEgressRules: 0,

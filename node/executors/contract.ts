@@ -513,7 +513,10 @@ export interface Executor {
    * `stats` reports, so a face can answer them without reading stats.
    */
   limits(spec: SandboxSpec): SandboxLimits;
-  /** Stops and removes the sandbox; a sandbox that does not exist is not an error. */
+  /**
+   * Stops and removes the sandbox, and what `archive` kept of it; a sandbox that does not exist
+   * is not an error.
+   */
   destroy(id: string): Promise<void>;
   /** Starts a command; output streams as it comes. */
   exec(id: string, request: ExecRequest): Promise<ExecHandle>;
@@ -572,6 +575,21 @@ export interface Executor {
    * none by that id. Sandboxes started from it keep running.
    */
   deleteSnapshot(snapshotId: string, team?: string): Promise<boolean>;
+  /**
+   * A filesystem-only pause (E2B's `keepMemory: false`): keeps the sandbox's file system on this
+   * node and removes the rest (Docker: commits the container to a local image, then removes the
+   * container), so its processes end and it holds no memory and no CPU. The kept files are no
+   * snapshot: `listSnapshots` does not name them. `list()` still names the sandbox; `restore`
+   * starts it again, `destroy` removes what was kept. Any other call about it is `gone` until
+   * restored.
+   */
+  archive(id: string): Promise<void>;
+  /**
+   * Starts an archived sandbox again under its own id (`request.id`) from the file system
+   * `archive` kept, with `request`'s spec and environment as `create` takes them, then drops
+   * what was kept. `gone` when nothing is kept for that id.
+   */
+  restore(request: CreateRequest): Promise<void>;
   /**
    * Ids of every sandbox this executor made and holds (for reconciliation at boot, which
    * removes those the ledger has no row for). Docker: the containers labelled with this

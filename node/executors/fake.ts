@@ -106,6 +106,8 @@ export class FakeExecutor implements Executor {
   #sandboxes = new Map<string, FakeSandbox>();
   /** Snapshots by id, each with the file tree it keeps; gone when deleted or the executor closes. */
   #snapshots = new Map<string, { info: SnapshotInfo; fs: FakeFs }>();
+  /** What `archive` kept, by sandbox id: its file tree; gone on restore, destroy or close. */
+  #archives = new Map<string, FakeFs>();
   #nodeId: string;
   #ports = new FakePorts();
   #templates: Set<string>;
@@ -208,6 +210,10 @@ export class FakeExecutor implements Executor {
     if (snapshot === undefined && !this.#templates.has(request.template)) {
       throw unknownTemplateError(request.template, this.#templates);
     }
+    this.#build(request, snapshot?.fs.copy(() => this.#clock.now()));
+  }
+
+  #build(request: CreateRequest, fs?: FakeFs): void {
     for (const v of request.spec.volumes ?? []) {
       if (!this.#volumes.includes(v.name)) throw unknownVolume(v.name, this.#volumes);
     }
@@ -218,7 +224,7 @@ export class FakeExecutor implements Executor {
     this.#sandboxes.set(request.id, {
       id: request.id,
       request: structuredClone(request),
-      fs: snapshot?.fs.copy(() => this.#clock.now()) ?? new FakeFs(() => this.#clock.now()),
+      fs: fs ?? new FakeFs(() => this.#clock.now()),
       paused: false,
       thaw: [],
       processes: new Map(),
@@ -228,9 +234,42 @@ export class FakeExecutor implements Executor {
     });
   }
 
-  /** Removes a sandbox, killing its processes; an unknown id is not an error. */
+  /** Removes a sandbox, killing its processes, and what `archive` kept; an unknown id is not an error. */
   async destroy(id: string): Promise<void> {
     await this.hooks.enter("destroy");
+    this.#archives.delete(id);
+    await this.#remove(id);
+  }
+
+  /**
+   * Keeps the sandbox's file tree and removes the sandbox (its processes killed, its ports
+   * closed); `restore` builds it again from the tree.
+   */
+  async archive(id: string): Promise<void> {
+    await this.hooks.enter("archive");
+    const sandbox = this.#get(id);
+    this.#archives.set(id, sandbox.fs.copy());
+    await this.#remove(id);
+  }
+
+  /** Builds an archived sandbox again under its id, with its kept file tree. */
+  async restore(request: CreateRequest): Promise<void> {
+    await this.hooks.enter("restore");
+    const fs = this.#archives.get(request.id);
+    if (fs === undefined) {
+      throw new ExecutorError(
+        "gone",
+        `the fake executor keeps no archive of sandbox '${request.id}'`,
+      );
+    }
+    if (this.#sandboxes.has(request.id)) {
+      throw new ExecutorError("exists", `A fake sandbox with id '${request.id}' already exists`);
+    }
+    this.#build(request, fs.copy(() => this.#clock.now()));
+    this.#archives.delete(request.id);
+  }
+
+  async #remove(id: string): Promise<void> {
     const sandbox = this.#sandboxes.get(id);
     if (!sandbox) return;
     this.#sandboxes.delete(id);
@@ -471,10 +510,10 @@ export class FakeExecutor implements Executor {
     return true;
   }
 
-  /** Ids of every sandbox it holds: in memory only, so none survive a restart. */
+  /** Ids of every sandbox it holds, archived ones too: in memory only, so none survive a restart. */
   async list(): Promise<string[]> {
     await this.hooks.enter("list");
-    return [...this.#sandboxes.keys()];
+    return [...new Set([...this.#sandboxes.keys(), ...this.#archives.keys()])];
   }
 
   /**
@@ -505,6 +544,7 @@ export class FakeExecutor implements Executor {
     await this.#ports.closeAll();
     const all = [...this.#sandboxes.values()];
     this.#sandboxes.clear();
+    this.#archives.clear();
     for (const sandbox of all) {
       sandbox.destroyed = true;
       for (const stop of [...sandbox.watches]) stop();

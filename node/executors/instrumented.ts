@@ -39,6 +39,8 @@ const measured: Record<
   snapshot: true,
   listSnapshots: true,
   deleteSnapshot: true,
+  archive: true,
+  restore: true,
   list: true,
   portAddress: true,
 };

@@ -55,11 +55,7 @@ import {
 import type { NodeSnapshots } from "../snapshots.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
-import {
-  FILESYSTEM_PAUSE_NOT_BUILT,
-  parseCreateOptions,
-  parseNetworkUpdate,
-} from "./e2b_create_options.ts";
+import { parseCreateOptions, parseNetworkUpdate } from "./e2b_create_options.ts";
 import { type E2bMetric, e2bMetric, parseMetricsRange } from "./e2b_metrics.ts";
 import { parseSandboxIds } from "../../shared/e2b_metrics_ids.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -495,11 +491,14 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
     const id = c.req.param("id");
     const body = parse(pauseSchema, await readBody(c, "object", `{}`, bodyCap));
     const s = mustGet(c, id);
-    if (body.memory === false) throw new HttpError(400, FILESYSTEM_PAUSE_NOT_BUILT);
     if (e2bState(s.state) === "paused") {
       throw new HttpError(409, `Sandbox '${id}' is already paused: connect to resume it`);
     }
-    await ops.pause(at(c, id));
+    // `memory: false` keeps the file system only and frees the rest (E2B's filesystem pause),
+    // within the data-disk floor snapshots keep.
+    const keepMemory = body.memory !== false;
+    if (!keepMemory) await options.snapshots?.checkDisk(s.id, "A pause to disk");
+    await ops.pause(at(c, id), { keepMemory });
     return c.body(null, 204);
   });
 

@@ -294,11 +294,6 @@ Deno.test("create refuses lifecycle options this node cannot honour, naming them
   const cases: [object, RegExp][] = [
     [{ autoResume: { enabled: true } }, /'autoResume' needs the timeout to pause/],
     [{ lifecycle: { onTimeout: "kill", autoResume: true } }, /'autoResume' needs/],
-    [
-      { autoPause: true, autoPauseMemory: false },
-      /^A filesystem-only pause \(keepMemory: false.* is not built on this fleet yet: .*Leave keepMemory unset/,
-    ],
-    [{ lifecycle: { onTimeout: { action: "pause", keepMemory: false } } }, /filesystem-only/],
     [{ lifecycle: { onTimeout: "later" } }, /'lifecycle\.onTimeout'/],
     [{ autoResume: { policy: "sometimes" } }, /'autoResume'/],
   ];
@@ -411,7 +406,7 @@ Deno.test("create answers a trafficAccessToken for allowPublicTraffic: false, no
   await executor.close();
 });
 
-Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepMemory:false}) is a 400", async () => {
+Deno.test("create keeps network.maskRequestHost and get reports it", async () => {
   const { call, service, executor } = setup();
   for (const mask of ["localhost:${PORT}", "${PORT}-app.example.com", "[::1]:8080", "example"]) {
     const res = await call("POST", "/v2/sandboxes", {
@@ -424,14 +419,72 @@ Deno.test("create keeps network.maskRequestHost and get reports it; pause({keepM
     const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
     assert.deepEqual(info.network, { maskRequestHost: mask });
   }
+  await executor.close();
+});
+
+Deno.test("pause {memory:false} keeps the files only; connect restores them under the same id; kill drops them", async () => {
+  const { call, service, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
-  const refused = await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: false });
-  assert.equal(refused.status, 400);
-  const body = await refused.json();
-  assert.equal(body.code, 400);
-  assert.match(body.message, /^A filesystem-only pause .* is not built on this fleet yet: /);
-  assert.equal(service.get({ id: sandboxID })!.state, "active", "nothing was paused");
-  assert.equal((await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: true })).status, 204);
+  await service.writeFile(
+    { id: sandboxID },
+    "/home/user/kept.txt",
+    new TextEncoder().encode("kept"),
+  );
+  const paused = await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: false });
+  assert.equal(paused.status, 204);
+  assert.equal(service.get({ id: sandboxID })!.state, "archived");
+  assert.equal(executor.hooks.calls.archive, 1);
+  assert.equal(executor.hooks.calls.pause, 0, "not frozen: removed");
+  // No memory, no CPU: nothing to read resource use from.
+  await assert.rejects(service.metrics({ id: sandboxID }), /paused to disk/);
+  // E2B sees it paused; a second pause of either kind is its 409.
+  const info = await (await call("GET", `/sandboxes/${sandboxID}`)).json();
+  assert.equal(info.state, "paused");
+  assert.equal((await call("POST", `/sandboxes/${sandboxID}/pause`, {})).status, 409);
+  const connected = await call("POST", `/v2/sandboxes/${sandboxID}/connect`, { timeout: 30 });
+  assert.equal(connected.status, 201);
+  assert.equal((await connected.json()).sandboxID, sandboxID);
+  assert.equal(service.get({ id: sandboxID })!.state, "active");
+  assert.equal(executor.hooks.calls.restore, 1);
+  const read = await service.readFile({ id: sandboxID }, "/home/user/kept.txt");
+  assert.equal(new TextDecoder().decode(read), "kept");
+  // Paused to disk again and killed: the executor holds nothing of it.
+  assert.equal(
+    (await call("POST", `/sandboxes/${sandboxID}/pause`, { memory: false })).status,
+    204,
+  );
+  assert.equal((await call("DELETE", `/sandboxes/${sandboxID}`)).status, 204);
+  assert.deepEqual(await executor.list(), []);
+  await executor.close();
+});
+
+Deno.test("lifecycle.onTimeout {pause, keepMemory: false} pauses to disk at the deadline", async () => {
+  const { call, clock, service, executor } = setup();
+  for (
+    const options of [
+      { lifecycle: { onTimeout: { action: "pause", keepMemory: false } } },
+      { autoPause: true, autoPauseMemory: false },
+    ]
+  ) {
+    const res = await call("POST", "/v2/sandboxes", {
+      templateID: "base",
+      timeout: 10,
+      ...options,
+    });
+    assert.equal(res.status, 201, JSON.stringify(options));
+    const { sandboxID } = await res.json();
+    assert.equal(service.get({ id: sandboxID })!.e2b.keepMemory, false);
+    clock.tick(10_000);
+    assert.equal(await service.expireIfDue(sandboxID), "paused");
+    const row = service.get({ id: sandboxID })!;
+    assert.equal(row.state, "archived");
+    assert.equal(row.deadlineAt, null, "a pause deadline clears itself");
+    assert.ok((await executor.list()).includes(sandboxID), "its files are kept");
+    const resumed = await call("POST", `/sandboxes/${sandboxID}/resume`, { timeout: 30 });
+    assert.equal(resumed.status, 201);
+    await resumed.body?.cancel();
+    assert.equal(service.get({ id: sandboxID })!.state, "active");
+  }
   await executor.close();
 });
 

@@ -84,9 +84,6 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
     : asked?.action ?? (body.autoPause ? "pause" : "kill");
   const keepMemory = (typeof asked === "object" ? asked.keepMemory : undefined) ??
     body.autoPauseMemory;
-  if (onTimeout === "pause" && keepMemory === false) {
-    throw new HttpError(400, FILESYSTEM_PAUSE_NOT_BUILT);
-  }
   const policy = body.autoResume && "policy" in body.autoResume
     ? body.autoResume.policy === "any"
     : undefined;
@@ -104,6 +101,8 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
 
   const { internet, rules } = egressOf(body);
   const e2b: E2bSettings = { onTimeout, autoResume, timeoutSeconds };
+  // A timeout that pauses the file system only: its deadline archives the sandbox.
+  if (onTimeout === "pause" && keepMemory === false) e2b.keepMemory = false;
   if (body.secure !== undefined) e2b.secure = body.secure;
   if (internet !== undefined) e2b.allowInternetAccess = internet;
   if (body.network?.allowPublicTraffic !== undefined) {
@@ -119,17 +118,6 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
     : {};
   return { onTimeout, e2b, spec };
 }
-
-/**
- * Why a filesystem-only pause (E2B's `keepMemory: false`: the sandbox's disk is kept, its memory
- * and processes dropped) is refused: a pause here keeps both, and no pause without them is
- * built yet. The timeout's `lifecycle.onTimeout` and `Sandbox.pause()` say it alike.
- */
-export const FILESYSTEM_PAUSE_NOT_BUILT: string =
-  "A filesystem-only pause (keepMemory: false, sent as autoPauseMemory: false or pause " +
-  "{memory: false}) is not built on this fleet yet: a pause here keeps the sandbox's memory " +
-  "and processes. Leave keepMemory unset (lifecycle.onTimeout 'pause', or pause()), and " +
-  "Sandbox.connect() resumes the sandbox as it was";
 
 /** The placeholder E2B replaces with the port a request is for. */
 const PORT_PLACEHOLDER = "${PORT}";

@@ -223,6 +223,14 @@ Deno.test("a snapshot that would cross the data-disk floor is a 507 naming the f
   assert.equal(body.code, 507);
   assert.match(body.message, /below the snapshot floor 1\.0 GB \(DORMICE_SNAPSHOT_MIN_DISK_GB\)/);
   assert.deepEqual(await snapshots.list(), []);
+  // A pause to disk keeps the same floor; a memory pause writes nothing to the disk.
+  const pause = await call("POST", `/sandboxes/${source}/pause`, { memory: false });
+  assert.equal(pause.status, 507);
+  assert.match(
+    (await pause.json()).message,
+    /^A pause to disk of sandbox .* below the snapshot floor/,
+  );
+  assert.equal((await call("POST", `/sandboxes/${source}/pause`, {})).status, 204);
   await executor.close();
 });
 
@@ -239,4 +247,23 @@ Deno.test("NodeSnapshots.advertised() lists the ids held, newest first, after ev
   await call("DELETE", `/templates/${taken[1]}`);
   assert.deepEqual(snapshots.advertised(), { snapshots: [taken[0]] });
   await executor.close();
+});
+
+Deno.test("a sandbox paused to disk is neither snapshotted nor forked until resumed, and lists no snapshot", async () => {
+  const { call, sandbox, executor } = setup();
+  try {
+    const id = await sandbox();
+    assert.equal((await call("POST", `/sandboxes/${id}/pause`, { memory: false })).status, 204);
+    for (const route of ["snapshots", "fork"]) {
+      const res = await call("POST", `/sandboxes/${id}/${route}`, {});
+      assert.equal(res.status, 409, route);
+      assert.match((await res.json()).message, /is paused to disk .*connect to resume it/);
+    }
+    // What the pause keeps is no snapshot of the team's.
+    assert.deepEqual(await (await call("GET", "/snapshots")).json(), []);
+    assert.equal((await call("POST", `/v2/sandboxes/${id}/connect`, {})).status, 201);
+    assert.equal((await call("POST", `/sandboxes/${id}/snapshots`, {})).status, 201);
+  } finally {
+    await executor.close();
+  }
 });

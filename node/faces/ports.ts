@@ -124,7 +124,13 @@ export function createPortsDoor(
       if (awake === null) {
         return answer(
           502,
-          `The sandbox is ${sandbox.state === "frozen" ? "paused" : sandbox.state}: resume it ` +
+          `The sandbox is ${
+            sandbox.state === "frozen"
+              ? "paused"
+              : sandbox.state === "archived"
+              ? "paused to disk"
+              : sandbox.state
+          }: resume it ` +
             "with Sandbox.connect(), or create it with lifecycle.autoResume so that traffic " +
             "resumes it",
           id,

@@ -267,13 +267,15 @@ export class Containers {
 
   /**
    * Creates and starts the container of a sandbox. Returns the command the image asks to run
-   * once it started (its `dormice.start` label, run with `/bin/sh -c`), or null.
+   * once it started (its `dormice.start` label, run with `/bin/sh -c`), or null. From `image_`
+   * when given (a restore), else its template's or snapshot's.
    */
-  async create(request: CreateRequest): Promise<string | null> {
+  async create(request: CreateRequest, image_?: string): Promise<string | null> {
     const { id, name, template, spec } = request;
-    const image = request.snapshot === undefined
-      ? this.#templates.get(template)
-      : await this.#snapshots.imageFor(request.snapshot);
+    const image = image_ ??
+      (request.snapshot === undefined
+        ? this.#templates.get(template)
+        : await this.#snapshots.imageFor(request.snapshot));
     if (!image) throw unknownTemplateError(template, this.#templates.keys());
     let imageInfo;
     try {

@@ -37,6 +37,8 @@ const L = {
   template: "dormice.snapshot.template",
   created: "dormice.snapshot.created",
   bytes: "dormice.snapshot.bytes",
+  /** Set on the image a filesystem pause keeps (`archive`): the sandbox it is of. */
+  archive: "dormice.snapshot.archive",
 } as const;
 
 /** What {@link Snapshots} works with. */
@@ -64,6 +66,8 @@ export class Snapshots {
    * by the snapshots deleted in this process; `sweep(true)` at boot finds any left before.
    */
   #orphans = new Set<string>();
+  /** See {@linkcode Snapshots.#archiveMap}. */
+  #archives: Promise<Map<string, string>> | undefined;
 
   constructor(options: SnapshotsOptions) {
     this.#engine = options.engine;
@@ -73,14 +77,18 @@ export class Snapshots {
     this.#commitTimeoutMs = options.commitTimeoutMs;
   }
 
-  /** Commits sandbox `id`'s container to a new snapshot image (the engine pauses it meanwhile). */
-  take(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
-    const run = this.#taking.then(() => this.#take(id, request));
+  /**
+   * Commits sandbox `id`'s container to a new snapshot image (the engine pauses it meanwhile).
+   * With `archive`, the image is what a filesystem pause keeps of the sandbox: labelled as
+   * such, it is no snapshot (`list` leaves it out) and is found by {@linkcode archiveOf}.
+   */
+  take(id: string, request: SnapshotRequest, archive = false): Promise<SnapshotInfo> {
+    const run = this.#taking.then(() => this.#take(id, request, archive));
     this.#taking = run.catch(() => {});
     return run;
   }
 
-  async #take(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
+  async #take(id: string, request: SnapshotRequest, archive: boolean): Promise<SnapshotInfo> {
     if (request.name !== undefined) {
       const taken = (await this.list(request.team)).find((s) => s.name === request.name);
       if (taken) throw snapshotNameTaken(request.name, taken.snapshotId);
@@ -111,6 +119,8 @@ export class Snapshots {
       [L.template]: info.template,
       [L.created]: String(info.createdAt),
       [L.bytes]: String(info.sizeBytes),
+      // Always written: a sandbox restored from an archive would otherwise inherit its label.
+      [L.archive]: archive ? id : "",
     };
     await this.#engine.callContainer(
       id,
@@ -128,11 +138,52 @@ export class Snapshots {
       },
       this.#commitTimeoutMs,
     );
+    if (archive && this.#engine.client.listImages) {
+      (await this.#archiveMap()).set(id, info.snapshotId);
+    }
     return info;
   }
 
   /** This instance's snapshots, one team's when `team` is given, oldest first. */
   async list(team?: string): Promise<SnapshotInfo[]> {
+    return (await this.#tagged()).filter((s) => !s.archiveOf)
+      .map((s) => s.info)
+      .filter((info) => team === undefined || info.team === team);
+  }
+
+  /** The snapshot id of what a filesystem pause kept of sandbox `sandboxId`, if any. */
+  async archiveOf(sandboxId: string): Promise<string | undefined> {
+    // An engine client that cannot list images (a test's) holds no archives.
+    if (!this.#engine.client.listImages) return undefined;
+    return (await this.#archiveMap()).get(sandboxId);
+  }
+
+  /** The sandboxes a filesystem pause kept files of. */
+  async archived(): Promise<string[]> {
+    if (!this.#engine.client.listImages) return [];
+    return [...(await this.#archiveMap()).keys()];
+  }
+
+  /**
+   * Sandbox id → its archive's snapshot id: read from the engine once (the boot reconcile's
+   * `list` reads it), then kept in step by this process's archives and their removals, so a
+   * destroy costs no image listing. Bounded by the sandboxes paused to disk; an entry goes with
+   * its archive. A failed read is tried again on the next call.
+   */
+  #archiveMap(): Promise<Map<string, string>> {
+    this.#archives ??= this.#tagged().then((all) => {
+      const map = new Map<string, string>();
+      for (const s of all) if (s.archiveOf) map.set(s.archiveOf, s.info.snapshotId);
+      return map;
+    }).catch((error) => {
+      this.#archives = undefined;
+      throw error;
+    });
+    return this.#archives;
+  }
+
+  /** This instance's tagged snapshot images, archives too, oldest first. */
+  async #tagged(): Promise<{ info: SnapshotInfo; archiveOf?: string }[]> {
     const client = this.#engine.client;
     if (!client.listImages) throw new TypeError("The engine client cannot list images");
     const images: ImageSummary[] = await this.#engine.call(
@@ -143,15 +194,16 @@ export class Snapshots {
           abortSignal: signal,
         }),
     );
-    const out: SnapshotInfo[] = [];
+    const out: { info: SnapshotInfo; archiveOf?: string }[] = [];
     for (const image of images) {
       const info = infoOf(image.Labels ?? {});
       // An image untagged by a delete while a sandbox still used it is not a snapshot any more.
       if (!info || !(image.RepoTags ?? []).includes(snapshotImage(info.snapshotId))) continue;
-      if (team === undefined || info.team === team) out.push(info);
+      const archiveOf = image.Labels?.[L.archive];
+      out.push(archiveOf ? { info, archiveOf } : { info });
     }
     return out.sort((a, b) =>
-      a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId)
+      a.info.createdAt - b.info.createdAt || a.info.snapshotId.localeCompare(b.info.snapshotId)
     );
   }
 
@@ -162,10 +214,11 @@ export class Snapshots {
 
   /**
    * Untags a snapshot's image; the engine frees it once no container uses it (a sandbox started
-   * from it keeps running). False when this instance holds no such snapshot for `team`.
+   * from it keeps running). False when this instance holds no such snapshot for `team`. With
+   * `archive`, the id is an archive's (from {@linkcode archiveOf}), which no team's list names.
    */
-  async delete(snapshotId: string, team?: string): Promise<boolean> {
-    if (!(await this.get(snapshotId, team))) return false;
+  async delete(snapshotId: string, team?: string, archive = false): Promise<boolean> {
+    if (!archive && !(await this.get(snapshotId, team))) return false;
     const ref = snapshotImage(snapshotId);
     const image = this.#engine.client.getImage(ref);
     if (!image.remove) throw new TypeError("The engine client cannot remove images");
@@ -174,11 +227,21 @@ export class Snapshots {
         `removing snapshot image ${ref}`,
         (signal) => image.remove!({ force, abortSignal: signal }),
       );
+    // An archive is forgotten once its image is untagged or gone; one whose removal failed stays
+    // known, so the sandbox's destroy tries again.
+    const forget = async () => {
+      if (!archive) return;
+      const map = await this.#archiveMap();
+      for (const [sandbox, kept] of map) if (kept === snapshotId) map.delete(sandbox);
+    };
     try {
       await remove(false);
     } catch (error) {
       if (!(error instanceof ExecutorError)) throw error;
-      if (error.code === "not_found") return false;
+      if (error.code === "not_found") {
+        await forget();
+        return false;
+      }
       if (error.code !== "exists") throw error;
       // A sandbox runs from it: untag it now (it is no snapshot any more) and free it later.
       const id = await this.#engine.call(
@@ -188,6 +251,7 @@ export class Snapshots {
       await remove(true);
       if (id) this.#orphans.add(id);
     }
+    await forget();
     return true;
   }
 

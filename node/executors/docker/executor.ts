@@ -47,7 +47,7 @@ import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
-import { Snapshots } from "./_snapshots.ts";
+import { snapshotImage, Snapshots } from "./_snapshots.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -338,14 +338,29 @@ export class DockerExecutor implements Executor {
    * handed out.
    */
   async create(request: CreateRequest): Promise<void> {
-    const rules = request.spec.egressRules;
-    if (rules !== undefined && this.#egress === null) throw egressRulesUnserved();
+    if (request.spec.egressRules !== undefined && this.#egress === null) {
+      throw egressRulesUnserved();
+    }
     const start = await this.#containers.create(request);
+    await this.#ready(request, start, () => this.destroy(request.id));
+  }
+
+  /**
+   * What a new container needs before it is handed out, whether built or restored: its egress
+   * rules, then its image's start command. On a failure `undo` removes what was made, and the
+   * failure is thrown.
+   */
+  async #ready(
+    request: CreateRequest,
+    start: string | null,
+    undo: () => Promise<unknown>,
+  ): Promise<void> {
+    const rules = request.spec.egressRules;
     if (rules !== undefined) {
       try {
         await this.#applyEgress(request.id, rules);
       } catch (error) {
-        await this.destroy(request.id).catch(() => {});
+        await undo().catch(() => {});
         throw error;
       }
     }
@@ -366,7 +381,7 @@ export class DockerExecutor implements Executor {
       failure = error instanceof Error ? error.message : String(error);
     }
     if (failure === null) return;
-    await this.destroy(request.id).catch(() => {});
+    await undo().catch(() => {});
     throw new ExecutorError(
       "unavailable",
       `The start command of template '${request.template}' (the image's dormice.start label, ` +
@@ -396,8 +411,45 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove a destroyed sandbox's egress rules", { id, error })
     );
+    // What a filesystem pause kept of it goes too.
+    const kept = await this.#snapshots.archiveOf(id);
+    if (kept !== undefined) await this.#snapshots.delete(kept, undefined, true);
     // A deleted snapshot this sandbox ran from may be free now; a failed sweep waits for the next.
     if (this.#snapshots.orphaned > 0) await this.#snapshots.sweep().catch(() => {});
+  }
+
+  /**
+   * Commits the container to a local image labelled as the sandbox's archive (no snapshot: no
+   * team lists it), then removes the container.
+   */
+  async archive(id: string): Promise<void> {
+    await this.#snapshots.take(id, { team: "" }, true);
+    await this.#containers.destroy(id);
+  }
+
+  /** A container again under the sandbox's id from its archive image, which is then untagged. */
+  async restore(request: CreateRequest): Promise<void> {
+    const kept = await this.#snapshots.archiveOf(request.id);
+    if (kept === undefined) {
+      throw new ExecutorError(
+        "gone",
+        `No archive of sandbox ${request.id} on this node: it was never paused to disk here, ` +
+          `or its image was removed`,
+      );
+    }
+    if (request.spec.egressRules !== undefined && this.#egress === null) {
+      throw egressRulesUnserved();
+    }
+    const start = await this.#containers.create(request, snapshotImage(kept));
+    // Its rules and its start command again, as at create; a failure removes the container and
+    // keeps the archive, so the sandbox can be resumed once the cause is gone.
+    await this.#ready(request, start, async () => {
+      await this.#containers.destroy(request.id);
+      await this.#egress?.remove(request.id);
+    });
+    // In use by the new container: untagged now, removed with the container (the orphan sweep).
+    // The sandbox runs either way: an archive left tagged is removed by its destroy.
+    await this.#snapshots.delete(kept, undefined, true).catch(() => {});
   }
 
   exec(id: string, request: ExecRequest): Promise<ExecHandle> {
@@ -497,8 +549,13 @@ export class DockerExecutor implements Executor {
     return this.#network.address(id, port);
   }
 
-  list(): Promise<string[]> {
-    return this.#containers.list();
+  /** The sandboxes of this instance's containers, and those paused to disk (their archives). */
+  async list(): Promise<string[]> {
+    const [running, archived] = await Promise.all([
+      this.#containers.list(),
+      this.#snapshots.archived(),
+    ]);
+    return [...new Set([...running, ...archived])].sort();
   }
 
   /**
