@@ -1,6 +1,6 @@
 /**
  * What a routed verb costs the gateway's JavaScript, without a socket: the bytes engine and its
- * lane (`gateway/bytes_lane.ts`) serve wrk's request to connections that are objects in this
+ * lane (`gateway/faces/bytes_lane.ts`) serve wrk's request to connections that are objects in this
  * process, and the HTTP/1.1 client reaches a node that is one too (`Deno.connect` is replaced),
  * so no op, no syscall and no other process is timed. The same run times the bytes-framed floor
  * (`bench/_raw_http_proxy.ts`'s relay loop) over the same stand-ins: the ratio is how much more

@@ -14,9 +14,9 @@
  *
  * @module
  */
-import { Fleet } from "../gateway/fleet.ts";
-import { Finder } from "../gateway/finder.ts";
-import { Placer } from "../gateway/placer.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { Finder } from "../gateway/finder/finder.ts";
+import { Placer } from "../gateway/placer/placer.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { benchToken, checkIn, postJson, startStubNodes } from "./_fixtures.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";

@@ -769,7 +769,7 @@ export async function runForwarding(options: ForwardingOptions): Promise<Section
       "the forwarding rules is the next table. The gateway uses h1_client (it keeps every " +
       "rule and halves fetch's added latency); DORMICE_GATEWAY_NODE_CLIENT=fetch goes back.",
       "The gateway rows are gateway/main.ts as deployed: the bytes engine (shared/http1/server.ts, " +
-      "DORMICE_GATEWAY_ENGINE=bytes) serving the routed verb from its bytes (gateway/bytes_lane.ts) " +
+      "DORMICE_GATEWAY_ENGINE=bytes) serving the routed verb from its bytes (gateway/faces/bytes_lane.ts) " +
       "over its own HTTP/1.1 client to the node (DORMICE_GATEWAY_NODE_CLIENT=h1). The 'on Deno's " +
       "server' rows are the same daemon as it was before the engine (DORMICE_GATEWAY_ENGINE=deno), " +
       "and 'with fetch' as it was before the client too (DORMICE_GATEWAY_NODE_CLIENT=fetch), " +

@@ -10,8 +10,8 @@
  *
  * @module
  */
-import { Fleet } from "../gateway/fleet.ts";
-import { Finder } from "../gateway/finder.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { Finder } from "../gateway/finder/finder.ts";
 import { benchToken, checkIn, freePort, reading, startStubNodes } from "./_fixtures.ts";
 import { median, percentile, type Row, row, type Section } from "./_stats.ts";
 import { dropSyns, synDropUnavailable } from "../tests/_syn_drop.ts";

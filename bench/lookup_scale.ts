@@ -11,8 +11,8 @@
  * @module
  */
 import process from "node:process";
-import { Fleet } from "../gateway/fleet.ts";
-import { Finder } from "../gateway/finder.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { Finder } from "../gateway/finder/finder.ts";
 import {
   idDigestKey,
   LookupDigest,

@@ -8,9 +8,9 @@
  *
  * @module
  */
-import { Fleet } from "../gateway/fleet.ts";
-import { Placer } from "../gateway/placer.ts";
-import type { FleetNode } from "../gateway/fleet.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { Placer } from "../gateway/placer/placer.ts";
+import type { FleetNode } from "../gateway/fleet/fleet.ts";
 import { checkIn, reading, seeded } from "./_fixtures.ts";
 import { median, type Row, row, type Section } from "./_stats.ts";
 

@@ -7,8 +7,8 @@
  *
  * @module
  */
-import { Placer } from "../gateway/placer.ts";
-import { Finder } from "../gateway/finder.ts";
+import { Placer } from "../gateway/placer/placer.ts";
+import { Finder } from "../gateway/finder/finder.ts";
 import { buildFleet } from "./placement.ts";
 import { benchToken } from "./_fixtures.ts";
 

@@ -5,8 +5,8 @@
  *
  * @module
  */
-import { Fleet } from "../gateway/fleet.ts";
-import { placementAsk, Placer } from "../gateway/placer.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { placementAsk, Placer } from "../gateway/placer/placer.ts";
 import { type Daemon, postJson, reading, startDockerNode, startGateway } from "./_fixtures.ts";
 import { median, row, type Section } from "./_stats.ts";
 

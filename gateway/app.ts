@@ -1,40 +1,41 @@
 /**
  * `createGateway()`: the whole gateway as one object whose `fetch(Request)` an embedder mounts in
  * its own server. This file only wires the pieces together: the door (`door.ts`: loops and dot
- * segments), the Fleet (`fleet.ts`), the Finder (`finder.ts`) and the Placer (`placer.ts`) under
- * the routing rules (`routing.ts`), and the faces on top: the native face as the root (`native.ts`), the others through `mount` (the E2B
- * faces in `e2b.ts`), each checking credentials as `auth.ts` says.
+ * segments), the Fleet (`fleet/fleet.ts`), the Finder (`finder/finder.ts`) and the Placer
+ * (`placer/placer.ts`) under the routing rules (`routing/routing.ts`), and the faces on top: the
+ * native face as the root (`faces/native.ts`), the others through `mount` (the E2B faces in
+ * `faces/e2b/e2b.ts`), each checking credentials as `keys/auth.ts` says.
  *
  * @module
  */
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
-import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./auth.ts";
+import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./keys/auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
-import { Fleet } from "./fleet.ts";
-import { Finder } from "./finder.ts";
-import { ApiKeys } from "./keys.ts";
-import { TeamLimits } from "./team_limits.ts";
-import { EtcdTeamLedger, type TeamLedger } from "./team_ledger.ts";
-import { createNativeFace } from "./native.ts";
+import { Fleet } from "./fleet/fleet.ts";
+import { Finder } from "./finder/finder.ts";
+import { ApiKeys } from "./keys/keys.ts";
+import { TeamLimits } from "./keys/team_limits.ts";
+import { EtcdTeamLedger, type TeamLedger } from "./keys/team_ledger.ts";
+import { createNativeFace } from "./faces/native.ts";
 import type { H1Client } from "../shared/http1/mod.ts";
-import type { GatewayBytesLane } from "./bytes_lane.ts";
+import type { GatewayBytesLane } from "./faces/bytes_lane.ts";
 import type { GatewayParts } from "./parts.ts";
-import { Placer } from "./placer.ts";
-import { ledgerSeqOf } from "./routing_create.ts";
-import { GatewayRouting } from "./routing.ts";
-import { LifecycleEvents } from "./lifecycle.ts";
-import { GatewayMetrics } from "./metrics.ts";
-import { mountOperatorView } from "./operator.ts";
-import { PlacementLog } from "./placements.ts";
-import { createPortProxy } from "./ports.ts";
-import { createDomainFront } from "./sandbox_domain.ts";
-import { WebhookSender, type WebhookSenderOptions } from "./webhooks.ts";
+import { Placer } from "./placer/placer.ts";
+import { ledgerSeqOf } from "./routing/create.ts";
+import { GatewayRouting } from "./routing/routing.ts";
+import { LifecycleEvents } from "./observe/lifecycle.ts";
+import { GatewayMetrics } from "./observe/metrics.ts";
+import { mountOperatorView } from "./faces/operator.ts";
+import { PlacementLog } from "./placer/placement_log.ts";
+import { createPortProxy } from "./faces/ports.ts";
+import { createDomainFront } from "./faces/sandbox_domain.ts";
+import { WebhookSender, type WebhookSenderOptions } from "./observe/webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
-import { EtcdClient, EtcdSession } from "./etcd.ts";
-import { EtcdSlots, type Slots } from "./slots.ts";
-import { FleetSync } from "./fleet_sync.ts";
-import { KeySync } from "./key_sync.ts";
+import { EtcdClient, EtcdSession } from "./etcd/client.ts";
+import { EtcdSlots, type Slots } from "./routing/slots.ts";
+import { FleetSync } from "./fleet/sync.ts";
+import { KeySync } from "./keys/sync.ts";
 import { type Clock, systemClock } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
@@ -120,7 +121,7 @@ export interface GatewayOptions {
   mount?: (app: Hono, gateway: GatewayParts) => void;
   /**
    * Where lifecycle events are POSTed, signed with `secret` (`DORMICE_WEBHOOK_URL`,
-   * `DORMICE_WEBHOOK_SECRET`; see `webhooks.ts`); none are sent without it.
+   * `DORMICE_WEBHOOK_SECRET`; see `observe/webhooks.ts`); none are sent without it.
    */
   webhook?: WebhookSenderOptions;
   /**
@@ -130,7 +131,7 @@ export interface GatewayOptions {
   etcd?: SharedModeOptions;
   /**
    * The sandbox domain (`DORMICE_SANDBOX_DOMAIN`): requests are then routed by Host first, as
-   * `sandbox_domain.ts` says (`api.<domain>` to the E2B control plane mounted at `/e2b/api`,
+   * `faces/sandbox_domain.ts` says (`api.<domain>` to the E2B control plane mounted at `/e2b/api`,
    * `<port>-<id>.<domain>` to envd or that sandbox port), and E2B answers carry it as `domain`.
    * Mount the E2B faces (`mountE2b`) for the control plane and envd to answer.
    */
@@ -180,7 +181,7 @@ export interface Gateway extends GatewayParts {
   /** Announces nodes that went down; call it every second or so. */
   sweep(): string[];
   /**
-   * The routed verbs served from their bytes (`bytes_lane.ts`), for `serveGuarded`'s bytes
+   * The routed verbs served from their bytes (`faces/bytes_lane.ts`), for `serveGuarded`'s bytes
    * engine; present when `nodeClient` was given and no sandbox domain routes by Host.
    */
   lane?: GatewayBytesLane;
@@ -200,7 +201,7 @@ export interface Gateway extends GatewayParts {
  * and the faces. The native face is the root (`GET /healthz` open, the fleet verbs `checkIn`,
  * `listNodes`, `removeNode`, and the native sandbox verbs routed to the node that holds the
  * sandbox, or placed for `acquireSandbox`); `mount` adds the others. One fleet token guards every
- * route but `/healthz` and those the mounted faces check themselves (see `auth.ts`).
+ * route but `/healthz` and those the mounted faces check themselves (see `keys/auth.ts`).
  *
  * @throws {TypeError} when `token` is empty.
  *

@@ -18,7 +18,7 @@ import { createLog } from "../shared/log.ts";
 import { createH1Client, serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createGateway } from "./app.ts";
-import { mountE2b } from "./e2b.ts";
+import { mountE2b } from "./faces/e2b/e2b.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */

@@ -2,30 +2,30 @@
  * The gateway library: the pieces that turn N nodes into one fleet behind one door, as plain
  * classes an embedder can host in its own service.
  *
- * - {@linkcode Fleet} (`fleet.ts`): the nodes that checked in, their readings, who is up;
- * - {@linkcode Finder} (`finder.ts`): which node holds a sandbox (a bounded cache, then one
- *   lookup round; asking one node is `lookup_client.ts`, its per-node limit
+ * - {@linkcode Fleet} (`fleet/fleet.ts`): the nodes that checked in, their readings, who is up;
+ * - {@linkcode Finder} (`finder/finder.ts`): which node holds a sandbox (a bounded cache, then one
+ *   lookup round; asking one node is `finder/lookup_client.ts`, its per-node limit
  *   {@linkcode KeyedLimiter});
- * - {@linkcode Placer} (`placer.ts`): which node takes a new sandbox (filters with named
+ * - {@linkcode Placer} (`placer/placer.ts`): which node takes a new sandbox (filters with named
  *   reasons, then {@linkcode loadScore});
  * - {@linkcode LruCache}: the bounded cache behind the Finder;
- * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox;
- *   behind the {@linkcode Slots} interface as {@linkcode LocalSlots}, or {@linkcode EtcdSlots}
- *   when several gateways share one fleet (`slots.ts`, over the etcd client `etcd.ts`; the
- *   Fleet is kept in step through etcd by {@linkcode FleetSync});
- * - {@linkcode GatewayRouting} (`routing.ts`): the routing rules every face shares (locate,
+ * - {@linkcode NameQueue}: per-name slots, so twenty acquires of one name build one sandbox; behind
+ *   the {@linkcode Slots} interface as {@linkcode LocalSlots}, or {@linkcode EtcdSlots} when
+ *   several gateways share one fleet (`routing/slots.ts`, over the etcd client `etcd/client.ts`;
+ *   the Fleet is kept in step through etcd by {@linkcode FleetSync});
+ * - {@linkcode GatewayRouting} (`routing/routing.ts`): the routing rules every face shares (locate,
  *   stream, create, destroy, fan out), over {@linkcode forward} and {@linkcode capture}
- *   (`forward.ts`); a create's placement and bookkeeping is `routing_create.ts`, the errors
- *   the rules answer with `routing_answers.ts`;
+ *   (`routing/forward.ts`); a create's placement and bookkeeping is `routing/create.ts`, the errors
+ *   the rules answer with `routing/answers.ts`;
  * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}) and paths
  *   with dot segments, checked before any face;
  * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
- *   (`native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `e2b.ts`) through `mount`;
- *   who may call what is `auth.ts`. `config.ts` reads the environment and `main.ts` is the
- *   daemon;
- * - the operator's view (`operator.ts`): {@linkcode GatewayMetrics} behind `GET /metrics`, the
- *   fleet page under `/ui` (`ui/`, with the recent {@linkcode PlacementLog}), and the lifecycle
- *   webhooks ({@linkcode LifecycleEvents} into a {@linkcode WebhookSender}, signed as
+ *   (`faces/native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `faces/e2b/e2b.ts`)
+ *   through `mount`; who may call what is `keys/auth.ts`. `config.ts` reads the environment and
+ *   `main.ts` is the daemon;
+ * - the operator's view (`faces/operator.ts`): {@linkcode GatewayMetrics} behind `GET /metrics`,
+ *   the fleet page under `/ui` (`faces/ui/`, with the recent {@linkcode PlacementLog}), and the
+ *   lifecycle webhooks ({@linkcode LifecycleEvents} into a {@linkcode WebhookSender}, signed as
  *   {@linkcode verifyWebhook} checks).
  *
  * @example Answer "where should this go?" from check-ins
@@ -48,7 +48,7 @@ export {
   type FleetOptions,
   type NodeDirectory,
   type NodeSummary,
-} from "./fleet.ts";
+} from "./fleet/fleet.ts";
 export {
   type FindBy,
   type FindConflict,
@@ -62,7 +62,7 @@ export {
   type FindResult,
   type FindUnsure,
   type FoundSandbox,
-} from "./finder.ts";
+} from "./finder/finder.ts";
 export {
   type FilterInput,
   loadScore,
@@ -83,11 +83,11 @@ export {
   type WarmCandidate,
   type WarmExplain,
   type WarmSample,
-} from "./placer.ts";
+} from "./placer/placer.ts";
 export { LruCache, type LruCacheOptions } from "./lru.ts";
 export { NameQueue } from "../shared/name_queue.ts";
 export * from "./config.ts";
-export * from "./forward.ts";
+export * from "./routing/forward.ts";
 export {
   type BytesAnswer,
   createH1Client,
@@ -99,7 +99,7 @@ export {
   createBytesLane,
   type GatewayBytesLane,
   type LaneVerb,
-} from "./bytes_lane.ts";
+} from "./faces/bytes_lane.ts";
 export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
 export {
   type DestroyOptions,
@@ -107,9 +107,9 @@ export {
   GatewayRouting,
   type GatewayRoutingOptions,
   type StreamOptions,
-} from "./routing.ts";
-export { type CapturedAnswer, type CreateOptions } from "./routing_create.ts";
-export { clientGone } from "./routing_answers.ts";
+} from "./routing/routing.ts";
+export { type CapturedAnswer, type CreateOptions } from "./routing/create.ts";
+export { clientGone } from "./routing/answers.ts";
 export {
   createE2bFaces,
   type E2bFaces,
@@ -118,8 +118,8 @@ export {
   SANDBOX_NAME_HEADER,
   UNREACHABLE_COUNT_HEADER,
   UNREACHABLE_HEADER,
-} from "./e2b.ts";
-export { KeyedLimiter } from "./limiter.ts";
+} from "./faces/e2b/e2b.ts";
+export { KeyedLimiter } from "./finder/node_limit.ts";
 export {
   API_KEY_PATTERN,
   type ApiKeyInfo,
@@ -129,8 +129,8 @@ export {
   hashApiKey,
   type MintedApiKey,
   revokeApiKeySchema,
-} from "./keys.ts";
-export { type Admission, TeamLimits, type TeamLimitsOptions } from "./team_limits.ts";
+} from "./keys/keys.ts";
+export { type Admission, TeamLimits, type TeamLimitsOptions } from "./keys/team_limits.ts";
 export {
   type Caller,
   type CallerCheck,
@@ -139,15 +139,19 @@ export {
   OPERATOR,
   scopeOf,
   teamOf,
-} from "./auth.ts";
+} from "./keys/auth.ts";
 export {
   faceOfPath,
   type ForwardFace,
   GatewayMetrics,
   type GatewayMetricsOptions,
-} from "./metrics.ts";
-export { PlacementLog, type PlacementLogOptions, type PlacementRecord } from "./placements.ts";
-export { LifecycleEvents, type LifecycleEventsOptions } from "./lifecycle.ts";
+} from "./observe/metrics.ts";
+export {
+  PlacementLog,
+  type PlacementLogOptions,
+  type PlacementRecord,
+} from "./placer/placement_log.ts";
+export { LifecycleEvents, type LifecycleEventsOptions } from "./observe/lifecycle.ts";
 export {
   type LifecycleEvent,
   SIGNATURE_HEADER,
@@ -155,11 +159,11 @@ export {
   verifyWebhook,
   WebhookSender,
   type WebhookSenderOptions,
-} from "./webhooks.ts";
-export { mountOperatorView } from "./operator.ts";
-export { type FleetPageOptions, mountFleetPage } from "./ui/app.ts";
-export { UiSessions, type UiSessionsOptions } from "./ui/session.ts";
-export { type RoutingObserver } from "./routing.ts";
+} from "./observe/webhooks.ts";
+export { mountOperatorView } from "./faces/operator.ts";
+export { type FleetPageOptions, mountFleetPage } from "./faces/ui/app.ts";
+export { UiSessions, type UiSessionsOptions } from "./faces/ui/session.ts";
+export { type RoutingObserver } from "./routing/routing.ts";
 export {
   doorAnswer,
   HOP_HEADER,
@@ -181,15 +185,15 @@ export {
   type EtcdSessionOptions,
   type EtcdTxnResult,
   EtcdUnavailableError,
-} from "./etcd.ts";
-export { etcdHttpError } from "./etcd_answers.ts";
+} from "./etcd/client.ts";
+export { etcdHttpError } from "./etcd/answers.ts";
 export {
   EtcdSlots,
   type EtcdSlotsOptions,
   LocalSlots,
   type SlotHold,
   type Slots,
-} from "./slots.ts";
+} from "./routing/slots.ts";
 export {
   EtcdTeamLedger,
   type EtcdTeamLedgerOptions,
@@ -198,7 +202,7 @@ export {
   type RateBucket,
   type TeamLedger,
   type TeamRecord,
-} from "./team_ledger.ts";
-export { FleetSync, type FleetSyncOptions } from "./fleet_sync.ts";
+} from "./keys/team_ledger.ts";
+export { FleetSync, type FleetSyncOptions } from "./fleet/sync.ts";
 export { type SharedMode, type SharedModeOptions } from "./app.ts";
-export { KeySync, type KeySyncOptions } from "./key_sync.ts";
+export { KeySync, type KeySyncOptions } from "./keys/sync.ts";

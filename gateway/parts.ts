@@ -1,21 +1,21 @@
 /**
- * {@linkcode GatewayParts}: what `createGateway()` hands each face it mounts. A file of its own
- * so the faces (`native.ts`, `e2b.ts`) and `app.ts`, which builds the parts and mounts the faces,
- * all import it without importing each other.
+ * {@linkcode GatewayParts}: what `createGateway()` hands each face it mounts. A file of its own so
+ * the faces (`faces/native.ts`, `faces/e2b/e2b.ts`) and `app.ts`, which builds the parts and mounts
+ * the faces, all import it without importing each other.
  *
  * @module
  */
-import type { BearerBytesCheck, CallerCheck } from "./auth.ts";
-import type { Fleet } from "./fleet.ts";
-import type { ApiKeys } from "./keys.ts";
-import type { KeySync } from "./key_sync.ts";
-import type { TeamLimits } from "./team_limits.ts";
-import type { Finder } from "./finder.ts";
-import type { Placer } from "./placer.ts";
-import type { GatewayRouting } from "./routing.ts";
-import type { LifecycleEvents } from "./lifecycle.ts";
-import type { GatewayMetrics } from "./metrics.ts";
-import type { PlacementLog } from "./placements.ts";
+import type { BearerBytesCheck, CallerCheck } from "./keys/auth.ts";
+import type { Fleet } from "./fleet/fleet.ts";
+import type { ApiKeys } from "./keys/keys.ts";
+import type { KeySync } from "./keys/sync.ts";
+import type { TeamLimits } from "./keys/team_limits.ts";
+import type { Finder } from "./finder/finder.ts";
+import type { Placer } from "./placer/placer.ts";
+import type { GatewayRouting } from "./routing/routing.ts";
+import type { LifecycleEvents } from "./observe/lifecycle.ts";
+import type { GatewayMetrics } from "./observe/metrics.ts";
+import type { PlacementLog } from "./placer/placement_log.ts";
 import type { AccessTokens } from "../shared/access_tokens.ts";
 import type { BodyCapOptions } from "../shared/json_body.ts";
 import type { Log } from "../shared/log.ts";
@@ -30,7 +30,7 @@ export interface GatewayParts {
   placer: Placer;
   /** The routing rules every face shares: locate, stream, create, destroy and fan out. */
   routing: GatewayRouting;
-  /** Constant-time check of a presented token against the fleet token (see `auth.ts`). */
+  /** Constant-time check of a presented token against the fleet token (see `keys/auth.ts`). */
   authorized(token: string | undefined): boolean;
   /** Who a presented credential stands for: the operator, a client's key, or nobody. */
   identify: CallerCheck;

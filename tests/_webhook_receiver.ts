@@ -5,8 +5,8 @@
  *
  * @module
  */
-import { verifyWebhook } from "../gateway/webhooks.ts";
-import type { LifecycleEvent } from "../gateway/webhooks.ts";
+import { verifyWebhook } from "../gateway/observe/webhooks.ts";
+import type { LifecycleEvent } from "../gateway/observe/webhooks.ts";
 
 /** One delivery as the receiver saw it. */
 export interface Delivery {

@@ -6,7 +6,7 @@
  */
 import assert from "node:assert/strict";
 import { createGateway } from "../gateway/app.ts";
-import { mountE2b } from "../gateway/e2b.ts";
+import { mountE2b } from "../gateway/faces/e2b/e2b.ts";
 import { checkIn, fetchToNodes } from "../gateway/_fixtures_test.ts";
 import { testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";

@@ -4,9 +4,9 @@
  * is not installed; never under CI.
  */
 import assert from "node:assert/strict";
-import { EtcdClient, EtcdSession } from "../gateway/etcd.ts";
-import { EtcdSlots, type SlotHold } from "../gateway/slots.ts";
-import { EtcdTeamLedger } from "../gateway/team_ledger.ts";
+import { EtcdClient, EtcdSession } from "../gateway/etcd/client.ts";
+import { EtcdSlots, type SlotHold } from "../gateway/routing/slots.ts";
+import { EtcdTeamLedger } from "../gateway/keys/team_ledger.ts";
 import { systemClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { etcdMissing, startEtcd } from "./_etcd.ts";

@@ -4,12 +4,12 @@
  * the test cluster helper (`_etcd.ts`), and nothing outside tests/ imports tests/.
  */
 import assert from "node:assert/strict";
-import { EtcdClient, EtcdSession, EtcdUnavailableError } from "../gateway/etcd.ts";
-import { EtcdSlots } from "../gateway/slots.ts";
-import { FleetSync } from "../gateway/fleet_sync.ts";
-import { Fleet } from "../gateway/fleet.ts";
-import { ApiKeys } from "../gateway/keys.ts";
-import { KeySync } from "../gateway/key_sync.ts";
+import { EtcdClient, EtcdSession, EtcdUnavailableError } from "../gateway/etcd/client.ts";
+import { EtcdSlots } from "../gateway/routing/slots.ts";
+import { FleetSync } from "../gateway/fleet/sync.ts";
+import { Fleet } from "../gateway/fleet/fleet.ts";
+import { ApiKeys } from "../gateway/keys/keys.ts";
+import { KeySync } from "../gateway/keys/sync.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { etcdMissing, startEtcd } from "./_etcd.ts";
 import { freePort } from "./_processes.ts";

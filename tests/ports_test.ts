@@ -4,7 +4,7 @@
 // fetch cannot send another Host); WebSockets go over the gateway's socket by header.
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "../gateway/app.ts";
-import { mountE2b } from "../gateway/e2b.ts";
+import { mountE2b } from "../gateway/faces/e2b/e2b.ts";
 import type { NodeApp } from "../node/app.ts";
 import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";

@@ -1,0 +1,320 @@
+/**
+ * The gateway's E2B control plane (`/e2b/api`): a create placed or woken through the name's
+ * slot, a kill through the slot, every other route with an id found by id and streamed, lists
+ * and metrics asked of every node and merged (`merge.ts`), snapshots listed, deleted and
+ * created from as `snapshots.ts` says. Kept apart from `e2b.ts`, which
+ * only assembles the faces, and from envd's routing (`envd.ts`), which shares none of these
+ * rules.
+ *
+ * @module
+ */
+import { compareListCursors, encodeListCursor } from "../../../shared/list_cursor.ts";
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { type Caller, requireE2bCaller, scopeOf, teamOf } from "../../keys/auth.ts";
+import type { GatewayParts } from "../../parts.ts";
+import type { CapturedAnswer } from "../../routing/create.ts";
+import { cursorOf, gather, type ListedRow, parsePaging, TOTAL_RUNNING_HEADER } from "./merge.ts";
+import { checkedId, decodeSegment, e2bError, locate, notFound, suffix } from "./door.ts";
+import { unbuiltE2bRoute } from "../../../shared/e2b_unbuilt.ts";
+import { asksForEgressRules } from "../../../shared/egress_rules.ts";
+import { parseSandboxIds } from "../../../shared/e2b_metrics_ids.ts";
+import { type PlacementAsk, placementAsk } from "../../placer/placer.ts";
+import { HttpError } from "../../../shared/http_error.ts";
+import { readJsonObject } from "../../../shared/json_body.ts";
+import { describeZodError, sandboxNameSchema } from "../../../shared/schemas.ts";
+import { TEAM_HEADER, teamScopedName } from "../../../shared/teams.ts";
+import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./snapshots.ts";
+import { forkWithinLimits } from "./fork.ts";
+
+/** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
+export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
+/** Tells a node the gateway's sandbox domain, which it answers as `domain` (see `node/faces/e2b_api.ts`). */
+const SANDBOX_DOMAIN_HEADER = "x-dormice-sandbox-domain";
+
+/**
+ * The control plane over the gateway's parts; `nodeApi` is where each node serves its own, and
+ * `randomName` names an unnamed create (see `E2bFacesOptions`).
+ *
+ * @example
+ * ```ts ignore
+ * app.route("/e2b/api", createE2bApi(parts, "/e2b/api", randomSandboxName));
+ * ```
+ */
+export function createE2bApi(
+  parts: GatewayParts,
+  nodeApi: string,
+  randomName: () => string,
+): Hono {
+  const { routing, identify, limits, log } = parts;
+  const fleetAuthorization = routing.nodeHeaders.authorization;
+  // Streamed requests carry the client's own headers: its X-API-KEY (a client key, which the
+  // node must neither see nor be asked to accept) is replaced by the fleet token, and a client's
+  // own X-Dormice-Team by its key's team.
+  const nodeAuthFor = (caller: Caller): Record<string, string> => {
+    const headers: Record<string, string> = {
+      authorization: fleetAuthorization,
+      "x-api-key": fleetAuthorization.slice("Bearer ".length),
+    };
+    const team = scopeOf(caller);
+    if (team !== undefined) headers[TEAM_HEADER] = team;
+    if (parts.sandboxDomain !== undefined) headers[SANDBOX_DOMAIN_HEADER] = parts.sandboxDomain;
+    return headers;
+  };
+  const app = new Hono();
+
+  const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const { text, value: body } = await readJsonObject(c.req.raw, {
+      ...parts.jsonBodyCap,
+      empty: "refuse",
+      example: '{"templateID":"base"}',
+    });
+    const metadata = body.metadata;
+    if (metadata !== undefined && (metadata === null || typeof metadata !== "object")) {
+      throw new HttpError(400, '\'metadata\' must be an object of strings such as {"team":"a"}');
+    }
+    const given = (metadata as Record<string, unknown> | undefined)?.name;
+    let name: string;
+    const team = teamOf(caller);
+    const headers: Record<string, string> = { ...routing.nodeHeadersFor(scopeOf(caller)) };
+    if (parts.sandboxDomain !== undefined) headers[SANDBOX_DOMAIN_HEADER] = parts.sandboxDomain;
+    if (given !== undefined) {
+      const r = sandboxNameSchema.safeParse(given);
+      if (!r.success) throw new HttpError(400, describeZodError(r.error, "'metadata.name'"));
+      name = r.data;
+    } else {
+      // A fresh random name cannot exist anywhere, so the create skips the slot and the lookup
+      // round, and is simply placed; the name only gives the placement and the Finder a key.
+      name = randomName();
+      headers[SANDBOX_NAME_HEADER] = name;
+    }
+    // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
+    let ask = e2bPlacementAsk(body);
+    let forwarded = text;
+    if (typeof body.templateID === "string") {
+      const source = await resolveCreateSource(
+        parts,
+        body.templateID,
+        nodeApi,
+        nodeAuthFor(caller),
+        signal,
+      );
+      if (source.kind === "snapshot") {
+        ask = {
+          volumes: ask.volumes,
+          snapshot: source.snapshotId,
+          snapshotHolders: source.holders,
+        };
+        forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
+      }
+    }
+    const answer = await routing.create({
+      name: given === undefined ? undefined : teamScopedName(team, name),
+      path: `${nodeApi}${rest}`,
+      body: forwarded,
+      signal,
+      headers,
+      identify: (t) => {
+        const id = (JSON.parse(t) as { sandboxID?: unknown })?.sandboxID;
+        return typeof id === "string" ? { id, name, state: "active", team } : undefined;
+      },
+      admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
+      ask,
+    });
+    return relay(answer);
+  };
+
+  const kill = async (c: Context, id: string, caller: Caller): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const team = scopeOf(caller);
+    const answer = await routing.destroy({
+      by: "id",
+      key: id,
+      path: `${nodeApi}/sandboxes/${encodeURIComponent(id)}`,
+      method: "DELETE",
+      body: "",
+      signal,
+      team,
+      headers: routing.nodeHeadersFor(team),
+    });
+    if (answer === null) throw notFound(id);
+    return relay(answer);
+  };
+
+  const list = async (c: Context, v2: boolean, caller: Caller): Promise<Response> => {
+    const url = new URL(c.req.url);
+    const query = new URLSearchParams(url.search);
+    const page = v2 ? parsePaging(query) : undefined;
+    if (page) {
+      query.set("limit", String(page.ask));
+      if (page.cursor) query.set("nextToken", encodeListCursor(page.cursor));
+      else query.delete("nextToken");
+    }
+    const qs = query.toString();
+    const path = `${nodeApi}${v2 ? "/v2" : ""}/sandboxes${qs ? `?${qs}` : ""}`;
+    const answers = await routing.fanOut(path, null, c.req.raw.signal, {
+      method: "GET",
+      headers: nodeAuthFor(caller),
+    });
+    const { answered, headers } = gather(
+      answers,
+      (json) => Array.isArray(json) ? json as ListedRow[] : undefined,
+      "list",
+      log,
+    );
+    const rows = answered.map((a) => a.value);
+    // Each node counts its own running matches before paging; the fleet's count is their sum.
+    const totals = answered.map((a) => a.answer.headers.get(TOTAL_RUNNING_HEADER))
+      .filter((v): v is string => v !== null && /^\d+$/.test(v));
+    if (totals.length > 0) {
+      headers[TOTAL_RUNNING_HEADER] = String(totals.reduce((sum, v) => sum + Number(v), 0));
+    }
+    let merged = rows.flat();
+    if (page) {
+      const sign = page.order === "asc" ? 1 : -1;
+      merged.sort((a, b) => sign * compareListCursors(cursorOf(a), cursorOf(b)));
+      // Every node gave up to `ask` rows after the cursor; the next page starts after the last
+      // row shown, so no row is skipped or repeated while all nodes answer.
+      const more = merged.length > page.limit ||
+        (page.ask === page.limit && rows.some((r) => r.length >= page.ask));
+      merged = merged.slice(0, page.limit);
+      if (more && merged.length > 0) {
+        headers["x-next-token"] = encodeListCursor(cursorOf(merged[merged.length - 1]));
+      }
+    }
+    return c.json(merged, 200, headers);
+  };
+
+  // Every node is asked (one request each, whatever the number of ids): the Finder would need
+  // a lookup round per uncached id, and a node answers only for the ids it holds.
+  const metricsOf = async (c: Context, caller: Caller): Promise<Response> => {
+    const url = new URL(c.req.url);
+    parseSandboxIds(url.searchParams.getAll("sandbox_ids"));
+    const answers = await routing.fanOut(
+      `${nodeApi}/sandboxes/metrics${url.search}`,
+      null,
+      c.req.raw.signal,
+      {
+        method: "GET",
+        headers: nodeAuthFor(caller),
+      },
+    );
+    const { answered, headers } = gather(
+      answers,
+      (json) => {
+        const sandboxes = (json as { sandboxes?: unknown } | null)?.sandboxes;
+        return sandboxes && typeof sandboxes === "object" && !Array.isArray(sandboxes)
+          ? sandboxes as Record<string, unknown>
+          : undefined;
+      },
+      "metrics call",
+      log,
+    );
+    return c.json({ sandboxes: Object.assign({}, ...answered.map((a) => a.value)) }, 200, headers);
+  };
+
+  const forwardById = async (
+    c: Context,
+    id: string,
+    rest: string,
+    caller: Caller,
+  ): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const found = await locate(parts, id, signal, scopeOf(caller));
+    const path = `${nodeApi}${rest}${new URL(c.req.url).search}`;
+    return await routing.stream(c.req.raw, {
+      found,
+      by: "id",
+      key: id,
+      path,
+      headers: nodeAuthFor(caller),
+    });
+  };
+
+  app.all("*", async (c) => {
+    const caller = requireE2bCaller(c.req.raw.headers, identify);
+    const rest = suffix(c);
+    const method = c.req.method;
+    const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
+    // Answered here, as a node would: a route about one sandbox finds it first, so a fork of
+    // a killed sandbox is E2B's 404 (the SDK's SandboxNotFoundError), and "not built" is for
+    // an existing one.
+    const unbuilt = unbuiltE2bRoute(method, rest);
+    if (unbuilt) {
+      if (unbuilt.namesSandbox && m) {
+        await locate(parts, checkedId(decodeSegment(m[1])), c.req.raw.signal, scopeOf(caller));
+      }
+      throw new HttpError(501, unbuilt.message);
+    }
+    if (rest === "/sandboxes/metrics" && method === "GET") return await metricsOf(c, caller);
+    if (rest === "/snapshots" && method === "GET") {
+      return await listSnapshots(
+        parts,
+        nodeApi,
+        new URL(c.req.url),
+        nodeAuthFor(caller),
+        c.req.raw.signal,
+      );
+    }
+    const template = /^\/templates\/([^/]+)$/.exec(rest);
+    if (template && method === "DELETE") {
+      const id = decodeSegment(template[1]);
+      return await deleteSnapshot(parts, nodeApi, id, nodeAuthFor(caller), c.req.raw.signal);
+    }
+    if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
+      if (method === "POST") return await create(c, rest, caller);
+      if (method === "GET") return await list(c, rest === "/v2/sandboxes", caller);
+      throw new HttpError(405, `${method} is not allowed on ${rest}: use GET or POST`, {
+        headers: { allow: "GET, POST" },
+      });
+    }
+    if (m) {
+      const id = checkedId(decodeSegment(m[1]));
+      if (method === "DELETE" && m[2] === undefined && !rest.startsWith("/v2/")) {
+        return await kill(c, id, caller);
+      }
+      if (method === "POST" && m[2] === "/fork" && !rest.startsWith("/v2/")) {
+        const found = await locate(parts, id, c.req.raw.signal, scopeOf(caller));
+        return await forkWithinLimits(parts, {
+          request: c.req.raw,
+          caller,
+          found,
+          path: `${nodeApi}${rest}`,
+          headers: nodeAuthFor(caller),
+        });
+      }
+      return await forwardById(c, id, rest, caller);
+    }
+    throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
+  });
+
+  app.onError((error, c) => e2bError(error, c.req.raw, parts));
+  return app;
+}
+
+/** A captured node answer, passed on as the node gave it (its errors are already E2B's). */
+function relay(answer: CapturedAnswer): Response {
+  const headers = new Headers();
+  for (const name of ["content-type", "retry-after", "x-next-token"]) {
+    const v = answer.headers.get(name);
+    if (v !== null) headers.set(name, v);
+  }
+  const empty = answer.status === 204 || answer.status === 304 || answer.text === "";
+  return new Response(empty ? null : answer.text, { status: answer.status, headers });
+}
+
+/**
+ * What an E2B create asks of its node: `templateID`, the names in `volumeMounts` and whether
+ * it has egress address rules (the node checks the rest of the body and answers its own 400).
+ */
+function e2bPlacementAsk(body: Record<string, unknown>): PlacementAsk {
+  const template = typeof body.templateID === "string" ? body.templateID : undefined;
+  const mounts = Array.isArray(body.volumeMounts) ? body.volumeMounts : [];
+  const volumes = mounts
+    .map((m) => (m as { name?: unknown } | null)?.name)
+    .filter((n): n is string => typeof n === "string")
+    .map((name) => ({ name, mountPath: "/" }));
+  const ask = placementAsk(template, volumes.length > 0 ? { volumes } : {});
+  return asksForEgressRules(body) ? { ...ask, egressRules: true } : ask;
+}

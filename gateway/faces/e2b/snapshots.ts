@@ -1,0 +1,206 @@
+/**
+ * The gateway's E2B snapshot routes, beside the control plane (`control.ts`): the list is
+ * the union of every node's (each filtered to the caller's team on its node), merged and paged
+ * here; a delete is told to every node; and a create whose `templateID` is a snapshot (its id,
+ * or its name within the caller's team) is placed only on a node that advertises it. Creating a
+ * snapshot and forking are about one sandbox and are streamed to its node by id, as any such
+ * route is. No state is kept here: the nodes hold the snapshots and advertise their ids.
+ *
+ * @module
+ */
+import { encodeListCursor } from "../../../shared/list_cursor.ts";
+import { HttpError } from "../../../shared/http_error.ts";
+import { TEMPLATE_DELETE_NOT_BUILT } from "../../../shared/e2b_unbuilt.ts";
+import {
+  pageSnapshots,
+  parseSnapshotQuery,
+  snapshotCursor,
+  type SnapshotRow,
+} from "../../../shared/snapshots.ts";
+import { gather, UNREACHABLE_HEADER } from "./merge.ts";
+import type { GatewayParts } from "../../parts.ts";
+
+/** The shape of a snapshot id (as the nodes make them). */
+const SNAPSHOT_ID = /^snap-[a-z0-9]{20}$/;
+
+/** How a create's `templateID` resolved: a template, or a snapshot and the nodes holding it. */
+export type CreateSource =
+  | { kind: "template" }
+  | { kind: "snapshot"; snapshotId: string; holders: string[] };
+
+/**
+ * Whether a create's `templateID` names a snapshot, and which nodes hold it. A name is looked
+ * up among the caller's team's snapshots on every node, unless some node serves a template by
+ * that name (templates win: a node refuses a snapshot named like its templates). An id no
+ * node advertises yet (taken since the last check-ins) is asked of every node. A snapshot
+ * whose every holder is down is a 503 naming them, never a create from something else; one
+ * no node holds is E2B's 404.
+ *
+ * @throws {HttpError} 404 for a snapshot no node holds, 503 when only down nodes hold it.
+ */
+export async function resolveCreateSource(
+  parts: GatewayParts,
+  templateID: string,
+  nodeApi: string,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+): Promise<CreateSource> {
+  const nodes = [...parts.fleet.nodes()];
+  let snapshotId: string;
+  let holders: string[];
+  if (SNAPSHOT_ID.test(templateID)) {
+    snapshotId = templateID;
+    holders = nodes.filter((n) => n.snapshots?.has(snapshotId)).map((n) => n.id);
+    if (holders.length === 0) {
+      const { rows } = await listAll(parts, nodeApi, `?name=${snapshotId}`, { headers, signal });
+      holders = rows.filter((r) => r.snapshotID === snapshotId).map((r) => r.node);
+    }
+  } else {
+    const isTemplate = nodes.some((n) => n.templates === null || n.templates.includes(templateID));
+    if (isTemplate) return { kind: "template" };
+    const { rows, headers: answered } = await listAll(
+      parts,
+      nodeApi,
+      `?name=${encodeURIComponent(templateID)}`,
+      { headers, signal },
+    );
+    const match = rows.find((r) => r.names.includes(templateID));
+    const silent = answered[UNREACHABLE_HEADER];
+    if (!match && silent) {
+      // No template has the name, and a node that did not answer may hold a snapshot by it.
+      throw new HttpError(
+        503,
+        `No node that answered has a template or snapshot named '${templateID}', and node ` +
+          `${silent} did not answer (it may hold that snapshot): retry once it checks in again`,
+        { headers: { "retry-after": "5", [UNREACHABLE_HEADER]: silent } },
+      );
+    }
+    if (!match) return { kind: "template" };
+    snapshotId = match.snapshotID;
+    holders = [match.node];
+  }
+  if (holders.length === 0) {
+    // Silent nodes were not asked an answer: one of them may hold it.
+    const silent = nodes.filter((n) => parts.fleet.isDown(n)).map((n) => n.id);
+    if (silent.length === 0) {
+      throw new HttpError(
+        404,
+        `Snapshot '${snapshotId}' not found on any node: list your team's snapshots ` +
+          `(GET /snapshots) for their ids and names`,
+      );
+    }
+    holders = silent;
+  }
+  const now = parts.fleet.now();
+  const down = holders.filter((id) => parts.fleet.isDown(id, now));
+  if (down.length === holders.length) {
+    throw new HttpError(
+      503,
+      `Snapshot '${snapshotId}' is held only by node ${
+        down.map((id) => `'${id}'`).join(", ")
+      }, which is down: retry once it checks in again (a sandbox is never started from ` +
+        `anything else)`,
+      { headers: { "retry-after": "5" } },
+    );
+  }
+  return { kind: "snapshot", snapshotId, holders };
+}
+
+/** `GET /snapshots`: every node's rows for the caller's team, merged, filtered and paged. */
+export async function listSnapshots(
+  parts: GatewayParts,
+  nodeApi: string,
+  url: URL,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+): Promise<Response> {
+  const query = parseSnapshotQuery(url.searchParams, "gateway");
+  // Each node pages the same way from the same cursor: the first `limit` rows of the union
+  // after the cursor are among the first `limit` of some node.
+  const { rows, more, headers: answerHeaders } = await listAll(parts, nodeApi, url.search, {
+    headers,
+    signal,
+  });
+  const { page, more: moreHere } = pageSnapshots(rows, query);
+  const out = new Headers(answerHeaders);
+  out.set("content-type", "application/json");
+  if ((moreHere || more) && page.length > 0) {
+    out.set("x-next-token", encodeListCursor(snapshotCursor(page[page.length - 1])));
+  }
+  return new Response(JSON.stringify(page), { status: 200, headers: out });
+}
+
+/**
+ * `DELETE /templates/:id` of a snapshot: told to every node (a snapshot lives on one, but which
+ * one is the nodes' to say). A 204 when one deleted it; a 404 when every node answered it has
+ * none; a 503 naming the nodes that did not answer when no node deleted it, since one of them
+ * may hold it.
+ */
+export async function deleteSnapshot(
+  parts: GatewayParts,
+  nodeApi: string,
+  id: string,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+): Promise<Response> {
+  if (!SNAPSHOT_ID.test(id)) throw new HttpError(501, TEMPLATE_DELETE_NOT_BUILT);
+  const answers = await parts.routing.fanOut(
+    `${nodeApi}/templates/${encodeURIComponent(id)}`,
+    null,
+    signal,
+    { method: "DELETE", headers },
+  );
+  const deleted = answers.some((a) => a.ok);
+  const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause))
+    .map((a) => a.node.id);
+  for (const a of answers) {
+    if (!a.ok && !/^HTTP 404:/.test(a.cause)) {
+      parts.log("warn", "a node did not answer a snapshot delete", {
+        nodeId: a.node.id,
+        snapshot: id,
+        cause: a.cause,
+      });
+    }
+  }
+  if (deleted) {
+    return new Response(null, {
+      status: 204,
+      headers: silent.length > 0 ? { [UNREACHABLE_HEADER]: silent.join(",") } : {},
+    });
+  }
+  if (silent.length > 0) {
+    throw new HttpError(
+      503,
+      `No node deleted snapshot '${id}', and ${
+        silent.map((n) => `'${n}'`).join(", ")
+      } did not answer (it may hold it): retry shortly`,
+      { headers: { "retry-after": "2", [UNREACHABLE_HEADER]: silent.join(",") } },
+    );
+  }
+  throw new HttpError(404, `Snapshot '${id}' not found on any node`);
+}
+
+/** Every node's answer to `GET /snapshots<search>`, the rows together. */
+async function listAll(
+  parts: GatewayParts,
+  nodeApi: string,
+  search: string,
+  { headers, signal }: { headers: Record<string, string>; signal: AbortSignal },
+): Promise<{ rows: SnapshotRow[]; more: boolean; headers: Record<string, string> }> {
+  const answers = await parts.routing.fanOut(`${nodeApi}/snapshots${search}`, null, signal, {
+    method: "GET",
+    headers,
+  });
+  const { answered, headers: answerHeaders } = gather(
+    answers,
+    (json) => Array.isArray(json) ? json as SnapshotRow[] : undefined,
+    "snapshot list",
+    parts.log,
+  );
+  return {
+    // The node that answered holds the row, whatever the row says of itself.
+    rows: answered.flatMap((a) => a.value.map((r) => ({ ...r, node: a.answer.node.id }))),
+    more: answered.some((a) => a.answer.headers.get("x-next-token") !== null),
+    headers: answerHeaders,
+  };
+}

@@ -1,0 +1,147 @@
+/**
+ * Which nodes a lookup round must ask when lookup digests are on (`"sole-writer"`): a node is
+ * skipped only when its digest proves it cannot hold the key and nothing since could have put
+ * the key there (it is down, it checked in fewer than two times to this process, or this
+ * gateway's own create to it is not yet in its digest). Kept apart from `finder.ts` because this
+ * soundness argument (docs/lookup-digest.md) is its own, and the rounds only need its answer.
+ *
+ * @module
+ */
+import type { FleetNode, NodeDirectory } from "../fleet/fleet.ts";
+import type { FindBy } from "./outcomes.ts";
+import { digestProbe, idDigestKey } from "../../shared/lookup_digest.ts";
+
+/** Why a round asked a node rather than trusting its digest (tests and the bench read it). */
+export type AskReason =
+  | "may-hold"
+  | "no-digest"
+  | "down"
+  | "first-check-in"
+  | "own-create";
+
+/**
+ * The digest rule of the Finder, with the creates this gateway sent that a node's digest may
+ * not show yet.
+ *
+ * @example
+ * ```ts ignore
+ * const skips = new DigestSkips(fleet);
+ * const nodes = skips.toAsk([...fleet.nodes()], "name", "agent-1");
+ * ```
+ */
+export class DigestSkips {
+  readonly #fleet: NodeDirectory;
+  /**
+   * node id → this gateway's creates there that the node's digest may not show yet. An entry
+   * goes once its node's digest is sure to include them (two check-ins after the last one
+   * ended) or the node leaves (`forget`), so it never outgrows the fleet.
+   */
+  readonly #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
+
+  /** Reads check-in counts, down and the clock from `fleet`. */
+  constructor(fleet: NodeDirectory) {
+    this.#fleet = fleet;
+  }
+
+  /**
+   * Records that a create is being sent to `nodeId`, so lookups keep asking that node until
+   * its digest must show the create; call the returned function once the create ended, with
+   * whether the node answered. A create the node never answered may still land there at any
+   * time, so the node is asked on every miss for the rest of this process.
+   *
+   * @example
+   * ```ts ignore
+   * const ended = finder.placing(node.id);
+   * try { answer = await send(node); ended(true); } catch (e) { ended(false); throw e; }
+   * ```
+   */
+  placing(nodeId: string): (answered: boolean) => void {
+    let entry = this.#ownCreates.get(nodeId);
+    if (entry === undefined) this.#ownCreates.set(nodeId, entry = { inFlight: 0, cleanAt: 0 });
+    entry.inFlight++;
+    const own = entry;
+    let ended = false;
+    return (answered) => {
+      if (ended) return;
+      ended = true;
+      own.inFlight--;
+      const node = this.#fleet.get(nodeId);
+      // The next check-in may have been built before the create committed; the one after was
+      // built after that check-in's answer, so after the create's answer (docs/lookup-digest.md).
+      const at = answered && node !== undefined ? (node.checkInsSinceStart ?? 0) + 2 : Infinity;
+      own.cleanAt = Math.max(own.cleanAt, at);
+    };
+  }
+
+  /**
+   * Why a miss for `key` must ask `node`, or `undefined` when its digest proves it cannot hold
+   * the key.
+   *
+   * @example
+   * ```ts ignore
+   * skips.mustAsk(node, "name", "agent-1"); // "may-hold" | … | undefined
+   * ```
+   */
+  mustAsk(node: FleetNode, by: FindBy, key: string): AskReason | undefined {
+    return this.#mustAsk(node, probeOf(by, key));
+  }
+
+  /**
+   * The nodes of `all` a round for `key` must ask.
+   *
+   * @example
+   * ```ts ignore
+   * const nodes = skips.toAsk([...fleet.nodes()], "id", sandboxId);
+   * ```
+   */
+  toAsk(all: FleetNode[], by: FindBy, key: string): FleetNode[] {
+    const probe = probeOf(by, key);
+    const now = this.#fleet.now();
+    const nodes = all.filter((node) => this.#mustAsk(node, probe, now) !== undefined);
+    // Entries whose node left without forget (an embedder's own directory).
+    if (this.#ownCreates.size > all.length) {
+      for (const id of [...this.#ownCreates.keys()]) {
+        if (this.#fleet.get(id) === undefined) this.#ownCreates.delete(id);
+      }
+    }
+    return nodes;
+  }
+
+  /**
+   * Lets go of a node that left the fleet.
+   *
+   * @example
+   * ```ts ignore
+   * skips.forget("node-c");
+   * ```
+   */
+  forget(nodeId: string): void {
+    this.#ownCreates.delete(nodeId);
+  }
+
+  #mustAsk(
+    node: FleetNode,
+    probe: ReturnType<typeof digestProbe>,
+    now = this.#fleet.now(),
+  ): AskReason | undefined {
+    const digest = node.lookupDigest ?? null;
+    if (digest === null) return "no-digest";
+    if (digest.mayHoldProbe(probe)) return "may-hold";
+    // A down node's last digest is old: whatever it did since is unknown, so it is asked, and
+    // silence from it is unsure as before.
+    if (this.#fleet.isDown(node, now)) return "down";
+    // The first check-in to this process may predate a create the previous process sent.
+    const checkIns = node.checkInsSinceStart ?? 0;
+    if (checkIns < 2) return "first-check-in";
+    const own = this.#ownCreates.get(node.id);
+    if (own !== undefined) {
+      if (own.inFlight > 0 || checkIns < own.cleanAt) return "own-create";
+      this.#ownCreates.delete(node.id);
+    }
+    return undefined;
+  }
+}
+
+function probeOf(by: FindBy, key: string): ReturnType<typeof digestProbe> {
+  return digestProbe(by === "name" ? `n:${key}` : idDigestKey(key));
+}

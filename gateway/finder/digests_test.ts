@@ -1,0 +1,182 @@
+// The Finder's choice of whom to ask on a miss when nodes send lookup digests
+// (docs/lookup-digest.md): one row per rule, each asserting who was asked and the outcome.
+import assert from "node:assert/strict";
+import { Fleet } from "../fleet/fleet.ts";
+import { Finder } from "./finder.ts";
+import { FakeClock } from "../../shared/clock.ts";
+import { idDigestKey, LookupDigest, nameDigestKey } from "../../shared/lookup_digest.ts";
+import { checkIn } from "../_fixtures_test.ts";
+
+const TOKEN = "t".repeat(32);
+
+function digestOf(...keys: string[]) {
+  const d = LookupDigest.sized(keys.length);
+  for (const k of keys) d.add(k);
+  return d.toWire();
+}
+
+/** A fleet of three nodes a, b, c; `hang` endpoints never answer, the rest say absent. */
+function setup(mode: "off" | "sole-writer" = "sole-writer") {
+  const clock = new FakeClock(1_000_000);
+  const fleet = new Fleet({ clock });
+  const asked: string[] = [];
+  const hang = new Set<string>();
+  const found = new Map<string, { id: string; name: string }>();
+  const fetchFn = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const origin = new URL(String(input)).origin;
+    asked.push(origin);
+    if (hang.has(origin)) {
+      return await new Promise<Response>((_, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal!.reason), { once: true });
+      });
+    }
+    const f = found.get(origin);
+    if (f) return Response.json({ found: true, sandbox: { ...f, state: "active" } });
+    return Response.json({ found: false });
+  }) as typeof fetch;
+  const finder = new Finder({
+    fleet,
+    token: TOKEN,
+    fetch: fetchFn,
+    lookupDigests: mode,
+    timeoutMs: 50,
+  });
+  const endpoint = (id: string) => `http://${id}.test:3676`;
+  /** `times` check-ins of `id` carrying `digest` (or none). */
+  const report = (id: string, digest?: ReturnType<typeof digestOf>, times = 2) => {
+    for (let i = 0; i < times; i++) {
+      fleet.checkIn(checkIn(id, endpoint(id), digest ? { lookupDigest: digest } : {}));
+    }
+  };
+  const askedIds = () => asked.map((o) => new URL(o).hostname.split(".")[0]).sort();
+  return { clock, fleet, finder, asked, askedIds, hang, found, endpoint, report };
+}
+
+Deno.test("a fresh digest that cannot hold the name is skipped; one that may is asked", async () => {
+  const t = setup();
+  t.report("a", digestOf(nameDigestKey(undefined, "other")));
+  t.report("b", digestOf(nameDigestKey(undefined, "agent-1")));
+  t.report("c", digestOf());
+  t.found.set(t.endpoint("b"), { id: "sbx_b", name: "agent-1" });
+  const r = await t.finder.lookup("name", "agent-1");
+  assert.equal(r.kind, "one");
+  assert.deepEqual(t.askedIds(), ["b"]);
+  assert.equal(t.finder.lastRoundAsked, 1);
+  t.fleet.close();
+});
+
+Deno.test("every digest saying no makes a miss that asks nobody: none", async () => {
+  const t = setup();
+  for (const id of ["a", "b", "c"]) t.report(id, digestOf());
+  assert.equal((await t.finder.lookup("name", "agent-1")).kind, "none");
+  assert.deepEqual(t.askedIds(), []);
+  t.fleet.close();
+});
+
+Deno.test("a digest is read by id too", async () => {
+  const t = setup();
+  t.report("a", digestOf(idDigestKey("sbx_1")));
+  t.report("b", digestOf());
+  await t.finder.lookup("id", "sbx_1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a node with no digest (an older node) is always asked", async () => {
+  const t = setup();
+  t.report("a");
+  t.report("b", digestOf());
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a node's first check-in to this process is not trusted: it may predate a create", async () => {
+  const t = setup();
+  t.report("a", digestOf(), 1);
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "first-check-in");
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a stale digest (the node is down) is asked, and its silence is unsure", async () => {
+  const t = setup();
+  t.report("a", digestOf());
+  t.report("b", digestOf());
+  // a goes quiet past two of its 15 s intervals; b checks in again.
+  t.clock.tick(31_000);
+  t.report("b", digestOf(), 1);
+  t.hang.add(t.endpoint("a"));
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "down");
+  const r = await t.finder.lookup("name", "agent-1");
+  assert.equal(r.kind, "unsure");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a silent node whose fresh digest may hold the name makes the miss unsure", async () => {
+  const t = setup();
+  t.report("a", digestOf(nameDigestKey(undefined, "agent-1")));
+  t.report("b", digestOf());
+  t.hang.add(t.endpoint("a"));
+  const r = await t.finder.lookup("name", "agent-1");
+  assert.equal(r.kind, "unsure");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("this gateway's own create is asked for until two check-ins after it ended", () => {
+  const t = setup();
+  t.report("a", digestOf());
+  const a = () => t.fleet.get("a")!;
+  const ended = t.finder.placing("a");
+  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create", "in flight");
+  // A check-in while it is in flight proves nothing about it.
+  t.report("a", digestOf(), 3);
+  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create");
+  ended(true);
+  // The next check-in may have been built before the create committed.
+  t.report("a", digestOf(), 1);
+  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create");
+  t.report("a", digestOf(), 1);
+  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), undefined);
+  t.fleet.close();
+});
+
+Deno.test("a create the node never answered keeps that node asked", () => {
+  const t = setup();
+  t.report("a", digestOf());
+  t.finder.placing("a")(false);
+  t.report("a", digestOf(), 5);
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "own-create");
+  // Until the node leaves: a node that joins again under the id starts clean.
+  t.clock.tick(31_000);
+  t.fleet.removeNode("a");
+  t.finder.forgetNode("a");
+  t.report("a", digestOf());
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), undefined);
+  t.fleet.close();
+});
+
+Deno.test("with digests off (the default) every node is asked whatever its digest says", async () => {
+  const t = setup("off");
+  for (const id of ["a", "b", "c"]) t.report(id, digestOf());
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a", "b", "c"]);
+  t.fleet.close();
+});
+
+Deno.test("a digest that will not decode is dropped: the node is asked", async () => {
+  const t = setup();
+  t.fleet.checkIn(
+    checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
+  );
+  t.fleet.checkIn(
+    checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
+  );
+  assert.equal(t.fleet.get("a")!.lookupDigest, null);
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
