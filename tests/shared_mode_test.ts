@@ -307,7 +307,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const etcd = await startEtcd(1);
+    const etcd = await startEtcd(3);
     const intervalSeconds = 1;
     // A head timeout far past what a client here waits (30 s): only the health check ends it.
     const fleet = await sharedFleet({
@@ -327,7 +327,8 @@ Deno.test({
       assert.equal(warm.status, 200, JSON.stringify(warm.body));
       // g2 hears of the node through etcd only; stop etcd, then freeze the node (its socket
       // still accepts connections, nothing answers: the head timeout's case).
-      await etcd.kill(0);
+      // The whole three-member cluster goes: no member left to read from.
+      for (let m = 0; m < etcd.members.length; m++) await etcd.kill(m);
       node.process.child.kill("SIGSTOP");
       frozen = true;
       let seen = "";
