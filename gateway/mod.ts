@@ -84,7 +84,7 @@ export {
   type WarmExplain,
   type WarmSample,
 } from "./placer/placer.ts";
-export { LruCache, type LruCacheOptions } from "./lru.ts";
+export { LruCache, type LruCacheOptions } from "../shared/lru.ts";
 export { NameQueue } from "../shared/name_queue.ts";
 export * from "./config.ts";
 export * from "./routing/forward.ts";

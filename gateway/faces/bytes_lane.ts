@@ -41,7 +41,7 @@ import { type Caller, decodedBearerCheck, scopeOf, teamOf } from "../keys/auth.t
 import { HOP_HEADER, nextHop } from "../door.ts";
 import type { FindOne } from "../finder/finder.ts";
 import { answerHopByHop, unreachable } from "../routing/forward.ts";
-import { LruCache } from "../lru.ts";
+import { LruCache } from "../../shared/lru.ts";
 import { BodyMemo } from "./body_memo.ts";
 import type { GatewayParts } from "../parts.ts";
 import { statusOf } from "../routing/answers.ts";

@@ -9,7 +9,7 @@
 import type { FleetNode } from "../fleet/fleet.ts";
 import type { FindBy, FindOne } from "./outcomes.ts";
 import type { FoundSandbox } from "./lookup_client.ts";
-import { LruCache } from "../lru.ts";
+import { LruCache } from "../../shared/lru.ts";
 import { teamScopedName } from "../../shared/teams.ts";
 
 /**

@@ -13,7 +13,7 @@
  */
 import type { FleetNode } from "../fleet/fleet.ts";
 import type { Finder, FindOne, FoundSandbox } from "../finder/finder.ts";
-import { LruCache } from "../lru.ts";
+import { LruCache } from "../../shared/lru.ts";
 import type { LifecycleEvent } from "./webhooks.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import type { LifecycleEventType, NodeLifecycleEvent } from "../../shared/schemas.ts";
