@@ -25,7 +25,13 @@
 import { createHash } from "node:crypto";
 import { ExecutorError } from "../contract.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
-import { IPTABLES, type IptablesResult, type IptablesRunner, runIptables } from "./_firewall.ts";
+import {
+  callIptables,
+  IPTABLES,
+  type IptablesResult,
+  type IptablesRunner,
+  runIptables,
+} from "./_firewall.ts";
 
 /** The chain Docker jumps to first in FORWARD and leaves to its users. */
 export const DOCKER_USER = "DOCKER-USER";
@@ -227,27 +233,8 @@ export class EgressFirewall {
     if (r.code !== 0) throw this.#refusal(args, said(r));
   }
 
-  async #iptables(args: string[]): Promise<IptablesResult> {
-    const signal = AbortSignal.timeout(this.#timeoutMs);
-    try {
-      const r = await this.#run(["-w", "5", ...args], signal);
-      if (signal.aborted) throw signal.reason;
-      return r;
-    } catch (error) {
-      if (error instanceof Deno.errors.NotCapable) {
-        throw this.#refusal(args, `this process may not run it: ${error.message}`);
-      }
-      if (error instanceof Deno.errors.NotFound) {
-        throw this.#refusal(
-          args,
-          `${IPTABLES} is not installed (Debian: apt-get install iptables)`,
-        );
-      }
-      if (error instanceof DOMException && error.name === "TimeoutError") {
-        throw this.#refusal(args, `no answer within ${this.#timeoutMs} ms`);
-      }
-      throw this.#refusal(args, error instanceof Error ? error.message : String(error));
-    }
+  #iptables(args: string[]): Promise<IptablesResult> {
+    return callIptables(this.#run, args, this.#timeoutMs, (what) => this.#refusal(args, what));
   }
 
   #refusal(args: string[], what: string): ExecutorError {

@@ -46,6 +46,37 @@ export const runIptables: IptablesRunner = async (args, signal) => {
 };
 
 /** Options of {@linkcode HostFirewall}. */
+/**
+ * Runs `iptables -w 5 <args>` within `timeoutMs`; a run that cannot start, or does not end in
+ * time, becomes the caller's refusal naming why (not permitted, not installed, no answer).
+ */
+export async function callIptables(
+  run: IptablesRunner,
+  args: string[],
+  timeoutMs: number,
+  refusal: (what: string) => ExecutorError,
+): Promise<IptablesResult> {
+  // -w: wait for the xtables lock Docker holds while it writes its own rules, not fail at once.
+  const signal = AbortSignal.timeout(timeoutMs);
+  try {
+    const r = await run(["-w", "5", ...args], signal);
+    // A run killed at its deadline ends with a signal's exit code rather than an error.
+    if (signal.aborted) throw signal.reason;
+    return r;
+  } catch (error) {
+    if (error instanceof Deno.errors.NotCapable) {
+      throw refusal(`this process may not run it: ${error.message}`);
+    }
+    if (error instanceof Deno.errors.NotFound) {
+      throw refusal(`${IPTABLES} is not installed (Debian: apt-get install iptables)`);
+    }
+    if (error instanceof DOMException && error.name === "TimeoutError") {
+      throw refusal(`no answer within ${timeoutMs} ms`);
+    }
+    throw refusal(error instanceof Error ? error.message : String(error));
+  }
+}
+
 export interface HostFirewallOptions {
   /** Runs iptables; the real binary by default (tests pass a fake chain). */
   run?: IptablesRunner;
@@ -172,30 +203,8 @@ export class HostFirewall {
     return r;
   }
 
-  async #iptables(args: string[]): Promise<IptablesResult> {
-    // -w: wait for the xtables lock Docker holds while it writes its own rules, not fail at once.
-    const all = ["-w", "5", ...args];
-    const signal = AbortSignal.timeout(this.#timeoutMs);
-    try {
-      const r = await this.#run(all, signal);
-      // A run killed at its deadline ends with a signal's exit code rather than an error.
-      if (signal.aborted) throw signal.reason;
-      return r;
-    } catch (error) {
-      if (error instanceof Deno.errors.NotCapable) {
-        throw this.#refusal(args, `this process may not run it: ${error.message}`);
-      }
-      if (error instanceof Deno.errors.NotFound) {
-        throw this.#refusal(
-          args,
-          `${IPTABLES} is not installed (Debian: apt-get install iptables)`,
-        );
-      }
-      if (error instanceof DOMException && error.name === "TimeoutError") {
-        throw this.#refusal(args, `no answer within ${this.#timeoutMs} ms`);
-      }
-      throw this.#refusal(args, error instanceof Error ? error.message : String(error));
-    }
+  #iptables(args: string[]): Promise<IptablesResult> {
+    return callIptables(this.#run, args, this.#timeoutMs, (what) => this.#refusal(args, what));
   }
 
   #refusal(args: string[], said: string): ExecutorError {
