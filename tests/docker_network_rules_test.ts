@@ -3,7 +3,9 @@
  * allowed under a deny of every address answers and another does not; `updateNetwork` flips
  * that on a running sandbox whose earlier background process keeps running (same pid, same
  * container start); the rules of one sandbox never reach another on the same node; a sandbox
- * with egress and no rules reaches both, and one without network options reaches neither.
+ * with egress and no rules reaches both, and one without network options reaches neither. A
+ * sandbox paused to disk and resumed in a new container at a new address is held by its rules
+ * again, and the sandbox the engine gave its old address meanwhile is not.
  *
  * The stand-in internet is a network namespace this test makes: one end of a veth pair holding
  * two addresses A and B from 198.18.0.0/15 (the benchmarking range, which no real service and
@@ -284,6 +286,57 @@ Deno.test({
       assert.equal(await fetchFrom(ruled, b), answerOf(b));
       assert.match(await fetchFrom(ruled, a), /^refused: /);
     });
+
+    await t.step(
+      "paused to disk and resumed in a new container, a sandbox's rules hold again and never " +
+        "reach the sandbox given its old address",
+      async () => {
+        const engine = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+        /** The sandbox's container and its address on the egress network, if it has one. */
+        const where = async (sandbox: Sandbox) => {
+          const found = await engine.listContainers({
+            all: true,
+            filters: { label: [`dormice.node=${nodeId}`, `dormice.sandbox=${sandbox.sandboxId}`] },
+          });
+          if (found.length === 0) return null;
+          assert.equal(found.length, 1, `one container for ${sandbox.sandboxId}`);
+          const info = await engine.getContainer(found[0].Id).inspect();
+          return { id: found[0].Id, ip: info.NetworkSettings.Networks[egressNetwork]?.IPAddress };
+        };
+        const jumpsOf = async (sandbox: Sandbox) => {
+          const own = new RegExp(`dormice:[^\\s"]*:${sandbox.sandboxId}"?\\s`);
+          return (await jumpsOn(bridge!)).filter((line) => own.test(line));
+        };
+        const parked = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: [a] } });
+        const before = await where(parked);
+        assert.ok(before?.ip, "the parked sandbox has an address on the egress network");
+        assert.match(await fetchFrom(parked, b), /^refused: /);
+        assert.equal(await parked.pause({ keepMemory: false }), true);
+        assert.equal(await where(parked), null, "paused to disk: no container left");
+        // A sandbox made meanwhile takes the freed address, so the resumed one gets another.
+        const taker = await create({ allowInternetAccess: true });
+        assert.equal(
+          (await where(taker))?.ip,
+          before.ip,
+          "the new sandbox took the old address (the engine gives out the lowest free one)",
+        );
+        assert.equal(await fetchFrom(taker, a), answerOf(a));
+        assert.equal(await fetchFrom(taker, b), answerOf(b), "no rules left on the old address");
+        const back = await Sandbox.connect(parked.sandboxId, opts);
+        const after = await where(back);
+        assert.ok(after?.ip, "resumed: a container with an address on the egress network");
+        assert.notEqual(after.id, before.id, "resumed in a new container");
+        assert.notEqual(after.ip, before.ip, "resumed at a new address, no old rule matches it");
+        assert.equal(await fetchFrom(back, a), answerOf(a));
+        assert.match(await fetchFrom(back, b), /^refused: /);
+        const jumps = await jumpsOf(back);
+        assert.equal(jumps.length, 1, `one jump for the resumed sandbox: ${jumps.join(" | ")}`);
+        assert.ok(jumps[0].includes(` -s ${after.ip}/32 `), jumps[0]);
+        await back.kill();
+        await taker.kill();
+        assert.deepEqual(await jumpsOf(back), []);
+      },
+    );
 
     await t.step("killing the ruled sandbox removes its kernel rules", async () => {
       await ruled.kill();

@@ -420,11 +420,16 @@ export class DockerExecutor implements Executor {
 
   /**
    * Commits the container to a local image labelled as the sandbox's archive (no snapshot: no
-   * team lists it), then removes the container.
+   * team lists it), then removes the container, then its egress rules: they match its address,
+   * which the engine may give the next sandbox made. `restore()` writes them again for the new
+   * container's address. Rules left by a failed removal are logged, as at `destroy()`.
    */
   async archive(id: string): Promise<void> {
     await this.#snapshots.take(id, { team: "" }, true);
     await this.#containers.destroy(id);
+    await this.#egress?.remove(id).catch((error) =>
+      this.#log("warn", "Could not remove an archived sandbox's egress rules", { id, error })
+    );
   }
 
   /** A container again under the sandbox's id from its archive image, which is then untagged. */
