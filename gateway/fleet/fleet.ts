@@ -1,8 +1,8 @@
 /**
- * `gateway/fleet/` owns the Fleet, the nodes that checked in: its rules (`fleet.ts`) and options (`options.ts`), the node's
- * shape and the directory the Placer and the Finder read (`node.ts`), the SQLite table
- * (`table.ts`), the once-per-change warnings (`warnings.ts`), the refusals' sentences
- * (`refusals.ts`) and, in shared mode, its replica through etcd (`sync.ts`).
+ * `gateway/fleet/` owns the Fleet, the nodes that checked in: its rules (`fleet.ts`) and
+ * options (`options.ts`), the node's shape and the directory the Placer and the Finder read
+ * (`node.ts`), the SQLite table (`table.ts`), the once-per-change warnings (`warnings.ts`), the
+ * refusals' sentences (`refusals.ts`) and, in shared mode, its replica through etcd (`sync.ts`).
  *
  * The Fleet: the nodes that checked in, their last readings, and who is up. This file holds the
  * rules (join, move, down, silent, remove); the node's shape and how a check-in fills it in are
