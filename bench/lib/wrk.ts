@@ -4,7 +4,7 @@
  *
  * @module
  */
-import { cpuTimes, freePort, postJson, stopProcess } from "../_fixtures.ts";
+import { cpuTimes, freePort, postJson, stopProcess } from "./fixtures.ts";
 /** One wrk result. */
 export interface WrkResult {
   /** Requests per second. */
@@ -49,7 +49,7 @@ export async function wrk(
       `-d${seconds}s`,
       "--latency",
       "-s",
-      new URL("../post.lua", import.meta.url).pathname,
+      new URL("./post.lua", import.meta.url).pathname,
       url,
     ],
     env,
@@ -84,11 +84,11 @@ async function workerOf(master: number): Promise<number> {
   return pid;
 }
 
-/** Starts nginx from bench/nginx.conf proxying to `nodePort`. */
+/** Starts nginx from bench/proxies/nginx.conf proxying to `nodePort`. */
 export async function startNginx(nodePort: number): Promise<Nginx> {
   const prefix = await Deno.makeTempDir({ prefix: "dormice-bench-nginx-" });
   const port = freePort();
-  const template = await Deno.readTextFile(new URL("../nginx.conf", import.meta.url));
+  const template = await Deno.readTextFile(new URL("../proxies/nginx.conf", import.meta.url));
   const conf = template.replaceAll("@PREFIX@", prefix).replaceAll("@PORT@", String(port))
     .replaceAll("@NODE_PORT@", String(nodePort));
   await Deno.writeTextFile(`${prefix}/nginx.conf`, conf);
