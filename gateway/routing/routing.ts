@@ -50,13 +50,7 @@ import type {
   StreamOptions,
 } from "./options.ts";
 
-export type {
-  DestroyOptions,
-  FanOutAnswer,
-  GatewayRoutingOptions,
-  RoutingObserver,
-  StreamOptions,
-} from "./options.ts";
+export type * from "./options.ts";
 
 /**
  * The routing rules of DESIGN §5 as one object the faces share:
