@@ -71,7 +71,7 @@ const [A, B] = await Promise.all(
     >
   ),
 );
-const { atOnce, missingTools, waitForNode, wrk } = await import("../sections/forwarding.ts");
+const { atOnce, missingTools, waitForNode, wrk } = await import("../lib/wrk.ts");
 const missing = await missingTools(["wrk"]);
 if (missing) {
   console.log(`Not measured: ${missing}`);

@@ -23,7 +23,7 @@
  * @module
  */
 import { benchToken, postJson, startGateway, startNode, startScript } from "../lib/fixtures.ts";
-import { missingTools, startNginx, waitForNode, wrk } from "../sections/forwarding.ts";
+import { missingTools, startNginx, waitForNode, wrk } from "../lib/wrk.ts";
 
 const flag = (name: string, fallback: string) =>
   Deno.args.find((a) => a.startsWith(`--${name}=`))?.slice(name.length + 3) ?? fallback;

@@ -23,7 +23,7 @@
  * @module
  */
 import { benchToken, postJson, startGateway, startNode } from "../lib/fixtures.ts";
-import { waitForNode, wrk } from "../sections/forwarding.ts";
+import { waitForNode, wrk } from "../lib/wrk.ts";
 import { download, startPortNode, upload } from "../sections/ports.ts";
 
 interface ProfileNode {

@@ -32,9 +32,6 @@ import {
   nodeKeys,
 } from "./forwarding_report.ts";
 
-export { atOnce, missingTools, parseWrk, startNginx, waitForNode, wrk } from "../lib/wrk.ts";
-export type { AtOnce, Nginx, WrkResult } from "../lib/wrk.ts";
-
 /** Options of the forwarding benchmark. */
 export interface ForwardingOptions {
   /** Runs (at least five). */

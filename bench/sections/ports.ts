@@ -8,7 +8,7 @@
  * @module
  */
 import { type Child, cpuMs, startGateway, startScript } from "../lib/fixtures.ts";
-import { waitForNode } from "./forwarding.ts";
+import { waitForNode } from "../lib/wrk.ts";
 import { median, type Row, row, type Section } from "../lib/stats.ts";
 
 /** Options of {@linkcode runPorts}. */

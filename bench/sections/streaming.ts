@@ -21,7 +21,7 @@ import {
   startGateway,
   startNode,
 } from "../lib/fixtures.ts";
-import { waitForNode } from "./forwarding.ts";
+import { waitForNode } from "../lib/wrk.ts";
 import { median, type Row, row, type Section } from "../lib/stats.ts";
 
 const MiB = 1024 * 1024;
