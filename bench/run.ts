@@ -14,28 +14,33 @@
  *
  * @module
  */
-import { benchUsage, parseBenchArgs, unknownSections } from "./_args.ts";
-import { mergeReport, renderReport, type Section } from "./_stats.ts";
-import { runPlacement } from "./placement.ts";
-import { runLookup, runSynDrop } from "./lookup.ts";
-import { runLookupScale } from "./lookup_scale.ts";
-import { runMemory } from "./memory.ts";
-import { gatewayTarget, inProcessTarget, runBursts } from "./bursts.ts";
-import { startGateway } from "./_fixtures.ts";
-import { runForwarding } from "./forwarding.ts";
-import { runForwardingRules } from "./forwarding_rules.ts";
-import { runPorts } from "./ports.ts";
-import { runStreaming } from "./streaming.ts";
-import { runDocker } from "./docker.ts";
-import { runE2bDocker } from "./e2b_docker.ts";
-import { runCodeInterpreter } from "./code_interpreter.ts";
-import { runClaimLatency, runFirstCommand, runNodeClaim, runTwoGateways } from "./pools.ts";
-import { runShared } from "./shared.ts";
-import { runLiveness } from "./liveness.ts";
-import { runSoakShared } from "./soak_shared.ts";
-import { runScale } from "./scale.ts";
-import { runScaleSoak } from "./scale_soak.ts";
-import { runSnapshotsDocker } from "./snapshots_docker.ts";
+import { benchUsage, parseBenchArgs, unknownSections } from "./lib/args.ts";
+import { mergeReport, renderReport, type Section } from "./lib/stats.ts";
+import { runPlacement } from "./sections/placement.ts";
+import { runLookup, runSynDrop } from "./sections/lookup.ts";
+import { runLookupScale } from "./sections/lookup_scale.ts";
+import { runMemory } from "./sections/memory.ts";
+import { gatewayTarget, inProcessTarget, runBursts } from "./sections/bursts.ts";
+import { startGateway } from "./lib/fixtures.ts";
+import { runForwarding } from "./sections/forwarding.ts";
+import { runForwardingRules } from "./sections/forwarding_rules.ts";
+import { runPorts } from "./sections/ports.ts";
+import { runStreaming } from "./sections/streaming.ts";
+import { runDocker } from "./sections/docker.ts";
+import { runE2bDocker } from "./sections/e2b_docker.ts";
+import { runCodeInterpreter } from "./sections/code_interpreter.ts";
+import {
+  runClaimLatency,
+  runFirstCommand,
+  runNodeClaim,
+  runTwoGateways,
+} from "./sections/pools.ts";
+import { runShared } from "./sections/shared_mode.ts";
+import { runLiveness } from "./sections/liveness.ts";
+import { runSoakShared } from "./sections/soak_shared.ts";
+import { runScale } from "./sections/scale.ts";
+import { runScaleSoak } from "./sections/scale_soak.ts";
+import { runSnapshotsDocker } from "./sections/snapshots_docker.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {

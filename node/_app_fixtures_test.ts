@@ -1,49 +1,8 @@
 /**
  * A node app for tests that need one in process: an in-memory ledger, the fake executor, no
  * gateway, and a host reading that never changes, so only what a test sets differs between them.
+ * It lives in tests/support/node_app.ts, which the benchmarks use too.
  *
  * @module
  */
-import { createNodeApp, type NodeApp, type NodeAppConfig, type NodeAppOptions } from "./app.ts";
-import type { HostSampler } from "./host_reading.ts";
-import { Ledger } from "./ledger.ts";
-
-/** Two cores, 4 GB of memory with half free, no swap, no data disk reading. */
-export const steadySampler: HostSampler = {
-  cpuCount: () => 2,
-  cpuTimes: () => null,
-  memory: () => ({
-    memoryTotalBytes: 4e9,
-    memoryAvailableBytes: 2e9,
-    swapTotalBytes: 0,
-    swapFreeBytes: 0,
-  }),
-  dataDisk: () => null,
-};
-
-/** What a test sets: the token and endpoint always, anything else of the config or options. */
-export interface TestNodeOptions extends Omit<NodeAppOptions, "config" | "ledger"> {
-  token: string;
-  endpoint: string;
-  config?: Partial<NodeAppConfig>;
-}
-
-/** A standalone node app (node-1, 15 s check-ins, 60 s scans) with an in-memory ledger. */
-export function testNodeApp(options: TestNodeOptions): NodeApp {
-  const { token, endpoint, config, ...rest } = options;
-  const nodeId = config?.nodeId ?? "node-1";
-  return createNodeApp({
-    ...rest,
-    config: {
-      apiToken: token,
-      dataDir: "/nonexistent",
-      nodeId,
-      nodeEndpoint: endpoint,
-      gatewayEndpoint: null,
-      checkInIntervalSeconds: 15,
-      scanIntervalSeconds: 60,
-      ...config,
-    },
-    ledger: Ledger.inMemory({ nodeId, endpoint }),
-  });
-}
+export { steadySampler, testNodeApp, type TestNodeOptions } from "../tests/support/node_app.ts";

@@ -15,6 +15,15 @@ import { sandboxStates } from "../shared/schemas.ts";
 import { DEFAULT_TEAM } from "../shared/teams.ts";
 import { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
 import type { DeadlineAction, E2bSettings, SandboxRecord } from "./service_contract.ts";
+import {
+  columns,
+  migrateToE2bSettings,
+  migrateToTeams,
+  readInstanceId,
+  type Row,
+} from "./ledger_schema.ts";
+
+export { newSandboxId } from "./sandbox_id.ts";
 
 /** What the ledger needs to write a new row. */
 export interface NewSandboxRow {
@@ -99,123 +108,6 @@ export interface LedgerOptions {
   reserve?: LedgerReserve;
   /** Where spending the reserve is logged; `silentLog` when absent. */
   log?: Log;
-}
-
-interface Row {
-  id: string;
-  name: string;
-  team: string;
-  state: string;
-  template: string;
-  metadata: string;
-  spec: string;
-  env: string;
-  created_at: number;
-  last_active_at: number;
-  deadline_at: number | null;
-  deadline_action: string | null;
-  e2b: string | null;
-}
-
-/**
- * The table's columns. A name is unique within its team, not across the ledger: team A's
- * `agent-1` and team B's `agent-1` are two sandboxes.
- */
-const columns = `
-  id TEXT PRIMARY KEY,
-  name TEXT NOT NULL,
-  team TEXT NOT NULL DEFAULT '${DEFAULT_TEAM}',
-  state TEXT NOT NULL,
-  template TEXT NOT NULL,
-  metadata TEXT NOT NULL,
-  spec TEXT NOT NULL,
-  env TEXT NOT NULL,
-  created_at INTEGER NOT NULL,
-  last_active_at INTEGER NOT NULL,
-  deadline_at INTEGER,
-  deadline_action TEXT,
-  e2b TEXT NOT NULL DEFAULT '{}',
-  UNIQUE (team, name)`;
-
-/**
- * Brings a ledger written before teams (no `team` column, names unique across the ledger) to
- * the current table: every old row joins the default team. SQLite cannot drop a column's UNIQUE
- * in place, so the table is rebuilt and copied in one transaction: a crash leaves either the old
- * table or the new one, never half of each.
- */
-function migrateToTeams(db: DatabaseSync): void {
-  const info = db.prepare("PRAGMA table_info(sandboxes)").all() as unknown as { name: string }[];
-  if (info.some((c) => c.name === "team")) return;
-  db.exec("BEGIN IMMEDIATE");
-  try {
-    db.exec(`CREATE TABLE sandboxes_teams (${columns})`);
-    db.exec(`INSERT INTO sandboxes_teams (id, name, team, state, template, metadata, spec, env,
-      created_at, last_active_at, deadline_at, deadline_action)
-      SELECT id, name, '${DEFAULT_TEAM}', state, template, metadata, spec, env, created_at,
-      last_active_at, deadline_at, deadline_action FROM sandboxes`);
-    db.exec("DROP TABLE sandboxes");
-    db.exec("ALTER TABLE sandboxes_teams RENAME TO sandboxes");
-    db.exec("COMMIT");
-  } catch (error) {
-    db.exec("ROLLBACK");
-    throw error;
-  }
-}
-
-/** Adds the `e2b` column to a ledger written before it; its rows keep `{}` (no settings). */
-function migrateToE2bSettings(db: DatabaseSync): void {
-  const info = db.prepare("PRAGMA table_info(sandboxes)").all() as unknown as { name: string }[];
-  if (info.some((c) => c.name === "e2b")) return;
-  db.exec("ALTER TABLE sandboxes ADD COLUMN e2b TEXT NOT NULL DEFAULT '{}'");
-}
-
-/** The letters of a sandbox id: what one DNS label may carry and every TLS client matches. */
-const ID_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
-/** Characters of a sandbox id: 20, as E2B's, about 103 random bits. */
-const ID_LENGTH = 20;
-
-/**
- * The ledger's instance id from its `meta` table, minted (16 random hex digits) and written the
- * first time: a ledger made before the table gets one at its next open.
- */
-function readInstanceId(db: DatabaseSync): string {
-  db.exec("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)");
-  const read = () =>
-    (db.prepare("SELECT value FROM meta WHERE key = 'instance_id'").get() as
-      | { value: string }
-      | undefined)?.value;
-  const found = read();
-  if (found !== undefined) return found;
-  const minted = Array.from(
-    crypto.getRandomValues(new Uint8Array(8)),
-    (b) => b.toString(16).padStart(2, "0"),
-  ).join("");
-  db.prepare("INSERT OR IGNORE INTO meta (key, value) VALUES ('instance_id', ?)").run(minted);
-  return read()!;
-}
-
-/**
- * Mints a sandbox id: 20 random lowercase letters and digits, as E2B's ids are. The id is the
- * left-most DNS label's tail in `<port>-<id>.<domain>`, so it holds nothing a certificate's
- * wildcard may fail to cover: OpenSSL (Python's `ssl`, curl, Go, Java) refuses to match
- * `*.<domain>` against a label with `_`, which the ids minted before (`sbx_…`) carry. Those
- * stay valid ids everywhere (see `sandboxIdSchema`).
- *
- * @example
- * ```ts
- * import { newSandboxId } from "@dormice/cluster/node";
- * newSandboxId(); // "k3v9q0z8m2c4x7w1b5n6"
- * ```
- */
-export function newSandboxId(): string {
-  let out = "";
-  while (out.length < ID_LENGTH) {
-    for (const b of crypto.getRandomValues(new Uint8Array(ID_LENGTH))) {
-      // 252 is the largest multiple of 36 under 256: bytes past it would favour some letters.
-      if (b < 252 && out.length < ID_LENGTH) out += ID_ALPHABET[b % 36];
-    }
-  }
-  return out;
 }
 
 /**

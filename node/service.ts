@@ -13,7 +13,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { NameQueue } from "../shared/name_queue.ts";
 import { DEFAULT_TEAM, teamScopedName } from "../shared/teams.ts";
-import { type LookupAnswer, type LookupRequest, metadataSchema } from "../shared/schemas.ts";
+import type { LookupAnswer, LookupRequest } from "../shared/schemas.ts";
 import { ABSENT_HEADER } from "../shared/native_schemas.ts";
 import { RunningCommands, runToEnd } from "./_commands.ts";
 import {
@@ -31,8 +31,7 @@ import {
   type WatchRequest,
   type WriteOptions,
 } from "./executors/contract.ts";
-import { egressRulesUnserved, noEgress } from "./executors/contract.ts";
-import { ALL_TRAFFIC, type EgressRules } from "../shared/egress_rules.ts";
+import type { EgressRules } from "../shared/egress_rules.ts";
 import { type Ledger, newSandboxId } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
 import { MetricsHistory } from "./metrics_history.ts";
@@ -46,7 +45,19 @@ import {
   wake,
 } from "./service_state.ts";
 import { buildCold, claimWarm } from "./service_create.ts";
+import { expireAtDeadline, renewLifecycle } from "./service_deadline.ts";
+import type { SandboxServiceOptions } from "./service_options.ts";
+import {
+  boundedMetadata,
+  execAnswer,
+  matcher,
+  refuseOtherTemplate,
+  withEnv,
+} from "./service_requests.ts";
+import { changeEgressRules } from "./service_egress.ts";
 import { SlotFence } from "./slot_fence.ts";
+
+export type { SandboxServiceOptions } from "./service_options.ts";
 import type {
   AcquireRequest,
   AcquireResult,
@@ -57,45 +68,6 @@ import type {
   SandboxRecord,
   SandboxRef,
 } from "./service_contract.ts";
-
-/** Options of {@linkcode SandboxService}. */
-export interface SandboxServiceOptions {
-  /** The ledger the service reads and writes every row in. */
-  ledger: Ledger;
-  /** Runs the sandboxes the ledger records. */
-  executor: Executor;
-  /** One slot per name; pass one in to share it with another face. */
-  queue?: NameQueue;
-  /** The largest slot token seen per name (shared mode's gateways send them); a fresh one by default. */
-  fence?: SlotFence;
-  /** Stamps creation, idle and deadline times; `systemClock` when absent. */
-  clock?: Clock;
-  /** Where lifecycle events and failures are logged; `silentLog` when absent. */
-  log?: Log;
-  /** The template when a create names none. */
-  defaultTemplate?: string;
-  /** The cap per stream of `execCommand` (1 MiB: big enough for logs, small enough for JSON). */
-  maxOutputBytes?: number;
-  /** Each sandbox's recent samples (the `MetricsSampler` fills it); a new one when absent. */
-  history?: MetricsHistory;
-  /**
-   * How long `execCommand` waits for a command's output to end once its timeout killed it (5 s):
-   * a descendant that escaped the kill (one that dropped the executor's marker from its
-   * environment) may hold the output open for as long as it lives.
-   */
-  killGraceMs?: number;
-  /** Warm pools a create claims from before it builds cold; none when absent. */
-  pools?: WarmPools;
-}
-
-/** Whether a row matches a listing's filter. */
-function matcher(filter: ListFilter): (s: SandboxRecord) => boolean {
-  const wanted = Object.entries(filter.metadata ?? {});
-  return (s) =>
-    (filter.team === undefined || s.team === filter.team) &&
-    (!filter.states || filter.states.includes(s.state)) &&
-    wanted.every(([k, v]) => s.metadata[k] === v);
-}
 
 /**
  * The node's sandbox service. Every verb that touches one sandbox runs inside that name's
@@ -166,21 +138,11 @@ export class SandboxService implements SandboxOps {
         refuseOtherTemplate(existing, request.template);
         // A wake asks the executor even for an active row: "ready" must mean the sandbox is
         // there, not that the ledger remembers it.
-        let sandbox = await this.#guard(
+        const sandbox = await this.#guard(
           existing,
           () => wake(this.#core, existing, { probe: true }),
         );
-        const { deadline, e2b } = request;
-        if (deadline || e2b) {
-          // A built sandbox keeps its network: only the lifecycle follows the new request.
-          const { onTimeout, autoResume, timeoutSeconds } = e2b ?? {};
-          sandbox = this.#ledger.update(sandbox.id, {
-            ...(deadline &&
-              { deadlineAt: this.#clock.now() + deadline.ms, deadlineAction: deadline.action }),
-            ...(e2b && { e2b: { ...sandbox.e2b, onTimeout, autoResume, timeoutSeconds } }),
-          })!;
-        }
-        return { created: false, sandbox };
+        return { created: false, sandbox: renewLifecycle(this.#core, sandbox, request) };
       }
       // A gateway that lost the name's slot must not build it beside the newer holder's.
       this.#fence.admit(slot, request.slotToken);
@@ -282,21 +244,7 @@ export class SandboxService implements SandboxOps {
       timeoutMs: exec.timeoutMs,
       killGraceMs: this.#killGraceMs,
     });
-    if (exit.sandboxDestroyed) {
-      throw new HttpError(
-        410,
-        `Sandbox '${sandbox.name}' was destroyed while the command ran (destroySandbox, a kill ` +
-          "or its deadline), and the command with it: create it again to run commands",
-      );
-    }
-    return {
-      exitCode: exit.exitCode,
-      stdout: out.text,
-      stderr: err.text,
-      stdoutTruncated: out.truncated,
-      stderrTruncated: err.truncated,
-      ...(exit.timedOut ? { timedOut: true } : {}),
-    };
+    return execAnswer(sandbox, out, err, exit);
   }
 
   /** Starts a streamed command; it is tracked in `commands()` until it exits. */
@@ -394,16 +342,10 @@ export class SandboxService implements SandboxOps {
     merge = false,
   ): Promise<SandboxRecord> {
     return this.#inSlot(ref, (sandbox) => {
-      const next = merge ? { ...sandbox.metadata, ...metadata } : metadata;
-      // Each request is bounded by the schema; a merge is bounded here, or merges would grow it.
-      const bounded = metadataSchema.safeParse(next);
-      if (!bounded.success) {
-        throw new HttpError(
-          400,
-          `The merged metadata of '${sandbox.name}' ${bounded.error.issues[0].message}: ` +
-            "merge fewer keys, or replace the metadata (merge: false)",
-        );
-      }
+      const next = boundedMetadata(
+        sandbox,
+        merge ? { ...sandbox.metadata, ...metadata } : metadata,
+      );
       return this.#ledger.update(sandbox.id, { metadata: next })!;
     });
   }
@@ -418,25 +360,7 @@ export class SandboxService implements SandboxOps {
    * a node that cannot enforce rules.
    */
   updateEgressRules(ref: SandboxRef, rules: EgressRules): Promise<SandboxRecord> {
-    return this.#inSlot(ref, async (sandbox) => {
-      const egress = sandbox.spec.network === true || sandbox.spec.egressRules !== undefined;
-      if (!egress) {
-        const closed = rules.allowOut.length === 0 && rules.denyOut.includes(ALL_TRAFFIC);
-        if (closed) return sandbox;
-        throw new HttpError(409, noEgress(sandbox.id).message);
-      }
-      const set = this.#executor.setEgressRules;
-      if (set === undefined) throw new HttpError(409, egressRulesUnserved().message);
-      if (sandbox.state !== "active" && sandbox.state !== "frozen") {
-        throw new HttpError(
-          409,
-          `Sandbox '${sandbox.name}' is ${sandbox.state}: connect to it (Sandbox.connect) to ` +
-            "resume it, then change its network",
-        );
-      }
-      await callExecutor(() => set.call(this.#executor, sandbox.id, rules));
-      return this.#ledger.update(sandbox.id, { spec: { ...sandbox.spec, egressRules: rules } })!;
-    });
+    return this.#inSlot(ref, (sandbox) => changeEgressRules(this.#core, sandbox, rules));
   }
 
   /**
@@ -577,52 +501,11 @@ export class SandboxService implements SandboxOps {
   expireIfDue(id: string): Promise<"killed" | "paused" | "skipped"> {
     const slot = this.#slotOfId({ id });
     if (slot === undefined) return Promise.resolve("skipped");
-    return this.queue.run(slot, async () => {
-      const sandbox = this.#ledger.byId(id);
-      if (!sandbox || sandbox.deadlineAt === null || sandbox.deadlineAt > this.#clock.now()) {
-        return "skipped";
-      }
-      if (
-        sandbox.deadlineAction === "pause" &&
-        (sandbox.e2b.keepMemory === false || sandbox.state === "archived")
-      ) {
-        if (sandbox.state === "archived") {
-          this.#ledger.update(id, { deadlineAt: null, deadlineAction: null });
-        } else {
-          // A frozen sandbox's files can be kept too: the engine commits a paused container.
-          try {
-            await this.#archiveNow(sandbox);
-          } catch (error) {
-            if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
-            markLost(this.#core, sandbox, error.message);
-            return "skipped";
-          }
-        }
-        this.#log("info", "sandbox paused to disk at its deadline", { name: sandbox.name, id });
-        return "paused";
-      }
-      if (sandbox.deadlineAction === "pause") {
-        const write = () =>
-          this.#ledger.update(id, { state: "frozen", deadlineAt: null, deadlineAction: null });
-        if (sandbox.state === "frozen") write();
-        else {
-          try {
-            await callExecutor(() => this.#executor.pause(id));
-          } catch (error) {
-            if (!(error instanceof ExecutorError && error.code === "gone")) throw error;
-            // Nothing left to pause: the row is marked lost, which clears the deadline.
-            markLost(this.#core, sandbox, error.message);
-            return "skipped";
-          }
-          await recordPause(this.#core, sandbox, write);
-        }
-        this.#log("info", "sandbox paused at its deadline", { name: sandbox.name, id });
-        return "paused";
-      }
-      await this.#destroyNow(sandbox);
-      this.#log("info", "sandbox killed at its deadline", { name: sandbox.name, id });
-      return "killed";
-    });
+    return this.queue.run(slot, () =>
+      expireAtDeadline(this.#core, id, {
+        archiveNow: (sandbox) => this.#archiveNow(sandbox),
+        destroyNow: (sandbox) => this.#destroyNow(sandbox),
+      }));
   }
 
   /**
@@ -712,29 +595,4 @@ export class SandboxService implements SandboxOps {
       return await callExecutor(() => task(awake.id));
     });
   }
-}
-
-/**
- * The command with the sandbox's recorded env under its own: a claimed warm sandbox's container
- * was built before its env was known, so the env travels with every command instead.
- */
-function withEnv(sandbox: SandboxRecord, request: ExecRequest): ExecRequest {
-  if (Object.keys(sandbox.env).length === 0) return request;
-  return { ...request, env: { ...sandbox.env, ...request.env } };
-}
-
-/**
- * A name keeps the template it was built from: a create-or-wake that names another one must not
- * quietly wake the old machine (its tools, image and files are not what the caller asked for).
- * Names are ours, not E2B's, so the rule is ours: refuse, and say both ways out.
- */
-function refuseOtherTemplate(existing: SandboxRecord, asked: string | undefined): void {
-  if (asked === undefined || asked === existing.template) return;
-  throw new HttpError(
-    409,
-    `Sandbox '${existing.name}' exists with template '${existing.template}', and this request ` +
-      `asks for template '${asked}': a name keeps the template it was built from, so destroy ` +
-      `it first (destroySandbox, or kill it) to build '${asked}' under that name, or use ` +
-      `another name (or ask for '${existing.template}', or for no template, to wake it)`,
-  );
 }

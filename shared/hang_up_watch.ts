@@ -145,7 +145,7 @@ export class HangUpWatch {
    * every few dozen requests, and the table it leaves behind (in the old generation, until a
    * full collection) still points at the forwards pending then, so the young collector kept
    * every request's exchange, head and body alive into the old generation: a megabyte and more
-   * promoted a second, and scavenges eight times as long (bench/_lane_js.ts with --trace-gc).
+   * promoted a second, and scavenges eight times as long (bench/probes/lane_js.ts with --trace-gc).
    */
   readonly #pending: WatchedForward[] = [];
   readonly #tickMs: number;

@@ -9,7 +9,7 @@ import { EtcdSlots, type SlotHold } from "../gateway/routing/slots.ts";
 import { EtcdTeamLedger } from "../gateway/keys/team_ledger.ts";
 import { systemClock } from "../shared/clock.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { etcdMissing, startEtcd } from "./_etcd.ts";
+import { etcdMissing, startEtcd } from "./support/etcd.ts";
 
 const missing = etcdMissing();
 const skip = missing === null ? "" : ` (skipped: ${missing})`;

@@ -11,7 +11,7 @@ import { Fleet } from "../gateway/fleet/fleet.ts";
 import { ApiKeys } from "../gateway/keys/keys.ts";
 import { KeySync } from "../gateway/keys/sync.ts";
 import { HttpError } from "../shared/http_error.ts";
-import { etcdMissing, startEtcd } from "./_etcd.ts";
+import { etcdMissing, startEtcd } from "./support/etcd.ts";
 import { freePort } from "./_processes.ts";
 
 const missing = etcdMissing();

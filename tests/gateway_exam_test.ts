@@ -20,7 +20,7 @@ import {
   postJson,
   startGateway,
 } from "./_gateway.ts";
-import { droppedSyns, dropSyns, synDropGate } from "./_syn_drop.ts";
+import { droppedSyns, dropSyns, synDropGate } from "./support/syn_drop.ts";
 
 // Case 11 needs root and iptables: skipped with a printed reason off CI, a failure with CI=true.
 const synDrop = await synDropGate("case 11 of the gateway exam (a node whose port drops SYNs)");

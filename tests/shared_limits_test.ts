@@ -5,7 +5,7 @@
  * etcd is not installed; never under CI.
  */
 import assert from "node:assert/strict";
-import { etcdMissing, startEtcd } from "./_etcd.ts";
+import { etcdMissing, startEtcd } from "./support/etcd.ts";
 import { type GatewayProcess, postJson, startGateway } from "./_gateway.ts";
 import { newToken, type NodeProcess, startNode } from "./_processes.ts";
 

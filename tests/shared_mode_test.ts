@@ -3,7 +3,7 @@
  * on loopback (DESIGN §9). Skipped, saying why, when etcd is not installed; never under CI.
  */
 import assert from "node:assert/strict";
-import { etcdMissing, startEtcd } from "./_etcd.ts";
+import { etcdMissing, startEtcd } from "./support/etcd.ts";
 import { type GatewayProcess, post, postJson, startGateway } from "./_gateway.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 

@@ -1,8 +1,9 @@
 /**
  * What a verb's schema made of a small body seen lately, found again by the body's exact bytes.
  * A client that polls a sandbox sends the same body again and again; finding it by its bytes
- * costs the lane less than `JSON.parse` and the schema, which on the wire (`bench/_perf_split.ts`)
- * was the largest of the lane's calls out of JavaScript into the runtime.
+ * costs the lane less than `JSON.parse` and the schema, which on the wire
+ * (`bench/probes/perf_split.ts`) was the largest of the lane's calls out of JavaScript into the
+ * runtime.
  *
  * @module
  */

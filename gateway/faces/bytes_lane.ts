@@ -419,16 +419,14 @@ export function createBytesLane(options: BytesLaneOptions): GatewayBytesLane {
         routing.hangUps.done(watched, answer.length < 0);
         const status = answer.head.status;
         routing.forwarded(path, status, (performance.now() - started) / 1000, found);
-        if (status === 404) {
-          // The sandbox may have been destroyed behind the gateway's back; only the node can say.
-          const rechecked = await finder.recheck("name", key, { entry: found })
-            .catch(() => undefined);
-          if (rechecked === "evicted" && hasLine(answer.head, ABSENT_HEADER)) {
-            // The node did nothing, and the name may live on another node now (made again
-            // through another gateway): the object path finds it and sends the request there.
-            answer.cancel();
-            return handBack();
-          }
+        if (
+          status === 404 &&
+          await routing.recheckNotFound("name", key, found, hasLine(answer.head, ABSENT_HEADER))
+        ) {
+          // The node did nothing, and the name may live on another node now (made again through
+          // another gateway): the object path finds it and sends the request there.
+          answer.cancel();
+          return handBack();
         }
         // A whole answer (the usual small one) is one write awaited here, in this frame: a helper
         // handing back its promise was one more promise and closure a request.

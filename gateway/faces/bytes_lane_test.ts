@@ -1,155 +1,25 @@
 // The bytes lane (`bytes_lane.ts`) end to end: a real node stub, a gateway served by the bytes
 // engine, clients over the wire. Each test reads `gateway.lane.served` / `handedBack` to prove
-// which path answered.
+// which path answered. The rules both paths keep (head before body, hang-up, 404 re-check, 504,
+// 502) are the forwarding contract: gateway/routing/contract_forwarding_test.ts.
 import assert from "node:assert/strict";
-import { createGateway, type Gateway } from "../app.ts";
-import { createH1Client, type H1Client, serveGuarded, serveH1 } from "../../shared/http1/mod.ts";
+import { serveH1 } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { teamScopedName } from "../../shared/teams.ts";
-import type { GatewayBytesLane } from "./bytes_lane.ts";
 import { rawClient, within } from "../../shared/http1/_server_fixtures_test.ts";
+import {
+  execBody,
+  hangUpOnExec,
+  holding,
+  post,
+  type Rig,
+  rig,
+  type Seen,
+  settlesWithin,
+  TOKEN,
+} from "../routing/_forwarding_fixtures_test.ts";
 
-const TOKEN = "t".repeat(32);
-const NODE = "node-a";
 const encoder = new TextEncoder();
-
-/** A request the stub node got. */
-interface Seen {
-  method: string;
-  path: string;
-  headers: Headers;
-  body: string;
-  signal: AbortSignal;
-}
-
-/** Whether `promise` settles within `ms` (false when it does not). */
-function settlesWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
-  return within(promise.then(() => true), ms, "").catch(() => false);
-}
-
-/** A POST, its answer read whole, bounded by 5 s. */
-async function post(url: string, headers: Record<string, string>, body: string) {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new Error(`no answer from ${url}`)), 5000);
-  try {
-    const res = await fetch(url, { method: "POST", headers, body, signal: controller.signal });
-    return { status: res.status, headers: res.headers, text: await res.text() };
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-interface RigOptions {
-  /** Names the stub's lookupSandbox finds (mutable through `rig.names`). */
-  names?: string[];
-  /** The stub's answer to every verb but lookupSandbox; a plain exec result when absent. */
-  answer?: (seen: Seen) => Response | Promise<Response>;
-  headTimeoutMs?: number;
-  /** Told when the gateway hands a request's bytes to its HTTP/1.1 client for the node. */
-  onSend?: () => void;
-}
-
-/** A stub node checked in to a gateway served by the bytes engine with its lane. */
-async function rig(options: RigOptions = {}) {
-  const names = new Set(options.names ?? []);
-  const seen: Seen[] = [];
-  const stub = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
-    const path = new URL(req.url).pathname;
-    const s: Seen = {
-      method: req.method,
-      path,
-      headers: req.headers,
-      body: await req.text(),
-      // Made only when a test asks: Deno.serve's legacy abort warns of every signal made.
-      get signal() {
-        return req.signal;
-      },
-    };
-    seen.push(s);
-    if (path === "/lookupSandbox") {
-      const b = JSON.parse(s.body);
-      const name = b.name ?? String(b.id).replace(/^id-/, "");
-      const team = req.headers.get("x-dormice-team") ?? undefined;
-      return Response.json(
-        names.has(name)
-          ? { found: true, sandbox: { id: `id-${name}`, name, state: "active", team } }
-          : { found: false },
-      );
-    }
-    return options.answer
-      ? await options.answer(s)
-      : Response.json({ exitCode: 0, stdout: "ok\n", stderr: "" });
-  });
-  const h1 = createH1Client();
-  const client: H1Client = {
-    ...h1,
-    sendBytes(origin, bytes, signal) {
-      options.onSend?.();
-      return h1.sendBytes(origin, bytes, signal);
-    },
-    get open() {
-      return h1.open;
-    },
-  };
-  const gateway = createGateway({
-    token: TOKEN,
-    nodeClient: client,
-    headTimeoutMs: options.headTimeoutMs,
-    lookupTimeoutMs: 1000,
-  });
-  const lane = gateway.lane!;
-  assert.ok(lane, "a gateway with a nodeClient has a lane");
-  const server = serveGuarded({
-    hostname: "127.0.0.1",
-    port: 0,
-    engine: "bytes",
-    lane,
-    handler: gateway.fetch,
-  });
-  const base = `http://127.0.0.1:${server.addr.port}`;
-  const endpoint = `http://127.0.0.1:${stub.addr.port}`;
-  const fleetAuth = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
-  const joined = await post(`${base}/checkIn`, fleetAuth, JSON.stringify(checkIn(NODE, endpoint)));
-  assert.equal(joined.status, 200, joined.text);
-  let stubDown = false;
-  return {
-    names,
-    seen,
-    gateway: gateway as Gateway & { lane: GatewayBytesLane },
-    lane,
-    base,
-    endpoint,
-    fleetAuth,
-    /** The served and handed-back counts since `mark()`. */
-    mark() {
-      const s = lane.served, h = lane.handedBack;
-      return () => ({ served: lane.served - s, handedBack: lane.handedBack - h });
-    },
-    /** Caches `name` with a lookupSandbox through the gateway. */
-    async cache(name: string, auth: Record<string, string> = fleetAuth) {
-      const r = await post(`${base}/lookupSandbox`, auth, JSON.stringify({ name }));
-      assert.equal(r.status, 200, r.text);
-      assert.equal(JSON.parse(r.text).found, true, r.text);
-    },
-    exec(name: string, auth: Record<string, string> = fleetAuth, extra = {}) {
-      return post(`${base}/execCommand`, { ...auth, ...extra }, execBody(name));
-    },
-    async stopStub() {
-      stubDown = true;
-      await stub.shutdown();
-    },
-    async close() {
-      await within(server.shutdown(), 5000, "gateway server shutdown");
-      if (!stubDown) await within(stub.shutdown(), 5000, "stub shutdown");
-      client.close();
-      gateway.close();
-    },
-  };
-}
-
-function execBody(name: string): string {
-  return JSON.stringify({ name, command: ["echo", "hi"] });
-}
 
 Deno.test("a cached execCommand is served by the lane with the node's headers and the client's body", async () => {
   const r = await rig({
@@ -248,56 +118,6 @@ Deno.test("an API key's team reaches the node as x-dormice-team, replacing the c
   }
 });
 
-Deno.test("a streamed node answer reaches the client piece by piece, its head first", async () => {
-  // Each piece is made only once the client has what came before it: the head, then "one,".
-  const gates = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
-  const inOrder: boolean[] = [];
-  const r = await rig({
-    names: ["x"],
-    answer: () =>
-      new Response(
-        new ReadableStream<Uint8Array>({
-          async pull(c) {
-            const n = inOrder.length;
-            if (n === 2) return c.close();
-            inOrder.push(await settlesWithin(gates[n].promise, 3000));
-            c.enqueue(encoder.encode(["one,", "two"][n]));
-          },
-        }),
-        { headers: { "content-type": "text/plain" } },
-      ),
-  });
-  try {
-    await r.cache("x");
-    const delta = r.mark();
-    const res = await within(
-      fetch(`${r.base}/execCommand`, { method: "POST", headers: r.fleetAuth, body: execBody("x") }),
-      5000,
-      "the streamed answer's head",
-    );
-    gates[0].resolve();
-    assert.equal(res.status, 200);
-    assert.equal(res.headers.get("content-type"), "text/plain");
-    assert.equal(res.headers.get("content-length"), null);
-    const reader = res.body!.getReader();
-    const decoder = new TextDecoder();
-    const first = await within(reader.read(), 5000, "the first piece");
-    assert.equal(decoder.decode(first.value), "one,");
-    gates[1].resolve();
-    let text = decoder.decode(first.value);
-    for (let p = await within(reader.read(), 5000, "a piece"); !p.done;) {
-      text += decoder.decode(p.value);
-      p = await within(reader.read(), 5000, "a piece");
-    }
-    assert.equal(text, "one,two");
-    assert.deepEqual(inOrder, [true, true], "the client had the head, then one, in time");
-    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
-  } finally {
-    for (const g of gates) g.resolve();
-    await r.close();
-  }
-});
-
 Deno.test("what the lane cannot serve exactly is handed back and answered by the object path", async () => {
   const r = await rig({ names: ["x", "fresh"] });
   try {
@@ -388,23 +208,6 @@ Deno.test("a body the lane saw lately is found again by its bytes, for its own v
   }
 });
 
-/** A stub answer that holds until the node's request is aborted (or 4 s pass, on a red run). */
-function holding(arrived: PromiseWithResolvers<void>, aborted: PromiseWithResolvers<void>) {
-  return (s: Seen) =>
-    new Promise<Response>((resolve) => {
-      arrived.resolve();
-      const done = () => {
-        clearTimeout(timer);
-        resolve(Response.json({ late: true }));
-      };
-      const timer = setTimeout(done, 4000);
-      s.signal.addEventListener("abort", () => {
-        aborted.resolve();
-        done();
-      }, { once: true });
-    });
-}
-
 Deno.test("a stranger's request costs no body read: its 401 comes before the body", async () => {
   const r = await rig({ names: ["x"] });
   try {
@@ -457,7 +260,7 @@ function execRequest(name: string): Uint8Array {
 }
 
 /** Serves the one connection `conn` (a stand-in socket) with the rig's gateway and lane. */
-function serveOne(r: Awaited<ReturnType<typeof rig>>, conn: object, what: string) {
+function serveOne(r: Rig, conn: object, what: string) {
   return within(
     serveH1(conn as unknown as Deno.Conn, {
       handler: r.gateway.fetch,
@@ -610,57 +413,6 @@ Deno.test("a body past the lane's 1 MiB is left to the object path, which reads 
   }
 });
 
-Deno.test("a node that sends no head within headTimeoutMs is a 504 and its request is aborted", async () => {
-  const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
-  const r = await rig({ names: ["x"], headTimeoutMs: 300, answer: holding(arrived, aborted) });
-  try {
-    await r.cache("x");
-    const delta = r.mark();
-    const started = performance.now();
-    const res = await r.exec("x");
-    const ms = performance.now() - started;
-    assert.equal(res.status, 504, res.text);
-    const { message } = JSON.parse(res.text);
-    assert.match(message, new RegExp(`Node '${NODE}'`));
-    assert.match(message, /within 300 ms/);
-    assert.match(message, /DORMICE_GATEWAY_HEAD_TIMEOUT_MS/);
-    assert.ok(ms >= 250 && ms < 3000, `answered after ${ms} ms`);
-    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
-    assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
-  } finally {
-    await r.close();
-  }
-});
-
-/** A client that sends an execCommand for `name` and hangs up once the node has it. */
-async function hangUpOnExec(r: Awaited<ReturnType<typeof rig>>, arrived: Promise<void>) {
-  const body = encoder.encode(execBody("x"));
-  const conn = await Deno.connect({ hostname: "127.0.0.1", port: Number(new URL(r.base).port) });
-  try {
-    const head = `POST /execCommand HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer ${TOKEN}\r\n` +
-      `content-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
-    const bytes = new Uint8Array([...encoder.encode(head), ...body]);
-    for (let at = 0; at < bytes.length;) at += await conn.write(bytes.subarray(at));
-    await within(arrived, 3000, "the node's request");
-  } finally {
-    conn.close();
-  }
-}
-
-Deno.test("a client that hangs up aborts the node's request", async () => {
-  const arrived = Promise.withResolvers<void>(), aborted = Promise.withResolvers<void>();
-  const r = await rig({ names: ["x"], answer: holding(arrived, aborted) });
-  try {
-    await r.cache("x");
-    const delta = r.mark();
-    await hangUpOnExec(r, arrived.promise);
-    assert.ok(await settlesWithin(aborted.promise, 2000), "the node's request was aborted");
-    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
-  } finally {
-    await r.close();
-  }
-});
-
 Deno.test("a client that hangs up on a request the lane handed back aborts the node's request", async () => {
   // Not cached: the lane hands it back before asking a node, and the object path's lookup round
   // and forward hear the hang-up through the read the server starts for it.
@@ -676,54 +428,11 @@ Deno.test("a client that hangs up on a request the lane handed back aborts the n
   }
 });
 
-Deno.test("a node's 404 on a cached name makes the Finder re-check and evict it", async () => {
-  const r = await rig({
-    names: ["x"],
-    answer: (s) => {
-      r.names.delete(JSON.parse(s.body).name);
-      return Response.json({ message: "No sandbox named 'x'" }, { status: 404 });
-    },
-  });
-  try {
-    await r.cache("x");
-    const key = teamScopedName("default", "x");
-    assert.ok(r.gateway.finder.cached("name", key));
-    const delta = r.mark();
-    const before = r.seen.length;
-    const res = await r.exec("x");
-    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
-    assert.equal(res.status, 404);
-    assert.deepEqual(JSON.parse(res.text), { message: "No sandbox named 'x'" });
-    const after = r.seen.slice(before);
-    assert.deepEqual(after.map((s) => s.path), ["/execCommand", "/lookupSandbox"]);
-    assert.deepEqual(JSON.parse(after[1].body), { id: "id-x" });
-    assert.equal(r.gateway.finder.cached("name", key), undefined);
-  } finally {
-    await r.close();
-  }
-});
-
-Deno.test("a node that went away is a 502 naming it", async () => {
-  const r = await rig({ names: ["x"] });
-  try {
-    await r.cache("x");
-    await r.stopStub();
-    const delta = r.mark();
-    const res = await r.exec("x");
-    assert.equal(res.status, 502, res.text);
-    const { message } = JSON.parse(res.text);
-    assert.match(message, new RegExp(`Node '${NODE}' at ${r.endpoint} did not answer`));
-    assert.deepEqual(delta(), { served: 1, handedBack: 0 });
-  } finally {
-    await r.close();
-  }
-});
-
 /**
  * A second stub node, checked in through `r`, that holds `x` (as `idb-x`) and answers every verb
  * with "from b".
  */
-async function nodeB(r: Awaited<ReturnType<typeof rig>>, onExec: () => void = () => {}) {
+async function nodeB(r: Rig, onExec: () => void = () => {}) {
   const names = new Set<string>();
   const stub = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, async (req) => {
     const path = new URL(req.url).pathname;

@@ -40,14 +40,8 @@
 import { Buffer } from "node:buffer";
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { z } from "zod";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
-import {
-  DEFAULT_JSON_MESSAGE_LIMIT_BYTES,
-  MESSAGE_ALTERNATIVE,
-  readFlatJsonObject,
-  readJsonObject,
-} from "../../shared/json_body.ts";
+import { DEFAULT_JSON_MESSAGE_LIMIT_BYTES, MESSAGE_ALTERNATIVE } from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
 import { silentLog } from "../../shared/log.ts";
 import {
@@ -57,21 +51,15 @@ import {
 } from "../../shared/native_schemas.ts";
 import { decodeBase64InSlices } from "../../shared/base64.ts";
 import { jsonArrayResponse } from "../../shared/json_stream.ts";
-import {
-  describeZodError,
-  type HostReading,
-  type Sandbox,
-  sandboxNameSchema,
-} from "../../shared/schemas.ts";
-import { teamOfRequest } from "../../shared/teams.ts";
+import type { HostReading, Sandbox } from "../../shared/schemas.ts";
 import { slotTokenOf } from "../../shared/slot_token.ts";
-import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
 import type { NodeSnapshots } from "../snapshots.ts";
-import { sandboxIdSchema } from "../../shared/schemas.ts";
-import { setPoolsSchema } from "../../shared/pools.ts";
 import type { SandboxOps, SandboxRecord } from "../service_contract.ts";
+
+import { addNodeVerbs, nodeVerbs } from "./native_node_verbs.ts";
+import { methodNotAllowed, NativeVerbs } from "./native_verbs.ts";
 
 export { nativeVerbs } from "../../shared/native_schemas.ts";
 
@@ -106,9 +94,6 @@ export interface NativeFaceOptions {
    */
   maxMessageBytes?: number;
 }
-
-/** The node's own verbs beside the sandbox verbs: they act on the node, not on one sandbox. */
-const nodeVerbs = ["setPools", "listPools", "snapshotSandbox", "listSnapshots", "deleteSnapshot"];
 
 /**
  * The public sandbox object: the record without its E2B bookkeeping.
@@ -186,15 +171,6 @@ export function nativeNotFound(c: Context): Response {
   }, 404);
 }
 
-function parse<T>(verb: string, schema: z.ZodType<T>, body: unknown): T {
-  // reportInput lets describeZodError tell a missing field from a wrong type.
-  const r = schema.safeParse(body, { reportInput: true });
-  if (!r.success) {
-    throw new HttpError(400, `Invalid body for ${verb}: ${describeZodError(r.error)}`);
-  }
-  return r.data;
-}
-
 /**
  * Builds the native face as a Hono app (mount it at the root). Bad input is a 400 naming the
  * field, a wrong or missing token a 401, an unknown verb a 404 naming the verbs, a wrong method
@@ -209,7 +185,7 @@ function parse<T>(verb: string, schema: z.ZodType<T>, body: unknown): T {
  * ```
  */
 export function createNativeFace(options: NativeFaceOptions): Hono {
-  const { service, token, nodeId, endpoint, build, hostReading } = options;
+  const { token, nodeId, build } = options;
   const log = options.log ?? silentLog;
   const bodyCap = { maxBytes: options.maxBodyBytes, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" };
   const messageCap = {
@@ -224,38 +200,21 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   app.get("/healthz", (c) => c.json({ ok: true, nodeId, build }));
   app.all("/healthz", (c) => methodNotAllowed(c, "GET"));
 
-  const matchesToken = (given: string) => tokensEqual(given, token);
-  const authorize = (header: string | undefined) =>
-    requireFleetBearer(header, matchesToken, "this node's");
+  const verbs = new NativeVerbs(app, { token, bodyCap, messageCap });
+  addSandboxVerbs(verbs, options);
+  addNodeVerbs(verbs, options);
+  return app;
+}
 
-  // `team` is the gateway's X-Dormice-Team, read only once the fleet token is checked: the
-  // gateway names the caller's team, and no one else may. Absent, the caller is the operator.
-  const verb = <T>(
-    verbName: string,
-    schema: z.ZodType<T>,
-    run: (input: T, team: string | undefined, headers: Headers) => Promise<unknown> | unknown,
-  ) => {
-    app.post(`/${verbName}`, async (c) => {
-      authorize(c.req.header("authorization"));
-      const team = teamOfRequest(c.req.raw.headers);
-      // Only writeFile carries a file: its body is read a slice at a time, under the larger cap.
-      const { value } = verbName === "writeFile"
-        ? await readFlatJsonObject(c.req.raw, { ...bodyCap, verb: verbName })
-        : await readJsonObject(c.req.raw, messageCap);
-      const input = parse(verbName, schema, value);
-      const answer = await run(input, team, c.req.raw.headers);
-      if (answer instanceof Response) return answer;
-      return c.json(answer as Record<string, unknown>);
-    });
-    app.all(`/${verbName}`, (c) => methodNotAllowed(c, "POST"));
-  };
-
-  verb("acquireSandbox", schemas.acquireSandbox, async (b, team, headers) => {
+/** The sandbox verbs (those the gateway routes by name), on `verbs`. */
+function addSandboxVerbs(verbs: NativeVerbs, options: NativeFaceOptions): void {
+  const { service, nodeId, endpoint, build, hostReading } = options;
+  verbs.add("acquireSandbox", schemas.acquireSandbox, async (b, team, headers) => {
     const slotToken = slotTokenOf(headers);
     const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
-  verb(
+  verbs.add(
     "listSandboxes",
     schemas.listSandboxes,
     async (b, team) =>
@@ -264,7 +223,7 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
         "sandboxes",
       ),
   );
-  verb(
+  verbs.add(
     "execCommand",
     schemas.execCommand,
     (b, team) =>
@@ -275,97 +234,41 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
         timeoutMs: b.timeoutSeconds === undefined ? undefined : b.timeoutSeconds * 1000,
       }),
   );
-  verb("writeFile", writeFileShapeSchema, async (b, team) => {
+  verbs.add("writeFile", writeFileShapeSchema, async (b, team) => {
     const data = b.contentBase64 !== undefined
       ? await decodeContent(b.contentBase64)
       : new TextEncoder().encode(b.content);
     const entry = await service.writeFile({ name: b.name, team }, b.path, data);
     return { path: entry.path, size: entry.size };
   });
-  verb("readFile", schemas.readFile, async (b, team) => {
+  verbs.add("readFile", schemas.readFile, async (b, team) => {
     const data = await service.readFile({ name: b.name, team }, b.path);
     return streamedReadAnswer(b.path, data);
   });
-  verb("updateMetadata", schemas.updateMetadata, async (b, team) => ({
+  verbs.add("updateMetadata", schemas.updateMetadata, async (b, team) => ({
     sandbox: publicSandbox(
       await service.updateMetadata({ name: b.name, team }, b.metadata, b.merge),
     ),
   }));
-  verb("destroySandbox", schemas.destroySandbox, async (b, team) => ({
+  verbs.add("destroySandbox", schemas.destroySandbox, async (b, team) => ({
     destroyed: await service.destroy({ name: b.name, team }),
   }));
-  verb("getSandboxMetrics", schemas.getSandboxMetrics, async (b, team) => ({
+  verbs.add("getSandboxMetrics", schemas.getSandboxMetrics, async (b, team) => ({
     name: b.name,
     metrics: await service.metrics({ name: b.name, team }),
   }));
-  verb("getHostMetrics", schemas.getHostMetrics, () => ({
+  verbs.add("getHostMetrics", schemas.getHostMetrics, () => ({
     nodeId,
     endpoint,
     build,
     reading: hostReading(),
   }));
-  verb(
+  verbs.add(
     "lookupSandbox",
     schemas.lookupSandbox,
     (b, team, headers) => service.lookup(b, team, slotTokenOf(headers)),
   );
-
-  const pools = () => {
-    if (options.pools) return options.pools;
-    throw new HttpError(501, "This node was built without warm pools");
-  };
-  // Pools are the node's, not a team's: only the operator (no X-Dormice-Team) sets or reads them.
-  const operatorOnly = (team: string | undefined, verbName: string) => {
-    if (team !== undefined) {
-      throw new HttpError(403, `${verbName} is the operator's: call it with the fleet token alone`);
-    }
-  };
-  verb("setPools", setPoolsSchema, async (b, team) => {
-    operatorOnly(team, "setPools");
-    try {
-      return { pools: await pools().set(b.pools) };
-    } catch (error) {
-      if (error instanceof RangeError) throw new HttpError(400, error.message);
-      throw error;
-    }
-  });
-  verb("listPools", listPoolsSchema, (_b, team) => {
-    operatorOnly(team, "listPools");
-    return { pools: pools().list() };
-  });
-
-  const snapshots = () => {
-    if (options.snapshots) return options.snapshots;
-    throw new HttpError(501, "This node was built without snapshots");
-  };
-  verb("snapshotSandbox", snapshotSandboxSchema, async (b, team) => ({
-    snapshot: await snapshots().take({ name: b.name, team }, b.snapshotName),
-  }));
-  verb("listSnapshots", listSnapshotsSchema, async (b, team) => ({
-    snapshots: (await snapshots().list(team)).filter((s) =>
-      (b.sandboxId === undefined || s.sandboxId === b.sandboxId) &&
-      (b.name === undefined || s.name === b.name || s.snapshotId === b.name)
-    ),
-  }));
-  verb("deleteSnapshot", deleteSnapshotSchema, async (b, team) => ({
-    deleted: await snapshots().delete(b.snapshotId, team),
-  }));
-
-  return app;
 }
-
-const listPoolsSchema = z.object({}).strict();
-const snapshotSandboxSchema = z.object({
-  name: sandboxNameSchema,
-  snapshotName: z.string().min(1).max(64).optional(),
-});
-const listSnapshotsSchema = z.object({
-  sandboxId: sandboxIdSchema.optional(),
-  name: z.string().min(1).max(64).optional(),
-});
-const deleteSnapshotSchema = z.object({
-  snapshotId: z.string().regex(/^snap-[a-z0-9]{20}$/, "is not a snapshot id (snap-…)"),
-});
 
 /** Bytes of a file encoded at once in a `readFile` answer: 384 KiB, 512 KiB of base64. */
 const READ_SLICE_BYTES = 384 * 1024;
@@ -408,14 +311,4 @@ async function decodeContent(text: string): Promise<Uint8Array> {
     if (!(error instanceof RangeError)) throw error;
     throw new HttpError(400, `Invalid body for writeFile: 'contentBase64': ${error.message}`);
   }
-}
-
-function methodNotAllowed(c: Context, allow: string): Response {
-  return c.json(
-    {
-      message: `${c.req.method} is not allowed on ${new URL(c.req.url).pathname}: use ${allow}`,
-    },
-    405,
-    { allow },
-  );
 }

@@ -2,6 +2,7 @@
  * A minimal, binary-safe ustar writer and reader for Docker's archive API (`putArchive` /
  * `getArchive`). Only what that API produces and accepts: regular files, directories, symlinks,
  * and PAX headers for long names (Go's archive/tar, which Docker uses, writes PAX for them).
+ * Why not `npm:tar-stream`: the README's dependency table.
  *
  * @module
  */

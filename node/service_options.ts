@@ -1,0 +1,43 @@
+/**
+ * What a {@linkcode SandboxService} is built from.
+ *
+ * @module
+ */
+import type { Clock } from "../shared/clock.ts";
+import type { Log } from "../shared/log.ts";
+import type { NameQueue } from "../shared/name_queue.ts";
+import type { Executor } from "./executors/contract.ts";
+import type { Ledger } from "./ledger.ts";
+import type { MetricsHistory } from "./metrics_history.ts";
+import type { WarmPools } from "./pools.ts";
+import type { SlotFence } from "./slot_fence.ts";
+
+/** Options of `SandboxService` (node/service.ts). */
+export interface SandboxServiceOptions {
+  /** The ledger the service reads and writes every row in. */
+  ledger: Ledger;
+  /** Runs the sandboxes the ledger records. */
+  executor: Executor;
+  /** One slot per name; pass one in to share it with another face. */
+  queue?: NameQueue;
+  /** The largest slot token seen per name (shared mode's gateways send them); a fresh one by default. */
+  fence?: SlotFence;
+  /** Stamps creation, idle and deadline times; `systemClock` when absent. */
+  clock?: Clock;
+  /** Where lifecycle events and failures are logged; `silentLog` when absent. */
+  log?: Log;
+  /** The template when a create names none. */
+  defaultTemplate?: string;
+  /** The cap per stream of `execCommand` (1 MiB: big enough for logs, small enough for JSON). */
+  maxOutputBytes?: number;
+  /** Each sandbox's recent samples (the `MetricsSampler` fills it); a new one when absent. */
+  history?: MetricsHistory;
+  /**
+   * How long `execCommand` waits for a command's output to end once its timeout killed it (5 s):
+   * a descendant that escaped the kill (one that dropped the executor's marker from its
+   * environment) may hold the output open for as long as it lives.
+   */
+  killGraceMs?: number;
+  /** Warm pools a create claims from before it builds cold; none when absent. */
+  pools?: WarmPools;
+}
