@@ -599,7 +599,7 @@ Deno.test("SandboxService: an exit lost to a destroy still reads as the destroy 
 });
 
 Deno.test("SandboxService: a sandbox paused to disk keeps its row through reconcile, and wakes on use", async () => {
-  const { ledger, executor, service, close } = setup();
+  const { ledger, service, close } = setup();
   try {
     const { sandbox } = await service.acquire({ name: "to-disk" });
     await service.writeFile({ name: "to-disk" }, "/tmp/a.txt", encoder.encode("kept"));

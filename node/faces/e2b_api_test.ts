@@ -621,7 +621,7 @@ Deno.test("a node whose executor cannot enforce rules refuses a create asking fo
 Deno.test("routes not built yet answer 501 {code, message}; about a missing sandbox, 404", async () => {
   const { call, executor } = setup();
   const { sandboxID } = await (await call("POST", "/v2/sandboxes", { templateID: "base" })).json();
-  const routes = (id: string) => [
+  const routes = (_id: string) => [
     // Deleting a template (an id that is not a snapshot's) is not built; snapshots are.
     ["DELETE", `/templates/base`],
   ];

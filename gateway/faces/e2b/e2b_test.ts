@@ -325,7 +325,7 @@ Deno.test("E2B api: routes not built yet are a 501 for an existing sandbox, E2B'
   const a = add("a");
   const s = a.add("x");
   try {
-    const routes = (id: string): [string, string][] => [
+    const routes = (_id: string): [string, string][] => [
       // A template's id, not a snapshot's: deleting templates is not built.
       ["DELETE", "/templates/tpl_1"],
     ];
