@@ -1,5 +1,5 @@
 /**
- * A node stays responsive under one tenant's load (issue 30): a real `node/main.ts` process on
+ * A node stays responsive under one tenant's load: a real `node/main.ts` process on
  * the fake executor is sent a 9 MB gzip of zeros (9,000 MiB inflated) at envd's `/files`, and
  * its `/healthz` is asked again and again while the upload is refused. Each answer must arrive
  * within 1 s (the bound is generous for a loaded 2-core machine: before the gzip was inflated in

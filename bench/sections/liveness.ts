@@ -1,5 +1,5 @@
 /**
- * A node's liveness under one tenant's load (issue 30): a 9 MB gzip of zeros (9,000 MiB
+ * A node's liveness under one tenant's load: a 9 MB gzip of zeros (9,000 MiB
  * inflated) posted to envd's `POST /files` with `Content-Encoding: gzip`, while `/healthz` is
  * asked back to back. Two nodes on the fake executor: one with the defaults (the ratio cap of
  * 100 refuses the bomb after its first MiB) and one with `DORMICE_UPLOAD_GZIP_MAX_RATIO=1032`

@@ -1,5 +1,5 @@
 /**
- * The scale benchmark (issue 33): one gateway process in front of simulated nodes, all in one
+ * The scale benchmark: one gateway process in front of simulated nodes, all in one
  * stub process (`children/scale_nodes.ts`) on distinct loopback addresses 127.1.x.y, each checking in
  * every 15 s with an empty lookup digest. Per fleet size, in the same run:
  * - the gateway's cores while every node checks in on its interval (the goal: ≤ 0.15 of a core

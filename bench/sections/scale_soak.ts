@@ -1,5 +1,5 @@
 /**
- * The gateway's memory under a large fleet over time (issue 33): one gateway in front of 10,000
+ * The gateway's memory under a large fleet over time: one gateway in front of 10,000
  * simulated nodes (`children/scale_nodes.ts`) checking in every 15 s, with one lookup miss and one
  * listSandboxes every 10 s, its RSS read every 10 s for 5 minutes. The slope of the fitted line
  * says whether memory keeps growing; the slope of the second half, whether it settled.
