@@ -181,11 +181,10 @@ export {
   type EtcdKv,
   type EtcdOp,
   EtcdRequestError,
-  EtcdSession,
-  type EtcdSessionOptions,
   type EtcdTxnResult,
   EtcdUnavailableError,
 } from "./etcd/client.ts";
+export { EtcdSession, type EtcdSessionOptions } from "./etcd/session.ts";
 export { etcdHttpError } from "./etcd/answers.ts";
 export {
   EtcdSlots,

@@ -4,7 +4,8 @@
  * is not installed; never under CI.
  */
 import assert from "node:assert/strict";
-import { EtcdClient, EtcdSession } from "../gateway/etcd/client.ts";
+import { EtcdClient } from "../gateway/etcd/client.ts";
+import { EtcdSession } from "../gateway/etcd/session.ts";
 import { EtcdSlots, type SlotHold } from "../gateway/routing/slots.ts";
 import { EtcdTeamLedger } from "../gateway/keys/team_ledger.ts";
 import { systemClock } from "../shared/clock.ts";

@@ -4,7 +4,8 @@
  * the test cluster helper (`_etcd.ts`), and nothing outside tests/ imports tests/.
  */
 import assert from "node:assert/strict";
-import { EtcdClient, EtcdSession, EtcdUnavailableError } from "../gateway/etcd/client.ts";
+import { EtcdClient, EtcdUnavailableError } from "../gateway/etcd/client.ts";
+import { EtcdSession } from "../gateway/etcd/session.ts";
 import { EtcdSlots } from "../gateway/routing/slots.ts";
 import { FleetSync } from "../gateway/fleet/sync.ts";
 import { Fleet } from "../gateway/fleet/fleet.ts";

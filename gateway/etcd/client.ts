@@ -16,8 +16,6 @@
 import { describeFetchFailure } from "../../shared/fetch_failure.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 
-export { EtcdSession, type EtcdSessionOptions } from "./session.ts";
-
 /**
  * Thrown when no member of the etcd cluster answered within the bound. The gateway turns it into
  * a 503 with Retry-After naming etcd: a name must never be built twice on a guess.

@@ -13,9 +13,9 @@ import {
   type EtcdKv,
   type EtcdOp,
   EtcdRequestError,
-  type EtcdSession,
   EtcdUnavailableError,
 } from "../etcd/client.ts";
+import type { EtcdSession } from "../etcd/session.ts";
 
 /** One create of a team, as every gateway reads it from etcd. */
 export interface TeamRecord {

@@ -7,7 +7,8 @@
  */
 import { NameQueue } from "../../shared/name_queue.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import type { EtcdClient, EtcdKv, EtcdSession } from "../etcd/client.ts";
+import type { EtcdClient, EtcdKv } from "../etcd/client.ts";
+import type { EtcdSession } from "../etcd/session.ts";
 import { EtcdRequestError } from "../etcd/client.ts";
 import { etcdHttpError, etcdRetryAfterSeconds } from "../etcd/answers.ts";
 

@@ -9,7 +9,40 @@
 import type { RawHead } from "./_head.ts";
 import { ChunkDecoder, type Conn, type Head, StaleConnection, wrap } from "./_wire.ts";
 import type { Cancel } from "./_pool.ts";
-import type { BytesAnswer } from "./client.ts";
+
+/** A node's answer read on the wire (see the client's `sendBytes`). */
+export interface BytesAnswer {
+  /**
+   * The status line and the header lines, framing ones included, as bytes: valid only until the
+   * body is first asked for.
+   */
+  readonly head: RawHead;
+  /** The body's length; `-1` when it is chunked, `-2` when it ends with the connection. */
+  readonly length: number;
+  /**
+   * The next piece of the body (de-chunked), or null at its end. A piece is valid until the
+   * next call: write it out before asking for more. Rejects when the body fails.
+   */
+  next(): Promise<Uint8Array | null>;
+  /**
+   * The length of a sized body that arrived whole with the head (the usual small answer), or
+   * `-1` (then read it with `next`).
+   */
+  wholeLength(): number;
+  /**
+   * Copies that whole body into `into` at `at`, and hands the connection back to its pool.
+   * Copy what is wanted of `head.raw` first: the connection's next read may reuse its bytes.
+   */
+  copyWhole(into: Uint8Array, at: number): void;
+  /**
+   * The answer as the node sent it, head and whole body (a sized body that arrived whole:
+   * `wholeLength() >= 0`), without a copy: the bytes are lent, so the connection's next read
+   * lands after them, and the connection goes back to its pool at once.
+   */
+  asSent(): Uint8Array<ArrayBuffer>;
+  /** Drops the rest of the answer, and its connection with it. */
+  cancel(): void;
+}
 import type { Upload } from "./_client_request.ts";
 
 /**
