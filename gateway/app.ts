@@ -27,8 +27,9 @@ import { GatewayRouting } from "./routing/routing.ts";
 import { LifecycleEvents } from "./observe/lifecycle.ts";
 import { GatewayMetrics } from "./observe/metrics.ts";
 import { mountOperatorView } from "./faces/operator.ts";
+import { mountE2b } from "./faces/e2b/e2b.ts";
 import { PlacementLog } from "./placer/placement_log.ts";
-import { createPortProxy } from "./faces/ports.ts";
+import { createPortProxy, type PortProxy } from "./faces/ports.ts";
 import { createDomainFront } from "./faces/sandbox_domain.ts";
 import { WebhookSender, type WebhookSenderOptions } from "./observe/webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
@@ -36,7 +37,7 @@ import { EtcdClient, EtcdSession } from "./etcd/client.ts";
 import { EtcdSlots, type Slots } from "./routing/slots.ts";
 import { FleetSync } from "./fleet/sync.ts";
 import { KeySync } from "./keys/sync.ts";
-import { type Clock, systemClock } from "../shared/clock.ts";
+import { type Clock, systemClock, systemTimers, type Timers } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
@@ -89,6 +90,10 @@ export interface GatewayOptions {
   maxJsonBodyBytes?: number;
   /** Time source; the real clock by default. */
   clock?: Clock;
+  /**
+   * The timers the sweep runs on; the real ones by default (a `FakeClock` is both, for tests).
+   */
+  timers?: Timers;
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
   fetch?: typeof fetch;
   /**
@@ -110,8 +115,23 @@ export interface GatewayOptions {
    */
   instanceId?: string;
   /**
-   * Mounts more faces before the app serves its first request (Hono locks its router then), e.g.
-   * the E2B control plane, envd and the `/files` door: `mount: (app, parts) => mountE2b(app, parts)`.
+   * Which faces to serve beside the native one (the root: `/healthz`, the fleet verbs nodes check
+   * in with, the native sandbox verbs). Every face is served by default; set one to `false` to
+   * leave it out.
+   *
+   * @default {{ e2b: true, operator: true, ports: true }}
+   */
+  faces?: GatewayFaces;
+  /**
+   * How often (ms) the gateway sweeps for nodes that went down, announcing each in the log and to
+   * the webhook; `0` leaves the sweep to the caller ({@linkcode Gateway.sweep}). `close()` stops
+   * it.
+   *
+   * @default {1000}
+   */
+  sweepIntervalMs?: number;
+  /**
+   * Mounts more faces before the app serves its first request (Hono locks its router then).
    * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
    * sees those verbs first. Paths under `/e2b/` and `/files` are left to the mounted faces, which
    * answer auth and errors in their own dialect. A POST to a routed native verb (`/execCommand`,
@@ -136,6 +156,30 @@ export interface GatewayOptions {
    * Mount the E2B faces (`mountE2b`) for the control plane and envd to answer.
    */
   sandboxDomain?: string;
+}
+
+/** The faces {@linkcode createGateway} serves beside the native one; each `true` by default. */
+export interface GatewayFaces {
+  /**
+   * The E2B control plane at `/e2b/api`, envd at `/e2b/envd` and the SDK's signed `/files` door
+   * at the root (`faces/e2b/e2b.ts`).
+   *
+   * @default {true}
+   */
+  e2b?: boolean;
+  /**
+   * The operator's view: `GET /metrics` (Prometheus text) and the fleet page under `/ui`.
+   *
+   * @default {true}
+   */
+  operator?: boolean;
+  /**
+   * A sandbox's ports at `<port>-<id>.<sandboxDomain>` (with `sandboxDomain` only; without it
+   * there is no address for them).
+   *
+   * @default {true}
+   */
+  ports?: boolean;
 }
 
 /** Where shared mode keeps its state. */
@@ -178,7 +222,10 @@ export interface Gateway extends GatewayParts {
   app: Hono;
   /** This gateway's id in the hop marker of the requests it sends. */
   instanceId: string;
-  /** Announces nodes that went down; call it every second or so. */
+  /**
+   * Announces nodes that went down; the gateway calls it every `sweepIntervalMs` itself, so call
+   * it only with `sweepIntervalMs: 0`.
+   */
   sweep(): string[];
   /**
    * The routed verbs served from their bytes (`faces/bytes_lane.ts`), for `serveGuarded`'s bytes
@@ -190,28 +237,33 @@ export interface Gateway extends GatewayParts {
   /** Shared mode's pieces, when `etcd` was given. */
   shared?: SharedMode;
   /**
-   * Closes the database (node and key tables) when the gateway opened it itself, and stops the
-   * webhook sender (events not yet delivered are logged as lost).
+   * Stops the sweep, closes the database (node and key tables) when the gateway opened it itself,
+   * stops the webhook sender (events not yet delivered are logged as lost) and, in shared mode,
+   * the sync and the lease; resolves once all of that is done. Calling it again returns the same
+   * promise.
    */
-  close(): void;
+  close(): Promise<void>;
+  /** `await using gateway = createGateway(…)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /**
  * Builds the gateway: a Fleet, a Finder and a Placer over it, the routing rules over those three,
- * and the faces. The native face is the root (`GET /healthz` open, the fleet verbs `checkIn`,
+ * and every face. The native face is the root (`GET /healthz` open, the fleet verbs `checkIn`,
  * `listNodes`, `removeNode`, and the native sandbox verbs routed to the node that holds the
- * sandbox, or placed for `acquireSandbox`); `mount` adds the others. One fleet token guards every
- * route but `/healthz` and those the mounted faces check themselves (see `keys/auth.ts`).
+ * sandbox, or placed for `acquireSandbox`); the E2B faces, the operator's view and, with a sandbox
+ * domain, the ports are served beside it unless `faces` leaves them out; `mount` adds more. One
+ * fleet token guards every route but `/healthz` and those the E2B faces check themselves (see
+ * `keys/auth.ts`). The gateway sweeps for down nodes on its own timer until `close()`.
  *
  * @throws {TypeError} when `token` is empty.
  *
  * @example
  * ```ts
  * import { createGateway } from "@dormice/cluster/gateway";
- * const gateway = createGateway({ token: "t".repeat(32) });
+ * await using gateway = createGateway({ token: "t".repeat(32) });
  * const res = await gateway.fetch(new Request("http://gw/healthz"));
  * console.log(res.status); // 200
- * gateway.close();
  * ```
  */
 export function createGateway(options: GatewayOptions): Gateway {
@@ -345,18 +397,41 @@ export function createGateway(options: GatewayOptions): Gateway {
     jsonBodyCap,
     sandboxDomain: options.sandboxDomain,
   };
+  const faces = options.faces ?? {};
   const native = createNativeFace(parts, {
     mount: (app, p) => {
-      mountOperatorView(app, p);
+      if (faces.operator !== false) mountOperatorView(app, p);
+      if (faces.e2b !== false) mountE2b(app, p);
       options.mount?.(app, p);
     },
   });
-  const ports = createPortProxy(parts);
+  const ports = faces.ports === false ? noPorts : createPortProxy(parts);
   const served = options.sandboxDomain === undefined ? native.fetch : createDomainFront({
     domain: options.sandboxDomain,
     next: native.fetch,
     port: ports,
   });
+  // Down is decided on read; the sweep only announces transitions (log, webhook).
+  const sweepMs = options.sweepIntervalMs ?? 1000;
+  const timers = options.timers ?? systemTimers;
+  let sweeper: ReturnType<Timers["setTimer"]> | undefined;
+  const sweepSoon = () => {
+    sweeper = timers.setTimer(() => {
+      fleet.sweep();
+      if (closing === undefined) sweepSoon();
+    }, sweepMs);
+  };
+  if (sweepMs > 0) sweepSoon();
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    closing ??= (() => {
+      timers.clearTimer(sweeper);
+      const pending = [webhooks?.close(), shared?.mode.close()];
+      // Writes the batched check-in times before the database goes.
+      fleet.close();
+      if (database === undefined && db.isOpen) db.close();
+      return Promise.all(pending).then(() => {});
+    })();
   return {
     ...parts,
     app: native.app,
@@ -370,15 +445,21 @@ export function createGateway(options: GatewayOptions): Gateway {
     webhooks,
     shared: shared?.mode,
     sweep: () => fleet.sweep(),
-    close: () => {
-      void webhooks?.close();
-      void shared?.mode.close();
-      // Writes the batched check-in times before the database goes.
-      fleet.close();
-      if (database === undefined && db.isOpen) db.close();
-    },
+    close,
+    [Symbol.asyncDispose]: close,
   };
 }
+
+/** The port hop with `faces.ports: false`, in the shape of the port hop's own errors. */
+const noPorts: PortProxy = (_request, sandboxId) =>
+  Promise.resolve(
+    Response.json({
+      message: "This gateway does not serve sandbox ports (created with faces.ports false): " +
+        "reach the port through a gateway that serves them",
+      sandboxId,
+      code: 404,
+    }, { status: 404 }),
+  );
 
 function startShared(
   options: SharedModeOptions,

@@ -330,6 +330,7 @@ Deno.test("the cached fast path forwards nothing for a client that already hung 
 Deno.test("createGateway() mounts more faces under /e2b/ that answer their own auth", async () => {
   const gateway = createGateway({
     token,
+    faces: { e2b: false },
     mount: (app, parts) => {
       app.get("/e2b/api/health", (c) => c.json({ nodes: parts.fleet.size }));
     },

@@ -19,10 +19,11 @@
  *   the rules answer with `routing/answers.ts`;
  * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}) and paths
  *   with dot segments, checked before any face;
- * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
- *   (`faces/native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `faces/e2b/e2b.ts`)
- *   through `mount`; who may call what is `keys/auth.ts`. `config.ts` reads the environment and
- *   `main.ts` is the daemon;
+ * - {@linkcode createGateway} (`app.ts`): builds those, mounts every face (the native face,
+ *   `faces/native.ts`, at the root; the E2B faces, {@linkcode mountE2b} in `faces/e2b/e2b.ts`;
+ *   the operator's view; the ports with a sandbox domain) unless its `faces` option leaves one
+ *   out, and sweeps for down nodes until `close()`; who may call what is `keys/auth.ts`.
+ *   `config.ts` reads the environment and `main.ts` is the daemon;
  * - the operator's view (`faces/operator.ts`): {@linkcode GatewayMetrics} behind `GET /metrics`,
  *   the fleet page under `/ui` (`faces/ui/`, with the recent {@linkcode PlacementLog}), and the
  *   lifecycle webhooks ({@linkcode LifecycleEvents} into a {@linkcode WebhookSender}, signed as

@@ -15,7 +15,6 @@
  */
 import assert from "node:assert/strict";
 import { createGateway } from "../app.ts";
-import { mountE2b } from "./e2b/e2b.ts";
 import { createH1Client, serveGuarded } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { seeded } from "../../shared/_seeded_fixtures_test.ts";
@@ -221,7 +220,6 @@ async function gatewayRig(names: Set<string>) {
     token: TOKEN,
     nodeClient: h1,
     lookupTimeoutMs: 1000,
-    mount: (app, parts) => mountE2b(app, parts),
   });
   const real = gateway.lane!;
   assert.ok(real, "a gateway with a nodeClient has a lane");

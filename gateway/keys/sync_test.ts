@@ -6,7 +6,6 @@ import { callerCheck } from "./auth.ts";
 import { FakeClock } from "../../shared/clock.ts";
 import type { HttpError } from "../../shared/http_error.ts";
 import { createGateway } from "../app.ts";
-import { mountE2b } from "../faces/e2b/e2b.ts";
 
 /**
  * An etcd of one map, over the calls KeySync makes (range by prefix, put, deleterange), that can
@@ -117,7 +116,6 @@ Deno.test("createGateway({ etcd }): an unconfirmed key is each face's 503, in it
     token,
     clock,
     etcd: { endpoints: ["http://etcd"], fetch, pollMs: 60_000 },
-    mount: (app, parts) => mountE2b(app, parts),
   });
   const call = (path: string, headers: Record<string, string>, body: unknown) =>
     gateway.fetch(

@@ -202,6 +202,8 @@ export function setup({ clock }: { clock?: Clock } = {}) {
     ...(clock ? { clock } : {}),
     fetch: fakeFetch,
     lookupTimeoutMs: 500,
+    // Its own E2B faces, so unnamed creates get names the tests can predict.
+    faces: { e2b: false },
     mount: (app, parts) => mountE2b(app, parts, { randomName: () => `e2b-gen-${++names}` }),
   });
   const add = (id: string, memoryAvailableBytes = 8e9) => {
