@@ -31,7 +31,7 @@ import { mountE2b } from "./faces/e2b/e2b.ts";
 import { PlacementLog } from "./placer/placement_log.ts";
 import { createPortProxy, type PortProxy } from "./faces/ports.ts";
 import { createDomainFront } from "./faces/sandbox_domain.ts";
-import { WebhookSender, type WebhookSenderOptions } from "./observe/webhooks.ts";
+import { type WebhookOptions, WebhookSender } from "./observe/webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
 import { EtcdClient, EtcdSession } from "./etcd/client.ts";
 import { EtcdSlots, type Slots } from "./routing/slots.ts";
@@ -96,11 +96,6 @@ export interface GatewayOptions {
   timers?: Timers;
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
   fetch?: typeof fetch;
-  /**
-   * The gateway's HTTP/1.1 client to the nodes (`shared/http1/client.ts`): with it, `fetch` defaults to
-   * its `fetch`, and the gateway has a {@linkcode Gateway.lane} for the bytes engine.
-   */
-  nodeClient?: H1Client;
   /** Where events go; silent by default. */
   log?: Log;
   /**
@@ -131,19 +126,10 @@ export interface GatewayOptions {
    */
   sweepIntervalMs?: number;
   /**
-   * Mounts more faces before the app serves its first request (Hono locks its router then).
-   * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
-   * sees those verbs first. Paths under `/e2b/` and `/files` are left to the mounted faces, which
-   * answer auth and errors in their own dialect. A POST to a routed native verb (`/execCommand`,
-   * `/getSandboxMetrics`, …) is answered before Hono, so middleware mounted at the root does not
-   * see it.
-   */
-  mount?: (app: Hono, gateway: GatewayParts) => void;
-  /**
    * Where lifecycle events are POSTed, signed with `secret` (`DORMICE_WEBHOOK_URL`,
    * `DORMICE_WEBHOOK_SECRET`; see `observe/webhooks.ts`); none are sent without it.
    */
-  webhook?: WebhookSenderOptions;
+  webhook?: WebhookOptions;
   /**
    * Shared mode (`DORMICE_GATEWAY_ETCD`): the slots and the Fleet live in etcd, so several
    * gateways front one fleet (see docs/shared-mode.md). Absent: the embedded default.
@@ -156,6 +142,27 @@ export interface GatewayOptions {
    * Mount the E2B faces (`mountE2b`) for the control plane and envd to answer.
    */
   sandboxDomain?: string;
+}
+
+/**
+ * {@linkcode buildGateway}'s options: {@linkcode GatewayOptions} and the daemon's own (the bytes
+ * engine's client, faces of one's own on the root Hono app).
+ */
+export interface GatewayBuildOptions extends GatewayOptions {
+  /**
+   * The gateway's HTTP/1.1 client to the nodes (`shared/http1/client.ts`): with it, `fetch` defaults to
+   * its `fetch`, and the gateway has a `lane` for the bytes engine.
+   */
+  nodeClient?: H1Client;
+  /**
+   * Mounts more faces before the app serves its first request (Hono locks its router then).
+   * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
+   * sees those verbs first. Paths under `/e2b/` and `/files` are left to the mounted faces, which
+   * answer auth and errors in their own dialect. A POST to a routed native verb (`/execCommand`,
+   * `/getSandboxMetrics`, …) is answered before Hono, so middleware mounted at the root does not
+   * see it.
+   */
+  mount?: (app: Hono, gateway: GatewayParts) => void;
 }
 
 /** The faces {@linkcode createGateway} serves beside the native one; each `true` by default. */
@@ -210,16 +217,20 @@ export interface SharedMode {
   close(): Promise<void>;
 }
 
-/** A built gateway. */
-export interface Gateway extends GatewayParts {
+/** A built gateway: serve `fetch`, and `close()` it (or `await using` it) when done. */
+export interface Gateway {
   /**
    * Serves every route, after the door (`door.ts`: a request carrying this gateway's own hop
    * marker is a 508, a path with dot segments a 400). Mount this in `Deno.serve` or an
-   * embedder's Hono app, not `app`, which skips the door and the fast path.
+   * embedder's Hono app.
    */
   fetch(request: Request): Promise<Response>;
-  /** The root Hono app (mount more faces through the `mount` option). */
-  app: Hono;
+  /** The nodes that checked in, with their last readings (the `listNodes` answer). */
+  fleet: Fleet;
+  /** Which node holds a sandbox. */
+  finder: Finder;
+  /** Which node takes a new sandbox. */
+  placer: Placer;
   /** This gateway's id in the hop marker of the requests it sends. */
   instanceId: string;
   /**
@@ -227,15 +238,6 @@ export interface Gateway extends GatewayParts {
    * it only with `sweepIntervalMs: 0`.
    */
   sweep(): string[];
-  /**
-   * The routed verbs served from their bytes (`faces/bytes_lane.ts`), for `serveGuarded`'s bytes
-   * engine; present when `nodeClient` was given and no sandbox domain routes by Host.
-   */
-  lane?: GatewayBytesLane;
-  /** The webhook queue, when `webhook` was given. */
-  webhooks?: WebhookSender;
-  /** Shared mode's pieces, when `etcd` was given. */
-  shared?: SharedMode;
   /**
    * Stops the sweep, closes the database (node and key tables) when the gateway opened it itself,
    * stops the webhook sender (events not yet delivered are logged as lost) and, in shared mode,
@@ -245,6 +247,21 @@ export interface Gateway extends GatewayParts {
   close(): Promise<void>;
   /** `await using gateway = createGateway(…)` closes it at the end of the scope. */
   [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** {@linkcode buildGateway}'s gateway: the public one with every part a face builds on. */
+export interface BuiltGateway extends Gateway, GatewayParts {
+  /** The root Hono app (mount more faces through the `mount` option). */
+  app: Hono;
+  /**
+   * The routed verbs served from their bytes (`faces/bytes_lane.ts`), for `serveGuarded`'s bytes
+   * engine; present when `nodeClient` was given and no sandbox domain routes by Host.
+   */
+  lane?: GatewayBytesLane;
+  /** The webhook queue, when `webhook` was given. */
+  webhooks?: WebhookSender;
+  /** Shared mode's pieces, when `etcd` was given. */
+  shared?: SharedMode;
 }
 
 /**
@@ -267,6 +284,27 @@ export interface Gateway extends GatewayParts {
  * ```
  */
 export function createGateway(options: GatewayOptions): Gateway {
+  return buildGateway(options);
+}
+
+/**
+ * {@linkcode createGateway} for the daemon and for faces of one's own: the same gateway, with its
+ * parts (routing, keys, metrics, the root Hono app, …) and the `nodeClient` and `mount` options.
+ *
+ * @example
+ * ```ts
+ * import { buildGateway } from "@dormice/cluster/gateway";
+ * await using gateway = buildGateway({
+ *   token: "t".repeat(32),
+ *   mount: (app, parts) => app.get("/hello", (c) => c.json({ nodes: parts.fleet.size })),
+ * });
+ * const res = await gateway.fetch(
+ *   new Request("http://gw/hello", { headers: { authorization: `Bearer ${"t".repeat(32)}` } }),
+ * );
+ * console.log(res.status); // 200
+ * ```
+ */
+export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
   const {
     token,
     database,

@@ -17,7 +17,7 @@ import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
 import { createH1Client, serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
-import { createGateway } from "./app.ts";
+import { buildGateway } from "./app.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
@@ -84,7 +84,7 @@ const nodeClient = config.nodeClient === "h1"
   ? createH1Client({ otherSchemes: globalThis.fetch })
   : undefined;
 
-const gateway = createGateway({
+const gateway = buildGateway({
   token: config.apiToken,
   database,
   cpuLimitPct: config.nodeCpuLimitPct,

@@ -101,7 +101,16 @@ export {
   type GatewayBytesLane,
   type LaneVerb,
 } from "./faces/bytes_lane.ts";
-export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
+export {
+  buildGateway,
+  type BuiltGateway,
+  createGateway,
+  type Gateway,
+  type GatewayBuildOptions,
+  type GatewayFaces,
+  type GatewayOptions,
+  type GatewayParts,
+} from "./app.ts";
 export {
   type DestroyOptions,
   type FanOutAnswer,
@@ -158,6 +167,7 @@ export {
   SIGNATURE_HEADER,
   signWebhook,
   verifyWebhook,
+  type WebhookOptions,
   WebhookSender,
   type WebhookSenderOptions,
 } from "./observe/webhooks.ts";

@@ -2,7 +2,7 @@
 // engine, clients over the wire. Each test reads `gateway.lane.served` / `handedBack` to prove
 // which path answered.
 import assert from "node:assert/strict";
-import { createGateway, type Gateway } from "../app.ts";
+import { buildGateway, type BuiltGateway } from "../app.ts";
 import { createH1Client, type H1Client, serveGuarded, serveH1 } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { teamScopedName } from "../../shared/teams.ts";
@@ -91,7 +91,7 @@ async function rig(options: RigOptions = {}) {
       return h1.open;
     },
   };
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token: TOKEN,
     nodeClient: client,
     headTimeoutMs: options.headTimeoutMs,
@@ -115,7 +115,7 @@ async function rig(options: RigOptions = {}) {
   return {
     names,
     seen,
-    gateway: gateway as Gateway & { lane: GatewayBytesLane },
+    gateway: gateway as BuiltGateway & { lane: GatewayBytesLane },
     lane,
     base,
     endpoint,
