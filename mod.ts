@@ -57,6 +57,9 @@ export {
   type PlacerOptions,
   type Rejection,
   type RejectReason,
+  type ScoredNode,
+  type WarmExplain,
+  type WarmSample,
 } from "./gateway/placer/placer.ts";
 export {
   createGateway,
@@ -68,7 +71,17 @@ export {
 export type { ListenAddress } from "./gateway/door.ts";
 export type { WebhookOptions } from "./gateway/observe/webhooks.ts";
 export { NameQueue } from "./shared/name_queue.ts";
-export type { CheckIn, HostReading } from "./shared/schemas.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  NodeLifecycleEvent,
+  SandboxState,
+  StateCounts,
+} from "./shared/schemas.ts";
+export type { PoolReport, PoolSpec } from "./shared/pools.ts";
+export { type DigestProbe, LookupDigest, type LookupDigestWire } from "./shared/lookup_digest.ts";
 export type { Clock, TimerHandle, Timers } from "./shared/clock.ts";
 export type { Log, LogLevel } from "./shared/log.ts";
 export { HttpError } from "./shared/http_error.ts";

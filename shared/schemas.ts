@@ -11,7 +11,7 @@ import { type EgressRules, type EgressRulesInput, egressRulesSchema } from "./eg
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
 
 /** One of {@linkcode sandboxStates}. */
-export type SandboxState = typeof sandboxStates[number];
+export type SandboxState = "active" | "frozen" | "stopped" | "archived" | "restoring";
 
 /** Zod schema of {@linkcode SandboxState}. */
 export const sandboxStateSchema: z.ZodEnum<{ [K in SandboxState]: K }> = z.enum(sandboxStates);
@@ -108,7 +108,16 @@ export const dataDiskSchema: z.ZodObject<{
 });
 
 /** The data disk reading. */
-export type DataDisk = z.infer<typeof dataDiskSchema>;
+export interface DataDisk {
+  /** The directory measured (the node's data dir). */
+  path: string;
+  /** The filesystem's size, bytes. */
+  totalBytes: number;
+  /** Bytes in use. */
+  usedBytes: number;
+  /** Bytes this user may still write. */
+  availableBytes: number;
+}
 
 /** The ledger's census: how many sandboxes are in each state. */
 export const stateCountsSchema: z.ZodObject<{ [K in SandboxState]: z.ZodNumber }> = z.object({
@@ -119,8 +128,8 @@ export const stateCountsSchema: z.ZodObject<{ [K in SandboxState]: z.ZodNumber }
   restoring: z.number().int().nonnegative(),
 });
 
-/** The ledger's census by state. */
-export type StateCounts = z.infer<typeof stateCountsSchema>;
+/** The ledger's census by state: how many sandboxes are in each. */
+export type StateCounts = { [K in SandboxState]: number };
 
 /** What a node reports about its host in each check-in. */
 export const hostReadingSchema: z.ZodObject<{
@@ -167,8 +176,33 @@ export const hostReadingSchema: z.ZodObject<{
   warm: z.number().int().nonnegative().optional(),
 });
 
-/** A host reading. */
-export type HostReading = z.infer<typeof hostReadingSchema>;
+/** A host reading: what a node reports about its host in each check-in. */
+export interface HostReading {
+  /** Milliseconds since the epoch when the reading was taken. */
+  takenAt: number;
+  /** Cores the node may use (at least 1). */
+  cpuCount: number;
+  /** Percent of all cores busy since the previous sample; `null` on the first reading. */
+  cpuUsedPct: number | null;
+  /** Memory of the host, bytes. */
+  memoryTotalBytes: number;
+  /** Memory still available, bytes. */
+  memoryAvailableBytes: number;
+  /** Swap of the host, bytes. */
+  swapTotalBytes: number;
+  /** Swap still free, bytes. */
+  swapFreeBytes: number;
+  /** The data disk, or `null` when it could not be read. */
+  dataDisk: DataDisk | null;
+  /** How many sandboxes the node holds in each state. */
+  sandboxes: StateCounts;
+  /** Running sandboxes per team; absent from a node that predates teams. */
+  teams?: Record<string, number>;
+  /** The node's ledger change number when `teams` was counted. */
+  ledgerSeq?: number;
+  /** Warm pool sandboxes ready to be claimed. */
+  warm?: number;
+}
 
 /**
  * The answer header naming the node's ledger change number after the request's change (a create,
@@ -200,7 +234,13 @@ export const lifecycleEventTypes = [
 ] as const;
 
 /** One of {@linkcode lifecycleEventTypes}. */
-export type LifecycleEventType = typeof lifecycleEventTypes[number];
+export type LifecycleEventType =
+  | "created"
+  | "paused"
+  | "resumed"
+  | "killed"
+  | "timed_out"
+  | "node_lost";
 
 /** Most lifecycle events one check-in carries; a node keeps the rest for the next one. */
 export const MAX_CHECK_IN_EVENTS = 100;
@@ -233,8 +273,21 @@ export const nodeLifecycleEventSchema: z.ZodObject<{
   detail: z.string().max(500),
 });
 
-/** A node's lifecycle event. */
-export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
+/** A node's lifecycle event (see {@linkcode nodeLifecycleEventSchema}). */
+export interface NodeLifecycleEvent {
+  /** Unique per event, kept across re-sends, so the gateway and receivers drop a repeat. */
+  id: string;
+  /** What happened. */
+  type: LifecycleEventType;
+  /** Milliseconds since the epoch when it happened (the node's clock). */
+  at: number;
+  /** The sandbox it happened to. */
+  sandbox: { id: string; name: string; team: string };
+  /** A short code, e.g. `timeout`. */
+  reason: string;
+  /** A sentence for a person. */
+  detail: string;
+}
 
 /**
  * The longest check-in interval a gateway accepts, in seconds. A node is down after two silent
@@ -337,8 +390,50 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: lookupDigestSchema.optional(),
 });
 
-/** A check-in body. */
-export type CheckIn = z.infer<typeof checkInSchema>;
+/** A check-in body: what a node posts to `<gateway>/checkIn` every interval. */
+export interface CheckIn {
+  /** The node's id: letters, digits, `.`, `_`, `-`, at most 64 characters. */
+  nodeId: string;
+  /** The node's http(s) base URL, as the gateway reaches it. */
+  endpoint: string;
+  /** Seconds between the node's check-ins, 1 to {@linkcode maxCheckInIntervalSeconds}. */
+  intervalSeconds: number;
+  /** The node's build. */
+  build: string;
+  /** The host reading. */
+  reading: HostReading;
+  /** Lifecycle changes since the last accepted check-in. */
+  events?: NodeLifecycleEvent[];
+  /** The node's warm pools. */
+  pools?: PoolReport[];
+  /** The templates whose images the node holds; absent: any template. */
+  templates?: string[];
+  /** The volumes the node can mount. */
+  volumes?: string[];
+  /** Whether the node enforces egress address rules. */
+  egressRules?: boolean;
+  /** HMAC-SHA256 of the settings every node must share (hex). */
+  configDigest?: string;
+  /** A Bloom filter of the names and ids the node held (`LookupDigest.toWire()`). */
+  lookupDigest?: { bits: string; hashes: number; count: number };
+  /** The snapshot ids the node holds, newest first. */
+  snapshots?: string[];
+  /** The node holds more snapshots than `snapshots` lists. */
+  snapshotsTruncated?: boolean;
+}
+
+// The interfaces above are written out for the documentation; these fail to compile when one
+// drifts from its schema.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const _checkInMatches: Same<CheckIn, z.infer<typeof checkInSchema>> = true;
+const _readingMatches: Same<HostReading, z.infer<typeof hostReadingSchema>> = true;
+const _eventMatches: Same<NodeLifecycleEvent, z.infer<typeof nodeLifecycleEventSchema>> = true;
+const _diskMatches: Same<DataDisk, z.infer<typeof dataDiskSchema>> = true;
+const _countsMatch: Same<StateCounts, z.infer<typeof stateCountsSchema>> = true;
+const _statesMatch: Same<SandboxState, typeof sandboxStates[number]> = true;
+const _typesMatch: Same<LifecycleEventType, typeof lifecycleEventTypes[number]> = true;
+void [_statesMatch, _typesMatch];
+void [_checkInMatches, _readingMatches, _eventMatches, _diskMatches, _countsMatch];
 
 /** `lookupSandbox` asks by name or by id, exactly one of them. */
 export const lookupRequestSchema: z.ZodUnion<
