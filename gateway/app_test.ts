@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { buildGateway, createGateway } from "./app.ts";
+import { buildGateway } from "./app.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 import { auth, call, setup, type StubSandbox, token } from "./_app_fixtures_test.ts";
 
