@@ -28,6 +28,7 @@ import { LifecycleEvents } from "./observe/lifecycle.ts";
 import { GatewayMetrics } from "./observe/metrics.ts";
 import { mountOperatorView } from "./faces/operator.ts";
 import { mountE2b } from "./faces/e2b/e2b.ts";
+import { gatewayOptionErrors } from "./options.ts";
 import { PlacementLog } from "./placer/placement_log.ts";
 import { createPortProxy, type PortProxy } from "./faces/ports.ts";
 import { createDomainFront } from "./faces/sandbox_domain.ts";
@@ -52,40 +53,75 @@ export interface GatewayOptions {
    * `openExclusiveDatabase(path, "DORMICE_GATEWAY_DB")`. A private in-memory database by default.
    */
   database?: DatabaseSync;
-  /** Reject a node above this CPU %. Default 70. */
+  /**
+   * Reject a node above this CPU %: above 0, at most 100.
+   *
+   * @default {70}
+   */
   cpuLimitPct?: number;
-  /** Reject a node at this many active + in-flight sandboxes. Default 400. */
+  /**
+   * Reject a node at this many active + in-flight sandboxes.
+   *
+   * @default {400}
+   */
   activeLimit?: number;
-  /** Reject a node with less available data disk. Default 10 GB. */
+  /**
+   * Reject a node with less available data disk, GB.
+   *
+   * @default {10}
+   */
   minDiskGB?: number;
-  /** One deadline for a lookup round, connect included. Default 2000 ms. */
+  /**
+   * One deadline for a lookup round, connect included, ms (at most 60,000).
+   *
+   * @default {2000}
+   */
   lookupTimeoutMs?: number;
-  /** Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`). Default 128. */
+  /**
+   * Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`), 1 to 4096.
+   *
+   * @default {128}
+   */
   lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
    * created on its nodes (docs/lookup-digest.md).
+   *
+   * @default {"off"}
    */
   lookupDigests?: "off" | "sole-writer";
-  /** Bound of each node's answer to a fleet-wide listing. Default 5000 ms. */
+  /**
+   * Bound of each node's answer to a fleet-wide listing, ms.
+   *
+   * @default {5000}
+   */
   fanOutTimeoutMs?: number;
   /**
-   * Bound of a forwarded request's wait for the node's head, once its body is sent. Default
-   * 120,000 ms (see `GatewayRoutingOptions.headTimeoutMs`).
+   * Bound of a forwarded request's wait for the node's head, once its body is sent, ms (see
+   * `GatewayRoutingOptions.headTimeoutMs`).
+   *
+   * @default {120000}
    */
   headTimeoutMs?: number;
   /**
    * A node silent this long (ms) is declared dead and the names it held are free
-   * (`FleetOptions.deadAfterMs`). Default 600,000 (`DORMICE_GATEWAY_NODE_DEAD_AFTER_S`); 0 never.
+   * (`FleetOptions.deadAfterMs`); 0 never declares one.
+   *
+   * @default {600000}
    */
   nodeDeadAfterMs?: number;
-  /** Finder cache entries per index. Default 100,000. */
+  /**
+   * Finder cache entries per index.
+   *
+   * @default {100000}
+   */
   cacheSize?: number;
   /**
    * Cap of a JSON request body the gateway reads to route (native verbs, E2B control plane),
-   * bytes. Default 32 MiB (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`); envd and `/files` stream
-   * through uncapped, the node caps them.
+   * bytes; envd and `/files` stream through uncapped, the node caps them.
+   *
+   * @default {33554432}
    */
   maxJsonBodyBytes?: number;
   /** Time source; the real clock by default. */
@@ -193,11 +229,23 @@ export interface GatewayFaces {
 export interface SharedModeOptions {
   /** The etcd members' client URLs. */
   endpoints: readonly string[];
-  /** This fleet's key prefix; `/dormice/` by default. */
+  /**
+   * This fleet's key prefix.
+   *
+   * @default {"/dormice/"}
+   */
   prefix?: string;
-  /** The gateway's lease TTL in seconds; 10 by default. */
+  /**
+   * The gateway's lease TTL in seconds.
+   *
+   * @default {10}
+   */
   leaseSeconds?: number;
-  /** How often the node table is read back from etcd; 1000 ms by default. */
+  /**
+   * How often the node table is read back from etcd, ms.
+   *
+   * @default {1000}
+   */
   pollMs?: number;
   /** The HTTP client to etcd; the gateway's `fetch` by default. */
   fetch?: typeof fetch;
@@ -273,7 +321,8 @@ export interface BuiltGateway extends Gateway, GatewayParts {
  * fleet token guards every route but `/healthz` and those the E2B faces check themselves (see
  * `keys/auth.ts`). The gateway sweeps for down nodes on its own timer until `close()`.
  *
- * @throws {TypeError} when `token` is empty.
+ * @throws {TypeError} naming every option that is wrong (e.g. a `token` shorter than 32
+ *   characters, `cpuLimitPct` above 100) and what to pass instead.
  *
  * @example
  * ```ts
@@ -325,8 +374,9 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     listenAddress,
     instanceId = newGatewayInstanceId(),
   } = options;
-  if (typeof token !== "string" || token.length === 0) {
-    throw new TypeError("Cannot create the gateway as 'token' is empty: pass the fleet token");
+  const refused = gatewayOptionErrors(options);
+  if (refused.length > 0) {
+    throw new TypeError(`Cannot create the gateway: ${refused.join("; ")}`);
   }
   // The key table lives beside the node table: one file, one lock, one backup.
   const db = database ?? new DatabaseSync(":memory:");

@@ -86,3 +86,35 @@ Deno.test("a gateway mounted in a host Hono app answers there as it does alone",
   assert.equal(res.status, 401);
   assert.equal((await res.json()).code, 401);
 });
+
+Deno.test("createGateway() refuses bad options in the embedder's words, every one at once", () => {
+  assert.throws(
+    () => createGateway({ token: "short" }),
+    (error: Error) => {
+      assert.ok(error instanceof TypeError);
+      assert.match(
+        error.message,
+        /^Cannot create the gateway: token is 5 characters long: pass at least 32/,
+      );
+      return true;
+    },
+  );
+  assert.throws(
+    () => createGateway({ token, cpuLimitPct: 250, activeLimit: -1, lookupTimeoutMs: Number.NaN }),
+    (error: Error) => {
+      assert.match(error.message, /cpuLimitPct is 250: pass a percentage above 0 and at most 100/);
+      assert.match(error.message, /activeLimit is -1: pass a positive whole number/);
+      assert.match(error.message, /lookupTimeoutMs is NaN: pass a whole number of milliseconds/);
+      // Named as the embedder passed them: no daemon variable it never set.
+      assert.doesNotMatch(error.message, /DORMICE_/);
+      return true;
+    },
+  );
+  assert.throws(
+    () => createGateway({ token, lookupDigests: "sole-writer", etcd: { endpoints: ["http://e"] } }),
+    /lookupDigests "sole-writer" cannot go with etcd/,
+  );
+  // At the edges the daemon allows, nothing is refused.
+  const fine = createGateway({ token, cpuLimitPct: 100, minDiskGB: 0, nodeDeadAfterMs: 0 });
+  void fine.close();
+});
