@@ -592,8 +592,31 @@ export const sandboxSpecSchema: z.ZodObject<{
   volumes: z.array(volumeMountSchema).max(16).optional(),
 });
 
-/** A sandbox spec. */
-export type SandboxSpec = z.infer<typeof sandboxSpecSchema>;
+/** A sandbox spec: the resource limits and options asked for a sandbox. */
+export interface SandboxSpec {
+  /** CPU cores (fractions allowed), at most 256. */
+  cpus?: number;
+  /** Memory, MiB. */
+  memoryMB?: number;
+  /** Most processes at once. */
+  pids?: number;
+  /** Egress to anywhere; none by default. */
+  network?: boolean;
+  /** Egress judged by address rules (E2B's `network.allowOut` / `denyOut`). */
+  egressRules?: EgressRules;
+  /** Its ports require its traffic access token (E2B's `allowPublicTraffic: false`). */
+  privatePorts?: boolean;
+  /** Environment variables. */
+  env?: Record<string, string>;
+  /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
+  volumes?: VolumeMount[];
+}
+
+// Written out for the documentation; fails to compile when it drifts from its schema.
+const _specMatches: [SandboxSpec] extends [z.infer<typeof sandboxSpecSchema>]
+  ? ([z.infer<typeof sandboxSpecSchema>] extends [SandboxSpec] ? true : false)
+  : false = true;
+void _specMatches;
 
 /**
  * Turns a zod error into one sentence naming the field(s) at fault.
