@@ -135,10 +135,8 @@ export {
   type ApiKeyInfo,
   ApiKeys,
   type ApiKeysOptions,
-  createApiKeySchema,
   hashApiKey,
   type MintedApiKey,
-  revokeApiKeySchema,
 } from "./keys/keys.ts";
 export { type Admission, TeamLimits, type TeamLimitsOptions } from "./keys/team_limits.ts";
 export {
@@ -217,3 +215,33 @@ export {
 export { FleetSync, type FleetSyncOptions } from "./fleet/sync.ts";
 export { type SharedMode, type SharedModeOptions } from "./app.ts";
 export { KeySync, type KeySyncOptions } from "./keys/sync.ts";
+export type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
+export type { Log, LogLevel } from "../shared/log.ts";
+export { HttpError } from "../shared/http_error.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  NodeLifecycleEvent,
+  SandboxSpec,
+  SandboxState,
+  StateCounts,
+} from "../shared/schemas.ts";
+export type { PoolReport, PoolSpec, VolumeMount } from "../shared/pools.ts";
+export type { EgressRules } from "../shared/egress_rules.ts";
+export { type DigestProbe, LookupDigest, type LookupDigestWire } from "../shared/lookup_digest.ts";
+export type { CheckInApply } from "./fleet/fleet.ts";
+export type { RecordCount } from "./keys/team_limits.ts";
+export type { Json } from "./etcd/client.ts";
+export {
+  type BytesLane,
+  type Cancel,
+  type LaneExchange,
+  type RawHead,
+  RequestHead,
+} from "../shared/http1/mod.ts";
+export type { BodyCapOptions } from "../shared/json_body.ts";
+export type { BearerBytesCheck } from "./keys/auth.ts";
+export type { ApiKeyRecord } from "./keys/keys.ts";
+export { AccessTokens } from "../shared/access_tokens.ts";
