@@ -446,8 +446,8 @@ export const lookupRequestSchema: z.ZodUnion<
   z.object({ id: sandboxIdSchema }).strict(),
 ]);
 
-/** A lookup request. */
-export type LookupRequest = z.infer<typeof lookupRequestSchema>;
+/** A lookup request: by name or by id. */
+export type LookupRequest = { name: string } | { id: string };
 
 /**
  * The node's answer to `lookupSandbox`. `state` is any string, not {@linkcode sandboxStateSchema}:
@@ -480,8 +480,14 @@ export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
   z.object({ found: z.literal(false) }),
 ]);
 
-/** A lookup answer. */
-export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
+/** A lookup answer: the sandbox the node holds under the key, or not found. */
+export type LookupAnswer =
+  | { found: true; sandbox: { id: string; name: string; state: string; team: string } }
+  | { found: false };
+
+const _lookupRequestMatches: Same<LookupRequest, z.infer<typeof lookupRequestSchema>> = true;
+const _lookupAnswerMatches: Same<LookupAnswer, z.infer<typeof lookupAnswerSchema>> = true;
+void [_lookupRequestMatches, _lookupAnswerMatches];
 
 /** The sandbox object every native verb answers with. */
 export interface Sandbox {
