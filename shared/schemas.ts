@@ -303,6 +303,10 @@ export interface NodeLifecycleEvent {
  */
 export const maxCheckInIntervalSeconds: number = 300;
 
+// lookup_digest.ts's MAX_DIGEST_BITS (2^23 bits, 1 MiB), written out: that module imports
+// teams.ts, which imports this one, so importing it here would be a cycle.
+const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
+
 /**
  * A check-in's lookup digest (`LookupDigest.toWire()`): base64 bits, at most 1 MiB of them.
  *
@@ -312,10 +316,6 @@ export const maxCheckInIntervalSeconds: number = 300;
  * lookupDigestSchema.safeParse({ bits: "AAAAAAAAAAA=", hashes: 7, count: 0 }).success; // true
  * ```
  */
-// lookup_digest.ts's MAX_DIGEST_BITS (2^23 bits, 1 MiB), written out: that module imports
-// teams.ts, which imports this one, so importing it here would be a cycle.
-const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
-
 export const lookupDigestSchema: z.ZodObject<{
   bits: z.ZodString;
   hashes: z.ZodNumber;
