@@ -26,12 +26,62 @@
  * @module
  */
 export {
-  Finder,
-  type FinderOptions,
+  type CheckInApply,
+  type CheckInOutcome,
   Fleet,
+  type FleetNode,
   type FleetOptions,
+  type NodeDirectory,
+  type NodeSummary,
+} from "./gateway/fleet/fleet.ts";
+export {
+  type FindBy,
+  type FindConflict,
+  Finder,
+  type FinderMetrics,
+  type FinderOptions,
+  type FinderTimers,
+  type FindNone,
+  type FindOne,
+  type FindOptions,
+  type FindResult,
+  type FindUnsure,
+  type FoundSandbox,
+} from "./gateway/finder/finder.ts";
+export {
+  type PickResult,
+  type PlacementAsk,
+  type PlacementExplain,
   Placer,
+  type PlacerLimits,
   type PlacerOptions,
-} from "./gateway/mod.ts";
-export { createGateway, type Gateway, type GatewayOptions } from "./gateway/mod.ts";
+  type Rejection,
+  type RejectReason,
+  type ScoredNode,
+  type WarmExplain,
+  type WarmSample,
+} from "./gateway/placer/placer.ts";
+export {
+  createGateway,
+  type Gateway,
+  type GatewayFaces,
+  type GatewayOptions,
+  type SharedModeOptions,
+} from "./gateway/app.ts";
+export type { ListenAddress } from "./gateway/door.ts";
+export type { WebhookOptions } from "./gateway/observe/webhooks.ts";
 export { NameQueue } from "./shared/name_queue.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  NodeLifecycleEvent,
+  SandboxState,
+  StateCounts,
+} from "./shared/schemas.ts";
+export type { PoolReport, PoolSpec } from "./shared/pools.ts";
+export { type DigestProbe, LookupDigest, type LookupDigestWire } from "./shared/lookup_digest.ts";
+export type { Clock, TimerHandle, Timers } from "./shared/clock.ts";
+export type { Log, LogLevel } from "./shared/log.ts";
+export { HttpError } from "./shared/http_error.ts";

@@ -5,7 +5,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { createGateway, type Gateway } from "./app.ts";
+import { buildGateway, type BuiltGateway } from "./app.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 import type { FakeClock } from "../shared/clock.ts";
 import type { ListenAddress } from "./door.ts";
@@ -124,7 +124,7 @@ export function setup(
       node.handle(request).then(resolve, reject);
     });
   };
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token,
     fetch: fakeFetch as typeof fetch,
     lookupTimeoutMs: 500,
@@ -150,7 +150,7 @@ export function setup(
 /** The origin the injected fetch answers with the gateway under test itself. */
 export const selfEndpoint = "http://gateway-itself.test:3677";
 
-export function call(gateway: Gateway, verb: string, body: unknown, init: RequestInit = {}) {
+export function call(gateway: BuiltGateway, verb: string, body: unknown, init: RequestInit = {}) {
   return gateway.fetch(
     new Request(`http://gw.test/${verb}`, {
       method: "POST",

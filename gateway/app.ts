@@ -27,17 +27,19 @@ import { GatewayRouting } from "./routing/routing.ts";
 import { LifecycleEvents } from "./observe/lifecycle.ts";
 import { GatewayMetrics } from "./observe/metrics.ts";
 import { mountOperatorView } from "./faces/operator.ts";
+import { mountE2b } from "./faces/e2b/e2b.ts";
+import { gatewayOptionErrors } from "./options.ts";
 import { PlacementLog } from "./placer/placement_log.ts";
-import { createPortProxy } from "./faces/ports.ts";
+import { createPortProxy, type PortProxy } from "./faces/ports.ts";
 import { createDomainFront } from "./faces/sandbox_domain.ts";
-import { WebhookSender, type WebhookSenderOptions } from "./observe/webhooks.ts";
+import { type WebhookOptions, WebhookSender } from "./observe/webhooks.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
 import { EtcdClient } from "./etcd/client.ts";
 import { EtcdSession } from "./etcd/session.ts";
 import { EtcdSlots, type Slots } from "./routing/slots.ts";
 import { FleetSync } from "./fleet/sync.ts";
 import { KeySync } from "./keys/sync.ts";
-import { type Clock, systemClock } from "../shared/clock.ts";
+import { type Clock, systemClock, systemTimers, type Timers } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
@@ -52,51 +54,85 @@ export interface GatewayOptions {
    * `openExclusiveDatabase(path, "DORMICE_GATEWAY_DB")`. A private in-memory database by default.
    */
   database?: DatabaseSync;
-  /** Reject a node above this CPU %. Default 70. */
+  /**
+   * Reject a node above this CPU %: above 0, at most 100.
+   *
+   * @default {70}
+   */
   cpuLimitPct?: number;
-  /** Reject a node at this many active + in-flight sandboxes. Default 400. */
+  /**
+   * Reject a node at this many active + in-flight sandboxes.
+   *
+   * @default {400}
+   */
   activeLimit?: number;
-  /** Reject a node with less available data disk. Default 10 GB. */
+  /**
+   * Reject a node with less available data disk, GB.
+   *
+   * @default {10}
+   */
   minDiskGB?: number;
-  /** One deadline for a lookup round, connect included. Default 2000 ms. */
+  /**
+   * One deadline for a lookup round, connect included, ms (at most 60,000).
+   *
+   * @default {2000}
+   */
   lookupTimeoutMs?: number;
-  /** Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`). Default 128. */
+  /**
+   * Nodes one lookup round asks at once (`FinderOptions.lookupConcurrency`), 1 to 4096.
+   *
+   * @default {128}
+   */
   lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
    * created on its nodes (docs/lookup-digest.md).
+   *
+   * @default {"off"}
    */
   lookupDigests?: "off" | "sole-writer";
-  /** Bound of each node's answer to a fleet-wide listing. Default 5000 ms. */
+  /**
+   * Bound of each node's answer to a fleet-wide listing, ms.
+   *
+   * @default {5000}
+   */
   fanOutTimeoutMs?: number;
   /**
-   * Bound of a forwarded request's wait for the node's head, once its body is sent. Default
-   * 120,000 ms (see `GatewayRoutingOptions.headTimeoutMs`).
+   * Bound of a forwarded request's wait for the node's head, once its body is sent, ms (see
+   * `GatewayRoutingOptions.headTimeoutMs`).
+   *
+   * @default {120000}
    */
   headTimeoutMs?: number;
   /**
    * A node silent this long (ms) is declared dead and the names it held are free
-   * (`FleetOptions.deadAfterMs`). Default 600,000 (`DORMICE_GATEWAY_NODE_DEAD_AFTER_S`); 0 never.
+   * (`FleetOptions.deadAfterMs`); 0 never declares one.
+   *
+   * @default {600000}
    */
   nodeDeadAfterMs?: number;
-  /** Finder cache entries per index. Default 100,000. */
+  /**
+   * Finder cache entries per index.
+   *
+   * @default {100000}
+   */
   cacheSize?: number;
   /**
    * Cap of a JSON request body the gateway reads to route (native verbs, E2B control plane),
-   * bytes. Default 32 MiB (`DORMICE_GATEWAY_JSON_BODY_LIMIT_MB`); envd and `/files` stream
-   * through uncapped, the node caps them.
+   * bytes; envd and `/files` stream through uncapped, the node caps them.
+   *
+   * @default {33554432}
    */
   maxJsonBodyBytes?: number;
   /** Time source; the real clock by default. */
   clock?: Clock;
+  /**
+   * The timers the sweep runs on; the real ones by default (a `FakeClock` is both, for tests).
+   */
+  timers?: Timers;
   /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
   fetch?: typeof fetch;
-  /**
-   * The gateway's HTTP/1.1 client to the nodes (`shared/http1/client.ts`): with it, `fetch` defaults to
-   * its `fetch`, and the gateway has a {@linkcode Gateway.lane} for the bytes engine.
-   */
-  nodeClient?: H1Client;
   /** Where events go; silent by default. */
   log?: Log;
   /**
@@ -111,20 +147,26 @@ export interface GatewayOptions {
    */
   instanceId?: string;
   /**
-   * Mounts more faces before the app serves its first request (Hono locks its router then), e.g.
-   * the E2B control plane, envd and the `/files` door: `mount: (app, parts) => mountE2b(app, parts)`.
-   * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
-   * sees those verbs first. Paths under `/e2b/` and `/files` are left to the mounted faces, which
-   * answer auth and errors in their own dialect. A POST to a routed native verb (`/execCommand`,
-   * `/getSandboxMetrics`, …) is answered before Hono, so middleware mounted at the root does not
-   * see it.
+   * Which faces to serve beside the native one (the root: `/healthz`, the fleet verbs nodes check
+   * in with, the native sandbox verbs). Every face is served by default; set one to `false` to
+   * leave it out.
+   *
+   * @default {{ e2b: true, operator: true, ports: true }}
    */
-  mount?: (app: Hono, gateway: GatewayParts) => void;
+  faces?: GatewayFaces;
+  /**
+   * How often (ms) the gateway sweeps for nodes that went down, announcing each in the log and to
+   * the webhook; `0` leaves the sweep to the caller ({@linkcode Gateway.sweep}). `close()` stops
+   * it.
+   *
+   * @default {1000}
+   */
+  sweepIntervalMs?: number;
   /**
    * Where lifecycle events are POSTed, signed with `secret` (`DORMICE_WEBHOOK_URL`,
    * `DORMICE_WEBHOOK_SECRET`; see `observe/webhooks.ts`); none are sent without it.
    */
-  webhook?: WebhookSenderOptions;
+  webhook?: WebhookOptions;
   /**
    * Shared mode (`DORMICE_GATEWAY_ETCD`): the slots and the Fleet live in etcd, so several
    * gateways front one fleet (see docs/shared-mode.md). Absent: the embedded default.
@@ -139,15 +181,72 @@ export interface GatewayOptions {
   sandboxDomain?: string;
 }
 
+/**
+ * {@linkcode buildGateway}'s options: {@linkcode GatewayOptions} and the daemon's own (the bytes
+ * engine's client, faces of one's own on the root Hono app).
+ */
+export interface GatewayBuildOptions extends GatewayOptions {
+  /**
+   * The gateway's HTTP/1.1 client to the nodes (`shared/http1/client.ts`): with it, `fetch` defaults to
+   * its `fetch`, and the gateway has a `lane` for the bytes engine.
+   */
+  nodeClient?: H1Client;
+  /**
+   * Mounts more faces before the app serves its first request (Hono locks its router then).
+   * It runs after the root's bearer gate and before the native verbs, so root middleware it adds
+   * sees those verbs first. Paths under `/e2b/` and `/files` are left to the mounted faces, which
+   * answer auth and errors in their own dialect. A POST to a routed native verb (`/execCommand`,
+   * `/getSandboxMetrics`, …) is answered before Hono, so middleware mounted at the root does not
+   * see it.
+   */
+  mount?: (app: Hono, gateway: GatewayParts) => void;
+}
+
+/** The faces {@linkcode createGateway} serves beside the native one; each `true` by default. */
+export interface GatewayFaces {
+  /**
+   * The E2B control plane at `/e2b/api`, envd at `/e2b/envd` and the SDK's signed `/files` door
+   * at the root (`faces/e2b/e2b.ts`).
+   *
+   * @default {true}
+   */
+  e2b?: boolean;
+  /**
+   * The operator's view: `GET /metrics` (Prometheus text) and the fleet page under `/ui`.
+   *
+   * @default {true}
+   */
+  operator?: boolean;
+  /**
+   * A sandbox's ports at `<port>-<id>.<sandboxDomain>` (with `sandboxDomain` only; without it
+   * there is no address for them).
+   *
+   * @default {true}
+   */
+  ports?: boolean;
+}
+
 /** Where shared mode keeps its state. */
 export interface SharedModeOptions {
   /** The etcd members' client URLs. */
   endpoints: readonly string[];
-  /** This fleet's key prefix; `/dormice/` by default. */
+  /**
+   * This fleet's key prefix.
+   *
+   * @default {"/dormice/"}
+   */
   prefix?: string;
-  /** The gateway's lease TTL in seconds; 10 by default. */
+  /**
+   * The gateway's lease TTL in seconds.
+   *
+   * @default {10}
+   */
   leaseSeconds?: number;
-  /** How often the node table is read back from etcd; 1000 ms by default. */
+  /**
+   * How often the node table is read back from etcd, ms.
+   *
+   * @default {1000}
+   */
   pollMs?: number;
   /** The HTTP client to etcd; the gateway's `fetch` by default. */
   fetch?: typeof fetch;
@@ -167,20 +266,42 @@ export interface SharedMode {
   close(): Promise<void>;
 }
 
-/** A built gateway. */
-export interface Gateway extends GatewayParts {
+/** A built gateway: serve `fetch`, and `close()` it (or `await using` it) when done. */
+export interface Gateway {
   /**
    * Serves every route, after the door (`door.ts`: a request carrying this gateway's own hop
    * marker is a 508, a path with dot segments a 400). Mount this in `Deno.serve` or an
-   * embedder's Hono app, not `app`, which skips the door and the fast path.
+   * embedder's Hono app.
    */
   fetch(request: Request): Promise<Response>;
-  /** The root Hono app (mount more faces through the `mount` option). */
-  app: Hono;
+  /** The nodes that checked in, with their last readings (the `listNodes` answer). */
+  fleet: Fleet;
+  /** Which node holds a sandbox. */
+  finder: Finder;
+  /** Which node takes a new sandbox. */
+  placer: Placer;
   /** This gateway's id in the hop marker of the requests it sends. */
   instanceId: string;
-  /** Announces nodes that went down; call it every second or so. */
+  /**
+   * Announces nodes that went down; the gateway calls it every `sweepIntervalMs` itself, so call
+   * it only with `sweepIntervalMs: 0`.
+   */
   sweep(): string[];
+  /**
+   * Stops the sweep, closes the database (node and key tables) when the gateway opened it itself,
+   * stops the webhook sender (events not yet delivered are logged as lost) and, in shared mode,
+   * the sync and the lease; resolves once all of that is done. Calling it again returns the same
+   * promise.
+   */
+  close(): Promise<void>;
+  /** `await using gateway = createGateway(…)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** {@linkcode buildGateway}'s gateway: the public one with every part a face builds on. */
+export interface BuiltGateway extends Gateway, GatewayParts {
+  /** The root Hono app (mount more faces through the `mount` option). */
+  app: Hono;
   /**
    * The routed verbs served from their bytes (`faces/bytes_lane.ts`), for `serveGuarded`'s bytes
    * engine; present when `nodeClient` was given and no sandbox domain routes by Host.
@@ -190,32 +311,50 @@ export interface Gateway extends GatewayParts {
   webhooks?: WebhookSender;
   /** Shared mode's pieces, when `etcd` was given. */
   shared?: SharedMode;
-  /**
-   * Closes the database (node and key tables) when the gateway opened it itself, and stops the
-   * webhook sender (events not yet delivered are logged as lost).
-   */
-  close(): void;
 }
 
 /**
  * Builds the gateway: a Fleet, a Finder and a Placer over it, the routing rules over those three,
- * and the faces. The native face is the root (`GET /healthz` open, the fleet verbs `checkIn`,
+ * and every face. The native face is the root (`GET /healthz` open, the fleet verbs `checkIn`,
  * `listNodes`, `removeNode`, and the native sandbox verbs routed to the node that holds the
- * sandbox, or placed for `acquireSandbox`); `mount` adds the others. One fleet token guards every
- * route but `/healthz` and those the mounted faces check themselves (see `keys/auth.ts`).
+ * sandbox, or placed for `acquireSandbox`); the E2B faces, the operator's view and, with a sandbox
+ * domain, the ports are served beside it unless `faces` leaves them out; `mount` adds more. One
+ * fleet token guards every route but `/healthz` and those the E2B faces check themselves (see
+ * `keys/auth.ts`). The gateway sweeps for down nodes on its own timer until `close()`.
  *
- * @throws {TypeError} when `token` is empty.
+ * @throws {TypeError} naming every option that is wrong (e.g. a `token` shorter than 32
+ *   characters, `cpuLimitPct` above 100) and what to pass instead.
  *
  * @example
  * ```ts
  * import { createGateway } from "@dormice/cluster/gateway";
- * const gateway = createGateway({ token: "t".repeat(32) });
+ * await using gateway = createGateway({ token: "t".repeat(32) });
  * const res = await gateway.fetch(new Request("http://gw/healthz"));
  * console.log(res.status); // 200
- * gateway.close();
  * ```
  */
 export function createGateway(options: GatewayOptions): Gateway {
+  return buildGateway(options);
+}
+
+/**
+ * {@linkcode createGateway} for the daemon and for faces of one's own: the same gateway, with its
+ * parts (routing, keys, metrics, the root Hono app, …) and the `nodeClient` and `mount` options.
+ *
+ * @example
+ * ```ts
+ * import { buildGateway } from "@dormice/cluster/gateway";
+ * await using gateway = buildGateway({
+ *   token: "t".repeat(32),
+ *   mount: (app, parts) => app.get("/hello", (c) => c.json({ nodes: parts.fleet.size })),
+ * });
+ * const res = await gateway.fetch(
+ *   new Request("http://gw/hello", { headers: { authorization: `Bearer ${"t".repeat(32)}` } }),
+ * );
+ * console.log(res.status); // 200
+ * ```
+ */
+export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
   const {
     token,
     database,
@@ -236,8 +375,9 @@ export function createGateway(options: GatewayOptions): Gateway {
     listenAddress,
     instanceId = newGatewayInstanceId(),
   } = options;
-  if (typeof token !== "string" || token.length === 0) {
-    throw new TypeError("Cannot create the gateway as 'token' is empty: pass the fleet token");
+  const refused = gatewayOptionErrors(options);
+  if (refused.length > 0) {
+    throw new TypeError(`Cannot create the gateway: ${refused.join("; ")}`);
   }
   // The key table lives beside the node table: one file, one lock, one backup.
   const db = database ?? new DatabaseSync(":memory:");
@@ -346,18 +486,41 @@ export function createGateway(options: GatewayOptions): Gateway {
     jsonBodyCap,
     sandboxDomain: options.sandboxDomain,
   };
+  const faces = options.faces ?? {};
   const native = createNativeFace(parts, {
     mount: (app, p) => {
-      mountOperatorView(app, p);
+      if (faces.operator !== false) mountOperatorView(app, p);
+      if (faces.e2b !== false) mountE2b(app, p);
       options.mount?.(app, p);
     },
   });
-  const ports = createPortProxy(parts);
+  const ports = faces.ports === false ? noPorts : createPortProxy(parts);
   const served = options.sandboxDomain === undefined ? native.fetch : createDomainFront({
     domain: options.sandboxDomain,
     next: native.fetch,
     port: ports,
   });
+  // Down is decided on read; the sweep only announces transitions (log, webhook).
+  const sweepMs = options.sweepIntervalMs ?? 1000;
+  const timers = options.timers ?? systemTimers;
+  let sweeper: ReturnType<Timers["setTimer"]> | undefined;
+  const sweepSoon = () => {
+    sweeper = timers.setTimer(() => {
+      fleet.sweep();
+      if (closing === undefined) sweepSoon();
+    }, sweepMs);
+  };
+  if (sweepMs > 0) sweepSoon();
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    closing ??= (() => {
+      timers.clearTimer(sweeper);
+      const pending = [webhooks?.close(), shared?.mode.close()];
+      // Writes the batched check-in times before the database goes.
+      fleet.close();
+      if (database === undefined && db.isOpen) db.close();
+      return Promise.all(pending).then(() => {});
+    })();
   return {
     ...parts,
     app: native.app,
@@ -371,15 +534,21 @@ export function createGateway(options: GatewayOptions): Gateway {
     webhooks,
     shared: shared?.mode,
     sweep: () => fleet.sweep(),
-    close: () => {
-      void webhooks?.close();
-      void shared?.mode.close();
-      // Writes the batched check-in times before the database goes.
-      fleet.close();
-      if (database === undefined && db.isOpen) db.close();
-    },
+    close,
+    [Symbol.asyncDispose]: close,
   };
 }
+
+/** The port hop with `faces.ports: false`, in the shape of the port hop's own errors. */
+const noPorts: PortProxy = (_request, sandboxId) =>
+  Promise.resolve(
+    Response.json({
+      message: "This gateway does not serve sandbox ports (created with faces.ports false): " +
+        "reach the port through a gateway that serves them",
+      sandboxId,
+      code: 404,
+    }, { status: 404 }),
+  );
 
 function startShared(
   options: SharedModeOptions,

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createGateway } from "./app.ts";
+import { buildGateway } from "./app.ts";
 import { checkIn, reading } from "./_fixtures_test.ts";
 import { auth, call, setup, type StubSandbox, token } from "./_app_fixtures_test.ts";
 
@@ -327,9 +327,10 @@ Deno.test("the cached fast path forwards nothing for a client that already hung 
   }
 });
 
-Deno.test("createGateway() mounts more faces under /e2b/ that answer their own auth", async () => {
-  const gateway = createGateway({
+Deno.test("buildGateway() mounts more faces under /e2b/ that answer their own auth", async () => {
+  const gateway = buildGateway({
     token,
+    faces: { e2b: false },
     mount: (app, parts) => {
       app.get("/e2b/api/health", (c) => c.json({ nodes: parts.fleet.size }));
     },

@@ -1,6 +1,6 @@
 /**
- * The gateway daemon: read env, open the Fleet's database (one gateway per file), build, serve,
- * sweep for down nodes, stop cleanly on a signal.
+ * The gateway daemon: read env, open the Fleet's database (one gateway per file), build (every
+ * face, the sweep for down nodes), serve, stop cleanly on a signal.
  *
  * Requires `--allow-net` (listen, and reach every node's endpoint), `--allow-env` (the
  * `DORMICE_*` variables in `gatewayEnvVariables`), `--allow-read` and `--allow-write` on the database's directory.
@@ -17,8 +17,7 @@ import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
 import { createH1Client, serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
-import { createGateway } from "./app.ts";
-import { mountE2b } from "./faces/e2b/e2b.ts";
+import { buildGateway } from "./app.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
@@ -85,7 +84,7 @@ const nodeClient = config.nodeClient === "h1"
   ? createH1Client({ otherSchemes: globalThis.fetch })
   : undefined;
 
-const gateway = createGateway({
+const gateway = buildGateway({
   token: config.apiToken,
   database,
   cpuLimitPct: config.nodeCpuLimitPct,
@@ -100,7 +99,6 @@ const gateway = createGateway({
   maxJsonBodyBytes: config.jsonBodyLimitBytes,
   log,
   nodeClient,
-  mount: (app, parts) => mountE2b(app, parts),
   sandboxDomain: config.sandboxDomain ?? undefined,
   webhook: config.webhookUrl === null
     ? undefined
@@ -142,18 +140,14 @@ const server = serveGuarded({
     }),
 });
 
-// Down is decided on read; the sweep only announces transitions in the log.
-const sweeper = setInterval(() => gateway.sweep(), 1_000);
-
 onTerminationSignals((signal) => {
   log("info", "gateway stopping", { signal });
-  clearInterval(sweeper);
   void boundedShutdown(server, shutdownGraceMs, async () => {
     // A moment for events still queued (the last destroys); a receiver that is down gets no more.
     await gateway.webhooks?.idle(2000);
     // Revoking the lease frees this gateway's slots now rather than one TTL from now.
     await gateway.shared?.close();
-    gateway.close();
+    await gateway.close();
     nodeClient?.close();
     database.close();
   }).then((clean) => {

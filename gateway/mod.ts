@@ -19,10 +19,11 @@
  *   the rules answer with `routing/answers.ts`;
  * - the door (`door.ts`): the hop marker that refuses loops ({@linkcode doorAnswer}) and paths
  *   with dot segments, checked before any face;
- * - {@linkcode createGateway} (`app.ts`): builds those and mounts the faces: the native face
- *   (`faces/native.ts`) at the root, the E2B faces ({@linkcode mountE2b}, `faces/e2b/e2b.ts`)
- *   through `mount`; who may call what is `keys/auth.ts`. `config.ts` reads the environment and
- *   `main.ts` is the daemon;
+ * - {@linkcode createGateway} (`app.ts`): builds those, mounts every face (the native face,
+ *   `faces/native.ts`, at the root; the E2B faces, {@linkcode mountE2b} in `faces/e2b/e2b.ts`;
+ *   the operator's view; the ports with a sandbox domain) unless its `faces` option leaves one
+ *   out, and sweeps for down nodes until `close()`; who may call what is `keys/auth.ts`.
+ *   `config.ts` reads the environment and `main.ts` is the daemon;
  * - the operator's view (`faces/operator.ts`): {@linkcode GatewayMetrics} behind `GET /metrics`,
  *   the fleet page under `/ui` (`faces/ui/`, with the recent {@linkcode PlacementLog}), and the
  *   lifecycle webhooks ({@linkcode LifecycleEvents} into a {@linkcode WebhookSender}, signed as
@@ -100,7 +101,16 @@ export {
   type GatewayBytesLane,
   type LaneVerb,
 } from "./faces/bytes_lane.ts";
-export { createGateway, type Gateway, type GatewayOptions, type GatewayParts } from "./app.ts";
+export {
+  buildGateway,
+  type BuiltGateway,
+  createGateway,
+  type Gateway,
+  type GatewayBuildOptions,
+  type GatewayFaces,
+  type GatewayOptions,
+  type GatewayParts,
+} from "./app.ts";
 export {
   type DestroyOptions,
   type FanOutAnswer,
@@ -125,10 +135,8 @@ export {
   type ApiKeyInfo,
   ApiKeys,
   type ApiKeysOptions,
-  createApiKeySchema,
   hashApiKey,
   type MintedApiKey,
-  revokeApiKeySchema,
 } from "./keys/keys.ts";
 export { type Admission, TeamLimits, type TeamLimitsOptions } from "./keys/team_limits.ts";
 export {
@@ -157,6 +165,7 @@ export {
   SIGNATURE_HEADER,
   signWebhook,
   verifyWebhook,
+  type WebhookOptions,
   WebhookSender,
   type WebhookSenderOptions,
 } from "./observe/webhooks.ts";
@@ -205,3 +214,33 @@ export {
 export { FleetSync, type FleetSyncOptions } from "./fleet/sync.ts";
 export { type SharedMode, type SharedModeOptions } from "./app.ts";
 export { KeySync, type KeySyncOptions } from "./keys/sync.ts";
+export type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
+export type { Log, LogLevel } from "../shared/log.ts";
+export { HttpError } from "../shared/http_error.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  NodeLifecycleEvent,
+  SandboxSpec,
+  SandboxState,
+  StateCounts,
+} from "../shared/schemas.ts";
+export type { PoolReport, PoolSpec, VolumeMount } from "../shared/pools.ts";
+export type { EgressRules } from "../shared/egress_rules.ts";
+export { type DigestProbe, LookupDigest, type LookupDigestWire } from "../shared/lookup_digest.ts";
+export type { CheckInApply } from "./fleet/fleet.ts";
+export type { RecordCount } from "./keys/team_limits.ts";
+export type { Json } from "./etcd/client.ts";
+export {
+  type BytesLane,
+  type Cancel,
+  type LaneExchange,
+  type RawHead,
+  RequestHead,
+} from "../shared/http1/mod.ts";
+export type { BodyCapOptions } from "../shared/json_body.ts";
+export type { BearerBytesCheck } from "./keys/auth.ts";
+export type { ApiKeyRecord } from "./keys/keys.ts";
+export { AccessTokens } from "../shared/access_tokens.ts";

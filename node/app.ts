@@ -134,8 +134,13 @@ export interface NodeApp {
   configDigest: string;
   /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
   start(): void;
-  /** Stops the loops (flushing the idle clock), then closes the executor and the ledger. */
+  /**
+   * Stops the loops (flushing the idle clock), then closes the executor and the ledger; resolves
+   * once all of that is done. Calling it again returns the same promise.
+   */
   close(): Promise<void>;
+  /** `await using node = createNodeApp(…)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /**
@@ -145,9 +150,8 @@ export interface NodeApp {
  * @example
  * ```ts ignore
  * import { createNodeApp, FakeExecutor } from "@dormice/cluster/node";
- * const node = createNodeApp({ config, executor: new FakeExecutor() });
+ * await using node = createNodeApp({ config, executor: new FakeExecutor() });
  * const res = await node.fetch(new Request("http://node/healthz"));
- * await node.close();
  * ```
  */
 export function createNodeApp(options: NodeAppOptions): NodeApp {
@@ -329,6 +333,17 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   );
 
   let closed = false;
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    closing ??= (async () => {
+      closed = true;
+      await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
+      await upkeep.stop();
+      await pools.close();
+      await executor.close();
+      hostClient.close();
+      ledger.close();
+    })();
   return {
     fetch: async (request) => {
       const before = ledger.changeSeq;
@@ -371,15 +386,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         if (!closed) checkIn?.start();
       });
     },
-    async close() {
-      if (closed) return;
-      closed = true;
-      await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
-      await upkeep.stop();
-      await pools.close();
-      await executor.close();
-      hostClient.close();
-      ledger.close();
-    },
+    close,
+    [Symbol.asyncDispose]: close,
   };
 }

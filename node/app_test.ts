@@ -60,3 +60,19 @@ Deno.test("createNodeApp(): an answer that changed the ledger names its change n
     await node.close();
   }
 });
+
+Deno.test("createNodeApp(): await using stops a started node's loops and closes it (the sanitizers check)", async () => {
+  let node;
+  {
+    await using started = testNodeApp({ token, endpoint });
+    started.start();
+    const res = await started.fetch(new Request("http://node.test/healthz"));
+    assert.equal(res.status, 200);
+    await res.body?.cancel();
+    node = started;
+  }
+  const again = node.close();
+  assert.equal(node.close(), again, "close() again is the same promise");
+  await again;
+  assert.throws(() => node.ledger.all(), "the ledger is closed");
+});

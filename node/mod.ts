@@ -169,3 +169,28 @@ export { AccessTokens } from "../shared/access_tokens.ts";
 export { type ExecutorOutcome, NodeMetrics, type NodeMetricsOptions } from "./metrics.ts";
 export { instrumentExecutor } from "./executors/instrumented.ts";
 export { LifecycleOutbox, type LifecycleOutboxOptions, scannerEvent } from "./lifecycle_outbox.ts";
+export type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
+export type { Log, LogLevel } from "../shared/log.ts";
+export { HttpError } from "../shared/http_error.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  LookupAnswer,
+  LookupRequest,
+  NodeLifecycleEvent,
+  Sandbox,
+  SandboxSpec,
+  SandboxState,
+  StateCounts,
+} from "../shared/schemas.ts";
+export type { PoolReport, PoolSpec, PoolStatus, PoolTarget, VolumeMount } from "../shared/pools.ts";
+export type { LookupDigestWire } from "../shared/lookup_digest.ts";
+export type { EgressRules } from "../shared/egress_rules.ts";
+export { NameQueue } from "../shared/name_queue.ts";
+export type { E2bSettings } from "./service_contract.ts";
+export type { FakePortHandler } from "./executors/_fake_ports.ts";
+export type { NodeSnapshots } from "./snapshots.ts";
+export type { SandboxDefaults } from "./config.ts";
+export type { StagedUpload } from "./faces/envd/staging.ts";

@@ -70,6 +70,7 @@ export class NodeSnapshots {
   #known: SnapshotInfo[] = [];
   #refreshing: Promise<void> | undefined;
 
+  /** The node's snapshots over its executor; `refresh()` reads them. */
   constructor(options: NodeSnapshotsOptions) {
     this.#options = options;
     this.#log = options.log ?? silentLog;

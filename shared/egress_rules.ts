@@ -156,7 +156,9 @@ function toNumber(cidr: string): number {
 
 /** The wire shape of {@linkcode EgressRules} before it is read: lists of entries as sent. */
 export interface EgressRulesInput {
+  /** Addresses (CIDR, IP or host name) the sandbox may reach, as sent. */
   allowOut?: string[];
+  /** Addresses it may not reach, as sent. */
   denyOut?: string[];
 }
 

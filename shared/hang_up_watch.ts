@@ -33,17 +33,19 @@ export class WatchedForward {
   /** The node it waits for, which the watch's `gone` check is asked about. */
   readonly target: ForwardTarget;
   /** The head's bound, on the watch's clock; `Infinity` until the request body is sent. */
-  deadline = Infinity;
+  deadline: number = Infinity;
   /** The bound in ms, started by `bodySent`. */
   readonly headTimeoutMs: number | undefined;
   /** Whether the node's request has been aborted, and why. */
   aborted = false;
+  /** Why it was aborted (the abort's reason); `undefined` while it was not. */
   reason: unknown = undefined;
   /** Where it sits in its watch's list of pending forwards; -1 when it is not pending. */
-  slot = -1;
+  slot: number = -1;
   #controller: AbortController | undefined;
   #hook: (() => void) | undefined;
 
+  /** A forward of `request` to `target`, started at `tick`, bound by `headTimeoutMs` once sent. */
   constructor(
     request: { readonly signal: AbortSignal },
     target: ForwardTarget,

@@ -36,6 +36,17 @@ export class HttpError extends Error {
     this.headers = options.headers ?? {};
     this.details = options.details ?? {};
   }
+  /**
+   * The error as the native dialect answers it: `{message}` plus `details`, with `status` and
+   * `headers`. Hono's default error handler answers with this, so an `HttpError` the library
+   * throws inside a host Hono app keeps its status rather than becoming a 500.
+   */
+  getResponse(): Response {
+    return Response.json({ ...this.details, message: this.message }, {
+      status: this.status,
+      headers: this.headers,
+    });
+  }
 }
 
 /**
@@ -51,12 +62,7 @@ export class HttpError extends Error {
  * ```
  */
 export function messageResponse(error: unknown, who: string, log: Log = silentLog): Response {
-  if (error instanceof HttpError) {
-    return Response.json({ ...error.details, message: error.message }, {
-      status: error.status,
-      headers: error.headers,
-    });
-  }
+  if (error instanceof HttpError) return error.getResponse();
   if (error instanceof HTTPException) {
     return Response.json({ message: error.message || "The request was refused" }, {
       status: error.status,

@@ -25,13 +25,13 @@ export const DEFAULT_JSON_BODY_LIMIT_BYTES = 32 * 1024 * 1024;
 export const DEFAULT_JSON_MESSAGE_LIMIT_BYTES = 1024 * 1024;
 
 /** What the 413 of a JSON message past its cap suggests: the verbs that take more. */
-export const MESSAGE_ALTERNATIVE =
+export const MESSAGE_ALTERNATIVE: string =
   "this is a small JSON message; file contents go through writeFile (up to " +
   "DORMICE_JSON_BODY_LIMIT_MB) or, larger, the E2B files API (POST /files on the sandbox's envd), " +
   "which streams them";
 
 /** What the 413 of a JSON body suggests when the face gives no hint of its own. */
-export const STREAMING_ALTERNATIVE =
+export const STREAMING_ALTERNATIVE: string =
   "send larger files through the E2B files API (the e2b SDK's files.write, or POST /files on " +
   "the sandbox's envd), which streams them";
 

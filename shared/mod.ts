@@ -74,6 +74,7 @@ export {
   type H1ServeOptions,
   HeadError,
   type LaneExchange,
+  type Progress,
   RequestHead,
   sentUrl,
   serveH1,

@@ -70,9 +70,13 @@ export const execRequestSchema: z.ZodType<{
 
 /** A `writeFile` body as both schemas read it. */
 export interface WriteFileRequest {
+  /** The sandbox's name. */
   name: string;
+  /** The file's path inside the sandbox. */
   path: string;
+  /** The content, base64 (this or `content`). */
   contentBase64?: string;
+  /** The content as UTF-8 text (this or `contentBase64`). */
   content?: string;
 }
 

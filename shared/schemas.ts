@@ -11,7 +11,7 @@ import { type EgressRules, type EgressRulesInput, egressRulesSchema } from "./eg
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
 
 /** One of {@linkcode sandboxStates}. */
-export type SandboxState = typeof sandboxStates[number];
+export type SandboxState = "active" | "frozen" | "stopped" | "archived" | "restoring";
 
 /** Zod schema of {@linkcode SandboxState}. */
 export const sandboxStateSchema: z.ZodEnum<{ [K in SandboxState]: K }> = z.enum(sandboxStates);
@@ -108,7 +108,16 @@ export const dataDiskSchema: z.ZodObject<{
 });
 
 /** The data disk reading. */
-export type DataDisk = z.infer<typeof dataDiskSchema>;
+export interface DataDisk {
+  /** The directory measured (the node's data dir). */
+  path: string;
+  /** The filesystem's size, bytes. */
+  totalBytes: number;
+  /** Bytes in use. */
+  usedBytes: number;
+  /** Bytes this user may still write. */
+  availableBytes: number;
+}
 
 /** The ledger's census: how many sandboxes are in each state. */
 export const stateCountsSchema: z.ZodObject<{ [K in SandboxState]: z.ZodNumber }> = z.object({
@@ -119,8 +128,8 @@ export const stateCountsSchema: z.ZodObject<{ [K in SandboxState]: z.ZodNumber }
   restoring: z.number().int().nonnegative(),
 });
 
-/** The ledger's census by state. */
-export type StateCounts = z.infer<typeof stateCountsSchema>;
+/** The ledger's census by state: how many sandboxes are in each. */
+export type StateCounts = { [K in SandboxState]: number };
 
 /** What a node reports about its host in each check-in. */
 export const hostReadingSchema: z.ZodObject<{
@@ -167,8 +176,33 @@ export const hostReadingSchema: z.ZodObject<{
   warm: z.number().int().nonnegative().optional(),
 });
 
-/** A host reading. */
-export type HostReading = z.infer<typeof hostReadingSchema>;
+/** A host reading: what a node reports about its host in each check-in. */
+export interface HostReading {
+  /** Milliseconds since the epoch when the reading was taken. */
+  takenAt: number;
+  /** Cores the node may use (at least 1). */
+  cpuCount: number;
+  /** Percent of all cores busy since the previous sample; `null` on the first reading. */
+  cpuUsedPct: number | null;
+  /** Memory of the host, bytes. */
+  memoryTotalBytes: number;
+  /** Memory still available, bytes. */
+  memoryAvailableBytes: number;
+  /** Swap of the host, bytes. */
+  swapTotalBytes: number;
+  /** Swap still free, bytes. */
+  swapFreeBytes: number;
+  /** The data disk, or `null` when it could not be read. */
+  dataDisk: DataDisk | null;
+  /** How many sandboxes the node holds in each state. */
+  sandboxes: StateCounts;
+  /** Running sandboxes per team; absent from a node that predates teams. */
+  teams?: Record<string, number>;
+  /** The node's ledger change number when `teams` was counted. */
+  ledgerSeq?: number;
+  /** Warm pool sandboxes ready to be claimed. */
+  warm?: number;
+}
 
 /**
  * The answer header naming the node's ledger change number after the request's change (a create,
@@ -200,7 +234,13 @@ export const lifecycleEventTypes = [
 ] as const;
 
 /** One of {@linkcode lifecycleEventTypes}. */
-export type LifecycleEventType = typeof lifecycleEventTypes[number];
+export type LifecycleEventType =
+  | "created"
+  | "paused"
+  | "resumed"
+  | "killed"
+  | "timed_out"
+  | "node_lost";
 
 /** Most lifecycle events one check-in carries; a node keeps the rest for the next one. */
 export const MAX_CHECK_IN_EVENTS = 100;
@@ -233,8 +273,21 @@ export const nodeLifecycleEventSchema: z.ZodObject<{
   detail: z.string().max(500),
 });
 
-/** A node's lifecycle event. */
-export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
+/** A node's lifecycle event (see {@linkcode nodeLifecycleEventSchema}). */
+export interface NodeLifecycleEvent {
+  /** Unique per event, kept across re-sends, so the gateway and receivers drop a repeat. */
+  id: string;
+  /** What happened. */
+  type: LifecycleEventType;
+  /** Milliseconds since the epoch when it happened (the node's clock). */
+  at: number;
+  /** The sandbox it happened to. */
+  sandbox: { id: string; name: string; team: string };
+  /** A short code, e.g. `timeout`. */
+  reason: string;
+  /** A sentence for a person. */
+  detail: string;
+}
 
 /**
  * The longest check-in interval a gateway accepts, in seconds. A node is down after two silent
@@ -250,6 +303,10 @@ export type NodeLifecycleEvent = z.infer<typeof nodeLifecycleEventSchema>;
  */
 export const maxCheckInIntervalSeconds: number = 300;
 
+// lookup_digest.ts's MAX_DIGEST_BITS (2^23 bits, 1 MiB), written out: that module imports
+// teams.ts, which imports this one, so importing it here would be a cycle.
+const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
+
 /**
  * A check-in's lookup digest (`LookupDigest.toWire()`): base64 bits, at most 1 MiB of them.
  *
@@ -259,10 +316,6 @@ export const maxCheckInIntervalSeconds: number = 300;
  * lookupDigestSchema.safeParse({ bits: "AAAAAAAAAAA=", hashes: 7, count: 0 }).success; // true
  * ```
  */
-// lookup_digest.ts's MAX_DIGEST_BITS (2^23 bits, 1 MiB), written out: that module imports
-// teams.ts, which imports this one, so importing it here would be a cycle.
-const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
-
 export const lookupDigestSchema: z.ZodObject<{
   bits: z.ZodString;
   hashes: z.ZodNumber;
@@ -337,8 +390,50 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: lookupDigestSchema.optional(),
 });
 
-/** A check-in body. */
-export type CheckIn = z.infer<typeof checkInSchema>;
+/** A check-in body: what a node posts to `<gateway>/checkIn` every interval. */
+export interface CheckIn {
+  /** The node's id: letters, digits, `.`, `_`, `-`, at most 64 characters. */
+  nodeId: string;
+  /** The node's http(s) base URL, as the gateway reaches it. */
+  endpoint: string;
+  /** Seconds between the node's check-ins, 1 to {@linkcode maxCheckInIntervalSeconds}. */
+  intervalSeconds: number;
+  /** The node's build. */
+  build: string;
+  /** The host reading. */
+  reading: HostReading;
+  /** Lifecycle changes since the last accepted check-in. */
+  events?: NodeLifecycleEvent[];
+  /** The node's warm pools. */
+  pools?: PoolReport[];
+  /** The templates whose images the node holds; absent: any template. */
+  templates?: string[];
+  /** The volumes the node can mount. */
+  volumes?: string[];
+  /** Whether the node enforces egress address rules. */
+  egressRules?: boolean;
+  /** HMAC-SHA256 of the settings every node must share (hex). */
+  configDigest?: string;
+  /** A Bloom filter of the names and ids the node held (`LookupDigest.toWire()`). */
+  lookupDigest?: { bits: string; hashes: number; count: number };
+  /** The snapshot ids the node holds, newest first. */
+  snapshots?: string[];
+  /** The node holds more snapshots than `snapshots` lists. */
+  snapshotsTruncated?: boolean;
+}
+
+// The interfaces above are written out for the documentation; these fail to compile when one
+// drifts from its schema.
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const _checkInMatches: Same<CheckIn, z.infer<typeof checkInSchema>> = true;
+const _readingMatches: Same<HostReading, z.infer<typeof hostReadingSchema>> = true;
+const _eventMatches: Same<NodeLifecycleEvent, z.infer<typeof nodeLifecycleEventSchema>> = true;
+const _diskMatches: Same<DataDisk, z.infer<typeof dataDiskSchema>> = true;
+const _countsMatch: Same<StateCounts, z.infer<typeof stateCountsSchema>> = true;
+const _statesMatch: Same<SandboxState, typeof sandboxStates[number]> = true;
+const _typesMatch: Same<LifecycleEventType, typeof lifecycleEventTypes[number]> = true;
+void [_statesMatch, _typesMatch];
+void [_checkInMatches, _readingMatches, _eventMatches, _diskMatches, _countsMatch];
 
 /** `lookupSandbox` asks by name or by id, exactly one of them. */
 export const lookupRequestSchema: z.ZodUnion<
@@ -351,8 +446,8 @@ export const lookupRequestSchema: z.ZodUnion<
   z.object({ id: sandboxIdSchema }).strict(),
 ]);
 
-/** A lookup request. */
-export type LookupRequest = z.infer<typeof lookupRequestSchema>;
+/** A lookup request: by name or by id. */
+export type LookupRequest = { name: string } | { id: string };
 
 /**
  * The node's answer to `lookupSandbox`. `state` is any string, not {@linkcode sandboxStateSchema}:
@@ -385,8 +480,14 @@ export const lookupAnswerSchema: z.ZodDiscriminatedUnion<[
   z.object({ found: z.literal(false) }),
 ]);
 
-/** A lookup answer. */
-export type LookupAnswer = z.infer<typeof lookupAnswerSchema>;
+/** A lookup answer: the sandbox the node holds under the key, or not found. */
+export type LookupAnswer =
+  | { found: true; sandbox: { id: string; name: string; state: string; team: string } }
+  | { found: false };
+
+const _lookupRequestMatches: Same<LookupRequest, z.infer<typeof lookupRequestSchema>> = true;
+const _lookupAnswerMatches: Same<LookupAnswer, z.infer<typeof lookupAnswerSchema>> = true;
+void [_lookupRequestMatches, _lookupAnswerMatches];
 
 /** The sandbox object every native verb answers with. */
 export interface Sandbox {
@@ -497,8 +598,31 @@ export const sandboxSpecSchema: z.ZodObject<{
   volumes: z.array(volumeMountSchema).max(16).optional(),
 });
 
-/** A sandbox spec. */
-export type SandboxSpec = z.infer<typeof sandboxSpecSchema>;
+/** A sandbox spec: the resource limits and options asked for a sandbox. */
+export interface SandboxSpec {
+  /** CPU cores (fractions allowed), at most 256. */
+  cpus?: number;
+  /** Memory, MiB. */
+  memoryMB?: number;
+  /** Most processes at once. */
+  pids?: number;
+  /** Egress to anywhere; none by default. */
+  network?: boolean;
+  /** Egress judged by address rules (E2B's `network.allowOut` / `denyOut`). */
+  egressRules?: EgressRules;
+  /** Its ports require its traffic access token (E2B's `allowPublicTraffic: false`). */
+  privatePorts?: boolean;
+  /** Environment variables. */
+  env?: Record<string, string>;
+  /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
+  volumes?: VolumeMount[];
+}
+
+// Written out for the documentation; fails to compile when it drifts from its schema.
+const _specMatches: [SandboxSpec] extends [z.infer<typeof sandboxSpecSchema>]
+  ? ([z.infer<typeof sandboxSpecSchema>] extends [SandboxSpec] ? true : false)
+  : false = true;
+void _specMatches;
 
 /**
  * Turns a zod error into one sentence naming the field(s) at fault.

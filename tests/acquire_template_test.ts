@@ -6,7 +6,6 @@
  */
 import assert from "node:assert/strict";
 import { createGateway } from "../gateway/app.ts";
-import { mountE2b } from "../gateway/faces/e2b/e2b.ts";
 import { checkIn, fetchToNodes } from "../gateway/_fixtures_test.ts";
 import { testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
@@ -20,7 +19,6 @@ function fleet() {
   const gateway = createGateway({
     token,
     fetch: fetchToNodes(new Map([[endpoint, { handle: (r: Request) => node.fetch(r) }]])),
-    mount: (app, parts) => mountE2b(app, parts),
   });
   const call = (path: string, body: unknown, headers: Record<string, string> = {}) =>
     gateway.fetch(

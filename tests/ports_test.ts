@@ -4,7 +4,6 @@
 // fetch cannot send another Host); WebSockets go over the gateway's socket by header.
 import assert from "node:assert/strict";
 import { createGateway, type Gateway } from "../gateway/app.ts";
-import { mountE2b } from "../gateway/faces/e2b/e2b.ts";
 import type { NodeApp } from "../node/app.ts";
 import { steadySampler, testNodeApp } from "../node/_app_fixtures_test.ts";
 import { FakeExecutor } from "../node/executors/fake.ts";
@@ -30,7 +29,7 @@ async function fleet(): Promise<Fleet> {
   );
   const endpoint = `http://127.0.0.1:${nodeServer.addr.port}`;
   const node = testNodeApp({ token, endpoint, executor, sampler: steadySampler });
-  const gateway = createGateway({ token, sandboxDomain: domain, mount: mountE2b });
+  const gateway = createGateway({ token, sandboxDomain: domain });
   const gatewayServer = Deno.serve(
     { hostname: "127.0.0.1", port: 0, onListen: () => {} },
     (r) => gateway.fetch(r),

@@ -16,7 +16,7 @@
  *
  * @module
  */
-import { createGateway } from "../../gateway/app.ts";
+import { buildGateway } from "../../gateway/app.ts";
 import { createH1Client, serveH1 } from "../../shared/http1/mod.ts";
 import { checkIn } from "../lib/fixtures.ts";
 import { relayFloor, type Wire } from "../proxies/raw_http_proxy.ts";
@@ -146,7 +146,7 @@ class ClientWire implements Wire {
 (Deno as { connect: unknown }).connect = () => Promise.resolve(new NodeWire());
 
 const client = createH1Client();
-const gateway = createGateway({ token: TOKEN, nodeClient: client });
+const gateway = buildGateway({ token: TOKEN, nodeClient: client });
 const lane = gateway.lane!;
 const auth = { authorization: `Bearer ${TOKEN}`, "content-type": "application/json" };
 const post = async (path: string, value: unknown) => {

@@ -75,19 +75,27 @@ export class EtcdRequestError extends Error {
 
 /** A key and its value as etcd stores them (key and value decoded as UTF-8). */
 export interface EtcdKv {
+  /** The key. */
   key: string;
+  /** The value. */
   value: string;
+  /** The revision that created the key. */
   createRevision: string;
+  /** The revision that last changed it. */
   modRevision: string;
+  /** The lease it is tied to, if any. */
   lease?: string;
 }
 
 /** One comparison of {@linkcode EtcdClient.txn}: `target` of `key` (or every key under it). */
 export interface EtcdCompare {
+  /** The key compared (or the prefix, with `prefix`). */
   key: string;
   /** Whether `key` is a prefix: the comparison holds for every key under it. */
   prefix?: boolean;
+  /** What of the key is compared: its last change, its creation or its value. */
   target: "MOD" | "CREATE" | "VALUE";
+  /** How it must compare for the comparison to hold. */
   result: "EQUAL" | "NOT_EQUAL" | "LESS" | "GREATER";
   /** The revision compared with (`MOD`, `CREATE`); "0" for a key that does not exist. */
   revision?: string;
@@ -169,8 +177,9 @@ function prefixEnd(prefix: string): string {
   return b64(new Uint8Array([0]));
 }
 
+/** A JSON value of etcd's gateway API, as parsed (the API's shapes are not typed here). */
 // deno-lint-ignore no-explicit-any
-type Json = any;
+export type Json = any;
 
 // deno-lint-ignore no-explicit-any
 function toKv(raw: any): EtcdKv {

@@ -14,8 +14,7 @@
  * and time; a failure prints the seed and the case's bytes as they were cut.
  */
 import assert from "node:assert/strict";
-import { createGateway } from "../app.ts";
-import { mountE2b } from "./e2b/e2b.ts";
+import { buildGateway } from "../app.ts";
 import { createH1Client, serveGuarded } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { seeded } from "../../shared/_seeded_fixtures_test.ts";
@@ -217,11 +216,10 @@ function echoNode(names: Set<string>) {
 async function gatewayRig(names: Set<string>) {
   const node = echoNode(names);
   const h1 = createH1Client();
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token: TOKEN,
     nodeClient: h1,
     lookupTimeoutMs: 1000,
-    mount: (app, parts) => mountE2b(app, parts),
   });
   const real = gateway.lane!;
   assert.ok(real, "a gateway with a nodeClient has a lane");

@@ -93,9 +93,9 @@ const streamedVerbs = [
  *
  * @example
  * ```ts
- * import { createGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "@dormice/cluster/gateway";
  * import { createNativeFace } from "./native.ts";
- * const gateway = createGateway({ token: "t".repeat(32) });
+ * const gateway = buildGateway({ token: "t".repeat(32) });
  * const face = createNativeFace(gateway);
  * const res = await face.fetch(new Request("http://gw/healthz"));
  * console.log(res.status); // 200

@@ -31,9 +31,9 @@ export type PortProxy = (
  *
  * @example
  * ```ts
- * import { createGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "@dormice/cluster/gateway";
  * import { createPortProxy } from "./ports.ts";
- * const gateway = createGateway({ token: "t".repeat(32) });
+ * const gateway = buildGateway({ token: "t".repeat(32) });
  * const proxy = createPortProxy(gateway);
  * const res = await proxy(new Request("http://gw/"), "sbx_none", 8000, "/");
  * console.log(res.status); // 502

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { describeRoutes } from "./route_summary.ts";
 import { createGateway } from "../app.ts";
-import { mountE2b } from "./e2b/e2b.ts";
 
 const token = "route-summary-test-token-0123456789abcdef";
 
@@ -49,7 +48,7 @@ async function unknownVerb(gateway: ReturnType<typeof createGateway>): Promise<s
 }
 
 Deno.test("createGateway(): the unknown-verb 404 lists every route it answers, and each one answers", async () => {
-  const gateway = createGateway({ token, mount: (app, parts) => mountE2b(app, parts) });
+  const gateway = createGateway({ token });
   try {
     const message = await unknownVerb(gateway);
     const [, verbList] = /POST \/<verb> for ([^;]+);/.exec(message) ?? [];
@@ -78,8 +77,8 @@ Deno.test("createGateway(): the unknown-verb 404 lists every route it answers, a
   }
 });
 
-Deno.test("createGateway(): without the E2B faces mounted, the 404 does not offer them", async () => {
-  const gateway = createGateway({ token });
+Deno.test("createGateway(): with the E2B faces left out, the 404 does not offer them", async () => {
+  const gateway = createGateway({ token, faces: { e2b: false } });
   try {
     const message = await unknownVerb(gateway);
     assert.doesNotMatch(message, /e2b|\/files/);

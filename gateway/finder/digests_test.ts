@@ -1,6 +1,7 @@
 // The Finder's choice of whom to ask on a miss when nodes send lookup digests
 // (docs/lookup-digest.md): one row per rule, each asserting who was asked and the outcome.
 import assert from "node:assert/strict";
+import { probesOf } from "./_probes.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import { Finder } from "./finder.ts";
 import { FakeClock } from "../../shared/clock.ts";
@@ -61,7 +62,7 @@ Deno.test("a fresh digest that cannot hold the name is skipped; one that may is 
   const r = await t.finder.lookup("name", "agent-1");
   assert.equal(r.kind, "one");
   assert.deepEqual(t.askedIds(), ["b"]);
-  assert.equal(t.finder.lastRoundAsked, 1);
+  assert.equal(probesOf(t.finder).lastRoundAsked(), 1);
   t.fleet.close();
 });
 
@@ -94,7 +95,7 @@ Deno.test("a node with no digest (an older node) is always asked", async () => {
 Deno.test("a node's first check-in to this process is not trusted: it may predate a create", async () => {
   const t = setup();
   t.report("a", digestOf(), 1);
-  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "first-check-in");
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "first-check-in");
   await t.finder.lookup("name", "agent-1");
   assert.deepEqual(t.askedIds(), ["a"]);
   t.fleet.close();
@@ -108,7 +109,7 @@ Deno.test("a stale digest (the node is down) is asked, and its silence is unsure
   t.clock.tick(31_000);
   t.report("b", digestOf(), 1);
   t.hang.add(t.endpoint("a"));
-  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "down");
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "down");
   const r = await t.finder.lookup("name", "agent-1");
   assert.equal(r.kind, "unsure");
   assert.deepEqual(t.askedIds(), ["a"]);
@@ -131,16 +132,16 @@ Deno.test("this gateway's own create is asked for until two check-ins after it e
   t.report("a", digestOf());
   const a = () => t.fleet.get("a")!;
   const ended = t.finder.placing("a");
-  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create", "in flight");
+  assert.equal(probesOf(t.finder).mustAsk(a(), "name", "agent-1"), "own-create", "in flight");
   // A check-in while it is in flight proves nothing about it.
   t.report("a", digestOf(), 3);
-  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create");
+  assert.equal(probesOf(t.finder).mustAsk(a(), "name", "agent-1"), "own-create");
   ended(true);
   // The next check-in may have been built before the create committed.
   t.report("a", digestOf(), 1);
-  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), "own-create");
+  assert.equal(probesOf(t.finder).mustAsk(a(), "name", "agent-1"), "own-create");
   t.report("a", digestOf(), 1);
-  assert.equal(t.finder.mustAsk(a(), "name", "agent-1"), undefined);
+  assert.equal(probesOf(t.finder).mustAsk(a(), "name", "agent-1"), undefined);
   t.fleet.close();
 });
 
@@ -149,13 +150,13 @@ Deno.test("a create the node never answered keeps that node asked", () => {
   t.report("a", digestOf());
   t.finder.placing("a")(false);
   t.report("a", digestOf(), 5);
-  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "own-create");
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "own-create");
   // Until the node leaves: a node that joins again under the id starts clean.
   t.clock.tick(31_000);
   t.fleet.removeNode("a");
   t.finder.forgetNode("a");
   t.report("a", digestOf());
-  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), undefined);
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), undefined);
   t.fleet.close();
 });
 

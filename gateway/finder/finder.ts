@@ -24,7 +24,8 @@ import { FoundCache } from "./cache.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { splitTeamScopedName } from "../../shared/teams.ts";
-import { type AskReason, DigestSkips } from "./digests.ts";
+import { DigestSkips } from "./digests.ts";
+import { registerProbes } from "./_probes.ts";
 import {
   conflictOf,
   type FindBy,
@@ -238,11 +239,10 @@ export class Finder {
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
     this.#skips = new DigestSkips(fleet);
-  }
-
-  /** Nodes asked by the last lookup round that started (the bench and tests read it). */
-  get lastRoundAsked(): number {
-    return this.#lastAsked;
+    registerProbes(this, {
+      mustAsk: (node, by, key) => this.#skips.mustAsk(node, by, key),
+      lastRoundAsked: () => this.#lastAsked,
+    });
   }
 
   /**
@@ -258,19 +258,6 @@ export class Finder {
    */
   placing(nodeId: string): (answered: boolean) => void {
     return this.#skips.placing(nodeId);
-  }
-
-  /**
-   * Why a miss for `key` must ask `node`, or `undefined` when its digest proves it cannot hold
-   * the key (only in `"sole-writer"` mode). Exported for the Finder's table tests.
-   *
-   * @example
-   * ```ts ignore
-   * finder.mustAsk(node, "name", "agent-1"); // "may-hold" | … | undefined
-   * ```
-   */
-  mustAsk(node: FleetNode, by: FindBy, key: string): AskReason | undefined {
-    return this.#skips.mustAsk(node, by, key);
   }
 
   /** How many entries each cache index holds. */

@@ -1,10 +1,10 @@
 import assert from "node:assert/strict";
-import { createGateway } from "../app.ts";
+import { buildGateway } from "../app.ts";
 import { runKeysCommand } from "./cli.ts";
 
 Deno.test("runKeysCommand() creates, lists and revokes keys through the gateway's verbs", async () => {
   const token = "t".repeat(32);
-  const gateway = createGateway({ token });
+  const gateway = buildGateway({ token });
   const lines: string[] = [];
   const io = {
     gatewayUrl: "http://gw",

@@ -91,16 +91,24 @@ export interface ApiKeysOptions {
 }
 
 /** A key as shared mode stores it in etcd: its hash and settings, never the key. */
-export type ApiKeyRecord = Omit<Row, "last_used_at">;
-
-interface Row {
+export interface ApiKeyRecord {
+  /** The key's id (what `listApiKeys` shows and `revokeApiKey` takes). */
   id: string;
+  /** The key's hash ({@linkcode hashApiKey}). */
   hash: string;
+  /** The team it stands for. */
   team: string;
+  /** A label for people, or `null`. */
   label: string | null;
+  /** The team's most running sandboxes, or `null` for no limit. */
   max_sandboxes: number | null;
+  /** The team's most creates per minute, or `null` for no limit. */
   creates_per_minute: number | null;
+  /** When it was minted, ms since the epoch. */
   created_at: number;
+}
+
+interface Row extends ApiKeyRecord {
   last_used_at: number | null;
 }
 

@@ -5,8 +5,7 @@ import { KeySync } from "./sync.ts";
 import { callerCheck } from "./auth.ts";
 import { FakeClock } from "../../shared/clock.ts";
 import type { HttpError } from "../../shared/http_error.ts";
-import { createGateway } from "../app.ts";
-import { mountE2b } from "../faces/e2b/e2b.ts";
+import { buildGateway } from "../app.ts";
 
 /**
  * An etcd of one map, over the calls KeySync makes (range by prefix, put, deleterange), that can
@@ -113,11 +112,10 @@ Deno.test("createGateway({ etcd }): an unconfirmed key is each face's 503, in it
   const clock = new FakeClock();
   const { state, fetch } = memoryEtcd();
   const token = "t".repeat(32);
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token,
     clock,
     etcd: { endpoints: ["http://etcd"], fetch, pollMs: 60_000 },
-    mount: (app, parts) => mountE2b(app, parts),
   });
   const call = (path: string, headers: Record<string, string>, body: unknown) =>
     gateway.fetch(

@@ -31,7 +31,9 @@ export interface TeamRecord {
 
 /** A key's rate bucket as stored: `tokens` left at time `at` (ms since the epoch). */
 export interface RateBucket {
+  /** Creates left in the bucket at `at`. */
   tokens: number;
+  /** When `tokens` was counted, ms since the epoch. */
   at: number;
 }
 

@@ -120,8 +120,10 @@ function fullRefusal(key: ApiKeyInfo, team: string, running: number): HttpError 
 }
 
 /** What the team records add to the count: per node until its reading counts them, or flat. */
-interface RecordCount {
+export interface RecordCount {
+  /** Per node id, the records its reading does not count yet. */
   perNode: Map<string, number>;
+  /** Records counted whatever the readings say. */
   flat: number;
 }
 

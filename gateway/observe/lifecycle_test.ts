@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { createGateway } from "../app.ts";
+import { buildGateway } from "../app.ts";
 import type { LifecycleEvent } from "./webhooks.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { FakeClock } from "../../shared/clock.ts";
@@ -10,7 +10,7 @@ const token = "t".repeat(32);
 function gatewayWithHook() {
   const clock = new FakeClock();
   const events: LifecycleEvent[] = [];
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token,
     clock,
     webhook: {
@@ -90,7 +90,7 @@ Deno.test("Node-reported events reach the webhook once, and a killed sandbox lea
 });
 
 Deno.test("Without a webhook the gateway builds no events and still accepts events in check-ins", async () => {
-  const gateway = createGateway({ token });
+  const gateway = buildGateway({ token });
   assert.equal(gateway.lifecycle.enabled, false);
   assert.equal(gateway.webhooks, undefined);
   const res = await gateway.fetch(

@@ -117,20 +117,14 @@ export async function verifyWebhook(
   return await crypto.subtle.verify("HMAC", key, given, new TextEncoder().encode(`${t}.${body}`));
 }
 
-/** Options of {@linkcode WebhookSender}. */
-export interface WebhookSenderOptions {
+/** Where lifecycle events go and how hard delivery tries (`createGateway`'s `webhook`). */
+export interface WebhookOptions {
   /** Where events are POSTed (`DORMICE_WEBHOOK_URL`). */
   url: string;
   /** The signing secret (`DORMICE_WEBHOOK_SECRET`). */
   secret: string;
   /** The HTTP client; the global `fetch` by default. */
   fetch?: typeof fetch;
-  /** Where drops and failures go, once per change; silent by default. */
-  log?: Log;
-  /** Time source for the signature's `t` and an event's age; the real clock by default. */
-  clock?: Clock;
-  /** Where the webhook series are registered (the gateway's `/metrics`); none by default. */
-  registry?: Registry;
   /** Events kept waiting at most; the oldest goes when a new one would exceed it. Default 10,000. */
   maxQueue?: number;
   /** Bound of one delivery attempt. Default 5000 ms: a receiver should answer at once. */
@@ -143,6 +137,16 @@ export interface WebhookSenderOptions {
   maxAgeMs?: number;
   /** Source of the backoff's jitter, in [0, 1); `Math.random` by default. */
   random?: () => number;
+}
+
+/** Options of {@linkcode WebhookSender}. */
+export interface WebhookSenderOptions extends WebhookOptions {
+  /** Where drops and failures go, once per change; silent by default. */
+  log?: Log;
+  /** Time source for the signature's `t` and an event's age; the real clock by default. */
+  clock?: Clock;
+  /** Where the webhook series are registered (the gateway's `/metrics`); none by default. */
+  registry?: Registry;
 }
 
 /** Why events were dropped, as the metric's label says. */

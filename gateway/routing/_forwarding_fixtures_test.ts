@@ -5,7 +5,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { createGateway, type Gateway } from "../app.ts";
+import { buildGateway, type BuiltGateway } from "../app.ts";
 import { createH1Client, type H1Client, serveGuarded } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import type { GatewayBytesLane } from "../faces/bytes_lane.ts";
@@ -105,7 +105,7 @@ export async function rig(options: RigOptions = {}) {
       return h1.open;
     },
   };
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token: TOKEN,
     nodeClient: client,
     headTimeoutMs: options.headTimeoutMs,
@@ -128,7 +128,7 @@ export async function rig(options: RigOptions = {}) {
   return {
     names,
     seen,
-    gateway: gateway as Gateway & { lane: GatewayBytesLane },
+    gateway: gateway as BuiltGateway & { lane: GatewayBytesLane },
     lane,
     base,
     endpoint,

@@ -1,6 +1,7 @@
 // GatewayRouting's rules at unit level: a real Fleet, Finder and Placer over stub nodes reached
 // through an injected fetch (no sockets), and Finder timers that never fire (no real time).
 import assert from "node:assert/strict";
+import { probesOf } from "../finder/_probes.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import { Finder, type FinderTimers } from "../finder/finder.ts";
 import { placementAsk, Placer } from "../placer/placer.ts";
@@ -793,13 +794,13 @@ Deno.test("GatewayRouting.create() tells the Finder of its create, so digests ar
   try {
     report();
     report();
-    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "y"), undefined);
+    assert.equal(probesOf(finder).mustAsk(fleet.get("a")!, "name", "y"), undefined);
     await routing.create(createOptions("x"));
     // Red without routing's finder.placing(): the stale digest would rule the new name out.
-    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "x"), "own-create");
+    assert.equal(probesOf(finder).mustAsk(fleet.get("a")!, "name", "x"), "own-create");
     report();
     report();
-    assert.equal(finder.mustAsk(fleet.get("a")!, "name", "y"), undefined);
+    assert.equal(probesOf(finder).mustAsk(fleet.get("a")!, "name", "y"), undefined);
   } finally {
     close();
   }

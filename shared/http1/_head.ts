@@ -13,6 +13,7 @@
 export class HeadError extends Error {
   /** 400, 431 (head too long), 501 (a transfer coding other than chunked) or 505. */
   readonly status: number;
+  /** A head refused with `status` and the sentence `message`. */
   constructor(status: number, message: string) {
     super(message);
     this.status = status;
@@ -49,6 +50,7 @@ export class RequestHead {
   #names: string[] | undefined;
   #values: string[] | undefined;
 
+  /** A head from the parser's fields and the connection buffer's bytes. */
   constructor(fields: {
     method: string;
     target: string;
@@ -428,7 +430,9 @@ export function parseHead(b: Uint8Array, from: number, end: number): RequestHead
  * decoded, every other line left as bytes for the bytes lane to relay without a Headers object.
  */
 export interface RawHead {
+  /** The answer's status code. */
   status: number;
+  /** Whether the answer is HTTP/1.1 (not 1.0). */
   http11: boolean;
   /**
    * The head's bytes, status line to blank line: a view of the connection's buffer, valid only

@@ -16,9 +16,13 @@ import { Conn } from "./_wire.ts";
  * waits that need one (a connect, a turn in a full pool).
  */
 export interface Cancel {
+  /** Whether the wait was cancelled. */
   readonly aborted: boolean;
+  /** Why, once cancelled. */
   readonly reason: unknown;
+  /** An AbortSignal that aborts with it, for the APIs that take one. */
   readonly signal: AbortSignal;
+  /** Sets (or, with `undefined`, clears) the one hook called when it is cancelled. */
   onAbort(hook: (() => void) | undefined): void;
 }
 

@@ -46,3 +46,4 @@ export {
   WireWebSocket,
   type WireWebSocketOptions,
 } from "./ws_client.ts";
+export type { Progress } from "./_progress.ts";

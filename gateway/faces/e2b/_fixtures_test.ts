@@ -5,7 +5,7 @@
  * @module
  */
 import assert from "node:assert/strict";
-import { createGateway, type Gateway } from "../../app.ts";
+import { buildGateway, type BuiltGateway } from "../../app.ts";
 import { mountE2b, SANDBOX_NAME_HEADER } from "./e2b.ts";
 import { checkIn, fetchToNodes, reading } from "../../_fixtures_test.ts";
 import { AccessTokens } from "../../../shared/access_tokens.ts";
@@ -197,11 +197,13 @@ export function setup({ clock }: { clock?: Clock } = {}) {
   const nodes = new Map<string, StubNode>();
   const fakeFetch = fetchToNodes(nodes);
   let names = 0;
-  const gateway = createGateway({
+  const gateway = buildGateway({
     token,
     ...(clock ? { clock } : {}),
     fetch: fakeFetch,
     lookupTimeoutMs: 500,
+    // Its own E2B faces, so unnamed creates get names the tests can predict.
+    faces: { e2b: false },
     mount: (app, parts) => mountE2b(app, parts, { randomName: () => `e2b-gen-${++names}` }),
   });
   const add = (id: string, memoryAvailableBytes = 8e9) => {
@@ -214,7 +216,13 @@ export function setup({ clock }: { clock?: Clock } = {}) {
   return { gateway, add };
 }
 
-export function api(gateway: Gateway, method: string, path: string, body?: unknown, headers = key) {
+export function api(
+  gateway: BuiltGateway,
+  method: string,
+  path: string,
+  body?: unknown,
+  headers = key,
+) {
   return gateway.fetch(
     new Request(`http://gw.test/e2b/api${path}`, {
       method,
@@ -225,7 +233,7 @@ export function api(gateway: Gateway, method: string, path: string, body?: unkno
 }
 
 /** A named create through the gateway; its status and sandbox id. */
-export async function createNamed(gateway: Gateway, name: string) {
+export async function createNamed(gateway: BuiltGateway, name: string) {
   const res = await api(gateway, "POST", "/v2/sandboxes", {
     templateID: "base",
     metadata: { name },
@@ -235,7 +243,7 @@ export async function createNamed(gateway: Gateway, name: string) {
 }
 
 export function envd(
-  gateway: Gateway,
+  gateway: BuiltGateway,
   path: string,
   headers: Record<string, string>,
   body?: BodyInit,

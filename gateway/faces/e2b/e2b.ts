@@ -47,7 +47,8 @@ export { SANDBOX_NAME_HEADER } from "./control.ts";
 export { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./merge.ts";
 
 /**
- * Builds the gateway's E2B faces over the gateway's parts (see `createGateway({ mount })`).
+ * Builds the gateway's E2B faces over the gateway's parts (`createGateway` mounts them; see
+ * `buildGateway({ faces: { e2b: false }, mount })` to mount them with other options).
  *
  * - `api`: auth `X-API-KEY` (or `Authorization: Bearer`), errors always `{code:<int>, message}`.
  *   `POST /v2/sandboxes` and `/sandboxes` with `metadata.name` go through the name's slot, the
@@ -78,10 +79,11 @@ export { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./merge.ts";
  *
  * @example
  * ```ts
- * import { createGateway } from "@dormice/cluster/gateway";
- * import { mountE2b } from "./e2b.ts";
- * const gateway = createGateway({ token: "t".repeat(32), mount: (app, parts) => mountE2b(app, parts) });
- * gateway.close();
+ * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { createE2bFaces } from "./e2b.ts";
+ * await using gateway = buildGateway({ token: "t".repeat(32) });
+ * const faces = createE2bFaces(gateway, { randomName: () => "e2b-mine" });
+ * console.log(typeof faces.api.fetch); // "function"
  * ```
  */
 export function createE2bFaces(parts: GatewayParts, options: E2bFacesOptions = {}): E2bFaces {
@@ -98,14 +100,19 @@ export function createE2bFaces(parts: GatewayParts, options: E2bFacesOptions = {
 }
 
 /**
- * Mounts the E2B faces at `/e2b/api`, `/e2b/envd` and the root `/files`: pass it as
- * `createGateway`'s `mount` option.
+ * Mounts the E2B faces at `/e2b/api`, `/e2b/envd` and the root `/files`. `createGateway` mounts
+ * them itself; with `faces: { e2b: false }`, `buildGateway`'s `mount` option mounts them with
+ * options of one's own.
  *
  * @example
  * ```ts
- * import { createGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "@dormice/cluster/gateway";
  * import { mountE2b } from "./e2b.ts";
- * const gateway = createGateway({ token: "t".repeat(32), mount: (app, parts) => mountE2b(app, parts) });
+ * const gateway = buildGateway({
+ *   token: "t".repeat(32),
+ *   faces: { e2b: false },
+ *   mount: (app, parts) => mountE2b(app, parts, { randomName: () => "e2b-mine" }),
+ * });
  * const res = await gateway.fetch(new Request("http://gw/e2b/api/v2/sandboxes"));
  * console.log(res.status); // 401: no X-API-KEY
  * await res.body?.cancel();

@@ -24,7 +24,9 @@ export const HOST_FIREWALL_VARIABLE = "DORMICE_SANDBOX_HOST_FIREWALL";
 export interface IptablesResult {
   /** Exit code: 0 done (or the rule exists, for `-C`), 1 the rule does not exist. */
   code: number;
+  /** What it printed on stdout. */
   stdout: string;
+  /** What it printed on stderr (the reason, when it failed). */
   stderr: string;
 }
 

@@ -44,3 +44,32 @@ export {
   unknownTemplateError,
 } from "./templates.ts";
 export { DockerExecutor, type DockerExecutorOptions, type DockerLimits } from "./executor.ts";
+export type {
+  CreateRequest,
+  DirWatch,
+  ExecExit,
+  ExecHandle,
+  ExecRequest,
+  Executor,
+  ExecutorCapabilities,
+  ExecutorErrorCode,
+  FileEntry,
+  FileOptions,
+  FileStream,
+  FsChange,
+  PortAddress,
+  SandboxLimits,
+  SandboxStats,
+  SnapshotInfo,
+  SnapshotRequest,
+  TerminalSize,
+  WatchRequest,
+  WriteOptions,
+} from "../contract.ts";
+export { ExecutorError } from "../contract.ts";
+export type { ImageSummary } from "./engine.ts";
+export type { IptablesResult, IptablesRunner } from "./_firewall.ts";
+export type { VolumeDecl } from "../../config_capabilities.ts";
+export type { EgressRules, SandboxSpec, VolumeMount } from "../../../shared/mod.ts";
+export type { Clock } from "../../../shared/clock.ts";
+export type { Log, LogLevel } from "../../../shared/log.ts";

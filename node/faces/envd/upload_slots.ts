@@ -43,7 +43,11 @@ export class UploadSlots {
   /** Waiters in arrival order; each is resolved with its release, or removed when it gives up. */
   #waiters: ((release: () => void) => void)[] = [];
 
-  /** @throws {RangeError} when a bound is not a positive whole number (`queued` may be 0). */
+  /**
+   * Slots with the given bounds.
+   *
+   * @throws {RangeError} when a bound is not a positive whole number (`queued` may be 0).
+   */
   constructor({ concurrent = 8, queued = 64, waitMs = 30_000 }: UploadSlotsOptions = {}) {
     if (!Number.isInteger(concurrent) || concurrent < 1) {
       throw new RangeError(
