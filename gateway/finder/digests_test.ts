@@ -100,18 +100,36 @@ Deno.test("a node's first check-in to this process is not trusted: it may predat
   t.fleet.close();
 });
 
-Deno.test("a stale digest (the node is down) is asked, and its silence is unsure", async () => {
+Deno.test("a down node blocks only the names its last digest may hold", async () => {
   const t = setup();
-  t.report("a", digestOf());
+  t.report("a", digestOf(nameDigestKey(undefined, "kept")));
   t.report("b", digestOf());
-  // a goes quiet past two of its 15 s intervals; b checks in again.
+  // a goes quiet past two of its 15 s intervals (frozen); b checks in again.
   t.clock.tick(31_000);
   t.report("b", digestOf(), 1);
   t.hang.add(t.endpoint("a"));
-  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "down");
-  const r = await t.finder.lookup("name", "agent-1");
-  assert.equal(r.kind, "unsure");
+  assert.ok(t.fleet.isDown("a"), "precondition: a is down");
+  // A new name its last digest rules out: a is not asked and its silence blocks nothing.
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), undefined);
+  assert.equal((await t.finder.lookup("name", "agent-1")).kind, "none");
+  assert.deepEqual(t.askedIds(), []);
+  // A name that digest may hold: a is asked, and its silence is unsure as before.
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "kept"), "may-hold");
+  assert.equal((await t.finder.lookup("name", "kept")).kind, "unsure");
   assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a down node with this gateway's create unanswered stays asked for every name", async () => {
+  const t = setup();
+  t.report("a", digestOf());
+  t.report("b", digestOf());
+  t.finder.placing("a")(false);
+  t.clock.tick(31_000);
+  t.report("b", digestOf(), 1);
+  t.hang.add(t.endpoint("a"));
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "own-create");
+  assert.equal((await t.finder.lookup("name", "agent-1")).kind, "unsure");
   t.fleet.close();
 });
 

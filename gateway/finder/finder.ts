@@ -166,7 +166,9 @@ const defaultTimers: FinderTimers = {
  * not, it is silent and the outcome is `unsure`. The price is that a down node which swallows
  * packets makes a miss cost the full deadline, until the Fleet declares it dead (`isDead`, after
  * `DORMICE_GATEWAY_NODE_DEAD_AFTER_S`) or the operator runs `removeNode`: either way its
- * sandboxes are gone with it, it is not asked, and its names are free.
+ * sandboxes are gone with it, it is not asked, and its names are free. With lookup digests, a
+ * down node is judged by its last digest like any other, so its silence blocks only the names
+ * that digest may hold (docs/lookup-digest.md).
  *
  * Concurrent misses for one key share one round. Hot path: `cached()` is two `Map` hits and no
  * allocation.

@@ -1,0 +1,98 @@
+/**
+ * Lookup digests, black box: a gateway in front of real nodes, spoken to only with `fetch`.
+ * One frozen node (SIGSTOP) among several makes `unsure` only the names its last digest may
+ * hold; every other new name is placed at once (docs/lookup-digest.md).
+ */
+import assert from "node:assert/strict";
+import { newToken, type NodeProcess, startNode } from "./_processes.ts";
+import { type GatewayProcess, startGateway } from "./_gateway.ts";
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` every 100 ms until it returns true or `ms` passes. */
+async function until(what: string, check: () => Promise<boolean>, ms = 10_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await sleep(100);
+  }
+  throw new Error(`Gave up waiting ${ms} ms for ${what}`);
+}
+
+async function stateOf(g: GatewayProcess, nodeId: string): Promise<string | undefined> {
+  const { body } = await g.json("listNodes");
+  return body.nodes.find((n: { id: string }) => n.id === nodeId)?.state;
+}
+
+Deno.test({
+  name: "lookup digests: a frozen node blocks only the names its last digest may hold",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const token = newToken();
+  const started: { stop(): Promise<unknown> }[] = [];
+  let frozen: NodeProcess | undefined;
+  try {
+    const g = await startGateway({
+      token,
+      // The host's real CPU use is noise from whatever else runs on the machine, not an input.
+      env: {
+        DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",
+        DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+      },
+    });
+    started.push(g);
+    const nodeEnv = (id: string) => ({
+      DORMICE_GATEWAY_ENDPOINT: g.url,
+      DORMICE_NODE_ID: id,
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+    });
+    // F first and alone, so the gateway places "held-f" there; then A and B join.
+    const f = await startNode({ token, env: nodeEnv("node-f") });
+    started.push(f);
+    await until("node-f up", async () => await stateOf(g, "node-f") === "up");
+    const held = await g.json("acquireSandbox", { name: "held-f" });
+    assert.equal(held.status, 200, JSON.stringify(held.body));
+    assert.equal(held.body.sandbox.nodeId, "node-f");
+    const [a, b] = await Promise.all([
+      startNode({ token, env: nodeEnv("node-a") }),
+      startNode({ token, env: nodeEnv("node-b") }),
+    ]);
+    started.push(a, b);
+    await until(
+      "node-a and node-b up",
+      async () => await stateOf(g, "node-a") === "up" && await stateOf(g, "node-b") === "up",
+    );
+    // Three more check-ins of F (1 s apart): its digest now holds "held-f" (two after the
+    // create's answer are enough, docs/lookup-digest.md rule 5).
+    await sleep(3500);
+
+    f.process.child.kill("SIGSTOP");
+    frozen = f;
+    await until("node-f down", async () => await stateOf(g, "node-f") === "down");
+
+    // New names F's last digest rules out: placed on A or B, not held by F's silence.
+    for (const name of ["new-1", "new-2", "new-3"]) {
+      const r = await g.json("acquireSandbox", { name }, { signal: AbortSignal.timeout(20_000) });
+      assert.equal(r.status, 200, `${name}: ${JSON.stringify(r.body)}`);
+      assert.ok(["node-a", "node-b"].includes(r.body.sandbox.nodeId), JSON.stringify(r.body));
+    }
+    // The name F may hold stays unsure: never built a second time elsewhere.
+    const again = await g.json("acquireSandbox", { name: "held-f" }, {
+      signal: AbortSignal.timeout(20_000),
+    });
+    assert.equal(again.status, 503, JSON.stringify(again.body));
+    assert.match(again.body.message, /node-f/);
+    for (const node of [a, b]) {
+      const r = await fetch(`${node.url}/lookupSandbox`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+        body: JSON.stringify({ name: "held-f" }),
+      });
+      assert.equal((await r.json()).found, false, "held-f was built again elsewhere");
+    }
+  } finally {
+    frozen?.process.child.kill("SIGCONT");
+    for (const p of started.reverse()) await p.stop().catch(() => {});
+  }
+});
