@@ -1,11 +1,12 @@
 /**
  * Lookup digests, black box: a gateway in front of real nodes, spoken to only with `fetch`.
  * One frozen node (SIGSTOP) among several makes `unsure` only the names its last digest may
- * hold; every other new name is placed at once (docs/lookup-digest.md).
+ * hold; every other new name is placed at once. A sandbox created on a node directly, behind
+ * the gateway's back, is found through the gateway at once (docs/lookup-digest.md).
  */
 import assert from "node:assert/strict";
 import { newToken, type NodeProcess, startNode } from "./_processes.ts";
-import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { type GatewayProcess, postJson, startGateway } from "./_gateway.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -37,7 +38,7 @@ Deno.test({
       token,
       // The host's real CPU use is noise from whatever else runs on the machine, not an input.
       env: {
-        DORMICE_GATEWAY_LOOKUP_DIGESTS: "sole-writer",
+        DORMICE_GATEWAY_LOOKUP_DIGESTS: "on",
         DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
       },
     });
@@ -93,6 +94,67 @@ Deno.test({
     }
   } finally {
     frozen?.process.child.kill("SIGCONT");
+    for (const p of started.reverse()) await p.stop().catch(() => {});
+  }
+});
+
+Deno.test({
+  name: "lookup digests: a sandbox created on a node directly is found through the gateway at once",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const token = newToken();
+  const started: { stop(): Promise<unknown> }[] = [];
+  try {
+    const g = await startGateway({ token, env: { DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" } });
+    started.push(g);
+    // A 3 s interval: a regular check-in is unlikely to carry the new name before the lookups
+    // below, which come right after the create's answer.
+    const nodeEnv = (id: string) => ({
+      DORMICE_GATEWAY_ENDPOINT: g.url,
+      DORMICE_NODE_ID: id,
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "3",
+    });
+    const [a, b] = await Promise.all([
+      startNode({ token, env: nodeEnv("node-a") }),
+      startNode({ token, env: nodeEnv("node-b") }),
+    ]);
+    started.push(a, b);
+    await until(
+      "node-a and node-b up",
+      async () => await stateOf(g, "node-a") === "up" && await stateOf(g, "node-b") === "up",
+    );
+    // Two check-ins each, so the gateway trusts their digests: a miss asks nobody.
+    await sleep(6500);
+    const none = await g.json("lookupSandbox", { name: "nobody" });
+    assert.equal(none.body.found, false, JSON.stringify(none.body));
+
+    for (const [i, face] of ["native", "e2b"].entries()) {
+      const name = `direct-${i}`;
+      let id: string;
+      if (face === "native") {
+        const made = await postJson(a.url, token, "acquireSandbox", { name });
+        assert.equal(made.status, 200, JSON.stringify(made.body));
+        id = made.body.sandbox.id;
+      } else {
+        const made = await fetch(`${a.url}/e2b/api/sandboxes`, {
+          method: "POST",
+          headers: { "x-api-key": token, "content-type": "application/json" },
+          body: JSON.stringify({ templateID: "base", metadata: { name } }),
+        });
+        const body = await made.json();
+        assert.equal(made.status, 201, JSON.stringify(body));
+        id = body.sandboxID;
+      }
+      const byId = await g.json("lookupSandbox", { id });
+      assert.equal(byId.body.found, true, `${face} by id: ${JSON.stringify(byId.body)}`);
+      assert.equal(byId.body.nodeId ?? byId.body.sandbox?.nodeId ?? "node-a", "node-a");
+      if (face === "native") {
+        const byName = await g.json("execCommand", { name, command: "echo found" });
+        assert.equal(byName.status, 200, `${face} by name: ${JSON.stringify(byName.body)}`);
+      }
+    }
+  } finally {
     for (const p of started.reverse()) await p.stop().catch(() => {});
   }
 });

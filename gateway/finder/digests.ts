@@ -31,6 +31,8 @@ export type AskReason =
  */
 export class DigestSkips {
   readonly #fleet: NodeDirectory;
+  /** In mode `on`, a digest counts only when its node pushes creates made behind our back. */
+  readonly #needsPushed: boolean;
   /**
    * node id → this gateway's creates there that the node's digest may not show yet. An entry
    * goes once its node's digest is sure to include them (two check-ins after the last one
@@ -38,9 +40,14 @@ export class DigestSkips {
    */
   readonly #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
 
-  /** Reads check-in counts, down and the clock from `fleet`. */
-  constructor(fleet: NodeDirectory) {
+  /**
+   * Reads check-in counts and the clock from `fleet`. With `needsPushed` (mode `on`), a digest
+   * that does not say `directPushed` is as good as none: that node may take creates behind the
+   * gateway's back that no digest shows yet.
+   */
+  constructor(fleet: NodeDirectory, needsPushed = false) {
     this.#fleet = fleet;
+    this.#needsPushed = needsPushed;
   }
 
   /**
@@ -123,7 +130,7 @@ export class DigestSkips {
     probe: ReturnType<typeof digestProbe>,
   ): AskReason | undefined {
     const digest = node.lookupDigest ?? null;
-    if (digest === null) return "no-digest";
+    if (digest === null || (this.#needsPushed && !digest.directPushed)) return "no-digest";
     if (digest.mayHoldProbe(probe)) return "may-hold";
     // A down node is judged by its last digest like any other. Nothing but this gateway creates
     // there (sole-writer), the rules below ask it while a create this gateway sent may be

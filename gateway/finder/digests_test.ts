@@ -16,7 +16,7 @@ function digestOf(...keys: string[]) {
 }
 
 /** A fleet of three nodes a, b, c; `hang` endpoints never answer, the rest say absent. */
-function setup(mode: "off" | "sole-writer" = "sole-writer") {
+function setup(mode: "off" | "sole-writer" | "on" = "sole-writer") {
   const clock = new FakeClock(1_000_000);
   const fleet = new Fleet({ clock });
   const asked: string[] = [];
@@ -194,6 +194,17 @@ Deno.test("a digest that will not decode is dropped: the node is asked", async (
     checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
   );
   assert.equal(t.fleet.get("a")!.lookupDigest, null);
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("mode on trusts only digests of nodes that push creates made behind its back", async () => {
+  const t = setup("on");
+  t.report("a", digestOf());
+  t.report("b", { ...digestOf(), directPushed: true });
+  assert.equal(t.finder.mustAsk(t.fleet.get("a")!, "name", "agent-1"), "no-digest");
+  assert.equal(t.finder.mustAsk(t.fleet.get("b")!, "name", "agent-1"), undefined);
   await t.finder.lookup("name", "agent-1");
   assert.deepEqual(t.askedIds(), ["a"]);
   t.fleet.close();

@@ -121,8 +121,16 @@ export interface FinderOptions {
    * (shared mode), no client calling a node directly. docs/lookup-digest.md has the argument
    * and the cases where every node is asked anyway.
    */
-  lookupDigests?: "off" | "sole-writer";
+  lookupDigests?: LookupDigestMode;
 }
+
+/**
+ * How a lookup miss uses the nodes' digests (docs/lookup-digest.md): `off` asks every node;
+ * `sole-writer` skips by digest on the operator's word that this gateway is the one way
+ * sandboxes are created on its nodes; `on` skips by digest only the nodes that push creates made
+ * behind the gateway's back (`lookupDigest.directPushed`) and asks the others.
+ */
+export type LookupDigestMode = "off" | "sole-writer" | "on";
 
 /** Options for one call. */
 export interface FindOptions {
@@ -193,7 +201,7 @@ export class Finder {
   #cache: FoundCache;
   #rounds = new SharedRounds();
   #metrics?: FinderMetrics;
-  #digests: "off" | "sole-writer";
+  #digests: LookupDigestMode;
   /** Which nodes a miss may skip by their digests (`digests.ts`). */
   #skips: DigestSkips;
   #lastAsked = 0;
@@ -239,7 +247,12 @@ export class Finder {
     this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
-    this.#skips = new DigestSkips(fleet);
+    this.#skips = new DigestSkips(fleet, this.#digests === "on");
+  }
+
+  /** The lookup digest mode in force (a node's check-in answer names it). */
+  get digestMode(): LookupDigestMode {
+    return this.#digests;
   }
 
   /** Nodes asked by the last lookup round that started (the bench and tests read it). */
@@ -264,7 +277,7 @@ export class Finder {
 
   /**
    * Why a miss for `key` must ask `node`, or `undefined` when its digest proves it cannot hold
-   * the key (only in `"sole-writer"` mode). Exported for the Finder's table tests.
+   * the key (only when lookup digests are on). Exported for the Finder's table tests.
    *
    * @example
    * ```ts ignore
@@ -540,7 +553,7 @@ export class Finder {
     // unsure (a down node's does, until it is declared dead).
     const now = this.#fleet.now();
     let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
-    if (this.#digests === "sole-writer") {
+    if (this.#digests !== "off") {
       nodes = this.#skips.toAsk(nodes, by, key);
     }
     this.#lastAsked = nodes.length;

@@ -35,7 +35,7 @@ import { type Log, silentLog } from "../../shared/log.ts";
 import { e2bKeyAuth } from "../../shared/e2b_auth.ts";
 import { randomSandboxName } from "../../shared/random_name.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
-import { slotTokenOf } from "../../shared/slot_token.ts";
+import { cameDirect, slotTokenOf } from "../../shared/slot_token.ts";
 import { tokensEqual } from "../../shared/token.ts";
 import {
   describeZodError,
@@ -320,6 +320,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
       deadline: { ms: timeoutSeconds * 1000, action: options.onTimeout },
       e2b: options.e2b,
       slotToken: slotTokenOf(c.req.raw.headers),
+      direct: cameDirect(c.req.raw.headers),
     });
     return c.json(created(c, result.sandbox), 201);
   };

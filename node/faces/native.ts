@@ -64,7 +64,7 @@ import {
   sandboxNameSchema,
 } from "../../shared/schemas.ts";
 import { teamOfRequest } from "../../shared/teams.ts";
-import { slotTokenOf } from "../../shared/slot_token.ts";
+import { cameDirect, slotTokenOf } from "../../shared/slot_token.ts";
 import { requireFleetBearer, tokensEqual } from "../../shared/token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
@@ -252,7 +252,12 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
 
   verb("acquireSandbox", schemas.acquireSandbox, async (b, team, headers) => {
     const slotToken = slotTokenOf(headers);
-    const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
+    const { created, sandbox } = await service.acquire({
+      ...b,
+      team,
+      slotToken,
+      direct: cameDirect(headers),
+    });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
   verb(
