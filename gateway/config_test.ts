@@ -84,7 +84,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       { DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "1000" },
       /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
     ],
-    [{ DORMICE_GATEWAY_LOOKUP_DIGESTS: "yes" }, /DORMICE_GATEWAY_LOOKUP_DIGESTS='yes'.*'on'.*'off'/],
+    [
+      { DORMICE_GATEWAY_LOOKUP_DIGESTS: "yes" },
+      /DORMICE_GATEWAY_LOOKUP_DIGESTS='yes'.*'on'.*'off'/,
+    ],
     [
       { DORMICE_GATEWAY_NODE_CLIENT: "undici" },
       /DORMICE_GATEWAY_NODE_CLIENT='undici'.*'h1'.*'fetch'/,
