@@ -63,9 +63,9 @@ export interface GatewayOptions {
   lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
-   * `"off"` by default; `"on"` trusts the digests of nodes that push creates made behind the
-   * gateway's back, and asks every node in shared mode (`etcd`), where other gateways' creates
-   * are not yet counted; `"sole-writer"` only while this gateway is the one way sandboxes are
+   * `"on"` by default: trusts the digests of nodes that push creates made behind the gateway's
+   * back, and asks every node in shared mode (`etcd`), where other gateways' creates are not
+   * counted; `"off"` asks every node; `"sole-writer"` only while this gateway is the one way sandboxes are
    * created on its nodes (docs/lookup-digest.md).
    */
   lookupDigests?: LookupDigestMode;
@@ -225,7 +225,7 @@ export function createGateway(options: GatewayOptions): Gateway {
     minDiskGB,
     lookupTimeoutMs,
     lookupConcurrency,
-    lookupDigests,
+    lookupDigests = "on",
     fanOutTimeoutMs,
     headTimeoutMs,
     cacheSize,

@@ -123,7 +123,7 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   lookupConcurrency: 128,
   // Skipping nodes by digest is sound only with one writer, which the gateway cannot check:
   // the operator says so (docs/lookup-digest.md).
-  lookupDigests: "off",
+  lookupDigests: "on",
   // A native verb answers when its work is done (a Docker create, a file read: seconds), envd
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.

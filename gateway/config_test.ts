@@ -50,6 +50,12 @@ Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=sole-writer turns digest skipping on",
   assert.equal(r.config.lookupDigests, "sole-writer");
 });
 
+Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS is on by default", () => {
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(r.ok);
+  assert.equal(r.config.lookupDigests, "on");
+});
+
 Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=on is a mode, with or without etcd", () => {
   for (const etcd of [{}, { DORMICE_GATEWAY_ETCD: "http://127.0.0.1:2379" }]) {
     const r = loadGatewayConfig({

@@ -154,6 +154,23 @@ Deno.test({
         assert.equal(byName.status, 200, `${face} by name: ${JSON.stringify(byName.body)}`);
       }
     }
+
+    // The truths with digests trusted: two owners are a 409 (both digests hold the name) ...
+    for (const node of [a, b]) {
+      const made = await postJson(node.url, token, "acquireSandbox", { name: "twice" });
+      assert.equal(made.status, 200, JSON.stringify(made.body));
+    }
+    const both = await g.json("execCommand", { name: "twice", command: "echo x" });
+    assert.equal(both.status, 409, JSON.stringify(both.body));
+    assert.match(both.body.message, /node-a/);
+    assert.match(both.body.message, /node-b/);
+    // ... and twenty concurrent acquires of one new name build it once.
+    const burst = await Promise.all(
+      Array.from({ length: 20 }, () => g.json("acquireSandbox", { name: "burst" })),
+    );
+    for (const r of burst) assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(new Set(burst.map((r) => r.body.sandbox.id)).size, 1);
+    assert.equal(burst.filter((r) => r.body.created).length, 1);
   } finally {
     for (const p of started.reverse()) await p.stop().catch(() => {});
   }

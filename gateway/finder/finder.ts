@@ -116,10 +116,11 @@ export interface FinderOptions {
   hopMarker?: string;
   /**
    * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
-   * `"off"` (the default) asks every node; `"sole-writer"` skips them, which is sound only
-   * while this gateway is the one way sandboxes are created on its nodes: no other gateway
-   * (shared mode), no client calling a node directly. docs/lookup-digest.md has the argument
-   * and the cases where every node is asked anyway.
+   * `"off"` (the Finder's default; `createGateway` defaults to `"on"`) asks every node; `"on"`
+   * skips them when their digest says they push creates made behind the gateway's back
+   * (`directPushed`), which is sound while this gateway is the only gateway (not shared mode);
+   * `"sole-writer"` skips them on the operator's word that nothing else creates there.
+   * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
    */
   lookupDigests?: LookupDigestMode;
 }
