@@ -22,7 +22,7 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   });
   assert.ok(set.ok);
   assert.equal(set.config.jsonBodyLimitBytes, 4 * 1024 * 1024);
-  assert.equal(r.config.lookupDigests, "off");
+  assert.equal(r.config.lookupDigests, "on");
   assert.equal(r.config.nodeClient, "h1");
   const viaFetch = loadGatewayConfig({
     DORMICE_API_TOKEN: token,
