@@ -175,3 +175,42 @@ Deno.test({
     for (const p of started.reverse()) await p.stop().catch(() => {});
   }
 });
+
+Deno.test({
+  name:
+    "lookup digests: a node refuses a direct create its gateway cannot hear of, building nothing",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const token = newToken();
+  const g = await startGateway({ token });
+  let gatewayStopped = false;
+  const node = await startNode({
+    token,
+    env: {
+      DORMICE_GATEWAY_ENDPOINT: g.url,
+      DORMICE_NODE_ID: "node-a",
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+    },
+  });
+  try {
+    await until("node-a up", async () => await stateOf(g, "node-a") === "up");
+    // While the gateway answers, a direct create is made known to it and built.
+    const first = await postJson(node.url, token, "acquireSandbox", { name: "heard" });
+    assert.equal(first.status, 200, JSON.stringify(first.body));
+    await g.stop();
+    gatewayStopped = true;
+    const refused = await postJson(node.url, token, "acquireSandbox", { name: "unheard" });
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.match(refused.body.message, /gateway .*must hear of a create/);
+    assert.ok(Number(refused.headers.get("retry-after")) >= 1);
+    const looked = await postJson(node.url, token, "lookupSandbox", { name: "unheard" });
+    assert.equal(looked.body.found, false, "nothing may be built");
+    // A wake of a name it holds builds nothing and needs no gateway.
+    const wake = await postJson(node.url, token, "acquireSandbox", { name: "heard" });
+    assert.equal(wake.status, 200, JSON.stringify(wake.body));
+  } finally {
+    await node.stop().catch(() => {});
+    if (!gatewayStopped) await g.stop().catch(() => {});
+  }
+});
