@@ -106,7 +106,11 @@ Deno.test({
   const token = newToken();
   const started: { stop(): Promise<unknown> }[] = [];
   try {
-    const g = await startGateway({ token, env: { DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" } });
+    // The host's real CPU use is noise from whatever else runs on the machine, not an input.
+    const g = await startGateway({
+      token,
+      env: { DORMICE_GATEWAY_LOOKUP_DIGESTS: "on", DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" },
+    });
     started.push(g);
     // A 3 s interval: a regular check-in is unlikely to carry the new name before the lookups
     // below, which come right after the create's answer.
@@ -152,6 +156,18 @@ Deno.test({
       if (face === "native") {
         const byName = await g.json("execCommand", { name, command: "echo found" });
         assert.equal(byName.status, 200, `${face} by name: ${JSON.stringify(byName.body)}`);
+      } else {
+        // A fork called on the node directly: its copies are creates behind the gateway's back.
+        const forked = await fetch(`${a.url}/e2b/api/sandboxes/${id}/fork`, {
+          method: "POST",
+          headers: { "x-api-key": token, "content-type": "application/json" },
+          body: JSON.stringify({ count: 1 }),
+        });
+        const copies = await forked.json();
+        assert.equal(forked.status, 201, JSON.stringify(copies));
+        const copy = copies[0].sandbox.sandboxID;
+        const found = await g.json("lookupSandbox", { id: copy });
+        assert.equal(found.body.found, true, `fork copy by id: ${JSON.stringify(found.body)}`);
       }
     }
 

@@ -565,6 +565,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
               spec: source.spec,
               deadline: { ms: timeoutSeconds * 1000, action: onTimeoutOf(source) },
               e2b: { ...source.e2b, timeoutSeconds },
+              direct: cameDirect(c.req.raw.headers),
             });
             return { sandbox: created(c, sandbox) };
           } catch (thrown) {
