@@ -13,7 +13,7 @@ import { DatabaseSync } from "node:sqlite";
 import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./keys/auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet/fleet.ts";
-import { Finder } from "./finder/finder.ts";
+import { Finder, type LookupDigestMode } from "./finder/finder.ts";
 import { ApiKeys } from "./keys/keys.ts";
 import { TeamLimits } from "./keys/team_limits.ts";
 import { EtcdTeamLedger, type TeamLedger } from "./keys/team_ledger.ts";
@@ -86,12 +86,14 @@ export interface GatewayOptions {
   lookupConcurrency?: number;
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
-   * `"off"` by default; `"sole-writer"` only while this gateway is the one way sandboxes are
+   * `"on"` by default: trusts the digests of nodes that push creates made behind the gateway's
+   * back, and asks every node in shared mode (`etcd`), where other gateways' creates are not
+   * counted; `"off"` asks every node; `"sole-writer"` only while this gateway is the one way sandboxes are
    * created on its nodes (docs/lookup-digest.md).
    *
    * @default {"off"}
    */
-  lookupDigests?: "off" | "sole-writer";
+  lookupDigests?: LookupDigestMode;
   /**
    * Bound of each node's answer to a fleet-wide listing, ms.
    *
@@ -363,7 +365,7 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     minDiskGB,
     lookupTimeoutMs,
     lookupConcurrency,
-    lookupDigests,
+    lookupDigests = "on",
     fanOutTimeoutMs,
     headTimeoutMs,
     cacheSize,
@@ -415,7 +417,8 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     token,
     timeoutMs: lookupTimeoutMs,
     lookupConcurrency,
-    lookupDigests,
+    // Shared mode: another gateway's creates are not counted yet (docs/lookup-digest.md).
+    lookupDigests: options.etcd && lookupDigests === "on" ? "off" : lookupDigests,
     cacheSize,
     fetch: fetchFn,
     clock,

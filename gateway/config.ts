@@ -28,7 +28,7 @@ export interface GatewayConfig {
   /** Nodes one lookup round asks at once (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`). */
   lookupConcurrency: number;
   /** Whether a lookup miss may skip nodes by their digest (`DORMICE_GATEWAY_LOOKUP_DIGESTS`). */
-  lookupDigests: "off" | "sole-writer";
+  lookupDigests: "off" | "sole-writer" | "on";
   /** The longest wait for a forwarded request's head from its node, once its body is sent. */
   headTimeoutMs: number;
   /**
@@ -123,7 +123,7 @@ export const gatewayDefaults: Omit<GatewayConfig, "apiToken"> = {
   lookupConcurrency: 128,
   // Skipping nodes by digest is sound only with one writer, which the gateway cannot check:
   // the operator says so (docs/lookup-digest.md).
-  lookupDigests: "off",
+  lookupDigests: "on",
   // A native verb answers when its work is done (a Docker create, a file read: seconds), envd
   // streams its head at once; a node that takes longer is stuck. A frozen node is cut off sooner,
   // when it misses two check-ins.
@@ -320,11 +320,12 @@ export function loadGatewayConfig(
   );
   const logLevel = parseLogLevel(env.DORMICE_LOG_LEVEL);
   const digests = env.DORMICE_GATEWAY_LOOKUP_DIGESTS ?? gatewayDefaults.lookupDigests;
-  if (digests !== "off" && digests !== "sole-writer") {
+  if (digests !== "off" && digests !== "sole-writer" && digests !== "on") {
     errors.push(
-      `DORMICE_GATEWAY_LOOKUP_DIGESTS='${digests.slice(0, 40)}' is not a mode: set 'off' (ask ` +
-        "every node on a miss) or 'sole-writer' (skip nodes by their digest, only when this " +
-        "gateway is the one way sandboxes are created on its nodes)",
+      `DORMICE_GATEWAY_LOOKUP_DIGESTS='${digests.slice(0, 40)}' is not a mode: set 'on' (skip ` +
+        "nodes whose digest rules the name out, when they push creates made behind the " +
+        "gateway's back), 'off' (ask every node on a miss) or 'sole-writer' (skip nodes by " +
+        "their digest on your word that this gateway is the one way sandboxes are created)",
     );
   }
   if (digests === "sole-writer" && (env.DORMICE_GATEWAY_ETCD ?? "").trim() !== "") {
@@ -430,7 +431,7 @@ export function loadGatewayConfig(
       "a whole number of MiB from 1 to 256",
       errors,
     ),
-    lookupDigests: digests === "sole-writer" ? "sole-writer" : "off",
+    lookupDigests: digests === "sole-writer" || digests === "on" ? digests : "off",
     nodeClient: nodeClient === "fetch" ? "fetch" : "h1",
     engine: engine === "deno" ? "deno" : "bytes",
     logLevel: logLevel instanceof Error ? "info" : logLevel,

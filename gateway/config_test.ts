@@ -22,7 +22,7 @@ Deno.test("loadGatewayConfig() applies the documented defaults", () => {
   });
   assert.ok(set.ok);
   assert.equal(set.config.jsonBodyLimitBytes, 4 * 1024 * 1024);
-  assert.equal(r.config.lookupDigests, "off");
+  assert.equal(r.config.lookupDigests, "on");
   assert.equal(r.config.nodeClient, "h1");
   const viaFetch = loadGatewayConfig({
     DORMICE_API_TOKEN: token,
@@ -50,6 +50,24 @@ Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=sole-writer turns digest skipping on",
   assert.equal(r.config.lookupDigests, "sole-writer");
 });
 
+Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS is on by default", () => {
+  const r = loadGatewayConfig({ DORMICE_API_TOKEN: token });
+  assert.ok(r.ok);
+  assert.equal(r.config.lookupDigests, "on");
+});
+
+Deno.test("DORMICE_GATEWAY_LOOKUP_DIGESTS=on is a mode, with or without etcd", () => {
+  for (const etcd of [{}, { DORMICE_GATEWAY_ETCD: "http://127.0.0.1:2379" }]) {
+    const r = loadGatewayConfig({
+      DORMICE_API_TOKEN: token,
+      DORMICE_GATEWAY_LOOKUP_DIGESTS: "on",
+      ...etcd,
+    });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal(r.config.lookupDigests, "on");
+  }
+});
+
 Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value and the fix", () => {
   const cases: [Record<string, string>, RegExp][] = [
     [{ DORMICE_API_TOKEN: "" }, /DORMICE_API_TOKEN is not set/],
@@ -72,7 +90,10 @@ Deno.test("loadGatewayConfig() refuses bad values naming the variable, the value
       { DORMICE_GATEWAY_JSON_BODY_LIMIT_MB: "1000" },
       /DORMICE_GATEWAY_JSON_BODY_LIMIT_MB='1000'.*MiB from 1 to 256/,
     ],
-    [{ DORMICE_GATEWAY_LOOKUP_DIGESTS: "on" }, /DORMICE_GATEWAY_LOOKUP_DIGESTS='on'.*'off'/],
+    [
+      { DORMICE_GATEWAY_LOOKUP_DIGESTS: "yes" },
+      /DORMICE_GATEWAY_LOOKUP_DIGESTS='yes'.*'on'.*'off'/,
+    ],
     [
       { DORMICE_GATEWAY_NODE_CLIENT: "undici" },
       /DORMICE_GATEWAY_NODE_CLIENT='undici'.*'h1'.*'fetch'/,

@@ -63,6 +63,7 @@ export {
   type FindResult,
   type FindUnsure,
   type FoundSandbox,
+  type LookupDigestMode,
 } from "./finder/finder.ts";
 export {
   type FilterInput,

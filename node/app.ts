@@ -185,7 +185,18 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     clock,
     log,
   });
-  const service = new SandboxService({ ledger, executor: timed, clock, log, pools });
+  const service = new SandboxService({
+    ledger,
+    executor: timed,
+    clock,
+    log,
+    pools,
+    // A create behind the gateway's back reaches the gateway before the node builds it
+    // (docs/lookup-digest.md); `checkIn` is built below, before any request is served.
+    ...(config.gatewayEndpoint === null
+      ? {}
+      : { announceDirect: (what: string): Promise<void> => checkIn!.pushDirectCreate(what) }),
+  });
   const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
   const templateMap = parseTemplates(config.templates ?? undefined);
   const configDigest = computeConfigDigest({
@@ -239,7 +250,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       checkIn.nudge();
     },
   });
-  const checkIn = config.gatewayEndpoint === null ? null : new CheckInLoop({
+  const checkIn: CheckInLoop | null = config.gatewayEndpoint === null ? null : new CheckInLoop({
     gatewayEndpoint: config.gatewayEndpoint,
     gatewayEndpoints: config.gatewayEndpoints,
     nodeId: config.nodeId,

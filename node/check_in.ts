@@ -6,6 +6,7 @@
 import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
 import { describeFetchFailure } from "../shared/fetch_failure.ts";
+import { HttpError } from "../shared/http_error.ts";
 import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
 import {
   idDigestKey,
@@ -104,7 +105,23 @@ export function lookupDigestOf(
   }
   // A busy slot is already team-scoped (`teamScopedName`).
   for (const slot of busy) digest.add(`n:${slot}`);
-  return digest.toWire();
+  // This node pushes creates made behind the gateway's back (Service's `announceDirect`).
+  return { ...digest.toWire(), directPushed: true };
+}
+
+/**
+ * Whether a check-in answer says the gateway skips nodes by digest (`lookupDigests` other than
+ * `off`). The answer is small (`{ok, outcome, lookupDigests}`); read at most 64 KiB of it.
+ */
+async function skipsByDigest(response: Response): Promise<boolean> {
+  try {
+    const text = await response.text();
+    if (text.length > 65_536) return false;
+    const mode = JSON.parse(text)?.lookupDigests;
+    return typeof mode === "string" && mode !== "off";
+  } catch {
+    return false;
+  }
 }
 
 /** How one attempt ended. */
@@ -164,6 +181,7 @@ export class CheckInLoop {
   #failing = false;
   #tick: (() => Promise<void>) | undefined;
   #nudged = false;
+  #gatewaySkips = false;
   #nudgeTimer: ReturnType<typeof setTimeout> | undefined;
   readonly #gateways: readonly string[];
   /** The gateway checked in with now: kept while it answers. */
@@ -186,9 +204,14 @@ export class CheckInLoop {
     return `${this.#gateways[this.#current]}/checkIn`;
   }
 
-  /** Checks in once now; never rejects. */
+  /**
+   * Checks in once now; never rejects. Attempts never overlap: one asked for while another is
+   * in flight starts when it ends, so the gateway hears check-ins in the order they were built
+   * (the lookup digest argument counts on it, docs/lookup-digest.md).
+   */
   once(): Promise<CheckInOutcome> {
-    const attempt = this.#attempt().then((outcome) => {
+    const previous = this.#inFlight ?? Promise.resolve();
+    const attempt = previous.then(() => this.#attempt()).then((outcome) => {
       this.#report(outcome);
       if (outcome.ok || outcome.cause !== "stopped") this.#options.onOutcome?.(outcome);
       return outcome;
@@ -228,6 +251,35 @@ export class CheckInLoop {
       clearTimeout(this.#timer);
       void this.#tick!();
     }, delayMs);
+  }
+
+  /**
+   * Whether the gateway last heard from skips nodes by their lookup digest (its check-in answer's
+   * `lookupDigests` is not `off`): then a create made behind its back must reach it before the
+   * node builds (`pushDirectCreate`).
+   */
+  get gatewaySkips(): boolean {
+    return this.#gatewaySkips;
+  }
+
+  /**
+   * A check-in built now, for a create made behind the gateway's back (no `x-dormice-hop`
+   * header): the gateway hears of the name's busy slot (before the build) or the new row (after
+   * it) at once instead of an interval later. Rejects with a 503 when the check-in did not reach
+   * a gateway that skips nodes by digest: that gateway could not find the name, so the node must
+   * not build it.
+   */
+  async pushDirectCreate(what: string): Promise<void> {
+    const outcome = await this.once();
+    if (outcome.ok || !this.#gatewaySkips) return;
+    throw new HttpError(
+      503,
+      `Cannot create ${what} directly on this node now: the gateway (${this.url}) must hear of ` +
+        `a create made behind its back before the node builds it, so that it can find the name, ` +
+        `and the check-in failed (${outcome.cause}). Create it through the gateway, or retry ` +
+        "once the gateway answers check-ins again",
+      { headers: { "retry-after": String(Math.max(1, this.#options.intervalSeconds)) } },
+    );
   }
 
   /** Stops the loop and aborts an attempt in flight. */
@@ -299,7 +351,7 @@ export class CheckInLoop {
     }
     const status = response.status;
     if (status >= 200 && status < 300) {
-      await response.body?.cancel();
+      this.#gatewaySkips = await skipsByDigest(response);
       if (body.events) this.#options.events?.delivered(body.events);
       return { ok: true, status };
     }

@@ -288,3 +288,40 @@ Deno.test("a check-in carries the node's lookup digest: names, ids and creates i
   // A node without the option sends none: the gateway then asks it on every miss.
   assert.equal(new CheckInLoop(options("http://127.0.0.1:1")).body().lookupDigest, undefined);
 });
+
+Deno.test("pushDirectCreate: refused while a gateway that skips by digest cannot hear it", async () => {
+  await withGateway(async (origin, seen, answer) => {
+    const loop = new CheckInLoop(options(origin));
+    // A gateway that asks every node: a failed push does not stop the create.
+    answer(() => Response.json({ ok: true, lookupDigests: "off" }));
+    await loop.once();
+    assert.equal(loop.gatewaySkips, false);
+    answer(() => Response.json({ message: "down for a moment" }, { status: 503 }));
+    await loop.pushDirectCreate("sandbox 'a'");
+    // A gateway that skips by digest: the push must reach it.
+    answer(() => Response.json({ ok: true, lookupDigests: "on" }));
+    await loop.pushDirectCreate("sandbox 'a'");
+    assert.equal(loop.gatewaySkips, true);
+    answer(() => Response.json({ message: "down for a moment" }, { status: 503 }));
+    await assert.rejects(
+      loop.pushDirectCreate("sandbox 'a'"),
+      (e: Error & { status?: number }) =>
+        e.status === 503 && /sandbox 'a' directly .*through the gateway/.test(e.message),
+    );
+    assert.equal(seen.length, 4);
+  });
+});
+
+Deno.test("check-ins never overlap: one asked for during another starts when it ends", async () => {
+  let inFlight = 0;
+  let most = 0;
+  const fetchFn = (async () => {
+    most = Math.max(most, ++inFlight);
+    for (let i = 0; i < 5; i++) await new Promise<void>((resolve) => queueMicrotask(resolve));
+    inFlight--;
+    return Response.json({ ok: true });
+  }) as typeof fetch;
+  const loop = new CheckInLoop(options("http://gw.test", { fetch: fetchFn }));
+  await Promise.all([loop.once(), loop.once(), loop.pushDirectCreate("sandbox 'a'")]);
+  assert.equal(most, 1);
+});

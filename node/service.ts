@@ -102,6 +102,7 @@ export class SandboxService implements SandboxOps {
   #commands = new RunningCommands();
   #core: ServiceCore;
   #fence: SlotFence;
+  #announceDirect?: (what: string) => Promise<void>;
 
   /** Builds the service over a ledger and an executor. */
   constructor(options: SandboxServiceOptions) {
@@ -116,6 +117,7 @@ export class SandboxService implements SandboxOps {
     this.#killGraceMs = options.killGraceMs ?? 5_000;
     this.#pools = options.pools;
     this.#fence = options.fence ?? new SlotFence();
+    this.#announceDirect = options.announceDirect;
     this.#core = {
       ledger: this.#ledger,
       executor: this.#executor,
@@ -146,21 +148,37 @@ export class SandboxService implements SandboxOps {
       }
       // A gateway that lost the name's slot must not build it beside the newer holder's.
       this.#fence.admit(slot, request.slotToken);
-      const id = newSandboxId();
-      const template = request.template ?? this.#defaultTemplate;
-      const spec = request.spec ?? {};
-      const env = { ...spec.env, ...request.env };
-      this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
-      // A warm sandbox holds its template's files, never a snapshot's.
-      const warm = this.#pools && request.snapshot === undefined
-        ? claimWarm(this.#core, this.#pools, request, { team, template, spec, env })
-        : undefined;
-      if (warm !== undefined) return { created: true, sandbox: warm };
-      return {
-        created: true,
-        sandbox: await buildCold(this.#core, request, { id, team, template, spec, env }),
-      };
+      const announce = request.direct ? this.#announceDirect : undefined;
+      const what = `sandbox '${request.name}'`;
+      // Behind the gateway's back: the gateway hears of the busy slot before anything is built.
+      await announce?.(what);
+      const result = await this.#build(request, team);
+      await announce?.(what).catch((error) =>
+        this.#log("warn", "a direct create's check-in failed", {
+          name: request.name,
+          cause: error instanceof Error ? error.message : String(error),
+        })
+      );
+      return result;
     });
+  }
+
+  /** Builds a name no row holds (warm when a pool has one, cold otherwise); the slot is held. */
+  async #build(request: AcquireRequest, team: string): Promise<AcquireResult> {
+    const id = newSandboxId();
+    const template = request.template ?? this.#defaultTemplate;
+    const spec = request.spec ?? {};
+    const env = { ...spec.env, ...request.env };
+    this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
+    // A warm sandbox holds its template's files, never a snapshot's.
+    const warm = this.#pools && request.snapshot === undefined
+      ? claimWarm(this.#core, this.#pools, request, { team, template, spec, env })
+      : undefined;
+    if (warm !== undefined) return { created: true, sandbox: warm };
+    return {
+      created: true,
+      sandbox: await buildCold(this.#core, request, { id, team, template, spec, env }),
+    };
   }
 
   /**

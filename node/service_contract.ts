@@ -106,6 +106,12 @@ export interface AcquireRequest {
    * build is refused (409) when a larger one was seen for the name. Absent, nothing is fenced.
    */
   slotToken?: number;
+  /**
+   * True for a create that did not come through a gateway (no `x-dormice-hop` header): the
+   * node makes it known with a check-in before it builds and again before it answers
+   * (`ServiceOptions.announceDirect`, docs/lookup-digest.md).
+   */
+  direct?: boolean;
 }
 
 /** What `acquire` answers: the row, and whether this call built it. */

@@ -22,6 +22,14 @@ export interface SandboxServiceOptions {
   queue?: NameQueue;
   /** The largest slot token seen per name (shared mode's gateways send them); a fresh one by default. */
   fence?: SlotFence;
+  /**
+   * Makes a create behind the gateway's back (`AcquireRequest.direct`) known to the gateway at
+   * once: called with the name's slot held, once before the build (the busy slot is in the
+   * digest; a rejection refuses the create) and once after it (the new row and id are; a
+   * rejection there is only logged). The node's app passes its check-in loop's
+   * `pushDirectCreate`; none by default (a node without a gateway).
+   */
+  announceDirect?: (what: string) => Promise<void>;
   /** Stamps creation, idle and deadline times; `systemClock` when absent. */
   clock?: Clock;
   /** Where lifecycle events and failures are logged; `silentLog` when absent. */

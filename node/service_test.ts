@@ -626,3 +626,37 @@ Deno.test("SandboxService: a sandbox paused to disk keeps its row through reconc
     await close();
   }
 });
+
+Deno.test("a direct create is announced with its slot busy before the build and again after", async () => {
+  const clock = new FakeClock(1_700_000_000_000);
+  const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
+  const executor = new FakeExecutor({ clock });
+  const seen: { busy: string[]; row: boolean }[] = [];
+  let refuse = false;
+  const service: SandboxService = new SandboxService({
+    ledger,
+    executor,
+    clock,
+    announceDirect: (what) => {
+      seen.push({ busy: [...service.queue.busyKeys()], row: ledger.byName("a") !== undefined });
+      if (refuse) return Promise.reject(new Error(`cannot announce ${what}`));
+      return Promise.resolve();
+    },
+  });
+  try {
+    await service.acquire({ name: "a", direct: true });
+    assert.deepEqual(seen, [{ busy: ["a"], row: false }, { busy: ["a"], row: true }]);
+    // A create through a gateway, or a wake, announces nothing.
+    await service.acquire({ name: "b" });
+    await service.acquire({ name: "a", direct: true });
+    assert.equal(seen.length, 2);
+    // A refused announcement builds nothing.
+    refuse = true;
+    await assert.rejects(service.acquire({ name: "c", direct: true }), /cannot announce/);
+    assert.equal(ledger.byName("c"), undefined);
+    assert.equal(executor.hooks.calls.create, 2);
+  } finally {
+    await executor.close();
+    ledger.close();
+  }
+});

@@ -16,6 +16,13 @@ export interface LookupDigestWire {
   hashes: number;
   /** Keys added (two per sandbox: its name and its id), for sizing and diagnostics. */
   count: number;
+  /**
+   * `true` when the node makes every create that did not come through a gateway (no
+   * `x-dormice-hop` header) known with a check-in before it builds and again before it answers
+   * (docs/lookup-digest.md, "Creates behind the gateway's back"). A gateway in lookup digest
+   * mode `on` trusts only digests that say so.
+   */
+  directPushed?: boolean;
 }
 
 /**
@@ -73,8 +80,11 @@ export class LookupDigest {
   readonly #m: number;
   readonly #k: number;
   #count: number;
+  /** The wire's `directPushed`: creates behind the gateway's back are pushed at once. */
+  readonly directPushed: boolean;
 
-  private constructor(bits: Uint8Array, hashes: number, count: number) {
+  private constructor(bits: Uint8Array, hashes: number, count: number, directPushed = false) {
+    this.directPushed = directPushed;
     this.#bits = bits;
     this.#m = bits.length * 8;
     this.#k = hashes;
@@ -121,7 +131,7 @@ export class LookupDigest {
         `the digest holds ${bytes.length} bytes: it must hold 8 to ${MAX_DIGEST_BITS / 8}`,
       );
     }
-    return new LookupDigest(bytes, wire.hashes, wire.count);
+    return new LookupDigest(bytes, wire.hashes, wire.count, wire.directPushed === true);
   }
 
   /** Keys added. */

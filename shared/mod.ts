@@ -110,6 +110,6 @@ export {
   type VolumeMount,
   volumeMountSchema,
 } from "./pools.ts";
-export { SLOT_TOKEN_HEADER, slotTokenOf } from "./slot_token.ts";
+export { cameDirect, HOP_MARKER_HEADER, SLOT_TOKEN_HEADER, slotTokenOf } from "./slot_token.ts";
 export { BASE64_SLICE_CHARS, decodeBase64InSlices, isStandardBase64 } from "./base64.ts";
 export { JSON_ITEMS_PER_SLICE, jsonArrayResponse } from "./json_stream.ts";

@@ -320,11 +320,13 @@ export const lookupDigestSchema: z.ZodObject<{
   bits: z.ZodString;
   hashes: z.ZodNumber;
   count: z.ZodNumber;
+  directPushed: z.ZodOptional<z.ZodBoolean>;
 }> = z.object({
   bits: z.string().min(12).max(MAX_DIGEST_BASE64, "a digest is at most 1 MiB")
     .regex(/^[A-Za-z0-9+/]*={0,2}$/, "a digest's bits are base64"),
   hashes: z.number().int().min(1).max(16),
   count: z.number().int().min(0),
+  directPushed: z.boolean().optional(),
 });
 
 /** The body a node posts to `<gateway>/checkIn` every interval. */

@@ -13,6 +13,25 @@ import { HttpError } from "./http_error.ts";
 export const SLOT_TOKEN_HEADER = "x-dormice-slot-token";
 
 /**
+ * The hop marker header every request a gateway sends to a node carries (`gateway/door.ts`'s
+ * `HOP_HEADER`): a create without it was made behind the gateways' back.
+ */
+export const HOP_MARKER_HEADER = "x-dormice-hop";
+
+/**
+ * Whether a request came to the node directly rather than through a gateway (no hop marker).
+ *
+ * @example
+ * ```ts
+ * import { cameDirect } from "@dormice/cluster/shared";
+ * cameDirect(new Headers()); // true
+ * ```
+ */
+export function cameDirect(headers: Headers): boolean {
+  return !headers.has(HOP_MARKER_HEADER);
+}
+
+/**
  * The slot token a request carries, or `undefined` when it carries none.
  *
  * @throws {HttpError} 400 when the header is not a decimal integer of at most 16 digits.

@@ -301,15 +301,18 @@ Deno.test({
       });
       assert.equal(cached.status, 502);
       assert.equal((await cached.json()).code, "unavailable");
-      // Unknown: it may live on the silent node, so the gateway cannot say it is absent.
+      // Unknown: node-b's last lookup digest rules it out (digests are on by default), so the
+      // silent node does not hold it up: the gateway says at once that no node has it.
       const unknown = await fetch(`${gw.url}/e2b/envd/process.Process/List`, {
         method: "POST",
         headers: envdHeaders("sbx_nowhere"),
         body: "{}",
       });
-      assert.equal(unknown.status, 503);
-      assert.ok(unknown.headers.get("retry-after"));
-      assert.equal((await unknown.json()).code, "unavailable");
+      assert.equal(unknown.status, 502);
+      const gone = await unknown.json();
+      assert.equal(gone.code, "unavailable");
+      assert.match(gone.message, /No sandbox 'sbx_nowhere' on any node/);
+      // A name node-b's digest may hold stays a 503 while it is silent: tests/lookup_digest_test.ts.
     });
   } finally {
     await Promise.all(started.map((p) => p.stop()));

@@ -5,12 +5,18 @@
  * (building 10,000 requests, parsing 10,000 answers, the digest checks), which two cores could
  * not show with 10,000 real listeners; CPU time per round is measured beside it.
  *
- * Reference: the same round asking every node (`lookupDigests: "off"`, the default), in
- * the same run. Every node has checked in twice with a digest of its `perNode` sandboxes.
+ * Reference: the same round asking every node (`lookupDigests: "off"`), in the same run. Every
+ * node has checked in twice with a digest of its `perNode` sandboxes, saying it pushes creates
+ * made behind the gateway's back, so the default mode `on` trusts it.
+ *
+ * Also one frozen node among 1,000: it stopped checking in (shown down) and swallows every
+ * request. A new name is asked with the default mode (its last digest rules the name out) and,
+ * as the reference, asking every node (the round waits out its 2 s deadline and is unsure).
  *
  * @module
  */
 import process from "node:process";
+import { FakeClock } from "../../shared/clock.ts";
 import { Fleet } from "../../gateway/fleet/fleet.ts";
 import { Finder } from "../../gateway/finder/finder.ts";
 import {
@@ -55,7 +61,10 @@ function stubFleet(n: number, perNode: number) {
       digest.add(idDigestKey(`sbx_${i}_${s}`));
     }
     held.set(new URL(endpoint).host, names);
-    const body = { ...checkIn(i, endpoint), lookupDigest: digest.toWire() };
+    const body = {
+      ...checkIn(i, endpoint),
+      lookupDigest: { ...digest.toWire(), directPushed: true },
+    };
     // Twice: the Finder trusts a node's digest from its second check-in to this process.
     fleet.checkIn(body);
     fleet.checkIn(body);
@@ -101,6 +110,45 @@ async function measure(
   };
 }
 
+/**
+ * `n` nodes with empty digests that checked in twice; then node 0 stops checking in (down past
+ * two intervals) and hangs every request, while the others check in once more.
+ */
+function frozenFleet(n: number) {
+  const clock = new FakeClock(Date.now());
+  const fleet = new Fleet({ clock });
+  const empty = { ...LookupDigest.sized(1).toWire(), directPushed: true };
+  const bodies = Array.from({ length: n }, (_, i) => ({
+    ...checkIn(i, `http://stub-${i}.bench:1`),
+    lookupDigest: empty,
+  }));
+  for (const body of bodies) {
+    fleet.checkIn(body);
+    fleet.checkIn(body);
+  }
+  clock.tick(31_000);
+  for (const body of bodies.slice(1)) fleet.checkIn(body);
+  const frozenHost = new URL(bodies[0].endpoint).host;
+  if (!fleet.isDown(bodies[0].nodeId)) throw new Error("The frozen stub is not down");
+  const fetchFn = ((input: RequestInfo | URL, init?: RequestInit) => {
+    if (new URL(String(input)).host !== frozenHost) {
+      return Promise.resolve(Response.json({ found: false }));
+    }
+    return new Promise<Response>((_, reject) => {
+      const signal = init?.signal;
+      signal?.addEventListener("abort", () => reject(signal.reason), { once: true });
+    });
+  }) as typeof fetch;
+  return { fleet, fetch: fetchFn };
+}
+
+/** Wall time of one lookup of a new name, and what it answered. */
+async function timedMiss(finder: Finder, name: string): Promise<{ ms: number; kind: string }> {
+  const t0 = performance.now();
+  const result = await finder.lookup("name", name);
+  return { ms: performance.now() - t0, kind: result.kind };
+}
+
 /** Runs the lookup-at-scale benchmark. */
 export async function runLookupScale(options: LookupScaleOptions): Promise<Section> {
   const { runs, sizes = [1_000, 10_000], perNode = 20, rounds = 30 } = options;
@@ -113,7 +161,7 @@ export async function runLookupScale(options: LookupScaleOptions): Promise<Secti
       fleet: stubs.fleet,
       token: benchToken,
       fetch: stubs.fetch,
-      lookupDigests: "sole-writer",
+      lookupDigests: "on",
     });
     // Warm the JIT on both paths before measuring.
     await measure(every, stubs.requests, 3, (k) => `warm-${k}-${++seq}`, "none");
@@ -153,6 +201,46 @@ export async function runLookupScale(options: LookupScaleOptions): Promise<Secti
       row(`hit on one node with digests, ${label}: wall p50`, "ms", hit.map((m) => m.wall50), ref),
     );
   }
+  // One frozen node among 1,000.
+  const frozen = frozenFleet(1_000);
+  const defaultMode = new Finder({
+    fleet: frozen.fleet,
+    token: benchToken,
+    fetch: frozen.fetch,
+    lookupDigests: "on",
+  });
+  const everyNode = new Finder({ fleet: frozen.fleet, token: benchToken, fetch: frozen.fetch });
+  const frozenOn: number[] = [], frozenOff: number[] = [];
+  for (let r = 0; r < runs; r++) {
+    const walls: number[] = [];
+    for (let k = 0; k < rounds; k++) {
+      const m = await timedMiss(defaultMode, `frozen-on-${++seq}`);
+      if (m.kind !== "none") throw new Error(`A round beside the frozen node was '${m.kind}'`);
+      walls.push(m.ms);
+    }
+    frozenOn.push(percentile(walls, 50));
+    const off = await timedMiss(everyNode, `frozen-off-${++seq}`);
+    if (off.kind !== "unsure") throw new Error(`Asking every node was '${off.kind}'`);
+    frozenOff.push(off.ms);
+  }
+  frozen.fleet.close();
+  rows.push(
+    row(
+      "one frozen node among 1,000, new name, every node asked (reference): wall (unsure, 503)",
+      "ms",
+      frozenOff,
+      frozenOff,
+    ),
+  );
+  rows.push(
+    row(
+      "one frozen node among 1,000, new name, default digests: wall p50 (none, placed)",
+      "ms",
+      frozenOn,
+      frozenOff,
+      { target: "answers at once (< 20 ms)", met: median(frozenOn) < 20 },
+    ),
+  );
   return {
     title: "Lookup miss at scale, with lookup digests",
     reference:
@@ -164,6 +252,8 @@ export async function runLookupScale(options: LookupScaleOptions): Promise<Secti
       "expected fan-out of a miss is 0.1% of the fleet. Stubs are in-process (the Finder's fetch seam) and answer at " +
       "once: wall time is the gateway's own work, CPU time is process.cpuUsage over the round. " +
       "Real nodes add one network round trip (see the lookup round table) to either mode.",
+      "Frozen node: one stub of 1,000 stopped checking in (down) and never answers; each run " +
+      `times ${rounds} new names with the default mode and one asking every node (2 s deadline).`,
     ],
   };
 }

@@ -143,7 +143,9 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
     const { value } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
     const outcome = fleet.checkIn(value);
     parts.lifecycle.fromNode(value.nodeId, value.events);
-    return c.json({ ok: true, outcome });
+    // The node refuses a create behind the gateway's back that it cannot make known to a
+    // gateway that skips nodes by digest (docs/lookup-digest.md).
+    return c.json({ ok: true, outcome, lookupDigests: finder.digestMode });
   });
   post("listNodes", (c) => c.json({ nodes: fleet.list((id) => placer.inFlight(id)) }));
   post("removeNode", async (c) => {

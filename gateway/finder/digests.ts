@@ -1,8 +1,9 @@
 /**
  * Which nodes a lookup round must ask when lookup digests are on (`"sole-writer"`): a node is
  * skipped only when its digest proves it cannot hold the key and nothing since could have put
- * the key there (it is down, it checked in fewer than two times to this process, or this
- * gateway's own create to it is not yet in its digest). Kept apart from `finder.ts` because this
+ * the key there (it checked in fewer than two times to this process, or this gateway's own
+ * create to it is not yet in its digest). A down node is judged by its last digest too, so its
+ * silence blocks only the names that digest may hold. Kept apart from `finder.ts` because this
  * soundness argument (docs/lookup-digest.md) is its own, and the rounds only need its answer.
  *
  * @module
@@ -15,7 +16,6 @@ import { digestProbe, idDigestKey } from "../../shared/lookup_digest.ts";
 export type AskReason =
   | "may-hold"
   | "no-digest"
-  | "down"
   | "first-check-in"
   | "own-create";
 
@@ -31,6 +31,8 @@ export type AskReason =
  */
 export class DigestSkips {
   readonly #fleet: NodeDirectory;
+  /** In mode `on`, a digest counts only when its node pushes creates made behind our back. */
+  readonly #needsPushed: boolean;
   /**
    * node id → this gateway's creates there that the node's digest may not show yet. An entry
    * goes once its node's digest is sure to include them (two check-ins after the last one
@@ -38,9 +40,14 @@ export class DigestSkips {
    */
   readonly #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
 
-  /** Reads check-in counts, down and the clock from `fleet`. */
-  constructor(fleet: NodeDirectory) {
+  /**
+   * Reads check-in counts and the clock from `fleet`. With `needsPushed` (mode `on`), a digest
+   * that does not say `directPushed` is as good as none: that node may take creates behind the
+   * gateway's back that no digest shows yet.
+   */
+  constructor(fleet: NodeDirectory, needsPushed = false) {
     this.#fleet = fleet;
+    this.#needsPushed = needsPushed;
   }
 
   /**
@@ -96,8 +103,7 @@ export class DigestSkips {
    */
   toAsk(all: FleetNode[], by: FindBy, key: string): FleetNode[] {
     const probe = probeOf(by, key);
-    const now = this.#fleet.now();
-    const nodes = all.filter((node) => this.#mustAsk(node, probe, now) !== undefined);
+    const nodes = all.filter((node) => this.#mustAsk(node, probe) !== undefined);
     // Entries whose node left without forget (an embedder's own directory).
     if (this.#ownCreates.size > all.length) {
       for (const id of [...this.#ownCreates.keys()]) {
@@ -122,14 +128,15 @@ export class DigestSkips {
   #mustAsk(
     node: FleetNode,
     probe: ReturnType<typeof digestProbe>,
-    now = this.#fleet.now(),
   ): AskReason | undefined {
     const digest = node.lookupDigest ?? null;
-    if (digest === null) return "no-digest";
+    if (digest === null || (this.#needsPushed && !digest.directPushed)) return "no-digest";
     if (digest.mayHoldProbe(probe)) return "may-hold";
-    // A down node's last digest is old: whatever it did since is unknown, so it is asked, and
-    // silence from it is unsure as before.
-    if (this.#fleet.isDown(node, now)) return "down";
+    // A down node is judged by its last digest like any other. Nothing but this gateway creates
+    // there (sole-writer), the rules below ask it while a create this gateway sent may be
+    // missing from that digest, and the placer sends no create to a down node: so a name the
+    // last digest rules out cannot be there, and the node's silence makes no such name unsure
+    // (docs/lookup-digest.md, "A silent node blocks only the names it may hold").
     // The first check-in to this process may predate a create the previous process sent.
     const checkIns = node.checkInsSinceStart ?? 0;
     if (checkIns < 2) return "first-check-in";

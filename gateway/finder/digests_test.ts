@@ -17,7 +17,7 @@ function digestOf(...keys: string[]) {
 }
 
 /** A fleet of three nodes a, b, c; `hang` endpoints never answer, the rest say absent. */
-function setup(mode: "off" | "sole-writer" = "sole-writer") {
+function setup(mode: "off" | "sole-writer" | "on" = "sole-writer") {
   const clock = new FakeClock(1_000_000);
   const fleet = new Fleet({ clock });
   const asked: string[] = [];
@@ -101,18 +101,36 @@ Deno.test("a node's first check-in to this process is not trusted: it may predat
   t.fleet.close();
 });
 
-Deno.test("a stale digest (the node is down) is asked, and its silence is unsure", async () => {
+Deno.test("a down node blocks only the names its last digest may hold", async () => {
   const t = setup();
-  t.report("a", digestOf());
+  t.report("a", digestOf(nameDigestKey(undefined, "kept")));
   t.report("b", digestOf());
-  // a goes quiet past two of its 15 s intervals; b checks in again.
+  // a goes quiet past two of its 15 s intervals (frozen); b checks in again.
   t.clock.tick(31_000);
   t.report("b", digestOf(), 1);
   t.hang.add(t.endpoint("a"));
-  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "down");
-  const r = await t.finder.lookup("name", "agent-1");
-  assert.equal(r.kind, "unsure");
+  assert.ok(t.fleet.isDown("a"), "precondition: a is down");
+  // A new name its last digest rules out: a is not asked and its silence blocks nothing.
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), undefined);
+  assert.equal((await t.finder.lookup("name", "agent-1")).kind, "none");
+  assert.deepEqual(t.askedIds(), []);
+  // A name that digest may hold: a is asked, and its silence is unsure as before.
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "kept"), "may-hold");
+  assert.equal((await t.finder.lookup("name", "kept")).kind, "unsure");
   assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("a down node with this gateway's create unanswered stays asked for every name", async () => {
+  const t = setup();
+  t.report("a", digestOf());
+  t.report("b", digestOf());
+  t.finder.placing("a")(false);
+  t.clock.tick(31_000);
+  t.report("b", digestOf(), 1);
+  t.hang.add(t.endpoint("a"));
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "own-create");
+  assert.equal((await t.finder.lookup("name", "agent-1")).kind, "unsure");
   t.fleet.close();
 });
 
@@ -160,7 +178,7 @@ Deno.test("a create the node never answered keeps that node asked", () => {
   t.fleet.close();
 });
 
-Deno.test("with digests off (the default) every node is asked whatever its digest says", async () => {
+Deno.test("with digests off every node is asked whatever its digest says", async () => {
   const t = setup("off");
   for (const id of ["a", "b", "c"]) t.report(id, digestOf());
   await t.finder.lookup("name", "agent-1");
@@ -177,6 +195,17 @@ Deno.test("a digest that will not decode is dropped: the node is asked", async (
     checkIn("a", t.endpoint("a"), { lookupDigest: { bits: "@@@@", hashes: 7, count: 0 } }),
   );
   assert.equal(t.fleet.get("a")!.lookupDigest, null);
+  await t.finder.lookup("name", "agent-1");
+  assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+Deno.test("mode on trusts only digests of nodes that push creates made behind its back", async () => {
+  const t = setup("on");
+  t.report("a", digestOf());
+  t.report("b", { ...digestOf(), directPushed: true });
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("a")!, "name", "agent-1"), "no-digest");
+  assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("b")!, "name", "agent-1"), undefined);
   await t.finder.lookup("name", "agent-1");
   assert.deepEqual(t.askedIds(), ["a"]);
   t.fleet.close();

@@ -117,13 +117,22 @@ export interface FinderOptions {
   hopMarker?: string;
   /**
    * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
-   * `"off"` (the default) asks every node; `"sole-writer"` skips them, which is sound only
-   * while this gateway is the one way sandboxes are created on its nodes: no other gateway
-   * (shared mode), no client calling a node directly. docs/lookup-digest.md has the argument
-   * and the cases where every node is asked anyway.
+   * `"off"` (the Finder's default; `createGateway` defaults to `"on"`) asks every node; `"on"`
+   * skips them when their digest says they push creates made behind the gateway's back
+   * (`directPushed`), which is sound while this gateway is the only gateway (not shared mode);
+   * `"sole-writer"` skips them on the operator's word that nothing else creates there.
+   * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
    */
-  lookupDigests?: "off" | "sole-writer";
+  lookupDigests?: LookupDigestMode;
 }
+
+/**
+ * How a lookup miss uses the nodes' digests (docs/lookup-digest.md): `off` asks every node;
+ * `sole-writer` skips by digest on the operator's word that this gateway is the one way
+ * sandboxes are created on its nodes; `on` skips by digest only the nodes that push creates made
+ * behind the gateway's back (`lookupDigest.directPushed`) and asks the others.
+ */
+export type LookupDigestMode = "off" | "sole-writer" | "on";
 
 /** Options for one call. */
 export interface FindOptions {
@@ -167,7 +176,9 @@ const defaultTimers: FinderTimers = {
  * not, it is silent and the outcome is `unsure`. The price is that a down node which swallows
  * packets makes a miss cost the full deadline, until the Fleet declares it dead (`isDead`, after
  * `DORMICE_GATEWAY_NODE_DEAD_AFTER_S`) or the operator runs `removeNode`: either way its
- * sandboxes are gone with it, it is not asked, and its names are free.
+ * sandboxes are gone with it, it is not asked, and its names are free. With lookup digests, a
+ * down node is judged by its last digest like any other, so its silence blocks only the names
+ * that digest may hold (docs/lookup-digest.md).
  *
  * Concurrent misses for one key share one round. Hot path: `cached()` is two `Map` hits and no
  * allocation.
@@ -192,7 +203,7 @@ export class Finder {
   #cache: FoundCache;
   #rounds = new SharedRounds();
   #metrics?: FinderMetrics;
-  #digests: "off" | "sole-writer";
+  #digests: LookupDigestMode;
   /** Which nodes a miss may skip by their digests (`digests.ts`). */
   #skips: DigestSkips;
   #lastAsked = 0;
@@ -238,11 +249,16 @@ export class Finder {
     this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
-    this.#skips = new DigestSkips(fleet);
+    this.#skips = new DigestSkips(fleet, this.#digests === "on");
     registerProbes(this, {
       mustAsk: (node, by, key) => this.#skips.mustAsk(node, by, key),
       lastRoundAsked: () => this.#lastAsked,
     });
+  }
+
+  /** The lookup digest mode in force (a node's check-in answer names it). */
+  get digestMode(): LookupDigestMode {
+    return this.#digests;
   }
 
   /**
@@ -525,7 +541,7 @@ export class Finder {
     // unsure (a down node's does, until it is declared dead).
     const now = this.#fleet.now();
     let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
-    if (this.#digests === "sole-writer") {
+    if (this.#digests !== "off") {
       nodes = this.#skips.toAsk(nodes, by, key);
     }
     this.#lastAsked = nodes.length;

@@ -7,7 +7,7 @@
 import type { Context, Hono } from "hono";
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
-import { slotTokenOf } from "../../shared/slot_token.ts";
+import { cameDirect, slotTokenOf } from "../../shared/slot_token.ts";
 import { describeZodError, sandboxNameSchema } from "../../shared/schemas.ts";
 import { parseCreateOptions, parseNetworkUpdate } from "./e2b_create_options.ts";
 import { type E2bFace, e2bState, parse, volumeSpec } from "./e2b_face.ts";
@@ -50,6 +50,7 @@ export function sandboxRoutes(app: Hono, face: E2bFace): void {
       deadline: { ms: timeoutSeconds * 1000, action: options.onTimeout },
       e2b: options.e2b,
       slotToken: slotTokenOf(c.req.raw.headers),
+      direct: cameDirect(c.req.raw.headers),
     });
     return c.json(face.created(c, result.sandbox), 201);
   };

@@ -13,6 +13,7 @@ import {
 } from "../../shared/snapshots.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import { encodeListCursor } from "../../shared/list_cursor.ts";
+import { cameDirect } from "../../shared/slot_token.ts";
 import { executorErrorToHttp, SNAPSHOT_ID_PATTERN } from "../executors/contract.ts";
 import { type E2bFace, errorText, parse } from "./e2b_face.ts";
 
@@ -75,6 +76,7 @@ export function snapshotRoutes(app: Hono, face: E2bFace): void {
               spec: source.spec,
               deadline: { ms: timeoutSeconds * 1000, action: face.onTimeoutOf(source) },
               e2b: { ...source.e2b, timeoutSeconds },
+              direct: cameDirect(c.req.raw.headers),
             });
             return { sandbox: face.created(c, sandbox) };
           } catch (thrown) {

@@ -52,7 +52,7 @@ import {
 import { decodeBase64InSlices } from "../../shared/base64.ts";
 import { jsonArrayResponse } from "../../shared/json_stream.ts";
 import type { HostReading, Sandbox } from "../../shared/schemas.ts";
-import { slotTokenOf } from "../../shared/slot_token.ts";
+import { cameDirect, slotTokenOf } from "../../shared/slot_token.ts";
 import { executorErrorToHttp } from "../executors/contract.ts";
 import type { WarmPools } from "../pools.ts";
 import type { NodeSnapshots } from "../snapshots.ts";
@@ -211,7 +211,12 @@ function addSandboxVerbs(verbs: NativeVerbs, options: NativeFaceOptions): void {
   const { service, nodeId, endpoint, build, hostReading } = options;
   verbs.add("acquireSandbox", schemas.acquireSandbox, async (b, team, headers) => {
     const slotToken = slotTokenOf(headers);
-    const { created, sandbox } = await service.acquire({ ...b, team, slotToken });
+    const { created, sandbox } = await service.acquire({
+      ...b,
+      team,
+      slotToken,
+      direct: cameDirect(headers),
+    });
     return { status: "ready", created, sandbox: publicSandbox(sandbox) };
   });
   verbs.add(

@@ -86,6 +86,9 @@ export async function forkWithinLimits(
   }
   if (refusal !== undefined && admitted.length === 0) throw refusal;
   let sending: Promise<CapturedAnswer>;
+  // The copies are creates on the node: lookups keep asking it until its digest shows them
+  // (docs/lookup-digest.md, rule 4).
+  const ended = parts.finder.placing(found.node.id);
   try {
     // Throws at once, before anything is sent, when the node is silent.
     sending = parts.routing.send(found, path, {
@@ -93,6 +96,7 @@ export async function forkWithinLimits(
       headers,
     });
   } catch (error) {
+    ended(true);
     for (const a of admitted) a.cancel();
     throw error;
   }
@@ -101,9 +105,11 @@ export async function forkWithinLimits(
     answer = await sending;
   } catch (error) {
     // Sent, and no answer: the copies may exist, so they count until the node's next reading.
+    ended(false);
     for (const a of admitted) a.placed(found.node.id);
     throw error;
   }
+  ended(true);
   const entries = answer.status === 201 ? arrayOf(answer.text) : undefined;
   const seq = ledgerSeqOf(answer.headers);
   if (answer.status >= 400 && answer.status < 500) {
