@@ -91,7 +91,7 @@ export interface GatewayOptions {
    * counted; `"off"` asks every node; `"sole-writer"` only while this gateway is the one way sandboxes are
    * created on its nodes (docs/lookup-digest.md).
    *
-   * @default {"off"}
+   * @default {"on"}
    */
   lookupDigests?: LookupDigestMode;
   /**

@@ -75,9 +75,9 @@ export function gatewayOptionErrors(options: GatewayOptions): string[] {
     }
   }
   const digests = options.lookupDigests;
-  if (digests !== undefined && digests !== "off" && digests !== "sole-writer") {
+  if (digests !== undefined && digests !== "on" && digests !== "off" && digests !== "sole-writer") {
     errors.push(
-      `lookupDigests is ${describe(digests)}: pass "off" or "sole-writer", or leave it out`,
+      `lookupDigests is ${describe(digests)}: pass "on", "off" or "sole-writer", or leave it out`,
     );
   }
   if (digests === "sole-writer" && options.etcd !== undefined) {
