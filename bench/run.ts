@@ -8,8 +8,8 @@
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
- * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, e2b-docker,
- * code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
+ * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, docker-parallel,
+ * e2b-docker, code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
  * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker.
  *
  * @module
@@ -27,6 +27,7 @@ import { runForwardingRules } from "./sections/forwarding_rules.ts";
 import { runPorts } from "./sections/ports.ts";
 import { runStreaming } from "./sections/streaming.ts";
 import { runDocker } from "./sections/docker.ts";
+import { runDockerParallel } from "./sections/docker_parallel.ts";
 import { runE2bDocker } from "./sections/e2b_docker.ts";
 import { runCodeInterpreter } from "./sections/code_interpreter.ts";
 import {
@@ -85,6 +86,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["ports", () => runPorts({ runs })],
   ["streaming", () => runStreaming({ runs })],
   ["docker", () => runDocker({ runs: Math.max(runs, 7) })],
+  ["docker-parallel", () => runDockerParallel({ runs: Math.max(runs, 3) })],
   ["e2b-docker", () => runE2bDocker({ runs: Math.max(runs, 7) })],
   ["code-interpreter", () => runCodeInterpreter({ runs: Math.max(runs, 5) })],
   ["pools-two-gateways", () => runTwoGateways({ runs })],

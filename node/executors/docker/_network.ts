@@ -50,10 +50,15 @@ interface NodeNetwork {
   /** The host rule was seen in place once by this process. */
   guarded?: boolean;
   /**
-   * The last guard of this network's rule: each waits for the one before, since two creates
-   * that both found the rule missing would both insert it.
+   * The check of this network's rule running now. Checks never overlap, since two that both
+   * found the rule missing would both insert it.
    */
-  guarding?: Promise<unknown>;
+  guarding?: Promise<void>;
+  /**
+   * The check waiting for `guarding` to end: every create that arrives meanwhile shares it,
+   * so creates at once cost two checks rather than one each in a row.
+   */
+  nextGuard?: Promise<void>;
 }
 
 /** Options of {@linkcode SandboxNetwork}. */
@@ -119,12 +124,21 @@ export class SandboxNetwork {
   async modeFor(egress: boolean): Promise<string> {
     const network = egress ? this.#egress : this.#internal;
     const bridge = await this.#bridgeOf(network);
-    const firewall = this.#firewall;
-    if (firewall) {
-      const guard = (network.guarding ?? Promise.resolve()).catch(() => {})
-        .then(() => firewall.guard(bridge, network.name));
-      network.guarding = guard;
-      if (await guard) {
+    if (this.#firewall) await this.#guard(network, bridge, this.#firewall);
+    return network.name;
+  }
+
+  /**
+   * Confirms (or puts back) the host rule of `network`'s bridge for a create arriving now. A
+   * check that started before the create arrived may have looked before a firewall reload, so
+   * it is never shared: the create joins the check queued behind it (or queues one), which
+   * starts after the create arrived. Creates at once thus wait for at most two checks, not for
+   * one check each in a row.
+   */
+  #guard(network: NodeNetwork, bridge: string, firewall: HostFirewall): Promise<void> {
+    if (network.nextGuard) return network.nextGuard;
+    const check = async () => {
+      if (await firewall.guard(bridge, network.name)) {
         this.#log(
           network.guarded ? "warn" : "info",
           network.guarded
@@ -134,8 +148,23 @@ export class SandboxNetwork {
         );
       }
       network.guarded = true;
-    }
-    return network.name;
+    };
+    const start = () => {
+      const running = check();
+      network.guarding = running;
+      const clear = () => {
+        if (network.guarding === running) network.guarding = undefined;
+      };
+      running.then(clear, clear);
+      return running;
+    };
+    if (network.guarding === undefined) return start();
+    const next = network.guarding.catch(() => {}).then(() => {
+      network.nextGuard = undefined;
+      return start();
+    });
+    network.nextGuard = next;
+    return next;
   }
 
   /** `network` made (or found) and checked once per process; resolves to its bridge. */

@@ -235,3 +235,30 @@ Deno.test("DockerExecutor.removeNetworks() removes a killed node's empty network
   assert.equal(networks.size, 0);
   assert.deepEqual(iptables.chains.get("INPUT"), []);
 });
+
+Deno.test("DockerExecutor creates at once share the host rule checks instead of each waiting for its own", async () => {
+  const iptables = new FakeIptables();
+  const { engine, containers } = networkEngine(iptables);
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => release = resolve);
+  let armed = false, blocked = 0;
+  // The first rule check after the warm-up holds until released, as a slow iptables would.
+  const run: typeof iptables.run = async (args, signal) => {
+    if (armed && args.includes("-C") && args.includes("INPUT") && blocked++ === 0) await gate;
+    return iptables.run(args, signal);
+  };
+  const ex = executor(engine, { run } as unknown as FakeIptables);
+  await create(ex, "warm", false);
+  armed = true;
+  iptables.runs = [];
+  const creates = ["a", "b", "c", "d"].map((id) => create(ex, id, false));
+  for (let i = 0; i < 100 && blocked === 0; i++) await Promise.resolve();
+  assert.equal(blocked, 1, "the first create's rule check started and holds");
+  release();
+  await Promise.all(creates);
+  const checks = iptables.runs.filter((a) => a.includes("-C") && a.includes("INPUT")).length;
+  // One check each in a row would be 4; the three that came while the first ran share one.
+  assert.equal(checks, 2, iptables.runs.map((a) => a.join(" ")).join("\n"));
+  assert.equal(containers.length, 5);
+  assert.equal(iptables.chains.get("INPUT")!.length, 1);
+});
