@@ -20,7 +20,7 @@ import { EtcdTeamLedger, type TeamLedger } from "./keys/team_ledger.ts";
 import { createNativeFace } from "./faces/native.ts";
 import type { H1Client } from "../shared/http1/mod.ts";
 import type { GatewayBytesLane } from "./faces/bytes_lane.ts";
-import type { GatewayParts } from "./parts.ts";
+import type { GatewayParts } from "./faces/parts.ts";
 import { Placer } from "./placer/placer.ts";
 import { ledgerSeqOf } from "./routing/create.ts";
 import { GatewayRouting } from "./routing/routing.ts";
@@ -43,7 +43,7 @@ import { type Clock, systemClock, systemTimers, type Timers } from "../shared/cl
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
 
-export type { GatewayParts } from "./parts.ts";
+export type { GatewayParts } from "./faces/parts.ts";
 
 /** Options for {@linkcode createGateway}. */
 export interface GatewayOptions {

@@ -43,7 +43,7 @@ import type { FindOne } from "../finder/finder.ts";
 import { answerHopByHop, unreachable } from "../routing/forward.ts";
 import { LruCache } from "../../shared/lru.ts";
 import { BodyMemo } from "./body_memo.ts";
-import type { GatewayParts } from "../parts.ts";
+import type { GatewayParts } from "./parts.ts";
 import { statusOf } from "../routing/answers.ts";
 
 /** One verb the lane serves. */

@@ -34,7 +34,7 @@ import type { Context } from "hono";
 import { z } from "zod";
 import { type Caller, callerGate, requireCaller, scopeOf, teamOf } from "../keys/auth.ts";
 import type { FoundSandbox } from "../finder/finder.ts";
-import type { GatewayParts } from "../parts.ts";
+import type { GatewayParts } from "./parts.ts";
 import { clientGone } from "../routing/answers.ts";
 import { HttpError, messageResponse } from "../../shared/http_error.ts";
 import { type BodyCapOptions, readJsonObject } from "../../shared/json_body.ts";

@@ -6,7 +6,7 @@
  * @module
  */
 import type { Hono } from "hono";
-import type { GatewayParts } from "../parts.ts";
+import type { GatewayParts } from "./parts.ts";
 import { mountFleetPage } from "./ui/app.ts";
 
 /**

@@ -7,7 +7,7 @@
  * @module
  */
 import { forward, unreachable } from "../routing/forward.ts";
-import type { GatewayParts } from "../parts.ts";
+import type { GatewayParts } from "./parts.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import {
   endToEndHeaders,

@@ -12,7 +12,7 @@ import { compareListCursors, encodeListCursor } from "../../../shared/list_curso
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { type Caller, requireE2bCaller, scopeOf, teamOf } from "../../keys/auth.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import type { CapturedAnswer } from "../../routing/create.ts";
 import { cursorOf, gather, type ListedRow, parsePaging, TOTAL_RUNNING_HEADER } from "./merge.ts";
 import { checkedId, decodeSegment, e2bError, locate, notFound, suffix } from "./door.ts";

@@ -9,7 +9,7 @@
  */
 import type { Context } from "hono";
 import type { FindOne } from "../../finder/finder.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import { envdRefusal, envdRequestAuthorized } from "../../../shared/access_tokens.ts";
 import { HttpError } from "../../../shared/http_error.ts";
 import { sandboxIdSchema } from "../../../shared/schemas.ts";

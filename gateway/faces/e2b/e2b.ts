@@ -14,7 +14,7 @@
  * @module
  */
 import type { Hono } from "hono";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import { createE2bApi } from "./control.ts";
 import { createE2bEnvd, createFilesDoor } from "./envd.ts";
 import { randomSandboxName } from "../../../shared/random_name.ts";

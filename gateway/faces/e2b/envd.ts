@@ -12,7 +12,7 @@ import { type ConnectCode, statusToConnectCode } from "../../../shared/connect_c
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { optionalE2bCaller, scopeOf } from "../../keys/auth.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import {
   checkedId,
   e2bError,

@@ -14,7 +14,7 @@
  */
 import type { Caller } from "../../keys/auth.ts";
 import type { FindOne } from "../../finder/finder.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import type { Admission } from "../../keys/team_limits.ts";
 import type { CapturedAnswer } from "../../routing/create.ts";
 import { ledgerSeqOf } from "../../routing/create.ts";

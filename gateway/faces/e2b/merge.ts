@@ -7,7 +7,7 @@
  */
 import { decodeListCursor, type ListCursor } from "../../../shared/list_cursor.ts";
 import { HttpError } from "../../../shared/http_error.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import type { FanOutAnswer } from "../../routing/routing.ts";
 
 /** The header that names the nodes a merged answer could not reach (the first 100 of them). */

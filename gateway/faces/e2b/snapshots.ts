@@ -18,7 +18,7 @@ import {
   type SnapshotRow,
 } from "../../../shared/snapshots.ts";
 import { gather, UNREACHABLE_HEADER } from "./merge.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 
 /** The shape of a snapshot id (as the nodes make them). */
 const SNAPSHOT_ID = /^snap-[a-z0-9]{20}$/;

@@ -19,7 +19,7 @@
  * @module
  */
 import type { Context, Hono } from "hono";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import { HttpError } from "../../../shared/http_error.ts";
 import { readBodyText } from "../../../shared/json_body.ts";
 import { FleetPageData, parseFilters } from "./data.ts";

@@ -7,7 +7,7 @@
  * @module
  */
 import type { NodeSummary } from "../../fleet/fleet.ts";
-import type { GatewayParts } from "../../parts.ts";
+import type { GatewayParts } from "../parts.ts";
 import type { PlacementRecord } from "../../placer/placement_log.ts";
 import { sandboxStates } from "../../../shared/schemas.ts";
 

@@ -5,20 +5,20 @@
  *
  * @module
  */
-import type { BearerBytesCheck, CallerCheck } from "./keys/auth.ts";
-import type { Fleet } from "./fleet/fleet.ts";
-import type { ApiKeys } from "./keys/keys.ts";
-import type { KeySync } from "./keys/sync.ts";
-import type { TeamLimits } from "./keys/team_limits.ts";
-import type { Finder } from "./finder/finder.ts";
-import type { Placer } from "./placer/placer.ts";
-import type { GatewayRouting } from "./routing/routing.ts";
-import type { LifecycleEvents } from "./observe/lifecycle.ts";
-import type { GatewayMetrics } from "./observe/metrics.ts";
-import type { PlacementLog } from "./placer/placement_log.ts";
-import type { AccessTokens } from "../shared/access_tokens.ts";
-import type { BodyCapOptions } from "../shared/json_body.ts";
-import type { Log } from "../shared/log.ts";
+import type { BearerBytesCheck, CallerCheck } from "../keys/auth.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { ApiKeys } from "../keys/keys.ts";
+import type { KeySync } from "../keys/sync.ts";
+import type { TeamLimits } from "../keys/team_limits.ts";
+import type { Finder } from "../finder/finder.ts";
+import type { Placer } from "../placer/placer.ts";
+import type { GatewayRouting } from "../routing/routing.ts";
+import type { LifecycleEvents } from "../observe/lifecycle.ts";
+import type { GatewayMetrics } from "../observe/metrics.ts";
+import type { PlacementLog } from "../placer/placement_log.ts";
+import type { AccessTokens } from "../../shared/access_tokens.ts";
+import type { BodyCapOptions } from "../../shared/json_body.ts";
+import type { Log } from "../../shared/log.ts";
 
 /** The pieces a mounted face builds on; one set per gateway, shared by every face. */
 export interface GatewayParts {
