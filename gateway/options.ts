@@ -6,12 +6,32 @@
  *
  * @module
  */
-import type { GatewayOptions } from "./app.ts";
 
 /** The shortest fleet token the gateway takes, as the daemons require. */
 export const MIN_TOKEN_LENGTH = 32;
 
-type Rule = [name: keyof GatewayOptions, ok: (n: number) => boolean, wanted: string];
+/**
+ * The options checked here, as `createGateway` takes them (its `GatewayOptions` has these and
+ * more): typed loosely, since an embedder's JavaScript may pass anything.
+ */
+export interface CheckedGatewayOptions {
+  token?: unknown;
+  cpuLimitPct?: unknown;
+  activeLimit?: unknown;
+  minDiskGB?: unknown;
+  lookupTimeoutMs?: unknown;
+  lookupConcurrency?: unknown;
+  fanOutTimeoutMs?: unknown;
+  headTimeoutMs?: unknown;
+  nodeDeadAfterMs?: unknown;
+  cacheSize?: unknown;
+  maxJsonBodyBytes?: unknown;
+  sweepIntervalMs?: unknown;
+  lookupDigests?: unknown;
+  etcd?: unknown;
+}
+
+type Rule = [name: keyof CheckedGatewayOptions, ok: (n: number) => boolean, wanted: string];
 
 const whole = (n: number) => Number.isInteger(n);
 const rules: Rule[] = [
@@ -53,7 +73,7 @@ const rules: Rule[] = [
  * // ["token is 5 characters long: pass …", "cpuLimitPct is 250: pass a percentage …"]
  * ```
  */
-export function gatewayOptionErrors(options: GatewayOptions): string[] {
+export function gatewayOptionErrors(options: CheckedGatewayOptions): string[] {
   const errors: string[] = [];
   const { token } = options;
   if (typeof token !== "string" || token.length === 0) {
