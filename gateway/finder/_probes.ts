@@ -7,7 +7,7 @@
  */
 import type { FleetNode } from "../fleet/fleet.ts";
 import type { AskReason } from "./digests.ts";
-import type { FindBy } from "./finder.ts";
+import type { FindBy } from "./outcomes.ts";
 
 /** One Finder's probes. */
 export interface FinderProbes {
