@@ -17,7 +17,10 @@ import {
 
 /** Options of {@linkcode CheckInLoop}. */
 export interface CheckInOptions {
-  /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`). */
+  /**
+   * The gateway's URL (`DORMICE_GATEWAY_ENDPOINT`): its origin, or the path a host app mounts it
+   * at; check-ins go to `<gatewayEndpoint>/checkIn`.
+   */
   gatewayEndpoint: string;
   /**
    * Several gateways of one fleet (shared mode), tried in turn: the loop stays with the one that
@@ -38,8 +41,16 @@ export interface CheckInOptions {
   token: string;
   /** Takes a host reading for each check-in. */
   reading: () => HostReading;
-  /** Sends the check-ins; the global `fetch` when absent. */
-  fetch?: typeof fetch;
+  /**
+   * One more header on every check-in, e.g. a host service's own auth in front of the gateway;
+   * its value is never logged.
+   */
+  header?: { name: string; value: string } | null;
+  /**
+   * Sends the check-ins (the global `fetch` when absent); any `(request) => Response` handler
+   * serves, e.g. a Hono app's `request`.
+   */
+  fetch?: (request: Request) => Response | Promise<Response>;
   /** Where failures and recoveries are logged; `silentLog` when absent. */
   log?: Log;
   /**
@@ -153,7 +164,7 @@ export { describeFetchFailure };
  */
 export class CheckInLoop {
   #options: CheckInOptions;
-  #fetch: typeof fetch;
+  #fetch: (request: Request) => Response | Promise<Response>;
   #log: Log;
   #changes: ChangeLog;
   #timeoutMs: number;
@@ -283,16 +294,20 @@ export class CheckInLoop {
     this.#abort = abort;
     let response: Response;
     try {
-      response = await this.#fetch(this.url, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          authorization: `Bearer ${this.#options.token}`,
-        },
-        body: JSON.stringify(body),
-        redirect: "manual",
-        signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
-      });
+      const headers = new Headers();
+      const extra = this.#options.header;
+      if (extra) headers.set(extra.name, extra.value);
+      headers.set("content-type", "application/json");
+      headers.set("authorization", `Bearer ${this.#options.token}`);
+      response = await this.#fetch(
+        new Request(this.url, {
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+          redirect: "manual",
+          signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
+        }),
+      );
     } catch (error) {
       if (abort.signal.aborted) return { ok: false, cause: "stopped" };
       return { ok: false, cause: describeFetchFailure(error, this.#timeoutMs) };
@@ -310,7 +325,7 @@ export class CheckInLoop {
         ok: false,
         cause:
           `the gateway answered ${status} redirecting to ${location}; check-ins never follow ` +
-          "redirects: set DORMICE_GATEWAY_ENDPOINT to the gateway's own origin",
+          "redirects: set DORMICE_GATEWAY_ENDPOINT to the gateway's own URL",
       };
     }
     let text = "";

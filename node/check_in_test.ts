@@ -189,10 +189,10 @@ Deno.test("describeFetchFailure() names timeout, DNS and TLS", () => {
 
 Deno.test("CheckInLoop bounds each attempt and start()/stop() clean up", async () => {
   let calls = 0;
-  const hanging: typeof fetch = (_input, init) => {
+  const hanging = (request: Request): Promise<Response> => {
     calls++;
     return new Promise((_resolve, reject) => {
-      init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+      request.signal.addEventListener("abort", () => reject(request.signal.reason));
     });
   };
   const { log, lines } = recorder();
