@@ -15,12 +15,12 @@ Deno.test("a gateway mounted at /fleet behind a host app's own header: a node ch
   // The node's origin, answered by the node app below (the gateway reaches it through `fetch`).
   const nodeOrigin = "http://node-a.test:3676";
   // The gateway's way to the node, set once the node is built (it needs the host app first).
-  const toNode: { fetch?: (request: Request) => Promise<Response> } = {};
+  const toNode: { hono?: Hono } = {};
   await using gateway = createGateway({
     token,
     sweepIntervalMs: 60_000,
-    fetch: ((input: RequestInfo | URL, init?: RequestInit) =>
-      toNode.fetch!(new Request(input, init))) as typeof fetch,
+    // A Hono app's `request`, as the narrow `(request) => Response` the options take.
+    fetch: (request) => toNode.hono!.request(request),
   });
   const host = new Hono();
   const seen: string[] = [];
@@ -48,7 +48,7 @@ Deno.test("a gateway mounted at /fleet behind a host app's own header: a node ch
     ledger: Ledger.inMemory({ nodeId: "node-a", endpoint: nodeOrigin }),
     fetch: (request: Request) => host.request(request),
   });
-  toNode.fetch = node.fetch;
+  toNode.hono = node.hono;
   try {
     const outcome = await node.checkIn!.once();
     assert.deepEqual(outcome, { ok: true, status: 200 }, JSON.stringify(outcome));

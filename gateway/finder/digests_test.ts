@@ -1,5 +1,6 @@
 // The Finder's choice of whom to ask on a miss when nodes send lookup digests
 // (docs/lookup-digest.md): one row per rule, each asserting who was asked and the outcome.
+import { plainArgs } from "../../shared/_fetch_fixtures_test.ts";
 import assert from "node:assert/strict";
 import { probesOf } from "./_probes.ts";
 import { Fleet } from "../fleet/fleet.ts";
@@ -24,6 +25,7 @@ function setup(mode: "off" | "sole-writer" = "sole-writer") {
   const hang = new Set<string>();
   const found = new Map<string, { id: string; name: string }>();
   const fetchFn = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    ({ url: input, init } = await plainArgs(input, init));
     const origin = new URL(String(input)).origin;
     asked.push(origin);
     if (hang.has(origin)) {
