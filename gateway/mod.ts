@@ -135,6 +135,7 @@ export {
   type ApiKeyInfo,
   ApiKeys,
   type ApiKeysOptions,
+  type CreateApiKeyInput,
   hashApiKey,
   type MintedApiKey,
 } from "./keys/keys.ts";
