@@ -6,6 +6,7 @@
 import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
 import { describeFetchFailure } from "../shared/fetch_failure.ts";
+import { parseCheckInHeader } from "./config.ts";
 import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
 import {
   idDigestKey,
@@ -43,7 +44,8 @@ export interface CheckInOptions {
   reading: () => HostReading;
   /**
    * One more header on every check-in, e.g. a host service's own auth in front of the gateway;
-   * its value is never logged.
+   * its value is never logged. Refused (`TypeError`) when its name is not a header name or is one
+   * the check-in sets itself (`authorization`, `content-type`, `content-length`, `host`).
    */
   header?: { name: string; value: string } | null;
   /**
@@ -182,6 +184,11 @@ export class CheckInLoop {
 
   /** Builds the loop; nothing is sent until `start()` or `once()`. */
   constructor(options: CheckInOptions) {
+    if (options.header) {
+      const r = parseCheckInHeader(`${options.header.name}: ${options.header.value}`);
+      // The sentence never repeats the value: it is a secret.
+      if (!r.ok) throw new TypeError(`Cannot create the check-in loop: header: ${r.error}`);
+    }
     this.#options = options;
     this.#gateways = options.gatewayEndpoints?.length
       ? options.gatewayEndpoints

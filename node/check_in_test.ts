@@ -288,3 +288,34 @@ Deno.test("a check-in carries the node's lookup digest: names, ids and creates i
   // A node without the option sends none: the gateway then asks it on every miss.
   assert.equal(new CheckInLoop(options("http://127.0.0.1:1")).body().lookupDigest, undefined);
 });
+
+Deno.test("CheckInLoop sends its extra header beside the fleet token, and refuses one that would replace it", async () => {
+  const seen: Request[] = [];
+  const loop = new CheckInLoop(options("https://host.test/fleet", {
+    header: { name: "x-host-auth", value: "s3cret" },
+    fetch: (request) => {
+      seen.push(request);
+      return new Response(null, { status: 204 });
+    },
+  }));
+  assert.deepEqual(await loop.once(), { ok: true, status: 204 });
+  assert.equal(seen[0].url, "https://host.test/fleet/checkIn");
+  assert.equal(seen[0].headers.get("x-host-auth"), "s3cret");
+  assert.equal(seen[0].headers.get("authorization"), `Bearer ${token}`);
+  for (
+    const header of [{ name: "Authorization", value: "s3cret" }, {
+      name: "bad name",
+      value: "s3cret",
+    }]
+  ) {
+    assert.throws(
+      () => new CheckInLoop(options("https://host.test/fleet", { header })),
+      (error: Error) => {
+        assert.ok(error instanceof TypeError);
+        assert.match(error.message, /^Cannot create the check-in loop: header: /);
+        assert.ok(!error.message.includes("s3cret"), "the value is never repeated");
+        return true;
+      },
+    );
+  }
+});
