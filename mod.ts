@@ -85,3 +85,4 @@ export { type DigestProbe, LookupDigest, type LookupDigestWire } from "./shared/
 export type { Clock, TimerHandle, Timers } from "./shared/clock.ts";
 export type { Log, LogLevel } from "./shared/log.ts";
 export { HttpError } from "./shared/http_error.ts";
+export type { FetchHandler } from "./shared/fetch_handler.ts";

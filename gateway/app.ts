@@ -42,6 +42,7 @@ import { KeySync } from "./keys/sync.ts";
 import { type Clock, systemClock, systemTimers, type Timers } from "../shared/clock.ts";
 import { type Log, silentLog } from "../shared/log.ts";
 import denoJson from "../deno.json" with { type: "json" };
+import { asFetch, type FetchHandler } from "../shared/fetch_handler.ts";
 
 export type { GatewayParts } from "./faces/parts.ts";
 
@@ -133,8 +134,11 @@ export interface GatewayOptions {
    * The timers the sweep runs on; the real ones by default (a `FakeClock` is both, for tests).
    */
   timers?: Timers;
-  /** HTTP client to the nodes; the global `fetch` (pooled connections) by default. */
-  fetch?: typeof fetch;
+  /**
+   * HTTP client to the nodes; the global `fetch` (pooled connections) by default. Any
+   * `(request) => Response` handler serves, e.g. `(r) => app.request(r)` of a Hono app.
+   */
+  fetch?: FetchHandler;
   /** Where events go; silent by default. */
   log?: Log;
   /**
@@ -251,7 +255,7 @@ export interface SharedModeOptions {
    */
   pollMs?: number;
   /** The HTTP client to etcd; the gateway's `fetch` by default. */
-  fetch?: typeof fetch;
+  fetch?: FetchHandler;
 }
 
 /** Shared mode's running pieces. */
@@ -372,11 +376,12 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     maxJsonBodyBytes,
     clock = systemClock,
     nodeClient,
-    fetch: fetchFn = nodeClient?.fetch ?? globalThis.fetch,
+    fetch: fetchOption,
     log = silentLog,
     listenAddress,
     instanceId = newGatewayInstanceId(),
   } = options;
+  const fetchFn = fetchOption ? asFetch(fetchOption) : nodeClient?.fetch ?? globalThis.fetch;
   const refused = gatewayOptionErrors(options);
   if (refused.length > 0) {
     throw new TypeError(`Cannot create the gateway: ${refused.join("; ")}`);
@@ -562,7 +567,10 @@ function startShared(
   clock: Clock,
 ): { mode: SharedMode; slots: Slots; ledger: TeamLedger } {
   const prefix = options.prefix ?? "/dormice/";
-  const client = new EtcdClient({ endpoints: options.endpoints, fetch: options.fetch ?? fetchFn });
+  const client = new EtcdClient({
+    endpoints: options.endpoints,
+    fetch: options.fetch ? asFetch(options.fetch) : fetchFn,
+  });
   const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
   const slots = new EtcdSlots({ client, session, prefix });
   const sync = new FleetSync({ client, prefix, fleet, pollMs: options.pollMs, log });

@@ -136,6 +136,7 @@ export {
   type ApiKeyInfo,
   ApiKeys,
   type ApiKeysOptions,
+  type CreateApiKeyInput,
   hashApiKey,
   type MintedApiKey,
 } from "./keys/keys.ts";

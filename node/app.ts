@@ -69,6 +69,7 @@ export type NodeAppConfig =
       | "uploadLimitBytes"
       | "snapshotMinDiskBytes"
       | "uploadGzipMaxRatio"
+      | "gatewayCheckInHeader"
     >
   >;
 
@@ -91,8 +92,11 @@ export interface NodeAppOptions {
   timers?: Timers;
   /** Where every part logs; `silentLog` when absent. */
   log?: Log;
-  /** The `fetch` the check-in loop sends with; the global `fetch` when absent. */
-  fetch?: typeof fetch;
+  /**
+   * What the check-in loop sends with (the global `fetch` when absent); any
+   * `(request) => Response` handler serves, e.g. a host Hono app's `request`.
+   */
+  fetch?: (request: Request) => Response | Promise<Response>;
   /** Host numbers; the real machine when absent. */
   sampler?: HostSampler;
   /** The build string reported in check-ins and by the native face; {@linkcode nodeBuild} when absent. */
@@ -258,6 +262,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     intervalSeconds: config.checkInIntervalSeconds,
     build,
     token: config.apiToken,
+    header: config.gatewayCheckInHeader,
     reading: () => hostReader.read(),
     fetch: options.fetch,
     log,

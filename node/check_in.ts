@@ -7,6 +7,7 @@ import type { Log } from "../shared/log.ts";
 import { ChangeLog, silentLog } from "../shared/log.ts";
 import { describeFetchFailure } from "../shared/fetch_failure.ts";
 import { HttpError } from "../shared/http_error.ts";
+import { parseCheckInHeader } from "./config.ts";
 import type { CheckIn, HostReading, NodeLifecycleEvent } from "../shared/schemas.ts";
 import {
   idDigestKey,
@@ -18,7 +19,10 @@ import {
 
 /** Options of {@linkcode CheckInLoop}. */
 export interface CheckInOptions {
-  /** The gateway's origin (`DORMICE_GATEWAY_ENDPOINT`). */
+  /**
+   * The gateway's URL (`DORMICE_GATEWAY_ENDPOINT`): its origin, or the path a host app mounts it
+   * at; check-ins go to `<gatewayEndpoint>/checkIn`.
+   */
   gatewayEndpoint: string;
   /**
    * Several gateways of one fleet (shared mode), tried in turn: the loop stays with the one that
@@ -39,8 +43,17 @@ export interface CheckInOptions {
   token: string;
   /** Takes a host reading for each check-in. */
   reading: () => HostReading;
-  /** Sends the check-ins; the global `fetch` when absent. */
-  fetch?: typeof fetch;
+  /**
+   * One more header on every check-in, e.g. a host service's own auth in front of the gateway;
+   * its value is never logged. Refused (`TypeError`) when its name is not a header name or is one
+   * the check-in sets itself (`authorization`, `content-type`, `content-length`, `host`).
+   */
+  header?: { name: string; value: string } | null;
+  /**
+   * Sends the check-ins (the global `fetch` when absent); any `(request) => Response` handler
+   * serves, e.g. a Hono app's `request`.
+   */
+  fetch?: (request: Request) => Response | Promise<Response>;
   /** Where failures and recoveries are logged; `silentLog` when absent. */
   log?: Log;
   /**
@@ -170,7 +183,7 @@ export { describeFetchFailure };
  */
 export class CheckInLoop {
   #options: CheckInOptions;
-  #fetch: typeof fetch;
+  #fetch: (request: Request) => Response | Promise<Response>;
   #log: Log;
   #changes: ChangeLog;
   #timeoutMs: number;
@@ -189,6 +202,11 @@ export class CheckInLoop {
 
   /** Builds the loop; nothing is sent until `start()` or `once()`. */
   constructor(options: CheckInOptions) {
+    if (options.header) {
+      const r = parseCheckInHeader(`${options.header.name}: ${options.header.value}`);
+      // The sentence never repeats the value: it is a secret.
+      if (!r.ok) throw new TypeError(`Cannot create the check-in loop: header: ${r.error}`);
+    }
     this.#options = options;
     this.#gateways = options.gatewayEndpoints?.length
       ? options.gatewayEndpoints
@@ -335,16 +353,20 @@ export class CheckInLoop {
     this.#abort = abort;
     let response: Response;
     try {
-      response = await this.#fetch(this.url, {
-        method: "POST",
-        headers: {
-          "content-type": "application/json",
-          authorization: `Bearer ${this.#options.token}`,
-        },
-        body: JSON.stringify(body),
-        redirect: "manual",
-        signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
-      });
+      const headers = new Headers();
+      const extra = this.#options.header;
+      if (extra) headers.set(extra.name, extra.value);
+      headers.set("content-type", "application/json");
+      headers.set("authorization", `Bearer ${this.#options.token}`);
+      response = await this.#fetch(
+        new Request(this.url, {
+          method: "POST",
+          headers,
+          body: JSON.stringify(body),
+          redirect: "manual",
+          signal: AbortSignal.any([abort.signal, AbortSignal.timeout(this.#timeoutMs)]),
+        }),
+      );
     } catch (error) {
       if (abort.signal.aborted) return { ok: false, cause: "stopped" };
       return { ok: false, cause: describeFetchFailure(error, this.#timeoutMs) };
@@ -362,7 +384,7 @@ export class CheckInLoop {
         ok: false,
         cause:
           `the gateway answered ${status} redirecting to ${location}; check-ins never follow ` +
-          "redirects: set DORMICE_GATEWAY_ENDPOINT to the gateway's own origin",
+          "redirects: set DORMICE_GATEWAY_ENDPOINT to the gateway's own URL",
       };
     }
     let text = "";

@@ -189,10 +189,10 @@ Deno.test("describeFetchFailure() names timeout, DNS and TLS", () => {
 
 Deno.test("CheckInLoop bounds each attempt and start()/stop() clean up", async () => {
   let calls = 0;
-  const hanging: typeof fetch = (_input, init) => {
+  const hanging = (request: Request): Promise<Response> => {
     calls++;
     return new Promise((_resolve, reject) => {
-      init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+      request.signal.addEventListener("abort", () => reject(request.signal.reason));
     });
   };
   const { log, lines } = recorder();
@@ -324,4 +324,35 @@ Deno.test("check-ins never overlap: one asked for during another starts when it 
   const loop = new CheckInLoop(options("http://gw.test", { fetch: fetchFn }));
   await Promise.all([loop.once(), loop.once(), loop.pushDirectCreate("sandbox 'a'")]);
   assert.equal(most, 1);
+});
+
+Deno.test("CheckInLoop sends its extra header beside the fleet token, and refuses one that would replace it", async () => {
+  const seen: Request[] = [];
+  const loop = new CheckInLoop(options("https://host.test/fleet", {
+    header: { name: "x-host-auth", value: "s3cret" },
+    fetch: (request) => {
+      seen.push(request);
+      return new Response(null, { status: 204 });
+    },
+  }));
+  assert.deepEqual(await loop.once(), { ok: true, status: 204 });
+  assert.equal(seen[0].url, "https://host.test/fleet/checkIn");
+  assert.equal(seen[0].headers.get("x-host-auth"), "s3cret");
+  assert.equal(seen[0].headers.get("authorization"), `Bearer ${token}`);
+  for (
+    const header of [{ name: "Authorization", value: "s3cret" }, {
+      name: "bad name",
+      value: "s3cret",
+    }]
+  ) {
+    assert.throws(
+      () => new CheckInLoop(options("https://host.test/fleet", { header })),
+      (error: Error) => {
+        assert.ok(error instanceof TypeError);
+        assert.match(error.message, /^Cannot create the check-in loop: header: /);
+        assert.ok(!error.message.includes("s3cret"), "the value is never repeated");
+        return true;
+      },
+    );
+  }
 });

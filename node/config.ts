@@ -15,7 +15,8 @@
  * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
  * | `DORMICE_SANDBOX_DISK_MB` | unset (unbounded) | bound of each Docker sandbox's writable layer, MiB; the engine's storage driver must support it (the node refuses to start otherwise) |
  * | `DORMICE_SANDBOX_HOST_FIREWALL` | `on` | `on`: an iptables rule per sandbox network drops every connection a Docker sandbox opens to this machine (the node refuses to start when it cannot manage it: root, iptables and `--allow-run=iptables`); `off`: no rule, sandboxes reach every service listening on the host |
- * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's origin to check in with; several gateways of one fleet comma-separated (checked in with one at a time, the next when one fails) |
+ * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's URL to check in with: its origin, or the path a host app mounts it at (`https://host/fleet`: check-ins go to `https://host/fleet/checkIn`); several gateways of one fleet comma-separated (checked in with one at a time, the next when one fails) |
+ * | `DORMICE_GATEWAY_CHECK_IN_HEADER` | unset (none) | one more header on every check-in, `name: value`, for the auth of a host service the gateway is mounted in (never logged; `authorization`, `content-type`, `content-length` and `host` are the node's own) |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
  * | `DORMICE_NODE_ID` | `node-1` | this node's id in the fleet (also labels its containers) |
  * | `DORMICE_CHECK_IN_INTERVAL_SECONDS` | `15` | seconds between check-ins (1–300) |
@@ -85,8 +86,16 @@ export interface NodeConfig {
    * rule per sandbox network (`DORMICE_SANDBOX_HOST_FIREWALL`, on by default). Absent: on.
    */
   sandboxHostFirewall?: boolean;
-  /** The first gateway's origin (`DORMICE_GATEWAY_ENDPOINT`); `null` runs standalone. */
+  /**
+   * The first gateway's URL (`DORMICE_GATEWAY_ENDPOINT`): its origin, or with the path a host app
+   * mounts it at; `null` runs standalone.
+   */
   gatewayEndpoint: string | null;
+  /**
+   * One more header on every check-in (`DORMICE_GATEWAY_CHECK_IN_HEADER`), for a host service's
+   * own auth in front of the gateway; never logged. Absent or `null`: none.
+   */
+  gatewayCheckInHeader?: CheckInHeader | null;
   /**
    * Every gateway's origin, in the order given (`DORMICE_GATEWAY_ENDPOINT` is comma-separated
    * in shared mode); empty when standalone. Absent: `gatewayEndpoint` alone.
@@ -160,6 +169,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SANDBOX_DISK_MB",
   "DORMICE_SANDBOX_HOST_FIREWALL",
   "DORMICE_GATEWAY_ENDPOINT",
+  "DORMICE_GATEWAY_CHECK_IN_HEADER",
   "DORMICE_NODE_ENDPOINT",
   "DORMICE_NODE_ID",
   "DORMICE_CHECK_IN_INTERVAL_SECONDS",
@@ -186,6 +196,102 @@ export interface LoadNodeConfigOptions {
 }
 
 const loopbackHosts = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
+
+/** One more header a node sends on every check-in (`DORMICE_GATEWAY_CHECK_IN_HEADER`). */
+export interface CheckInHeader {
+  /** The header's name, e.g. `x-host-auth`. */
+  name: string;
+  /** Its value; never logged. */
+  value: string;
+}
+
+/** Header names a check-in sets itself, which the extra header may not replace. */
+const OWN_CHECK_IN_HEADERS = ["authorization", "content-type", "content-length", "host"];
+
+/**
+ * Parses a gateway's URL: an http(s) origin, or one with the path a host app mounts the gateway
+ * at (`https://host/fleet`); a trailing slash is dropped, a query, fragment or credentials are
+ * refused. Returns the URL to put `/checkIn` after, or an error sentence.
+ *
+ * @example
+ * ```ts
+ * import { parseGatewayEndpoint } from "@dormice/cluster/node";
+ * parseGatewayEndpoint("https://host.example/fleet/"); // { ok: true, value: "https://host.example/fleet" }
+ * ```
+ */
+export function parseGatewayEndpoint(
+  input: string,
+): { ok: true; value: string } | { ok: false; error: string } {
+  let url: URL;
+  try {
+    url = new URL(input);
+  } catch {
+    return {
+      ok: false,
+      error: `'${input}' is not a URL: write the gateway's origin, e.g. http://10.0.0.1:3677, ` +
+        "or the path a host app mounts it at, e.g. https://host.example/fleet",
+    };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") {
+    return { ok: false, error: `'${input}' uses ${url.protocol} where http: or https: is needed` };
+  }
+  if (url.username || url.password) {
+    return {
+      ok: false,
+      error: `'${input}' carries credentials: write them in DORMICE_GATEWAY_CHECK_IN_HEADER, ` +
+        "not in the URL",
+    };
+  }
+  if (url.search || url.hash) {
+    return {
+      ok: false,
+      error: `'${input}' has a query or fragment: write the origin and path only, e.g. ` +
+        `${url.origin}${url.pathname.replace(/\/+$/, "")}`,
+    };
+  }
+  return { ok: true, value: url.origin + url.pathname.replace(/\/+$/, "") };
+}
+
+/**
+ * Parses `name: value`, the extra check-in header. The error sentence never repeats the value
+ * (it is a secret).
+ *
+ * @example
+ * ```ts
+ * import { parseCheckInHeader } from "@dormice/cluster/node";
+ * parseCheckInHeader("x-host-auth: s3cret"); // { ok: true, value: { name: "x-host-auth", value: "s3cret" } }
+ * ```
+ */
+export function parseCheckInHeader(
+  input: string,
+): { ok: true; value: CheckInHeader } | { ok: false; error: string } {
+  const colon = input.indexOf(":");
+  const name = (colon < 0 ? input : input.slice(0, colon)).trim();
+  const value = colon < 0 ? "" : input.slice(colon + 1).trim();
+  // Without a colon the whole text may be the secret: never repeat it.
+  if (colon < 0 || !/^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/.test(name)) {
+    return {
+      ok: false,
+      error:
+        "write it as name: value, e.g. x-host-auth: <secret>, with a header name of letters, " +
+        "digits and -",
+    };
+  }
+  if (OWN_CHECK_IN_HEADERS.includes(name.toLowerCase())) {
+    return {
+      ok: false,
+      error: `${name} is a header the check-in sets itself (the fleet token rides in ` +
+        "authorization): name another, e.g. x-host-auth",
+    };
+  }
+  if (value === "" || /[\r\n\0]/.test(value)) {
+    return {
+      ok: false,
+      error: `the value of ${name} is empty or holds a line break: write name: value on one line`,
+    };
+  }
+  return { ok: true, value: { name: name.toLowerCase(), value } };
+}
 
 /**
  * Whether an origin's host is this machine's loopback.
@@ -351,12 +457,19 @@ export function loadNodeConfig(
   const gatewayEndpoints: string[] = [];
   const gatewayText = get("DORMICE_GATEWAY_ENDPOINT");
   for (const part of (gatewayText ?? "").split(",").map((p) => p.trim()).filter(Boolean)) {
-    const r = parseEndpoint(part);
+    const r = parseGatewayEndpoint(part);
     if (!r.ok) refusals.push(`DORMICE_GATEWAY_ENDPOINT: ${r.error}`);
     else if (!gatewayEndpoints.includes(r.value)) gatewayEndpoints.push(r.value);
   }
   const gatewayEndpoint = gatewayEndpoints.find((e) => !isLoopbackOrigin(e)) ??
     gatewayEndpoints[0] ?? null;
+  let gatewayCheckInHeader: CheckInHeader | null = null;
+  const headerText = get("DORMICE_GATEWAY_CHECK_IN_HEADER");
+  if (headerText !== undefined) {
+    const r = parseCheckInHeader(headerText);
+    if (r.ok) gatewayCheckInHeader = r.value;
+    else refusals.push(`DORMICE_GATEWAY_CHECK_IN_HEADER: ${r.error}`);
+  }
   const explicitEndpoint = endpointVar("DORMICE_NODE_ENDPOINT");
   const hostInUrl = host.includes(":") && !host.startsWith("[") ? `[${host}]` : host;
   const nodeEndpoint = explicitEndpoint ?? `http://${hostInUrl}:${port}`;
@@ -489,6 +602,7 @@ export function loadNodeConfig(
       sandboxHostFirewall,
       gatewayEndpoint: gatewayEndpoints[0] ?? null,
       gatewayEndpoints,
+      gatewayCheckInHeader,
       nodeEndpoint,
       nodeId,
       checkInIntervalSeconds,

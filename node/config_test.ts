@@ -25,6 +25,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     sandboxHostFirewall: true,
     gatewayEndpoint: null,
     gatewayEndpoints: [],
+    gatewayCheckInHeader: null,
     nodeEndpoint: "http://127.0.0.1:3676",
     nodeId: "node-1",
     checkInIntervalSeconds: 15,
@@ -161,7 +162,7 @@ Deno.test("loadNodeConfig() names the variable, the value and the fix", () => {
     DORMICE_API_TOKEN: token,
     DORMICE_PORT: "99999",
     DORMICE_EXECUTOR: "podman",
-    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677/api",
+    DORMICE_GATEWAY_ENDPOINT: "http://127.0.0.1:3677/api?x=1",
     DORMICE_NODE_ID: "bad id!",
     DORMICE_CHECK_IN_INTERVAL_SECONDS: "1.5",
     DORMICE_LOG_LEVEL: "loud",
@@ -169,7 +170,10 @@ Deno.test("loadNodeConfig() names the variable, the value and the fix", () => {
   assert.equal(all.length, 6);
   assert.match(all[0], /DORMICE_PORT='99999'.*from 1 to 65535/);
   assert.match(all[1], /DORMICE_EXECUTOR='podman'.*docker.*fake/);
-  assert.match(all[2], /DORMICE_GATEWAY_ENDPOINT: 'http:\/\/127.0.0.1:3677\/api' has a path/);
+  assert.match(
+    all[2],
+    /DORMICE_GATEWAY_ENDPOINT: 'http:\/\/127.0.0.1:3677\/api\?x=1' has a query or fragment/,
+  );
   assert.match(all[3], /DORMICE_NODE_ID='bad id!'/);
   assert.match(all[4], /DORMICE_CHECK_IN_INTERVAL_SECONDS='1.5'/);
   assert.match(all[5], /DORMICE_LOG_LEVEL='loud'/);
@@ -202,6 +206,39 @@ Deno.test("loadNodeConfig() refuses a remote gateway without an endpoint and an 
   });
   assert.ok(ok.ok);
   assert.equal(ok.config.gatewayEndpoint, "http://10.0.0.1:3677");
+});
+
+Deno.test("loadNodeConfig() takes a gateway mounted under a path and one more check-in header", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_GATEWAY_ENDPOINT: "https://host.example/fleet/, http://127.0.0.1:3677",
+    DORMICE_GATEWAY_CHECK_IN_HEADER: "X-Host-Auth: s3cret: with colon",
+    DORMICE_NODE_ENDPOINT: "http://10.0.0.5:3676",
+    DORMICE_NODE_ID: "node-a",
+  });
+  assert.ok(r.ok, r.ok ? "" : r.refusals.join("\n"));
+  assert.equal(r.config.gatewayEndpoint, "https://host.example/fleet");
+  assert.deepEqual(r.config.gatewayEndpoints, [
+    "https://host.example/fleet",
+    "http://127.0.0.1:3677",
+  ]);
+  assert.deepEqual(r.config.gatewayCheckInHeader, {
+    name: "x-host-auth",
+    value: "s3cret: with colon",
+  });
+  for (
+    const [text, why] of [
+      ["s3cret-only", /write it as name: value/],
+      ["authorization: Bearer s3cret", /authorization is a header the check-in sets itself/],
+      ["x-host-auth:", /the value of x-host-auth is empty/],
+    ] as const
+  ) {
+    const all = refusals({ DORMICE_API_TOKEN: token, DORMICE_GATEWAY_CHECK_IN_HEADER: text });
+    assert.equal(all.length, 1, all.join("\n"));
+    assert.match(all[0], /^DORMICE_GATEWAY_CHECK_IN_HEADER: /);
+    assert.match(all[0], why);
+    assert.ok(!all[0].includes("s3cret"), "the value is never repeated");
+  }
 });
 
 Deno.test("loadNodeConfig() accepts a loopback gateway with the defaults", () => {

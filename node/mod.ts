@@ -51,6 +51,7 @@ export {
   nodeBuild,
 } from "./app.ts";
 export {
+  type CheckInHeader,
   type ExecutorKind,
   isLoopbackOrigin,
   loadNodeConfig,
@@ -58,6 +59,8 @@ export {
   type NodeConfig,
   type NodeConfigResult,
   nodeEnvVariables,
+  parseCheckInHeader,
+  parseGatewayEndpoint,
 } from "./config.ts";
 export {
   Ledger,

@@ -29,6 +29,7 @@ export {
 } from "./log.ts";
 export { HttpError, messageResponse } from "./http_error.ts";
 export { describeFetchFailure } from "./fetch_failure.ts";
+export { asFetch, type FetchHandler } from "./fetch_handler.ts";
 export { StreamCut } from "./stream_cut.ts";
 export { LoopBudget, type LoopBudgetOptions, yieldToLoop } from "./event_loop.ts";
 export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";

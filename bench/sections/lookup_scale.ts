@@ -69,19 +69,17 @@ function stubFleet(n: number, perNode: number) {
     fleet.checkIn(body);
     fleet.checkIn(body);
   }
-  const fetchFn = ((input: RequestInfo | URL, init?: RequestInit) => {
+  const fetchFn = async (request: Request) => {
     requests++;
-    const url = new URL(String(input));
-    const { name } = JSON.parse(String(init?.body)) as { name?: string };
+    const url = new URL(request.url);
+    const { name } = await request.json() as { name?: string };
     const found = name !== undefined && held.get(url.host)?.has(name);
-    return Promise.resolve(
-      Response.json(
-        found
-          ? { found: true, sandbox: { id: `sbx_${name}`, name, state: "active" } }
-          : { found: false },
-      ),
+    return Response.json(
+      found
+        ? { found: true, sandbox: { id: `sbx_${name}`, name, state: "active" } }
+        : { found: false },
     );
-  }) as typeof fetch;
+  };
   return { fleet, fetch: fetchFn, requests: () => requests };
 }
 

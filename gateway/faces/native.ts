@@ -29,6 +29,7 @@
  *
  * @module
  */
+import type { CreateApiKeyInput } from "../keys/keys.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
 import { z } from "zod";
@@ -197,7 +198,9 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   // --- the key table (the gate let only the fleet token through) ---
   post("createApiKey", async (c) => {
     const { value } = await readJsonObject(c.req.raw, jsonBodyCap);
-    return c.json(parts.keySync ? await parts.keySync.create(value) : keys.create(value));
+    // ApiKeys.create checks its input at run time and answers a 400 naming each wrong field.
+    const input = value as unknown as CreateApiKeyInput;
+    return c.json(parts.keySync ? await parts.keySync.create(input) : keys.create(input));
   });
   post("listApiKeys", async (c) => {
     await readBody(c.req.raw, z.object({}).strict(), jsonBodyCap);

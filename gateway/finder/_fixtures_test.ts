@@ -4,6 +4,7 @@
  *
  * @module
  */
+import { plainArgs } from "../../shared/_fetch_fixtures_test.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import { Finder, type FinderTimers } from "./finder.ts";
 import { FakeClock } from "../../shared/clock.ts";
@@ -29,6 +30,7 @@ export interface Call {
 export function fakeFetch(behaviours: Map<string, Behaviour>) {
   const calls: Call[] = [];
   const fn = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    ({ url: input, init } = await plainArgs(input, init));
     const url = String(input);
     const origin = new URL(url).origin;
     const body = JSON.parse(String(init?.body));

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { plainArgs } from "../../shared/_fetch_fixtures_test.ts";
 import { Fleet } from "../fleet/fleet.ts";
 import { Finder } from "./finder.ts";
 import { checkIn } from "../_fixtures_test.ts";
@@ -12,7 +13,8 @@ function wideFleet(n: number, answer: "absent" | "hang") {
     fleet.checkIn(checkIn(`n${i}`, `http://10.1.${i >> 8}.${i & 255}:3676`));
   }
   let inFlight = 0, peak = 0, asked = 0;
-  const fn = (async (_input: RequestInfo | URL, init?: RequestInit) => {
+  const fn = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    ({ url: input, init } = await plainArgs(input, init));
     asked++;
     peak = Math.max(peak, ++inFlight);
     try {

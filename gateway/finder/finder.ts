@@ -15,6 +15,7 @@
  *
  * @module
  */
+import { asFetch, type FetchHandler } from "../../shared/fetch_handler.ts";
 import type { FleetNode, NodeDirectory } from "../fleet/fleet.ts";
 import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_client.ts";
 import { newGatewayInstanceId } from "../door.ts";
@@ -83,8 +84,11 @@ export interface FinderOptions {
    * sandbox of a large fleet; a miss only costs one round.
    */
   cacheSize?: number;
-  /** The HTTP client; the global `fetch` by default. */
-  fetch?: typeof fetch;
+  /**
+   * The HTTP client; the global `fetch` by default. Any `(request) => Response` handler serves,
+   * e.g. `(r) => app.request(r)` of a Hono app.
+   */
+  fetch?: FetchHandler;
   /** Time source for the round's duration in logs; the real clock by default. */
   clock?: Clock;
   /** Where events go; silent by default. */
@@ -221,7 +225,7 @@ export class Finder {
       token,
       timeoutMs = 2000,
       cacheSize = 100_000,
-      fetch: fetchFn = globalThis.fetch,
+      fetch: fetchOption = globalThis.fetch,
       clock = systemClock,
       log = silentLog,
       timers = defaultTimers,
@@ -245,7 +249,13 @@ export class Finder {
     this.#clock = clock;
     this.#log = log;
     this.#timers = timers;
-    this.#client = new LookupClient({ token, fetch: fetchFn, log, maxLookupsPerNode, hopMarker });
+    this.#client = new LookupClient({
+      token,
+      fetch: asFetch(fetchOption),
+      log,
+      maxLookupsPerNode,
+      hopMarker,
+    });
     this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";

@@ -1,4 +1,5 @@
 import assert from "node:assert/strict";
+import { Hono } from "hono";
 import { Fleet } from "../fleet/fleet.ts";
 import { Finder } from "./finder.ts";
 import { FakeClock } from "../../shared/clock.ts";
@@ -314,11 +315,10 @@ Deno.test("Finder.find() counts the wait for a per-node slot against the round's
   const clock = new FakeClock();
   const fleet = new Fleet({ clock });
   fleet.checkIn(checkIn("a", EP.a));
-  const fn =
-    ((_: unknown, init?: RequestInit) =>
-      new Promise<Response>((_, reject) =>
-        init!.signal!.addEventListener("abort", () => reject(init!.signal!.reason))
-      )) as typeof fetch;
+  const fn = (request: Request) =>
+    new Promise<Response>((_, reject) =>
+      request.signal.addEventListener("abort", () => reject(request.signal.reason))
+    );
   const t = manualTimers();
   const finder = new Finder({
     fleet,
@@ -384,4 +384,28 @@ Deno.test("Finder: a dead node back with a name rebuilt elsewhere meanwhile is a
     assert.match(r.message, /'b'/);
   }
   fleet.close();
+});
+
+Deno.test("a Finder takes a Hono app's request as its fetch and finds what the app holds", async () => {
+  const node = new Hono();
+  node.post("/lookupSandbox", async (c) => {
+    const { name } = await c.req.json();
+    return c.json(
+      name === "held"
+        ? { found: true, sandbox: { id: "sbx_1", name, state: "active" } }
+        : { found: false },
+    );
+  });
+  const fleet = new Fleet();
+  fleet.checkIn(checkIn("a", "http://10.0.0.5:3676"));
+  // A Hono app's `request` answers `Response | Promise<Response>`: the narrow option takes it.
+  const finder = new Finder({ fleet, token: "t".repeat(32), fetch: (r) => node.request(r) });
+  try {
+    const found = await finder.find("name", "held");
+    assert.equal(found.kind, "one", JSON.stringify(found));
+    const none = await finder.find("name", "other");
+    assert.equal(none.kind, "none", JSON.stringify(none));
+  } finally {
+    fleet.close();
+  }
 });

@@ -23,7 +23,8 @@ import {
   unheardRemoval,
   unknownNode,
 } from "./refusals.ts";
-import type { CheckIn } from "../../shared/schemas.ts";
+import { type CheckIn, checkInSchema, describeZodError } from "../../shared/schemas.ts";
+import { HttpError } from "../../shared/http_error.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../../shared/log.ts";
 
@@ -289,17 +290,23 @@ export class Fleet implements NodeDirectory {
   }
 
   /**
-   * Records a check-in (already validated against `checkInSchema`): joins a new id, or updates a
-   * known one (endpoint, interval, build, reading).
+   * Records a check-in: joins a new id, or updates a known one (endpoint, interval, build,
+   * reading). The body is checked against `checkInSchema` first (the gateway's route has parsed
+   * it already; a body built in code is held to the same rules), and the endpoint is taken as
+   * the schema writes it (its trailing slash dropped).
    *
-   * @throws {HttpError} 409 naming both endpoints when `body.nodeId` is live at another endpoint;
-   *   400 when the endpoint is the gateway's own address (`isOwnEndpoint`).
+   * @throws {HttpError} 400 naming each wrong field (a `cpuCount` of 0, a negative count, an
+   *   endpoint that is not http(s), a node id with spaces, …); 409 naming both endpoints when
+   *   `body.nodeId` is live at another endpoint; 400 when the endpoint is the gateway's own
+   *   address (`isOwnEndpoint`).
    * @example
    * ```ts ignore
    * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()));
    * ```
    */
   checkIn(body: CheckIn, apply: CheckInApply = {}): CheckInOutcome {
+    // A replicated check-in was checked by the gateway that took it.
+    if (!apply.replicated) body = validCheckIn(body);
     const outcome = this.#checkIn(body, apply);
     if (!apply.replicated && this.#onCheckIn) {
       const at = this.#members.get(body.nodeId)?.lastCheckIn ?? this.#clock.now();
@@ -544,4 +551,17 @@ export class Fleet implements NodeDirectory {
       });
     }
   }
+}
+
+/** The check-in as `checkInSchema` writes it, or a 400 naming each wrong field. */
+function validCheckIn(body: CheckIn): CheckIn {
+  const parsed = checkInSchema.safeParse(body);
+  if (parsed.success) return parsed.data;
+  const id = typeof body?.nodeId === "string" ? body.nodeId.slice(0, 64) : "(no nodeId)";
+  throw new HttpError(
+    400,
+    `Cannot take the check-in of '${id}': ${describeZodError(parsed.error, "the check-in")}; ` +
+      "send the fields a node sends (see CheckIn): a positive whole cpuCount, counts of 0 or " +
+      "more, an http(s) origin as endpoint, an id of letters, digits, '.', '_' and '-'",
+  );
 }

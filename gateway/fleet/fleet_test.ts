@@ -473,3 +473,38 @@ Deno.test("Fleet.list() in shared mode shows a node it cannot hear of down and u
   assert.equal(fleet.isUnheard("far"), false, "never outside shared mode");
   fleet.close();
 });
+
+Deno.test("Fleet.checkIn() refuses a body checkInSchema would refuse with a 400 naming the field", () => {
+  const fleet = new Fleet();
+  try {
+    const base = reading();
+    for (
+      const [body, why] of [
+        [checkIn("a", A, { reading: { ...base, cpuCount: 0 } }), /'reading\.cpuCount'/],
+        [
+          checkIn("a", A, { reading: { ...base, sandboxes: { ...base.sandboxes, active: -1 } } }),
+          /'reading\.sandboxes\.active'/,
+        ],
+        [checkIn("a", "ssh://10.0.0.1:22"), /'endpoint': 'ssh:\/\/10\.0\.0\.1:22' uses ssh:/],
+        [checkIn("node a", A), /'nodeId': a node id uses only letters/],
+      ] as const
+    ) {
+      assert.throws(
+        () => fleet.checkIn(body),
+        (error: unknown) => {
+          assert.ok(error instanceof HttpError, String(error));
+          assert.equal(error.status, 400);
+          assert.match(error.message, /^Cannot take the check-in of '[^']+': /);
+          assert.match(error.message, why);
+          return true;
+        },
+      );
+    }
+    assert.equal([...fleet.nodes()].length, 0, "nothing joined");
+    // A valid one still joins, its endpoint as the schema writes it.
+    fleet.checkIn(checkIn("a", `${A}/`));
+    assert.equal(fleet.get("a")?.endpoint, A);
+  } finally {
+    fleet.close();
+  }
+});

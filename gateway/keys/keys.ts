@@ -54,6 +54,18 @@ export interface MintedApiKey extends Omit<ApiKeyInfo, "lastUsedAt"> {
   key: string;
 }
 
+/** What {@linkcode ApiKeys.create} takes: the body of `createApiKey`. */
+export interface CreateApiKeyInput {
+  /** The team the key's sandboxes belong to. */
+  team: string;
+  /** A note for people (at most 200 characters); none by default. */
+  label?: string;
+  /** The most running sandboxes the key's team may hold (1 to 1,000,000); no bound by default. */
+  maxSandboxes?: number;
+  /** The most creates a minute for the key's team (1 to 100,000); no bound by default. */
+  createsPerMinute?: number;
+}
+
 /** The body of `createApiKey`. */
 export const createApiKeySchema: z.ZodObject<{
   team: z.ZodString;
@@ -68,6 +80,9 @@ export const createApiKeySchema: z.ZodObject<{
   createsPerMinute: z.number().int("must be a whole number").min(1, "must be at least 1")
     .max(100_000, "must be at most 100000").optional(),
 }).strict();
+
+type Same<A, B> = [A] extends [B] ? ([B] extends [A] ? true : false) : false;
+const _inputMatches: Same<CreateApiKeyInput, z.infer<typeof createApiKeySchema>> = true;
 
 /** The body of `revokeApiKey`. */
 export const revokeApiKeySchema: z.ZodObject<{ id: z.ZodString }, z.core.$strict> = z.object({
@@ -220,12 +235,17 @@ export class ApiKeys {
   /**
    * Mints a key (`createApiKey`): the answer carries the key, which is never shown again.
    *
-   * @throws {HttpError} 400 naming the field when `input` does not match `createApiKeySchema`.
+   * @throws {HttpError} 400 naming each wrong field (`createApiKeySchema`'s rules: a team of
+   *   letters, digits, '.', '_' and '-', whole positive bounds), checked at run time too, since a
+   *   body parsed from JSON reaches here.
    */
-  create(input: unknown): MintedApiKey {
+  create(input: CreateApiKeyInput): MintedApiKey {
     const r = createApiKeySchema.safeParse(input, { reportInput: true });
     if (!r.success) {
-      throw new HttpError(400, `Invalid body for createApiKey: ${describeZodError(r.error)}`);
+      throw new HttpError(
+        400,
+        `Cannot create the API key: ${describeZodError(r.error, "the input")}`,
+      );
     }
     const { team, label = null, maxSandboxes = null, createsPerMinute = null } = r.data;
     const key = `e2b_${hex(20)}`;

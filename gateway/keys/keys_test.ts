@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import { DatabaseSync } from "node:sqlite";
 import { FakeClock } from "../../shared/clock.ts";
 import { HttpError } from "../../shared/http_error.ts";
-import { API_KEY_PATTERN, ApiKeys, hashApiKey } from "./keys.ts";
+import { API_KEY_PATTERN, ApiKeys, type CreateApiKeyInput, hashApiKey } from "./keys.ts";
 
 /**
  * The E2B Python SDK's key rule, as `validate_api_key` in e2b/api/__init__.py writes it
@@ -70,7 +70,7 @@ Deno.test("ApiKeys.create() answers bad input with a 400 naming the field", () =
   ];
   for (const [input, pattern] of cases) {
     assert.throws(
-      () => keys.create(input),
+      () => keys.create(input as CreateApiKeyInput),
       (e) => e instanceof HttpError && e.status === 400 && pattern.test(e.message),
       JSON.stringify(input),
     );
@@ -120,6 +120,30 @@ Deno.test("ApiKeys.verify(): two keys that share a remembered slot are each comp
     assert.equal(keys.verify(stranger), undefined, "the slot's key is not the stranger's");
     assert.equal(keys.verify(b.key)?.team, "b", "b takes the slot");
     assert.equal(keys.verify(a.key)?.team, "a", "and a is hashed again");
+  } finally {
+    keys.close();
+  }
+});
+
+Deno.test("ApiKeys.create() takes a typed CreateApiKeyInput and refuses a bad one in the library's words", () => {
+  const keys = new ApiKeys();
+  try {
+    const input: CreateApiKeyInput = { team: "acme", label: "ci", maxSandboxes: 5 };
+    assert.equal(keys.create(input).team, "acme");
+    assert.throws(
+      // @ts-expect-error: team must be a string (the input is typed, not unknown)
+      () => keys.create({ team: 5 }),
+      (error: unknown) => {
+        assert.ok(error instanceof HttpError);
+        assert.equal(error.status, 400);
+        assert.match(error.message, /^Cannot create the API key: 'team'/);
+        return true;
+      },
+    );
+    assert.throws(
+      () => keys.create({ team: "acme", maxSandboxes: 0 }),
+      /Cannot create the API key: 'maxSandboxes': must be at least 1/,
+    );
   } finally {
     keys.close();
   }

@@ -9,7 +9,7 @@
 import { ChangeLog, type Log, silentLog } from "../../shared/log.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import { type EtcdClient, jsonValues } from "../etcd/client.ts";
-import type { ApiKeyRecord, ApiKeys, MintedApiKey } from "./keys.ts";
+import type { ApiKeyRecord, ApiKeys, CreateApiKeyInput, MintedApiKey } from "./keys.ts";
 import { etcdHttpError } from "../etcd/answers.ts";
 import { Poller } from "../etcd/poller.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
@@ -84,7 +84,7 @@ export class KeySync {
    *
    * @throws {HttpError} 400 for a bad body, 503 naming etcd when it is away.
    */
-  async create(input: unknown): Promise<MintedApiKey> {
+  async create(input: CreateApiKeyInput): Promise<MintedApiKey> {
     const minted = this.#keys.create(input);
     this.#writing.add(minted.id);
     try {

@@ -6,6 +6,7 @@ import { callerCheck } from "./auth.ts";
 import { FakeClock } from "../../shared/clock.ts";
 import type { HttpError } from "../../shared/http_error.ts";
 import { buildGateway } from "../app.ts";
+import { plainArgs } from "../../shared/_fetch_fixtures_test.ts";
 
 /**
  * An etcd of one map, over the calls KeySync makes (range by prefix, put, deleterange), that can
@@ -14,8 +15,9 @@ import { buildGateway } from "../app.ts";
 function memoryEtcd() {
   const kv = new Map<string, string>();
   const state = { down: false };
-  const fetch = (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-    if (state.down) return Promise.reject(new TypeError("connection refused"));
+  const fetch = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+    if (state.down) throw new TypeError("connection refused");
+    ({ url: input, init } = await plainArgs(input, init));
     const path = new URL(String(input)).pathname;
     const body = JSON.parse(String(init?.body ?? "{}"));
     const key = atob(body.key ?? "");

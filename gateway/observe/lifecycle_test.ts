@@ -16,10 +16,10 @@ function gatewayWithHook() {
     webhook: {
       url: "http://127.0.0.1:1/hook",
       secret: "s".repeat(32),
-      fetch: ((_url: string, init: RequestInit) => {
-        events.push(JSON.parse(String(init.body)));
-        return Promise.resolve(new Response(null, { status: 204 }));
-      }) as unknown as typeof fetch,
+      fetch: async (request: Request) => {
+        events.push(await request.json());
+        return new Response(null, { status: 204 });
+      },
     },
   });
   return { gateway, clock, events };

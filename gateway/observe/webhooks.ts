@@ -28,6 +28,7 @@ import { type Clock, systemClock } from "../../shared/clock.ts";
 import { ChangeLog, type Log, silentLog } from "../../shared/log.ts";
 import { type LifecycleEventType, lifecycleEventTypes } from "../../shared/schemas.ts";
 import { describeFetchFailure } from "../../shared/fetch_failure.ts";
+import { asFetch, type FetchHandler } from "../../shared/fetch_handler.ts";
 
 /** One lifecycle change as a webhook receives it (the JSON body). */
 export interface LifecycleEvent {
@@ -123,8 +124,8 @@ export interface WebhookOptions {
   url: string;
   /** The signing secret (`DORMICE_WEBHOOK_SECRET`). */
   secret: string;
-  /** The HTTP client; the global `fetch` by default. */
-  fetch?: typeof fetch;
+  /** The HTTP client; the global `fetch` by default. Any `(request) => Response` handler serves. */
+  fetch?: FetchHandler;
   /** Events kept waiting at most; the oldest goes when a new one would exceed it. Default 10,000. */
   maxQueue?: number;
   /** Bound of one delivery attempt. Default 5000 ms: a receiver should answer at once. */
@@ -208,7 +209,7 @@ export class WebhookSender {
     if (!options.secret) throw new TypeError("Cannot create WebhookSender as 'secret' is empty");
     this.#url = parsed.href;
     this.#key = hmacKey(options.secret);
-    this.#fetch = options.fetch ?? globalThis.fetch;
+    this.#fetch = asFetch(options.fetch ?? globalThis.fetch);
     this.#log = options.log ?? silentLog;
     this.#changes = new ChangeLog(this.#log);
     this.#clock = options.clock ?? systemClock;

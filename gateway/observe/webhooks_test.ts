@@ -22,18 +22,16 @@ function event(n: number, type: LifecycleEvent["type"] = "created"): LifecycleEv
 function scripted(statuses: (number | "refused")[]) {
   const seen: { body: string; signature: string | null }[] = [];
   let i = 0;
-  const fetchFn = (_url: string | URL | Request, init?: RequestInit) => {
+  const fetchFn = async (request: Request) => {
     const status = statuses[Math.min(i++, statuses.length - 1)];
     seen.push({
-      body: String(init?.body),
-      signature: new Headers(init?.headers).get("x-dormice-signature"),
+      body: await request.text(),
+      signature: request.headers.get("x-dormice-signature"),
     });
-    if (status === "refused") {
-      return Promise.reject(new TypeError("tcp connect error: Connection refused"));
-    }
-    return Promise.resolve(new Response(null, { status }));
+    if (status === "refused") throw new TypeError("tcp connect error: Connection refused");
+    return new Response(null, { status });
   };
-  return { fetch: fetchFn as typeof fetch, seen };
+  return { fetch: fetchFn, seen };
 }
 
 async function metric(registry: Registry, name: string, labels: Record<string, string> = {}) {

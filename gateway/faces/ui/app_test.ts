@@ -101,9 +101,9 @@ Deno.test("The fleet page pages and filters the sandboxes every node lists", asy
     createdAt: new Date(1_700_000_000_000 + i * 1000).toISOString(),
     lastActiveAt: new Date(1_700_000_000_000 + i * 1000).toISOString(),
   }));
-  const nodeFetch = ((url: string) =>
+  const nodeFetch = ((input: string | Request) =>
     Promise.resolve(
-      url.endsWith("/listSandboxes")
+      (typeof input === "string" ? input : input.url).endsWith("/listSandboxes")
         ? Response.json({ sandboxes: rows })
         : new Response("no", { status: 404 }),
     )) as unknown as typeof fetch;
