@@ -47,6 +47,7 @@ export {
   type FindResult,
   type FindUnsure,
   type FoundSandbox,
+  type LookupDigestMode,
 } from "./gateway/finder/finder.ts";
 export {
   type PickResult,
