@@ -32,7 +32,7 @@ import {
   type WriteOptions,
 } from "./executors/contract.ts";
 import type { EgressRules } from "../shared/egress_rules.ts";
-import { type Ledger, newSandboxId } from "./ledger.ts";
+import type { Ledger } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
 import { MetricsHistory } from "./metrics_history.ts";
 import {
@@ -44,7 +44,7 @@ import {
   type ServiceCore,
   wake,
 } from "./service_state.ts";
-import { buildCold, claimWarm } from "./service_create.ts";
+import { buildNew } from "./service_create.ts";
 import { expireAtDeadline, renewLifecycle } from "./service_deadline.ts";
 import type { SandboxServiceOptions } from "./service_options.ts";
 import {
@@ -152,7 +152,7 @@ export class SandboxService implements SandboxOps {
       const what = `sandbox '${request.name}'`;
       // Behind the gateway's back: the gateway hears of the busy slot before anything is built.
       await announce?.(what);
-      const result = await this.#build(request, team);
+      const result = await buildNew(this.#core, this.#pools, this.#defaultTemplate, request, team);
       await announce?.(what).catch((error) =>
         this.#log("warn", "a direct create's check-in failed", {
           name: request.name,
@@ -161,24 +161,6 @@ export class SandboxService implements SandboxOps {
       );
       return result;
     });
-  }
-
-  /** Builds a name no row holds (warm when a pool has one, cold otherwise); the slot is held. */
-  async #build(request: AcquireRequest, team: string): Promise<AcquireResult> {
-    const id = newSandboxId();
-    const template = request.template ?? this.#defaultTemplate;
-    const spec = request.spec ?? {};
-    const env = { ...spec.env, ...request.env };
-    this.#ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
-    // A warm sandbox holds its template's files, never a snapshot's.
-    const warm = this.#pools && request.snapshot === undefined
-      ? claimWarm(this.#core, this.#pools, request, { team, template, spec, env })
-      : undefined;
-    if (warm !== undefined) return { created: true, sandbox: warm };
-    return {
-      created: true,
-      sandbox: await buildCold(this.#core, request, { id, team, template, spec, env }),
-    };
   }
 
   /**

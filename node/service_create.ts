@@ -7,10 +7,10 @@
  */
 import { HttpError } from "../shared/http_error.ts";
 import type { SandboxSpec } from "../shared/schemas.ts";
-import type { NewSandboxRow } from "./ledger.ts";
+import { newSandboxId, type NewSandboxRow } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
 import type { WarmPools } from "./pools.ts";
-import type { AcquireRequest, SandboxRecord } from "./service_contract.ts";
+import type { AcquireRequest, AcquireResult, SandboxRecord } from "./service_contract.ts";
 import { callExecutor, type ServiceCore } from "./service_state.ts";
 
 /** What a new sandbox is made of, decided by `acquire` before either path runs. */
@@ -130,5 +130,31 @@ function newRow(
     deadlineAt: request.deadline ? now + request.deadline.ms : null,
     deadlineAction: request.deadline?.action ?? null,
     e2b: request.e2b,
+  };
+}
+
+/**
+ * Builds a name no row holds, its slot held by the caller: warm when a pool has one of its
+ * template (never for a snapshot, whose files no warm sandbox holds), cold otherwise.
+ */
+export async function buildNew(
+  core: ServiceCore,
+  pools: WarmPools | undefined,
+  defaultTemplate: string,
+  request: AcquireRequest,
+  team: string,
+): Promise<AcquireResult> {
+  const id = newSandboxId();
+  const template = request.template ?? defaultTemplate;
+  const spec = request.spec ?? {};
+  const env = { ...spec.env, ...request.env };
+  core.ledger.refuseNewWhileFull(`sandbox '${request.name}'`);
+  const warm = pools && request.snapshot === undefined
+    ? claimWarm(core, pools, request, { team, template, spec, env })
+    : undefined;
+  if (warm !== undefined) return { created: true, sandbox: warm };
+  return {
+    created: true,
+    sandbox: await buildCold(core, request, { id, team, template, spec, env }),
   };
 }
