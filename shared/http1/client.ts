@@ -42,6 +42,7 @@ import {
 
 export type { BytesAnswer };
 import { outgoing, type OutgoingRequest, upload } from "./_client_request.ts";
+import { markFetchShaped } from "../fetch_handler.ts";
 
 export type { Cancel } from "./_pool.ts";
 
@@ -126,7 +127,7 @@ export function createH1Client(options: H1ClientOptions = {}): H1Client {
   const client = new PooledClient(options, maxConnections);
   // A plain object of own properties, as callers spread it to wrap one of its functions.
   return {
-    fetch: client.fetch,
+    fetch: markFetchShaped(client.fetch),
     sendBytes: client.sendBytes,
     get open() {
       return client.open;
