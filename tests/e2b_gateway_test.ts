@@ -280,6 +280,15 @@ Deno.test({
       const onB = (await Sandbox.list({ ...opts, query: { metadata: { name: "gw-spread-b" } } })
         .nextItems())[0];
       assert.ok(onB, "the sandbox made on node-b is listed");
+      // The gateway trusts node-b's digest only once a check-in made after its last create has
+      // arrived (until then its own create keeps node-b asked): wait for one sent well after it
+      // (1.5 s on, with check-ins every second), so none that was built before can count.
+      const since = Date.now() + 1500;
+      await until("node-b checks in after its last create", async () => {
+        const { body } = await gw.json("listNodes");
+        const nodeB = body.nodes.find((n: { id: string }) => n.id === "node-b");
+        return nodeB !== undefined && Date.now() - nodeB.lastCheckInAgeMs > since;
+      });
       started.splice(started.indexOf(b), 1);
       await b.stop();
       const res = await fetch(`${gw.url}/e2b/api/v2/sandboxes?metadata=team%3Dspread`, {
