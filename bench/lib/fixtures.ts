@@ -369,6 +369,19 @@ export async function startDockerNode(
   );
 }
 
+/** Waits until the node shows `up` in the gateway's listNodes, at most 30 s. */
+export async function waitForNodeUp(gateway: string, nodeId: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const { json } = await postJson(`${gateway}/listNodes`, {});
+    if (
+      json?.nodes?.some((n: { id: string; state: string }) => n.id === nodeId && n.state === "up")
+    ) return;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+  throw new Error(`node ${nodeId} did not show up at the gateway within 30 s`);
+}
+
 /** A JSON answer; the harness reads a few known fields, so the body is loosely typed. */
 // deno-lint-ignore no-explicit-any
 export type JsonAnswer = { status: number; json: any };

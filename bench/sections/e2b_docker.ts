@@ -11,9 +11,9 @@
 import {
   benchToken,
   type Daemon,
-  postJson,
   startDockerNode,
   startGateway,
+  waitForNodeUp,
 } from "../lib/fixtures.ts";
 import { row, type Section } from "../lib/stats.ts";
 
@@ -24,19 +24,6 @@ export interface E2bDockerOptions {
 }
 
 const title = "E2B on Docker through the gateway: create / first command / kill, Debian base";
-
-/** Waits until the node shows `up` in the gateway's listNodes, at most 30 s. */
-async function nodeUp(gateway: string, nodeId: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    const { json } = await postJson(`${gateway}/listNodes`, {});
-    if (
-      json?.nodes?.some((n: { id: string; state: string }) => n.id === nodeId && n.state === "up")
-    ) return;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  throw new Error(`node ${nodeId} did not show up at the gateway within 30 s`);
-}
 
 /** Measures the SDK's create, first command and kill on both images; skipped when it cannot. */
 export async function runE2bDocker({ runs }: E2bDockerOptions): Promise<Section> {
@@ -57,7 +44,7 @@ export async function runE2bDocker({ runs }: E2bDockerOptions): Promise<Section>
       const why = error instanceof Error ? error.message : String(error);
       return { title, reference, rows: [], notes: [], skipped: why.slice(-400) };
     }
-    await nodeUp(gateway.url, nodeId);
+    await waitForNodeUp(gateway.url, nodeId);
     const out = await new Deno.Command(Deno.execPath(), {
       args: [
         "run",

@@ -10,9 +10,9 @@
 import {
   benchToken,
   type Daemon,
-  postJson,
   startDockerNode,
   startGateway,
+  waitForNodeUp,
 } from "../lib/fixtures.ts";
 import { row, type Section } from "../lib/stats.ts";
 
@@ -24,19 +24,6 @@ export interface SnapshotsDockerOptions {
 
 const title = "Snapshots, fork and the filesystem pause on Docker through the gateway";
 const FORK_COUNT = 4;
-
-/** Waits until the node shows `up` in the gateway's listNodes, at most 30 s. */
-async function nodeUp(gateway: string, nodeId: string): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline) {
-    const { json } = await postJson(`${gateway}/listNodes`, {});
-    if (
-      json?.nodes?.some((n: { id: string; state: string }) => n.id === nodeId && n.state === "up")
-    ) return;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-  throw new Error(`node ${nodeId} did not show up at the gateway within 30 s`);
-}
 
 /** One E2B call, timed to its whole answer; a status other than `want` is an error. */
 async function call(
@@ -76,14 +63,12 @@ export async function runSnapshotsDocker({ runs }: SnapshotsDockerOptions): Prom
     try {
       node = await startDockerNode(nodeId, gateway.url, {
         DORMICE_SNAPSHOT_MIN_DISK_GB: "0",
-        // The node runs iptables for the host firewall, found on the PATH.
-        PATH: Deno.env.get("PATH") ?? "/usr/sbin:/usr/bin:/sbin:/bin",
       });
     } catch (error) {
       const why = error instanceof Error ? error.message : String(error);
       return { title, reference, rows: [], notes: [], skipped: why.slice(-400) };
     }
-    await nodeUp(gateway.url, nodeId);
+    await waitForNodeUp(gateway.url, nodeId);
     const api = `${gateway.url}/e2b/api`;
     const s: Record<string, number[]> = {
       cold: [],
