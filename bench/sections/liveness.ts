@@ -10,30 +10,9 @@
  *
  * @module
  */
-import zlib from "node:zlib";
 import { benchToken, type Daemon, startNode } from "../lib/fixtures.ts";
 import { row, type Section } from "../lib/stats.ts";
-
-const MiB = 1024 * 1024;
-
-/** A valid gzip of `mib` MiB of zeros: one compressed MiB (after a full flush) repeated. */
-function gzipOfZeros(mib: number): Uint8Array<ArrayBuffer> {
-  const zeros = new Uint8Array(MiB);
-  const piece = zlib.deflateRawSync(zeros, { level: 9, finishFlush: zlib.constants.Z_FULL_FLUSH });
-  const out = new Uint8Array(10 + piece.length * mib + 2 + 8);
-  out.set([0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 255]);
-  let crc = 0;
-  for (let i = 0; i < mib; i++) {
-    out.set(piece, 10 + i * piece.length);
-    crc = zlib.crc32(zeros, crc);
-  }
-  const at = 10 + piece.length * mib;
-  out.set([3, 0], at);
-  const view = new DataView(out.buffer);
-  view.setUint32(at + 2, crc >>> 0, true);
-  view.setUint32(at + 6, (mib * MiB) >>> 0, true);
-  return out;
-}
+import { gzipOfZeros } from "../../tests/support/gzip_bomb.ts";
 
 async function healthz(node: Daemon): Promise<number> {
   const t = performance.now();
