@@ -142,7 +142,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   // --- the fleet's own verbs ---
   post("checkIn", async (c) => {
     const { value } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
-    const outcome = fleet.checkIn(value);
+    const outcome = fleet.checkIn(value, { parsed: true });
     parts.lifecycle.fromNode(value.nodeId, value.events);
     // The node refuses a create behind the gateway's back that it cannot make known to a
     // gateway that skips nodes by digest (docs/lookup-digest.md).

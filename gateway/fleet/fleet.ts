@@ -291,9 +291,9 @@ export class Fleet implements NodeDirectory {
 
   /**
    * Records a check-in: joins a new id, or updates a known one (endpoint, interval, build,
-   * reading). The body is checked against `checkInSchema` first (the gateway's route has parsed
-   * it already; a body built in code is held to the same rules), and the endpoint is taken as
-   * the schema writes it (its trailing slash dropped).
+   * reading). The body is checked against `checkInSchema` first, unless `apply.parsed` says it
+   * came out of that schema already (the gateway's route); a body built in code is held to the
+   * same rules, and the endpoint is taken as the schema writes it (its trailing slash dropped).
    *
    * @throws {HttpError} 400 naming each wrong field (a `cpuCount` of 0, a negative count, an
    *   endpoint that is not http(s), a node id with spaces, …); 409 naming both endpoints when
@@ -301,12 +301,12 @@ export class Fleet implements NodeDirectory {
    *   address (`isOwnEndpoint`).
    * @example
    * ```ts ignore
-   * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()));
+   * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()), { parsed: true });
    * ```
    */
   checkIn(body: CheckIn, apply: CheckInApply = {}): CheckInOutcome {
-    // A replicated check-in was checked by the gateway that took it.
-    if (!apply.replicated) body = validCheckIn(body);
+    // A replicated check-in was checked by the gateway that took it, a parsed one by the route.
+    if (!apply.replicated && !apply.parsed) body = validCheckIn(body);
     const outcome = this.#checkIn(body, apply);
     if (!apply.replicated && this.#onCheckIn) {
       const at = this.#members.get(body.nodeId)?.lastCheckIn ?? this.#clock.now();

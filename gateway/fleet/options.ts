@@ -85,4 +85,9 @@ export interface CheckInApply {
    * live-id refusal (that gateway judged it) and without `onCheckIn`.
    */
   replicated?: boolean;
+  /**
+   * The body is `checkInSchema`'s own output (the gateway's check-in route parsed it): it is not
+   * checked a second time on the check-in path.
+   */
+  parsed?: boolean;
 }
