@@ -10,6 +10,8 @@
  */
 import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
+import { FleetVolumes } from "./volumes/fleet_volumes.ts";
+import { VolumeTable } from "./volumes/table.ts";
 import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./keys/auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet/fleet.ts";
@@ -494,6 +496,8 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     jsonBodyCap,
     sandboxDomain: options.sandboxDomain,
   };
+  // The volume table lives beside the node and key tables (one file, one lock, one backup).
+  parts.volumes = new FleetVolumes(parts, new VolumeTable(db));
   const faces = options.faces ?? {};
   const native = createNativeFace(parts, {
     mount: (app, p) => {

@@ -36,7 +36,9 @@ import { configDigest as computeConfigDigest } from "../shared/config_digest.ts"
 import { parseTemplates } from "./executors/docker/templates.ts";
 import { CapabilitiesReader } from "./capabilities_reader.ts";
 import { requireFleetBearer, tokenMatcher } from "../shared/token.ts";
-import { LEDGER_SEQ_HEADER } from "../shared/schemas.ts";
+import { LEDGER_SEQ_HEADER, MAX_CHECK_IN_VOLUMES } from "../shared/schemas.ts";
+import { type NodeVolumes, nodeVolumesFor } from "./volumes.ts";
+import { createVolumeFace } from "./faces/volumes.ts";
 
 /** The build string a node reports (`@dormice/cluster@<version>`). */
 export const nodeBuild: string = `${denoJson.name}@${denoJson.version}`;
@@ -70,6 +72,8 @@ export type NodeAppConfig =
       | "snapshotMinDiskBytes"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
+      | "volumeRoot"
+      | "volumeSizeBytes"
     >
   >;
 
@@ -101,6 +105,11 @@ export interface NodeAppOptions {
   sampler?: HostSampler;
   /** The build string reported in check-ins and by the native face; {@linkcode nodeBuild} when absent. */
   build?: string;
+  /**
+   * The managed volumes (E2B `Volume`); built from the config when absent. Give the same object
+   * to the executor (`managedVolumes`) so a create can mount them.
+   */
+  volumes?: NodeVolumes;
 }
 
 /** A built node. Nothing runs in the background until `start()`. */
@@ -136,6 +145,8 @@ export interface NodeApp {
   pools: WarmPools;
   /** The digest of this node's fleet-invariant settings, sent with every check-in. */
   configDigest: string;
+  /** The managed volumes, advertised in check-ins beside the declared ones. */
+  volumes: NodeVolumes;
   /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
   start(): void;
   /**
@@ -166,7 +177,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ledgerOptions = { nodeId: config.nodeId, endpoint: config.nodeEndpoint };
   const ledger = options.ledger ?? Ledger.open(config.dataDir, { ...ledgerOptions, log });
   const upkeep = new LedgerUpkeep({ ledger, log });
-  const executor = options.executor ?? new FakeExecutor({ clock, nodeId: config.nodeId });
+  const volumes = options.volumes ?? nodeVolumesFor(config, ledger);
+  const executor = options.executor ??
+    new FakeExecutor({ clock, nodeId: config.nodeId, managedVolumes: (n) => volumes.dataDir(n) });
   // Standalone there is no gateway to tell: the outbox stays empty.
   const outbox = new LifecycleOutbox({ onDrop: () => metrics.eventsDropped() });
   const metrics = new NodeMetrics({
@@ -275,7 +288,12 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       return {
         pools: pools.reports(),
         ...(capabilities?.templates ? { templates: capabilities.templates } : {}),
-        ...(capabilities ? { volumes: capabilities.volumes } : {}),
+        // The managed volumes present now (a shared root: every volume on it), after the
+        // declared ones; a check-in carries at most MAX_CHECK_IN_VOLUMES names.
+        volumes: [...(capabilities?.volumes ?? []), ...volumes.ids()].slice(
+          0,
+          MAX_CHECK_IN_VOLUMES,
+        ),
         ...(capabilities?.egressRules ? { egressRules: true } : {}),
         ...snapshots.advertised(),
         configDigest,
@@ -330,6 +348,14 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   const ports = createPortsDoor(service, timed, { accessTokens, log, hostClient });
   hono.all(`${PORTS_PATH}/*`, (c) => ports(c.req.raw));
   hono.route("/", handleSignedFiles(service, envd));
+  hono.route(
+    "/",
+    createVolumeFace(volumes, {
+      token: config.apiToken,
+      log,
+      changed: () => checkIn?.nudge(),
+    }),
+  );
 
   hono.route(
     "/",
@@ -388,6 +414,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     outbox,
     pools,
     configDigest,
+    volumes,
     start() {
       scanner.start();
       upkeep.start();

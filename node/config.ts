@@ -30,6 +30,8 @@
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
  * | `DORMICE_POOLS_REFILL_DELAY_MS` | `1000` | how long a pool's refill after a claim waits, ms (0 to 60000), so the claimed sandbox's first commands do not share the engine with a container being built |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
+ * | `DORMICE_VOLUME_ROOT` | unset (`<DORMICE_DATA_DIR>/volumes`) | where managed volumes (E2B `Volume`) live; set it to a directory every node mounts (NFS or any shared filesystem) and every node serves every volume |
+ * | `DORMICE_VOLUME_SIZE_GB` | `10` | the cap of a new managed volume, GB (1 to 100000): checked on content-API writes and moves, not enforced on a sandbox's own writes |
  * | `DORMICE_SANDBOX_DOMAIN` | unset | the fleet's sandbox domain; part of the config digest, so a node set apart is reported |
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
@@ -142,6 +144,10 @@ export interface NodeConfig {
   uploadLimitBytes: number;
   /** Free bytes a snapshot must leave on the data disk (`DORMICE_SNAPSHOT_MIN_DISK_GB`). */
   snapshotMinDiskBytes?: number;
+  /** The shared volume root (`DORMICE_VOLUME_ROOT`), or `null`: volumes under the data dir. */
+  volumeRoot?: string | null;
+  /** The cap of a new managed volume, bytes (`DORMICE_VOLUME_SIZE_GB`). */
+  volumeSizeBytes?: number;
   /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
   uploadGzipMaxRatio: number;
 }
@@ -196,6 +202,8 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_POOLS",
   "DORMICE_POOLS_REFILL_DELAY_MS",
   "DORMICE_VOLUMES",
+  "DORMICE_VOLUME_ROOT",
+  "DORMICE_VOLUME_SIZE_GB",
   "DORMICE_SANDBOX_DOMAIN",
   "DORMICE_WEBSOCKETS",
 ];
@@ -480,6 +488,21 @@ export function loadNodeConfig(
   );
   const volumes = parseVolumes(get("DORMICE_VOLUMES"));
   if (typeof volumes === "string") refusals.push(volumes);
+  const volumeRoot = get("DORMICE_VOLUME_ROOT") ?? null;
+  if (volumeRoot !== null && !volumeRoot.startsWith("/")) {
+    refusals.push(
+      `DORMICE_VOLUME_ROOT='${volumeRoot}' is not an absolute path: write the directory every ` +
+        "node mounts, such as /mnt/dormice-volumes",
+    );
+  }
+  const volumeSizeBytes = 1e9 * integer(
+    get("DORMICE_VOLUME_SIZE_GB"),
+    10,
+    1,
+    100_000,
+    "DORMICE_VOLUME_SIZE_GB",
+    refusals,
+  );
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
   // On by default: the gateway relays sandbox ports' WebSockets through this door, and a node's
   // request rate is bound by its sandboxes long before the slower engine's (shared/http1/serve.ts).
@@ -510,6 +533,8 @@ export function loadNodeConfig(
       pools: pools as PoolTarget[],
       poolsRefillDelayMs,
       volumes: volumes as VolumeDecl[],
+      volumeRoot,
+      volumeSizeBytes,
       sandboxDomain,
       websockets: websockets === true,
       jsonBodyLimitBytes,

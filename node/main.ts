@@ -15,6 +15,7 @@ import { createLog } from "../shared/log.ts";
 import { serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
+import { nodeVolumesFor } from "./volumes.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
@@ -45,7 +46,11 @@ const log = createLog({ level: config.logLevel, name: "node" });
  * dependencies read the environment as they load, which a fake node's narrow `--allow-env`
  * refuses.
  */
-async function openExecutor(config: NodeConfig, instanceId: string): Promise<Executor> {
+async function openExecutor(
+  config: NodeConfig,
+  instanceId: string,
+  managedVolumes: (name: string) => string | undefined,
+): Promise<Executor> {
   if (config.executor === "fake") {
     // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
     const templates = parseTemplates(config.templates ?? undefined);
@@ -55,6 +60,7 @@ async function openExecutor(config: NodeConfig, instanceId: string): Promise<Exe
       templates: templates.keys(),
       defaults: config.sandboxDefaults,
       volumes: config.volumes.map((v) => v.name),
+      managedVolumes,
     });
   }
   let docker: typeof import("./executors/docker/mod.ts");
@@ -88,6 +94,7 @@ async function openExecutor(config: NodeConfig, instanceId: string): Promise<Exe
       templates,
       defaults: config.sandboxDefaults,
       volumes: config.volumes,
+      managedVolumes,
       hostFirewall,
       log,
     });
@@ -133,11 +140,13 @@ function openLedger(): Ledger {
 }
 // The ledger first: its instance id is what the executor owns its containers by.
 const ledger = openLedger();
-const executor = await openExecutor(config, ledger.instanceId);
+const volumes = nodeVolumesFor(config, ledger);
+const executor = await openExecutor(config, ledger.instanceId, (name) => volumes.dataDir(name));
 const node: NodeApp = createNodeApp({
   config,
   executor,
   ledger,
+  volumes,
   poolsFile: join(config.dataDir, "pools.json"),
   log,
 });

@@ -9,6 +9,9 @@ import type { SandboxSpec } from "./sandbox_spec.ts";
 
 export * from "./sandbox_spec.ts";
 
+/** The most volume names one check-in carries (declared ones first, then managed ones). */
+export const MAX_CHECK_IN_VOLUMES = 4096;
+
 /** The lifecycle states a sandbox row can be in (Dormice's vocabulary). */
 export const sandboxStates = ["active", "frozen", "stopped", "archived", "restoring"] as const;
 
@@ -369,7 +372,7 @@ export const checkInSchema: z.ZodObject<{
    */
   templates: z.array(z.string().max(256)).max(256).optional(),
   /** The volumes the node can mount (names only; absent = none declared). */
-  volumes: z.array(z.string().max(64)).max(256).optional(),
+  volumes: z.array(z.string().max(64)).max(MAX_CHECK_IN_VOLUMES).optional(),
   /**
    * Whether the node enforces egress address rules (`spec.egressRules`); absent = it does not
    * (a node that predates them), and placement sends creates with rules elsewhere.

@@ -20,6 +20,7 @@
  * | `getHostMetrics` | a 501 naming each node to ask: it describes one machine |
  * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs (fleet token only) |
  * | `createApiKey`, `listApiKeys`, `revokeApiKey` | the key table (fleet token only) |
+ * | `moveVolume` | copies a volume to another node while nothing mounts it (fleet token only; `volumes/move.ts`) |
  *
  * A client's API key scopes every sandbox verb to its team: names are the team's, an id of
  * another team is a 404 as if absent, listings show the team's sandboxes only, and a create past
@@ -47,6 +48,7 @@ import { placementAsk } from "../placer/placer.ts";
 import { teamScopedName } from "../../shared/teams.ts";
 import { revokeApiKeySchema } from "../keys/keys.ts";
 import { describeRoutes } from "./route_summary.ts";
+import { moveVolume, moveVolumeSchema } from "../volumes/move.ts";
 import { unreachableHeaders } from "./e2b/merge.ts";
 import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
 import type { H1Client } from "../../shared/http1/mod.ts";
@@ -193,6 +195,13 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       });
     }
     return c.json({ results });
+  });
+
+  // --- managed volumes (the gate let only the fleet token through) ---
+  post("moveVolume", async (c) => {
+    const { value } = await readBody(c.req.raw, moveVolumeSchema, jsonBodyCap);
+    if (parts.volumes === undefined) throw new HttpError(501, "This gateway serves no volumes");
+    return c.json(await moveVolume(parts, parts.volumes, value, c.req.raw.signal));
   });
 
   // --- the key table (the gate let only the fleet token through) ---

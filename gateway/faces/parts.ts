@@ -19,6 +19,7 @@ import type { PlacementLog } from "../placer/placement_log.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import type { BodyCapOptions } from "../../shared/json_body.ts";
 import type { Log } from "../../shared/log.ts";
+import type { FleetVolumes } from "../volumes/fleet_volumes.ts";
 
 /** The pieces a mounted face builds on; one set per gateway, shared by every face. */
 export interface GatewayParts {
@@ -65,4 +66,6 @@ export interface GatewayParts {
    * in E2B create and connect answers; `undefined` when the gateway serves no domain.
    */
   sandboxDomain?: string;
+  /** Managed volumes (E2B `Volume`): their table and routes (`volumes/fleet_volumes.ts`). */
+  volumes?: FleetVolumes;
 }

@@ -58,6 +58,8 @@ export const fleetOnlyVerbs: readonly string[] = [
   "createApiKey",
   "listApiKeys",
   "revokeApiKey",
+  // Copies a volume between nodes: the operator's.
+  "moveVolume",
   // GET /metrics: a scrape shows every team's counts, so it is the operator's.
   "metrics",
 ];

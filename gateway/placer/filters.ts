@@ -36,6 +36,17 @@ export interface PlacementAsk {
   snapshotHolders?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
+  /**
+   * Nodes the gateway's volume table says hold the managed volumes among `volumes` (a volume
+   * created or moved since their last check-in): they pass the volume filter too.
+   */
+  volumeHolders?: readonly string[];
+  /**
+   * The node that holds the create's node-local managed volumes (the gateway's volume table):
+   * only it may take the create, whatever other nodes still advertise (a copy left by a move
+   * until their next check-in).
+   */
+  volumeNode?: string;
   /** Egress address rules; a node must enforce them (say so in its check-in). */
   egressRules?: boolean;
   /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
@@ -163,6 +174,10 @@ export const placementFilters: readonly PlacementFilter[] = [
   {
     reason: "volume",
     check: ({ node, ask }) => {
+      if (ask.volumeNode !== undefined && node.id !== ask.volumeNode) {
+        return `does not hold the create's volumes (they live on node '${ask.volumeNode}')`;
+      }
+      if (ask.volumeHolders?.includes(node.id)) return undefined;
       for (const v of ask.volumes ?? []) {
         if (!node.volumes.includes(v)) return `lacks volume '${v}'`;
       }

@@ -64,6 +64,11 @@ export interface FakeExecutorOptions {
   templates?: Iterable<string>;
   /** Volume names a create may mount (nothing is mounted: the names are only checked). */
   volumes?: string[];
+  /**
+   * The node's managed volumes: a name it answers with a directory may be mounted too (only
+   * checked, like `volumes`).
+   */
+  managedVolumes?: (name: string) => string | undefined;
   /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
   clock?: Clock;
   /** Limits of a spec that sets none: Docker's defaults (1 cpu, 512 MiB) when absent. */
@@ -112,6 +117,7 @@ export class FakeExecutor implements Executor {
   #ports = new FakePorts();
   #templates: Set<string>;
   #volumes: string[];
+  #managedVolumes?: (name: string) => string | undefined;
   #clock: Clock;
   #defaults: SandboxLimits;
   #egressRules = new Map<string, EgressRules>();
@@ -127,6 +133,7 @@ export class FakeExecutor implements Executor {
     {
       templates,
       volumes = [],
+      managedVolumes,
       clock = systemClock,
       defaults = {},
       egressRules = true,
@@ -136,6 +143,7 @@ export class FakeExecutor implements Executor {
     this.#nodeId = nodeId;
     this.#templates = new Set(templates ?? defaultTemplateNames());
     this.#volumes = [...volumes];
+    this.#managedVolumes = managedVolumes;
     this.#clock = clock;
     this.#defaults = { cpus: 1, memoryMB: 512, ...defaults };
     if (egressRules) {
@@ -215,7 +223,9 @@ export class FakeExecutor implements Executor {
 
   #build(request: CreateRequest, fs?: FakeFs): void {
     for (const v of request.spec.volumes ?? []) {
-      if (!this.#volumes.includes(v.name)) throw unknownVolume(v.name, this.#volumes);
+      if (!this.#volumes.includes(v.name) && this.#managedVolumes?.(v.name) === undefined) {
+        throw unknownVolume(v.name, this.#volumes);
+      }
     }
     if (request.spec.egressRules !== undefined) {
       if (this.setEgressRules === undefined) throw egressRulesUnserved();

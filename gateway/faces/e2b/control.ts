@@ -26,6 +26,8 @@ import { describeZodError, sandboxNameSchema } from "../../../shared/schemas.ts"
 import { TEAM_HEADER, teamScopedName } from "../../../shared/teams.ts";
 import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./snapshots.ts";
 import { forkWithinLimits } from "./fork.ts";
+import type { FleetVolumes } from "../../volumes/fleet_volumes.ts";
+import { VOLUME_ID } from "../../../shared/volumes.ts";
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
@@ -64,7 +66,6 @@ export function createE2bApi(
   const app = new Hono();
 
   const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
-    const signal = c.req.raw.signal;
     const { text, value: body } = await readJsonObject(c.req.raw, {
       ...parts.jsonBodyCap,
       empty: "refuse",
@@ -89,8 +90,48 @@ export function createE2bApi(
       name = randomName();
       headers[SANDBOX_NAME_HEADER] = name;
     }
+    // A team's volumes are mounted by id, on the node that holds them.
+    const mounts = parts.volumes?.mountsOf(body, team);
+    if (mounts) {
+      try {
+        return await createWith(c, rest, caller, mounts.body, JSON.stringify(mounts.body), {
+          ids: mounts.ids,
+          holders: mounts.holders,
+          node: mounts.node,
+        }, { name, given, team, headers });
+      } finally {
+        mounts.release();
+      }
+    }
+    return await createWith(c, rest, caller, body, text, undefined, { name, given, team, headers });
+  };
+
+  const createWith = async (
+    c: Context,
+    rest: string,
+    caller: Caller,
+    body: Record<string, unknown>,
+    text: string,
+    volumes: { ids: string[]; holders: string[]; node: string | undefined } | undefined,
+    named: { name: string; given: unknown; team: string; headers: Record<string, string> },
+  ): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const { name, given, team, headers } = named;
     // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
     let ask = e2bPlacementAsk(body);
+    if (volumes) {
+      // The mounts' names became ids: the team's local volumes are placed by the table's node,
+      // its shared ones by what nodes advertise; the names left are the nodes' declared ones.
+      const declared = (body.volumeMounts as { name?: unknown }[])
+        .map((m) => m?.name)
+        .filter((n): n is string => typeof n === "string" && !VOLUME_ID.test(n));
+      ask = {
+        ...ask,
+        volumes: [...declared, ...volumes.ids],
+        volumeHolders: volumes.holders,
+        ...(volumes.node === undefined ? {} : { volumeNode: volumes.node }),
+      };
+    }
     let forwarded = text;
     if (typeof body.templateID === "string") {
       const source = await resolveCreateSource(
@@ -103,6 +144,8 @@ export function createE2bApi(
       if (source.kind === "snapshot") {
         ask = {
           volumes: ask.volumes,
+          volumeHolders: ask.volumeHolders,
+          volumeNode: ask.volumeNode,
           snapshot: source.snapshotId,
           snapshotHolders: source.holders,
         };
@@ -233,9 +276,17 @@ export function createE2bApi(
   };
 
   app.all("*", async (c) => {
-    const caller = requireE2bCaller(c.req.raw.headers, identify);
     const rest = suffix(c);
     const method = c.req.method;
+    // The volume content API authenticates with the volume's own token, not an API key.
+    const content = /^\/volumecontent\/([^/]+)\/(dir|path|file)$/.exec(rest);
+    if (content && parts.volumes) {
+      return await parts.volumes.content(c.req.raw, decodeSegment(content[1]), content[2]);
+    }
+    const caller = requireE2bCaller(c.req.raw.headers, identify);
+    if (parts.volumes && (rest === "/volumes" || rest.startsWith("/volumes/"))) {
+      return await volumeRoute(c, parts.volumes, rest, caller);
+    }
     const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
     // Answered here, as a node would: a route about one sandbox finds it first, so a fork of
     // a killed sandbox is E2B's 404 (the SDK's SandboxNotFoundError), and "not built" is for
@@ -291,6 +342,33 @@ export function createE2bApi(
 
   app.onError((error, c) => e2bError(error, c.req.raw, parts));
   return app;
+}
+
+/** `/volumes` and `/volumes/{id}`: E2B's volume routes (`volumes/fleet_volumes.ts`). */
+async function volumeRoute(
+  c: Context,
+  volumes: FleetVolumes,
+  rest: string,
+  caller: Caller,
+): Promise<Response> {
+  const method = c.req.method;
+  if (rest === "/volumes") {
+    if (method === "POST") return await volumes.create(c, teamOf(caller));
+    if (method === "GET") return volumes.list(c, scopeOf(caller));
+    throw new HttpError(405, `${method} is not allowed on /volumes: use GET or POST`, {
+      headers: { allow: "GET, POST" },
+    });
+  }
+  const m = /^\/volumes\/([^/]+)$/.exec(rest);
+  if (m) {
+    const id = decodeSegment(m[1]);
+    if (method === "GET") return await volumes.info(c, id, scopeOf(caller));
+    if (method === "DELETE") return await volumes.destroy(id, scopeOf(caller), c.req.raw.signal);
+    throw new HttpError(405, `${method} is not allowed on /volumes/{id}: use GET or DELETE`, {
+      headers: { allow: "GET, DELETE" },
+    });
+  }
+  throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
 }
 
 /** A captured node answer, passed on as the node gave it (its errors are already E2B's). */

@@ -98,6 +98,8 @@ export interface ContainersOptions {
   log: Log;
   /** Named volumes a create may mount. */
   volumes: VolumeDecl[];
+  /** The node's managed volumes: the host directory of one by its id, or `undefined`. */
+  managedVolumes?: (name: string) => string | undefined;
   /** This instance's snapshots, which a create may start from. */
   snapshots: Snapshots;
 }
@@ -117,6 +119,7 @@ export class Containers {
   #log: Log;
   #cpu = new Map<string, CpuSample>();
   #volumes: Map<string, VolumeDecl>;
+  #managedVolumes?: (name: string) => string | undefined;
   #snapshots: Snapshots;
 
   constructor(options: ContainersOptions) {
@@ -133,6 +136,7 @@ export class Containers {
     this.#clock = options.clock;
     this.#log = options.log;
     this.#volumes = new Map(options.volumes.map((v) => [v.name, v]));
+    this.#managedVolumes = options.managedVolumes;
   }
 
   /**
@@ -296,7 +300,9 @@ export class Containers {
     }
     const binds: string[] = [];
     for (const v of spec.volumes ?? []) {
-      const decl = this.#volumes.get(v.name);
+      const managed = this.#managedVolumes?.(v.name);
+      const decl = this.#volumes.get(v.name) ??
+        (managed === undefined ? undefined : { name: v.name, source: managed, readOnly: false });
       if (decl === undefined) throw unknownVolume(v.name, [...this.#volumes.keys()]);
       binds.push(`${decl.source}:${v.mountPath}${decl.readOnly ? ":ro" : ""}`);
     }

@@ -94,6 +94,11 @@ export interface DockerExecutorOptions {
   /** Named volumes a create may mount (`DORMICE_VOLUMES`). */
   volumes?: VolumeDecl[];
   /**
+   * The node's managed volumes (E2B `Volume`): the host directory a create mounts for one, by
+   * its id, or `undefined` when the node does not hold it. Bind-mounted read-write.
+   */
+  managedVolumes?: (name: string) => string | undefined;
+  /**
    * Whether each sandbox network's bridge gets the host rule that drops every connection a
    * sandbox opens to this machine (`_firewall.ts`); true by default. It needs iptables, root and
    * `--allow-run=iptables`; `connect()` refuses without them. Off
@@ -176,6 +181,7 @@ export class DockerExecutor implements Executor {
       clock = systemClock,
       log = silentLog,
       volumes = [],
+      managedVolumes,
       hostFirewall = true,
       runIptables,
     } = options;
@@ -245,6 +251,7 @@ export class DockerExecutor implements Executor {
       clock,
       log,
       volumes,
+      managedVolumes,
     });
   }
 

@@ -1,0 +1,348 @@
+/**
+ * The fleet's volumes as the gateway serves them: the E2B routes (`POST/GET /volumes`,
+ * `GET/DELETE /volumes/{id}`), the content API forwarded to the volume's node
+ * (`/volumecontent/{id}/…`), the mounts of an E2B create turned into the volumes' ids and the
+ * node that must take the create, and the operator's move (`move.ts`).
+ *
+ * Rules: a volume is its team's (another team's is a 404 as if absent; the operator reaches
+ * all); a node that is down makes its volumes' mounts and content a 503 naming it (unless the
+ * volume is on a shared root, which every node serves); a volume being created, moved or
+ * deleted refuses mounts with a 409 saying so; a delete or a move while a sandbox mounts it (or
+ * a create that mounts it is in flight) is a 409 naming them.
+ *
+ * @module
+ */
+import type { Context } from "hono";
+import { HttpError } from "../../shared/http_error.ts";
+import { readJsonObject } from "../../shared/json_body.ts";
+import { newVolumeId, VOLUME_ID } from "../../shared/volumes.ts";
+import { tokenMatcher } from "../../shared/token.ts";
+import type { GatewayParts } from "../faces/parts.ts";
+import type { FleetNode } from "../fleet/node.ts";
+import { capture, forward } from "../routing/forward.ts";
+import { type VolumeRow, type VolumeTable, volumeToken } from "./table.ts";
+
+/** E2B's rule for a volume name, with a length cap of our own. */
+const VOLUME_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
+
+/** How long a node call about a volume (create, delete, users) may take. */
+const NODE_CALL_TIMEOUT_MS = 30_000;
+
+/** The gateway's side of managed volumes over one database and one fleet token. */
+export class FleetVolumes {
+  /** The table of who owns each volume and where it lives. */
+  readonly table: VolumeTable;
+  readonly #parts: GatewayParts;
+  readonly #token: string;
+  /** Creates in flight that mount a volume, by id: a delete or move waits for none. */
+  readonly #mounting = new Map<string, number>();
+
+  constructor(parts: GatewayParts, table: VolumeTable) {
+    this.#parts = parts;
+    this.table = table;
+    this.#token = parts.routing.nodeHeaders.authorization.slice("Bearer ".length);
+  }
+
+  /** The content token of a volume (see `table.ts`). */
+  token(id: string): Promise<string> {
+    return volumeToken(this.#token, id);
+  }
+
+  /** A node call whose whole answer is read. */
+  async call(
+    node: FleetNode,
+    path: string,
+    body: unknown,
+    signal?: AbortSignal,
+  ): Promise<{ status: number; text: string; json: Record<string, unknown> }> {
+    const answer = await capture({ nodeId: node.id, endpoint: node.endpoint }, path, {
+      method: "POST",
+      headers: this.#parts.routing.nodeHeaders,
+      body: JSON.stringify(body),
+      fetch: this.#parts.routing.nodeFetch,
+      timeoutMs: NODE_CALL_TIMEOUT_MS,
+      signal,
+    });
+    let json: Record<string, unknown> = {};
+    try {
+      json = answer.text === "" ? {} : JSON.parse(answer.text);
+    } catch { /* a node answer that is not JSON: its text is the message */ }
+    return { status: answer.status, text: answer.text, json };
+  }
+
+  /**
+   * The node a volume's requests go to: its own, up; on a shared root any up node when its own
+   * is down.
+   *
+   * @throws {HttpError} 503 naming the node when it is down (and no other serves the volume).
+   */
+  nodeFor(row: VolumeRow): FleetNode {
+    const fleet = this.#parts.fleet;
+    const own = fleet.get(row.node);
+    if (own !== undefined && !fleet.isDown(own)) return own;
+    if (row.shared) {
+      const other = [...fleet.nodes()].find((n) => !fleet.isDown(n) && n.volumes.includes(row.id));
+      if (other !== undefined) return other;
+    }
+    throw new HttpError(
+      503,
+      `Volume '${row.name}' (${row.id}) lives on node '${row.node}', which is down: retry once ` +
+        "it checks in again (its files are on that node's disk; nothing is served from elsewhere)",
+      { headers: { "retry-after": "5" } },
+    );
+  }
+
+  /** The row for a caller: its team's only, the operator's any. 404 otherwise. */
+  require(id: string, team: string | undefined): VolumeRow {
+    const row = VOLUME_ID.test(id) ? this.table.get(id, team) : undefined;
+    if (row === undefined) {
+      throw new HttpError(404, `Volume '${id}' not found: GET /volumes lists your team's volumes`);
+    }
+    return row;
+  }
+
+  /** `POST /volumes {name}`: reserved in the table, placed on a node by disk, made there. */
+  async create(c: Context, team: string): Promise<Response> {
+    const { value } = await readJsonObject(c.req.raw, {
+      ...this.#parts.jsonBodyCap,
+      empty: "refuse",
+      example: '{"name":"data"}',
+    });
+    const name = value.name;
+    if (typeof name !== "string" || !VOLUME_NAME.test(name)) {
+      throw new HttpError(
+        400,
+        "'name' must be 1–64 letters, digits, '_' or '-' (E2B's rule), such as \"data\"",
+      );
+    }
+    const node = this.#pickNode();
+    const id = newVolumeId();
+    this.table.reserve({ id, team, name, node: node.id });
+    try {
+      const made = await this.call(node, "/createVolume", { id }, c.req.raw.signal);
+      if (made.status !== 201) {
+        throw new HttpError(
+          made.status >= 500 ? 502 : made.status,
+          `Node '${node.id}' could not create volume '${name}': ${
+            String(made.json.message ?? made.text).slice(0, 300)
+          }`,
+        );
+      }
+      this.table.update(id, {
+        state: "ready",
+        shared: made.json.shared === true,
+        sizeBytes: Number(made.json.sizeBytes ?? 0),
+      });
+    } catch (error) {
+      this.table.delete(id);
+      throw error;
+    }
+    return c.json({ volumeID: id, name, token: await this.token(id) }, 201);
+  }
+
+  /** `GET /volumes`: the caller's team's volumes (every team's for the operator). */
+  list(c: Context, team: string | undefined): Response {
+    return c.json(
+      this.table.list(team).filter((r) => r.state !== "creating").map((r) => ({
+        volumeID: r.id,
+        name: r.name,
+      })),
+    );
+  }
+
+  /** `GET /volumes/{id}`. */
+  async info(c: Context, id: string, team: string | undefined): Promise<Response> {
+    const row = this.require(id, team);
+    return c.json({ volumeID: row.id, name: row.name, token: await this.token(row.id) });
+  }
+
+  /**
+   * `DELETE /volumes/{id}`: refused while a sandbox mounts it (the node names them; on a shared
+   * root every up node is asked), then deleted on its node and from the table.
+   */
+  async destroy(id: string, team: string | undefined, signal: AbortSignal): Promise<Response> {
+    const row = this.require(id, team);
+    const node = this.nodeFor(row);
+    this.#refuseMounting(row, "delete");
+    if (!this.table.claim(row.id, "deleting")) throw busy(row, "delete");
+    try {
+      if (row.shared) await this.refuseUsedAnywhere(row, "delete", signal);
+      const answer = await this.call(node, "/destroyVolume", { id: row.id }, signal);
+      if (answer.status !== 200) {
+        throw new HttpError(
+          answer.status >= 500 ? 502 : answer.status,
+          String(answer.json.message ?? answer.text).slice(0, 500),
+          { details: answer.json.sandboxes ? { sandboxes: answer.json.sandboxes } : {} },
+        );
+      }
+    } catch (error) {
+      this.table.update(row.id, { state: "ready" });
+      throw error;
+    }
+    this.table.delete(row.id);
+    return new Response(null, { status: 204 });
+  }
+
+  /** A 409 naming the sandboxes on any up node that mount the volume (a shared root). */
+  async refuseUsedAnywhere(row: VolumeRow, what: string, signal: AbortSignal): Promise<void> {
+    const answers = await this.#parts.routing.fanOut(
+      "/volumeUsers",
+      JSON.stringify({ id: row.id }),
+      signal,
+    );
+    const users: string[] = [];
+    for (const a of answers) {
+      if (!a.ok) continue;
+      const sandboxes = (a.json as { sandboxes?: { id: string }[] }).sandboxes ?? [];
+      users.push(...sandboxes.map((s) => `'${s.id}' (on ${a.node.id})`));
+    }
+    if (users.length > 0) {
+      throw new HttpError(
+        409,
+        `Cannot ${what} volume '${row.name}': it is mounted by sandbox ${users.join(", ")}: ` +
+          "kill them first",
+      );
+    }
+  }
+
+  /** A 409 when a create that mounts the volume is in flight. */
+  #refuseMounting(row: VolumeRow, what: string): void {
+    const n = this.#mounting.get(row.id) ?? 0;
+    if (n > 0) {
+      throw new HttpError(
+        409,
+        `Cannot ${what} volume '${row.name}': ${n} sandbox create(s) mounting it are in ` +
+          "flight: retry once they finish",
+        { headers: { "retry-after": "2" } },
+      );
+    }
+  }
+
+  /** Same as {@linkcode FleetVolumes.refuseMounting}, for `move.ts`. */
+  refuseMounting(row: VolumeRow, what: string): void {
+    this.#refuseMounting(row, what);
+  }
+
+  /**
+   * The mounts of an E2B create: each `volumeMounts[].name` that is one of the team's volumes
+   * becomes its id (a name the team has no volume by is left for the nodes' declared volumes).
+   * Returns the body to forward, the ids, the node that must take the create, and a release to
+   * call once the create is answered.
+   *
+   * @throws {HttpError} 409 for a volume being created, moved or deleted, or two local volumes
+   *   on two nodes; 503 when its node is down.
+   */
+  mountsOf(body: Record<string, unknown>, team: string): {
+    body: Record<string, unknown>;
+    /** The shared volumes' ids: a node must advertise them (or be among `holders`). */
+    ids: string[];
+    /** The nodes that made the shared volumes (they hold them before they advertise them). */
+    holders: string[];
+    /** The node of the local volumes: only it may take the create. */
+    node: string | undefined;
+    release: () => void;
+  } | undefined {
+    if (!Array.isArray(body.volumeMounts)) return undefined;
+    const rows: VolumeRow[] = [];
+    const mounts = body.volumeMounts.map((m) => {
+      const name = (m as { name?: unknown } | null)?.name;
+      const row = typeof name === "string" ? this.table.byName(team, name) : undefined;
+      if (row === undefined) return m;
+      if (row.state !== "ready") throw busy(row, "mount");
+      rows.push(row);
+      return { ...(m as object), name: row.id };
+    });
+    if (rows.length === 0) return undefined;
+    const local = rows.filter((r) => !r.shared);
+    const nodes = [...new Set(local.map((r) => r.node))];
+    if (nodes.length > 1) {
+      throw new HttpError(
+        409,
+        `The volumes ${
+          local.map((r) => `'${r.name}' (node ${r.node})`).join(", ")
+        } live on different nodes, and a sandbox runs on one: move one of them (moveVolume)`,
+      );
+    }
+    for (const r of rows) this.nodeFor(r);
+    const ids = rows.map((r) => r.id);
+    for (const id of ids) this.#mounting.set(id, (this.#mounting.get(id) ?? 0) + 1);
+    let released = false;
+    const shared = rows.filter((r) => r.shared);
+    return {
+      body: { ...body, volumeMounts: mounts },
+      ids: shared.map((r) => r.id),
+      holders: shared.map((r) => r.node),
+      node: nodes[0],
+      release: () => {
+        if (released) return;
+        released = true;
+        for (const id of ids) {
+          const n = (this.#mounting.get(id) ?? 1) - 1;
+          if (n <= 0) this.#mounting.delete(id);
+          else this.#mounting.set(id, n);
+        }
+      },
+    };
+  }
+
+  /**
+   * `/volumecontent/{id}/{dir|path|file}`: the volume's token checked, then streamed to its
+   * node both ways.
+   */
+  async content(request: Request, id: string, op: string): Promise<Response> {
+    const given = /^Bearer\s+(.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
+    const row = VOLUME_ID.test(id) ? this.table.get(id) : undefined;
+    // A wrong token and an unknown id answer alike: a tenant learns nothing of other volumes.
+    if (row === undefined || given === undefined || !tokenMatcher(await this.token(id))(given)) {
+      throw new HttpError(
+        given === undefined ? 401 : 404,
+        given === undefined
+          ? "Missing volume token: send 'Authorization: Bearer <token>' from POST or GET /volumes"
+          : `Volume '${id}' not found, or the token is not its own`,
+      );
+    }
+    if (row.state !== "ready") throw busy(row, "reach the files of");
+    const node = this.nodeFor(row);
+    const routing = this.#parts.routing;
+    return await forward(request, { nodeId: node.id, endpoint: node.endpoint }, {
+      path: `/volumecontent/${id}/${op}${new URL(request.url).search}`,
+      headers: { authorization: routing.nodeHeaders.authorization },
+      fetch: routing.nodeFetch,
+      hangUps: routing.hangUps,
+      hop: routing.hop,
+      headTimeoutMs: routing.headTimeoutMs,
+    });
+  }
+
+  /** The up node with the most available data disk (ties by id). */
+  #pickNode(): FleetNode {
+    const fleet = this.#parts.fleet;
+    const up = [...fleet.nodes()].filter((n) => !fleet.isDown(n) && n.reading !== null);
+    if (up.length === 0) {
+      throw new HttpError(
+        503,
+        "No node is up to hold a new volume: start a node (or wait for its check-in), then retry",
+        { headers: { "retry-after": "5" } },
+      );
+    }
+    const avail = (n: FleetNode) => n.reading?.dataDisk?.availableBytes ?? 0;
+    up.sort((a, b) => avail(b) - avail(a) || (a.id < b.id ? -1 : 1));
+    return up[0];
+  }
+}
+
+/** The 409 of a volume that is not `ready`. */
+export function busy(row: VolumeRow, what: string): HttpError {
+  const why = row.state === "moving"
+    ? "it is being moved to another node"
+    : row.state === "deleting"
+    ? "it is being deleted"
+    : "it is still being created";
+  return new HttpError(
+    409,
+    `Cannot ${what} volume '${row.name}' (${row.id}): ${why}: retry shortly`,
+    {
+      headers: { "retry-after": "2" },
+    },
+  );
+}

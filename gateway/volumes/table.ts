@@ -1,0 +1,192 @@
+/**
+ * `gateway/volumes/` owns managed volumes at the gateway (E2B's `Volume`): the table of who owns
+ * each volume and where it lives (`table.ts`), and the operator's move (`move.ts`). The E2B
+ * routes over them are `faces/e2b/volumes.ts`.
+ *
+ * The volume table: one row per volume in the gateway's database, beside the node and key
+ * tables: its id, its team and name (unique per team), the node that holds it, whether that
+ * node keeps volumes on a shared root, and its state (`creating`, `ready`, `moving`,
+ * `deleting`: only a `ready` volume may be mounted, moved or deleted). The files live on the
+ * node; the table is what makes a name mean one volume fleet-wide. A volume's content token is
+ * not stored: it is derived from the fleet token and the id, so every gateway on the same fleet
+ * token, and every restart, agrees on it.
+ *
+ * @module
+ */
+import type { DatabaseSync } from "node:sqlite";
+import { HttpError } from "../../shared/http_error.ts";
+
+/** A volume's lifecycle at the gateway. */
+export type VolumeState = "creating" | "ready" | "moving" | "deleting";
+
+/** One row of the volume table. */
+export interface VolumeRow {
+  /** `vol-` and 20 lowercase hex digits. */
+  id: string;
+  /** The owning team. */
+  team: string;
+  /** Its name, unique within the team. */
+  name: string;
+  /** The node that holds it (on a shared root: the node that made it). */
+  node: string;
+  /** True when the node keeps volumes on a shared root (every node serves it). */
+  shared: boolean;
+  /** See {@linkcode VolumeState}. */
+  state: VolumeState;
+  /** The cap in bytes, as the node reported it. */
+  sizeBytes: number;
+  /** ISO 8601. */
+  createdAt: string;
+}
+
+/** The most volumes one team may have (every map has a bound). */
+export const MAX_VOLUMES_PER_TEAM = 1000;
+
+/**
+ * The volume table over the gateway's database.
+ *
+ * @example
+ * ```ts ignore
+ * const table = new VolumeTable(db);
+ * table.reserve({ id, team: "acme", name: "data", node: "node-a" });
+ * ```
+ */
+export class VolumeTable {
+  #db: DatabaseSync;
+  constructor(db: DatabaseSync) {
+    this.#db = db;
+    db.exec(`CREATE TABLE IF NOT EXISTS volumes (
+      id TEXT PRIMARY KEY,
+      team TEXT NOT NULL,
+      name TEXT NOT NULL,
+      node TEXT NOT NULL,
+      shared INTEGER NOT NULL DEFAULT 0,
+      state TEXT NOT NULL,
+      size_bytes INTEGER NOT NULL DEFAULT 0,
+      created_at TEXT NOT NULL,
+      UNIQUE (team, name)
+    )`);
+  }
+
+  /**
+   * Inserts a `creating` row; a name the team already uses is a 409.
+   *
+   * @throws {HttpError} 409 naming the name, 429 past {@linkcode MAX_VOLUMES_PER_TEAM}.
+   */
+  reserve(row: { id: string; team: string; name: string; node: string }): void {
+    const count = this.#db.prepare("SELECT COUNT(*) AS n FROM volumes WHERE team = ?")
+      .get(row.team) as { n: number };
+    if (count.n >= MAX_VOLUMES_PER_TEAM) {
+      throw new HttpError(
+        429,
+        `Team '${row.team}' has ${count.n} volumes, the most one team may have: destroy some`,
+      );
+    }
+    try {
+      this.#db.prepare(
+        "INSERT INTO volumes (id, team, name, node, state, created_at) VALUES (?, ?, ?, ?, 'creating', ?)",
+      ).run(row.id, row.team, row.name, row.node, new Date().toISOString());
+    } catch (error) {
+      if (/UNIQUE/.test((error as Error).message)) {
+        throw new HttpError(
+          409,
+          `Your team already has a volume named '${row.name}': pick another name, or connect ` +
+            "to that one (GET /volumes lists them)",
+        );
+      }
+      throw error;
+    }
+  }
+
+  /** The row by id, limited to `team` when given (another team's is absent). */
+  get(id: string, team?: string): VolumeRow | undefined {
+    const r = this.#db.prepare("SELECT * FROM volumes WHERE id = ?").get(id) as
+      | Record<string, unknown>
+      | undefined;
+    const row = r && rowOf(r);
+    return row && (team === undefined || row.team === team) ? row : undefined;
+  }
+
+  /** The team's row by name. */
+  byName(team: string, name: string): VolumeRow | undefined {
+    const r = this.#db.prepare("SELECT * FROM volumes WHERE team = ? AND name = ?")
+      .get(team, name) as Record<string, unknown> | undefined;
+    return r && rowOf(r);
+  }
+
+  /** The team's rows (every team's when `team` is undefined), oldest first. */
+  list(team?: string): VolumeRow[] {
+    const rows = team === undefined
+      ? this.#db.prepare("SELECT * FROM volumes ORDER BY created_at, id").all()
+      : this.#db.prepare("SELECT * FROM volumes WHERE team = ? ORDER BY created_at, id").all(team);
+    return (rows as Record<string, unknown>[]).map(rowOf);
+  }
+
+  /** Changes a row's state, node, shared flag or cap. */
+  update(
+    id: string,
+    patch: { state?: VolumeState; node?: string; shared?: boolean; sizeBytes?: number },
+  ): void {
+    const row = this.get(id);
+    if (row === undefined) return;
+    this.#db.prepare(
+      "UPDATE volumes SET state = ?, node = ?, shared = ?, size_bytes = ? WHERE id = ?",
+    )
+      .run(
+        patch.state ?? row.state,
+        patch.node ?? row.node,
+        (patch.shared ?? row.shared) ? 1 : 0,
+        patch.sizeBytes ?? row.sizeBytes,
+        id,
+      );
+  }
+
+  /**
+   * Moves a `ready` row to `state` in one statement; false when it was not `ready` (another
+   * delete or move got there first).
+   */
+  claim(id: string, state: VolumeState): boolean {
+    const r = this.#db.prepare("UPDATE volumes SET state = ? WHERE id = ? AND state = 'ready'")
+      .run(state, id);
+    return Number(r.changes) === 1;
+  }
+
+  /** Removes the row. */
+  delete(id: string): void {
+    this.#db.prepare("DELETE FROM volumes WHERE id = ?").run(id);
+  }
+}
+
+function rowOf(r: Record<string, unknown>): VolumeRow {
+  return {
+    id: String(r.id),
+    team: String(r.team),
+    name: String(r.name),
+    node: String(r.node),
+    shared: Number(r.shared) === 1,
+    state: String(r.state) as VolumeState,
+    sizeBytes: Number(r.size_bytes),
+    createdAt: String(r.created_at),
+  };
+}
+
+/**
+ * The content token of a volume: HMAC-SHA256 of its id under the fleet token, hex. The SDK sends
+ * it as `Authorization: Bearer <token>` to the content API.
+ *
+ * @example
+ * ```ts ignore
+ * const token = await volumeToken("t".repeat(32), "vol-0123456789abcdef0123");
+ * ```
+ */
+export async function volumeToken(fleetToken: string, id: string): Promise<string> {
+  const key = await crypto.subtle.importKey(
+    "raw",
+    new TextEncoder().encode(fleetToken),
+    { name: "HMAC", hash: "SHA-256" },
+    false,
+    ["sign"],
+  );
+  const mac = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(`volume:${id}`));
+  return "vt_" + [...new Uint8Array(mac)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}

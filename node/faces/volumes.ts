@@ -1,0 +1,372 @@
+/**
+ * The node's volume routes, for the gateway (fleet token only): the verbs `createVolume`,
+ * `destroyVolume`, `volumeUsers`, `exportVolume` and `importVolume` (a move's two ends), and the
+ * content API the E2B SDK's `Volume` speaks, under `/volumecontent/{volumeID}`:
+ *
+ * | route | does |
+ * |---|---|
+ * | `GET /dir?path=&depth=` | the entries below a directory (depth 1–16, at most 10,000 entries) |
+ * | `POST /dir?path=&mode=&force=` | makes a directory (`force`: its parents too, and no error when it exists) |
+ * | `GET /path?path=` | one entry's info (a link is described, not followed) |
+ * | `PATCH /path?path=` `{uid?,gid?,mode?}` | changes its owner or mode |
+ * | `DELETE /path?path=` | removes a file, a link or a directory with what it holds |
+ * | `GET /file?path=` | the file's bytes |
+ * | `PUT /file?path=&mode=&force=` | writes the body as the file (`force`: makes missing parents) |
+ *
+ * Every path is a tenant's and is confined to the volume (`volume_paths.ts`). Errors are
+ * E2B's `{code:<int>, message}`.
+ *
+ * @module
+ */
+import { Hono } from "hono";
+import type { Context } from "hono";
+import { join } from "node:path";
+import { HttpError } from "../../shared/http_error.ts";
+import type { Log } from "../../shared/log.ts";
+import { requireFleetBearer, tokenMatcher } from "../../shared/token.ts";
+import { createVolumeSchema, volumeIdSchema, volumeRefSchema } from "../../shared/volumes.ts";
+import { describeZodError } from "../../shared/schemas.ts";
+import type { NodeVolumes } from "../volumes.ts";
+import { exportVolume, importVolume } from "../volume_copy.ts";
+import {
+  followInside,
+  type Resolved,
+  resolveInVolume,
+  shownPath,
+  splitVolumePath,
+} from "../volume_paths.ts";
+
+/** The content API's entry, as the SDK's `VolumeEntryStat`. */
+export interface VolumeEntry {
+  name: string;
+  path: string;
+  type: "file" | "directory" | "symlink" | "unknown";
+  size: number;
+  mode: number;
+  uid: number;
+  gid: number;
+  atime: string;
+  mtime: string;
+  ctime: string;
+  target?: string;
+}
+
+const MAX_LIST_ENTRIES = 10_000;
+
+/** Options of {@linkcode createVolumeFace}. */
+export interface VolumeFaceOptions {
+  /** The fleet token: only the gateway calls these routes. */
+  token: string;
+  /** Called after a volume appears or goes (the check-in advertises the change sooner). */
+  changed?: () => void;
+  log: Log;
+}
+
+/**
+ * The volume verbs and content API over `volumes`, as a Hono app mounted at the node's root.
+ *
+ * @example
+ * ```ts ignore
+ * hono.route("/", createVolumeFace(volumes, { token, log }));
+ * ```
+ */
+export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOptions): Hono {
+  const matches = tokenMatcher(options.token);
+  const app = new Hono();
+  app.onError((error, c) => {
+    if (error instanceof HttpError) {
+      return c.json({ ...error.details, code: error.status, message: error.message }, {
+        status: error.status as 400,
+        headers: error.headers,
+      });
+    }
+    const e = error as Error;
+    const status = e instanceof Deno.errors.NotFound
+      ? 404
+      : e instanceof Deno.errors.AlreadyExists
+      ? 409
+      : e instanceof Deno.errors.PermissionDenied
+      ? 403
+      : e instanceof Deno.errors.NotADirectory || e instanceof Deno.errors.IsADirectory
+      ? 400
+      : 500;
+    if (status === 500) options.log("error", "volume route failed", { error: e.stack });
+    return c.json({ code: status, message: e.message }, status as 400);
+  });
+  const gate = (c: Context) =>
+    requireFleetBearer(c.req.header("authorization"), matches, "this node's", c.req.path);
+  const body = async <T>(c: Context, schema: { safeParse(v: unknown): unknown }): Promise<T> => {
+    let value: unknown;
+    try {
+      value = await c.req.json();
+    } catch {
+      throw new HttpError(400, 'The body is not JSON: send {"id":"vol-…"}');
+    }
+    const r = schema.safeParse(value) as { success: boolean; data: T; error: never };
+    if (!r.success) throw new HttpError(400, describeZodError(r.error, "the body"));
+    return r.data;
+  };
+
+  app.post("/createVolume", async (c) => {
+    gate(c);
+    const b = await body<{ id: string; sizeBytes?: number }>(c, createVolumeSchema);
+    const made = await volumes.create(b.id, b.sizeBytes);
+    options.changed?.();
+    return c.json({ ...made, shared: volumes.shared }, 201);
+  });
+  app.post("/destroyVolume", async (c) => {
+    gate(c);
+    const b = await body<{ id: string }>(c, volumeRefSchema);
+    const destroyed = await volumes.destroy(b.id);
+    if (destroyed) options.changed?.();
+    return c.json({ destroyed });
+  });
+  app.post("/volumeUsers", async (c) => {
+    gate(c);
+    const b = await body<{ id: string }>(c, volumeRefSchema);
+    return c.json({ present: volumes.has(b.id), sandboxes: volumes.users(b.id) });
+  });
+  app.post("/exportVolume", async (c) => {
+    gate(c);
+    const b = await body<{ id: string }>(c, volumeRefSchema);
+    const dir = volumes.requireDataDir(b.id);
+    volumes.refuseWhileMounted(b.id, "move");
+    return new Response(exportVolume(dir), {
+      headers: {
+        "content-type": "application/octet-stream",
+        "x-dormice-volume-size": String(volumes.sizeBytes(b.id)),
+      },
+    });
+  });
+  app.post("/importVolume", async (c) => {
+    gate(c);
+    const url = new URL(c.req.url);
+    const idCheck = volumeIdSchema.safeParse(url.searchParams.get("id"));
+    if (!idCheck.success) throw new HttpError(400, describeZodError(idCheck.error, "'id'"));
+    const id = idCheck.data;
+    const size = Number(url.searchParams.get("sizeBytes") ?? NaN);
+    if (!Number.isSafeInteger(size) || size <= 0) {
+      throw new HttpError(400, "'sizeBytes' must be the volume's cap, a positive integer");
+    }
+    if (volumes.has(id)) throw new HttpError(409, `Volume '${id}' is already on this node`);
+    if (c.req.raw.body === null) throw new HttpError(400, "The body must be the volume stream");
+    const staging = join(volumes.root, `.incoming-${id}`);
+    const bytes = await importVolume(c.req.raw.body, join(staging, "data"), size);
+    await Deno.writeTextFile(
+      join(staging, "volume.json"),
+      JSON.stringify({ id, sizeBytes: size, createdAt: new Date().toISOString() }),
+    );
+    await Deno.rename(staging, join(volumes.root, id));
+    options.changed?.();
+    return c.json({ id, sizeBytes: size, bytes, shared: volumes.shared }, 201);
+  });
+
+  // --- the content API ---
+  const target = (c: Context) => {
+    gate(c);
+    const id = c.req.param("id")!;
+    const dir = volumes.dataDir(id);
+    if (dir === undefined) {
+      throw new HttpError(404, `Volume '${id}' is not on this node`);
+    }
+    const parts = splitVolumePath(new URL(c.req.url).searchParams.get("path"));
+    return { id, dir, parts };
+  };
+  app.get("/volumecontent/:id/dir", async (c) => {
+    const { dir, parts } = target(c);
+    const r = await resolveInVolume(dir, parts);
+    const real = await followInside(r, parts);
+    if (!(await Deno.stat(real)).isDirectory) {
+      throw new HttpError(400, `Path '${shownPath(parts)}' is not a directory`);
+    }
+    const depthText = new URL(c.req.url).searchParams.get("depth");
+    const depth = depthText === null ? 1 : Number(depthText);
+    if (!Number.isInteger(depth) || depth < 1 || depth > 16) {
+      throw new HttpError(400, "'depth' must be an integer from 1 to 16");
+    }
+    const out: VolumeEntry[] = [];
+    const walk = async (at: string, shown: string[], left: number): Promise<void> => {
+      for await (const e of Deno.readDir(at)) {
+        if (out.length >= MAX_LIST_ENTRIES) {
+          throw new HttpError(
+            400,
+            `The listing has over ${MAX_LIST_ENTRIES} entries: list a smaller depth or directory`,
+          );
+        }
+        const path = join(at, e.name);
+        const info = await Deno.lstat(path);
+        out.push(await entryOf(path, [...shown, e.name], info));
+        if (info.isDirectory && left > 1) await walk(path, [...shown, e.name], left - 1);
+      }
+    };
+    await walk(real, parts, depth);
+    return c.json(out);
+  });
+  app.post("/volumecontent/:id/dir", async (c) => {
+    const { dir, parts } = target(c);
+    const q = new URL(c.req.url).searchParams;
+    const force = q.get("force") === "true";
+    if (parts.length === 0) throw new HttpError(409, "The volume's root already exists");
+    const r = await resolveInVolume(dir, parts, { makeParents: force });
+    if (r.info !== null) {
+      if (force && r.info.isDirectory) return c.json(await entryOf(r.full, parts, r.info), 201);
+      throw new HttpError(409, `Path '${shownPath(parts)}' already exists`);
+    }
+    await Deno.mkdir(r.full, { mode: modeOf(q, 0o755) });
+    await owner(r.full, q);
+    return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
+  });
+  app.get("/volumecontent/:id/path", async (c) => {
+    const { dir, parts } = target(c);
+    const r = await resolveInVolume(dir, parts);
+    if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
+    return c.json(await entryOf(r.full, parts, r.info));
+  });
+  app.patch("/volumecontent/:id/path", async (c) => {
+    const { dir, parts } = target(c);
+    const r = await resolveInVolume(dir, parts);
+    const real = await followInside(r, parts);
+    let b: { uid?: unknown; gid?: unknown; mode?: unknown };
+    try {
+      b = await c.req.json();
+    } catch {
+      throw new HttpError(400, 'The body must be JSON such as {"mode":420}');
+    }
+    if (b.mode !== undefined) {
+      if (!Number.isInteger(b.mode)) throw new HttpError(400, "'mode' must be an integer");
+      await Deno.chmod(real, (b.mode as number) & 0o7777);
+    }
+    if (b.uid !== undefined || b.gid !== undefined) {
+      const id = (v: unknown) => Number.isInteger(v) ? v as number : null;
+      await Deno.chown(real, id(b.uid), id(b.gid));
+    }
+    return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)));
+  });
+  app.delete("/volumecontent/:id/path", async (c) => {
+    const { dir, parts } = target(c);
+    if (parts.length === 0) {
+      throw new HttpError(400, "The volume's root cannot be removed: delete the volume instead");
+    }
+    const r = await resolveInVolume(dir, parts);
+    if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
+    // Removes a link itself, never what it points at.
+    await Deno.remove(r.full, { recursive: true });
+    return new Response(null, { status: 204 });
+  });
+  app.get("/volumecontent/:id/file", async (c) => {
+    const { dir, parts } = target(c);
+    const r = await resolveInVolume(dir, parts);
+    const real = await followInside(r, parts);
+    const file = await Deno.open(real, { read: true });
+    const info = await file.stat();
+    if (!info.isFile) {
+      file.close();
+      throw new HttpError(400, `Path '${shownPath(parts)}' is not a file`);
+    }
+    return new Response(file.readable, {
+      headers: {
+        "content-type": "application/octet-stream",
+        "content-length": String(info.size),
+      },
+    });
+  });
+  app.put("/volumecontent/:id/file", async (c) => {
+    const { id, dir, parts } = target(c);
+    if (parts.length === 0) throw new HttpError(400, "The volume's root is a directory");
+    const q = new URL(c.req.url).searchParams;
+    const r = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true" });
+    if (r.info?.isDirectory) {
+      throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
+    }
+    const cap = volumes.sizeBytes(id);
+    const replaced = r.info?.isFile ? r.info.size : 0;
+    const room = cap - (await volumes.usedBytes(id)) + replaced;
+    const temp = join(r.parent, `.dormice-upload-${crypto.randomUUID()}`);
+    const file = await Deno.open(temp, {
+      write: true,
+      createNew: true,
+      mode: modeOf(q, 0o644),
+    });
+    let written = 0;
+    try {
+      if (c.req.raw.body !== null) {
+        for await (const chunk of c.req.raw.body) {
+          written += chunk.length;
+          if (written > room) {
+            throw new HttpError(
+              507,
+              `Volume '${id}' is full: its cap is ${cap} bytes; remove files or create a new ` +
+                "volume",
+            );
+          }
+          let n = 0;
+          while (n < chunk.length) n += await file.write(chunk.subarray(n));
+        }
+      }
+      file.close();
+      await owner(temp, q);
+      // A rename replaces whatever is in the final place, a link included: never written through.
+      await Deno.rename(temp, r.full);
+    } catch (error) {
+      try {
+        file.close();
+      } catch { /* closed already */ }
+      await Deno.remove(temp).catch(() => {});
+      throw error;
+    }
+    return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
+  });
+  return app;
+}
+
+function modeOf(q: URLSearchParams, fallback: number): number {
+  const text = q.get("mode");
+  if (text === null) return fallback;
+  const mode = Number(text);
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) {
+    throw new HttpError(400, `'mode' must be a permission number such as 420 (0644): got ${text}`);
+  }
+  return mode;
+}
+
+async function owner(path: string, q: URLSearchParams): Promise<void> {
+  const uid = q.get("uid");
+  const gid = q.get("gid");
+  if (uid === null && gid === null) return;
+  const n = (v: string | null) => v === null ? null : Number(v);
+  const [u, g] = [n(uid), n(gid)];
+  if ((u !== null && !Number.isInteger(u)) || (g !== null && !Number.isInteger(g))) {
+    throw new HttpError(400, "'uid' and 'gid' must be integers");
+  }
+  await Deno.chown(path, u, g);
+}
+
+async function entryOf(
+  full: string,
+  parts: readonly string[],
+  info: Deno.FileInfo,
+): Promise<VolumeEntry> {
+  const iso = (d: Date | null) => (d ?? new Date(0)).toISOString();
+  const entry: VolumeEntry = {
+    name: parts.length === 0 ? "/" : parts[parts.length - 1],
+    path: shownPath(parts),
+    type: info.isSymlink
+      ? "symlink"
+      : info.isDirectory
+      ? "directory"
+      : info.isFile
+      ? "file"
+      : "unknown",
+    size: info.size,
+    mode: (info.mode ?? 0) & 0o7777,
+    uid: info.uid ?? 0,
+    gid: info.gid ?? 0,
+    atime: iso(info.atime),
+    mtime: iso(info.mtime),
+    ctime: iso(info.ctime ?? info.mtime),
+  };
+  if (info.isSymlink) entry.target = await Deno.readLink(full);
+  return entry;
+}
+
+export type { Resolved };
