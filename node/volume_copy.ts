@@ -161,7 +161,22 @@ export async function importVolume(
         await Deno.chmod(path, mode);
       } else throw new HttpError(400, `A volume stream entry has a bad header: ${len} bytes`);
     }
-    for (const h of links) await Deno.symlink(h.target!, join(staging, ...splitVolumePath(h.path)));
+    try {
+      for (const h of links) {
+        await Deno.symlink(h.target!, join(staging, ...splitVolumePath(h.path)));
+      }
+    } catch (error) {
+      // Deno makes links only under unscoped --allow-read and --allow-write: a node granted
+      // its data dir alone cannot, and a move that dropped the links would lose data quietly.
+      if (!(error instanceof Deno.errors.NotCapable)) throw error;
+      throw new HttpError(
+        409,
+        `The volume holds ${links.length} symbolic link(s) (${
+          links.slice(0, 5).map((l) => `'/${l.path}'`).join(", ")
+        }), which this node cannot make under path-scoped --allow-read/--allow-write: remove ` +
+          "the links, or run the target node with unscoped --allow-read and --allow-write",
+      );
+    }
   } catch (error) {
     reader.cancel();
     await Deno.remove(staging, { recursive: true }).catch(() => {});

@@ -173,6 +173,10 @@ Deno.test({
       await Deno.symlink("/", join(data, "escape"));
       await Deno.symlink("/etc/passwd", join(data, "pw"));
       await Deno.symlink("notes", join(data, "inside"));
+      // Out of the volume but inside the node's own data dir (its ledger, other volumes): the
+      // node's Deno permissions allow these, so only the volume's own check stops them.
+      await Deno.symlink(dirs[home as "node-a"], join(data, "node"));
+      await Deno.symlink("../../../pools.json", join(data, "rel"));
       for (
         const [op, path, method, want] of [
           ["file", "../../../../etc/passwd", "GET", 400],
@@ -185,6 +189,10 @@ Deno.test({
           ["dir", "/escape/tmp/owned", "POST", 403],
           ["path", "/escape/etc", "GET", 403],
           ["path", "/pw", "PATCH", 403],
+          ["dir", "/node", "GET", 403],
+          ["dir", "/node/volumes", "GET", 403],
+          ["file", "/rel", "GET", 403],
+          ["file", "/node/new-file", "PUT", 403],
         ] as const
       ) {
         const res = await content(op, path, {
@@ -208,6 +216,8 @@ Deno.test({
       assert.ok((await Deno.stat("/etc")).isDirectory);
       await vol.remove("/pw", opts);
       await vol.remove("/inside", opts);
+      await vol.remove("/node", opts);
+      await vol.remove("/rel", opts);
     });
 
     const mounted: Sandbox[] = [];
@@ -282,6 +292,15 @@ Deno.test({
       });
       assert.equal(key.status, 403, "a client key may not move volumes");
       await key.body?.cancel();
+      // A link inside the volume: Deno makes links only under unscoped permissions, so a node
+      // granted its data dir alone refuses the copy, and the volume stays where it is.
+      const data = join(dirs[home as "node-a"], "volumes", vol.volumeId, "data");
+      await Deno.symlink("notes/hello.txt", join(data, "link"));
+      const refused = await gw.json("moveVolume", { volumeId: vol.volumeId, toNode: to });
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      assert.match(refused.body.message, /symbolic link\(s\) \('\/link'\)/);
+      assert.equal(await vol.readFile("/link", opts), "hello volume\n");
+      await vol.remove("/link", opts);
       const moved = await gw.json("moveVolume", { volumeId: vol.volumeId, toNode: to });
       assert.equal(moved.status, 200, JSON.stringify(moved.body));
       assert.deepEqual([moved.body.from, moved.body.to], [home, to]);

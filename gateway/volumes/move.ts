@@ -110,7 +110,7 @@ export async function moveVolume(
     const text = await imported.text();
     if (imported.status !== 201) {
       throw new HttpError(
-        502,
+        imported.status === 409 ? 409 : 502,
         `Node '${target.id}' could not take volume '${row.id}' (HTTP ${imported.status}: ${
           text.slice(0, 300)
         }): the volume stays on '${source.id}'`,
