@@ -162,6 +162,15 @@ export class FleetVolumes {
    */
   async destroy(id: string, team: string | undefined, signal: AbortSignal): Promise<Response> {
     const row = this.require(id, team);
+    if (!row.shared && this.#parts.fleet.get(row.node) === undefined && row.state === "ready") {
+      // Its node was removed from the fleet (removeNode): the files went with it.
+      this.table.delete(row.id);
+      this.#parts.log("warn", "a volume whose node left the fleet was deleted from the table", {
+        volume: row.id,
+        nodeId: row.node,
+      });
+      return new Response(null, { status: 204 });
+    }
     const node = this.nodeFor(row);
     this.#refuseMounting(row, "delete");
     if (!this.table.claim(row.id, "deleting")) throw busy(row, "delete");

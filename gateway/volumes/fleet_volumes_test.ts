@@ -1,0 +1,155 @@
+import assert from "node:assert/strict";
+import { buildGateway } from "../app.ts";
+import { checkIn, reading } from "../_fixtures_test.ts";
+import { placementFilters } from "../placer/filters.ts";
+import type { FilterInput } from "../placer/filters.ts";
+import type { FleetNode } from "../fleet/node.ts";
+import { FakeClock } from "../../shared/clock.ts";
+
+const token = "gateway-volume-unit-test-token-0123456789abcdef";
+const headers = { "x-api-key": token, "content-type": "application/json" };
+
+/** A gateway with two nodes that checked in and whose calls are answered by `handle`. */
+function fleet(
+  handle: (request: Request) => Response | Promise<Response> = () =>
+    new Response("{}", { status: 500 }),
+  clock: FakeClock = new FakeClock(),
+) {
+  const gateway = buildGateway({
+    token,
+    clock,
+    timers: clock,
+    fetch: (input: RequestInfo | URL, init?: RequestInit) =>
+      Promise.resolve(handle(new Request(input, init))),
+  });
+  gateway.fleet.checkIn(checkIn("node-a", "http://10.0.0.1:3676"));
+  gateway.fleet.checkIn(checkIn("node-b", "http://10.0.0.2:3676"));
+  return gateway;
+}
+
+function addVolume(
+  gateway: ReturnType<typeof fleet>,
+  id: string,
+  name: string,
+  node: string,
+  state: "ready" | "moving" | "deleting" = "ready",
+) {
+  gateway.volumes!.table.reserve({ id, team: "default", name, node });
+  gateway.volumes!.table.update(id, { state, sizeBytes: 1e9 });
+}
+
+const create = (gateway: ReturnType<typeof fleet>, mounts: { name: string; path: string }[]) =>
+  gateway.fetch(
+    new Request("http://gw/e2b/api/v2/sandboxes", {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ templateID: "base", volumeMounts: mounts }),
+    }),
+  );
+
+Deno.test("FleetVolumes: a volume being moved refuses mounts and its content with a 409 saying so", async () => {
+  await using gateway = fleet();
+  const id = "vol-0000000000000000000a";
+  addVolume(gateway, id, "data", "node-a", "moving");
+  const res = await create(gateway, [{ name: "data", path: "/data" }]);
+  const body = await res.json();
+  assert.equal(res.status, 409);
+  assert.match(body.message, /Cannot mount volume 'data' .*being moved to another node/);
+  const content = await gateway.fetch(
+    new Request(`http://gw/e2b/api/volumecontent/${id}/file?path=/a`, {
+      headers: { authorization: `Bearer ${await gateway.volumes!.token(id)}` },
+    }),
+  );
+  assert.equal(content.status, 409);
+  assert.match((await content.json()).message, /being moved/);
+});
+
+Deno.test("FleetVolumes: local volumes on two nodes in one create are a 409 naming both", async () => {
+  await using gateway = fleet();
+  addVolume(gateway, "vol-0000000000000000000a", "one", "node-a");
+  addVolume(gateway, "vol-0000000000000000000b", "two", "node-b");
+  const res = await create(gateway, [
+    { name: "one", path: "/one" },
+    { name: "two", path: "/two" },
+  ]);
+  const body = await res.json();
+  assert.equal(res.status, 409);
+  assert.match(
+    body.message,
+    /'one' \(node node-a\), 'two' \(node node-b\) live on different nodes/,
+  );
+});
+
+Deno.test("FleetVolumes: a delete while a create mounting the volume is in flight is a 409", async () => {
+  await using gateway = fleet();
+  const id = "vol-0000000000000000000a";
+  addVolume(gateway, id, "data", "node-a");
+  const mounts = gateway.volumes!.mountsOf(
+    { volumeMounts: [{ name: "data", path: "/d" }] },
+    "default",
+  )!;
+  assert.deepEqual(mounts.node, "node-a");
+  await assert.rejects(
+    gateway.volumes!.destroy(id, undefined, new AbortController().signal),
+    /1 sandbox create\(s\) mounting it are in flight/,
+  );
+  mounts.release();
+  mounts.release();
+  // Released (twice is once): the delete reaches the node, whose 409 names the mounting sandbox.
+  await gateway.volumes!.destroy(id, undefined, new AbortController().signal).then(
+    () => assert.fail("the stub node refuses"),
+    (e) => assert.doesNotMatch(e.message, /in flight/),
+  );
+  assert.equal(gateway.volumes!.table.get(id)?.state, "ready", "a failed delete leaves it ready");
+});
+
+Deno.test("FleetVolumes: a volume whose node is down is a 503 naming the node", async () => {
+  const clock = new FakeClock();
+  await using gateway = fleet(undefined, clock);
+  const id = "vol-0000000000000000000a";
+  addVolume(gateway, id, "data", "node-a");
+  clock.tick(60_000);
+  const auth = { authorization: `Bearer ${await gateway.volumes!.token(id)}` };
+  const content = await gateway.fetch(
+    new Request(`http://gw/e2b/api/volumecontent/${id}/file?path=/a`, { headers: auth }),
+  );
+  assert.equal(content.status, 503);
+  assert.match((await content.json()).message, /lives on node 'node-a', which is down/);
+  const res = await create(gateway, [{ name: "data", path: "/data" }]);
+  assert.equal(res.status, 503);
+  assert.match((await res.json()).message, /node 'node-a', which is down/);
+});
+
+Deno.test("placementFilters: volumeNode admits only that node; volumeHolders pass without advertising", () => {
+  const volume = placementFilters.find((f) => f.reason === "volume")!;
+  const node = (id: string, volumes: string[] = []) =>
+    ({ id, volumes, reading: reading() }) as unknown as FleetNode;
+  const input = (n: FleetNode, ask: FilterInput["ask"]): FilterInput => ({
+    node: n,
+    now: 0,
+    inFlight: 0,
+    limits: { cpuLimitPct: 70, activeLimit: 400, minDiskBytes: 0 },
+    down: false,
+    ask,
+  });
+  const id = "vol-0000000000000000000a";
+  // A moved volume's old node still advertises it: only the table's node takes the create.
+  assert.match(
+    volume.check(input(node("old", [id]), { volumes: [], volumeNode: "new" }))!,
+    /they live on node 'new'/,
+  );
+  assert.equal(volume.check(input(node("new"), { volumes: [], volumeNode: "new" })), undefined);
+  // A shared volume: its maker passes before it advertises; other nodes once they do.
+  assert.equal(
+    volume.check(input(node("maker"), { volumes: [id], volumeHolders: ["maker"] })),
+    undefined,
+  );
+  assert.match(
+    volume.check(input(node("other"), { volumes: [id], volumeHolders: ["maker"] }))!,
+    /lacks volume/,
+  );
+  assert.equal(
+    volume.check(input(node("other", [id]), { volumes: [id], volumeHolders: ["maker"] })),
+    undefined,
+  );
+});
