@@ -34,6 +34,8 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     pools: [],
     poolsRefillDelayMs: 1000,
     volumes: [],
+    volumeRoot: null,
+    volumeSizeBytes: 10e9,
     sandboxDomain: null,
     websockets: true,
     jsonBodyLimitBytes: 32 * 1024 * 1024,
@@ -364,4 +366,27 @@ Deno.test("loadNodeConfig() turns the host firewall off only when DORMICE_SANDBO
   // Anything else is a refusal, never a silent "off": a typo must not open the host.
   const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SANDBOX_HOST_FIREWALL: "no" });
   assert.match(refusal, /^DORMICE_SANDBOX_HOST_FIREWALL='no' is not a switch: write on .* or off/);
+});
+
+Deno.test("loadNodeConfig() refuses a relative DORMICE_VOLUME_ROOT and a volume cap out of range", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: "t".repeat(32),
+    DORMICE_VOLUME_ROOT: "shared/volumes",
+    DORMICE_VOLUME_SIZE_GB: "0",
+  });
+  assert.equal(r.ok, false);
+  if (r.ok) return;
+  assert.ok(
+    r.refusals.some((s) => /DORMICE_VOLUME_ROOT='shared\/volumes' is not an absolute path/.test(s)),
+  );
+  assert.ok(r.refusals.some((s) => /DORMICE_VOLUME_SIZE_GB='0'/.test(s)));
+  const ok = loadNodeConfig({
+    DORMICE_API_TOKEN: "t".repeat(32),
+    DORMICE_VOLUME_ROOT: "/mnt/volumes",
+    DORMICE_VOLUME_SIZE_GB: "2",
+  });
+  assert.ok(ok.ok);
+  if (!ok.ok) return;
+  assert.equal(ok.config.volumeRoot, "/mnt/volumes");
+  assert.equal(ok.config.volumeSizeBytes, 2e9);
 });

@@ -1,0 +1,78 @@
+import assert from "node:assert/strict";
+import { NodeVolumes } from "../volumes.ts";
+import { createVolumeFace } from "./volumes.ts";
+import { silentLog } from "../../shared/log.ts";
+import type { SandboxSpec } from "../../shared/mod.ts";
+
+const token = "node-volume-face-test-token-0123456789abcdef";
+const auth = { authorization: `Bearer ${token}` };
+const id = "vol-0123456789abcdef0123";
+
+async function face(sandboxes: { id: string; name: string; state: string; spec: SandboxSpec }[]) {
+  const root = await Deno.makeTempDir();
+  const volumes = new NodeVolumes({
+    root,
+    shared: false,
+    defaultSizeBytes: 1000,
+    sandboxes: () => sandboxes as never,
+  });
+  const app = createVolumeFace(volumes, { token, log: silentLog });
+  return {
+    root,
+    request: (path: string, init: RequestInit = {}) =>
+      app.request(path, { ...init, headers: { ...auth, ...init.headers } }),
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(root, { recursive: true });
+    },
+  };
+}
+
+Deno.test("volume face: a write past the volume's cap is a 507 and leaves no partial file", async () => {
+  await using f = await face([]);
+  const made = await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) });
+  assert.equal(made.status, 201);
+  const ok = await f.request(`/volumecontent/${id}/file?path=/a`, {
+    method: "PUT",
+    body: new Uint8Array(600),
+  });
+  assert.equal(ok.status, 201);
+  await ok.body?.cancel();
+  const full = await f.request(`/volumecontent/${id}/file?path=/b`, {
+    method: "PUT",
+    body: new Uint8Array(600),
+  });
+  assert.equal(full.status, 507);
+  assert.match((await full.json()).message, /is full: its cap is 1000 bytes/);
+  const listed = await (await f.request(`/volumecontent/${id}/dir?path=/`)).json();
+  assert.deepEqual(listed.map((e: { name: string }) => e.name), ["a"]);
+  // Replacing a file counts its old size back.
+  const again = await f.request(`/volumecontent/${id}/file?path=/a`, {
+    method: "PUT",
+    body: new Uint8Array(900),
+  });
+  assert.equal(again.status, 201);
+  await again.body?.cancel();
+});
+
+Deno.test("volume face: destroy and export are a 409 naming the sandboxes that mount it", async () => {
+  await using f = await face([
+    { id: "sbx1", name: "a", state: "active", spec: { volumes: [{ name: id, mountPath: "/d" }] } },
+    { id: "sbx2", name: "b", state: "active", spec: {} },
+  ]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  for (const verb of ["destroyVolume", "exportVolume"]) {
+    const res = await f.request(`/${verb}`, { method: "POST", body: JSON.stringify({ id }) });
+    const body = await res.json();
+    assert.equal(res.status, 409, verb);
+    assert.match(body.message, /mounted by sandbox 'sbx1' \(active\)/);
+    assert.doesNotMatch(body.message, /sbx2/);
+  }
+  const bare = await f.request("/destroyVolume", {
+    method: "POST",
+    body: JSON.stringify({ id }),
+    headers: { authorization: "Bearer nope" },
+  });
+  assert.equal(bare.status, 401);
+  await bare.body?.cancel();
+});
