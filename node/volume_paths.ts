@@ -97,7 +97,9 @@ export async function resolveInVolume(
       if (!options.makeParents) {
         throw new HttpError(404, `Path '${shownPath(parts.slice(0, i + 1))}' not found`);
       }
-      await Deno.mkdir(next, { mode: 0o755 });
+      await Deno.mkdir(next);
+      // Past the umask: a sandbox's commands run as any user of its image.
+      await Deno.chmod(next, 0o777);
       info = await Deno.lstat(next);
     }
     if (info.isSymlink) {

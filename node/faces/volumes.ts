@@ -6,12 +6,12 @@
  * | route | does |
  * |---|---|
  * | `GET /dir?path=&depth=` | the entries below a directory (depth 1–16, at most 10,000 entries) |
- * | `POST /dir?path=&mode=&force=` | makes a directory (`force`: its parents too, and no error when it exists) |
+ * | `POST /dir?path=&mode=&force=` | makes a directory (`force`: its parents too, and no error when it exists); mode 0777 unless given |
  * | `GET /path?path=` | one entry's info (a link is described, not followed) |
  * | `PATCH /path?path=` `{uid?,gid?,mode?}` | changes its owner or mode |
  * | `DELETE /path?path=` | removes a file, a link or a directory with what it holds |
  * | `GET /file?path=` | the file's bytes |
- * | `PUT /file?path=&mode=&force=` | writes the body as the file (`force`: makes missing parents) |
+ * | `PUT /file?path=&mode=&force=` | writes the body as the file (`force`: makes missing parents); mode 0666 unless given |
  *
  * Every path is a tenant's and is confined to the volume (`volume_paths.ts`). Errors are
  * E2B's `{code:<int>, message}`.
@@ -212,7 +212,9 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       if (force && r.info.isDirectory) return c.json(await entryOf(r.full, parts, r.info), 201);
       throw new HttpError(409, `Path '${shownPath(parts)}' already exists`);
     }
-    await Deno.mkdir(r.full, { mode: modeOf(q, 0o755) });
+    await Deno.mkdir(r.full);
+    // Explicitly, past the umask: a sandbox's commands run as any user of its image.
+    await Deno.chmod(r.full, modeOf(q, 0o777));
     await owner(r.full, q);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });
@@ -282,11 +284,8 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const replaced = r.info?.isFile ? r.info.size : 0;
     const room = cap - (await volumes.usedBytes(id)) + replaced;
     const temp = join(r.parent, `.dormice-upload-${crypto.randomUUID()}`);
-    const file = await Deno.open(temp, {
-      write: true,
-      createNew: true,
-      mode: modeOf(q, 0o644),
-    });
+    const mode = modeOf(q, 0o666);
+    const file = await Deno.open(temp, { write: true, createNew: true, mode });
     let written = 0;
     try {
       if (c.req.raw.body !== null) {
@@ -304,6 +303,7 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
         }
       }
       file.close();
+      await Deno.chmod(temp, mode);
       await owner(temp, q);
       // A rename replaces whatever is in the final place, a link included: never written through.
       await Deno.rename(temp, r.full);
