@@ -82,9 +82,14 @@ Deno.test({
         try {
           const seen = await first.commands.run("cat /data/seed/hello.txt", { user: "root" });
           assert.equal(seen.stdout, "written by the content API\n");
-          await first.commands.run("echo from the first sandbox > /data/first.txt", {
-            user: "root",
-          });
+          // As the SDK's default user, into a directory the content API made (world-writable).
+          const who = await first.commands.run(
+            "echo from the first sandbox > /data/seed/first.txt && id -u",
+          );
+          await first.commands.run("cp /data/seed/first.txt /data/first.txt");
+          // The SDK's own mount test: envd's file write into the mount, read by the next one.
+          await first.files.write("/data/sdk.txt", "written by the writer");
+          assert.match(who.stdout, /^\d+\n$/);
           // A link out of the volume, made from inside: the content API must not follow it.
           await first.commands.run("ln -s / /data/escape && ln -s /etc/passwd /data/pw", {
             user: "root",
@@ -101,6 +106,7 @@ Deno.test({
         try {
           const seen = await second.commands.run("cat /data/first.txt", { user: "root" });
           assert.equal(seen.stdout, "from the first sandbox\n");
+          assert.equal(await second.files.read("/data/sdk.txt"), "written by the writer");
         } finally {
           await second.kill();
         }
