@@ -238,6 +238,35 @@ Deno.test({
         volumeMounts: { "/data": "data" },
       });
       await theirs.kill();
+      // Nor by its id, which every node would mount: another team's id is a 404.
+      await assert.rejects(
+        Sandbox.create({ ...sdk, apiKey: other, volumeMounts: { "/data": vol.volumeId } }),
+        /Volume 'vol-[0-9a-f]{20}' not found/,
+      );
+      const byIdNative = await fetch(`${gw.url}/acquireSandbox`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${other}` },
+        body: JSON.stringify({
+          name: "thief",
+          spec: { volumes: [{ name: vol.volumeId, mountPath: "/data" }] },
+        }),
+      });
+      assert.equal(byIdNative.status, 404);
+      assert.match((await byIdNative.json()).message, /not found/);
+      // The native verb mounts the team's volume by name, on its node.
+      const native = await fetch(`${gw.url}/acquireSandbox`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${acme}` },
+        body: JSON.stringify({
+          name: "native-mount",
+          template: "base",
+          spec: { volumes: [{ name: "data", mountPath: "/data" }] },
+        }),
+      });
+      const made = await native.json();
+      assert.equal(native.status, 200, JSON.stringify(made));
+      assert.equal(made.sandbox.nodeId, home);
+      mounted.push(await Sandbox.connect(made.sandbox.id, sdk));
     });
 
     await t.step("destroy while mounted is a 409 naming the sandboxes", async () => {

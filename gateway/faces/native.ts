@@ -49,6 +49,7 @@ import { teamScopedName } from "../../shared/teams.ts";
 import { revokeApiKeySchema } from "../keys/keys.ts";
 import { describeRoutes } from "./route_summary.ts";
 import { moveVolume, moveVolumeSchema } from "../volumes/move.ts";
+import { VOLUME_ID } from "../../shared/volumes.ts";
 import { unreachableHeaders } from "./e2b/merge.ts";
 import { createBytesLane, type GatewayBytesLane, type LaneVerb } from "./bytes_lane.ts";
 import type { H1Client } from "../../shared/http1/mod.ts";
@@ -231,17 +232,40 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       nativeRequestSchemas.acquireSandbox,
       jsonBodyCap,
     );
-    const answer = await routing.create({
-      name: teamScopedName(team, value.name),
-      path: "/acquireSandbox",
-      body: text,
-      signal: c.req.raw.signal,
-      headers: routing.nodeHeadersFor(scopeOf(caller)),
-      identify: (t) => sandboxOf(t, team),
-      admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
-      ask: placementAsk(value.template, value.spec),
-    });
-    return relay(answer);
+    // The team's managed volumes, by name or id, are mounted by id on the node that holds them.
+    const mounts = value.spec?.volumes && parts.volumes?.mountsOf({
+      volumeMounts: value.spec.volumes.map((v) => ({ ...v })),
+    }, team);
+    let body = text;
+    let ask = placementAsk(value.template, value.spec);
+    if (mounts) {
+      const volumes = mounts.body.volumeMounts as { name: string; mountPath: string }[];
+      body = JSON.stringify({ ...value, spec: { ...value.spec, volumes } });
+      ask = {
+        ...ask,
+        volumes: [
+          ...volumes.map((v) => v.name).filter((n) => !VOLUME_ID.test(n)),
+          ...mounts.ids,
+        ],
+        volumeHolders: mounts.holders,
+        ...(mounts.node === undefined ? {} : { volumeNode: mounts.node }),
+      };
+    }
+    try {
+      const answer = await routing.create({
+        name: teamScopedName(team, value.name),
+        path: "/acquireSandbox",
+        body,
+        signal: c.req.raw.signal,
+        headers: routing.nodeHeadersFor(scopeOf(caller)),
+        identify: (t) => sandboxOf(t, team),
+        admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
+        ask,
+      });
+      return relay(answer);
+    } finally {
+      mounts?.release();
+    }
   });
   post("destroySandbox", async (c) => {
     const caller = callerOf(c);

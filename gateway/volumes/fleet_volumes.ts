@@ -234,7 +234,8 @@ export class FleetVolumes {
 
   /**
    * The mounts of an E2B create: each `volumeMounts[].name` that is one of the team's volumes
-   * becomes its id (a name the team has no volume by is left for the nodes' declared volumes).
+   * (by name or by id) becomes its id (a name the team has no volume by is left for the nodes'
+   * declared volumes; an id that is not the team's is a 404, as another team's volume is).
    * Returns the body to forward, the ids, the node that must take the create, and a release to
    * call once the create is answered.
    *
@@ -255,7 +256,12 @@ export class FleetVolumes {
     const rows: VolumeRow[] = [];
     const mounts = body.volumeMounts.map((m) => {
       const name = (m as { name?: unknown } | null)?.name;
-      const row = typeof name === "string" ? this.table.byName(team, name) : undefined;
+      if (typeof name !== "string") return m;
+      // A volume id is a managed volume's on every node: only its own team may name it so.
+      const row = VOLUME_ID.test(name) ? this.table.get(name, team) : this.table.byName(team, name);
+      if (row === undefined && VOLUME_ID.test(name)) {
+        throw new HttpError(404, `Volume '${name}' not found: GET /volumes lists your team's`);
+      }
       if (row === undefined) return m;
       if (row.state !== "ready") throw busy(row, "mount");
       rows.push(row);
