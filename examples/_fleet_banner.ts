@@ -68,6 +68,8 @@ export function fleetBanner(options: FleetBannerOptions): string[] {
       `Point a client at the gateway (an API key of team '${options.team}', minted just now):`,
       `  export E2B_API_URL=${gatewayUrl}/e2b/api`,
       `  export E2B_SANDBOX_URL=${gatewayUrl}/e2b/envd`,
+      // The SDK's Volume file API goes here, not to E2B_API_URL.
+      `  export E2B_VOLUME_API_URL=${gatewayUrl}/e2b/api`,
       `  export E2B_API_KEY=${options.apiKey}`,
     ];
   return [

@@ -36,6 +36,7 @@ Deno.test("fleetBanner() without a domain points the SDK at the gateway's two UR
   const found = exports(fleetBanner(base));
   assert.deepEqual(found.get("E2B_API_URL"), ["http://127.0.0.1:3677/e2b/api"]);
   assert.deepEqual(found.get("E2B_SANDBOX_URL"), ["http://127.0.0.1:3677/e2b/envd"]);
+  assert.deepEqual(found.get("E2B_VOLUME_API_URL"), ["http://127.0.0.1:3677/e2b/api"]);
   assert.deepEqual(found.get("E2B_API_KEY"), [base.apiKey]);
   assert.equal(found.get("E2B_DOMAIN"), undefined);
 });

@@ -153,3 +153,23 @@ Deno.test("placementFilters: volumeNode admits only that node; volumeHolders pas
     undefined,
   );
 });
+
+Deno.test("FleetVolumes: with a sandbox domain, api.<domain> serves the volume routes at the root", async () => {
+  await using gateway = buildGateway({ token, sandboxDomain: "sbx.test" });
+  const id = "vol-0000000000000000000a";
+  gateway.volumes!.table.reserve({ id, team: "default", name: "data", node: "node-a" });
+  gateway.volumes!.table.update(id, { state: "ready" });
+  const list = await gateway.fetch(
+    new Request("http://api.sbx.test/volumes", { headers: { "x-api-key": token } }),
+  );
+  assert.deepEqual(await list.json(), [{ volumeID: id, name: "data" }]);
+  // The SDK's content requests go to https://api.<domain>/volumecontent/…: they reach the route
+  // (here a 503, as node-a never checked in).
+  const content = await gateway.fetch(
+    new Request(`http://api.sbx.test/volumecontent/${id}/file?path=/a`, {
+      headers: { authorization: `Bearer ${await gateway.volumes!.token(id)}` },
+    }),
+  );
+  assert.equal(content.status, 503);
+  assert.match((await content.json()).message, /node 'node-a', which is down/);
+});
