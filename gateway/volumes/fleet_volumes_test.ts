@@ -5,6 +5,8 @@ import { placementFilters } from "../placer/filters.ts";
 import type { FilterInput } from "../placer/filters.ts";
 import type { FleetNode } from "../fleet/node.ts";
 import { FakeClock } from "../../shared/clock.ts";
+import { DatabaseSync } from "node:sqlite";
+import { VolumeTable } from "./table.ts";
 
 const token = "gateway-volume-unit-test-token-0123456789abcdef";
 const headers = { "x-api-key": token, "content-type": "application/json" };
@@ -172,4 +174,16 @@ Deno.test("FleetVolumes: with a sandbox domain, api.<domain> serves the volume r
   );
   assert.equal(content.status, 503);
   assert.match((await content.json()).message, /node 'node-a', which is down/);
+});
+
+Deno.test("VolumeTable: a gateway started again frees the rows a stop left mid-move or mid-delete", () => {
+  const db = new DatabaseSync(":memory:");
+  const first = new VolumeTable(db);
+  for (const [id, state] of [["a", "moving"], ["b", "deleting"], ["c", "creating"]] as const) {
+    const vid = `vol-000000000000000000${id}0`;
+    first.reserve({ id: vid, team: "t", name: id, node: "n" });
+    if (state !== "creating") first.update(vid, { state });
+  }
+  const again = new VolumeTable(db);
+  assert.deepEqual(again.list().map((r) => [r.name, r.state]), [["a", "ready"], ["b", "ready"]]);
 });

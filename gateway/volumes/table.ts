@@ -66,6 +66,13 @@ export class VolumeTable {
       created_at TEXT NOT NULL,
       UNIQUE (team, name)
     )`);
+    // A gateway stopped in the middle of a create, move or delete left its row in that state,
+    // which would refuse every mount for ever: no step of those is in flight after a start. A
+    // move flips the node only once the copy is whole, so its volume is still on the old node;
+    // a delete that did reach the node answers the next DELETE with "not here", which deletes
+    // the row; a create's volume was never shown to anyone.
+    db.exec("DELETE FROM volumes WHERE state = 'creating'");
+    db.exec("UPDATE volumes SET state = 'ready' WHERE state IN ('moving', 'deleting')");
   }
 
   /**
