@@ -26,6 +26,7 @@ import type { Log } from "../../shared/log.ts";
 import { requireFleetBearer, tokenMatcher } from "../../shared/token.ts";
 import { createVolumeSchema, volumeIdSchema, volumeRefSchema } from "../../shared/volumes.ts";
 import { describeZodError } from "../../shared/schemas.ts";
+import { readJsonObject } from "../../shared/json_body.ts";
 import type { NodeVolumes } from "../volumes.ts";
 import { exportVolume, importVolume } from "../volume_copy.ts";
 import {
@@ -52,6 +53,9 @@ export interface VolumeEntry {
 }
 
 const MAX_LIST_ENTRIES = 10_000;
+
+/** The cap of a JSON body of these routes (an id, or a uid, gid and mode). */
+const MAX_JSON_BYTES = 16 * 1024;
 
 /** Options of {@linkcode createVolumeFace}. */
 export interface VolumeFaceOptions {
@@ -96,12 +100,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
   const gate = (c: Context) =>
     requireFleetBearer(c.req.header("authorization"), matches, "this node's", c.req.path);
   const body = async <T>(c: Context, schema: { safeParse(v: unknown): unknown }): Promise<T> => {
-    let value: unknown;
-    try {
-      value = await c.req.json();
-    } catch {
-      throw new HttpError(400, 'The body is not JSON: send {"id":"vol-…"}');
-    }
+    const { value } = await readJsonObject(c.req.raw, {
+      maxBytes: MAX_JSON_BYTES,
+      empty: "refuse",
+      example: '{"id":"vol-…"}',
+    });
     const r = schema.safeParse(value) as { success: boolean; data: T; error: never };
     if (!r.success) throw new HttpError(400, describeZodError(r.error, "the body"));
     return r.data;
@@ -228,12 +231,12 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const { dir, parts } = target(c);
     const r = await resolveInVolume(dir, parts);
     const real = await followInside(r, parts);
-    let b: { uid?: unknown; gid?: unknown; mode?: unknown };
-    try {
-      b = await c.req.json();
-    } catch {
-      throw new HttpError(400, 'The body must be JSON such as {"mode":420}');
-    }
+    // A tenant's body: read under a small cap, as the node's other JSON bodies are.
+    const { value: b } = await readJsonObject(c.req.raw, {
+      maxBytes: MAX_JSON_BYTES,
+      empty: "refuse",
+      example: '{"mode":420}',
+    });
     if (b.mode !== undefined) {
       if (!Number.isInteger(b.mode)) throw new HttpError(400, "'mode' must be an integer");
       await Deno.chmod(real, (b.mode as number) & 0o7777);

@@ -76,3 +76,17 @@ Deno.test("volume face: destroy and export are a 409 naming the sandboxes that m
   assert.equal(bare.status, 401);
   await bare.body?.cancel();
 });
+
+Deno.test("volume face: a PATCH body past 16 KiB is a 413, not read whole", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  await (await f.request(`/volumecontent/${id}/file?path=/a`, { method: "PUT", body: "x" })).body
+    ?.cancel();
+  const res = await f.request(`/volumecontent/${id}/path?path=/a`, {
+    method: "PATCH",
+    body: JSON.stringify({ mode: 420, pad: "x".repeat(100_000) }),
+  });
+  assert.equal(res.status, 413);
+  await res.body?.cancel();
+});
