@@ -10,7 +10,7 @@
  * | `GET /ui` | the login form without a live session; the fleet page with one (filters `team`, `state`, `node`, `page` in the query) |
  * | `POST /ui/login` | a form with `token`: the fleet token opens a session (cookie) and goes back to `/ui`; anything else is the form again with a 401 |
  * | `POST /ui/logout` | ends the session and clears the cookie |
- * | `GET /ui/fragments` | JSON `{at, sections:{nodes, sandboxes, placements}}`, the page's sections as HTML, for its refresh script; 401 without a session |
+ * | `GET /ui/fragments` | JSON `{at, sections:{nodes, sandboxes, placements, volumes}}`, the page's sections as HTML, for its refresh script; 401 without a session |
  * | `GET /ui/sandboxes/<id>` | one sandbox's details |
  *
  * Every HTML answer carries a CSP allowing only its own inline style and script (by nonce) and

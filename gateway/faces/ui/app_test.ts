@@ -55,7 +55,12 @@ Deno.test("The fleet page's login sets a session cookie, never the token, and lo
   );
   assert.equal(fragments.status, 200);
   const json = await fragments.json();
-  assert.deepEqual(Object.keys(json.sections).sort(), ["nodes", "placements", "sandboxes"]);
+  assert.deepEqual(Object.keys(json.sections).sort(), [
+    "nodes",
+    "placements",
+    "sandboxes",
+    "volumes",
+  ]);
 
   // The bearer gate does not open the page, and the cookie opens nothing but the page.
   const byBearer = await gateway.fetch(

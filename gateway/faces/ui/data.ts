@@ -6,6 +6,7 @@
  *
  * @module
  */
+import type { VolumeRow } from "../../volumes/table.ts";
 import type { NodeSummary } from "../../fleet/fleet.ts";
 import type { GatewayParts } from "../parts.ts";
 import type { PlacementRecord } from "../../placer/placement_log.ts";
@@ -52,7 +53,15 @@ export interface FleetView {
   /** Values the filter menus offer. */
   options: { teams: string[]; states: readonly string[]; nodes: string[] };
   placements: PlacementRecord[];
+  /**
+   * The managed volumes (at most {@linkcode VOLUME_ROWS}, oldest first) and how many there are;
+   * optional so a view built without volumes shows none.
+   */
+  volumes?: { rows: VolumeRow[]; total: number };
 }
+
+/** The most volumes the page lists. */
+export const VOLUME_ROWS = 200;
 
 /** One sandbox's details page. */
 export interface SandboxDetails {
@@ -168,7 +177,13 @@ export class FleetPageData {
         nodes: nodes.map((n) => n.id),
       },
       placements: placements.list(),
+      volumes: this.#volumes(),
     };
+  }
+
+  #volumes(): FleetView["volumes"] {
+    const all = this.#parts.volumes?.table.list() ?? [];
+    return { rows: all.slice(0, VOLUME_ROWS), total: all.length };
   }
 
   /**

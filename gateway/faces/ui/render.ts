@@ -130,7 +130,8 @@ ${error ? `<p class="error" role="alert">${escapeHtml(error)}</p>` : ""}
 }
 
 /**
- * The fleet page: the nodes, the sandboxes with their filters and pages, the recent placements.
+ * The fleet page: the nodes, the sandboxes with their filters and pages, the recent placements,
+ * the managed volumes.
  *
  * @example
  * ```ts ignore
@@ -146,6 +147,7 @@ export function fleetPage(view: FleetView, nonce: string): string {
 <section><h2>Nodes</h2><div id="nodes">${s.nodes}</div></section>
 <section><h2>Sandboxes</h2>${filtersForm(view)}<div id="sandboxes">${s.sandboxes}</div></section>
 <section><h2>Recent placements</h2><div id="placements">${s.placements}</div></section>
+<section><h2>Volumes</h2><div id="volumes">${s.volumes}</div></section>
 </main>`,
     refreshScript,
   );
@@ -161,12 +163,39 @@ export function fleetPage(view: FleetView, nonce: string): string {
  */
 export function fleetSections(
   view: FleetView,
-): Record<"nodes" | "sandboxes" | "placements", string> {
+): Record<"nodes" | "sandboxes" | "placements" | "volumes", string> {
   return {
     nodes: nodesTable(view.nodes),
     sandboxes: sandboxesTable(view),
     placements: placementsTable(view.placements, view.now),
+    volumes: volumesTable(view),
   };
+}
+
+/** The managed volumes: team, name, id, the node that holds it (and whether it is up), state. */
+function volumesTable(view: FleetView): string {
+  const volumes = view.volumes;
+  if (volumes === undefined || volumes.total === 0) {
+    return '<p class="muted">No volume: the SDK\'s Volume.create makes one.</p>';
+  }
+  const state = new Map(view.nodes.map((n) => [n.id, n.state]));
+  const rows = volumes.rows.map((v) => {
+    const nodeState = state.get(v.node) ?? "removed";
+    return `<tr><td>${escapeHtml(v.team)}</td><td>${escapeHtml(v.name)}</td><td><code>${
+      escapeHtml(v.id)
+    }</code></td><td>${v.shared ? '<span class="muted">shared root</span> ' : ""}${
+      escapeHtml(v.node)
+    } <span class="${nodeState === "up" ? "up" : "down"}">${nodeState}</span></td><td>${
+      escapeHtml(v.state)
+    }</td></tr>`;
+  }).join("");
+  const more = volumes.total > volumes.rows.length
+    ? `<p class="muted">and ${volumes.total - volumes.rows.length} more</p>`
+    : "";
+  return `<table><thead><tr><th>Team</th><th>Name</th><th>Id</th><th>Node</th><th>State</th></tr>
+</thead><tbody>${rows}</tbody></table>${more}
+<p class="muted">Move one with <code>moveVolume {volumeId, toNode}</code> (fleet token) while no
+sandbox mounts it.</p>`;
 }
 
 /**

@@ -33,3 +33,35 @@ Deno.test("fleetSections() shows a dead node as dead and an unheard one as down,
   assert.match(row("near"), /<span class="up">up<\/span><\/td>/);
   fleet.close();
 });
+
+Deno.test("fleetSections() lists the volumes with their node's state, escaped", () => {
+  const clock = new FakeClock();
+  const fleet = new Fleet({ clock, deadAfterMs: 600_000 });
+  fleet.checkIn(checkIn("node-a", "http://10.0.0.1:3676"));
+  const row = {
+    id: "vol-0123456789abcdef0123",
+    team: "acme",
+    name: "<b>data</b>",
+    node: "node-a",
+    shared: false,
+    state: "moving" as const,
+    sizeBytes: 1e9,
+    createdAt: "2026-12-07T00:00:00Z",
+  };
+  const view: FleetView = {
+    now: clock.now(),
+    nodes: fleet.list(),
+    sandboxes: { rows: [], total: 0, page: 1, pages: 1, unreachable: [] },
+    placements: [],
+    filters: { page: 1 },
+    options: { teams: [], states: [], nodes: [] },
+    volumes: { rows: [row, { ...row, node: "gone", state: "ready" as const }], total: 3 },
+  };
+  const html = fleetSections(view).volumes;
+  assert.match(html, /&lt;b&gt;data&lt;\/b&gt;/);
+  assert.match(html, /node-a <span class="up">up<\/span><\/td><td>moving/);
+  assert.match(html, /gone <span class="down">removed<\/span>/);
+  assert.match(html, /and 1 more/);
+  assert.match(fleetSections({ ...view, volumes: undefined }).volumes, /No volume/);
+  fleet.close();
+});
