@@ -142,6 +142,12 @@ export interface NodeConfig {
   uploadLimitBytes: number;
   /** Free bytes a snapshot must leave on the data disk (`DORMICE_SNAPSHOT_MIN_DISK_GB`). */
   snapshotMinDiskBytes?: number;
+  /** Template builds at once on this node (`DORMICE_TEMPLATE_BUILDS`). */
+  templateBuilds?: number;
+  /** One template build's bound, ms (`DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS`). */
+  templateBuildTimeoutMs?: number;
+  /** Cap of one uploaded template file context, bytes (`DORMICE_TEMPLATE_CONTEXT_LIMIT_MB`). */
+  templateContextLimitBytes?: number;
   /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
   uploadGzipMaxRatio: number;
 }
@@ -465,6 +471,31 @@ export function loadNodeConfig(
     refusals,
   );
 
+  const templateBuilds = integer(
+    get("DORMICE_TEMPLATE_BUILDS"),
+    2,
+    0,
+    64,
+    "DORMICE_TEMPLATE_BUILDS",
+    refusals,
+  );
+  const templateBuildTimeoutMs = 1000 * integer(
+    get("DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS"),
+    1800,
+    1,
+    86_400,
+    "DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS",
+    refusals,
+  );
+  const templateContextLimitBytes = 1048576 * integer(
+    get("DORMICE_TEMPLATE_CONTEXT_LIMIT_MB"),
+    256,
+    1,
+    65_536,
+    "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
+    refusals,
+  );
+
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
 
@@ -516,6 +547,9 @@ export function loadNodeConfig(
       jsonMessageLimitBytes,
       uploadLimitBytes,
       snapshotMinDiskBytes,
+      templateBuilds,
+      templateBuildTimeoutMs,
+      templateContextLimitBytes,
       uploadGzipMaxRatio,
     },
   };
