@@ -290,6 +290,9 @@ function keyOf(templateId: string, buildId: string): string {
 
 function checkHash(hash: string): void {
   if (!HASH.test(hash)) {
-    throw new HttpError(400, `'${hash.slice(0, 80)}' is no files hash: the SDK sends 64 hex digits`);
+    throw new HttpError(
+      400,
+      `'${hash.slice(0, 80)}' is no files hash: the SDK sends 64 hex digits`,
+    );
   }
 }

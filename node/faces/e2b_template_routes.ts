@@ -74,7 +74,9 @@ export function templateBuildRoutes(
         throw new HttpError(
           400,
           `fromTemplate('${fromTemplate}') names no template of this node nor one your team ` +
-            `built: use one of ${(await templates())?.join(", ")}, or build '${fromTemplate}' first`,
+            `built: use one of ${
+              (await templates())?.join(", ")
+            }, or build '${fromTemplate}' first`,
         );
       }
       fromSnapshot = snap.snapshotId;

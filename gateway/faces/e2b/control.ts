@@ -26,6 +26,7 @@ import { describeZodError, sandboxNameSchema } from "../../../shared/schemas.ts"
 import { TEAM_HEADER, teamScopedName } from "../../../shared/teams.ts";
 import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./snapshots.ts";
 import { forkWithinLimits } from "./fork.ts";
+import { GatewayTemplates } from "./templates.ts";
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
@@ -62,6 +63,7 @@ export function createE2bApi(
     return headers;
   };
   const app = new Hono();
+  const templates = new GatewayTemplates(parts, nodeApi);
 
   const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
     const signal = c.req.raw.signal;
@@ -233,9 +235,14 @@ export function createE2bApi(
   };
 
   app.all("*", async (c) => {
+    // A file context's upload URL carries its own token instead of a key.
+    const uploaded = await templates.upload(c, suffix(c));
+    if (uploaded) return uploaded;
     const caller = requireE2bCaller(c.req.raw.headers, identify);
     const rest = suffix(c);
     const method = c.req.method;
+    const built = await templates.handle(c, rest, caller, nodeAuthFor(caller));
+    if (built) return built;
     const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
     // Answered here, as a node would: a route about one sandbox finds it first, so a fork of
     // a killed sandbox is E2B's 404 (the SDK's SandboxNotFoundError), and "not built" is for
@@ -260,6 +267,7 @@ export function createE2bApi(
     const template = /^\/templates\/([^/]+)$/.exec(rest);
     if (template && method === "DELETE") {
       const id = decodeSegment(template[1]);
+      templates.forget(id);
       return await deleteSnapshot(parts, nodeApi, id, nodeAuthFor(caller), c.req.raw.signal);
     }
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {

@@ -95,7 +95,9 @@ export class DockerTemplateBuilder {
       hash = await sha256(`${hash}\n${JSON.stringify([step.type, step.args, step.filesHash])}`);
       const type = step.type.toUpperCase();
       if (type === "ENV") {
-        for (let i = 0; i + 1 < step.args.length; i += 2) state.env[step.args[i]] = step.args[i + 1];
+        for (let i = 0; i + 1 < step.args.length; i += 2) {
+          state.env[step.args[i]] = step.args[i + 1];
+        }
         io.log("info", `[${name}] ENV ${step.args.join(" ")}`, name);
         continue;
       }
@@ -170,7 +172,12 @@ export class DockerTemplateBuilder {
       `USER ${state.user}`,
     ];
     await this.#inContainer(spec, image, state, "finalize", io, async (id) => {
-      await this.#commit(id, spec.templateId, snapshotImage(spec.templateId).split(":")[0], changes);
+      await this.#commit(
+        id,
+        spec.templateId,
+        snapshotImage(spec.templateId).split(":")[0],
+        changes,
+      );
     }, false);
     io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
     return info;
@@ -270,7 +277,10 @@ export class DockerTemplateBuilder {
           }),
       );
       if (start) {
-        await engine.call(`starting build container ${id}`, (s) => container.start({ abortSignal: s }));
+        await engine.call(
+          `starting build container ${id}`,
+          (s) => container.start({ abortSignal: s }),
+        );
       }
       const abort = () => engine.container(id).remove({ force: true }).catch(() => {});
       io.signal.addEventListener("abort", abort, { once: true });
@@ -328,9 +338,11 @@ export class DockerTemplateBuilder {
       "set -e",
       `cd ${shellQuote(dir)}`,
       `dest=${shellQuote(resolvePath(state.workdir, dest))}`,
-      `set -- ${src.split(/\s+/).map((s) => s.replace(/[^A-Za-z0-9_.*?\[\]\/-]/g, "\\$&")).join(" ")}`,
+      `set -- ${
+        src.split(/\s+/).map((s) => s.replace(/[^A-Za-z0-9_.*?\[\]\/-]/g, "\\$&")).join(" ")
+      }`,
       'many=$#; targets=""',
-      'for f; do',
+      "for f; do",
       '  [ -e "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
       '  if [ -d "$f" ]; then mkdir -p "$dest"; cp -a "$f"/. "$dest"/; t="$dest"',
       '  else case "$dest" in */) mkdir -p "$dest"; cp -a "$f" "$dest"; t="$dest$(basename "$f")";;',
@@ -427,7 +439,9 @@ export class DockerTemplateBuilder {
 /** The registry an image reference is pulled from. */
 export function registryOf(image: string): string {
   const first = image.split("/")[0];
-  if (image.includes("/") && (first.includes(".") || first.includes(":") || first === "localhost")) {
+  if (
+    image.includes("/") && (first.includes(".") || first.includes(":") || first === "localhost")
+  ) {
     return first;
   }
   return "registry-1.docker.io (Docker Hub)";
