@@ -132,5 +132,6 @@ export function startScript(startCmd: string | undefined, readyCmd: string | und
   if (readyCmd?.trim()) {
     parts.push(`until /bin/sh -c ${shellQuote(readyCmd)} >/dev/null 2>&1; do sleep 0.2; done`);
   }
-  return parts.join("\n");
+  // One line: the label's value keeps no newline. `&` ends the first command already.
+  return parts.join(" ");
 }

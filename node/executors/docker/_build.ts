@@ -38,6 +38,8 @@ import { START_LABEL } from "./_containers.ts";
 export const BUILD_CACHE_REPOSITORY = "dormice-build-cache";
 /** E2B's default base image, served by the node's `base` template. */
 const E2B_DEFAULT_IMAGE = "e2bdev/base";
+/** How many step cache images a node keeps (the least recently made go first). */
+export const KEPT_CACHE_IMAGES = 200;
 /** How many output lines of a failing step travel with its error. */
 const TAIL_LINES = 20;
 /** Where a `COPY` step's context is unpacked inside the build container. */
@@ -132,6 +134,7 @@ export class DockerTemplateBuilder {
         else await this.#copy(id, step, state, name, io);
         await this.#commit(id, cached.split(":")[1], BUILD_CACHE_REPOSITORY, [
           `LABEL dormice.instance=${JSON.stringify(this.#o.instanceId)}`,
+          `LABEL dormice.node=${JSON.stringify(this.#o.nodeId)}`,
           `LABEL dormice.build.cache=${JSON.stringify(hash)}`,
         ]);
       });
@@ -180,6 +183,9 @@ export class DockerTemplateBuilder {
       );
     }, false);
     io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
+    await this.#prune().catch((error) =>
+      this.#o.log("warn", "Could not prune the template build cache", { error })
+    );
     return info;
   }
 
@@ -419,6 +425,33 @@ export class DockerTemplateBuilder {
       },
       this.#o.commitTimeoutMs,
     );
+  }
+
+  /**
+   * Removes this instance's step cache images beyond the newest {@linkcode KEPT_CACHE_IMAGES}
+   * (an image a later one is built on stays while that one does: the engine refuses it).
+   */
+  async #prune(): Promise<void> {
+    const client = this.#o.engine.client;
+    if (!client.listImages) return;
+    const images = await this.#o.engine.call(
+      "listing the template build cache",
+      (signal) =>
+        client.listImages!({
+          filters: { label: [`dormice.instance=${this.#o.instanceId}`, "dormice.build.cache"] },
+          abortSignal: signal,
+        }),
+    );
+    const old = images.sort((a, b) => (b.Created ?? 0) - (a.Created ?? 0))
+      .slice(KEPT_CACHE_IMAGES);
+    for (const image of old) {
+      for (const tag of image.RepoTags ?? []) {
+        await this.#o.engine.call(
+          `removing cache image ${tag}`,
+          (signal) => client.getImage(tag).remove!({ abortSignal: signal }),
+        ).catch(() => {});
+      }
+    }
   }
 
   /** Whether the engine holds image `ref`. */
