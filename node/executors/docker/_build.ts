@@ -10,8 +10,8 @@
  * its `dormice.start` label: a local image of this node, which the check-in advertises, creates
  * by name find, and the node-to-node image movement can carry like any snapshot.
  *
- * Build containers sit on Docker's default bridge network (a package install needs whatever the
- * host can reach), carry the labels `dormice.instance` and `dormice.build` (never
+ * Build containers sit on the node's egress network, as a sandbox with network access does (a
+ * package install reaches whatever the node lets sandboxes reach), carry the labels `dormice.instance` and `dormice.build` (never
  * `dormice.sandbox`: they are no sandbox) and are removed after each step.
  *
  * @module
@@ -58,6 +58,8 @@ export interface DockerTemplateBuilderOptions {
   log: Log;
   /** Deadline of one commit or pull, ms. */
   commitTimeoutMs: number;
+  /** The network a build container joins (the node's egress network). */
+  networkMode: () => Promise<string>;
 }
 
 /** The state the steps so far left: what the next one runs with. */
@@ -267,6 +269,7 @@ export class DockerTemplateBuilder {
     const id = `build-${spec.buildId.slice(0, 8)}-${step}-${crypto.randomUUID().slice(0, 6)}`;
     const engine = this.#o.engine;
     try {
+      const networkMode = await this.#o.networkMode();
       const container = await engine.call(
         `creating build container ${id}`,
         (signal) =>
@@ -278,7 +281,11 @@ export class DockerTemplateBuilder {
             Env: Object.entries(state.env).map(([k, v]) => `${k}=${v}`),
             WorkingDir: state.workdir,
             Labels: { "dormice.instance": this.#o.instanceId, "dormice.build": spec.buildId },
-            HostConfig: { RestartPolicy: { Name: "no" }, LogConfig: { Type: "none", Config: {} } },
+            HostConfig: {
+              NetworkMode: networkMode,
+              RestartPolicy: { Name: "no" },
+              LogConfig: { Type: "none", Config: {} },
+            },
             abortSignal: signal,
           }),
       );

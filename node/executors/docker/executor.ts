@@ -259,6 +259,7 @@ export class DockerExecutor implements Executor {
       clock,
       log,
       commitTimeoutMs: createTimeoutMs,
+      networkMode: () => this.#network.modeFor(true),
     });
   }
 
