@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { HttpError } from "../shared/http_error.ts";
+import type { HttpError } from "../shared/http_error.ts";
 import type { SnapshotInfo } from "./executors/contract.ts";
 import {
   type BuildIo,
