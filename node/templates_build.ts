@@ -205,6 +205,18 @@ export class TemplateBuilds {
     return record;
   }
 
+  /**
+   * Publishes or unpublishes template `templateId` of `team`; false when the node holds no
+   * template of that team by that id.
+   */
+  async setPublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    const executor = this.#o.executor;
+    if (!isTemplateBuilder(executor)) return false;
+    const done = await executor.setTemplatePublic(templateId, team, published);
+    if (done) await this.#o.snapshots?.refresh();
+    return done;
+  }
+
   /** The build `buildId` of `templateId` for `team`; a 404 when there is none. */
   get(templateId: string, buildId: string, team: string): BuildRecord {
     const record = this.#builds.get(keyOf(templateId, buildId));

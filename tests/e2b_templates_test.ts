@@ -4,8 +4,8 @@
  * is found by name by its team only, sandboxes start from it (with the copied file, the
  * environment and the start command on Docker), a failing step is a `BuildError` naming it, an
  * image no registry serves fails naming the registry, a rebuild with only its last step changed
- * reruns only that step (Docker), another team cannot use or see it, and a delete removes it
- * fleet-wide. On the fake executor and on Docker; off CI the Docker run skips with a printed
+ * reruns only that step (Docker), another team cannot use or see it until it is published
+ * (`PATCH /v2/templates/{id}`), only its team deletes it, and a delete removes it fleet-wide. On the fake executor and on Docker; off CI the Docker run skips with a printed
  * reason when there is no engine, with `CI=true` it fails.
  */
 import assert from "node:assert/strict";
@@ -136,6 +136,39 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       assert.ok(!(await listed.text()).includes(templateId));
       const mine = await fetch(`${a.apiUrl}/templates`, { headers: { "x-api-key": a.apiKey } });
       assert.ok((await mine.text()).includes(templateId));
+    });
+
+    await t.step("published, every team starts from it; only its team deletes it", async () => {
+      const patch = (opts: Opts, value: boolean) =>
+        fetch(`${opts.apiUrl}/v2/templates/${templateId}`, {
+          method: "PATCH",
+          headers: { "x-api-key": opts.apiKey, "content-type": "application/json" },
+          body: JSON.stringify({ public: value }),
+        });
+      const other = await patch(b, true);
+      assert.equal(other.status, 404, "another team cannot publish it");
+      await other.body?.cancel();
+      const res = await patch(a, true);
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), { names: [name] });
+      assert.ok(await Template.exists(name, b), "another team finds a published template");
+      const sbx = await Sandbox.create(name, b);
+      made.push(sbx);
+      if (docker) {
+        assert.equal(await sbx.files.read("/home/user/hello.txt"), "hello from the context\n");
+      }
+      await sbx.kill();
+      const del = await fetch(`${b.apiUrl}/templates/${templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": b.apiKey },
+      });
+      assert.equal(del.status, 404, "another team cannot delete a published template");
+      await del.body?.cancel();
+      const back = await patch(a, false);
+      assert.equal(back.status, 200);
+      await back.body?.cancel();
+      assert.equal(await Template.exists(name, b), false, "unpublished, it is the team's again");
+      await assert.rejects(Sandbox.create(name, b));
     });
 
     await t.step("a failing step is a BuildError naming the step, with its output", async () => {

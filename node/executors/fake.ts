@@ -574,11 +574,21 @@ export class FakeExecutor implements Executor {
     }
   }
 
-  /** Its snapshots (one team's when `team` is given), oldest first. */
+  /** Publishes (or unpublishes) a built template of `team`; false when it holds none. */
+  async setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    await this.hooks.enter("listSnapshots");
+    const held = this.#snapshots.get(templateId);
+    if (!held || held.info.team !== team) return false;
+    if (published) held.info.public = true;
+    else delete held.info.public;
+    return true;
+  }
+
+  /** Its snapshots (one team's, with every team's published templates, when `team` is given), oldest first. */
   async listSnapshots(team?: string): Promise<SnapshotInfo[]> {
     await this.hooks.enter("listSnapshots");
     return [...this.#snapshots.values()].map((s) => ({ ...s.info }))
-      .filter((info) => team === undefined || info.team === team)
+      .filter((info) => team === undefined || info.team === team || info.public === true)
       .sort((a, b) => a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId));
   }
 

@@ -100,6 +100,12 @@ export interface TemplateBuilder {
    * @throws {TemplateBuildError} naming the failing step.
    */
   buildTemplate(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo>;
+  /**
+   * Publishes a built template of `team` (every team may then find it and start from it) or
+   * makes it the team's own again; false when this executor holds no template of `team` by that
+   * id.
+   */
+  setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean>;
 }
 
 /** Whether `executor` builds templates. */

@@ -6,7 +6,7 @@
  *
  * @module
  */
-import type { Hono } from "hono";
+import type { Context, Hono } from "hono";
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
 import { DEFAULT_TEAM } from "../../shared/teams.ts";
@@ -99,6 +99,26 @@ export function templateBuildRoutes(
     });
     return c.json({ templateID: templateId, buildID: record.spec.buildId }, 202);
   });
+
+  const update = async (c: Context) => {
+    const templateId = c.req.param("id")!;
+    checkId(templateId);
+    const body = parse(
+      z.object({ public: z.boolean().optional() }),
+      await face.readBody(c, "refuse", '{"public":true}'),
+    );
+    const team = face.teamOf(c) ?? DEFAULT_TEAM;
+    if (body.public !== undefined && !(await need().setPublic(templateId, team, body.public))) {
+      throw new HttpError(404, `Template '${templateId}' not found on this node`);
+    }
+    const held = (await face.snapshots?.list(team))?.find((s) => s.snapshotId === templateId);
+    if (!held || held.team !== team) {
+      throw new HttpError(404, `Template '${templateId}' not found on this node`);
+    }
+    return c.json({ names: held.name ? [held.name] : [] });
+  };
+  app.patch("/v2/templates/:id", update);
+  app.patch("/templates/:id", update);
 
   app.get("/templates/:id/builds/:buildID/status", (c) => {
     const raw = c.req.query("logsOffset") ?? "0";

@@ -164,6 +164,8 @@ export class GatewayTemplates {
         createdAt: found.createdAt,
       }]);
     }
+    m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
+    if (m && method === "PATCH") return await this.#update(c, decodeURIComponent(m[1]), headers);
     if (rest === "/templates/tags" && (method === "POST" || method === "DELETE")) {
       throw new HttpError(
         501,
@@ -172,6 +174,39 @@ export class GatewayTemplates {
       );
     }
     return undefined;
+  }
+
+  /**
+   * `PATCH /v2/templates/{id}` (`{public}`): told to every node, as a delete is; the holder
+   * answers. A 404 when none holds a template of the team by that id.
+   */
+  async #update(c: Context, id: string, headers: Record<string, string>): Promise<Response> {
+    const { text } = await readJsonObject(c.req.raw, {
+      ...this.#parts.jsonBodyCap,
+      empty: "refuse",
+      example: '{"public":true}',
+    });
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/v2/templates/${encodeURIComponent(id)}`,
+      text,
+      c.req.raw.signal,
+      { method: "PATCH", headers: { ...headers, "content-type": "application/json" } },
+    );
+    const done = answers.find((a) => a.ok);
+    if (done && done.ok) return Response.json(done.json);
+    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
+    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
+    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
+    if (silent.length > 0) {
+      throw new HttpError(
+        503,
+        `No node updated template '${id}', and ${
+          silent.map((a) => `'${a.node.id}'`).join(", ")
+        } did not answer (it may hold it): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
+    throw notFound(id);
   }
 
   /** Forgets the build of a deleted template. */

@@ -168,6 +168,8 @@ export class DockerTemplateBuilder {
       "dormice.snapshot.bytes": "0",
       "dormice.snapshot.archive": "",
       "dormice.template.build": spec.buildId,
+      // A rebuild keeps what its team published.
+      "dormice.template.public": await this.#labelOf(spec.templateId, "dormice.template.public"),
       [START_LABEL]: startScript(spec.startCmd, spec.readyCmd),
     };
     const changes = [
@@ -254,6 +256,70 @@ export class DockerTemplateBuilder {
     if (failed) throw fail(failed);
     if (!(await this.#exists(image))) throw fail("the engine does not hold it after the pull");
     io.log("info", `[base] pulled ${image}`, "base");
+  }
+
+  /**
+   * Publishes or unpublishes template `templateId` of `team`: its image is committed again with
+   * the `dormice.template.public` label (a sandbox running from the old one keeps it until it
+   * ends; the node's snapshot sweep frees it then). False when this instance holds no template
+   * of `team` by that id.
+   */
+  async setPublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    const ref = snapshotImage(templateId);
+    let labels: Record<string, string>;
+    let config: { Labels?: Record<string, string>; WorkingDir?: string; User?: string } | undefined;
+    try {
+      const inspect = await this.#o.engine.call(
+        `inspecting template image ${ref}`,
+        (signal) => this.#o.engine.client.getImage(ref).inspect({ abortSignal: signal }),
+      );
+      config = (inspect as { Config?: typeof config }).Config;
+      labels = config?.Labels ?? {};
+    } catch (error) {
+      if (error instanceof ExecutorError && error.code === "not_found") return false;
+      throw error;
+    }
+    if (
+      labels["dormice.instance"] !== this.#o.instanceId ||
+      labels["dormice.snapshot.team"] !== team || !labels["dormice.template.build"]
+    ) return false;
+    if ((labels["dormice.template.public"] === "true") === published) return true;
+    const spec = { buildId: `publish-${templateId}` } as TemplateBuildSpec;
+    const io: BuildIo = {
+      log: () => {},
+      contextFile: () => undefined,
+      signal: new AbortController().signal,
+    };
+    const state: StepState = {
+      env: {},
+      workdir: config?.WorkingDir || "/",
+      user: config?.User || "root",
+    };
+    await this.#inContainer(spec, ref, state, "publish", io, async (id) => {
+      await this.#commit(id, templateId, ref.split(":")[0], [
+        `LABEL dormice.template.public=${published ? '"true"' : '""'}`,
+        `WORKDIR ${state.workdir}`,
+        `USER ${state.user}`,
+      ]);
+    }, false);
+    return true;
+  }
+
+  /** Label `name` of image `snapshotImage(templateId)`, or `""`. */
+  async #labelOf(templateId: string, name: string): Promise<string> {
+    try {
+      const inspect = await this.#o.engine.call(
+        `inspecting template image ${templateId}`,
+        (signal) =>
+          this.#o.engine.client.getImage(snapshotImage(templateId)).inspect({
+            abortSignal: signal,
+          }),
+      );
+      return (inspect as { Config?: { Labels?: Record<string, string> } }).Config?.Labels?.[name] ??
+        "";
+    } catch {
+      return "";
+    }
   }
 
   /** Runs `fn` in a fresh build container of `image`, removed after. */

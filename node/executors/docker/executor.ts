@@ -272,6 +272,11 @@ export class DockerExecutor implements Executor {
     return this.#builder.build(spec, io);
   }
 
+  /** Publishes or unpublishes a built template (see `_build.ts`). */
+  setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    return this.#builder.setPublic(templateId, team, published);
+  }
+
   /**
    * The templates whose images the engine holds, and the declared volumes that are present (a
    * host directory that exists, a Docker volume the engine has): a writable volume declared on
