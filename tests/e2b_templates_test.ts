@@ -111,6 +111,32 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       assert.equal(await Template.exists(name, b), false, "another team does not");
     });
 
+    await t.step("the SDK's exists, getTags, buildInBackground and getBuildStatus", async () => {
+      // As the SDK's own exists test: the fleet's base template exists, a random name does not.
+      assert.equal(await Template.exists("base", a), true);
+      assert.equal(await Template.exists(`nonexistent-${crypto.randomUUID()}`, a), false);
+      const tags = await Template.getTags(templateId, a);
+      assert.deepEqual(tags.map((x) => x.tag), ["default"]);
+      const background = await Template.buildInBackground(
+        Template().fromTemplate("base").runCmd("echo in-background"),
+        { alias: `${name}-bg`, cpuCount: 1, memoryMB: 1024, ...a },
+      );
+      let status = await Template.getBuildStatus(background, a);
+      await until("the background build ends", async () => {
+        status = await Template.getBuildStatus(background, a);
+        return status.status !== "building";
+      });
+      assert.equal(status.status, "ready", JSON.stringify(status.reason));
+      const all = await Template.getBuildStatus(background, { ...a, logsOffset: 0 });
+      assert.ok(all.logEntries.some((l) => l.message === "in-background"));
+      const del = await fetch(`${a.apiUrl}/templates/${background.templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": a.apiKey },
+      });
+      assert.equal(del.status, 204);
+      await del.body?.cancel();
+    });
+
     await t.step("Sandbox.create(name) starts from it, on either node", async () => {
       const nodes = new Set<string>();
       for (let i = 0; i < (docker ? 2 : 3); i++) {
