@@ -155,6 +155,26 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       assert.equal(nodes.size, 1, `sandboxes of a built template ran on ${[...nodes]}`);
     });
 
+    await t.step("fromTemplate of the team's own template builds where that one is", async () => {
+      // The sandboxes of the step before run on the holder, so placement alone would put these
+      // builds on the other node, which lacks their base.
+      for (let i = 0; i < 3; i++) {
+        const child = await Template.build(
+          Template().fromTemplate(name)
+            // The fake's shell has no `test`, and its COPY keeps no files.
+            .runCmd(docker ? "test -f /home/user/hello.txt" : "echo child"),
+          `${name}-child${i}`,
+          a,
+        );
+        const del = await fetch(`${a.apiUrl}/templates/${child.templateId}`, {
+          method: "DELETE",
+          headers: { "x-api-key": a.apiKey },
+        });
+        assert.equal(del.status, 204);
+        await del.body?.cancel();
+      }
+    });
+
     await t.step("another team cannot start, list or read its builds", async () => {
       await assert.rejects(Sandbox.create(name, b));
       const listed = await fetch(`${b.apiUrl}/templates`, { headers: { "x-api-key": b.apiKey } });

@@ -1,10 +1,13 @@
 /**
  * The gateway's E2B template build routes, as the SDK's `Template.build` speaks them:
  *
- * - `POST /v3/templates` (and `/v2/templates`) picks the node that builds: the node already
- *   holding the team's template by that name (its cached steps are there), else an up node
- *   that has the `base` template, at random. The template's id is a snapshot id: the result is
- *   a snapshot of the team named after the template (see `node/executors/template_build.ts`).
+ * - `POST /v3/templates` (and `/v2/templates`) picks the node that builds by the fleet's
+ *   placement: the node already holding the team's template by that name (its cached steps are
+ *   there) when it passes, else a node with the `base` template. The template's id is a
+ *   snapshot id: the result is a snapshot of the team named after the template (see
+ *   `node/executors/template_build.ts`), so a create from it is placed on its holders as any
+ *   snapshot's is (`resolveCreateSource` in `snapshots.ts`). Moving snapshot images between
+ *   nodes (heal, a registry) hooks in there and serves built templates unchanged.
  * - `GET /templates/{id}/files/{hash}` asks that node whether it has the file context, and
  *   hands out an upload URL on this gateway; `PUT` there (no key: the URL carries a one-build
  *   token) is streamed to the node.
@@ -132,6 +135,9 @@ export class GatewayTemplates {
         empty: "refuse",
         example: '{"fromTemplate":"base","steps":[]}',
       });
+      if (typeof value.fromTemplate === "string") {
+        await this.#followBase(build, value.fromTemplate, value.steps, headers, signal);
+      }
       return relay(
         await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
           method: "POST",
@@ -209,6 +215,41 @@ export class GatewayTemplates {
     throw notFound(id);
   }
 
+  /**
+   * A build from another template of the team must run where that one is held. Until images
+   * move between nodes, the build follows it there when it uploaded no files (they sit on the
+   * node first chosen); with files, it is a 409 saying so.
+   */
+  async #followBase(
+    build: BuildRoute,
+    base: string,
+    steps: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const found = await this.#find(base, headers, signal);
+    if (!found?.node || found.node === build.node) return;
+    const copies = Array.isArray(steps) &&
+      steps.some((s) => (s as { type?: unknown } | null)?.type === "COPY");
+    if (copies) {
+      throw new HttpError(
+        409,
+        `Template '${base}' is held by node '${found.node}', and this build's files were ` +
+          `uploaded to node '${build.node}': build again (the build then starts on '${found.node}')`,
+      );
+    }
+    const pick = this.#parts.placer.pick({
+      snapshot: found.templateID,
+      snapshotHolders: [found.node],
+    });
+    if (!pick.ok) {
+      throw new HttpError(503, `Template '${base}' cannot be built on now: ${pick.message}`, {
+        headers: { "retry-after": String(pick.retryAfterSeconds) },
+      });
+    }
+    build.node = pick.node.id;
+  }
+
   /** Forgets the build of a deleted template. */
   forget(templateId: string): void {
     this.#builds.delete(templateId);
@@ -249,7 +290,7 @@ export class GatewayTemplates {
         `'${name}' is a template of the fleet (DORMICE_TEMPLATES): choose another name`,
       );
     }
-    const node = this.#place(existing?.node);
+    const node = this.#place(existing?.templateID, existing?.node);
     const route: BuildRoute = {
       templateId: existing?.templateID ?? newTemplateId(),
       buildId: crypto.randomUUID(),
@@ -281,22 +322,25 @@ export class GatewayTemplates {
     }, { status: 202 });
   }
 
-  /** The node that builds: `holder` when it is up, else an up node with `base`, at random. */
-  #place(holder: string | undefined): FleetNode {
-    const fleet = this.#parts.fleet;
-    const up = [...fleet.nodes()].filter((n) => !fleet.isDown(n));
-    const held = up.find((n) => n.id === holder);
-    if (held) return held;
-    const able = up.filter((n) => n.templates === null || n.templates.includes("base"));
-    if (able.length === 0) {
+  /**
+   * The node that builds, by the fleet's placement (up, a reading, CPU and disk within the
+   * limits): the holder of the team's template by this name when it passes (its cached steps
+   * are there), else any node with `base`.
+   */
+  #place(templateId: string | undefined, holder: string | undefined): FleetNode {
+    if (templateId !== undefined && holder !== undefined) {
+      const held = this.#parts.placer.pick({ snapshot: templateId, snapshotHolders: [holder] });
+      if (held.ok) return held.node;
+    }
+    const pick = this.#parts.placer.pick({ template: "base" });
+    if (!pick.ok) {
       throw new HttpError(
         503,
-        "No node that is up has the 'base' template to build on: start a node, or add " +
-          "base=<image> to its DORMICE_TEMPLATES",
-        { headers: { "retry-after": "5" } },
+        `No node can take a template build now: ${pick.message}`,
+        { headers: { "retry-after": String(pick.retryAfterSeconds) } },
       );
     }
-    return able[Math.floor(Math.random() * able.length)];
+    return pick.node;
   }
 
   /** The team's template (built, or a fleet template) by name or id, or undefined. */
