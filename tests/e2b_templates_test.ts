@@ -217,6 +217,64 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       await assert.rejects(Sandbox.create(name, b));
     });
 
+    await t.step("bad input is a clear 4xx in E2B's shape", async () => {
+      const call = async (method: string, path: string, body?: unknown, key = a.apiKey) => {
+        const res = await fetch(`${a.apiUrl}${path}`, {
+          method,
+          headers: { "x-api-key": key, "content-type": "application/json" },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        });
+        const text = await res.text();
+        return { status: res.status, body: text ? JSON.parse(text) : null };
+      };
+      const noName = await call("POST", "/v3/templates", {});
+      assert.equal(noName.status, 400);
+      assert.match(noName.body.message, /'name' is required/);
+      const badName = await call("POST", "/v3/templates", { name: "no spaces please" });
+      assert.equal(badName.status, 400);
+      assert.match(badName.body.message, /letters, digits/);
+      const fleetName = await call("POST", "/v3/templates", { name: "base" });
+      assert.equal(fleetName.status, 409);
+      assert.match(fleetName.body.message, /template of the fleet/);
+      const req = await call("POST", "/v3/templates", { name: `${name}-input` });
+      assert.equal(req.status, 202);
+      const { templateID, buildID } = req.body;
+      const badHash = await call("GET", `/templates/${templateID}/files/not-a-hash`);
+      assert.equal(badHash.status, 400);
+      assert.match(badHash.body.message, /64 hex digits/);
+      const files = await call("GET", `/templates/${templateID}/files/${"c".repeat(64)}`);
+      assert.equal(files.status, 200);
+      assert.equal(files.body.present, false);
+      const forged = await fetch(files.body.url.replace(/[0-9a-f]{48}$/, "0".repeat(48)), {
+        method: "PUT",
+        body: "x",
+      });
+      assert.equal(forged.status, 403);
+      await forged.body?.cancel();
+      const otherTeam = await call(
+        "GET",
+        `/templates/${templateID}/builds/${buildID}/status`,
+        undefined,
+        b.apiKey,
+      );
+      assert.equal(otherTeam.status, 404, "another team's build is not found");
+      const unknownBase = await call("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+        fromTemplate: "no-such-template",
+        steps: [],
+      });
+      assert.equal(unknownBase.status, 400);
+      assert.match(unknownBase.body.message, /no-such-template/);
+      const badOffset = await call(
+        "GET",
+        `/templates/${templateID}/builds/${buildID}/status?logsOffset=-1`,
+      );
+      assert.equal(badOffset.status, 400);
+      assert.match(badOffset.body.message, /'logsOffset' must be a whole number/);
+      const unknownBuild = await call("GET", `/templates/snap-${"x".repeat(20)}/builds/b/status`);
+      assert.equal(unknownBuild.status, 404);
+      assert.match(unknownBuild.body.message, /POST \/v3\/templates/);
+    });
+
     await t.step("a failing step is a BuildError naming the step, with its output", async () => {
       const error = await Template.build(
         Template().fromTemplate("base").runCmd("echo first").runCmd("echo boom-output; exit 3"),
