@@ -48,6 +48,10 @@ export interface TemplateBuildSpec {
   readyCmd?: string;
   /** Run every step, whatever is cached. */
   force: boolean;
+  /** CPUs a build step may use (the SDK's `cpuCount`); the engine's default when absent. */
+  cpus?: number;
+  /** Memory a build step may use, MB (the SDK's `memoryMB`); the engine's default when absent. */
+  memoryMB?: number;
 }
 
 /** A log line of a build. */

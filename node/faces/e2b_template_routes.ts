@@ -31,6 +31,8 @@ const buildSchema = z.object({
   startCmd: z.string().max(65536).optional(),
   readyCmd: z.string().max(65536).optional(),
   force: z.boolean().default(false),
+  cpuCount: z.number().int().min(1).max(64).optional(),
+  memoryMB: z.number().int().min(128).max(262144).optional(),
 });
 
 /** Adds the template build routes to `app`; each answers 501 without `builds`. */
@@ -96,6 +98,8 @@ export function templateBuildRoutes(
       ...(body.startCmd !== undefined ? { startCmd: body.startCmd } : {}),
       ...(body.readyCmd !== undefined ? { readyCmd: body.readyCmd } : {}),
       force: body.force,
+      ...(body.cpuCount !== undefined ? { cpus: body.cpuCount } : {}),
+      ...(body.memoryMB !== undefined ? { memoryMB: body.memoryMB } : {}),
     });
     return c.json({ templateID: templateId, buildID: record.spec.buildId }, 202);
   });

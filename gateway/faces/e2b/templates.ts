@@ -47,6 +47,8 @@ interface BuildRoute {
   name: string;
   tags: string[];
   token: string;
+  /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
+  limits: { cpuCount?: number; memoryMB?: number };
   createdAt: number;
 }
 
@@ -142,7 +144,7 @@ export class GatewayTemplates {
         await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
           method: "POST",
           headers: { ...headers, "content-type": "application/json" },
-          body: JSON.stringify({ ...value, name: build.name }),
+          body: JSON.stringify({ ...value, ...build.limits, name: build.name }),
           signal,
         }),
       );
@@ -299,6 +301,10 @@ export class GatewayTemplates {
       name,
       tags: tags.length > 0 ? tags : ["default"],
       token: randomToken(),
+      limits: {
+        ...(typeof body.cpuCount === "number" ? { cpuCount: body.cpuCount } : {}),
+        ...(typeof body.memoryMB === "number" ? { memoryMB: body.memoryMB } : {}),
+      },
       createdAt: this.#parts.fleet.now(),
     };
     this.#builds.delete(route.templateId);

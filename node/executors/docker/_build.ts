@@ -72,6 +72,8 @@ interface StepState {
 /** Builds templates on the engine (see the module's description). */
 export class DockerTemplateBuilder {
   #o: DockerTemplateBuilderOptions;
+  /** The builds running now, whose build containers a sweep leaves alone. */
+  #running = new Set<string>();
 
   constructor(options: DockerTemplateBuilderOptions) {
     this.#o = options;
@@ -79,6 +81,43 @@ export class DockerTemplateBuilder {
 
   /** Runs `spec`'s steps and keeps the result as the snapshot `spec.templateId`. */
   async build(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
+    this.#running.add(spec.buildId);
+    try {
+      await this.#sweep().catch((error) =>
+        this.#o.log("warn", "Could not remove build containers left by a stopped node", { error })
+      );
+      return await this.#build(spec, io);
+    } finally {
+      this.#running.delete(spec.buildId);
+    }
+  }
+
+  /**
+   * Removes build containers of this instance that no running build owns: those a node
+   * stopped mid-step left behind.
+   */
+  async #sweep(): Promise<void> {
+    const left = await this.#o.engine.call(
+      "listing this node's build containers",
+      (signal) =>
+        this.#o.engine.client.listContainers({
+          all: true,
+          filters: { label: [`dormice.instance=${this.#o.instanceId}`, "dormice.build"] },
+          abortSignal: signal,
+        }),
+    ) as { Id?: string; Labels?: Record<string, string> }[];
+    for (const c of left) {
+      const build = c.Labels?.["dormice.build"];
+      if (!c.Id || build === undefined || this.#running.has(build)) continue;
+      await this.#o.engine.call(
+        `removing a left build container ${c.Id.slice(0, 12)}`,
+        (signal) =>
+          this.#o.engine.client.getContainer(c.Id!).remove({ force: true, abortSignal: signal }),
+      ).catch(() => {});
+    }
+  }
+
+  async #build(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
     const base = await this.#baseImage(spec, io);
     const inspect = await this.#o.engine.call(
       `inspecting base image ${base}`,
@@ -349,6 +388,11 @@ export class DockerTemplateBuilder {
             Labels: { "dormice.instance": this.#o.instanceId, "dormice.build": spec.buildId },
             HostConfig: {
               NetworkMode: networkMode,
+              ...(spec.cpus ? { NanoCpus: Math.round(spec.cpus * 1e9) } : {}),
+              ...(spec.memoryMB
+                ? { Memory: spec.memoryMB * 1048576, MemorySwap: spec.memoryMB * 1048576 }
+                : {}),
+              PidsLimit: 4096,
               RestartPolicy: { Name: "no" },
               LogConfig: { Type: "none", Config: {} },
             },
