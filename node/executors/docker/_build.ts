@@ -476,7 +476,14 @@ export class DockerTemplateBuilder {
       "done",
       `owner=${shellQuote(owner || state.user)}`,
       'chown -R "$owner" $targets 2>/dev/null || chown -R "$owner:" $targets',
-      ...(mode ? [`for t in $targets; do chmod -R ${shellQuote(mode)} "$t"; done`] : []),
+      // The mode is the files': a directory keeps its own, or a 0644 would lock it.
+      ...(mode
+        ? [
+          `for t in $targets; do if [ -d "$t" ]; then find "$t" -type f -exec chmod ${
+            shellQuote(mode)
+          } {} \\; ; else chmod ${shellQuote(mode)} "$t"; fi; done`,
+        ]
+        : []),
       `rm -rf ${shellQuote(dir)}`,
       'echo "copied to$targets"',
     ].join("\n");
