@@ -392,6 +392,8 @@ Deno.test({
     const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
     for (const id of ids) {
       const images = await docker.listImages({ filters: { label: [`dormice.node=${id}`] } });
+      // Newest first: a step cache image is the parent of the next step's.
+      images.sort((x: { Created: number }, y: { Created: number }) => y.Created - x.Created);
       for (const image of images) {
         await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
       }

@@ -110,10 +110,14 @@ Deno.test({
       ) {
         await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
       }
+      const images = await docker.listImages({
+        filters: { label: [`dormice.instance=${instanceId}`] },
+      });
+      // Newest first: a step cache image is the parent of the next step's.
       for (
-        const image of await docker.listImages({
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
+        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
+          y.Created - x.Created
+        )
       ) {
         await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
       }
