@@ -245,6 +245,11 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       const files = await call("GET", `/templates/${templateID}/files/${"c".repeat(64)}`);
       assert.equal(files.status, 200);
       assert.equal(files.body.present, false);
+      assert.ok(files.body.url.startsWith(`${a.apiUrl}/templates/${templateID}/files/`));
+      const proxied = await fetch(`${a.apiUrl}/templates/${templateID}/files/${"c".repeat(64)}`, {
+        headers: { "x-api-key": a.apiKey, "x-forwarded-proto": "https" },
+      });
+      assert.match((await proxied.json()).url, /^https:\/\//, "the proxy's scheme");
       const forged = await fetch(files.body.url.replace(/[0-9a-f]{48}$/, "0".repeat(48)), {
         method: "PUT",
         body: "x",

@@ -122,6 +122,9 @@ export class GatewayTemplates {
       if (answer.status !== 200) return relay(answer);
       const { present } = await answer.json() as { present: boolean };
       const url = new URL(c.req.url);
+      // Behind a proxy that ends TLS, the SDK must upload over https as it called.
+      const proto = c.req.header("x-forwarded-proto")?.split(",")[0].trim();
+      if (proto === "https" || proto === "http") url.protocol = `${proto}:`;
       const prefix = url.pathname.slice(0, url.pathname.length - rest.length);
       return Response.json({
         present,
