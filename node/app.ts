@@ -30,6 +30,7 @@ import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
+import { TemplateBuilds } from "./templates_build.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -70,6 +71,9 @@ export type NodeAppConfig =
       | "jsonMessageLimitBytes"
       | "uploadLimitBytes"
       | "snapshotMinDiskBytes"
+      | "templateBuilds"
+      | "templateBuildTimeoutMs"
+      | "templateContextLimitBytes"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
       | "volumeRoot"
@@ -338,6 +342,17 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       log,
       maxBodyBytes: config.jsonMessageLimitBytes,
       snapshots,
+      builds: new TemplateBuilds({
+        executor,
+        snapshots,
+        dir: join(config.dataDir, "template-contexts"),
+        maxBuilds: config.templateBuilds,
+        timeoutMs: config.templateBuildTimeoutMs,
+        maxContextBytes: config.templateContextLimitBytes,
+        clock,
+        log,
+      }),
+      templates: async () => (await executor.capabilities?.())?.templates,
     }),
   );
   hono.route("/e2b/envd", createEnvd(service, envd));

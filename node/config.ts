@@ -24,6 +24,9 @@
  * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of a JSON body that carries a file's bytes (native `writeFile`, envd's `SendInput`), MiB, 1 to 256 |
  * | `DORMICE_JSON_MESSAGE_LIMIT_KB` | `1024` | cap of every other JSON body (native verbs, the E2B control plane, Connect RPCs), KiB, 1 to 262144 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
+ * | `DORMICE_TEMPLATE_BUILDS` | `2` | template builds at once on this node (0 to 64; 0 builds none); one more is a 429 |
+ * | `DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS` | `1800` | one template build's bound, s (1 to 86400); past it the build fails naming the setting |
+ * | `DORMICE_TEMPLATE_CONTEXT_LIMIT_MB` | `256` | cap of one uploaded template file context (`copy`), MB (1 to 65536); a larger upload is a 413 |
  * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
  * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
@@ -148,6 +151,12 @@ export interface NodeConfig {
   volumeRoot?: string | null;
   /** The cap of a new managed volume, bytes (`DORMICE_VOLUME_SIZE_GB`). */
   volumeSizeBytes?: number;
+  /** Template builds at once on this node (`DORMICE_TEMPLATE_BUILDS`). */
+  templateBuilds?: number;
+  /** One template build's bound, ms (`DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS`). */
+  templateBuildTimeoutMs?: number;
+  /** Cap of one uploaded template file context, bytes (`DORMICE_TEMPLATE_CONTEXT_LIMIT_MB`). */
+  templateContextLimitBytes?: number;
   /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
   uploadGzipMaxRatio: number;
 }
@@ -197,6 +206,9 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_JSON_MESSAGE_LIMIT_KB",
   "DORMICE_UPLOAD_LIMIT_MB",
   "DORMICE_SNAPSHOT_MIN_DISK_GB",
+  "DORMICE_TEMPLATE_BUILDS",
+  "DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS",
+  "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
   "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
@@ -473,6 +485,31 @@ export function loadNodeConfig(
     refusals,
   );
 
+  const templateBuilds = integer(
+    get("DORMICE_TEMPLATE_BUILDS"),
+    2,
+    0,
+    64,
+    "DORMICE_TEMPLATE_BUILDS",
+    refusals,
+  );
+  const templateBuildTimeoutMs = 1000 * integer(
+    get("DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS"),
+    1800,
+    1,
+    86_400,
+    "DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS",
+    refusals,
+  );
+  const templateContextLimitBytes = 1048576 * integer(
+    get("DORMICE_TEMPLATE_CONTEXT_LIMIT_MB"),
+    256,
+    1,
+    65_536,
+    "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
+    refusals,
+  );
+
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
 
@@ -541,6 +578,9 @@ export function loadNodeConfig(
       jsonMessageLimitBytes,
       uploadLimitBytes,
       snapshotMinDiskBytes,
+      templateBuilds,
+      templateBuildTimeoutMs,
+      templateContextLimitBytes,
       uploadGzipMaxRatio,
     },
   };

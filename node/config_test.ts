@@ -41,6 +41,9 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
     snapshotMinDiskBytes: 1e9,
+    templateBuilds: 2,
+    templateBuildTimeoutMs: 1_800_000,
+    templateContextLimitBytes: 256 * 1024 * 1024,
     uploadGzipMaxRatio: 100,
     jsonMessageLimitBytes: 1024 * 1024,
   });
@@ -117,6 +120,28 @@ Deno.test("loadNodeConfig() reads the snapshot disk floor in GB and refuses one 
   assert.equal(r.config.snapshotMinDiskBytes, 0);
   const [floor] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_MIN_DISK_GB: "-1" });
   assert.match(floor, /DORMICE_SNAPSHOT_MIN_DISK_GB='-1' is not a whole number from 0 to 100000/);
+});
+
+Deno.test("loadNodeConfig() reads the template build settings and refuses ones out of range", () => {
+  const r = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_TEMPLATE_BUILDS: "0",
+    DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS: "60",
+    DORMICE_TEMPLATE_CONTEXT_LIMIT_MB: "1",
+  });
+  assert.ok(r.ok);
+  assert.equal(r.config.templateBuilds, 0);
+  assert.equal(r.config.templateBuildTimeoutMs, 60_000);
+  assert.equal(r.config.templateContextLimitBytes, 1024 * 1024);
+  const [builds, timeout, context] = refusals({
+    DORMICE_API_TOKEN: token,
+    DORMICE_TEMPLATE_BUILDS: "x",
+    DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS: "0",
+    DORMICE_TEMPLATE_CONTEXT_LIMIT_MB: "70000",
+  });
+  assert.match(builds, /DORMICE_TEMPLATE_BUILDS='x' is not a whole number from 0 to 64/);
+  assert.match(timeout, /DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS='0' is not a whole number/);
+  assert.match(context, /DORMICE_TEMPLATE_CONTEXT_LIMIT_MB='70000' is not a whole number/);
 });
 
 Deno.test("loadNodeConfig() reads DORMICE_UPLOAD_GZIP_MAX_RATIO, 100 by default, 1 to 1032", () => {

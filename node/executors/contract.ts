@@ -71,6 +71,11 @@ export interface SnapshotInfo {
   createdAt: number;
   /** Bytes it holds on the node's disk beyond its template (0 when unknown). */
   sizeBytes: number;
+  /**
+   * A built template its team published (`PATCH /v2/templates/{id}`): every team lists it,
+   * finds it by name and id, and starts sandboxes from it; only its own team deletes it.
+   */
+  public?: boolean;
 }
 
 /** The shape of a snapshot id: what a create's template is read as a snapshot by. */

@@ -35,6 +35,7 @@ import {
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 import type { EgressRules } from "../../shared/egress_rules.ts";
+import { type BuildIo, TemplateBuildError, type TemplateBuildSpec } from "./template_build.ts";
 import { type FakePortHandler, FakePorts } from "./_fake_ports.ts";
 import { FakeFs, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
 import { FakeProcess, type ProcessSandbox } from "./_fake_process.ts";
@@ -503,11 +504,101 @@ export class FakeExecutor implements Executor {
     return { ...info };
   }
 
-  /** Its snapshots (one team's when `team` is given), oldest first. */
+  /**
+   * Builds a template the way the Docker executor does, on a fake sandbox: `RUN` steps run in
+   * the fake shell (a non-zero exit fails the step with its last output lines), a `COPY` needs
+   * its uploaded files, `ENV`, `WORKDIR` and `USER` are accepted; the file tree is kept as the
+   * snapshot `spec.templateId` of the team, named `spec.name`, replacing one by that id or name.
+   */
+  async buildTemplate(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
+    const base = spec.fromSnapshot ?? spec.fromTemplate ??
+      (spec.fromImage === undefined || spec.fromImage === "e2bdev/base" ? "base" : undefined);
+    if (base === undefined) {
+      throw new TemplateBuildError(
+        "base",
+        `fromImage('${spec.fromImage}') could not be pulled: the fake executor pulls no image. ` +
+          "Use fromTemplate('base')",
+      );
+    }
+    if (spec.fromSnapshot === undefined && !this.#templates.has(base)) {
+      throw new TemplateBuildError("base", unknownTemplateError(base, this.#templates).message);
+    }
+    io.log("info", `[base] FROM ${base}`, "base");
+    const id = `build-${spec.buildId}`;
+    await this.create({
+      id,
+      name: id,
+      template: spec.fromSnapshot === undefined ? base : "base",
+      ...(spec.fromSnapshot === undefined ? {} : { snapshot: spec.fromSnapshot }),
+      spec: {},
+      env: {},
+    });
+    try {
+      for (const [index, step] of spec.steps.entries()) {
+        io.signal.throwIfAborted();
+        const name = String(index + 1);
+        io.log("info", `[${name}] ${step.type} ${step.args.join(" ")}`, name);
+        if (step.type === "COPY" && !(step.filesHash && io.contextFile(step.filesHash))) {
+          throw new TemplateBuildError(name, `Step ${name} (COPY) has no uploaded files`);
+        }
+        if (step.type !== "RUN") continue;
+        const handle = await this.exec(id, { cmd: ["/bin/sh", "-c", step.args[0] ?? ""] });
+        const [out, err, exit] = await Promise.all([
+          new Response(handle.stdout).text(),
+          new Response(handle.stderr).text(),
+          handle.exited,
+        ]);
+        const lines = (out + err).split("\n").filter((l) => l !== "");
+        for (const line of lines) io.log("info", line, name);
+        if (exit.exitCode !== 0) {
+          const tail = lines.slice(-20);
+          throw new TemplateBuildError(
+            name,
+            `Step ${name} failed: '${step.args[0]}' exited with code ${exit.exitCode}` +
+              (tail.length > 0 ? `; its last output:\n${tail.join("\n")}` : ""),
+            tail,
+          );
+        }
+      }
+      const sandbox = this.#get(id);
+      for (const [key, held] of this.#snapshots) {
+        if (held.info.team === spec.team && held.info.name === spec.name) {
+          this.#snapshots.delete(key);
+        }
+      }
+      const info: SnapshotInfo = {
+        snapshotId: spec.templateId,
+        team: spec.team,
+        name: spec.name,
+        sandboxId: "",
+        template: base,
+        node: this.#nodeId,
+        createdAt: this.#clock.now(),
+        sizeBytes: sandbox.fs.bytes(),
+      };
+      this.#snapshots.set(info.snapshotId, { info, fs: sandbox.fs.copy() });
+      io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
+      return { ...info };
+    } finally {
+      await this.destroy(id);
+    }
+  }
+
+  /** Publishes (or unpublishes) a built template of `team`; false when it holds none. */
+  async setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    await this.hooks.enter("listSnapshots");
+    const held = this.#snapshots.get(templateId);
+    if (!held || held.info.team !== team) return false;
+    if (published) held.info.public = true;
+    else delete held.info.public;
+    return true;
+  }
+
+  /** Its snapshots (one team's, with every team's published templates, when `team` is given), oldest first. */
   async listSnapshots(team?: string): Promise<SnapshotInfo[]> {
     await this.hooks.enter("listSnapshots");
     return [...this.#snapshots.values()].map((s) => ({ ...s.info }))
-      .filter((info) => team === undefined || info.team === team)
+      .filter((info) => team === undefined || info.team === team || info.public === true)
       .sort((a, b) => a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId));
   }
 

@@ -18,6 +18,7 @@ import { type E2bApiOptions, E2bFace, errorText } from "./e2b_face.ts";
 import { listRoutes } from "./e2b_list_routes.ts";
 import { sandboxRoutes } from "./e2b_sandbox_routes.ts";
 import { snapshotRoutes } from "./e2b_snapshot_routes.ts";
+import { templateBuildRoutes } from "./e2b_template_routes.ts";
 
 export { type E2bApiOptions, e2bState, SANDBOX_DOMAIN_HEADER } from "./e2b_face.ts";
 export { parseMetadataQuery } from "./e2b_list_routes.ts";
@@ -45,6 +46,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   sandboxRoutes(app, face);
   listRoutes(app, face);
   snapshotRoutes(app, face);
+  templateBuildRoutes(app, face, options.builds, options.templates ?? (() => Promise.resolve([])));
 
   for (const route of unbuiltE2bRoutes) {
     app.on(route.method, route.path, (c) => {

@@ -28,6 +28,7 @@ import {
 } from "../../shared/schemas.ts";
 import { SNAPSHOT_ID_PATTERN, type SnapshotInfo, snapshotNotFound } from "../executors/contract.ts";
 import type { NodeSnapshots } from "../snapshots.ts";
+import type { TemplateBuilds } from "../templates_build.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -62,6 +63,10 @@ export interface E2bApiOptions {
    * snapshot; those routes answer 501 when absent.
    */
   snapshots?: NodeSnapshots;
+  /** The node's template builds (`templates_build.ts`); the build routes answer 501 without. */
+  builds?: TemplateBuilds;
+  /** The node's templates (`DORMICE_TEMPLATES`' names), which a build may start from. */
+  templates?: () => Promise<string[] | undefined>;
 }
 
 /** The header a gateway names its sandbox domain in, for the `domain` of create answers. */

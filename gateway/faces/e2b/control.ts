@@ -28,6 +28,7 @@ import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./snapshots.
 import { forkWithinLimits } from "./fork.ts";
 import type { FleetVolumes } from "../../volumes/fleet_volumes.ts";
 import { VOLUME_ID } from "../../../shared/volumes.ts";
+import { GatewayTemplates } from "./templates.ts";
 
 /** The header a gateway names an unnamed create with (the node uses it when `metadata.name` is absent). */
 export const SANDBOX_NAME_HEADER: string = "x-dormice-sandbox-name";
@@ -64,6 +65,7 @@ export function createE2bApi(
     return headers;
   };
   const app = new Hono();
+  const templates = new GatewayTemplates(parts, nodeApi);
 
   const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
     const { text, value: body } = await readJsonObject(c.req.raw, {
@@ -283,10 +285,15 @@ export function createE2bApi(
     if (content && parts.volumes) {
       return await parts.volumes.content(c.req.raw, decodeSegment(content[1]), content[2]);
     }
+    // A file context's upload URL carries its own token instead of a key.
+    const uploaded = await templates.upload(c, rest);
+    if (uploaded) return uploaded;
     const caller = requireE2bCaller(c.req.raw.headers, identify);
     if (parts.volumes && (rest === "/volumes" || rest.startsWith("/volumes/"))) {
       return await volumeRoute(c, parts.volumes, rest, caller);
     }
+    const built = await templates.handle(c, rest, caller, nodeAuthFor(caller));
+    if (built) return built;
     const m = /^(?:\/v2)?\/sandboxes\/([^/]+)(\/.*)?$/.exec(rest);
     // Answered here, as a node would: a route about one sandbox finds it first, so a fork of
     // a killed sandbox is E2B's 404 (the SDK's SandboxNotFoundError), and "not built" is for
@@ -311,6 +318,7 @@ export function createE2bApi(
     const template = /^\/templates\/([^/]+)$/.exec(rest);
     if (template && method === "DELETE") {
       const id = decodeSegment(template[1]);
+      templates.forget(id);
       return await deleteSnapshot(parts, nodeApi, id, nodeAuthFor(caller), c.req.raw.signal);
     }
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {

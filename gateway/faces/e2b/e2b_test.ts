@@ -233,7 +233,7 @@ Deno.test("E2B api: routes with an id are found by id and forwarded; unknown is 
     const missing = await api(gateway, "GET", "/sandboxes/nope");
     assert.equal(missing.status, 404);
     assert.equal((await missing.json()).code, 404);
-    const unknownRoute = await api(gateway, "GET", "/templates");
+    const unknownRoute = await api(gateway, "GET", "/templates/x/unknown");
     assert.equal(unknownRoute.status, 404);
     assert.equal((await unknownRoute.json()).code, 404);
   } finally {

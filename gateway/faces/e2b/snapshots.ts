@@ -180,8 +180,8 @@ export async function deleteSnapshot(
   throw new HttpError(404, `Snapshot '${id}' not found on any node`);
 }
 
-/** Every node's answer to `GET /snapshots<search>`, the rows together. */
-async function listAll(
+/** Every node's answer to `GET /snapshots<search>`, the rows together (each with its node). */
+export async function listAll(
   parts: GatewayParts,
   nodeApi: string,
   search: string,

@@ -39,6 +39,8 @@ const L = {
   bytes: "dormice.snapshot.bytes",
   /** Set on the image a filesystem pause keeps (`archive`): the sandbox it is of. */
   archive: "dormice.snapshot.archive",
+  /** `true` on a built template its team published (see `_build.ts`). */
+  public: "dormice.template.public",
 } as const;
 
 /** What {@link Snapshots} works with. */
@@ -144,11 +146,14 @@ export class Snapshots {
     return info;
   }
 
-  /** This instance's snapshots, one team's when `team` is given, oldest first. */
+  /**
+   * This instance's snapshots, one team's when `team` is given (with every team's published
+   * templates), oldest first.
+   */
   async list(team?: string): Promise<SnapshotInfo[]> {
     return (await this.#tagged()).filter((s) => !s.archiveOf)
       .map((s) => s.info)
-      .filter((info) => team === undefined || info.team === team);
+      .filter((info) => team === undefined || info.team === team || info.public === true);
   }
 
   /** The snapshot id of what a filesystem pause kept of sandbox `sandboxId`, if any. */
@@ -209,7 +214,9 @@ export class Snapshots {
 
   /** The snapshot `snapshotId` of this instance (and of `team`, when given), or undefined. */
   async get(snapshotId: string, team?: string): Promise<SnapshotInfo | undefined> {
-    return (await this.list(team)).find((s) => s.snapshotId === snapshotId);
+    return (await this.list()).find((s) =>
+      s.snapshotId === snapshotId && (team === undefined || s.team === team)
+    );
   }
 
   /**
@@ -318,5 +325,6 @@ function infoOf(labels: Record<string, string>): SnapshotInfo | undefined {
     node: labels[L.node] ?? "",
     createdAt: Number(labels[L.created]) || 0,
     sizeBytes: Number(labels[L.bytes]) || 0,
+    ...(labels[L.public] === "true" ? { public: true } : {}),
   };
 }

@@ -70,6 +70,8 @@ export interface ImageSummary {
   RepoTags?: string[] | null;
   /** The image's labels. */
   Labels?: Record<string, string> | null;
+  /** When it was made, seconds since the epoch. */
+  Created?: number;
 }
 
 /** The fields of `docker info` this executor reads. */

@@ -48,6 +48,8 @@ import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
 import { snapshotImage, Snapshots } from "./_snapshots.ts";
+import { DockerTemplateBuilder } from "./_build.ts";
+import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -154,6 +156,7 @@ export class DockerExecutor implements Executor {
   #egress: EgressFirewall | null;
   #log: Log;
   #snapshots: Snapshots;
+  #builder: DockerTemplateBuilder;
   #startTimeoutMs: number;
   #closed = false;
   /**
@@ -253,6 +256,32 @@ export class DockerExecutor implements Executor {
       volumes,
       managedVolumes,
     });
+    this.#builder = new DockerTemplateBuilder({
+      engine: this.#engine,
+      sandboxes,
+      commands: this.#commands,
+      templates: map,
+      nodeId,
+      instanceId,
+      clock,
+      log,
+      commitTimeoutMs: createTimeoutMs,
+      networkMode: () => this.#network.modeFor(true),
+    });
+  }
+
+  /**
+   * Builds a template from E2B's steps into a snapshot image of this node (see `_build.ts`).
+   *
+   * @throws {TemplateBuildError} naming the step that failed.
+   */
+  buildTemplate(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
+    return this.#builder.build(spec, io);
+  }
+
+  /** Publishes or unpublishes a built template (see `_build.ts`). */
+  setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    return this.#builder.setPublic(templateId, team, published);
   }
 
   /**

@@ -68,6 +68,7 @@ export type {
 } from "../contract.ts";
 export { ExecutorError } from "../contract.ts";
 export type { ImageSummary } from "./engine.ts";
+export type { BuildIo, BuildLogLine, TemplateBuildSpec, TemplateStep } from "../template_build.ts";
 export type { IptablesResult, IptablesRunner } from "./_firewall.ts";
 export type { VolumeDecl } from "../../config_capabilities.ts";
 export type { EgressRules, SandboxSpec, VolumeMount } from "../../../shared/mod.ts";

@@ -1,0 +1,503 @@
+/**
+ * The gateway's E2B template build routes, as the SDK's `Template.build` speaks them:
+ *
+ * - `POST /v3/templates` (and `/v2/templates`) picks the node that builds by the fleet's
+ *   placement: the node already holding the team's template by that name (its cached steps are
+ *   there) when it passes, else a node with the `base` template. The template's id is a
+ *   snapshot id: the result is a snapshot of the team named after the template (see
+ *   `node/executors/template_build.ts`), so a create from it is placed on its holders as any
+ *   snapshot's is (`resolveCreateSource` in `snapshots.ts`). Moving snapshot images between
+ *   nodes (heal, a registry) hooks in there and serves built templates unchanged.
+ * - `GET /templates/{id}/files/{hash}` asks that node whether it has the file context, and
+ *   hands out an upload URL on this gateway; `PUT` there (no key: the URL carries a one-build
+ *   token) is streamed to the node.
+ * - `POST /v2/templates/{id}/builds/{buildID}` and `GET …/status` go to the building node.
+ * - `GET /templates`, `GET /templates/aliases/{alias}` and `GET /templates/{id}/tags` read the
+ *   fleet's templates (public) and the team's built ones (its named snapshots).
+ *
+ * The gateway remembers each build's node for its build routes: at most
+ * {@linkcode KEPT_BUILDS}, the oldest forgotten first (a forgotten build's status is a 404
+ * naming it; the template it made stays). Nothing else is kept here.
+ *
+ * @module
+ */
+import type { Context } from "hono";
+import { HttpError } from "../../../shared/http_error.ts";
+import { readJsonObject } from "../../../shared/json_body.ts";
+import { TEAM_HEADER } from "../../../shared/teams.ts";
+import { type Caller, teamOf } from "../../keys/auth.ts";
+import type { FleetNode } from "../../fleet/node.ts";
+import type { GatewayParts } from "../parts.ts";
+import { listAll } from "./snapshots.ts";
+
+/** How many builds the gateway remembers the node of. */
+export const KEPT_BUILDS = 1000;
+/** A template name: what a team calls it (a snapshot name). */
+const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** A template id here: a snapshot id. */
+const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
+const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
+
+/** One build the gateway routes. */
+interface BuildRoute {
+  templateId: string;
+  buildId: string;
+  node: string;
+  team: string;
+  name: string;
+  tags: string[];
+  token: string;
+  /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
+  limits: { cpuCount?: number; memoryMB?: number };
+  createdAt: number;
+}
+
+/** The template routes of one gateway. */
+export class GatewayTemplates {
+  #parts: GatewayParts;
+  #nodeApi: string;
+  /** Template id → its last build, oldest first. */
+  #builds = new Map<string, BuildRoute>();
+
+  constructor(parts: GatewayParts, nodeApi: string) {
+    this.#parts = parts;
+    this.#nodeApi = nodeApi;
+  }
+
+  /**
+   * The upload of a file context (`PUT …/files/{hash}/upload/{token}`), which carries no key:
+   * the token stands for it. Undefined for any other request.
+   */
+  async upload(c: Context, rest: string): Promise<Response | undefined> {
+    const m = /^\/templates\/([^/]+)\/files\/([^/]+)\/upload\/([^/]+)$/.exec(rest);
+    if (!m || c.req.method !== "PUT") return undefined;
+    const build = this.#builds.get(m[1]);
+    if (!build || !tokensMatch(build.token, m[3])) {
+      throw new HttpError(
+        403,
+        "This upload URL is not valid (its build is unknown or was forgotten): ask for a new " +
+          "one with GET /templates/{templateID}/files/{hash}",
+      );
+    }
+    const node = this.#node(build.node);
+    const res = await fetch(
+      `${node.endpoint}${this.#nodeApi}/templates/${build.templateId}/files/${m[2]}`,
+      {
+        method: "PUT",
+        body: c.req.raw.body,
+        headers: { ...this.#parts.routing.nodeHeadersFor(build.team), [TEAM_HEADER]: build.team },
+        signal: c.req.raw.signal,
+        // @ts-ignore: Deno's fetch streams a request body with duplex "half".
+        duplex: "half",
+      },
+    );
+    return relay(res);
+  }
+
+  /** The template routes; undefined for a request that is none of them. */
+  async handle(
+    c: Context,
+    rest: string,
+    caller: Caller,
+    nodeHeaders: Record<string, string>,
+  ): Promise<Response | undefined> {
+    const method = c.req.method;
+    const team = teamOf(caller);
+    const headers = { ...nodeHeaders, [TEAM_HEADER]: team };
+    const signal = c.req.raw.signal;
+    if ((rest === "/v3/templates" || rest === "/v2/templates") && method === "POST") {
+      return await this.#request(c, team, headers);
+    }
+    if (rest === "/templates" && method === "GET") return await this.#list(headers, signal);
+    let m = /^\/templates\/aliases\/([^/]+)$/.exec(rest);
+    if (m && method === "GET") return await this.#alias(decodeURIComponent(m[1]), headers, signal);
+    m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
+    if (m && method === "GET") {
+      const build = this.#own(m[1], team);
+      const answer = await this.#ask(build, `/templates/${build.templateId}/files/${m[2]}`, {
+        method: "GET",
+        headers,
+        signal,
+      });
+      if (answer.status !== 200) return relay(answer);
+      const { present } = await answer.json() as { present: boolean };
+      const url = new URL(c.req.url);
+      // Behind a proxy that ends TLS, the SDK must upload over https as it called.
+      const proto = c.req.header("x-forwarded-proto")?.split(",")[0].trim();
+      if (proto === "https" || proto === "http") url.protocol = `${proto}:`;
+      const prefix = url.pathname.slice(0, url.pathname.length - rest.length);
+      return Response.json({
+        present,
+        url: `${url.origin}${prefix}/templates/${build.templateId}/files/${m[2]}/upload/` +
+          build.token,
+      });
+    }
+    m = /^\/v2\/templates\/([^/]+)\/builds\/([^/]+)$/.exec(rest);
+    if (m && method === "POST") {
+      const build = this.#own(m[1], team, m[2]);
+      const { value } = await readJsonObject(c.req.raw, {
+        ...this.#parts.jsonBodyCap,
+        empty: "refuse",
+        example: '{"fromTemplate":"base","steps":[]}',
+      });
+      if (typeof value.fromTemplate === "string") {
+        await this.#followBase(build, value.fromTemplate, value.steps, headers, signal);
+      }
+      return relay(
+        await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
+          method: "POST",
+          headers: { ...headers, "content-type": "application/json" },
+          body: JSON.stringify({ ...value, ...build.limits, name: build.name }),
+          signal,
+        }),
+      );
+    }
+    m = /^\/templates\/([^/]+)\/builds\/([^/]+)\/status$/.exec(rest);
+    if (m && method === "GET") {
+      const build = this.#own(m[1], team, m[2]);
+      const search = new URL(c.req.url).search;
+      return relay(
+        await this.#ask(
+          build,
+          `/templates/${build.templateId}/builds/${build.buildId}/status${search}`,
+          { method: "GET", headers, signal },
+        ),
+      );
+    }
+    m = /^\/templates\/([^/]+)\/tags$/.exec(rest);
+    if (m && method === "GET") {
+      const found = await this.#find(decodeURIComponent(m[1]), headers, signal);
+      if (!found) throw notFound(decodeURIComponent(m[1]));
+      const build = this.#builds.get(found.templateID);
+      return Response.json([{
+        tag: "default",
+        buildID: build?.buildId ?? found.templateID,
+        createdAt: found.createdAt,
+      }]);
+    }
+    m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
+    if (m && method === "PATCH") return await this.#update(c, decodeURIComponent(m[1]), headers);
+    if (rest === "/templates/tags" && (method === "POST" || method === "DELETE")) {
+      throw new HttpError(
+        501,
+        "Tags other than 'default' are not kept by this fleet: a template's name is its only " +
+          "handle; build it again under another name (name:tag is read as name)",
+      );
+    }
+    return undefined;
+  }
+
+  /**
+   * `PATCH /v2/templates/{id}` (`{public}`): told to every node, as a delete is; the holder
+   * answers. A 404 when none holds a template of the team by that id.
+   */
+  async #update(c: Context, id: string, headers: Record<string, string>): Promise<Response> {
+    const { text } = await readJsonObject(c.req.raw, {
+      ...this.#parts.jsonBodyCap,
+      empty: "refuse",
+      example: '{"public":true}',
+    });
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/v2/templates/${encodeURIComponent(id)}`,
+      text,
+      c.req.raw.signal,
+      { method: "PATCH", headers: { ...headers, "content-type": "application/json" } },
+    );
+    const done = answers.find((a) => a.ok);
+    if (done && done.ok) return Response.json(done.json);
+    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
+    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
+    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
+    if (silent.length > 0) {
+      throw new HttpError(
+        503,
+        `No node updated template '${id}', and ${
+          silent.map((a) => `'${a.node.id}'`).join(", ")
+        } did not answer (it may hold it): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
+    throw notFound(id);
+  }
+
+  /**
+   * A build from another template of the team must run where that one is held. Until images
+   * move between nodes, the build follows it there when it uploaded no files (they sit on the
+   * node first chosen); with files, it is a 409 saying so.
+   */
+  async #followBase(
+    build: BuildRoute,
+    base: string,
+    steps: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const found = await this.#find(base, headers, signal);
+    if (!found?.node || found.node === build.node) return;
+    const copies = Array.isArray(steps) &&
+      steps.some((s) => (s as { type?: unknown } | null)?.type === "COPY");
+    if (copies) {
+      throw new HttpError(
+        409,
+        `Template '${base}' is held by node '${found.node}', and this build's files were ` +
+          `uploaded to node '${build.node}': build again (the build then starts on '${found.node}')`,
+      );
+    }
+    const pick = this.#parts.placer.pick({
+      snapshot: found.templateID,
+      snapshotHolders: [found.node],
+    });
+    if (!pick.ok) {
+      throw new HttpError(503, `Template '${base}' cannot be built on now: ${pick.message}`, {
+        headers: { "retry-after": String(pick.retryAfterSeconds) },
+      });
+    }
+    build.node = pick.node.id;
+  }
+
+  /** Forgets the build of a deleted template. */
+  forget(templateId: string): void {
+    this.#builds.delete(templateId);
+  }
+
+  async #request(c: Context, team: string, headers: Record<string, string>): Promise<Response> {
+    const { value: body } = await readJsonObject(c.req.raw, {
+      ...this.#parts.jsonBodyCap,
+      empty: "refuse",
+      example: '{"name":"my-template"}',
+    });
+    const given = typeof body.name === "string"
+      ? body.name
+      : typeof body.alias === "string"
+      ? body.alias
+      : undefined;
+    if (given === undefined) {
+      throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
+    }
+    const [name, tag] = given.split(":", 2);
+    if (!NAME.test(name)) {
+      throw new HttpError(
+        400,
+        `'name' '${given.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-', ` +
+          "starting with a letter or digit (a ':tag' may follow)",
+      );
+    }
+    const tags = [
+      ...new Set([
+        ...(tag ? [tag] : []),
+        ...(Array.isArray(body.tags) ? body.tags.filter((t) => typeof t === "string") : []),
+      ]),
+    ];
+    const existing = await this.#find(name, headers, c.req.raw.signal);
+    if (existing && !TEMPLATE_ID.test(existing.templateID)) {
+      throw new HttpError(
+        409,
+        `'${name}' is a template of the fleet (DORMICE_TEMPLATES): choose another name`,
+      );
+    }
+    const node = this.#place(existing?.templateID, existing?.node);
+    const route: BuildRoute = {
+      templateId: existing?.templateID ?? newTemplateId(),
+      buildId: crypto.randomUUID(),
+      node: node.id,
+      team,
+      name,
+      tags: tags.length > 0 ? tags : ["default"],
+      token: randomToken(),
+      limits: {
+        ...(typeof body.cpuCount === "number" ? { cpuCount: body.cpuCount } : {}),
+        ...(typeof body.memoryMB === "number" ? { memoryMB: body.memoryMB } : {}),
+      },
+      createdAt: this.#parts.fleet.now(),
+    };
+    this.#builds.delete(route.templateId);
+    this.#builds.set(route.templateId, route);
+    while (this.#builds.size > KEPT_BUILDS) {
+      this.#builds.delete(this.#builds.keys().next().value!);
+    }
+    this.#parts.log("info", "template build placed", {
+      template: route.templateId,
+      name,
+      team,
+      nodeId: node.id,
+    });
+    return Response.json({
+      templateID: route.templateId,
+      buildID: route.buildId,
+      public: false,
+      names: [name],
+      aliases: [name],
+      tags: route.tags,
+    }, { status: 202 });
+  }
+
+  /**
+   * The node that builds, by the fleet's placement (up, a reading, CPU and disk within the
+   * limits): the holder of the team's template by this name when it passes (its cached steps
+   * are there), else any node with `base`.
+   */
+  #place(templateId: string | undefined, holder: string | undefined): FleetNode {
+    if (templateId !== undefined && holder !== undefined) {
+      const held = this.#parts.placer.pick({ snapshot: templateId, snapshotHolders: [holder] });
+      if (held.ok) return held.node;
+    }
+    const pick = this.#parts.placer.pick({ template: "base" });
+    if (!pick.ok) {
+      throw new HttpError(
+        503,
+        `No node can take a template build now: ${pick.message}`,
+        { headers: { "retry-after": String(pick.retryAfterSeconds) } },
+      );
+    }
+    return pick.node;
+  }
+
+  /** The team's template (built, or a fleet template) by name or id, or undefined. */
+  async #find(
+    nameOrId: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<
+    { templateID: string; node?: string; createdAt: string; public: boolean } | undefined
+  > {
+    const nodes = [...this.#parts.fleet.nodes()];
+    if (nodes.some((n) => n.templates?.includes(nameOrId))) {
+      return { templateID: nameOrId, createdAt: new Date(0).toISOString(), public: true };
+    }
+    const { rows } = await listAll(
+      this.#parts,
+      this.#nodeApi,
+      `?name=${encodeURIComponent(nameOrId)}`,
+      { headers, signal },
+    );
+    const row = rows.find((r) => r.names.includes(nameOrId) || r.snapshotID === nameOrId);
+    return row
+      ? { templateID: row.snapshotID, node: row.node, createdAt: row.createdAt, public: false }
+      : undefined;
+  }
+
+  async #alias(
+    alias: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const found = await this.#find(alias, headers, signal);
+    if (!found) throw notFound(alias);
+    return Response.json({ templateID: found.templateID, public: found.public });
+  }
+
+  async #list(headers: Record<string, string>, signal: AbortSignal) {
+    const { rows } = await listAll(this.#parts, this.#nodeApi, "?limit=100", { headers, signal });
+    const fleet = new Set<string>();
+    for (const n of this.#parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
+    const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
+      templateID: id,
+      buildID: this.#builds.get(id)?.buildId ?? id,
+      cpuCount: 2,
+      memoryMB: 512,
+      diskSizeMB: 0,
+      public: pub,
+      aliases: names,
+      names,
+      createdAt,
+      updatedAt: createdAt,
+      createdBy: null,
+      lastSpawnedAt: null,
+      spawnCount: 0,
+      buildCount: 1,
+      envdVersion: "0.6.13",
+      buildStatus: "ready",
+    });
+    const epoch = new Date(0).toISOString();
+    return Response.json([
+      ...[...fleet].sort().map((t) => template(t, [t], true, epoch)),
+      // The team's named snapshots, built templates among them: a create takes either by name.
+      ...rows.filter((r) => r.names.length > 0)
+        .map((r) => template(r.snapshotID, r.names, false, r.createdAt)),
+    ]);
+  }
+
+  /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
+  #own(templateId: string, team: string, buildId?: string): BuildRoute {
+    const build = this.#builds.get(decodeURIComponent(templateId));
+    if (!build || build.team !== team || (buildId !== undefined && build.buildId !== buildId)) {
+      throw new HttpError(
+        404,
+        `Template build '${templateId}${buildId ? `/${buildId}` : ""}' not found on this ` +
+          "gateway: request a build with POST /v3/templates first",
+      );
+    }
+    return build;
+  }
+
+  #node(id: string): FleetNode {
+    const node = [...this.#parts.fleet.nodes()].find((n) => n.id === id);
+    if (!node || this.#parts.fleet.isDown(node)) {
+      throw new HttpError(
+        503,
+        `Node '${id}', which builds this template, is down: build again once it is back`,
+        { headers: { "retry-after": "5" } },
+      );
+    }
+    return node;
+  }
+
+  async #ask(
+    build: BuildRoute,
+    path: string,
+    init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal },
+  ): Promise<Response> {
+    const node = this.#node(build.node);
+    try {
+      return await fetch(`${node.endpoint}${this.#nodeApi}${path}`, {
+        ...init,
+        signal: AbortSignal.any([init.signal, AbortSignal.timeout(30_000)]),
+      });
+    } catch (error) {
+      throw new HttpError(
+        502,
+        `Node '${node.id}', which builds this template, did not answer: ${
+          error instanceof Error ? error.message : error
+        }`,
+      );
+    }
+  }
+}
+
+function notFound(nameOrId: string): HttpError {
+  return new HttpError(
+    404,
+    `Template '${nameOrId}' not found: list your templates with GET /templates, or build it`,
+  );
+}
+
+/** A node's answer passed on: status, body and content type. */
+async function relay(res: Response): Promise<Response> {
+  const text = await res.text();
+  const headers = new Headers();
+  for (const name of ["content-type", "retry-after"]) {
+    const v = res.headers.get(name);
+    if (v !== null) headers.set(name, v);
+  }
+  return new Response(res.status === 204 || text === "" ? null : text, {
+    status: res.status,
+    headers,
+  });
+}
+
+function newTemplateId(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(20));
+  return `snap-${[...bytes].map((b) => ALPHABET[b % 36]).join("")}`;
+}
+
+function randomToken(): string {
+  const bytes = crypto.getRandomValues(new Uint8Array(24));
+  return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function tokensMatch(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}

@@ -1,0 +1,310 @@
+/**
+ * The node's template builds (E2B's `Template.build`): the uploaded file contexts, a bound on
+ * builds at once and on each build's time, each build's status and log lines for the SDK's
+ * polling, and the snapshot refresh that makes a finished template advertised in the next
+ * check-in. The building itself is the executor's (`TemplateBuilder`).
+ *
+ * Moving a built template to another node is the snapshot images' movement (heal or registry):
+ * the result is a snapshot image like any other, so that mechanism carries it unchanged.
+ *
+ * @module
+ */
+import { join } from "node:path";
+import { HttpError } from "../shared/http_error.ts";
+import type { Clock } from "../shared/clock.ts";
+import { systemClock } from "../shared/clock.ts";
+import type { Log } from "../shared/log.ts";
+import { silentLog } from "../shared/log.ts";
+import type { SnapshotInfo } from "./executors/contract.ts";
+import {
+  type BuildLogLine,
+  isTemplateBuilder,
+  TemplateBuildError,
+  type TemplateBuildSpec,
+} from "./executors/template_build.ts";
+
+/** The default bound on builds running at once on a node (`DORMICE_TEMPLATE_BUILDS`). */
+export const DEFAULT_TEMPLATE_BUILDS = 2;
+/** The default bound on one build's time, seconds (`DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS`). */
+export const DEFAULT_TEMPLATE_BUILD_TIMEOUT_SECONDS = 1800;
+/** The default cap of one uploaded file context, bytes (`DORMICE_TEMPLATE_CONTEXT_LIMIT_MB`). */
+export const DEFAULT_TEMPLATE_CONTEXT_LIMIT_BYTES = 256 * 1024 * 1024;
+/** How many finished builds the node remembers the status of (the oldest goes first). */
+const KEPT_BUILDS = 200;
+/** How many log lines one build keeps; later ones are counted, not kept. */
+const KEPT_LOG_LINES = 5000;
+/** How many uploaded contexts are kept (the least recently used goes first). */
+const KEPT_CONTEXTS = 64;
+/** A context file's hash: what the SDK sends (sha256 hex). */
+const HASH = /^[a-f0-9]{64}$/;
+
+/** One build as the status route answers it. */
+export interface BuildRecord {
+  spec: TemplateBuildSpec;
+  status: "building" | "ready" | "error";
+  logs: BuildLogLine[];
+  dropped: number;
+  reason?: { message: string; step?: string; logEntries: BuildLogLine[] };
+  result?: SnapshotInfo;
+  startedAt: number;
+  finishedAt?: number;
+}
+
+/** Options of {@linkcode TemplateBuilds}. */
+export interface TemplateBuildsOptions {
+  /** Builds templates (a `TemplateBuilder`); builds answer 501 when it does not. */
+  executor: unknown;
+  /** Refreshed after a build, so the check-in advertises the template. */
+  snapshots?: { refresh(): Promise<void> };
+  /** Where uploaded contexts are kept (`<data dir>/template-contexts`). */
+  dir: string;
+  /** Builds at once (`DORMICE_TEMPLATE_BUILDS`). */
+  maxBuilds?: number;
+  /** One build's bound, ms (`DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS`). */
+  timeoutMs?: number;
+  /** Cap of one uploaded context, bytes (`DORMICE_TEMPLATE_CONTEXT_LIMIT_MB`). */
+  maxContextBytes?: number;
+  clock?: Clock;
+  log?: Log;
+}
+
+/**
+ * The node's builds.
+ *
+ * @example
+ * ```ts ignore
+ * const builds = new TemplateBuilds({ executor, dir: "/var/lib/dormice/template-contexts" });
+ * builds.start(spec);
+ * builds.status(spec.templateId, spec.buildId, 0, "default");
+ * ```
+ */
+export class TemplateBuilds {
+  #o: TemplateBuildsOptions;
+  #builds = new Map<string, BuildRecord>();
+  #contexts = new Map<string, string>();
+  #running = 0;
+  #clock: Clock;
+  #log: Log;
+
+  constructor(options: TemplateBuildsOptions) {
+    this.#o = options;
+    this.#clock = options.clock ?? systemClock;
+    this.#log = options.log ?? silentLog;
+  }
+
+  /** Whether the context of `hash` was uploaded. */
+  async hasContext(hash: string): Promise<boolean> {
+    checkHash(hash);
+    return (await this.#contextPath(hash)) !== undefined;
+  }
+
+  /** Keeps an uploaded context (a gzipped tar) under `hash`, within the cap. */
+  async putContext(hash: string, body: ReadableStream<Uint8Array> | null): Promise<void> {
+    checkHash(hash);
+    if (!body) throw new HttpError(400, "The upload has no body: PUT the context's tar.gz");
+    const cap = this.#o.maxContextBytes ?? DEFAULT_TEMPLATE_CONTEXT_LIMIT_BYTES;
+    await Deno.mkdir(this.#o.dir, { recursive: true });
+    const path = join(this.#o.dir, hash);
+    const partial = `${path}.${crypto.randomUUID().slice(0, 8)}.part`;
+    const file = await Deno.open(partial, { write: true, create: true, truncate: true });
+    let size = 0;
+    try {
+      for await (const chunk of body) {
+        size += chunk.length;
+        if (size > cap) {
+          throw new HttpError(
+            413,
+            `The file context is over ${Math.round(cap / 1048576)} MB ` +
+              "(DORMICE_TEMPLATE_CONTEXT_LIMIT_MB): copy fewer files, or add a .dockerignore",
+          );
+        }
+        let written = 0;
+        while (written < chunk.length) written += await file.write(chunk.subarray(written));
+      }
+    } catch (error) {
+      file.close();
+      await Deno.remove(partial).catch(() => {});
+      throw error;
+    }
+    file.close();
+    await Deno.rename(partial, path);
+    this.#remember(hash, path);
+  }
+
+  /** Starts a build; a 429 when the node already runs its bound of builds. */
+  start(spec: TemplateBuildSpec): BuildRecord {
+    const executor = this.#o.executor;
+    if (!isTemplateBuilder(executor)) {
+      throw new HttpError(501, "This node's executor builds no templates: run it on Docker");
+    }
+    const max = this.#o.maxBuilds ?? DEFAULT_TEMPLATE_BUILDS;
+    if (this.#running >= max) {
+      throw new HttpError(
+        429,
+        `This node runs ${this.#running} template builds, its bound (DORMICE_TEMPLATE_BUILDS=` +
+          `${max}): retry once one finished`,
+        { headers: { "retry-after": "10" } },
+      );
+    }
+    const key = keyOf(spec.templateId, spec.buildId);
+    if (this.#builds.get(key)?.status === "building") {
+      throw new HttpError(409, `Build ${spec.buildId} of ${spec.templateId} is running already`);
+    }
+    const record: BuildRecord = {
+      spec,
+      status: "building",
+      logs: [],
+      dropped: 0,
+      startedAt: this.#clock.now(),
+    };
+    this.#builds.set(key, record);
+    this.#evict();
+    this.#running++;
+    const timeoutMs = this.#o.timeoutMs ?? DEFAULT_TEMPLATE_BUILD_TIMEOUT_SECONDS * 1000;
+    const signal = AbortSignal.timeout(timeoutMs);
+    const log = (level: BuildLogLine["level"], message: string, step?: string) => {
+      if (record.logs.length >= KEPT_LOG_LINES) {
+        record.dropped++;
+        return;
+      }
+      record.logs.push({ at: this.#clock.now(), level, message, ...(step ? { step } : {}) });
+    };
+    const io = { log, contextFile: (hash: string) => this.#contexts.get(hash), signal };
+    (async () => {
+      try {
+        record.result = await executor.buildTemplate(spec, io);
+        record.status = "ready";
+        await this.#o.snapshots?.refresh();
+        log("info", `Build finished: template ${spec.name} (${spec.templateId}) is ready`);
+      } catch (error) {
+        const failure = error instanceof TemplateBuildError
+          ? { message: error.message, step: error.step }
+          : signal.aborted
+          ? {
+            message: `The build ran past its bound of ${Math.round(timeoutMs / 1000)} s ` +
+              "(DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS): make its steps shorter, or raise it",
+          }
+          : { message: `The build failed: ${error instanceof Error ? error.message : error}` };
+        log("error", failure.message, failure.step);
+        record.status = "error";
+        record.reason = {
+          ...failure,
+          logEntries: record.logs.filter((l) => l.step === failure.step).slice(-20),
+        };
+        this.#log("warn", "a template build failed", {
+          template: spec.templateId,
+          build: spec.buildId,
+          step: failure.step,
+          error: failure.message,
+        });
+      } finally {
+        record.finishedAt = this.#clock.now();
+        this.#running--;
+      }
+    })();
+    return record;
+  }
+
+  /**
+   * Publishes or unpublishes template `templateId` of `team`; false when the node holds no
+   * template of that team by that id.
+   */
+  async setPublic(templateId: string, team: string, published: boolean): Promise<boolean> {
+    const executor = this.#o.executor;
+    if (!isTemplateBuilder(executor)) return false;
+    const done = await executor.setTemplatePublic(templateId, team, published);
+    if (done) await this.#o.snapshots?.refresh();
+    return done;
+  }
+
+  /** The build `buildId` of `templateId` for `team`; a 404 when there is none. */
+  get(templateId: string, buildId: string, team: string): BuildRecord {
+    const record = this.#builds.get(keyOf(templateId, buildId));
+    if (!record || record.spec.team !== team) {
+      throw new HttpError(
+        404,
+        `Build '${buildId}' of template '${templateId}' not found on this node: start it with ` +
+          "POST /v2/templates/{templateID}/builds/{buildID}",
+      );
+    }
+    return record;
+  }
+
+  /** Builds running now. */
+  get running(): number {
+    return this.#running;
+  }
+
+  async #contextPath(hash: string): Promise<string | undefined> {
+    const known = this.#contexts.get(hash);
+    if (known) return known;
+    const path = join(this.#o.dir, hash);
+    try {
+      await Deno.stat(path);
+    } catch {
+      return undefined;
+    }
+    this.#remember(hash, path);
+    return path;
+  }
+
+  #remember(hash: string, path: string): void {
+    this.#contexts.delete(hash);
+    this.#contexts.set(hash, path);
+    while (this.#contexts.size > KEPT_CONTEXTS) {
+      const [oldest, file] = this.#contexts.entries().next().value!;
+      this.#contexts.delete(oldest);
+      Deno.remove(file).catch(() => {});
+    }
+  }
+
+  #evict(): void {
+    if (this.#builds.size <= KEPT_BUILDS) return;
+    for (const [key, record] of this.#builds) {
+      if (this.#builds.size <= KEPT_BUILDS) return;
+      if (record.status !== "building") this.#builds.delete(key);
+    }
+  }
+}
+
+/**
+ * The status answer E2B's SDK reads (`TemplateBuildInfo`), from log line `offset` on.
+ */
+export function buildInfo(record: BuildRecord, offset: number): Record<string, unknown> {
+  const entry = (l: BuildLogLine) => ({
+    timestamp: new Date(l.at).toISOString(),
+    level: l.level,
+    message: l.message,
+    ...(l.step ? { step: l.step } : {}),
+  });
+  const lines = record.logs.slice(Math.max(0, offset));
+  return {
+    templateID: record.spec.templateId,
+    buildID: record.spec.buildId,
+    status: record.status,
+    logs: lines.map((l) => l.message),
+    logEntries: lines.map(entry),
+    ...(record.reason
+      ? {
+        reason: {
+          message: record.reason.message,
+          ...(record.reason.step ? { step: record.reason.step } : {}),
+          logEntries: record.reason.logEntries.map(entry),
+        },
+      }
+      : {}),
+  };
+}
+
+function keyOf(templateId: string, buildId: string): string {
+  return `${templateId}/${buildId}`;
+}
+
+function checkHash(hash: string): void {
+  if (!HASH.test(hash)) {
+    throw new HttpError(
+      400,
+      `'${hash.slice(0, 80)}' is no files hash: the SDK sends 64 hex digits`,
+    );
+  }
+}

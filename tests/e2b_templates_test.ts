@@ -1,0 +1,407 @@
+/**
+ * Templates built with the official `e2b` SDK's `Template()` builder, unmodified, through a real
+ * gateway in front of two real nodes: the build's log lines reach `onBuildLogs`, the template
+ * is found by name by its team only, sandboxes start from it (with the copied file, the
+ * environment and the start command on Docker), a failing step is a `BuildError` naming it, an
+ * image no registry serves fails naming the registry, a rebuild with only its last step changed
+ * reruns only that step (Docker), another team cannot use or see it until it is published
+ * (`PATCH /v2/templates/{id}`), only its team deletes it, and a delete removes it fleet-wide. On the fake executor and on Docker; off CI the Docker run skips with a printed
+ * reason when there is no engine, with `CI=true` it fails.
+ */
+import assert from "node:assert/strict";
+import Docker from "dockerode";
+import { BuildError, Sandbox, Template } from "e2b";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
+import { type NodeProcess, startNode } from "./_processes.ts";
+import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
+
+function sdkOptions(base: string, apiKey: string) {
+  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
+}
+type Opts = ReturnType<typeof sdkOptions>;
+
+interface Fleet {
+  gw: GatewayProcess;
+  ids: string[];
+  stop(): Promise<void>;
+}
+
+async function startFleet(
+  startOne: (gw: GatewayProcess, id: string) => Promise<NodeProcess>,
+  ids: [string, string],
+): Promise<Fleet> {
+  const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
+  const nodes: NodeProcess[] = [];
+  const stop = async () => {
+    await Promise.all(nodes.map((n) => n.stop()));
+    await gw.stop();
+  };
+  try {
+    for (const id of ids) nodes.push(await startOne(gw, id));
+    await until("both nodes up with a reading at the gateway", async () => {
+      const { body } = await gw.json("listNodes");
+      return body.nodes.filter((n: { id: string; state: string; reading: unknown }) =>
+        ids.includes(n.id) && n.state === "up" && n.reading !== null
+      ).length === 2;
+    });
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { gw, ids, stop };
+}
+
+/** A file context directory with `hello.txt`. */
+async function context(): Promise<string> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-tpl-ctx-" });
+  await Deno.writeTextFile(`${dir}/hello.txt`, "hello from the context\n");
+  return dir;
+}
+
+/** The node a sandbox runs on. */
+async function nodeOf(opts: Opts, sandboxId: string): Promise<string> {
+  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
+    headers: { "x-api-key": opts.apiKey },
+  });
+  assert.equal(res.status, 200);
+  return (await res.json()).clientID;
+}
+
+async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise<void> {
+  const { gw } = fleet;
+  const key = async (team: string) => {
+    const minted = await gw.json("createApiKey", { team });
+    assert.equal(minted.status, 200, JSON.stringify(minted.body));
+    return sdkOptions(gw.url, minted.body.key);
+  };
+  const a = await key("team-a");
+  const b = await key("team-b");
+  const dir = await context();
+  const name = `tpl-${crypto.randomUUID().slice(0, 8)}`;
+  const made: Sandbox[] = [];
+  let templateId = "";
+  // The first command is new to the engine, so the first build caches nothing before it.
+  const template = (last: string) =>
+    Template({ fileContextPath: dir })
+      .fromTemplate("base")
+      .runCmd(`echo built-as-$(id -un) > /tmp/who && echo step-one-done # ${name}`, {
+        user: "root",
+      })
+      .copy("hello.txt", "/home/user/hello.txt", { mode: 0o640 })
+      .setEnvs({ GREETING: "hi-from-template" })
+      .runCmd(last, { user: "root" });
+  try {
+    await t.step("Template.build from base: logs reach onBuildLogs", async () => {
+      const lines: string[] = [];
+      const built = await Template.build(
+        template("echo last-step-v1").setStartCmd(
+          "echo started > /tmp/started && sleep 3600",
+          "test -f /tmp/started",
+        ),
+        name,
+        { ...a, onBuildLogs: (entry) => lines.push(entry.message) },
+      );
+      templateId = built.templateId;
+      assert.match(templateId, /^snap-[a-z0-9]{20}$/);
+      const text = lines.join("\n");
+      assert.match(text, /step-one-done/, text);
+      assert.match(text, /last-step-v1/, text);
+      assert.ok(await Template.exists(name, a), "the team finds its template by name");
+      assert.equal(await Template.exists(name, b), false, "another team does not");
+    });
+
+    await t.step("the SDK's exists, getTags, buildInBackground and getBuildStatus", async () => {
+      // As the SDK's own exists test: the fleet's base template exists, a random name does not.
+      assert.equal(await Template.exists("base", a), true);
+      assert.equal(await Template.exists(`nonexistent-${crypto.randomUUID()}`, a), false);
+      const tags = await Template.getTags(templateId, a);
+      assert.deepEqual(tags.map((x) => x.tag), ["default"]);
+      const background = await Template.buildInBackground(
+        Template().fromTemplate("base").runCmd("echo in-background"),
+        { alias: `${name}-bg`, cpuCount: 1, memoryMB: 1024, ...a },
+      );
+      let status = await Template.getBuildStatus(background, a);
+      await until("the background build ends", async () => {
+        status = await Template.getBuildStatus(background, a);
+        return status.status !== "building";
+      });
+      assert.equal(status.status, "ready", JSON.stringify(status.reason));
+      const all = await Template.getBuildStatus(background, { ...a, logsOffset: 0 });
+      assert.ok(all.logEntries.some((l) => l.message === "in-background"));
+      const del = await fetch(`${a.apiUrl}/templates/${background.templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": a.apiKey },
+      });
+      assert.equal(del.status, 204);
+      await del.body?.cancel();
+    });
+
+    await t.step("Sandbox.create(name) starts from it, on either node", async () => {
+      const nodes = new Set<string>();
+      for (let i = 0; i < (docker ? 2 : 3); i++) {
+        const sbx = await Sandbox.create(name, a);
+        made.push(sbx);
+        nodes.add(await nodeOf(a, sbx.sandboxId));
+        if (docker) {
+          assert.equal(await sbx.files.read("/home/user/hello.txt"), "hello from the context\n");
+          const env = await sbx.commands.run("echo $GREETING; cat /tmp/who /tmp/started");
+          assert.equal(env.stdout, "hi-from-template\nbuilt-as-root\nstarted\n");
+          const mode = await sbx.commands.run("stat -c %a /home/user/hello.txt");
+          assert.equal(mode.stdout.trim(), "640");
+        }
+      }
+      // Until image movement between nodes, the builder holds the template and takes them all.
+      assert.equal(nodes.size, 1, `sandboxes of a built template ran on ${[...nodes]}`);
+    });
+
+    await t.step("fromTemplate of the team's own template builds where that one is", async () => {
+      // The sandboxes of the step before run on the holder, so placement alone would put these
+      // builds on the other node, which lacks their base.
+      for (let i = 0; i < 3; i++) {
+        const child = await Template.build(
+          Template().fromTemplate(name)
+            // The fake's shell has no `test`, and its COPY keeps no files.
+            .runCmd(docker ? "test -f /home/user/hello.txt" : "echo child"),
+          `${name}-child${i}`,
+          a,
+        );
+        const del = await fetch(`${a.apiUrl}/templates/${child.templateId}`, {
+          method: "DELETE",
+          headers: { "x-api-key": a.apiKey },
+        });
+        assert.equal(del.status, 204);
+        await del.body?.cancel();
+      }
+    });
+
+    await t.step("another team cannot start, list or read its builds", async () => {
+      await assert.rejects(Sandbox.create(name, b));
+      const listed = await fetch(`${b.apiUrl}/templates`, { headers: { "x-api-key": b.apiKey } });
+      assert.equal(listed.status, 200);
+      assert.ok(!(await listed.text()).includes(templateId));
+      const mine = await fetch(`${a.apiUrl}/templates`, { headers: { "x-api-key": a.apiKey } });
+      assert.ok((await mine.text()).includes(templateId));
+    });
+
+    await t.step("published, every team starts from it; only its team deletes it", async () => {
+      const patch = (opts: Opts, value: boolean) =>
+        fetch(`${opts.apiUrl}/v2/templates/${templateId}`, {
+          method: "PATCH",
+          headers: { "x-api-key": opts.apiKey, "content-type": "application/json" },
+          body: JSON.stringify({ public: value }),
+        });
+      const other = await patch(b, true);
+      assert.equal(other.status, 404, "another team cannot publish it");
+      await other.body?.cancel();
+      const res = await patch(a, true);
+      assert.equal(res.status, 200);
+      assert.deepEqual(await res.json(), { names: [name] });
+      assert.ok(await Template.exists(name, b), "another team finds a published template");
+      const sbx = await Sandbox.create(name, b);
+      made.push(sbx);
+      if (docker) {
+        assert.equal(await sbx.files.read("/home/user/hello.txt"), "hello from the context\n");
+      }
+      await sbx.kill();
+      const del = await fetch(`${b.apiUrl}/templates/${templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": b.apiKey },
+      });
+      assert.equal(del.status, 404, "another team cannot delete a published template");
+      await del.body?.cancel();
+      const back = await patch(a, false);
+      assert.equal(back.status, 200);
+      await back.body?.cancel();
+      assert.equal(await Template.exists(name, b), false, "unpublished, it is the team's again");
+      await assert.rejects(Sandbox.create(name, b));
+    });
+
+    await t.step("bad input is a clear 4xx in E2B's shape", async () => {
+      const call = async (method: string, path: string, body?: unknown, key = a.apiKey) => {
+        const res = await fetch(`${a.apiUrl}${path}`, {
+          method,
+          headers: { "x-api-key": key, "content-type": "application/json" },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        });
+        const text = await res.text();
+        return { status: res.status, body: text ? JSON.parse(text) : null };
+      };
+      const noName = await call("POST", "/v3/templates", {});
+      assert.equal(noName.status, 400);
+      assert.match(noName.body.message, /'name' is required/);
+      const badName = await call("POST", "/v3/templates", { name: "no spaces please" });
+      assert.equal(badName.status, 400);
+      assert.match(badName.body.message, /letters, digits/);
+      const fleetName = await call("POST", "/v3/templates", { name: "base" });
+      assert.equal(fleetName.status, 409);
+      assert.match(fleetName.body.message, /template of the fleet/);
+      const req = await call("POST", "/v3/templates", { name: `${name}-input` });
+      assert.equal(req.status, 202);
+      const { templateID, buildID } = req.body;
+      const badHash = await call("GET", `/templates/${templateID}/files/not-a-hash`);
+      assert.equal(badHash.status, 400);
+      assert.match(badHash.body.message, /64 hex digits/);
+      const files = await call("GET", `/templates/${templateID}/files/${"c".repeat(64)}`);
+      assert.equal(files.status, 200);
+      assert.equal(files.body.present, false);
+      assert.ok(files.body.url.startsWith(`${a.apiUrl}/templates/${templateID}/files/`));
+      const proxied = await fetch(`${a.apiUrl}/templates/${templateID}/files/${"c".repeat(64)}`, {
+        headers: { "x-api-key": a.apiKey, "x-forwarded-proto": "https" },
+      });
+      assert.match((await proxied.json()).url, /^https:\/\//, "the proxy's scheme");
+      const forged = await fetch(files.body.url.replace(/[0-9a-f]{48}$/, "0".repeat(48)), {
+        method: "PUT",
+        body: "x",
+      });
+      assert.equal(forged.status, 403);
+      await forged.body?.cancel();
+      const otherTeam = await call(
+        "GET",
+        `/templates/${templateID}/builds/${buildID}/status`,
+        undefined,
+        b.apiKey,
+      );
+      assert.equal(otherTeam.status, 404, "another team's build is not found");
+      const unknownBase = await call("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+        fromTemplate: "no-such-template",
+        steps: [],
+      });
+      assert.equal(unknownBase.status, 400);
+      assert.match(unknownBase.body.message, /no-such-template/);
+      const badOffset = await call(
+        "GET",
+        `/templates/${templateID}/builds/${buildID}/status?logsOffset=-1`,
+      );
+      assert.equal(badOffset.status, 400);
+      assert.match(badOffset.body.message, /'logsOffset' must be a whole number/);
+      const unknownBuild = await call("GET", `/templates/snap-${"x".repeat(20)}/builds/b/status`);
+      assert.equal(unknownBuild.status, 404);
+      assert.match(unknownBuild.body.message, /POST \/v3\/templates/);
+    });
+
+    await t.step("a failing step is a BuildError naming the step, with its output", async () => {
+      const error = await Template.build(
+        Template().fromTemplate("base").runCmd("echo first").runCmd("echo boom-output; exit 3"),
+        `${name}-bad`,
+        a,
+      ).catch((e) => e);
+      assert.ok(error instanceof BuildError, String(error));
+      assert.match(error.message, /Step 2 failed/);
+      assert.match(error.message, /exited with code 3/);
+      assert.match(error.message, /boom-output/);
+    });
+
+    await t.step(
+      "fromImage of an image no registry serves names the image and registry",
+      async () => {
+        const error = await Template.build(
+          Template().fromImage("example.invalid/nope/none:1").runCmd("true"),
+          `${name}-img`,
+          a,
+        ).catch((e) => e);
+        assert.ok(error instanceof BuildError, String(error));
+        assert.match(error.message, /example\.invalid\/nope\/none:1/);
+        assert.match(error.message, /could not be pulled/);
+      },
+    );
+
+    if (docker) {
+      await t.step("a rebuild with the last step changed reruns only that step", async () => {
+        const lines: string[] = [];
+        const again = await Template.build(template("echo last-step-v2"), name, {
+          ...a,
+          onBuildLogs: (entry) => lines.push(entry.message),
+        });
+        assert.equal(again.templateId, templateId, "the same name keeps its id");
+        const text = lines.join("\n");
+        assert.match(text, /\[1\] CACHED/, text);
+        assert.match(text, /\[2\] CACHED/, text);
+        // The first step's output line; its command (in the CACHED line) says it too.
+        assert.ok(!lines.includes("step-one-done"), text);
+        assert.match(text, /last-step-v2/, text);
+        const sbx = await Sandbox.create(name, a);
+        made.push(sbx);
+        assert.equal((await sbx.commands.run("cat /home/user/hello.txt")).exitCode, 0);
+      });
+    }
+
+    await t.step("delete removes it fleet-wide", async () => {
+      for (const s of made.splice(0)) await s.kill().catch(() => {});
+      const other = await fetch(`${b.apiUrl}/templates/${templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": b.apiKey },
+      });
+      assert.equal(other.status, 404, "another team cannot delete it");
+      await other.body?.cancel();
+      const res = await fetch(`${a.apiUrl}/templates/${templateId}`, {
+        method: "DELETE",
+        headers: { "x-api-key": a.apiKey },
+      });
+      assert.equal(res.status, 204, await res.text());
+      await until("the template is gone", async () => !(await Template.exists(name, a)));
+      await assert.rejects(Sandbox.create(name, a));
+    });
+  } finally {
+    for (const s of made) await s.kill().catch(() => {});
+    await Deno.remove(dir, { recursive: true });
+  }
+}
+
+Deno.test({
+  name: "e2b SDK Template builds through a gateway in front of two fake nodes",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  const fleet = await startFleet(
+    (gw, id) =>
+      startNode({
+        token: gw.token,
+        env: {
+          DORMICE_GATEWAY_ENDPOINT: gw.url,
+          DORMICE_NODE_ID: id,
+          DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+        },
+      }),
+    ["tpl-fake-a", "tpl-fake-b"],
+  );
+  try {
+    await exam(t, fleet, false);
+  } finally {
+    await fleet.stop();
+  }
+});
+
+const gate = await dockerGate("docker template build suite");
+
+Deno.test({
+  name: "e2b SDK Template builds through a gateway in front of two Docker nodes",
+  ignore: gate.skip,
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  if (gate.failure) throw new Error(gate.failure);
+  const ids: [string, string] = [
+    `tpla-${crypto.randomUUID().slice(0, 6)}`,
+    `tplb-${crypto.randomUUID().slice(0, 6)}`,
+  ];
+  const fleet = await startFleet(
+    (gw, id) => startDockerNode({ token: gw.token, gatewayUrl: gw.url, nodeId: id }),
+    ids,
+  );
+  try {
+    await exam(t, fleet, true);
+  } finally {
+    await fleet.stop();
+    await removeContainersOf(ids);
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    for (const id of ids) {
+      const images = await docker.listImages({ filters: { label: [`dormice.node=${id}`] } });
+      // Newest first: a step cache image is the parent of the next step's.
+      images.sort((x: { Created: number }, y: { Created: number }) => y.Created - x.Created);
+      for (const image of images) {
+        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
+      }
+    }
+  }
+});
