@@ -30,6 +30,7 @@ import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
+import { ImageMoves } from "./image_moves.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -68,6 +69,9 @@ export type NodeAppConfig =
       | "jsonMessageLimitBytes"
       | "uploadLimitBytes"
       | "snapshotMinDiskBytes"
+      | "snapshotRegistry"
+      | "snapshotHealTimeoutMs"
+      | "snapshotHealMaxBytes"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
     >
@@ -224,7 +228,16 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     sampler: options.sampler,
     clock,
   });
+  const moves = new ImageMoves({
+    executor: timed,
+    token: config.apiToken,
+    timeoutMs: config.snapshotHealTimeoutMs,
+    maxBytes: config.snapshotHealMaxBytes,
+    registry: config.snapshotRegistry,
+    log,
+  });
   const snapshots = new NodeSnapshots({
+    moves,
     executor: timed,
     service,
     queue: service.queue,
@@ -278,6 +291,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         ...(capabilities ? { volumes: capabilities.volumes } : {}),
         ...(capabilities?.egressRules ? { egressRules: true } : {}),
         ...snapshots.advertised(),
+        ...(config.snapshotRegistry === undefined
+          ? {}
+          : { snapshotRegistry: config.snapshotRegistry }),
         configDigest,
       };
     },
@@ -299,6 +315,16 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     return new Response(await metrics.text(), {
       headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
     });
+  });
+  // A node that lacks an image gets it from one that holds it (`image_moves.ts`).
+  hono.get("/images/:name", async (c) => {
+    requireFleetBearer(
+      c.req.header("authorization"),
+      matchesToken,
+      "this node's",
+      "GET /images/:name",
+    );
+    return await moves.export(c.req.param("name"), c.req.raw.signal);
   });
   const maxBodyBytes = config.jsonBodyLimitBytes;
   // One bound and one staging dir for both /files doors: the bound is the node's, not a door's.

@@ -39,6 +39,8 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     jsonBodyLimitBytes: 32 * 1024 * 1024,
     uploadLimitBytes: 1024 * 1024 * 1024,
     snapshotMinDiskBytes: 1e9,
+    snapshotHealMaxBytes: 20e9,
+    snapshotHealTimeoutMs: 600_000,
     uploadGzipMaxRatio: 100,
     jsonMessageLimitBytes: 1024 * 1024,
   });
@@ -364,4 +366,15 @@ Deno.test("loadNodeConfig() turns the host firewall off only when DORMICE_SANDBO
   // Anything else is a refusal, never a silent "off": a typo must not open the host.
   const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SANDBOX_HOST_FIREWALL: "no" });
   assert.match(refusal, /^DORMICE_SANDBOX_HOST_FIREWALL='no' is not a switch: write on .* or off/);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_SNAPSHOT_REGISTRY as host:port and refuses anything else", () => {
+  const ok = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_SNAPSHOT_REGISTRY: "127.0.0.1:5000",
+  });
+  assert.ok(ok.ok);
+  assert.equal(ok.config.snapshotRegistry, "127.0.0.1:5000");
+  const [bad] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_REGISTRY: "http://r:5000/" });
+  assert.match(bad, /DORMICE_SNAPSHOT_REGISTRY must be host:port .* received 'http:\/\/r:5000\/'/);
 });

@@ -20,6 +20,7 @@ import {
   type SnapshotInfo,
 } from "./executors/contract.ts";
 import type { SandboxOps, SandboxRef } from "./service_contract.ts";
+import type { HealSource, ImageMoves } from "./image_moves.ts";
 
 /** A snapshot name: what a team calls it, 1–64 characters, no spaces or slashes. */
 export const SNAPSHOT_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -41,6 +42,8 @@ export interface NodeSnapshotsOptions {
   minDiskBytes?: number;
   /** Templates a snapshot may not be named after (a create names templates and snapshots alike). */
   templates?: () => Promise<string[] | undefined>;
+  /** Gets snapshots this node lacks from other nodes or the registry, and pushes new ones. */
+  moves?: ImageMoves;
   /** Where takes and deletes are logged. */
   log?: Log;
 }
@@ -127,6 +130,9 @@ export class NodeSnapshots {
       team: row.team,
       name,
     });
+    // With a registry, the snapshot is there before the take answers: a create from it then
+    // works while this node is down.
+    await this.#options.moves?.push(info.snapshotId);
     await this.refresh();
     return info;
   }
@@ -150,6 +156,27 @@ export class NodeSnapshots {
       !SNAPSHOT_ID_PATTERN.test(idOrName) && !this.#known.some((s) => s.name === idOrName)
     ) return undefined;
     return (await this.list(team)).find((s) => s.snapshotId === idOrName || s.name === idOrName);
+  }
+
+  /**
+   * As {@linkcode find}, and when this node lacks snapshot id `idOrName`, gets it first: from
+   * the registry when one is set, else from `sources` (the holders a gateway named). A name is
+   * only ever found locally: the gateway resolves names to ids before it asks for a heal.
+   *
+   * @throws {HttpError} 503 when the heal failed (see `ImageMoves.heal`).
+   */
+  async findOrHeal(
+    idOrName: string,
+    team: string | undefined,
+    sources: readonly HealSource[],
+  ): Promise<SnapshotInfo | undefined> {
+    const found = await this.find(idOrName, team);
+    const moves = this.#options.moves;
+    if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
+    if (sources.length === 0 && moves.registry === undefined) return found;
+    await moves.heal(idOrName, sources);
+    await this.refresh();
+    return await this.find(idOrName, team);
   }
 
   /** Deletes a snapshot of `team` (any team's when absent); false when none by that id. */

@@ -92,6 +92,7 @@ export function createE2bApi(
     // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
     let ask = e2bPlacementAsk(body);
     let forwarded = text;
+    let healFrom: string[] | undefined;
     if (typeof body.templateID === "string") {
       const source = await resolveCreateSource(
         parts,
@@ -107,6 +108,7 @@ export function createE2bApi(
           snapshotHolders: source.holders,
         };
         forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
+        healFrom = source.holders;
       }
     }
     const answer = await routing.create({
@@ -121,6 +123,7 @@ export function createE2bApi(
       },
       admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
       ask,
+      ...(healFrom === undefined ? {} : { healFrom }),
     });
     return relay(answer);
   };

@@ -1,0 +1,184 @@
+/**
+ * Heal through the official `e2b` SDK, unmodified: a gateway in front of two nodes that do not
+ * share images, a snapshot taken on one (the holder). With the holder full (at the gateway's
+ * active limit), `Sandbox.create(snapshot)` lands on the other node, which gets the snapshot
+ * from the holder first (node to node, `GET /images/<id>` with the fleet token) and starts the
+ * sandbox with its files; with the holder down, a snapshot only it holds is a 503 naming it.
+ * Run on the fake executor (two processes, nothing shared), and on Docker with a second engine
+ * (`dockerd` with its own data root and socket) for the second node, plus a local registry
+ * (Debian's `docker-registry`): with `DORMICE_SNAPSHOT_REGISTRY` the same create works with the
+ * holder down. Off CI the Docker run skips with a printed reason when it cannot run.
+ */
+import assert from "node:assert/strict";
+import { Sandbox } from "e2b";
+import { type NodeProcess, startNode } from "./_processes.ts";
+import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { until } from "./_docker.ts";
+
+/** The SDK's three settings for a gateway at `base` and a key. */
+function sdkOptions(base: string, apiKey: string) {
+  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
+}
+
+type Opts = ReturnType<typeof sdkOptions>;
+
+/** The node a sandbox runs on, as the control plane's `clientID` says. */
+export async function nodeOf(opts: Opts, sandboxId: string): Promise<string> {
+  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
+    headers: { "x-api-key": opts.apiKey },
+  });
+  assert.equal(res.status, 200);
+  return (await res.json()).clientID;
+}
+
+interface NodeRow {
+  id: string;
+  state: string;
+  lastCheckInAgeMs: number;
+  reading: { sandboxes: { active: number } } | null;
+}
+
+/** Waits for a check-in of `nodeId` built after now (interval 1 s) that passes `test`. */
+export async function freshCheckIn(
+  gw: GatewayProcess,
+  nodeId: string,
+  what: string,
+  test: (n: NodeRow) => boolean = () => true,
+): Promise<void> {
+  const since = Date.now();
+  await until(what, async () => {
+    const { body } = await gw.json("listNodes");
+    return body.nodes.some((n: NodeRow) =>
+      n.id === nodeId && n.lastCheckInAgeMs < Date.now() - since - 1_100 && test(n)
+    );
+  }, 30_000);
+}
+
+/** What the heal exam needs of a fleet: a gateway, two nodes by id, and how to stop one. */
+export interface HealFleet {
+  gw: GatewayProcess;
+  ids: [string, string];
+  stopNode(id: string): Promise<void>;
+}
+
+/**
+ * The heal steps. The gateway's active limit is 1: the holder, running the source sandbox,
+ * is full. Returns the snapshot only the holder holds (for a holder-down step after).
+ */
+export async function healExam(
+  t: Deno.TestContext,
+  fleet: HealFleet,
+): Promise<
+  { holder: string; other: string; opts: Opts; onlyOnHolder: string; snapshotId: string }
+> {
+  const { gw } = fleet;
+  const minted = await gw.json("createApiKey", { team: "heal" });
+  assert.equal(minted.status, 200, JSON.stringify(minted.body));
+  const opts = sdkOptions(gw.url, minted.body.key);
+  const source = await Sandbox.create("minimal", opts);
+  const holder = await nodeOf(opts, source.sandboxId);
+  const other = fleet.ids.find((id) => id !== holder)!;
+  let snapshotId = "";
+  let onlyOnHolder = "";
+  const made: Sandbox[] = [];
+  try {
+    await source.files.write("/home/user/state.txt", "from the holder");
+    const snap = await source.createSnapshot();
+    snapshotId = snap.snapshotId;
+    onlyOnHolder = (await source.createSnapshot()).snapshotId;
+    await freshCheckIn(
+      gw,
+      holder,
+      "the holder's check-in after the takes, full",
+      (n) => (n.reading?.sandboxes.active ?? 0) >= 1,
+    );
+
+    await t.step("holder full: the create lands on the other node after a heal", async () => {
+      const copy = await Sandbox.create(snapshotId, opts);
+      made.push(copy);
+      assert.equal(await nodeOf(opts, copy.sandboxId), other);
+      assert.equal(await copy.files.read("/home/user/state.txt"), "from the holder");
+    });
+
+    await t.step("the healed snapshot is listed once", async () => {
+      const page = await Sandbox.listSnapshots(opts).nextItems();
+      assert.equal(page.filter((s) => s.snapshotId === snapshotId).length, 1);
+    });
+  } finally {
+    for (const s of made) await s.kill().catch(() => {});
+    await source.kill().catch(() => {});
+  }
+  return { holder, other, opts, onlyOnHolder, snapshotId };
+}
+
+/** Stops the holder and waits for the gateway to call it down. */
+export async function holderDown(fleet: HealFleet, holder: string): Promise<void> {
+  await fleet.stopNode(holder);
+  await until("the gateway to see the holder down", async () => {
+    const { body } = await fleet.gw.json("listNodes");
+    return body.nodes.some((n: NodeRow) => n.id === holder && n.state === "down");
+  }, 30_000);
+}
+
+Deno.test({
+  name: "e2b SDK: a create from a snapshot whose holder is full heals to the other fake node",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  const gw = await startGateway({
+    env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100", DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1" },
+  });
+  const nodes = new Map<string, NodeProcess>();
+  const ids: [string, string] = ["heal-fake-a", "heal-fake-b"];
+  try {
+    for (const id of ids) {
+      nodes.set(
+        id,
+        await startNode({
+          token: gw.token,
+          env: {
+            DORMICE_GATEWAY_ENDPOINT: gw.url,
+            DORMICE_NODE_ID: id,
+            DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+          },
+        }),
+      );
+    }
+    for (const id of ids) await freshCheckIn(gw, id, `${id} up`, (n) => n.reading !== null);
+    const fleet: HealFleet = {
+      gw,
+      ids,
+      stopNode: async (id) => {
+        await nodes.get(id)?.stop();
+        nodes.delete(id);
+      },
+    };
+    const { holder, other, opts, onlyOnHolder, snapshotId } = await healExam(t, fleet);
+
+    await t.step("holder down: a snapshot only it holds is a 503 naming it", async () => {
+      await holderDown(fleet, holder);
+      const error = await Sandbox.create(onlyOnHolder, opts).then(() => undefined, (e) => e);
+      assert.ok(error instanceof Error && error.name === "ServiceBusyError", String(error));
+      assert.match(error.message, new RegExp(`held only by node '${holder}', which is down`));
+    });
+
+    await t.step("holder down: the healed snapshot starts on the node that healed it", async () => {
+      await freshCheckIn(
+        gw,
+        other,
+        "the other node's check-in, empty",
+        (n) => n.reading?.sandboxes.active === 0,
+      );
+      const copy = await Sandbox.create(snapshotId, opts);
+      try {
+        assert.equal(await nodeOf(opts, copy.sandboxId), other);
+        assert.equal(await copy.files.read("/home/user/state.txt"), "from the holder");
+      } finally {
+        await copy.kill().catch(() => {});
+      }
+    });
+  } finally {
+    await Promise.all([...nodes.values()].map((n) => n.stop()));
+    await gw.stop();
+  }
+});
