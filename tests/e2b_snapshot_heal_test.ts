@@ -11,9 +11,10 @@
  */
 import assert from "node:assert/strict";
 import { Sandbox } from "e2b";
-import { type NodeProcess, startNode } from "./_processes.ts";
+import { freePort, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
-import { until } from "./_docker.ts";
+import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 
 /** The SDK's three settings for a gateway at `base` and a key. */
 function sdkOptions(base: string, apiKey: string) {
@@ -180,5 +181,215 @@ Deno.test({
   } finally {
     await Promise.all([...nodes.values()].map((n) => n.stop()));
     await gw.stop();
+  }
+});
+
+/** A second Docker engine beside the default one, sharing no images with it. */
+interface SecondEngine {
+  socket: string;
+  stop(): Promise<void>;
+}
+
+/** Why the Docker heal exam cannot run here, or null when it can. */
+async function dockerHealReadiness(): Promise<string | null> {
+  const gate = await dockerGate("docker heal exam");
+  if (gate.skip) return "no Docker engine (printed above)";
+  if (gate.failure) return gate.failure;
+  if (Deno.uid() !== 0) return "a second dockerd needs root";
+  for (const bin of ["dockerd", "docker", "docker-registry"]) {
+    const found = await new Deno.Command("bash", { args: ["-c", `command -v ${bin}`] }).output();
+    if (!found.success) {
+      return `${bin} is not installed (apt-get install ${
+        bin === "docker-registry" ? "docker-registry" : "docker.io"
+      })`;
+    }
+  }
+  return null;
+}
+
+/** Starts `dockerd` with its own data root and socket, and loads `dormice-minimal` into it. */
+async function startSecondEngine(): Promise<SecondEngine> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-dockerd-" });
+  const socket = `${dir}/docker.sock`;
+  const child = new Deno.Command("dockerd", {
+    args: [
+      "--data-root",
+      `${dir}/data`,
+      "-H",
+      `unix://${socket}`,
+      "--pidfile",
+      `${dir}/docker.pid`,
+      "--exec-root",
+      `${dir}/exec`,
+      "--bridge=none",
+      "--iptables=false",
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    await child.status;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  try {
+    await until("the second dockerd to answer", async () => {
+      const r = await new Deno.Command("docker", { args: ["-H", `unix://${socket}`, "info"] })
+        .output();
+      return r.success;
+    }, 30_000);
+    const load = await new Deno.Command("bash", {
+      args: ["-c", `docker save dormice-minimal:latest | docker -H unix://${socket} load`],
+    }).output();
+    assert.ok(load.success, new TextDecoder().decode(load.stderr));
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { socket, stop };
+}
+
+/** Debian's `docker-registry` on a free loopback port, deletes enabled. */
+async function startRegistry(): Promise<{ address: string; stop(): Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-registry-" });
+  const address = `127.0.0.1:${freePort()}`;
+  await Deno.writeTextFile(
+    `${dir}/config.yml`,
+    `version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\n  delete:\n` +
+      `    enabled: true\nhttp:\n  addr: ${address}\n`,
+  );
+  const child = new Deno.Command("docker-registry", {
+    args: ["serve", `${dir}/config.yml`],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    await child.status;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  await until("the registry to answer", async () => {
+    const r = await fetch(`http://${address}/v2/`).catch(() => undefined);
+    await r?.body?.cancel();
+    return r?.status === 200;
+  }, 15_000);
+  return { address, stop };
+}
+
+const dockerWhy = await dockerHealReadiness();
+if (dockerWhy !== null && Deno.env.get("CI") !== "true") {
+  console.log(`docker heal exam skipped: ${dockerWhy}`);
+}
+
+/** Removes every image labelled with one of `nodeIds`' snapshots on `socket`'s engine. */
+async function removeSnapshotImages(socket: string, nodeIds: string[]): Promise<void> {
+  for (const id of nodeIds) {
+    await new Deno.Command("bash", {
+      args: [
+        "-c",
+        `docker -H unix://${socket} images -q --filter label=dormice.node=${id} | sort -u | ` +
+        `xargs -r docker -H unix://${socket} rmi -f`,
+      ],
+      stdout: "null",
+      stderr: "null",
+    }).output();
+  }
+}
+
+Deno.test({
+  name: "e2b SDK on Docker: heal between two engines, holder down, and a registry",
+  ignore: dockerWhy !== null && Deno.env.get("CI") !== "true",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  if (dockerWhy !== null) {
+    throw new Error(`CI=true, so the docker heal exam must run: ${dockerWhy}`);
+  }
+  const engine = await startSecondEngine();
+  const registry = await startRegistry();
+  const gw = await startGateway({
+    env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100", DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1" },
+  });
+  const nodes = new Map<string, NodeProcess>();
+  const suffix = crypto.randomUUID().slice(0, 6);
+  const ids: [string, string] = [`heala-${suffix}`, `healb-${suffix}`];
+  const socketOf = (id: string) => id === ids[0] ? DEFAULT_DOCKER_SOCKET : engine.socket;
+  const start = async (id: string, env: Record<string, string> = {}) => {
+    nodes.set(
+      id,
+      await startDockerNode({
+        token: gw.token,
+        gatewayUrl: gw.url,
+        nodeId: id,
+        socket: socketOf(id),
+        env: {
+          DORMICE_SNAPSHOT_MIN_DISK_GB: "0",
+          DORMICE_TEMPLATES: "base=dormice-minimal:latest,minimal=dormice-minimal:latest",
+          ...(id === ids[1] ? { DORMICE_SANDBOX_HOST_FIREWALL: "off" } : {}),
+          ...env,
+        },
+      }),
+    );
+    await freshCheckIn(gw, id, `${id} up`, (n) => n.reading !== null);
+  };
+  const fleet: HealFleet = {
+    gw,
+    ids,
+    stopNode: async (id) => {
+      await nodes.get(id)?.stop();
+      nodes.delete(id);
+    },
+  };
+  try {
+    for (const id of ids) await start(id);
+    const { holder, opts, onlyOnHolder } = await healExam(t, fleet);
+
+    await t.step("holder down: a snapshot only it holds is a 503 naming it", async () => {
+      await holderDown(fleet, holder);
+      const error = await Sandbox.create(onlyOnHolder, opts).then(() => undefined, (e) => e);
+      assert.ok(error instanceof Error && error.name === "ServiceBusyError", String(error));
+      assert.match(error.message, new RegExp(`held only by node '${holder}', which is down`));
+    });
+
+    await t.step("with a registry, a create works with the holder down", async () => {
+      for (const id of ids) await fleet.stopNode(id);
+      const env = { DORMICE_SNAPSHOT_REGISTRY: registry.address };
+      for (const id of ids) await start(id, env);
+      const source = await Sandbox.create("minimal", opts);
+      const taker = await nodeOf(opts, source.sandboxId);
+      const other = ids.find((id) => id !== taker)!;
+      await source.files.write("/home/user/state.txt", "via the registry");
+      const snap = await source.createSnapshot();
+      await source.kill();
+      await holderDown(fleet, taker);
+      await freshCheckIn(
+        gw,
+        other,
+        "the other node up, empty",
+        (n) => n.reading?.sandboxes.active === 0,
+      );
+      const copy = await Sandbox.create(snap.snapshotId, opts);
+      try {
+        assert.equal(await nodeOf(opts, copy.sandboxId), other);
+        assert.equal(await copy.files.read("/home/user/state.txt"), "via the registry");
+      } finally {
+        await copy.kill().catch(() => {});
+      }
+    });
+  } finally {
+    await Promise.all([...nodes.values()].map((n) => n.stop()));
+    await gw.stop();
+    await removeContainersOf(ids).catch(() => {});
+    await removeSnapshotImages(DEFAULT_DOCKER_SOCKET, ids);
+    await engine.stop();
+    await registry.stop();
   }
 });

@@ -25,11 +25,14 @@ import {
   type FileEntry,
   type FileOptions,
   type FsChange,
+  type ImageExport,
   noEgress,
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
+  SNAPSHOT_ID_PATTERN,
   type SnapshotInfo,
+  snapshotNotFound,
   type SnapshotRequest,
   type WatchRequest,
   type WriteOptions,
@@ -47,7 +50,8 @@ import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
-import { snapshotImage, Snapshots } from "./_snapshots.ts";
+import { SNAPSHOT_REPOSITORY, snapshotImage, Snapshots } from "./_snapshots.ts";
+import { EngineHttp } from "./_images.ts";
 
 export type { DockerLimits } from "./_containers.ts";
 
@@ -151,6 +155,8 @@ export class DockerExecutor implements Executor {
   #snapshots: Snapshots;
   #startTimeoutMs: number;
   #closed = false;
+  /** The engine's HTTP API for image moves (save, load, push, pull); made at first use. */
+  #httpClient: EngineHttp | undefined;
   /**
    * Replaces a sandbox's egress address rules in the kernel at once (see `_egress.ts`), the
    * sandbox and its processes running on. Present when the host firewall is on (iptables).
@@ -546,6 +552,115 @@ export class DockerExecutor implements Executor {
     return this.#snapshots.delete(snapshotId, team);
   }
 
+  get #http(): EngineHttp {
+    return this.#httpClient ??= new EngineHttp(this.#engine.socketPath);
+  }
+
+  /**
+   * The engine reference of `name`: a snapshot id's image on this instance, or `name` itself
+   * (an image the engine holds by name, a template's).
+   */
+  async #refOf(name: string): Promise<string> {
+    if (!SNAPSHOT_ID_PATTERN.test(name)) return name;
+    const ref = await this.#snapshots.refOf(name);
+    if (ref === undefined) throw snapshotNotFound(name);
+    return ref;
+  }
+
+  /**
+   * `docker save` of a snapshot (by image id, so the receiver gets no tag of this node's) or
+   * of an image by name (with its tags); the digest is the image id.
+   */
+  async exportImage(name: string, signal: AbortSignal): Promise<ImageExport> {
+    const ref = await this.#refOf(name);
+    const image = await this.#http.inspect(ref, signal);
+    if (image === undefined) {
+      throw new ExecutorError("not_found", `The Docker engine holds no image '${name}'`);
+    }
+    const body = await this.#http.save(SNAPSHOT_ID_PATTERN.test(name) ? image.id : ref, signal);
+    return { digest: image.id, body };
+  }
+
+  /**
+   * `docker load` of what another node's `exportImage` sent (skipped when this engine already
+   * has that image id: two nodes on one engine), refused unless the engine then holds
+   * `expected.digest`, and for a snapshot one labelled as that snapshot, which becomes this
+   * instance's (a copy with this instance's label, sharing its layers).
+   */
+  async importImage(
+    name: string,
+    body: ReadableStream<Uint8Array>,
+    expected: { digest: string },
+    signal: AbortSignal,
+  ): Promise<void> {
+    if (!/^sha256:[0-9a-f]{64}$/.test(expected.digest)) {
+      await body.cancel().catch(() => {});
+      throw new ExecutorError("invalid", `'${expected.digest}' is no Docker image id`);
+    }
+    if ((await this.#http.inspect(expected.digest, signal)) === undefined) {
+      await this.#http.load(body, signal);
+    } else await body.cancel().catch(() => {});
+    const loaded = await this.#http.inspect(expected.digest, signal);
+    if (loaded === undefined) {
+      throw new ExecutorError(
+        "invalid",
+        `What arrived for '${name}' is not image ${expected.digest}: it was cut or changed on ` +
+          "the way",
+      );
+    }
+    if (!SNAPSHOT_ID_PATTERN.test(name)) return;
+    await this.#adopt(name, expected.digest, loaded.labels);
+  }
+
+  async #adopt(name: string, image: string, labels: Record<string, string>): Promise<void> {
+    if (labels["dormice.snapshot"] !== name) {
+      throw new ExecutorError(
+        "invalid",
+        `The image that arrived is snapshot '${labels["dormice.snapshot"] ?? "none"}', not ` +
+          `'${name}': nothing was kept`,
+      );
+    }
+    if ((await this.#snapshots.refOf(name)) !== undefined) return;
+    await this.#snapshots.adopt(name, image, this.#http);
+  }
+
+  /** The registry reference of a snapshot: `<registry>/dormice-snapshot:<snapshot id>`. */
+  #remote(name: string, registry: string): { repo: string; tag: string } {
+    return SNAPSHOT_ID_PATTERN.test(name)
+      ? { repo: `${registry}/${SNAPSHOT_REPOSITORY}`, tag: name }
+      : { repo: `${registry}/${name.split(":")[0]}`, tag: name.split(":")[1] ?? "latest" };
+  }
+
+  /** Tags the image for `registry`, pushes it, and drops that tag again. */
+  async pushImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
+    const ref = await this.#refOf(name);
+    const { repo, tag } = this.#remote(name, registry);
+    await this.#http.tag(ref, repo, tag, signal);
+    try {
+      await this.#http.push(repo, tag, signal);
+    } finally {
+      await this.#http.untag(`${repo}:${tag}`).catch(() => {});
+    }
+  }
+
+  /** Pulls the image from `registry`; a snapshot becomes this instance's as a load's does. */
+  async pullImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
+    const { repo, tag } = this.#remote(name, registry);
+    try {
+      await this.#http.pull(repo, tag, signal);
+    } catch (error) {
+      if (error instanceof ExecutorError && /not found|unknown/i.test(error.message)) {
+        throw new ExecutorError("not_found", error.message);
+      }
+      throw error;
+    }
+    const pulled = await this.#http.inspect(`${repo}:${tag}`, signal);
+    if (pulled === undefined) {
+      throw new ExecutorError("not_found", `The registry ${registry} has no ${repo}:${tag}`);
+    }
+    if (SNAPSHOT_ID_PATTERN.test(name)) await this.#adopt(name, pulled.id, pulled.labels);
+  }
+
   /**
    * The container's address on its network: the node's internal one, or its egress one for a
    * sandbox with egress. Whether anything listens there is for the connection to find out.
@@ -583,6 +698,7 @@ export class DockerExecutor implements Executor {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     this.#commands.close();
+    this.#httpClient?.close();
     return this.#network.release();
   }
 }
