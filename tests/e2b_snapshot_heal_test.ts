@@ -11,9 +11,10 @@
  */
 import assert from "node:assert/strict";
 import { Sandbox } from "e2b";
-import { freePort, type NodeProcess, startNode } from "./_processes.ts";
+import { type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
+import { startRegistry, startSecondEngine } from "./_second_engine.ts";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 
 /** The SDK's three settings for a gateway at `base` and a key. */
@@ -184,12 +185,6 @@ Deno.test({
   }
 });
 
-/** A second Docker engine beside the default one, sharing no images with it. */
-interface SecondEngine {
-  socket: string;
-  stop(): Promise<void>;
-}
-
 /** Why the Docker heal exam cannot run here, or null when it can. */
 async function dockerHealReadiness(): Promise<string | null> {
   const gate = await dockerGate("docker heal exam");
@@ -205,83 +200,6 @@ async function dockerHealReadiness(): Promise<string | null> {
     }
   }
   return null;
-}
-
-/** Starts `dockerd` with its own data root and socket, and loads `dormice-minimal` into it. */
-async function startSecondEngine(): Promise<SecondEngine> {
-  const dir = await Deno.makeTempDir({ prefix: "dormice-dockerd-" });
-  const socket = `${dir}/docker.sock`;
-  const child = new Deno.Command("dockerd", {
-    args: [
-      "--data-root",
-      `${dir}/data`,
-      "-H",
-      `unix://${socket}`,
-      "--pidfile",
-      `${dir}/docker.pid`,
-      "--exec-root",
-      `${dir}/exec`,
-      "--bridge=none",
-      "--iptables=false",
-    ],
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  const stop = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    await child.status;
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-  };
-  try {
-    await until("the second dockerd to answer", async () => {
-      const r = await new Deno.Command("docker", { args: ["-H", `unix://${socket}`, "info"] })
-        .output();
-      return r.success;
-    }, 30_000);
-    const load = await new Deno.Command("bash", {
-      args: ["-c", `docker save dormice-minimal:latest | docker -H unix://${socket} load`],
-    }).output();
-    assert.ok(load.success, new TextDecoder().decode(load.stderr));
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { socket, stop };
-}
-
-/** Debian's `docker-registry` on a free loopback port, deletes enabled. */
-async function startRegistry(): Promise<{ address: string; stop(): Promise<void> }> {
-  const dir = await Deno.makeTempDir({ prefix: "dormice-registry-" });
-  const address = `127.0.0.1:${freePort()}`;
-  await Deno.writeTextFile(
-    `${dir}/config.yml`,
-    `version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\n  delete:\n` +
-      `    enabled: true\nhttp:\n  addr: ${address}\n`,
-  );
-  const child = new Deno.Command("docker-registry", {
-    args: ["serve", `${dir}/config.yml`],
-    stdout: "null",
-    stderr: "null",
-  }).spawn();
-  const stop = async () => {
-    try {
-      child.kill("SIGTERM");
-    } catch {
-      // Already gone.
-    }
-    await child.status;
-    await Deno.remove(dir, { recursive: true }).catch(() => {});
-  };
-  await until("the registry to answer", async () => {
-    const r = await fetch(`http://${address}/v2/`).catch(() => undefined);
-    await r?.body?.cancel();
-    return r?.status === 200;
-  }, 15_000);
-  return { address, stop };
 }
 
 const dockerWhy = await dockerHealReadiness();
