@@ -6,8 +6,8 @@
  */
 import { Hono } from "hono";
 import denoJson from "../deno.json" with { type: "json" };
-import type { Clock, Timers } from "../shared/clock.ts";
-import { systemClock } from "../shared/clock.ts";
+import type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
+import { systemClock, systemTimers } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { CheckInLoop, lookupDigestOf } from "./check_in.ts";
@@ -72,6 +72,7 @@ export type NodeAppConfig =
       | "snapshotRegistry"
       | "snapshotHealTimeoutMs"
       | "snapshotHealMaxBytes"
+      | "snapshotTtlMs"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
     >
@@ -211,6 +212,8 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     templates: typeof templateMap === "string" ? {} : templateMap,
     sandboxDomain: config.sandboxDomain ?? null,
     signingSecretId: accessTokens.identity(),
+    snapshotTtlMs: config.snapshotTtlMs ?? 0,
+    snapshotRegistry: config.snapshotRegistry ?? null,
   }, config.apiToken);
   // The executor is asked what it can serve in the background; a check-in sends the last
   // answer, at most one interval old, so a slow engine never delays a check-in.
@@ -238,6 +241,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
   });
   const snapshots = new NodeSnapshots({
     moves,
+    ttlMs: config.snapshotTtlMs,
     executor: timed,
     service,
     queue: service.queue,
@@ -376,9 +380,21 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
 
   let closed = false;
   let closing: Promise<void> | undefined;
+  // Snapshots past DORMICE_SNAPSHOT_TTL_HOURS are swept a tenth of the TTL apart (at most every
+  // 10 minutes, at least a second apart), one sweep at a time.
+  const timers = options.timers ?? systemTimers;
+  const ttlMs = config.snapshotTtlMs ?? 0;
+  let expiryTimer: TimerHandle | undefined;
+  const scheduleExpiry = (): void => {
+    if (closed || ttlMs <= 0) return;
+    expiryTimer = timers.setTimer(() => {
+      void snapshots.expire(clock.now()).catch(() => {}).finally(scheduleExpiry);
+    }, Math.max(1_000, Math.min(ttlMs / 10, 600_000)));
+  };
   const close = (): Promise<void> =>
     closing ??= (async () => {
       closed = true;
+      timers.clearTimer(expiryTimer);
       await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
       await upkeep.stop();
       await pools.close();
@@ -417,6 +433,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     start() {
       scanner.start();
       upkeep.start();
+      scheduleExpiry();
       metricsSampler.start();
       // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
       // without them is placed as if it served any template until its next check-in.

@@ -27,6 +27,7 @@
  * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
  * | `DORMICE_SNAPSHOT_REGISTRY` | unset (none) | `host:port` of an OCI registry (plain HTTP): every snapshot is pushed there when taken and pulled from there by a node that lacks it, so a create from it works while the node that took it is down |
  * | `DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS` | `600` | time budget of one heal (getting an image this node lacks from the registry or from the nodes holding it), seconds, 1 to 86400 |
+ * | `DORMICE_SNAPSHOT_TTL_HOURS` | `0` (none) | hours a snapshot lives from when it was taken (0 to 87600; 0 keeps it until deleted): past it every node deletes its copy and the registry's; part of the config digest, so a node set apart is reported |
  * | `DORMICE_SNAPSHOT_HEAL_MAX_GB` | `20` | the most one heal reads from another node, GB, 1 to 100000 |
  * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
@@ -153,6 +154,8 @@ export interface NodeConfig {
   snapshotHealTimeoutMs?: number;
   /** The most bytes one heal reads (`DORMICE_SNAPSHOT_HEAL_MAX_GB`). */
   snapshotHealMaxBytes?: number;
+  /** How long a snapshot lives, ms (`DORMICE_SNAPSHOT_TTL_HOURS`); 0 keeps it until deleted. */
+  snapshotTtlMs?: number;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -203,6 +206,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SNAPSHOT_REGISTRY",
   "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
   "DORMICE_SNAPSHOT_HEAL_MAX_GB",
+  "DORMICE_SNAPSHOT_TTL_HOURS",
   "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
@@ -496,6 +500,14 @@ export function loadNodeConfig(
     "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
     refusals,
   );
+  const snapshotTtlMs = 3_600_000 * integer(
+    get("DORMICE_SNAPSHOT_TTL_HOURS"),
+    0,
+    0,
+    87_600,
+    "DORMICE_SNAPSHOT_TTL_HOURS",
+    refusals,
+  );
   const snapshotHealMaxBytes = 1e9 * integer(
     get("DORMICE_SNAPSHOT_HEAL_MAX_GB"),
     20,
@@ -560,6 +572,7 @@ export function loadNodeConfig(
       ...(snapshotRegistry === undefined ? {} : { snapshotRegistry }),
       snapshotHealTimeoutMs,
       snapshotHealMaxBytes,
+      snapshotTtlMs,
     },
   };
 }

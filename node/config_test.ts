@@ -41,6 +41,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     snapshotMinDiskBytes: 1e9,
     snapshotHealMaxBytes: 20e9,
     snapshotHealTimeoutMs: 600_000,
+    snapshotTtlMs: 0,
     uploadGzipMaxRatio: 100,
     jsonMessageLimitBytes: 1024 * 1024,
   });

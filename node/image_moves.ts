@@ -28,6 +28,16 @@ export const DEFAULT_HEAL_TIMEOUT_SECONDS = 600;
 /** The default bytes cap of one heal, GB (`DORMICE_SNAPSHOT_HEAL_MAX_GB`). */
 export const DEFAULT_HEAL_MAX_GB = 20;
 
+/** The repository snapshots are kept in on the registry: `<registry>/dormice-snapshot:<id>`. */
+export const REGISTRY_SNAPSHOT_REPOSITORY = "dormice-snapshot";
+
+/** The most registry tags one expiry sweep reads (the rest wait for the next sweep). */
+export const MAX_REGISTRY_TAGS_PER_SWEEP = 1000;
+
+/** The manifest types a registry is asked for (Docker's, then OCI's). */
+const MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, " +
+  "application/vnd.oci.image.manifest.v1+json";
+
 /** A node a heal may get an image from. */
 export interface HealSource {
   /** Its node id (for messages). */
@@ -231,6 +241,79 @@ export class ImageMoves {
     return bytes;
   }
 
+  /**
+   * Removes snapshot `id` from the registry (of `team` only, when given); false when the
+   * registry has none by that id for that team, or no registry is set.
+   *
+   * @throws {HttpError} 503 when the registry does not answer or refuses the delete.
+   */
+  async unpublish(id: string, team?: string): Promise<boolean> {
+    const registry = this.registry;
+    if (registry === undefined) return false;
+    const signal = AbortSignal.timeout(30_000);
+    try {
+      const held = await registrySnapshot(registry, id, this.#fetch, signal);
+      if (!held || (team !== undefined && held.labels["dormice.snapshot.team"] !== team)) {
+        return false;
+      }
+      const res = await this.#fetch(
+        `http://${registry}/v2/${REGISTRY_SNAPSHOT_REPOSITORY}/manifests/${held.digest}`,
+        { method: "DELETE", signal },
+      );
+      await res.body?.cancel();
+      if (res.status === 404) return false;
+      if (!res.ok) {
+        throw new Error(
+          `it answered HTTP ${res.status} to the delete (a registry must be started with ` +
+            "storage.delete.enabled: true)",
+        );
+      }
+      this.#log("info", "snapshot removed from the registry", { snapshot: id, registry });
+      return true;
+    } catch (error) {
+      throw new HttpError(
+        503,
+        `Could not remove snapshot '${id}' from the registry ${registry}: ${messageOf(error)}`,
+        { headers: { "retry-after": "5" } },
+      );
+    }
+  }
+
+  /**
+   * Removes from the registry every snapshot taken `ttlMs` or longer before `now` (by the
+   * creation time it was taken with), reading at most {@linkcode MAX_REGISTRY_TAGS_PER_SWEEP}
+   * tags; the ids removed. Failures are logged, not thrown.
+   */
+  async expireRegistry(ttlMs: number, now: number): Promise<string[]> {
+    const registry = this.registry;
+    if (registry === undefined) return [];
+    const removed: string[] = [];
+    try {
+      const signal = AbortSignal.timeout(60_000);
+      const res = await this.#fetch(
+        `http://${registry}/v2/${REGISTRY_SNAPSHOT_REPOSITORY}/tags/list?n=${MAX_REGISTRY_TAGS_PER_SWEEP}`,
+        { signal },
+      );
+      if (res.status === 404) {
+        await res.body?.cancel();
+        return [];
+      }
+      const tags = ((await res.json()) as { tags?: string[] | null }).tags ?? [];
+      for (const tag of tags.slice(0, MAX_REGISTRY_TAGS_PER_SWEEP)) {
+        const held = await registrySnapshot(registry, tag, this.#fetch, signal);
+        const created = Number(held?.labels["dormice.snapshot.created"]);
+        if (!held || !Number.isFinite(created) || created + ttlMs > now) continue;
+        if (await this.unpublish(tag)) removed.push(tag);
+      }
+    } catch (error) {
+      this.#log("warn", "could not expire snapshots in the registry", {
+        registry,
+        error: messageOf(error),
+      });
+    }
+    return removed;
+  }
+
   /** Pushes image `name` to the registry, when one is set; a failure is logged, not thrown. */
   async push(name: string): Promise<void> {
     const executor = this.#options.executor;
@@ -247,6 +330,42 @@ export class ImageMoves {
       });
     }
   }
+}
+
+/**
+ * What the registry knows of snapshot `id`: its manifest digest and the labels its image was
+ * taken with, or undefined when the registry has no such snapshot.
+ */
+async function registrySnapshot(
+  registry: string,
+  id: string,
+  fetcher: typeof fetch,
+  signal: AbortSignal,
+): Promise<{ digest: string; labels: Record<string, string> } | undefined> {
+  const base = `http://${registry}/v2/${REGISTRY_SNAPSHOT_REPOSITORY}`;
+  const manifest = await fetcher(`${base}/manifests/${encodeURIComponent(id)}`, {
+    headers: { accept: MANIFEST_TYPES },
+    signal,
+  });
+  if (manifest.status === 404) {
+    await manifest.body?.cancel();
+    return undefined;
+  }
+  if (!manifest.ok) {
+    throw new Error(`the registry ${registry} answered HTTP ${manifest.status} for ${id}`);
+  }
+  const digest = manifest.headers.get("docker-content-digest");
+  const body = await manifest.json() as { config?: { digest?: string } };
+  if (!digest || !body.config?.digest) {
+    throw new Error(`the registry ${registry} named no digest for ${id}`);
+  }
+  const config = await fetcher(`${base}/blobs/${body.config.digest}`, { signal });
+  if (!config.ok) {
+    await config.body?.cancel();
+    throw new Error(`the registry ${registry} answered HTTP ${config.status} for ${id}'s config`);
+  }
+  const json = await config.json() as { config?: { Labels?: Record<string, string> | null } };
+  return { digest, labels: json.config?.Labels ?? {} };
 }
 
 /**

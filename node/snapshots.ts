@@ -44,6 +44,11 @@ export interface NodeSnapshotsOptions {
   templates?: () => Promise<string[] | undefined>;
   /** Gets snapshots this node lacks from other nodes or the registry, and pushes new ones. */
   moves?: ImageMoves;
+  /**
+   * How long a snapshot lives, ms from when it was taken (`DORMICE_SNAPSHOT_TTL_HOURS`): past
+   * it {@linkcode NodeSnapshots.expire} deletes it here and from the registry. None when absent.
+   */
+  ttlMs?: number;
   /** Where takes and deletes are logged. */
   log?: Log;
 }
@@ -179,7 +184,12 @@ export class NodeSnapshots {
     return await this.find(idOrName, team);
   }
 
-  /** Deletes a snapshot of `team` (any team's when absent); false when none by that id. */
+  /**
+   * Deletes a snapshot of `team` (any team's when absent) here and from the registry when one
+   * is set; false when neither held one by that id.
+   *
+   * @throws {HttpError} 503 when the registry could not be told.
+   */
   async delete(snapshotId: string, team?: string): Promise<boolean> {
     let deleted: boolean;
     try {
@@ -187,9 +197,48 @@ export class NodeSnapshots {
     } catch (error) {
       throw executorErrorToHttp(error);
     }
+    if (SNAPSHOT_ID_PATTERN.test(snapshotId) && this.#options.moves?.registry !== undefined) {
+      deleted = (await this.#options.moves.unpublish(snapshotId, team)) || deleted;
+    }
     if (deleted) this.#log("info", "snapshot deleted", { snapshot: snapshotId, team });
     await this.refresh();
     return deleted;
+  }
+
+  /**
+   * Deletes every snapshot taken `ttlMs` or longer before `now` (a healed copy keeps the time
+   * its snapshot was taken, so every node's copy goes together), here and in the registry;
+   * the ids deleted. Nothing without a TTL. Failures are logged and left to the next sweep.
+   */
+  async expire(now: number): Promise<string[]> {
+    const ttl = this.#options.ttlMs;
+    if (ttl === undefined || ttl <= 0) return [];
+    const expired: string[] = [];
+    let all: SnapshotInfo[] = [];
+    try {
+      all = await this.#options.executor.listSnapshots();
+    } catch (error) {
+      this.#log("warn", "could not list snapshots to expire them", { error });
+    }
+    for (const s of all) {
+      if (s.createdAt + ttl > now) continue;
+      try {
+        if (await this.#options.executor.deleteSnapshot(s.snapshotId)) expired.push(s.snapshotId);
+        if (this.#options.moves?.registry !== undefined) {
+          await this.#options.moves.unpublish(s.snapshotId);
+        }
+      } catch (error) {
+        this.#log("warn", "could not expire a snapshot", { snapshot: s.snapshotId, error });
+      }
+    }
+    for (const id of (await this.#options.moves?.expireRegistry(ttl, now)) ?? []) {
+      if (!expired.includes(id)) expired.push(id);
+    }
+    if (expired.length > 0) {
+      this.#log("info", "snapshots expired", { snapshots: expired, ttlMs: ttl });
+      await this.refresh();
+    }
+    return expired;
   }
 
   /**

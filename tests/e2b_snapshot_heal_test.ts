@@ -269,6 +269,7 @@ Deno.test({
   try {
     for (const id of ids) await start(id);
     const { holder, opts, onlyOnHolder } = await healExam(t, fleet);
+    let kept = { snapshotId: "", other: "" };
 
     await t.step("holder down: a snapshot only it holds is a 503 naming it", async () => {
       await holderDown(fleet, holder);
@@ -286,6 +287,7 @@ Deno.test({
       const other = ids.find((id) => id !== taker)!;
       await source.files.write("/home/user/state.txt", "via the registry");
       const snap = await source.createSnapshot();
+      kept = { snapshotId: snap.snapshotId, other };
       await source.kill();
       await holderDown(fleet, taker);
       await freshCheckIn(
@@ -302,6 +304,29 @@ Deno.test({
         await copy.kill().catch(() => {});
       }
     });
+    await t.step(
+      "delete: gone from the registry and from the engine that pulled it",
+      async () => {
+        assert.equal(await Sandbox.deleteSnapshot(kept.snapshotId, opts), true);
+        const manifest = await fetch(
+          `http://${registry.address}/v2/dormice-snapshot/manifests/${kept.snapshotId}`,
+          { headers: { accept: "application/vnd.docker.distribution.manifest.v2+json" } },
+        );
+        await manifest.body?.cancel();
+        assert.equal(manifest.status, 404);
+        const left = await new Deno.Command("docker", {
+          args: [
+            "-H",
+            `unix://${socketOf(kept.other)}`,
+            "images",
+            "-aq",
+            "--filter",
+            `label=dormice.snapshot=${kept.snapshotId}`,
+          ],
+        }).output();
+        assert.equal(new TextDecoder().decode(left.stdout).trim(), "", "images left");
+      },
+    );
   } finally {
     await Promise.all([...nodes.values()].map((n) => n.stop()));
     await gw.stop();

@@ -658,7 +658,11 @@ export class DockerExecutor implements Executor {
     if (pulled === undefined) {
       throw new ExecutorError("not_found", `The registry ${registry} has no ${repo}:${tag}`);
     }
-    if (SNAPSHOT_ID_PATTERN.test(name)) await this.#adopt(name, pulled.id, pulled.labels);
+    if (!SNAPSHOT_ID_PATTERN.test(name)) return;
+    await this.#adopt(name, pulled.id, pulled.labels);
+    // The registry's tag goes: the copy is this instance's, and a delete of it then frees the
+    // pulled image too (an untagged parent is removed with its last child).
+    await this.#http.untag(`${repo}:${tag}`).catch(() => {});
   }
 
   /**
