@@ -30,7 +30,10 @@ import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
-import { ImageMoves } from "./image_moves.ts";
+import { DEFAULT_HEAL_TIMEOUT_SECONDS, ImageMoves } from "./image_moves.ts";
+import { ArchiveMoves } from "./archive_moves.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { TEAM_HEADER } from "../shared/teams.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -194,12 +197,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     clock,
     log,
   });
+  // Set below, once the service it records into exists.
+  let archives: ArchiveMoves | undefined;
   const service = new SandboxService({
     ledger,
     executor: timed,
     clock,
     log,
     pools,
+    onArchived: (row) => archives?.push(row) ?? Promise.resolve(),
     // A create behind the gateway's back reaches the gateway before the node builds it
     // (docs/lookup-digest.md); `checkIn` is built below, before any request is served.
     ...(config.gatewayEndpoint === null
@@ -239,6 +245,14 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     registry: config.snapshotRegistry,
     log,
   });
+  archives = config.snapshotRegistry === undefined ? undefined : new ArchiveMoves({
+    executor: timed,
+    service,
+    registry: config.snapshotRegistry,
+    timeoutMs: config.snapshotHealTimeoutMs ?? DEFAULT_HEAL_TIMEOUT_SECONDS * 1000,
+    log,
+  });
+  if (archives && !archives.enabled) archives = undefined;
   const snapshots = new NodeSnapshots({
     moves,
     ttlMs: config.snapshotTtlMs,
@@ -329,6 +343,24 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       "GET /images/:name",
     );
     return await moves.export(c.req.param("name"), c.req.raw.signal);
+  });
+  // A gateway asks a node to take over a sandbox paused to disk on a node that is down
+  // (`archive_moves.ts`); the sandbox's own routes then reach it here.
+  hono.post("/e2b/api/sandboxes/:id/adopt", async (c) => {
+    requireFleetBearer(
+      c.req.header("authorization"),
+      matchesToken,
+      "this node's",
+      "POST /e2b/api/sandboxes/:id/adopt",
+    );
+    if (!archives) {
+      throw new HttpError(
+        501,
+        "This node takes over no sandboxes: it needs DORMICE_SNAPSHOT_REGISTRY and the Docker executor",
+      );
+    }
+    const row = await archives.adopt(c.req.param("id"), c.req.header(TEAM_HEADER) ?? undefined);
+    return c.json({ sandboxID: row.id, name: row.name, team: row.team, state: row.state });
   });
   const maxBodyBytes = config.jsonBodyLimitBytes;
   // One bound and one staging dir for both /files doors: the bound is the node's, not a door's.
@@ -437,7 +469,11 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
       metricsSampler.start();
       // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
       // without them is placed as if it served any template until its next check-in.
-      const known = Promise.all([refreshCapabilities(), snapshots.refresh()]);
+      const known = Promise.all([
+        refreshCapabilities(),
+        snapshots.refresh(),
+        archives?.fence().catch(() => {}),
+      ]);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const bound = new Promise<void>((resolve) => timer = setTimeout(resolve, 2_000));
       void Promise.race([known, bound]).then(() => {

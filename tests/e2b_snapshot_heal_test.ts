@@ -240,13 +240,19 @@ Deno.test({
   const suffix = crypto.randomUUID().slice(0, 6);
   const ids: [string, string] = [`heala-${suffix}`, `healb-${suffix}`];
   const socketOf = (id: string) => id === ids[0] ? DEFAULT_DOCKER_SOCKET : engine.socket;
-  const start = async (id: string, env: Record<string, string> = {}) => {
+  // Kept across restarts (a node that comes back with its ledger); removed at the end.
+  const dataDirs = new Map<string, string>();
+  const start = async (id: string, env: Record<string, string> = {}, keep = false) => {
+    if (keep && !dataDirs.has(id)) {
+      dataDirs.set(id, await Deno.makeTempDir({ prefix: "dormice-heal-node-" }));
+    }
     nodes.set(
       id,
       await startDockerNode({
         token: gw.token,
         gatewayUrl: gw.url,
         nodeId: id,
+        dataDir: keep ? dataDirs.get(id) : undefined,
         socket: socketOf(id),
         env: {
           DORMICE_SNAPSHOT_MIN_DISK_GB: "0",
@@ -327,9 +333,48 @@ Deno.test({
         assert.equal(new TextDecoder().decode(left.stdout).trim(), "", "images left");
       },
     );
+    await t.step(
+      "with a registry, a sandbox paused to disk resumes on another node when its own is down",
+      async () => {
+        const env = { DORMICE_SNAPSHOT_REGISTRY: registry.address };
+        for (const id of ids) await fleet.stopNode(id);
+        for (const id of ids) await start(id, env, true);
+        const sbx = await Sandbox.create("minimal", opts);
+        const origin = await nodeOf(opts, sbx.sandboxId);
+        const other = ids.find((id) => id !== origin)!;
+        await sbx.files.write("/home/user/state.txt", "paused on the origin");
+        assert.equal(await sbx.pause({ keepMemory: false }), true);
+        await holderDown(fleet, origin);
+        const back = await Sandbox.connect(sbx.sandboxId, opts);
+        try {
+          assert.equal(back.sandboxId, sbx.sandboxId);
+          assert.equal(await nodeOf(opts, sbx.sandboxId), other);
+          assert.equal(await back.files.read("/home/user/state.txt"), "paused on the origin");
+          // The origin comes back with its ledger: it drops its row, so the id lives on one node.
+          await start(origin, env, true);
+          await freshCheckIn(gw, origin, "the origin's check-in after its boot");
+          const res = await fetch(`${opts.apiUrl}/sandboxes/${sbx.sandboxId}`, {
+            headers: { "x-api-key": opts.apiKey },
+          });
+          assert.equal(res.status, 200, await res.clone().text());
+          assert.equal((await res.json()).clientID, other);
+          const here = await fetch(
+            `${nodes.get(origin)!.url}/e2b/api/sandboxes/${sbx.sandboxId}`,
+            { headers: { "x-api-key": gw.token } },
+          );
+          await here.body?.cancel();
+          assert.equal(here.status, 404, "the origin still holds the sandbox");
+        } finally {
+          await back.kill().catch(() => {});
+        }
+      },
+    );
   } finally {
     await Promise.all([...nodes.values()].map((n) => n.stop()));
     await gw.stop();
+    for (const dir of dataDirs.values()) {
+      await Deno.remove(dir, { recursive: true }).catch(() => {});
+    }
     await removeContainersOf(ids).catch(() => {});
     await removeSnapshotImages(DEFAULT_DOCKER_SOCKET, ids);
     await engine.stop();

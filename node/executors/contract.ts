@@ -499,6 +499,23 @@ export interface Executor {
    */
   pushImage?(name: string, registry: string, signal: AbortSignal): Promise<void>;
   /**
+   * Pushes what `archive` kept of a sandbox to `registry`, with `record` (its ledger row as JSON)
+   * beside it, so another node can resume it ({@linkcode Executor.pullArchive}).
+   */
+  pushArchive?(
+    sandboxId: string,
+    record: string,
+    registry: string,
+    signal: AbortSignal,
+  ): Promise<void>;
+  /**
+   * Pulls another node's archive of a sandbox from `registry` and keeps it as its own (so
+   * `restore` starts the sandbox); resolves to the record it was pushed with.
+   *
+   * @throws {ExecutorError} `not_found` when the registry has none.
+   */
+  pullArchive?(sandboxId: string, registry: string, signal: AbortSignal): Promise<string>;
+  /**
    * Pulls image `name` from `registry` and holds it as its own, as `importImage` does.
    *
    * @throws {ExecutorError} `not_found` when the registry has no such image.

@@ -28,6 +28,8 @@ const measured: Record<
     | "importImage"
     | "pushImage"
     | "pullImage"
+    | "pushArchive"
+    | "pullArchive"
   >,
   true
 > = {
@@ -84,7 +86,16 @@ export function instrumentExecutor(executor: Executor, metrics: NodeMetrics): Ex
   const present: (keyof Executor)[] = [...operations];
   if (executor.legacy !== undefined) present.push("legacy");
   if (executor.setEgressRules !== undefined) present.push("setEgressRules");
-  for (const verb of ["exportImage", "importImage", "pushImage", "pullImage"] as const) {
+  for (
+    const verb of [
+      "exportImage",
+      "importImage",
+      "pushImage",
+      "pullImage",
+      "pushArchive",
+      "pullArchive",
+    ] as const
+  ) {
     if (executor[verb] !== undefined) present.push(verb);
   }
   for (const operation of present) {

@@ -221,6 +221,31 @@ export class Snapshots {
     );
   }
 
+  /** The image reference of the archive image `snapshotId` of this instance. */
+  async archiveRef(snapshotId: string): Promise<string> {
+    return (await this.#tagged()).find((s) => s.archiveOf && s.info.snapshotId === snapshotId)
+      ?.ref ?? snapshotImage(snapshotId);
+  }
+
+  /**
+   * Makes image `image` (another node's archive of sandbox `sandboxId`, pulled from a
+   * registry) this instance's archive of it, as {@linkcode adopt} does for a snapshot.
+   */
+  async adoptArchive(
+    sandboxId: string,
+    snapshotId: string,
+    image: string,
+    engine: EngineHttp,
+  ): Promise<void> {
+    await engine.relabel(
+      image,
+      { [L.instance]: this.#instanceId, [L.archive]: sandboxId },
+      SNAPSHOT_REPOSITORY,
+      `${snapshotId}-${this.#instanceId}`,
+    );
+    this.#archives = undefined;
+  }
+
   /** The image reference of snapshot `snapshotId` of this instance, or undefined. */
   async refOf(snapshotId: string): Promise<string | undefined> {
     return (await this.#tagged()).find((s) => !s.archiveOf && s.info.snapshotId === snapshotId)
@@ -259,7 +284,8 @@ export class Snapshots {
         (team === undefined || s.info.team === team)
       );
     if (!archive && !held) return false;
-    const ref = held?.ref ?? snapshotImage(snapshotId);
+    const ref = held?.ref ??
+      (archive ? await this.archiveRef(snapshotId) : snapshotImage(snapshotId));
     const image = this.#engine.client.getImage(ref);
     if (!image.remove) throw new TypeError("The engine client cannot remove images");
     const remove = (force: boolean) =>

@@ -50,7 +50,7 @@ import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { parseTemplates } from "./templates.ts";
-import { SNAPSHOT_REPOSITORY, snapshotImage, Snapshots } from "./_snapshots.ts";
+import { SNAPSHOT_REPOSITORY, Snapshots } from "./_snapshots.ts";
 import { EngineHttp } from "./_images.ts";
 
 export type { DockerLimits } from "./_containers.ts";
@@ -451,7 +451,7 @@ export class DockerExecutor implements Executor {
     if (request.spec.egressRules !== undefined && this.#egress === null) {
       throw egressRulesUnserved();
     }
-    const start = await this.#containers.create(request, snapshotImage(kept));
+    const start = await this.#containers.create(request, await this.#snapshots.archiveRef(kept));
     // Its rules and its start command again, as at create; a failure removes the container and
     // keeps the archive, so the sandbox can be resumed once the cause is gone.
     await this.#ready(request, start, async () => {
@@ -643,6 +643,65 @@ export class DockerExecutor implements Executor {
     }
   }
 
+  /**
+   * Pushes what `archive` kept of sandbox `sandboxId` to `registry` as
+   * `<registry>/dormice-archive:<sandbox id>`, with `record` (the sandbox's ledger row, JSON) in
+   * its `dormice.archive.record` label, so another node can resume it.
+   */
+  async pushArchive(
+    sandboxId: string,
+    record: string,
+    registry: string,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const kept = await this.#snapshots.archiveOf(sandboxId);
+    if (kept === undefined) {
+      throw new ExecutorError("gone", `No archive of sandbox ${sandboxId} on this node`);
+    }
+    const repo = `${registry}/${ARCHIVE_REPOSITORY}`;
+    await this.#http.relabel(
+      await this.#snapshots.archiveRef(kept),
+      { [ARCHIVE_RECORD_LABEL]: record },
+      repo,
+      sandboxId,
+      signal,
+    );
+    try {
+      await this.#http.push(repo, sandboxId, signal);
+    } finally {
+      await this.#http.untag(`${repo}:${sandboxId}`).catch(() => {});
+    }
+  }
+
+  /**
+   * Pulls another node's archive of sandbox `sandboxId` from `registry` and keeps it as this
+   * node's archive of it (so `restore` starts it); the record it was pushed with.
+   *
+   * @throws {ExecutorError} `not_found` when the registry has none.
+   */
+  async pullArchive(sandboxId: string, registry: string, signal: AbortSignal): Promise<string> {
+    const repo = `${registry}/${ARCHIVE_REPOSITORY}`;
+    try {
+      await this.#http.pull(repo, sandboxId, signal);
+    } catch (error) {
+      if (error instanceof ExecutorError && /not found|unknown/i.test(error.message)) {
+        throw new ExecutorError("not_found", error.message);
+      }
+      throw error;
+    }
+    const pulled = await this.#http.inspect(`${repo}:${sandboxId}`, signal);
+    const record = pulled?.labels[ARCHIVE_RECORD_LABEL];
+    const snapshotId = pulled?.labels["dormice.snapshot"];
+    if (
+      !pulled || !record || !snapshotId || pulled.labels["dormice.snapshot.archive"] !== sandboxId
+    ) {
+      throw new ExecutorError("invalid", `The registry's ${repo}:${sandboxId} is no archive of it`);
+    }
+    await this.#snapshots.adoptArchive(sandboxId, snapshotId, pulled.id, this.#http);
+    await this.#http.untag(`${repo}:${sandboxId}`).catch(() => {});
+    return record;
+  }
+
   /** Pulls the image from `registry`; a snapshot becomes this instance's as a load's does. */
   async pullImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
     const { repo, tag } = this.#remote(name, registry);
@@ -706,6 +765,11 @@ export class DockerExecutor implements Executor {
     return this.#network.release();
   }
 }
+
+/** The repository archives are pushed to on a registry: `<registry>/dormice-archive:<sandbox id>`. */
+const ARCHIVE_REPOSITORY = "dormice-archive";
+/** The label a pushed archive carries its sandbox's ledger row in (JSON). */
+const ARCHIVE_RECORD_LABEL = "dormice.archive.record";
 
 /** 16 random hex digits: an instance of its own for an executor given none. */
 function randomInstanceId(): string {
