@@ -14,7 +14,13 @@ import { Sandbox } from "e2b";
 import { type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
-import { startRegistry, startSecondEngine } from "./_second_engine.ts";
+import {
+  freshCheckIn,
+  nodeOf,
+  type NodeRow,
+  startRegistry,
+  startSecondEngine,
+} from "./_heal_fleet.ts";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 
 /** The SDK's three settings for a gateway at `base` and a key. */
@@ -23,38 +29,6 @@ function sdkOptions(base: string, apiKey: string) {
 }
 
 type Opts = ReturnType<typeof sdkOptions>;
-
-/** The node a sandbox runs on, as the control plane's `clientID` says. */
-export async function nodeOf(opts: Opts, sandboxId: string): Promise<string> {
-  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
-    headers: { "x-api-key": opts.apiKey },
-  });
-  assert.equal(res.status, 200);
-  return (await res.json()).clientID;
-}
-
-interface NodeRow {
-  id: string;
-  state: string;
-  lastCheckInAgeMs: number;
-  reading: { sandboxes: { active: number } } | null;
-}
-
-/** Waits for a check-in of `nodeId` built after now (interval 1 s) that passes `test`. */
-export async function freshCheckIn(
-  gw: GatewayProcess,
-  nodeId: string,
-  what: string,
-  test: (n: NodeRow) => boolean = () => true,
-): Promise<void> {
-  const since = Date.now();
-  await until(what, async () => {
-    const { body } = await gw.json("listNodes");
-    return body.nodes.some((n: NodeRow) =>
-      n.id === nodeId && n.lastCheckInAgeMs < Date.now() - since - 1_100 && test(n)
-    );
-  }, 30_000);
-}
 
 /** What the heal exam needs of a fleet: a gateway, two nodes by id, and how to stop one. */
 export interface HealFleet {

@@ -13,9 +13,8 @@
 import { Sandbox } from "e2b";
 import { startGateway } from "../../tests/_gateway.ts";
 import { startDockerNode } from "../../tests/_docker.ts";
-import { startSecondEngine } from "../../tests/_second_engine.ts";
+import { freshCheckIn, nodeOf, startSecondEngine } from "../../tests/_heal_fleet.ts";
 import { DEFAULT_DOCKER_SOCKET } from "../../node/executors/docker/mod.ts";
-import { freshCheckIn, nodeOf } from "../../tests/e2b_snapshot_heal_test.ts";
 
 const runs = Number(Deno.args[0] ?? 3);
 const median = (xs: number[]) => {

@@ -1,13 +1,15 @@
 /**
  * A second Docker engine beside the default one (`dockerd` with its own data root, socket,
  * pidfile and exec root, no bridge, no iptables), so two nodes that share no images run on one
- * machine; and Debian's `docker-registry` on a free loopback port. For the heal exam and bench.
+ * machine; Debian's `docker-registry` on a free loopback port; and what the heal exam and bench
+ * read of a fleet (a sandbox's node, a fresh check-in).
  *
  * @module
  */
 import assert from "node:assert/strict";
 import { freePort } from "./_processes.ts";
 import { until } from "./_docker.ts";
+import type { GatewayProcess } from "./_gateway.ts";
 
 /** A second Docker engine beside the default one, sharing no images with it. */
 export interface SecondEngine {
@@ -90,4 +92,39 @@ export async function startRegistry(): Promise<{ address: string; stop(): Promis
     return r?.status === 200;
   }, 15_000);
   return { address, stop };
+}
+
+/** The node a sandbox runs on, as the control plane's `clientID` says. */
+export async function nodeOf(
+  opts: { apiUrl: string; apiKey: string },
+  sandboxId: string,
+): Promise<string> {
+  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
+    headers: { "x-api-key": opts.apiKey },
+  });
+  assert.equal(res.status, 200);
+  return (await res.json()).clientID;
+}
+
+export interface NodeRow {
+  id: string;
+  state: string;
+  lastCheckInAgeMs: number;
+  reading: { sandboxes: { active: number } } | null;
+}
+
+/** Waits for a check-in of `nodeId` built after now (interval 1 s) that passes `test`. */
+export async function freshCheckIn(
+  gw: GatewayProcess,
+  nodeId: string,
+  what: string,
+  test: (n: NodeRow) => boolean = () => true,
+): Promise<void> {
+  const since = Date.now();
+  await until(what, async () => {
+    const { body } = await gw.json("listNodes");
+    return body.nodes.some((n: NodeRow) =>
+      n.id === nodeId && n.lastCheckInAgeMs < Date.now() - since - 1_100 && test(n)
+    );
+  }, 30_000);
 }
