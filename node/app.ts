@@ -6,8 +6,8 @@
  */
 import { Hono } from "hono";
 import denoJson from "../deno.json" with { type: "json" };
-import type { Clock, Timers } from "../shared/clock.ts";
-import { systemClock } from "../shared/clock.ts";
+import type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
+import { systemClock, systemTimers } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { CheckInLoop, lookupDigestOf } from "./check_in.ts";
@@ -31,6 +31,10 @@ import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { TemplateBuilds } from "./templates_build.ts";
+import { DEFAULT_HEAL_TIMEOUT_SECONDS, ImageMoves } from "./image_moves.ts";
+import { ArchiveMoves } from "./archive_moves.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { TEAM_HEADER } from "../shared/teams.ts";
 import { WarmPools } from "./pools.ts";
 import { join } from "node:path";
 import { configDigest as computeConfigDigest } from "../shared/config_digest.ts";
@@ -74,6 +78,10 @@ export type NodeAppConfig =
       | "templateBuilds"
       | "templateBuildTimeoutMs"
       | "templateContextLimitBytes"
+      | "snapshotRegistry"
+      | "snapshotHealTimeoutMs"
+      | "snapshotHealMaxBytes"
+      | "snapshotTtlMs"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
       | "volumeRoot"
@@ -206,12 +214,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     clock,
     log,
   });
+  // Set below, once the service it records into exists.
+  let archives: ArchiveMoves | undefined;
   const service = new SandboxService({
     ledger,
     executor: timed,
     clock,
     log,
     pools,
+    onArchived: (row) => archives?.push(row) ?? Promise.resolve(),
     // A create behind the gateway's back reaches the gateway before the node builds it
     // (docs/lookup-digest.md); `checkIn` is built below, before any request is served.
     ...(config.gatewayEndpoint === null
@@ -224,6 +235,8 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     templates: typeof templateMap === "string" ? {} : templateMap,
     sandboxDomain: config.sandboxDomain ?? null,
     signingSecretId: accessTokens.identity(),
+    snapshotTtlMs: config.snapshotTtlMs ?? 0,
+    snapshotRegistry: config.snapshotRegistry ?? null,
   }, config.apiToken);
   // The executor is asked what it can serve in the background; a check-in sends the last
   // answer, at most one interval old, so a slow engine never delays a check-in.
@@ -241,7 +254,25 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     sampler: options.sampler,
     clock,
   });
+  const moves = new ImageMoves({
+    executor: timed,
+    token: config.apiToken,
+    timeoutMs: config.snapshotHealTimeoutMs,
+    maxBytes: config.snapshotHealMaxBytes,
+    registry: config.snapshotRegistry,
+    log,
+  });
+  archives = config.snapshotRegistry === undefined ? undefined : new ArchiveMoves({
+    executor: timed,
+    service,
+    registry: config.snapshotRegistry,
+    timeoutMs: config.snapshotHealTimeoutMs ?? DEFAULT_HEAL_TIMEOUT_SECONDS * 1000,
+    log,
+  });
+  if (archives && !archives.enabled) archives = undefined;
   const snapshots = new NodeSnapshots({
+    moves,
+    ttlMs: config.snapshotTtlMs,
     executor: timed,
     service,
     queue: service.queue,
@@ -300,6 +331,9 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
         ),
         ...(capabilities?.egressRules ? { egressRules: true } : {}),
         ...snapshots.advertised(),
+        ...(config.snapshotRegistry === undefined
+          ? {}
+          : { snapshotRegistry: config.snapshotRegistry }),
         configDigest,
       };
     },
@@ -321,6 +355,34 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     return new Response(await metrics.text(), {
       headers: { "content-type": metrics.contentType, "cache-control": "no-store" },
     });
+  });
+  // A node that lacks an image gets it from one that holds it (`image_moves.ts`).
+  hono.get("/images/:name", async (c) => {
+    requireFleetBearer(
+      c.req.header("authorization"),
+      matchesToken,
+      "this node's",
+      "GET /images/:name",
+    );
+    return await moves.export(c.req.param("name"), c.req.raw.signal);
+  });
+  // A gateway asks a node to take over a sandbox paused to disk on a node that is down
+  // (`archive_moves.ts`); the sandbox's own routes then reach it here.
+  hono.post("/e2b/api/sandboxes/:id/adopt", async (c) => {
+    requireFleetBearer(
+      c.req.header("authorization"),
+      matchesToken,
+      "this node's",
+      "POST /e2b/api/sandboxes/:id/adopt",
+    );
+    if (!archives) {
+      throw new HttpError(
+        501,
+        "This node takes over no sandboxes: it needs DORMICE_SNAPSHOT_REGISTRY and the Docker executor",
+      );
+    }
+    const row = await archives.adopt(c.req.param("id"), c.req.header(TEAM_HEADER) ?? undefined);
+    return c.json({ sandboxID: row.id, name: row.name, team: row.team, state: row.state });
   });
   const maxBodyBytes = config.jsonBodyLimitBytes;
   // One bound and one staging dir for both /files doors: the bound is the node's, not a door's.
@@ -391,9 +453,21 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
 
   let closed = false;
   let closing: Promise<void> | undefined;
+  // Snapshots past DORMICE_SNAPSHOT_TTL_HOURS are swept a tenth of the TTL apart (at most every
+  // 10 minutes, at least a second apart), one sweep at a time.
+  const timers = options.timers ?? systemTimers;
+  const ttlMs = config.snapshotTtlMs ?? 0;
+  let expiryTimer: TimerHandle | undefined;
+  const scheduleExpiry = (): void => {
+    if (closed || ttlMs <= 0) return;
+    expiryTimer = timers.setTimer(() => {
+      void snapshots.expire(clock.now()).catch(() => {}).finally(scheduleExpiry);
+    }, Math.max(1_000, Math.min(ttlMs / 10, 600_000)));
+  };
   const close = (): Promise<void> =>
     closing ??= (async () => {
       closed = true;
+      timers.clearTimer(expiryTimer);
       await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
       await upkeep.stop();
       await pools.close();
@@ -433,10 +507,15 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     start() {
       scanner.start();
       upkeep.start();
+      scheduleExpiry();
       metricsSampler.start();
       // The first check-in waits (at most 2 s) for the executor's templates: a node that joins
       // without them is placed as if it served any template until its next check-in.
-      const known = Promise.all([refreshCapabilities(), snapshots.refresh()]);
+      const known = Promise.all([
+        refreshCapabilities(),
+        snapshots.refresh(),
+        archives?.fence().catch(() => {}),
+      ]);
       let timer: ReturnType<typeof setTimeout> | undefined;
       const bound = new Promise<void>((resolve) => timer = setTimeout(resolve, 2_000));
       void Promise.race([known, bound]).then(() => {

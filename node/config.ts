@@ -28,6 +28,10 @@
  * | `DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS` | `1800` | one template build's bound, s (1 to 86400); past it the build fails naming the setting |
  * | `DORMICE_TEMPLATE_CONTEXT_LIMIT_MB` | `256` | cap of one uploaded template file context (`copy`), MB (1 to 65536); a larger upload is a 413 |
  * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
+ * | `DORMICE_SNAPSHOT_REGISTRY` | unset (none) | `host:port` of an OCI registry (plain HTTP): every snapshot is pushed there when taken and pulled from there by a node that lacks it, so a create from it works while the node that took it is down |
+ * | `DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS` | `600` | time budget of one heal (getting an image this node lacks from the registry or from the nodes holding it), seconds, 1 to 86400 |
+ * | `DORMICE_SNAPSHOT_TTL_HOURS` | `0` (none) | hours a snapshot lives from when it was taken (0 to 87600; 0 keeps it until deleted): past it every node deletes its copy and the registry's; part of the config digest, so a node set apart is reported |
+ * | `DORMICE_SNAPSHOT_HEAL_MAX_GB` | `20` | the most one heal reads from another node, GB, 1 to 100000 |
  * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
@@ -159,6 +163,14 @@ export interface NodeConfig {
   templateContextLimitBytes?: number;
   /** The most a gzip upload may grow, times its size (`DORMICE_UPLOAD_GZIP_MAX_RATIO`). */
   uploadGzipMaxRatio: number;
+  /** `host:port` of the snapshots' OCI registry (`DORMICE_SNAPSHOT_REGISTRY`); none when absent. */
+  snapshotRegistry?: string;
+  /** One heal's time budget, ms (`DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS`). */
+  snapshotHealTimeoutMs?: number;
+  /** The most bytes one heal reads (`DORMICE_SNAPSHOT_HEAL_MAX_GB`). */
+  snapshotHealMaxBytes?: number;
+  /** How long a snapshot lives, ms (`DORMICE_SNAPSHOT_TTL_HOURS`); 0 keeps it until deleted. */
+  snapshotTtlMs?: number;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -209,6 +221,10 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_TEMPLATE_BUILDS",
   "DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS",
   "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
+  "DORMICE_SNAPSHOT_REGISTRY",
+  "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
+  "DORMICE_SNAPSHOT_HEAL_MAX_GB",
+  "DORMICE_SNAPSHOT_TTL_HOURS",
   "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",
@@ -509,6 +525,41 @@ export function loadNodeConfig(
     "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
     refusals,
   );
+  const registryText = get("DORMICE_SNAPSHOT_REGISTRY");
+  let snapshotRegistry: string | undefined;
+  if (registryText !== undefined && registryText !== "") {
+    if (/^[A-Za-z0-9.-]+:\d{1,5}$/.test(registryText)) snapshotRegistry = registryText;
+    else {
+      refusals.push(
+        `DORMICE_SNAPSHOT_REGISTRY must be host:port of an OCI registry, such as ` +
+          `127.0.0.1:5000: received '${registryText.slice(0, 80)}'`,
+      );
+    }
+  }
+  const snapshotHealTimeoutMs = 1000 * integer(
+    get("DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS"),
+    600,
+    1,
+    86_400,
+    "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
+    refusals,
+  );
+  const snapshotTtlMs = 3_600_000 * integer(
+    get("DORMICE_SNAPSHOT_TTL_HOURS"),
+    0,
+    0,
+    87_600,
+    "DORMICE_SNAPSHOT_TTL_HOURS",
+    refusals,
+  );
+  const snapshotHealMaxBytes = 1e9 * integer(
+    get("DORMICE_SNAPSHOT_HEAL_MAX_GB"),
+    20,
+    1,
+    100_000,
+    "DORMICE_SNAPSHOT_HEAL_MAX_GB",
+    refusals,
+  );
 
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
@@ -582,6 +633,10 @@ export function loadNodeConfig(
       templateBuildTimeoutMs,
       templateContextLimitBytes,
       uploadGzipMaxRatio,
+      ...(snapshotRegistry === undefined ? {} : { snapshotRegistry }),
+      snapshotHealTimeoutMs,
+      snapshotHealMaxBytes,
+      snapshotTtlMs,
     },
   };
 }

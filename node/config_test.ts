@@ -44,6 +44,9 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     templateBuilds: 2,
     templateBuildTimeoutMs: 1_800_000,
     templateContextLimitBytes: 256 * 1024 * 1024,
+    snapshotHealMaxBytes: 20e9,
+    snapshotHealTimeoutMs: 600_000,
+    snapshotTtlMs: 0,
     uploadGzipMaxRatio: 100,
     jsonMessageLimitBytes: 1024 * 1024,
   });
@@ -414,4 +417,15 @@ Deno.test("loadNodeConfig() refuses a relative DORMICE_VOLUME_ROOT and a volume 
   if (!ok.ok) return;
   assert.equal(ok.config.volumeRoot, "/mnt/volumes");
   assert.equal(ok.config.volumeSizeBytes, 2e9);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_SNAPSHOT_REGISTRY as host:port and refuses anything else", () => {
+  const ok = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_SNAPSHOT_REGISTRY: "127.0.0.1:5000",
+  });
+  assert.ok(ok.ok);
+  assert.equal(ok.config.snapshotRegistry, "127.0.0.1:5000");
+  const [bad] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_REGISTRY: "http://r:5000/" });
+  assert.match(bad, /DORMICE_SNAPSHOT_REGISTRY must be host:port .* received 'http:\/\/r:5000\/'/);
 });

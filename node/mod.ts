@@ -130,6 +130,7 @@ export {
   type FileStream,
   fileStreamLengthError,
   type FsChange,
+  type ImageExport,
   newSnapshotId,
   noEgress,
   type PortAddress,

@@ -103,6 +103,7 @@ export class SandboxService implements SandboxOps {
   #core: ServiceCore;
   #fence: SlotFence;
   #announceDirect?: (what: string) => Promise<void>;
+  #onArchived?: (sandbox: SandboxRecord) => Promise<void>;
 
   /** Builds the service over a ledger and an executor. */
   constructor(options: SandboxServiceOptions) {
@@ -118,6 +119,7 @@ export class SandboxService implements SandboxOps {
     this.#pools = options.pools;
     this.#fence = options.fence ?? new SlotFence();
     this.#announceDirect = options.announceDirect;
+    this.#onArchived = options.onArchived;
     this.#core = {
       ledger: this.#ledger,
       executor: this.#executor,
@@ -399,11 +401,51 @@ export class SandboxService implements SandboxOps {
       settle(true);
       this.history.drop(sandbox.id);
       this.#log("info", "sandbox paused to disk", { name: sandbox.name, id: sandbox.id });
+      await this.#onArchived?.(row).catch((error) =>
+        this.#log("warn", "could not hand a sandbox paused to disk on", { id: row.id, error })
+      );
       return row;
     } catch (error) {
       settle(false);
       throw error;
     }
+  }
+
+  /**
+   * Records a sandbox paused to disk on another node as this node's (its files already kept by
+   * the executor as its archive): a row in state `archived`, under its own id, name and team,
+   * which `resume` then restores. Its own row when it is here already.
+   *
+   * @throws {HttpError} 409 when its team has another sandbox by its name here.
+   */
+  adoptArchived(record: SandboxRecord): Promise<SandboxRecord> {
+    return this.queue.run(teamScopedName(record.team, record.name), () => {
+      const here = this.#ledger.byId(record.id);
+      if (here) return Promise.resolve(here);
+      if (this.#ledger.byName(record.name, record.team)) {
+        throw new HttpError(
+          409,
+          `Sandbox '${record.id}' cannot be resumed on this node: its team has another sandbox ` +
+            `named '${record.name}' here`,
+        );
+      }
+      this.#ledger.insert({
+        id: record.id,
+        name: record.name,
+        team: record.team,
+        state: "archived",
+        template: record.template,
+        metadata: record.metadata,
+        spec: record.spec,
+        env: record.env,
+        createdAt: Date.parse(record.createdAt),
+        deadlineAt: record.deadlineAt,
+        deadlineAction: record.deadlineAction,
+        e2b: record.e2b,
+      });
+      this.#log("info", "sandbox paused to disk on another node taken over", { id: record.id });
+      return Promise.resolve(this.#ledger.byId(record.id)!);
+    });
   }
 
   /**

@@ -3,6 +3,7 @@
  *
  * @module
  */
+import type { SandboxRecord } from "./service_contract.ts";
 import type { Clock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import type { NameQueue } from "../shared/name_queue.ts";
@@ -30,6 +31,11 @@ export interface SandboxServiceOptions {
    * `pushDirectCreate`; none by default (a node without a gateway).
    */
   announceDirect?: (what: string) => Promise<void>;
+  /**
+   * Called once a sandbox is paused to disk (with its row, state `archived`), inside its slot:
+   * the node's app pushes the kept files to the registry there. A rejection is logged.
+   */
+  onArchived?: (sandbox: SandboxRecord) => Promise<void>;
   /** Stamps creation, idle and deadline times; `systemClock` when absent. */
   clock?: Clock;
   /** Where lifecycle events and failures are logged; `silentLog` when absent. */

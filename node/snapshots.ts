@@ -20,6 +20,7 @@ import {
   type SnapshotInfo,
 } from "./executors/contract.ts";
 import type { SandboxOps, SandboxRef } from "./service_contract.ts";
+import type { HealSource, ImageMoves } from "./image_moves.ts";
 
 /** A snapshot name: what a team calls it, 1–64 characters, no spaces or slashes. */
 export const SNAPSHOT_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -41,6 +42,13 @@ export interface NodeSnapshotsOptions {
   minDiskBytes?: number;
   /** Templates a snapshot may not be named after (a create names templates and snapshots alike). */
   templates?: () => Promise<string[] | undefined>;
+  /** Gets snapshots this node lacks from other nodes or the registry, and pushes new ones. */
+  moves?: ImageMoves;
+  /**
+   * How long a snapshot lives, ms from when it was taken (`DORMICE_SNAPSHOT_TTL_HOURS`): past
+   * it {@linkcode NodeSnapshots.expire} deletes it here and from the registry. None when absent.
+   */
+  ttlMs?: number;
   /** Where takes and deletes are logged. */
   log?: Log;
 }
@@ -127,6 +135,9 @@ export class NodeSnapshots {
       team: row.team,
       name,
     });
+    // With a registry, the snapshot is there before the take answers: a create from it then
+    // works while this node is down.
+    await this.#options.moves?.push(info.snapshotId);
     await this.refresh();
     return info;
   }
@@ -152,7 +163,33 @@ export class NodeSnapshots {
     return (await this.list(team)).find((s) => s.snapshotId === idOrName || s.name === idOrName);
   }
 
-  /** Deletes a snapshot of `team` (any team's when absent); false when none by that id. */
+  /**
+   * As {@linkcode find}, and when this node lacks snapshot id `idOrName`, gets it first: from
+   * the registry when one is set, else from `sources` (the holders a gateway named). A name is
+   * only ever found locally: the gateway resolves names to ids before it asks for a heal.
+   *
+   * @throws {HttpError} 503 when the heal failed (see `ImageMoves.heal`).
+   */
+  async findOrHeal(
+    idOrName: string,
+    team: string | undefined,
+    sources: readonly HealSource[],
+  ): Promise<SnapshotInfo | undefined> {
+    const found = await this.find(idOrName, team);
+    const moves = this.#options.moves;
+    if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
+    if (sources.length === 0 && moves.registry === undefined) return found;
+    await moves.heal(idOrName, sources);
+    await this.refresh();
+    return await this.find(idOrName, team);
+  }
+
+  /**
+   * Deletes a snapshot of `team` (any team's when absent) here and from the registry when one
+   * is set; false when neither held one by that id.
+   *
+   * @throws {HttpError} 503 when the registry could not be told.
+   */
   async delete(snapshotId: string, team?: string): Promise<boolean> {
     let deleted: boolean;
     try {
@@ -160,9 +197,48 @@ export class NodeSnapshots {
     } catch (error) {
       throw executorErrorToHttp(error);
     }
+    if (SNAPSHOT_ID_PATTERN.test(snapshotId) && this.#options.moves?.registry !== undefined) {
+      deleted = (await this.#options.moves.unpublish(snapshotId, team)) || deleted;
+    }
     if (deleted) this.#log("info", "snapshot deleted", { snapshot: snapshotId, team });
     await this.refresh();
     return deleted;
+  }
+
+  /**
+   * Deletes every snapshot taken `ttlMs` or longer before `now` (a healed copy keeps the time
+   * its snapshot was taken, so every node's copy goes together), here and in the registry;
+   * the ids deleted. Nothing without a TTL. Failures are logged and left to the next sweep.
+   */
+  async expire(now: number): Promise<string[]> {
+    const ttl = this.#options.ttlMs;
+    if (ttl === undefined || ttl <= 0) return [];
+    const expired: string[] = [];
+    let all: SnapshotInfo[] = [];
+    try {
+      all = await this.#options.executor.listSnapshots();
+    } catch (error) {
+      this.#log("warn", "could not list snapshots to expire them", { error });
+    }
+    for (const s of all) {
+      if (s.createdAt + ttl > now) continue;
+      try {
+        if (await this.#options.executor.deleteSnapshot(s.snapshotId)) expired.push(s.snapshotId);
+        if (this.#options.moves?.registry !== undefined) {
+          await this.#options.moves.unpublish(s.snapshotId);
+        }
+      } catch (error) {
+        this.#log("warn", "could not expire a snapshot", { snapshot: s.snapshotId, error });
+      }
+    }
+    for (const id of (await this.#options.moves?.expireRegistry(ttl, now)) ?? []) {
+      if (!expired.includes(id)) expired.push(id);
+    }
+    if (expired.length > 0) {
+      this.#log("info", "snapshots expired", { snapshots: expired, ttlMs: ttl });
+      await this.refresh();
+    }
+    return expired;
   }
 
   /**

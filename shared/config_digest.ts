@@ -17,6 +17,14 @@ export interface FleetInvariants {
    * the secret (see {@linkcode secretIdentity}).
    */
   signingSecretId: string;
+  /**
+   * How long a snapshot lives, ms (`DORMICE_SNAPSHOT_TTL_HOURS`): a healed copy on a node with
+   * another TTL would outlive or predecease the rest. 0 or absent: none (left out of the digest,
+   * so a fleet without one keeps its digest).
+   */
+  snapshotTtlMs?: number;
+  /** The snapshots' registry (`DORMICE_SNAPSHOT_REGISTRY`); `null` or absent: none (left out). */
+  snapshotRegistry?: string | null;
 }
 
 /**
@@ -58,6 +66,8 @@ export function configDigest(invariants: FleetInvariants, fleetToken: string): s
     templates: entries.sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0),
     sandboxDomain: invariants.sandboxDomain,
     signingSecretId: invariants.signingSecretId,
+    ...(invariants.snapshotTtlMs ? { snapshotTtlMs: invariants.snapshotTtlMs } : {}),
+    ...(invariants.snapshotRegistry ? { snapshotRegistry: invariants.snapshotRegistry } : {}),
   });
   return createHmac("sha256", fleetToken).update(canonical).digest("hex");
 }

@@ -350,6 +350,7 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
+  snapshotRegistry: z.ZodOptional<z.ZodString>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -391,6 +392,11 @@ export const checkInSchema: z.ZodObject<{
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated: z.boolean().optional(),
   /**
+   * `host:port` of the registry the node pushes its snapshots to and pulls others' from
+   * (`DORMICE_SNAPSHOT_REGISTRY`): it can start a sandbox from any snapshot there.
+   */
+  snapshotRegistry: z.string().max(300).optional(),
+  /**
    * A Bloom filter of the names and ids the node held when it built this check-in; absent from
    * a node that predates it (the gateway then asks that node on every miss).
    */
@@ -427,6 +433,8 @@ export interface CheckIn {
   snapshots?: string[];
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated?: boolean;
+  /** The registry the node pulls snapshots from. */
+  snapshotRegistry?: string;
 }
 
 // The interfaces above are written out for the documentation; these fail to compile when one

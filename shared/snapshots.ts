@@ -139,3 +139,10 @@ export function pageSnapshots(
     .sort((a, b) => compareListCursors(snapshotCursor(a), snapshotCursor(b)));
   return { page: sorted.slice(0, query.limit), more: sorted.length > query.limit };
 }
+
+/**
+ * The header a gateway names the holders a create's snapshot may be healed from in:
+ * `<node id>=<endpoint>` pairs, comma-separated, the one to try first first. Only a caller with
+ * the fleet token reaches a node's create, so only a gateway (or the operator) names them.
+ */
+export const HEAL_FROM_HEADER = "x-dormice-heal-from";

@@ -55,6 +55,8 @@ export interface FleetNode {
   readonly snapshots?: ReadonlySet<string>;
   /** It holds more snapshots than it advertised: it may hold any snapshot no node lists. */
   readonly snapshotsTruncated?: boolean;
+  /** The registry it pulls snapshots from (`DORMICE_SNAPSHOT_REGISTRY`), when it has one. */
+  readonly snapshotRegistry?: string;
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
   /**
@@ -162,6 +164,7 @@ export interface Member extends FleetNode {
   egressRules: boolean;
   snapshots: Set<string>;
   snapshotsTruncated: boolean;
+  snapshotRegistry?: string;
   configDigest: string | null;
   lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
@@ -268,6 +271,7 @@ function capabilitiesOf(body: CheckIn) {
     egressRules: body.egressRules ?? false,
     snapshots: new Set(body.snapshots ?? []),
     snapshotsTruncated: body.snapshotsTruncated ?? false,
+    snapshotRegistry: body.snapshotRegistry,
     configDigest: body.configDigest ?? null,
   };
 }

@@ -18,6 +18,7 @@ import type { Log } from "../../shared/log.ts";
 import { teamScopedName } from "../../shared/teams.ts";
 import { LEDGER_SEQ_HEADER } from "../../shared/schemas.ts";
 import { SLOT_TOKEN_HEADER } from "../../shared/slot_token.ts";
+import { HEAL_FROM_HEADER } from "../../shared/snapshots.ts";
 import type { SlotHold } from "./slots.ts";
 
 /** A node's whole answer, read by the gateway (create and destroy). */
@@ -53,6 +54,13 @@ export interface CreateOptions {
   admit?: () => Admission | Promise<Admission>;
   /** What the create asks of its node (template, volumes, pool): the placer's filters read it. */
   ask?: PlacementAsk;
+  /**
+   * The nodes holding `ask.snapshot`, the one to prefer first. When none of them can take the
+   * create (full, above a limit) and one is up, another node that passes every other filter is
+   * chosen and told to heal: to get the snapshot from them first ({@linkcode HEAL_FROM_HEADER}).
+   * With every holder down, a node with a registry (it pulls the snapshot from there) is.
+   */
+  healFrom?: readonly string[];
 }
 
 /** What a create works with: the routing's own parts, passed by `GatewayRouting`. */
@@ -115,7 +123,21 @@ export async function placeNew(
   // An unnamed create is counted under a private key until the node names the sandbox.
   const key = name ?? `unnamed:${crypto.randomUUID()}`;
   const admission = await options.admit?.();
-  const pick = placer.place(key, options.ask);
+  let pick = placer.place(key, options.ask);
+  let healHeaders: Record<string, string> | undefined;
+  if (!pick.ok && options.ask?.snapshot !== undefined && options.healFrom !== undefined) {
+    const heal = placeHeal(parts, key, options.ask, options.healFrom);
+    if (heal !== undefined) {
+      pick = heal.pick;
+      healHeaders = { [HEAL_FROM_HEADER]: heal.from };
+      parts.log("info", "a create from a snapshot goes to a node that heals it", {
+        name: key,
+        nodeId: heal.pick.node.id,
+        snapshot: options.ask.snapshot,
+        from: heal.from,
+      });
+    }
+  }
   parts.placed(key, pick);
   if (!pick.ok) {
     admission?.cancel();
@@ -143,10 +165,13 @@ export async function placeNew(
   }
   // Sent with the create: a node that saw a newer take's token for the name refuses it (a
   // gateway paused between the check above and the node).
-  const headers = hold === undefined ? options.headers : {
+  let headers = hold === undefined ? options.headers : {
     ...(options.headers ?? parts.defaultHeaders),
     [SLOT_TOKEN_HEADER]: hold.token,
   };
+  if (healHeaders !== undefined) {
+    headers = { ...(headers ?? parts.defaultHeaders), ...healHeaders };
+  }
   // A 502 (no answer) leaves the placement counted: the sandbox may exist.
   let answer: CapturedAnswer;
   // Until the node's digest shows this create, lookups must ask that node (lookup digests).
@@ -177,6 +202,32 @@ export async function placeNew(
     }
   }
   return answer;
+}
+
+/**
+ * A node for a create from a snapshot none of whose holders can take it: one that passes every
+ * filter but the snapshot's, when it can get the snapshot — some holder is up (it heals from
+ * them, those up first), or it pulls from a registry. Undefined when there is none (the
+ * holders' own refusal then stands). A pick made here is counted as any placement.
+ */
+function placeHeal(
+  parts: CreateParts,
+  key: string,
+  ask: PlacementAsk,
+  holderIds: readonly string[],
+): { pick: Extract<PickResult, { ok: true }>; from: string } | undefined {
+  const now = parts.fleet.now();
+  const holders = holderIds.map((id) => parts.fleet.get(id))
+    .filter((n): n is FleetNode => n !== undefined && !parts.fleet.isDown(n, now));
+  const anyRegistry = [...parts.fleet.nodes()].some((n) =>
+    n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
+  );
+  if (holders.length === 0 && !anyRegistry) return undefined;
+  const pick = parts.placer.pick({ ...ask, snapshot: undefined, snapshotHolders: undefined });
+  if (!pick.ok) return undefined;
+  if (holders.length === 0 && pick.node.snapshotRegistry === undefined) return undefined;
+  parts.placer.record(key, pick.node.id);
+  return { pick, from: holders.map((n) => `${n.id}=${n.endpoint}`).join(",") };
 }
 
 /**

@@ -3,6 +3,7 @@
  *
  * @module
  */
+import { Buffer } from "node:buffer";
 import { posix } from "node:path";
 import type { ExecutorError as ExecutorErrorType, FileEntry, FsChange } from "./contract.ts";
 import { ExecutorError } from "./contract.ts";
@@ -104,6 +105,43 @@ export class FakeFs {
     const copy = new FakeFs(now);
     copy.#nodes = new Map([...this.#nodes].map(([path, node]) => [path, structuredClone(node)]));
     return copy;
+  }
+
+  /**
+   * The tree as JSON bytes (file contents in base64): what the fake executor streams when it
+   * exports a snapshot to another node. {@linkcode FakeFs.fromBytes} reads it back.
+   */
+  toBytes(): Uint8Array {
+    const entries = [...this.#nodes].map(([path, node]) =>
+      node.type === "file"
+        ? [path, { ...node, data: Buffer.from(node.data).toString("base64") }]
+        : [path, node]
+    );
+    return new TextEncoder().encode(JSON.stringify(entries));
+  }
+
+  /**
+   * A tree read from {@linkcode FakeFs.toBytes}'s bytes.
+   *
+   * @throws {ExecutorError} `invalid` when the bytes are not such a tree.
+   */
+  static fromBytes(bytes: Uint8Array, now: () => number): FakeFs {
+    const fs = new FakeFs(now);
+    try {
+      const entries = JSON.parse(new TextDecoder().decode(bytes)) as [string, FsNode][];
+      fs.#nodes = new Map(entries.map(([path, node]) => [
+        path,
+        node.type === "file"
+          ? { ...node, data: new Uint8Array(Buffer.from(node.data as unknown as string, "base64")) }
+          : node,
+      ]));
+    } catch (error) {
+      throw new ExecutorError(
+        "invalid",
+        `What arrived is not a fake executor's file tree (${(error as Error).message})`,
+      );
+    }
+    return fs;
   }
 
   /**

@@ -28,7 +28,9 @@ export type FakeCall =
   | "restore"
   | "list"
   | "portAddress"
-  | "setEgressRules";
+  | "setEgressRules"
+  | "exportImage"
+  | "importImage";
 
 interface Park {
   waiters: (() => void)[];
@@ -77,6 +79,8 @@ export class FakeExecutorHooks {
     list: 0,
     portAddress: 0,
     setEgressRules: 0,
+    exportImage: 0,
+    importImage: 0,
   };
   #parks = new Map<FakeCall, Park>();
   #delays = new Map<FakeCall, number>();

@@ -78,6 +78,17 @@ export interface SnapshotInfo {
   public?: boolean;
 }
 
+/** An image streamed out of an executor for another node (see `Executor.exportImage`). */
+export interface ImageExport {
+  /**
+   * What identifies its content, which the receiver checks what it loaded against (Docker: the
+   * image id, `sha256:` and 64 hex digits, the digest of its configuration).
+   */
+  digest: string;
+  /** The bytes (Docker: a `docker save` tar); cancel it to stop the export. */
+  body: ReadableStream<Uint8Array>;
+}
+
 /** The shape of a snapshot id: what a create's template is read as a snapshot by. */
 export const SNAPSHOT_ID_PATTERN: RegExp = /^snap-[a-z0-9]{20}$/;
 
@@ -465,6 +476,56 @@ export interface Executor {
   setEgressRules?(id: string, rules: EgressRules): Promise<void>;
   /** What it can serve now (templates, volumes); an executor without it serves any template. */
   capabilities?(): Promise<ExecutorCapabilities>;
+  /**
+   * Streams an image this executor holds, for a node that lacks it (a heal): `name` is a
+   * snapshot id or an image the executor serves by name (a template's). Docker: `docker save`.
+   * Absent on an executor that cannot move images between nodes.
+   *
+   * @throws {ExecutorError} `not_found` when it holds no such image.
+   */
+  exportImage?(name: string, signal: AbortSignal): Promise<ImageExport>;
+  /**
+   * Loads what another node's {@linkcode Executor.exportImage} streamed (Docker: `docker load`),
+   * refuses it unless what arrived has `expected.digest`, and from then on holds it as its own
+   * (a snapshot is listed by this executor, with its team, name and creation time as taken).
+   * The caller bounds the bytes and the time (it errors `body` or aborts `signal`).
+   *
+   * @throws {ExecutorError} `invalid` when what arrived is not `name` with that digest.
+   */
+  importImage?(
+    name: string,
+    body: ReadableStream<Uint8Array>,
+    expected: { digest: string },
+    signal: AbortSignal,
+  ): Promise<void>;
+  /**
+   * Pushes image `name` (as for `exportImage`) to the OCI registry `registry` (`host:port`,
+   * plain HTTP on loopback). Absent on an executor without an engine that pushes.
+   */
+  pushImage?(name: string, registry: string, signal: AbortSignal): Promise<void>;
+  /**
+   * Pushes what `archive` kept of a sandbox to `registry`, with `record` (its ledger row as JSON)
+   * beside it, so another node can resume it ({@linkcode Executor.pullArchive}).
+   */
+  pushArchive?(
+    sandboxId: string,
+    record: string,
+    registry: string,
+    signal: AbortSignal,
+  ): Promise<void>;
+  /**
+   * Pulls another node's archive of a sandbox from `registry` and keeps it as its own (so
+   * `restore` starts the sandbox); resolves to the record it was pushed with.
+   *
+   * @throws {ExecutorError} `not_found` when the registry has none.
+   */
+  pullArchive?(sandboxId: string, registry: string, signal: AbortSignal): Promise<string>;
+  /**
+   * Pulls image `name` from `registry` and holds it as its own, as `importImage` does.
+   *
+   * @throws {ExecutorError} `not_found` when the registry has no such image.
+   */
+  pullImage?(name: string, registry: string, signal: AbortSignal): Promise<void>;
   /**
    * Where the node reaches `port` inside the sandbox: an address on the node's own side (Docker:
    * the container's address on the node's internal network; fake: a loopback listener serving a

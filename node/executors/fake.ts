@@ -19,6 +19,7 @@ import {
   type FileOptions,
   type FileStream,
   type FsChange,
+  type ImageExport,
   newSnapshotId,
   noEgress,
   type PortAddress,
@@ -44,6 +45,12 @@ import { systemClock } from "../../shared/clock.ts";
 import { DEFAULT_TEMPLATES, parseTemplates, unknownTemplateError } from "./docker/templates.ts";
 import { metadataUnsupported } from "./docker/_stat.ts";
 import { FakeExecutorHooks } from "./_fake_hooks.ts";
+
+/** The SHA-256 of `bytes` as `sha256:` and 64 hex digits, as Docker names its image ids. */
+async function sha256Hex(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
+  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  return `sha256:${Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+}
 
 export { type FakeCall, FakeExecutorHooks } from "./_fake_hooks.ts";
 
@@ -609,6 +616,56 @@ export class FakeExecutor implements Executor {
     if (!held || (team !== undefined && held.info.team !== team)) return false;
     this.#snapshots.delete(snapshotId);
     return true;
+  }
+
+  /**
+   * Streams a snapshot it holds as JSON (its description and file tree), for another fake
+   * executor's {@linkcode FakeExecutor.importImage}; the digest is the SHA-256 of those bytes.
+   */
+  async exportImage(name: string, _signal: AbortSignal): Promise<ImageExport> {
+    await this.hooks.enter("exportImage");
+    const held = this.#snapshots.get(name);
+    if (!held) throw snapshotNotFound(name);
+    const bytes = new TextEncoder().encode(
+      JSON.stringify({ info: held.info, fs: new TextDecoder().decode(held.fs.toBytes()) }),
+    );
+    return { digest: await sha256Hex(bytes), body: ReadableStream.from([bytes]) };
+  }
+
+  /**
+   * Loads a snapshot another fake executor exported, refusing it unless it is `name` with
+   * `expected.digest`; it keeps the creation time and origin node it was taken with.
+   */
+  async importImage(
+    name: string,
+    body: ReadableStream<Uint8Array>,
+    expected: { digest: string },
+    _signal: AbortSignal,
+  ): Promise<void> {
+    await this.hooks.enter("importImage");
+    const bytes = new Uint8Array(await new Response(body).arrayBuffer());
+    const digest = await sha256Hex(bytes);
+    if (digest !== expected.digest) {
+      throw new ExecutorError(
+        "invalid",
+        `The image '${name}' that arrived has digest ${digest}, not the ${expected.digest} its ` +
+          "holder named: it was cut or changed on the way; nothing was kept",
+      );
+    }
+    let parsed: { info: SnapshotInfo; fs: string };
+    try {
+      parsed = JSON.parse(new TextDecoder().decode(bytes));
+    } catch (error) {
+      throw new ExecutorError("invalid", `The image '${name}' that arrived is not one: ${error}`);
+    }
+    if (parsed.info?.snapshotId !== name) {
+      throw new ExecutorError(
+        "invalid",
+        `The image that arrived is '${parsed.info?.snapshotId}', not '${name}': nothing was kept`,
+      );
+    }
+    const fs = FakeFs.fromBytes(new TextEncoder().encode(parsed.fs), () => this.#clock.now());
+    this.#snapshots.set(name, { info: parsed.info, fs });
   }
 
   /** Ids of every sandbox it holds, archived ones too: in memory only, so none survive a restart. */

@@ -18,7 +18,18 @@ import type { SandboxSpec } from "../../shared/schemas.ts";
 const measured: Record<
   Exclude<
     keyof Executor,
-    "kind" | "limits" | "close" | "capabilities" | "legacy" | "setEgressRules"
+    | "kind"
+    | "limits"
+    | "close"
+    | "capabilities"
+    | "legacy"
+    | "setEgressRules"
+    | "exportImage"
+    | "importImage"
+    | "pushImage"
+    | "pullImage"
+    | "pushArchive"
+    | "pullArchive"
   >,
   true
 > = {
@@ -75,6 +86,18 @@ export function instrumentExecutor(executor: Executor, metrics: NodeMetrics): Ex
   const present: (keyof Executor)[] = [...operations];
   if (executor.legacy !== undefined) present.push("legacy");
   if (executor.setEgressRules !== undefined) present.push("setEgressRules");
+  for (
+    const verb of [
+      "exportImage",
+      "importImage",
+      "pushImage",
+      "pullImage",
+      "pushArchive",
+      "pullArchive",
+    ] as const
+  ) {
+    if (executor[verb] !== undefined) present.push(verb);
+  }
   for (const operation of present) {
     const call = (executor[operation] as (...args: unknown[]) => Promise<unknown>).bind(executor);
     wrapped[operation] = async (...args: unknown[]) => {

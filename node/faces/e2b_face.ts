@@ -29,6 +29,7 @@ import {
 import { SNAPSHOT_ID_PATTERN, type SnapshotInfo, snapshotNotFound } from "../executors/contract.ts";
 import type { NodeSnapshots } from "../snapshots.ts";
 import type { TemplateBuilds } from "../templates_build.ts";
+import { HEAL_FROM_HEADER, parseHealFrom } from "../image_moves.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -220,7 +221,11 @@ export class E2bFace {
    */
   async snapshotOf(c: Context, templateID: string): Promise<SnapshotInfo | undefined> {
     if (!this.snapshots) return undefined;
-    const found = await this.snapshots.find(templateID, this.teamOf(c) ?? DEFAULT_TEAM);
+    const found = await this.snapshots.findOrHeal(
+      templateID,
+      this.teamOf(c) ?? DEFAULT_TEAM,
+      parseHealFrom(c.req.header(HEAL_FROM_HEADER)),
+    );
     if (!found && SNAPSHOT_ID_PATTERN.test(templateID)) throw snapshotNotFound(templateID);
     return found;
   }

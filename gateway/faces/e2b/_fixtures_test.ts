@@ -53,6 +53,8 @@ export class StubNode {
   snapshots: SnapshotRow[] = [];
   /** Each create's body, in order. */
   createBodies: Record<string, unknown>[] = [];
+  /** Each create's `x-dormice-heal-from` header (the holders to heal from), in order. */
+  healFrom: (string | null)[] = [];
   /** Each fork's body, in order. */
   forkBodies: { count?: number }[] = [];
   /** How many of each fork's first copies fail (an error entry each). */
@@ -107,6 +109,7 @@ export class StubNode {
     if (path === "/e2b/api/v2/sandboxes" && request.method === "POST") {
       const body = await request.json();
       this.createBodies.push(body);
+      this.healFrom.push(request.headers.get("x-dormice-heal-from"));
       this.nameHeaders.push(request.headers.get(SANDBOX_NAME_HEADER));
       if (this.createStatus !== undefined) {
         return Response.json({ code: this.createStatus, message: "refused" }, {

@@ -135,6 +135,7 @@ export function createE2bApi(
       };
     }
     let forwarded = text;
+    let healFrom: string[] | undefined;
     if (typeof body.templateID === "string") {
       const source = await resolveCreateSource(
         parts,
@@ -152,6 +153,7 @@ export function createE2bApi(
           snapshotHolders: source.holders,
         };
         forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
+        healFrom = source.holders;
       }
     }
     const answer = await routing.create({
@@ -166,6 +168,7 @@ export function createE2bApi(
       },
       admit: () => limits.enter(caller.kind === "key" ? caller.key : undefined, team),
       ask,
+      ...(healFrom === undefined ? {} : { healFrom }),
     });
     return relay(answer);
   };
@@ -343,6 +346,17 @@ export function createE2bApi(
           headers: nodeAuthFor(caller),
         });
       }
+      if (method === "POST" && (m[2] === "/connect" || m[2] === "/resume")) {
+        try {
+          return await forwardById(c, id, rest, caller);
+        } catch (error) {
+          // Its node is down: a sandbox paused to disk resumes on another node when the
+          // registry holds its files (`takeOverArchived`); otherwise the 503 stands.
+          if (!(error instanceof HttpError) || error.status !== 503) throw error;
+          if (!(await takeOverArchived(parts, nodeApi, id, nodeAuthFor(caller)))) throw error;
+          return await forwardById(c, id, rest, caller);
+        }
+      }
       return await forwardById(c, id, rest, caller);
     }
     throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
@@ -377,6 +391,58 @@ async function volumeRoute(
     });
   }
   throw new HttpError(404, `No E2B API route ${method} ${rest} on the gateway`);
+}
+
+/**
+ * Asks a live node with a registry to take over sandbox `id`, paused to disk on a node that is
+ * down (the node pulls its files and row from the registry); true when one did, and the Finder
+ * then names that node. False when no such node is up or the registry does not hold it.
+ */
+async function takeOverArchived(
+  parts: GatewayParts,
+  nodeApi: string,
+  id: string,
+  headers: Record<string, string>,
+): Promise<boolean> {
+  const now = parts.fleet.now();
+  const candidates = [...parts.fleet.nodes()].filter((n) =>
+    n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
+  );
+  if (candidates.length === 0) return false;
+  const pick = parts.placer.pick({});
+  const node = pick.ok && candidates.includes(pick.node) ? pick.node : candidates[0];
+  let res: Response;
+  try {
+    res = await fetch(
+      new URL(`${nodeApi}/sandboxes/${encodeURIComponent(id)}/adopt`, node.endpoint),
+      { method: "POST", headers, redirect: "manual", signal: AbortSignal.timeout(300_000) },
+    );
+  } catch (error) {
+    parts.log("warn", "a node did not answer a take-over", { nodeId: node.id, id, error });
+    return false;
+  }
+  const text = await res.text();
+  if (!res.ok) {
+    parts.log("info", "no take-over of a sandbox paused to disk", {
+      nodeId: node.id,
+      id,
+      status: res.status,
+      answer: text.slice(0, 300),
+    });
+    return false;
+  }
+  const row = JSON.parse(text) as { sandboxID: string; name: string; team: string };
+  parts.finder.remember(node, {
+    id: row.sandboxID,
+    name: row.name,
+    state: "archived",
+    team: row.team,
+  });
+  parts.log("info", "a sandbox paused to disk on a down node was taken over", {
+    nodeId: node.id,
+    id,
+  });
+  return true;
 }
 
 /** A captured node answer, passed on as the node gave it (its errors are already E2B's). */

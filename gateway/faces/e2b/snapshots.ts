@@ -33,8 +33,8 @@ export type CreateSource =
  * up among the caller's team's snapshots on every node, unless some node serves a template by
  * that name (templates win: a node refuses a snapshot named like its templates). An id no
  * node advertises yet (taken since the last check-ins) is asked of every node. A snapshot
- * whose every holder is down is a 503 naming them, never a create from something else; one
- * no node holds is E2B's 404.
+ * whose every holder is down is a 503 naming them (unless a node with a registry is up: it
+ * pulls it from there), never a create from something else; one no node holds is E2B's 404.
  *
  * @throws {HttpError} 404 for a snapshot no node holds, 503 when only down nodes hold it.
  */
@@ -93,7 +93,11 @@ export async function resolveCreateSource(
   }
   const now = parts.fleet.now();
   const down = holders.filter((id) => parts.fleet.isDown(id, now));
-  if (down.length === holders.length) {
+  // A node with a registry pulls the snapshot from there (every node pushes what it takes).
+  const registry = nodes.some((n) =>
+    n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
+  );
+  if (down.length === holders.length && !registry) {
     throw new HttpError(
       503,
       `Snapshot '${snapshotId}' is held only by node ${
@@ -121,7 +125,12 @@ export async function listSnapshots(
     headers,
     signal,
   });
-  const { page, more: moreHere } = pageSnapshots(rows, query);
+  // A snapshot healed to other nodes is listed by each holder: it is one snapshot, listed once.
+  const seen = new Set<string>();
+  const unique = rows.filter((r) =>
+    !seen.has(r.snapshotID) && seen.add(r.snapshotID) !== undefined
+  );
+  const { page, more: moreHere } = pageSnapshots(unique, query);
   const out = new Headers(answerHeaders);
   out.set("content-type", "application/json");
   if ((moreHere || more) && page.length > 0) {

@@ -127,3 +127,46 @@ Deno.test("E2B api: a create from a snapshot lands on its holder, advertised or 
     gateway.close();
   }
 });
+
+Deno.test("E2B api: a create from a snapshot whose holder is full heals on another node; down, only with a registry", async () => {
+  const clock = new FakeClock(1_800_000_000_000);
+  const { gateway, add } = setup({ clock });
+  const a = add("a");
+  const b = add("b");
+  const advertise = (id: string, endpoint: string, active: number, extra = {}) =>
+    gateway.fleet.checkIn(
+      checkIn(id, endpoint, {
+        reading: reading({ active }),
+        templates: ["base"],
+        snapshots: id === "b" ? [ids[0]] : [],
+        ...extra,
+      }),
+    );
+  const create = () => api(gateway, "POST", "/v2/sandboxes", { templateID: ids[0], metadata: {} });
+  try {
+    // The holder at the active limit: the create goes to a, told to heal from b first.
+    advertise("a", a.endpoint, 0);
+    advertise("b", b.endpoint, 400);
+    assert.equal((await create()).status, 201);
+    assert.deepEqual(a.createBodies.map((body) => body.templateID), [ids[0]]);
+    assert.deepEqual(a.healFrom, [`b=${b.endpoint}`]);
+    assert.equal(b.createBodies.length, 0);
+    // The holder with room: it takes the create itself, no heal.
+    advertise("b", b.endpoint, 0);
+    assert.equal((await create()).status, 201);
+    assert.deepEqual(b.healFrom, [null]);
+    // The holder down, no registry: a 503 naming it.
+    clock.tick(60_000);
+    advertise("a", a.endpoint, 0);
+    const down = await create();
+    assert.equal(down.status, 503);
+    assert.match((await down.json()).message, /held only by node 'b', which is down/);
+    // The holder down, a node with a registry up: that node takes it (it pulls from there).
+    advertise("a", a.endpoint, 0, { snapshotRegistry: "127.0.0.1:5000" });
+    assert.equal((await create()).status, 201);
+    assert.equal(a.createBodies.length, 2);
+    assert.deepEqual(a.healFrom.at(-1), "");
+  } finally {
+    gateway.close();
+  }
+});

@@ -17,6 +17,7 @@ import {
   type SnapshotRequest,
 } from "../contract.ts";
 import type { Engine, ImageSummary } from "./engine.ts";
+import type { EngineHttp } from "./_images.ts";
 
 /** The repository every snapshot image is tagged in; the tag is the snapshot id. */
 export const SNAPSHOT_REPOSITORY = "dormice-snapshot";
@@ -24,6 +25,14 @@ export const SNAPSHOT_REPOSITORY = "dormice-snapshot";
 /** The image reference of a snapshot. */
 export function snapshotImage(snapshotId: string): string {
   return `${SNAPSHOT_REPOSITORY}:${snapshotId}`;
+}
+
+/**
+ * The tag a node gives a snapshot it got from another node or a registry: the snapshot's id
+ * and its own instance, so two nodes on one engine never take each other's tag.
+ */
+export function healedSnapshotImage(snapshotId: string, instanceId: string): string {
+  return `${SNAPSHOT_REPOSITORY}:${snapshotId}-${instanceId}`;
 }
 
 /** The labels a snapshot image carries, named once. */
@@ -188,7 +197,7 @@ export class Snapshots {
   }
 
   /** This instance's tagged snapshot images, archives too, oldest first. */
-  async #tagged(): Promise<{ info: SnapshotInfo; archiveOf?: string }[]> {
+  async #tagged(): Promise<{ info: SnapshotInfo; archiveOf?: string; ref: string }[]> {
     const client = this.#engine.client;
     if (!client.listImages) throw new TypeError("The engine client cannot list images");
     const images: ImageSummary[] = await this.#engine.call(
@@ -199,16 +208,66 @@ export class Snapshots {
           abortSignal: signal,
         }),
     );
-    const out: { info: SnapshotInfo; archiveOf?: string }[] = [];
+    const out: { info: SnapshotInfo; archiveOf?: string; ref: string }[] = [];
     for (const image of images) {
       const info = infoOf(image.Labels ?? {});
+      if (!info) continue;
       // An image untagged by a delete while a sandbox still used it is not a snapshot any more.
-      if (!info || !(image.RepoTags ?? []).includes(snapshotImage(info.snapshotId))) continue;
+      const ref = [
+        snapshotImage(info.snapshotId),
+        healedSnapshotImage(info.snapshotId, this.#instanceId),
+      ].find((r) => (image.RepoTags ?? []).includes(r));
+      if (ref === undefined) continue;
       const archiveOf = image.Labels?.[L.archive];
-      out.push(archiveOf ? { info, archiveOf } : { info });
+      out.push(archiveOf ? { info, archiveOf, ref } : { info, ref });
     }
     return out.sort((a, b) =>
       a.info.createdAt - b.info.createdAt || a.info.snapshotId.localeCompare(b.info.snapshotId)
+    );
+  }
+
+  /** The image reference of the archive image `snapshotId` of this instance. */
+  async archiveRef(snapshotId: string): Promise<string> {
+    return (await this.#tagged()).find((s) => s.archiveOf && s.info.snapshotId === snapshotId)
+      ?.ref ?? snapshotImage(snapshotId);
+  }
+
+  /**
+   * Makes image `image` (another node's archive of sandbox `sandboxId`, pulled from a
+   * registry) this instance's archive of it, as {@linkcode adopt} does for a snapshot.
+   */
+  async adoptArchive(
+    sandboxId: string,
+    snapshotId: string,
+    image: string,
+    engine: EngineHttp,
+  ): Promise<void> {
+    await engine.relabel(
+      image,
+      { [L.instance]: this.#instanceId, [L.archive]: sandboxId },
+      SNAPSHOT_REPOSITORY,
+      `${snapshotId}-${this.#instanceId}`,
+    );
+    this.#archives = undefined;
+  }
+
+  /** The image reference of snapshot `snapshotId` of this instance, or undefined. */
+  async refOf(snapshotId: string): Promise<string | undefined> {
+    return (await this.#tagged()).find((s) => !s.archiveOf && s.info.snapshotId === snapshotId)
+      ?.ref;
+  }
+
+  /**
+   * Makes image `image` (loaded or pulled: another node's snapshot `snapshotId`, its labels
+   * as taken) this instance's: a copy labelled with this instance and tagged
+   * {@linkcode healedSnapshotImage}, sharing every layer.
+   */
+  async adopt(snapshotId: string, image: string, engine: EngineHttp): Promise<void> {
+    await engine.relabel(
+      image,
+      { [L.instance]: this.#instanceId },
+      SNAPSHOT_REPOSITORY,
+      `${snapshotId}-${this.#instanceId}`,
     );
   }
 
@@ -225,8 +284,15 @@ export class Snapshots {
    * `archive`, the id is an archive's (from {@linkcode archiveOf}), which no team's list names.
    */
   async delete(snapshotId: string, team?: string, archive = false): Promise<boolean> {
-    if (!archive && !(await this.get(snapshotId, team))) return false;
-    const ref = snapshotImage(snapshotId);
+    const held = archive
+      ? undefined
+      : (await this.#tagged()).find((s) =>
+        !s.archiveOf && s.info.snapshotId === snapshotId &&
+        (team === undefined || s.info.team === team)
+      );
+    if (!archive && !held) return false;
+    const ref = held?.ref ??
+      (archive ? await this.archiveRef(snapshotId) : snapshotImage(snapshotId));
     const image = this.#engine.client.getImage(ref);
     if (!image.remove) throw new TypeError("The engine client cannot remove images");
     const remove = (force: boolean) =>
@@ -308,8 +374,9 @@ export class Snapshots {
    * instance does not hold it (another node's image on the same engine is not this node's).
    */
   async imageFor(snapshotId: string): Promise<string> {
-    if (!(await this.get(snapshotId))) throw snapshotNotFound(snapshotId);
-    return snapshotImage(snapshotId);
+    const ref = await this.refOf(snapshotId);
+    if (ref === undefined) throw snapshotNotFound(snapshotId);
+    return ref;
   }
 }
 

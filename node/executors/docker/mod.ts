@@ -57,6 +57,7 @@ export type {
   FileOptions,
   FileStream,
   FsChange,
+  ImageExport,
   PortAddress,
   SandboxLimits,
   SandboxStats,

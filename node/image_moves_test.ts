@@ -1,0 +1,90 @@
+/**
+ * ImageMoves' bounds: at most two heals at once (a third is a 503 naming the cap, and two
+ * creates of one image share a transfer), the bytes cap, the holder's route without a digest,
+ * and parsing the gateway's heal header.
+ */
+import assert from "node:assert/strict";
+import { FakeExecutor } from "./executors/fake.ts";
+import { HEAL_FROM_HEADER, ImageMoves, MAX_HEALS_AT_ONCE, parseHealFrom } from "./image_moves.ts";
+import { HttpError } from "../shared/http_error.ts";
+
+const token = "fleet-token-0123456789abcdefghijklmnop";
+const source = [{ nodeId: "holder", endpoint: "http://127.0.0.1:1" }];
+
+Deno.test("a third heal at once is a 503 naming the cap; a second of one image shares the first", async () => {
+  const waiting: (() => void)[] = [];
+  let fetches = 0;
+  const moves = new ImageMoves({
+    executor: new FakeExecutor(),
+    token,
+    fetch: () => {
+      fetches++;
+      return new Promise<Response>((resolve) =>
+        waiting.push(() => resolve(new Response("no", { status: 404 })))
+      );
+    },
+  });
+  const a = moves.heal("snap-aaaaaaaaaaaaaaaaaaaa", source);
+  const again = moves.heal("snap-aaaaaaaaaaaaaaaaaaaa", source);
+  assert.equal(a, again);
+  const b = moves.heal("snap-bbbbbbbbbbbbbbbbbbbb", source);
+  assert.throws(
+    () => moves.heal("snap-cccccccccccccccccccc", source),
+    (e: HttpError) =>
+      e.status === 503 && e.message.includes(`the most it gets at once (${MAX_HEALS_AT_ONCE})`),
+  );
+  await new Promise((r) => setTimeout(r, 0));
+  assert.equal(fetches, 2);
+  for (const go of waiting) go();
+  await assert.rejects(
+    a,
+    (e: HttpError) => e.status === 503 && /node 'holder': HTTP 404/.test(e.message),
+  );
+  await assert.rejects(b, HttpError);
+  // Once they ended, a heal may start again.
+  const c = moves.heal("snap-cccccccccccccccccccc", source);
+  await new Promise((r) => setTimeout(r, 0));
+  for (const go of waiting.splice(0)) go();
+  await assert.rejects(c, HttpError);
+});
+
+Deno.test("a holder that sends more than the cap is cut off, and nothing is kept", async () => {
+  const executor = new FakeExecutor();
+  const moves = new ImageMoves({
+    executor,
+    token,
+    maxBytes: 1000,
+    fetch: () =>
+      Promise.resolve(
+        new Response(new Uint8Array(5000), { headers: { "x-dormice-image-digest": "sha256:x" } }),
+      ),
+  });
+  await assert.rejects(
+    moves.heal("snap-aaaaaaaaaaaaaaaaaaaa", source),
+    (e: HttpError) => e.status === 503 && /more than 1000 bytes, the heal's cap/.test(e.message),
+  );
+  assert.deepEqual(await executor.listSnapshots(), []);
+});
+
+Deno.test("an answer without a digest is refused before anything is loaded", async () => {
+  const executor = new FakeExecutor();
+  const moves = new ImageMoves({
+    executor,
+    token,
+    fetch: () => Promise.resolve(new Response("bytes")),
+  });
+  await assert.rejects(
+    moves.heal("snap-aaaaaaaaaaaaaaaaaaaa", source),
+    (e: HttpError) => /HTTP 200 without a digest/.test(e.message),
+  );
+  assert.equal(executor.hooks.calls.importImage, 0);
+});
+
+Deno.test("parseHealFrom reads id=endpoint pairs and drops what is not one", () => {
+  assert.equal(HEAL_FROM_HEADER, "x-dormice-heal-from");
+  assert.deepEqual(parseHealFrom("a=http://127.0.0.1:1, b=https://h:2,bad,c=ftp://x,=http://y"), [
+    { nodeId: "a", endpoint: "http://127.0.0.1:1" },
+    { nodeId: "b", endpoint: "https://h:2" },
+  ]);
+  assert.deepEqual(parseHealFrom(null), []);
+});

@@ -1,0 +1,130 @@
+/**
+ * A second Docker engine beside the default one (`dockerd` with its own data root, socket,
+ * pidfile and exec root, no bridge, no iptables), so two nodes that share no images run on one
+ * machine; Debian's `docker-registry` on a free loopback port; and what the heal exam and bench
+ * read of a fleet (a sandbox's node, a fresh check-in).
+ *
+ * @module
+ */
+import assert from "node:assert/strict";
+import { freePort } from "./_processes.ts";
+import { until } from "./_docker.ts";
+import type { GatewayProcess } from "./_gateway.ts";
+
+/** A second Docker engine beside the default one, sharing no images with it. */
+export interface SecondEngine {
+  socket: string;
+  stop(): Promise<void>;
+}
+
+/** Starts `dockerd` with its own data root and socket, and loads `dormice-minimal` into it. */
+export async function startSecondEngine(): Promise<SecondEngine> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-dockerd-" });
+  const socket = `${dir}/docker.sock`;
+  const child = new Deno.Command("dockerd", {
+    args: [
+      "--data-root",
+      `${dir}/data`,
+      "-H",
+      `unix://${socket}`,
+      "--pidfile",
+      `${dir}/docker.pid`,
+      "--exec-root",
+      `${dir}/exec`,
+      "--bridge=none",
+      "--iptables=false",
+    ],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    await child.status;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  try {
+    await until("the second dockerd to answer", async () => {
+      const r = await new Deno.Command("docker", { args: ["-H", `unix://${socket}`, "info"] })
+        .output();
+      return r.success;
+    }, 30_000);
+    const load = await new Deno.Command("bash", {
+      args: ["-c", `docker save dormice-minimal:latest | docker -H unix://${socket} load`],
+    }).output();
+    assert.ok(load.success, new TextDecoder().decode(load.stderr));
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return { socket, stop };
+}
+
+/** Debian's `docker-registry` on a free loopback port, deletes enabled. */
+export async function startRegistry(): Promise<{ address: string; stop(): Promise<void> }> {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-registry-" });
+  const address = `127.0.0.1:${freePort()}`;
+  await Deno.writeTextFile(
+    `${dir}/config.yml`,
+    `version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: ${dir}/data\n  delete:\n` +
+      `    enabled: true\nhttp:\n  addr: ${address}\n`,
+  );
+  const child = new Deno.Command("docker-registry", {
+    args: ["serve", `${dir}/config.yml`],
+    stdout: "null",
+    stderr: "null",
+  }).spawn();
+  const stop = async () => {
+    try {
+      child.kill("SIGTERM");
+    } catch {
+      // Already gone.
+    }
+    await child.status;
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  };
+  await until("the registry to answer", async () => {
+    const r = await fetch(`http://${address}/v2/`).catch(() => undefined);
+    await r?.body?.cancel();
+    return r?.status === 200;
+  }, 15_000);
+  return { address, stop };
+}
+
+/** The node a sandbox runs on, as the control plane's `clientID` says. */
+export async function nodeOf(
+  opts: { apiUrl: string; apiKey: string },
+  sandboxId: string,
+): Promise<string> {
+  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
+    headers: { "x-api-key": opts.apiKey },
+  });
+  assert.equal(res.status, 200);
+  return (await res.json()).clientID;
+}
+
+export interface NodeRow {
+  id: string;
+  state: string;
+  lastCheckInAgeMs: number;
+  reading: { sandboxes: { active: number } } | null;
+}
+
+/** Waits for a check-in of `nodeId` built after now (interval 1 s) that passes `test`. */
+export async function freshCheckIn(
+  gw: GatewayProcess,
+  nodeId: string,
+  what: string,
+  test: (n: NodeRow) => boolean = () => true,
+): Promise<void> {
+  const since = Date.now();
+  await until(what, async () => {
+    const { body } = await gw.json("listNodes");
+    return body.nodes.some((n: NodeRow) =>
+      n.id === nodeId && n.lastCheckInAgeMs < Date.now() - since - 1_100 && test(n)
+    );
+  }, 30_000);
+}
