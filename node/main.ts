@@ -22,6 +22,8 @@ import { isDiskFull } from "./ledger_space.ts";
 import { Ledger } from "./ledger.ts";
 import { join } from "node:path";
 import { parseTemplates } from "./executors/docker/templates.ts";
+import { EgressCa } from "./executors/docker/_egress_ca.ts";
+import { readEgressSettings } from "./config_egress.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -45,6 +47,8 @@ const log = createLog({ level: config.logLevel, name: "node" });
  * dependencies read the environment as they load, which a fake node's narrow `--allow-env`
  * refuses.
  */
+/** The fleet egress CA's fingerprint for the config digest; `null` without one. */
+let egressCaFingerprint: string | null = null;
 async function openExecutor(config: NodeConfig, instanceId: string): Promise<Executor> {
   if (config.executor === "fake") {
     // The fake takes the same template names as Docker would, so it refuses what Docker refuses.
@@ -80,8 +84,22 @@ async function openExecutor(config: NodeConfig, instanceId: string): Promise<Exe
       },
     );
   }
+  const egress = readEgressSettings((name) => Deno.env.get(name));
+  if (Array.isArray(egress)) refuse(egress);
+  let egressCa: EgressCa | null = null;
+  if (hostFirewall) {
+    try {
+      egressCa = await EgressCa.load(egress.ca, config.dataDir);
+    } catch (error) {
+      refuse([(error as Error).message]);
+    }
+  }
+  egressCaFingerprint = egressCa?.fingerprint ?? null;
   try {
     return await DockerExecutor.connect({
+      egressCa,
+      egressExtraCa: egress.extraCa,
+      egressHosts: egress.hosts,
       nodeId: config.nodeId,
       instanceId,
       socketPath: config.dockerSocket,
@@ -137,6 +155,7 @@ const executor = await openExecutor(config, ledger.instanceId);
 const node: NodeApp = createNodeApp({
   config,
   executor,
+  egressCaFingerprint,
   ledger,
   poolsFile: join(config.dataDir, "pools.json"),
   log,

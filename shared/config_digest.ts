@@ -17,6 +17,12 @@ export interface FleetInvariants {
    * the secret (see {@linkcode secretIdentity}).
    */
   signingSecretId: string;
+  /**
+   * The fleet egress CA's fingerprint: sandboxes trust the CA they were made with, so a sandbox
+   * moved or resumed on a node with another CA would refuse its header transforms. `null` or
+   * absent without one (digests then stay as they were before the CA existed).
+   */
+  egressCa?: string | null;
 }
 
 /**
@@ -58,6 +64,7 @@ export function configDigest(invariants: FleetInvariants, fleetToken: string): s
     templates: entries.sort(([a], [b]) => a < b ? -1 : a > b ? 1 : 0),
     sandboxDomain: invariants.sandboxDomain,
     signingSecretId: invariants.signingSecretId,
+    ...(invariants.egressCa ? { egressCa: invariants.egressCa } : {}),
   });
   return createHmac("sha256", fleetToken).update(canonical).digest("hex");
 }

@@ -8,7 +8,7 @@
  * Configured (`DORMICE_EGRESS_CA_CERT` and `DORMICE_EGRESS_CA_KEY`, PEM files, the same on every
  * node), or generated once into the node's data dir (`egress-ca.crt`, `egress-ca.key`), which
  * suits one node; a fleet configures one. Certificates are made with the `openssl` binary
- * (`--allow-run=openssl`).
+ * (`--allow-run=openssl`), in a directory made and removed in the data dir.
  *
  * @module
  */
@@ -66,10 +66,12 @@ export class EgressCa {
   /** SHA-256 of the CA certificate's PEM text, hex: what the config digest carries. */
   readonly fingerprint: string;
   #files: EgressCaFiles;
+  #workDir: string;
   #leaves = new Map<string, Promise<LeafCertificate>>();
 
-  private constructor(files: EgressCaFiles, certPem: string) {
+  private constructor(files: EgressCaFiles, certPem: string, workDir: string) {
     this.#files = files;
+    this.#workDir = workDir;
     this.certPem = certPem.trim() + "\n";
     this.fingerprint = createHash("sha256").update(this.certPem).digest("hex");
   }
@@ -130,7 +132,7 @@ export class EgressCa {
         `The egress CA certificate ${files.certFile} holds no PEM certificate`,
       );
     }
-    return new EgressCa(files, pem);
+    return new EgressCa(files, pem, dataDir);
   }
 
   /** The certificate the proxy shows for `name` (a lowercase host name), made on first use. */
@@ -145,7 +147,8 @@ export class EgressCa {
   }
 
   async #make(name: string): Promise<LeafCertificate> {
-    const dir = await Deno.makeTempDir({ prefix: "dormice-egress-" });
+    // In the data dir, which the node may write (it may not write /tmp under `deno task node`).
+    const dir = await Deno.makeTempDir({ dir: this.#workDir, prefix: "egress-leaf-" });
     try {
       await openssl([
         "req",
