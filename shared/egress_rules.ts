@@ -413,9 +413,10 @@ export const egressRulesSchema: z.ZodType<EgressRules, EgressRulesInput> = z.obj
 });
 
 /**
- * Whether an E2B create body asks for address rules the node must enforce, as the node reads
- * it: any `network.allowOut` entry, or `network.denyOut` entries other than a deny of every
- * address (which alone is a sandbox without egress). For placement; the node checks the rest.
+ * Whether an E2B create body asks for egress rules the node must enforce, as the node reads
+ * it: any `network.allowOut` entry (address or domain), header transforms (`network.rules`), or
+ * `network.denyOut` entries other than a deny of every address (which alone is a sandbox
+ * without egress). For placement; the node checks the rest.
  *
  * @example
  * ```ts
