@@ -10,7 +10,7 @@
  * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
  * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, docker-parallel,
  * e2b-docker, code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
- * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker.
+ * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker, egress-docker.
  *
  * @module
  */
@@ -42,6 +42,7 @@ import { runSoakShared } from "./sections/soak_shared.ts";
 import { runScale } from "./sections/scale.ts";
 import { runScaleSoak } from "./sections/scale_soak.ts";
 import { runSnapshotsDocker } from "./sections/snapshots_docker.ts";
+import { runEgressDocker } from "./sections/egress_docker.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -96,6 +97,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["liveness", () => runLiveness({ runs })],
   ["soak-shared", () => runSoakShared({ durationMs: args.quick ? 20_000 : 5 * 60_000 })],
   ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
+  ["egress-docker", () => runEgressDocker({ runs })],
 ];
 
 const names = benchmarks.map(([name]) => name);

@@ -6,7 +6,7 @@
  * |---|---|---|
  * | `DORMICE_EGRESS_CA_CERT` | unset | the fleet egress CA certificate (PEM file), the same on every node; with `DORMICE_EGRESS_CA_KEY` |
  * | `DORMICE_EGRESS_CA_KEY` | unset | the fleet egress CA's private key (PEM file); both unset: one is made in `DORMICE_DATA_DIR` (`egress-ca.crt`, `egress-ca.key`) |
- * | `DORMICE_EGRESS_EXTRA_CA` | unset | a PEM file of more CA certificates the proxy trusts for upstreams of header transforms (besides Deno's root store) |
+ * | `DORMICE_EGRESS_EXTRA_CA` | unset | more CA certificates the proxy trusts for upstreams of header transforms (besides Deno's root store): a PEM file's path, or the PEM text itself |
  * | `DORMICE_EGRESS_HOSTS` | unset | `name=IPv4,…`: names the proxy resolves to these addresses rather than asking DNS (private upstreams, tests) |
  *
  * @module
@@ -57,15 +57,18 @@ export function readEgressSettings(
   const extraFile = get("DORMICE_EGRESS_EXTRA_CA");
   if (extraFile !== undefined) {
     try {
-      const text = Deno.readTextFileSync(extraFile);
+      const text = extraFile.trimStart().startsWith("-----BEGIN")
+        ? extraFile
+        : Deno.readTextFileSync(extraFile);
       extraCa.push(
         ...text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [],
       );
       if (extraCa.length === 0) throw new Error("it holds no PEM certificate");
     } catch (error) {
       refusals.push(
-        `DORMICE_EGRESS_EXTRA_CA='${extraFile}' cannot be used (${(error as Error).message}): ` +
-          "point it at a readable PEM file of CA certificates",
+        `DORMICE_EGRESS_EXTRA_CA='${extraFile.slice(0, 80)}' cannot be used ` +
+          `(${(error as Error).message}): point it at a readable PEM file of CA certificates, ` +
+          "or set it to the PEM text",
       );
     }
   }

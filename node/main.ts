@@ -91,7 +91,14 @@ async function openExecutor(config: NodeConfig, instanceId: string): Promise<Exe
     try {
       egressCa = await EgressCa.load(egress.ca, config.dataDir);
     } catch (error) {
-      refuse([(error as Error).message]);
+      // A configured CA that cannot be read is a mistake to fix now; a node that merely cannot
+      // make one still serves address rules, and refuses domain rules saying why.
+      if (egress.ca !== null) refuse([(error as Error).message]);
+      log("warn", "No egress CA: this node refuses domain rules and header transforms", {
+        why: (error as Error).message,
+        fix: "grant --allow-run=openssl (deno task node does), or set DORMICE_EGRESS_CA_CERT " +
+          "and DORMICE_EGRESS_CA_KEY",
+      });
     }
   }
   egressCaFingerprint = egressCa?.fingerprint ?? null;

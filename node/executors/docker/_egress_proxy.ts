@@ -44,6 +44,8 @@ const CONNECT_TIMEOUT_MS = 10_000;
 const MAX_CONNECTIONS = 4096;
 /** Most names with a TLS terminator at once; the oldest is closed past it. */
 const MAX_TERMINATORS = 128;
+/** Most upstream HTTPS clients kept (one per name and address); the oldest is closed past it. */
+const MAX_CLIENTS = 256;
 
 /** What the proxy decides for a name under a sandbox's rules. */
 export type Verdict = "allow" | "deny" | "address";
@@ -163,7 +165,10 @@ async function splice(a: Deno.Conn, b: Deno.Conn): Promise<void> {
 /** A TCP connection to `ip:port` within the connect bound. */
 async function connectWithin(ip: string, port: number): Promise<Deno.TcpConn> {
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const attempt = Deno.connect({ hostname: ip, port });
+  const attempt = Deno.connect({ hostname: ip, port }).then((c) => {
+    c.setNoDelay(true);
+    return c;
+  });
   try {
     return await Promise.race([
       attempt,
@@ -199,12 +204,22 @@ interface Sandbox {
   rules: EgressRules;
 }
 
-/** One opened HTTPS connection: whose it is, for which name, and the address it goes to. */
+/** One opened HTTPS connection: whose it is, for which name, and the client it goes on with. */
 interface Opened {
   id: string;
   name: string;
-  ip: string;
   client: Deno.HttpClient;
+}
+
+/**
+ * The HTTPS client to one name at one address: kept, as building one (its root store) costs
+ * more than a request. Its CONNECTs go to the proxy's own tunnel, which the key pins to the
+ * address judged.
+ */
+interface Upstream {
+  client: Deno.HttpClient;
+  key: string;
+  ip: string;
 }
 
 interface Terminator {
@@ -222,7 +237,8 @@ export class EgressProxy {
   #byAddress = new Map<string, Sandbox>();
   #connections = 0;
   #opened = new Map<number, Opened>();
-  #byKey = new Map<string, Opened>();
+  #upstreams = new Map<string, Upstream>();
+  #byKey = new Map<string, Upstream>();
   #terminators = new Map<string, Promise<Terminator>>();
   #connectListener: Deno.TcpListener | null = null;
   #local: { at: number; addresses: string[]; subnets: string[] } = {
@@ -244,6 +260,8 @@ export class EgressProxy {
    */
   start(hostname: string): number {
     if (this.#listener !== null) return (this.#listener.addr as Deno.NetAddr).port;
+    // Fails closed: without the host's addresses the proxy could not keep off them.
+    Deno.networkInterfaces();
     this.#listener = Deno.listen({ hostname, port: 0 });
     this.#connectListener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
     this.#accept(this.#listener, (c) => this.#serve(c));
@@ -274,6 +292,9 @@ export class EgressProxy {
       await t.then((x) => x.server.shutdown(), () => {});
     }
     this.#terminators.clear();
+    for (const u of this.#upstreams.values()) u.client.close();
+    this.#upstreams.clear();
+    this.#byKey.clear();
   }
 
   #accept(listener: Deno.TcpListener, serve: (conn: Deno.Conn) => Promise<void>): void {
@@ -285,6 +306,8 @@ export class EgressProxy {
             continue;
           }
           this.#connections++;
+          // Small writes go at once: a hello or a request head must not wait for an ACK.
+          conn.setNoDelay(true);
           serve(conn).catch(() => {}).finally(() => {
             this.#connections--;
             try {
@@ -441,6 +464,30 @@ export class EgressProxy {
       return;
     }
     const inner = await Deno.connect({ hostname: "127.0.0.1", port: terminator.port });
+    inner.setNoDelay(true);
+    const opened: Opened = { id, name, client: this.#upstream(name, ip).client };
+    const port = (inner.localAddr as Deno.NetAddr).port;
+    this.#opened.set(port, opened);
+    try {
+      await writeAll(inner, hello);
+      await splice(conn, inner);
+    } finally {
+      this.#opened.delete(port);
+    }
+  }
+
+  /** The kept HTTPS client to `name` at `ip`, made on first use. */
+  #upstream(name: string, ip: string): Upstream {
+    const at = `${name} ${ip}`;
+    const known = this.#upstreams.get(at);
+    if (known !== undefined) return known;
+    if (this.#upstreams.size >= MAX_CLIENTS) {
+      const [oldest, u] = this.#upstreams.entries().next().value!;
+      this.#upstreams.delete(oldest);
+      this.#byKey.delete(u.key);
+      // Requests in flight on it end with it; the next one makes a new client.
+      u.client.close();
+    }
     const key = crypto.randomUUID();
     const client = Deno.createHttpClient({
       caCerts: this.#extraCa,
@@ -449,18 +496,10 @@ export class EgressProxy {
         basicAuth: { username: key, password: "x" },
       },
     });
-    const opened: Opened = { id, name, ip, client };
-    const port = (inner.localAddr as Deno.NetAddr).port;
-    this.#opened.set(port, opened);
-    this.#byKey.set(key, opened);
-    try {
-      await writeAll(inner, hello);
-      await splice(conn, inner);
-    } finally {
-      this.#opened.delete(port);
-      this.#byKey.delete(key);
-      client.close();
-    }
+    const made = { client, key, ip };
+    this.#upstreams.set(at, made);
+    this.#byKey.set(key, made);
+    return made;
   }
 
   #terminator(name: string): Promise<Terminator> {
@@ -534,8 +573,8 @@ export class EgressProxy {
     try {
       user = atob(auth ?? "").split(":")[0];
     } catch { /* not base64: refused below */ }
-    const opened = this.#byKey.get(user);
-    if (opened === undefined) {
+    const pinned = this.#byKey.get(user);
+    if (pinned === undefined) {
       await writeAll(conn, new TextEncoder().encode("HTTP/1.1 407 Unknown\r\n\r\n")).catch(
         () => {},
       );
@@ -543,7 +582,7 @@ export class EgressProxy {
     }
     let upstream: Deno.TcpConn;
     try {
-      upstream = await connectWithin(opened.ip, 443);
+      upstream = await connectWithin(pinned.ip, 443);
     } catch {
       await writeAll(conn, new TextEncoder().encode("HTTP/1.1 502 Unreachable\r\n\r\n")).catch(
         () => {},

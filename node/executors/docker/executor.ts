@@ -440,8 +440,9 @@ export class DockerExecutor implements Executor {
       } catch (error) {
         throw new ExecutorError(
           "unavailable",
-          `The egress proxy cannot listen on the egress bridge's address ${at.gateway} ` +
-            `(${(error as Error).message}): grant the node --allow-net, then try again`,
+          `The egress proxy cannot start on the egress bridge's address ${at.gateway} ` +
+            `(${(error as Error).message}): grant the node --allow-net and ` +
+            "--allow-sys=networkInterfaces (deno task node does), then try again",
         );
       }
       // Known to the proxy before any connection is steered to it.
