@@ -11,7 +11,8 @@
  * Checked: a domain rule admits allowed.test and refuses other.test at the same address over
  * HTTP (Host) and HTTPS (SNI); naming allowed.test while connecting to B (forbidden) reaches A,
  * never B; a header rule adds its header over HTTPS with the sandbox trusting the fleet CA
- * without `-k`, and the value is nowhere inside the sandbox nor in the node's log;
+ * without `-k`, and the value is nowhere inside the sandbox, the logs, the node's metrics or the
+ * sandbox detail;
  * `updateNetwork` flips the domain rules of a running sandbox; a sandbox with egress and no
  * rules is steered nowhere and gets no header.
  *
@@ -331,7 +332,7 @@ Deno.test({
     );
 
     await t.step(
-      "the header value is nowhere inside the sandbox, nor in the node's log",
+      "the header value is nowhere inside the sandbox, nor in logs, metrics or the detail",
       async () => {
         const [x, y] = [secret.slice(0, 20), secret.slice(20)];
         // The search itself works: X, a half of the value, is in the command's environment.
@@ -344,12 +345,31 @@ Deno.test({
         const logs = node!.process.stdout() + node!.process.stderr();
         assert.ok(logs.includes(nodeId), "the node's log was captured");
         assert.ok(!logs.includes(secret), "the node's log holds the value");
+        const gatewayLogs = gw!.process.stdout() + gw!.process.stderr();
+        assert.ok(gatewayLogs.length > 0, "the gateway's log was captured");
+        assert.ok(!gatewayLogs.includes(secret), "the gateway's log holds the value");
+        // Nor the node's metrics (labels or values), nor the sandbox detail.
+        const metrics = await fetch(`${node!.url}/metrics`, {
+          headers: { authorization: `Bearer ${gw!.token}` },
+        });
+        assert.equal(metrics.status, 200);
+        assert.ok(!(await metrics.text()).includes(secret), "the node's metrics hold the value");
+        const info = await Sandbox.getInfo(keyed.sandboxId, opts);
+        assert.ok(!JSON.stringify(info).includes(secret), "the sandbox detail holds the value");
       },
     );
 
     await t.step(
       "rules never leak: the open sandbox is steered nowhere and gets no header",
       async () => {
+        // Two ruled sandboxes on one bridge, each by its own rules: ruled now allows other.test
+        // only, keyed allowed.test only (with its header), and neither gets the other's.
+        assert.equal(await get(ruled, "https", "other.test", a), answer(a, "other.test"));
+        assert.match(await get(keyed, "https", "other.test", a, false), /^refused: /);
+        assert.equal(
+          await get(keyed, "https", "allowed.test", a, false),
+          answer(a, "allowed.test", sha(secret)),
+        );
         assert.equal(await get(open, "https", "allowed.test", a), answer(a, "allowed.test"));
         assert.equal(await get(open, "http", "other.test", b), answer(b, "other.test"));
         assert.equal(await get(open, "https", "other.test", b), answer(b, "other.test"));
