@@ -42,6 +42,8 @@ const HEAD_TIMEOUT_MS = 10_000;
 const CONNECT_TIMEOUT_MS = 10_000;
 /** Most connections through the proxy at once; past it new ones are closed at once. */
 const MAX_CONNECTIONS = 4096;
+/** Most connections of one sandbox at once, so that one cannot take every other's share. */
+const MAX_PER_SANDBOX = 512;
 /** Most names with a TLS terminator at once; the oldest is closed past it. */
 const MAX_TERMINATORS = 128;
 /** Most upstream HTTPS clients kept (one per name and address); the oldest is closed past it. */
@@ -233,9 +235,11 @@ export class EgressProxy {
   #extraCa: string[];
   #hosts: ReadonlyMap<string, string>;
   #log: Log;
-  #listener: Deno.TcpListener | null = null;
+  #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
+  #byId = new Map<string, Sandbox>();
   #connections = 0;
+  #perSource = new Map<string, number>();
   #opened = new Map<number, Opened>();
   #upstreams = new Map<string, Upstream>();
   #byKey = new Map<string, Upstream>();
@@ -255,39 +259,49 @@ export class EgressProxy {
   }
 
   /**
-   * Listens on `hostname` (the egress bridge's gateway address, where a REDIRECT delivers)
-   * unless it listens already; the port.
+   * Listens on `hostname` (an egress bridge's gateway address, where a REDIRECT delivers)
+   * unless it listens there already; the port.
    */
   start(hostname: string): number {
-    if (this.#listener !== null) return (this.#listener.addr as Deno.NetAddr).port;
+    const known = this.#listeners.get(hostname);
+    if (known !== undefined) return (known.addr as Deno.NetAddr).port;
     // Fails closed: without the host's addresses the proxy could not keep off them.
     Deno.networkInterfaces();
-    this.#listener = Deno.listen({ hostname, port: 0 });
-    this.#connectListener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-    this.#accept(this.#listener, (c) => this.#serve(c));
-    this.#accept(this.#connectListener, (c) => this.#tunnel(c));
-    return (this.#listener.addr as Deno.NetAddr).port;
+    if (this.#connectListener === null) {
+      this.#connectListener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+      this.#accept(this.#connectListener, (c) => this.#tunnel(c), false);
+    }
+    // One a bridge address: bounded by the node's networks (its egress network, made again
+    // with another subnet after it was removed).
+    const listener = Deno.listen({ hostname, port: 0 });
+    this.#listeners.set(hostname, listener);
+    this.#accept(listener, (c) => this.#serve(c), true);
+    return (listener.addr as Deno.NetAddr).port;
   }
 
   /** The sandbox at `ip` is `id`, judged by `rules` from its next connection on. */
   set(ip: string, id: string, rules: EgressRules): void {
-    for (const [at, s] of this.#byAddress) if (s.id === id && at !== ip) this.#byAddress.delete(at);
-    this.#byAddress.set(ip, { id, rules });
+    this.forget(id);
+    const sandbox = { id, rules };
+    this.#byAddress.set(ip, sandbox);
+    this.#byId.set(id, sandbox);
   }
 
   /** Forgets sandbox `id`: its connections from now on are closed unanswered. */
   forget(id: string): void {
     for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
+    this.#byId.delete(id);
   }
 
   /** Stops listening and closes the TLS terminators. */
   async close(): Promise<void> {
-    for (const l of [this.#listener, this.#connectListener]) {
+    for (const l of [...this.#listeners.values(), this.#connectListener]) {
       try {
         l?.close();
       } catch { /* closed already */ }
     }
-    this.#listener = this.#connectListener = null;
+    this.#listeners.clear();
+    this.#connectListener = null;
     for (const t of this.#terminators.values()) {
       await t.then((x) => x.server.shutdown(), () => {});
     }
@@ -297,19 +311,31 @@ export class EgressProxy {
     this.#byKey.clear();
   }
 
-  #accept(listener: Deno.TcpListener, serve: (conn: Deno.Conn) => Promise<void>): void {
+  #accept(
+    listener: Deno.TcpListener,
+    serve: (conn: Deno.Conn) => Promise<void>,
+    perSource: boolean,
+  ): void {
     (async () => {
       try {
         for await (const conn of listener) {
-          if (this.#connections >= MAX_CONNECTIONS) {
+          const from = perSource ? (conn.remoteAddr as Deno.NetAddr).hostname : "";
+          const own = this.#perSource.get(from) ?? 0;
+          if (this.#connections >= MAX_CONNECTIONS || (perSource && own >= MAX_PER_SANDBOX)) {
             conn.close();
             continue;
           }
           this.#connections++;
+          if (perSource) this.#perSource.set(from, own + 1);
           // Small writes go at once: a hello or a request head must not wait for an ACK.
           conn.setNoDelay(true);
           serve(conn).catch(() => {}).finally(() => {
             this.#connections--;
+            if (perSource) {
+              const left = (this.#perSource.get(from) ?? 1) - 1;
+              if (left > 0) this.#perSource.set(from, left);
+              else this.#perSource.delete(from);
+            }
             try {
               conn.close();
             } catch { /* closed already */ }
@@ -531,7 +557,7 @@ export class EgressProxy {
   /** One request of an opened connection: the transform's headers added, sent on over HTTPS. */
   async #forward(req: Request, fromPort: number): Promise<Response> {
     const opened = this.#opened.get(fromPort);
-    const sandbox = opened && [...this.#byAddress.values()].find((s) => s.id === opened.id);
+    const sandbox = opened && this.#byId.get(opened.id);
     if (opened === undefined || sandbox === undefined) {
       return new Response("dormice egress: this connection is no longer the sandbox's\n", {
         status: 403,

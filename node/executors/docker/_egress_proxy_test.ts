@@ -1,5 +1,6 @@
 import assert from "node:assert/strict";
-import { hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
+import { EgressProxy, hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
+import type { EgressCa } from "./_egress_ca.ts";
 
 /** The first bytes a TLS client sends for `name`: a real ClientHello, captured on loopback. */
 async function clientHello(name: string): Promise<Uint8Array> {
@@ -58,4 +59,79 @@ Deno.test("judgeName(): an allowed domain wins over a denied one, the rest is le
   assert.equal(judgeName(rules, "www.example.com"), "deny");
   assert.equal(judgeName(rules, "example.com"), "address");
   assert.equal(judgeName(rules, "other.test"), "address");
+});
+
+/** An HTTP/1.1 request through `proxy` (port) as the sandbox at 127.0.0.1: the answer's text. */
+async function ask(port: number, host: string): Promise<string> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    await conn.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${host}\r\n\r\n`));
+    return await new Response(conn.readable).text();
+  } catch {
+    return "";
+  }
+}
+
+Deno.test({
+  name: "EgressProxy refuses denied names, this host's addresses whatever the rules, and strangers",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    hosts: new Map([["looped.test", "127.0.0.9"]]),
+    log: () => {},
+  });
+  try {
+    const port = proxy.start("127.0.0.1");
+    // A stranger (no sandbox at its address) gets nothing at all.
+    assert.equal(await ask(port, "allowed.test"), "");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      allowDomains: ["looped.test"],
+      denyDomains: ["*.denied.test"],
+    });
+    assert.match(await ask(port, "a.denied.test"), /^HTTP\/1\.1 403 .*deny a\.denied\.test/s);
+    // Allowed by name, and still refused: it resolves to this host's loopback.
+    assert.match(await ask(port, "looped.test"), /403 .*resolves to 127\.0\.0\.9, an address of/s);
+    assert.match(await ask(port, "127.0.0.1"), /403 .*an address of this host/s);
+    // Forgotten: a stranger again.
+    proxy.forget("sb1");
+    assert.equal(await ask(port, "a.denied.test"), "");
+  } finally {
+    await proxy.close();
+  }
+});
+
+Deno.test({
+  name: "EgressProxy holds at most 512 connections of one sandbox at once",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {} });
+  const open: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["a.test"] });
+    for (let i = 0; i < 512; i++) open.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+    // Each of those waits for its request head; one more is closed unanswered at once.
+    const extra = await Deno.connect({ hostname: "127.0.0.1", port });
+    // (Within 2 s: a held one is closed only by the 10 s head timeout.)
+    const closed = extra.read(new Uint8Array(1));
+    const late = new Promise<"held">((r) => setTimeout(() => r("held"), 2000));
+    assert.equal(await Promise.race([closed, late]), null);
+    extra.close();
+    // One closes, and a new one is held again (not closed).
+    open.pop()!.close();
+    await new Promise((r) => setTimeout(r, 50));
+    const again = await Deno.connect({ hostname: "127.0.0.1", port });
+    open.push(again);
+    const read = again.read(new Uint8Array(1));
+    const timer = new Promise<"held">((r) => setTimeout(() => r("held"), 200));
+    assert.equal(await Promise.race([read, timer]), "held");
+  } finally {
+    for (const c of open) c.close();
+    await proxy.close();
+  }
 });
