@@ -97,7 +97,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["liveness", () => runLiveness({ runs })],
   ["soak-shared", () => runSoakShared({ durationMs: args.quick ? 20_000 : 5 * 60_000 })],
   ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
-  ["egress-docker", () => runEgressDocker({ runs })],
+  ["egress-docker", () => runEgressDocker({ runs: Math.max(runs, 7) })],
 ];
 
 const names = benchmarks.map(([name]) => name);
