@@ -173,13 +173,21 @@ Deno.test({
     await Deno.writeTextFile(
       serverFile,
       `import { createHash } from "node:crypto";
+       import { gzipSync } from "node:zlib";
        const cert = Deno.readTextFileSync("${dir}/srv.crt");
        const key = Deno.readTextFileSync("${dir}/srv.key");
        for (const hostname of ["${a}", "${b}"]) {
          const answer = (req: Request) => {
            const k = req.headers.get("x-dormice-key");
            const digest = k === null ? "none" : createHash("sha256").update(k).digest("hex").slice(0, 16);
-           return new Response(\`\${hostname} ${nonce} \${new URL(req.url).hostname} key=\${digest}\n\`);
+           const text = \`\${hostname} ${nonce} \${new URL(req.url).hostname} key=\${digest}\n\`;
+           // /gz: gzip whenever the request accepts it, as many servers do.
+           if (new URL(req.url).pathname === "/gz" && /gzip/.test(req.headers.get("accept-encoding") ?? "")) {
+             return new Response(gzipSync(new TextEncoder().encode(text)), {
+               headers: { "content-encoding": "gzip" },
+             });
+           }
+           return new Response(text);
          };
          Deno.serve({ hostname, port: 80, onListen() {} }, answer);
          Deno.serve({ hostname, port: 443, cert, key, onListen() {} }, answer);
@@ -249,12 +257,13 @@ Deno.test({
       name: string,
       address: string,
       cacert = true,
+      path = "/",
     ): Promise<string> => {
       const port = scheme === "http" ? 80 : 443;
       try {
         const r = await sandbox.commands.run(
-          `curl -sS --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}--resolve ` +
-            `${name}:${port}:${address} ${scheme}://${name}/`,
+          `curl -sS --compressed --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}` +
+            `--resolve ${name}:${port}:${address} ${scheme}://${name}${path}`,
           { timeoutMs: 20_000 },
         );
         return r.stdout.trim();
@@ -323,6 +332,18 @@ Deno.test({
           await get(keyed, "https", "allowed.test", a, false),
           answer(a, "allowed.test", sha(secret)),
         );
+        // A compressed answer reaches the sandbox intact (curl --compressed asks for gzip).
+        assert.equal(
+          await get(keyed, "https", "allowed.test", a, false, "/gz"),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        // The precondition: the stand-in does compress /gz for a client that asks.
+        const direct = await open.commands.run(
+          `curl -sS --compressed -D - -o /dev/null --cacert /tmp/egd-ca.crt --resolve ` +
+            `allowed.test:443:${a} https://allowed.test/gz`,
+          { timeoutMs: 20_000 },
+        );
+        assert.match(direct.stdout, /content-encoding: gzip/i);
         // Forged address: the header still goes to allowed.test's address only.
         assert.equal(
           await get(keyed, "https", "allowed.test", b, false),

@@ -567,8 +567,10 @@ export class EgressProxy {
     for (const t of transformsFor(sandbox.rules.transforms, opened.name) ?? []) {
       for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);
     }
-    // Bytes as the upstream sends them: fetch would otherwise ask for and undo a compression.
-    if (!headers.has("accept-encoding")) headers.set("accept-encoding", "identity");
+    // Uncompressed: fetch undoes a gzip or br it asked for (even when the sandbox's own header
+    // asked) yet keeps the upstream's Content-Encoding and Content-Length, which would then lie
+    // to the sandbox. With identity the bytes and their headers pass as the upstream sent them.
+    headers.set("accept-encoding", "identity");
     const url = new URL(req.url);
     try {
       const res = await fetch(`https://${opened.name}${url.pathname}${url.search}`, {
