@@ -224,6 +224,16 @@ Deno.test("native face: acquireSandbox takes spec.egressRules, a bad entry a 400
   });
   assert.equal(named.status, 200, JSON.stringify(named.body));
   const id = (named.body.sandbox as { id: string }).id;
+  // The record shows header names, never values.
+  assert.deepEqual(
+    (named.body.sandbox as { spec: { egressRules: unknown } }).spec.egressRules,
+    {
+      allowOut: [],
+      denyOut: ["0.0.0.0/0"],
+      allowDomains: ["api.example.com"],
+      transforms: { "api.example.com": [{ headers: { "X-K": "***" } }] },
+    },
+  );
   assert.deepEqual(executor.egressRulesOf(id), {
     allowOut: [],
     denyOut: ["0.0.0.0/0"],
