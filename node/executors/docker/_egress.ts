@@ -179,7 +179,19 @@ export class EgressFirewall {
       "ACCEPT",
     ];
     // Ahead of the host firewall's DROP for the bridge.
-    if (!(await this.#has("INPUT", accept))) await this.#must(["-I", "INPUT", "1", ...accept]);
+    if (!(await this.#has("INPUT", accept))) {
+      await this.#must(["-I", "INPUT", "1", ...accept]);
+      // The rule of a proxy port this bridge had before (a node process since restarted).
+      const input = await this.#iptables(["-S", "INPUT"]);
+      for (const line of input.code === 0 ? input.stdout.split("\n") : []) {
+        const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+        const i = words.indexOf("-i");
+        const p = words.indexOf("--dport");
+        if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge || p < 0) continue;
+        if (!words.includes("dormice:egress-proxy") || words[p + 1] === String(port)) continue;
+        await this.#must(["-D", ...words.slice(1)]);
+      }
+    }
     const made = await this.#iptables(["-t", "nat", "-N", chain]);
     if (made.code !== 0) {
       if (!/exists/i.test(made.stderr)) throw this.#refusal(["-t", "nat", "-N"], said(made));

@@ -190,6 +190,11 @@ Deno.test("EgressFirewall.steer() redirects the sandbox's ports 80 and 443 but i
   assert.equal(iptables.chains.get("nat:PREROUTING")!.length, 1);
   assert.equal(iptables.chains.get(`nat:${dispatch}-n`)!.length, 1);
   assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 1);
+  // A restarted node's proxy listens on another port: its rule replaces the old one.
+  await firewall.steer("sb1", ip, bridge, 42000, []);
+  assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 1);
+  assert.equal(iptables.count("INPUT", "--dport 42000"), 1);
+  assert.match(iptables.chains.get(`nat:${dispatch}-n`)![0], /--to-ports 42000$/);
   // Rules without domains: no steering left.
   await firewall.steer("sb1", ip, bridge, null, []);
   assert.deepEqual(iptables.chains.get("nat:PREROUTING"), []);
