@@ -10,7 +10,8 @@
  * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
  * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, docker-parallel,
  * e2b-docker, code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
- * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker, templates-docker.
+ * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker, templates-docker,
+ * egress-docker.
  *
  * @module
  */
@@ -43,6 +44,7 @@ import { runScale } from "./sections/scale.ts";
 import { runScaleSoak } from "./sections/scale_soak.ts";
 import { runSnapshotsDocker } from "./sections/snapshots_docker.ts";
 import { runTemplatesDocker } from "./sections/templates_docker.ts";
+import { runEgressDocker } from "./sections/egress_docker.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -98,6 +100,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["soak-shared", () => runSoakShared({ durationMs: args.quick ? 20_000 : 5 * 60_000 })],
   ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
   ["templates-docker", () => runTemplatesDocker({ runs: Math.max(runs, 5) })],
+  ["egress-docker", () => runEgressDocker({ runs: Math.max(runs, 7) })],
 ];
 
 const names = benchmarks.map(([name]) => name);

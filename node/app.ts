@@ -113,6 +113,11 @@ export interface NodeAppOptions {
    * `(request) => Response` handler serves, e.g. a host Hono app's `request`.
    */
   fetch?: (request: Request) => Response | Promise<Response>;
+  /**
+   * The fleet egress CA's fingerprint (`EgressCa.fingerprint`), part of the config digest;
+   * `null` or absent when the executor has none.
+   */
+  egressCaFingerprint?: string | null;
   /** Host numbers; the real machine when absent. */
   sampler?: HostSampler;
   /** The build string reported in check-ins and by the native face; {@linkcode nodeBuild} when absent. */
@@ -237,6 +242,7 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     signingSecretId: accessTokens.identity(),
     snapshotTtlMs: config.snapshotTtlMs ?? 0,
     snapshotRegistry: config.snapshotRegistry ?? null,
+    egressCa: options.egressCaFingerprint ?? null,
   }, config.apiToken);
   // The executor is asked what it can serve in the background; a check-in sends the last
   // answer, at most one interval old, so a slow engine never delays a check-in.

@@ -23,6 +23,8 @@ import { isDiskFull } from "./ledger_space.ts";
 import { Ledger } from "./ledger.ts";
 import { join } from "node:path";
 import { parseTemplates } from "./executors/docker/templates.ts";
+import { EgressCa } from "./executors/docker/_egress_ca.ts";
+import { readEgressSettings } from "./config_egress.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -40,6 +42,9 @@ const loaded = loadNodeConfig(env);
 if (!loaded.ok) refuse(loaded.refusals);
 const config = loaded.config;
 const log = createLog({ level: config.logLevel, name: "node" });
+
+/** The fleet egress CA's fingerprint for the config digest; `null` without one. */
+let egressCaFingerprint: string | null = null;
 
 /**
  * The executor the config names. Docker is imported only when asked for: dockerode's
@@ -86,8 +91,29 @@ async function openExecutor(
       },
     );
   }
+  const egress = readEgressSettings((name) => Deno.env.get(name));
+  if (Array.isArray(egress)) refuse(egress);
+  let egressCa: EgressCa | null = null;
+  if (hostFirewall) {
+    try {
+      egressCa = await EgressCa.load(egress.ca, config.dataDir);
+    } catch (error) {
+      // A configured CA that cannot be read is a mistake to fix now; a node that merely cannot
+      // make one still serves address rules, and refuses domain rules saying why.
+      if (egress.ca !== null) refuse([(error as Error).message]);
+      log("warn", "No egress CA: this node refuses domain rules and header transforms", {
+        why: (error as Error).message,
+        fix: "grant --allow-run=openssl (deno task node does), or set DORMICE_EGRESS_CA_CERT " +
+          "and DORMICE_EGRESS_CA_KEY",
+      });
+    }
+  }
+  egressCaFingerprint = egressCa?.fingerprint ?? null;
   try {
     return await DockerExecutor.connect({
+      egressCa,
+      egressExtraCa: egress.extraCa,
+      egressHosts: egress.hosts,
       nodeId: config.nodeId,
       instanceId,
       socketPath: config.dockerSocket,
@@ -145,6 +171,7 @@ const executor = await openExecutor(config, ledger.instanceId, (name) => volumes
 const node: NodeApp = createNodeApp({
   config,
   executor,
+  egressCaFingerprint,
   ledger,
   volumes,
   poolsFile: join(config.dataDir, "pools.json"),

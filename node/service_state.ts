@@ -10,6 +10,7 @@ import type { Clock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import type { NameQueue } from "../shared/name_queue.ts";
 import { teamScopedName } from "../shared/teams.ts";
+import { needsEgressProxy } from "../shared/egress_rules.ts";
 import {
   type CreateRequest,
   type Executor,
@@ -271,5 +272,31 @@ export async function reconcileWithExecutor(
       });
     }
   }
+  await reapplyProxiedRules(core, held);
   return { lost, removed };
+}
+
+/**
+ * Writes again the egress rules of the sandboxes the executor still holds whose rules need the
+ * egress proxy (domains, header transforms): the proxy lives in the node process, so a node
+ * restarted over its running sandboxes must learn their rules (and steer them to its new port)
+ * before it serves. A failure is logged (the sandbox's domain traffic is then refused, never
+ * let through) and the next `updateNetwork` writes them again.
+ */
+async function reapplyProxiedRules(core: ServiceCore, held: Set<string>): Promise<void> {
+  const set = core.executor.setEgressRules;
+  if (set === undefined) return;
+  for (const row of core.ledger.all()) {
+    const rules = row.spec.egressRules;
+    if (!held.has(row.id) || rules === undefined || !needsEgressProxy(rules)) continue;
+    if (row.state !== "active" && row.state !== "frozen") continue;
+    try {
+      await set.call(core.executor, row.id, rules);
+    } catch (error) {
+      core.log("warn", "could not restore a sandbox's domain rules at boot", {
+        id: row.id,
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
+  }
 }

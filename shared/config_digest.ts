@@ -25,6 +25,12 @@ export interface FleetInvariants {
   snapshotTtlMs?: number;
   /** The snapshots' registry (`DORMICE_SNAPSHOT_REGISTRY`); `null` or absent: none (left out). */
   snapshotRegistry?: string | null;
+  /**
+   * The fleet egress CA's fingerprint: sandboxes trust the CA they were made with, so a sandbox
+   * moved or resumed on a node with another CA would refuse its header transforms. `null` or
+   * absent without one (digests then stay as they were before the CA existed).
+   */
+  egressCa?: string | null;
 }
 
 /**
@@ -68,6 +74,7 @@ export function configDigest(invariants: FleetInvariants, fleetToken: string): s
     signingSecretId: invariants.signingSecretId,
     ...(invariants.snapshotTtlMs ? { snapshotTtlMs: invariants.snapshotTtlMs } : {}),
     ...(invariants.snapshotRegistry ? { snapshotRegistry: invariants.snapshotRegistry } : {}),
+    ...(invariants.egressCa ? { egressCa: invariants.egressCa } : {}),
   });
   return createHmac("sha256", fleetToken).update(canonical).digest("hex");
 }

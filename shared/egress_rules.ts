@@ -1,14 +1,16 @@
 /**
- * A sandbox's egress address rules (E2B's `network.allowOut` / `network.denyOut`): IPv4
- * addresses and CIDRs, read and checked once for every face, and the rule that decides a
- * destination. As E2B's firewall does: an address matched by `allowOut` is allowed whatever
+ * A sandbox's egress rules (E2B's `network.allowOut` / `network.denyOut` / `network.rules`):
+ * IPv4 addresses and CIDRs, domain names (`example.com`, `*.example.com`) and per-domain header
+ * transforms, read and checked once for every face, and the rule that decides a destination. As E2B's firewall does: an address matched by `allowOut` is allowed whatever
  * `denyOut` says (an allow wins over any deny, broader or not); an address matched by `denyOut`
  * and no allow is refused; anything else is allowed. `denyOut: ["0.0.0.0/0"]` with a few
  * `allowOut` entries is therefore "nothing but these".
  *
- * Domain names (`example.com`, `*.example.com`), ports (`1.2.3.4:443`) and IPv6 are shapes the
- * SDK can send that this fleet does not serve yet: each is a refusal naming the entry, never a
- * rule silently dropped.
+ * A domain entry is judged by the name the sandbox asks for on ports 80 and 443 (the HTTP Host,
+ * the TLS SNI), which the node's egress proxy reads and resolves itself; `*.example.com` matches
+ * every subdomain at any depth and not `example.com` itself. Ports (`1.2.3.4:443`) and IPv6
+ * are shapes the SDK can send that this fleet does not serve: each is a refusal naming the
+ * entry, never a rule silently dropped.
  *
  * @module
  */
@@ -20,12 +22,89 @@ export const ALL_TRAFFIC = "0.0.0.0/0";
 /** Most entries in one list: each is a kernel rule the node writes one by one. */
 export const MAX_EGRESS_RULES = 100;
 
-/** A sandbox's address rules, each entry a canonical IPv4 CIDR (`a.b.c.d/n`, host bits 0). */
+/** Most domains with header transforms, and most headers one domain's rules set. */
+export const MAX_TRANSFORM_DOMAINS = 100;
+const MAX_TRANSFORM_HEADERS = 50;
+
+/** What a transform rule does to a matching HTTPS request (E2B's `SandboxNetworkTransform`). */
+export interface EgressTransform {
+  /** Headers set on the request, each replacing a header of that name the request carries. */
+  headers?: Record<string, string>;
+}
+
+/**
+ * A sandbox's egress rules: address entries as canonical IPv4 CIDRs (`a.b.c.d/n`, host bits
+ * 0), domain entries lowercase (`example.com`, `*.example.com`), both lists absent when empty.
+ */
 export interface EgressRules {
   /** Destinations allowed even where `denyOut` would refuse them. */
   allowOut: string[];
   /** Destinations refused unless `allowOut` allows them. */
   denyOut: string[];
+  /** Domains allowed (by Host / SNI) even where `denyOut` would refuse their addresses. */
+  allowDomains?: string[];
+  /** Domains refused (by Host / SNI) unless `allowDomains` allows them. */
+  denyDomains?: string[];
+  /**
+   * Header transforms by domain pattern (E2B's `network.rules`), applied in order to HTTPS
+   * requests for a matching name: an exact name wins over wildcards, then the longest
+   * wildcard; rule sets are not merged. They grant no access of their own.
+   */
+  transforms?: Record<string, EgressTransform[]>;
+}
+
+/** Whether `rules` need the egress proxy: a domain entry or a header transform. */
+export function needsEgressProxy(rules: EgressRules): boolean {
+  return (rules.allowDomains?.length ?? 0) > 0 || (rules.denyDomains?.length ?? 0) > 0 ||
+    Object.keys(rules.transforms ?? {}).length > 0;
+}
+
+/**
+ * Whether the domain pattern `pattern` (`example.com` or `*.example.com`) matches the host
+ * name `name` (lowercase, no trailing dot): a wildcard matches subdomains at any depth, never
+ * the apex.
+ *
+ * @example
+ * ```ts
+ * import { domainMatches } from "@dormice/cluster/shared";
+ * domainMatches("*.example.com", "a.b.example.com"); // true
+ * domainMatches("*.example.com", "example.com"); // false
+ * ```
+ */
+export function domainMatches(pattern: string, name: string): boolean {
+  if (pattern.startsWith("*.")) return name.endsWith(pattern.slice(1));
+  return pattern === name;
+}
+
+/**
+ * The transform rules for `name` under `transforms`: the exact name's, else the longest
+ * matching wildcard's (E2B's precedence), else none.
+ */
+export function transformsFor(
+  transforms: Record<string, EgressTransform[]> | undefined,
+  name: string,
+): EgressTransform[] | undefined {
+  if (transforms === undefined) return undefined;
+  if (Object.hasOwn(transforms, name)) return transforms[name];
+  let best: string | undefined;
+  for (const pattern of Object.keys(transforms)) {
+    if (pattern.startsWith("*.") && domainMatches(pattern, name)) {
+      if (best === undefined || pattern.length > best.length) best = pattern;
+    }
+  }
+  return best === undefined ? undefined : transforms[best];
+}
+
+/**
+ * Reads a domain entry (`Example.COM.`, `*.example.com`) into its lowercase pattern, or `null`
+ * when it is not one. A bare `*`, a wildcard not leading, and single labels are not domains.
+ */
+export function parseDomainEntry(entry: string): string | null {
+  const text = entry.trim().toLowerCase().replace(/\.$/, "");
+  if (text.length > 253 || !DOMAIN.test(text)) return null;
+  // One label (`localhost`) names no public destination and would shadow /etc/hosts names.
+  if (!text.replace(/^\*\./, "").includes(".")) return null;
+  return text;
 }
 
 /** What an entry that is not an IPv4 address or CIDR is, for its refusal. */
@@ -84,27 +163,28 @@ export function parseEgressEntry(
   if (DOMAIN.test(text)) {
     return {
       ok: false,
-      why: "is a domain name: domain rules are not served on this fleet yet, so write the " +
-        "IPv4 addresses or CIDRs the domain uses",
+      why: "is a single-label name: write a domain with a dot (example.com, *.example.com) " +
+        "or an IPv4 address or CIDR",
     };
   }
   return { ok: false, why: "is not an IPv4 address or CIDR such as 8.8.8.8 or 10.0.0.0/8" };
 }
 
 /**
- * Reads a list of entries for `field` (e.g. `network.allowOut`) into canonical CIDRs, duplicates
- * dropped, or the sentence of the first bad entry naming the field and its index.
+ * Reads a list of entries for `field` (e.g. `network.allowOut`) into canonical CIDRs and
+ * lowercase domain patterns, duplicates dropped, or the sentence of the first bad entry naming the field and its index.
  *
  * @example
  * ```ts
  * import { parseEgressList } from "@dormice/cluster/shared";
- * parseEgressList(["1.1.1.1", "1.1.1.1/32"], "network.allowOut"); // { ok: true, cidrs: ["1.1.1.1/32"] }
+ * parseEgressList(["1.1.1.1", "1.1.1.1/32", "a.example"], "network.allowOut");
+ * // { ok: true, cidrs: ["1.1.1.1/32"], domains: ["a.example"] }
  * ```
  */
 export function parseEgressList(
   entries: readonly unknown[],
   field: string,
-): { ok: true; cidrs: string[] } | { ok: false; error: string } {
+): { ok: true; cidrs: string[]; domains: string[] } | { ok: false; error: string } {
   if (entries.length > MAX_EGRESS_RULES) {
     return {
       ok: false,
@@ -113,15 +193,21 @@ export function parseEgressList(
     };
   }
   const cidrs: string[] = [];
+  const domains: string[] = [];
   for (const [i, entry] of entries.entries()) {
     if (typeof entry !== "string") {
       return { ok: false, error: `'${field}[${i}]' must be a string such as '8.8.8.8'` };
+    }
+    const domain = parseDomainEntry(entry);
+    if (domain !== null) {
+      if (!domains.includes(domain)) domains.push(domain);
+      continue;
     }
     const r = parseEgressEntry(entry);
     if (!r.ok) return { ok: false, error: `'${field}[${i}]' '${entry.slice(0, 80)}' ${r.why}` };
     if (!cidrs.includes(r.cidr)) cidrs.push(r.cidr);
   }
-  return { ok: true, cidrs };
+  return { ok: true, cidrs, domains };
 }
 
 /**
@@ -156,27 +242,156 @@ function toNumber(cidr: string): number {
 
 /** The wire shape of {@linkcode EgressRules} before it is read: lists of entries as sent. */
 export interface EgressRulesInput {
-  /** Addresses (CIDR, IP or host name) the sandbox may reach, as sent. */
+  /** Addresses (CIDR, IP) or domains the sandbox may reach, as sent. */
   allowOut?: string[];
-  /** Addresses it may not reach, as sent. */
+  /** Addresses or domains it may not reach, as sent. */
   denyOut?: string[];
+  /** Domains it may reach, as sent (the stored form; `allowOut` may carry them too). */
+  allowDomains?: string[];
+  /** Domains it may not reach, as sent. */
+  denyDomains?: string[];
+  /** Header transforms by domain, as sent (E2B's `rules` with the `transform` unwrapped). */
+  transforms?: Record<string, EgressTransform[]>;
 }
 
 const listSchema = z.array(z.string().max(256)).max(MAX_EGRESS_RULES, {
   message: `at most ${MAX_EGRESS_RULES} entries: join neighbouring addresses into CIDRs`,
 });
 
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/;
+/** Headers the proxy owns: setting them would break the request rather than add to it. */
+const RESERVED_HEADERS = new Set([
+  "host",
+  "connection",
+  "content-length",
+  "transfer-encoding",
+  "upgrade",
+  "te",
+  "trailer",
+  "keep-alive",
+  "proxy-connection",
+]);
+
 /**
- * Native `spec.egressRules`: `{allowOut?, denyOut?}` read into canonical CIDRs; a bad entry is
- * an issue at its own path (`egressRules.allowOut.0`) saying what is wrong with it.
+ * Reads E2B's `network.rules` (`{"api.example.com": [{transform: {headers: {...}}}]}`) into
+ * transforms by lowercase domain pattern, or the sentence of the first bad part naming its
+ * field. Keys must be domains (the proxy terminates TLS by name); header names must be HTTP
+ * tokens the proxy does not own, values single-line.
+ *
+ * @example
+ * ```ts
+ * import { parseTransformRules } from "@dormice/cluster/shared";
+ * parseTransformRules({ "API.example.com": [{ transform: { headers: { "X-Key": "k" } } }] }, "network.rules");
+ * // { ok: true, transforms: { "api.example.com": [{ headers: { "X-Key": "k" } }] } }
+ * ```
+ */
+export function parseTransformRules(
+  value: unknown,
+  field: string,
+): { ok: true; transforms: Record<string, EgressTransform[]> } | { ok: false; error: string } {
+  const fail = (error: string) => ({ ok: false as const, error });
+  if (typeof value !== "object" || value === null || Array.isArray(value)) {
+    return fail(`'${field}' must be an object of domain to a list of rules`);
+  }
+  const entries = Object.entries(value);
+  if (entries.length > MAX_TRANSFORM_DOMAINS) {
+    return fail(`'${field}' has ${entries.length} domains, more than ${MAX_TRANSFORM_DOMAINS}`);
+  }
+  const transforms: Record<string, EgressTransform[]> = {};
+  for (const [key, list] of entries) {
+    const at = `${field}.${key.slice(0, 80)}`;
+    const domain = parseDomainEntry(key);
+    if (domain === null) {
+      return fail(
+        `'${at}': a rule's key must be a domain name such as 'api.example.com' or ` +
+          "'*.example.com' (the egress proxy terminates TLS by name, so addresses cannot carry " +
+          "transforms)",
+      );
+    }
+    if (!Array.isArray(list) || list.length > 20) {
+      return fail(`'${at}' must be a list of at most 20 rules such as [{transform: {headers}}]`);
+    }
+    const rules: EgressTransform[] = [];
+    for (const [i, rule] of list.entries()) {
+      const here = `${at}[${i}]`;
+      if (typeof rule !== "object" || rule === null) return fail(`'${here}' must be an object`);
+      const { transform, ...rest } = rule as { transform?: unknown };
+      // The stored form is the transform itself ({headers}); the wire's wraps it.
+      const t = transform ?? (Object.keys(rest).length > 0 ? rest : undefined);
+      if (Object.keys(rest).some((k) => k !== "headers") && transform !== undefined) {
+        return fail(`'${here}' has fields other than 'transform': only transforms are served`);
+      }
+      if (t === undefined) {
+        rules.push({});
+        continue;
+      }
+      if (typeof t !== "object" || t === null || Array.isArray(t)) {
+        return fail(`'${here}.transform' must be an object such as {headers: {...}}`);
+      }
+      const { headers, ...other } = t as { headers?: unknown };
+      if (Object.keys(other).length > 0) {
+        return fail(
+          `'${here}.transform.${Object.keys(other)[0]}' is not served: transforms set headers`,
+        );
+      }
+      if (headers === undefined) {
+        rules.push({});
+        continue;
+      }
+      if (typeof headers !== "object" || headers === null || Array.isArray(headers)) {
+        return fail(`'${here}.transform.headers' must be an object of header name to value`);
+      }
+      const pairs = Object.entries(headers);
+      if (pairs.length > MAX_TRANSFORM_HEADERS) {
+        return fail(`'${here}.transform.headers' has more than ${MAX_TRANSFORM_HEADERS} headers`);
+      }
+      const out: Record<string, string> = {};
+      for (const [name, v] of pairs) {
+        // The value is never quoted back: it is a credential.
+        if (!HEADER_NAME.test(name) || RESERVED_HEADERS.has(name.toLowerCase())) {
+          return fail(
+            `'${here}.transform.headers' names '${name.slice(0, 80)}', which is not a header ` +
+              "the proxy may set (an HTTP token, not Host, Connection, Content-Length, " +
+              "Transfer-Encoding or another hop-by-hop header)",
+          );
+        }
+        if (typeof v !== "string" || v.length > 8192 || /[\r\n\0]/.test(v)) {
+          return fail(
+            `'${here}.transform.headers.${name}' must be a single-line string of at most ` +
+              "8192 characters",
+          );
+        }
+        out[name] = v;
+      }
+      rules.push({ headers: out });
+    }
+    transforms[domain] = rules;
+  }
+  return { ok: true, transforms };
+}
+
+/**
+ * Native `spec.egressRules`: `{allowOut?, denyOut?, allowDomains?, denyDomains?, transforms?}`
+ * read into canonical CIDRs and domain patterns; a bad entry is an issue at its own path
+ * (`egressRules.allowOut.0`) saying what is wrong with it.
  */
 export const egressRulesSchema: z.ZodType<EgressRules, EgressRulesInput> = z.object({
   allowOut: listSchema.optional(),
   denyOut: listSchema.optional(),
+  allowDomains: listSchema.optional(),
+  denyDomains: listSchema.optional(),
+  transforms: z.record(z.string(), z.array(z.custom<EgressTransform>())).optional(),
 }).strict().transform((value, ctx) => {
   const out: EgressRules = { allowOut: [], denyOut: [] };
+  const domains = { allowOut: [] as string[], denyOut: [] as string[] };
   for (const key of ["allowOut", "denyOut"] as const) {
-    for (const [i, entry] of (value[key] ?? []).entries()) {
+    const named = key === "allowOut" ? value.allowDomains : value.denyDomains;
+    for (const [i, entry] of [...(value[key] ?? []), ...(named ?? [])].entries()) {
+      const domain = parseDomainEntry(entry);
+      if (domain !== null) {
+        if (!domains[key].includes(domain)) domains[key].push(domain);
+        continue;
+      }
       const r = parseEgressEntry(entry);
       if (!r.ok) {
         ctx.addIssue({
@@ -187,13 +402,21 @@ export const egressRulesSchema: z.ZodType<EgressRules, EgressRulesInput> = z.obj
       } else if (!out[key].includes(r.cidr)) out[key].push(r.cidr);
     }
   }
+  if (domains.allowOut.length > 0) out.allowDomains = domains.allowOut;
+  if (domains.denyOut.length > 0) out.denyDomains = domains.denyOut;
+  if (value.transforms !== undefined) {
+    const r = parseTransformRules(value.transforms, "transforms");
+    if (!r.ok) ctx.addIssue({ code: "custom", path: ["transforms"], message: r.error });
+    else if (Object.keys(r.transforms).length > 0) out.transforms = r.transforms;
+  }
   return out;
 });
 
 /**
- * Whether an E2B create body asks for address rules the node must enforce, as the node reads
- * it: any `network.allowOut` entry, or `network.denyOut` entries other than a deny of every
- * address (which alone is a sandbox without egress). For placement; the node checks the rest.
+ * Whether an E2B create body asks for egress rules the node must enforce, as the node reads
+ * it: any `network.allowOut` entry (address or domain), header transforms (`network.rules`), or
+ * `network.denyOut` entries other than a deny of every address (which alone is a sandbox
+ * without egress). For placement; the node checks the rest.
  *
  * @example
  * ```ts
@@ -207,8 +430,13 @@ export function asksForEgressRules(body: Record<string, unknown>): boolean {
   if (typeof network !== "object" || network === null) return false;
   const list = (v: unknown) =>
     Array.isArray(v) ? v.map((e) => (typeof e === "string" ? e.trim() : e)) : [];
-  const { allowOut, denyOut } = network as { allowOut?: unknown; denyOut?: unknown };
+  const { allowOut, denyOut, rules } = network as {
+    allowOut?: unknown;
+    denyOut?: unknown;
+    rules?: unknown;
+  };
   if (list(allowOut).length > 0) return true;
+  if (typeof rules === "object" && rules !== null && Object.keys(rules).length > 0) return true;
   const deny = list(denyOut);
   return deny.length > 0 && !deny.includes(ALL_TRAFFIC);
 }

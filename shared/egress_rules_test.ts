@@ -1,9 +1,12 @@
 import assert from "node:assert/strict";
 import {
+  domainMatches,
   egressAllows,
   egressRulesSchema,
   parseEgressEntry,
   parseEgressList,
+  parseTransformRules,
+  transformsFor,
 } from "./egress_rules.ts";
 import { describeZodError, sandboxSpecSchema } from "./schemas.ts";
 
@@ -21,9 +24,7 @@ Deno.test("parseEgressEntry() reads addresses and CIDRs into canonical CIDRs", (
 
 Deno.test("parseEgressEntry() says what is wrong with each shape it does not serve", () => {
   const cases: [string, RegExp][] = [
-    ["example.com", /domain name: domain rules are not served/],
-    ["*.example.com", /domain name/],
-    ["localhost", /domain name/],
+    ["localhost", /single-label name/],
     ["8.8.8.8:53", /names a port/],
     ["8.8.8.0/24:1-1024", /names a port/],
     ["2001:db8::/32", /IPv6/],
@@ -45,10 +46,20 @@ Deno.test("parseEgressEntry() says what is wrong with each shape it does not ser
 });
 
 Deno.test("parseEgressList() names the field and index of the first bad entry, and the cap", () => {
-  assert.deepEqual(parseEgressList(["1.1.1.1", "1.1.1.1/32", "2.2.2.2"], "network.allowOut"), {
-    ok: true,
-    cidrs: ["1.1.1.1/32", "2.2.2.2/32"],
-  });
+  assert.deepEqual(
+    parseEgressList(
+      ["1.1.1.1", "1.1.1.1/32", "2.2.2.2", "A.example.com.", "*.b.example", "a.example.com"],
+      "network.allowOut",
+    ),
+    {
+      ok: true,
+      cidrs: ["1.1.1.1/32", "2.2.2.2/32"],
+      domains: ["a.example.com", "*.b.example"],
+    },
+  );
+  for (const bad of ["*", "a.*.example", "*example.com", "localhost"]) {
+    assert.equal(parseEgressList([bad], "network.allowOut").ok, false, bad);
+  }
   const bad = parseEgressList(["1.1.1.1", "1.1.1.300"], "network.denyOut");
   assert.equal(bad.ok, false);
   if (!bad.ok) assert.match(bad.error, /^'network\.denyOut\[1\]' '1\.1\.1\.300' is not an IPv4/);
@@ -74,13 +85,67 @@ Deno.test("egressAllows() lets an allow win over any deny, broader or narrower, 
 Deno.test("sandboxSpecSchema reads spec.egressRules, a bad entry named by its path", () => {
   const ok = sandboxSpecSchema.parse({ egressRules: { allowOut: ["1.1.1.1"] } });
   assert.deepEqual(ok.egressRules, { allowOut: ["1.1.1.1/32"], denyOut: [] });
-  const r = sandboxSpecSchema.safeParse({ egressRules: { denyOut: ["0.0.0.0/0", "example.com"] } });
+  const named = sandboxSpecSchema.parse({
+    egressRules: {
+      allowOut: ["a.example"],
+      denyOut: ["0.0.0.0/0"],
+      transforms: { "a.example": [{ headers: { "X-K": "v" } }] },
+    },
+  });
+  assert.deepEqual(named.egressRules, {
+    allowOut: [],
+    denyOut: ["0.0.0.0/0"],
+    allowDomains: ["a.example"],
+    transforms: { "a.example": [{ headers: { "X-K": "v" } }] },
+  });
+  // The stored form reads back as itself.
+  assert.deepEqual(sandboxSpecSchema.parse(named).egressRules, named.egressRules);
+  const r = sandboxSpecSchema.safeParse({ egressRules: { denyOut: ["0.0.0.0/0", "localhost"] } });
   assert.equal(r.success, false);
   if (!r.success) {
-    assert.match(
-      describeZodError(r.error),
-      /^'egressRules\.denyOut\.1': 'example\.com' is a domain name: domain rules are not served/,
-    );
+    assert.match(describeZodError(r.error), /^'egressRules\.denyOut\.1': 'localhost' is a single/);
   }
   assert.equal(egressRulesSchema.safeParse({ allowOut: ["1.1.1.1"], extra: 1 }).success, false);
+});
+
+Deno.test("domainMatches() and transformsFor(): exact first, then the longest wildcard, never the apex", () => {
+  assert.equal(domainMatches("*.example.com", "a.b.example.com"), true);
+  assert.equal(domainMatches("*.example.com", "example.com"), false);
+  assert.equal(domainMatches("*.example.com", "badexample.com"), false);
+  const t = {
+    "api.example.com": [{ headers: { a: "exact" } }],
+    "*.example.com": [{ headers: { a: "short" } }],
+    "*.api.example.com": [{ headers: { a: "long" } }],
+  };
+  assert.deepEqual(transformsFor(t, "api.example.com"), [{ headers: { a: "exact" } }]);
+  assert.deepEqual(transformsFor(t, "v1.api.example.com"), [{ headers: { a: "long" } }]);
+  assert.deepEqual(transformsFor(t, "www.example.com"), [{ headers: { a: "short" } }]);
+  assert.equal(transformsFor(t, "example.com"), undefined);
+});
+
+Deno.test("parseTransformRules() reads E2B's rules and names what is wrong, never a value", () => {
+  assert.deepEqual(
+    parseTransformRules({ "API.Example.com": [{ transform: { headers: { "X-Key": "k" } } }] }, "r"),
+    { ok: true, transforms: { "api.example.com": [{ headers: { "X-Key": "k" } }] } },
+  );
+  const cases: [unknown, RegExp][] = [
+    [[], /'r' must be an object/],
+    [{ "1.2.3.4": [] }, /'r\.1\.2\.3\.4': a rule's key must be a domain/],
+    [{ "a.test": {} }, /'r\.a\.test' must be a list/],
+    [
+      { "a.test": [{ transform: { body: "x" } }] },
+      /'r\.a\.test\[0\]\.transform\.body' is not served/,
+    ],
+    [{ "a.test": [{ transform: { headers: { Host: "x" } } }] }, /names 'Host'/],
+    [{ "a.test": [{ transform: { headers: { "a b": "x" } } }] }, /names 'a b'/],
+    [{ "a.test": [{ transform: { headers: { a: "secret\r\nx: y" } } }] }, /single-line/],
+  ];
+  for (const [value, pattern] of cases) {
+    const r = parseTransformRules(value, "r");
+    assert.equal(r.ok, false, JSON.stringify(value));
+    if (!r.ok) {
+      assert.match(r.error, pattern);
+      assert.ok(!r.error.includes("secret"), r.error);
+    }
+  }
 });

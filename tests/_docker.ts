@@ -55,9 +55,9 @@ export function dockerNodePermissions(
     "--allow-env",
     `--allow-read=${dataDir},${socket}`,
     `--allow-write=${dataDir},${socket}`,
-    "--allow-sys=cpus,systemMemoryInfo,statfs",
+    "--allow-sys=cpus,systemMemoryInfo,statfs,networkInterfaces",
     // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
-    "--allow-run=iptables",
+    "--allow-run=iptables,openssl",
   ];
 }
 

@@ -346,9 +346,10 @@ export async function startDockerNode(
       "--allow-env",
       `--allow-read=${dir},${socket}`,
       `--allow-write=${dir},${socket}`,
-      "--allow-sys=cpus,systemMemoryInfo,statfs",
-      // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
-      "--allow-run=iptables",
+      "--allow-sys=cpus,systemMemoryInfo,statfs,networkInterfaces",
+      // The host firewall: one iptables rule per sandbox network (as deno task node grants it);
+      // openssl for the egress CA.
+      "--allow-run=iptables,openssl",
     ],
     {
       DORMICE_API_TOKEN: benchToken,

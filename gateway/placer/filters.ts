@@ -47,7 +47,7 @@ export interface PlacementAsk {
    * until their next check-in).
    */
   volumeNode?: string;
-  /** Egress address rules; a node must enforce them (say so in its check-in). */
+  /** Egress rules (addresses, domains, transforms); a node must enforce them (its check-in says). */
   egressRules?: boolean;
   /** The warm pool a claim would come from (see {@linkcode placementAsk}); none: no claim. */
   poolKey?: string;
@@ -188,8 +188,9 @@ export const placementFilters: readonly PlacementFilter[] = [
     reason: "egress-rules",
     check: ({ node, ask }) =>
       ask.egressRules && !node.egressRules
-        ? "cannot enforce egress address rules (it needs the Docker executor with iptables: " +
-          "DORMICE_EXECUTOR=docker, DORMICE_SANDBOX_HOST_FIREWALL not off)"
+        ? "cannot enforce egress rules (addresses, domains, header transforms: it needs the " +
+          "Docker executor with iptables and its egress proxy: DORMICE_EXECUTOR=docker, " +
+          "DORMICE_SANDBOX_HOST_FIREWALL not off)"
         : undefined,
   },
   {

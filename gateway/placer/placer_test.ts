@@ -69,7 +69,7 @@ Deno.test("The egress-rules filter sends a create with address rules only to a n
   const without = filter("egress-rules").check(input(reading(), rules));
   assert.match(
     without ?? "",
-    /cannot enforce egress address rules .*DORMICE_SANDBOX_HOST_FIREWALL/,
+    /cannot enforce egress rules .*DORMICE_SANDBOX_HOST_FIREWALL/,
   );
   const able = { ...rules, node: nodeWith(reading(), { egressRules: true }) };
   assert.equal(filter("egress-rules").check(input(reading(), able)), undefined);

@@ -491,17 +491,14 @@ Deno.test("lifecycle.onTimeout {pause, keepMemory: false} pauses to disk at the 
 Deno.test("create refuses network options this node cannot honour, naming each", async () => {
   const { call, executor } = setup();
   const cases: [object, RegExp][] = [
-    [
-      { network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] } },
-      /^'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
-    ],
-    [{ network: { allowOut: ["*.example.com"] } }, /^'network\.allowOut\[0\]'.* domain name/],
+    [{ network: { allowOut: ["localhost"] } }, /^'network\.allowOut\[0\]'.* single-label/],
     [{ network: { denyOut: ["10.0.0.0/33"] } }, /^'network\.denyOut\[0\]' .* prefix length/],
     [{ network: { denyOut: ["1.2.3.4", "10.0.0.256"] } }, /^'network\.denyOut\[1\]' .* IPv4/],
     [{ network: { allowOut: ["8.8.8.8:53"] } }, /^'network\.allowOut\[0\]' .* names a port/],
     [{ network: { allowOut: ["2001:db8::1"] } }, /^'network\.allowOut\[0\]' .* IPv6/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
-    [{ network: { rules: { "a.com": [] } } }, /^'network\.rules' .*domain rules/],
+    [{ network: { rules: { "1.2.3.4": [] } } }, /^'network\.rules\.1\.2\.3\.4': a rule's key/],
+    [{ network: { httpsPorts: [3000] } }, /^'network\.httpsPorts' is not supported/],
     [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
     [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
     [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],
@@ -550,16 +547,37 @@ Deno.test("PUT /sandboxes/:id/network replaces the rules whole, reported by get;
     denyOut: ["0.0.0.0/0"],
   });
   assert.equal(executor.egressHistoryOf(id).length, 4, "each PUT replaced the set once, whole");
+  assert.equal(
+    (await put(id, {
+      allowOut: ["1.1.1.1", "*.Allowed.test"],
+      denyOut: ["0.0.0.0/0"],
+      rules: { "api.allowed.test": [{ transform: { headers: { "X-Key": "s3cret" } } }] },
+    })).status,
+    204,
+  );
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: ["1.1.1.1/32"],
+    denyOut: ["0.0.0.0/0"],
+    allowDomains: ["*.allowed.test"],
+    transforms: { "api.allowed.test": [{ headers: { "X-Key": "s3cret" } }] },
+  });
+  const named = await (await call("GET", `/sandboxes/${id}`)).json();
+  assert.deepEqual(named.network, {
+    allowOut: ["1.1.1.1/32", "*.allowed.test"],
+    denyOut: ["0.0.0.0/0"],
+    rules: { "api.allowed.test": [{ transform: { headers: { "X-Key": "***" } } }] },
+  });
+  assert.equal(
+    (await put(id, { allow_internet_access: false, allowOut: ["1.1.1.1"] })).status,
+    204,
+  );
 
   const refusals: [object, RegExp][] = [
     [{ denyOut: ["10.0.0.0/40"] }, /^'denyOut\[0\]' '10\.0\.0\.0\/40' has a prefix length/],
+    [{ allowOut: ["localhost"] }, /^'allowOut\[0\]' 'localhost' is a single-label name/],
     [
-      { allowOut: ["example.com"] },
-      /^'allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
-    ],
-    [
-      { rules: { "a.com": [{ transform: { headers: { a: "b" } } }] } },
-      /^'rules' is not supported on this fleet yet: domain rules/,
+      { rules: { "a.com": [{ transform: { headers: { Host: "b" } } }] } },
+      /^'rules\.a\.com\[0\]\.transform\.headers' names 'Host'/,
     ],
     [{ egressProxy: { address: "p:1080" } }, /^'egressProxy' is not supported/],
     [{ allowInternetAccess: true, denyOut: ["0.0.0.0/0"] }, /disagree/],

@@ -2,15 +2,21 @@
  * What an E2B create asks beyond its template: the lifecycle (`lifecycle`, or the wire's
  * `autoPause` / `autoPauseMemory` / `autoResume`), `secure`, `allow_internet_access` and
  * `network` (egress, address rules, public traffic, `maskRequestHost`), resolved into what this
- * node does. An option the node cannot honour (domain rules, proxies) is a 400 naming it, never
- * a silent ignore.
+ * node does. An option the node cannot honour (an upstream proxy, HTTPS ports) is a 400 naming
+ * it, never a silent ignore.
  *
  * @module
  */
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
 import { describeZodError, type SandboxSpec } from "../../shared/schemas.ts";
-import { ALL_TRAFFIC, type EgressRules, parseEgressList } from "../../shared/egress_rules.ts";
+import {
+  ALL_TRAFFIC,
+  type EgressRules,
+  type EgressTransform,
+  parseEgressList,
+  parseTransformRules,
+} from "../../shared/egress_rules.ts";
 import type { DeadlineAction, E2bSettings } from "../service_contract.ts";
 
 const onTimeoutSchema = z.enum(["kill", "pause"]);
@@ -181,23 +187,42 @@ function egressOf(body: E2bCreateOptions): Egress {
   const internet = snake ?? camel;
   const network = body.network ?? {};
   refuseUnserved(network);
-  const allowOut = checkedList(network.allowOut, "network.allowOut");
-  const denyOut = checkedList(network.denyOut, "network.denyOut");
+  const allow = checkedList(network.allowOut, "network.allowOut");
+  const deny = checkedList(network.denyOut, "network.denyOut");
+  const transforms = checkedTransforms(network.rules, "network.rules");
+  const allowOut = allow.cidrs;
+  const denyOut = deny.cidrs;
   if (denyOut.includes(ALL_TRAFFIC) && internet === true) {
     throw new HttpError(
       400,
       `'network.denyOut' ['${ALL_TRAFFIC}'] and allowInternetAccess: true disagree: send one`,
     );
   }
-  if (allowOut.length === 0) {
+  const named = withDomains({ allowOut, denyOut }, allow.domains, deny.domains, transforms);
+  const byName = named.allowDomains !== undefined || named.denyDomains !== undefined ||
+    named.transforms !== undefined;
+  if (allowOut.length === 0 && !byName) {
     if (denyOut.length === 0) return { internet };
     // Every address denied and none allowed: no egress at all, the internal network.
     if (denyOut.includes(ALL_TRAFFIC)) return { internet: false };
-    return { internet, rules: { allowOut, denyOut } };
+    return { internet, rules: named };
   }
+  if (internet === false) named.denyOut = [ALL_TRAFFIC];
+  return { internet, rules: named };
+}
+
+/** `rules` with the domain lists and transforms that are not empty. */
+function withDomains(
+  rules: EgressRules,
+  allowDomains: string[],
+  denyDomains: string[],
+  transforms: Record<string, EgressTransform[]>,
+): EgressRules {
   return {
-    internet,
-    rules: { allowOut, denyOut: internet === false ? [ALL_TRAFFIC] : denyOut },
+    ...rules,
+    ...(allowDomains.length > 0 ? { allowDomains } : {}),
+    ...(denyDomains.length > 0 ? { denyDomains } : {}),
+    ...(Object.keys(transforms).length > 0 ? { transforms } : {}),
   };
 }
 
@@ -238,20 +263,26 @@ export function parseNetworkUpdate(value: unknown): EgressRules {
   }
   const internet = snake ?? camel;
   refuseUnserved(body, "");
-  const allowOut = checkedList(body.allowOut, "allowOut");
-  const denyOut = checkedList(body.denyOut, "denyOut");
-  if (denyOut.includes(ALL_TRAFFIC) && internet === true) {
+  const allow = checkedList(body.allowOut, "allowOut");
+  const deny = checkedList(body.denyOut, "denyOut");
+  const transforms = checkedTransforms(body.rules, "rules");
+  if (deny.cidrs.includes(ALL_TRAFFIC) && internet === true) {
     throw new HttpError(
       400,
       `'denyOut' ['${ALL_TRAFFIC}'] and allowInternetAccess: true disagree: send one`,
     );
   }
-  return { allowOut, denyOut: internet === false ? [ALL_TRAFFIC] : denyOut };
+  return withDomains(
+    { allowOut: allow.cidrs, denyOut: internet === false ? [ALL_TRAFFIC] : deny.cidrs },
+    allow.domains,
+    deny.domains,
+    transforms,
+  );
 }
 
 /**
- * Refuses the network options this fleet does not serve yet (domain rules and what rides on
- * them), each naming its field.
+ * Refuses the network options this fleet does not serve yet (an upstream proxy, HTTPS ports),
+ * each naming its field.
  */
 export function refuseUnserved(
   network: { egressProxy?: unknown; rules?: unknown; httpsPorts?: unknown },
@@ -260,17 +291,11 @@ export function refuseUnserved(
   const unsupported = (field: string, why: string) =>
     new HttpError(
       400,
-      `'${prefix}${field}' is not supported on this fleet yet: ${why}; address rules ` +
-        "(allowOut / denyOut with IPv4 addresses and CIDRs) are",
+      `'${prefix}${field}' is not supported on this fleet yet: ${why}; address and domain ` +
+        "rules (allowOut / denyOut) and header transforms (rules) are",
     );
   if (network.egressProxy !== undefined && network.egressProxy !== null) {
-    throw unsupported("egressProxy", "egress cannot go through a proxy");
-  }
-  if (network.rules !== undefined && network.rules !== null) {
-    throw unsupported(
-      "rules",
-      "domain rules and their header transforms are not served (no egress proxy)",
-    );
+    throw unsupported("egressProxy", "egress cannot go through an upstream proxy");
   }
   if (network.httpsPorts !== undefined && network.httpsPorts !== null) {
     throw unsupported("httpsPorts", "ports are not served as HTTPS");
@@ -278,12 +303,27 @@ export function refuseUnserved(
 }
 
 /**
- * A list of address rules read into canonical CIDRs.
+ * A list of rules read into canonical CIDRs and domain patterns.
  *
  * @throws {HttpError} 400 naming the field, the entry and what is wrong with it.
  */
-export function checkedList(entries: readonly unknown[] | undefined, field: string): string[] {
+export function checkedList(
+  entries: readonly unknown[] | undefined,
+  field: string,
+): { cidrs: string[]; domains: string[] } {
   const r = parseEgressList(entries ?? [], field);
   if (!r.ok) throw new HttpError(400, r.error);
-  return r.cidrs;
+  return r;
+}
+
+/**
+ * E2B's `rules` read into header transforms by domain; absent or null is none.
+ *
+ * @throws {HttpError} 400 naming the part that is wrong.
+ */
+function checkedTransforms(value: unknown, field: string): Record<string, EgressTransform[]> {
+  if (value === undefined || value === null) return {};
+  const r = parseTransformRules(value, field);
+  if (!r.ok) throw new HttpError(400, r.error);
+  return r.transforms;
 }

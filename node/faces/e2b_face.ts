@@ -311,6 +311,27 @@ function network(s: SandboxRecord) {
   return {
     ...(allowPublicTraffic === undefined ? {} : { allowPublicTraffic }),
     ...(maskRequestHost === undefined ? {} : { maskRequestHost }),
-    ...(rules ? { allowOut: rules.allowOut, denyOut: rules.denyOut } : {}),
+    ...(rules
+      ? {
+        allowOut: [...rules.allowOut, ...rules.allowDomains ?? []],
+        denyOut: [...rules.denyOut, ...rules.denyDomains ?? []],
+      }
+      : {}),
+    // Header names only: a value is a credential, and the detail is readable by every holder
+    // of the team's key.
+    ...(rules?.transforms
+      ? {
+        rules: Object.fromEntries(
+          Object.entries(rules.transforms).map(([domain, list]) => [
+            domain,
+            list.map((t) => ({
+              transform: t.headers
+                ? { headers: Object.fromEntries(Object.keys(t.headers).map((h) => [h, "***"])) }
+                : {},
+            })),
+          ]),
+        ),
+      }
+      : {}),
   };
 }

@@ -127,10 +127,30 @@ export function publicSandbox(record: SandboxRecord): Sandbox {
     endpoint,
     template,
     metadata,
-    spec,
+    spec: maskedSpec(spec),
     createdAt,
     lastActiveAt,
   };
+}
+
+/**
+ * `spec` with the values of its header transforms masked (`***`): they are credentials, and a
+ * sandbox's record is readable by every holder of the team's key and shown on the fleet's pages.
+ */
+function maskedSpec(spec: SandboxRecord["spec"]): SandboxRecord["spec"] {
+  const transforms = spec.egressRules?.transforms;
+  if (transforms === undefined) return spec;
+  const masked = Object.fromEntries(
+    Object.entries(transforms).map(([domain, list]) => [
+      domain,
+      list.map((t) =>
+        t.headers
+          ? { headers: Object.fromEntries(Object.keys(t.headers).map((h) => [h, "***"])) }
+          : t
+      ),
+    ]),
+  );
+  return { ...spec, egressRules: { ...spec.egressRules!, transforms: masked } };
 }
 
 /**

@@ -204,13 +204,42 @@ Deno.test("native face: acquireSandbox takes spec.egressRules, a bad entry a 400
   assert.deepEqual(executor.egressRulesOf(sandbox.id), rules);
   const bad = await call(app, "acquireSandbox", {
     name: "bad",
-    spec: { egressRules: { allowOut: ["example.com"] } },
+    spec: { egressRules: { allowOut: ["localhost"] } },
   });
   assert.equal(bad.status, 400);
   assert.match(
     String(bad.body.message),
-    /'spec\.egressRules\.allowOut\.0': 'example\.com' is a domain name: domain rules are not served/,
+    /'spec\.egressRules\.allowOut\.0': 'localhost' is a single-label name/,
   );
+  // Domains and transforms, as the stored form keeps them.
+  const named = await call(app, "acquireSandbox", {
+    name: "named",
+    spec: {
+      egressRules: {
+        allowOut: ["API.example.com"],
+        denyOut: ["0.0.0.0/0"],
+        transforms: { "api.example.com": [{ headers: { "X-K": "v" } }] },
+      },
+    },
+  });
+  assert.equal(named.status, 200, JSON.stringify(named.body));
+  const id = (named.body.sandbox as { id: string }).id;
+  // The record shows header names, never values.
+  assert.deepEqual(
+    (named.body.sandbox as { spec: { egressRules: unknown } }).spec.egressRules,
+    {
+      allowOut: [],
+      denyOut: ["0.0.0.0/0"],
+      allowDomains: ["api.example.com"],
+      transforms: { "api.example.com": [{ headers: { "X-K": "***" } }] },
+    },
+  );
+  assert.deepEqual(executor.egressRulesOf(id), {
+    allowOut: [],
+    denyOut: ["0.0.0.0/0"],
+    allowDomains: ["api.example.com"],
+    transforms: { "api.example.com": [{ headers: { "X-K": "v" } }] },
+  });
   await app.close();
 });
 

@@ -414,7 +414,18 @@ Deno.test("E2B api: a create with address rules is placed only on a node that en
     // Neither says it enforces rules: a 503 naming the reason for each, nothing built.
     const none = await api(gateway, "POST", "/v2/sandboxes", { templateID: "base", ...rules });
     assert.equal(none.status, 503);
-    assert.match((await none.json()).message, /cannot enforce egress address rules/);
+    assert.match((await none.json()).message, /cannot enforce egress rules/);
+    // A domain rule or a header transform alone asks for the same capability.
+    for (
+      const network of [
+        { allowOut: ["api.example.com"] },
+        { rules: { "api.example.com": [{ transform: { headers: { "X-K": "v" } } }] } },
+      ]
+    ) {
+      const named = await api(gateway, "POST", "/v2/sandboxes", { templateID: "base", network });
+      assert.equal(named.status, 503, JSON.stringify(network));
+      assert.match((await named.json()).message, /cannot enforce egress rules/);
+    }
     assert.equal(a.sandboxes.size + b.sandboxes.size, 0);
     // b does (the less roomy one, which a plain create would not get).
     gateway.fleet.checkIn(

@@ -17,7 +17,22 @@
  * New rules are built in the other chain of the pair, then swapped in by replacing the dispatch
  * chain's one rule (`-R`: one atomic table update), then the old chain is removed: there is never
  * a moment with no rules or with both sets. Every chain only RETURNs or REJECTs, so rules left
- * behind by a failure can only refuse, never let through. Chain names carry a hash of the
+ * behind by a failure can only refuse, never let through.
+ *
+ * A sandbox with domain rules or header transforms also has its TCP connections to ports 80
+ * and 443 steered to the node's egress proxy (`_egress_proxy.ts`), in the `nat` table, except
+ * those to addresses its `allowOut` allows (reached direct, as without domain rules):
+ *
+ * ```
+ * nat PREROUTING: -i <bridge> -s <ip>/32 -m comment --comment dormice:<instance>:<id> -j DMN-<h>-n
+ * DMN-<h>-n:      -d <allowed> -j RETURN ...
+ *                 -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports <proxy>
+ * filter INPUT:   -i <bridge> -p tcp --dport <proxy> -m conntrack --ctstate DNAT -j ACCEPT
+ * ```
+ *
+ * The INPUT rule lets only redirected connections through the host firewall to the proxy; a
+ * sandbox connecting to the proxy's port itself is still dropped. Steered connections never
+ * pass FORWARD, so the proxy judges them by the same address rules as well as the domains. Chain names carry a hash of the
  * executor's instance id and the sandbox id, so two nodes on one engine never touch each other's.
  *
  * @module
@@ -124,6 +139,109 @@ export class EgressFirewall {
   }
 
   /**
+   * Steers the sandbox's connections to ports 80 and 443 to the proxy at `port` on the bridge
+   * (addresses in `allowOut` excepted), or stops steering them when `port` is `null`. The nat
+   * chain is emptied and filled again: for that moment the sandbox's new connections pass
+   * FORWARD, where its address rules still hold.
+   *
+   * @throws {ExecutorError} `unavailable` when iptables cannot do it.
+   */
+  async steer(
+    id: string,
+    ip: string,
+    bridge: string,
+    port: number | null,
+    allowOut: readonly string[],
+  ): Promise<void> {
+    const { dispatch, comment } = this.chains(id);
+    const chain = `${dispatch}-n`;
+    const jump = ["-i", bridge, "-s", `${ip}/32`, "-m", "comment", "--comment", comment];
+    if (port === null) {
+      await this.#unsteer(comment, chain);
+      return;
+    }
+    const accept = [
+      "-i",
+      bridge,
+      "-p",
+      "tcp",
+      "--dport",
+      String(port),
+      "-m",
+      "conntrack",
+      "--ctstate",
+      "DNAT",
+      "-m",
+      "comment",
+      "--comment",
+      "dormice:egress-proxy",
+      "-j",
+      "ACCEPT",
+    ];
+    // Ahead of the host firewall's DROP for the bridge.
+    if (!(await this.#has("INPUT", accept))) {
+      await this.#must(["-I", "INPUT", "1", ...accept]);
+      // The rule of a proxy port this bridge had before (a node process since restarted).
+      const input = await this.#iptables(["-S", "INPUT"]);
+      for (const line of input.code === 0 ? input.stdout.split("\n") : []) {
+        const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+        const i = words.indexOf("-i");
+        const p = words.indexOf("--dport");
+        if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge || p < 0) continue;
+        if (!words.includes("dormice:egress-proxy") || words[p + 1] === String(port)) continue;
+        await this.#must(["-D", ...words.slice(1)]);
+      }
+    }
+    const made = await this.#iptables(["-t", "nat", "-N", chain]);
+    if (made.code !== 0) {
+      if (!/exists/i.test(made.stderr)) throw this.#refusal(["-t", "nat", "-N"], said(made));
+      await this.#must(["-t", "nat", "-F", chain]);
+    }
+    for (const cidr of allowOut) {
+      await this.#must(["-t", "nat", "-A", chain, "-d", cidr, "-j", "RETURN"]);
+    }
+    await this.#must([
+      "-t",
+      "nat",
+      "-A",
+      chain,
+      "-p",
+      "tcp",
+      "-m",
+      "multiport",
+      "--dports",
+      "80,443",
+      "-j",
+      "REDIRECT",
+      "--to-ports",
+      String(port),
+    ]);
+    if (!(await this.#has("PREROUTING", [...jump, "-j", chain], "nat"))) {
+      // First, ahead of Docker's own DOCKER jump for published ports.
+      await this.#must(["-t", "nat", "-I", "PREROUTING", "1", ...jump, "-j", chain]);
+    }
+  }
+
+  /** Removes the sandbox's nat jumps (by comment) and its nat chain; what is gone is no error. */
+  async #unsteer(comment: string, chain: string): Promise<boolean> {
+    const listing = await this.#iptables(["-t", "nat", "-S", "PREROUTING"]);
+    if (listing.code !== 0) throw this.#refusal(["-t", "nat", "-S"], said(listing));
+    let removed = false;
+    for (const line of listing.stdout.split("\n")) {
+      const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+      if (words[0] !== "-A" || !words.includes(comment) || words.at(-1) !== chain) continue;
+      await this.#must(["-t", "nat", "-D", ...words.slice(1)]);
+      removed = true;
+    }
+    const flushed = await this.#iptables(["-t", "nat", "-F", chain]);
+    if (flushed.code === 0) {
+      await this.#must(["-t", "nat", "-X", chain]);
+      removed = true;
+    } else if (!noChain(flushed)) throw this.#refusal(["-t", "nat", "-F"], said(flushed));
+    return removed;
+  }
+
+  /**
    * Removes the sandbox's jump and chains (after its container is gone); what is already gone
    * is no error.
    *
@@ -132,6 +250,7 @@ export class EgressFirewall {
    */
   async remove(id: string): Promise<boolean> {
     const { dispatch, pair, comment } = this.chains(id);
+    const steered = await this.#unsteer(comment, `${dispatch}-n`);
     const listing = await this.#iptables(["-S", DOCKER_USER]);
     if (listing.code !== 0) {
       // No DOCKER-USER (an engine run with --iptables=false): no rules were ever applied.
@@ -149,7 +268,7 @@ export class EgressFirewall {
     // Most sandboxes have no rules: one more look, and no chain to drop.
     if (!removed) {
       const probe = await this.#iptables(["-S", dispatch]);
-      if (probe.code !== 0 && missing(probe)) return false;
+      if (probe.code !== 0 && missing(probe)) return steered;
     }
     for (const chain of [dispatch, ...pair]) removed = (await this.#drop(chain)) || removed;
     return removed;
@@ -181,6 +300,26 @@ export class EgressFirewall {
       await this.#must(["-D", ...words.slice(1)]);
       for (const chain of [dispatch, `${dispatch}-a`, `${dispatch}-b`]) await this.#drop(chain);
       removed++;
+    }
+    // Steering of those sandboxes (nat), and the bridge's way in to the proxy (INPUT).
+    const nat = await this.#iptables(["-t", "nat", "-S", "PREROUTING"]);
+    for (const line of nat.code === 0 ? nat.stdout.split("\n") : []) {
+      const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+      const i = words.indexOf("-i");
+      const chain = words.at(-1)!;
+      if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
+      if (!words.some((w) => w.startsWith(own)) || !/^DMN-[0-9a-f]{16}-n$/.test(chain)) continue;
+      await this.#must(["-t", "nat", "-D", ...words.slice(1)]);
+      const flushed = await this.#iptables(["-t", "nat", "-F", chain]);
+      if (flushed.code === 0) await this.#must(["-t", "nat", "-X", chain]);
+    }
+    const input = await this.#iptables(["-S", "INPUT"]);
+    for (const line of input.code === 0 ? input.stdout.split("\n") : []) {
+      const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
+      const i = words.indexOf("-i");
+      if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
+      if (!words.includes("dormice:egress-proxy")) continue;
+      await this.#must(["-D", ...words.slice(1)]);
     }
     return removed;
   }
@@ -219,9 +358,9 @@ export class EgressFirewall {
     return true;
   }
 
-  /** Whether `rule` is in `chain` (`iptables -C`: 0 yes, 1 no). */
-  async #has(chain: string, rule: string[]): Promise<boolean> {
-    const args = ["-C", chain, ...rule];
+  /** Whether `rule` is in `chain` of `table` (`iptables -C`: 0 yes, 1 no). */
+  async #has(chain: string, rule: string[], table = "filter"): Promise<boolean> {
+    const args = [...(table === "filter" ? [] : ["-t", table]), "-C", chain, ...rule];
     const r = await this.#iptables(args);
     if (r.code === 0) return true;
     if (r.code === 1 && /does a matching rule exist|bad rule/i.test(r.stderr)) return false;

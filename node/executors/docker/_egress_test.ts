@@ -165,3 +165,45 @@ Deno.test("EgressFirewall.removeBridge() removes this instance's leftovers on on
   }
   assert.equal(await firewall.removeBridge(bridge), 0);
 });
+
+Deno.test("EgressFirewall.steer() redirects the sandbox's ports 80 and 443 but its allowed addresses, and undoes it", async () => {
+  const { iptables, firewall } = setup();
+  const ip = "172.30.0.2";
+  await firewall.apply("sb1", ip, bridge, { allowOut: [`${A}/32`], denyOut: ["0.0.0.0/0"] });
+  await firewall.steer("sb1", ip, bridge, 41000, [`${A}/32`]);
+  const { dispatch } = firewall.chains("sb1");
+  const nat = iptables.chains.get(`nat:${dispatch}-n`);
+  assert.deepEqual(nat, [
+    `-d ${A}/32 -j RETURN`,
+    "-p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports 41000",
+  ]);
+  const jumps = iptables.chains.get("nat:PREROUTING")!;
+  assert.equal(jumps.length, 1);
+  assert.match(jumps[0], new RegExp(`^-i ${bridge} -s ${ip}/32 .*dormice:inst1:sb1.* -j nat:`));
+  // Only redirected connections are let through the host firewall, and first.
+  assert.match(
+    iptables.chains.get("INPUT")![0],
+    /--dport 41000 -m conntrack --ctstate DNAT .* -j ACCEPT$/,
+  );
+  // Again (an updateNetwork): the same one jump, the chain refilled.
+  await firewall.steer("sb1", ip, bridge, 41000, []);
+  assert.equal(iptables.chains.get("nat:PREROUTING")!.length, 1);
+  assert.equal(iptables.chains.get(`nat:${dispatch}-n`)!.length, 1);
+  assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 1);
+  // A restarted node's proxy listens on another port: its rule replaces the old one.
+  await firewall.steer("sb1", ip, bridge, 42000, []);
+  assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 1);
+  assert.equal(iptables.count("INPUT", "--dport 42000"), 1);
+  assert.match(iptables.chains.get(`nat:${dispatch}-n`)![0], /--to-ports 42000$/);
+  // Rules without domains: no steering left.
+  await firewall.steer("sb1", ip, bridge, null, []);
+  assert.deepEqual(iptables.chains.get("nat:PREROUTING"), []);
+  assert.equal(iptables.chains.has(`nat:${dispatch}-n`), false);
+  // remove() takes the steering too; removeBridge() the INPUT rule.
+  await firewall.steer("sb1", ip, bridge, 41000, []);
+  assert.equal(await firewall.remove("sb1"), true);
+  assert.deepEqual(iptables.chains.get("nat:PREROUTING"), []);
+  assert.equal(iptables.chains.has(`nat:${dispatch}-n`), false);
+  await firewall.removeBridge(bridge);
+  assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 0);
+});

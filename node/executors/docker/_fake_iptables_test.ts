@@ -43,6 +43,19 @@ export class FakeIptables {
   #answer(all: string[]): IptablesResult {
     if (this.refuse !== null) return { code: 4, stdout: "", stderr: this.refuse };
     assert.deepEqual(all.slice(0, 2), ["-w", "5"], "every run waits for the xtables lock");
+    if (all[2] === "-t") {
+      // Another table: its chains kept as `<table>:<chain>`, shown without the prefix.
+      const table = all[3];
+      if (table === "filter") return this.#answer([...all.slice(0, 2), ...all.slice(4)]);
+      const named = (w: string, i: number, ws: string[]) =>
+        (i === 1 || ws[i - 1] === "-j") && /^[A-Z]/.test(w) && w !== "REDIRECT" &&
+          w !== "RETURN"
+          ? `${table}:${w}`
+          : w;
+      if (!this.chains.has(`${table}:PREROUTING`)) this.chains.set(`${table}:PREROUTING`, []);
+      const r = this.#answer([...all.slice(0, 2), ...all.slice(4).map(named)]);
+      return { ...r, stdout: r.stdout.replaceAll(`${table}:`, "") };
+    }
     const [op, ...rest] = all.slice(2);
     const noChain = {
       code: 1,
@@ -91,7 +104,8 @@ export class FakeIptables {
       if (rules === undefined) return noChain;
       const words = op === "-A" ? rest.slice(1) : rest.slice(2);
       const target = words[words.indexOf("-j") + 1];
-      if (!["RETURN", "REJECT", "DROP", "ACCEPT"].includes(target) && !this.chains.has(target)) {
+      const builtin = ["RETURN", "REJECT", "DROP", "ACCEPT", "REDIRECT"];
+      if (!builtin.includes(target) && !this.chains.has(target)) {
         return noChain;
       }
       if (op === "-A") rules.push(quote(words));

@@ -178,21 +178,27 @@ export class SandboxNetwork {
   }
 
   /**
-   * Where a sandbox sits on the egress network: its address there and the network's bridge,
-   * which its egress rules are keyed to. `null` for a sandbox not on it (made without egress,
+   * Where a sandbox sits on the egress network: its address there, the network's bridge, which
+   * its egress rules are keyed to, and the bridge's address (where the egress proxy listens). `null` for a sandbox not on it (made without egress,
    * or with egress before the node had its own egress network).
    *
    * @throws {ExecutorError} `gone` when the sandbox has no container.
    */
-  async egressEndpoint(id: string): Promise<{ ip: string; bridge: string } | null> {
+  async egressEndpoint(
+    id: string,
+  ): Promise<{ ip: string; bridge: string; gateway: string } | null> {
     const inspect = await this.#engine.callContainer(
       id,
       `inspecting the network of sandbox ${id}`,
       (container, signal) => container.inspect({ abortSignal: signal }),
     );
-    const ip = inspect.NetworkSettings?.Networks?.[this.egressName]?.IPAddress;
-    if (!ip) return null;
-    return { ip, bridge: await this.#bridgeOf(this.#egress) };
+    const at = inspect.NetworkSettings?.Networks?.[this.egressName];
+    if (!at?.IPAddress) return null;
+    return {
+      ip: at.IPAddress,
+      bridge: await this.#bridgeOf(this.#egress),
+      gateway: at.Gateway ?? "",
+    };
   }
 
   /**

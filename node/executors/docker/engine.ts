@@ -141,7 +141,7 @@ export interface ContainerInspect {
   /** The cpu (in billionths of a core) and memory (bytes) limits the container runs under. */
   HostConfig?: { NanoCpus?: number; Memory?: number };
   /** The container's address on each network it is attached to. */
-  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string }> };
+  NetworkSettings?: { Networks?: Record<string, { IPAddress?: string; Gateway?: string }> };
   /** Bytes in the writable layer (with `size: true`). */
   SizeRw?: number;
 }

@@ -48,7 +48,9 @@ import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./en
 import { SandboxNetwork } from "./_network.ts";
 import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
-import type { EgressRules } from "../../../shared/egress_rules.ts";
+import { type EgressRules, needsEgressProxy } from "../../../shared/egress_rules.ts";
+import type { EgressCa } from "./_egress_ca.ts";
+import { EgressProxy } from "./_egress_proxy.ts";
 import { parseTemplates } from "./templates.ts";
 import { SNAPSHOT_REPOSITORY, Snapshots } from "./_snapshots.ts";
 import { DockerTemplateBuilder } from "./_build.ts";
@@ -114,6 +116,16 @@ export interface DockerExecutorOptions {
   hostFirewall?: boolean;
   /** Runs iptables for the host firewall; the real binary by default (tests pass a fake). */
   runIptables?: IptablesRunner;
+  /**
+   * The fleet egress CA (`_egress_ca.ts`): with it (and the host firewall on) the executor
+   * serves domain rules and header transforms through its egress proxy, and every sandbox with
+   * egress trusts the CA. Without it, rules that name a domain are refused.
+   */
+  egressCa?: EgressCa | null;
+  /** More CA certificates (PEM) the proxy trusts upstream (`DORMICE_EGRESS_EXTRA_CA`). */
+  egressExtraCa?: string[];
+  /** Names the proxy resolves to these addresses rather than asking DNS (`DORMICE_EGRESS_HOSTS`). */
+  egressHosts?: ReadonlyMap<string, string>;
 }
 
 /**
@@ -158,6 +170,8 @@ export class DockerExecutor implements Executor {
   #files: Files;
   #watches: Watches;
   #egress: EgressFirewall | null;
+  #egressCa: EgressCa | null;
+  #proxy: EgressProxy | null;
   #log: Log;
   #snapshots: Snapshots;
   #builder: DockerTemplateBuilder;
@@ -193,6 +207,9 @@ export class DockerExecutor implements Executor {
       managedVolumes,
       hostFirewall = true,
       runIptables,
+      egressCa = null,
+      egressExtraCa = [],
+      egressHosts = new Map(),
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
     if (!/^[a-z0-9]{1,32}$/.test(instanceId)) {
@@ -215,6 +232,10 @@ export class DockerExecutor implements Executor {
     if (this.#egress !== null) {
       this.setEgressRules = (id, rules) => this.#applyEgress(id, rules);
     }
+    this.#egressCa = egressCa;
+    this.#proxy = this.#egress !== null && egressCa !== null
+      ? new EgressProxy({ ca: egressCa, extraCaCerts: egressExtraCa, hosts: egressHosts, log })
+      : null;
     const sandboxes = new Sandboxes(this.#engine);
     // Per instance, like the labels: a node leaving must not pull the network from under
     // another node with the same id (it is removed once nothing sits on it).
@@ -398,6 +419,15 @@ export class DockerExecutor implements Executor {
     undo: () => Promise<unknown>,
   ): Promise<void> {
     const rules = request.spec.egressRules;
+    const egress = request.spec.network === true || rules !== undefined;
+    if (egress && this.#egressCa !== null) {
+      try {
+        await this.#trustEgressCa(request.id);
+      } catch (error) {
+        await undo().catch(() => {});
+        throw error;
+      }
+    }
     if (rules !== undefined) {
       try {
         await this.#applyEgress(request.id, rules);
@@ -435,7 +465,62 @@ export class DockerExecutor implements Executor {
   async #applyEgress(id: string, rules: EgressRules): Promise<void> {
     const at = await this.#network.egressEndpoint(id);
     if (at === null) throw noEgress(id);
+    const proxied = needsEgressProxy(rules);
+    if (proxied && this.#proxy === null) {
+      throw new ExecutorError(
+        "invalid",
+        "This node serves no domain rules or header transforms (it has no egress CA, or its " +
+          "host firewall is off): write IPv4 addresses and CIDRs, or create the sandbox on a " +
+          "node that serves them",
+      );
+    }
     await this.#egress!.apply(id, at.ip, at.bridge, rules);
+    if (proxied) {
+      let port: number;
+      try {
+        port = this.#proxy!.start(at.gateway);
+      } catch (error) {
+        throw new ExecutorError(
+          "unavailable",
+          `The egress proxy cannot start on the egress bridge's address ${at.gateway} ` +
+            `(${(error as Error).message}): grant the node --allow-net and ` +
+            "--allow-sys=networkInterfaces (deno task node does), then try again",
+        );
+      }
+      // Known to the proxy before any connection is steered to it.
+      this.#proxy!.set(at.ip, id, rules);
+      await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut);
+    } else {
+      await this.#egress!.steer(id, at.ip, at.bridge, null, rules.allowOut);
+      this.#proxy?.forget(id);
+    }
+  }
+
+  /**
+   * Adds the fleet egress CA to the sandbox's trust store: the system bundle curl, Python and
+   * most tools read (`/etc/ssl/certs/ca-certificates.crt`) and the directory
+   * `update-ca-certificates` reads, once (a restored sandbox has it already).
+   */
+  async #trustEgressCa(id: string): Promise<void> {
+    const pem = this.#egressCa!.certPem;
+    const mark = pem.split("\n")[1];
+    const script = 'b=/etc/ssl/certs/ca-certificates.crt; grep -qF "$2" "$b" 2>/dev/null && ' +
+      "exit 0; mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs && " +
+      'printf "%s" "$1" > /usr/local/share/ca-certificates/dormice-egress.crt && ' +
+      'printf "%s" "$1" >> "$b"';
+    const result = await this.#commands.run(
+      id,
+      ["/bin/sh", "-c", script, "sh", pem, mark],
+      "root",
+      this.#startTimeoutMs,
+    );
+    if (result.code !== 0) {
+      throw new ExecutorError(
+        "unavailable",
+        `The fleet egress CA could not be added to sandbox ${id}'s trust store: ` +
+          `${(result.stderr.trim() || result.stdout.trim()).slice(-300)}`,
+      );
+    }
   }
 
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */
@@ -453,6 +538,7 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove a destroyed sandbox's egress rules", { id, error })
     );
+    this.#proxy?.forget(id);
     // What a filesystem pause kept of it goes too.
     const kept = await this.#snapshots.archiveOf(id);
     if (kept !== undefined) await this.#snapshots.delete(kept, undefined, true);
@@ -472,6 +558,7 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove an archived sandbox's egress rules", { id, error })
     );
+    this.#proxy?.forget(id);
   }
 
   /** A container again under the sandbox's id from its archive image, which is then untagged. */
@@ -798,7 +885,8 @@ export class DockerExecutor implements Executor {
     this.#closed = true;
     this.#commands.close();
     this.#httpClient?.close();
-    return this.#network.release();
+    const proxy = this.#proxy?.close();
+    return Promise.all([proxy, this.#network.release()]).then(() => {});
   }
 }
 

@@ -72,6 +72,12 @@ export type { ImageSummary } from "./engine.ts";
 export type { BuildIo, BuildLogLine, TemplateBuildSpec, TemplateStep } from "../template_build.ts";
 export type { IptablesResult, IptablesRunner } from "./_firewall.ts";
 export type { VolumeDecl } from "../../config_capabilities.ts";
-export type { EgressRules, SandboxSpec, VolumeMount } from "../../../shared/mod.ts";
+export type {
+  EgressRules,
+  EgressTransform,
+  SandboxSpec,
+  VolumeMount,
+} from "../../../shared/mod.ts";
+export { EgressCa, type EgressCaFiles, type LeafCertificate } from "./_egress_ca.ts";
 export type { Clock } from "../../../shared/clock.ts";
 export type { Log, LogLevel } from "../../../shared/log.ts";

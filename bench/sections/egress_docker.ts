@@ -1,0 +1,199 @@
+/**
+ * HTTPS through a sandbox's egress paths on Docker: direct egress against the node's egress
+ * proxy splicing by SNI (a domain rule) and opening TLS to add a header (a header transform).
+ * Makes a stand-in internet (a network namespace `egb-*` with one address in 198.18.0.0/15
+ * serving HTTPS on 443 with a certificate a bench CA signs), starts a gateway and a Docker node
+ * that trusts the bench CA upstream (`DORMICE_EGRESS_EXTRA_CA`) and resolves `bench.test` to the
+ * namespace (`DORMICE_EGRESS_HOSTS`), and runs bench/children/egress_bench.ts as the client.
+ * Skipped with the reason when it cannot run (not root, no `ip`, no engine).
+ *
+ * @module
+ */
+import {
+  benchToken,
+  type Daemon,
+  startDockerNode,
+  startGateway,
+  waitForNodeUp,
+} from "../lib/fixtures.ts";
+import { row, type Section } from "../lib/stats.ts";
+
+/** Options of the egress benchmark. */
+export interface EgressDockerOptions {
+  /** Runs (each measures every path once). */
+  runs: number;
+}
+
+const title = "Egress on Docker: HTTPS through the egress proxy against direct egress";
+const FORWARD = "/proc/sys/net/ipv4/ip_forward";
+
+async function sh(command: string): Promise<{ ok: boolean; out: string }> {
+  const out = await new Deno.Command("sh", { args: ["-c", command], stdin: "null" }).output();
+  const dec = new TextDecoder();
+  return { ok: out.success, out: dec.decode(out.stdout) + dec.decode(out.stderr) };
+}
+
+async function must(command: string): Promise<string> {
+  const r = await sh(command);
+  if (!r.ok) throw new Error(`${command.slice(0, 80)} failed: ${r.out.trim().slice(-300)}`);
+  return r.out;
+}
+
+/** Measures the three egress paths; skipped when it cannot. */
+export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Section> {
+  const reference = "direct egress (a sandbox with egress and no rules, through the engine's " +
+    "NAT) in the same run";
+  if (Deno.uid() !== 0) {
+    return { title, reference, rows: [], notes: [], skipped: "not root (ip netns needs it)" };
+  }
+  const tag = crypto.randomUUID().slice(0, 6);
+  const ns = `egb-${tag}`;
+  const hostEnd = `egb${tag}h`;
+  const dir = await Deno.makeTempDir({ prefix: "dormice-bench-egress-" });
+  const nodeId = `bench-egress-${tag}`;
+  const forwardBefore = (await sh(`cat ${FORWARD}`)).out.trim();
+  let server: Deno.ChildProcess | undefined;
+  let gateway: Daemon | undefined;
+  let node: Daemon | undefined;
+  try {
+    const used = await must("ip -4 -o addr show");
+    let prefix = "";
+    for (let i = 0; i < 50 && prefix === ""; i++) {
+      const y = crypto.getRandomValues(new Uint8Array(1))[0];
+      if (!used.includes(` 198.19.${y}.`)) prefix = `198.19.${y}.`;
+    }
+    if (prefix === "") throw new Error("no free /24 in 198.19.0.0/16");
+    const [host, address] = [`${prefix}1`, `${prefix}2`];
+    const openssl = "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes " +
+      "-days 2";
+    await must(
+      `${openssl} -keyout ${dir}/ca.key -out ${dir}/ca.crt -subj '/CN=bench CA' ` +
+        "-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign",
+    );
+    await must(
+      `${openssl} -keyout ${dir}/srv.key -out ${dir}/srv.crt -subj /CN=bench.test ` +
+        `-CA ${dir}/ca.crt -CAkey ${dir}/ca.key -addext subjectAltName=DNS:bench.test ` +
+        "-addext basicConstraints=critical,CA:FALSE",
+    );
+    await must(
+      `ip netns add ${ns} && ip link add ${hostEnd} type veth peer name egb${tag}n && ` +
+        `ip link set egb${tag}n netns ${ns} && ip addr add ${host}/24 dev ${hostEnd} && ` +
+        `ip link set ${hostEnd} up && ip -n ${ns} addr add ${address}/24 dev egb${tag}n && ` +
+        `ip -n ${ns} link set egb${tag}n up && ip -n ${ns} route add default via ${host}`,
+    );
+    if (forwardBefore !== "1") await must(`echo 1 > ${FORWARD}`);
+    await Deno.writeTextFile(
+      `${dir}/server.ts`,
+      `const cert = Deno.readTextFileSync("${dir}/srv.crt");
+       const key = Deno.readTextFileSync("${dir}/srv.key");
+       const chunk = new Uint8Array(1024 * 1024);
+       Deno.serve({ hostname: "${address}", port: 443, cert, key, onListen() {} }, (req) => {
+         if (new URL(req.url).pathname !== "/big") return new Response("ok\\n");
+         let left = 64;
+         const body = new ReadableStream({
+           pull(c) { if (left-- > 0) c.enqueue(chunk); else c.close(); },
+         });
+         return new Response(body, { headers: { "content-length": String(64 * 1024 * 1024) } });
+       });
+       console.log("listening");`,
+    );
+    server = new Deno.Command("ip", {
+      args: [
+        "netns",
+        "exec",
+        ns,
+        Deno.execPath(),
+        "run",
+        "--quiet",
+        "--allow-net",
+        `--allow-read=${dir}`,
+        `${dir}/server.ts`,
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "inherit",
+    }).spawn();
+    const ready = await Promise.race([
+      server.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
+      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
+    ]);
+    if (!ready?.value?.includes("listening")) throw new Error("the stand-in server did not start");
+
+    gateway = await startGateway([], {
+      DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+      DORMICE_GATEWAY_NODE_MIN_DISK_GB: "0",
+    });
+    try {
+      node = await startDockerNode(nodeId, gateway.url, {
+        // The PEM itself: the node may read only its own data dir and the socket.
+        DORMICE_EGRESS_EXTRA_CA: await Deno.readTextFile(`${dir}/ca.crt`),
+        DORMICE_EGRESS_HOSTS: `bench.test=${address}`,
+      });
+    } catch (error) {
+      const why = error instanceof Error ? error.message : String(error);
+      return { title, reference, rows: [], notes: [], skipped: why.slice(-400) };
+    }
+    await waitForNodeUp(gateway.url, nodeId);
+    const out = await new Deno.Command(Deno.execPath(), {
+      args: [
+        "run",
+        "--allow-net=127.0.0.1",
+        "--allow-env",
+        "--allow-read",
+        new URL("../children/egress_bench.ts", import.meta.url).pathname,
+        gateway.url,
+        benchToken,
+        address,
+        `${dir}/ca.crt`,
+        String(runs),
+      ],
+      stdout: "piped",
+      stderr: "piped",
+    }).output();
+    if (!out.success) {
+      const why = new TextDecoder().decode(out.stderr).trim().split("\n").slice(-3).join(" ");
+      return { title, reference, rows: [], notes: [], skipped: why.slice(0, 400) };
+    }
+    const samples: Record<string, number[]> = JSON.parse(new TextDecoder().decode(out.stdout));
+    const rows = [];
+    for (const [measure, unit] of [["first byte", "ms"], ["64 MiB download", "MiB/s"]]) {
+      const direct = samples[`${measure}, direct`];
+      rows.push(row(`${measure}, direct (reference)`, unit, direct, direct));
+      for (const path of ["domain rule (SNI splice)", "header transform (TLS opened)"]) {
+        rows.push(row(`${measure}, ${path}`, unit, samples[`${measure}, ${path}`], direct));
+      }
+    }
+    return {
+      title,
+      reference,
+      rows,
+      notes: [
+        "Three sandboxes on the Debian base image, one per path, each running curl against a " +
+        "Deno HTTPS server in a network namespace (bench.test, a certificate a bench CA signs): " +
+        "direct egress; allowOut ['bench.test'] under denyOut ['0.0.0.0/0'] (ports 80/443 " +
+        "steered to the node's egress proxy, which reads the SNI, resolves the name itself " +
+        "and splices); the same with a header transform (the proxy terminates TLS with a " +
+        "certificate the fleet egress CA signs and sends each request on over HTTPS).",
+        "first byte: curl's time_starttransfer on a fresh connection (TCP + TLS handshake + " +
+        "request), the median of 15 in a run; 64 MiB download: curl's speed_download of one " +
+        "64 MiB response a run. Timed inside the sandbox, so the SDK's own round trips are not " +
+        "in the figures.",
+      ],
+    };
+  } catch (error) {
+    const why = error instanceof Error ? error.message : String(error);
+    return { title, reference, rows: [], notes: [], skipped: why.slice(0, 400) };
+  } finally {
+    await node?.stop();
+    await gateway?.stop();
+    await sh(`docker ps -aq --filter label=dormice.node=${nodeId} | xargs -r docker rm -f`);
+    try {
+      server?.kill("SIGKILL");
+      await server?.status;
+    } catch { /* exited already */ }
+    await server?.stdout.cancel().catch(() => {});
+    await sh(`ip netns del ${ns}; ip link del ${hostEnd}`);
+    if (forwardBefore !== "1") await sh(`echo ${forwardBefore} > ${FORWARD}`);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+}

@@ -1,0 +1,137 @@
+import assert from "node:assert/strict";
+import { EgressProxy, hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
+import type { EgressCa } from "./_egress_ca.ts";
+
+/** The first bytes a TLS client sends for `name`: a real ClientHello, captured on loopback. */
+async function clientHello(name: string): Promise<Uint8Array> {
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const port = (listener.addr as Deno.NetAddr).port;
+  const client = await Deno.startTls(await Deno.connect({ hostname: "127.0.0.1", port }), {
+    hostname: name,
+  });
+  const server = await listener.accept();
+  const buf = new Uint8Array(16 * 1024);
+  let have = 0;
+  try {
+    client.handshake().catch(() => {});
+    while (have === 0 || sniOf(buf.subarray(0, have)) === null) {
+      const n = await server.read(buf.subarray(have));
+      if (n === null) break;
+      have += n;
+    }
+    return buf.slice(0, have);
+  } finally {
+    server.close();
+    listener.close();
+    try {
+      client.close();
+    } catch { /* closed by the failed handshake */ }
+  }
+}
+
+Deno.test("sniOf() reads the server name of a real ClientHello, and waits for a whole record", async () => {
+  const hello = await clientHello("api.allowed.test");
+  assert.equal(sniOf(hello), "api.allowed.test");
+  assert.equal(sniOf(hello.subarray(0, 3)), null);
+  assert.equal(sniOf(hello.subarray(0, hello.length - 1)), null);
+  assert.equal(sniOf(new TextEncoder().encode("GET / HTTP/1.1\r\n")), undefined);
+});
+
+Deno.test("hostOf() reads the Host of a whole request head, without its port", () => {
+  const enc = (s: string) => new TextEncoder().encode(s);
+  assert.equal(
+    hostOf(enc("GET / HTTP/1.1\r\nHost: Allowed.test:80\r\nA: b\r\n\r\n")),
+    "Allowed.test",
+  );
+  assert.equal(hostOf(enc("GET / HTTP/1.1\r\nHost: a.test\r\n")), null);
+  assert.equal(hostOf(enc("GET / HTTP/1.0\r\n\r\n")), undefined);
+  assert.equal(hostOf(enc("\x00\x01\x02 not http at all")), undefined);
+});
+
+Deno.test("judgeName(): an allowed domain wins over a denied one, the rest is left to the address", () => {
+  const rules = {
+    allowOut: [],
+    denyOut: ["0.0.0.0/0"],
+    allowDomains: ["api.example.com"],
+    denyDomains: ["*.example.com"],
+  };
+  assert.equal(judgeName(rules, "api.example.com"), "allow");
+  assert.equal(judgeName(rules, "www.example.com"), "deny");
+  assert.equal(judgeName(rules, "example.com"), "address");
+  assert.equal(judgeName(rules, "other.test"), "address");
+});
+
+/** An HTTP/1.1 request through `proxy` (port) as the sandbox at 127.0.0.1: the answer's text. */
+async function ask(port: number, host: string): Promise<string> {
+  const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+  try {
+    await conn.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${host}\r\n\r\n`));
+    return await new Response(conn.readable).text();
+  } catch {
+    return "";
+  }
+}
+
+Deno.test({
+  name: "EgressProxy refuses denied names, this host's addresses whatever the rules, and strangers",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    hosts: new Map([["looped.test", "127.0.0.9"]]),
+    log: () => {},
+  });
+  try {
+    const port = proxy.start("127.0.0.1");
+    // A stranger (no sandbox at its address) gets nothing at all.
+    assert.equal(await ask(port, "allowed.test"), "");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      allowDomains: ["looped.test"],
+      denyDomains: ["*.denied.test"],
+    });
+    assert.match(await ask(port, "a.denied.test"), /^HTTP\/1\.1 403 .*deny a\.denied\.test/s);
+    // Allowed by name, and still refused: it resolves to this host's loopback.
+    assert.match(await ask(port, "looped.test"), /403 .*resolves to 127\.0\.0\.9, an address of/s);
+    assert.match(await ask(port, "127.0.0.1"), /403 .*an address of this host/s);
+    // Forgotten: a stranger again.
+    proxy.forget("sb1");
+    assert.equal(await ask(port, "a.denied.test"), "");
+  } finally {
+    await proxy.close();
+  }
+});
+
+Deno.test({
+  name: "EgressProxy holds at most 512 connections of one sandbox at once",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {} });
+  const open: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["a.test"] });
+    for (let i = 0; i < 512; i++) open.push(await Deno.connect({ hostname: "127.0.0.1", port }));
+    // Each of those waits for its request head; one more is closed unanswered at once.
+    const extra = await Deno.connect({ hostname: "127.0.0.1", port });
+    // (Within 2 s: a held one is closed only by the 10 s head timeout.)
+    const closed = extra.read(new Uint8Array(1));
+    const late = new Promise<"held">((r) => setTimeout(() => r("held"), 2000));
+    assert.equal(await Promise.race([closed, late]), null);
+    extra.close();
+    // One closes, and a new one is held again (not closed).
+    open.pop()!.close();
+    await new Promise((r) => setTimeout(r, 50));
+    const again = await Deno.connect({ hostname: "127.0.0.1", port });
+    open.push(again);
+    const read = again.read(new Uint8Array(1));
+    const timer = new Promise<"held">((r) => setTimeout(() => r("held"), 200));
+    assert.equal(await Promise.race([read, timer]), "held");
+  } finally {
+    for (const c of open) c.close();
+    await proxy.close();
+  }
+});

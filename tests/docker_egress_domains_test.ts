@@ -1,0 +1,414 @@
+/**
+ * Domain rules and header transforms on Docker, end to end through a gateway with the official
+ * SDK, against a stand-in internet: a network namespace with two addresses A and B, each
+ * serving HTTP on 80 and HTTPS on 443 (a certificate for `allowed.test` and `other.test` signed
+ * by a test CA the node trusts through `DORMICE_EGRESS_EXTRA_CA`), answering with the address
+ * it was reached at, the Host it was asked for, a per-run nonce and a digest of the
+ * `X-Dormice-Key` header it got (never the value). The node resolves `allowed.test` and
+ * `other.test` to A through `DORMICE_EGRESS_HOSTS`; sandboxes connect wherever curl's
+ * `--resolve` says, which is how a sandbox forges an address.
+ *
+ * Checked: a domain rule admits allowed.test and refuses other.test at the same address over
+ * HTTP (Host) and HTTPS (SNI); naming allowed.test while connecting to B (forbidden) reaches A,
+ * never B; a header rule adds its header over HTTPS with the sandbox trusting the fleet CA
+ * without `-k`, and the value is nowhere inside the sandbox, the logs, the node's metrics or the
+ * sandbox detail;
+ * `updateNetwork` flips the domain rules of a running sandbox; a sandbox with egress and no
+ * rules is steered nowhere and gets no header.
+ *
+ * Needs root, `ip`, iptables, openssl, an engine and the base image (its curl): with
+ * `CI=true` a missing one fails the suite; off CI it skips with a printed reason. Names start
+ * with `egd`; everything made is removed in `finally`.
+ */
+import assert from "node:assert/strict";
+import { createHash } from "node:crypto";
+import { ALL_TRAFFIC, CommandExitError, Sandbox, type SandboxOpts } from "e2b";
+import { startGateway } from "./_gateway.ts";
+import {
+  dockerGate,
+  type DockerNodeProcess,
+  removeContainersOf,
+  startDockerNode,
+  until,
+} from "./_docker.ts";
+
+const FORWARD = "/proc/sys/net/ipv4/ip_forward";
+
+async function run(cmd: string, args: string[]): Promise<{ ok: boolean; out: string }> {
+  const out = await new Deno.Command(cmd, { args, stdin: "null", stdout: "piped", stderr: "piped" })
+    .output();
+  const dec = new TextDecoder();
+  return { ok: out.success, out: dec.decode(out.stdout) + dec.decode(out.stderr) };
+}
+
+async function must(cmd: string, ...args: string[]): Promise<string> {
+  const r = await run(cmd, args);
+  if (!r.ok) throw new Error(`${cmd} ${args.join(" ")} failed: ${r.out.trim()}`);
+  return r.out;
+}
+
+/** Why the test cannot run here, or `null` when it can. */
+async function readiness(): Promise<string | null> {
+  if (Deno.uid() !== 0) return "not root: ip netns, a veth pair and iptables rules need it";
+  for (const [tool, args] of [["ip", ["-V"]], ["iptables", ["-V"]], ["bash", ["--version"]]]) {
+    try {
+      if (!(await run(tool as string, args as string[])).ok) return `${tool} does not run`;
+    } catch {
+      return `${tool} is not installed`;
+    }
+  }
+  if (!(await run("iptables", ["-w", "5", "-S", "DOCKER-USER"])).ok) {
+    return "the engine's DOCKER-USER chain is missing (dockerd --iptables=false?)";
+  }
+  return null;
+}
+
+const docker = await dockerGate("docker egress domains test");
+const why = docker.skip ? null : await readiness();
+const onCi = Deno.env.get("CI") === "true";
+if (why !== null && !onCi) console.log(`docker egress domains test skipped: ${why}`);
+
+/** A /29 in 198.18.0.0/15 no interface of the host has an address in: host end, A and B. */
+async function freeSubnet(): Promise<{ host: string; a: string; b: string }> {
+  const used = await must("ip", "-4", "-o", "addr", "show");
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const [x, y] = crypto.getRandomValues(new Uint8Array(2));
+    const prefix = `198.${18 + (x & 1)}.${y}.`;
+    if (used.includes(` ${prefix}`)) continue;
+    const base = (x >> 1) & 0xf8;
+    return { host: `${prefix}${base + 1}`, a: `${prefix}${base + 2}`, b: `${prefix}${base + 3}` };
+  }
+  throw new Error("No free /29 in 198.18.0.0/15 after 50 picks");
+}
+
+const sha = (text: string) => createHash("sha256").update(text).digest("hex").slice(0, 16);
+
+Deno.test({
+  name: "docker egress domains: Host and SNI judged, forged addresses useless, headers added " +
+    "over the fleet CA, updateNetwork live",
+  ignore: docker.skip || (why !== null && !onCi),
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  if (docker.failure) throw new Error(docker.failure);
+  if (why !== null) {
+    throw new Error(`CI=true, so the docker egress domains test must run, but ${why}`);
+  }
+  const tag = crypto.randomUUID().slice(0, 6);
+  const ns = `egd-${tag}`;
+  const hostEnd = `egd${tag}h`;
+  const nsEnd = `egd${tag}n`;
+  const nonce = `egd-${crypto.randomUUID()}`;
+  const secret = `egd-secret-${crypto.randomUUID()}`;
+  const nodeId = `egd-${tag}`;
+  const dir = await Deno.makeTempDir({ prefix: "egd-" });
+  const forwardBefore = (await must("sh", "-c", `cat ${FORWARD}`)).trim();
+  let server: Deno.ChildProcess | undefined;
+  let node: DockerNodeProcess | undefined;
+  let gw: Awaited<ReturnType<typeof startGateway>> | undefined;
+  const sandboxes: Sandbox[] = [];
+  try {
+    const { host, a, b } = await freeSubnet();
+    // The test CA and the stand-in's certificate for both names.
+    await must(
+      "openssl",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      `${dir}/ca.key`,
+      "-out",
+      `${dir}/ca.crt`,
+      "-days",
+      "2",
+      "-subj",
+      "/CN=egd test CA",
+      "-addext",
+      "basicConstraints=critical,CA:TRUE",
+      "-addext",
+      "keyUsage=critical,keyCertSign",
+    );
+    await must(
+      "openssl",
+      "req",
+      "-x509",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-keyout",
+      `${dir}/srv.key`,
+      "-out",
+      `${dir}/srv.crt`,
+      "-days",
+      "2",
+      "-subj",
+      "/CN=allowed.test",
+      "-CA",
+      `${dir}/ca.crt`,
+      "-CAkey",
+      `${dir}/ca.key`,
+      "-addext",
+      "subjectAltName=DNS:allowed.test,DNS:other.test",
+      "-addext",
+      "basicConstraints=critical,CA:FALSE",
+    );
+
+    await must("ip", "netns", "add", ns);
+    await must("ip", "link", "add", hostEnd, "type", "veth", "peer", "name", nsEnd);
+    await must("ip", "link", "set", nsEnd, "netns", ns);
+    await must("ip", "addr", "add", `${host}/29`, "dev", hostEnd);
+    await must("ip", "link", "set", hostEnd, "up");
+    await must("ip", "-n", ns, "addr", "add", `${a}/29`, "dev", nsEnd);
+    await must("ip", "-n", ns, "addr", "add", `${b}/29`, "dev", nsEnd);
+    await must("ip", "-n", ns, "link", "set", nsEnd, "up");
+    await must("ip", "-n", ns, "route", "add", "default", "via", host);
+    if (forwardBefore !== "1") await must("sh", "-c", `echo 1 > ${FORWARD}`);
+    const serverFile = `${dir}/server.ts`;
+    await Deno.writeTextFile(
+      serverFile,
+      `import { createHash } from "node:crypto";
+       import { gzipSync } from "node:zlib";
+       const cert = Deno.readTextFileSync("${dir}/srv.crt");
+       const key = Deno.readTextFileSync("${dir}/srv.key");
+       for (const hostname of ["${a}", "${b}"]) {
+         const answer = (req: Request) => {
+           const k = req.headers.get("x-dormice-key");
+           const digest = k === null ? "none" : createHash("sha256").update(k).digest("hex").slice(0, 16);
+           const text = \`\${hostname} ${nonce} \${new URL(req.url).hostname} key=\${digest}\n\`;
+           // /gz: gzip whenever the request accepts it, as many servers do.
+           if (new URL(req.url).pathname === "/gz" && /gzip/.test(req.headers.get("accept-encoding") ?? "")) {
+             return new Response(gzipSync(new TextEncoder().encode(text)), {
+               headers: { "content-encoding": "gzip" },
+             });
+           }
+           return new Response(text);
+         };
+         Deno.serve({ hostname, port: 80, onListen() {} }, answer);
+         Deno.serve({ hostname, port: 443, cert, key, onListen() {} }, answer);
+       }
+       console.log("listening");`,
+    );
+    server = new Deno.Command("ip", {
+      args: [
+        "netns",
+        "exec",
+        ns,
+        Deno.execPath(),
+        "run",
+        "--quiet",
+        "--allow-net",
+        `--allow-read=${dir}`,
+        serverFile,
+      ],
+      stdin: "null",
+      stdout: "piped",
+      stderr: "inherit",
+      env: { NO_COLOR: "1" },
+    }).spawn();
+    const ready = await Promise.race([
+      server.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
+      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
+    ]);
+    assert.ok(ready?.value?.includes("listening"), "the stand-in internet started");
+
+    gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
+    const dataDir = `${dir}/node`;
+    await Deno.mkdir(dataDir);
+    await Deno.copyFile(`${dir}/ca.crt`, `${dataDir}/upstream-ca.crt`);
+    node = await startDockerNode({
+      token: gw.token,
+      gatewayUrl: gw.url,
+      nodeId,
+      dataDir,
+      env: {
+        DORMICE_EGRESS_EXTRA_CA: `${dataDir}/upstream-ca.crt`,
+        DORMICE_EGRESS_HOSTS: `allowed.test=${a},other.test=${a}`,
+      },
+    });
+    await until("the docker node to be up at the gateway, enforcing rules", async () => {
+      const { body } = await gw!.json("listNodes");
+      return body.nodes.some((n: { id: string; state: string; egressRules: boolean }) =>
+        n.id === nodeId && n.state === "up" && n.egressRules === true
+      );
+    }, 30_000);
+    const opts = {
+      apiUrl: `${gw.url}/e2b/api`,
+      sandboxUrl: `${gw.url}/e2b/envd`,
+      apiKey: gw.token,
+      timeoutMs: 120_000,
+    };
+    const create = async (options: Partial<SandboxOpts>) => {
+      const sandbox = await Sandbox.create({ ...opts, ...options });
+      sandboxes.push(sandbox);
+      // The test CA, for HTTPS the proxy splices (the sandbox sees the stand-in's certificate).
+      await sandbox.files.write("/tmp/egd-ca.crt", await Deno.readTextFile(`${dir}/ca.crt`));
+      return sandbox;
+    };
+    /** What `sandbox` gets for `name` over `scheme`, connecting to `address`. */
+    const get = async (
+      sandbox: Sandbox,
+      scheme: "http" | "https",
+      name: string,
+      address: string,
+      cacert = true,
+      path = "/",
+    ): Promise<string> => {
+      const port = scheme === "http" ? 80 : 443;
+      try {
+        const r = await sandbox.commands.run(
+          `curl -sS --compressed --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}` +
+            `--resolve ${name}:${port}:${address} ${scheme}://${name}${path}`,
+          { timeoutMs: 20_000 },
+        );
+        return r.stdout.trim();
+      } catch (error) {
+        if (error instanceof CommandExitError) return `refused: ${error.exitCode}`;
+        throw error;
+      }
+    };
+    const answer = (at: string, name: string, key = "none") => `${at} ${nonce} ${name} key=${key}`;
+
+    const open = await create({ allowInternetAccess: true });
+    await t.step(
+      "precondition: a sandbox with egress and no rules reaches A and B by both names",
+      async () => {
+        for (const scheme of ["http", "https"] as const) {
+          assert.equal(await get(open, scheme, "allowed.test", a), answer(a, "allowed.test"));
+          assert.equal(await get(open, scheme, "other.test", b), answer(b, "other.test"));
+        }
+      },
+    );
+
+    const ruled = await create({ network: { denyOut: [ALL_TRAFFIC], allowOut: ["allowed.test"] } });
+    await t.step(
+      "allowOut [allowed.test]: allowed.test answers, other.test at the same address does not, over HTTP and HTTPS",
+      async () => {
+        assert.equal(await get(ruled, "http", "allowed.test", a), answer(a, "allowed.test"));
+        assert.equal(await get(ruled, "https", "allowed.test", a), answer(a, "allowed.test"));
+        assert.match(
+          await get(ruled, "http", "other.test", a),
+          /^dormice egress: .*deny other\.test/,
+        );
+        assert.match(await get(ruled, "https", "other.test", a), /^refused: /);
+      },
+    );
+
+    await t.step(
+      "naming allowed.test while connecting to B (forbidden) reaches A, never B",
+      async () => {
+        assert.equal(await get(ruled, "http", "allowed.test", b), answer(a, "allowed.test"));
+        assert.equal(await get(ruled, "https", "allowed.test", b), answer(a, "allowed.test"));
+        // B itself, by address, is refused on every port.
+        assert.match(await get(ruled, "http", b, b), /^dormice egress: .*deny|^refused: /);
+      },
+    );
+
+    await t.step("updateNetwork flips the domain rules of the running sandbox", async () => {
+      await ruled.updateNetwork({ denyOut: [ALL_TRAFFIC], allowOut: ["other.test"] });
+      assert.equal(await get(ruled, "https", "other.test", a), answer(a, "other.test"));
+      assert.match(await get(ruled, "https", "allowed.test", a), /^refused: /);
+      assert.match(await get(ruled, "http", "allowed.test", a), /^dormice egress: /);
+      const info = await Sandbox.getInfo(ruled.sandboxId, opts);
+      assert.deepEqual(info.network?.allowOut, ["other.test"]);
+    });
+
+    const keyed = await create({
+      network: {
+        allowOut: ["allowed.test"],
+        denyOut: [ALL_TRAFFIC],
+        rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+      },
+    });
+    await t.step(
+      "a header rule adds its header over HTTPS, the sandbox trusting the fleet CA without -k",
+      async () => {
+        assert.equal(
+          await get(keyed, "https", "allowed.test", a, false),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        // A compressed answer reaches the sandbox intact (curl --compressed asks for gzip).
+        assert.equal(
+          await get(keyed, "https", "allowed.test", a, false, "/gz"),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        // The precondition: the stand-in does compress /gz for a client that asks.
+        const direct = await open.commands.run(
+          `curl -sS --compressed -D - -o /dev/null --cacert /tmp/egd-ca.crt --resolve ` +
+            `allowed.test:443:${a} https://allowed.test/gz`,
+          { timeoutMs: 20_000 },
+        );
+        assert.match(direct.stdout, /content-encoding: gzip/i);
+        // Forged address: the header still goes to allowed.test's address only.
+        assert.equal(
+          await get(keyed, "https", "allowed.test", b, false),
+          answer(a, "allowed.test", sha(secret)),
+        );
+      },
+    );
+
+    await t.step(
+      "the header value is nowhere inside the sandbox, nor in logs, metrics or the detail",
+      async () => {
+        const [x, y] = [secret.slice(0, 20), secret.slice(20)];
+        // The search itself works: X, a half of the value, is in the command's environment.
+        const r = await keyed.commands.run(
+          'env | grep -cF "$X"; s="$X$Y"; env | grep -cF "$s"; ' +
+            'grep -rlsF "$s" /etc /home /root /tmp /var /opt /usr/local 2>/dev/null | head -5; true',
+          { envs: { X: x, Y: y }, timeoutMs: 60_000, user: "root" },
+        );
+        assert.equal(r.stdout.trim(), "1\n0", r.stdout);
+        const logs = node!.process.stdout() + node!.process.stderr();
+        assert.ok(logs.includes(nodeId), "the node's log was captured");
+        assert.ok(!logs.includes(secret), "the node's log holds the value");
+        const gatewayLogs = gw!.process.stdout() + gw!.process.stderr();
+        assert.ok(gatewayLogs.length > 0, "the gateway's log was captured");
+        assert.ok(!gatewayLogs.includes(secret), "the gateway's log holds the value");
+        // Nor the node's metrics (labels or values), nor the sandbox detail.
+        const metrics = await fetch(`${node!.url}/metrics`, {
+          headers: { authorization: `Bearer ${gw!.token}` },
+        });
+        assert.equal(metrics.status, 200);
+        assert.ok(!(await metrics.text()).includes(secret), "the node's metrics hold the value");
+        const info = await Sandbox.getInfo(keyed.sandboxId, opts);
+        assert.ok(!JSON.stringify(info).includes(secret), "the sandbox detail holds the value");
+      },
+    );
+
+    await t.step(
+      "rules never leak: the open sandbox is steered nowhere and gets no header",
+      async () => {
+        // Two ruled sandboxes on one bridge, each by its own rules: ruled now allows other.test
+        // only, keyed allowed.test only (with its header), and neither gets the other's.
+        assert.equal(await get(ruled, "https", "other.test", a), answer(a, "other.test"));
+        assert.match(await get(keyed, "https", "other.test", a, false), /^refused: /);
+        assert.equal(
+          await get(keyed, "https", "allowed.test", a, false),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        assert.equal(await get(open, "https", "allowed.test", a), answer(a, "allowed.test"));
+        assert.equal(await get(open, "http", "other.test", b), answer(b, "other.test"));
+        assert.equal(await get(open, "https", "other.test", b), answer(b, "other.test"));
+      },
+    );
+  } finally {
+    for (const sandbox of sandboxes) await sandbox.kill().catch(() => {});
+    await node?.stop();
+    await gw?.stop();
+    await removeContainersOf([nodeId]);
+    try {
+      server?.kill("SIGKILL");
+      await server?.status;
+    } catch { /* exited already */ }
+    await server?.stdout.cancel().catch(() => {});
+    await run("ip", ["netns", "del", ns]).catch(() => {});
+    await run("ip", ["link", "del", hostEnd]).catch(() => {});
+    if (forwardBefore !== "1") await run("sh", ["-c", `echo ${forwardBefore} > ${FORWARD}`]);
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
+  }
+});
