@@ -349,7 +349,7 @@ export function createGateway(options: GatewayOptions): Gateway {
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "./app.ts";
  * await using gateway = buildGateway({
  *   token: "t".repeat(32),
  *   mount: (app, parts) => app.get("/hello", (c) => c.json({ nodes: parts.fleet.size })),

@@ -33,7 +33,7 @@ export function markFetchShaped<T extends object>(fn: T): T {
  *
  * @example
  * ```ts
- * import { asFetch } from "@dormice/cluster/shared";
+ * import { asFetch } from "./fetch_handler.ts";
  * const send = asFetch((request) => new Response(`${request.method} ${request.url}`));
  * console.log(await (await send("http://x.test/a", { method: "POST" })).text()); // POST http://x.test/a
  * ```

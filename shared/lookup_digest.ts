@@ -40,7 +40,7 @@ export const MAX_DIGEST_BITS = 1 << 23;
  *
  * @example
  * ```ts
- * import { nameDigestKey } from "@dormice/cluster/shared";
+ * import { nameDigestKey } from "./lookup_digest.ts";
  * nameDigestKey("red", "agent-1"); // "n:red/agent-1"
  * ```
  */
@@ -53,7 +53,7 @@ export function nameDigestKey(team: string | undefined, name: string): string {
  *
  * @example
  * ```ts
- * import { idDigestKey } from "@dormice/cluster/shared";
+ * import { idDigestKey } from "./lookup_digest.ts";
  * idDigestKey("sbx_1"); // "i:sbx_1"
  * ```
  */
@@ -68,7 +68,7 @@ export function idDigestKey(id: string): string {
  *
  * @example
  * ```ts
- * import { LookupDigest, nameDigestKey } from "@dormice/cluster/shared";
+ * import { LookupDigest, nameDigestKey } from "./lookup_digest.ts";
  * const digest = LookupDigest.sized(2);
  * digest.add(nameDigestKey("default", "agent-1"));
  * const wire = digest.toWire();
@@ -206,7 +206,7 @@ export interface DigestProbe {
  *
  * @example
  * ```ts
- * import { digestProbe, idDigestKey, LookupDigest } from "@dormice/cluster/shared";
+ * import { digestProbe, idDigestKey, LookupDigest } from "./lookup_digest.ts";
  * LookupDigest.sized(1).mayHoldProbe(digestProbe(idDigestKey("sbx_1"))); // false
  * ```
  */
