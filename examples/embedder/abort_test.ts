@@ -109,11 +109,9 @@ async function fleetWithParkedExec() {
 
 /** Resolves once `request`'s signal has aborted. */
 function abortOf(request: Request): Promise<void> {
+  if (request.signal.aborted) return Promise.resolve();
   return new Promise((resolve) => {
-    if (request.signal.aborted) resolve();
-    else {request.signal.addEventListener("abort", () => resolve(), {
-        once: true,
-      });}
+    request.signal.addEventListener("abort", () => resolve(), { once: true });
   });
 }
 
