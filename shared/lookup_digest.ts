@@ -40,7 +40,7 @@ export const MAX_DIGEST_BITS = 1 << 23;
  *
  * @example
  * ```ts
- * import { nameDigestKey } from "./lookup_digest.ts";
+ * import { nameDigestKey } from "@dormice/cluster/shared";
  * nameDigestKey("red", "agent-1"); // "n:red/agent-1"
  * ```
  */
@@ -53,7 +53,7 @@ export function nameDigestKey(team: string | undefined, name: string): string {
  *
  * @example
  * ```ts
- * import { idDigestKey } from "./lookup_digest.ts";
+ * import { idDigestKey } from "@dormice/cluster/shared";
  * idDigestKey("sbx_1"); // "i:sbx_1"
  * ```
  */
@@ -68,7 +68,7 @@ export function idDigestKey(id: string): string {
  *
  * @example
  * ```ts
- * import { LookupDigest, nameDigestKey } from "./lookup_digest.ts";
+ * import { LookupDigest, nameDigestKey } from "@dormice/cluster/shared";
  * const digest = LookupDigest.sized(2);
  * digest.add(nameDigestKey("default", "agent-1"));
  * const wire = digest.toWire();

@@ -35,7 +35,13 @@ export type {
 export type { SandboxSpec } from "./sandbox_spec.ts";
 export type { EgressRules } from "./egress_rules.ts";
 export type { PoolReport, PoolSpec, PoolStatus, PoolTarget, VolumeMount } from "./pools.ts";
-export { type DigestProbe, LookupDigest, type LookupDigestWire } from "./lookup_digest.ts";
+export {
+  type DigestProbe,
+  idDigestKey,
+  LookupDigest,
+  type LookupDigestWire,
+  nameDigestKey,
+} from "./lookup_digest.ts";
 export { NameQueue } from "./name_queue.ts";
 export { bearerToken, tokensEqual } from "./token.ts";
 export { DatabaseLockedError, openExclusiveDatabase } from "./lock.ts";
