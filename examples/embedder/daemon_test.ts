@@ -24,7 +24,7 @@ function start(
   env: Record<string, string>,
 ): Daemon {
   const child = new Deno.Command(Deno.execPath(), {
-    args: ["run", "--quiet", ...flags, specifier],
+    args: ["run", "--quiet", "--frozen", ...flags, specifier],
     // The directory whose deno.json links the package: the specifier resolves there.
     cwd: new URL(".", import.meta.url).pathname,
     env: { ...env, NO_COLOR: "1" },
