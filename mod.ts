@@ -11,7 +11,8 @@
  * - {@linkcode createGateway}: the whole gateway as a `fetch(Request)` handler.
  *
  * The node side (`createNodeApp`, `SandboxService`, the executors) lives at
- * `@dormice/cluster/node`; the wire schemas at `@dormice/cluster/shared`.
+ * `@dormice/cluster/node`; the wire's types at `@dormice/cluster/shared`; the daemons run from
+ * `@dormice/cluster/gateway/main` and `@dormice/cluster/node/main`.
  *
  * @example Where should a new sandbox go?
  * ```ts

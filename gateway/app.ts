@@ -184,7 +184,7 @@ export interface GatewayOptions {
    * The sandbox domain (`DORMICE_SANDBOX_DOMAIN`): requests are then routed by Host first, as
    * `faces/sandbox_domain.ts` says (`api.<domain>` to the E2B control plane mounted at `/e2b/api`,
    * `<port>-<id>.<domain>` to envd or that sandbox port), and E2B answers carry it as `domain`.
-   * Mount the E2B faces (`mountE2b`) for the control plane and envd to answer.
+   * The E2B faces (on unless `faces.e2b` is `false`) answer for the control plane and envd.
    */
   sandboxDomain?: string;
 }
@@ -351,7 +351,7 @@ export function createGateway(options: GatewayOptions): Gateway {
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "./app.ts";
  * await using gateway = buildGateway({
  *   token: "t".repeat(32),
  *   mount: (app, parts) => app.get("/hello", (c) => c.json({ nodes: parts.fleet.size })),

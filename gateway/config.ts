@@ -293,7 +293,7 @@ function number(
  *
  * @example
  * ```ts
- * import { loadGatewayConfig } from "@dormice/cluster/gateway";
+ * import { loadGatewayConfig } from "./config.ts";
  * const r = loadGatewayConfig({ DORMICE_API_TOKEN: "x".repeat(32) });
  * if (r.ok) console.log(r.config.port); // 3677
  * ```

@@ -31,7 +31,7 @@ export const HOP_HEADER: string = "x-dormice-hop";
  *
  * @example
  * ```ts
- * import { newGatewayInstanceId } from "@dormice/cluster/gateway";
+ * import { newGatewayInstanceId } from "./door.ts";
  * newGatewayInstanceId(); // e.g. "gw-3f0c…"
  * ```
  */
@@ -45,7 +45,7 @@ export function newGatewayInstanceId(): string {
  *
  * @example
  * ```ts
- * import { nextHop } from "@dormice/cluster/gateway";
+ * import { nextHop } from "./door.ts";
  * nextHop(null, "gw-a"); // "gw-a"
  * nextHop("gw-b", "gw-a"); // "gw-b, gw-a"
  * ```
@@ -60,7 +60,7 @@ export function nextHop(incoming: string | null, instanceId: string): string {
  *
  * @example
  * ```ts
- * import { markerNames } from "@dormice/cluster/gateway";
+ * import { markerNames } from "./door.ts";
  * markerNames("gw-b, gw-a", "gw-a"); // true
  * ```
  */
@@ -92,7 +92,7 @@ function isLoopbackHost(host: string): boolean {
  *
  * @example
  * ```ts
- * import { isOwnAddress } from "@dormice/cluster/gateway";
+ * import { isOwnAddress } from "./door.ts";
  * isOwnAddress("http://localhost:3677", { hostname: "127.0.0.1", port: 3677 }); // true
  * isOwnAddress("http://10.0.0.5:3676", { hostname: "127.0.0.1", port: 3677 }); // false
  * ```
@@ -136,7 +136,7 @@ function isDotSegment(segment: string): boolean {
  *
  * @example
  * ```ts
- * import { pathRefusal } from "@dormice/cluster/gateway";
+ * import { pathRefusal } from "./door.ts";
  * pathRefusal("http://gw/e2b/envd/../x"); // a sentence
  * pathRefusal("http://gw/e2b/envd/files?path=/a/../b"); // undefined: the query is the file path
  * ```
@@ -179,7 +179,7 @@ function refusal(status: number, message: string, path: string): Response {
  *
  * @example
  * ```ts
- * import { doorAnswer, HOP_HEADER } from "@dormice/cluster/gateway";
+ * import { doorAnswer, HOP_HEADER } from "./door.ts";
  * const looped = new Request("http://gw/lookupSandbox", { headers: { [HOP_HEADER]: "gw-a" } });
  * doorAnswer(looped, "gw-a")?.status; // 508
  * ```

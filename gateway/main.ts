@@ -15,7 +15,7 @@
 import { dirname } from "node:path";
 import { DatabaseLockedError, openExclusiveDatabase } from "../shared/lock.ts";
 import { createLog } from "../shared/log.ts";
-import { createH1Client, serveGuarded } from "../shared/http1/mod.ts";
+import { createH1Client, serveDaemon } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { buildGateway } from "./app.ts";
 import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
@@ -114,7 +114,7 @@ const gateway = buildGateway({
 // Not Deno.serve: it dies of a descriptor flood and never closes an idle connection
 // (shared/http1/serve.ts says what was measured). Upgrades with a sandbox domain, or as
 // DORMICE_GATEWAY_WEBSOCKETS says.
-const server = serveGuarded({
+const server = serveDaemon({
   hostname: config.host,
   port: config.port,
   upgrades: config.websockets,

@@ -10,7 +10,7 @@ import type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
 import { systemClock, systemTimers } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
-import { CheckInLoop, lookupDigestOf } from "./check_in.ts";
+import { CheckInLoop, type CheckInOutcome, lookupDigestOf } from "./check_in.ts";
 import type { NodeConfig } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
@@ -131,16 +131,45 @@ export interface NodeAppOptions {
 
 /** A built node. Nothing runs in the background until `start()`. */
 export interface NodeApp {
-  /** Serves every route: the native verbs, `/healthz` (and the E2B faces once mounted). */
+  /** Serves every route: the native verbs, `/healthz`, the E2B faces and `/metrics`. */
   fetch: (request: Request) => Promise<Response>;
-  /** The root Hono app every face is mounted on. */
-  hono: Hono;
   /** The sandbox service every face calls. */
   service: SandboxService;
   /** The ledger the node holds (closed by `close()`). */
   ledger: Ledger;
   /** The executor that runs the sandboxes (closed by `close()`). */
   executor: Executor;
+  /**
+   * The warm pools; `start()` does not start them: call `pools.start()` after the boot
+   * reconcile (`service.reconcile()`, which must see their rows first), as the node daemon does.
+   */
+  pools: WarmPools;
+  /** The digest of this node's fleet-invariant settings, sent with every check-in. */
+  configDigest: string;
+  /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
+  start(): void;
+  /**
+   * Checks in with the gateway once now, whether or not `start()` was called (an embedder's test,
+   * or a host that wants the node placed before the first interval); never rejects. A node with no
+   * `gatewayEndpoint` answers `{ ok: false }` saying so.
+   */
+  checkInNow(): Promise<CheckInOutcome>;
+  /**
+   * Stops the loops (flushing the idle clock), then closes the executor and the ledger; resolves
+   * once all of that is done. Calling it again returns the same promise.
+   */
+  close(): Promise<void>;
+  /** `await using node = createNodeApp(…)` closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * {@linkcode buildNode}'s node: the public one with the loops and the Hono app the daemon and the
+ * tests reach into. Not exported from the package: these parts' types are internals.
+ */
+export interface BuiltNode extends NodeApp {
+  /** The root Hono app every face is mounted on. */
+  hono: Hono;
   /** Takes the host readings sent in check-ins and served by the native face. */
   hostReader: HostReader;
   /** Enforces E2B deadlines on one timer; runs once `start()` is called. */
@@ -155,24 +184,8 @@ export interface NodeApp {
   metrics: NodeMetrics;
   /** The scanner's kills and pauses, waiting to ride the next check-in. */
   outbox: LifecycleOutbox;
-  /**
-   * The warm pools; `start()` does not start them: call `pools.start()` after the boot
-   * reconcile (which must see their rows first), as `main.ts` does.
-   */
-  pools: WarmPools;
-  /** The digest of this node's fleet-invariant settings, sent with every check-in. */
-  configDigest: string;
   /** The managed volumes, advertised in check-ins beside the declared ones. */
   volumes: NodeVolumes;
-  /** Starts the deadline scanner, the ledger's upkeep, the metrics sampler and the check-in loop. */
-  start(): void;
-  /**
-   * Stops the loops (flushing the idle clock), then closes the executor and the ledger; resolves
-   * once all of that is done. Calling it again returns the same promise.
-   */
-  close(): Promise<void>;
-  /** `await using node = createNodeApp(…)` closes it at the end of the scope. */
-  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /**
@@ -187,6 +200,11 @@ export interface NodeApp {
  * ```
  */
 export function createNodeApp(options: NodeAppOptions): NodeApp {
+  return buildNode(options);
+}
+
+/** {@linkcode createNodeApp} with every part of the node in its answer (see {@linkcode BuiltNode}). */
+export function buildNode(options: NodeAppOptions): BuiltNode {
   const { config } = options;
   const log = options.log ?? silentLog;
   const clock = options.clock ?? systemClock;
@@ -510,6 +528,12 @@ export function createNodeApp(options: NodeAppOptions): NodeApp {
     pools,
     configDigest,
     volumes,
+    checkInNow: () =>
+      checkIn?.once() ??
+        Promise.resolve({
+          ok: false,
+          cause: "this node runs standalone: set gatewayEndpoint to check in",
+        }),
     start() {
       scanner.start();
       upkeep.start();

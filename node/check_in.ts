@@ -101,7 +101,7 @@ export interface CheckInOptions {
  *
  * @example
  * ```ts
- * import { lookupDigestOf } from "@dormice/cluster/node";
+ * import { lookupDigestOf } from "./check_in.ts";
  * const wire = lookupDigestOf([{ id: "sbx_1", name: "agent-1", team: "default" }], ["agent-2"]);
  * console.log(wire.count); // 3
  * ```

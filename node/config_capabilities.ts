@@ -23,7 +23,7 @@ export interface VolumeDecl {
  *
  * @example
  * ```ts
- * import { parsePools } from "@dormice/cluster/node";
+ * import { parsePools } from "./config_capabilities.ts";
  * parsePools("minimal=2,base:1:512=1");
  * // [{template:"minimal", spec:{}, warm:2}, {template:"base", spec:{cpus:1, memoryMB:512}, warm:1}]
  * ```
@@ -69,7 +69,7 @@ export function parsePools(text: string | undefined): PoolTarget[] | string {
  *
  * @example
  * ```ts
- * import { formatPools } from "@dormice/cluster/node";
+ * import { formatPools } from "./config_capabilities.ts";
  * formatPools([{ template: "base", spec: { memoryMB: 1024 }, warm: 1 }]); // "base::1024=1"
  * ```
  */
@@ -90,7 +90,7 @@ export function formatPools(pools: readonly PoolTarget[]): string {
  *
  * @example
  * ```ts
- * import { parseVolumes } from "@dormice/cluster/node";
+ * import { parseVolumes } from "./config_capabilities.ts";
  * parseVolumes("data=/srv/data:ro,cache=dormice-cache");
  * // [{name:"data", source:"/srv/data", readOnly:true}, {name:"cache", source:"dormice-cache", readOnly:false}]
  * ```

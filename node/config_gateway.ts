@@ -26,7 +26,7 @@ const OWN_CHECK_IN_HEADERS = ["authorization", "content-type", "content-length",
  *
  * @example
  * ```ts
- * import { parseGatewayEndpoint } from "@dormice/cluster/node";
+ * import { parseGatewayEndpoint } from "./config_gateway.ts";
  * parseGatewayEndpoint("https://host.example/fleet/"); // { ok: true, value: "https://host.example/fleet" }
  * ```
  */
@@ -69,7 +69,7 @@ export function parseGatewayEndpoint(
  *
  * @example
  * ```ts
- * import { parseCheckInHeader } from "@dormice/cluster/node";
+ * import { parseCheckInHeader } from "./config_gateway.ts";
  * parseCheckInHeader("x-host-auth: s3cret"); // { ok: true, value: { name: "x-host-auth", value: "s3cret" } }
  * ```
  */
@@ -109,7 +109,7 @@ export function parseCheckInHeader(
  *
  * @example
  * ```ts
- * import { isLoopbackOrigin } from "@dormice/cluster/node";
+ * import { isLoopbackOrigin } from "./config_gateway.ts";
  * isLoopbackOrigin("http://127.0.0.1:3676"); // true
  * isLoopbackOrigin("http://10.0.0.5:3676"); // false
  * ```

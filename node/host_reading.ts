@@ -48,7 +48,7 @@ export interface HostSampler {
  *
  * @example
  * ```ts
- * import { sumCpuTimes } from "@dormice/cluster/node";
+ * import { sumCpuTimes } from "./host_reading.ts";
  * import { cpus } from "node:os";
  * const times = sumCpuTimes(cpus()); // { idle, total } or null
  * ```

@@ -26,7 +26,7 @@ export const LEDGER_RESERVE_FILE = "ledger.reserve";
  *
  * @example
  * ```ts
- * import { isDiskFull } from "@dormice/cluster/node";
+ * import { isDiskFull } from "./ledger_space.ts";
  * isDiskFull(Object.assign(new Error("database or disk is full"), { errcode: 13 })); // true
  * ```
  */
@@ -45,7 +45,7 @@ export function isDiskFull(error: unknown): boolean {
  *
  * @example
  * ```ts
- * import { LedgerFullError } from "@dormice/cluster/node";
+ * import { LedgerFullError } from "./ledger_space.ts";
  * const error = new LedgerFullError("/var/lib/dormice", "sandbox 'a'");
  * console.log(error.status); // 507
  * ```

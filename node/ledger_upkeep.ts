@@ -28,7 +28,8 @@ export interface LedgerUpkeepOptions {
  *
  * @example
  * ```ts
- * import { Ledger, LedgerUpkeep } from "@dormice/cluster/node";
+ * import { Ledger } from "./ledger.ts";
+ * import { LedgerUpkeep } from "./ledger_upkeep.ts";
  * const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
  * const upkeep = new LedgerUpkeep({ ledger });
  * upkeep.start();

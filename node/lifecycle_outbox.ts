@@ -26,7 +26,7 @@ export interface LifecycleOutboxOptions {
  *
  * @example
  * ```ts
- * import { LifecycleOutbox } from "@dormice/cluster/node";
+ * import { LifecycleOutbox } from "./lifecycle_outbox.ts";
  * const outbox = new LifecycleOutbox();
  * outbox.add({ id: "e1", type: "timed_out", at: Date.now(), reason: "timeout", detail: "…",
  *   sandbox: { id: "sbx_1", name: "agent-1", team: "default" } });

@@ -1,12 +1,15 @@
 /**
  * The node daemon: read env, build, serve, check in, scan deadlines, stop cleanly on a signal.
  *
- * Requires `--allow-net`, `--allow-env` (the `DORMICE_*` variables), `--allow-read` and
- * `--allow-write` on the data dir, and `--allow-sys=cpus,systemMemoryInfo,statfs`. With the
- * Docker executor (the default) also the socket: `--allow-net=unix:/var/run/docker.sock`,
- * `--allow-read` and `--allow-write` on it, and a bare `--allow-env` (dockerode's dependencies
- * read and list the environment when they load), and root with `--allow-run=iptables` for the
- * host firewall (`DORMICE_SANDBOX_HOST_FIREWALL`, on by default).
+ * Requires `--allow-net`, `--allow-env=<nodeEnvVariables> --ignore-env` (the variables the
+ * README's settings table lists; `--ignore-env` makes every other variable read as unset, which
+ * the Docker executor's dependencies need: they read and list the environment when they load),
+ * `--allow-read` and `--allow-write` on the data dir, and
+ * `--allow-sys=cpus,systemMemoryInfo,statfs`. With the Docker executor (the default) also the
+ * socket: `--allow-net=unix:/var/run/docker.sock`, `--allow-read` and `--allow-write` on it, and
+ * root with `--allow-run=iptables` for the host firewall (`DORMICE_SANDBOX_HOST_FIREWALL`, on by
+ * default). `deno task node` runs it so; from the package it is
+ * `deno run <those flags> jsr:@dormice/cluster/node/main`.
  *
  * @module
  */
@@ -48,8 +51,8 @@ let egressCaFingerprint: string | null = null;
 
 /**
  * The executor the config names. Docker is imported only when asked for: dockerode's
- * dependencies read the environment as they load, which a fake node's narrow `--allow-env`
- * refuses.
+ * dependencies read the environment as they load, which a narrow `--allow-env` refuses unless
+ * `--ignore-env` is given too.
  */
 async function openExecutor(
   config: NodeConfig,
@@ -74,8 +77,9 @@ async function openExecutor(
   } catch (error) {
     if (!(error instanceof Deno.errors.NotCapable)) throw error;
     refuse([
-      `The Docker executor cannot load (${error.message}): run the node with a bare --allow-env ` +
-      "(dockerode's dependencies read the environment), or set DORMICE_EXECUTOR=fake",
+      `The Docker executor cannot load (${error.message}): add --ignore-env beside the node's ` +
+      "--allow-env=<its variables> (dockerode's dependencies read and list the environment; " +
+      "--ignore-env shows them only the listed variables), or set DORMICE_EXECUTOR=fake",
     ]);
   }
   const { DockerExecutor } = docker;

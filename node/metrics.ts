@@ -52,7 +52,7 @@ export interface NodeMetricsOptions {
  *
  * @example
  * ```ts
- * import { NodeMetrics } from "@dormice/cluster/node";
+ * import { NodeMetrics } from "./metrics.ts";
  * const metrics = new NodeMetrics();
  * metrics.executorCall("create", "ok", 0.2);
  * const text = await metrics.text();

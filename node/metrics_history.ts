@@ -22,7 +22,7 @@ export interface MetricsHistoryOptions {
  *
  * @example
  * ```ts
- * import { MetricsHistory } from "@dormice/cluster/node";
+ * import { MetricsHistory } from "./metrics_history.ts";
  * const history = new MetricsHistory({ capacity: 2 });
  * for (const takenAt of [1_000, 2_000, 3_000]) {
  *   history.add("sbx_1", {

@@ -6,6 +6,7 @@
  * | where | what |
  * |---|---|
  * | `app.ts` | {@linkcode createNodeApp}: builds the parts below and mounts the faces |
+ * | `main.ts` | the daemon: `deno run jsr:@dormice/cluster/node/main` with the variables in {@linkcode nodeEnvVariables} |
  * | `faces/native.ts` | the native verbs, `POST /<verb>`, errors `{message}` |
  * | `faces/e2b_api.ts` | the E2B control plane under `/e2b/api`, errors `{code:<int>, message}` (create options and the metrics wire in `e2b_create_options.ts`, `e2b_metrics.ts`) |
  * | `faces/envd/` | envd under `/e2b/envd` (one file per Connect RPC), the signed `/files` door |
@@ -43,79 +44,37 @@
  *
  * @module
  */
-export {
-  createNodeApp,
-  type NodeApp,
-  type NodeAppConfig,
-  type NodeAppOptions,
-  nodeBuild,
-} from "./app.ts";
+export { createNodeApp, type NodeApp, type NodeAppConfig, type NodeAppOptions } from "./app.ts";
+export type { CheckInOutcome } from "./check_in.ts";
 export {
   type CheckInHeader,
   type ExecutorKind,
-  isLoopbackOrigin,
   loadNodeConfig,
   type LoadNodeConfigOptions,
   type NodeConfig,
   type NodeConfigResult,
   nodeEnvVariables,
-  parseCheckInHeader,
-  parseGatewayEndpoint,
+  type SandboxDefaults,
 } from "./config.ts";
 export {
   Ledger,
   type LedgerChange,
   type LedgerOptions,
-  newSandboxId,
   type NewSandboxRow,
   type SandboxRowPatch,
   type WarmRow,
 } from "./ledger.ts";
-export { isDiskFull, LedgerFullError, LedgerReserve } from "./ledger_space.ts";
-export { LedgerUpkeep, type LedgerUpkeepOptions } from "./ledger_upkeep.ts";
 export {
   type FakeCall,
   FakeExecutor,
   FakeExecutorHooks,
   type FakeExecutorOptions,
 } from "./executors/fake.ts";
+export type { FakePortHandler } from "./executors/_fake_ports.ts";
 export { SandboxService, type SandboxServiceOptions } from "./service.ts";
-export { SlotFence, type SlotFenceOptions } from "./slot_fence.ts";
-export {
-  type CpuTimes,
-  HostReader,
-  type HostReaderOptions,
-  type HostSampler,
-  type MemoryReading,
-  sumCpuTimes,
-  systemSampler,
-} from "./host_reading.ts";
-export {
-  CheckInLoop,
-  type CheckInOptions,
-  type CheckInOutcome,
-  describeFetchFailure,
-  lookupDigestOf,
-} from "./check_in.ts";
-export { MetricsHistory, type MetricsHistoryOptions } from "./metrics_history.ts";
-export { MetricsSampler, type MetricsSamplerOptions } from "./metrics_sampler.ts";
-export {
-  DeadlineScanner,
-  type DeadlineScannerOptions,
-  type ScanResult,
-} from "./deadline_scanner.ts";
-export {
-  createNativeFace,
-  nativeErrorResponse,
-  type NativeFaceOptions,
-  nativeNotFound,
-  nativeVerbs,
-  publicSandbox,
-} from "./faces/native.ts";
 export {
   type CreateRequest,
   type DirWatch,
-  egressRulesUnserved,
   type ExecExit,
   type ExecHandle,
   type ExecRequest,
@@ -124,58 +83,43 @@ export {
   ExecutorError,
   type ExecutorErrorCode,
   executorErrorStatus,
-  executorErrorToHttp,
   type FileEntry,
   type FileOptions,
   type FileStream,
-  fileStreamLengthError,
   type FsChange,
   type ImageExport,
-  newSnapshotId,
-  noEgress,
   type PortAddress,
-  readFileStream,
   type SandboxLimits,
   type SandboxStats,
-  SNAPSHOT_ID_PATTERN,
   type SnapshotInfo,
-  snapshotNameTaken,
-  snapshotNotFound,
   type SnapshotRequest,
   type TerminalSize,
-  unknownVolume,
   type WatchRequest,
   type WriteOptions,
 } from "./executors/contract.ts";
-export { type ClaimAsk, WarmPools, type WarmPoolsOptions } from "./pools.ts";
-export { formatPools, parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
+export type { ClaimAsk, WarmPools } from "./pools.ts";
+export type { LedgerReserve } from "./ledger_space.ts";
+export type { CpuTimes, HostSampler, MemoryReading } from "./host_reading.ts";
+export type { VolumeDecl } from "./config_capabilities.ts";
+export { NodeVolumes, type NodeVolumesOptions } from "./volumes.ts";
+export type { MetricsHistory } from "./metrics_history.ts";
+export type { SlotFence } from "./slot_fence.ts";
+export { NameQueue } from "../shared/name_queue.ts";
 export type {
   AcquireRequest,
   AcquireResult,
   DeadlineAction,
+  E2bSettings,
   ExecResult,
   ListFilter,
   SandboxOps,
   SandboxRecord,
   SandboxRef,
 } from "./service_contract.ts";
-export { createE2bApi, type E2bApiOptions } from "./faces/e2b_api.ts";
-export {
-  createEnvd,
-  type EnvdOptions,
-  handleSignedFiles,
-  UploadSlots,
-  type UploadSlotsOptions,
-  UploadStaging,
-  type UploadStagingOptions,
-} from "./faces/envd/mod.ts";
-export { AccessTokens } from "../shared/access_tokens.ts";
-export { type ExecutorOutcome, NodeMetrics, type NodeMetricsOptions } from "./metrics.ts";
-export { instrumentExecutor } from "./executors/instrumented.ts";
-export { LifecycleOutbox, type LifecycleOutboxOptions, scannerEvent } from "./lifecycle_outbox.ts";
 export type { Clock, TimerHandle, Timers } from "../shared/clock.ts";
 export type { Log, LogLevel } from "../shared/log.ts";
 export { HttpError } from "../shared/http_error.ts";
+export type { FetchHandler } from "../shared/fetch_handler.ts";
 export type {
   CheckIn,
   DataDisk,
@@ -185,16 +129,9 @@ export type {
   LookupRequest,
   NodeLifecycleEvent,
   Sandbox,
-  SandboxSpec,
   SandboxState,
   StateCounts,
 } from "../shared/schemas.ts";
+export type { SandboxSpec } from "../shared/sandbox_spec.ts";
 export type { PoolReport, PoolSpec, PoolStatus, PoolTarget, VolumeMount } from "../shared/pools.ts";
-export type { LookupDigestWire } from "../shared/lookup_digest.ts";
 export type { EgressRules } from "../shared/egress_rules.ts";
-export { NameQueue } from "../shared/name_queue.ts";
-export type { E2bSettings } from "./service_contract.ts";
-export type { FakePortHandler } from "./executors/_fake_ports.ts";
-export type { NodeSnapshots } from "./snapshots.ts";
-export type { SandboxDefaults } from "./config.ts";
-export type { StagedUpload } from "./faces/envd/staging.ts";

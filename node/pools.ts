@@ -108,7 +108,9 @@ export interface ClaimAsk {
  *
  * @example
  * ```ts
- * import { FakeExecutor, Ledger, WarmPools } from "@dormice/cluster/node";
+ * import { FakeExecutor } from "./executors/fake.ts";
+ * import { Ledger } from "./ledger.ts";
+ * import { WarmPools } from "./pools.ts";
  * const ledger = Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" });
  * const pools = new WarmPools({ ledger, executor: new FakeExecutor() });
  * await pools.start();

@@ -18,7 +18,7 @@ const ID_LENGTH = 20;
  *
  * @example
  * ```ts
- * import { newSandboxId } from "@dormice/cluster/node";
+ * import { newSandboxId } from "./sandbox_id.ts";
  * newSandboxId(); // "k3v9q0z8m2c4x7w1b5n6"
  * ```
  */

@@ -56,6 +56,7 @@ export class NodeVolumes {
   readonly #defaultSizeBytes: number;
   readonly #sandboxes: NodeVolumesOptions["sandboxes"];
 
+  /** Volumes under `options.root`; nothing is read or made until a method is called. */
   constructor(options: NodeVolumesOptions) {
     this.root = options.root;
     this.shared = options.shared;

@@ -36,7 +36,7 @@ function strictDecode(text: string): Uint8Array<ArrayBuffer> | undefined {
  *
  * @example
  * ```ts
- * import { isStandardBase64 } from "@dormice/cluster/shared";
+ * import { isStandardBase64 } from "./base64.ts";
  * isStandardBase64("aGk="); // true
  * isStandardBase64("aGk"); // false
  * ```
@@ -52,7 +52,7 @@ export function isStandardBase64(text: string): boolean {
  * @throws {RangeError} when `text` is not standard base64, naming the slice where it stops being.
  * @example
  * ```ts
- * import { decodeBase64InSlices } from "@dormice/cluster/shared";
+ * import { decodeBase64InSlices } from "./base64.ts";
  * await decodeBase64InSlices("aGk="); // Uint8Array [104, 105]
  * ```
  */

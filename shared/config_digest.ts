@@ -39,7 +39,7 @@ export interface FleetInvariants {
  *
  * @example
  * ```ts
- * import { secretIdentity } from "@dormice/cluster/shared";
+ * import { secretIdentity } from "./config_digest.ts";
  * secretIdentity(new TextEncoder().encode("s")).length; // 16
  * ```
  */
@@ -54,7 +54,7 @@ export function secretIdentity(secret: Uint8Array | string): string {
  *
  * @example
  * ```ts
- * import { configDigest } from "@dormice/cluster/shared";
+ * import { configDigest } from "./config_digest.ts";
  * const token = "t".repeat(32);
  * const a = configDigest({ templates: { base: "dormice-base:latest" }, sandboxDomain: null,
  *   signingSecretId: "x" }, token);
@@ -95,7 +95,7 @@ export interface DigestComparison {
  *
  * @example
  * ```ts
- * import { compareDigests } from "@dormice/cluster/shared";
+ * import { compareDigests } from "./config_digest.ts";
  * const r = compareDigests([["a", "d1"], ["b", "d1"], ["c", "d2"], ["d", undefined]]);
  * console.log(r.reference, [...r.mismatched]); // "d1" ["c"]
  * ```

@@ -49,7 +49,7 @@ const statusOfCode: Record<ConnectCode, number> = {
  *
  * @example
  * ```ts
- * import { connectCodeToStatus } from "@dormice/cluster/shared";
+ * import { connectCodeToStatus } from "./connect_codes.ts";
  * connectCodeToStatus("not_found"); // 404
  * ```
  */
@@ -62,7 +62,7 @@ export function connectCodeToStatus(code: ConnectCode): number {
  *
  * @example
  * ```ts
- * import { statusToConnectCode } from "@dormice/cluster/shared";
+ * import { statusToConnectCode } from "./connect_codes.ts";
  * statusToConnectCode(409); // "already_exists"
  * ```
  */

@@ -20,7 +20,7 @@ export function e2bApiKey(headers: Headers): string | undefined {
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { e2bKeyAuth } from "@dormice/cluster/shared";
+ * import { e2bKeyAuth } from "./e2b_auth.ts";
  * const app = new Hono();
  * app.use("*", e2bKeyAuth((key) => key === "a".repeat(32)));
  * ```

@@ -16,7 +16,7 @@ export const MAX_METRICS_IDS = 100;
  * 256 characters.
  * @example
  * ```ts
- * import { parseSandboxIds } from "@dormice/cluster/shared";
+ * import { parseSandboxIds } from "./e2b_metrics_ids.ts";
  * parseSandboxIds(["a,b", "a"]); // ["a", "b"]
  * ```
  */

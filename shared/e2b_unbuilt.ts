@@ -29,7 +29,7 @@ export interface UnbuiltE2bRoute {
  *
  * @example
  * ```ts
- * import { unbuiltE2bRoutes } from "@dormice/cluster/shared";
+ * import { unbuiltE2bRoutes } from "./e2b_unbuilt.ts";
  * unbuiltE2bRoutes.length; // 0: every route the SDK calls is built
  * ```
  */
@@ -46,7 +46,7 @@ const patterns = unbuiltE2bRoutes.map((route) => ({
  *
  * @example
  * ```ts
- * import { unbuiltE2bRoute } from "@dormice/cluster/shared";
+ * import { unbuiltE2bRoute } from "./e2b_unbuilt.ts";
  * unbuiltE2bRoute("PUT", "/sandboxes/sbx_1/network"); // undefined: built
  * unbuiltE2bRoute("GET", "/sandboxes/sbx_1"); // undefined
  * ```

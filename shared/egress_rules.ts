@@ -115,7 +115,7 @@ const DOMAIN = /^(?:\*\.)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?\.)*[A-Za-z
  *
  * @example
  * ```ts
- * import { parseEgressEntry } from "@dormice/cluster/shared";
+ * import { parseEgressEntry } from "./egress_rules.ts";
  * parseEgressEntry("8.8.8.8"); // { ok: true, cidr: "8.8.8.8/32" }
  * parseEgressEntry("10.1.2.3/8"); // { ok: true, cidr: "10.0.0.0/8" }
  * ```
@@ -176,7 +176,7 @@ export function parseEgressEntry(
  *
  * @example
  * ```ts
- * import { parseEgressList } from "@dormice/cluster/shared";
+ * import { parseEgressList } from "./egress_rules.ts";
  * parseEgressList(["1.1.1.1", "1.1.1.1/32", "a.example"], "network.allowOut");
  * // { ok: true, cidrs: ["1.1.1.1/32"], domains: ["a.example"] }
  * ```
@@ -217,7 +217,7 @@ export function parseEgressList(
  *
  * @example
  * ```ts
- * import { egressAllows } from "@dormice/cluster/shared";
+ * import { egressAllows } from "./egress_rules.ts";
  * const rules = { allowOut: ["198.18.0.1/32"], denyOut: ["0.0.0.0/0"] };
  * egressAllows(rules, "198.18.0.1"); // true
  * egressAllows(rules, "198.18.0.2"); // false
@@ -420,7 +420,7 @@ export const egressRulesSchema: z.ZodType<EgressRules, EgressRulesInput> = z.obj
  *
  * @example
  * ```ts
- * import { asksForEgressRules } from "@dormice/cluster/shared";
+ * import { asksForEgressRules } from "./egress_rules.ts";
  * asksForEgressRules({ network: { allowOut: ["1.1.1.1"], denyOut: ["0.0.0.0/0"] } }); // true
  * asksForEgressRules({ network: { denyOut: ["0.0.0.0/0"] } }); // false
  * ```

@@ -14,7 +14,7 @@
  *
  * @example
  * ```ts
- * import { yieldToLoop } from "@dormice/cluster/shared";
+ * import { yieldToLoop } from "./event_loop.ts";
  * await yieldToLoop();
  * ```
  */
@@ -39,7 +39,7 @@ export interface LoopBudgetOptions {
  *
  * @example
  * ```ts
- * import { LoopBudget } from "@dormice/cluster/shared";
+ * import { LoopBudget } from "./event_loop.ts";
  * const budget = new LoopBudget({ sliceMs: 10 });
  * for (let i = 0; i < 1000; i++) await budget.pass();
  * ```

@@ -16,7 +16,7 @@ const cut = (text: string, n = 400): string => text.length > n ? text.slice(0, n
  *
  * @example
  * ```ts
- * import { describeFetchFailure } from "@dormice/cluster/shared";
+ * import { describeFetchFailure } from "./fetch_failure.ts";
  * describeFetchFailure(new DOMException("t", "TimeoutError"), 5000); // "timeout: no answer within 5000 ms"
  * describeFetchFailure(new TypeError("tcp connect error: Connection refused")); // "ECONNREFUSED: …"
  * ```

@@ -56,7 +56,7 @@ export class HttpError extends Error {
  *
  * @example
  * ```ts
- * import { HttpError, messageResponse } from "@dormice/cluster/shared";
+ * import { HttpError, messageResponse } from "./http_error.ts";
  * const res = messageResponse(new HttpError(404, "No sandbox named 'a'"), "node");
  * console.log(res.status); // 404
  * ```

@@ -69,7 +69,7 @@ export interface JsonObjectBody {
  *
  * @example
  * ```ts
- * import { readJsonObject } from "@dormice/cluster/shared";
+ * import { readJsonObject } from "./json_body.ts";
  * const { value } = await readJsonObject(new Request("http://x/", { method: "POST", body: '{"a":1}' }));
  * console.log(value.a); // 1
  * ```
@@ -136,7 +136,7 @@ for (const c of "{[,:") STRUCTURE[c.charCodeAt(0)] = 1;
  * read, 413 past the cap, 499 when the client hung up.
  * @example
  * ```ts
- * import { readFlatJsonObject } from "@dormice/cluster/shared";
+ * import { readFlatJsonObject } from "./json_body.ts";
  * const request = new Request("http://x/", { method: "POST", body: '{"content":"hi"}' });
  * (await readFlatJsonObject(request)).value.content; // "hi"
  * ```
@@ -184,7 +184,7 @@ export async function readFlatJsonObject(
  *
  * @example
  * ```ts
- * import { readBodyText } from "@dormice/cluster/shared";
+ * import { readBodyText } from "./json_body.ts";
  * await readBodyText(new Request("http://x/", { method: "POST", body: "hi" }), { maxBytes: 10 }); // "hi"
  * ```
  */
@@ -209,7 +209,7 @@ export async function readBodyText(
  *
  * @example
  * ```ts
- * import { readBodyBytes } from "@dormice/cluster/shared";
+ * import { readBodyBytes } from "./json_body.ts";
  * await readBodyBytes(new Request("http://x/", { method: "POST", body: "hi" }), { maxBytes: 10 });
  * ```
  */
@@ -230,7 +230,7 @@ export async function readBodyBytes(
  *
  * @example
  * ```ts
- * import { bodyTooLarge } from "@dormice/cluster/shared";
+ * import { bodyTooLarge } from "./json_body.ts";
  * bodyTooLarge({ maxBytes: 1024, capVariable: "DORMICE_JSON_BODY_LIMIT_MB" }).status; // 413
  * ```
  */
@@ -306,7 +306,7 @@ async function readCapped<T>(
  *
  * @example
  * ```ts
- * import { formatBytes } from "@dormice/cluster/shared";
+ * import { formatBytes } from "./json_body.ts";
  * formatBytes(32 * 1024 * 1024); // "32 MiB"
  * ```
  */

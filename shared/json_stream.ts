@@ -15,7 +15,7 @@ export const JSON_ITEMS_PER_SLICE = 500;
  *
  * @example
  * ```ts
- * import { jsonArrayResponse } from "@dormice/cluster/shared";
+ * import { jsonArrayResponse } from "./json_stream.ts";
  * await jsonArrayResponse([1, 2], "n").text(); // '{"n":[1,2]}'
  * ```
  */

@@ -20,7 +20,7 @@ export interface ListCursor {
  *
  * @example
  * ```ts
- * import { compareListCursors } from "@dormice/cluster/shared";
+ * import { compareListCursors } from "./list_cursor.ts";
  * compareListCursors({ createdAt: "2026-01-01T00:00:00Z", id: "a" },
  *   { createdAt: "2026-01-01T00:00:00Z", id: "b" }); // -1
  * ```
@@ -36,7 +36,7 @@ export function compareListCursors(a: ListCursor, b: ListCursor): number {
  *
  * @example
  * ```ts
- * import { decodeListCursor, encodeListCursor } from "@dormice/cluster/shared";
+ * import { decodeListCursor, encodeListCursor } from "./list_cursor.ts";
  * const token = encodeListCursor({ createdAt: "2026-01-01T00:00:00Z", id: "sbx_1" });
  * decodeListCursor(token, "node").id; // "sbx_1"
  * ```
@@ -52,7 +52,7 @@ export function encodeListCursor(cursor: ListCursor): string {
  * @throws {HttpError} 400 when the token is not one this side issued.
  * @example
  * ```ts
- * import { decodeListCursor } from "@dormice/cluster/shared";
+ * import { decodeListCursor } from "./list_cursor.ts";
  * decodeListCursor("WyIyMDI2LTAxLTAxVDAwOjAwOjAwWiIsImEiXQ", "node"); // { createdAt: "2026-01-01T00:00:00Z", id: "a" }
  * ```
  */

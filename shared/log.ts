@@ -20,7 +20,7 @@ const secretField = /token|secret|signature|password|authorization|api[-_]?key/i
  *
  * @example
  * ```ts
- * import { redact } from "@dormice/cluster/shared";
+ * import { redact } from "./log.ts";
  * redact({ apiToken: "s3cret", nodeId: "a" }); // { apiToken: "[redacted]", nodeId: "a" }
  * ```
  */
@@ -75,7 +75,7 @@ export function createLog(
  *
  * @example
  * ```ts
- * import { parseLogLevel } from "@dormice/cluster/shared";
+ * import { parseLogLevel } from "./log.ts";
  * parseLogLevel("warn"); // "warn"
  * ```
  */
@@ -104,7 +104,7 @@ export const silentLog: Log = () => {};
  *
  * @example
  * ```ts
- * import { ChangeLog, createLog } from "@dormice/cluster/shared";
+ * import { ChangeLog, createLog } from "./log.ts";
  * const changes = new ChangeLog(createLog());
  * changes.report("check-in", "ECONNREFUSED", "warn", "check-in failed", {});
  * changes.report("check-in", "ECONNREFUSED", "warn", "check-in failed", {}); // quiet

@@ -206,7 +206,7 @@ export interface DigestProbe {
  *
  * @example
  * ```ts
- * import { digestProbe, idDigestKey, LookupDigest } from "@dormice/cluster/shared";
+ * import { digestProbe, idDigestKey, LookupDigest } from "./lookup_digest.ts";
  * LookupDigest.sized(1).mayHoldProbe(digestProbe(idDigestKey("sbx_1"))); // false
  * ```
  */

@@ -21,7 +21,7 @@ export interface LruCacheOptions {
  *
  * @example
  * ```ts
- * import { LruCache } from "@dormice/cluster/gateway";
+ * import { LruCache } from "./lru.ts";
  * const cache = new LruCache<string, number>({ max: 2 });
  * cache.set("a", 1);
  * cache.set("b", 2);
@@ -118,7 +118,7 @@ export class LruCache<K, V> {
    *
    * @example
    * ```ts
-   * import { LruCache } from "@dormice/cluster/gateway";
+   * import { LruCache } from "./lru.ts";
    * const cache = new LruCache<string, string>();
    * cache.set("a", "node-1").set("b", "node-2");
    * cache.deleteWhere((node) => node === "node-1"); // 1

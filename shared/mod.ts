@@ -1,38 +1,53 @@
 /**
- * Pieces shared by the gateway and the nodes: the wire schemas both ends validate with, the
- * per-name queue, constant-time token comparison, envd access tokens and signed URLs, the
- * single-writer lock, logging, bounded shutdown and an injectable clock with timers.
+ * What the gateway and the nodes both speak, for code on either side of the wire: the types of
+ * the wire bodies (a node's check-in and its readings, a sandbox, the lookup round, lifecycle
+ * events, pools, volumes and egress rules), the per-name queue, the fleet token's bearer check,
+ * the log, the injectable clock with timers, the error carrying an HTTP status, the `fetch`
+ * handler shape every `fetch` option takes, the single-writer database lock and the guarded
+ * HTTP/1.1 listener both daemons serve with.
  *
- * @example Validate a check-in body
+ * The Zod schemas the daemons validate with are not exported: {@linkcode HttpError}s name what is
+ * wrong instead (`Fleet.checkIn` checks a body built in code the way the check-in route does), and
+ * the package's signatures never ask for a Zod, Hono or prom-client type.
+ *
+ * @example Check a node's bearer token in a host service
  * ```ts
- * import { checkInSchema, describeZodError } from "@dormice/cluster/shared";
- * const r = checkInSchema.safeParse({ nodeId: "a" });
- * if (!r.success) console.log(describeZodError(r.error));
+ * import { bearerToken, tokensEqual } from "@dormice/cluster/shared";
+ * const token = "t".repeat(32);
+ * const given = bearerToken(`Bearer ${token}`);
+ * console.log(given !== undefined && tokensEqual(given, token)); // true
  * ```
  *
  * @module
  */
-export * from "./schemas.ts";
-export * from "./egress_rules.ts";
-export * from "./lookup_digest.ts";
-export { NameQueue } from "./name_queue.ts";
-export { bearerToken, tokenMatcher, tokensEqual } from "./token.ts";
-export { DatabaseLockedError, openExclusiveDatabase } from "./lock.ts";
+export type {
+  CheckIn,
+  DataDisk,
+  HostReading,
+  LifecycleEventType,
+  LookupAnswer,
+  LookupRequest,
+  NodeLifecycleEvent,
+  Sandbox,
+  SandboxState,
+  StateCounts,
+} from "./schemas.ts";
+export type { SandboxSpec } from "./sandbox_spec.ts";
+export type { EgressRules, EgressTransform } from "./egress_rules.ts";
+export type { PoolReport, PoolSpec, PoolStatus, PoolTarget, VolumeMount } from "./pools.ts";
 export {
-  ChangeLog,
-  createLog,
-  type Log,
-  type LogLevel,
-  parseLogLevel,
-  redact,
-  silentLog,
-} from "./log.ts";
-export { HttpError, messageResponse } from "./http_error.ts";
-export { describeFetchFailure } from "./fetch_failure.ts";
-export { asFetch, type FetchHandler } from "./fetch_handler.ts";
-export { StreamCut } from "./stream_cut.ts";
-export { LoopBudget, type LoopBudgetOptions, yieldToLoop } from "./event_loop.ts";
-export { boundedShutdown, type Closable, onTerminationSignals } from "./shutdown.ts";
+  type DigestProbe,
+  idDigestKey,
+  LookupDigest,
+  type LookupDigestWire,
+  nameDigestKey,
+} from "./lookup_digest.ts";
+export { NameQueue } from "./name_queue.ts";
+export { bearerToken, tokensEqual } from "./token.ts";
+export { DatabaseLockedError, openExclusiveDatabase } from "./lock.ts";
+export { createLog, type Log, type LogLevel, silentLog } from "./log.ts";
+export { HttpError } from "./http_error.ts";
+export type { FetchHandler } from "./fetch_handler.ts";
 export {
   type Clock,
   FakeClock,
@@ -41,76 +56,4 @@ export {
   type TimerHandle,
   type Timers,
 } from "./clock.ts";
-export * from "./native_schemas.ts";
-export * from "./list_cursor.ts";
-export { type UnbuiltE2bRoute, unbuiltE2bRoute, unbuiltE2bRoutes } from "./e2b_unbuilt.ts";
-export { MAX_METRICS_IDS, parseSandboxIds } from "./e2b_metrics_ids.ts";
-export * from "./connect_codes.ts";
-export * from "./json_body.ts";
-export { randomSandboxName } from "./random_name.ts";
-export { e2bApiKey, e2bKeyAuth } from "./e2b_auth.ts";
-export {
-  AccessTokens,
-  type EnvdCredentials,
-  envdCredentialsRefusal,
-  envdRefusal,
-  envdRequestAuthorized,
-  fileSignature,
-  type FileSignatureInput,
-  isExpired,
-  parseSignedFileUrl,
-  SignatureLocator,
-  signatureMatches,
-  SIGNED_URL_EXPIRED,
-  type SignedFileRequest,
-} from "./access_tokens.ts";
-export {
-  type GuardedServeOptions,
-  type GuardedServer,
-  parseWebSocketSwitch,
-  serveGuarded,
-} from "./http1/mod.ts";
-export {
-  type BytesLane,
-  type H1ServeOptions,
-  HeadError,
-  type LaneExchange,
-  type Progress,
-  RequestHead,
-  sentUrl,
-  serveH1,
-} from "./http1/mod.ts";
-export {
-  DEFAULT_TEAM,
-  splitTeamScopedName,
-  TEAM_HEADER,
-  teamOfRequest,
-  teamSchema,
-  teamScopedName,
-} from "./teams.ts";
-export {
-  compareDigests,
-  configDigest,
-  type DigestComparison,
-  type FleetInvariants,
-  secretIdentity,
-} from "./config_digest.ts";
-export {
-  MAX_POOL_WARM,
-  MAX_POOLS,
-  poolKey,
-  type PoolReport,
-  poolReportSchema,
-  type PoolSpec,
-  poolSpecSchema,
-  type PoolStatus,
-  type PoolTarget,
-  poolTargetSchema,
-  poolTargetsSchema,
-  setPoolsSchema,
-  type VolumeMount,
-  volumeMountSchema,
-} from "./pools.ts";
-export { cameDirect, HOP_MARKER_HEADER, SLOT_TOKEN_HEADER, slotTokenOf } from "./slot_token.ts";
-export { BASE64_SLICE_CHARS, decodeBase64InSlices, isStandardBase64 } from "./base64.ts";
-export { JSON_ITEMS_PER_SLICE, jsonArrayResponse } from "./json_stream.ts";
+export { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./http1/mod.ts";

@@ -137,7 +137,7 @@ export const lookupEitherSchema: z.ZodType<{ name: string } | { id: string }> = 
  *
  * @example
  * ```ts
- * import { nativeRequestSchemas } from "@dormice/cluster/shared";
+ * import { nativeRequestSchemas } from "./native_schemas.ts";
  * nativeRequestSchemas.destroySandbox.safeParse({ name: "a".repeat(129) }).success; // false
  * ```
  */
@@ -171,7 +171,7 @@ export const nativeRequestSchemas: {
  *
  * @example
  * ```ts
- * import { nativeVerbs } from "@dormice/cluster/shared";
+ * import { nativeVerbs } from "./native_schemas.ts";
  * nativeVerbs.includes("execCommand"); // true
  * ```
  */

@@ -107,7 +107,7 @@ export interface PoolStatus extends PoolReport {
  *
  * @example
  * ```ts
- * import { poolKey } from "@dormice/cluster/shared";
+ * import { poolKey } from "./pools.ts";
  * poolKey("base", {}); // "base/-/-"
  * poolKey("base", { cpus: 2, memoryMB: 1024 }); // "base/2/1024"
  * ```

@@ -10,7 +10,7 @@
  *
  * @example
  * ```ts
- * import { randomSandboxName } from "@dormice/cluster/shared";
+ * import { randomSandboxName } from "./random_name.ts";
  * randomSandboxName(); // e.g. "e2b-3f9a0c1d2e4b5a697887"
  * ```
  */

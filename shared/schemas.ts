@@ -28,7 +28,7 @@ export const sandboxStateSchema: z.ZodEnum<{ [K in SandboxState]: K }> = z.enum(
  *
  * @example Validate a name
  * ```ts
- * import { sandboxNameSchema } from "@dormice/cluster/shared";
+ * import { sandboxNameSchema } from "./schemas.ts";
  * sandboxNameSchema.parse("agent-42");
  * ```
  */
@@ -55,7 +55,7 @@ export const sandboxIdSchema: z.ZodString = z.string()
  *
  * @example
  * ```ts
- * import { parseEndpoint } from "@dormice/cluster/shared";
+ * import { parseEndpoint } from "./schemas.ts";
  * parseEndpoint("http://10.0.0.5:3676/"); // { ok: true, value: "http://10.0.0.5:3676" }
  * ```
  */
@@ -301,7 +301,7 @@ export interface NodeLifecycleEvent {
  *
  * @example
  * ```ts
- * import { checkInSchema, maxCheckInIntervalSeconds } from "@dormice/cluster/shared";
+ * import { checkInSchema, maxCheckInIntervalSeconds } from "./schemas.ts";
  * const interval = checkInSchema.shape.intervalSeconds;
  * interval.safeParse(maxCheckInIntervalSeconds + 1).success; // false
  * ```
@@ -317,7 +317,7 @@ const MAX_DIGEST_BASE64 = Math.ceil((1 << 20) / 3) * 4;
  *
  * @example
  * ```ts
- * import { lookupDigestSchema } from "@dormice/cluster/shared";
+ * import { lookupDigestSchema } from "./schemas.ts";
  * lookupDigestSchema.safeParse({ bits: "AAAAAAAAAAA=", hashes: 7, count: 0 }).success; // true
  * ```
  */
@@ -535,7 +535,7 @@ export interface Sandbox {
  *
  * @example
  * ```ts
- * import { describeZodError, sandboxNameSchema } from "@dormice/cluster/shared";
+ * import { describeZodError, sandboxNameSchema } from "./schemas.ts";
  * const r = sandboxNameSchema.safeParse("");
  * if (!r.success) console.log(describeZodError(r.error));
  * ```

@@ -23,7 +23,7 @@ export const HOP_MARKER_HEADER = "x-dormice-hop";
  *
  * @example
  * ```ts
- * import { cameDirect } from "@dormice/cluster/shared";
+ * import { cameDirect } from "./slot_token.ts";
  * cameDirect(new Headers()); // true
  * ```
  */
@@ -37,7 +37,7 @@ export function cameDirect(headers: Headers): boolean {
  * @throws {HttpError} 400 when the header is not a decimal integer of at most 16 digits.
  * @example
  * ```ts
- * import { slotTokenOf } from "@dormice/cluster/shared";
+ * import { slotTokenOf } from "./slot_token.ts";
  * slotTokenOf(new Headers({ "x-dormice-slot-token": "42" })); // 42
  * slotTokenOf(new Headers()); // undefined
  * ```

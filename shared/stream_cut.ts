@@ -13,7 +13,7 @@
  *
  * @example
  * ```ts
- * import { StreamCut } from "@dormice/cluster/shared";
+ * import { StreamCut } from "./stream_cut.ts";
  * const body = new ReadableStream({ start: (c) => c.error(new StreamCut("sandbox 'sbx_1' died")) });
  * await new Response(body).text().catch((e) => console.log(e instanceof StreamCut)); // true
  * ```

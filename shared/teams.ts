@@ -25,7 +25,7 @@ export const DEFAULT_TEAM = "default";
  *
  * @example
  * ```ts
- * import { teamSchema } from "@dormice/cluster/shared";
+ * import { teamSchema } from "./teams.ts";
  * teamSchema.parse("acme-prod"); // "acme-prod"
  * ```
  */
@@ -45,7 +45,7 @@ export const teamSchema: z.ZodString = z.string()
  *
  * @example
  * ```ts
- * import { teamOfRequest } from "@dormice/cluster/shared";
+ * import { teamOfRequest } from "./teams.ts";
  * teamOfRequest(new Headers({ "x-dormice-team": "acme" })); // "acme"
  * teamOfRequest(new Headers()); // undefined
  * ```
@@ -65,7 +65,7 @@ export function teamOfRequest(headers: Headers): string | undefined {
  *
  * @example
  * ```ts
- * import { teamScopedName } from "@dormice/cluster/shared";
+ * import { teamScopedName } from "./teams.ts";
  * teamScopedName("acme", "agent-1"); // "acme/agent-1"
  * teamScopedName("default", "agent-1"); // "agent-1"
  * ```
@@ -79,7 +79,7 @@ export function teamScopedName(team: string | undefined, name: string): string {
  *
  * @example
  * ```ts
- * import { splitTeamScopedName } from "@dormice/cluster/shared";
+ * import { splitTeamScopedName } from "./teams.ts";
  * splitTeamScopedName("acme/agent-1"); // { team: "acme", name: "agent-1" }
  * ```
  */

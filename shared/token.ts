@@ -33,7 +33,7 @@ export function tokensEqual(given: string, expected: string): boolean {
  *
  * @example
  * ```ts
- * import { tokenMatcher } from "@dormice/cluster/shared";
+ * import { tokenMatcher } from "./token.ts";
  * const matches = tokenMatcher("a".repeat(32));
  * matches("a".repeat(32)); // true
  * ```

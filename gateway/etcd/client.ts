@@ -22,7 +22,7 @@ import { type Clock, systemClock } from "../../shared/clock.ts";
  *
  * @example
  * ```ts
- * import { EtcdUnavailableError } from "@dormice/cluster/gateway";
+ * import { EtcdUnavailableError } from "./client.ts";
  * const e = new EtcdUnavailableError(["http://127.0.0.1:2379"], ["ECONNREFUSED"]);
  * console.log(e.message.startsWith("etcd is unreachable")); // true
  * ```
@@ -54,7 +54,7 @@ export class EtcdUnavailableError extends Error {
  *
  * @example
  * ```ts
- * import { EtcdRequestError } from "@dormice/cluster/gateway";
+ * import { EtcdRequestError } from "./client.ts";
  * const e = new EtcdRequestError("/v3/kv/put", 404, "etcdserver: requested lease not found");
  * console.log(e.leaseNotFound); // true
  * ```

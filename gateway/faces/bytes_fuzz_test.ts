@@ -15,7 +15,7 @@
  */
 import assert from "node:assert/strict";
 import { buildGateway } from "../app.ts";
-import { createH1Client, serveGuarded } from "../../shared/http1/mod.ts";
+import { createH1Client, serveDaemon } from "../../shared/http1/mod.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { seeded } from "../../shared/_seeded_fixtures_test.ts";
 import { AccessTokens } from "../../shared/access_tokens.ts";
@@ -232,7 +232,7 @@ async function gatewayRig(names: Set<string>) {
     claimed?.();
     return c;
   };
-  const server = serveGuarded({
+  const server = serveDaemon({
     hostname: "127.0.0.1",
     port: 0,
     engine: "bytes",

@@ -97,7 +97,7 @@ const streamedVerbs = [
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "../app.ts";
  * import { createNativeFace } from "./native.ts";
  * const gateway = buildGateway({ token: "t".repeat(32) });
  * const face = createNativeFace(gateway);

@@ -31,7 +31,7 @@ export type PortProxy = (
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "../app.ts";
  * import { createPortProxy } from "./ports.ts";
  * const gateway = buildGateway({ token: "t".repeat(32) });
  * const proxy = createPortProxy(gateway);

@@ -12,7 +12,7 @@
  *
  * @example At most 16 lookups in flight to one node
  * ```ts
- * import { KeyedLimiter } from "@dormice/cluster/gateway";
+ * import { KeyedLimiter } from "./node_limit.ts";
  * const limiter = new KeyedLimiter(16);
  * const answer = await limiter.run("node-a", AbortSignal.timeout(2000), () => Promise.resolve(1));
  * ```

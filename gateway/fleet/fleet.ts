@@ -291,9 +291,10 @@ export class Fleet implements NodeDirectory {
 
   /**
    * Records a check-in: joins a new id, or updates a known one (endpoint, interval, build,
-   * reading). The body is checked against `checkInSchema` first, unless `apply.parsed` says it
-   * came out of that schema already (the gateway's route); a body built in code is held to the
-   * same rules, and the endpoint is taken as the schema writes it (its trailing slash dropped).
+   * reading). The body is held to the check-in route's rules first, unless `apply.parsed` says
+   * the route has parsed it already; a body built in code or received by a host service is
+   * checked the same way, and the endpoint is taken as the route writes it (its trailing slash
+   * dropped).
    *
    * @throws {HttpError} 400 naming each wrong field (a `cpuCount` of 0, a negative count, an
    *   endpoint that is not http(s), a node id with spaces, …); 409 naming both endpoints when
@@ -301,7 +302,7 @@ export class Fleet implements NodeDirectory {
    *   address (`isOwnEndpoint`).
    * @example
    * ```ts ignore
-   * const outcome = fleet.checkIn(checkInSchema.parse(await request.json()), { parsed: true });
+   * const outcome = fleet.checkIn(await request.json()); // an HttpError 400 names a wrong field
    * ```
    */
   checkIn(body: CheckIn, apply: CheckInApply = {}): CheckInOutcome {

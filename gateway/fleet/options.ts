@@ -86,8 +86,8 @@ export interface CheckInApply {
    */
   replicated?: boolean;
   /**
-   * The body is `checkInSchema`'s own output (the gateway's check-in route parsed it): it is not
-   * checked a second time on the check-in path.
+   * The gateway's own check-in route parsed the body already (with the schema the check runs):
+   * it is not checked a second time. A host passing bodies it received leaves this unset.
    */
   parsed?: boolean;
 }

@@ -63,7 +63,7 @@ export const SIGNATURE_HEADER = "x-dormice-signature";
  *
  * @example
  * ```ts
- * import { signWebhook } from "./webhooks.ts";
+ * import { signWebhook } from "@dormice/cluster/gateway";
  * const header = await signWebhook("s".repeat(32), '{"id":"e1"}', 1_700_000_000);
  * console.log(header.startsWith("t=1700000000,v1=")); // true
  * ```
@@ -89,7 +89,7 @@ export async function signWebhook(
  *
  * @example
  * ```ts
- * import { signWebhook, verifyWebhook } from "./webhooks.ts";
+ * import { signWebhook, verifyWebhook } from "@dormice/cluster/gateway";
  * const secret = "s".repeat(32);
  * const header = await signWebhook(secret, "{}", 1_700_000_000);
  * await verifyWebhook(secret, "{}", header, { nowSeconds: 1_700_000_010 }); // true

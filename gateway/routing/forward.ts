@@ -241,7 +241,7 @@ export async function capture(
  *
  * @example
  * ```ts
- * import { unreachable } from "@dormice/cluster/gateway";
+ * import { unreachable } from "./forward.ts";
  * const e = unreachable({ nodeId: "a", endpoint: "http://10.0.0.5:3676" }, new TypeError("Connection refused"));
  * console.log(e.status); // 502
  * ```

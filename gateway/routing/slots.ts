@@ -61,7 +61,7 @@ export interface Slots {
  *
  * @example
  * ```ts
- * import { LocalSlots } from "@dormice/cluster/gateway";
+ * import { LocalSlots } from "./slots.ts";
  * const slots = new LocalSlots();
  * console.log(await slots.run("default/agent-1", () => Promise.resolve(1))); // 1
  * ```

@@ -97,7 +97,7 @@ export const SNAPSHOT_ID_PATTERN: RegExp = /^snap-[a-z0-9]{20}$/;
  *
  * @example
  * ```ts
- * import { newSnapshotId, SNAPSHOT_ID_PATTERN } from "@dormice/cluster/node";
+ * import { newSnapshotId, SNAPSHOT_ID_PATTERN } from "./contract.ts";
  * SNAPSHOT_ID_PATTERN.test(newSnapshotId()); // true
  * ```
  */
@@ -276,7 +276,7 @@ export interface FileStream {
  * @throws {ExecutorError} `invalid` when the stream delivers more or fewer bytes than `size`.
  * @example
  * ```ts
- * import { readFileStream } from "@dormice/cluster/node";
+ * import { readFileStream } from "./contract.ts";
  * const stream = new Blob(["hi"]).stream();
  * await readFileStream({ size: 2, stream }); // Uint8Array [104, 105]
  * ```
@@ -300,7 +300,7 @@ export async function readFileStream(data: FileStream): Promise<Uint8Array> {
  *
  * @example
  * ```ts
- * import { fileStreamLengthError } from "@dormice/cluster/node";
+ * import { fileStreamLengthError } from "./contract.ts";
  * fileStreamLengthError(10, 4, "only").code; // "invalid"
  * ```
  */

@@ -69,7 +69,7 @@ export const executorErrorStatus: Readonly<Record<ExecutorErrorCode, number>> = 
  *
  * @example
  * ```ts
- * import { ExecutorError, executorErrorToHttp } from "@dormice/cluster/node";
+ * import { ExecutorError, executorErrorToHttp } from "./errors.ts";
  * executorErrorToHttp(new ExecutorError("not_found", "/a does not exist")); // HttpError 404
  * ```
  */
@@ -85,7 +85,7 @@ export function executorErrorToHttp(error: unknown): unknown {
  *
  * @example
  * ```ts
- * import { snapshotNameTaken } from "@dormice/cluster/node";
+ * import { snapshotNameTaken } from "./errors.ts";
  * snapshotNameTaken("base-ready", "snap-aaaaaaaaaaaaaaaaaaaa").code; // "exists"
  * ```
  */
@@ -103,7 +103,7 @@ export function snapshotNameTaken(name: string, existing: string): ExecutorError
  *
  * @example
  * ```ts
- * import { snapshotNotFound } from "@dormice/cluster/node";
+ * import { snapshotNotFound } from "./errors.ts";
  * snapshotNotFound("snap-aaaaaaaaaaaaaaaaaaaa").code; // "not_found"
  * ```
  */
@@ -121,7 +121,7 @@ export function snapshotNotFound(idOrName: string): ExecutorError {
  *
  * @example
  * ```ts
- * import { unknownVolume } from "@dormice/cluster/node";
+ * import { unknownVolume } from "./errors.ts";
  * unknownVolume("data", ["cache"]).code; // "invalid"
  * ```
  */
@@ -140,7 +140,7 @@ export function unknownVolume(name: string, declared: readonly string[]): Execut
  *
  * @example
  * ```ts
- * import { egressRulesUnserved } from "@dormice/cluster/node";
+ * import { egressRulesUnserved } from "./errors.ts";
  * egressRulesUnserved().code; // "invalid"
  * ```
  */
@@ -159,7 +159,7 @@ export function egressRulesUnserved(): ExecutorError {
  *
  * @example
  * ```ts
- * import { noEgress } from "@dormice/cluster/node";
+ * import { noEgress } from "./errors.ts";
  * noEgress("sbx1").code; // "invalid"
  * ```
  */

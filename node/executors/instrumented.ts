@@ -64,7 +64,8 @@ const operations = Object.keys(measured) as (keyof typeof measured)[];
  *
  * @example
  * ```ts
- * import { FakeExecutor, NodeMetrics } from "@dormice/cluster/node";
+ * import { FakeExecutor } from "./fake.ts";
+ * import { NodeMetrics } from "../metrics.ts";
  * import { instrumentExecutor } from "./instrumented.ts";
  * const metrics = new NodeMetrics();
  * const executor = instrumentExecutor(new FakeExecutor(), metrics);

@@ -29,8 +29,10 @@ export { parseMetadataQuery } from "./e2b_list_routes.ts";
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { createE2bApi } from "@dormice/cluster/node";
- * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * import { createE2bApi } from "./e2b_api.ts";
+ * import { FakeExecutor } from "../executors/fake.ts";
+ * import { Ledger } from "../ledger.ts";
+ * import { SandboxService } from "../service.ts";
  * const ops = new SandboxService({
  *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
  *   executor: new FakeExecutor(),

@@ -159,8 +159,8 @@ function maskedSpec(spec: SandboxRecord["spec"]): SandboxRecord["spec"] {
  *
  * @example
  * ```ts
- * import { HttpError } from "@dormice/cluster/shared";
- * import { nativeErrorResponse } from "@dormice/cluster/node";
+ * import { HttpError } from "../../shared/http_error.ts";
+ * import { nativeErrorResponse } from "./native.ts";
  * nativeErrorResponse(new HttpError(404, "No sandbox named 'a'")).status; // 404
  * ```
  */

@@ -7,7 +7,7 @@
  */
 import assert from "node:assert/strict";
 import { FakeClock } from "../clock.ts";
-import { type GuardedServeOptions, type GuardedServer, serveGuarded } from "./serve.ts";
+import { type DaemonServeOptions, type GuardedServer, serveDaemon } from "./serve.ts";
 
 const encoder = new TextEncoder();
 export const enc = (text: string) => encoder.encode(text);
@@ -112,15 +112,15 @@ export type Client = Awaited<ReturnType<typeof rawClient>>;
  * never moves, so no sweep closes anything), then closes its clients and shuts it down.
  */
 export async function withServer(
-  handler: GuardedServeOptions["handler"],
+  handler: DaemonServeOptions["handler"],
   body: (t: {
     server: GuardedServer;
     port: number;
     connect(): Promise<Client>;
   }) => Promise<void>,
-  options: Partial<GuardedServeOptions> = {},
+  options: Partial<DaemonServeOptions> = {},
 ): Promise<void> {
-  const server = serveGuarded({
+  const server = serveDaemon({
     hostname: "127.0.0.1",
     port: 0,
     engine: "bytes",

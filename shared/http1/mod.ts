@@ -15,9 +15,11 @@
  * @module
  */
 export {
+  type DaemonServeOptions,
   type GuardedServeOptions,
   type GuardedServer,
   parseWebSocketSwitch,
+  serveDaemon,
   serveGuarded,
 } from "./serve.ts";
 export {

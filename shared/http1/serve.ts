@@ -57,7 +57,7 @@ import { serveHttpBackend, serveHttpLegacy } from "./_serve_upgrading.ts";
  *
  * @example
  * ```ts
- * import { parseWebSocketSwitch } from "@dormice/cluster/shared";
+ * import { parseWebSocketSwitch } from "./serve.ts";
  * parseWebSocketSwitch("DORMICE_WEBSOCKETS", "on"); // true
  * parseWebSocketSwitch("DORMICE_WEBSOCKETS", undefined, true); // true: the default
  * ```
@@ -144,8 +144,6 @@ export interface GuardedServeOptions {
    * that calls `Deno.upgradeWebSocket` itself needs the `"deno"` engine.
    */
   engine?: "deno" | "bytes";
-  /** Requests the bytes engine answers from their bytes (the gateway's routed verbs). */
-  lane?: BytesLane;
   /** Called once the listener is bound. */
   onListen?: (addr: Deno.NetAddr) => void;
   /**
@@ -163,6 +161,15 @@ export interface GuardedServeOptions {
    * between 250 ms and 5 s, when absent.
    */
   sweepIntervalMs?: number;
+}
+
+/**
+ * {@linkcode serveGuarded}'s options with the gateway daemon's `lane`: a lane is built from the
+ * gateway's internals, so it is not part of the package's surface.
+ */
+export interface DaemonServeOptions extends GuardedServeOptions {
+  /** Requests the bytes engine answers from their bytes (the gateway's routed verbs). */
+  lane?: BytesLane;
 }
 
 /** The running server. */
@@ -197,6 +204,11 @@ export interface GuardedServer {
  * ```
  */
 export function serveGuarded(options: GuardedServeOptions): GuardedServer {
+  return serveDaemon(options);
+}
+
+/** {@linkcode serveGuarded} with a bytes lane: what the gateway daemon listens with. */
+export function serveDaemon(options: DaemonServeOptions): GuardedServer {
   const log = options.log ?? silentLog;
   const onError = options.onError ?? logged(log);
   const serveOne = serveOnConnection();

@@ -176,7 +176,7 @@ const sentUrls = new WeakMap<Request, string>();
  *
  * @example
  * ```ts
- * import { sentUrl } from "@dormice/cluster/shared";
+ * import { sentUrl } from "./server.ts";
  * sentUrl(new Request("http://x/a/../b")); // "http://x/b": not served by the bytes engine
  * ```
  */

@@ -6,8 +6,8 @@
  * @module
  */
 import {
-  createNodeApp,
-  type NodeApp,
+  buildNode,
+  type BuiltNode,
   type NodeAppConfig,
   type NodeAppOptions,
 } from "../../node/app.ts";
@@ -35,10 +35,10 @@ export interface TestNodeOptions extends Omit<NodeAppOptions, "config" | "ledger
 }
 
 /** A standalone node app (node-1, 15 s check-ins, 60 s scans) with an in-memory ledger. */
-export function testNodeApp(options: TestNodeOptions): NodeApp {
+export function testNodeApp(options: TestNodeOptions): BuiltNode {
   const { token, endpoint, config, ...rest } = options;
   const nodeId = config?.nodeId ?? "node-1";
-  return createNodeApp({
+  return buildNode({
     ...rest,
     config: {
       apiToken: token,

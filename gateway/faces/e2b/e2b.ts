@@ -79,7 +79,7 @@ export { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./merge.ts";
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "../../app.ts";
  * import { createE2bFaces } from "./e2b.ts";
  * await using gateway = buildGateway({ token: "t".repeat(32) });
  * const faces = createE2bFaces(gateway, { randomName: () => "e2b-mine" });
@@ -106,7 +106,7 @@ export function createE2bFaces(parts: GatewayParts, options: E2bFacesOptions = {
  *
  * @example
  * ```ts
- * import { buildGateway } from "@dormice/cluster/gateway";
+ * import { buildGateway } from "../../app.ts";
  * import { mountE2b } from "./e2b.ts";
  * const gateway = buildGateway({
  *   token: "t".repeat(32),

@@ -136,7 +136,9 @@ export interface DockerExecutorOptions {
  * exec with demultiplexed streams; a kill reaches the command and every descendant, and no other
  * command, through a token in their environment. Files travel by archive put/get.
  *
- * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
+ * Requires `--allow-env` (or `--allow-env=DOCKER_HOST --ignore-env`: dockerode's dependencies
+ * read and list the environment as they load), `--allow-net=unix:<socket> --allow-read=<socket>
+ * --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default), and `--allow-run=iptables` with root unless
  * `hostFirewall` is false.
  *

@@ -5,7 +5,9 @@
  * with only those sudo and file work need), exec with demultiplexed streams, files by archive
  * put/get.
  *
- * Requires `--allow-env --allow-net=unix:<socket> --allow-read=<socket> --allow-write=<socket>`
+ * Requires `--allow-env` (or `--allow-env=DOCKER_HOST --ignore-env`: dockerode's dependencies
+ * read and list the environment as they load), `--allow-net=unix:<socket> --allow-read=<socket>
+ * --allow-write=<socket>`
  * (the socket is `/var/run/docker.sock` by default), and root with `--allow-run=iptables` for
  * the host firewall unless it is turned off (`hostFirewall: false`).
  *

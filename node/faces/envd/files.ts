@@ -63,8 +63,11 @@ export function mountFiles(app: Hono, core: EnvdCore): void {
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { AccessTokens, handleSignedFiles } from "@dormice/cluster/node";
- * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * import { AccessTokens } from "../../../shared/access_tokens.ts";
+ * import { handleSignedFiles } from "./files.ts";
+ * import { FakeExecutor } from "../../executors/fake.ts";
+ * import { Ledger } from "../../ledger.ts";
+ * import { SandboxService } from "../../service.ts";
  * const ops = new SandboxService({
  *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
  *   executor: new FakeExecutor(),

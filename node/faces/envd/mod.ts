@@ -49,8 +49,10 @@ export { resolvePath } from "./request.ts";
  * @example
  * ```ts
  * import { Hono } from "hono";
- * import { createEnvd } from "@dormice/cluster/node";
- * import { FakeExecutor, Ledger, SandboxService } from "@dormice/cluster/node";
+ * import { createEnvd } from "./mod.ts";
+ * import { FakeExecutor } from "../../executors/fake.ts";
+ * import { Ledger } from "../../ledger.ts";
+ * import { SandboxService } from "../../service.ts";
  * const ops = new SandboxService({
  *   ledger: Ledger.inMemory({ nodeId: "node-1", endpoint: "http://127.0.0.1:3676" }),
  *   executor: new FakeExecutor(),

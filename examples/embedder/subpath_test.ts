@@ -1,12 +1,13 @@
 /**
  * A gateway mounted at `/fleet` inside a host Hono app that asks its own header of every request,
  * with a node checking in there and a sandbox acquired through `/fleet`: the whole fleet in
- * process, imported only through the package's entry points.
+ * process, imported only through the package's entry points (`deno.json` links the package from
+ * its path, as a project that depends on `jsr:@dormice/cluster` would import it).
  */
 import assert from "node:assert/strict";
 import { Hono } from "hono";
-import { createGateway } from "../mod.ts";
-import { createNodeApp, FakeExecutor, Ledger } from "../node/mod.ts";
+import { createGateway } from "@dormice/cluster";
+import { createNodeApp, FakeExecutor, Ledger, type NodeApp } from "@dormice/cluster/node";
 
 const token = "s".repeat(32);
 const hostSecret = "host-secret-0123";
@@ -15,12 +16,12 @@ Deno.test("a gateway mounted at /fleet behind a host app's own header: a node ch
   // The node's origin, answered by the node app below (the gateway reaches it through `fetch`).
   const nodeOrigin = "http://node-a.test:3676";
   // The gateway's way to the node, set once the node is built (it needs the host app first).
-  const toNode: { hono?: Hono } = {};
+  const toNode: { node?: NodeApp } = {};
   await using gateway = createGateway({
     token,
     sweepIntervalMs: 60_000,
-    // A Hono app's `request`, as the narrow `(request) => Response` the options take.
-    fetch: (request) => toNode.hono!.request(request),
+    // The node's own `fetch` handler, as the narrow `(request) => Response` the options take.
+    fetch: (request) => toNode.node!.fetch(request),
   });
   const host = new Hono();
   const seen: string[] = [];
@@ -46,11 +47,12 @@ Deno.test("a gateway mounted at /fleet behind a host app's own header: a node ch
     },
     executor: new FakeExecutor(),
     ledger: Ledger.inMemory({ nodeId: "node-a", endpoint: nodeOrigin }),
+    // A Hono app's `request`: the node checks in through the host, behind its header.
     fetch: (request: Request) => host.request(request),
   });
-  toNode.hono = node.hono;
+  toNode.node = node;
   try {
-    const outcome = await node.checkIn!.once();
+    const outcome = await node.checkInNow();
     assert.deepEqual(outcome, { ok: true, status: 200 }, JSON.stringify(outcome));
     assert.deepEqual(seen, ["POST /fleet/checkIn"]);
     assert.ok(gateway.fleet.get("node-a"), "the node is a member");
