@@ -17,9 +17,12 @@ const dropInPath = `${repoRoot}/deploy/dormice-gateway.service.d/tls.conf`;
 /** Where systemd puts a system unit's credentials (`$CREDENTIALS_DIRECTORY`, `%d`). */
 const credentialsDir = "/run/credentials/dormice-gateway.service";
 
-/** Every `Key=value` of a unit file, in order (comments and sections dropped). */
+/**
+ * Every `Key=value` of a unit file, in order (comments and sections dropped; a line ending in a
+ * backslash continues on the next, joined with a space, as systemd reads it).
+ */
 function settings(text: string): [string, string][] {
-  return text.split("\n")
+  return text.replace(/\\\n\s*/g, " ").split("\n")
     .filter((line) => /^[A-Za-z]+=/.test(line))
     .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]);
 }

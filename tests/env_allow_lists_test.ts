@@ -13,6 +13,7 @@ import { loadGatewayConfig } from "../gateway/config.ts";
 import { gatewayEnvVariables } from "../gateway/mod.ts";
 import { loadNodeConfig } from "../node/config.ts";
 import { nodeEnvVariables } from "../node/mod.ts";
+import { readEgressSettings } from "../node/config_egress.ts";
 import denoJson from "../deno.json" with { type: "json" };
 import { repoRoot } from "./_processes.ts";
 
@@ -63,7 +64,11 @@ Deno.test("gatewayEnvVariables: the gateway's config reads exactly these, and de
 });
 
 Deno.test("nodeEnvVariables: the node's config reads exactly these, and deno task node allows them", () => {
-  const read = namesRead((env) => loadNodeConfig(env), [
+  // The daemon reads its settings through both loaders.
+  const read = namesRead((env) => {
+    loadNodeConfig(env);
+    readEgressSettings((name) => env[name]);
+  }, [
     {},
     every(nodeEnvVariables, "1"),
     {
@@ -103,4 +108,21 @@ Deno.test("deno task node's env flags load the Docker executor, whose dependenci
   const text = new TextDecoder().decode(out.stdout) + new TextDecoder().decode(out.stderr);
   assert.equal(out.code, 0, text);
   assert.equal(text, "");
+});
+
+Deno.test("deploy/: the systemd units grant the daemons exactly their lists", async () => {
+  for (
+    const [unit, list, ignore] of [
+      ["dormice-node.service", nodeEnvVariables, true],
+      ["dormice-gateway.service", gatewayEnvVariables, false],
+    ] as const
+  ) {
+    const text = await Deno.readTextFile(`${repoRoot}/deploy/${unit}`);
+    const execStart = text.replace(/\\\n\s*/g, " ").split("\n").find((l) =>
+      l.startsWith("ExecStart=")
+    );
+    assert.ok(execStart, `${unit} has an ExecStart line`);
+    assert.deepEqual(taskAllowEnv(execStart).sort(), [...list].sort(), unit);
+    assert.equal(/ --ignore-env /.test(execStart), ignore, `${unit}: --ignore-env`);
+  }
 });
