@@ -13,6 +13,16 @@ import type { WarmPools } from "./pools.ts";
 import type { SlotFence } from "./slot_fence.ts";
 
 /** Options of `SandboxService` (node/service.ts). */
+/** What a pushed check-in names of a create made behind the gateways' back. */
+export interface DirectCreate {
+  /** The sandbox's team. */
+  team: string;
+  /** The sandbox's name. */
+  name: string;
+  /** Its id, once built (the push after the build). */
+  id?: string;
+}
+
 export interface SandboxServiceOptions {
   /** The ledger the service reads and writes every row in. */
   ledger: Ledger;
@@ -29,7 +39,7 @@ export interface SandboxServiceOptions {
    * rejection there is only logged). The node's app passes its check-in loop's
    * `pushDirectCreate`; none by default (a node without a gateway).
    */
-  announceDirect?: (what: string) => Promise<void>;
+  announceDirect?: (what: string, created: DirectCreate) => Promise<void>;
   /** Stamps creation, idle and deadline times; `systemClock` when absent. */
   clock?: Clock;
   /** Where lifecycle events and failures are logged; `silentLog` when absent. */

@@ -347,6 +347,9 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
+  directCreate: z.ZodOptional<
+    z.ZodObject<{ team: z.ZodString; name: z.ZodString; id: z.ZodOptional<z.ZodString> }>
+  >;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -392,6 +395,16 @@ export const checkInSchema: z.ZodObject<{
    * a node that predates it (the gateway then asks that node on every miss).
    */
   lookupDigest: lookupDigestSchema.optional(),
+  /**
+   * The create made behind the gateways' back that this check-in was pushed for (before the
+   * build: its name; after it: its id too). In shared mode the gateway records it in etcd before
+   * it answers, so every gateway's lookup asks this node for it (docs/lookup-digest.md).
+   */
+  directCreate: z.object({
+    team: z.string().min(1).max(256),
+    name: z.string().min(1).max(256),
+    id: z.string().min(1).max(256).optional(),
+  }).optional(),
 });
 
 /** A check-in body: what a node posts to `<gateway>/checkIn` every interval. */
@@ -424,6 +437,8 @@ export interface CheckIn {
   snapshots?: string[];
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated?: boolean;
+  /** The create behind the gateways' back this check-in was pushed for. */
+  directCreate?: { team: string; name: string; id?: string };
 }
 
 // The interfaces above are written out for the documentation; these fail to compile when one

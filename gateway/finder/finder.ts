@@ -128,6 +128,26 @@ export interface FinderOptions {
    * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
    */
   lookupDigests?: LookupDigestMode;
+  /**
+   * Shared mode (several gateways): where the records of every gateway's recent creates are
+   * read (`RecentCreates`). With it, a miss in mode `on` reads the key's one record and asks the
+   * node it names whatever that node's digest says, and trusts a digest while its node's last
+   * check-in is at most `trustMs` old (docs/lookup-digest.md, "Several gateways"). A record that
+   * cannot be read within half the lookup deadline makes the miss ask every node.
+   */
+  recent?: RecentLookup;
+}
+
+/** Shared mode's records of recent creates, as the Finder reads them. */
+export interface RecentLookup {
+  /**
+   * The node a recent create of `key` went to, or `undefined` when none is recorded.
+   *
+   * @throws when the records cannot be read: the miss then asks every node.
+   */
+  nodeFor(by: FindBy, key: string): Promise<string | undefined>;
+  /** How old a node's last check-in may be for its digest to be trusted, in ms. */
+  readonly trustMs: number;
 }
 
 /**
@@ -212,6 +232,7 @@ export class Finder {
   #skips: DigestSkips;
   #lastAsked = 0;
   #concurrency: number;
+  #recent?: RecentLookup;
 
   /**
    * Builds a finder over `fleet`.
@@ -259,7 +280,8 @@ export class Finder {
     this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
-    this.#skips = new DigestSkips(fleet, this.#digests === "on");
+    this.#recent = options.recent;
+    this.#skips = new DigestSkips(fleet, this.#digests === "on", options.recent?.trustMs);
     registerProbes(this, {
       mustAsk: (node, by, key) => this.#skips.mustAsk(node, by, key),
       lastRoundAsked: () => this.#lastAsked,
@@ -552,12 +574,46 @@ export class Finder {
     const now = this.#fleet.now();
     let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
     if (this.#digests !== "off") {
-      nodes = this.#skips.toAsk(nodes, by, key);
+      const recorded = this.#recent === undefined ? null : await this.#recorded(by, key);
+      if (recorded !== undefined) {
+        const alive = nodes;
+        nodes = this.#skips.toAsk(alive, by, key);
+        // The node another gateway just placed the key on: asked whatever its digest says.
+        const placed = recorded === null ? undefined : alive.find((n) => n.id === recorded);
+        if (placed !== undefined && !nodes.includes(placed)) nodes.push(placed);
+      }
     }
     this.#lastAsked = nodes.length;
     const result = await this.#decide(by, key, controller, nodes, all.length, slotToken);
     this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
     return result;
+  }
+
+  /**
+   * Shared mode: the node `key`'s record names (`null` when there is none), or `undefined` when
+   * the record could not be read within half the lookup deadline: then every node is asked.
+   */
+  async #recorded(by: FindBy, key: string): Promise<string | null | undefined> {
+    let timer: unknown;
+    const late = new Promise<"late">((resolve) => {
+      timer = this.#timers.setTimeout(() => resolve("late"), this.#timeoutMs / 2);
+    });
+    try {
+      const read = this.#recent!.nodeFor(by, key);
+      read.catch(() => {});
+      const answer = await Promise.race([read, late]);
+      if (answer === "late") throw new Error(`no answer within ${this.#timeoutMs / 2} ms`);
+      return answer ?? null;
+    } catch (error) {
+      this.#log("warn", "cannot read the record of recent creates: asking every node", {
+        by,
+        key,
+        cause: error instanceof Error ? error.message : String(error),
+      });
+      return undefined;
+    } finally {
+      this.#timers.clearTimeout(timer);
+    }
   }
 
   /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
