@@ -1,9 +1,10 @@
 /**
- * Which nodes a lookup round must ask when lookup digests are on (`"sole-writer"`): a node is
+ * Which nodes a lookup round must ask when lookup digests are on (`"on"`, `"sole-writer"`): a node is
  * skipped only when its digest proves it cannot hold the key and nothing since could have put
  * the key there (it checked in fewer than two times to this process, or this gateway's own
- * create to it is not yet in its digest). A down node is judged by its last digest too, so its
- * silence blocks only the names that digest may hold. Kept apart from `finder.ts` because this
+ * create to it is not yet in its digest; in shared mode, its last check-in is older than the
+ * trust window, the records of recent creates standing in for the rest). A down node is judged by
+ * its last digest too, so its silence blocks only the names that digest may hold. Kept apart from `finder.ts` because this
  * soundness argument (docs/lookup-digest.md) is its own, and the rounds only need its answer.
  *
  * @module
@@ -18,8 +19,7 @@ export type AskReason =
   | "no-digest"
   | "first-check-in"
   | "own-create"
-  | "stale-digest"
-  | "recent-create";
+  | "stale-digest";
 
 /**
  * The digest rule of the Finder, with the creates this gateway sent that a node's digest may

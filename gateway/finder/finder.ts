@@ -123,7 +123,7 @@ export interface FinderOptions {
    * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
    * `"off"` (the Finder's default; `createGateway` defaults to `"on"`) asks every node; `"on"`
    * skips them when their digest says they push creates made behind the gateway's back
-   * (`directPushed`), which is sound while this gateway is the only gateway (not shared mode);
+   * (`directPushed`), which is sound for one gateway, and for several with `recent`;
    * `"sole-writer"` skips them on the operator's word that nothing else creates there.
    * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
    */
