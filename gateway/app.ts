@@ -91,8 +91,9 @@ export interface GatewayOptions {
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"on"` by default: trusts the digests of nodes that push creates made behind the gateway's
    * back, and in shared mode (`etcd`) also asks the node a key's record of a recent create
-   * names (every gateway publishes its creates there); `"off"` asks every node; `"sole-writer"` only while this gateway is the one way sandboxes are
-   * created on its nodes (docs/lookup-digest.md).
+   * names (every gateway publishes its creates there); `"off"` asks every node; `"sole-writer"`
+   * only while this gateway is the one way sandboxes are created on its nodes
+   * (docs/lookup-digest.md).
    *
    * @default {"on"}
    */

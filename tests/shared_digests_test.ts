@@ -145,7 +145,8 @@ Deno.test({
     } catch (error) {
       // What the gateways logged (a record they could not read, a round's reasons) says why.
       for (const p of started) {
-        const out = (p as { process?: { stdout(): string } }).process?.stdout() ?? "";
+        const spawned = (p as { process?: { stdout(): string; stderr(): string } }).process;
+        const out = `${spawned?.stdout() ?? ""}\n${spawned?.stderr() ?? ""}`;
         for (const line of out.split("\n")) {
           if (/recent creates|warn|error/.test(line)) console.error(line.slice(0, 400));
         }

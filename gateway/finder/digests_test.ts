@@ -273,3 +273,20 @@ Deno.test("shared mode: records stand in for check-in counts; a digest older tha
   assert.equal(probesOf(t.finder).mustAsk(a, "name", "default/x"), "stale-digest");
   t.fleet.close();
 });
+
+Deno.test("shared mode: a record not read within half the deadline makes the round ask the skipped nodes", async () => {
+  const recent: RecentLookup = { trustMs: 60_000, nodeFor: () => new Promise(() => {}) };
+  const t = setup("on", recent);
+  for (const id of ["a", "b"]) t.report(id, pushed());
+  t.report("c", pushed(nameDigestKey(undefined, "agent-1")));
+  t.hang.add(t.endpoint("c"));
+  const r = await t.finder.lookup("name", "agent-1");
+  // c (its digest may hold the name) was asked at once; a and b once the read gave up, within
+  // the same deadline, and they answered.
+  assert.deepEqual(t.askedIds(), ["a", "b", "c"]);
+  assert.equal(r.kind, "unsure");
+  const silent = r.kind === "unsure" ? r.silent : [];
+  assert.deepEqual(silent.map((s) => s.node.id), ["c"]);
+  assert.equal(probesOf(t.finder).lastRoundAsked(), 3);
+  t.fleet.close();
+});
