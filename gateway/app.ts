@@ -612,7 +612,7 @@ function startShared(
   let closing: Promise<void> | undefined;
   return {
     slots,
-    recent: { records, trustMs, nodeFor: (by, key) => records.nodeFor(by, key) },
+    recent: { records, trustMs, nodesFor: (by, key) => records.nodesFor(by, key) },
     ledger: new EtcdTeamLedger({ client, session, prefix, clock }),
     mode: {
       client,

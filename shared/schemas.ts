@@ -401,9 +401,10 @@ export const checkInSchema: z.ZodObject<{
    * it answers, so every gateway's lookup asks this node for it (docs/lookup-digest.md).
    */
   directCreate: z.object({
-    team: z.string().min(1).max(256),
-    name: z.string().min(1).max(256),
-    id: z.string().min(1).max(256).optional(),
+    // The team's own rule (`teamSchema` in teams.ts, which imports this file).
+    team: z.string().max(64).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "a team as teamSchema takes"),
+    name: sandboxNameSchema,
+    id: sandboxIdSchema.optional(),
   }).optional(),
 });
 

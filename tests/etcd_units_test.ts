@@ -493,11 +493,14 @@ Deno.test({
     const recent = new RecentCreates({ client, prefix, ttlSeconds: 60 });
     const slots = new EtcdSlots({ client, session, prefix, recent });
     try {
-      assert.equal(await recent.nodeFor("name", "default/a"), undefined);
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), []);
       await slots.run("default/a", async (hold) => {
         await hold!.check("node-a");
       });
-      assert.equal(await recent.nodeFor("name", "default/a"), "node-a");
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), ["node-a"]);
+      // A second owner of the name is recorded beside the first, not over it.
+      await recent.publishDirect("default/a", undefined, "node-z");
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), ["node-a", "node-z"]);
       // A take whose slot another holder has now: nothing is published, and the check is a 503.
       await assert.rejects(
         slots.run("default/b", async (hold) => {
@@ -507,15 +510,15 @@ Deno.test({
         (error: Error & { status?: number }) =>
           error.status === 503 && /another gateway holds it/.test(error.message),
       );
-      assert.equal(await recent.nodeFor("name", "default/b"), undefined);
+      assert.deepEqual(await recent.nodesFor("name", "default/b"), []);
       await recent.publishId("sbx_1", "node-c");
-      assert.equal(await recent.nodeFor("id", "sbx_1"), "node-c");
+      assert.deepEqual(await recent.nodesFor("id", "sbx_1"), ["node-c"]);
       await recent.publishDirect("team-x/d", "sbx_2", "node-d");
-      assert.equal(await recent.nodeFor("name", "team-x/d"), "node-d");
-      assert.equal(await recent.nodeFor("id", "sbx_2"), "node-d");
+      assert.deepEqual(await recent.nodesFor("name", "team-x/d"), ["node-d"]);
+      assert.deepEqual(await recent.nodesFor("id", "sbx_2"), ["node-d"]);
       // Records within one bucket share one lease, of their own (not the session's).
       const kvs = await client.range(`${prefix}recent/`);
-      assert.equal(kvs.length, 4);
+      assert.equal(kvs.length, 5);
       assert.equal(new Set(kvs.map((kv) => kv.lease)).size, 1);
       assert.notEqual(kvs[0].lease, await session.lease());
     } finally {

@@ -4,7 +4,8 @@
  * one gateway is found through another at once (its record in etcd names the node before the
  * node's digest shows it), and with one node frozen a miss answers `none` at once instead of
  * `unsure` after the lookup deadline, while the frozen node's own name stays unsure; a create made
- * on a node directly is found through every gateway at once. Skipped,
+ * on a node directly is found through every gateway at once, and two owners are a 409 at once.
+ * Skipped,
  * saying why, when etcd is not installed.
  */
 import assert from "node:assert/strict";
@@ -131,6 +132,17 @@ Deno.test({
         const byId = await g2.json("lookupSandbox", { id: made.body.sandbox.id });
         assert.equal(byId.body.found, true, `${name} by id: ${JSON.stringify(byId.body)}`);
       }
+
+      // Two owners, each made directly on its node: both are recorded, so the next lookup
+      // through another gateway asks both and answers the conflict (409 naming both) at once.
+      for (const node of nodes.slice(0, 2)) {
+        const made = await postJson(node.url, token, "acquireSandbox", { name: "twice" });
+        assert.equal(made.status, 200, JSON.stringify(made.body));
+      }
+      const both = await g1.json("execCommand", { name: "twice", command: "echo x" });
+      assert.equal(both.status, 409, JSON.stringify(both.body));
+      assert.match(both.body.message, /node-0/);
+      assert.match(both.body.message, /node-1/);
 
       // The frozen node's own name stays unsure everywhere: never built a second time.
       for (const g of gateways) {

@@ -55,8 +55,9 @@ export function recentCreatesTtlSeconds(trustMs: number, createBoundMs: number):
 }
 
 /**
- * The records of recent creates under `<prefix>recent/`: `n/<team>/<name>` and `i/<id>`, each
- * naming the node, tied to a lease of their own (never a gateway's session lease: a gateway that
+ * The records of recent creates under `<prefix>recent/`: `n/<team>/<name>/@<node>` (one a node
+ * the name was created on, so two owners are both asked: the conflict is found) and `i/<id>`,
+ * each naming the node, tied to a lease of their own (never a gateway's session lease: a gateway that
  * dies mid-create must not take the record with it). A name's record is written in the same
  * transaction that checks the creator still holds the name's slot; an id's right after the node
  * answered, before the client hears it.
@@ -64,7 +65,7 @@ export function recentCreatesTtlSeconds(trustMs: number, createBoundMs: number):
  * @example
  * ```ts ignore
  * const recent = new RecentCreates({ client, prefix: "/dormice/", ttlSeconds: 745 });
- * const node = await recent.nodeFor("name", "default/agent-1"); // "node-a" | undefined
+ * const nodes = await recent.nodesFor("name", "default/agent-1"); // ["node-a"]
  * ```
  */
 export class RecentCreates {
@@ -106,7 +107,7 @@ export class RecentCreates {
       const lease = await this.#currentLease();
       return await this.#client.txn(
         [{ key: slotKey, target: "VALUE", result: "EQUAL", value: attempt }],
-        [{ op: "put", key: `${this.#prefix}n/${scopedName}`, value: this.#value(nodeId), lease }],
+        [{ op: "put", key: this.#nameKey(scopedName, nodeId), value: this.#value(nodeId), lease }],
         [{ op: "range", key: slotKey }],
       );
     };
@@ -138,7 +139,7 @@ export class RecentCreates {
       const lease = await this.#currentLease();
       const value = this.#value(nodeId);
       await this.#client.txn([], [
-        { op: "put", key: `${this.#prefix}n/${scopedName}`, value, lease },
+        { op: "put", key: this.#nameKey(scopedName, nodeId), value, lease },
         ...(id === undefined
           ? []
           : [{ op: "put" as const, key: `${this.#prefix}i/${id}`, value, lease }]),
@@ -147,20 +148,29 @@ export class RecentCreates {
   }
 
   /**
-   * The node a recent create of `key` (a team-scoped name, or an id) went to, or `undefined`
-   * when there is no record. One read of one key.
+   * The nodes recent creates of `key` (a team-scoped name, or an id) went to; empty when there is
+   * no record. One read of one key (an id) or of one name's few keys (a name), never a range over
+   * the fleet.
    *
    * @throws what the client throws when etcd cannot be asked: the caller then asks every node.
    */
-  async nodeFor(by: "name" | "id", key: string): Promise<string | undefined> {
-    const kv = await this.#client.get(`${this.#prefix}${by === "name" ? "n" : "i"}/${key}`);
-    if (kv === null) return undefined;
-    try {
-      const record = JSON.parse(kv.value) as RecentRecord;
-      if (typeof record?.node === "string") return record.node;
-    } catch { /* not ours: treated below */ }
-    // A record this gateway cannot read names no node; the caller asks every node.
-    throw new Error(`the record of recent create '${key}' in etcd is not readable: ${kv.value}`);
+  async nodesFor(by: "name" | "id", key: string): Promise<string[]> {
+    const kvs = by === "name"
+      ? await this.#client.range(`${this.#prefix}n/${key}/@`)
+      : [await this.#client.get(`${this.#prefix}i/${key}`)].filter((kv) => kv !== null);
+    return kvs.map((kv) => {
+      try {
+        const record = JSON.parse(kv.value) as RecentRecord;
+        if (typeof record?.node === "string") return record.node;
+      } catch { /* not ours: refused below */ }
+      // A record this gateway cannot read names no node; the caller asks every node.
+      throw new Error(`the record of recent create '${key}' in etcd is not readable: ${kv.value}`);
+    });
+  }
+
+  /** The key of a name's record on one node: the name's records share the prefix `…/@`. */
+  #nameKey(scopedName: string, nodeId: string): string {
+    return `${this.#prefix}n/${scopedName}/@${nodeId}`;
   }
 
   #value(nodeId: string): string {

@@ -223,10 +223,10 @@ function recentOf(records: Map<string, string>, trustMs = 60_000) {
   const state = { failing: false, reads: 0 };
   const recent: RecentLookup = {
     trustMs,
-    nodeFor: (_by, key) => {
+    nodesFor: (_by, key) => {
       state.reads++;
       if (state.failing) return Promise.reject(new Error("etcd is away"));
-      return Promise.resolve(records.get(key));
+      return Promise.resolve(records.has(key) ? [records.get(key)!] : []);
     },
   };
   return { recent, state };
@@ -275,7 +275,7 @@ Deno.test("shared mode: records stand in for check-in counts; a digest older tha
 });
 
 Deno.test("shared mode: a record not read within half the deadline makes the round ask the skipped nodes", async () => {
-  const recent: RecentLookup = { trustMs: 60_000, nodeFor: () => new Promise(() => {}) };
+  const recent: RecentLookup = { trustMs: 60_000, nodesFor: () => new Promise(() => {}) };
   const t = setup("on", recent);
   for (const id of ["a", "b"]) t.report(id, pushed());
   t.report("c", pushed(nameDigestKey(undefined, "agent-1")));

@@ -142,11 +142,11 @@ export interface FinderOptions {
 /** Shared mode's records of recent creates, as the Finder reads them. */
 export interface RecentLookup {
   /**
-   * The node a recent create of `key` went to, or `undefined` when none is recorded.
+   * The nodes recent creates of `key` went to (empty when none is recorded).
    *
    * @throws when the records cannot be read: the miss then asks every node.
    */
-  nodeFor(by: FindBy, key: string): Promise<string | undefined>;
+  nodesFor(by: FindBy, key: string): Promise<string[]>;
   /** How old a node's last check-in may be for its digest to be trusted, in ms. */
   readonly trustMs: number;
 }
@@ -643,8 +643,8 @@ export class Finder {
   }
 
   /**
-   * Shared mode: the nodes a round must ask beyond `asked` by the key's record: the node it
-   * names, or, when the record cannot be read within half the lookup deadline, every node the
+   * Shared mode: the nodes a round must ask beyond `asked` by the key's records: the nodes they
+   * name, or, when the record cannot be read within half the lookup deadline, every node the
    * digests skipped (asked in the half left, as mode `off` would).
    */
   #recorded(by: FindBy, key: string, alive: FleetNode[], asked: FleetNode[]): MoreNodes {
@@ -655,9 +655,9 @@ export class Finder {
       const ms = this.#timeoutMs / 2;
       timer = this.#timers.setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
     });
-    const read = this.#recent!.nodeFor(by, key);
+    const read = this.#recent!.nodesFor(by, key);
     const nodes = Promise.race([read, late]).then(
-      (id) => id === undefined ? [] : skipped.filter((n) => n.id === id),
+      (ids) => skipped.filter((n) => ids.includes(n.id)),
       (error) => {
         this.#log("warn", "cannot read the record of recent creates: asking every node", {
           by,
