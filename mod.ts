@@ -49,6 +49,7 @@ export {
   type FindUnsure,
   type FoundSandbox,
   type LookupDigestMode,
+  type RecentLookup,
 } from "./gateway/finder/finder.ts";
 export {
   type PickResult,

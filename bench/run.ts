@@ -8,6 +8,7 @@
  * the other sections of RESULTS.md are kept as the last full run wrote them. `--help` prints
  * the usage; an argument or a section it does not know is refused before anything runs.
  * Sections: placement, lookup, lookup-scale, scale, scale-soak, syn-drop, memory, bursts, shared,
+ * shared-digests,
  * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, docker-parallel,
  * e2b-docker, code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
  * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker, templates-docker,
@@ -38,6 +39,7 @@ import {
   runTwoGateways,
 } from "./sections/pools.ts";
 import { runShared } from "./sections/shared_mode.ts";
+import { runSharedDigests } from "./sections/shared_digests.ts";
 import { runLiveness } from "./sections/liveness.ts";
 import { runSoakShared } from "./sections/soak_shared.ts";
 import { runScale } from "./sections/scale.ts";
@@ -80,6 +82,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
       },
     })],
   ["shared", () => runShared({ runs })],
+  ["shared-digests", () => runSharedDigests({ runs })],
   ["bursts-inprocess", async () => {
     const s = await runBursts({ runs, target: () => Promise.resolve(inProcessTarget()) });
     return { ...s, title: "Bursts, in-process (the library pieces without the HTTP face)" };

@@ -15,7 +15,9 @@ import { VolumeTable } from "./volumes/table.ts";
 import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./keys/auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet/fleet.ts";
-import { Finder, type LookupDigestMode } from "./finder/finder.ts";
+import { Finder, type LookupDigestMode, type RecentLookup } from "./finder/finder.ts";
+import { RecentCreates, recentCreatesTtlSeconds } from "./etcd/recent.ts";
+import { teamScopedName } from "../shared/teams.ts";
 import { ApiKeys } from "./keys/keys.ts";
 import { TeamLimits } from "./keys/team_limits.ts";
 import { EtcdTeamLedger, type TeamLedger } from "./keys/team_ledger.ts";
@@ -90,9 +92,10 @@ export interface GatewayOptions {
   /**
    * Whether a lookup miss may skip nodes whose digest rules the key out (`FinderOptions`):
    * `"on"` by default: trusts the digests of nodes that push creates made behind the gateway's
-   * back, and asks every node in shared mode (`etcd`), where other gateways' creates are not
-   * counted; `"off"` asks every node; `"sole-writer"` only while this gateway is the one way sandboxes are
-   * created on its nodes (docs/lookup-digest.md).
+   * back, and in shared mode (`etcd`) also asks the node a key's record of a recent create
+   * names (every gateway publishes its creates there); `"off"` asks every node; `"sole-writer"`
+   * only while this gateway is the one way sandboxes are created on its nodes
+   * (docs/lookup-digest.md).
    *
    * @default {"on"}
    */
@@ -400,11 +403,12 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
   });
   // The events need the Finder, built after the Fleet; onDown runs only from sweep(), long after.
   const late: { events?: LifecycleEvents; sync?: FleetSync } = {};
+  const deadAfterMs = options.nodeDeadAfterMs ?? 600_000;
   const fleet = new Fleet({
     database: db,
     clock,
     log,
-    deadAfterMs: options.nodeDeadAfterMs ?? 600_000,
+    deadAfterMs,
     onDown: (node) => late.events?.nodeLost(node),
     // removeNode only, long after `finder` and `placer` below exist.
     onRemove: (node) => {
@@ -416,7 +420,8 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     onCheckIn: options.etcd && ((body, at) => late.sync?.written(body, at)),
   });
   const keys = new ApiKeys({ database: db, clock, log });
-  const shared = options.etcd && startShared(options.etcd, fleet, keys, fetchFn, log, clock);
+  const shared = options.etcd &&
+    startShared(options.etcd, fleet, keys, fetchFn, log, clock, deadAfterMs);
   late.sync = shared?.mode.sync;
   const limits = new TeamLimits({ fleet, clock, ledger: shared?.ledger });
   const finder = new Finder({
@@ -424,8 +429,9 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     token,
     timeoutMs: lookupTimeoutMs,
     lookupConcurrency,
-    // Shared mode: another gateway's creates are not counted yet (docs/lookup-digest.md).
-    lookupDigests: options.etcd && lookupDigests === "on" ? "off" : lookupDigests,
+    // Shared mode: every gateway's recent creates are read from etcd (docs/lookup-digest.md).
+    lookupDigests,
+    recent: shared?.recent,
     cacheSize,
     fetch: fetchFn,
     clock,
@@ -453,6 +459,7 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     fanOutConcurrency: lookupConcurrency,
     headTimeoutMs,
     slots: shared?.slots,
+    publishId: shared && ((id, nodeId) => shared.recent.records.publishId(id, nodeId)),
     onDestroyed: (found, answer) =>
       limits.destroyed(found.node.id, found.sandbox.team ?? "default", ledgerSeqOf(answer.headers)),
     observer: {
@@ -487,6 +494,13 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     identifyBearer: bearerBytesCheck(token, identify),
     keys,
     keySync: shared?.mode.keySync,
+    recordDirect: shared &&
+      ((nodeId, created) =>
+        shared.recent.records.publishDirect(
+          teamScopedName(created.team, created.name),
+          created.id,
+          nodeId,
+        )),
     limits,
     accessTokens,
     log,
@@ -569,14 +583,29 @@ function startShared(
   fetchFn: typeof fetch,
   log: Log,
   clock: Clock,
-): { mode: SharedMode; slots: Slots; ledger: TeamLedger } {
+  deadAfterMs: number,
+): {
+  mode: SharedMode;
+  slots: Slots;
+  ledger: TeamLedger;
+  recent: RecentLookup & { records: RecentCreates };
+} {
   const prefix = options.prefix ?? "/dormice/";
   const client = new EtcdClient({
     endpoints: options.endpoints,
     fetch: options.fetch ? asFetch(options.fetch) : fetchFn,
   });
   const session = new EtcdSession({ client, ttlSeconds: options.leaseSeconds, log });
-  const slots = new EtcdSlots({ client, session, prefix });
+  // A node's digest is trusted while its last check-in is younger than the time after which it
+  // is declared dead (or 10 minutes, when none is declared), and every create's record outlives
+  // that window plus the create's own bound (docs/lookup-digest.md, "Several gateways").
+  const trustMs = (deadAfterMs > 0 ? deadAfterMs : 600_000) + 10_000;
+  const records = new RecentCreates({
+    client,
+    prefix,
+    ttlSeconds: recentCreatesTtlSeconds(trustMs, 120_000),
+  });
+  const slots = new EtcdSlots({ client, session, prefix, recent: records });
   const sync = new FleetSync({ client, prefix, fleet, pollMs: options.pollMs, log });
   const keySync = new KeySync({ client, prefix, keys, pollMs: options.pollMs, log, clock });
   sync.start();
@@ -587,6 +616,7 @@ function startShared(
   let closing: Promise<void> | undefined;
   return {
     slots,
+    recent: { records, trustMs, nodesFor: (by, key) => records.nodesFor(by, key) },
     ledger: new EtcdTeamLedger({ client, session, prefix, clock }),
     mode: {
       client,

@@ -57,6 +57,7 @@ export {
   type FindUnsure,
   type FoundSandbox,
   type LookupDigestMode,
+  type RecentLookup,
 } from "./finder/finder.ts";
 export {
   type FilterInput,

@@ -29,6 +29,7 @@ import { LifecycleOutbox, scannerEvent } from "./lifecycle_outbox.ts";
 import { NodeMetrics } from "./metrics.ts";
 import { MetricsSampler } from "./metrics_sampler.ts";
 import { SandboxService } from "./service.ts";
+import type { DirectCreate } from "./service_options.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { TemplateBuilds } from "./templates_build.ts";
 import { DEFAULT_HEAL_TIMEOUT_SECONDS, ImageMoves } from "./image_moves.ts";
@@ -248,9 +249,10 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
     onArchived: (row) => archives?.push(row) ?? Promise.resolve(),
     // A create behind the gateway's back reaches the gateway before the node builds it
     // (docs/lookup-digest.md); `checkIn` is built below, before any request is served.
-    ...(config.gatewayEndpoint === null
-      ? {}
-      : { announceDirect: (what: string): Promise<void> => checkIn!.pushDirectCreate(what) }),
+    ...(config.gatewayEndpoint === null ? {} : {
+      announceDirect: (what: string, created: DirectCreate): Promise<void> =>
+        checkIn!.pushDirectCreate(what, created),
+    }),
   });
   const accessTokens = AccessTokens.fromFleetToken(config.apiToken);
   const templateMap = parseTemplates(config.templates ?? undefined);

@@ -228,9 +228,9 @@ export class CheckInLoop {
    * in flight starts when it ends, so the gateway hears check-ins in the order they were built
    * (the lookup digest argument counts on it, docs/lookup-digest.md).
    */
-  once(): Promise<CheckInOutcome> {
+  once(directCreate?: CheckIn["directCreate"]): Promise<CheckInOutcome> {
     const previous = this.#inFlight ?? Promise.resolve();
-    const attempt = previous.then(() => this.#attempt()).then((outcome) => {
+    const attempt = previous.then(() => this.#attempt(directCreate)).then((outcome) => {
       this.#report(outcome);
       if (outcome.ok || outcome.cause !== "stopped") this.#options.onOutcome?.(outcome);
       return outcome;
@@ -288,8 +288,11 @@ export class CheckInLoop {
    * a gateway that skips nodes by digest: that gateway could not find the name, so the node must
    * not build it.
    */
-  async pushDirectCreate(what: string): Promise<void> {
-    const outcome = await this.once();
+  async pushDirectCreate(
+    what: string,
+    created?: { team: string; name: string; id?: string },
+  ): Promise<void> {
+    const outcome = await this.once(created);
     if (outcome.ok || !this.#gatewaySkips) return;
     throw new HttpError(
       503,
@@ -327,9 +330,9 @@ export class CheckInLoop {
     };
   }
 
-  async #attempt(): Promise<CheckInOutcome> {
+  async #attempt(directCreate?: CheckIn["directCreate"]): Promise<CheckInOutcome> {
     try {
-      const body = this.body();
+      const body = directCreate ? { ...this.body(), directCreate } : this.body();
       let outcome = await this.#send(body);
       // Each other gateway once: a 4xx is the fleet's verdict, the same from all of them.
       for (let tried = 1; tried < this.#gateways.length && movesOn(outcome); tried++) {

@@ -312,6 +312,25 @@ Deno.test("pushDirectCreate: refused while a gateway that skips by digest cannot
   });
 });
 
+Deno.test("pushDirectCreate names the create it was pushed for; a regular check-in names none", async () => {
+  const bodies: Record<string, unknown>[] = [];
+  const fetchFn = (async (request: Request) => {
+    bodies.push(await request.json());
+    return Response.json({ ok: true, lookupDigests: "on" });
+  }) as typeof fetch;
+  const loop = new CheckInLoop(options("http://gw.test", { fetch: fetchFn }));
+  await loop.pushDirectCreate("sandbox 'a'", { team: "acme", name: "a" });
+  await loop.pushDirectCreate("sandbox 'a'", { team: "acme", name: "a", id: "sbx_1" });
+  await loop.once();
+  assert.deepEqual(bodies.map((b) => b.directCreate), [
+    { team: "acme", name: "a" },
+    { team: "acme", name: "a", id: "sbx_1" },
+    undefined,
+  ]);
+  // The gateway's schema takes it.
+  assert.equal(checkInSchema.safeParse(bodies[1]).success, true);
+});
+
 Deno.test("check-ins never overlap: one asked for during another starts when it ends", async () => {
   let inFlight = 0;
   let most = 0;

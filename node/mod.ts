@@ -72,6 +72,7 @@ export {
 } from "./executors/fake.ts";
 export type { FakePortHandler } from "./executors/_fake_ports.ts";
 export { SandboxService, type SandboxServiceOptions } from "./service.ts";
+export type { DirectCreate } from "./service_options.ts";
 export {
   type CreateRequest,
   type DirWatch,

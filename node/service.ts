@@ -46,7 +46,7 @@ import {
 } from "./service_state.ts";
 import { buildNew } from "./service_create.ts";
 import { expireAtDeadline, renewLifecycle } from "./service_deadline.ts";
-import type { SandboxServiceOptions } from "./service_options.ts";
+import type { DirectCreate, SandboxServiceOptions } from "./service_options.ts";
 import {
   boundedMetadata,
   execAnswer,
@@ -102,7 +102,7 @@ export class SandboxService implements SandboxOps {
   #commands = new RunningCommands();
   #core: ServiceCore;
   #fence: SlotFence;
-  #announceDirect?: (what: string) => Promise<void>;
+  #announceDirect?: (what: string, created: DirectCreate) => Promise<void>;
   #onArchived?: (sandbox: SandboxRecord) => Promise<void>;
 
   /** Builds the service over a ledger and an executor. */
@@ -153,9 +153,9 @@ export class SandboxService implements SandboxOps {
       const announce = request.direct ? this.#announceDirect : undefined;
       const what = `sandbox '${request.name}'`;
       // Behind the gateway's back: the gateway hears of the busy slot before anything is built.
-      await announce?.(what);
+      await announce?.(what, { team, name: request.name });
       const result = await buildNew(this.#core, this.#pools, this.#defaultTemplate, request, team);
-      await announce?.(what).catch((error) =>
+      await announce?.(what, { team, name: request.name, id: result.sandbox.id }).catch((error) =>
         this.#log("warn", "a direct create's check-in failed", {
           name: request.name,
           cause: error instanceof Error ? error.message : String(error),

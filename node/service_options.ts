@@ -13,6 +13,16 @@ import type { MetricsHistory } from "./metrics_history.ts";
 import type { WarmPools } from "./pools.ts";
 import type { SlotFence } from "./slot_fence.ts";
 
+/** What a pushed check-in names of a create made behind the gateways' back. */
+export interface DirectCreate {
+  /** The sandbox's team. */
+  team: string;
+  /** The sandbox's name. */
+  name: string;
+  /** Its id, once built (the push after the build). */
+  id?: string;
+}
+
 /** Options of `SandboxService` (node/service.ts). */
 export interface SandboxServiceOptions {
   /** The ledger the service reads and writes every row in. */
@@ -30,7 +40,7 @@ export interface SandboxServiceOptions {
    * rejection there is only logged). The node's app passes its check-in loop's
    * `pushDirectCreate`; none by default (a node without a gateway).
    */
-  announceDirect?: (what: string) => Promise<void>;
+  announceDirect?: (what: string, created: DirectCreate) => Promise<void>;
   /**
    * Called once a sandbox is paused to disk (with its row, state `archived`), inside its slot:
    * the node's app pushes the kept files to the registry there. A rejection is logged.

@@ -351,6 +351,9 @@ export const checkInSchema: z.ZodObject<{
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
   snapshotRegistry: z.ZodOptional<z.ZodString>;
+  directCreate: z.ZodOptional<
+    z.ZodObject<{ team: z.ZodString; name: z.ZodString; id: z.ZodOptional<z.ZodString> }>
+  >;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -401,6 +404,17 @@ export const checkInSchema: z.ZodObject<{
    * a node that predates it (the gateway then asks that node on every miss).
    */
   lookupDigest: lookupDigestSchema.optional(),
+  /**
+   * The create made behind the gateways' back that this check-in was pushed for (before the
+   * build: its name; after it: its id too). In shared mode the gateway records it in etcd before
+   * it answers, so every gateway's lookup asks this node for it (docs/lookup-digest.md).
+   */
+  directCreate: z.object({
+    // The team's own rule (`teamSchema` in teams.ts, which imports this file).
+    team: z.string().max(64).regex(/^[A-Za-z0-9][A-Za-z0-9._-]*$/, "a team as teamSchema takes"),
+    name: sandboxNameSchema,
+    id: sandboxIdSchema.optional(),
+  }).optional(),
 });
 
 /** A check-in body: what a node posts to `<gateway>/checkIn` every interval. */
@@ -435,6 +449,8 @@ export interface CheckIn {
   snapshotsTruncated?: boolean;
   /** The registry the node pulls snapshots from. */
   snapshotRegistry?: string;
+  /** The create behind the gateways' back this check-in was pushed for. */
+  directCreate?: { team: string; name: string; id?: string };
 }
 
 // The interfaces above are written out for the documentation; these fail to compile when one

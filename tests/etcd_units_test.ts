@@ -6,6 +6,7 @@
 import assert from "node:assert/strict";
 import { EtcdClient, EtcdUnavailableError } from "../gateway/etcd/client.ts";
 import { EtcdSession } from "../gateway/etcd/session.ts";
+import { RecentCreates } from "../gateway/etcd/recent.ts";
 import { EtcdSlots } from "../gateway/routing/slots.ts";
 import { FleetSync } from "../gateway/fleet/sync.ts";
 import { Fleet } from "../gateway/fleet/fleet.ts";
@@ -478,4 +479,51 @@ Deno.test("EtcdClient.call() gives a member that hangs a share of its bound, the
   });
   assert.deepEqual(await client.call("/v3/kv/range", {}), { ok: true });
   assert.deepEqual(asked, ["m1", "m2", "m3"]);
+});
+
+Deno.test({
+  name:
+    `RecentCreates: a slot's check publishes the node only while the slot is this take's; ids and direct creates are read back${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const client = new EtcdClient({ endpoints: etcd.endpoints.split(",") });
+    const session = new EtcdSession({ client, ttlSeconds: 5 });
+    const recent = new RecentCreates({ client, prefix, ttlSeconds: 60 });
+    const slots = new EtcdSlots({ client, session, prefix, recent });
+    try {
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), []);
+      await slots.run("default/a", async (hold) => {
+        await hold!.check("node-a");
+      });
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), ["node-a"]);
+      // A second owner of the name is recorded beside the first, not over it.
+      await recent.publishDirect("default/a", undefined, "node-z");
+      assert.deepEqual(await recent.nodesFor("name", "default/a"), ["node-a", "node-z"]);
+      // A take whose slot another holder has now: nothing is published, and the check is a 503.
+      await assert.rejects(
+        slots.run("default/b", async (hold) => {
+          await client.put(`${prefix}slots/default/b`, "someone else");
+          await hold!.check("node-b");
+        }),
+        (error: Error & { status?: number }) =>
+          error.status === 503 && /another gateway holds it/.test(error.message),
+      );
+      assert.deepEqual(await recent.nodesFor("name", "default/b"), []);
+      await recent.publishId("sbx_1", "node-c");
+      assert.deepEqual(await recent.nodesFor("id", "sbx_1"), ["node-c"]);
+      await recent.publishDirect("team-x/d", "sbx_2", "node-d");
+      assert.deepEqual(await recent.nodesFor("name", "team-x/d"), ["node-d"]);
+      assert.deepEqual(await recent.nodesFor("id", "sbx_2"), ["node-d"]);
+      // Records within one bucket share one lease, of their own (not the session's).
+      const kvs = await client.range(`${prefix}recent/`);
+      assert.equal(kvs.length, 5);
+      assert.equal(new Set(kvs.map((kv) => kv.lease)).size, 1);
+      assert.notEqual(kvs[0].lease, await session.lease());
+    } finally {
+      await session.close();
+      await etcd.stop();
+    }
+  },
 });

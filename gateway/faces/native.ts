@@ -144,7 +144,24 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
 
   // --- the fleet's own verbs ---
   post("checkIn", async (c) => {
-    const { value } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
+    const { value: body } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
+    const { directCreate, ...value } = body;
+    if (directCreate !== undefined && parts.recordDirect !== undefined) {
+      // Shared mode: every gateway must be able to find the name before the node builds it; a
+      // failure here makes the node refuse the create (docs/lookup-digest.md).
+      try {
+        await parts.recordDirect(value.nodeId, directCreate);
+      } catch (error) {
+        throw new HttpError(
+          503,
+          `Cannot record the direct create of '${directCreate.name}' on node '${value.nodeId}' ` +
+            `in etcd (${error instanceof Error ? error.message : String(error)}): every gateway ` +
+            "must be able to find a name before a node builds it, so the node builds nothing; " +
+            "create it through a gateway, or retry once etcd answers",
+          { headers: { "retry-after": "2" } },
+        );
+      }
+    }
     const outcome = fleet.checkIn(value, { parsed: true });
     parts.lifecycle.fromNode(value.nodeId, value.events);
     // The node refuses a create behind the gateway's back that it cannot make known to a

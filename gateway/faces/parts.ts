@@ -44,6 +44,15 @@ export interface GatewayParts {
   keys: ApiKeys;
   /** Shared mode: mints and revokes go through etcd first (absent in the embedded default). */
   keySync?: KeySync;
+  /**
+   * Shared mode: records a create a node made behind the gateways' back (a pushed check-in's
+   * `directCreate`) in etcd, so every gateway's lookup asks that node for it; absent with one
+   * gateway.
+   */
+  recordDirect?: (
+    nodeId: string,
+    created: { team: string; name: string; id?: string },
+  ) => Promise<void>;
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;
   /**

@@ -1,9 +1,10 @@
 /**
- * Which nodes a lookup round must ask when lookup digests are on (`"sole-writer"`): a node is
+ * Which nodes a lookup round must ask when lookup digests are on (`"on"`, `"sole-writer"`): a node is
  * skipped only when its digest proves it cannot hold the key and nothing since could have put
  * the key there (it checked in fewer than two times to this process, or this gateway's own
- * create to it is not yet in its digest). A down node is judged by its last digest too, so its
- * silence blocks only the names that digest may hold. Kept apart from `finder.ts` because this
+ * create to it is not yet in its digest; in shared mode, its last check-in is older than the
+ * trust window, the records of recent creates standing in for the rest). A down node is judged by
+ * its last digest too, so its silence blocks only the names that digest may hold. Kept apart from `finder.ts` because this
  * soundness argument (docs/lookup-digest.md) is its own, and the rounds only need its answer.
  *
  * @module
@@ -17,7 +18,8 @@ export type AskReason =
   | "may-hold"
   | "no-digest"
   | "first-check-in"
-  | "own-create";
+  | "own-create"
+  | "stale-digest";
 
 /**
  * The digest rule of the Finder, with the creates this gateway sent that a node's digest may
@@ -39,15 +41,24 @@ export class DigestSkips {
    * ended) or the node leaves (`forget`), so it never outgrows the fleet.
    */
   readonly #ownCreates = new Map<string, { inFlight: number; cleanAt: number }>();
+  /**
+   * Shared mode: how old a node's last check-in may be for its digest to be trusted. Records of
+   * recent creates (`RecentCreates`) stand in for the check-in counts there, and they live long
+   * enough to cover every create a digest that young may predate.
+   */
+  readonly #sharedTrustMs: number | undefined;
 
   /**
    * Reads check-in counts and the clock from `fleet`. With `needsPushed` (mode `on`), a digest
    * that does not say `directPushed` is as good as none: that node may take creates behind the
-   * gateway's back that no digest shows yet.
+   * gateway's back that no digest shows yet. With `sharedTrustMs` (shared mode), the rules of
+   * this gateway's own creates give way to the records of every gateway's creates, and a digest
+   * counts while its node's last check-in is at most that old.
    */
-  constructor(fleet: NodeDirectory, needsPushed = false) {
+  constructor(fleet: NodeDirectory, needsPushed = false, sharedTrustMs?: number) {
     this.#fleet = fleet;
     this.#needsPushed = needsPushed;
+    this.#sharedTrustMs = sharedTrustMs;
   }
 
   /**
@@ -132,6 +143,14 @@ export class DigestSkips {
     const digest = node.lookupDigest ?? null;
     if (digest === null || (this.#needsPushed && !digest.directPushed)) return "no-digest";
     if (digest.mayHoldProbe(probe)) return "may-hold";
+    if (this.#sharedTrustMs !== undefined) {
+      // Shared mode: every gateway's creates of the last `ttl` are asked by their records (the
+      // Finder adds the node a key's record names). A create whose record lapsed was sent more
+      // than trust + create bound ago, so a digest from a check-in younger than the trust window
+      // was built after it landed (docs/lookup-digest.md, "Several gateways").
+      const age = this.#fleet.now() - node.lastCheckIn;
+      return age <= this.#sharedTrustMs ? undefined : "stale-digest";
+    }
     // A down node is judged by its last digest like any other. Nothing but this gateway creates
     // there (sole-writer), the rules below ask it while a create this gateway sent may be
     // missing from that digest, and the placer sends no create to a down node: so a name the

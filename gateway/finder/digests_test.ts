@@ -4,7 +4,7 @@ import { plainArgs } from "../../shared/_fetch_fixtures_test.ts";
 import assert from "node:assert/strict";
 import { probesOf } from "./_probes.ts";
 import { Fleet } from "../fleet/fleet.ts";
-import { Finder } from "./finder.ts";
+import { Finder, type RecentLookup } from "./finder.ts";
 import { FakeClock } from "../../shared/clock.ts";
 import { idDigestKey, LookupDigest, nameDigestKey } from "../../shared/lookup_digest.ts";
 import { checkIn } from "../_fixtures_test.ts";
@@ -17,8 +17,11 @@ function digestOf(...keys: string[]) {
   return d.toWire();
 }
 
-/** A fleet of three nodes a, b, c; `hang` endpoints never answer, the rest say absent. */
-function setup(mode: "off" | "sole-writer" | "on" = "sole-writer") {
+/**
+ * A fleet of three nodes a, b, c; `hang` endpoints never answer, the rest say absent. With
+ * `recent`, the Finder runs in shared mode over those records of recent creates.
+ */
+function setup(mode: "off" | "sole-writer" | "on" = "sole-writer", recent?: RecentLookup) {
   const clock = new FakeClock(1_000_000);
   const fleet = new Fleet({ clock });
   const asked: string[] = [];
@@ -43,6 +46,7 @@ function setup(mode: "off" | "sole-writer" | "on" = "sole-writer") {
     fetch: fetchFn,
     lookupDigests: mode,
     timeoutMs: 50,
+    recent,
   });
   const endpoint = (id: string) => `http://${id}.test:3676`;
   /** `times` check-ins of `id` carrying `digest` (or none). */
@@ -211,5 +215,78 @@ Deno.test("mode on trusts only digests of nodes that push creates made behind it
   assert.equal(probesOf(t.finder).mustAsk(t.fleet.get("b")!, "name", "agent-1"), undefined);
   await t.finder.lookup("name", "agent-1");
   assert.deepEqual(t.askedIds(), ["a"]);
+  t.fleet.close();
+});
+
+/** Shared mode's records: `records` maps a key to its node; `failing` makes every read throw. */
+function recentOf(records: Map<string, string>, trustMs = 60_000) {
+  const state = { failing: false, reads: 0 };
+  const recent: RecentLookup = {
+    trustMs,
+    nodesFor: (_by, key) => {
+      state.reads++;
+      if (state.failing) return Promise.reject(new Error("etcd is away"));
+      return Promise.resolve(records.has(key) ? [records.get(key)!] : []);
+    },
+  };
+  return { recent, state };
+}
+
+const pushed = (...keys: string[]) => ({ ...digestOf(...keys), directPushed: true });
+
+Deno.test("shared mode: the node a key's record names is asked whatever its digest says", async () => {
+  const records = new Map([["default/agent-1", "b"]]);
+  const t = setup("on", recentOf(records).recent);
+  for (const id of ["a", "b", "c"]) t.report(id, pushed());
+  t.found.set(t.endpoint("b"), { id: "sbx_b", name: "agent-1" });
+  const r = await t.finder.lookup("name", "default/agent-1");
+  assert.equal(r.kind, "one");
+  assert.deepEqual(t.askedIds(), ["b"]);
+  t.fleet.close();
+});
+
+Deno.test("shared mode: records that cannot be read make the miss ask every node", async () => {
+  const { recent, state } = recentOf(new Map());
+  const t = setup("on", recent);
+  for (const id of ["a", "b", "c"]) t.report(id, pushed());
+  state.failing = true;
+  await t.finder.lookup("name", "default/agent-1");
+  assert.deepEqual(t.askedIds(), ["a", "b", "c"]);
+  state.failing = false;
+  t.asked.length = 0;
+  await t.finder.lookup("name", "default/agent-2");
+  assert.deepEqual(t.askedIds(), []);
+  assert.equal(state.reads, 2);
+  t.fleet.close();
+});
+
+Deno.test("shared mode: records stand in for check-in counts; a digest older than the trust window is asked", () => {
+  const t = setup("on", recentOf(new Map(), 60_000).recent);
+  // One check-in, and a create of this gateway's in flight: single-gateway rules would ask.
+  t.report("a", pushed(), 1);
+  t.finder.placing("a");
+  const a = t.fleet.get("a")!;
+  assert.equal(probesOf(t.finder).mustAsk(a, "name", "default/x"), undefined);
+  t.clock.tick(60_000);
+  assert.equal(probesOf(t.finder).mustAsk(a, "name", "default/x"), undefined);
+  t.clock.tick(1);
+  assert.equal(probesOf(t.finder).mustAsk(a, "name", "default/x"), "stale-digest");
+  t.fleet.close();
+});
+
+Deno.test("shared mode: a record not read within half the deadline makes the round ask the skipped nodes", async () => {
+  const recent: RecentLookup = { trustMs: 60_000, nodesFor: () => new Promise(() => {}) };
+  const t = setup("on", recent);
+  for (const id of ["a", "b"]) t.report(id, pushed());
+  t.report("c", pushed(nameDigestKey(undefined, "agent-1")));
+  t.hang.add(t.endpoint("c"));
+  const r = await t.finder.lookup("name", "agent-1");
+  // c (its digest may hold the name) was asked at once; a and b once the read gave up, within
+  // the same deadline, and they answered.
+  assert.deepEqual(t.askedIds(), ["a", "b", "c"]);
+  assert.equal(r.kind, "unsure");
+  const silent = r.kind === "unsure" ? r.silent : [];
+  assert.deepEqual(silent.map((s) => s.node.id), ["c"]);
+  assert.equal(probesOf(t.finder).lastRoundAsked(), 3);
   t.fleet.close();
 });

@@ -123,11 +123,32 @@ export interface FinderOptions {
    * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
    * `"off"` (the Finder's default; `createGateway` defaults to `"on"`) asks every node; `"on"`
    * skips them when their digest says they push creates made behind the gateway's back
-   * (`directPushed`), which is sound while this gateway is the only gateway (not shared mode);
+   * (`directPushed`), which is sound for one gateway, and for several with `recent`;
    * `"sole-writer"` skips them on the operator's word that nothing else creates there.
    * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
    */
   lookupDigests?: LookupDigestMode;
+  /**
+   * Shared mode (several gateways): where the records of every gateway's recent creates are
+   * read (`RecentCreates`). With it, a miss in mode `on` reads the key's one record and asks the
+   * node it names whatever that node's digest says, and trusts a digest while its node's last
+   * check-in is at most `trustMs` old (docs/lookup-digest.md, "Several gateways"). The record is
+   * read while the digests' nodes are asked, under the same deadline; one that cannot be read
+   * makes the miss ask every node, and one not read before the deadline makes it unsure.
+   */
+  recent?: RecentLookup;
+}
+
+/** Shared mode's records of recent creates, as the Finder reads them. */
+export interface RecentLookup {
+  /**
+   * The nodes recent creates of `key` went to (empty when none is recorded).
+   *
+   * @throws when the records cannot be read: the miss then asks every node.
+   */
+  nodesFor(by: FindBy, key: string): Promise<string[]>;
+  /** How old a node's last check-in may be for its digest to be trusted, in ms. */
+  readonly trustMs: number;
 }
 
 /**
@@ -212,6 +233,7 @@ export class Finder {
   #skips: DigestSkips;
   #lastAsked = 0;
   #concurrency: number;
+  #recent?: RecentLookup;
 
   /**
    * Builds a finder over `fleet`.
@@ -259,7 +281,8 @@ export class Finder {
     this.#cache = new FoundCache(cacheSize);
     this.#metrics = options.metrics;
     this.#digests = options.lookupDigests ?? "off";
-    this.#skips = new DigestSkips(fleet, this.#digests === "on");
+    this.#recent = options.recent;
+    this.#skips = new DigestSkips(fleet, this.#digests === "on", options.recent?.trustMs);
     registerProbes(this, {
       mustAsk: (node, by, key) => this.#skips.mustAsk(node, by, key),
       lastRoundAsked: () => this.#lastAsked,
@@ -477,13 +500,16 @@ export class Finder {
     nodes: FleetNode[],
     fleetSize: number,
     slotToken?: string,
+    more?: MoreNodes,
+    asked: { count: number } = { count: 0 },
   ): Promise<FindResult> {
     const started = this.#clock.now();
     // Failure records of nodes that left without forgetNode (an embedder's own directory).
     if (this.#client.failingNodes > fleetSize) {
       this.#client.retainOnly((id) => this.#fleet.get(id) !== undefined);
     }
-    if (nodes.length === 0) return { kind: "none" };
+    asked.count = nodes.length;
+    if (nodes.length === 0 && more === undefined) return { kind: "none" };
     // A name is asked within its team; an id is asked of every team, and the answer names it.
     const scoped = by === "name" ? splitTeamScopedName(key) : undefined;
     const body = JSON.stringify(scoped ? { name: scoped.name } : { id: key });
@@ -491,18 +517,31 @@ export class Finder {
       () => controller.abort(timeoutError(this.#timeoutMs)),
       this.#timeoutMs,
     );
-    let answers: LookupAnswer[];
-    try {
-      answers = await boundedFanOut(
-        nodes,
+    const notAsked = (): LookupAnswer => ({ kind: "silent", cause: NOT_ASKED_CAUSE });
+    const fanOut = (list: FleetNode[]) =>
+      boundedFanOut(
+        list,
         this.#concurrency,
         controller.signal,
         (node) => this.#client.ask(node, body, controller.signal, scoped?.team, slotToken),
-        () => ({ kind: "silent", cause: NOT_ASKED_CAUSE }),
+        notAsked,
       );
+    let answers: LookupAnswer[];
+    try {
+      // Shared mode: the key's record is read while the digests' nodes are asked, under the same
+      // deadline; the nodes it adds are asked as soon as it is read.
+      const [first, second] = await Promise.all([
+        fanOut(nodes),
+        more === undefined
+          ? Promise.resolve({ nodes: [] as FleetNode[], answers: [] as LookupAnswer[] })
+          : this.#askMore(more, controller.signal, fanOut),
+      ]);
+      nodes = [...nodes, ...second.nodes];
+      answers = [...first, ...second.answers];
     } finally {
       this.#timers.clearTimeout(timer);
     }
+    asked.count = this.#lastAsked = nodes.length;
     const found: { node: FleetNode; sandbox: FoundSandbox }[] = [];
     const silent: { node: FleetNode; cause: string }[] = [];
     for (let i = 0; i < nodes.length; i++) {
@@ -538,6 +577,36 @@ export class Finder {
     return { kind: "none" };
   }
 
+  /**
+   * Waits for the nodes a record adds and asks them. A record not read before the deadline
+   * leaves every node the digests skipped unheard ("not asked"): the round is unsure.
+   */
+  async #askMore(
+    more: MoreNodes,
+    signal: AbortSignal,
+    fanOut: (list: FleetNode[]) => Promise<LookupAnswer[]>,
+  ): Promise<{ nodes: FleetNode[]; answers: LookupAnswer[] }> {
+    let onAbort!: () => void;
+    const aborted = new Promise<"aborted">((resolve) => {
+      onAbort = () => resolve("aborted");
+      if (signal.aborted) onAbort();
+      else signal.addEventListener("abort", onAbort, { once: true });
+    });
+    try {
+      const list = await Promise.race([more.nodes, aborted]);
+      if (list === "aborted") {
+        const cause = "not asked: the record of recent creates in etcd was not read in time";
+        return {
+          nodes: more.skipped,
+          answers: more.skipped.map(() => ({ kind: "silent", cause })),
+        };
+      }
+      return { nodes: list, answers: await fanOut(list) };
+    } finally {
+      signal.removeEventListener("abort", onAbort);
+    }
+  }
+
   /** `#decide` timed: the round's outcome, duration and fan-out go to the metrics. */
   async #round(
     by: FindBy,
@@ -550,14 +619,57 @@ export class Finder {
     // A dead node is not asked: its sandboxes are taken as gone, so its silence makes no name
     // unsure (a down node's does, until it is declared dead).
     const now = this.#fleet.now();
-    let nodes = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
+    const alive = this.#fleet.isDead ? all.filter((node) => !this.#fleet.isDead!(node, now)) : all;
+    let nodes = alive;
+    let more: MoreNodes | undefined;
     if (this.#digests !== "off") {
-      nodes = this.#skips.toAsk(nodes, by, key);
+      nodes = this.#skips.toAsk(alive, by, key);
+      if (this.#recent !== undefined) more = this.#recorded(by, key, alive, nodes);
     }
     this.#lastAsked = nodes.length;
-    const result = await this.#decide(by, key, controller, nodes, all.length, slotToken);
-    this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, nodes.length);
+    const asked = { count: nodes.length };
+    const result = await this.#decide(
+      by,
+      key,
+      controller,
+      nodes,
+      all.length,
+      slotToken,
+      more,
+      asked,
+    );
+    this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, asked.count);
     return result;
+  }
+
+  /**
+   * Shared mode: the nodes a round must ask beyond `asked` by the key's records: the nodes they
+   * name, or, when the record cannot be read within half the lookup deadline, every node the
+   * digests skipped (asked in the half left, as mode `off` would).
+   */
+  #recorded(by: FindBy, key: string, alive: FleetNode[], asked: FleetNode[]): MoreNodes {
+    const askedIds = new Set(asked.map((n) => n.id));
+    const skipped = alive.filter((n) => !askedIds.has(n.id));
+    let timer: unknown;
+    const late = new Promise<never>((_, reject) => {
+      const ms = this.#timeoutMs / 2;
+      timer = this.#timers.setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    });
+    const read = this.#recent!.nodesFor(by, key);
+    const nodes = Promise.race([read, late]).then(
+      (ids) => skipped.filter((n) => ids.includes(n.id)),
+      (error) => {
+        this.#log("warn", "cannot read the record of recent creates: asking every node", {
+          by,
+          key,
+          cause: error instanceof Error ? error.message : String(error),
+        });
+        return skipped;
+      },
+    ).finally(() => this.#timers.clearTimeout(timer));
+    read.catch(() => {});
+    late.catch(() => {});
+    return { nodes, skipped };
   }
 
   /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
@@ -581,6 +693,14 @@ export class Finder {
     if (signal?.aborted) throw signal.reason;
     return answer;
   }
+}
+
+/** Shared mode: the nodes a key's record adds to a round, once read, and those it may add. */
+interface MoreNodes {
+  /** The nodes to ask beyond the digests' (never rejects). */
+  nodes: Promise<FleetNode[]>;
+  /** Every node the digests skipped: unheard when the record is not read in time. */
+  skipped: FleetNode[];
 }
 
 function timeoutError(ms: number): DOMException {

@@ -85,6 +85,11 @@ export interface CreateParts {
     path: string,
     init: { body: string; headers?: Readonly<Record<string, string>> },
   ): Promise<CapturedAnswer>;
+  /**
+   * Shared mode: publishes a created sandbox's id with its node for every gateway's lookups
+   * (`RecentCreates.publishId`) before the client hears of it; none with one gateway.
+   */
+  publishId?: (id: string, nodeId: string) => Promise<void>;
 }
 
 /**
@@ -154,9 +159,10 @@ export async function placeNew(
   });
   if (hold !== undefined) {
     // Last look before the node builds: a gateway paused or cut off past its lease has lost
-    // the slot, and another may be creating the name now. Nothing was sent: counted back.
+    // the slot, and another may be creating the name now. Nothing was sent: counted back. In
+    // shared mode the same transaction publishes the chosen node for every gateway's lookups.
     try {
-      await hold.check();
+      await hold.check(pick.node.id);
     } catch (error) {
       placer.refused(key);
       admission?.cancel();
@@ -192,7 +198,10 @@ export async function placeNew(
   }
   if (answer.status >= 200 && answer.status < 300) {
     const sandbox = rememberCreated(parts, pick.node, answer, options);
-    if (sandbox !== undefined) parts.created(pick.node, sandbox, options.path);
+    if (sandbox !== undefined) {
+      await publishIdOf(parts, sandbox.id, pick.node);
+      parts.created(pick.node, sandbox, options.path);
+    }
     if (name === undefined && sandbox !== undefined && placer.release(key)) {
       placer.record(
         teamScopedName(sandbox.team, sandbox.name),
@@ -228,6 +237,33 @@ function placeHeal(
   if (holders.length === 0 && pick.node.snapshotRegistry === undefined) return undefined;
   parts.placer.record(key, pick.node.id);
   return { pick, from: holders.map((n) => `${n.id}=${n.endpoint}`).join(",") };
+}
+
+/**
+ * Publishes a created sandbox's id (shared mode) before the client hears of it. A failure is
+ * logged, not thrown: the sandbox exists, and another gateway finds its id from the node's next
+ * digest (a lookup by id there may answer 404 until then).
+ *
+ * @example
+ * ```ts ignore
+ * await publishIdOf(parts, "sbx_1", node);
+ * ```
+ */
+export async function publishIdOf(
+  parts: Pick<CreateParts, "publishId" | "log">,
+  id: string,
+  node: FleetNode,
+): Promise<void> {
+  if (parts.publishId === undefined) return;
+  try {
+    await parts.publishId(id, node.id);
+  } catch (error) {
+    parts.log("warn", "could not publish a new sandbox's id in etcd", {
+      sandboxId: id,
+      nodeId: node.id,
+      cause: error instanceof Error ? error.message : String(error),
+    });
+  }
 }
 
 /**

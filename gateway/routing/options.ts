@@ -46,6 +46,11 @@ export interface GatewayRoutingOptions {
    * several gateways front one fleet (`EtcdSlots`).
    */
   slots?: Slots;
+  /**
+   * Shared mode: writes the record of a created sandbox's id (naming its node) where every
+   * gateway's lookup by id reads it, before the client hears of the id; none by default.
+   */
+  publishId?: (id: string, nodeId: string) => Promise<void>;
   /** Hears of every sandbox destroyed through the gateway (the team limits count it back). */
   onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   /** Hears of placements, forwards and creates (metrics, the fleet page, lifecycle events). */

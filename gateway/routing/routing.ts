@@ -36,6 +36,7 @@ import {
   type CreateOptions,
   type CreateParts,
   placeNew,
+  publishIdOf,
   rememberCreated,
 } from "./create.ts";
 import { HttpError } from "../../shared/http_error.ts";
@@ -128,6 +129,7 @@ export class GatewayRouting {
       placed: (key, pick) => this.#observer.placed?.(key, pick),
       created: (node, sandbox, path) => this.#observer.created?.(node, sandbox, path),
       capture: (node, path, init) => this.#capture(node, path, init),
+      publishId: options.publishId,
     };
   }
 
@@ -385,6 +387,20 @@ export class GatewayRouting {
       }
       return answer;
     });
+  }
+
+  /**
+   * Shared mode: publishes the ids of sandboxes a node built outside `create` (a fork's copies)
+   * for every gateway's lookups by id, before the client hears of them. Does nothing with one
+   * gateway; a failure is logged.
+   *
+   * @example
+   * ```ts ignore
+   * await routing.publishCreated(["sbx_1"], found.node);
+   * ```
+   */
+  async publishCreated(ids: readonly string[], node: FleetNode): Promise<void> {
+    for (const id of ids) await publishIdOf(this.#creates, id, node);
   }
 
   /**

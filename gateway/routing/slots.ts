@@ -11,6 +11,7 @@ import type { EtcdClient, EtcdKv } from "../etcd/client.ts";
 import type { EtcdSession } from "../etcd/session.ts";
 import { EtcdRequestError } from "../etcd/client.ts";
 import { etcdHttpError, etcdRetryAfterSeconds } from "../etcd/answers.ts";
+import type { RecentCreates } from "../etcd/recent.ts";
 
 /**
  * What a task holding a name's slot knows of it: nothing for one gateway's slots; for slots
@@ -24,11 +25,13 @@ export interface SlotHold {
   readonly token: string;
   /**
    * Resolves while the slot is still this take's in etcd (so the gateway's lease is alive).
+   * Given the node the create goes to, and slots that keep records of recent creates, the same
+   * transaction writes the name's record naming that node (docs/lookup-digest.md).
    *
    * @throws {HttpError} 503 when the slot was lost (the lease lapsed: another gateway may be
    *   creating the name) or etcd cannot be asked.
    */
-  check(): Promise<void>;
+  check(nodeId?: string): Promise<void>;
 }
 
 /**
@@ -93,6 +96,11 @@ export interface EtcdSlotsOptions {
    * the client gets a 503 rather than an open request for ever.
    */
   waitMs?: number;
+  /**
+   * Where a create's node is published before the create is sent (the check of a hold given a
+   * node id), so every gateway's lookup asks that node; none by default.
+   */
+  recent?: RecentCreates;
 }
 
 /**
@@ -123,6 +131,7 @@ export class EtcdSlots implements Slots {
   readonly #prefix: string;
   readonly #pollMs: number;
   readonly #waitMs: number;
+  readonly #recent?: RecentCreates;
   /**
    * Written before every value these slots put, unique to this object: a holder with it is a
    * take of ours, which the memory queue says is over when another take of the name runs.
@@ -136,6 +145,7 @@ export class EtcdSlots implements Slots {
     this.#prefix = options.prefix;
     this.#pollMs = options.pollMs ?? 20;
     this.#waitMs = options.waitMs ?? 150_000;
+    this.#recent = options.recent;
     this.#owner = `${options.session.owner}/${crypto.randomUUID()}`;
   }
 
@@ -169,7 +179,18 @@ export class EtcdSlots implements Slots {
       try {
         // A client that left while the put was on its way: the slot is given back below.
         signal?.throwIfAborted();
-        return await task({ token, check: () => this.#check(slotKey, attempt) });
+        return await task({
+          token,
+          check: (nodeId) =>
+            this.#check(
+              slotKey,
+              attempt,
+              nodeId === undefined ? undefined : {
+                scopedName: key,
+                nodeId,
+              },
+            ),
+        });
       } finally {
         // A failed delete leaves the key to the lease, or to this gateway's next take of the
         // name; compared on the value so a slot that lapsed and was taken by another gateway is
@@ -183,10 +204,25 @@ export class EtcdSlots implements Slots {
    * Whether the slot is still this take's: a gateway paused or cut off past its lease has lost
    * it (etcd deleted it with the lease, and another gateway may hold it now).
    */
-  async #check(slotKey: string, attempt: string): Promise<void> {
+  async #check(
+    slotKey: string,
+    attempt: string,
+    publish?: { scopedName: string; nodeId: string },
+  ): Promise<void> {
     let holder: EtcdKv | null;
     try {
-      holder = await this.#client.get(slotKey);
+      if (publish !== undefined && this.#recent !== undefined) {
+        const lost = await this.#recent.publishName(
+          slotKey,
+          attempt,
+          publish.scopedName,
+          publish.nodeId,
+        );
+        if (lost === null) return;
+        holder = lost ?? null;
+      } else {
+        holder = await this.#client.get(slotKey);
+      }
     } catch (error) {
       throw etcdHttpError(error);
     }

@@ -111,6 +111,9 @@ export async function forkWithinLimits(
   }
   ended(true);
   const entries = answer.status === 201 ? arrayOf(answer.text) : undefined;
+  // Shared mode: the copies' ids are published for every gateway's lookups before the client
+  // hears of them.
+  await parts.routing.publishCreated(copyIds(entries), found.node);
   const seq = ledgerSeqOf(answer.headers);
   if (answer.status >= 400 && answer.status < 500) {
     for (const a of admitted) a.cancel();
@@ -127,6 +130,16 @@ export async function forkWithinLimits(
   return Response.json([...entries, ...Array(asked - admitted.length).fill(refused)], {
     status: answer.status,
   });
+}
+
+/** The ids of the copies a fork answer names (`[{sandbox: {sandboxID}}]`). */
+function copyIds(entries: unknown[] | undefined): string[] {
+  const ids: string[] = [];
+  for (const entry of entries ?? []) {
+    const id = (entry as { sandbox?: { sandboxID?: unknown } } | null)?.sandbox?.sandboxID;
+    if (typeof id === "string") ids.push(id);
+  }
+  return ids;
 }
 
 /** The node's fork answer as an array, or undefined when it is not one. */
