@@ -66,7 +66,7 @@ export function needsEgressProxy(rules: EgressRules): boolean {
  *
  * @example
  * ```ts
- * import { domainMatches } from "@dormice/cluster/shared";
+ * import { domainMatches } from "./egress_rules.ts";
  * domainMatches("*.example.com", "a.b.example.com"); // true
  * domainMatches("*.example.com", "example.com"); // false
  * ```
@@ -280,7 +280,7 @@ const RESERVED_HEADERS = new Set([
  *
  * @example
  * ```ts
- * import { parseTransformRules } from "@dormice/cluster/shared";
+ * import { parseTransformRules } from "./egress_rules.ts";
  * parseTransformRules({ "API.example.com": [{ transform: { headers: { "X-Key": "k" } } }] }, "network.rules");
  * // { ok: true, transforms: { "api.example.com": [{ headers: { "X-Key": "k" } }] } }
  * ```
