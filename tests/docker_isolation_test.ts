@@ -36,7 +36,8 @@ const gate = await dockerGate("docker isolation suite");
 /** deno.json's `node` task flags, so the guarded node runs as `deno task node` would. */
 function nodeTaskPermissions(): string[] {
   const config = JSON.parse(Deno.readTextFileSync(`${repoRoot}/deno.json`));
-  return (config.tasks.node as string).split(/\s+/).filter((w) => w.startsWith("--allow-"));
+  return (config.tasks.node as string).split(/\s+/)
+    .filter((w) => w.startsWith("--allow-") || w === "--ignore-env");
 }
 
 /** Whether the engine has a network by this name. */

@@ -206,7 +206,7 @@ Deno.test({
     );
 
     await t.step(
-      "allowInternetAccess is kept; egress rules by domain are a 400 naming them",
+      "allowInternetAccess is kept; a domain rule is taken, a malformed entry is a 400 naming it",
       async () => {
         const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
         assert.equal((await open.getInfo()).allowInternetAccess, true);
@@ -215,13 +215,14 @@ Deno.test({
         const ruled = await Sandbox.create({
           ...opts,
           network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] },
+        });
+        const bad = await Sandbox.create({
+          ...opts,
+          network: { allowOut: ["10.0.0.300"], denyOut: ["0.0.0.0/0"] },
         }).catch((e) => e);
-        assert.ok(ruled instanceof SandboxError, String(ruled));
-        assert.match(
-          ruled.message,
-          /^400: 'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
-        );
-        await Promise.all([open.kill(), unset.kill()]);
+        assert.ok(bad instanceof SandboxError, `a malformed entry was taken: ${bad}`);
+        assert.match(bad.message, /^400: 'network\.allowOut\[0\]' '10\.0\.0\.300' is not/);
+        await Promise.all([open.kill(), unset.kill(), ruled.kill()]);
       },
     );
 
