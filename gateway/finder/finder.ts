@@ -104,13 +104,11 @@ export interface FinderOptions {
    */
   maxLookupsPerNode?: number;
   /**
-   * Nodes asked at once by one lookup round (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`) as it
-   * starts; the next node is asked as soon as one answers. Default 128: at 10,000 nodes a round
-   * that asked all at once opened 10,000 connections together and heard none of them within the
-   * deadline. A round whose asks are too slow for the nodes left to be asked before the
-   * deadline widens, up to 8 times this (at most 4,096 at once; {@linkcode widestRound}). A
-   * node not yet asked when the deadline passes counts as not heard: the round is `unsure`, and
-   * the answer says how many were not asked.
+   * Nodes asked at once by one lookup round (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`); the next
+   * node is asked as soon as one answers. Default 128: at 10,000 nodes a round that asked all at
+   * once opened 10,000 connections together and heard none of them within the deadline. A node
+   * not yet asked when the deadline passes counts as not heard: the round is `unsure`, and the
+   * answer says how many were not asked.
    */
   lookupConcurrency?: number;
   /** Counts cache hits and misses and times lookup rounds (`GatewayMetrics`); none by default. */
@@ -214,7 +212,6 @@ export class Finder {
   #skips: DigestSkips;
   #lastAsked = 0;
   #concurrency: number;
-  #maxConcurrency: number;
 
   /**
    * Builds a finder over `fleet`.
@@ -247,7 +244,6 @@ export class Finder {
       );
     }
     this.#concurrency = lookupConcurrency;
-    this.#maxConcurrency = widestRound(lookupConcurrency);
     this.#fleet = fleet;
     this.#timeoutMs = timeoutMs;
     this.#clock = clock;
@@ -503,11 +499,6 @@ export class Finder {
         controller.signal,
         (node) => this.#client.ask(node, body, controller.signal, scoped?.team, slotToken),
         () => ({ kind: "silent", cause: NOT_ASKED_CAUSE }),
-        {
-          now: () => this.#clock.now(),
-          deadlineMs: this.#timeoutMs,
-          maxLimit: this.#maxConcurrency,
-        },
       );
     } finally {
       this.#timers.clearTimeout(timer);
@@ -590,21 +581,6 @@ export class Finder {
     if (signal?.aborted) throw signal.reason;
     return answer;
   }
-}
-
-/**
- * The widest a lookup round may grow from `start` nodes asked at once (8 times, at most 4,096,
- * never below `start`): wide enough that nodes answering ten times slower than on one machine's
- * loopback are all asked within the deadline, narrow enough to stay far below a process's
- * descriptor limit.
- *
- * @example
- * ```ts ignore
- * widestRound(128); // 1024
- * ```
- */
-export function widestRound(start: number): number {
-  return Math.max(start, Math.min(8 * start, 4096));
 }
 
 function timeoutError(ms: number): DOMException {

@@ -131,8 +131,8 @@ export function unsureOf(key: string, silent: { node: FleetNode; cause: string }
   const more = heard.length > 10 ? ` and ${heard.length - 10} more` : "";
   const didNot = heard.length > 0 ? `${names}${more} did not answer` : "";
   const unasked = notAsked === 0 ? "" : `${notAsked} node${notAsked === 1 ? " was" : "s were"} ` +
-    "not asked before the round's deadline (a round starts with " +
-    "DORMICE_GATEWAY_LOOKUP_CONCURRENCY nodes at once and widens to at most 8 times that)";
+    "not asked before the round's deadline (a round asks at most " +
+    "DORMICE_GATEWAY_LOOKUP_CONCURRENCY nodes at once)";
   return {
     kind: "unsure",
     silent,
