@@ -299,7 +299,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     name: string,
     unit: string,
     pick: (m: Measured) => number,
-    goal?: (n: number, value: number) => Partial<Row> | undefined,
+    goal?: (n: number, value: number, runs: Measured[]) => Partial<Row> | undefined,
     ratio = true,
   ) => {
     const refValues = ref.map(pick);
@@ -310,7 +310,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
         n === sizes[0] ? " (reference)" : ""
       }`;
       rows.push(
-        row(label, unit, values, ratio ? refValues : null, goal?.(n, median(values)) ?? {}),
+        row(
+          label,
+          unit,
+          values,
+          ratio ? refValues : null,
+          goal?.(n, median(values), bySize.get(n)!) ?? {},
+        ),
       );
     }
   };
@@ -330,11 +336,20 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     (n, v) => n === 10_000 ? { target: "≥ 667/s (10,000 ÷ 15 s)", met: v >= 667 } : undefined,
   );
   figure("CPU per check-in, sustained", "ms", (m) => m.burstCpuPerCheckIn);
+  // Met only with every node heard: a 503 within the bound is a correct answer, not the goal.
+  const allHeard = (runs: Measured[], status: (m: Measured) => number) =>
+    runs.every((m) => status(m) === 200);
   figure(
     "lookup miss: time",
     "ms",
     (m) => m.missMs,
-    (n, v) => n >= 1_000 ? { target: "≤ 2,200 ms", met: v <= 2_200 } : undefined,
+    (n, v, runs) =>
+      n >= 1_000
+        ? {
+          target: "≤ 2,200 ms, every node heard",
+          met: v <= 2_200 && allHeard(runs, (m) => m.missStatus),
+        }
+        : undefined,
   );
   figure(
     "lookup miss: HTTP status (200 none, 503 unsure)",
@@ -366,7 +381,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: time`,
     "ms",
     (m) => m.slowMs,
-    (n, v) => n >= 1_000 ? { target: "≤ 2,200 ms", met: v <= 2_200 } : undefined,
+    (n, v, runs) =>
+      n >= 1_000
+        ? {
+          target: "≤ 2,200 ms, every node heard",
+          met: v <= 2_200 && allHeard(runs, (m) => m.slowStatus),
+        }
+        : undefined,
   );
   figure(
     `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: HTTP status`,

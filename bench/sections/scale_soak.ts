@@ -142,8 +142,9 @@ export async function runScaleSoak(options: ScaleSoakOptions = {}): Promise<Sect
       "Every 10 s, in MB: RSS / heap used / heap used after a full GC (forced through the " +
       "inspector, --inspect) / external (ArrayBuffers, the connections' read buffers among " +
       `them): ${samples.join("; ")}.`,
-      "DORMICE_GATEWAY_LOOKUP_DIGESTS=off, so each miss asks every node: each of the 10,000 " +
-      "connections is used every 10 s and none is closed idle (4 s) for long.",
+      "DORMICE_GATEWAY_LOOKUP_DIGESTS=off, so each miss asks every node: every 10 s a miss " +
+      "and a list open or reuse a connection to each of the 10,000 nodes, and the client " +
+      "closes them 4 s idle, so the connections open rise and fall with each turn.",
       "One run: the figure is the shape over time, and the slope's sign is what matters.",
     ],
   };
