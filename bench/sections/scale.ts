@@ -169,8 +169,8 @@ async function measureOnce(
   const l1 = await stubs.stats();
   const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(miss.json?.message ?? ""));
 
-  // A second miss at once: the connections of the first are still open (the node client keeps
-  // an idle connection 4 s).
+  // A second miss at once: the connections of the first are still open (the gateway's node
+  // client keeps an idle connection 30 s).
   const w0 = await stubs.stats();
   const warm = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-warm-${seq}` });
   const w1 = await stubs.stats();
@@ -436,7 +436,9 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       "The lookup miss is one native lookupSandbox of a new name while the nodes keep checking " +
       "in; nodes heard and sockets are counted by the stub (a socket is a new client address:port " +
       "seen by a node). A node the round did not ask before its deadline is not heard: the " +
-      "answer is then a 503 that says how many were not asked.",
+      "answer is then a 503 that says how many were not asked. It comes 16-20 s after the " +
+      "previous run's rounds: the gateway keeps idle node connections 30 s, so the first run's " +
+      "miss is cold (a connect to every node) and the later runs' reuse connections.",
       `The slow-network miss follows the list page (connections warm); every simulated node ` +
       `answers its lookupSandbox ${SLOW_ANSWER_MS} ms late. At 128 nodes at once, 10,000 such ` +
       `nodes need ${(10_000 * SLOW_ANSWER_MS / 128 / 1000).toFixed(1)} s.`,
