@@ -18,7 +18,7 @@ import { createLog } from "../shared/log.ts";
 import { createH1Client, serveDaemon } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { buildGateway } from "./app.ts";
-import { gatewayEnvVariables, loadGatewayConfig } from "./config.ts";
+import { gatewayEnvVariables, loadGatewayConfig, NODE_CLIENT_IDLE_MS } from "./config.ts";
 
 /** How long in-flight requests may take to finish after SIGINT/SIGTERM. */
 const shutdownGraceMs = 10_000;
@@ -81,7 +81,7 @@ if (config.tls !== null) {
 // latency at c1 and kept every forwarding rule (bench/RESULTS.md). An https node goes to fetch,
 // which does TLS; etcd and the webhook keep fetch (their own `fetch`).
 const nodeClient = config.nodeClient === "h1"
-  ? createH1Client({ otherSchemes: globalThis.fetch })
+  ? createH1Client({ otherSchemes: globalThis.fetch, idleTimeoutMs: NODE_CLIENT_IDLE_MS })
   : undefined;
 
 const gateway = buildGateway({

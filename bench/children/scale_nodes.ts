@@ -8,7 +8,8 @@
  * Prints `{"ready":true,...}` once every node has joined. A control listener on 127.0.0.1
  * answers `GET /stats` (check-ins sent and failed, the pacing's lag, lookups and lists answered,
  * connections seen: a client address and port not seen before by that node) and `POST /burst?ms=&concurrency=` (check-ins as fast as the gateway takes
- * them, for the sustained rate) and `POST /pace?on=0|1`.
+ * them, for the sustained rate), `POST /pace?on=0|1` and `POST /delay?ms=` (each lookupSandbox
+ * answered that much later, as a node across a slower network would).
  *
  * Usage: deno run --allow-net bench/children/scale_nodes.ts <count> <gatewayUrl> <controlPort> [interval]
  * [first]: nodes first … first + count - 1 (a process holds a listener and a socket per node, so
@@ -33,7 +34,7 @@ export function nodeHost(i: number): string {
 }
 
 const servers: Deno.HttpServer[] = [];
-let lookups = 0, lists = 0, connections = 0;
+let lookups = 0, lists = 0, connections = 0, lookupDelayMs = 0;
 const seenRemotes = new Set<string>();
 for (let i = first; i < first + count; i++) {
   const host = nodeHost(i);
@@ -46,6 +47,7 @@ for (let i = first; i < first + count; i++) {
     const path = new URL(req.url).pathname;
     await req.body?.cancel();
     if (path === "/lookupSandbox") {
+      if (lookupDelayMs > 0) await new Promise((r) => setTimeout(r, lookupDelayMs));
       lookups++;
       return Response.json({ found: false });
     }
@@ -160,6 +162,10 @@ Deno.serve({ hostname: "127.0.0.1", port: controlPort, onListen() {} }, async (r
       Number(url.searchParams.get("ms") ?? "3000"),
     );
     return Response.json({ sent: sent - before, failed: failed - failedBefore, ms });
+  }
+  if (url.pathname === "/delay") {
+    lookupDelayMs = Math.max(0, Number(url.searchParams.get("ms") ?? "0"));
+    return Response.json({ lookupDelayMs });
   }
   if (url.pathname === "/pace") {
     pacing = url.searchParams.get("on") !== "0";

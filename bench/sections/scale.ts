@@ -58,7 +58,13 @@ interface Measured {
   listMs: number;
   listed: number;
   listUnheard: number;
+  slowMs: number;
+  slowStatus: number;
+  slowHeard: number;
 }
+
+/** How late each node answers the slow-network miss (a connect and an answer across regions). */
+const SLOW_ANSWER_MS = 40;
 
 /** What `children/scale_nodes.ts` prints once its nodes joined. */
 interface StubReady {
@@ -163,8 +169,8 @@ async function measureOnce(
   const l1 = await stubs.stats();
   const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(miss.json?.message ?? ""));
 
-  // A second miss at once: the connections of the first are still open (the node client keeps
-  // an idle connection 4 s).
+  // A second miss at once: the connections of the first are still open (the gateway's node
+  // client keeps an idle connection 30 s).
   const w0 = await stubs.stats();
   const warm = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-warm-${seq}` });
   const w1 = await stubs.stats();
@@ -173,6 +179,14 @@ async function measureOnce(
   const list = await gatewayCall(gw.url, "listSandboxes", {});
   const sandboxes = Array.isArray(list.json?.sandboxes) ? list.json.sandboxes.length : 0;
   const unheard = Array.isArray(list.json?.unreachable) ? list.json.unreachable.length : n;
+
+  // A miss whose nodes each answer SLOW_ANSWER_MS late, as over a slower network: a round at a
+  // fixed width needs nodes × latency ÷ width, one that widens does not.
+  await stubs.post(`/delay?ms=${SLOW_ANSWER_MS}`);
+  const d0 = await stubs.stats();
+  const slow = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-slow-${seq}` });
+  const d1 = await stubs.stats();
+  await stubs.post("/delay?ms=0");
 
   // Burst: check-ins as fast as the gateway takes them.
   await stubs.post("/pace?on=0");
@@ -199,6 +213,9 @@ async function measureOnce(
     listMs: list.ms,
     listed: sandboxes,
     listUnheard: unheard,
+    slowMs: slow.ms,
+    slowStatus: slow.status,
+    slowHeard: d1.lookups - d0.lookups,
   };
 }
 
@@ -223,7 +240,10 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
   }
 
   async function measureSize(n: number): Promise<void> {
-    const gw = await startGateway([], {}, "--allow-net");
+    // Digests off: the miss asks every node, the case no digest shortens (a name every digest
+    // may hold, or a gateway run with DORMICE_GATEWAY_LOOKUP_DIGESTS=off); `lookup-scale`
+    // measures the digests.
+    const gw = await startGateway([], { DORMICE_GATEWAY_LOOKUP_DIGESTS: "off" }, "--allow-net");
     // A process holds a listener and a socket per node, within its 20,000 descriptors.
     const parts = Math.ceil(n / NODES_PER_PROCESS);
     const children: Child<StubReady>[] = [];
@@ -279,7 +299,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     name: string,
     unit: string,
     pick: (m: Measured) => number,
-    goal?: (n: number, value: number) => Partial<Row> | undefined,
+    goal?: (n: number, value: number, runs: Measured[]) => Partial<Row> | undefined,
     ratio = true,
   ) => {
     const refValues = ref.map(pick);
@@ -290,7 +310,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
         n === sizes[0] ? " (reference)" : ""
       }`;
       rows.push(
-        row(label, unit, values, ratio ? refValues : null, goal?.(n, median(values)) ?? {}),
+        row(
+          label,
+          unit,
+          values,
+          ratio ? refValues : null,
+          goal?.(n, median(values), bySize.get(n)!) ?? {},
+        ),
       );
     }
   };
@@ -310,11 +336,20 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     (n, v) => n === 10_000 ? { target: "≥ 667/s (10,000 ÷ 15 s)", met: v >= 667 } : undefined,
   );
   figure("CPU per check-in, sustained", "ms", (m) => m.burstCpuPerCheckIn);
+  // Met only with every node heard: a 503 within the bound is a correct answer, not the goal.
+  const allHeard = (runs: Measured[], status: (m: Measured) => number) =>
+    runs.every((m) => status(m) === 200);
   figure(
     "lookup miss: time",
     "ms",
     (m) => m.missMs,
-    (n, v) => n >= 1_000 ? { target: "≤ 2,200 ms", met: v <= 2_200 } : undefined,
+    (n, v, runs) =>
+      n >= 1_000
+        ? {
+          target: "≤ 2,200 ms, every node heard",
+          met: v <= 2_200 && allHeard(runs, (m) => m.missStatus),
+        }
+        : undefined,
   );
   figure(
     "lookup miss: HTTP status (200 none, 503 unsure)",
@@ -331,7 +366,14 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     undefined,
     false,
   );
-  figure("lookup miss: sockets the nodes accepted", "sockets", (m) => m.missSockets);
+  // No ratio: with connections kept between runs the reference's median is often 0.
+  figure(
+    "lookup miss: sockets the nodes accepted",
+    "sockets",
+    (m) => m.missSockets,
+    undefined,
+    false,
+  );
   figure("lookup miss: gateway CPU", "ms", (m) => m.missCpuMs);
   figure("second miss right after (connections reused): time", "ms", (m) => m.warmMs);
   figure("second miss: nodes heard", "nodes", (m) => m.warmHeard);
@@ -341,6 +383,30 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     (m) => m.warmSockets,
     undefined,
     false,
+  );
+  figure(
+    `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: time`,
+    "ms",
+    (m) => m.slowMs,
+    (n, v, runs) =>
+      n >= 1_000
+        ? {
+          target: "≤ 2,200 ms, every node heard",
+          met: v <= 2_200 && allHeard(runs, (m) => m.slowStatus),
+        }
+        : undefined,
+  );
+  figure(
+    `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: HTTP status`,
+    "",
+    (m) => m.slowStatus,
+    undefined,
+    false,
+  );
+  figure(
+    `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: nodes heard`,
+    "nodes",
+    (m) => m.slowHeard,
   );
   figure("listSandboxes first page: time", "ms", (m) => m.listMs);
   figure("listSandboxes first page: sandboxes listed", "", (m) => m.listed);
@@ -360,7 +426,8 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     notes: [
       ...failures,
       "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, " +
-      "2,000 ms lookup deadline) and stub processes simulating every node on its own address " +
+      "2,000 ms lookup deadline, " +
+      "DORMICE_GATEWAY_LOOKUP_DIGESTS=off so a miss asks every node) and stub processes simulating every node on its own address " +
       "127.1.x.y (bench/children/scale_nodes.ts, 5,000 nodes a process: each holds a listener and a " +
       "socket per node, and a process may hold 20,000 descriptors here): each node checks in every 15 s with a reading, a config " +
       "digest and an empty lookup digest, answers lookupSandbox (never found) and listSandboxes " +
@@ -376,7 +443,12 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       "The lookup miss is one native lookupSandbox of a new name while the nodes keep checking " +
       "in; nodes heard and sockets are counted by the stub (a socket is a new client address:port " +
       "seen by a node). A node the round did not ask before its deadline is not heard: the " +
-      "answer is then a 503 that says how many were not asked.",
+      "answer is then a 503 that says how many were not asked. It comes 16-20 s after the " +
+      "previous run's rounds: the gateway keeps idle node connections 30 s, so the first run's " +
+      "miss is cold (a connect to every node) and the later runs' reuse connections.",
+      `The slow-network miss follows the list page (connections warm); every simulated node ` +
+      `answers its lookupSandbox ${SLOW_ANSWER_MS} ms late. At 128 nodes at once, 10,000 such ` +
+      `nodes need ${(10_000 * SLOW_ANSWER_MS / 128 / 1000).toFixed(1)} s.`,
     ],
   };
 }
