@@ -12,7 +12,12 @@
 import { HttpError } from "../shared/http_error.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
-import { type Executor, ExecutorError, executorErrorToHttp } from "./executors/contract.ts";
+import {
+  type Executor,
+  ExecutorError,
+  executorErrorToHttp,
+  SNAPSHOT_ID_PATTERN,
+} from "./executors/contract.ts";
 
 /** Heals that may run at once on one node; one more is a 503 naming this cap. */
 export const MAX_HEALS_AT_ONCE = 2;
@@ -112,9 +117,19 @@ export class ImageMoves {
    * The holder's side: image `name` streamed out of the executor, its digest in
    * {@linkcode IMAGE_DIGEST_HEADER}. The caller has checked the fleet token.
    *
-   * @throws {HttpError} 404 when not held, 501 when the executor cannot export.
+   * Serves snapshots only (every heal is of one): a template's or base image, another node's
+   * image on a shared engine, or anything else the engine holds by name is not this route's.
+   *
+   * @throws {HttpError} 404 when not held or no snapshot id, 501 when the executor cannot export.
    */
   async export(name: string, signal: AbortSignal): Promise<Response> {
+    if (!SNAPSHOT_ID_PATTERN.test(name)) {
+      throw new HttpError(
+        404,
+        `'${name.slice(0, 80)}' is no snapshot id (snap- and 20 letters or digits): this node ` +
+          "serves snapshots only to other nodes",
+      );
+    }
     const executor = this.#options.executor;
     if (!executor.exportImage) {
       throw new HttpError(501, `This node's ${executor.kind} executor cannot export images`);

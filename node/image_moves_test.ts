@@ -88,3 +88,38 @@ Deno.test("parseHealFrom reads id=endpoint pairs and drops what is not one", () 
   ]);
   assert.deepEqual(parseHealFrom(null), []);
 });
+
+Deno.test("the holder's route serves snapshots only, never an image the engine holds by name", async () => {
+  const asked: string[] = [];
+  // An executor that exports whatever its engine holds by name, as Docker's does.
+  const executor = {
+    ...new FakeExecutor(),
+    kind: "docker",
+    exportImage: (name: string) => {
+      asked.push(name);
+      return Promise.resolve({
+        digest: "sha256:x",
+        body: ReadableStream.from([new Uint8Array(1)]),
+      });
+    },
+  } as unknown as FakeExecutor;
+  const moves = new ImageMoves({ executor, token });
+  const signal = AbortSignal.timeout(1000);
+  for (
+    const name of [
+      "dormice-base:latest",
+      "sha256:abc",
+      "dormice-snapshot:snap-aaaaaaaaaaaaaaaaaaaa-i1",
+      "../x",
+    ]
+  ) {
+    await assert.rejects(
+      moves.export(name, signal),
+      (e: HttpError) => e.status === 404 && /serves snapshots only/.test(e.message),
+    );
+  }
+  assert.deepEqual(asked, []);
+  const res = await moves.export("snap-aaaaaaaaaaaaaaaaaaaa", signal);
+  await res.body?.cancel();
+  assert.deepEqual(asked, ["snap-aaaaaaaaaaaaaaaaaaaa"]);
+});
