@@ -18,6 +18,9 @@ import type { SandboxService } from "./service.ts";
 /** The repository archives are pushed to on the registry. */
 export const REGISTRY_ARCHIVE_REPOSITORY = "dormice-archive";
 
+/** The label an archive image carries its sandbox's row in (`DockerExecutor.pushArchive`). */
+export const ARCHIVE_RECORD_LABEL = "dormice.archive.record";
+
 const MANIFEST_TYPES = "application/vnd.docker.distribution.manifest.v2+json, " +
   "application/vnd.oci.image.manifest.v1+json";
 
@@ -82,6 +85,12 @@ export class ArchiveMoves {
         "there, or another node took it over already",
     );
     if (await this.#moved(id)) throw gone;
+    // Whose it is, read from the registry before anything is pulled: another team's files never
+    // reach this node, and a refusal never touches a sandbox this node already holds.
+    const pushed = await this.#recordOf(id);
+    if (pushed === undefined || pushed.id !== id || (team !== undefined && pushed.team !== team)) {
+      throw gone;
+    }
     let text: string;
     try {
       text = await executor.pullArchive(id, registry, AbortSignal.timeout(timeoutMs));
@@ -91,7 +100,11 @@ export class ArchiveMoves {
     }
     const record = JSON.parse(text) as SandboxRecord;
     if (record.id !== id || (team !== undefined && record.team !== team)) {
-      await executor.destroy(id).catch(() => {});
+      // Changed in the registry since it was read: what was pulled goes, unless the sandbox is
+      // this node's already (a take-over that finished meanwhile).
+      if (!this.#options.service.list({}).some((s) => s.id === id)) {
+        await executor.destroy(id).catch(() => {});
+      }
       throw gone;
     }
     const row = await this.#options.service.adoptArchived(record);
@@ -119,6 +132,55 @@ export class ArchiveMoves {
       }
     }
     return dropped;
+  }
+
+  /**
+   * The row sandbox `id` was pushed with (its archive image's `dormice.archive.record` label,
+   * read through the registry's API), or undefined when the registry has none.
+   *
+   * @throws {HttpError} 503 when the registry does not answer.
+   */
+  async #recordOf(id: string): Promise<{ id?: string; team?: string } | undefined> {
+    const signal = AbortSignal.timeout(10_000);
+    const registry = this.#options.registry;
+    try {
+      const manifest = await fetch(this.#url(encodeURIComponent(id)), {
+        headers: { accept: MANIFEST_TYPES },
+        signal,
+      });
+      if (manifest.status === 404) {
+        await manifest.body?.cancel();
+        return undefined;
+      }
+      if (!manifest.ok) throw new Error(`HTTP ${manifest.status} for its manifest`);
+      const config = (await manifest.json() as { config?: { digest?: string } }).config?.digest;
+      if (!config) throw new Error("its manifest names no config");
+      const blob = await fetch(
+        `http://${registry}/v2/${REGISTRY_ARCHIVE_REPOSITORY}/blobs/${config}`,
+        { signal },
+      );
+      if (!blob.ok) {
+        await blob.body?.cancel();
+        throw new Error(`HTTP ${blob.status} for its config`);
+      }
+      const labels =
+        (await blob.json() as { config?: { Labels?: Record<string, string> | null } }).config
+          ?.Labels ?? {};
+      const text = labels[ARCHIVE_RECORD_LABEL];
+      if (!text) return undefined;
+      const record = JSON.parse(text) as { id?: unknown; team?: unknown };
+      return {
+        ...(typeof record.id === "string" ? { id: record.id } : {}),
+        ...(typeof record.team === "string" ? { team: record.team } : {}),
+      };
+    } catch (error) {
+      throw new HttpError(
+        503,
+        `Could not read sandbox '${id}' from the registry ${registry}: ` +
+          `${error instanceof Error ? error.message : String(error)}. Retry shortly`,
+        { headers: { "retry-after": "5" } },
+      );
+    }
   }
 
   #url(tag: string): string {
