@@ -241,7 +241,27 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
   let archives: ArchiveMoves | undefined;
   const service = new SandboxService({
     ledger,
-    executor: timed,
+    // With a registry, a sandbox paused to disk that resumes or is killed here takes its pushed
+    // files out of the registry, so no take-over can resume them later (`ArchiveMoves.forget`).
+    executor: config.snapshotRegistry === undefined ? timed : new Proxy(timed, {
+      get(target, key) {
+        if (key === "restore") {
+          return async (request: Parameters<Executor["restore"]>[0]) => {
+            await archives?.forget(request.id);
+            return await target.restore(request);
+          };
+        }
+        if (key === "destroy") {
+          return async (id: string) => {
+            const archived = ledger.byId(id)?.state === "archived";
+            await target.destroy(id);
+            if (archived) await archives?.forget(id);
+          };
+        }
+        const value = Reflect.get(target, key, target);
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    }),
     clock,
     log,
     pools,

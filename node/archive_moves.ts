@@ -42,6 +42,8 @@ export interface ArchiveMovesOptions {
 export class ArchiveMoves {
   #options: ArchiveMovesOptions;
   #log: Log;
+  /** Take-overs running now, by sandbox id; an entry goes when its take-over settles. */
+  #adopting = new Map<string, Promise<SandboxRecord>>();
 
   /** Keeps the options; makes no call. */
   constructor(options: ArchiveMovesOptions) {
@@ -74,16 +76,34 @@ export class ArchiveMoves {
    * @throws {HttpError} 404 when the registry has no such sandbox (of that team), or it moved
    * already; 409 for a name taken here; 503 when the registry fails.
    */
-  async adopt(id: string, team: string | undefined): Promise<SandboxRecord> {
+  adopt(id: string, team: string | undefined): Promise<SandboxRecord> {
+    const here = this.#options.service.list({}).find((s) => s.id === id);
+    if (here && (team === undefined || here.team === team)) return Promise.resolve(here);
+    // Two take-overs of one sandbox on this node at once share one: the second would pull over
+    // the files the first adopted.
+    const running = this.#adopting.get(id);
+    const run = running ?? this.#adopt(id, team).finally(() => this.#adopting.delete(id));
+    if (!running) this.#adopting.set(id, run);
+    return run.then((row) => {
+      if (team !== undefined && row.team !== team) throw this.#gone(id);
+      return row;
+    });
+  }
+
+  #gone(id: string): HttpError {
+    return new HttpError(
+      404,
+      `Sandbox '${id}' is not paused to disk in the registry ${this.#options.registry}: it was ` +
+        "never pushed there, or another node took it over already",
+    );
+  }
+
+  async #adopt(id: string, team?: string): Promise<SandboxRecord> {
     const { executor, registry, timeoutMs } = this.#options;
     if (!executor.pullArchive) {
       throw new HttpError(501, `This node's ${executor.kind} executor cannot take over sandboxes`);
     }
-    const gone = new HttpError(
-      404,
-      `Sandbox '${id}' is not paused to disk in the registry ${registry}: it was never pushed ` +
-        "there, or another node took it over already",
-    );
+    const gone = this.#gone(id);
     if (await this.#moved(id)) throw gone;
     // Whose it is, read from the registry before anything is pulled: another team's files never
     // reach this node, and a refusal never touches a sandbox this node already holds.
@@ -107,8 +127,16 @@ export class ArchiveMoves {
       }
       throw gone;
     }
+    // The move is marked, then claimed by deleting what was pushed: of two nodes taking it over
+    // at once (two gateways), the registry answers one delete and refuses the other.
+    await this.#markMoved(id, pushed);
+    if (!(await this.#claim(id, pushed.digest))) {
+      if (!this.#options.service.list({}).some((s) => s.id === id)) {
+        await executor.destroy(id).catch(() => {});
+      }
+      throw gone;
+    }
     const row = await this.#options.service.adoptArchived(record);
-    await this.#markMoved(id);
     this.#log("info", "sandbox paused to disk taken over from another node", { id });
     return row;
   }
@@ -140,7 +168,7 @@ export class ArchiveMoves {
    *
    * @throws {HttpError} 503 when the registry does not answer.
    */
-  async #recordOf(id: string): Promise<{ id?: string; team?: string } | undefined> {
+  async #recordOf(id: string): Promise<Pushed | undefined> {
     const signal = AbortSignal.timeout(10_000);
     const registry = this.#options.registry;
     try {
@@ -153,8 +181,12 @@ export class ArchiveMoves {
         return undefined;
       }
       if (!manifest.ok) throw new Error(`HTTP ${manifest.status} for its manifest`);
-      const config = (await manifest.json() as { config?: { digest?: string } }).config?.digest;
-      if (!config) throw new Error("its manifest names no config");
+      const digest = manifest.headers.get("docker-content-digest");
+      const bytes = new Uint8Array(await manifest.arrayBuffer());
+      const config = (JSON.parse(new TextDecoder().decode(bytes)) as {
+        config?: { digest?: string };
+      }).config?.digest;
+      if (!config || !digest) throw new Error("its manifest names no config or digest");
       const blob = await fetch(
         `http://${registry}/v2/${REGISTRY_ARCHIVE_REPOSITORY}/blobs/${config}`,
         { signal },
@@ -172,6 +204,9 @@ export class ArchiveMoves {
       return {
         ...(typeof record.id === "string" ? { id: record.id } : {}),
         ...(typeof record.team === "string" ? { team: record.team } : {}),
+        digest,
+        manifest: bytes,
+        type: manifest.headers.get("content-type") ?? MANIFEST_TYPES,
       };
     } catch (error) {
       throw new HttpError(
@@ -197,20 +232,20 @@ export class ArchiveMoves {
     return res.ok;
   }
 
-  /** Tags the sandbox's manifest again as `<id>.moved` (the registry's API, no engine). */
-  async #markMoved(id: string): Promise<void> {
-    const signal = AbortSignal.timeout(10_000);
-    const manifest = await fetch(this.#url(id), { headers: { accept: MANIFEST_TYPES }, signal });
-    if (!manifest.ok) {
-      await manifest.body?.cancel();
-      throw new HttpError(503, `Could not mark sandbox '${id}' moved in the registry`);
-    }
-    const body = new Uint8Array(await manifest.arrayBuffer());
+  /**
+   * Marks sandbox `id` moved: its manifest as pushed, under the tag `<id>.moved`, written with
+   * one more byte (a newline) so its digest differs and {@linkcode #claim}'s delete of the
+   * pushed one leaves it (the registry's API, no engine).
+   */
+  async #markMoved(id: string, pushed: Pushed): Promise<void> {
+    const body = new Uint8Array(pushed.manifest.length + 1);
+    body.set(pushed.manifest);
+    body[pushed.manifest.length] = 0x0a;
     const put = await fetch(this.#url(`${id}.moved`), {
       method: "PUT",
-      headers: { "content-type": manifest.headers.get("content-type") ?? MANIFEST_TYPES },
+      headers: { "content-type": pushed.type },
       body,
-      signal,
+      signal: AbortSignal.timeout(10_000),
     });
     await put.body?.cancel();
     if (!put.ok) {
@@ -220,4 +255,68 @@ export class ArchiveMoves {
       );
     }
   }
+
+  /**
+   * Claims the take-over of sandbox `id` by deleting the manifest it was pushed with: true
+   * when this node's delete removed it, false when another's did first. A registry that allows
+   * no deletes (405) cannot tell two take-overs apart: true, with a warning.
+   */
+  async #claim(id: string, digest: string): Promise<boolean> {
+    const res = await fetch(this.#url(digest), {
+      method: "DELETE",
+      signal: AbortSignal.timeout(10_000),
+    });
+    await res.body?.cancel();
+    if (res.ok) return true;
+    if (res.status === 404) {
+      this.#log("warn", "another node took over a sandbox paused to disk first", { id });
+      return false;
+    }
+    this.#log(
+      "warn",
+      "the registry allows no deletes: two take-overs at once cannot be told apart",
+      {
+        id,
+        status: res.status,
+      },
+    );
+    return true;
+  }
+
+  /**
+   * Removes what a pause to disk pushed of sandbox `id`, once it resumed or was killed on this
+   * node: a take-over after that would resume stale files under a live sandbox's id. Best
+   * effort: a failure is logged.
+   */
+  async forget(id: string): Promise<void> {
+    try {
+      const pushed = await this.#recordOf(id);
+      if (pushed === undefined) return;
+      const res = await fetch(this.#url(pushed.digest), {
+        method: "DELETE",
+        signal: AbortSignal.timeout(10_000),
+      });
+      await res.body?.cancel();
+      if (!res.ok && res.status !== 404) {
+        throw new Error(`the registry answered HTTP ${res.status}`);
+      }
+    } catch (error) {
+      this.#log("warn", "could not remove a resumed sandbox's files from the registry", {
+        id,
+        error: error instanceof Error ? error.message : String(error),
+      });
+    }
+  }
+}
+
+/** What the registry holds of a sandbox paused to disk. */
+interface Pushed {
+  /** The sandbox id and team its row names. */
+  id?: string;
+  team?: string;
+  /** The digest of the manifest it was pushed with. */
+  digest: string;
+  /** That manifest, as stored, and its media type. */
+  manifest: Uint8Array;
+  type: string;
 }

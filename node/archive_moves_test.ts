@@ -24,8 +24,14 @@ function fakeRegistry(): { address: string; puts: string[]; server: Deno.HttpSer
       }
       return new Response(null, { status: puts.length > 0 ? 200 : 404 });
     }
+    if (path === `/v2/dormice-archive/manifests/sha256:m0` && req.method === "DELETE") {
+      puts.push(`DELETE ${path}`);
+      return new Response(null, { status: 202 });
+    }
     if (path === `/v2/dormice-archive/manifests/${id}`) {
-      return Response.json({ config: { digest: "sha256:c0" } });
+      return Response.json({ config: { digest: "sha256:c0" } }, {
+        headers: { "docker-content-digest": "sha256:m0" },
+      });
     }
     if (path === "/v2/dormice-archive/blobs/sha256:c0") {
       return Response.json({ config: { Labels: { [ARCHIVE_RECORD_LABEL]: record } } });
@@ -88,10 +94,15 @@ Deno.test("the sandbox's own team takes it over, and its move is marked", async 
     const row = await moves.adopt(id, "team-a");
     assert.equal(row.id, id);
     assert.deepEqual(pulls, [id]);
-    assert.deepEqual(registry.puts, [`/v2/dormice-archive/manifests/${id}.moved`]);
-    // Moved: a second take-over is refused before the registry's record is read again.
-    await assert.rejects(moves.adopt(id, "team-a"), (e: HttpError) => e.status === 404);
-    assert.deepEqual(pulls, [id]);
+    // Marked moved, then claimed by deleting what was pushed.
+    assert.deepEqual(registry.puts, [
+      `/v2/dormice-archive/manifests/${id}.moved`,
+      "DELETE /v2/dormice-archive/manifests/sha256:m0",
+    ]);
+    // Moved: a second take-over elsewhere is refused before the registry's record is read again.
+    const elsewhere = movesOn(registry.address);
+    await assert.rejects(elsewhere.moves.adopt(id, "team-a"), (e: HttpError) => e.status === 404);
+    assert.deepEqual(elsewhere.pulls, []);
   } finally {
     await registry.server.shutdown();
   }
