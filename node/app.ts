@@ -308,6 +308,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
   });
   archives = config.snapshotRegistry === undefined ? undefined : new ArchiveMoves({
     executor: timed,
+    nodeId: config.nodeId,
     service,
     registry: config.snapshotRegistry,
     timeoutMs: config.snapshotHealTimeoutMs ?? DEFAULT_HEAL_TIMEOUT_SECONDS * 1000,

@@ -3,7 +3,8 @@
  * (`DORMICE_SNAPSHOT_REGISTRY`): a pause to disk pushes the kept files with the sandbox's row;
  * when its node is down, the gateway asks another node to take it over (`adopt`): it pulls
  * them, records the row as its own, and marks the move in the registry (a second tag,
- * `<sandbox id>.moved`); a node that comes back with a row whose move is marked drops it at
+ * `<sandbox id>.moved-<pushing node's hash>`); a node that comes back with a row whose move is
+ * marked drops it at
  * boot (`fence`), so the sandbox lives on one node only.
  *
  * @module
@@ -32,6 +33,8 @@ export interface ArchiveMovesOptions {
   service: Pick<SandboxService, "adoptArchived" | "destroy" | "list">;
   /** `host:port` of the registry. */
   registry: string;
+  /** This node's id: its own moves are marked under it (see `fence`). */
+  nodeId: string;
   /** One push or pull's time budget, ms. */
   timeoutMs: number;
   /** Where moves are logged. */
@@ -104,13 +107,13 @@ export class ArchiveMoves {
       throw new HttpError(501, `This node's ${executor.kind} executor cannot take over sandboxes`);
     }
     const gone = this.#gone(id);
-    if (await this.#moved(id)) throw gone;
     // Whose it is, read from the registry before anything is pulled: another team's files never
     // reach this node, and a refusal never touches a sandbox this node already holds.
     const pushed = await this.#recordOf(id);
     if (pushed === undefined || pushed.id !== id || (team !== undefined && pushed.team !== team)) {
       throw gone;
     }
+    if (await this.#moved(id, pushed.node)) throw gone;
     let text: string;
     try {
       text = await executor.pullArchive(id, registry, AbortSignal.timeout(timeoutMs));
@@ -149,7 +152,7 @@ export class ArchiveMoves {
     const dropped: string[] = [];
     for (const s of this.#options.service.list({}).filter((s) => s.state === "archived")) {
       try {
-        if (!(await this.#moved(s.id))) continue;
+        if (!(await this.#moved(s.id, this.#options.nodeId))) continue;
         await this.#options.service.destroy({ id: s.id });
         dropped.push(s.id);
         this.#log("warn", "a sandbox paused to disk here was resumed on another node: dropped", {
@@ -204,6 +207,7 @@ export class ArchiveMoves {
       return {
         ...(typeof record.id === "string" ? { id: record.id } : {}),
         ...(typeof record.team === "string" ? { team: record.team } : {}),
+        node: labels["dormice.node"] ?? "",
         digest,
         manifest: bytes,
         type: manifest.headers.get("content-type") ?? MANIFEST_TYPES,
@@ -222,8 +226,14 @@ export class ArchiveMoves {
     return `http://${this.#options.registry}/v2/${REGISTRY_ARCHIVE_REPOSITORY}/manifests/${tag}`;
   }
 
-  async #moved(id: string): Promise<boolean> {
-    const res = await fetch(this.#url(`${id}.moved`), {
+  /**
+   * Whether what node `node` pushed of sandbox `id` was taken over: the tag
+   * `<id>.moved-<node's hash>`, one per pushing node, so a sandbox that moved, was paused to
+   * disk again on its new node and lost that one too can move again, while its first node
+   * still finds its own move marked.
+   */
+  async #moved(id: string, node: string): Promise<boolean> {
+    const res = await fetch(this.#url(await movedTag(id, node)), {
       method: "HEAD",
       headers: { accept: MANIFEST_TYPES },
       signal: AbortSignal.timeout(10_000),
@@ -233,7 +243,7 @@ export class ArchiveMoves {
   }
 
   /**
-   * Marks sandbox `id` moved: its manifest as pushed, under the tag `<id>.moved`, written with
+   * Marks sandbox `id` moved: its manifest as pushed, under its moved tag, written with
    * one more byte (a newline) so its digest differs and {@linkcode #claim}'s delete of the
    * pushed one leaves it (the registry's API, no engine).
    */
@@ -241,7 +251,7 @@ export class ArchiveMoves {
     const body = new Uint8Array(pushed.manifest.length + 1);
     body.set(pushed.manifest);
     body[pushed.manifest.length] = 0x0a;
-    const put = await fetch(this.#url(`${id}.moved`), {
+    const put = await fetch(this.#url(await movedTag(id, pushed.node)), {
       method: "PUT",
       headers: { "content-type": pushed.type },
       body,
@@ -314,9 +324,20 @@ interface Pushed {
   /** The sandbox id and team its row names. */
   id?: string;
   team?: string;
+  /** The node that pushed it (its archive image's `dormice.node` label). */
+  node: string;
   /** The digest of the manifest it was pushed with. */
   digest: string;
   /** That manifest, as stored, and its media type. */
   manifest: Uint8Array;
   type: string;
+}
+
+/** The tag marking what `node` pushed of sandbox `id` as taken over. */
+async function movedTag(id: string, node: string): Promise<string> {
+  const hash = new Uint8Array(
+    await crypto.subtle.digest("SHA-256", new TextEncoder().encode(node)),
+  );
+  const hex = [...hash.subarray(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
+  return `${id}.moved-${hex}`;
 }

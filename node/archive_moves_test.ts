@@ -17,7 +17,7 @@ function fakeRegistry(): { address: string; puts: string[]; server: Deno.HttpSer
   const puts: string[] = [];
   const server = Deno.serve({ hostname: "127.0.0.1", port: 0, onListen() {} }, (req) => {
     const path = new URL(req.url).pathname;
-    if (path === `/v2/dormice-archive/manifests/${id}.moved`) {
+    if (/^\/v2\/dormice-archive\/manifests\/[a-z0-9]+\.moved-[0-9a-f]{16}$/.test(path)) {
       if (req.method === "PUT") {
         puts.push(path);
         return new Response(null, { status: 201 });
@@ -66,6 +66,7 @@ function movesOn(registry: string) {
     executor,
     service: service as unknown as ConstructorParameters<typeof ArchiveMoves>[0]["service"],
     registry,
+    nodeId: "taker",
     timeoutMs: 5_000,
   });
   return { moves, pulls, destroys };
@@ -95,10 +96,9 @@ Deno.test("the sandbox's own team takes it over, and its move is marked", async 
     assert.equal(row.id, id);
     assert.deepEqual(pulls, [id]);
     // Marked moved, then claimed by deleting what was pushed.
-    assert.deepEqual(registry.puts, [
-      `/v2/dormice-archive/manifests/${id}.moved`,
-      "DELETE /v2/dormice-archive/manifests/sha256:m0",
-    ]);
+    assert.equal(registry.puts.length, 2);
+    assert.match(registry.puts[0], new RegExp(`^/v2/dormice-archive/manifests/${id}\\.moved-`));
+    assert.equal(registry.puts[1], "DELETE /v2/dormice-archive/manifests/sha256:m0");
     // Moved: a second take-over elsewhere is refused before the registry's record is read again.
     const elsewhere = movesOn(registry.address);
     await assert.rejects(elsewhere.moves.adopt(id, "team-a"), (e: HttpError) => e.status === 404);
