@@ -247,7 +247,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
       get(target, key) {
         if (key === "restore") {
           return async (request: Parameters<Executor["restore"]>[0]) => {
-            await archives?.forget(request.id);
+            archives?.forget(request.id);
             return await target.restore(request);
           };
         }
@@ -255,7 +255,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
           return async (id: string) => {
             const archived = ledger.byId(id)?.state === "archived";
             await target.destroy(id);
-            if (archived) await archives?.forget(id);
+            if (archived) archives?.forget(id);
           };
         }
         const value = Reflect.get(target, key, target);
@@ -516,6 +516,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
       await Promise.all([scanner.stop(), metricsSampler.stop(), checkIn?.stop()]);
       await upkeep.stop();
       await pools.close();
+      await archives?.settled();
       await executor.close();
       hostClient.close();
       ledger.close();

@@ -45,6 +45,8 @@ export interface ArchiveMovesOptions {
 export class ArchiveMoves {
   #options: ArchiveMovesOptions;
   #log: Log;
+  /** Removals from the registry running now, by sandbox id; an entry goes when it settles. */
+  #forgetting = new Map<string, Promise<void>>();
   /** Take-overs running now, by sandbox id; an entry goes when its take-over settles. */
   #adopting = new Map<string, Promise<SandboxRecord>>();
 
@@ -63,6 +65,8 @@ export class ArchiveMoves {
   async push(sandbox: SandboxRecord): Promise<void> {
     const { executor, registry, timeoutMs } = this.#options;
     if (!executor.pushArchive) return;
+    // A removal of an earlier push still running would read, and remove, this one.
+    await this.#forgetting.get(sandbox.id);
     await executor.pushArchive(
       sandbox.id,
       JSON.stringify(sandbox),
@@ -295,10 +299,24 @@ export class ArchiveMoves {
 
   /**
    * Removes what a pause to disk pushed of sandbox `id`, once it resumed or was killed on this
-   * node: a take-over after that would resume stale files under a live sandbox's id. Best
-   * effort: a failure is logged.
+   * node: a take-over after that would resume stale files under a live sandbox's id. Runs in
+   * the background (a registry that does not answer must not hold up a connect or a kill; each
+   * call has 10 s), before any later push of that sandbox; a failure is logged.
    */
-  async forget(id: string): Promise<void> {
+  forget(id: string): void {
+    const prior = this.#forgetting.get(id) ?? Promise.resolve();
+    const run: Promise<void> = prior.then(() => this.#forget(id)).finally(() => {
+      if (this.#forgetting.get(id) === run) this.#forgetting.delete(id);
+    });
+    this.#forgetting.set(id, run);
+  }
+
+  /** Settles once every removal from the registry asked for so far has ended. */
+  async settled(): Promise<void> {
+    await Promise.all(this.#forgetting.values());
+  }
+
+  async #forget(id: string): Promise<void> {
     try {
       const pushed = await this.#recordOf(id);
       if (pushed === undefined) return;
