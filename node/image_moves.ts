@@ -94,6 +94,8 @@ export class ImageMoves {
   #fetch: typeof fetch;
   /** Heals running now, by image name; a second create for one image waits for the first. */
   #running = new Map<string, Promise<HealResult>>();
+  /** Heals running now whose snapshot was deleted meanwhile; an entry goes with its heal. */
+  #deleted = new Set<string>();
 
   /** Keeps the options; makes no call. */
   constructor(options: ImageMovesOptions) {
@@ -166,9 +168,33 @@ export class ImageMoves {
         { headers: { "retry-after": "5" } },
       );
     }
-    const run = this.#heal(name, sources).finally(() => this.#running.delete(name));
+    const run = this.#heal(name, sources).then(async (result) => {
+      if (!this.#deleted.has(name)) return result;
+      await this.#options.executor.deleteSnapshot(name).catch((error) =>
+        this.#log("warn", "could not drop a snapshot deleted while it healed", {
+          image: name,
+          error: messageOf(error),
+        })
+      );
+      throw new HttpError(
+        404,
+        `Snapshot '${name}' was deleted while this node was getting it from another node: ` +
+          "nothing was kept. Take a new snapshot, or start from a template",
+      );
+    }).finally(() => {
+      this.#running.delete(name);
+      this.#deleted.delete(name);
+    });
     this.#running.set(name, run);
     return run;
+  }
+
+  /**
+   * Says snapshot `name` was deleted: a heal of it running now drops what it got and answers
+   * 404, so a delete that reached this node mid-heal leaves no copy behind.
+   */
+  deleted(name: string): void {
+    if (this.#running.has(name)) this.#deleted.add(name);
   }
 
   async #heal(name: string, sources: readonly HealSource[]): Promise<HealResult> {

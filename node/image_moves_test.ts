@@ -123,3 +123,41 @@ Deno.test("the holder's route serves snapshots only, never an image the engine h
   await res.body?.cancel();
   assert.deepEqual(asked, ["snap-aaaaaaaaaaaaaaaaaaaa"]);
 });
+
+Deno.test("a snapshot deleted while it heals is not kept: the heal answers 404", async () => {
+  const holder = new FakeExecutor();
+  await holder.create({ id: "src", name: "src", template: "base", spec: {}, env: {} });
+  const { snapshotId } = await holder.snapshot("src", { team: "t" });
+  const receiver = new FakeExecutor();
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => release = resolve);
+  let asked!: () => void;
+  const fetched = new Promise<void>((resolve) => asked = resolve);
+  const moves = new ImageMoves({
+    executor: receiver,
+    token,
+    fetch: async () => {
+      asked();
+      await held;
+      const out = await holder.exportImage(snapshotId, AbortSignal.timeout(1000));
+      return new Response(out.body, { headers: { "x-dormice-image-digest": out.digest } });
+    },
+  });
+  const healing = moves.heal(snapshotId, source);
+  await fetched;
+  // The delete reaches this node while the holder is still sending.
+  moves.deleted(snapshotId);
+  release();
+  await assert.rejects(
+    healing,
+    (e: HttpError) =>
+      e.status === 404 && /was deleted while this node was getting it/.test(e.message),
+  );
+  assert.deepEqual(await receiver.listSnapshots(), []);
+  assert.equal(receiver.hooks.calls.importImage, 1, "the image did arrive before it was dropped");
+  // A later heal of the same id is not refused by the earlier delete.
+  moves.deleted(snapshotId);
+  const again = await moves.heal(snapshotId, source);
+  assert.equal(again.from, "holder");
+  assert.deepEqual((await receiver.listSnapshots()).map((s) => s.snapshotId), [snapshotId]);
+});

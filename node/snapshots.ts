@@ -191,6 +191,7 @@ export class NodeSnapshots {
    * @throws {HttpError} 503 when the registry could not be told.
    */
   async delete(snapshotId: string, team?: string): Promise<boolean> {
+    this.#options.moves?.deleted(snapshotId);
     let deleted: boolean;
     try {
       deleted = await this.#options.executor.deleteSnapshot(snapshotId, team);
