@@ -12,7 +12,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { CheckInLoop, type CheckInOutcome, lookupDigestOf } from "./check_in.ts";
 import type { NodeConfig } from "./config.ts";
-import type { Executor } from "./executors/contract.ts";
+import { type Executor, ExecutorError } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
@@ -242,11 +242,19 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
   const service = new SandboxService({
     ledger,
     // With a registry, a sandbox paused to disk that resumes or is killed here takes its pushed
-    // files out of the registry, so no take-over can resume them later (`ArchiveMoves.forget`).
+    // files out of the registry, so no take-over can resume them later (`ArchiveMoves.forget`),
+    // and one another node took over meanwhile is not resumed here (`ArchiveMoves.movedAway`).
     executor: config.snapshotRegistry === undefined ? timed : new Proxy(timed, {
       get(target, key) {
         if (key === "restore") {
           return async (request: Parameters<Executor["restore"]>[0]) => {
+            if (await archives?.movedAway(request.id)) {
+              throw new ExecutorError(
+                "gone",
+                `Sandbox ${request.id} was resumed on another node while this node was out of ` +
+                  "the gateway's reach: it lives there now; kill it here",
+              );
+            }
             archives?.forget(request.id);
             return await target.restore(request);
           };

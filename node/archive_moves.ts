@@ -311,6 +311,29 @@ export class ArchiveMoves {
     this.#forgetting.set(id, run);
   }
 
+  /**
+   * Whether sandbox `id`, paused to disk here, was taken over by another node meanwhile (its
+   * move marked under this node's id): a node cut off from the gateway without restarting must
+   * not resume it too. A registry that does not answer within 2 s says no (logged).
+   */
+  async movedAway(id: string): Promise<boolean> {
+    try {
+      const res = await fetch(this.#url(await movedTag(id, this.#options.nodeId)), {
+        method: "HEAD",
+        headers: { accept: MANIFEST_TYPES },
+        signal: AbortSignal.timeout(2_000),
+      });
+      await res.body?.cancel();
+      return res.ok;
+    } catch (error) {
+      this.#log("warn", "could not check whether a sandbox moved before resuming it", {
+        id,
+        error: error instanceof Error ? error.message : String(error),
+      });
+      return false;
+    }
+  }
+
   /** Settles once every removal from the registry asked for so far has ended. */
   async settled(): Promise<void> {
     await Promise.all(this.#forgetting.values());

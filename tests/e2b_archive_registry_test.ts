@@ -3,12 +3,15 @@
  * `e2b` SDK, unmodified, on Docker: a sandbox that resumes or is killed on its own node takes
  * its pushed files out of the registry (a take-over after that would resume stale files under
  * a live or killed sandbox's id), and two nodes asked to take over one sandbox at once (two
- * gateways) do not both get it: one does, the other answers 404; paused to disk again there
+ * gateways) do not both get it: one does, the other answers 404; a node cut off meanwhile does
+ * not resume it as well (410); paused to disk again there
  * and that node lost too, it moves again. Off CI the test skips with a
  * printed reason when there is no engine or no `docker-registry`; with `CI=true` it fails.
  */
 import assert from "node:assert/strict";
+import Docker from "dockerode";
 import { Sandbox } from "e2b";
+import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import type { NodeProcess } from "./_processes.ts";
 import { startGateway } from "./_gateway.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
@@ -34,6 +37,7 @@ Deno.test({
   if (gate.failure) throw new Error(gate.failure);
   const tag = crypto.randomUUID().slice(0, 6);
   const ids = [`arr-a-${tag}`, `arr-b-${tag}`, `arr-c-${tag}`];
+  const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
   const registry = await startRegistry();
   const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
   const nodes = new Map<string, NodeProcess>();
@@ -107,9 +111,34 @@ Deno.test({
         made.push(sbx.sandboxId);
         await sbx.files.write("/home/user/v.txt", "moved once");
         assert.equal(await sbx.pause({ keepMemory: false }), true);
+        const cut = await Sandbox.create("minimal", sdk);
+        made.push(cut.sandboxId);
+        assert.equal(await cut.pause({ keepMemory: false }), true);
         await start(ids[1]);
         await start(ids[2]);
         const origin = nodes.get(ids[0])!;
+
+        // A node cut off from the gateway (not restarted) whose sandbox another node took over
+        // meanwhile does not resume it as well: its connect is a 410.
+        const fleet = { authorization: `Bearer ${gw.token}`, "x-dormice-team": "archive-registry" };
+        const adopted = await fetch(
+          `${nodes.get(ids[1])!.url}/e2b/api/sandboxes/${cut.sandboxId}/adopt`,
+          { method: "POST", headers: fleet },
+        );
+        assert.equal(adopted.status, 200, await adopted.text());
+        const stale = await fetch(`${origin.url}/e2b/api/sandboxes/${cut.sandboxId}/connect`, {
+          method: "POST",
+          headers: { ...fleet, "x-api-key": gw.token, "content-type": "application/json" },
+          body: JSON.stringify({ timeout: 60 }),
+        });
+        const staleText = await stale.text();
+        assert.equal(stale.status, 410, staleText);
+        assert.match(staleText, /resumed on another node/);
+        const running = await docker.listContainers({
+          filters: { label: [`dormice.sandbox=${cut.sandboxId}`] },
+        });
+        assert.equal(running.length, 0, "no copy runs on the cut-off node");
+
         origin.process.child.kill("SIGKILL");
         await origin.process.exited;
         // What two gateways would send at once, each to the node it picked.
