@@ -153,11 +153,11 @@ export class ImageMoves {
   /**
    * Gets image `name` onto this node: from the registry first when one is set, else from each
    * of `sources` in turn, within one time budget. Two heals of one image at once share one
-   * transfer.
+   * transfer. With `team`, a registry snapshot of another team is a 404 and is not pulled.
    *
    * @throws {HttpError} 503 past the cap, or when no source gave it (each one's cause named).
    */
-  heal(name: string, sources: readonly HealSource[]): Promise<HealResult> {
+  heal(name: string, sources: readonly HealSource[], team?: string): Promise<HealResult> {
     const running = this.#running.get(name);
     if (running) return running;
     if (this.#running.size >= MAX_HEALS_AT_ONCE) {
@@ -168,7 +168,7 @@ export class ImageMoves {
         { headers: { "retry-after": "5" } },
       );
     }
-    const run = this.#heal(name, sources).then(async (result) => {
+    const run = this.#heal(name, sources, team).then(async (result) => {
       if (!this.#deleted.has(name)) return result;
       await this.#options.executor.deleteSnapshot(name).catch((error) =>
         this.#log("warn", "could not drop a snapshot deleted while it healed", {
@@ -197,7 +197,11 @@ export class ImageMoves {
     if (this.#running.has(name)) this.#deleted.add(name);
   }
 
-  async #heal(name: string, sources: readonly HealSource[]): Promise<HealResult> {
+  async #heal(
+    name: string,
+    sources: readonly HealSource[],
+    team: string | undefined,
+  ): Promise<HealResult> {
     const timeoutMs = this.#options.timeoutMs ?? DEFAULT_HEAL_TIMEOUT_SECONDS * 1000;
     const signal = AbortSignal.timeout(timeoutMs);
     const started = performance.now();
@@ -205,11 +209,28 @@ export class ImageMoves {
     const executor = this.#options.executor;
     if (this.registry !== undefined && executor.pullImage) {
       try {
+        // Another team's snapshot (not a published template) is not pulled for this one: the
+        // registry's labels are read first, as the create would not find it after the pull.
+        if (team !== undefined) {
+          const held = await registrySnapshot(this.registry, name, this.#fetch, signal);
+          const labels = held?.labels ?? {};
+          if (
+            held && labels["dormice.snapshot.team"] !== team &&
+            labels["dormice.template.public"] !== "true"
+          ) {
+            throw new HttpError(
+              404,
+              `Snapshot '${name}' not found: list your team's snapshots (GET /snapshots) for ` +
+                "their ids and names",
+            );
+          }
+        }
         await executor.pullImage(name, this.registry, signal);
         const result = { from: "registry", bytes: 0, ms: performance.now() - started };
         this.#log("info", "image pulled from the registry", { image: name, ...result });
         return result;
       } catch (error) {
+        if (error instanceof HttpError && error.status === 404) throw error;
         causes.push(`registry ${this.registry}: ${messageOf(error)}`);
       }
     }

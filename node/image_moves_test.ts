@@ -161,3 +161,46 @@ Deno.test("a snapshot deleted while it heals is not kept: the heal answers 404",
   assert.equal(again.from, "holder");
   assert.deepEqual((await receiver.listSnapshots()).map((s) => s.snapshotId), [snapshotId]);
 });
+
+Deno.test("a registry snapshot of another team is a 404 and is not pulled", async () => {
+  const name = "snap-aaaaaaaaaaaaaaaaaaaa";
+  let labels: Record<string, string> = { "dormice.snapshot.team": "team-a" };
+  const registryFetch = (input: string | URL | Request) => {
+    const url = String(input instanceof Request ? input.url : input);
+    if (url.endsWith(`/manifests/${name}`)) {
+      return Promise.resolve(
+        Response.json({ config: { digest: "sha256:c0" } }, {
+          headers: { "docker-content-digest": "sha256:m0" },
+        }),
+      );
+    }
+    if (url.endsWith("/blobs/sha256:c0")) {
+      return Promise.resolve(Response.json({ config: { Labels: labels } }));
+    }
+    return Promise.resolve(new Response(null, { status: 404 }));
+  };
+  const pulled: string[] = [];
+  const executor = {
+    ...new FakeExecutor(),
+    kind: "docker",
+    pullImage: (image: string) => {
+      pulled.push(image);
+      return Promise.resolve();
+    },
+  } as unknown as FakeExecutor;
+  const moves = new ImageMoves({
+    executor,
+    token,
+    registry: "127.0.0.1:1",
+    fetch: registryFetch as typeof fetch,
+  });
+  await assert.rejects(
+    moves.heal(name, [], "team-b"),
+    (e: HttpError) => e.status === 404 && /Snapshot 'snap-a+' not found/.test(e.message),
+  );
+  assert.deepEqual(pulled, [], "another team's snapshot was pulled");
+  assert.equal((await moves.heal(name, [], "team-a")).from, "registry");
+  labels = { ...labels, "dormice.template.public": "true" };
+  assert.equal((await moves.heal(name, [], "team-b")).from, "registry", "a published template");
+  assert.deepEqual(pulled, [name, name]);
+});

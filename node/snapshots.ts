@@ -179,7 +179,7 @@ export class NodeSnapshots {
     const moves = this.#options.moves;
     if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
     if (sources.length === 0 && moves.registry === undefined) return found;
-    await moves.heal(idOrName, sources);
+    await moves.heal(idOrName, sources, team);
     await this.refresh();
     return await this.find(idOrName, team);
   }
