@@ -12,7 +12,12 @@
 import { HttpError } from "../shared/http_error.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
-import { type Executor, ExecutorError, executorErrorToHttp } from "./executors/contract.ts";
+import {
+  type Executor,
+  ExecutorError,
+  executorErrorToHttp,
+  SNAPSHOT_ID_PATTERN,
+} from "./executors/contract.ts";
 
 /** Heals that may run at once on one node; one more is a 503 naming this cap. */
 export const MAX_HEALS_AT_ONCE = 2;
@@ -89,6 +94,8 @@ export class ImageMoves {
   #fetch: typeof fetch;
   /** Heals running now, by image name; a second create for one image waits for the first. */
   #running = new Map<string, Promise<HealResult>>();
+  /** Heals running now whose snapshot was deleted meanwhile; an entry goes with its heal. */
+  #deleted = new Set<string>();
 
   /** Keeps the options; makes no call. */
   constructor(options: ImageMovesOptions) {
@@ -112,9 +119,19 @@ export class ImageMoves {
    * The holder's side: image `name` streamed out of the executor, its digest in
    * {@linkcode IMAGE_DIGEST_HEADER}. The caller has checked the fleet token.
    *
-   * @throws {HttpError} 404 when not held, 501 when the executor cannot export.
+   * Serves snapshots only (every heal is of one): a template's or base image, another node's
+   * image on a shared engine, or anything else the engine holds by name is not this route's.
+   *
+   * @throws {HttpError} 404 when not held or no snapshot id, 501 when the executor cannot export.
    */
   async export(name: string, signal: AbortSignal): Promise<Response> {
+    if (!SNAPSHOT_ID_PATTERN.test(name)) {
+      throw new HttpError(
+        404,
+        `'${name.slice(0, 80)}' is no snapshot id (snap- and 20 letters or digits): this node ` +
+          "serves snapshots only to other nodes",
+      );
+    }
     const executor = this.#options.executor;
     if (!executor.exportImage) {
       throw new HttpError(501, `This node's ${executor.kind} executor cannot export images`);
@@ -136,11 +153,11 @@ export class ImageMoves {
   /**
    * Gets image `name` onto this node: from the registry first when one is set, else from each
    * of `sources` in turn, within one time budget. Two heals of one image at once share one
-   * transfer.
+   * transfer. With `team`, a registry snapshot of another team is a 404 and is not pulled.
    *
    * @throws {HttpError} 503 past the cap, or when no source gave it (each one's cause named).
    */
-  heal(name: string, sources: readonly HealSource[]): Promise<HealResult> {
+  heal(name: string, sources: readonly HealSource[], team?: string): Promise<HealResult> {
     const running = this.#running.get(name);
     if (running) return running;
     if (this.#running.size >= MAX_HEALS_AT_ONCE) {
@@ -151,12 +168,40 @@ export class ImageMoves {
         { headers: { "retry-after": "5" } },
       );
     }
-    const run = this.#heal(name, sources).finally(() => this.#running.delete(name));
+    const run = this.#heal(name, sources, team).then(async (result) => {
+      if (!this.#deleted.has(name)) return result;
+      await this.#options.executor.deleteSnapshot(name).catch((error) =>
+        this.#log("warn", "could not drop a snapshot deleted while it healed", {
+          image: name,
+          error: messageOf(error),
+        })
+      );
+      throw new HttpError(
+        404,
+        `Snapshot '${name}' was deleted while this node was getting it from another node: ` +
+          "nothing was kept. Take a new snapshot, or start from a template",
+      );
+    }).finally(() => {
+      this.#running.delete(name);
+      this.#deleted.delete(name);
+    });
     this.#running.set(name, run);
     return run;
   }
 
-  async #heal(name: string, sources: readonly HealSource[]): Promise<HealResult> {
+  /**
+   * Says snapshot `name` was deleted: a heal of it running now drops what it got and answers
+   * 404, so a delete that reached this node mid-heal leaves no copy behind.
+   */
+  deleted(name: string): void {
+    if (this.#running.has(name)) this.#deleted.add(name);
+  }
+
+  async #heal(
+    name: string,
+    sources: readonly HealSource[],
+    team: string | undefined,
+  ): Promise<HealResult> {
     const timeoutMs = this.#options.timeoutMs ?? DEFAULT_HEAL_TIMEOUT_SECONDS * 1000;
     const signal = AbortSignal.timeout(timeoutMs);
     const started = performance.now();
@@ -164,11 +209,28 @@ export class ImageMoves {
     const executor = this.#options.executor;
     if (this.registry !== undefined && executor.pullImage) {
       try {
+        // Another team's snapshot (not a published template) is not pulled for this one: the
+        // registry's labels are read first, as the create would not find it after the pull.
+        if (team !== undefined) {
+          const held = await registrySnapshot(this.registry, name, this.#fetch, signal);
+          const labels = held?.labels ?? {};
+          if (
+            held && labels["dormice.snapshot.team"] !== team &&
+            labels["dormice.template.public"] !== "true"
+          ) {
+            throw new HttpError(
+              404,
+              `Snapshot '${name}' not found: list your team's snapshots (GET /snapshots) for ` +
+                "their ids and names",
+            );
+          }
+        }
         await executor.pullImage(name, this.registry, signal);
         const result = { from: "registry", bytes: 0, ms: performance.now() - started };
         this.#log("info", "image pulled from the registry", { image: name, ...result });
         return result;
       } catch (error) {
+        if (error instanceof HttpError && error.status === 404) throw error;
         causes.push(`registry ${this.registry}: ${messageOf(error)}`);
       }
     }

@@ -88,3 +88,119 @@ Deno.test("parseHealFrom reads id=endpoint pairs and drops what is not one", () 
   ]);
   assert.deepEqual(parseHealFrom(null), []);
 });
+
+Deno.test("the holder's route serves snapshots only, never an image the engine holds by name", async () => {
+  const asked: string[] = [];
+  // An executor that exports whatever its engine holds by name, as Docker's does.
+  const executor = {
+    ...new FakeExecutor(),
+    kind: "docker",
+    exportImage: (name: string) => {
+      asked.push(name);
+      return Promise.resolve({
+        digest: "sha256:x",
+        body: ReadableStream.from([new Uint8Array(1)]),
+      });
+    },
+  } as unknown as FakeExecutor;
+  const moves = new ImageMoves({ executor, token });
+  const signal = AbortSignal.timeout(1000);
+  for (
+    const name of [
+      "dormice-base:latest",
+      "sha256:abc",
+      "dormice-snapshot:snap-aaaaaaaaaaaaaaaaaaaa-i1",
+      "../x",
+    ]
+  ) {
+    await assert.rejects(
+      moves.export(name, signal),
+      (e: HttpError) => e.status === 404 && /serves snapshots only/.test(e.message),
+    );
+  }
+  assert.deepEqual(asked, []);
+  const res = await moves.export("snap-aaaaaaaaaaaaaaaaaaaa", signal);
+  await res.body?.cancel();
+  assert.deepEqual(asked, ["snap-aaaaaaaaaaaaaaaaaaaa"]);
+});
+
+Deno.test("a snapshot deleted while it heals is not kept: the heal answers 404", async () => {
+  const holder = new FakeExecutor();
+  await holder.create({ id: "src", name: "src", template: "base", spec: {}, env: {} });
+  const { snapshotId } = await holder.snapshot("src", { team: "t" });
+  const receiver = new FakeExecutor();
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => release = resolve);
+  let asked!: () => void;
+  const fetched = new Promise<void>((resolve) => asked = resolve);
+  const moves = new ImageMoves({
+    executor: receiver,
+    token,
+    fetch: async () => {
+      asked();
+      await held;
+      const out = await holder.exportImage(snapshotId, AbortSignal.timeout(1000));
+      return new Response(out.body, { headers: { "x-dormice-image-digest": out.digest } });
+    },
+  });
+  const healing = moves.heal(snapshotId, source);
+  await fetched;
+  // The delete reaches this node while the holder is still sending.
+  moves.deleted(snapshotId);
+  release();
+  await assert.rejects(
+    healing,
+    (e: HttpError) =>
+      e.status === 404 && /was deleted while this node was getting it/.test(e.message),
+  );
+  assert.deepEqual(await receiver.listSnapshots(), []);
+  assert.equal(receiver.hooks.calls.importImage, 1, "the image did arrive before it was dropped");
+  // A later heal of the same id is not refused by the earlier delete.
+  moves.deleted(snapshotId);
+  const again = await moves.heal(snapshotId, source);
+  assert.equal(again.from, "holder");
+  assert.deepEqual((await receiver.listSnapshots()).map((s) => s.snapshotId), [snapshotId]);
+});
+
+Deno.test("a registry snapshot of another team is a 404 and is not pulled", async () => {
+  const name = "snap-aaaaaaaaaaaaaaaaaaaa";
+  let labels: Record<string, string> = { "dormice.snapshot.team": "team-a" };
+  const registryFetch = (input: string | URL | Request) => {
+    const url = String(input instanceof Request ? input.url : input);
+    if (url.endsWith(`/manifests/${name}`)) {
+      return Promise.resolve(
+        Response.json({ config: { digest: "sha256:c0" } }, {
+          headers: { "docker-content-digest": "sha256:m0" },
+        }),
+      );
+    }
+    if (url.endsWith("/blobs/sha256:c0")) {
+      return Promise.resolve(Response.json({ config: { Labels: labels } }));
+    }
+    return Promise.resolve(new Response(null, { status: 404 }));
+  };
+  const pulled: string[] = [];
+  const executor = {
+    ...new FakeExecutor(),
+    kind: "docker",
+    pullImage: (image: string) => {
+      pulled.push(image);
+      return Promise.resolve();
+    },
+  } as unknown as FakeExecutor;
+  const moves = new ImageMoves({
+    executor,
+    token,
+    registry: "127.0.0.1:1",
+    fetch: registryFetch as typeof fetch,
+  });
+  await assert.rejects(
+    moves.heal(name, [], "team-b"),
+    (e: HttpError) => e.status === 404 && /Snapshot 'snap-a+' not found/.test(e.message),
+  );
+  assert.deepEqual(pulled, [], "another team's snapshot was pulled");
+  assert.equal((await moves.heal(name, [], "team-a")).from, "registry");
+  labels = { ...labels, "dormice.template.public": "true" };
+  assert.equal((await moves.heal(name, [], "team-b")).from, "registry", "a published template");
+  assert.deepEqual(pulled, [name, name]);
+});

@@ -179,7 +179,7 @@ export class NodeSnapshots {
     const moves = this.#options.moves;
     if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
     if (sources.length === 0 && moves.registry === undefined) return found;
-    await moves.heal(idOrName, sources);
+    await moves.heal(idOrName, sources, team);
     await this.refresh();
     return await this.find(idOrName, team);
   }
@@ -191,6 +191,7 @@ export class NodeSnapshots {
    * @throws {HttpError} 503 when the registry could not be told.
    */
   async delete(snapshotId: string, team?: string): Promise<boolean> {
+    this.#options.moves?.deleted(snapshotId);
     let deleted: boolean;
     try {
       deleted = await this.#options.executor.deleteSnapshot(snapshotId, team);

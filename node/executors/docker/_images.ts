@@ -9,6 +9,7 @@
  * @module
  */
 import { ExecutorError } from "../contract.ts";
+import { withoutImageTags } from "./_load_untagged.ts";
 
 /** The engine's HTTP API over a unix socket. */
 export class EngineHttp {
@@ -135,13 +136,16 @@ export class EngineHttp {
     return response.body;
   }
 
-  /** `docker load` of `body`. */
+  /**
+   * `docker load` of `body`, with every tag it names taken out first (`_load_untagged.ts`):
+   * what loads is found by its image id, and no tag this engine has moves.
+   */
   async load(body: ReadableStream<Uint8Array>, signal: AbortSignal): Promise<void> {
     await this.call(
       "loading an image another node sent",
       "POST",
       "/images/load?quiet=1",
-      { body, headers: { "content-type": "application/x-tar" } },
+      { body: withoutImageTags(body), headers: { "content-type": "application/x-tar" } },
       signal,
     );
   }
