@@ -39,7 +39,8 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
   async fn() {
-    const etcd = await startEtcd(1);
+    // A three-member cluster, as the shared-mode promises are held to.
+    const etcd = await startEtcd(3);
     const token = newToken();
     const started: { stop(): Promise<unknown> }[] = [];
     let frozen: NodeProcess | undefined;
