@@ -199,7 +199,17 @@ export interface EgressProxyOptions {
   hosts?: ReadonlyMap<string, string>;
   /** Where failures of the proxy itself are logged (never a header value). */
   log: Log;
+  /** This machine's network interfaces; `Deno.networkInterfaces` by default (tests fake it). */
+  interfaces?: () => Deno.NetworkInterfaceInfo[];
 }
+
+/**
+ * Interfaces whose subnets hold sandboxes or other containers: the node's own bridges
+ * (`dm-<hash>-e`, `dm-<hash>-i`, named by `_network.ts`), Docker's default bridge and its
+ * user-defined ones (`br-<id>`). The proxy connects from the host, where the engine's rules
+ * that keep bridges apart do not apply, so it must refuse every address on them.
+ */
+const SANDBOX_BRIDGE = /^(dm-|docker|br-)/;
 
 interface Sandbox {
   id: string;
@@ -235,6 +245,7 @@ export class EgressProxy {
   #extraCa: string[];
   #hosts: ReadonlyMap<string, string>;
   #log: Log;
+  #interfaces: () => Deno.NetworkInterfaceInfo[];
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
@@ -251,8 +262,12 @@ export class EgressProxy {
     subnets: [],
   };
 
-  constructor({ ca, extraCaCerts = [], hosts = new Map(), log }: EgressProxyOptions) {
+  constructor(
+    { ca, extraCaCerts = [], hosts = new Map(), log, interfaces = Deno.networkInterfaces }:
+      EgressProxyOptions,
+  ) {
     this.#ca = ca;
+    this.#interfaces = interfaces;
     this.#extraCa = extraCaCerts;
     this.#hosts = hosts;
     this.#log = log;
@@ -265,8 +280,10 @@ export class EgressProxy {
   start(hostname: string): number {
     const known = this.#listeners.get(hostname);
     if (known !== undefined) return (known.addr as Deno.NetAddr).port;
+    // A new bridge address: its subnet is read again before the next connection is judged.
+    this.#local.at = 0;
     // Fails closed: without the host's addresses the proxy could not keep off them.
-    Deno.networkInterfaces();
+    this.#interfaces();
     if (this.#connectListener === null) {
       this.#connectListener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
       this.#accept(this.#connectListener, (c) => this.#tunnel(c), false);
@@ -457,11 +474,10 @@ export class EgressProxy {
     if (Date.now() - this.#local.at > 10_000) {
       const addresses: string[] = [];
       const subnets: string[] = [];
-      for (const i of Deno.networkInterfaces()) {
+      for (const i of this.#interfaces()) {
         if (i.family !== "IPv4") continue;
         addresses.push(i.address);
-        // Sandbox bridges: Docker's own and the user-defined ones the node makes.
-        if (/^(docker|br-)/.test(i.name)) {
+        if (SANDBOX_BRIDGE.test(i.name)) {
           const bits = i.cidr.split("/")[1];
           const r = parseEgressEntry(`${i.address}/${bits}`);
           if (r.ok) subnets.push(r.cidr);

@@ -135,3 +135,61 @@ Deno.test({
     await proxy.close();
   }
 });
+
+Deno.test({
+  name:
+    "EgressProxy refuses every address on the node's sandbox bridges (dm-*), by name or literal",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  // The node names its bridges dm-<hash>-e / dm-<hash>-i: another sandbox sits at 10.99.0.5.
+  const interfaces = (): Deno.NetworkInterfaceInfo[] => [
+    {
+      family: "IPv4",
+      name: "lo",
+      address: "127.0.0.1",
+      netmask: "255.0.0.0",
+      scopeid: null,
+      cidr: "127.0.0.1/8",
+      mac: "00:00:00:00:00:00",
+    },
+    {
+      family: "IPv4",
+      name: "dm-0123456789-e",
+      address: "10.99.0.1",
+      netmask: "255.255.0.0",
+      scopeid: null,
+      cidr: "10.99.0.1/16",
+      mac: "02:42:00:00:00:01",
+    },
+    {
+      family: "IPv4",
+      name: "dm-0123456789-i",
+      address: "10.98.0.1",
+      netmask: "255.255.0.0",
+      scopeid: null,
+      cidr: "10.98.0.1/16",
+      mac: "02:42:00:00:00:02",
+    },
+  ];
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    hosts: new Map([["peer.test", "10.99.0.5"]]),
+    log: () => {},
+    interfaces,
+  });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["peer.test"] });
+    // Allowed by name, resolving to a neighbour on the egress bridge: refused, not connected.
+    assert.match(
+      await ask(port, "peer.test"),
+      /403 .*resolves to 10\.99\.0\.5, an address of this host or its sandboxes/s,
+    );
+    // The same by address (no rule names it), and a sandbox on the internal bridge.
+    assert.match(await ask(port, "10.99.0.7"), /403 .*an address of this host or its sandboxes/s);
+    assert.match(await ask(port, "10.98.3.4"), /403 .*an address of this host or its sandboxes/s);
+  } finally {
+    await proxy.close();
+  }
+});
