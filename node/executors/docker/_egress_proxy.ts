@@ -579,6 +579,16 @@ export class EgressProxy {
         status: 403,
       });
     }
+    if (req.headers.has("upgrade")) {
+      // fetch cannot carry an upgraded connection, so the headers could not go on it.
+      return new Response(
+        `dormice egress: ${opened.name} has header transforms, and an upgraded connection ` +
+          `(Upgrade: ${req.headers.get("upgrade")!.slice(0, 40)}, e.g. a WebSocket) to a domain ` +
+          "with header transforms is not served: use plain HTTPS requests to it, or drop its " +
+          "transform rule to reach it without added headers\n",
+        { status: 501, headers: { "content-type": "text/plain" } },
+      );
+    }
     const headers = new Headers(req.headers);
     for (const t of transformsFor(sandbox.rules.transforms, opened.name) ?? []) {
       for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);

@@ -193,3 +193,61 @@ Deno.test({
     await proxy.close();
   }
 });
+
+const hasOpenssl = await new Deno.Command("openssl", { args: ["version"], stdout: "null" })
+  .output().then((o) => o.success, () => false);
+if (!hasOpenssl) console.log("egress proxy transform tests skipped: openssl is not installed");
+
+/** The answer head and body `request` gets over TLS for `name` through the proxy at `port`. */
+async function askTls(port: number, name: string, caPem: string, request: string) {
+  const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+  const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [caPem] });
+  try {
+    await tls.write(new TextEncoder().encode(request));
+    const buf = new Uint8Array(4096);
+    let text = "";
+    const until = Date.now() + 15_000;
+    while (!/\r\n\r\n[\s\S]*\n/.test(text) && Date.now() < until) {
+      const n = await tls.read(buf);
+      if (n === null) break;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+    return text;
+  } finally {
+    tls.close();
+  }
+}
+
+Deno.test({
+  name: "EgressProxy refuses an upgrade (WebSocket) to a domain with transforms with a clear 501",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  // 198.18.0.9: a benchmark address nothing answers at; the refusal comes before any connect.
+  const proxy = new EgressProxy({ ca, hosts: new Map([["ws.test", "198.18.0.9"]]), log: () => {} });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "ws.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const answer = await askTls(
+      port,
+      "ws.test",
+      ca.certPem,
+      "GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    assert.match(answer, /^HTTP\/1\.1 501 /);
+    assert.match(answer, /ws\.test has header transforms, and an upgraded connection/);
+    assert.doesNotMatch(answer, /X-Key|: k\r/);
+  } finally {
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
