@@ -40,9 +40,9 @@ const MAX_HEAD = 16 * 1024 + 5;
 const HEAD_TIMEOUT_MS = 10_000;
 /** How long a connection upstream may take, ms. */
 const CONNECT_TIMEOUT_MS = 10_000;
-/** Most connections through the proxy at once; past it new ones are closed at once. */
+/** Most sandbox connections through the proxy at once (see {@linkcode ConnectionShares}). */
 const MAX_CONNECTIONS = 4096;
-/** Most connections of one sandbox at once, so that one cannot take every other's share. */
+/** Most connections of one sandbox at once. */
 const MAX_PER_SANDBOX = 512;
 /** Most names with a TLS terminator at once; the oldest is closed past it. */
 const MAX_TERMINATORS = 128;
@@ -189,6 +189,74 @@ async function connectWithin(ip: string, port: number): Promise<Deno.TcpConn> {
   }
 }
 
+/**
+ * Who holds the proxy's connections: at most `perSource` each and `max` in all, shared fairly.
+ * With the node full, a newcomer holding fewer than an even share (`max` over the sources
+ * holding any, itself counted) is admitted by closing the oldest connection of the source
+ * holding the most; one at or over its share is refused. So a few sandboxes (one tenant's, or
+ * connections held idle on purpose) can fill the node while nobody else asks, and never keep
+ * another sandbox from its share.
+ *
+ * @example
+ * ```ts
+ * import { ConnectionShares } from "./_egress_proxy.ts";
+ * const shares = new ConnectionShares<string>(2, 2);
+ * shares.admit("a", "a1", () => {}); // true
+ * shares.admit("a", "a2", () => {}); // true: the node is full now
+ * shares.admit("b", "b1", (x) => console.log(`closed ${x}`)); // true, after "closed a1"
+ * ```
+ */
+export class ConnectionShares<T> {
+  #max: number;
+  #perSource: number;
+  #held = new Map<string, Set<T>>();
+  #total = 0;
+
+  constructor(max: number, perSource: number) {
+    this.#max = max;
+    this.#perSource = perSource;
+  }
+
+  /** How many connections are held in all. */
+  get total(): number {
+    return this.#total;
+  }
+
+  /**
+   * Admits `item` of `source`, closing (`evict`) another source's oldest item when that is its
+   * share's price; false when `source` may not have one more.
+   */
+  admit(source: string, item: T, evict: (item: T) => void): boolean {
+    const own = this.#held.get(source);
+    const count = own?.size ?? 0;
+    if (count >= this.#perSource) return false;
+    if (this.#total >= this.#max) {
+      const sources = this.#held.size + (own === undefined ? 1 : 0);
+      if (count >= Math.floor(this.#max / sources)) return false;
+      let biggest: [string, Set<T>] | undefined;
+      for (const entry of this.#held) {
+        if (biggest === undefined || entry[1].size > biggest[1].size) biggest = entry;
+      }
+      // The biggest holds more than an even share (the total is max, this one holds less).
+      const oldest = biggest![1].values().next().value as T;
+      this.release(biggest![0], oldest);
+      evict(oldest);
+    }
+    if (own === undefined) this.#held.set(source, new Set([item]));
+    else own.add(item);
+    this.#total++;
+    return true;
+  }
+
+  /** `item` of `source` is gone (a no-op when it was evicted or never admitted). */
+  release(source: string, item: T): void {
+    const own = this.#held.get(source);
+    if (own === undefined || !own.delete(item)) return;
+    this.#total--;
+    if (own.size === 0) this.#held.delete(source);
+  }
+}
+
 /** Options of {@linkcode EgressProxy}. */
 export interface EgressProxyOptions {
   /** The fleet egress CA, for names with header transforms. */
@@ -249,8 +317,9 @@ export class EgressProxy {
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
-  #connections = 0;
-  #perSource = new Map<string, number>();
+  #shares = new ConnectionShares<Deno.Conn>(MAX_CONNECTIONS, MAX_PER_SANDBOX);
+  /** The proxy's own CONNECTs (its HTTPS clients'), at most one per sandbox connection. */
+  #tunnels = 0;
   #opened = new Map<number, Opened>();
   #upstreams = new Map<string, Upstream>();
   #byKey = new Map<string, Upstream>();
@@ -336,26 +405,28 @@ export class EgressProxy {
     (async () => {
       try {
         for await (const conn of listener) {
-          const from = perSource ? (conn.remoteAddr as Deno.NetAddr).hostname : "";
-          const own = this.#perSource.get(from) ?? 0;
-          if (this.#connections >= MAX_CONNECTIONS || (perSource && own >= MAX_PER_SANDBOX)) {
-            conn.close();
+          const from = (conn.remoteAddr as Deno.NetAddr).hostname;
+          const close = (c: Deno.Conn) => {
+            try {
+              c.close();
+            } catch { /* closed already */ }
+          };
+          let admitted: boolean;
+          if (perSource) admitted = this.#shares.admit(from, conn, close);
+          else {
+            admitted = this.#tunnels < MAX_CONNECTIONS;
+            if (admitted) this.#tunnels++;
+          }
+          if (!admitted) {
+            close(conn);
             continue;
           }
-          this.#connections++;
-          if (perSource) this.#perSource.set(from, own + 1);
           // Small writes go at once: a hello or a request head must not wait for an ACK.
           conn.setNoDelay(true);
           serve(conn).catch(() => {}).finally(() => {
-            this.#connections--;
-            if (perSource) {
-              const left = (this.#perSource.get(from) ?? 1) - 1;
-              if (left > 0) this.#perSource.set(from, left);
-              else this.#perSource.delete(from);
-            }
-            try {
-              conn.close();
-            } catch { /* closed already */ }
+            if (perSource) this.#shares.release(from, conn);
+            else this.#tunnels--;
+            close(conn);
           });
         }
       } catch (error) {
