@@ -258,6 +258,9 @@ const listSchema = z.array(z.string().max(256)).max(MAX_EGRESS_RULES, {
   message: `at most ${MAX_EGRESS_RULES} entries: join neighbouring addresses into CIDRs`,
 });
 
+/** How the SDK's `iam.tokens.<name>` placeholders begin (`${e2b.identity.tokens.aws}`). */
+const IAM_PLACEHOLDER = "${e2b.identity.tokens.";
+
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/;
 /** Headers the proxy owns: setting them would break the request rather than add to it. */
 const RESERVED_HEADERS = new Set([
@@ -359,6 +362,15 @@ export function parseTransformRules(
           return fail(
             `'${here}.transform.headers.${name}' must be a single-line string of at most ` +
               "8192 characters",
+          );
+        }
+        if (v.includes(IAM_PLACEHOLDER)) {
+          // The SDK's transform callback writes these for E2B's proxy to fill in; sent as they
+          // are, the upstream would get the placeholder for a credential.
+          return fail(
+            `'${here}.transform.headers.${name}' refers to a workload identity token ` +
+              `(${IAM_PLACEHOLDER}<name>}), which this fleet does not mint: put the credential ` +
+              "itself in the value",
           );
         }
         out[name] = v;
