@@ -396,6 +396,79 @@ Deno.test({
         assert.equal(await get(open, "https", "other.test", b), answer(b, "other.test"));
       },
     );
+
+    await t.step(
+      "updateNetwork cuts an open connection to a domain it no longer allows, and no header " +
+        "goes on an opened one after",
+      async () => {
+        const live = await create({
+          network: {
+            allowOut: ["allowed.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        // One keep-alive connection each over HTTP and HTTPS (the fleet CA from the system
+        // store), a request on it, then a second once the test says go.
+        await live.files.write(
+          "/tmp/keep.py",
+          `import http.client, os, socket, ssl, sys, time
+scheme, addr, out = sys.argv[1:4]
+def log(line):
+    with open(out, "a") as f:
+        f.write(line + "\\n")
+if scheme == "https":
+    c = http.client.HTTPSConnection("allowed.test", 443, timeout=10)
+    c.sock = ssl.create_default_context().wrap_socket(
+        socket.create_connection((addr, 443), 10), server_hostname="allowed.test")
+else:
+    c = http.client.HTTPConnection(addr, 80, timeout=10)
+def ask():
+    try:
+        c.request("GET", "/", headers={"Host": "allowed.test"})
+        r = c.getresponse()
+        log(f"{r.status} {r.read().decode().strip()}")
+    except Exception as e:
+        log(f"cut {type(e).__name__}")
+ask()
+while not os.path.exists(out + ".go"):
+    time.sleep(0.1)
+ask()
+`,
+        );
+        for (const scheme of ["http", "https"]) {
+          await live.commands.run(`python3 /tmp/keep.py ${scheme} ${a} /tmp/${scheme}.out`, {
+            background: true,
+          });
+        }
+        const lines = async (scheme: string) =>
+          (await live.files.read(`/tmp/${scheme}.out`).catch(() => "")).trim().split("\n")
+            .filter((l) => l !== "");
+        await until(
+          "both first requests to be answered",
+          async () => (await lines("http")).length === 1 && (await lines("https")).length === 1,
+          20_000,
+        );
+        // The precondition: both connections work, the HTTPS one with the header added.
+        assert.deepEqual(await lines("http"), [`200 ${answer(a, "allowed.test")}`]);
+        assert.deepEqual(await lines("https"), [`200 ${answer(a, "allowed.test", sha(secret))}`]);
+        // allowed.test is no longer allowed; its transform stays (it grants nothing).
+        await live.updateNetwork({
+          allowOut: ["other.test"],
+          denyOut: [ALL_TRAFFIC],
+          rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+        });
+        await live.files.write("/tmp/http.out.go", "");
+        await live.files.write("/tmp/https.out.go", "");
+        await until(
+          "both second requests to end",
+          async () => (await lines("http")).length === 2 && (await lines("https")).length === 2,
+          20_000,
+        );
+        assert.match((await lines("http"))[1], /^cut /);
+        assert.match((await lines("https"))[1], /^403 dormice egress: .*deny allowed\.test now/);
+      },
+    );
   } finally {
     for (const sandbox of sandboxes) await sandbox.kill().catch(() => {});
     await node?.stop();

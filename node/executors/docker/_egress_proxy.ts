@@ -135,6 +135,12 @@ function within(cidr: string, ip: string): boolean {
   return !egressAllows({ allowOut: [], denyOut: [cidr] }, ip);
 }
 
+function closeQuietly(conn: Deno.Conn): void {
+  try {
+    conn.close();
+  } catch { /* closed already */ }
+}
+
 async function writeAll(conn: Deno.Conn, data: Uint8Array): Promise<void> {
   let off = 0;
   while (off < data.length) off += await conn.write(data.subarray(off));
@@ -288,7 +294,21 @@ interface Sandbox {
 interface Opened {
   id: string;
   name: string;
+  ip: string;
   client: Deno.HttpClient;
+}
+
+/** One spliced connection of a sandbox: what it was judged by, for a change of rules. */
+interface Spliced {
+  name: string;
+  ip: string;
+  conn: Deno.Conn;
+}
+
+/** Whether `rules` let a sandbox reach `name` at `ip` (judged by name, else by address). */
+function allows(rules: EgressRules, name: string, ip: string): boolean {
+  const verdict = isIpv4(name) ? "address" : judgeName(rules, name);
+  return verdict === "allow" || (verdict === "address" && egressAllows(rules, ip));
 }
 
 /**
@@ -321,6 +341,8 @@ export class EgressProxy {
   /** The proxy's own CONNECTs (its HTTPS clients'), at most one per sandbox connection. */
   #tunnels = 0;
   #opened = new Map<number, Opened>();
+  /** Spliced connections by sandbox id; each removed when it ends. */
+  #spliced = new Map<string, Set<Spliced>>();
   #upstreams = new Map<string, Upstream>();
   #byKey = new Map<string, Upstream>();
   #terminators = new Map<string, Promise<Terminator>>();
@@ -367,16 +389,22 @@ export class EgressProxy {
 
   /** The sandbox at `ip` is `id`, judged by `rules` from its next connection on. */
   set(ip: string, id: string, rules: EgressRules): void {
-    this.forget(id);
+    for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
     const sandbox = { id, rules };
     this.#byAddress.set(ip, sandbox);
     this.#byId.set(id, sandbox);
+    // Open connections the new rules refuse are cut, as the kernel cuts those to a denied
+    // address (an opened HTTPS connection is judged again at its next request).
+    for (const s of this.#spliced.get(id) ?? []) {
+      if (!allows(rules, s.name, s.ip)) closeQuietly(s.conn);
+    }
   }
 
-  /** Forgets sandbox `id`: its connections from now on are closed unanswered. */
+  /** Forgets sandbox `id`: its open connections are cut, new ones closed unanswered. */
   forget(id: string): void {
     for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
     this.#byId.delete(id);
+    for (const s of this.#spliced.get(id) ?? []) closeQuietly(s.conn);
   }
 
   /** Stops listening and closes the TLS terminators. */
@@ -527,7 +555,20 @@ export class EgressProxy {
       upstream.close();
       return;
     }
-    await splice(conn, upstream);
+    const live: Spliced = { name, ip, conn };
+    const own = this.#spliced.get(sandbox.id) ?? new Set();
+    this.#spliced.set(sandbox.id, own.add(live));
+    // Rules replaced while this one connected were not applied to it: judged by them now.
+    const now = this.#byId.get(sandbox.id)?.rules;
+    if (now === undefined || !allows(now, name, ip)) closeQuietly(conn);
+    try {
+      await splice(conn, upstream);
+    } finally {
+      own.delete(live);
+      if (own.size === 0 && this.#spliced.get(sandbox.id) === own) {
+        this.#spliced.delete(sandbox.id);
+      }
+    }
   }
 
   /** The address `name` resolves to (IPv4): the hosts setting first, then the system. */
@@ -578,7 +619,7 @@ export class EgressProxy {
     }
     const inner = await Deno.connect({ hostname: "127.0.0.1", port: terminator.port });
     inner.setNoDelay(true);
-    const opened: Opened = { id, name, client: this.#upstream(name, ip).client };
+    const opened: Opened = { id, name, ip, client: this.#upstream(name, ip).client };
     const port = (inner.localAddr as Deno.NetAddr).port;
     this.#opened.set(port, opened);
     try {
@@ -649,6 +690,14 @@ export class EgressProxy {
       return new Response("dormice egress: this connection is no longer the sandbox's\n", {
         status: 403,
       });
+    }
+    if (!allows(sandbox.rules, opened.name, opened.ip)) {
+      // The rules changed since the connection was opened: the name is no longer the sandbox's.
+      return new Response(
+        `dormice egress: the sandbox's egress rules deny ${opened.name} now (changed since ` +
+          "this connection was opened)\n",
+        { status: 403, headers: { "content-type": "text/plain", connection: "close" } },
+      );
     }
     if (req.headers.has("upgrade")) {
       // fetch cannot carry an upgraded connection, so the headers could not go on it.
