@@ -502,21 +502,30 @@ export class EgressProxy {
       const sni = sniOf(data);
       if (sni !== undefined) return sni === null ? null : { tls: true, name: sni };
       const host = hostOf(data);
+      // A request head that fills the buffer unfinished: answered, not dropped in silence.
+      if (host === null && data.length >= MAX_HEAD) return { tls: false, name: "", big: true };
       return host === null ? null : { tls: false, name: host ?? "" };
     });
     if (head === null) return;
     const { tls, name: asked } = head.value;
-    const refuse = async (why: string) => {
+    const refuse = async (why: string, status = "403 Forbidden") => {
       if (tls) return;
       const body = `dormice egress: ${why}\n`;
       await writeAll(
         conn,
         new TextEncoder().encode(
-          "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nConnection: close\r\n" +
+          `HTTP/1.1 ${status}\r\nContent-Type: text/plain\r\nConnection: close\r\n` +
             `Content-Length: ${body.length}\r\n\r\n${body}`,
         ),
       ).catch(() => {});
     };
+    if ("big" in head.value) {
+      return await refuse(
+        `the request head is larger than ${MAX_HEAD - 5} bytes before its end, more than the ` +
+          "egress proxy reads to find its Host: send fewer or shorter headers",
+        "431 Request Header Fields Too Large",
+      );
+    }
     const name = cleanName(asked);
     if (name === null) {
       return await refuse(

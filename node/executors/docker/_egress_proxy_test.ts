@@ -284,3 +284,26 @@ Deno.test("ConnectionShares: at most perSource of one source, even with room lef
   assert.equal(shares.admit("a", 3, () => {}), false);
   assert.equal(shares.admit("b", 0, () => {}), true);
 });
+
+Deno.test({
+  name: "EgressProxy answers a request head past its bound with a 431 naming the bound",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {} });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["a.test"] });
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+    // Exactly the bound, unfinished: nothing is left unread when the proxy closes (which would
+    // reset the connection under the answer).
+    const start = "GET / HTTP/1.1\r\nHost: a.test\r\nX-Pad: ";
+    const head = start + "p".repeat(16 * 1024 + 5 - start.length);
+    conn.write(new TextEncoder().encode(head)).catch(() => {});
+    const answer = await new Response(conn.readable).text().catch(() => "");
+    assert.match(answer, /^HTTP\/1\.1 431 /);
+    assert.match(answer, /larger than 16384 bytes/);
+  } finally {
+    await proxy.close();
+  }
+});
