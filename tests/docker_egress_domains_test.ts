@@ -14,7 +14,10 @@
  * without `-k`, and the value is nowhere inside the sandbox, the logs, the node's metrics or the
  * sandbox detail;
  * `updateNetwork` flips the domain rules of a running sandbox; a sandbox with egress and no
- * rules is steered nowhere and gets no header.
+ * rules is steered nowhere and gets no header; an upstream's redirect to another domain goes back
+ * to the sandbox unfollowed, so the header stays behind; UDP to an allowed domain's address (QUIC)
+ * is refused under deny-all; `updateNetwork` cuts an open connection to a domain it no longer
+ * allows, and an opened HTTPS connection's next request gets a 403 instead of the header.
  *
  * Needs root, `ip`, iptables, openssl, an engine and the base image (its curl): with
  * `CI=true` a missing one fails the suite; off CI it skips with a printed reason. Names start
@@ -181,6 +184,10 @@ Deno.test({
            const k = req.headers.get("x-dormice-key");
            const digest = k === null ? "none" : createHash("sha256").update(k).digest("hex").slice(0, 16);
            const text = \`\${hostname} ${nonce} \${new URL(req.url).hostname} key=\${digest}\n\`;
+           // /redirect: to other.test, the way an upstream may send a client elsewhere.
+           if (new URL(req.url).pathname === "/redirect") {
+             return new Response(text, { status: 302, headers: { location: "https://other.test/" } });
+           }
            // /gz: gzip whenever the request accepts it, as many servers do.
            if (new URL(req.url).pathname === "/gz" && /gzip/.test(req.headers.get("accept-encoding") ?? "")) {
              return new Response(gzipSync(new TextEncoder().encode(text)), {
@@ -394,6 +401,58 @@ Deno.test({
         assert.equal(await get(open, "https", "allowed.test", a), answer(a, "allowed.test"));
         assert.equal(await get(open, "http", "other.test", b), answer(b, "other.test"));
         assert.equal(await get(open, "https", "other.test", b), answer(b, "other.test"));
+      },
+    );
+
+    await t.step(
+      "an upstream's redirect elsewhere is the sandbox's to follow: the header stays behind",
+      async () => {
+        const both = await create({
+          network: {
+            allowOut: ["allowed.test", "other.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        // Trusting both the fleet CA (the system store: allowed.test is opened) and the test CA
+        // (other.test is spliced: the stand-in's own certificate).
+        await both.commands.run(
+          "cat /etc/ssl/certs/ca-certificates.crt /tmp/egd-ca.crt > /tmp/egd-both.crt",
+        );
+        const follow = (flags: string) =>
+          both.commands.run(
+            `curl -sS --max-time 6 ${flags} --cacert /tmp/egd-both.crt ` +
+              `--resolve allowed.test:443:${a} ` +
+              `--resolve other.test:443:${a} https://allowed.test/redirect`,
+            { timeoutMs: 20_000 },
+          );
+        // The precondition: the first hop carries the header and answers 302.
+        const first = await follow("-i");
+        assert.match(first.stdout, /^HTTP\/[\d.]+ 302/);
+        assert.match(first.stdout, /location: https:\/\/other\.test\//i);
+        assert.ok(first.stdout.includes(answer(a, "allowed.test", sha(secret))), first.stdout);
+        // Followed by the sandbox (the proxy never follows one), other.test gets no header.
+        assert.equal((await follow("-L")).stdout.trim(), answer(a, "other.test"));
+      },
+    );
+
+    await t.step(
+      "UDP to an allowed domain's address (QUIC on 443) is refused under deny-all, by the kernel",
+      async () => {
+        // A connected UDP socket learns of the refusal from the ICMP answer: EHOSTUNREACH (113)
+        // for the rule's admin-prohibited, ECONNREFUSED (111) for a port nobody listens on.
+        const probe = (sandbox: Sandbox) =>
+          sandbox.commands.run(
+            `python3 -c 'import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("${a}", 443))
+try:
+    s.send(b"q"); time.sleep(0.5); s.send(b"q"); time.sleep(0.5); s.recv(10); print("answered")
+except OSError as e:
+    print(e.errno)'`,
+            { timeoutMs: 20_000 },
+          );
+        assert.equal((await probe(open)).stdout.trim(), "111", "precondition: reached, unserved");
+        assert.equal((await probe(keyed)).stdout.trim(), "113");
       },
     );
 
