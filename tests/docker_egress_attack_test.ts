@@ -7,7 +7,8 @@
  * isolation (the precondition), and named as the Host of a steered request, by address, is
  * refused by the proxy too (it connects from the host, where that isolation does not apply);
  * a node restarted over a sandbox with domain rules enforces them again once it is back (the
- * steering in the kernel points at the new proxy), and the neighbour stays out of reach.
+ * steering in the kernel points at the new proxy), and the neighbour stays out of reach; the
+ * sandbox has no IPv6 address, link-local included, to go around the IPv4 rules with.
  *
  * Needs root, iptables, an engine and the base image (its curl and python3): with `CI=true` a
  * missing one fails the suite; off CI it skips with a printed reason. Names start with `ega`.
@@ -136,6 +137,17 @@ Deno.test({
         assert.match(forged, /^dormice egress: .*an address of this host or its sandboxes/);
       },
     );
+
+    await t.step("no IPv6 at all: the rules judge IPv4, and nothing goes around them", async () => {
+      // Not even a link-local address to reach a neighbour by (the engine's ICC rules are IPv4).
+      const r = await attacker.commands.run("cat /proc/net/if_inet6; echo end");
+      assert.equal(
+        r.stdout.split("\n").filter((l) => /\beth\d+$/.test(l.trim())).length,
+        0,
+        r.stdout,
+      );
+      assert.match(r.stdout, /end/);
+    });
 
     await t.step("a node restarted over the sandbox enforces its domain rules again", async () => {
       const denied = () =>
