@@ -15,7 +15,8 @@
  * sandbox detail;
  * `updateNetwork` flips the domain rules of a running sandbox; a sandbox with egress and no
  * rules is steered nowhere and gets no header; an upstream's redirect to another domain goes back
- * to the sandbox unfollowed, so the header stays behind; UDP to an allowed domain's address (QUIC)
+ * to the sandbox unfollowed, so the header stays behind; another Host inside a spliced connection
+ * reaches the allowed name's server (fronting, documented) and is replaced in an opened one; UDP to an allowed domain's address (QUIC)
  * is refused under deny-all; `updateNetwork` cuts an open connection to a domain it no longer
  * allows, and an opened HTTPS connection's next request gets a 403 instead of the header.
  *
@@ -433,6 +434,29 @@ Deno.test({
         assert.ok(first.stdout.includes(answer(a, "allowed.test", sha(secret))), first.stdout);
         // Followed by the sandbox (the proxy never follows one), other.test gets no header.
         assert.equal((await follow("-L")).stdout.trim(), answer(a, "other.test"));
+      },
+    );
+
+    await t.step(
+      "another Host inside: spliced, it reaches the allowed name's server; opened, it is replaced",
+      async () => {
+        const inside = async (sandbox: Sandbox, name: string, host: string, cacert: boolean) =>
+          (await sandbox.commands.run(
+            `curl -sS --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}` +
+              `-H 'Host: ${host}' --resolve ${name}:443:${b} https://${name}/`,
+            { timeoutMs: 20_000 },
+          )).stdout.trim();
+        // ruled allows other.test only (since its update): the name other.test's server (A)
+        // answers the Host it is asked for, as a server with many names does. Never B.
+        assert.equal(
+          await inside(ruled, "other.test", "allowed.test", true),
+          answer(a, "allowed.test"),
+        );
+        // keyed's opened connection: the proxy's request names allowed.test, header and all.
+        assert.equal(
+          await inside(keyed, "allowed.test", "other.test", false),
+          answer(a, "allowed.test", sha(secret)),
+        );
       },
     );
 
