@@ -44,7 +44,10 @@ const CONNECT_TIMEOUT_MS = 10_000;
 const MAX_CONNECTIONS = 4096;
 /** Most connections of one sandbox at once. */
 const MAX_PER_SANDBOX = 512;
-/** Most names with a TLS terminator at once; the oldest is closed past it. */
+/**
+ * Most names with a TLS terminator at once; past it the least recently used one no connection
+ * is open through is closed (never one in use: that would cut another sandbox's connections).
+ */
 const MAX_TERMINATORS = 128;
 /** Most upstream HTTPS clients kept (one per name and address); the oldest is closed past it. */
 const MAX_CLIENTS = 256;
@@ -275,6 +278,8 @@ export interface EgressProxyOptions {
   log: Log;
   /** This machine's network interfaces; `Deno.networkInterfaces` by default (tests fake it). */
   interfaces?: () => Deno.NetworkInterfaceInfo[];
+  /** Most names with a TLS terminator at once (128; tests lower it). */
+  maxTerminators?: number;
 }
 
 /**
@@ -334,6 +339,7 @@ export class EgressProxy {
   #hosts: ReadonlyMap<string, string>;
   #log: Log;
   #interfaces: () => Deno.NetworkInterfaceInfo[];
+  #maxTerminators: number;
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
@@ -354,9 +360,16 @@ export class EgressProxy {
   };
 
   constructor(
-    { ca, extraCaCerts = [], hosts = new Map(), log, interfaces = Deno.networkInterfaces }:
-      EgressProxyOptions,
+    {
+      ca,
+      extraCaCerts = [],
+      hosts = new Map(),
+      log,
+      interfaces = Deno.networkInterfaces,
+      maxTerminators = MAX_TERMINATORS,
+    }: EgressProxyOptions,
   ) {
+    this.#maxTerminators = maxTerminators;
     this.#ca = ca;
     this.#interfaces = interfaces;
     this.#extraCa = extraCaCerts;
@@ -667,10 +680,22 @@ export class EgressProxy {
 
   #terminator(name: string): Promise<Terminator> {
     const known = this.#terminators.get(name);
-    if (known !== undefined) return known;
-    if (this.#terminators.size >= MAX_TERMINATORS) {
-      const [oldest, t] = this.#terminators.entries().next().value!;
-      this.#terminators.delete(oldest);
+    if (known !== undefined) {
+      // Most recently used last: the first is the one to close.
+      this.#terminators.delete(name);
+      this.#terminators.set(name, known);
+      return known;
+    }
+    if (this.#terminators.size >= this.#maxTerminators) {
+      const busy = new Set([...this.#opened.values()].map((o) => o.name));
+      const idle = [...this.#terminators.keys()].find((n) => !busy.has(n));
+      if (idle === undefined) {
+        return Promise.reject(
+          new Error(`all ${this.#maxTerminators} opened names have connections open`),
+        );
+      }
+      const t = this.#terminators.get(idle)!;
+      this.#terminators.delete(idle);
       t.then((x) => x.server.shutdown(), () => {});
     }
     const made = (async () => {

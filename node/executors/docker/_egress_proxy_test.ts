@@ -307,3 +307,82 @@ Deno.test({
     await proxy.close();
   }
 });
+
+/** One request on an open TLS connection: the answer's status line, or `null` when cut. */
+async function statusOn(tls: Deno.Conn, name: string): Promise<string | null> {
+  try {
+    await tls.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${name}\r\n\r\n`));
+    const buf = new Uint8Array(4096);
+    let text = "";
+    for (;;) {
+      const end = text.indexOf("\r\n\r\n");
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(text)?.[1] ?? "0");
+      if (end >= 0 && text.length >= end + 4 + length) return text.split("\r\n")[0];
+      const n = await tls.read(buf);
+      if (n === null) return null;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+  } catch {
+    return null;
+  }
+}
+
+Deno.test({
+  name: "EgressProxy never closes a TLS terminator another connection is open through",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  const names = ["n1.t.test", "n2.t.test", "n3.t.test"];
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map(names.map((n) => [n, "198.18.0.9"])),
+    log: () => {},
+    maxTerminators: 2,
+  });
+  const open: Deno.Conn[] = [];
+  const connect = async (name: string) => {
+    const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+    const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [ca.certPem] });
+    open.push(tls);
+    return tls;
+  };
+  let port = 0;
+  try {
+    port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "*.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    // Two names opened, a connection open through each (upstream unreachable: a 502 each).
+    const one = await connect(names[0]);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    const two = await connect(names[1]);
+    assert.match((await statusOn(two, names[1]))!, /^HTTP\/1\.1 502/);
+    // A third name while both are in use: refused, and neither is cut.
+    const three = await connect(names[2]).then((c) => statusOn(c, names[2]), () => null);
+    assert.equal(three, null);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/, "n1's connection is cut");
+    assert.match((await statusOn(two, names[1]))!, /^HTTP\/1\.1 502/, "n2's connection is cut");
+    // Once n2's connection is closed, n3 gets the place of n2 (not of n1, in use).
+    two.close();
+    let again: string | null = null;
+    for (let i = 0; i < 200 && again === null; i++) {
+      again = await connect(names[2]).then((c) => statusOn(c, names[2]), () => null);
+    }
+    assert.match(again!, /^HTTP\/1\.1 502/);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/, "n1's connection is cut");
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
