@@ -167,7 +167,29 @@ export function parseEgressEntry(
         "or an IPv4 address or CIDR",
     };
   }
+  const ascii = asciiName(text);
+  if (ascii !== null) {
+    return {
+      ok: false,
+      why: `is an internationalized name: write it in its ASCII form ('${ascii}'), the form ` +
+        "a TLS SNI and an HTTP Host carry",
+    };
+  }
   return { ok: false, why: "is not an IPv4 address or CIDR such as 8.8.8.8 or 10.0.0.0/8" };
+}
+
+/** The ASCII (punycode) form of a domain with non-ASCII letters, `null` for anything else. */
+function asciiName(text: string): string | null {
+  // deno-lint-ignore no-control-regex
+  if (/^[\x00-\x7f]*$/.test(text) || /[\s/:@?#[\]\\%]/.test(text)) return null;
+  const wild = text.startsWith("*.") ? "*." : "";
+  try {
+    const host = new URL(`http://${text.slice(wild.length)}/`).hostname;
+    const domain = parseDomainEntry(wild + host);
+    return domain !== null && domain.includes("xn--") ? domain : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
