@@ -49,7 +49,10 @@ const MAX_PER_SANDBOX = 512;
  * is open through is closed (never one in use: that would cut another sandbox's connections).
  */
 const MAX_TERMINATORS = 128;
-/** Most upstream HTTPS clients kept (one per name and address); the oldest is closed past it. */
+/**
+ * Most upstream HTTPS clients kept (one per name and address); past it the least recently used
+ * one no opened connection goes on with is closed.
+ */
 const MAX_CLIENTS = 256;
 
 /** What the proxy decides for a name under a sandbox's rules. */
@@ -280,6 +283,8 @@ export interface EgressProxyOptions {
   interfaces?: () => Deno.NetworkInterfaceInfo[];
   /** Most names with a TLS terminator at once (128; tests lower it). */
   maxTerminators?: number;
+  /** Most upstream HTTPS clients kept, one per name and address (256; tests lower it). */
+  maxClients?: number;
 }
 
 /**
@@ -340,6 +345,7 @@ export class EgressProxy {
   #log: Log;
   #interfaces: () => Deno.NetworkInterfaceInfo[];
   #maxTerminators: number;
+  #maxClients: number;
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
@@ -367,8 +373,10 @@ export class EgressProxy {
       log,
       interfaces = Deno.networkInterfaces,
       maxTerminators = MAX_TERMINATORS,
+      maxClients = MAX_CLIENTS,
     }: EgressProxyOptions,
   ) {
+    this.#maxClients = maxClients;
     this.#maxTerminators = maxTerminators;
     this.#ca = ca;
     this.#interfaces = interfaces;
@@ -630,8 +638,10 @@ export class EgressProxy {
    */
   async #open(conn: Deno.Conn, id: string, name: string, ip: string, hello: Uint8Array) {
     let terminator: Terminator;
+    let upstream: Upstream;
     try {
       terminator = await this.#terminator(name);
+      upstream = this.#upstream(name, ip);
     } catch (error) {
       this.#log("warn", "The egress proxy could not open HTTPS for a domain with transforms", {
         domain: name,
@@ -641,7 +651,7 @@ export class EgressProxy {
     }
     const inner = await Deno.connect({ hostname: "127.0.0.1", port: terminator.port });
     inner.setNoDelay(true);
-    const opened: Opened = { id, name, ip, client: this.#upstream(name, ip).client };
+    const opened: Opened = { id, name, ip, client: upstream.client };
     const port = (inner.localAddr as Deno.NetAddr).port;
     this.#opened.set(port, opened);
     try {
@@ -656,13 +666,23 @@ export class EgressProxy {
   #upstream(name: string, ip: string): Upstream {
     const at = `${name} ${ip}`;
     const known = this.#upstreams.get(at);
-    if (known !== undefined) return known;
-    if (this.#upstreams.size >= MAX_CLIENTS) {
-      const [oldest, u] = this.#upstreams.entries().next().value!;
-      this.#upstreams.delete(oldest);
-      this.#byKey.delete(u.key);
-      // Requests in flight on it end with it; the next one makes a new client.
-      u.client.close();
+    if (known !== undefined) {
+      // Most recently used last: the first is the one to close.
+      this.#upstreams.delete(at);
+      this.#upstreams.set(at, known);
+      return known;
+    }
+    if (this.#upstreams.size >= this.#maxClients) {
+      // The least recently used no opened connection goes on with: closing one in use would
+      // fail another sandbox's requests in flight.
+      const busy = new Set([...this.#opened.values()].map((o) => o.client));
+      const idle = [...this.#upstreams].find(([, u]) => !busy.has(u.client));
+      if (idle === undefined) {
+        throw new Error(`all ${this.#maxClients} upstream clients have connections open`);
+      }
+      this.#upstreams.delete(idle[0]);
+      this.#byKey.delete(idle[1].key);
+      idle[1].client.close();
     }
     const key = crypto.randomUUID();
     const client = Deno.createHttpClient({

@@ -386,3 +386,57 @@ Deno.test({
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test({
+  name: "EgressProxy never closes an upstream client an opened connection goes on with",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  const names = ["m1.t.test", "m2.t.test"];
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map(names.map((n) => [n, "198.18.0.9"])),
+    log: () => {},
+    maxClients: 1,
+  });
+  const open: Deno.Conn[] = [];
+  let port = 0;
+  const connect = async (name: string) => {
+    const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+    const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [ca.certPem] });
+    open.push(tls);
+    return tls;
+  };
+  try {
+    port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "*.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const one = await connect(names[0]);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    // The one client is in use: a second name is refused rather than closing it.
+    assert.equal(await connect(names[1]).then((c) => statusOn(c, names[1]), () => null), null);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    // Once that connection is closed, the second name gets its client.
+    one.close();
+    let again: string | null = null;
+    for (let i = 0; i < 200 && again === null; i++) {
+      again = await connect(names[1]).then((c) => statusOn(c, names[1]), () => null);
+    }
+    assert.match(again!, /^HTTP\/1\.1 502/);
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
