@@ -45,6 +45,15 @@ const MAX_CONNECTIONS = 4096;
 /** Most connections of one sandbox at once. */
 const MAX_PER_SANDBOX = 512;
 /**
+ * Most name lookups in flight, node-wide and per sandbox. A lookup holds a thread of the
+ * runtime's blocking pool (shared with file access) until the resolver gives up, however long
+ * the proxy waits: names whose servers never answer must not take the node's pool.
+ */
+const MAX_LOOKUPS = 64;
+const MAX_LOOKUPS_PER_SANDBOX = 16;
+/** How long the proxy waits for a name to resolve, ms. */
+const LOOKUP_TIMEOUT_MS = 5_000;
+/**
  * Most names with a TLS terminator at once; past it the least recently used one no connection
  * is open through is closed (never one in use: that would cut another sandbox's connections).
  */
@@ -269,6 +278,9 @@ export class ConnectionShares<T> {
   }
 }
 
+/** Refused at once: the sandbox (or the node) has too many lookups in flight. */
+class LookupsBusy extends Error {}
+
 /** Options of {@linkcode EgressProxy}. */
 export interface EgressProxyOptions {
   /** The fleet egress CA, for names with header transforms. */
@@ -285,6 +297,8 @@ export interface EgressProxyOptions {
   maxTerminators?: number;
   /** Most upstream HTTPS clients kept, one per name and address (256; tests lower it). */
   maxClients?: number;
+  /** Resolves a name to an IPv4 address; the system resolver by default (tests fake it). */
+  lookup?: (name: string) => Promise<string>;
 }
 
 /**
@@ -346,6 +360,10 @@ export class EgressProxy {
   #interfaces: () => Deno.NetworkInterfaceInfo[];
   #maxTerminators: number;
   #maxClients: number;
+  #lookup: (name: string) => Promise<string>;
+  /** Lookups in flight by sandbox address. */
+  #lookups = new Map<string, number>();
+  #lookupsTotal = 0;
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
@@ -374,8 +392,10 @@ export class EgressProxy {
       interfaces = Deno.networkInterfaces,
       maxTerminators = MAX_TERMINATORS,
       maxClients = MAX_CLIENTS,
+      lookup: resolve = async (name) => (await lookup(name, { family: 4 })).address,
     }: EgressProxyOptions,
   ) {
+    this.#lookup = resolve;
     this.#maxClients = maxClients;
     this.#maxTerminators = maxTerminators;
     this.#ca = ca;
@@ -561,8 +581,9 @@ export class EgressProxy {
     }
     let ip: string;
     try {
-      ip = await this.#resolve(name);
+      ip = await this.#resolve(name, from);
     } catch (error) {
+      if (error instanceof LookupsBusy) return await refuse(error.message);
       return await refuse(`${name} does not resolve (${(error as Error).message})`);
     }
     if (verdict === "address" && !egressAllows(rules, ip)) {
@@ -602,12 +623,42 @@ export class EgressProxy {
   }
 
   /** The address `name` resolves to (IPv4): the hosts setting first, then the system. */
-  async #resolve(name: string): Promise<string> {
+  async #resolve(name: string, from: string): Promise<string> {
     if (isIpv4(name)) return name;
     const mapped = this.#hosts.get(name);
     if (mapped !== undefined) return mapped;
-    const { address } = await lookup(name, { family: 4 });
-    return address;
+    const own = this.#lookups.get(from) ?? 0;
+    if (own >= MAX_LOOKUPS_PER_SANDBOX || this.#lookupsTotal >= MAX_LOOKUPS) {
+      throw new LookupsBusy(
+        `the egress proxy is resolving ${
+          own >= MAX_LOOKUPS_PER_SANDBOX ? `${own} names for this sandbox` : "too many names"
+        } at once already (names whose servers are slow to answer): try again shortly`,
+      );
+    }
+    this.#lookups.set(from, own + 1);
+    this.#lookupsTotal++;
+    // Counted until the lookup itself ends, not when the proxy stops waiting for it.
+    const pending = this.#lookup(name).finally(() => {
+      this.#lookupsTotal--;
+      const left = (this.#lookups.get(from) ?? 1) - 1;
+      if (left > 0) this.#lookups.set(from, left);
+      else this.#lookups.delete(from);
+    });
+    pending.catch(() => {});
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    try {
+      return await Promise.race([
+        pending,
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () => reject(new Error(`no answer within ${LOOKUP_TIMEOUT_MS} ms`)),
+            LOOKUP_TIMEOUT_MS,
+          );
+        }),
+      ]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   /** Whether `ip` is one the proxy never connects to. */

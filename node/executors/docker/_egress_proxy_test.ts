@@ -440,3 +440,43 @@ Deno.test({
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test({
+  name: "EgressProxy resolves at most 16 names of one sandbox at once; the next is refused at once",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  // A resolver whose answers never come (a name server that never answers), counting calls.
+  let calls = 0;
+  const reached: ((n: number) => void)[] = [];
+  const callNumber = (n: number) => new Promise<number>((r) => reached[n] = r);
+  const sixteenth = callNumber(16);
+  const seventeenth = callNumber(17);
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    log: () => {},
+    lookup: () => {
+      calls++;
+      reached[calls]?.(calls);
+      return new Promise<string>(() => {});
+    },
+  });
+  const conns: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["*.slow.test"] });
+    for (let i = 0; i < 16; i++) {
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+      conns.push(conn);
+      await conn.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: s${i}.slow.test\r\n\r\n`));
+    }
+    await sixteenth;
+    const answer = ask(port, "s16.slow.test");
+    const first = await Promise.race([answer, seventeenth.then(() => "looked up as well")]);
+    assert.match(first, /^HTTP\/1\.1 403 .*resolving 16 names for this sandbox at once/s);
+    assert.equal(calls, 16);
+  } finally {
+    for (const c of conns) c.close();
+    await proxy.close();
+  }
+});
