@@ -236,7 +236,8 @@ Deno.test({
       dataDir,
       env: {
         DORMICE_EGRESS_EXTRA_CA: `${dataDir}/upstream-ca.crt`,
-        DORMICE_EGRESS_HOSTS: `allowed.test=${a},other.test=${a}`,
+        // unverified.test: at A too, whose certificate does not name it.
+        DORMICE_EGRESS_HOSTS: `allowed.test=${a},other.test=${a},unverified.test=${a}`,
       },
     });
     await until("the docker node to be up at the gateway, enforcing rules", async () => {
@@ -457,6 +458,27 @@ Deno.test({
           await inside(keyed, "allowed.test", "other.test", false),
           answer(a, "allowed.test", sha(secret)),
         );
+      },
+    );
+
+    await t.step(
+      "the proxy verifies the upstream: a certificate not naming the domain gets no header",
+      async () => {
+        const spoofed = await create({
+          network: {
+            allowOut: ["unverified.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "unverified.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        const r = await spoofed.commands.run(
+          `curl -sS --max-time 10 -w ' %{http_code}' --resolve unverified.test:443:${a} ` +
+            "https://unverified.test/",
+          { timeoutMs: 30_000 },
+        );
+        assert.match(r.stdout, /^dormice egress: unverified\.test could not be reached: /);
+        assert.match(r.stdout, / 502$/);
+        assert.ok(!r.stdout.includes(nonce), "the stand-in answered");
       },
     );
 
