@@ -11,15 +11,17 @@
  * - An IPv4 literal name is judged by the address rules; a TLS hello without SNI is refused (no
  *   name to judge; addresses in `allowOut` are never steered here, so they are reached direct).
  * - Loopback, link-local, multicast, this machine's own addresses and the sandbox bridges'
- *   subnets are refused whatever the rules say: the proxy runs on the host, so it must not
- *   become a way around the host firewall.
+ *   subnets (`dm-*`, `docker*`, `br-*`) are refused whatever the rules say: the proxy runs on
+ *   the host, so it must not become a way around the host firewall or the engine's isolation
+ *   between containers.
  * - HTTPS to a name with a transform is terminated with a certificate the fleet egress CA signs
  *   (`_egress_ca.ts`), each request gets the transform's headers and goes on over HTTPS that
  *   verifies the upstream against Deno's root store plus `DORMICE_EGRESS_EXTRA_CA`. Everything
  *   else is spliced: the bytes pass untouched.
  *
- * Rules are looked up per connection by the sandbox's address, so a replaced rule set holds
- * from the next connection on (and for transforms, from the next request).
+ * Rules are looked up per connection by the sandbox's address; a replaced rule set cuts the
+ * sandbox's open spliced connections it refuses, and an opened connection is judged again at
+ * each request (its transforms too).
  *
  * @module
  */
@@ -475,19 +477,14 @@ export class EgressProxy {
       try {
         for await (const conn of listener) {
           const from = (conn.remoteAddr as Deno.NetAddr).hostname;
-          const close = (c: Deno.Conn) => {
-            try {
-              c.close();
-            } catch { /* closed already */ }
-          };
           let admitted: boolean;
-          if (perSource) admitted = this.#shares.admit(from, conn, close);
+          if (perSource) admitted = this.#shares.admit(from, conn, closeQuietly);
           else {
             admitted = this.#tunnels < MAX_CONNECTIONS;
             if (admitted) this.#tunnels++;
           }
           if (!admitted) {
-            close(conn);
+            closeQuietly(conn);
             continue;
           }
           // Small writes go at once: a hello or a request head must not wait for an ACK.
@@ -495,7 +492,7 @@ export class EgressProxy {
           serve(conn).catch(() => {}).finally(() => {
             if (perSource) this.#shares.release(from, conn);
             else this.#tunnels--;
-            close(conn);
+            closeQuietly(conn);
           });
         }
       } catch (error) {
