@@ -301,6 +301,10 @@ export interface EgressProxyOptions {
   maxClients?: number;
   /** Resolves a name to an IPv4 address; the system resolver by default (tests fake it). */
   lookup?: (name: string) => Promise<string>;
+  /** Most requests of one sandbox in flight to domains with transforms (512; tests lower it). */
+  maxRequestsPerSandbox?: number;
+  /** Sends an opened connection's requests on; `fetch` by default (tests fake it). */
+  fetch?: typeof fetch;
 }
 
 /**
@@ -363,6 +367,12 @@ export class EgressProxy {
   #maxTerminators: number;
   #maxClients: number;
   #lookup: (name: string) => Promise<string>;
+  #fetch: typeof fetch;
+  #requestsPerSandbox: number;
+  /** Requests of opened connections in flight, by sandbox id, shared as connections are. */
+  #requests: ConnectionShares<AbortController>;
+  /** The same requests, for close() to abort (a terminator's shutdown waits for its requests). */
+  #inFlight = new Set<AbortController>();
   /** Lookups in flight by sandbox address. */
   #lookups = new Map<string, number>();
   #lookupsTotal = 0;
@@ -395,8 +405,13 @@ export class EgressProxy {
       maxTerminators = MAX_TERMINATORS,
       maxClients = MAX_CLIENTS,
       lookup: resolve = async (name) => (await lookup(name, { family: 4 })).address,
+      maxRequestsPerSandbox = MAX_PER_SANDBOX,
+      fetch: send = fetch,
     }: EgressProxyOptions,
   ) {
+    this.#fetch = send;
+    this.#requestsPerSandbox = maxRequestsPerSandbox;
+    this.#requests = new ConnectionShares(MAX_CONNECTIONS, maxRequestsPerSandbox);
     this.#lookup = resolve;
     this.#maxClients = maxClients;
     this.#maxTerminators = maxTerminators;
@@ -459,6 +474,7 @@ export class EgressProxy {
     }
     this.#listeners.clear();
     this.#connectListener = null;
+    for (const request of this.#inFlight) request.abort(new Error("the egress proxy stopped"));
     for (const t of this.#terminators.values()) {
       await t.then((x) => x.server.shutdown(), () => {});
     }
@@ -820,16 +836,59 @@ export class EgressProxy {
     // to the sandbox. With identity the bytes and their headers pass as the upstream sent them.
     headers.set("accept-encoding", "identity");
     const url = new URL(req.url);
+    // In flight until its answer's body ends: counted against the sandbox's share (an HTTP/2
+    // connection carries many at once, each an upstream connection of a shared pool).
+    const inFlight = new AbortController();
+    const admitted = this.#requests.admit(opened.id, inFlight, (other) => {
+      other.abort(new Error("closed to give another sandbox its share of the egress proxy"));
+    });
+    if (!admitted) {
+      return new Response(
+        `dormice egress: this sandbox has ${this.#requestsPerSandbox} or more requests in flight ` +
+          "to domains with header transforms, as many as it may have: wait for some to end\n",
+        { status: 503, headers: { "content-type": "text/plain", "retry-after": "1" } },
+      );
+    }
+    this.#inFlight.add(inFlight);
+    const done = () => {
+      this.#requests.release(opened.id, inFlight);
+      this.#inFlight.delete(inFlight);
+    };
     try {
-      const res = await fetch(`https://${opened.name}${url.pathname}${url.search}`, {
+      const res = await this.#fetch(`https://${opened.name}${url.pathname}${url.search}`, {
         method: req.method,
         headers,
         body: req.body,
         redirect: "manual",
         client: opened.client,
+        signal: inFlight.signal,
       });
-      return new Response(res.body, { status: res.status, headers: res.headers });
+      if (res.body === null) {
+        done();
+        return new Response(null, { status: res.status, headers: res.headers });
+      }
+      const reader = res.body.getReader();
+      const body = new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          try {
+            const { done: end, value } = await reader.read();
+            if (end) {
+              done();
+              controller.close();
+            } else controller.enqueue(value);
+          } catch (error) {
+            done();
+            controller.error(error);
+          }
+        },
+        cancel(reason) {
+          done();
+          return reader.cancel(reason);
+        },
+      });
+      return new Response(body, { status: res.status, headers: res.headers });
     } catch (error) {
+      done();
       const why = error instanceof Error ? error.message : String(error);
       return new Response(`dormice egress: ${opened.name} could not be reached: ${why}\n`, {
         status: 502,

@@ -480,3 +480,64 @@ Deno.test({
     await proxy.close();
   }
 });
+
+Deno.test({
+  name: "EgressProxy holds at most its cap of one sandbox's requests in flight; the next is a 503",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  // An upstream that answers nothing until the proxy gives up on the request.
+  let calls = 0;
+  let third: () => void = () => {};
+  const thirdCall = new Promise<string>((r) => third = () => r("sent on as well"));
+  const twoCalls = Promise.withResolvers<void>();
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map([["h.t.test", "198.18.0.9"]]),
+    log: () => {},
+    maxRequestsPerSandbox: 2,
+    fetch: (_url, init) => {
+      calls++;
+      if (calls === 2) twoCalls.resolve();
+      if (calls === 3) third();
+      return new Promise<Response>((_, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+      });
+    },
+  });
+  const open: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "h.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const request = new TextEncoder().encode("GET / HTTP/1.1\r\nHost: h.t.test\r\n\r\n");
+    for (let i = 0; i < 3; i++) {
+      const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+      open.push(await Deno.startTls(tcp, { hostname: "h.t.test", caCerts: [ca.certPem] }));
+    }
+    await open[0].write(request);
+    await open[1].write(request);
+    await twoCalls.promise;
+    const answer = statusOn(open[2], "h.t.test");
+    assert.match(
+      await Promise.race([answer.then((a) => a ?? "cut"), thirdCall]),
+      /^HTTP\/1\.1 503 /,
+    );
+    assert.equal(calls, 2);
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
