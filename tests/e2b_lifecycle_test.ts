@@ -206,7 +206,7 @@ Deno.test({
     );
 
     await t.step(
-      "allowInternetAccess is kept; egress rules by domain are a 400 naming them",
+      "allowInternetAccess is kept; domain rules are kept; a name not in ASCII is a 400 giving its ASCII form",
       async () => {
         const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
         assert.equal((await open.getInfo()).allowInternetAccess, true);
@@ -215,12 +215,18 @@ Deno.test({
         const ruled = await Sandbox.create({
           ...opts,
           network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] },
+        });
+        assert.deepEqual((await ruled.getInfo()).network?.allowOut, ["example.com"]);
+        const idn = await Sandbox.create({
+          ...opts,
+          network: { allowOut: ["bücher.example"], denyOut: ["0.0.0.0/0"] },
         }).catch((e) => e);
-        assert.ok(ruled instanceof SandboxError, String(ruled));
+        assert.ok(idn instanceof SandboxError, String(idn));
         assert.match(
-          ruled.message,
-          /^400: 'network\.allowOut\[0\]' 'example\.com' is a domain name: domain rules are not served/,
+          idn.message,
+          /^400: 'network\.allowOut\[0\]' 'bücher\.example' is an internationalized name: .*'xn--bcher-kva\.example'/,
         );
+        await ruled.kill();
         await Promise.all([open.kill(), unset.kill()]);
       },
     );
