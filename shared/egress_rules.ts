@@ -167,7 +167,29 @@ export function parseEgressEntry(
         "or an IPv4 address or CIDR",
     };
   }
+  const ascii = asciiName(text);
+  if (ascii !== null) {
+    return {
+      ok: false,
+      why: `is an internationalized name: write it in its ASCII form ('${ascii}'), the form ` +
+        "a TLS SNI and an HTTP Host carry",
+    };
+  }
   return { ok: false, why: "is not an IPv4 address or CIDR such as 8.8.8.8 or 10.0.0.0/8" };
+}
+
+/** The ASCII (punycode) form of a domain with non-ASCII letters, `null` for anything else. */
+function asciiName(text: string): string | null {
+  // deno-lint-ignore no-control-regex
+  if (/^[\x00-\x7f]*$/.test(text) || /[\s/:@?#[\]\\%]/.test(text)) return null;
+  const wild = text.startsWith("*.") ? "*." : "";
+  try {
+    const host = new URL(`http://${text.slice(wild.length)}/`).hostname;
+    const domain = parseDomainEntry(wild + host);
+    return domain !== null && domain.includes("xn--") ? domain : null;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -257,6 +279,9 @@ export interface EgressRulesInput {
 const listSchema = z.array(z.string().max(256)).max(MAX_EGRESS_RULES, {
   message: `at most ${MAX_EGRESS_RULES} entries: join neighbouring addresses into CIDRs`,
 });
+
+/** How the SDK's `iam.tokens.<name>` placeholders begin (`${e2b.identity.tokens.aws}`). */
+const IAM_PLACEHOLDER = "${e2b.identity.tokens.";
 
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/;
 /** Headers the proxy owns: setting them would break the request rather than add to it. */
@@ -359,6 +384,15 @@ export function parseTransformRules(
           return fail(
             `'${here}.transform.headers.${name}' must be a single-line string of at most ` +
               "8192 characters",
+          );
+        }
+        if (v.includes(IAM_PLACEHOLDER)) {
+          // The SDK's transform callback writes these for E2B's proxy to fill in; sent as they
+          // are, the upstream would get the placeholder for a credential.
+          return fail(
+            `'${here}.transform.headers.${name}' refers to a workload identity token ` +
+              `(${IAM_PLACEHOLDER}<name>}), which this fleet does not mint: put the credential ` +
+              "itself in the value",
           );
         }
         out[name] = v;

@@ -37,6 +37,8 @@ Deno.test("parseEgressEntry() says what is wrong with each shape it does not ser
     ["", /not an IPv4 address or CIDR/],
     ["1.2.3", /not an IPv4 address or CIDR/],
     ["a b", /not an IPv4 address or CIDR/],
+    ["Bücher.example", /internationalized name: .*'xn--bcher-kva\.example'/],
+    ["*.bücher.example", /internationalized name: .*'\*\.xn--bcher-kva\.example'/],
   ];
   for (const [entry, why] of cases) {
     const r = parseEgressEntry(entry);

@@ -14,7 +14,11 @@
  * without `-k`, and the value is nowhere inside the sandbox, the logs, the node's metrics or the
  * sandbox detail;
  * `updateNetwork` flips the domain rules of a running sandbox; a sandbox with egress and no
- * rules is steered nowhere and gets no header.
+ * rules is steered nowhere and gets no header; an upstream's redirect to another domain goes back
+ * to the sandbox unfollowed, so the header stays behind; another Host inside a spliced connection
+ * reaches the allowed name's server (fronting, documented) and is replaced in an opened one; UDP to an allowed domain's address (QUIC)
+ * is refused under deny-all; `updateNetwork` cuts an open connection to a domain it no longer
+ * allows, and an opened HTTPS connection's next request gets a 403 instead of the header.
  *
  * Needs root, `ip`, iptables, openssl, an engine and the base image (its curl): with
  * `CI=true` a missing one fails the suite; off CI it skips with a printed reason. Names start
@@ -181,6 +185,10 @@ Deno.test({
            const k = req.headers.get("x-dormice-key");
            const digest = k === null ? "none" : createHash("sha256").update(k).digest("hex").slice(0, 16);
            const text = \`\${hostname} ${nonce} \${new URL(req.url).hostname} key=\${digest}\n\`;
+           // /redirect: to other.test, the way an upstream may send a client elsewhere.
+           if (new URL(req.url).pathname === "/redirect") {
+             return new Response(text, { status: 302, headers: { location: "https://other.test/" } });
+           }
            // /gz: gzip whenever the request accepts it, as many servers do.
            if (new URL(req.url).pathname === "/gz" && /gzip/.test(req.headers.get("accept-encoding") ?? "")) {
              return new Response(gzipSync(new TextEncoder().encode(text)), {
@@ -228,7 +236,8 @@ Deno.test({
       dataDir,
       env: {
         DORMICE_EGRESS_EXTRA_CA: `${dataDir}/upstream-ca.crt`,
-        DORMICE_EGRESS_HOSTS: `allowed.test=${a},other.test=${a}`,
+        // unverified.test: at A too, whose certificate does not name it.
+        DORMICE_EGRESS_HOSTS: `allowed.test=${a},other.test=${a},unverified.test=${a}`,
       },
     });
     await until("the docker node to be up at the gateway, enforcing rules", async () => {
@@ -394,6 +403,175 @@ Deno.test({
         assert.equal(await get(open, "https", "allowed.test", a), answer(a, "allowed.test"));
         assert.equal(await get(open, "http", "other.test", b), answer(b, "other.test"));
         assert.equal(await get(open, "https", "other.test", b), answer(b, "other.test"));
+      },
+    );
+
+    await t.step(
+      "an upstream's redirect elsewhere is the sandbox's to follow: the header stays behind",
+      async () => {
+        const both = await create({
+          network: {
+            allowOut: ["allowed.test", "other.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        // Trusting both the fleet CA (the system store: allowed.test is opened) and the test CA
+        // (other.test is spliced: the stand-in's own certificate).
+        await both.commands.run(
+          "cat /etc/ssl/certs/ca-certificates.crt /tmp/egd-ca.crt > /tmp/egd-both.crt",
+        );
+        const follow = (flags: string) =>
+          both.commands.run(
+            `curl -sS --max-time 6 ${flags} --cacert /tmp/egd-both.crt ` +
+              `--resolve allowed.test:443:${a} ` +
+              `--resolve other.test:443:${a} https://allowed.test/redirect`,
+            { timeoutMs: 20_000 },
+          );
+        // The precondition: the first hop carries the header and answers 302.
+        const first = await follow("-i");
+        assert.match(first.stdout, /^HTTP\/[\d.]+ 302/);
+        assert.match(first.stdout, /location: https:\/\/other\.test\//i);
+        assert.ok(first.stdout.includes(answer(a, "allowed.test", sha(secret))), first.stdout);
+        // Followed by the sandbox (the proxy never follows one), other.test gets no header.
+        assert.equal((await follow("-L")).stdout.trim(), answer(a, "other.test"));
+      },
+    );
+
+    await t.step(
+      "another Host inside: spliced, it reaches the allowed name's server; opened, it is replaced",
+      async () => {
+        const inside = async (sandbox: Sandbox, name: string, host: string, cacert: boolean) =>
+          (await sandbox.commands.run(
+            `curl -sS --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}` +
+              `-H 'Host: ${host}' --resolve ${name}:443:${b} https://${name}/`,
+            { timeoutMs: 20_000 },
+          )).stdout.trim();
+        // ruled allows other.test only (since its update): the name other.test's server (A)
+        // answers the Host it is asked for, as a server with many names does. Never B.
+        assert.equal(
+          await inside(ruled, "other.test", "allowed.test", true),
+          answer(a, "allowed.test"),
+        );
+        // keyed's opened connection: the proxy's request names allowed.test, header and all.
+        assert.equal(
+          await inside(keyed, "allowed.test", "other.test", false),
+          answer(a, "allowed.test", sha(secret)),
+        );
+      },
+    );
+
+    await t.step(
+      "the proxy verifies the upstream: a certificate not naming the domain gets no header",
+      async () => {
+        const spoofed = await create({
+          network: {
+            allowOut: ["unverified.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "unverified.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        const r = await spoofed.commands.run(
+          `curl -sS --max-time 10 -w ' %{http_code}' --resolve unverified.test:443:${a} ` +
+            "https://unverified.test/",
+          { timeoutMs: 30_000 },
+        );
+        assert.match(r.stdout, /^dormice egress: unverified\.test could not be reached: /);
+        assert.match(r.stdout, / 502$/);
+        assert.ok(!r.stdout.includes(nonce), "the stand-in answered");
+      },
+    );
+
+    await t.step(
+      "UDP to an allowed domain's address (QUIC on 443) is refused under deny-all, by the kernel",
+      async () => {
+        // A connected UDP socket learns of the refusal from the ICMP answer: EHOSTUNREACH (113)
+        // for the rule's admin-prohibited, ECONNREFUSED (111) for a port nobody listens on.
+        const probe = (sandbox: Sandbox) =>
+          sandbox.commands.run(
+            `python3 -c 'import socket, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(("${a}", 443))
+try:
+    s.send(b"q"); time.sleep(0.5); s.send(b"q"); time.sleep(0.5); s.recv(10); print("answered")
+except OSError as e:
+    print(e.errno)'`,
+            { timeoutMs: 20_000 },
+          );
+        assert.equal((await probe(open)).stdout.trim(), "111", "precondition: reached, unserved");
+        assert.equal((await probe(keyed)).stdout.trim(), "113");
+      },
+    );
+
+    await t.step(
+      "updateNetwork cuts an open connection to a domain it no longer allows, and no header " +
+        "goes on an opened one after",
+      async () => {
+        const live = await create({
+          network: {
+            allowOut: ["allowed.test"],
+            denyOut: [ALL_TRAFFIC],
+            rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+          },
+        });
+        // One keep-alive connection each over HTTP and HTTPS (the fleet CA from the system
+        // store), a request on it, then a second once the test says go.
+        await live.files.write(
+          "/tmp/keep.py",
+          `import http.client, os, socket, ssl, sys, time
+scheme, addr, out = sys.argv[1:4]
+def log(line):
+    with open(out, "a") as f:
+        f.write(line + "\\n")
+if scheme == "https":
+    c = http.client.HTTPSConnection("allowed.test", 443, timeout=10)
+    c.sock = ssl.create_default_context().wrap_socket(
+        socket.create_connection((addr, 443), 10), server_hostname="allowed.test")
+else:
+    c = http.client.HTTPConnection(addr, 80, timeout=10)
+def ask():
+    try:
+        c.request("GET", "/", headers={"Host": "allowed.test"})
+        r = c.getresponse()
+        log(f"{r.status} {r.read().decode().strip()}")
+    except Exception as e:
+        log(f"cut {type(e).__name__}")
+ask()
+while not os.path.exists(out + ".go"):
+    time.sleep(0.1)
+ask()
+`,
+        );
+        for (const scheme of ["http", "https"]) {
+          await live.commands.run(`python3 /tmp/keep.py ${scheme} ${a} /tmp/${scheme}.out`, {
+            background: true,
+          });
+        }
+        const lines = async (scheme: string) =>
+          (await live.files.read(`/tmp/${scheme}.out`).catch(() => "")).trim().split("\n")
+            .filter((l) => l !== "");
+        await until(
+          "both first requests to be answered",
+          async () => (await lines("http")).length === 1 && (await lines("https")).length === 1,
+          20_000,
+        );
+        // The precondition: both connections work, the HTTPS one with the header added.
+        assert.deepEqual(await lines("http"), [`200 ${answer(a, "allowed.test")}`]);
+        assert.deepEqual(await lines("https"), [`200 ${answer(a, "allowed.test", sha(secret))}`]);
+        // allowed.test is no longer allowed; its transform stays (it grants nothing).
+        await live.updateNetwork({
+          allowOut: ["other.test"],
+          denyOut: [ALL_TRAFFIC],
+          rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": secret } } }] },
+        });
+        await live.files.write("/tmp/http.out.go", "");
+        await live.files.write("/tmp/https.out.go", "");
+        await until(
+          "both second requests to end",
+          async () => (await lines("http")).length === 2 && (await lines("https")).length === 2,
+          20_000,
+        );
+        assert.match((await lines("http"))[1], /^cut /);
+        assert.match((await lines("https"))[1], /^403 dormice egress: .*deny allowed\.test now/);
       },
     );
   } finally {

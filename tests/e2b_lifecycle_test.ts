@@ -206,7 +206,7 @@ Deno.test({
     );
 
     await t.step(
-      "allowInternetAccess is kept; a domain rule is taken, a malformed entry is a 400 naming it",
+      "allowInternetAccess is kept; domain rules are kept; a malformed or non-ASCII entry is a 400 naming it",
       async () => {
         const open = await Sandbox.create({ ...opts, allowInternetAccess: true });
         assert.equal((await open.getInfo()).allowInternetAccess, true);
@@ -216,13 +216,24 @@ Deno.test({
           ...opts,
           network: { allowOut: ["example.com"], denyOut: ["0.0.0.0/0"] },
         });
+        assert.deepEqual((await ruled.getInfo()).network?.allowOut, ["example.com"]);
+        const idn = await Sandbox.create({
+          ...opts,
+          network: { allowOut: ["bücher.example"], denyOut: ["0.0.0.0/0"] },
+        }).catch((e) => e);
+        assert.ok(idn instanceof SandboxError, String(idn));
+        assert.match(
+          idn.message,
+          /^400: 'network\.allowOut\[0\]' 'bücher\.example' is an internationalized name: .*'xn--bcher-kva\.example'/,
+        );
         const bad = await Sandbox.create({
           ...opts,
           network: { allowOut: ["10.0.0.300"], denyOut: ["0.0.0.0/0"] },
         }).catch((e) => e);
         assert.ok(bad instanceof SandboxError, `a malformed entry was taken: ${bad}`);
         assert.match(bad.message, /^400: 'network\.allowOut\[0\]' '10\.0\.0\.300' is not/);
-        await Promise.all([open.kill(), unset.kill(), ruled.kill()]);
+        await ruled.kill();
+        await Promise.all([open.kill(), unset.kill()]);
       },
     );
 

@@ -506,6 +506,24 @@ Deno.test("create refuses network options this node cannot honour, naming each",
     [{ allow_internet_access: true, allowInternetAccess: false }, /disagree/],
     [{ allowInternetAccess: true, network: { denyOut: ["0.0.0.0/0"] } }, /disagree/],
     [{ secure: "yes" }, /'secure'/],
+    // The SDK's workload identity (iam) and the placeholders its transform callbacks write.
+    [
+      { iam: { tokens: { aws: { audience: "sts.amazonaws.com", tokenType: "JWT-SVID" } } } },
+      /^'iam' is not supported on this fleet/,
+    ],
+    [
+      {
+        network: {
+          allowOut: ["api.example.com"],
+          rules: {
+            "api.example.com": [{
+              transform: { headers: { Authorization: "Bearer ${e2b.identity.tokens.aws}" } },
+            }],
+          },
+        },
+      },
+      /^'network\.rules\.api\.example\.com\[0\]\.transform\.headers\.Authorization' refers to a workload identity token/,
+    ],
   ];
   for (const [options, pattern] of cases) {
     const res = await call("POST", "/v2/sandboxes", { templateID: "base", ...options });

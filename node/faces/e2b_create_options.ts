@@ -41,6 +41,8 @@ const optionsSchema = z.object({
   // The wire name; the camelCase one is accepted too, as clients write it either way.
   allow_internet_access: z.boolean().optional(),
   allowInternetAccess: z.boolean().optional(),
+  // E2B's workload identity: the SDK sends it only with at least one token.
+  iam: z.unknown().optional(),
   network: z.object({
     allowPublicTraffic: z.boolean().optional(),
     allowOut: z.array(z.string().max(256)).max(1000).optional(),
@@ -84,6 +86,16 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
   const parsed = optionsSchema.safeParse(value);
   if (!parsed.success) throw new HttpError(400, describeZodError(parsed.error));
   const body = parsed.data;
+  if (body.iam !== undefined && body.iam !== null) {
+    const tokens = (body.iam as { tokens?: unknown }).tokens;
+    if (typeof tokens !== "object" || tokens === null || Object.keys(tokens).length > 0) {
+      throw new HttpError(
+        400,
+        "'iam' is not supported on this fleet: no workload identity tokens are minted here; " +
+          "put the credential itself in a header transform (network.rules) instead",
+      );
+    }
+  }
   const asked = body.lifecycle?.onTimeout;
   const onTimeout: DeadlineAction = typeof asked === "string"
     ? asked

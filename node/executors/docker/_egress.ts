@@ -140,9 +140,9 @@ export class EgressFirewall {
 
   /**
    * Steers the sandbox's connections to ports 80 and 443 to the proxy at `port` on the bridge
-   * (addresses in `allowOut` excepted), or stops steering them when `port` is `null`. The nat
-   * chain is emptied and filled again: for that moment the sandbox's new connections pass
-   * FORWARD, where its address rules still hold.
+   * (addresses in `allowOut` excepted), or stops steering them when `port` is `null`. The new
+   * rules are put in above the old ones, which are then removed: every connection meanwhile is
+   * steered by the old rules or the new.
    *
    * @throws {ExecutorError} `unavailable` when iptables cannot do it.
    */
@@ -193,29 +193,27 @@ export class EgressFirewall {
       }
     }
     const made = await this.#iptables(["-t", "nat", "-N", chain]);
+    let old = 0;
     if (made.code !== 0) {
       if (!/exists/i.test(made.stderr)) throw this.#refusal(["-t", "nat", "-N"], said(made));
-      await this.#must(["-t", "nat", "-F", chain]);
+      const listing = await this.#iptables(["-t", "nat", "-S", chain]);
+      if (listing.code !== 0) throw this.#refusal(["-t", "nat", "-S"], said(listing));
+      old = listing.stdout.split("\n").filter((l) => l.startsWith("-A ")).length;
     }
-    for (const cidr of allowOut) {
-      await this.#must(["-t", "nat", "-A", chain, "-d", cidr, "-j", "RETURN"]);
+    // The new rules go in above the old, which are then deleted from below them: there is never
+    // a moment without a REDIRECT (an emptied chain would let the sandbox's ports 80 and 443
+    // past the proxy, to whatever its address rules allow, e.g. a domain it denies).
+    const rules = [
+      ...allowOut.map((cidr) => ["-d", cidr, "-j", "RETURN"]),
+      ["-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "REDIRECT", "--to-ports"]
+        .concat(String(port)),
+    ];
+    for (const [i, rule] of rules.entries()) {
+      await this.#must(["-t", "nat", "-I", chain, String(i + 1), ...rule]);
     }
-    await this.#must([
-      "-t",
-      "nat",
-      "-A",
-      chain,
-      "-p",
-      "tcp",
-      "-m",
-      "multiport",
-      "--dports",
-      "80,443",
-      "-j",
-      "REDIRECT",
-      "--to-ports",
-      String(port),
-    ]);
+    for (let i = 0; i < old; i++) {
+      await this.#must(["-t", "nat", "-D", chain, String(rules.length + 1)]);
+    }
     if (!(await this.#has("PREROUTING", [...jump, "-j", chain], "nat"))) {
       // First, ahead of Docker's own DOCKER jump for published ports.
       await this.#must(["-t", "nat", "-I", "PREROUTING", "1", ...jump, "-j", chain]);

@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { EgressProxy, hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
+import { ConnectionShares, EgressProxy, hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 
 /** The first bytes a TLS client sends for `name`: a real ClientHello, captured on loopback. */
@@ -133,5 +133,411 @@ Deno.test({
   } finally {
     for (const c of open) c.close();
     await proxy.close();
+  }
+});
+
+Deno.test({
+  name:
+    "EgressProxy refuses every address on the node's sandbox bridges (dm-*), by name or literal",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  // The node names its bridges dm-<hash>-e / dm-<hash>-i: another sandbox sits at 10.99.0.5.
+  const interfaces = (): Deno.NetworkInterfaceInfo[] => [
+    {
+      family: "IPv4",
+      name: "lo",
+      address: "127.0.0.1",
+      netmask: "255.0.0.0",
+      scopeid: null,
+      cidr: "127.0.0.1/8",
+      mac: "00:00:00:00:00:00",
+    },
+    {
+      family: "IPv4",
+      name: "dm-0123456789-e",
+      address: "10.99.0.1",
+      netmask: "255.255.0.0",
+      scopeid: null,
+      cidr: "10.99.0.1/16",
+      mac: "02:42:00:00:00:01",
+    },
+    {
+      family: "IPv4",
+      name: "dm-0123456789-i",
+      address: "10.98.0.1",
+      netmask: "255.255.0.0",
+      scopeid: null,
+      cidr: "10.98.0.1/16",
+      mac: "02:42:00:00:00:02",
+    },
+  ];
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    hosts: new Map([["peer.test", "10.99.0.5"]]),
+    log: () => {},
+    interfaces,
+  });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["peer.test"] });
+    // Allowed by name, resolving to a neighbour on the egress bridge: refused, not connected.
+    assert.match(
+      await ask(port, "peer.test"),
+      /403 .*resolves to 10\.99\.0\.5, an address of this host or its sandboxes/s,
+    );
+    // The same by address (no rule names it), and a sandbox on the internal bridge.
+    assert.match(await ask(port, "10.99.0.7"), /403 .*an address of this host or its sandboxes/s);
+    assert.match(await ask(port, "10.98.3.4"), /403 .*an address of this host or its sandboxes/s);
+  } finally {
+    await proxy.close();
+  }
+});
+
+const hasOpenssl = await new Deno.Command("openssl", { args: ["version"], stdout: "null" })
+  .output().then((o) => o.success, () => false);
+if (!hasOpenssl) console.log("egress proxy transform tests skipped: openssl is not installed");
+
+/** The answer head and body `request` gets over TLS for `name` through the proxy at `port`. */
+async function askTls(port: number, name: string, caPem: string, request: string) {
+  const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+  const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [caPem] });
+  try {
+    await tls.write(new TextEncoder().encode(request));
+    const buf = new Uint8Array(4096);
+    let text = "";
+    const until = Date.now() + 15_000;
+    while (!/\r\n\r\n[\s\S]*\n/.test(text) && Date.now() < until) {
+      const n = await tls.read(buf);
+      if (n === null) break;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+    return text;
+  } finally {
+    tls.close();
+  }
+}
+
+Deno.test({
+  name: "EgressProxy refuses an upgrade (WebSocket) to a domain with transforms with a clear 501",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  // 198.18.0.9: a benchmark address nothing answers at; the refusal comes before any connect.
+  const proxy = new EgressProxy({ ca, hosts: new Map([["ws.test", "198.18.0.9"]]), log: () => {} });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "ws.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const answer = await askTls(
+      port,
+      "ws.test",
+      ca.certPem,
+      "GET /chat HTTP/1.1\r\nHost: ws.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+        "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    assert.match(answer, /^HTTP\/1\.1 501 /);
+    assert.match(answer, /ws\.test has header transforms, and an upgraded connection/);
+    assert.doesNotMatch(answer, /X-Key|: k\r/);
+  } finally {
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("ConnectionShares: a sandbox holding the whole node cannot keep a newcomer from its share", () => {
+  const shares = new ConnectionShares<string>(8, 8);
+  const closed: string[] = [];
+  const evict = (x: string) => closed.push(x);
+  // One sandbox (one tenant's, or idle connections held on purpose) fills the node.
+  for (let i = 0; i < 8; i++) assert.equal(shares.admit("hog", `hog${i}`, evict), true);
+  assert.equal(shares.admit("hog", "hog8", evict), false, "the node is full for the hog itself");
+  // A newcomer gets up to an even share (8 over 2 sources), each one closing the hog's oldest.
+  for (let i = 0; i < 4; i++) assert.equal(shares.admit("new", `new${i}`, evict), true);
+  assert.deepEqual(closed, ["hog0", "hog1", "hog2", "hog3"]);
+  assert.equal(shares.admit("new", "new4", evict), false, "past its share, while full");
+  // A third gets 8 over 3 = 2, taken from whoever holds the most.
+  assert.equal(shares.admit("third", "t0", evict), true);
+  assert.equal(shares.admit("third", "t1", evict), true);
+  assert.equal(shares.admit("third", "t2", evict), false);
+  assert.equal(shares.total, 8, "never more than the node's cap");
+  assert.deepEqual(closed.slice(4), ["hog4", "new0"]);
+  // A released one frees room for anyone; releasing an evicted one changes nothing.
+  shares.release("hog", "hog0");
+  assert.equal(shares.total, 8);
+  shares.release("new", "new1");
+  assert.equal(shares.total, 7);
+  assert.equal(shares.admit("hog", "hog9", evict), true);
+  assert.equal(closed.length, 6, "room was free: nobody closed");
+});
+
+Deno.test("ConnectionShares: at most perSource of one source, even with room left", () => {
+  const shares = new ConnectionShares<number>(100, 3);
+  for (let i = 0; i < 3; i++) assert.equal(shares.admit("a", i, () => {}), true);
+  assert.equal(shares.admit("a", 3, () => {}), false);
+  assert.equal(shares.admit("b", 0, () => {}), true);
+});
+
+Deno.test({
+  name: "EgressProxy answers a request head past its bound with a 431 naming the bound",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {} });
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["a.test"] });
+    const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+    // Exactly the bound, unfinished: nothing is left unread when the proxy closes (which would
+    // reset the connection under the answer).
+    const start = "GET / HTTP/1.1\r\nHost: a.test\r\nX-Pad: ";
+    const head = start + "p".repeat(16 * 1024 + 5 - start.length);
+    conn.write(new TextEncoder().encode(head)).catch(() => {});
+    const answer = await new Response(conn.readable).text().catch(() => "");
+    assert.match(answer, /^HTTP\/1\.1 431 /);
+    assert.match(answer, /larger than 16384 bytes/);
+  } finally {
+    await proxy.close();
+  }
+});
+
+/** One request on an open TLS connection: the answer's status line, or `null` when cut. */
+async function statusOn(tls: Deno.Conn, name: string): Promise<string | null> {
+  try {
+    await tls.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: ${name}\r\n\r\n`));
+    const buf = new Uint8Array(4096);
+    let text = "";
+    for (;;) {
+      const end = text.indexOf("\r\n\r\n");
+      const length = Number(/\r\ncontent-length: *(\d+)/i.exec(text)?.[1] ?? "0");
+      if (end >= 0 && text.length >= end + 4 + length) return text.split("\r\n")[0];
+      const n = await tls.read(buf);
+      if (n === null) return null;
+      text += new TextDecoder().decode(buf.subarray(0, n));
+    }
+  } catch {
+    return null;
+  }
+}
+
+Deno.test({
+  name: "EgressProxy never closes a TLS terminator another connection is open through",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  const names = ["n1.t.test", "n2.t.test", "n3.t.test"];
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map(names.map((n) => [n, "198.18.0.9"])),
+    log: () => {},
+    maxTerminators: 2,
+  });
+  const open: Deno.Conn[] = [];
+  const connect = async (name: string) => {
+    const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+    const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [ca.certPem] });
+    open.push(tls);
+    return tls;
+  };
+  let port = 0;
+  try {
+    port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "*.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    // Two names opened, a connection open through each (upstream unreachable: a 502 each).
+    const one = await connect(names[0]);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    const two = await connect(names[1]);
+    assert.match((await statusOn(two, names[1]))!, /^HTTP\/1\.1 502/);
+    // A third name while both are in use: refused, and neither is cut.
+    const three = await connect(names[2]).then((c) => statusOn(c, names[2]), () => null);
+    assert.equal(three, null);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/, "n1's connection is cut");
+    assert.match((await statusOn(two, names[1]))!, /^HTTP\/1\.1 502/, "n2's connection is cut");
+    // Once n2's connection is closed, n3 gets the place of n2 (not of n1, in use).
+    two.close();
+    let again: string | null = null;
+    for (let i = 0; i < 200 && again === null; i++) {
+      again = await connect(names[2]).then((c) => statusOn(c, names[2]), () => null);
+    }
+    assert.match(again!, /^HTTP\/1\.1 502/);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/, "n1's connection is cut");
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "EgressProxy never closes an upstream client an opened connection goes on with",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  const names = ["m1.t.test", "m2.t.test"];
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map(names.map((n) => [n, "198.18.0.9"])),
+    log: () => {},
+    maxClients: 1,
+  });
+  const open: Deno.Conn[] = [];
+  let port = 0;
+  const connect = async (name: string) => {
+    const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+    const tls = await Deno.startTls(tcp, { hostname: name, caCerts: [ca.certPem] });
+    open.push(tls);
+    return tls;
+  };
+  try {
+    port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "*.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const one = await connect(names[0]);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    // The one client is in use: a second name is refused rather than closing it.
+    assert.equal(await connect(names[1]).then((c) => statusOn(c, names[1]), () => null), null);
+    assert.match((await statusOn(one, names[0]))!, /^HTTP\/1\.1 502/);
+    // Once that connection is closed, the second name gets its client.
+    one.close();
+    let again: string | null = null;
+    for (let i = 0; i < 200 && again === null; i++) {
+      again = await connect(names[1]).then((c) => statusOn(c, names[1]), () => null);
+    }
+    assert.match(again!, /^HTTP\/1\.1 502/);
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "EgressProxy resolves at most 16 names of one sandbox at once; the next is refused at once",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  // A resolver whose answers never come (a name server that never answers), counting calls.
+  let calls = 0;
+  const reached: ((n: number) => void)[] = [];
+  const callNumber = (n: number) => new Promise<number>((r) => reached[n] = r);
+  const sixteenth = callNumber(16);
+  const seventeenth = callNumber(17);
+  const proxy = new EgressProxy({
+    ca: null as unknown as EgressCa,
+    log: () => {},
+    lookup: () => {
+      calls++;
+      reached[calls]?.(calls);
+      return new Promise<string>(() => {});
+    },
+  });
+  const conns: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", { allowOut: [], denyOut: [], allowDomains: ["*.slow.test"] });
+    for (let i = 0; i < 16; i++) {
+      const conn = await Deno.connect({ hostname: "127.0.0.1", port });
+      conns.push(conn);
+      await conn.write(new TextEncoder().encode(`GET / HTTP/1.1\r\nHost: s${i}.slow.test\r\n\r\n`));
+    }
+    await sixteenth;
+    const answer = ask(port, "s16.slow.test");
+    const first = await Promise.race([answer, seventeenth.then(() => "looked up as well")]);
+    assert.match(first, /^HTTP\/1\.1 403 .*resolving 16 names for this sandbox at once/s);
+    assert.equal(calls, 16);
+  } finally {
+    for (const c of conns) c.close();
+    await proxy.close();
+  }
+});
+
+Deno.test({
+  name: "EgressProxy holds at most its cap of one sandbox's requests in flight; the next is a 503",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const ca = await EgressCa.load(null, dir);
+  // An upstream that answers nothing until the proxy gives up on the request.
+  let calls = 0;
+  let third: () => void = () => {};
+  const thirdCall = new Promise<string>((r) => third = () => r("sent on as well"));
+  const twoCalls = Promise.withResolvers<void>();
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map([["h.t.test", "198.18.0.9"]]),
+    log: () => {},
+    maxRequestsPerSandbox: 2,
+    fetch: (_url, init) => {
+      calls++;
+      if (calls === 2) twoCalls.resolve();
+      if (calls === 3) third();
+      return new Promise<Response>((_, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+      });
+    },
+  });
+  const open: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "h.t.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    const request = new TextEncoder().encode("GET / HTTP/1.1\r\nHost: h.t.test\r\n\r\n");
+    for (let i = 0; i < 3; i++) {
+      const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+      open.push(await Deno.startTls(tcp, { hostname: "h.t.test", caCerts: [ca.certPem] }));
+    }
+    await open[0].write(request);
+    await open[1].write(request);
+    await twoCalls.promise;
+    const answer = statusOn(open[2], "h.t.test");
+    assert.match(
+      await Promise.race([answer.then((a) => a ?? "cut"), thirdCall]),
+      /^HTTP\/1\.1 503 /,
+    );
+    assert.equal(calls, 2);
+  } finally {
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
   }
 });

@@ -207,3 +207,28 @@ Deno.test("EgressFirewall.steer() redirects the sandbox's ports 80 and 443 but i
   await firewall.removeBridge(bridge);
   assert.equal(iptables.count("INPUT", "dormice:egress-proxy"), 0);
 });
+
+Deno.test("EgressFirewall.steer() again never leaves the sandbox's ports 80 and 443 unsteered, at any step", async () => {
+  const { iptables, firewall } = setup();
+  const ip = "172.30.0.2";
+  await firewall.steer("sb1", ip, bridge, 41000, [`${A}/32`, `${B}/32`]);
+  const chain = `nat:${firewall.chains("sb1").dispatch}-n`;
+  // Checked after every change to the table: the chain always ends its walk in a REDIRECT.
+  const steps: string[][] = [];
+  iptables.after = () => {
+    const rules = iptables.chains.get(chain) ?? [];
+    steps.push(rules);
+    assert.ok(
+      rules.some((r) => r.includes("-j REDIRECT")),
+      `unsteered at ${JSON.stringify(rules)}`,
+    );
+  };
+  // An updateNetwork: other allowed addresses, and a restarted node's proxy port.
+  await firewall.steer("sb1", ip, bridge, 42000, [`${C}/32`]);
+  iptables.after = null;
+  assert.ok(steps.length > 0, "the update changed the table");
+  assert.deepEqual(iptables.chains.get(chain), [
+    `-d ${C}/32 -j RETURN`,
+    "-p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports 42000",
+  ]);
+});

@@ -122,6 +122,14 @@ export class FakeIptables {
       chain.splice(Number(rest[1]) - 1, 0, quote(rest.slice(2)));
       return { code: 0, stdout: "", stderr: "" };
     }
+    if (op === "-D" && rest.length === 2 && /^\d+$/.test(rest[1])) {
+      const n = Number(rest[1]);
+      if (n < 1 || n > chain.length) {
+        return { code: 1, stdout: "", stderr: "iptables: Index of deletion too big.\n" };
+      }
+      chain.splice(n - 1, 1);
+      return { code: 0, stdout: "", stderr: "" };
+    }
     const rule = quote(rest.slice(1));
     const at = chain.indexOf(rule);
     if (op === "-C" || op === "-D") {
