@@ -7,8 +7,11 @@
  * never written through.
  *
  * What this does not close: a sandbox that swaps a checked directory for a link between the
- * check and the open (a race of microseconds it would have to win while the node is serving
- * that very request). Closing it needs `openat2(RESOLVE_BENEATH)`, which Deno does not expose.
+ * check and the use. The content API keeps that window to the few system calls between a
+ * path's resolution and its use (an upload's body is written out of the volume first, and its
+ * path resolved only when it is renamed in), so it is never as long as a request the tenant
+ * controls; closing it needs `openat2(RESOLVE_BENEATH)` or a walk by directory handles, which
+ * Deno does not expose.
  *
  * @module
  */

@@ -256,6 +256,7 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
     // Removes a link itself, never what it points at.
     await Deno.remove(r.full, { recursive: true });
+    volumes.forgetUsage(c.req.param("id")!);
     return new Response(null, { status: 204 });
   });
   app.get("/volumecontent/:id/file", async (c) => {
@@ -283,39 +284,41 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     if (r.info?.isDirectory) {
       throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
     }
-    const cap = volumes.sizeBytes(id);
-    const replaced = r.info?.isFile ? r.info.size : 0;
-    const room = cap - (await volumes.usedBytes(id)) + replaced;
-    const temp = join(r.parent, `.dormice-upload-${crypto.randomUUID()}`);
     const mode = modeOf(q, 0o666);
-    const file = await Deno.open(temp, { write: true, createNew: true, mode });
-    let written = 0;
+    // The body goes to the node's own uploads directory, which no sandbox sees, and the path is
+    // resolved again only once it arrived: a sandbox that swaps a directory of the path for a
+    // link while the body streams finds it checked at the rename, microseconds later, and
+    // nothing is opened, chmodded or chowned through the volume's (swappable) names.
+    const write = await volumes.beginWrite(id, r.info?.isFile ? r.info.size : 0);
+    const uploads = volumes.uploadsDir(id);
+    await Deno.mkdir(uploads, { recursive: true, mode: 0o700 });
+    const temp = join(uploads, crypto.randomUUID());
+    let committed = false;
     try {
-      if (c.req.raw.body !== null) {
-        for await (const chunk of c.req.raw.body) {
-          written += chunk.length;
-          if (written > room) {
-            throw new HttpError(
-              507,
-              `Volume '${id}' is full: its cap is ${cap} bytes; remove files or create a new ` +
-                "volume",
-            );
+      const file = await Deno.open(temp, { write: true, createNew: true, mode });
+      try {
+        if (c.req.raw.body !== null) {
+          for await (const chunk of c.req.raw.body) {
+            write.add(chunk.length);
+            let n = 0;
+            while (n < chunk.length) n += await file.write(chunk.subarray(n));
           }
-          let n = 0;
-          while (n < chunk.length) n += await file.write(chunk.subarray(n));
         }
+      } finally {
+        file.close();
       }
-      file.close();
       await Deno.chmod(temp, mode);
       await owner(temp, q);
+      const at = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true" });
+      if (at.info?.isDirectory) {
+        throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
+      }
       // A rename replaces whatever is in the final place, a link included: never written through.
-      await Deno.rename(temp, r.full);
-    } catch (error) {
-      try {
-        file.close();
-      } catch { /* closed already */ }
-      await Deno.remove(temp).catch(() => {});
-      throw error;
+      await Deno.rename(temp, at.full);
+      committed = true;
+    } finally {
+      write.end(committed);
+      if (!committed) await Deno.remove(temp).catch(() => {});
     }
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });
