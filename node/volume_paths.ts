@@ -18,6 +18,9 @@
 import { join, sep } from "node:path";
 import { HttpError } from "../shared/http_error.ts";
 
+/** The longest name of one file or directory, in bytes (Linux's `NAME_MAX`). */
+const MAX_NAME_BYTES = 255;
+
 /** A tenant's path split into its names; `/`, `` and `.` are the volume's root. */
 export function splitVolumePath(path: string | null): string[] {
   if (path === null) {
@@ -33,6 +36,14 @@ export function splitVolumePath(path: string | null): string[] {
     );
   }
   const parts = path.split("/").filter((s) => s !== "" && s !== ".");
+  const long = parts.find((s) => new TextEncoder().encode(s).length > MAX_NAME_BYTES);
+  if (long !== undefined) {
+    throw new HttpError(
+      400,
+      `The name '${long.slice(0, 40)}…' is over ${MAX_NAME_BYTES} bytes, the longest a file ` +
+        "name may be: name a shorter one",
+    );
+  }
   if (parts.includes("..")) {
     throw new HttpError(
       400,
@@ -147,4 +158,31 @@ export async function followInside(r: Resolved, parts: readonly string[]): Promi
   }
   if (!isInside(r.root, real)) throw escape(parts, "is a link that leads");
   return real;
+}
+
+/**
+ * `message` (a file system error's) with a volume's paths shown as its tenant names them
+ * (`/notes/a`) and any other path under the node's volume root as `<volume root>`: where the
+ * node keeps its files is not a tenant's business.
+ */
+export function hideNodePaths(message: string, root: string): string {
+  let out = message;
+  for (const r of new Set([realPathOr(root), root])) {
+    const escaped = r.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    out = out
+      .replace(
+        new RegExp(`${escaped}/vol-[a-z0-9]{20}/data(/[^']*)?`, "g"),
+        (_m, rest: string | undefined) => rest ?? "/",
+      )
+      .replaceAll(r, "<volume root>");
+  }
+  return out;
+}
+
+function realPathOr(path: string): string {
+  try {
+    return Deno.realPathSync(path);
+  } catch {
+    return path;
+  }
 }

@@ -31,6 +31,7 @@ import type { NodeVolumes } from "../volumes.ts";
 import { exportVolume, importVolume } from "../volume_copy.ts";
 import {
   followInside,
+  hideNodePaths,
   type Resolved,
   resolveInVolume,
   shownPath,
@@ -53,6 +54,11 @@ export interface VolumeEntry {
 }
 
 const MAX_LIST_ENTRIES = 10_000;
+
+/** The longest path the kernel takes (Linux's `PATH_MAX`), the node's volume root included. */
+const PATH_MAX = 4096;
+
+const TOO_LONG = "The path is too long for the node's filesystem: name a shorter one";
 
 /** The cap of a JSON body of these routes (an id, or a uid, gid and mode). */
 const MAX_JSON_BYTES = 16 * 1024;
@@ -85,7 +91,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       });
     }
     const e = error as Error;
-    const status = e instanceof Deno.errors.NotFound
+    // A path whose names fit but whose whole, below the node's volume root, does not.
+    const tooLong = /\(os error 36\)/.test(e.message);
+    const status = tooLong
+      ? 400
+      : e instanceof Deno.errors.NotFound
       ? 404
       : e instanceof Deno.errors.AlreadyExists
       ? 409
@@ -95,7 +105,9 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       ? 400
       : 500;
     if (status === 500) options.log("error", "volume route failed", { error: e.stack });
-    return c.json({ code: status, message: e.message }, status as 400);
+    // The node's own paths are not the tenant's business: a volume's shows as its root.
+    const message = tooLong ? TOO_LONG : hideNodePaths(e.message, volumes.root);
+    return c.json({ code: status, message }, status as 400);
   });
   const gate = (c: Context) =>
     requireFleetBearer(c.req.header("authorization"), matches, "this node's", c.req.path);
@@ -173,6 +185,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       throw new HttpError(404, `Volume '${id}' is not on this node`);
     }
     const parts = splitVolumePath(new URL(c.req.url).searchParams.get("path"));
+    // Before the disk is touched (a `force` would make parents until the kernel refused).
+    if (new TextEncoder().encode(dir + shownPath(parts)).length >= PATH_MAX) {
+      throw new HttpError(400, TOO_LONG);
+    }
     return { id, dir, parts };
   };
   app.get("/volumecontent/:id/dir", async (c) => {

@@ -163,3 +163,25 @@ Deno.test("volume face: concurrent uploads share the room under the cap", async 
   const listed = await (await f.request(`/volumecontent/${id}/dir?path=/`)).json();
   assert.equal(listed.length, 1);
 });
+
+Deno.test("volume face: a path too long for the node's filesystem is a 400 that names no node path", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  // 4090 characters fit the content API's limit; below the node's root they pass PATH_MAX.
+  const res = await f.request(`/volumecontent/${id}/dir?path=${"d/".repeat(2045)}&force=true`, {
+    method: "POST",
+  });
+  const body = await res.json();
+  assert.equal(res.status, 400, JSON.stringify(body));
+  assert.match(body.message, /too long for the node's filesystem/);
+  assert.doesNotMatch(body.message, new RegExp(f.root));
+  const data = `${f.root}/${id}/data`;
+  assert.deepEqual([...Deno.readDirSync(data)], [], "no parent was made");
+  const name = await f.request(`/volumecontent/${id}/file?path=/${"n".repeat(300)}`, {
+    method: "PUT",
+    body: "x",
+  });
+  assert.equal(name.status, 400);
+  assert.match((await name.json()).message, /over 255 bytes/);
+});
