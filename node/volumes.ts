@@ -64,6 +64,9 @@ interface VolumeFile {
 /** The largest number of entries a usage walk counts before it calls the volume full. */
 const MAX_WALK_ENTRIES = 200_000;
 
+/** The most content-API writes one volume takes at once (each holds a file open on the node). */
+export const MAX_WRITES_IN_FLIGHT = 64;
+
 /** How long a usage walk's count is trusted (moved by the content API's own writes meanwhile). */
 export const USAGE_TTL_MS = 30_000;
 
@@ -91,6 +94,8 @@ export class NodeVolumes {
   readonly #walking = new Map<string, Promise<number>>();
   /** Bytes held by writes in flight, per volume (an entry lives while a write does). */
   readonly #held = new Map<string, number>();
+  /** Writes in flight, per volume (an entry lives while a write does). */
+  readonly #writing = new Map<string, number>();
 
   /** Volumes under `options.root`; nothing is read or made until a method is called. */
   constructor(options: NodeVolumesOptions) {
@@ -241,7 +246,22 @@ export class NodeVolumes {
    */
   async beginWrite(id: string, replacedBytes: number): Promise<VolumeWrite> {
     const cap = this.sizeBytes(id);
-    await this.cachedUsedBytes(id);
+    const writing = this.#writing.get(id) ?? 0;
+    if (writing >= MAX_WRITES_IN_FLIGHT) {
+      throw new HttpError(
+        429,
+        `Volume '${id}' has ${writing} writes in flight, the most it takes at once: retry once ` +
+          "some finish",
+        { headers: { "retry-after": "1" } },
+      );
+    }
+    this.#writing.set(id, writing + 1);
+    try {
+      await this.cachedUsedBytes(id);
+    } catch (error) {
+      this.#endWriting(id);
+      throw error;
+    }
     let written = 0;
     let ended = false;
     const hold = (n: number) => {
@@ -265,6 +285,7 @@ export class NodeVolumes {
       end: (committed) => {
         if (ended) return;
         ended = true;
+        this.#endWriting(id);
         hold(-written);
         const cached = this.#usage.get(id);
         if (committed && cached !== undefined) {
@@ -272,6 +293,12 @@ export class NodeVolumes {
         }
       },
     };
+  }
+
+  #endWriting(id: string): void {
+    const n = (this.#writing.get(id) ?? 1) - 1;
+    if (n <= 0) this.#writing.delete(id);
+    else this.#writing.set(id, n);
   }
 
   /** Bytes the volume's files take (apparent sizes), counted by a bounded walk. */

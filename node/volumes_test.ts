@@ -1,5 +1,5 @@
 import assert from "node:assert/strict";
-import { NodeVolumes, USAGE_TTL_MS } from "./volumes.ts";
+import { MAX_WRITES_IN_FLIGHT, NodeVolumes, USAGE_TTL_MS } from "./volumes.ts";
 
 const id = "vol-0123456789abcdef0123";
 
@@ -80,6 +80,29 @@ Deno.test("node volumes: a slow walk is trusted ten times as long as it took", a
     now += 50_000;
     await volumes.beginWrite(id, 0);
     assert.equal(walks, 2);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("node volumes: a volume takes at most MAX_WRITES_IN_FLIGHT writes at once", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const volumes = new NodeVolumes({
+      root,
+      shared: false,
+      defaultSizeBytes: 1000,
+      sandboxes: () => [],
+    });
+    await volumes.create(id);
+    const writes = [];
+    for (let i = 0; i < MAX_WRITES_IN_FLIGHT; i++) writes.push(await volumes.beginWrite(id, 0));
+    await assert.rejects(volumes.beginWrite(id, 0), /64 writes in flight/);
+    // An ended write frees its place, once however often it is ended.
+    writes[0].end(false);
+    writes[0].end(false);
+    await volumes.beginWrite(id, 0);
+    await assert.rejects(volumes.beginWrite(id, 0), /writes in flight/);
   } finally {
     await Deno.remove(root, { recursive: true });
   }

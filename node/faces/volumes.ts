@@ -307,10 +307,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     // nothing is opened, chmodded or chowned through the volume's (swappable) names.
     const write = await volumes.beginWrite(id, r.info?.isFile ? r.info.size : 0);
     const uploads = volumes.uploadsDir(id);
-    await Deno.mkdir(uploads, { recursive: true, mode: 0o700 });
     const temp = join(uploads, crypto.randomUUID());
     let committed = false;
     try {
+      await Deno.mkdir(uploads, { recursive: true, mode: 0o700 });
       const file = await Deno.open(temp, { write: true, createNew: true, mode });
       try {
         if (c.req.raw.body !== null) {
