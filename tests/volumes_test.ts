@@ -150,9 +150,16 @@ Deno.test({
       assert.ok(theirs.every((v) => v.volumeId !== vol.volumeId));
       await assert.rejects(Volume.getInfo(vol.volumeId, otherOpts), VolumeNotFoundError);
       assert.equal(await Volume.destroy(vol.volumeId, otherOpts), false);
-      // The content API with another volume's token (or none) reaches nothing.
+      // The content API with another volume's token (another team's, which opens its own volume)
+      // or none reaches nothing.
+      const theirToken = (await Volume.getInfo(theirs[0].volumeId, otherOpts)).token;
+      const own = await fetch(`${gw.url}/e2b/api/volumecontent/${theirs[0].volumeId}/dir?path=/`, {
+        headers: { authorization: `Bearer ${theirToken}` },
+      });
+      assert.equal(own.status, 200, "the other team's token opens its own volume");
+      await own.body?.cancel();
       const res = await fetch(`${gw.url}/e2b/api/volumecontent/${vol.volumeId}/file?path=/b.bin`, {
-        headers: { authorization: `Bearer ${theirs[0].volumeId}` },
+        headers: { authorization: `Bearer ${theirToken}` },
       });
       assert.equal(res.status, 404);
       await res.body?.cancel();
