@@ -6,12 +6,11 @@
  * to a temporary file renamed over the final name, so a link in the final place is replaced,
  * never written through.
  *
- * What this does not close: a sandbox that swaps a checked directory for a link between the
- * check and the use. The content API keeps that window to the few system calls between a
- * path's resolution and its use (an upload's body is written out of the volume first, and its
- * path resolved only when it is renamed in), so it is never as long as a request the tenant
- * controls; closing it needs `openat2(RESOLVE_BENEATH)` or a walk by directory handles, which
- * Deno does not expose.
+ * What this does not close by itself: a sandbox that swaps a checked directory for a link
+ * between the check and the use. An upload's final rename and a removal's first step are made
+ * from inside the checked directory (`volume_confined.ts`); the reads, `PATCH` and `POST /dir`
+ * keep a window of a few system calls, which `openat2(RESOLVE_BENEATH)` would close and Deno
+ * does not expose.
  *
  * @module
  */

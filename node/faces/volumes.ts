@@ -29,6 +29,7 @@ import { describeZodError } from "../../shared/schemas.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import type { NodeVolumes } from "../volumes.ts";
 import { exportVolume, importVolume } from "../volume_copy.ts";
+import { type ConfinedRenames, confinedRenames } from "../volume_confined.ts";
 import {
   followInside,
   hideNodePaths,
@@ -69,6 +70,11 @@ export interface VolumeFaceOptions {
   token: string;
   /** Called after a volume appears or goes (the check-in advertises the change sooner). */
   changed?: () => void;
+  /**
+   * The confined renames of uploads and removals (`volume_confined.ts`); by default through
+   * `sh` when the node may run it, `null` for in process.
+   */
+  renames?: ConfinedRenames | null;
   log: Log;
 }
 
@@ -82,6 +88,15 @@ export interface VolumeFaceOptions {
  */
 export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOptions): Hono {
   const matches = tokenMatcher(options.token);
+  const renames = options.renames === undefined ? confinedRenames() : options.renames ?? undefined;
+  if (renames === undefined) {
+    options.log(
+      "warn",
+      "volume content writes and removals run in process: a sandbox racing a link into a " +
+        "path could redirect them outside its volume",
+      { fix: "run the node with --allow-run=sh (GNU mv on PATH)" },
+    );
+  }
   const app = new Hono();
   app.onError((error, c) => {
     if (error instanceof HttpError) {
@@ -270,8 +285,15 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     }
     const r = await resolveInVolume(dir, parts);
     if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
-    // Removes a link itself, never what it points at.
-    await Deno.remove(r.full, { recursive: true });
+    // Removes a link itself, never what it points at. Confined: first moved out of the volume
+    // by its name in its checked directory, then removed where no sandbox reaches.
+    if (renames) {
+      const id = c.req.param("id")!;
+      await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
+      const trash = join(volumes.uploadsDir(id), `removed-${crypto.randomUUID()}`);
+      await renames.outOf(r.parent, r.name!, trash);
+      await Deno.remove(trash, { recursive: true });
+    } else await Deno.remove(r.full, { recursive: true });
     volumes.forgetUsage(c.req.param("id")!);
     return new Response(null, { status: 204 });
   });
@@ -330,7 +352,8 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
         throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
       }
       // A rename replaces whatever is in the final place, a link included: never written through.
-      await Deno.rename(temp, at.full);
+      if (renames) await renames.into(at.parent, at.name!, temp);
+      else await Deno.rename(temp, at.full);
       committed = true;
     } finally {
       write.end(committed);

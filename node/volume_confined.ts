@@ -1,0 +1,83 @@
+/**
+ * The content API's renames into and out of a volume, made where a sandbox's links cannot
+ * redirect them. Every path call in Deno walks its path again from `/`, so a sandbox that
+ * swaps a directory of a checked path for a link between the check and the call sends the call
+ * wherever the link points (measured 2026-12-07: one upload in 34,000 landed outside the volume
+ * with a sandbox flipping the link in a loop). Deno has no `openat2(RESOLVE_BENEATH)`, so the
+ * step is run by a shell that first enters the checked directory (`cd -P`), then asks the
+ * kernel where it is (`pwd -P`: the directory itself, not a path walked again) and refuses
+ * unless it is the checked one; the rename then names only the final entry, relative to that
+ * directory, and the node's own side (`<root>/<id>/uploads`, out of every sandbox's sight).
+ * A sandbox may still move the directory meanwhile, but only within the volume.
+ *
+ * `mv -T` replaces, never follows, a link in the final place. Needs `--allow-run=sh` and GNU
+ * `mv`; without the permission {@linkcode confinedRenames} answers `undefined` and the caller
+ * renames in process (the race above stays open; the node logs so at start).
+ *
+ * @module
+ */
+import { HttpError } from "../shared/http_error.ts";
+
+/** What the check answers when the directory was not the checked one. */
+const MOVED = 91;
+
+/** How long one rename may take, its shell's start included. */
+const TIMEOUT_MS = 30_000;
+
+const SCRIPT = `cd -P -- "$1" || exit 90
+[ "$(pwd -P)" = "$1" ] || exit ${MOVED}
+case "$2" in
+  in) exec mv -T -- "$3" "./$4" ;;
+  out) exec mv -T -- "./$3" "$4" ;;
+esac
+exit 92`;
+
+/** Renames that name a volume's entry relative to its checked directory. */
+export interface ConfinedRenames {
+  /** Moves `from` (a node-side path) to the entry `name` of the real directory `dir`. */
+  into(dir: string, name: string, from: string): Promise<void>;
+  /** Moves the entry `name` of the real directory `dir` to `to` (a node-side path). */
+  outOf(dir: string, name: string, to: string): Promise<void>;
+}
+
+/**
+ * The renames through `sh`, or `undefined` when this process may not run it.
+ *
+ * @example
+ * ```ts ignore
+ * const renames = confinedRenames();
+ * await renames?.into("/srv/volumes/vol-…/data/notes", "a.txt", "/srv/volumes/vol-…/uploads/1");
+ * ```
+ */
+export function confinedRenames(): ConfinedRenames | undefined {
+  if (Deno.permissions.querySync({ name: "run", command: "sh" }).state !== "granted") {
+    return undefined;
+  }
+  const run = async (dir: string, way: "in" | "out", a: string, b: string, shown: string) => {
+    const out = await new Deno.Command("sh", {
+      args: ["-c", SCRIPT, "sh", dir, way, a, b],
+      stdin: "null",
+      stdout: "null",
+      stderr: "piped",
+      signal: AbortSignal.timeout(TIMEOUT_MS),
+    }).output();
+    if (out.code === 0) return;
+    if (out.code === MOVED || out.code === 90) {
+      throw new HttpError(
+        409,
+        `A directory of path '${shown}' was moved or replaced while the node used it (a ` +
+          "sandbox that mounts the volume changed it): retry once it is still",
+      );
+    }
+    const why = new TextDecoder().decode(out.stderr).trim().slice(0, 300);
+    if (/No such file/.test(why)) throw new HttpError(404, `Path '${shown}' not found`);
+    if (/Is a directory|Not a directory|Directory not empty|File exists/.test(why)) {
+      throw new HttpError(409, `Path '${shown}' changed type while the node used it: retry`);
+    }
+    throw new Error(`The rename of '${shown}' failed (exit ${out.code}): ${why}`);
+  };
+  return {
+    into: (dir, name, from) => run(dir, "in", from, name, name),
+    outOf: (dir, name, to) => run(dir, "out", name, to, name),
+  };
+}

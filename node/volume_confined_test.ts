@@ -1,0 +1,75 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import { confinedRenames } from "./volume_confined.ts";
+
+/**
+ * A volume whose directory `a` was checked, then swapped by a sandbox for a link to a node
+ * directory: what a path call made after the check meets.
+ */
+async function swapped() {
+  const base = await Deno.realPath(await Deno.makeTempDir());
+  const data = join(base, "data");
+  const outside = join(base, "outside");
+  const node = join(base, "uploads");
+  for (const d of [data, outside, node]) await Deno.mkdir(d);
+  await Deno.mkdir(join(data, "a"));
+  const checked = join(data, "a");
+  await Deno.rename(checked, join(data, "a-real"));
+  await Deno.symlink(outside, checked);
+  return {
+    data,
+    outside,
+    node,
+    checked,
+    async [Symbol.asyncDispose]() {
+      await Deno.remove(base, { recursive: true });
+    },
+  };
+}
+
+Deno.test("confinedRenames: an upload renamed into a checked directory swapped for a link stays out of the link's target", async () => {
+  const renames = confinedRenames();
+  assert.ok(renames, "the test runs with --allow-run");
+  await using v = await swapped();
+  await Deno.writeTextFile(join(v.node, "body"), "root::0:0::/:/bin/sh");
+  // The hazard: a path call after the swap lands outside.
+  await Deno.copyFile(join(v.node, "body"), join(v.node, "body2"));
+  await Deno.rename(join(v.node, "body2"), join(v.checked, "passwd"));
+  assert.deepEqual([...Deno.readDirSync(v.outside)].map((e) => e.name), ["passwd"]);
+  await Deno.remove(join(v.outside, "passwd"));
+  // The confined rename sees the directory is not the checked one.
+  await assert.rejects(
+    renames.into(v.checked, "passwd", join(v.node, "body")),
+    /was moved or replaced while the node used it/,
+  );
+  assert.deepEqual([...Deno.readDirSync(v.outside)], []);
+});
+
+Deno.test("confinedRenames: a removal's move out of a swapped directory leaves the link's target alone", async () => {
+  const renames = confinedRenames()!;
+  await using v = await swapped();
+  await Deno.mkdir(join(v.outside, "victim"));
+  await assert.rejects(
+    renames.outOf(v.checked, "victim", join(v.node, "trash")),
+    /was moved or replaced/,
+  );
+  assert.ok(Deno.statSync(join(v.outside, "victim")).isDirectory);
+});
+
+Deno.test("confinedRenames: in and out of a directory that is what was checked, a link in the final place replaced", async () => {
+  const renames = confinedRenames()!;
+  await using v = await swapped();
+  const dir = join(v.data, "a-real");
+  await Deno.symlink(v.outside, join(dir, "f"));
+  await Deno.writeTextFile(join(v.node, "body"), "x");
+  await renames.into(dir, "f", join(v.node, "body"));
+  assert.equal(Deno.lstatSync(join(dir, "f")).isFile, true, "the link was replaced");
+  assert.deepEqual([...Deno.readDirSync(v.outside)], []);
+  await renames.outOf(dir, "f", join(v.node, "gone"));
+  assert.equal(Deno.readTextFileSync(join(v.node, "gone")), "x");
+  await assert.rejects(renames.outOf(dir, "f", join(v.node, "again")), /not found/);
+  // Names a shell would read as options or globs are plain names.
+  await Deno.writeTextFile(join(v.node, "body"), "y");
+  await renames.into(dir, "-rf *", join(v.node, "body"));
+  assert.equal(Deno.readTextFileSync(join(dir, "-rf *")), "y");
+});
