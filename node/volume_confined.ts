@@ -10,6 +10,9 @@
  * directory, and the node's own side (`<root>/<id>/uploads`, out of every sandbox's sight).
  * A sandbox may still move the directory meanwhile, but only within the volume.
  *
+ * Reads and mode or owner changes of a file go through a hard link made the same way (`ln -P`,
+ * which links a link itself), and new directories are made on the node's side and renamed in.
+ *
  * `mv -T` replaces, never follows, a link in the final place. Needs `--allow-run=sh` and GNU
  * `mv`; without the permission {@linkcode confinedRenames} answers `undefined` and the caller
  * renames in process (the race above stays open; the node logs so at start).
@@ -29,6 +32,7 @@ const SCRIPT = `cd -P -- "$1" || exit 90
 case "$2" in
   in) exec mv -T -- "$3" "./$4" ;;
   out) exec mv -T -- "./$3" "$4" ;;
+  link) exec ln -P -- "./$3" "$4" ;;
 esac
 exit 92`;
 
@@ -38,6 +42,11 @@ export interface ConfinedRenames {
   into(dir: string, name: string, from: string): Promise<void>;
   /** Moves the entry `name` of the real directory `dir` to `to` (a node-side path). */
   outOf(dir: string, name: string, to: string): Promise<void>;
+  /**
+   * Hard-links the entry `name` of the real directory `dir` (itself, a link not followed) at
+   * `to` (a node-side path): the same file, reached where no sandbox can swap a directory.
+   */
+  linkOut(dir: string, name: string, to: string): Promise<void>;
 }
 
 /**
@@ -53,7 +62,13 @@ export function confinedRenames(): ConfinedRenames | undefined {
   if (Deno.permissions.querySync({ name: "run", command: "sh" }).state !== "granted") {
     return undefined;
   }
-  const run = async (dir: string, way: "in" | "out", a: string, b: string, shown: string) => {
+  const run = async (
+    dir: string,
+    way: "in" | "out" | "link",
+    a: string,
+    b: string,
+    shown: string,
+  ) => {
     const out = await new Deno.Command("sh", {
       args: ["-c", SCRIPT, "sh", dir, way, a, b],
       stdin: "null",
@@ -71,7 +86,10 @@ export function confinedRenames(): ConfinedRenames | undefined {
     }
     const why = new TextDecoder().decode(out.stderr).trim().slice(0, 300);
     if (/No such file/.test(why)) throw new HttpError(404, `Path '${shown}' not found`);
-    if (/Is a directory|Not a directory|Directory not empty|File exists/.test(why)) {
+    if (/not allowed for directory/.test(why)) {
+      throw new HttpError(400, `Path '${shown}' is a directory`);
+    }
+    if (/Is a directory|Not a directory|Directory not empty|File exists|non-directory/.test(why)) {
       throw new HttpError(409, `Path '${shown}' changed type while the node used it: retry`);
     }
     throw new Error(`The rename of '${shown}' failed (exit ${out.code}): ${why}`);
@@ -79,5 +97,6 @@ export function confinedRenames(): ConfinedRenames | undefined {
   return {
     into: (dir, name, from) => run(dir, "in", from, name, name),
     outOf: (dir, name, to) => run(dir, "out", name, to, name),
+    linkOut: (dir, name, to) => run(dir, "link", name, to, name),
   };
 }

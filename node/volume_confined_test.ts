@@ -73,3 +73,38 @@ Deno.test("confinedRenames: in and out of a directory that is what was checked, 
   await renames.into(dir, "-rf *", join(v.node, "body"));
   assert.equal(Deno.readTextFileSync(join(dir, "-rf *")), "y");
 });
+
+Deno.test("confinedRenames: a read's hard link in a swapped directory is refused, and links a link itself", async () => {
+  const renames = confinedRenames()!;
+  await using v = await swapped();
+  await Deno.writeTextFile(join(v.outside, "shadow"), "root:secret");
+  // The hazard: a read by path after the swap reads the link's target.
+  assert.equal(await Deno.readTextFile(join(v.checked, "shadow")), "root:secret");
+  await assert.rejects(
+    renames.linkOut(v.checked, "shadow", join(v.node, "read")),
+    /was moved or replaced/,
+  );
+  assert.deepEqual([...Deno.readDirSync(v.node)], []);
+  // In the checked directory, a final link swapped in is linked as the link, not its target.
+  const dir = join(v.data, "a-real");
+  await Deno.symlink(join(v.outside, "shadow"), join(dir, "f"));
+  await renames.linkOut(dir, "f", join(v.node, "read"));
+  assert.equal(Deno.lstatSync(join(v.node, "read")).isSymlink, true);
+  // A directory cannot be hard-linked: a 400 naming it.
+  await Deno.mkdir(join(dir, "sub"));
+  await assert.rejects(renames.linkOut(dir, "sub", join(v.node, "sub")), /is a directory/);
+});
+
+Deno.test("confinedRenames: a directory made on the node's side and renamed into a swapped directory stays out of the link's target", async () => {
+  const renames = confinedRenames()!;
+  await using v = await swapped();
+  await Deno.mkdir(join(v.node, "made"));
+  await assert.rejects(renames.into(v.checked, "new", join(v.node, "made")), /was moved/);
+  assert.deepEqual([...Deno.readDirSync(v.outside)], []);
+  // Over a directory that is not empty: a 409, nothing replaced.
+  const dir = join(v.data, "a-real");
+  await Deno.mkdir(join(dir, "full"));
+  await Deno.writeTextFile(join(dir, "full", "kept"), "k");
+  await assert.rejects(renames.into(dir, "full", join(v.node, "made")), /changed type/);
+  assert.equal(Deno.readTextFileSync(join(dir, "full", "kept")), "k");
+});

@@ -7,10 +7,10 @@
  * never written through.
  *
  * What this does not close by itself: a sandbox that swaps a checked directory for a link
- * between the check and the use. An upload's final rename and a removal's first step are made
- * from inside the checked directory (`volume_confined.ts`); the reads, `PATCH` and `POST /dir`
- * keep a window of a few system calls, which `openat2(RESOLVE_BENEATH)` would close and Deno
- * does not expose.
+ * between the check and the use. The content API makes its reads, writes, removals and changes
+ * of a file from inside the checked directory (`volume_confined.ts`); listings, stats and a
+ * directory's `PATCH` keep a window of a few system calls, which `openat2(RESOLVE_BENEATH)`
+ * would close and Deno does not expose.
  *
  * @module
  */
@@ -93,7 +93,11 @@ function escape(parts: readonly string[], what: string): HttpError {
 export async function resolveInVolume(
   dataDir: string,
   parts: readonly string[],
-  options: { makeParents?: boolean } = {},
+  options: {
+    makeParents?: boolean;
+    /** Makes the missing directory `name` in the real directory `parent` (mode 0777). */
+    mkdir?: (parent: string, name: string) => Promise<void>;
+  } = {},
 ): Promise<Resolved> {
   const root = await Deno.realPath(dataDir);
   if (parts.length === 0) {
@@ -110,9 +114,12 @@ export async function resolveInVolume(
       if (!options.makeParents) {
         throw new HttpError(404, `Path '${shownPath(parts.slice(0, i + 1))}' not found`);
       }
-      await Deno.mkdir(next);
-      // Past the umask: a sandbox's commands run as any user of its image.
-      await Deno.chmod(next, 0o777);
+      if (options.mkdir) await options.mkdir(parent, parts[i]);
+      else {
+        await Deno.mkdir(next);
+        // Past the umask: a sandbox's commands run as any user of its image.
+        await Deno.chmod(next, 0o777);
+      }
       info = await Deno.lstat(next);
     }
     if (info.isSymlink) {

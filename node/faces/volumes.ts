@@ -20,7 +20,7 @@
  */
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { HttpError } from "../../shared/http_error.ts";
 import type { Log } from "../../shared/log.ts";
 import { requireFleetBearer, tokenMatcher } from "../../shared/token.ts";
@@ -124,6 +124,60 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const message = tooLong ? TOO_LONG : hideNodePaths(e.message, volumes.root);
     return c.json({ code: status, message }, status as 400);
   });
+  /** A fresh path on the node's side of volume `id` (its uploads directory). */
+  const nodeSide = async (id: string, what: string) => {
+    await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
+    return join(volumes.uploadsDir(id), `${what}-${crypto.randomUUID()}`);
+  };
+  /** Makes directory `name` in the real directory `parent`: on the node's side, renamed in. */
+  const makeDir = async (
+    id: string,
+    parent: string,
+    name: string,
+    mode: number,
+    q?: URLSearchParams,
+  ) => {
+    if (!renames) {
+      const full = join(parent, name);
+      await Deno.mkdir(full);
+      // Explicitly, past the umask: a sandbox's commands run as any user of its image.
+      await Deno.chmod(full, mode);
+      if (q) await owner(full, q);
+      return;
+    }
+    const made = await nodeSide(id, "dir");
+    try {
+      await Deno.mkdir(made);
+      await Deno.chmod(made, mode);
+      if (q) await owner(made, q);
+      await renames.into(parent, name, made);
+    } finally {
+      await Deno.remove(made).catch(() => {});
+    }
+  };
+  /**
+   * Runs `use` on the file `name` of the real directory `parent` through a hard link on the
+   * node's side (confined), or on the path itself (in process). A directory is `undefined`.
+   */
+  const viaLink = async <T>(
+    id: string,
+    parent: string,
+    name: string,
+    use: (path: string) => Promise<T>,
+  ): Promise<T> => {
+    if (!renames) return await use(join(parent, name));
+    const linked = await nodeSide(id, "link");
+    await renames.linkOut(parent, name, linked);
+    try {
+      // The link is the entry itself: a link swapped in is a link here, never followed.
+      if (!(await Deno.lstat(linked)).isFile) {
+        throw new HttpError(409, `Path '${name}' changed while the node used it: retry`);
+      }
+      return await use(linked);
+    } finally {
+      await Deno.remove(linked).catch(() => {});
+    }
+  };
   const gate = (c: Context) =>
     requireFleetBearer(c.req.header("authorization"), matches, "this node's", c.req.path);
   const body = async <T>(c: Context, schema: { safeParse(v: unknown): unknown }): Promise<T> => {
@@ -241,15 +295,14 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const q = new URL(c.req.url).searchParams;
     const force = q.get("force") === "true";
     if (parts.length === 0) throw new HttpError(409, "The volume's root already exists");
-    const r = await resolveInVolume(dir, parts, { makeParents: force });
+    const id = c.req.param("id")!;
+    const mkdir = (parent: string, name: string) => makeDir(id, parent, name, 0o777);
+    const r = await resolveInVolume(dir, parts, { makeParents: force, mkdir });
     if (r.info !== null) {
       if (force && r.info.isDirectory) return c.json(await entryOf(r.full, parts, r.info), 201);
       throw new HttpError(409, `Path '${shownPath(parts)}' already exists`);
     }
-    await Deno.mkdir(r.full);
-    // Explicitly, past the umask: a sandbox's commands run as any user of its image.
-    await Deno.chmod(r.full, modeOf(q, 0o777));
-    await owner(r.full, q);
+    await makeDir(id, r.parent, r.name!, modeOf(q, 0o777), q);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });
   app.get("/volumecontent/:id/path", async (c) => {
@@ -268,14 +321,20 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       empty: "refuse",
       example: '{"mode":420}',
     });
-    if (b.mode !== undefined) {
-      if (!Number.isInteger(b.mode)) throw new HttpError(400, "'mode' must be an integer");
-      await Deno.chmod(real, (b.mode as number) & 0o7777);
+    if (b.mode !== undefined && !Number.isInteger(b.mode)) {
+      throw new HttpError(400, "'mode' must be an integer");
     }
-    if (b.uid !== undefined || b.gid !== undefined) {
-      const id = (v: unknown) => Number.isInteger(v) ? v as number : null;
-      await Deno.chown(real, id(b.uid), id(b.gid));
-    }
+    const change = async (path: string) => {
+      if (b.mode !== undefined) await Deno.chmod(path, (b.mode as number) & 0o7777);
+      if (b.uid !== undefined || b.gid !== undefined) {
+        const n = (v: unknown) => Number.isInteger(v) ? v as number : null;
+        await Deno.chown(path, n(b.uid), n(b.gid));
+      }
+    };
+    // A file through a hard link on the node's side; a directory (no hard link) by its path.
+    if ((await Deno.lstat(real)).isFile) {
+      await viaLink(c.req.param("id")!, dirname(real), basename(real), change);
+    } else await change(real);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)));
   });
   app.delete("/volumecontent/:id/path", async (c) => {
@@ -301,7 +360,16 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const { dir, parts } = target(c);
     const r = await resolveInVolume(dir, parts);
     const real = await followInside(r, parts);
-    const file = await Deno.open(real, { read: true });
+    if (!(await Deno.lstat(real)).isFile) {
+      throw new HttpError(400, `Path '${shownPath(parts)}' is not a file`);
+    }
+    // Opened through a hard link on the node's side, which is unlinked once open.
+    const file = await viaLink(
+      c.req.param("id")!,
+      dirname(real),
+      basename(real),
+      (path) => Deno.open(path, { read: true }),
+    );
     const info = await file.stat();
     if (!info.isFile) {
       file.close();
@@ -318,7 +386,8 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const { id, dir, parts } = target(c);
     if (parts.length === 0) throw new HttpError(400, "The volume's root is a directory");
     const q = new URL(c.req.url).searchParams;
-    const r = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true" });
+    const mkdir = (parent: string, name: string) => makeDir(id, parent, name, 0o777);
+    const r = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true", mkdir });
     if (r.info?.isDirectory) {
       throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
     }
@@ -347,7 +416,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       }
       await Deno.chmod(temp, mode);
       await owner(temp, q);
-      const at = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true" });
+      const at = await resolveInVolume(dir, parts, {
+        makeParents: q.get("force") === "true",
+        mkdir,
+      });
       if (at.info?.isDirectory) {
         throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
       }
