@@ -320,6 +320,42 @@ Deno.test({
       assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
     });
 
+    await t.step(
+      "a move whose target dies mid-copy leaves the volume whole where it was",
+      async () => {
+        const to = home === "node-a" ? "node-b" : "node-a";
+        await vol.writeFile("/mid.bin", new Uint8Array(4_000_000).fill(7).buffer, opts);
+        // The target takes the connection but reads nothing, so the copy is in flight when it dies.
+        Deno.kill(nodes[to].process.child.pid, "SIGSTOP");
+        const moving = gw.json("moveVolume", { volumeId: vol.volumeId, toNode: to });
+        await until("the move in flight", async () => {
+          const res = await content("file", "/notes/hello.txt");
+          await res.body?.cancel();
+          return res.status === 409;
+        });
+        Deno.kill(nodes[to].process.child.pid, "SIGKILL");
+        await nodes[to].process.exited;
+        const failed = await moving;
+        assert.equal(failed.status, 502, JSON.stringify(failed.body));
+        assert.match(failed.body.message, new RegExp(`the volume stays on '${home}'`));
+        assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
+        assert.equal(
+          (await vol.readFile("/mid.bin", { ...opts, format: "bytes" })).length,
+          4_000_000,
+        );
+        nodes[to] = await start(to as "node-a");
+        await until(
+          `${to} up`,
+          async () => (await nodesOf(gw)).find((n) => n.id === to)?.state === "up",
+        );
+        assert.ok(
+          !(await nodesOf(gw)).find((n) => n.id === to)!.volumes.includes(vol.volumeId),
+          "the half-copied volume is not advertised by the target",
+        );
+        await vol.remove("/mid.bin", opts);
+      },
+    );
+
     await t.step("moveVolume copies the volume to another node with its data", async () => {
       const to = home === "node-a" ? "node-b" : "node-a";
       await vol.writeFile(
