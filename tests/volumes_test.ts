@@ -298,6 +298,55 @@ Deno.test({
       for (const s of mounted) await s.kill();
     });
 
+    await t.step(
+      "the volume's node killed during a write: the old file stays, nothing half-written shows",
+      async () => {
+        let controller!: ReadableStreamDefaultController<Uint8Array>;
+        const { promise: reading, resolve } = Promise.withResolvers<void>();
+        const body = new ReadableStream<Uint8Array>({
+          start: (c) => void (controller = c),
+          pull: () => resolve(),
+        }, { highWaterMark: 0 });
+        const put = fetch(
+          `${gw.url}/e2b/api/volumecontent/${vol.volumeId}/file?path=/notes/hello.txt`,
+          {
+            method: "PUT",
+            headers: { authorization: `Bearer ${vol.token}` },
+            body,
+            duplex: "half",
+          } as RequestInit,
+        ).catch((e) => e);
+        await reading;
+        controller.enqueue(new Uint8Array(100_000).fill(120));
+        // Until the node has the bytes on its side of the volume.
+        const uploads = join(dirs[home as "node-a"], "volumes", vol.volumeId, "uploads");
+        await until("the body arriving on the node", async () => {
+          for await (const e of Deno.readDir(uploads)) {
+            if ((await Deno.stat(join(uploads, e.name))).size > 0) return true;
+          }
+          return false;
+        });
+        Deno.kill(nodes[home].process.child.pid, "SIGKILL");
+        await nodes[home].process.exited;
+        controller.error(new Error("client gone"));
+        await put;
+        nodes[home] = await start(home as "node-a");
+        await until(
+          `${home} up`,
+          async () => (await nodesOf(gw)).find((n) => n.id === home)?.state === "up",
+        );
+        assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
+        const names = (await vol.list("/notes", opts)).map((e) => e.name);
+        assert.deepEqual(names, ["hello.txt"]);
+        // The node's side holds nothing of the killed write (the reads above pass through it).
+        assert.deepEqual(
+          [...Deno.readDirSync(uploads)],
+          [],
+          "the start swept the half-written body",
+        );
+      },
+    );
+
     await t.step("the volume's node down: its content and mounts are a 503 naming it", async () => {
       await nodes[home].stop();
       await until(
