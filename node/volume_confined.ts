@@ -11,7 +11,8 @@
  * A sandbox may still move the directory meanwhile, but only within the volume.
  *
  * Reads and mode or owner changes of a file go through a hard link made the same way (`ln -P`,
- * which links a link itself), and new directories are made on the node's side and renamed in.
+ * which links a link itself), a directory's mode or owner is changed from inside it (`.`), and
+ * new directories are made on the node's side and renamed in.
  *
  * `mv -T` replaces, never follows, a link in the final place. Needs `--allow-run=sh` and GNU
  * `mv`; without the permission {@linkcode confinedRenames} answers `undefined` and the caller
@@ -33,6 +34,8 @@ case "$2" in
   in) exec mv -T -- "$3" "./$4" ;;
   out) exec mv -T -- "./$3" "$4" ;;
   link) exec ln -P -- "./$3" "$4" ;;
+  chmod) exec chmod -- "$3" . ;;
+  chown) exec chown -- "$3" . ;;
 esac
 exit 92`;
 
@@ -47,6 +50,11 @@ export interface ConfinedRenames {
    * `to` (a node-side path): the same file, reached where no sandbox can swap a directory.
    */
   linkOut(dir: string, name: string, to: string): Promise<void>;
+  /**
+   * Changes the mode, and the owner when `uid` or `gid` is given, of the real directory `dir`
+   * itself, from inside it (`.`: no path is walked again).
+   */
+  changeDir(dir: string, shown: string, mode?: number, uid?: number, gid?: number): Promise<void>;
 }
 
 /**
@@ -64,7 +72,7 @@ export function confinedRenames(): ConfinedRenames | undefined {
   }
   const run = async (
     dir: string,
-    way: "in" | "out" | "link",
+    way: "in" | "out" | "link" | "chmod" | "chown",
     a: string,
     b: string,
     shown: string,
@@ -92,11 +100,18 @@ export function confinedRenames(): ConfinedRenames | undefined {
     if (/Is a directory|Not a directory|Directory not empty|File exists|non-directory/.test(why)) {
       throw new HttpError(409, `Path '${shown}' changed type while the node used it: retry`);
     }
-    throw new Error(`The rename of '${shown}' failed (exit ${out.code}): ${why}`);
+    throw new Error(`The node's ${way} of '${shown}' failed (exit ${out.code}): ${why}`);
   };
   return {
     into: (dir, name, from) => run(dir, "in", from, name, name),
     outOf: (dir, name, to) => run(dir, "out", name, to, name),
     linkOut: (dir, name, to) => run(dir, "link", name, to, name),
+    changeDir: async (dir, shown, mode, uid, gid) => {
+      if (mode !== undefined) await run(dir, "chmod", (mode & 0o7777).toString(8), "", shown);
+      if (uid !== undefined || gid !== undefined) {
+        const spec = gid === undefined ? `${uid}` : `${uid ?? ""}:${gid}`;
+        await run(dir, "chown", spec, "", shown);
+      }
+    },
   };
 }

@@ -331,9 +331,13 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
         await Deno.chown(path, n(b.uid), n(b.gid));
       }
     };
-    // A file through a hard link on the node's side; a directory (no hard link) by its path.
+    // A file through a hard link on the node's side; a directory from inside it.
+    const n = (v: unknown) => Number.isInteger(v) ? v as number : undefined;
     if ((await Deno.lstat(real)).isFile) {
       await viaLink(c.req.param("id")!, dirname(real), basename(real), change);
+    } else if (renames) {
+      const mode = b.mode === undefined ? undefined : b.mode as number;
+      await renames.changeDir(real, shownPath(parts), mode, n(b.uid), n(b.gid));
     } else await change(real);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)));
   });
