@@ -112,10 +112,13 @@ Deno.test("confinedRenames: a directory made on the node's side and renamed into
 Deno.test("confinedRenames: a directory's mode and owner change from inside it, never through a swapped path", async () => {
   const renames = confinedRenames()!;
   await using v = await swapped();
+  // The hazard: a chmod by path after the swap changes the link's target.
+  await Deno.chmod(v.checked, 0o711);
+  assert.equal(Deno.statSync(v.outside).mode! & 0o777, 0o711);
   await Deno.chmod(v.outside, 0o700);
   await assert.rejects(renames.changeDir(v.checked, "/a", 0o777), /was moved or replaced/);
   assert.equal(Deno.statSync(v.outside).mode! & 0o777, 0o700, "the link's target kept its mode");
   const dir = join(v.data, "a-real");
-  await renames.changeDir(dir, "/a-real", 0o750, Deno.uid() ?? undefined);
+  await renames.changeDir(dir, "/a-real", 0o750, Deno.statSync(dir).uid ?? undefined);
   assert.equal(Deno.statSync(dir).mode! & 0o7777, 0o750);
 });
