@@ -122,3 +122,29 @@ Deno.test("confinedRenames: a directory's mode and owner change from inside it, 
   await renames.changeDir(dir, "/a-real", 0o750, Deno.statSync(dir).uid ?? undefined);
   assert.equal(Deno.statSync(dir).mode! & 0o7777, 0o750);
 });
+
+Deno.test("confinedRenames: a listing from inside the checked directory, never of a swapped one", async () => {
+  const renames = confinedRenames()!;
+  await using v = await swapped();
+  await Deno.writeTextFile(join(v.outside, "id_rsa"), "k");
+  // The hazard: a listing by path after the swap lists the link's target.
+  assert.deepEqual([...Deno.readDirSync(v.checked)].map((e) => e.name), ["id_rsa"]);
+  await assert.rejects(renames.list(v.checked, "/a", 1, 100), /was moved or replaced/);
+  await assert.rejects(renames.stat(v.checked, "id_rsa", "/a/id_rsa"), /was moved or replaced/);
+  const dir = join(v.data, "a-real");
+  await Deno.mkdir(join(dir, "sub"));
+  await Deno.writeTextFile(join(dir, "sub", "new\nline"), "abc");
+  await Deno.symlink(v.outside, join(dir, "out"));
+  const listed = await renames.list(dir, "/a-real", 2, 100);
+  assert.deepEqual(
+    listed.map((e) => [e.path, e.type, e.type === "file" ? e.size : 0, e.target]).sort(),
+    [
+      ["out", "symlink", 0, v.outside],
+      ["sub", "directory", 0, undefined],
+      ["sub/new\nline", "file", 3, undefined],
+    ],
+  );
+  assert.equal((await renames.stat(dir, "out", "/a-real/out")).type, "symlink");
+  await assert.rejects(renames.stat(dir, "none", "/a-real/none"), /not found/);
+  await assert.rejects(renames.list(dir, "/a-real", 2, 2), /over 2 entries/);
+});

@@ -8,9 +8,8 @@
  *
  * What this does not close by itself: a sandbox that swaps a checked directory for a link
  * between the check and the use. The content API makes its reads, writes, removals and changes
- * of a file or directory from inside the checked directory (`volume_confined.ts`); listings
- * and stats keep a window of a few system calls, which `openat2(RESOLVE_BENEATH)` would close
- * and Deno does not expose.
+ * of a file or directory, and its listings and stats, from inside the checked directory
+ * (`volume_confined.ts`), where a swap is seen rather than followed.
  *
  * @module
  */

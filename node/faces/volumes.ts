@@ -29,7 +29,7 @@ import { describeZodError } from "../../shared/schemas.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import type { NodeVolumes } from "../volumes.ts";
 import { exportVolume, importVolume } from "../volume_copy.ts";
-import { type ConfinedRenames, confinedRenames } from "../volume_confined.ts";
+import { type ConfinedEntry, type ConfinedRenames, confinedRenames } from "../volume_confined.ts";
 import {
   followInside,
   hideNodePaths,
@@ -272,6 +272,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     if (!Number.isInteger(depth) || depth < 1 || depth > 16) {
       throw new HttpError(400, "'depth' must be an integer from 1 to 16");
     }
+    if (renames) {
+      const listed = await renames.list(real, shownPath(parts), depth, MAX_LIST_ENTRIES);
+      return c.json(listed.map((e) => confinedEntry(e, [...parts, ...e.path.split("/")])));
+    }
     const out: VolumeEntry[] = [];
     const walk = async (at: string, shown: string[], left: number): Promise<void> => {
       for await (const e of Deno.readDir(at)) {
@@ -309,6 +313,9 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const { dir, parts } = target(c);
     const r = await resolveInVolume(dir, parts);
     if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
+    if (renames && r.name !== undefined) {
+      return c.json(confinedEntry(await renames.stat(r.parent, r.name, shownPath(parts)), parts));
+    }
     return c.json(await entryOf(r.full, parts, r.info));
   });
   app.patch("/volumecontent/:id/path", async (c) => {
@@ -460,6 +467,24 @@ async function owner(path: string, q: URLSearchParams): Promise<void> {
     throw new HttpError(400, "'uid' and 'gid' must be integers");
   }
   await Deno.chown(path, u, g);
+}
+
+/** A confined listing's entry as the content API shows it. */
+function confinedEntry(e: ConfinedEntry, parts: readonly string[]): VolumeEntry {
+  const iso = (seconds: number) => new Date(Math.round(seconds * 1000)).toISOString();
+  return {
+    name: parts.length === 0 ? "/" : parts[parts.length - 1],
+    path: shownPath(parts),
+    type: e.type,
+    size: e.size,
+    mode: e.mode & 0o7777,
+    uid: e.uid,
+    gid: e.gid,
+    atime: iso(e.atime),
+    mtime: iso(e.mtime),
+    ctime: iso(e.ctime),
+    ...(e.target === undefined ? {} : { target: e.target }),
+  };
 }
 
 async function entryOf(
