@@ -68,3 +68,42 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name:
+    `EtcdVolumeTable: a create mounting a volume through one gateway and a delete through another never both go ahead${skip}`,
+  ignore: missing !== null,
+  async fn() {
+    const etcd = await startEtcd(1);
+    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+    const clients = [0, 1].map(() => new EtcdClient({ endpoints: etcd.endpoints.split(",") }));
+    const sessions = clients.map((client) => new EtcdSession({ client, ttlSeconds: 10 }));
+    const [a, b] = clients.map((client, i) =>
+      new EtcdVolumeTable({ client, session: sessions[i], prefix })
+    );
+    try {
+      const id = "vol-0000000000000000000c";
+      await a.reserve({ id, team: "acme", name: "data", node: "n1" });
+      await a.update(id, { state: "ready" });
+      // A's create is in flight: B sees it, and B's claim fails.
+      const release = await a.mountStart(id);
+      assert.ok(release);
+      assert.equal(await b.mountsInFlight(id), 1);
+      assert.equal(await b.claim(id, "deleting"), false);
+      await release();
+      assert.equal(await b.mountsInFlight(id), 0);
+      // B's delete claimed it: A's next create may not mark it.
+      assert.equal(await b.claim(id, "deleting"), true);
+      assert.equal(await a.mountStart(id), undefined);
+      // A gateway that stops with a create in flight frees the volume with its lease.
+      await b.update(id, { state: "ready" });
+      assert.ok(await b.mountStart(id));
+      await sessions[1].close();
+      assert.equal(await a.mountsInFlight(id), 0);
+      assert.equal(await a.claim(id, "moving"), true);
+    } finally {
+      await Promise.all(sessions.map((s) => s.close().catch(() => {})));
+      await etcd.stop();
+    }
+  },
+});

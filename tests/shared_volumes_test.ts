@@ -41,6 +41,8 @@ Deno.test({
     DORMICE_GATEWAY_ETCD: etcd.endpoints,
     DORMICE_GATEWAY_ETCD_PREFIX: `/t-${crypto.randomUUID().slice(0, 8)}/`,
     DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+    // A node stopped on purpose below stays up meanwhile (its requests wait, as in flight).
+    DORMICE_GATEWAY_NODE_DEAD_AFTER_S: "120",
   };
   const started: { stop(): Promise<unknown> }[] = [];
   try {
@@ -104,6 +106,47 @@ Deno.test({
       });
       await s.kill();
     });
+
+    await t.step(
+      "a create mounting it in flight through B makes a delete through A a 409",
+      async () => {
+        // The volume's node is stopped, so B's create waits at it, in flight.
+        const pid = nodes[home].process.child.pid;
+        Deno.kill(pid, "SIGSTOP");
+        let creating: Promise<unknown>;
+        try {
+          creating = Sandbox.create({
+            ...optsOf(b),
+            sandboxUrl: `${b.url}/e2b/envd`,
+            volumeMounts: { "/data": vol },
+          }).then((s) => s.kill(), (e) => e);
+          // Until B's create is in flight (its mark is in etcd, read over etcd's HTTP API).
+          const mounting = `${env.DORMICE_GATEWAY_ETCD_PREFIX}volumes/mounting/${vol.volumeId}/`;
+          await until("B's create in flight", async () => {
+            const res = await fetch(`${etcd.endpoints.split(",")[0]}/v3/kv/range`, {
+              method: "POST",
+              body: JSON.stringify({
+                key: btoa(mounting),
+                range_end: btoa(mounting.slice(0, -1) + "0"),
+                count_only: true,
+              }),
+            });
+            return Number((await res.json()).count ?? 0) === 1;
+          });
+          const res = await fetch(`${a.url}/e2b/api/volumes/${vol.volumeId}`, {
+            method: "DELETE",
+            headers: { "x-api-key": key },
+          });
+          const text = await res.text();
+          assert.equal(res.status, 409, text);
+          assert.match(text, /1 sandbox create\(s\) mounting it are in flight/);
+        } finally {
+          Deno.kill(pid, "SIGCONT");
+        }
+        await creating;
+        assert.ok(await Volume.getInfo(vol.volumeId, optsOf(a)), "the volume is still there");
+      },
+    );
 
     await t.step("a move started on A is a move on B until it ends", async () => {
       const to = home === "node-a" ? "node-b" : "node-a";

@@ -10,12 +10,16 @@
  * | `volumes/rows/<id>` | the row (JSON) | the creating gateway's while `creating`; none once `ready` |
  * | `volumes/names/<team>/<name>` | the id: the name's uniqueness within the team | as the row |
  * | `volumes/busy/<id>` | `moving` or `deleting` | the gateway that claimed it |
+ * | `volumes/mounting/<id>/<uuid>` | a create in flight that mounts it | the creating gateway's |
  *
  * The states in flight are tied to the lease of the gateway running the step: a gateway that
  * dies mid-create takes its half-made row with it, and one that dies mid-move or mid-delete
  * frees the volume (it is `ready` again once its lease ends) without another gateway having to
  * guess whether the step is still running. Each row is read with its busy key in one
- * transaction; a claim is one transaction compared on both.
+ * transaction; a claim is one transaction compared on both and on there being no create in
+ * flight that mounts the volume, and such a create's mark is put only while no claim exists:
+ * a delete through one gateway and a create mounting the volume through another cannot both
+ * go ahead.
  *
  * @module
  */
@@ -56,6 +60,7 @@ export class EtcdVolumeTable implements VolumeStore {
   readonly #rows: string;
   readonly #names: string;
   readonly #busy: string;
+  readonly #mounting: string;
 
   /** Builds the table; nothing is read or written until a method is called. */
   constructor(options: EtcdVolumeTableOptions) {
@@ -64,6 +69,7 @@ export class EtcdVolumeTable implements VolumeStore {
     this.#rows = `${options.prefix}volumes/rows/`;
     this.#names = `${options.prefix}volumes/names/`;
     this.#busy = `${options.prefix}volumes/busy/`;
+    this.#mounting = `${options.prefix}volumes/mounting/`;
   }
 
   async reserve(row: { id: string; team: string; name: string; node: string }): Promise<void> {
@@ -174,6 +180,14 @@ export class EtcdVolumeTable implements VolumeStore {
       this.#client.txn([
         { key: this.#rows + id, target: "MOD", result: "EQUAL", revision: kv.modRevision },
         { key: this.#busy + id, target: "CREATE", result: "EQUAL", revision: "0" },
+        // No create in flight mounts it (an empty range holds; any key has a revision).
+        {
+          key: `${this.#mounting}${id}/`,
+          prefix: true,
+          target: "CREATE",
+          result: "EQUAL",
+          revision: "0",
+        },
       ], [{ op: "put", key: this.#busy + id, value: state, lease }])
     );
     return written.succeeded;
@@ -185,11 +199,30 @@ export class EtcdVolumeTable implements VolumeStore {
       this.#client.txn([], [
         { op: "delete", key: this.#rows + id },
         { op: "delete", key: this.#busy + id },
+        { op: "delete", key: `${this.#mounting}${id}/`, prefix: true },
         ...(row === undefined
           ? []
           : [{ op: "delete" as const, key: this.#nameKey(row.team, row.name) }]),
       ])
     );
+  }
+
+  async mountStart(id: string): Promise<(() => Promise<void>) | undefined> {
+    const key = `${this.#mounting}${id}/${crypto.randomUUID()}`;
+    const written = await this.#withLease((lease) =>
+      this.#client.txn([
+        { key: this.#busy + id, target: "CREATE", result: "EQUAL", revision: "0" },
+        { key: this.#rows + id, target: "CREATE", result: "NOT_EQUAL", revision: "0" },
+      ], [{ op: "put", key, value: "1", lease }])
+    );
+    if (!written.succeeded) return undefined;
+    return async () => {
+      await this.#client.delete(key).catch(() => {});
+    };
+  }
+
+  async mountsInFlight(id: string): Promise<number> {
+    return (await this.#ask(() => this.#client.range(`${this.#mounting}${id}/`))).length;
   }
 
   #nameKey(team: string, name: string): string {

@@ -172,8 +172,8 @@ export class FleetVolumes {
       return new Response(null, { status: 204 });
     }
     const node = this.nodeFor(row);
-    this.#refuseMounting(row, "delete");
-    if (!(await this.table.claim(row.id, "deleting"))) throw busy(row, "delete");
+    await this.refuseMounting(row, "delete");
+    if (!(await this.table.claim(row.id, "deleting"))) throw await this.claimLost(row, "delete");
     try {
       if (row.shared) await this.refuseUsedAnywhere(row, "delete", signal);
       const answer = await this.call(node, "/destroyVolume", { id: row.id }, signal);
@@ -214,22 +214,21 @@ export class FleetVolumes {
     }
   }
 
-  /** A 409 when a create that mounts the volume is in flight. */
-  #refuseMounting(row: VolumeRow, what: string): void {
-    const n = this.#mounting.get(row.id) ?? 0;
-    if (n > 0) {
-      throw new HttpError(
-        409,
-        `Cannot ${what} volume '${row.name}': ${n} sandbox create(s) mounting it are in ` +
-          "flight: retry once they finish",
-        { headers: { "retry-after": "2" } },
-      );
-    }
+  /**
+   * A 409 when a create that mounts the volume is in flight, through this gateway or (a shared
+   * table) any other.
+   */
+  async refuseMounting(row: VolumeRow, what: string): Promise<void> {
+    const n = (this.#mounting.get(row.id) ?? 0) +
+      (this.table.mountsInFlight ? await this.table.mountsInFlight(row.id) : 0);
+    if (n > 0) throw mountingNow(row, what, n);
   }
 
-  /** Same as {@linkcode FleetVolumes.refuseMounting}, for `move.ts`. */
-  refuseMounting(row: VolumeRow, what: string): void {
-    this.#refuseMounting(row, what);
+  /** Why a claim failed: the volume busy, or (a shared table) a create mounting it. */
+  async claimLost(row: VolumeRow, what: string): Promise<HttpError> {
+    const now = await this.table.get(row.id);
+    if (now?.state === "ready") return mountingNow(row, what, 1);
+    return busy(now ?? row, what);
   }
 
   /**
@@ -291,6 +290,19 @@ export class FleetVolumes {
     }
     for (const r of rows) this.nodeFor(r);
     const ids = rows.map((r) => r.id);
+    // On a shared table, marked where every gateway's delete or move sees it, and only while
+    // none has claimed the volume.
+    const marks: (() => Promise<void>)[] = [];
+    if (this.table.mountStart) {
+      for (const r of rows) {
+        const mark = await this.table.mountStart(r.id);
+        if (mark === undefined) {
+          await Promise.all(marks.map((m) => m()));
+          throw busy((await this.table.get(r.id)) ?? r, "mount");
+        }
+        marks.push(mark);
+      }
+    }
     for (const id of ids) this.#mounting.set(id, (this.#mounting.get(id) ?? 0) + 1);
     let released = false;
     const shared = rows.filter((r) => r.shared);
@@ -307,6 +319,7 @@ export class FleetVolumes {
           if (n <= 0) this.#mounting.delete(id);
           else this.#mounting.set(id, n);
         }
+        for (const mark of marks) void mark();
       },
     };
   }
@@ -355,6 +368,16 @@ export class FleetVolumes {
     up.sort((a, b) => avail(b) - avail(a) || (a.id < b.id ? -1 : 1));
     return up[0];
   }
+}
+
+/** The 409 of a volume that creates in flight mount. */
+function mountingNow(row: VolumeRow, what: string, n: number): HttpError {
+  return new HttpError(
+    409,
+    `Cannot ${what} volume '${row.name}': ${n} sandbox create(s) mounting it are in flight: ` +
+      "retry once they finish",
+    { headers: { "retry-after": "2" } },
+  );
 }
 
 /** The 409 of a volume that is not `ready`. */

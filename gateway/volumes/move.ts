@@ -15,7 +15,6 @@ import { volumeIdSchema } from "../../shared/volumes.ts";
 import { nodeIdSchema } from "../../shared/schemas.ts";
 import type { GatewayParts } from "../faces/parts.ts";
 import type { FleetVolumes } from "./fleet_volumes.ts";
-import { busy } from "./fleet_volumes.ts";
 
 /** The body of `moveVolume`. */
 export const moveVolumeSchema: z.ZodObject<{ volumeId: z.ZodString; toNode: z.ZodString }> = z
@@ -57,8 +56,8 @@ export async function moveVolume(
     });
   }
   const source = volumes.nodeFor(row);
-  volumes.refuseMounting(row, "move");
-  if (!(await volumes.table.claim(row.id, "moving"))) throw busy(row, "move");
+  await volumes.refuseMounting(row, "move");
+  if (!(await volumes.table.claim(row.id, "moving"))) throw await volumes.claimLost(row, "move");
   const bound = AbortSignal.any([signal, AbortSignal.timeout(MOVE_TIMEOUT_MS)]);
   let bytes = 0;
   try {

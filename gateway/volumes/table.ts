@@ -71,6 +71,14 @@ export interface VolumeStore {
   claim(id: string, state: VolumeState): Promise<boolean>;
   /** Removes the row. */
   delete(id: string): Promise<void>;
+  /**
+   * Marks a create in flight that mounts the volume where every gateway sees it, unless the
+   * volume is claimed by a move or delete (`undefined` then); answers the release. Absent on a
+   * store only one gateway uses (the gateway's own count is enough there).
+   */
+  mountStart?(id: string): Promise<(() => Promise<void>) | undefined>;
+  /** The creates in flight that mount the volume, through every gateway. */
+  mountsInFlight?(id: string): Promise<number>;
 }
 
 /**
