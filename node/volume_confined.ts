@@ -169,7 +169,9 @@ export function confinedRenames(): ConfinedRenames | undefined {
       rest = buf.slice(start);
       if (out.length > max || rest.length > 64 * 1024) {
         over = true;
-        child.kill("SIGKILL");
+        try {
+          child.kill("SIGKILL");
+        } catch { /* it ended on its own meanwhile */ }
         break;
       }
     }
