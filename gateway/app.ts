@@ -12,6 +12,7 @@ import type { Hono } from "hono";
 import { DatabaseSync } from "node:sqlite";
 import { FleetVolumes } from "./volumes/fleet_volumes.ts";
 import { VolumeTable } from "./volumes/table.ts";
+import { EtcdVolumeTable } from "./volumes/etcd_table.ts";
 import { bearerBytesCheck, callerCheck, fleetTokenCheck } from "./keys/auth.ts";
 import { doorAnswer, isOwnAddress, type ListenAddress, newGatewayInstanceId } from "./door.ts";
 import { Fleet } from "./fleet/fleet.ts";
@@ -510,8 +511,18 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
     jsonBodyCap,
     sandboxDomain: options.sandboxDomain,
   };
-  // The volume table lives beside the node and key tables (one file, one lock, one backup).
-  parts.volumes = new FleetVolumes(parts, new VolumeTable(db));
+  // The volume table lives beside the node and key tables (one file, one lock, one backup); in
+  // shared mode, in etcd, so every gateway of the fleet knows every volume.
+  parts.volumes = new FleetVolumes(
+    parts,
+    shared
+      ? new EtcdVolumeTable({
+        client: shared.mode.client,
+        session: shared.mode.session,
+        prefix: options.etcd?.prefix ?? "/dormice/",
+      })
+      : new VolumeTable(db),
+  );
   const faces = options.faces ?? {};
   const native = createNativeFace(parts, {
     mount: (app, p) => {

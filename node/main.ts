@@ -171,6 +171,7 @@ function openLedger(): Ledger {
 // The ledger first: its instance id is what the executor owns its containers by.
 const ledger = openLedger();
 const volumes = nodeVolumesFor(config, ledger);
+await volumes.sweepUploads();
 const executor = await openExecutor(config, ledger.instanceId, (name) => volumes.dataDir(name));
 const node: NodeApp = createNodeApp({
   config,

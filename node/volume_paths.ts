@@ -6,14 +6,18 @@
  * to a temporary file renamed over the final name, so a link in the final place is replaced,
  * never written through.
  *
- * What this does not close: a sandbox that swaps a checked directory for a link between the
- * check and the open (a race of microseconds it would have to win while the node is serving
- * that very request). Closing it needs `openat2(RESOLVE_BENEATH)`, which Deno does not expose.
+ * What this does not close by itself: a sandbox that swaps a checked directory for a link
+ * between the check and the use. The content API makes its reads, writes, removals and changes
+ * of a file or directory, and its listings and stats, from inside the checked directory
+ * (`volume_confined.ts`), where a swap is seen rather than followed.
  *
  * @module
  */
 import { join, sep } from "node:path";
 import { HttpError } from "../shared/http_error.ts";
+
+/** The longest name of one file or directory, in bytes (Linux's `NAME_MAX`). */
+const MAX_NAME_BYTES = 255;
 
 /** A tenant's path split into its names; `/`, `` and `.` are the volume's root. */
 export function splitVolumePath(path: string | null): string[] {
@@ -30,6 +34,14 @@ export function splitVolumePath(path: string | null): string[] {
     );
   }
   const parts = path.split("/").filter((s) => s !== "" && s !== ".");
+  const long = parts.find((s) => new TextEncoder().encode(s).length > MAX_NAME_BYTES);
+  if (long !== undefined) {
+    throw new HttpError(
+      400,
+      `The name '${long.slice(0, 40)}…' is over ${MAX_NAME_BYTES} bytes, the longest a file ` +
+        "name may be: name a shorter one",
+    );
+  }
   if (parts.includes("..")) {
     throw new HttpError(
       400,
@@ -80,7 +92,11 @@ function escape(parts: readonly string[], what: string): HttpError {
 export async function resolveInVolume(
   dataDir: string,
   parts: readonly string[],
-  options: { makeParents?: boolean } = {},
+  options: {
+    makeParents?: boolean;
+    /** Makes the missing directory `name` in the real directory `parent` (mode 0777). */
+    mkdir?: (parent: string, name: string) => Promise<void>;
+  } = {},
 ): Promise<Resolved> {
   const root = await Deno.realPath(dataDir);
   if (parts.length === 0) {
@@ -97,9 +113,12 @@ export async function resolveInVolume(
       if (!options.makeParents) {
         throw new HttpError(404, `Path '${shownPath(parts.slice(0, i + 1))}' not found`);
       }
-      await Deno.mkdir(next);
-      // Past the umask: a sandbox's commands run as any user of its image.
-      await Deno.chmod(next, 0o777);
+      if (options.mkdir) await options.mkdir(parent, parts[i]);
+      else {
+        await Deno.mkdir(next);
+        // Past the umask: a sandbox's commands run as any user of its image.
+        await Deno.chmod(next, 0o777);
+      }
       info = await Deno.lstat(next);
     }
     if (info.isSymlink) {
@@ -144,4 +163,31 @@ export async function followInside(r: Resolved, parts: readonly string[]): Promi
   }
   if (!isInside(r.root, real)) throw escape(parts, "is a link that leads");
   return real;
+}
+
+/**
+ * `message` (a file system error's) with a volume's paths shown as its tenant names them
+ * (`/notes/a`) and any other path under the node's volume root as `<volume root>`: where the
+ * node keeps its files is not a tenant's business.
+ */
+export function hideNodePaths(message: string, root: string): string {
+  let out = message;
+  for (const r of new Set([realPathOr(root), root])) {
+    const escaped = r.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    out = out
+      .replace(
+        new RegExp(`${escaped}/vol-[a-z0-9]{20}/data(/[^']*)?`, "g"),
+        (_m, rest: string | undefined) => rest ?? "/",
+      )
+      .replaceAll(r, "<volume root>");
+  }
+  return out;
+}
+
+function realPathOr(path: string): string {
+  try {
+    return Deno.realPathSync(path);
+  } catch {
+    return path;
+  }
 }

@@ -133,5 +133,16 @@ export const volumeMountSchema: z.ZodType<VolumeMount> = z.object({
   mountPath: z.string().max(1024).regex(
     /^\/[^\0:,]*$/,
     "a mount path is absolute and has no ':' or ','",
+  ).refine(
+    (p) => !p.split("/").some((s) => s === "." || s === ".."),
+    "a mount path has no '.' or '..' segment: name the directory itself, such as /data",
+  ).refine(
+    (p) => !RESERVED_MOUNT_PATH.test(p),
+    "a mount path cannot be '/', /etc, or /proc, /sys or /dev or below them (the runtime sets " +
+      "those up, and a volume there fails the create or takes the runtime's files): mount it " +
+      "at a directory of its own, such as /data",
   ),
 }).strict();
+
+/** Mount paths a volume may not take: the root, /etc, and the kernel's filesystems. */
+const RESERVED_MOUNT_PATH = /^\/+$|^\/+etc\/*$|^\/+(proc|sys|dev)(\/|$)/;

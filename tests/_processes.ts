@@ -149,6 +149,8 @@ export function nodePermissions(dataDir: string): string[] {
     `--allow-read=${dataDir}`,
     `--allow-write=${dataDir}`,
     "--allow-sys=cpus,systemMemoryInfo,statfs",
+    // The volume content API's confined renames (node/volume_confined.ts).
+    "--allow-run=sh",
   ];
 }
 

@@ -89,6 +89,10 @@ Deno.test({
     let home!: string;
 
     await t.step("Volume.create places a volume on a node, which advertises it", async () => {
+      for (const node of Object.values(nodes)) {
+        // The content API's renames are confined (the nodes may run sh): no in-process warning.
+        assert.doesNotMatch(node.process.stderr(), /run in process/);
+      }
       vol = await Volume.create("data", opts);
       assert.match(vol.volumeId, /^vol-[0-9a-f]{20}$/);
       assert.equal(vol.name, "data");
@@ -150,9 +154,16 @@ Deno.test({
       assert.ok(theirs.every((v) => v.volumeId !== vol.volumeId));
       await assert.rejects(Volume.getInfo(vol.volumeId, otherOpts), VolumeNotFoundError);
       assert.equal(await Volume.destroy(vol.volumeId, otherOpts), false);
-      // The content API with another volume's token (or none) reaches nothing.
+      // The content API with another volume's token (another team's, which opens its own volume)
+      // or none reaches nothing.
+      const theirToken = (await Volume.getInfo(theirs[0].volumeId, otherOpts)).token;
+      const own = await fetch(`${gw.url}/e2b/api/volumecontent/${theirs[0].volumeId}/dir?path=/`, {
+        headers: { authorization: `Bearer ${theirToken}` },
+      });
+      assert.equal(own.status, 200, "the other team's token opens its own volume");
+      await own.body?.cancel();
       const res = await fetch(`${gw.url}/e2b/api/volumecontent/${vol.volumeId}/file?path=/b.bin`, {
-        headers: { authorization: `Bearer ${theirs[0].volumeId}` },
+        headers: { authorization: `Bearer ${theirToken}` },
       });
       assert.equal(res.status, 404);
       await res.body?.cancel();
@@ -287,6 +298,55 @@ Deno.test({
       for (const s of mounted) await s.kill();
     });
 
+    await t.step(
+      "the volume's node killed during a write: the old file stays, nothing half-written shows",
+      async () => {
+        let controller!: ReadableStreamDefaultController<Uint8Array>;
+        const { promise: reading, resolve } = Promise.withResolvers<void>();
+        const body = new ReadableStream<Uint8Array>({
+          start: (c) => void (controller = c),
+          pull: () => resolve(),
+        }, { highWaterMark: 0 });
+        const put = fetch(
+          `${gw.url}/e2b/api/volumecontent/${vol.volumeId}/file?path=/notes/hello.txt`,
+          {
+            method: "PUT",
+            headers: { authorization: `Bearer ${vol.token}` },
+            body,
+            duplex: "half",
+          } as RequestInit,
+        ).catch((e) => e);
+        await reading;
+        controller.enqueue(new Uint8Array(100_000).fill(120));
+        // Until the node has the bytes on its side of the volume.
+        const uploads = join(dirs[home as "node-a"], "volumes", vol.volumeId, "uploads");
+        await until("the body arriving on the node", async () => {
+          for await (const e of Deno.readDir(uploads)) {
+            if ((await Deno.stat(join(uploads, e.name))).size > 0) return true;
+          }
+          return false;
+        });
+        Deno.kill(nodes[home].process.child.pid, "SIGKILL");
+        await nodes[home].process.exited;
+        controller.error(new Error("client gone"));
+        await put;
+        nodes[home] = await start(home as "node-a");
+        await until(
+          `${home} up`,
+          async () => (await nodesOf(gw)).find((n) => n.id === home)?.state === "up",
+        );
+        assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
+        const names = (await vol.list("/notes", opts)).map((e) => e.name);
+        assert.deepEqual(names, ["hello.txt"]);
+        // The node's side holds nothing of the killed write (the reads above pass through it).
+        assert.deepEqual(
+          [...Deno.readDirSync(uploads)],
+          [],
+          "the start swept the half-written body",
+        );
+      },
+    );
+
     await t.step("the volume's node down: its content and mounts are a 503 naming it", async () => {
       await nodes[home].stop();
       await until(
@@ -308,6 +368,42 @@ Deno.test({
       );
       assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
     });
+
+    await t.step(
+      "a move whose target dies mid-copy leaves the volume whole where it was",
+      async () => {
+        const to = home === "node-a" ? "node-b" : "node-a";
+        await vol.writeFile("/mid.bin", new Uint8Array(4_000_000).fill(7).buffer, opts);
+        // The target takes the connection but reads nothing, so the copy is in flight when it dies.
+        Deno.kill(nodes[to].process.child.pid, "SIGSTOP");
+        const moving = gw.json("moveVolume", { volumeId: vol.volumeId, toNode: to });
+        await until("the move in flight", async () => {
+          const res = await content("file", "/notes/hello.txt");
+          await res.body?.cancel();
+          return res.status === 409;
+        });
+        Deno.kill(nodes[to].process.child.pid, "SIGKILL");
+        await nodes[to].process.exited;
+        const failed = await moving;
+        assert.equal(failed.status, 502, JSON.stringify(failed.body));
+        assert.match(failed.body.message, new RegExp(`the volume stays on '${home}'`));
+        assert.equal(await vol.readFile("/notes/hello.txt", opts), "hello volume\n");
+        assert.equal(
+          (await vol.readFile("/mid.bin", { ...opts, format: "bytes" })).length,
+          4_000_000,
+        );
+        nodes[to] = await start(to as "node-a");
+        await until(
+          `${to} up`,
+          async () => (await nodesOf(gw)).find((n) => n.id === to)?.state === "up",
+        );
+        assert.ok(
+          !(await nodesOf(gw)).find((n) => n.id === to)!.volumes.includes(vol.volumeId),
+          "the half-copied volume is not advertised by the target",
+        );
+        await vol.remove("/mid.bin", opts);
+      },
+    );
 
     await t.step("moveVolume copies the volume to another node with its data", async () => {
       const to = home === "node-a" ? "node-b" : "node-a";

@@ -250,7 +250,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
       jsonBodyCap,
     );
     // The team's managed volumes, by name or id, are mounted by id on the node that holds them.
-    const mounts = value.spec?.volumes && parts.volumes?.mountsOf({
+    const mounts = value.spec?.volumes && await parts.volumes?.mountsOf({
       volumeMounts: value.spec.volumes.map((v) => ({ ...v })),
     }, team);
     let body = text;

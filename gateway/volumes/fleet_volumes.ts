@@ -20,7 +20,7 @@ import { tokenMatcher } from "../../shared/token.ts";
 import type { GatewayParts } from "../faces/parts.ts";
 import type { FleetNode } from "../fleet/node.ts";
 import { capture, forward } from "../routing/forward.ts";
-import { type VolumeRow, type VolumeTable, volumeToken } from "./table.ts";
+import { type VolumeRow, type VolumeStore, volumeToken } from "./table.ts";
 
 /** E2B's rule for a volume name, with a length cap of our own. */
 const VOLUME_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -31,13 +31,13 @@ const NODE_CALL_TIMEOUT_MS = 30_000;
 /** The gateway's side of managed volumes over one database and one fleet token. */
 export class FleetVolumes {
   /** The table of who owns each volume and where it lives. */
-  readonly table: VolumeTable;
+  readonly table: VolumeStore;
   readonly #parts: GatewayParts;
   readonly #token: string;
   /** Creates in flight that mount a volume, by id: a delete or move waits for none. */
   readonly #mounting = new Map<string, number>();
 
-  constructor(parts: GatewayParts, table: VolumeTable) {
+  constructor(parts: GatewayParts, table: VolumeStore) {
     this.#parts = parts;
     this.table = table;
     this.#token = parts.routing.nodeHeaders.authorization.slice("Bearer ".length);
@@ -93,8 +93,8 @@ export class FleetVolumes {
   }
 
   /** The row for a caller: its team's only, the operator's any. 404 otherwise. */
-  require(id: string, team: string | undefined): VolumeRow {
-    const row = VOLUME_ID.test(id) ? this.table.get(id, team) : undefined;
+  async require(id: string, team: string | undefined): Promise<VolumeRow> {
+    const row = VOLUME_ID.test(id) ? await this.table.get(id, team) : undefined;
     if (row === undefined) {
       throw new HttpError(404, `Volume '${id}' not found: GET /volumes lists your team's volumes`);
     }
@@ -117,7 +117,7 @@ export class FleetVolumes {
     }
     const node = this.#pickNode();
     const id = newVolumeId();
-    this.table.reserve({ id, team, name, node: node.id });
+    await this.table.reserve({ id, team, name, node: node.id });
     try {
       const made = await this.call(node, "/createVolume", { id }, c.req.raw.signal);
       if (made.status !== 201) {
@@ -128,22 +128,22 @@ export class FleetVolumes {
           }`,
         );
       }
-      this.table.update(id, {
+      await this.table.update(id, {
         state: "ready",
         shared: made.json.shared === true,
         sizeBytes: Number(made.json.sizeBytes ?? 0),
       });
     } catch (error) {
-      this.table.delete(id);
+      await this.table.delete(id);
       throw error;
     }
     return c.json({ volumeID: id, name, token: await this.token(id) }, 201);
   }
 
   /** `GET /volumes`: the caller's team's volumes (every team's for the operator). */
-  list(c: Context, team: string | undefined): Response {
+  async list(c: Context, team: string | undefined): Promise<Response> {
     return c.json(
-      this.table.list(team).filter((r) => r.state !== "creating").map((r) => ({
+      (await this.table.list(team)).filter((r) => r.state !== "creating").map((r) => ({
         volumeID: r.id,
         name: r.name,
       })),
@@ -152,7 +152,7 @@ export class FleetVolumes {
 
   /** `GET /volumes/{id}`. */
   async info(c: Context, id: string, team: string | undefined): Promise<Response> {
-    const row = this.require(id, team);
+    const row = await this.require(id, team);
     return c.json({ volumeID: row.id, name: row.name, token: await this.token(row.id) });
   }
 
@@ -161,10 +161,10 @@ export class FleetVolumes {
    * root every up node is asked), then deleted on its node and from the table.
    */
   async destroy(id: string, team: string | undefined, signal: AbortSignal): Promise<Response> {
-    const row = this.require(id, team);
+    const row = await this.require(id, team);
     if (!row.shared && this.#parts.fleet.get(row.node) === undefined && row.state === "ready") {
       // Its node was removed from the fleet (removeNode): the files went with it.
-      this.table.delete(row.id);
+      await this.table.delete(row.id);
       this.#parts.log("warn", "a volume whose node left the fleet was deleted from the table", {
         volume: row.id,
         nodeId: row.node,
@@ -172,8 +172,8 @@ export class FleetVolumes {
       return new Response(null, { status: 204 });
     }
     const node = this.nodeFor(row);
-    this.#refuseMounting(row, "delete");
-    if (!this.table.claim(row.id, "deleting")) throw busy(row, "delete");
+    await this.refuseMounting(row, "delete");
+    if (!(await this.table.claim(row.id, "deleting"))) throw await this.claimLost(row, "delete");
     try {
       if (row.shared) await this.refuseUsedAnywhere(row, "delete", signal);
       const answer = await this.call(node, "/destroyVolume", { id: row.id }, signal);
@@ -185,10 +185,10 @@ export class FleetVolumes {
         );
       }
     } catch (error) {
-      this.table.update(row.id, { state: "ready" });
+      await this.table.update(row.id, { state: "ready" });
       throw error;
     }
-    this.table.delete(row.id);
+    await this.table.delete(row.id);
     return new Response(null, { status: 204 });
   }
 
@@ -214,22 +214,21 @@ export class FleetVolumes {
     }
   }
 
-  /** A 409 when a create that mounts the volume is in flight. */
-  #refuseMounting(row: VolumeRow, what: string): void {
-    const n = this.#mounting.get(row.id) ?? 0;
-    if (n > 0) {
-      throw new HttpError(
-        409,
-        `Cannot ${what} volume '${row.name}': ${n} sandbox create(s) mounting it are in ` +
-          "flight: retry once they finish",
-        { headers: { "retry-after": "2" } },
-      );
-    }
+  /**
+   * A 409 when a create that mounts the volume is in flight, through this gateway or (a shared
+   * table) any other.
+   */
+  async refuseMounting(row: VolumeRow, what: string): Promise<void> {
+    const n = (this.#mounting.get(row.id) ?? 0) +
+      (this.table.mountsInFlight ? await this.table.mountsInFlight(row.id) : 0);
+    if (n > 0) throw mountingNow(row, what, n);
   }
 
-  /** Same as {@linkcode FleetVolumes.refuseMounting}, for `move.ts`. */
-  refuseMounting(row: VolumeRow, what: string): void {
-    this.#refuseMounting(row, what);
+  /** Why a claim failed: the volume busy, or (a shared table) a create mounting it. */
+  async claimLost(row: VolumeRow, what: string): Promise<HttpError> {
+    const now = await this.table.get(row.id);
+    if (now?.state === "ready") return mountingNow(row, what, 1);
+    return busy(now ?? row, what);
   }
 
   /**
@@ -242,31 +241,42 @@ export class FleetVolumes {
    * @throws {HttpError} 409 for a volume being created, moved or deleted, or two local volumes
    *   on two nodes; 503 when its node is down.
    */
-  mountsOf(body: Record<string, unknown>, team: string): {
-    body: Record<string, unknown>;
-    /** The shared volumes' ids: a node must advertise them (or be among `holders`). */
-    ids: string[];
-    /** The nodes that made the shared volumes (they hold them before they advertise them). */
-    holders: string[];
-    /** The node of the local volumes: only it may take the create. */
-    node: string | undefined;
-    release: () => void;
-  } | undefined {
+  async mountsOf(body: Record<string, unknown>, team: string): Promise<
+    {
+      body: Record<string, unknown>;
+      /** The shared volumes' ids: a node must advertise them (or be among `holders`). */
+      ids: string[];
+      /** The nodes that made the shared volumes (they hold them before they advertise them). */
+      holders: string[];
+      /** The node of the local volumes: only it may take the create. */
+      node: string | undefined;
+      release: () => void;
+    } | undefined
+  > {
     if (!Array.isArray(body.volumeMounts)) return undefined;
     const rows: VolumeRow[] = [];
-    const mounts = body.volumeMounts.map((m) => {
+    const mounts = [];
+    for (const m of body.volumeMounts) {
       const name = (m as { name?: unknown } | null)?.name;
-      if (typeof name !== "string") return m;
+      if (typeof name !== "string") {
+        mounts.push(m);
+        continue;
+      }
       // A volume id is a managed volume's on every node: only its own team may name it so.
-      const row = VOLUME_ID.test(name) ? this.table.get(name, team) : this.table.byName(team, name);
+      const row = VOLUME_ID.test(name)
+        ? await this.table.get(name, team)
+        : await this.table.byName(team, name);
       if (row === undefined && VOLUME_ID.test(name)) {
         throw new HttpError(404, `Volume '${name}' not found: GET /volumes lists your team's`);
       }
-      if (row === undefined) return m;
+      if (row === undefined) {
+        mounts.push(m);
+        continue;
+      }
       if (row.state !== "ready") throw busy(row, "mount");
       rows.push(row);
-      return { ...(m as object), name: row.id };
-    });
+      mounts.push({ ...(m as object), name: row.id });
+    }
     if (rows.length === 0) return undefined;
     const local = rows.filter((r) => !r.shared);
     const nodes = [...new Set(local.map((r) => r.node))];
@@ -280,6 +290,19 @@ export class FleetVolumes {
     }
     for (const r of rows) this.nodeFor(r);
     const ids = rows.map((r) => r.id);
+    // On a shared table, marked where every gateway's delete or move sees it, and only while
+    // none has claimed the volume.
+    const marks: (() => Promise<void>)[] = [];
+    if (this.table.mountStart) {
+      for (const r of rows) {
+        const mark = await this.table.mountStart(r.id);
+        if (mark === undefined) {
+          await Promise.all(marks.map((m) => m()));
+          throw busy((await this.table.get(r.id)) ?? r, "mount");
+        }
+        marks.push(mark);
+      }
+    }
     for (const id of ids) this.#mounting.set(id, (this.#mounting.get(id) ?? 0) + 1);
     let released = false;
     const shared = rows.filter((r) => r.shared);
@@ -296,6 +319,7 @@ export class FleetVolumes {
           if (n <= 0) this.#mounting.delete(id);
           else this.#mounting.set(id, n);
         }
+        for (const mark of marks) void mark();
       },
     };
   }
@@ -306,7 +330,7 @@ export class FleetVolumes {
    */
   async content(request: Request, id: string, op: string): Promise<Response> {
     const given = /^Bearer\s+(.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
-    const row = VOLUME_ID.test(id) ? this.table.get(id) : undefined;
+    const row = VOLUME_ID.test(id) ? await this.table.get(id) : undefined;
     // A wrong token and an unknown id answer alike: a tenant learns nothing of other volumes.
     if (row === undefined || given === undefined || !tokenMatcher(await this.token(id))(given)) {
       throw new HttpError(
@@ -344,6 +368,16 @@ export class FleetVolumes {
     up.sort((a, b) => avail(b) - avail(a) || (a.id < b.id ? -1 : 1));
     return up[0];
   }
+}
+
+/** The 409 of a volume that creates in flight mount. */
+function mountingNow(row: VolumeRow, what: string, n: number): HttpError {
+  return new HttpError(
+    409,
+    `Cannot ${what} volume '${row.name}': ${n} sandbox create(s) mounting it are in flight: ` +
+      "retry once they finish",
+    { headers: { "retry-after": "2" } },
+  );
 }
 
 /** The 409 of a volume that is not `ready`. */

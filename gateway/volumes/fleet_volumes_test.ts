@@ -29,15 +29,15 @@ function fleet(
   return gateway;
 }
 
-function addVolume(
+async function addVolume(
   gateway: ReturnType<typeof fleet>,
   id: string,
   name: string,
   node: string,
   state: "ready" | "moving" | "deleting" = "ready",
 ) {
-  gateway.volumes!.table.reserve({ id, team: "default", name, node });
-  gateway.volumes!.table.update(id, { state, sizeBytes: 1e9 });
+  await gateway.volumes!.table.reserve({ id, team: "default", name, node });
+  await gateway.volumes!.table.update(id, { state, sizeBytes: 1e9 });
 }
 
 const create = (gateway: ReturnType<typeof fleet>, mounts: { name: string; path: string }[]) =>
@@ -52,7 +52,7 @@ const create = (gateway: ReturnType<typeof fleet>, mounts: { name: string; path:
 Deno.test("FleetVolumes: a volume being moved refuses mounts and its content with a 409 saying so", async () => {
   await using gateway = fleet();
   const id = "vol-0000000000000000000a";
-  addVolume(gateway, id, "data", "node-a", "moving");
+  await addVolume(gateway, id, "data", "node-a", "moving");
   const res = await create(gateway, [{ name: "data", path: "/data" }]);
   const body = await res.json();
   assert.equal(res.status, 409);
@@ -68,8 +68,8 @@ Deno.test("FleetVolumes: a volume being moved refuses mounts and its content wit
 
 Deno.test("FleetVolumes: local volumes on two nodes in one create are a 409 naming both", async () => {
   await using gateway = fleet();
-  addVolume(gateway, "vol-0000000000000000000a", "one", "node-a");
-  addVolume(gateway, "vol-0000000000000000000b", "two", "node-b");
+  await addVolume(gateway, "vol-0000000000000000000a", "one", "node-a");
+  await addVolume(gateway, "vol-0000000000000000000b", "two", "node-b");
   const res = await create(gateway, [
     { name: "one", path: "/one" },
     { name: "two", path: "/two" },
@@ -85,11 +85,11 @@ Deno.test("FleetVolumes: local volumes on two nodes in one create are a 409 nami
 Deno.test("FleetVolumes: a delete while a create mounting the volume is in flight is a 409", async () => {
   await using gateway = fleet();
   const id = "vol-0000000000000000000a";
-  addVolume(gateway, id, "data", "node-a");
-  const mounts = gateway.volumes!.mountsOf(
+  await addVolume(gateway, id, "data", "node-a");
+  const mounts = (await gateway.volumes!.mountsOf(
     { volumeMounts: [{ name: "data", path: "/d" }] },
     "default",
-  )!;
+  ))!;
   assert.deepEqual(mounts.node, "node-a");
   await assert.rejects(
     gateway.volumes!.destroy(id, undefined, new AbortController().signal),
@@ -102,14 +102,18 @@ Deno.test("FleetVolumes: a delete while a create mounting the volume is in fligh
     () => assert.fail("the stub node refuses"),
     (e) => assert.doesNotMatch(e.message, /in flight/),
   );
-  assert.equal(gateway.volumes!.table.get(id)?.state, "ready", "a failed delete leaves it ready");
+  assert.equal(
+    (await gateway.volumes!.table.get(id))?.state,
+    "ready",
+    "a failed delete leaves it ready",
+  );
 });
 
 Deno.test("FleetVolumes: a volume whose node is down is a 503 naming the node", async () => {
   const clock = new FakeClock();
   await using gateway = fleet(undefined, clock);
   const id = "vol-0000000000000000000a";
-  addVolume(gateway, id, "data", "node-a");
+  await addVolume(gateway, id, "data", "node-a");
   clock.tick(60_000);
   const auth = { authorization: `Bearer ${await gateway.volumes!.token(id)}` };
   const content = await gateway.fetch(
@@ -159,8 +163,8 @@ Deno.test("placementFilters: volumeNode admits only that node; volumeHolders pas
 Deno.test("FleetVolumes: with a sandbox domain, api.<domain> serves the volume routes at the root", async () => {
   await using gateway = buildGateway({ token, sandboxDomain: "sbx.test" });
   const id = "vol-0000000000000000000a";
-  gateway.volumes!.table.reserve({ id, team: "default", name: "data", node: "node-a" });
-  gateway.volumes!.table.update(id, { state: "ready" });
+  await gateway.volumes!.table.reserve({ id, team: "default", name: "data", node: "node-a" });
+  await gateway.volumes!.table.update(id, { state: "ready" });
   const list = await gateway.fetch(
     new Request("http://api.sbx.test/volumes", { headers: { "x-api-key": token } }),
   );
@@ -176,14 +180,17 @@ Deno.test("FleetVolumes: with a sandbox domain, api.<domain> serves the volume r
   assert.match((await content.json()).message, /node 'node-a', which is down/);
 });
 
-Deno.test("VolumeTable: a gateway started again frees the rows a stop left mid-move or mid-delete", () => {
+Deno.test("VolumeTable: a gateway started again frees the rows a stop left mid-move or mid-delete", async () => {
   const db = new DatabaseSync(":memory:");
   const first = new VolumeTable(db);
   for (const [id, state] of [["a", "moving"], ["b", "deleting"], ["c", "creating"]] as const) {
     const vid = `vol-000000000000000000${id}0`;
-    first.reserve({ id: vid, team: "t", name: id, node: "n" });
-    if (state !== "creating") first.update(vid, { state });
+    await first.reserve({ id: vid, team: "t", name: id, node: "n" });
+    if (state !== "creating") await first.update(vid, { state });
   }
   const again = new VolumeTable(db);
-  assert.deepEqual(again.list().map((r) => [r.name, r.state]), [["a", "ready"], ["b", "ready"]]);
+  assert.deepEqual((await again.list()).map((r) => [r.name, r.state]), [["a", "ready"], [
+    "b",
+    "ready",
+  ]]);
 });

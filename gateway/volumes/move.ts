@@ -15,7 +15,6 @@ import { volumeIdSchema } from "../../shared/volumes.ts";
 import { nodeIdSchema } from "../../shared/schemas.ts";
 import type { GatewayParts } from "../faces/parts.ts";
 import type { FleetVolumes } from "./fleet_volumes.ts";
-import { busy } from "./fleet_volumes.ts";
 
 /** The body of `moveVolume`. */
 export const moveVolumeSchema: z.ZodObject<{ volumeId: z.ZodString; toNode: z.ZodString }> = z
@@ -36,7 +35,7 @@ export async function moveVolume(
   body: z.infer<typeof moveVolumeSchema>,
   signal: AbortSignal,
 ): Promise<{ volumeId: string; from: string; to: string; bytes: number }> {
-  const row = volumes.require(body.volumeId, undefined);
+  const row = await volumes.require(body.volumeId, undefined);
   if (row.shared) {
     throw new HttpError(
       409,
@@ -57,8 +56,8 @@ export async function moveVolume(
     });
   }
   const source = volumes.nodeFor(row);
-  volumes.refuseMounting(row, "move");
-  if (!volumes.table.claim(row.id, "moving")) throw busy(row, "move");
+  await volumes.refuseMounting(row, "move");
+  if (!(await volumes.table.claim(row.id, "moving"))) throw await volumes.claimLost(row, "move");
   const bound = AbortSignal.any([signal, AbortSignal.timeout(MOVE_TIMEOUT_MS)]);
   let bytes = 0;
   try {
@@ -120,7 +119,7 @@ export async function moveVolume(
       bytes = Number(JSON.parse(text).bytes ?? 0);
     } catch { /* the count is informative only */ }
   } catch (error) {
-    volumes.table.update(row.id, { state: "ready" });
+    await volumes.table.update(row.id, { state: "ready" });
     if (error instanceof HttpError) throw error;
     throw new HttpError(
       502,
@@ -129,7 +128,7 @@ export async function moveVolume(
       }): the volume stays on '${source.id}'`,
     );
   }
-  volumes.table.update(row.id, { state: "ready", node: target.id });
+  await volumes.table.update(row.id, { state: "ready", node: target.id });
   try {
     const gone = await volumes.call(source, "/destroyVolume", { id: row.id });
     if (gone.status !== 200) throw new Error(gone.text.slice(0, 200));

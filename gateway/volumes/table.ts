@@ -43,6 +43,45 @@ export interface VolumeRow {
 export const MAX_VOLUMES_PER_TEAM = 1000;
 
 /**
+ * Where the volume rows are kept: the gateway's database ({@linkcode VolumeTable}), or etcd in
+ * shared mode (`etcd_table.ts`), so every gateway of a fleet knows every volume.
+ */
+export interface VolumeStore {
+  /**
+   * Inserts a `creating` row; a name the team already uses is a 409.
+   *
+   * @throws {HttpError} 409 naming the name, 429 past {@linkcode MAX_VOLUMES_PER_TEAM}.
+   */
+  reserve(row: { id: string; team: string; name: string; node: string }): Promise<void>;
+  /** The row by id, limited to `team` when given (another team's is absent). */
+  get(id: string, team?: string): Promise<VolumeRow | undefined>;
+  /** The team's row by name. */
+  byName(team: string, name: string): Promise<VolumeRow | undefined>;
+  /** The team's rows (every team's when `team` is undefined), oldest first. */
+  list(team?: string): Promise<VolumeRow[]>;
+  /** Changes a row's state, node, shared flag or cap. */
+  update(
+    id: string,
+    patch: { state?: VolumeState; node?: string; shared?: boolean; sizeBytes?: number },
+  ): Promise<void>;
+  /**
+   * Moves a `ready` row to `state` at once; false when it was not `ready` (another delete or
+   * move got there first).
+   */
+  claim(id: string, state: VolumeState): Promise<boolean>;
+  /** Removes the row. */
+  delete(id: string): Promise<void>;
+  /**
+   * Marks a create in flight that mounts the volume where every gateway sees it, unless the
+   * volume is claimed by a move or delete (`undefined` then); answers the release. Absent on a
+   * store only one gateway uses (the gateway's own count is enough there).
+   */
+  mountStart?(id: string): Promise<(() => Promise<void>) | undefined>;
+  /** The creates in flight that mount the volume, through every gateway. */
+  mountsInFlight?(id: string): Promise<number>;
+}
+
+/**
  * The volume table over the gateway's database.
  *
  * @example
@@ -51,7 +90,7 @@ export const MAX_VOLUMES_PER_TEAM = 1000;
  * table.reserve({ id, team: "acme", name: "data", node: "node-a" });
  * ```
  */
-export class VolumeTable {
+export class VolumeTable implements VolumeStore {
   #db: DatabaseSync;
   constructor(db: DatabaseSync) {
     this.#db = db;
@@ -80,61 +119,71 @@ export class VolumeTable {
    *
    * @throws {HttpError} 409 naming the name, 429 past {@linkcode MAX_VOLUMES_PER_TEAM}.
    */
-  reserve(row: { id: string; team: string; name: string; node: string }): void {
-    const count = this.#db.prepare("SELECT COUNT(*) AS n FROM volumes WHERE team = ?")
-      .get(row.team) as { n: number };
-    if (count.n >= MAX_VOLUMES_PER_TEAM) {
-      throw new HttpError(
-        429,
-        `Team '${row.team}' has ${count.n} volumes, the most one team may have: destroy some`,
-      );
-    }
-    try {
-      this.#db.prepare(
-        "INSERT INTO volumes (id, team, name, node, state, created_at) VALUES (?, ?, ?, ?, 'creating', ?)",
-      ).run(row.id, row.team, row.name, row.node, new Date().toISOString());
-    } catch (error) {
-      if (/UNIQUE/.test((error as Error).message)) {
+  reserve(row: { id: string; team: string; name: string; node: string }): Promise<void> {
+    return settle(() => {
+      const count = this.#db.prepare("SELECT COUNT(*) AS n FROM volumes WHERE team = ?")
+        .get(row.team) as { n: number };
+      if (count.n >= MAX_VOLUMES_PER_TEAM) {
         throw new HttpError(
-          409,
-          `Your team already has a volume named '${row.name}': pick another name, or connect ` +
-            "to that one (GET /volumes lists them)",
+          429,
+          `Team '${row.team}' has ${count.n} volumes, the most one team may have: destroy some`,
         );
       }
-      throw error;
-    }
+      try {
+        this.#db.prepare(
+          "INSERT INTO volumes (id, team, name, node, state, created_at) VALUES (?, ?, ?, ?, 'creating', ?)",
+        ).run(row.id, row.team, row.name, row.node, new Date().toISOString());
+      } catch (error) {
+        if (/UNIQUE/.test((error as Error).message)) {
+          throw new HttpError(
+            409,
+            `Your team already has a volume named '${row.name}': pick another name, or connect ` +
+              "to that one (GET /volumes lists them)",
+          );
+        }
+        throw error;
+      }
+    });
   }
 
   /** The row by id, limited to `team` when given (another team's is absent). */
-  get(id: string, team?: string): VolumeRow | undefined {
-    const r = this.#db.prepare("SELECT * FROM volumes WHERE id = ?").get(id) as
-      | Record<string, unknown>
-      | undefined;
-    const row = r && rowOf(r);
-    return row && (team === undefined || row.team === team) ? row : undefined;
+  get(id: string, team?: string): Promise<VolumeRow | undefined> {
+    return settle(() => {
+      const r = this.#db.prepare("SELECT * FROM volumes WHERE id = ?").get(id) as
+        | Record<string, unknown>
+        | undefined;
+      const row = r && rowOf(r);
+      return row && (team === undefined || row.team === team) ? row : undefined;
+    });
   }
 
   /** The team's row by name. */
-  byName(team: string, name: string): VolumeRow | undefined {
-    const r = this.#db.prepare("SELECT * FROM volumes WHERE team = ? AND name = ?")
-      .get(team, name) as Record<string, unknown> | undefined;
-    return r && rowOf(r);
+  byName(team: string, name: string): Promise<VolumeRow | undefined> {
+    return settle(() => {
+      const r = this.#db.prepare("SELECT * FROM volumes WHERE team = ? AND name = ?")
+        .get(team, name) as Record<string, unknown> | undefined;
+      return r && rowOf(r);
+    });
   }
 
   /** The team's rows (every team's when `team` is undefined), oldest first. */
-  list(team?: string): VolumeRow[] {
-    const rows = team === undefined
-      ? this.#db.prepare("SELECT * FROM volumes ORDER BY created_at, id").all()
-      : this.#db.prepare("SELECT * FROM volumes WHERE team = ? ORDER BY created_at, id").all(team);
-    return (rows as Record<string, unknown>[]).map(rowOf);
+  list(team?: string): Promise<VolumeRow[]> {
+    return settle(() => {
+      const rows = team === undefined
+        ? this.#db.prepare("SELECT * FROM volumes ORDER BY created_at, id").all()
+        : this.#db.prepare("SELECT * FROM volumes WHERE team = ? ORDER BY created_at, id").all(
+          team,
+        );
+      return (rows as Record<string, unknown>[]).map(rowOf);
+    });
   }
 
   /** Changes a row's state, node, shared flag or cap. */
-  update(
+  async update(
     id: string,
     patch: { state?: VolumeState; node?: string; shared?: boolean; sizeBytes?: number },
-  ): void {
-    const row = this.get(id);
+  ): Promise<void> {
+    const row = await this.get(id);
     if (row === undefined) return;
     this.#db.prepare(
       "UPDATE volumes SET state = ?, node = ?, shared = ?, size_bytes = ? WHERE id = ?",
@@ -152,15 +201,28 @@ export class VolumeTable {
    * Moves a `ready` row to `state` in one statement; false when it was not `ready` (another
    * delete or move got there first).
    */
-  claim(id: string, state: VolumeState): boolean {
-    const r = this.#db.prepare("UPDATE volumes SET state = ? WHERE id = ? AND state = 'ready'")
-      .run(state, id);
-    return Number(r.changes) === 1;
+  claim(id: string, state: VolumeState): Promise<boolean> {
+    return settle(() => {
+      const r = this.#db.prepare("UPDATE volumes SET state = ? WHERE id = ? AND state = 'ready'")
+        .run(state, id);
+      return Number(r.changes) === 1;
+    });
   }
 
   /** Removes the row. */
-  delete(id: string): void {
-    this.#db.prepare("DELETE FROM volumes WHERE id = ?").run(id);
+  delete(id: string): Promise<void> {
+    return settle(() => {
+      this.#db.prepare("DELETE FROM volumes WHERE id = ?").run(id);
+    });
+  }
+}
+
+/** A synchronous read or write of the database as the store's promise (a throw rejects it). */
+function settle<T>(f: () => T): Promise<T> {
+  try {
+    return Promise.resolve(f());
+  } catch (error) {
+    return Promise.reject(error);
   }
 }
 

@@ -20,7 +20,7 @@
  */
 import { Hono } from "hono";
 import type { Context } from "hono";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { HttpError } from "../../shared/http_error.ts";
 import type { Log } from "../../shared/log.ts";
 import { requireFleetBearer, tokenMatcher } from "../../shared/token.ts";
@@ -29,8 +29,10 @@ import { describeZodError } from "../../shared/schemas.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import type { NodeVolumes } from "../volumes.ts";
 import { exportVolume, importVolume } from "../volume_copy.ts";
+import { type ConfinedEntry, type ConfinedRenames, confinedRenames } from "../volume_confined.ts";
 import {
   followInside,
+  hideNodePaths,
   type Resolved,
   resolveInVolume,
   shownPath,
@@ -54,6 +56,11 @@ export interface VolumeEntry {
 
 const MAX_LIST_ENTRIES = 10_000;
 
+/** The longest path the kernel takes (Linux's `PATH_MAX`), the node's volume root included. */
+const PATH_MAX = 4096;
+
+const TOO_LONG = "The path is too long for the node's filesystem: name a shorter one";
+
 /** The cap of a JSON body of these routes (an id, or a uid, gid and mode). */
 const MAX_JSON_BYTES = 16 * 1024;
 
@@ -63,6 +70,11 @@ export interface VolumeFaceOptions {
   token: string;
   /** Called after a volume appears or goes (the check-in advertises the change sooner). */
   changed?: () => void;
+  /**
+   * The confined renames of uploads and removals (`volume_confined.ts`); by default through
+   * `sh` when the node may run it, `null` for in process.
+   */
+  renames?: ConfinedRenames | null;
   log: Log;
 }
 
@@ -76,6 +88,15 @@ export interface VolumeFaceOptions {
  */
 export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOptions): Hono {
   const matches = tokenMatcher(options.token);
+  const renames = options.renames === undefined ? confinedRenames() : options.renames ?? undefined;
+  if (renames === undefined) {
+    options.log(
+      "warn",
+      "volume content writes and removals run in process: a sandbox racing a link into a " +
+        "path could redirect them outside its volume",
+      { fix: "run the node with --allow-run=sh (GNU mv on PATH)" },
+    );
+  }
   const app = new Hono();
   app.onError((error, c) => {
     if (error instanceof HttpError) {
@@ -85,7 +106,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       });
     }
     const e = error as Error;
-    const status = e instanceof Deno.errors.NotFound
+    // A path whose names fit but whose whole, below the node's volume root, does not.
+    const tooLong = /\(os error 36\)/.test(e.message);
+    const status = tooLong
+      ? 400
+      : e instanceof Deno.errors.NotFound
       ? 404
       : e instanceof Deno.errors.AlreadyExists
       ? 409
@@ -95,8 +120,64 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       ? 400
       : 500;
     if (status === 500) options.log("error", "volume route failed", { error: e.stack });
-    return c.json({ code: status, message: e.message }, status as 400);
+    // The node's own paths are not the tenant's business: a volume's shows as its root.
+    const message = tooLong ? TOO_LONG : hideNodePaths(e.message, volumes.root);
+    return c.json({ code: status, message }, status as 400);
   });
+  /** A fresh path on the node's side of volume `id` (its uploads directory). */
+  const nodeSide = async (id: string, what: string) => {
+    await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
+    return join(volumes.uploadsDir(id), `${what}-${crypto.randomUUID()}`);
+  };
+  /** Makes directory `name` in the real directory `parent`: on the node's side, renamed in. */
+  const makeDir = async (
+    id: string,
+    parent: string,
+    name: string,
+    mode: number,
+    q?: URLSearchParams,
+  ) => {
+    if (!renames) {
+      const full = join(parent, name);
+      await Deno.mkdir(full);
+      // Explicitly, past the umask: a sandbox's commands run as any user of its image.
+      await Deno.chmod(full, mode);
+      if (q) await owner(full, q);
+      return;
+    }
+    const made = await nodeSide(id, "dir");
+    try {
+      await Deno.mkdir(made);
+      await Deno.chmod(made, mode);
+      if (q) await owner(made, q);
+      await renames.into(parent, name, made);
+    } finally {
+      await Deno.remove(made).catch(() => {});
+    }
+  };
+  /**
+   * Runs `use` on the file `name` of the real directory `parent` through a hard link on the
+   * node's side (confined), or on the path itself (in process). A directory is `undefined`.
+   */
+  const viaLink = async <T>(
+    id: string,
+    parent: string,
+    name: string,
+    use: (path: string) => Promise<T>,
+  ): Promise<T> => {
+    if (!renames) return await use(join(parent, name));
+    const linked = await nodeSide(id, "link");
+    await renames.linkOut(parent, name, linked);
+    try {
+      // The link is the entry itself: a link swapped in is a link here, never followed.
+      if (!(await Deno.lstat(linked)).isFile) {
+        throw new HttpError(409, `Path '${name}' changed while the node used it: retry`);
+      }
+      return await use(linked);
+    } finally {
+      await Deno.remove(linked).catch(() => {});
+    }
+  };
   const gate = (c: Context) =>
     requireFleetBearer(c.req.header("authorization"), matches, "this node's", c.req.path);
   const body = async <T>(c: Context, schema: { safeParse(v: unknown): unknown }): Promise<T> => {
@@ -173,6 +254,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       throw new HttpError(404, `Volume '${id}' is not on this node`);
     }
     const parts = splitVolumePath(new URL(c.req.url).searchParams.get("path"));
+    // Before the disk is touched (a `force` would make parents until the kernel refused).
+    if (new TextEncoder().encode(dir + shownPath(parts)).length >= PATH_MAX) {
+      throw new HttpError(400, TOO_LONG);
+    }
     return { id, dir, parts };
   };
   app.get("/volumecontent/:id/dir", async (c) => {
@@ -186,6 +271,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const depth = depthText === null ? 1 : Number(depthText);
     if (!Number.isInteger(depth) || depth < 1 || depth > 16) {
       throw new HttpError(400, "'depth' must be an integer from 1 to 16");
+    }
+    if (renames) {
+      const listed = await renames.list(real, shownPath(parts), depth, MAX_LIST_ENTRIES);
+      return c.json(listed.map((e) => confinedEntry(e, [...parts, ...e.path.split("/")])));
     }
     const out: VolumeEntry[] = [];
     const walk = async (at: string, shown: string[], left: number): Promise<void> => {
@@ -210,21 +299,23 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const q = new URL(c.req.url).searchParams;
     const force = q.get("force") === "true";
     if (parts.length === 0) throw new HttpError(409, "The volume's root already exists");
-    const r = await resolveInVolume(dir, parts, { makeParents: force });
+    const id = c.req.param("id")!;
+    const mkdir = (parent: string, name: string) => makeDir(id, parent, name, 0o777);
+    const r = await resolveInVolume(dir, parts, { makeParents: force, mkdir });
     if (r.info !== null) {
       if (force && r.info.isDirectory) return c.json(await entryOf(r.full, parts, r.info), 201);
       throw new HttpError(409, `Path '${shownPath(parts)}' already exists`);
     }
-    await Deno.mkdir(r.full);
-    // Explicitly, past the umask: a sandbox's commands run as any user of its image.
-    await Deno.chmod(r.full, modeOf(q, 0o777));
-    await owner(r.full, q);
+    await makeDir(id, r.parent, r.name!, modeOf(q, 0o777), q);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });
   app.get("/volumecontent/:id/path", async (c) => {
     const { dir, parts } = target(c);
     const r = await resolveInVolume(dir, parts);
     if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
+    if (renames && r.name !== undefined) {
+      return c.json(confinedEntry(await renames.stat(r.parent, r.name, shownPath(parts)), parts));
+    }
     return c.json(await entryOf(r.full, parts, r.info));
   });
   app.patch("/volumecontent/:id/path", async (c) => {
@@ -237,14 +328,24 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       empty: "refuse",
       example: '{"mode":420}',
     });
-    if (b.mode !== undefined) {
-      if (!Number.isInteger(b.mode)) throw new HttpError(400, "'mode' must be an integer");
-      await Deno.chmod(real, (b.mode as number) & 0o7777);
+    if (b.mode !== undefined && !Number.isInteger(b.mode)) {
+      throw new HttpError(400, "'mode' must be an integer");
     }
-    if (b.uid !== undefined || b.gid !== undefined) {
-      const id = (v: unknown) => Number.isInteger(v) ? v as number : null;
-      await Deno.chown(real, id(b.uid), id(b.gid));
-    }
+    const change = async (path: string) => {
+      if (b.mode !== undefined) await Deno.chmod(path, (b.mode as number) & 0o7777);
+      if (b.uid !== undefined || b.gid !== undefined) {
+        const n = (v: unknown) => Number.isInteger(v) ? v as number : null;
+        await Deno.chown(path, n(b.uid), n(b.gid));
+      }
+    };
+    // A file through a hard link on the node's side; a directory from inside it.
+    const n = (v: unknown) => Number.isInteger(v) ? v as number : undefined;
+    if ((await Deno.lstat(real)).isFile) {
+      await viaLink(c.req.param("id")!, dirname(real), basename(real), change);
+    } else if (renames) {
+      const mode = b.mode === undefined ? undefined : b.mode as number;
+      await renames.changeDir(real, shownPath(parts), mode, n(b.uid), n(b.gid));
+    } else await change(real);
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)));
   });
   app.delete("/volumecontent/:id/path", async (c) => {
@@ -254,15 +355,32 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     }
     const r = await resolveInVolume(dir, parts);
     if (r.info === null) throw new HttpError(404, `Path '${shownPath(parts)}' not found`);
-    // Removes a link itself, never what it points at.
-    await Deno.remove(r.full, { recursive: true });
+    // Removes a link itself, never what it points at. Confined: first moved out of the volume
+    // by its name in its checked directory, then removed where no sandbox reaches.
+    if (renames) {
+      const id = c.req.param("id")!;
+      await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
+      const trash = join(volumes.uploadsDir(id), `removed-${crypto.randomUUID()}`);
+      await renames.outOf(r.parent, r.name!, trash);
+      await Deno.remove(trash, { recursive: true });
+    } else await Deno.remove(r.full, { recursive: true });
+    volumes.forgetUsage(c.req.param("id")!);
     return new Response(null, { status: 204 });
   });
   app.get("/volumecontent/:id/file", async (c) => {
     const { dir, parts } = target(c);
     const r = await resolveInVolume(dir, parts);
     const real = await followInside(r, parts);
-    const file = await Deno.open(real, { read: true });
+    if (!(await Deno.lstat(real)).isFile) {
+      throw new HttpError(400, `Path '${shownPath(parts)}' is not a file`);
+    }
+    // Opened through a hard link on the node's side, which is unlinked once open.
+    const file = await viaLink(
+      c.req.param("id")!,
+      dirname(real),
+      basename(real),
+      (path) => Deno.open(path, { read: true }),
+    );
     const info = await file.stat();
     if (!info.isFile) {
       file.close();
@@ -279,43 +397,50 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const { id, dir, parts } = target(c);
     if (parts.length === 0) throw new HttpError(400, "The volume's root is a directory");
     const q = new URL(c.req.url).searchParams;
-    const r = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true" });
+    const mkdir = (parent: string, name: string) => makeDir(id, parent, name, 0o777);
+    const r = await resolveInVolume(dir, parts, { makeParents: q.get("force") === "true", mkdir });
     if (r.info?.isDirectory) {
       throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
     }
-    const cap = volumes.sizeBytes(id);
-    const replaced = r.info?.isFile ? r.info.size : 0;
-    const room = cap - (await volumes.usedBytes(id)) + replaced;
-    const temp = join(r.parent, `.dormice-upload-${crypto.randomUUID()}`);
     const mode = modeOf(q, 0o666);
-    const file = await Deno.open(temp, { write: true, createNew: true, mode });
-    let written = 0;
+    // The body goes to the node's own uploads directory, which no sandbox sees, and the path is
+    // resolved again only once it arrived: a sandbox that swaps a directory of the path for a
+    // link while the body streams finds it checked at the rename, microseconds later, and
+    // nothing is opened, chmodded or chowned through the volume's (swappable) names.
+    const write = await volumes.beginWrite(id, r.info?.isFile ? r.info.size : 0);
+    const uploads = volumes.uploadsDir(id);
+    const temp = join(uploads, crypto.randomUUID());
+    let committed = false;
     try {
-      if (c.req.raw.body !== null) {
-        for await (const chunk of c.req.raw.body) {
-          written += chunk.length;
-          if (written > room) {
-            throw new HttpError(
-              507,
-              `Volume '${id}' is full: its cap is ${cap} bytes; remove files or create a new ` +
-                "volume",
-            );
+      await Deno.mkdir(uploads, { recursive: true, mode: 0o700 });
+      const file = await Deno.open(temp, { write: true, createNew: true, mode });
+      try {
+        if (c.req.raw.body !== null) {
+          for await (const chunk of c.req.raw.body) {
+            write.add(chunk.length);
+            let n = 0;
+            while (n < chunk.length) n += await file.write(chunk.subarray(n));
           }
-          let n = 0;
-          while (n < chunk.length) n += await file.write(chunk.subarray(n));
         }
+      } finally {
+        file.close();
       }
-      file.close();
       await Deno.chmod(temp, mode);
       await owner(temp, q);
+      const at = await resolveInVolume(dir, parts, {
+        makeParents: q.get("force") === "true",
+        mkdir,
+      });
+      if (at.info?.isDirectory) {
+        throw new HttpError(400, `Path '${shownPath(parts)}' is a directory`);
+      }
       // A rename replaces whatever is in the final place, a link included: never written through.
-      await Deno.rename(temp, r.full);
-    } catch (error) {
-      try {
-        file.close();
-      } catch { /* closed already */ }
-      await Deno.remove(temp).catch(() => {});
-      throw error;
+      if (renames) await renames.into(at.parent, at.name!, temp);
+      else await Deno.rename(temp, at.full);
+      committed = true;
+    } finally {
+      write.end(committed);
+      if (!committed) await Deno.remove(temp).catch(() => {});
     }
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });
@@ -342,6 +467,24 @@ async function owner(path: string, q: URLSearchParams): Promise<void> {
     throw new HttpError(400, "'uid' and 'gid' must be integers");
   }
   await Deno.chown(path, u, g);
+}
+
+/** A confined listing's entry as the content API shows it. */
+function confinedEntry(e: ConfinedEntry, parts: readonly string[]): VolumeEntry {
+  const iso = (seconds: number) => new Date(Math.round(seconds * 1000)).toISOString();
+  return {
+    name: parts.length === 0 ? "/" : parts[parts.length - 1],
+    path: shownPath(parts),
+    type: e.type,
+    size: e.size,
+    mode: e.mode & 0o7777,
+    uid: e.uid,
+    gid: e.gid,
+    atime: iso(e.atime),
+    mtime: iso(e.mtime),
+    ctime: iso(e.ctime),
+    ...(e.target === undefined ? {} : { target: e.target }),
+  };
 }
 
 async function entryOf(

@@ -8,9 +8,13 @@ const token = "node-volume-face-test-token-0123456789abcdef";
 const auth = { authorization: `Bearer ${token}` };
 const id = "vol-0123456789abcdef0123";
 
-async function face(sandboxes: { id: string; name: string; state: string; spec: SandboxSpec }[]) {
+async function face(
+  sandboxes: { id: string; name: string; state: string; spec: SandboxSpec }[],
+  make: (options: ConstructorParameters<typeof NodeVolumes>[0]) => NodeVolumes = (o) =>
+    new NodeVolumes(o),
+) {
   const root = await Deno.makeTempDir();
-  const volumes = new NodeVolumes({
+  const volumes = make({
     root,
     shared: false,
     defaultSizeBytes: 1000,
@@ -89,4 +93,95 @@ Deno.test("volume face: a PATCH body past 16 KiB is a 413, not read whole", asyn
   });
   assert.equal(res.status, 413);
   await res.body?.cancel();
+});
+
+Deno.test("volume face: a directory swapped for a link during a write's usage walk is not written through", async () => {
+  const outside = await Deno.makeTempDir();
+  let swapped = false;
+  // The sandbox's move: while the node counts the volume, `/a` becomes a link to a node path.
+  class Racing extends NodeVolumes {
+    override async usedBytes(vol: string): Promise<number> {
+      const bytes = await super.usedBytes(vol);
+      const a = `${this.root}/${vol}/data/a`;
+      await Deno.remove(a, { recursive: true });
+      await Deno.symlink(outside, a);
+      swapped = true;
+      return bytes;
+    }
+  }
+  try {
+    await using f = await face([], (o) => new Racing(o));
+    await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) }))
+      .body?.cancel();
+    await (await f.request(`/volumecontent/${id}/dir?path=/a`, { method: "POST" })).body
+      ?.cancel();
+    const res = await f.request(`/volumecontent/${id}/file?path=/a/passwd`, {
+      method: "PUT",
+      body: "root::0:0::/:/bin/sh",
+    });
+    assert.ok(swapped, "the link was swapped in during the write");
+    assert.equal(res.status, 403);
+    assert.match((await res.json()).message, /'\/a' is a link that leads outside the volume/);
+    assert.deepEqual([...Deno.readDirSync(outside)], []);
+  } finally {
+    await Deno.remove(outside, { recursive: true });
+  }
+});
+
+Deno.test("volume face: concurrent uploads share the room under the cap", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  const streams = [0, 1].map(() => {
+    let controller!: ReadableStreamDefaultController<Uint8Array>;
+    const { promise: reading, resolve } = Promise.withResolvers<void>();
+    const body = new ReadableStream<Uint8Array>({
+      start: (c) => void (controller = c),
+      // The node reads the body only once it has counted the room left.
+      pull: () => resolve(),
+    }, { highWaterMark: 0 });
+    return { body, controller, reading };
+  });
+  const answers = streams.map((s, i) =>
+    f.request(`/volumecontent/${id}/file?path=/f${i}`, {
+      method: "PUT",
+      body: s.body,
+      duplex: "half",
+    } as RequestInit)
+  );
+  // Both count their room before either sends a byte.
+  await Promise.all(streams.map((s) => s.reading));
+  for (const s of streams) {
+    s.controller.enqueue(new Uint8Array(600));
+    s.controller.close();
+  }
+  const statuses = (await Promise.all(answers)).map((r) => {
+    r.body?.cancel();
+    return r.status;
+  }).sort();
+  assert.deepEqual(statuses, [201, 507]);
+  const listed = await (await f.request(`/volumecontent/${id}/dir?path=/`)).json();
+  assert.equal(listed.length, 1);
+});
+
+Deno.test("volume face: a path too long for the node's filesystem is a 400 that names no node path", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  // 4090 characters fit the content API's limit; below the node's root they pass PATH_MAX.
+  const res = await f.request(`/volumecontent/${id}/dir?path=${"d/".repeat(2045)}&force=true`, {
+    method: "POST",
+  });
+  const body = await res.json();
+  assert.equal(res.status, 400, JSON.stringify(body));
+  assert.match(body.message, /too long for the node's filesystem/);
+  assert.doesNotMatch(body.message, new RegExp(f.root));
+  const data = `${f.root}/${id}/data`;
+  assert.deepEqual([...Deno.readDirSync(data)], [], "no parent was made");
+  const name = await f.request(`/volumecontent/${id}/file?path=/${"n".repeat(300)}`, {
+    method: "PUT",
+    body: "x",
+  });
+  assert.equal(name.status, 400);
+  assert.match((await name.json()).message, /over 255 bytes/);
 });

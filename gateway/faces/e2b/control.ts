@@ -93,7 +93,7 @@ export function createE2bApi(
       headers[SANDBOX_NAME_HEADER] = name;
     }
     // A team's volumes are mounted by id, on the node that holds them.
-    const mounts = parts.volumes?.mountsOf(body, team);
+    const mounts = await parts.volumes?.mountsOf(body, team);
     if (mounts) {
       try {
         return await createWith(c, rest, caller, mounts.body, JSON.stringify(mounts.body), {
@@ -376,7 +376,7 @@ async function volumeRoute(
   const method = c.req.method;
   if (rest === "/volumes") {
     if (method === "POST") return await volumes.create(c, teamOf(caller));
-    if (method === "GET") return volumes.list(c, scopeOf(caller));
+    if (method === "GET") return await volumes.list(c, scopeOf(caller));
     throw new HttpError(405, `${method} is not allowed on /volumes: use GET or POST`, {
       headers: { allow: "GET, POST" },
     });

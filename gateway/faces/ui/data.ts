@@ -177,12 +177,12 @@ export class FleetPageData {
         nodes: nodes.map((n) => n.id),
       },
       placements: placements.list(),
-      volumes: this.#volumes(),
+      volumes: await this.#volumes(),
     };
   }
 
-  #volumes(): FleetView["volumes"] {
-    const all = this.#parts.volumes?.table.list() ?? [];
+  async #volumes(): Promise<FleetView["volumes"]> {
+    const all = (await this.#parts.volumes?.table.list()) ?? [];
     return { rows: all.slice(0, VOLUME_ROWS), total: all.length };
   }
 
