@@ -200,7 +200,7 @@ export const placementFilters: readonly PlacementFilter[] = [
       // A first reading has no cpu figure (it needs two samples); it must not block a new node.
       return pct !== null && pct > limits.cpuLimitPct
         ? `cpu ${pct.toFixed(0)}% is above the limit ${limits.cpuLimitPct}% ` +
-          `(DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT)`
+          `(cpuLimitPct; the gateway daemon's DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT)`
         : undefined;
     },
   },
@@ -210,7 +210,7 @@ export const placementFilters: readonly PlacementFilter[] = [
       const active = node.reading!.sandboxes.active;
       return active + inFlight >= limits.activeLimit
         ? `${active} active + ${inFlight} in flight reaches the limit ${limits.activeLimit} ` +
-          `(DORMICE_GATEWAY_NODE_ACTIVE_LIMIT)`
+          `(activeLimit; the gateway daemon's DORMICE_GATEWAY_NODE_ACTIVE_LIMIT)`
         : undefined;
     },
   },
@@ -220,7 +220,9 @@ export const placementFilters: readonly PlacementFilter[] = [
       const disk = node.reading!.dataDisk;
       return disk !== null && disk.availableBytes < limits.minDiskBytes
         ? `data disk has ${gb(disk.availableBytes)} GB available, below the floor ` +
-          `${gb(limits.minDiskBytes)} GB (DORMICE_GATEWAY_NODE_MIN_DISK_GB)`
+          `${
+            gb(limits.minDiskBytes)
+          } GB (minDiskGB; the gateway daemon's DORMICE_GATEWAY_NODE_MIN_DISK_GB)`
         : undefined;
     },
   },

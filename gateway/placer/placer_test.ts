@@ -137,7 +137,7 @@ Deno.test("The active-limit filter counts active plus in-flight against the ceil
   for (const [active, inFlight, passes] of cases) {
     const detail = filter("active-limit").check(input(reading({ active }), { inFlight }));
     assert.equal(detail === undefined, passes, `${active} + ${inFlight}`);
-    if (!passes) assert.match(detail!, /reaches the limit 400.*ACTIVE_LIMIT/);
+    if (!passes) assert.match(detail!, /reaches the limit 400 \(activeLimit; .*ACTIVE_LIMIT\)/);
   }
 });
 
@@ -152,7 +152,7 @@ Deno.test("The disk filter rejects below the floor and lets a null disk pass", (
   for (const [d, passes] of cases) {
     const detail = filter("disk").check(input(reading({ dataDisk: d })));
     assert.equal(detail === undefined, passes, `disk ${d?.availableBytes}`);
-    if (!passes) assert.match(detail!, /below the floor 10.0 GB.*MIN_DISK_GB/);
+    if (!passes) assert.match(detail!, /below the floor 10.0 GB \(minDiskGB; .*MIN_DISK_GB\)/);
   }
 });
 
@@ -297,7 +297,7 @@ Deno.test("Placer.pick() with nothing feasible names every node's reason and a R
   const r = new Placer({ fleet }).pick();
   assert.equal(r.ok, false);
   if (r.ok) return;
-  assert.match(r.message, /'a': cpu 90% is above the limit 70%/);
+  assert.match(r.message, /'a': cpu 90% is above the limit 70% \(cpuLimitPct; /);
   assert.match(r.message, /'b': 400 active \+ 0 in flight reaches the limit 400/);
   assert.equal(r.retryAfterSeconds, 7);
   assert.equal(r.explain.rejections.length, 2);
