@@ -417,7 +417,8 @@ export class Fleet implements NodeDirectory {
         m.announcedDead = true;
         this.#log(
           "warn",
-          "node declared dead: no check-in for longer than DORMICE_GATEWAY_NODE_DEAD_AFTER_S; " +
+          "node declared dead: no check-in for longer than deadAfterMs (the gateway daemon's " +
+            "DORMICE_GATEWAY_NODE_DEAD_AFTER_S); " +
             "its sandboxes are taken as gone with it and their names may be built on other nodes",
           {
             nodeId: m.id,
