@@ -24,22 +24,15 @@
  * | `DORMICE_JSON_BODY_LIMIT_MB` | `32` | cap of a JSON body that carries a file's bytes (native `writeFile`, envd's `SendInput`), MiB, 1 to 256 |
  * | `DORMICE_JSON_MESSAGE_LIMIT_KB` | `1024` | cap of every other JSON body (native verbs, the E2B control plane, Connect RPCs), KiB, 1 to 262144 |
  * | `DORMICE_UPLOAD_LIMIT_MB` | `1024` | cap of one `POST /files` upload after decompression, MiB, 1 to 8191 |
- * | `DORMICE_TEMPLATE_BUILDS` | `2` | template builds at once on this node (0 to 64; 0 builds none); one more is a 429 |
- * | `DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS` | `1800` | one template build's bound, s (1 to 86400); past it the build fails naming the setting |
- * | `DORMICE_TEMPLATE_CONTEXT_LIMIT_MB` | `256` | cap of one uploaded template file context (`copy`), MB (1 to 65536); a larger upload is a 413 |
- * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
- * | `DORMICE_SNAPSHOT_REGISTRY` | unset (none) | `host:port` of an OCI registry (plain HTTP): every snapshot is pushed there when taken and pulled from there by a node that lacks it, so a create from it works while the node that took it is down |
- * | `DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS` | `600` | time budget of one heal (getting an image this node lacks from the registry or from the nodes holding it), seconds, 1 to 86400 |
- * | `DORMICE_SNAPSHOT_TTL_HOURS` | `0` (none) | hours a snapshot lives from when it was taken (0 to 87600; 0 keeps it until deleted): past it every node deletes its copy and the registry's; part of the config digest, so a node set apart is reported |
- * | `DORMICE_SNAPSHOT_HEAL_MAX_GB` | `20` | the most one heal reads from another node, GB, 1 to 100000 |
  * | `DORMICE_UPLOAD_GZIP_MAX_RATIO` | `100` | the most a `Content-Encoding: gzip` upload may grow when inflated, times its compressed size, 1 to 1032 (deflate's own most: no cap); the first MiB of output is allowed whatever the ratio |
  * | `DORMICE_LOG_LEVEL` | `info` | `debug`, `info`, `warn` or `error` |
  * | `DORMICE_POOLS` | unset (no pools) | warm pools, `template[:cpus[:memoryMB]]=warm,…`; `<DORMICE_DATA_DIR>/pools.json` (written by `setPools`) wins while it exists, and the boot log warns when they differ |
  * | `DORMICE_POOLS_REFILL_DELAY_MS` | `1000` | how long a pool's refill after a claim waits, ms (0 to 60000), so the claimed sandbox's first commands do not share the engine with a container being built |
- * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
- * | `DORMICE_VOLUME_ROOT` | unset (`<DORMICE_DATA_DIR>/volumes`) | where managed volumes (E2B `Volume`) live; set it to a directory every node mounts (NFS or any shared filesystem) and every node serves every volume |
- * | `DORMICE_VOLUME_SIZE_GB` | `10` | the cap of a new managed volume, GB (1 to 100000): checked on content-API writes and moves, not enforced on a sandbox's own writes |
  * | `DORMICE_SANDBOX_DOMAIN` | unset | the fleet's sandbox domain; part of the config digest, so a node set apart is reported |
+ *
+ * The snapshot, template-build and volume variables (`DORMICE_SNAPSHOT_*`, `DORMICE_TEMPLATE_*`,
+ * `DORMICE_VOLUME*`) are read by config_state.ts, which lists them; the egress proxy's
+ * (`DORMICE_EGRESS_*`) by config_egress.ts.
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
@@ -57,7 +50,8 @@ import { type LogLevel, parseLogLevel } from "../shared/log.ts";
 import { parseWebSocketSwitch } from "../shared/http1/mod.ts";
 import type { PoolTarget } from "../shared/pools.ts";
 import { maxCheckInIntervalSeconds, nodeIdSchema, parseEndpoint } from "../shared/schemas.ts";
-import { parsePools, parseVolumes, type VolumeDecl } from "./config_capabilities.ts";
+import { parsePools, type VolumeDecl } from "./config_capabilities.ts";
+import { integer, readStateSettings, readVolumeSettings } from "./config_state.ts";
 import {
   type CheckInHeader,
   isLoopbackOrigin,
@@ -495,75 +489,7 @@ export function loadNodeConfig(
     refusals,
   );
 
-  // 1 GB: room for the ledger, staged uploads and the engine to keep working past a snapshot.
-  const snapshotMinDiskBytes = 1e9 * integer(
-    get("DORMICE_SNAPSHOT_MIN_DISK_GB"),
-    1,
-    0,
-    100_000,
-    "DORMICE_SNAPSHOT_MIN_DISK_GB",
-    refusals,
-  );
-
-  const templateBuilds = integer(
-    get("DORMICE_TEMPLATE_BUILDS"),
-    2,
-    0,
-    64,
-    "DORMICE_TEMPLATE_BUILDS",
-    refusals,
-  );
-  const templateBuildTimeoutMs = 1000 * integer(
-    get("DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS"),
-    1800,
-    1,
-    86_400,
-    "DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS",
-    refusals,
-  );
-  const templateContextLimitBytes = 1048576 * integer(
-    get("DORMICE_TEMPLATE_CONTEXT_LIMIT_MB"),
-    256,
-    1,
-    65_536,
-    "DORMICE_TEMPLATE_CONTEXT_LIMIT_MB",
-    refusals,
-  );
-  const registryText = get("DORMICE_SNAPSHOT_REGISTRY");
-  let snapshotRegistry: string | undefined;
-  if (registryText !== undefined && registryText !== "") {
-    if (/^[A-Za-z0-9.-]+:\d{1,5}$/.test(registryText)) snapshotRegistry = registryText;
-    else {
-      refusals.push(
-        `DORMICE_SNAPSHOT_REGISTRY must be host:port of an OCI registry, such as ` +
-          `127.0.0.1:5000: received '${registryText.slice(0, 80)}'`,
-      );
-    }
-  }
-  const snapshotHealTimeoutMs = 1000 * integer(
-    get("DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS"),
-    600,
-    1,
-    86_400,
-    "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
-    refusals,
-  );
-  const snapshotTtlMs = 3_600_000 * integer(
-    get("DORMICE_SNAPSHOT_TTL_HOURS"),
-    0,
-    0,
-    87_600,
-    "DORMICE_SNAPSHOT_TTL_HOURS",
-    refusals,
-  );
-  const snapshotHealMaxBytes = 1e9 * integer(
-    get("DORMICE_SNAPSHOT_HEAL_MAX_GB"),
-    20,
-    1,
-    100_000,
-    "DORMICE_SNAPSHOT_HEAL_MAX_GB",
-    refusals,
-  );
+  const state = readStateSettings(get, refusals);
 
   const level = parseLogLevel(get("DORMICE_LOG_LEVEL"));
   if (level instanceof Error) refusals.push(level.message);
@@ -578,23 +504,7 @@ export function loadNodeConfig(
     "DORMICE_POOLS_REFILL_DELAY_MS",
     refusals,
   );
-  const volumes = parseVolumes(get("DORMICE_VOLUMES"));
-  if (typeof volumes === "string") refusals.push(volumes);
-  const volumeRoot = get("DORMICE_VOLUME_ROOT") ?? null;
-  if (volumeRoot !== null && !volumeRoot.startsWith("/")) {
-    refusals.push(
-      `DORMICE_VOLUME_ROOT='${volumeRoot}' is not an absolute path: write the directory every ` +
-        "node mounts, such as /mnt/dormice-volumes",
-    );
-  }
-  const volumeSizeBytes = 1e9 * integer(
-    get("DORMICE_VOLUME_SIZE_GB"),
-    10,
-    1,
-    100_000,
-    "DORMICE_VOLUME_SIZE_GB",
-    refusals,
-  );
+  const volumeSettings = readVolumeSettings(get, refusals);
   const sandboxDomain = get("DORMICE_SANDBOX_DOMAIN")?.toLowerCase() ?? null;
   // On by default: the gateway relays sandbox ports' WebSockets through this door, and a node's
   // request rate is bound by its sandboxes long before the slower engine's (shared/http1/serve.ts).
@@ -624,42 +534,14 @@ export function loadNodeConfig(
       logLevel: level as LogLevel,
       pools: pools as PoolTarget[],
       poolsRefillDelayMs,
-      volumes: volumes as VolumeDecl[],
-      volumeRoot,
-      volumeSizeBytes,
+      ...volumeSettings,
       sandboxDomain,
       websockets: websockets === true,
       jsonBodyLimitBytes,
       jsonMessageLimitBytes,
       uploadLimitBytes,
-      snapshotMinDiskBytes,
-      templateBuilds,
-      templateBuildTimeoutMs,
-      templateContextLimitBytes,
       uploadGzipMaxRatio,
-      ...(snapshotRegistry === undefined ? {} : { snapshotRegistry }),
-      snapshotHealTimeoutMs,
-      snapshotHealMaxBytes,
-      snapshotTtlMs,
+      ...state,
     },
   };
-}
-
-function integer(
-  text: string | undefined,
-  fallback: number,
-  min: number,
-  max: number,
-  name: string,
-  refusals: string[],
-): number {
-  if (text === undefined) return fallback;
-  const n = Number(text);
-  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n < min || n > max) {
-    refusals.push(
-      `${name}='${text}' is not a whole number from ${min} to ${max}: write one such as ${fallback}`,
-    );
-    return fallback;
-  }
-  return n;
 }

@@ -2,7 +2,8 @@
  * The sandbox service: keeps the ledger and the executor in step, one name at a time. This file
  * holds the verbs; service_create.ts the two ways a sandbox is made (a warm claim, a cold
  * create), service_state.ts the steps that keep a row and its sandbox in step (wake, pause,
- * lost, the boot reconcile).
+ * lost, the boot reconcile), service_pause.ts the pause verbs (frozen, to disk, taken over from
+ * another node), service_deadline.ts and service_egress.ts the deadline and egress-rule steps.
  *
  * @module
  */
@@ -36,11 +37,9 @@ import type { Ledger } from "./ledger.ts";
 import type { WarmPools } from "./pools.ts";
 import { MetricsHistory } from "./metrics_history.ts";
 import {
-  archive,
   callExecutor,
   markLost,
   reconcileWithExecutor,
-  recordPause,
   type ServiceCore,
   wake,
 } from "./service_state.ts";
@@ -55,6 +54,7 @@ import {
   withEnv,
 } from "./service_requests.ts";
 import { changeEgressRules } from "./service_egress.ts";
+import { archiveNow, pauseNow, takeOverArchived } from "./service_pause.ts";
 import { SlotFence } from "./slot_fence.ts";
 
 export type { SandboxServiceOptions } from "./service_options.ts";
@@ -373,42 +373,19 @@ export class SandboxService implements SandboxOps {
     ref: SandboxRef,
     { keepMemory = true }: { keepMemory?: boolean } = {},
   ): Promise<SandboxRecord> {
-    return this.#inSlot(ref, async (sandbox) => {
-      if (sandbox.state === "frozen" || sandbox.state === "archived") {
-        throw new HttpError(
-          409,
-          `Sandbox '${sandbox.name}' is already paused: resume it, or run a command to wake it`,
-        );
-      }
-      if (!keepMemory) return await this.#archiveNow(sandbox);
-      await callExecutor(() => this.#executor.pause(sandbox.id));
-      return await recordPause(
-        this.#core,
-        sandbox,
-        () => this.#ledger.update(sandbox.id, { state: "frozen" })!,
-      );
-    });
+    return this.#inSlot(
+      ref,
+      (sandbox) => pauseNow(this.#core, sandbox, keepMemory, (s) => this.#archiveNow(s)),
+    );
   }
 
   /**
    * Archives a sandbox (call inside the slot): its running commands end with it, as on a
    * destroy, and their exits say the sandbox went.
    */
-  async #archiveNow(sandbox: SandboxRecord): Promise<SandboxRecord> {
-    const settle = this.#commands.destroying(sandbox.id);
-    try {
-      const row = await archive(this.#core, sandbox);
-      settle(true);
-      this.history.drop(sandbox.id);
-      this.#log("info", "sandbox paused to disk", { name: sandbox.name, id: sandbox.id });
-      await this.#onArchived?.(row).catch((error) =>
-        this.#log("warn", "could not hand a sandbox paused to disk on", { id: row.id, error })
-      );
-      return row;
-    } catch (error) {
-      settle(false);
-      throw error;
-    }
+  #archiveNow(sandbox: SandboxRecord): Promise<SandboxRecord> {
+    const parts = { commands: this.#commands, history: this.history, onArchived: this.#onArchived };
+    return archiveNow(this.#core, parts, sandbox);
   }
 
   /**
@@ -419,33 +396,7 @@ export class SandboxService implements SandboxOps {
    * @throws {HttpError} 409 when its team has another sandbox by its name here.
    */
   adoptArchived(record: SandboxRecord): Promise<SandboxRecord> {
-    return this.queue.run(teamScopedName(record.team, record.name), () => {
-      const here = this.#ledger.byId(record.id);
-      if (here) return Promise.resolve(here);
-      if (this.#ledger.byName(record.name, record.team)) {
-        throw new HttpError(
-          409,
-          `Sandbox '${record.id}' cannot be resumed on this node: its team has another sandbox ` +
-            `named '${record.name}' here`,
-        );
-      }
-      this.#ledger.insert({
-        id: record.id,
-        name: record.name,
-        team: record.team,
-        state: "archived",
-        template: record.template,
-        metadata: record.metadata,
-        spec: record.spec,
-        env: record.env,
-        createdAt: Date.parse(record.createdAt),
-        deadlineAt: record.deadlineAt,
-        deadlineAction: record.deadlineAction,
-        e2b: record.e2b,
-      });
-      this.#log("info", "sandbox paused to disk on another node taken over", { id: record.id });
-      return Promise.resolve(this.#ledger.byId(record.id)!);
-    });
+    return takeOverArchived(this.#core, record);
   }
 
   /**

@@ -3,13 +3,15 @@
  * its own: it builds and composes the pieces that do the work, {@link Engine} (every engine call,
  * with its deadline and error translation), `Containers` (each sandbox's container: create,
  * destroy, pause, resume, stats, the list for reconciling; `_containers.ts`), `Commands` (exec,
- * `_exec.ts`), `Files` (the file verbs, `_files.ts`; `_stat.ts` describes paths) and `Watches`
- * (directory watches, `_watch.ts`), and it tells the watches of every change a file verb makes.
+ * `_exec.ts`), `Files` (the file verbs, `_files.ts`; `_stat.ts` describes paths), `Watches`
+ * (directory watches, `_watch.ts`), `SandboxSetup` (a new container's egress and start command,
+ * `_sandbox_setup.ts`), `Snapshots` (`_snapshots.ts`), `ImageMoves` (image and archive export,
+ * import, push and pull, `_image_moves.ts`) and the template builder (`_build.ts`), and it tells
+ * the watches of every change a file verb makes. Its options and their defaults: `_options.ts`.
  *
  * @module
  */
 import Docker from "dockerode";
-import type { Clock } from "../../../shared/clock.ts";
 import { systemClock } from "../../../shared/clock.ts";
 import type { Log } from "../../../shared/log.ts";
 import { silentLog } from "../../../shared/log.ts";
@@ -26,107 +28,36 @@ import {
   type FileOptions,
   type FsChange,
   type ImageExport,
-  noEgress,
   type PortAddress,
   type SandboxLimits,
   type SandboxStats,
-  SNAPSHOT_ID_PATTERN,
   type SnapshotInfo,
-  snapshotNotFound,
   type SnapshotRequest,
   type WatchRequest,
   type WriteOptions,
 } from "../contract.ts";
 import type { SandboxSpec } from "../../../shared/schemas.ts";
-import type { VolumeDecl } from "../../config_capabilities.ts";
 import { Commands } from "./_exec.ts";
 import { Files } from "./_files.ts";
 import { Watches } from "./_watch.ts";
 import { resolvePath, Sandboxes } from "./_sandboxes.ts";
-import { Containers, DEFAULT_LIMITS, type DockerLimits } from "./_containers.ts";
+import { Containers, DEFAULT_LIMITS } from "./_containers.ts";
 import { DEFAULT_DOCKER_SOCKET, type DockerEngine, Engine, nameSafe } from "./engine.ts";
 import { SandboxNetwork } from "./_network.ts";
-import { HostFirewall, type IptablesRunner } from "./_firewall.ts";
+import { HostFirewall } from "./_firewall.ts";
 import { EgressFirewall } from "./_egress.ts";
-import { type EgressRules, needsEgressProxy } from "../../../shared/egress_rules.ts";
-import type { EgressCa } from "./_egress_ca.ts";
+import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { EgressProxy } from "./_egress_proxy.ts";
+import { SandboxSetup } from "./_sandbox_setup.ts";
 import { parseTemplates } from "./templates.ts";
-import { SNAPSHOT_REPOSITORY, Snapshots } from "./_snapshots.ts";
+import { Snapshots } from "./_snapshots.ts";
 import { DockerTemplateBuilder } from "./_build.ts";
 import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
-import { EngineHttp } from "./_images.ts";
+import { ImageMoves } from "./_image_moves.ts";
+import { type DockerExecutorOptions, randomInstanceId } from "./_options.ts";
 
 export type { DockerLimits } from "./_containers.ts";
-
-/** Options for {@link DockerExecutor}. */
-export interface DockerExecutorOptions {
-  /** This node's id, written on every container as the `dormice.node` label. */
-  nodeId: string;
-  /**
-   * What this executor owns its containers by (the `dormice.instance` label, and its internal
-   * network's name): the node's `Ledger.instanceId`, so a restarted node finds its containers
-   * and a node with the same id on the same engine never lists or removes them. A random one,
-   * for this object only, when absent.
-   */
-  instanceId?: string;
-  /** The engine client (a dockerode `Docker`); one on `socketPath` by default. */
-  docker?: DockerEngine;
-  /** The engine socket (for the client and for error sentences). */
-  socketPath?: string;
-  /** Template name to image; `parseTemplates(DEFAULT_TEMPLATES)` by default. */
-  templates?: Map<string, string>;
-  /** Limits for specs that do not set them. */
-  defaults?: Partial<DockerLimits>;
-  /** Deadline of one ordinary engine call, ms (inspect, exec create, pause, ...). */
-  callTimeoutMs?: number;
-  /**
-   * Deadline of creating and starting a container, ms (the engine may be busy unpacking), and
-   * of the image's start command (its `dormice.start` label), if it has one.
-   */
-  createTimeoutMs?: number;
-  /** Deadline of a file transfer or a helper command (stat, list, mkdir, ...), ms. */
-  fileTimeoutMs?: number;
-  /**
-   * How often a directory watch looks for changes made by commands, ms (250 by default: a
-   * `find` + `stat` of the directory each time, in the sandbox's own CPU share). Changes made
-   * through the file verbs are seen before the verb answers, whatever this is.
-   */
-  watchIntervalMs?: number;
-  /** Run containers under docker-init so orphaned processes are reaped (needs the engine's init). */
-  init?: boolean;
-  /** Time source for stats timestamps and written files' times. */
-  clock?: Clock;
-  /** Where the executor logs a missing image, a failed stream or a kill that did not land. */
-  log?: Log;
-  /** Named volumes a create may mount (`DORMICE_VOLUMES`). */
-  volumes?: VolumeDecl[];
-  /**
-   * The node's managed volumes (E2B `Volume`): the host directory a create mounts for one, by
-   * its id, or `undefined` when the node does not hold it. Bind-mounted read-write.
-   */
-  managedVolumes?: (name: string) => string | undefined;
-  /**
-   * Whether each sandbox network's bridge gets the host rule that drops every connection a
-   * sandbox opens to this machine (`_firewall.ts`); true by default. It needs iptables, root and
-   * `--allow-run=iptables`; `connect()` refuses without them. Off
-   * (`DORMICE_SANDBOX_HOST_FIREWALL=off`), sandboxes reach every service listening on the host,
-   * and the executor enforces no egress address rules either (its capabilities say so).
-   */
-  hostFirewall?: boolean;
-  /** Runs iptables for the host firewall; the real binary by default (tests pass a fake). */
-  runIptables?: IptablesRunner;
-  /**
-   * The fleet egress CA (`_egress_ca.ts`): with it (and the host firewall on) the executor
-   * serves domain rules and header transforms through its egress proxy, and every sandbox with
-   * egress trusts the CA. Without it, rules that name a domain are refused.
-   */
-  egressCa?: EgressCa | null;
-  /** More CA certificates (PEM) the proxy trusts upstream (`DORMICE_EGRESS_EXTRA_CA`). */
-  egressExtraCa?: string[];
-  /** Names the proxy resolves to these addresses rather than asking DNS (`DORMICE_EGRESS_HOSTS`). */
-  egressHosts?: ReadonlyMap<string, string>;
-}
+export type { DockerExecutorOptions } from "./_options.ts";
 
 /**
  * The executor contract on Docker: one container per sandbox, labelled with this node's id, its
@@ -172,15 +103,13 @@ export class DockerExecutor implements Executor {
   #files: Files;
   #watches: Watches;
   #egress: EgressFirewall | null;
-  #egressCa: EgressCa | null;
   #proxy: EgressProxy | null;
   #log: Log;
   #snapshots: Snapshots;
   #builder: DockerTemplateBuilder;
-  #startTimeoutMs: number;
+  #setup: SandboxSetup;
+  #images: ImageMoves;
   #closed = false;
-  /** The engine's HTTP API for image moves (save, load, push, pull); made at first use. */
-  #httpClient: EngineHttp | undefined;
   /**
    * Replaces a sandbox's egress address rules in the kernel at once (see `_egress.ts`), the
    * sandbox and its processes running on. Present when the host firewall is on (iptables).
@@ -220,7 +149,6 @@ export class DockerExecutor implements Executor {
       );
     }
     this.instanceId = instanceId;
-    this.#startTimeoutMs = createTimeoutMs;
     let map = templates;
     if (!map) {
       const parsed = parseTemplates(undefined);
@@ -232,9 +160,8 @@ export class DockerExecutor implements Executor {
     // The same iptables the host firewall needs; with it off the node enforces no rules.
     this.#egress = hostFirewall ? new EgressFirewall({ instanceId, run: runIptables }) : null;
     if (this.#egress !== null) {
-      this.setEgressRules = (id, rules) => this.#applyEgress(id, rules);
+      this.setEgressRules = (id, rules) => this.#setup.applyEgress(id, rules);
     }
-    this.#egressCa = egressCa;
     this.#proxy = this.#egress !== null && egressCa !== null
       ? new EgressProxy({ ca: egressCa, extraCaCerts: egressExtraCa, hosts: egressHosts, log })
       : null;
@@ -254,6 +181,14 @@ export class DockerExecutor implements Executor {
       log,
       helperTimeoutMs: fileTimeoutMs,
     });
+    this.#setup = new SandboxSetup({
+      commands: this.#commands,
+      network: this.#network,
+      egress: this.#egress,
+      proxy: this.#proxy,
+      egressCa,
+      startTimeoutMs: createTimeoutMs,
+    });
     this.#files = new Files({
       engine: this.#engine,
       sandboxes,
@@ -269,6 +204,7 @@ export class DockerExecutor implements Executor {
       clock,
       commitTimeoutMs: createTimeoutMs,
     });
+    this.#images = new ImageMoves({ engine: this.#engine, snapshots: this.#snapshots });
     this.#containers = new Containers({
       snapshots: this.#snapshots,
       engine: this.#engine,
@@ -407,122 +343,7 @@ export class DockerExecutor implements Executor {
       throw egressRulesUnserved();
     }
     const start = await this.#containers.create(request);
-    await this.#ready(request, start, () => this.destroy(request.id));
-  }
-
-  /**
-   * What a new container needs before it is handed out, whether built or restored: its egress
-   * rules, then its image's start command. On a failure `undo` removes what was made, and the
-   * failure is thrown.
-   */
-  async #ready(
-    request: CreateRequest,
-    start: string | null,
-    undo: () => Promise<unknown>,
-  ): Promise<void> {
-    const rules = request.spec.egressRules;
-    const egress = request.spec.network === true || rules !== undefined;
-    if (egress && this.#egressCa !== null) {
-      try {
-        await this.#trustEgressCa(request.id);
-      } catch (error) {
-        await undo().catch(() => {});
-        throw error;
-      }
-    }
-    if (rules !== undefined) {
-      try {
-        await this.#applyEgress(request.id, rules);
-      } catch (error) {
-        await undo().catch(() => {});
-        throw error;
-      }
-    }
-    if (start === null) return;
-    let failure: string | null = null;
-    try {
-      const result = await this.#commands.run(
-        request.id,
-        ["/bin/sh", "-c", start],
-        undefined,
-        this.#startTimeoutMs,
-      );
-      if (result.code !== 0) {
-        const said = (result.stderr.trim() || result.stdout.trim()).slice(-600);
-        failure = `exited ${result.code}${said ? `: ${said}` : ""}`;
-      }
-    } catch (error) {
-      failure = error instanceof Error ? error.message : String(error);
-    }
-    if (failure === null) return;
-    await undo().catch(() => {});
-    throw new ExecutorError(
-      "unavailable",
-      `The start command of template '${request.template}' (the image's dormice.start label, ` +
-        `'${start}') failed in sandbox ${request.id}: ${failure}. Rebuild the image ` +
-        "(its deploy/images script) or look at its log inside a sandbox",
-    );
-  }
-
-  async #applyEgress(id: string, rules: EgressRules): Promise<void> {
-    const at = await this.#network.egressEndpoint(id);
-    if (at === null) throw noEgress(id);
-    const proxied = needsEgressProxy(rules);
-    if (proxied && this.#proxy === null) {
-      throw new ExecutorError(
-        "invalid",
-        "This node serves no domain rules or header transforms (it has no egress CA, or its " +
-          "host firewall is off): write IPv4 addresses and CIDRs, or create the sandbox on a " +
-          "node that serves them",
-      );
-    }
-    await this.#egress!.apply(id, at.ip, at.bridge, rules);
-    if (proxied) {
-      let port: number;
-      try {
-        port = this.#proxy!.start(at.gateway);
-      } catch (error) {
-        throw new ExecutorError(
-          "unavailable",
-          `The egress proxy cannot start on the egress bridge's address ${at.gateway} ` +
-            `(${(error as Error).message}): grant the node --allow-net and ` +
-            "--allow-sys=networkInterfaces (deno task node does), then try again",
-        );
-      }
-      // Known to the proxy before any connection is steered to it.
-      this.#proxy!.set(at.ip, id, rules);
-      await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut);
-    } else {
-      await this.#egress!.steer(id, at.ip, at.bridge, null, rules.allowOut);
-      this.#proxy?.forget(id);
-    }
-  }
-
-  /**
-   * Adds the fleet egress CA to the sandbox's trust store: the system bundle curl, Python and
-   * most tools read (`/etc/ssl/certs/ca-certificates.crt`) and the directory
-   * `update-ca-certificates` reads, once (a restored sandbox has it already).
-   */
-  async #trustEgressCa(id: string): Promise<void> {
-    const pem = this.#egressCa!.certPem;
-    const mark = pem.split("\n")[1];
-    const script = 'b=/etc/ssl/certs/ca-certificates.crt; grep -qF "$2" "$b" 2>/dev/null && ' +
-      "exit 0; mkdir -p /usr/local/share/ca-certificates /etc/ssl/certs && " +
-      'printf "%s" "$1" > /usr/local/share/ca-certificates/dormice-egress.crt && ' +
-      'printf "%s" "$1" >> "$b"';
-    const result = await this.#commands.run(
-      id,
-      ["/bin/sh", "-c", script, "sh", pem, mark],
-      "root",
-      this.#startTimeoutMs,
-    );
-    if (result.code !== 0) {
-      throw new ExecutorError(
-        "unavailable",
-        `The fleet egress CA could not be added to sandbox ${id}'s trust store: ` +
-          `${(result.stderr.trim() || result.stdout.trim()).slice(-300)}`,
-      );
-    }
+    await this.#setup.ready(request, start, () => this.destroy(request.id));
   }
 
   /** The spec's cpus and memory, else this node's defaults (`DORMICE_SANDBOX_CPUS`, ...). */
@@ -579,7 +400,7 @@ export class DockerExecutor implements Executor {
     const start = await this.#containers.create(request, await this.#snapshots.archiveRef(kept));
     // Its rules and its start command again, as at create; a failure removes the container and
     // keeps the archive, so the sandbox can be resumed once the cause is gone.
-    await this.#ready(request, start, async () => {
+    await this.#setup.ready(request, start, async () => {
       await this.#containers.destroy(request.id);
       await this.#egress?.remove(request.id);
     });
@@ -677,33 +498,12 @@ export class DockerExecutor implements Executor {
     return this.#snapshots.delete(snapshotId, team);
   }
 
-  get #http(): EngineHttp {
-    return this.#httpClient ??= new EngineHttp(this.#engine.socketPath);
-  }
-
-  /**
-   * The engine reference of `name`: a snapshot id's image on this instance, or `name` itself
-   * (an image the engine holds by name, a template's).
-   */
-  async #refOf(name: string): Promise<string> {
-    if (!SNAPSHOT_ID_PATTERN.test(name)) return name;
-    const ref = await this.#snapshots.refOf(name);
-    if (ref === undefined) throw snapshotNotFound(name);
-    return ref;
-  }
-
   /**
    * `docker save` of a snapshot (by image id, so the receiver gets no tag of this node's) or
    * of an image by name (with its tags); the digest is the image id.
    */
-  async exportImage(name: string, signal: AbortSignal): Promise<ImageExport> {
-    const ref = await this.#refOf(name);
-    const image = await this.#http.inspect(ref, signal);
-    if (image === undefined) {
-      throw new ExecutorError("not_found", `The Docker engine holds no image '${name}'`);
-    }
-    const body = await this.#http.save(SNAPSHOT_ID_PATTERN.test(name) ? image.id : ref, signal);
-    return { digest: image.id, body };
+  exportImage(name: string, signal: AbortSignal): Promise<ImageExport> {
+    return this.#images.exportImage(name, signal);
   }
 
   /**
@@ -712,60 +512,18 @@ export class DockerExecutor implements Executor {
    * `expected.digest`, and for a snapshot one labelled as that snapshot, which becomes this
    * instance's (a copy with this instance's label, sharing its layers).
    */
-  async importImage(
+  importImage(
     name: string,
     body: ReadableStream<Uint8Array>,
     expected: { digest: string },
     signal: AbortSignal,
   ): Promise<void> {
-    if (!/^sha256:[0-9a-f]{64}$/.test(expected.digest)) {
-      await body.cancel().catch(() => {});
-      throw new ExecutorError("invalid", `'${expected.digest}' is no Docker image id`);
-    }
-    if ((await this.#http.inspect(expected.digest, signal)) === undefined) {
-      await this.#http.load(body, signal);
-    } else await body.cancel().catch(() => {});
-    const loaded = await this.#http.inspect(expected.digest, signal);
-    if (loaded === undefined) {
-      throw new ExecutorError(
-        "invalid",
-        `What arrived for '${name}' is not image ${expected.digest}: it was cut or changed on ` +
-          "the way",
-      );
-    }
-    if (!SNAPSHOT_ID_PATTERN.test(name)) return;
-    await this.#adopt(name, expected.digest, loaded.labels);
-  }
-
-  async #adopt(name: string, image: string, labels: Record<string, string>): Promise<void> {
-    if (labels["dormice.snapshot"] !== name) {
-      throw new ExecutorError(
-        "invalid",
-        `The image that arrived is snapshot '${labels["dormice.snapshot"] ?? "none"}', not ` +
-          `'${name}': nothing was kept`,
-      );
-    }
-    if ((await this.#snapshots.refOf(name)) !== undefined) return;
-    await this.#snapshots.adopt(name, image, this.#http);
-  }
-
-  /** The registry reference of a snapshot: `<registry>/dormice-snapshot:<snapshot id>`. */
-  #remote(name: string, registry: string): { repo: string; tag: string } {
-    return SNAPSHOT_ID_PATTERN.test(name)
-      ? { repo: `${registry}/${SNAPSHOT_REPOSITORY}`, tag: name }
-      : { repo: `${registry}/${name.split(":")[0]}`, tag: name.split(":")[1] ?? "latest" };
+    return this.#images.importImage(name, body, expected, signal);
   }
 
   /** Tags the image for `registry`, pushes it, and drops that tag again. */
-  async pushImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
-    const ref = await this.#refOf(name);
-    const { repo, tag } = this.#remote(name, registry);
-    await this.#http.tag(ref, repo, tag, signal);
-    try {
-      await this.#http.push(repo, tag, signal);
-    } finally {
-      await this.#http.untag(`${repo}:${tag}`).catch(() => {});
-    }
+  pushImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
+    return this.#images.pushImage(name, registry, signal);
   }
 
   /**
@@ -773,29 +531,13 @@ export class DockerExecutor implements Executor {
    * `<registry>/dormice-archive:<sandbox id>`, with `record` (the sandbox's ledger row, JSON) in
    * its `dormice.archive.record` label, so another node can resume it.
    */
-  async pushArchive(
+  pushArchive(
     sandboxId: string,
     record: string,
     registry: string,
     signal: AbortSignal,
   ): Promise<void> {
-    const kept = await this.#snapshots.archiveOf(sandboxId);
-    if (kept === undefined) {
-      throw new ExecutorError("gone", `No archive of sandbox ${sandboxId} on this node`);
-    }
-    const repo = `${registry}/${ARCHIVE_REPOSITORY}`;
-    await this.#http.relabel(
-      await this.#snapshots.archiveRef(kept),
-      { [ARCHIVE_RECORD_LABEL]: record },
-      repo,
-      sandboxId,
-      signal,
-    );
-    try {
-      await this.#http.push(repo, sandboxId, signal);
-    } finally {
-      await this.#http.untag(`${repo}:${sandboxId}`).catch(() => {});
-    }
+    return this.#images.pushArchive(sandboxId, record, registry, signal);
   }
 
   /**
@@ -804,51 +546,14 @@ export class DockerExecutor implements Executor {
    *
    * @throws {ExecutorError} `not_found` when the registry has none.
    */
-  async pullArchive(sandboxId: string, registry: string, signal: AbortSignal): Promise<string> {
-    const repo = `${registry}/${ARCHIVE_REPOSITORY}`;
-    try {
-      await this.#http.pull(repo, sandboxId, signal);
-    } catch (error) {
-      if (error instanceof ExecutorError && /not found|unknown/i.test(error.message)) {
-        throw new ExecutorError("not_found", error.message);
-      }
-      throw error;
-    }
-    const pulled = await this.#http.inspect(`${repo}:${sandboxId}`, signal);
-    const record = pulled?.labels[ARCHIVE_RECORD_LABEL];
-    const snapshotId = pulled?.labels["dormice.snapshot"];
-    if (
-      !pulled || !record || !snapshotId || pulled.labels["dormice.snapshot.archive"] !== sandboxId
-    ) {
-      throw new ExecutorError("invalid", `The registry's ${repo}:${sandboxId} is no archive of it`);
-    }
-    await this.#snapshots.adoptArchive(sandboxId, snapshotId, pulled.id, this.#http);
-    await this.#http.untag(`${repo}:${sandboxId}`).catch(() => {});
-    return record;
+  pullArchive(sandboxId: string, registry: string, signal: AbortSignal): Promise<string> {
+    return this.#images.pullArchive(sandboxId, registry, signal);
   }
 
   /** Pulls the image from `registry`; a snapshot becomes this instance's as a load's does. */
-  async pullImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
-    const { repo, tag } = this.#remote(name, registry);
-    try {
-      await this.#http.pull(repo, tag, signal);
-    } catch (error) {
-      if (error instanceof ExecutorError && /not found|unknown/i.test(error.message)) {
-        throw new ExecutorError("not_found", error.message);
-      }
-      throw error;
-    }
-    const pulled = await this.#http.inspect(`${repo}:${tag}`, signal);
-    if (pulled === undefined) {
-      throw new ExecutorError("not_found", `The registry ${registry} has no ${repo}:${tag}`);
-    }
-    if (!SNAPSHOT_ID_PATTERN.test(name)) return;
-    await this.#adopt(name, pulled.id, pulled.labels);
-    // The registry's tag goes: the copy is this instance's, and a delete of it then frees the
-    // pulled image too (an untagged parent is removed with its last child).
-    await this.#http.untag(`${repo}:${tag}`).catch(() => {});
+  pullImage(name: string, registry: string, signal: AbortSignal): Promise<void> {
+    return this.#images.pullImage(name, registry, signal);
   }
-
   /**
    * The container's address on its network: the node's internal one, or its egress one for a
    * sandbox with egress. Whether anything listens there is for the connection to find out.
@@ -886,22 +591,8 @@ export class DockerExecutor implements Executor {
     if (this.#closed) return Promise.resolve();
     this.#closed = true;
     this.#commands.close();
-    this.#httpClient?.close();
+    this.#images.close();
     const proxy = this.#proxy?.close();
     return Promise.all([proxy, this.#network.release()]).then(() => {});
   }
-}
-
-/** The repository archives are pushed to on a registry: `<registry>/dormice-archive:<sandbox id>`. */
-const ARCHIVE_REPOSITORY = "dormice-archive";
-/** The label a pushed archive carries its sandbox's ledger row in (JSON). */
-const ARCHIVE_RECORD_LABEL = "dormice.archive.record";
-
-/** 16 random hex digits: an instance of its own for an executor given none. */
-function randomInstanceId(): string {
-  return Array.from(
-    crypto.getRandomValues(new Uint8Array(8)),
-    (b) => b.toString(16).padStart(2, "0"),
-  )
-    .join("");
 }
