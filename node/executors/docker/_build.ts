@@ -22,6 +22,7 @@ import type { Log } from "../../../shared/log.ts";
 import { ExecutorError, type SnapshotInfo } from "../contract.ts";
 import {
   type BuildIo,
+  readLines,
   shellQuote,
   startScript,
   TemplateBuildError,
@@ -505,18 +506,11 @@ export class DockerTemplateBuilder {
     io.signal.addEventListener("abort", abort, { once: true });
     const tail: string[] = [];
     const pump = async (stream: ReadableStream<Uint8Array>, level: "info" | "warn") => {
-      let rest = "";
-      const emit = (line: string) => {
+      await readLines(stream, (line) => {
         io.log(level, line, name);
         tail.push(line);
         if (tail.length > TAIL_LINES) tail.shift();
-      };
-      for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-        const lines = (rest + chunk).split("\n");
-        rest = lines.pop() ?? "";
-        for (const line of lines) emit(line);
-      }
-      if (rest) emit(rest);
+      });
     };
     try {
       const [, , exit] = await Promise.all([
