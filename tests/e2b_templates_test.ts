@@ -280,6 +280,63 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       assert.match(unknownBuild.body.message, /POST \/v3\/templates/);
     });
 
+    await t.step(
+      "hostile input: odd escapes, one name built twice at once, a spent upload URL",
+      async () => {
+        const call = async (method: string, path: string, body?: unknown) => {
+          const res = await fetch(`${a.apiUrl}${path}`, {
+            method,
+            headers: { "x-api-key": a.apiKey, "content-type": "application/json" },
+            body: body === undefined ? undefined : JSON.stringify(body),
+          });
+          const text = await res.text();
+          return { status: res.status, body: text ? JSON.parse(text) : null };
+        };
+        for (const path of ["/templates/aliases/%E0%A4%A", "/templates/%E0%A4%A/tags"]) {
+          const odd = await call("GET", path);
+          assert.equal(odd.status, 400, `${path}: ${JSON.stringify(odd.body)}`);
+          assert.match(odd.body.message, /malformed %-escape/);
+        }
+        // Two builds of one new name at once: one template, each build's status readable.
+        const twice = `${name}-twice`;
+        const [one, two] = await Promise.all([
+          call("POST", "/v3/templates", { name: twice }),
+          call("POST", "/v3/templates", { name: twice }),
+        ]);
+        assert.equal(one.status, 202);
+        assert.equal(two.status, 202);
+        assert.equal(one.body.templateID, two.body.templateID, "one template, not two");
+        assert.notEqual(one.body.buildID, two.body.buildID);
+        const id = one.body.templateID;
+        const files = await call("GET", `/templates/${id}/files/${"d".repeat(64)}`);
+        assert.equal(files.status, 200);
+        for (const r of [one, two]) {
+          const started = await call("POST", `/v2/templates/${id}/builds/${r.body.buildID}`, {
+            fromTemplate: "base",
+            steps: [],
+          });
+          assert.equal(started.status, 202, JSON.stringify(started.body));
+        }
+        for (const r of [one, two]) {
+          await until(`build ${r.body.buildID} ends`, async () => {
+            const status = await call("GET", `/templates/${id}/builds/${r.body.buildID}/status`);
+            assert.equal(status.status, 200, JSON.stringify(status.body));
+            return status.body.status === "ready";
+          });
+        }
+        // Both builds sent their steps: the upload URL is spent.
+        const spent = await fetch(files.body.url, { method: "PUT", body: "x" });
+        assert.equal(spent.status, 403);
+        assert.match((await spent.json()).message, /its build has started/);
+        const listed = await call("GET", "/templates");
+        assert.equal(
+          listed.body.filter((x: { names: string[] }) => x.names.includes(twice)).length,
+          1,
+          "the name lists once",
+        );
+      },
+    );
+
     await t.step("a failing step is a BuildError naming the step, with its output", async () => {
       const error = await Template.build(
         Template().fromTemplate("base").runCmd("echo first").runCmd("echo boom-output; exit 3"),

@@ -47,6 +47,8 @@ interface BuildRoute {
   name: string;
   tags: string[];
   token: string;
+  /** Whether its steps were sent: its upload URL is spent then. */
+  started: boolean;
   /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
   limits: { cpuCount?: number; memoryMB?: number };
   createdAt: number;
@@ -56,8 +58,10 @@ interface BuildRoute {
 export class GatewayTemplates {
   #parts: GatewayParts;
   #nodeApi: string;
-  /** Template id → its last build, oldest first. */
+  /** `<template id>/<build id>` → the build, oldest first. */
   #builds = new Map<string, BuildRoute>();
+  /** Team and name → the lookup of its template id, while one runs (a request's life). */
+  #naming = new Map<string, Promise<{ templateID: string; node?: string }>>();
 
   constructor(parts: GatewayParts, nodeApi: string) {
     this.#parts = parts;
@@ -71,12 +75,17 @@ export class GatewayTemplates {
   async upload(c: Context, rest: string): Promise<Response | undefined> {
     const m = /^\/templates\/([^/]+)\/files\/([^/]+)\/upload\/([^/]+)$/.exec(rest);
     if (!m || c.req.method !== "PUT") return undefined;
-    const build = this.#builds.get(m[1]);
-    if (!build || !tokensMatch(build.token, m[3])) {
+    const builds = [...this.#builds.values()].filter((b) => b.templateId === m[1]);
+    const build = builds.find((b) => tokensMatch(b.token, m[3]));
+    // Spent once every build of its template sent its steps (builds of one template at once
+    // may have been handed each other's URL).
+    const open = build && builds.some((b) => b.team === build.team && !b.started);
+    if (!build || !open) {
       throw new HttpError(
         403,
-        "This upload URL is not valid (its build is unknown or was forgotten): ask for a new " +
-          "one with GET /templates/{templateID}/files/{hash}",
+        `This upload URL is not valid (${
+          build ? "its build has started" : "its build is unknown or was forgotten"
+        }): ask for a new one with GET /templates/{templateID}/files/{hash}`,
       );
     }
     const node = this.#node(build.node);
@@ -110,7 +119,7 @@ export class GatewayTemplates {
     }
     if (rest === "/templates" && method === "GET") return await this.#list(headers, signal);
     let m = /^\/templates\/aliases\/([^/]+)$/.exec(rest);
-    if (m && method === "GET") return await this.#alias(decodeURIComponent(m[1]), headers, signal);
+    if (m && method === "GET") return await this.#alias(decoded(m[1]), headers, signal);
     m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
     if (m && method === "GET") {
       const build = this.#own(m[1], team);
@@ -143,6 +152,7 @@ export class GatewayTemplates {
       if (typeof value.fromTemplate === "string") {
         await this.#followBase(build, value.fromTemplate, value.steps, headers, signal);
       }
+      build.started = true;
       return relay(
         await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
           method: "POST",
@@ -166,9 +176,9 @@ export class GatewayTemplates {
     }
     m = /^\/templates\/([^/]+)\/tags$/.exec(rest);
     if (m && method === "GET") {
-      const found = await this.#find(decodeURIComponent(m[1]), headers, signal);
-      if (!found) throw notFound(decodeURIComponent(m[1]));
-      const build = this.#builds.get(found.templateID);
+      const found = await this.#find(decoded(m[1]), headers, signal);
+      if (!found) throw notFound(decoded(m[1]));
+      const build = this.#latest(found.templateID);
       return Response.json([{
         tag: "default",
         buildID: build?.buildId ?? found.templateID,
@@ -176,7 +186,7 @@ export class GatewayTemplates {
       }]);
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
-    if (m && method === "PATCH") return await this.#update(c, decodeURIComponent(m[1]), headers);
+    if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), headers);
     if (rest === "/templates/tags" && (method === "POST" || method === "DELETE")) {
       throw new HttpError(
         501,
@@ -255,9 +265,14 @@ export class GatewayTemplates {
     build.node = pick.node.id;
   }
 
-  /** Forgets the build of a deleted template. */
+  /** Forgets the builds of a deleted template. */
   forget(templateId: string): void {
-    this.#builds.delete(templateId);
+    for (const [key, b] of this.#builds) if (b.templateId === templateId) this.#builds.delete(key);
+  }
+
+  /** The newest build of `templateId` this gateway routed, if any. */
+  #latest(templateId: string): BuildRoute | undefined {
+    return [...this.#builds.values()].findLast((b) => b.templateId === templateId);
   }
 
   async #request(c: Context, team: string, headers: Record<string, string>): Promise<Response> {
@@ -288,30 +303,46 @@ export class GatewayTemplates {
         ...(Array.isArray(body.tags) ? body.tags.filter((t) => typeof t === "string") : []),
       ]),
     ];
-    const existing = await this.#find(name, headers, c.req.raw.signal);
-    if (existing && !TEMPLATE_ID.test(existing.templateID)) {
+    // One name is one template: a build of it still running (not yet listed by the nodes)
+    // and a request for it arriving meanwhile (its lookup is shared) keep one id.
+    const naming = `${team}\n${name}`;
+    let lookup = this.#naming.get(naming);
+    if (!lookup) {
+      lookup = this.#find(name, headers, c.req.raw.signal).then((found) => {
+        const pending = [...this.#builds.values()].findLast((b) =>
+          b.team === team && b.name === name
+        );
+        return found ?? (pending ? { templateID: pending.templateId, node: pending.node } : {
+          templateID: newTemplateId(),
+        });
+      });
+      this.#naming.set(naming, lookup);
+      lookup.finally(() => this.#naming.delete(naming)).catch(() => {});
+    }
+    const existing: { templateID: string; node?: string } = await lookup;
+    if (!TEMPLATE_ID.test(existing.templateID)) {
       throw new HttpError(
         409,
         `'${name}' is a template of the fleet (DORMICE_TEMPLATES): choose another name`,
       );
     }
-    const node = this.#place(existing?.templateID, existing?.node);
+    const node = this.#place(existing.templateID, existing.node);
     const route: BuildRoute = {
-      templateId: existing?.templateID ?? newTemplateId(),
+      templateId: existing.templateID,
       buildId: crypto.randomUUID(),
       node: node.id,
       team,
       name,
       tags: tags.length > 0 ? tags : ["default"],
       token: randomToken(),
+      started: false,
       limits: {
         ...(typeof body.cpuCount === "number" ? { cpuCount: body.cpuCount } : {}),
         ...(typeof body.memoryMB === "number" ? { memoryMB: body.memoryMB } : {}),
       },
       createdAt: this.#parts.fleet.now(),
     };
-    this.#builds.delete(route.templateId);
-    this.#builds.set(route.templateId, route);
+    this.#builds.set(`${route.templateId}/${route.buildId}`, route);
     while (this.#builds.size > KEPT_BUILDS) {
       this.#builds.delete(this.#builds.keys().next().value!);
     }
@@ -392,7 +423,7 @@ export class GatewayTemplates {
     for (const n of this.#parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
     const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
       templateID: id,
-      buildID: this.#builds.get(id)?.buildId ?? id,
+      buildID: this.#latest(id)?.buildId ?? id,
       cpuCount: 2,
       memoryMB: 512,
       diskSizeMB: 0,
@@ -419,8 +450,13 @@ export class GatewayTemplates {
 
   /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
   #own(templateId: string, team: string, buildId?: string): BuildRoute {
-    const build = this.#builds.get(decodeURIComponent(templateId));
-    if (!build || build.team !== team || (buildId !== undefined && build.buildId !== buildId)) {
+    const id = decoded(templateId);
+    const build = buildId === undefined
+      ? [...this.#builds.values()].findLast((b) =>
+        b.templateId === id && b.team === team && !b.started
+      ) ?? this.#latest(id)
+      : this.#builds.get(`${id}/${decoded(buildId)}`);
+    if (!build || build.team !== team) {
       throw new HttpError(
         404,
         `Template build '${templateId}${buildId ? `/${buildId}` : ""}' not found on this ` +
@@ -461,6 +497,19 @@ export class GatewayTemplates {
         }`,
       );
     }
+  }
+}
+
+/** A path part decoded; a 400 when its escapes are malformed. */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new HttpError(
+      400,
+      `'${part.slice(0, 80)}' in the path has a malformed %-escape: encode it with ` +
+        "encodeURIComponent",
+    );
   }
 }
 
