@@ -142,6 +142,11 @@ export class NodeSnapshots {
     return info;
   }
 
+  /** Pushes snapshot `snapshotId` to the registry when one is set (a failure is logged). */
+  async push(snapshotId: string): Promise<void> {
+    await this.#options.moves?.push(snapshotId);
+  }
+
   /** The snapshots of `team` (every team's when absent), oldest first. */
   async list(team?: string): Promise<SnapshotInfo[]> {
     try {

@@ -65,8 +65,11 @@ export interface BuildRecord {
 export interface TemplateBuildsOptions {
   /** Builds templates (a `TemplateBuilder`); builds answer 501 when it does not. */
   executor: unknown;
-  /** Refreshed after a build, so the check-in advertises the template. */
-  snapshots?: { refresh(): Promise<void> };
+  /**
+   * Told of each finished template: `push` puts it on the registry (when one is set), so every
+   * node can start from it while the builder is down; `refresh` makes the check-in advertise it.
+   */
+  snapshots?: { refresh(): Promise<void>; push?(snapshotId: string): Promise<void> };
   /** Where uploaded contexts are kept (`<data dir>/template-contexts`). */
   dir: string;
   /** Builds at once (`DORMICE_TEMPLATE_BUILDS`). */
@@ -217,6 +220,9 @@ export class TemplateBuilds {
     (async () => {
       try {
         record.result = await executor.buildTemplate(spec, io);
+        // Pushed before it is called ready, as a snapshot's take is: a create from it then
+        // works with this node down.
+        await this.#o.snapshots?.push?.(spec.templateId);
         record.status = "ready";
         await this.#o.snapshots?.refresh();
         log(

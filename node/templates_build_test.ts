@@ -221,3 +221,23 @@ Deno.test("TemplateBuilds refuses a COPY from outside the uploaded files with a 
   }
   assert.equal(builds.running, 0);
 });
+
+Deno.test("TemplateBuilds pushes a finished template to the registry before it is ready", async () => {
+  const dir = await Deno.makeTempDir();
+  const executor = heldBuilder();
+  const told: string[] = [];
+  const builds = new TemplateBuilds({
+    executor,
+    dir,
+    snapshots: {
+      refresh: () => Promise.resolve(void told.push("refresh")),
+      push: (id) => Promise.resolve(void told.push(`push ${id}`)),
+    },
+  });
+  const record = builds.start(spec("b1"));
+  executor.waiting[0].resolve();
+  await settled(record);
+  assert.equal(record.status, "ready");
+  assert.deepEqual(told, [`push ${spec("b1").templateId}`, "refresh"]);
+  await Deno.remove(dir, { recursive: true });
+});
