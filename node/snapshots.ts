@@ -179,10 +179,17 @@ export class NodeSnapshots {
     idOrName: string,
     team: string | undefined,
     sources: readonly HealSource[],
+    newestCreatedAt?: number,
   ): Promise<SnapshotInfo | undefined> {
     const found = await this.find(idOrName, team);
     const moves = this.#options.moves;
-    if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
+    // A copy older than the newest build (its template was built again since this node got
+    // it) is got again, as a missing one is.
+    const stale = found !== undefined && newestCreatedAt !== undefined &&
+      found.createdAt < newestCreatedAt;
+    if ((found && !stale) || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) {
+      return found;
+    }
     if (sources.length === 0 && moves.registry === undefined) return found;
     await moves.heal(idOrName, sources);
     await this.refresh();

@@ -146,3 +146,11 @@ export function pageSnapshots(
  * the fleet token reaches a node's create, so only a gateway (or the operator) names them.
  */
 export const HEAL_FROM_HEADER = "x-dormice-heal-from";
+
+/**
+ * The header a gateway names the creation time (ms since the epoch) of a snapshot's newest
+ * build in, when some node holds an older one (a template built again after a node healed
+ * it): a node whose copy is older gets the newest first, from {@linkcode HEAL_FROM_HEADER}'s
+ * holders or the registry.
+ */
+export const HEAL_CREATED_HEADER = "x-dormice-heal-created";

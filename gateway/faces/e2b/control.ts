@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { HEAL_CREATED_HEADER, HEAL_FROM_HEADER } from "../../../shared/snapshots.ts";
 import { compareListCursors, encodeListCursor } from "../../../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
@@ -118,7 +119,8 @@ export function createE2bApi(
     named: { name: string; given: unknown; team: string; headers: Record<string, string> },
   ): Promise<Response> => {
     const signal = c.req.raw.signal;
-    const { name, given, team, headers } = named;
+    const { name, given, team } = named;
+    let headers = named.headers;
     // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
     let ask = e2bPlacementAsk(body);
     if (volumes) {
@@ -151,9 +153,22 @@ export function createE2bApi(
           volumeNode: ask.volumeNode,
           snapshot: source.snapshotId,
           snapshotHolders: source.holders,
+          ...(source.stale.length > 0 ? { snapshotStale: source.stale } : {}),
         };
         forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
         healFrom = source.holders;
+        if (source.createdAt !== undefined) {
+          // Some node holds an older build: whichever node takes the create, one holding
+          // that older build gets the newest first.
+          const from = source.holders.map((id) => parts.fleet.get(id))
+            .filter((n) => n !== undefined && !parts.fleet.isDown(n))
+            .map((n) => `${n!.id}=${n!.endpoint}`).join(",");
+          headers = {
+            ...headers,
+            [HEAL_CREATED_HEADER]: String(source.createdAt),
+            ...(from === "" ? {} : { [HEAL_FROM_HEADER]: from }),
+          };
+        }
       }
     }
     const answer = await routing.create({

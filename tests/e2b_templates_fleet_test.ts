@@ -1,0 +1,102 @@
+/**
+ * A built template served by the whole fleet, through the official `e2b` SDK (unmodified): a
+ * gateway in front of two fake nodes that share nothing, the gateway's active limit at 1. With
+ * the builder full, `Sandbox.create(alias)` lands on the other node, which heals the template
+ * from the builder first; after a rebuild of the alias, every create starts from the new build,
+ * on whichever node, never from a copy of the old one a node healed before.
+ */
+import assert from "node:assert/strict";
+import { Sandbox, Template } from "e2b";
+import { type NodeProcess, startNode } from "./_processes.ts";
+import { startGateway } from "./_gateway.ts";
+import { freshCheckIn, nodeOf } from "./_heal_fleet.ts";
+
+Deno.test({
+  name: "e2b SDK: a built template starts on a node other than its builder, and a rebuild wins",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async (t) => {
+  const gw = await startGateway({
+    env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100", DORMICE_GATEWAY_NODE_ACTIVE_LIMIT: "1" },
+  });
+  const nodes: NodeProcess[] = [];
+  const ids = ["tplfleet-a", "tplfleet-b"];
+  const made: Sandbox[] = [];
+  try {
+    for (const id of ids) {
+      nodes.push(
+        await startNode({
+          token: gw.token,
+          env: {
+            DORMICE_GATEWAY_ENDPOINT: gw.url,
+            DORMICE_NODE_ID: id,
+            DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+          },
+        }),
+      );
+    }
+    for (const id of ids) await freshCheckIn(gw, id, `${id} up`, (n) => n.reading !== null);
+    const minted = await gw.json("createApiKey", { team: "tplfleet" });
+    assert.equal(minted.status, 200, JSON.stringify(minted.body));
+    const opts = {
+      apiUrl: `${gw.url}/e2b/api`,
+      sandboxUrl: `${gw.url}/e2b/envd`,
+      apiKey: minted.body.key,
+    };
+    const alias = `fleet-${crypto.randomUUID().slice(0, 8)}`;
+    const build = (version: string) =>
+      Template.build(
+        Template().fromTemplate("base").runCmd(`echo ${version} > /tmp/version`),
+        alias,
+        opts,
+      );
+    const version = async (s: Sandbox) => (await s.files.read("/tmp/version")).trim();
+    const first = await build("v1");
+    let builder = "";
+
+    await t.step("builder full: Sandbox.create(alias) heals to the other node", async () => {
+      const onBuilder = await Sandbox.create(alias, opts);
+      made.push(onBuilder);
+      builder = await nodeOf(opts, onBuilder.sandboxId);
+      const other = ids.find((id) => id !== builder)!;
+      await freshCheckIn(
+        gw,
+        builder,
+        "the builder's check-in, full",
+        (n) => (n.reading?.sandboxes.active ?? 0) >= 1,
+      );
+      const healed = await Sandbox.create(alias, opts);
+      made.push(healed);
+      assert.equal(await nodeOf(opts, healed.sandboxId), other);
+      assert.equal(await version(healed), "v1");
+      for (const s of made.splice(0)) await s.kill();
+    });
+
+    await t.step("a rebuild keeps the id, and every create after it starts from it", async () => {
+      const second = await build("v2");
+      assert.equal(second.templateId, first.templateId, "a rebuild is a build of one template");
+      for (const id of ids) {
+        await freshCheckIn(gw, id, `${id} empty`, (n) => n.reading?.sandboxes.active === 0);
+      }
+      // Each create fills a node; the second lands on the other node.
+      const seen = new Map<string, string>();
+      for (let i = 0; i < 2; i++) {
+        const s = await Sandbox.create(alias, opts);
+        made.push(s);
+        seen.set(await nodeOf(opts, s.sandboxId), await version(s));
+        await freshCheckIn(
+          gw,
+          await nodeOf(opts, s.sandboxId),
+          "the node's check-in, full",
+          (n) => (n.reading?.sandboxes.active ?? 0) >= 1,
+        );
+      }
+      assert.equal(seen.size, 2, `both nodes: ${[...seen.keys()]}`);
+      assert.deepEqual([...seen.values()], ["v2", "v2"], JSON.stringify([...seen]));
+    });
+  } finally {
+    for (const s of made) await s.kill().catch(() => {});
+    await Promise.all(nodes.map((n) => n.stop()));
+    await gw.stop();
+  }
+});
