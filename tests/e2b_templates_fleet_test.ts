@@ -3,7 +3,8 @@
  * gateway in front of two fake nodes that share nothing, the gateway's active limit at 1. With
  * the builder full, `Sandbox.create(alias)` lands on the other node, which heals the template
  * from the builder first; after a rebuild of the alias, every create starts from the new build,
- * on whichever node, never from a copy of the old one a node healed before.
+ * on whichever node, never from a copy of the old one a node healed before. `GET /templates`
+ * lists it once, and reads past the first page of the team's snapshots.
  */
 import assert from "node:assert/strict";
 import { Sandbox, Template } from "e2b";
@@ -51,6 +52,13 @@ Deno.test({
         opts,
       );
     const version = async (s: Sandbox) => (await s.files.read("/tmp/version")).trim();
+    const listedNames = async (): Promise<string[]> => {
+      const res = await fetch(`${opts.apiUrl}/templates`, {
+        headers: { "x-api-key": opts.apiKey },
+      });
+      assert.equal(res.status, 200);
+      return (await res.json()).flatMap((x: { names: string[] }) => x.names);
+    };
     const first = await build("v1");
     let builder = "";
 
@@ -70,6 +78,9 @@ Deno.test({
       assert.equal(await nodeOf(opts, healed.sandboxId), other);
       assert.equal(await version(healed), "v1");
       for (const s of made.splice(0)) await s.kill();
+      // Both nodes hold it now; it is one template.
+      const names = await listedNames();
+      assert.equal(names.filter((n) => n === alias).length, 1, JSON.stringify(names));
     });
 
     await t.step("a rebuild keeps the id, and every create after it starts from it", async () => {
@@ -94,6 +105,43 @@ Deno.test({
       assert.equal(seen.size, 2, `both nodes: ${[...seen.keys()]}`);
       assert.deepEqual([...seen.values()], ["v2", "v2"], JSON.stringify([...seen]));
     });
+
+    await t.step(
+      "GET /templates lists a template past the first 100 snapshot rows of each node",
+      async () => {
+        for (const s of made.splice(0)) await s.kill();
+        for (const id of ids) {
+          await freshCheckIn(gw, id, `${id} empty`, (n) => n.reading?.sandboxes.active === 0);
+        }
+        // Over 100 snapshots on each node (one sandbox fills a node: the second is on the other).
+        for (let n = 0; n < 2; n++) {
+          const source = await Sandbox.create("base", opts);
+          made.push(source);
+          await freshCheckIn(
+            gw,
+            await nodeOf(opts, source.sandboxId),
+            "the node full",
+            (r) => (r.reading?.sandboxes.active ?? 0) >= 1,
+          );
+          for (let i = 0; i < 101; i++) {
+            await source.createSnapshot();
+          }
+        }
+        assert.equal(
+          new Set(await Promise.all(made.map((m) => nodeOf(opts, m.sandboxId)))).size,
+          2,
+        );
+        for (const s of made.splice(0)) {
+          await s.kill();
+        }
+        for (const id of ids) {
+          await freshCheckIn(gw, id, `${id} empty`, (n) => n.reading?.sandboxes.active === 0);
+        }
+        const late = `${alias}-late`;
+        await Template.build(Template().fromTemplate("base").runCmd("echo late"), late, opts);
+        assert.ok((await listedNames()).includes(late), "the template built last is listed");
+      },
+    );
   } finally {
     for (const s of made) await s.kill().catch(() => {});
     await Promise.all(nodes.map((n) => n.stop()));

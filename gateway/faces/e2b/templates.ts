@@ -29,7 +29,11 @@ import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { listAll } from "./snapshots.ts";
+import { encodeListCursor } from "../../../shared/list_cursor.ts";
+import { pageSnapshots, snapshotCursor, type SnapshotRow } from "../../../shared/snapshots.ts";
 
+/** How many pages of 100 snapshot rows `GET /templates` reads at most. */
+export const LIST_PAGES = 50;
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
 /** A template name: what a team calls it (a snapshot name). */
@@ -418,7 +422,7 @@ export class GatewayTemplates {
   }
 
   async #list(headers: Record<string, string>, signal: AbortSignal) {
-    const { rows } = await listAll(this.#parts, this.#nodeApi, "?limit=100", { headers, signal });
+    const rows = await this.#allRows(headers, signal);
     const fleet = new Set<string>();
     for (const n of this.#parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
     const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
@@ -446,6 +450,39 @@ export class GatewayTemplates {
       ...rows.filter((r) => r.names.length > 0)
         .map((r) => template(r.snapshotID, r.names, false, r.createdAt)),
     ]);
+  }
+
+  /**
+   * Every snapshot row of the team, page after page (at most {@linkcode LIST_PAGES} of 100),
+   * each snapshot once: a template healed to other nodes is listed by each holder, and the
+   * row of its newest build stands for it.
+   */
+  async #allRows(headers: Record<string, string>, signal: AbortSignal): Promise<SnapshotRow[]> {
+    const byId = new Map<string, SnapshotRow>();
+    let token: string | undefined;
+    for (let i = 0; i < LIST_PAGES; i++) {
+      const search = `?limit=100${token ? `&nextToken=${token}` : ""}`;
+      const { rows, more } = await listAll(this.#parts, this.#nodeApi, search, {
+        headers,
+        signal,
+      });
+      // Each node pages from the same cursor: the first 100 of the union are complete.
+      const { page, more: moreHere } = pageSnapshots(rows, { limit: 100 });
+      const pageIds = new Set(page.map((r) => r.snapshotID));
+      for (const r of rows) {
+        if (!pageIds.has(r.snapshotID)) continue;
+        const held = byId.get(r.snapshotID);
+        if (!held || Date.parse(r.createdAt) > Date.parse(held.createdAt)) {
+          byId.set(r.snapshotID, r);
+        }
+      }
+      if (!(more || moreHere) || page.length === 0) return [...byId.values()];
+      token = encodeListCursor(snapshotCursor(page[page.length - 1]));
+    }
+    this.#parts.log("warn", "a template listing stopped at its page bound", {
+      pages: LIST_PAGES,
+    });
+    return [...byId.values()];
   }
 
   /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
