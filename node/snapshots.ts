@@ -87,10 +87,17 @@ export class NodeSnapshots {
   /**
    * Takes a snapshot of the sandbox `ref` names, for the sandbox's own team.
    *
+   * With `rebuild`, a name the team uses here is a new build of that snapshot (E2B), kept
+   * under its id (or under `rebuild.snapshotId`, the id another node holds the name under).
+   *
    * @throws {HttpError} 404 for a sandbox not found, 400 for a bad name, 409 for a name the
-   * team uses, 507 when the data disk would fall below the floor.
+   * team uses (without `rebuild`), 507 when the data disk would fall below the floor.
    */
-  async take(ref: SandboxRef, name?: string): Promise<SnapshotInfo> {
+  async take(
+    ref: SandboxRef,
+    name?: string,
+    rebuild?: { snapshotId?: string },
+  ): Promise<SnapshotInfo> {
     if (name !== undefined) {
       if (!SNAPSHOT_NAME_PATTERN.test(name)) {
         throw new HttpError(
@@ -124,7 +131,17 @@ export class NodeSnapshots {
     const info = await this.#options.queue.run(teamScopedName(row.team, row.name), async () => {
       await this.checkDisk(row.id);
       try {
-        return await this.#options.executor.snapshot(row.id, { team: row.team, name });
+        return await this.#options.executor.snapshot(row.id, {
+          team: row.team,
+          name,
+          // Only a name carries an id over: an unnamed take is a new snapshot.
+          ...(name !== undefined && rebuild !== undefined
+            ? {
+              rebuild: true,
+              ...(rebuild.snapshotId === undefined ? {} : { snapshotId: rebuild.snapshotId }),
+            }
+            : {}),
+        });
       } catch (error) {
         throw executorErrorToHttp(error);
       }

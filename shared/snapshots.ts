@@ -154,3 +154,10 @@ export const HEAL_FROM_HEADER = "x-dormice-heal-from";
  * holders or the registry.
  */
 export const HEAL_CREATED_HEADER = "x-dormice-heal-created";
+
+/**
+ * The header a gateway names, on a snapshot's take with a name, the id the caller's team already
+ * has by that name on some node: the node keeps the new snapshot under it (a new build of that
+ * snapshot, as E2B's `createSnapshot({name})` is), so one name is one id across the fleet.
+ */
+export const SNAPSHOT_ID_HEADER = "x-dormice-snapshot-id";

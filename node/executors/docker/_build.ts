@@ -31,7 +31,7 @@ import {
 } from "../template_build.ts";
 import type { Commands } from "./_exec.ts";
 import type { Sandboxes } from "./_sandboxes.ts";
-import { snapshotImage } from "./_snapshots.ts";
+import { dropHealedCopy, snapshotImage } from "./_snapshots.ts";
 import type { Engine } from "./engine.ts";
 import { START_LABEL } from "./_containers.ts";
 
@@ -226,6 +226,8 @@ export class DockerTemplateBuilder {
         changes,
       );
     }, false);
+    // A copy of an earlier build this node healed is older than this one now.
+    await dropHealedCopy(this.#o.engine, spec.templateId, this.#o.instanceId);
     io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
     await this.#prune().catch((error) =>
       this.#o.log("warn", "Could not prune the template build cache", { error })

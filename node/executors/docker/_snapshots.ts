@@ -35,6 +35,26 @@ export function healedSnapshotImage(snapshotId: string, instanceId: string): str
   return `${SNAPSHOT_REPOSITORY}:${snapshotId}-${instanceId}`;
 }
 
+/**
+ * Untags this instance's healed copy of snapshot `snapshotId`, if any: once a new build of it
+ * is committed under {@linkcode snapshotImage}, the copy got from another node is an older
+ * build and must not be listed or started from.
+ */
+export async function dropHealedCopy(
+  engine: Engine,
+  snapshotId: string,
+  instanceId: string,
+): Promise<void> {
+  const image = engine.client.getImage(healedSnapshotImage(snapshotId, instanceId));
+  if (!image.remove) return;
+  await engine.call(
+    `removing the older healed copy of ${snapshotId}`,
+    (signal) => image.remove!({ force: true, abortSignal: signal }),
+  ).catch((error) => {
+    if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
+  });
+}
+
 /** The labels a snapshot image carries, named once. */
 const L = {
   instance: "dormice.instance",
@@ -100,9 +120,20 @@ export class Snapshots {
   }
 
   async #take(id: string, request: SnapshotRequest, archive: boolean): Promise<SnapshotInfo> {
+    let snapshotId = request.snapshotId;
     if (request.name !== undefined) {
-      const taken = (await this.list(request.team)).find((s) => s.name === request.name);
-      if (taken) throw snapshotNameTaken(request.name, taken.snapshotId);
+      const taken = (await this.list(request.team)).find((s) =>
+        s.name === request.name && s.team === request.team
+      );
+      // The name's snapshot gets a new build under its id (E2B's createSnapshot({name})).
+      if (taken) {
+        if (
+          !request.rebuild || (snapshotId !== undefined && snapshotId !== taken.snapshotId)
+        ) {
+          throw snapshotNameTaken(request.name, taken.snapshotId);
+        }
+        snapshotId = taken.snapshotId;
+      }
     }
     const inspect = await this.#engine.callContainer(
       id,
@@ -110,7 +141,7 @@ export class Snapshots {
       (container, signal) => container.inspect({ size: true, abortSignal: signal }),
     );
     const info: SnapshotInfo = {
-      snapshotId: newSnapshotId(),
+      snapshotId: snapshotId ?? newSnapshotId(),
       team: request.team,
       ...(request.name === undefined ? {} : { name: request.name }),
       sandboxId: id,
@@ -152,6 +183,7 @@ export class Snapshots {
     if (archive && this.#engine.client.listImages) {
       (await this.#archiveMap()).set(id, info.snapshotId);
     }
+    if (snapshotId !== undefined) await dropHealedCopy(this.#engine, snapshotId, this.#instanceId);
     return info;
   }
 
