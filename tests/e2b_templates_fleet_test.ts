@@ -4,7 +4,8 @@
  * the builder full, `Sandbox.create(alias)` lands on the other node, which heals the template
  * from the builder first; after a rebuild of the alias, every create starts from the new build,
  * on whichever node, never from a copy of the old one a node healed before. `GET /templates`
- * lists it once, and reads past the first page of the team's snapshots.
+ * lists it once, and reads past the first page of the team's snapshots. A build whose node
+ * stops ends in an error at the SDK rather than polling forever.
  */
 import assert from "node:assert/strict";
 import { Sandbox, Template } from "e2b";
@@ -140,6 +141,27 @@ Deno.test({
         const late = `${alias}-late`;
         await Template.build(Template().fromTemplate("base").runCmd("echo late"), late, opts);
         assert.ok((await listedNames()).includes(late), "the template built last is listed");
+      },
+    );
+
+    await t.step(
+      "the builder stops mid-build: the status ends in an error, never hangs",
+      async () => {
+        for (const s of made.splice(0)) await s.kill();
+        const background = await Template.buildInBackground(
+          Template().fromTemplate("base").runCmd("sleep 600"),
+          { alias: `${alias}-stopped`, ...opts },
+        );
+        const building = await Template.getBuildStatus(background, opts);
+        assert.equal(building.status, "building");
+        // Both nodes stop: the builder is one of them.
+        await Promise.all(nodes.splice(0).map((n) => n.stop()));
+        const error = await Template.getBuildStatus(background, opts).then(
+          (s) => new Error(`answered ${JSON.stringify(s)}`),
+          (e) => e,
+        );
+        assert.equal(error.name, "BuildError", String(error));
+        assert.match(error.message, /which builds this template, (did not answer|is down)/);
       },
     );
   } finally {
