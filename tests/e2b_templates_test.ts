@@ -297,6 +297,17 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
           assert.equal(odd.status, 400, `${path}: ${JSON.stringify(odd.body)}`);
           assert.match(odd.body.message, /malformed %-escape/);
         }
+        for (const body of [{ name: "a:b:c" }, { name: "a:" }, { name: "a:bad tag" }]) {
+          const odd = await call("POST", "/v3/templates", body);
+          assert.equal(odd.status, 400, `${JSON.stringify(body)}: ${JSON.stringify(odd.body)}`);
+          assert.match(odd.body.message, /'name' .* must be 1 to 64 letters/);
+        }
+        const badTag = await call("POST", "/v3/templates", {
+          name: `${name}-t`,
+          tags: ["no/slash"],
+        });
+        assert.equal(badTag.status, 400);
+        assert.match(badTag.body.message, /Tag 'no\/slash'/);
         // Two builds of one new name at once: one template, each build's status readable.
         const twice = `${name}-twice`;
         const [one, two] = await Promise.all([
@@ -324,6 +335,22 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
             return status.body.status === "ready";
           });
         }
+        const past = await call(
+          "GET",
+          `/templates/${id}/builds/${one.body.buildID}/status?logsOffset=999999999`,
+        );
+        assert.equal(past.status, 200);
+        assert.deepEqual(past.body.logEntries, []);
+        // 1000 steps is past the bound of a build's steps: a 400, nothing started.
+        const many = await call("POST", "/v3/templates", { name: `${name}-many` });
+        const steps = Array.from({ length: 1000 }, () => ({ type: "RUN", args: ["true"] }));
+        const tooMany = await call(
+          "POST",
+          `/v2/templates/${many.body.templateID}/builds/${many.body.buildID}`,
+          { fromTemplate: "base", steps },
+        );
+        assert.equal(tooMany.status, 400, JSON.stringify(tooMany.body));
+        assert.match(tooMany.body.message, /steps/);
         // Both builds sent their steps: the upload URL is spent.
         const spent = await fetch(files.body.url, { method: "PUT", body: "x" });
         assert.equal(spent.status, 403);

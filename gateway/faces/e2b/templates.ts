@@ -38,6 +38,8 @@ export const LIST_PAGES = 50;
 export const KEPT_BUILDS = 1000;
 /** A template name: what a team calls it (a snapshot name). */
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** A tag (`name:tag`, `tags`). */
+const TAG = /^[A-Za-z0-9._-]{1,64}$/;
 /** A template id here: a snapshot id. */
 const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
 const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -293,8 +295,8 @@ export class GatewayTemplates {
     if (given === undefined) {
       throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
     }
-    const [name, tag] = given.split(":", 2);
-    if (!NAME.test(name)) {
+    const [name, tag, extra] = given.split(":", 3);
+    if (!NAME.test(name) || extra !== undefined || (tag !== undefined && !TAG.test(tag))) {
       throw new HttpError(
         400,
         `'name' '${given.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-', ` +
@@ -307,6 +309,15 @@ export class GatewayTemplates {
         ...(Array.isArray(body.tags) ? body.tags.filter((t) => typeof t === "string") : []),
       ]),
     ];
+    const badTag = tags.find((t) => !TAG.test(t));
+    if (badTag !== undefined || (Array.isArray(body.tags) && body.tags.length > 16)) {
+      throw new HttpError(
+        400,
+        badTag !== undefined
+          ? `Tag '${badTag.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-'`
+          : "'tags' holds at most 16 tags",
+      );
+    }
     // One name is one template: a build of it still running (not yet listed by the nodes)
     // and a request for it arriving meanwhile (its lookup is shared) keep one id.
     const naming = `${team}\n${name}`;
