@@ -5,7 +5,8 @@
  * from the builder first; after a rebuild of the alias, every create starts from the new build,
  * on whichever node, never from a copy of the old one a node healed before. `GET /templates`
  * lists it once, and reads past the first page of the team's snapshots. A build whose node
- * stops ends in an error at the SDK rather than polling forever.
+ * stops ends in an error at the SDK rather than polling forever. A build's status is answered
+ * by a gateway that did not accept the build (here: the same one, restarted).
  */
 import assert from "node:assert/strict";
 import { Sandbox, Template } from "e2b";
@@ -168,5 +169,69 @@ Deno.test({
     for (const s of made) await s.kill().catch(() => {});
     await Promise.all(nodes.map((n) => n.stop()));
     await gw.stop();
+  }
+});
+
+Deno.test({
+  name:
+    "e2b SDK: a build's status is answered by a gateway that did not accept the build (restarted)",
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "dormice-tplgw-" });
+  const token = crypto.randomUUID().replaceAll("-", "");
+  const env = { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" };
+  let gw = await startGateway({ dir, token, env });
+  const port = gw.port;
+  const node = await startNode({
+    token,
+    env: {
+      DORMICE_GATEWAY_ENDPOINT: gw.url,
+      DORMICE_NODE_ID: "tplgw-a",
+      DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+    },
+  });
+  try {
+    await freshCheckIn(gw, "tplgw-a", "the node up", (n) => n.reading !== null);
+    const minted = await gw.json("createApiKey", { team: "tplgw" });
+    assert.equal(minted.status, 200, JSON.stringify(minted.body));
+    const opts = {
+      apiUrl: `${gw.url}/e2b/api`,
+      sandboxUrl: `${gw.url}/e2b/envd`,
+      apiKey: minted.body.key,
+    };
+    const background = await Template.buildInBackground(
+      Template().fromTemplate("base").runCmd("echo hello-from-the-build"),
+      { alias: "tplgw-one", ...opts },
+    );
+    await gw.stop();
+    gw = await startGateway({ dir, token, port, env });
+    await freshCheckIn(
+      gw,
+      "tplgw-a",
+      "the node back at the new gateway",
+      (n) => n.reading !== null,
+    );
+    let status = await Template.getBuildStatus(background, { ...opts, logsOffset: 0 });
+    for (let i = 0; i < 100 && status.status === "building"; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      status = await Template.getBuildStatus(background, { ...opts, logsOffset: 0 });
+    }
+    assert.equal(status.status, "ready", JSON.stringify(status.reason));
+    assert.ok(status.logEntries.some((l) => l.message === "hello-from-the-build"));
+    // Another team still finds no such build.
+    const other = await gw.json("createApiKey", { team: "tplgw-other" });
+    const theirs = await Template.getBuildStatus(background, {
+      ...opts,
+      apiKey: other.body.key,
+    }).then(() => undefined, (e) => e);
+    assert.ok(
+      theirs instanceof Error && /not found on any node/.test(theirs.message),
+      String(theirs),
+    );
+  } finally {
+    await node.stop();
+    await gw.stop();
+    await Deno.remove(dir, { recursive: true }).catch(() => {});
   }
 });

@@ -170,6 +170,12 @@ export class GatewayTemplates {
     }
     m = /^\/templates\/([^/]+)\/builds\/([^/]+)\/status$/.exec(rest);
     if (m && method === "GET") {
+      const known = this.#builds.get(`${decoded(m[1])}/${decoded(m[2])}`);
+      if (!known && TEMPLATE_ID.test(decoded(m[1]))) {
+        // Accepted by another gateway, or by this one before it restarted: the node that
+        // builds it answers (each checks the team).
+        return await this.#statusAnywhere(c, decoded(m[1]), decoded(m[2]), headers, signal);
+      }
       const build = this.#own(m[1], team, m[2]);
       const search = new URL(c.req.url).search;
       return relay(
@@ -269,6 +275,46 @@ export class GatewayTemplates {
       });
     }
     build.node = pick.node.id;
+  }
+
+  /**
+   * A build's status asked of every node, for a build this gateway did not accept: the one
+   * answer that is no 404 stands; a 404 naming the build when every node says so.
+   */
+  async #statusAnywhere(
+    c: Context,
+    templateId: string,
+    buildId: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const search = new URL(c.req.url).search;
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/templates/${templateId}/builds/${encodeURIComponent(buildId)}/status` +
+        search,
+      null,
+      signal,
+      { method: "GET", headers },
+    );
+    const found = answers.find((a) => a.ok);
+    if (found && found.ok) return Response.json(found.json, { status: found.status });
+    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
+    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
+    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
+    if (silent.length > 0) {
+      throw new HttpError(
+        503,
+        `No node answered for build '${buildId}' of template '${templateId}', and ${
+          silent.map((a) => `'${a.node.id}'`).join(", ")
+        } did not answer (it may build it): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
+    throw new HttpError(
+      404,
+      `Template build '${templateId}/${buildId}' not found on any node: request a build with ` +
+        "POST /v3/templates first",
+    );
   }
 
   /** Forgets the builds of a deleted template. */
