@@ -22,6 +22,9 @@ import {
 import type { SandboxOps, SandboxRef } from "./service_contract.ts";
 import type { HealSource, ImageMoves } from "./image_moves.ts";
 
+/** How many snapshot names a check-in carries (the newest first). */
+const MAX_CHECK_IN_SNAPSHOT_NAMES = 256;
+
 /** A snapshot name: what a team calls it, 1–64 characters, no spaces or slashes. */
 export const SNAPSHOT_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -271,12 +274,19 @@ export class NodeSnapshots {
   }
 
   /**
-   * The ids for the check-in: the newest {@linkcode MAX_CHECK_IN_SNAPSHOTS} as of the last
+   * The ids for the check-in (and the names of the newest named ones): the newest {@linkcode MAX_CHECK_IN_SNAPSHOTS} as of the last
    * refresh, and whether more were left out.
    */
-  advertised(): { snapshots: string[]; snapshotsTruncated?: true } {
+  advertised(): { snapshots: string[]; snapshotsTruncated?: true; snapshotNames?: string[] } {
     const newest = this.#known.map((s) => s.snapshotId).reverse();
+    // The operator's fleet view shows which nodes hold a template by its name, not only its id.
+    const names = [
+      ...new Set(
+        this.#known.filter((s) => s.name).map((s) => `${s.team}/${s.name}`).reverse(),
+      ),
+    ].slice(0, MAX_CHECK_IN_SNAPSHOT_NAMES);
     return {
+      ...(names.length > 0 ? { snapshotNames: names } : {}),
       snapshots: newest.slice(0, MAX_CHECK_IN_SNAPSHOTS),
       ...(newest.length > MAX_CHECK_IN_SNAPSHOTS ? { snapshotsTruncated: true } : {}),
     };

@@ -350,6 +350,7 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
+  snapshotNames: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotRegistry: z.ZodOptional<z.ZodString>;
 }> = z.object({
   nodeId: nodeIdSchema,
@@ -392,6 +393,11 @@ export const checkInSchema: z.ZodObject<{
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated: z.boolean().optional(),
   /**
+   * The names of the named snapshots it holds (built templates among them), each as
+   * `<team>/<name>`, newest first, at most 256: for the operator's fleet view only.
+   */
+  snapshotNames: z.array(z.string().max(160)).max(256).optional(),
+  /**
    * `host:port` of the registry the node pushes its snapshots to and pulls others' from
    * (`DORMICE_SNAPSHOT_REGISTRY`): it can start a sandbox from any snapshot there.
    */
@@ -433,6 +439,8 @@ export interface CheckIn {
   snapshots?: string[];
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated?: boolean;
+  /** The `<team>/<name>` of the named snapshots (built templates among them) it holds. */
+  snapshotNames?: string[];
   /** The registry the node pulls snapshots from. */
   snapshotRegistry?: string;
 }

@@ -80,7 +80,18 @@ Deno.test({
       assert.equal(await nodeOf(opts, healed.sandboxId), other);
       assert.equal(await version(healed), "v1");
       for (const s of made.splice(0)) await s.kill();
-      // Both nodes hold it now; it is one template.
+      // Both nodes hold it now, and listNodes says so by name.
+      for (const id of ids) {
+        await freshCheckIn(
+          gw,
+          id,
+          `${id} naming the template`,
+          (n) =>
+            ((n as unknown as { snapshotNames?: string[] }).snapshotNames ?? [])
+              .includes(`tplfleet/${alias}`),
+        );
+      }
+      // It is one template.
       const names = await listedNames();
       assert.equal(names.filter((n) => n === alias).length, 1, JSON.stringify(names));
     });
