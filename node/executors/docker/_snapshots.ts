@@ -301,6 +301,36 @@ export class Snapshots {
       SNAPSHOT_REPOSITORY,
       `${snapshotId}-${this.#instanceId}`,
     );
+    await this.#dropOwnOlder(snapshotId);
+  }
+
+  /**
+   * Untags this instance's own {@linkcode snapshotImage} of `snapshotId` after a heal: a heal of
+   * an id this instance holds itself happens only when its build is older (the name was taken
+   * again, or the template built again, on another node), and the newest must be what a create
+   * starts from. Another instance's image by that tag (an engine shared by nodes) is left.
+   */
+  async #dropOwnOlder(snapshotId: string): Promise<void> {
+    const ref = snapshotImage(snapshotId);
+    const image = this.#engine.client.getImage(ref);
+    let labels: Record<string, string> | undefined;
+    try {
+      const inspect = await this.#engine.call(
+        `inspecting ${ref}`,
+        (signal) => image.inspect({ abortSignal: signal }),
+      );
+      labels = (inspect as { Config?: { Labels?: Record<string, string> } }).Config?.Labels;
+    } catch (error) {
+      if (error instanceof ExecutorError && error.code === "not_found") return;
+      throw error;
+    }
+    if (labels?.[L.instance] !== this.#instanceId || !image.remove) return;
+    await this.#engine.call(
+      `removing the older build of ${snapshotId}`,
+      (signal) => image.remove!({ force: true, abortSignal: signal }),
+    ).catch((error) => {
+      if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
+    });
   }
 
   /** The snapshot `snapshotId` of this instance (and of `team`, when given), or undefined. */
