@@ -121,6 +121,11 @@ export class Snapshots {
 
   async #take(id: string, request: SnapshotRequest, archive: boolean): Promise<SnapshotInfo> {
     let snapshotId = request.snapshotId;
+    // An id another node holds the name under (the gateway named it) is tagged as this
+    // instance's own copy: on an engine shared by nodes, the plain tag is that node's.
+    let tag: string | undefined = snapshotId === undefined
+      ? undefined
+      : healedSnapshotImage(snapshotId, this.#instanceId).split(":")[1];
     if (request.name !== undefined) {
       const taken = (await this.list(request.team)).find((s) =>
         s.name === request.name && s.team === request.team
@@ -133,6 +138,9 @@ export class Snapshots {
           throw snapshotNameTaken(request.name, taken.snapshotId);
         }
         snapshotId = taken.snapshotId;
+        tag = (await this.#tagged()).find((t) =>
+          !t.archiveOf && t.info.snapshotId === taken.snapshotId
+        )?.ref.split(":")[1];
       }
     }
     const inspect = await this.#engine.callContainer(
@@ -171,7 +179,7 @@ export class Snapshots {
         if (!container.commit) throw new TypeError("The engine client cannot commit containers");
         return container.commit({
           repo: SNAPSHOT_REPOSITORY,
-          tag: info.snapshotId,
+          tag: tag ?? info.snapshotId,
           pause: true,
           changes: Object.entries(labels).map(([k, v]) => `LABEL ${k}=${JSON.stringify(v)}`),
           comment: `Snapshot of sandbox ${id} on node ${this.#nodeId}`,
@@ -183,7 +191,10 @@ export class Snapshots {
     if (archive && this.#engine.client.listImages) {
       (await this.#archiveMap()).set(id, info.snapshotId);
     }
-    if (snapshotId !== undefined) await dropHealedCopy(this.#engine, snapshotId, this.#instanceId);
+    // Committed under the plain tag: a healed copy of an earlier build here is older now.
+    if (snapshotId !== undefined && tag === snapshotId) {
+      await dropHealedCopy(this.#engine, snapshotId, this.#instanceId);
+    }
     return info;
   }
 
