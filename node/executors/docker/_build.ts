@@ -131,7 +131,9 @@ export class DockerTemplateBuilder {
       user: config?.User || "root",
     };
     let image = base;
-    let hash = await sha256(`base\n${inspect.Id ?? base}`);
+    // The team is part of every step's key: a step cache image is never another team's (a COPY
+    // step's key holds the files' hash, which its uploader names and nobody checks).
+    let hash = await sha256(`base\n${JSON.stringify(spec.team)}\n${inspect.Id ?? base}`);
     let rebuilt = spec.force;
     for (const [index, step] of spec.steps.entries()) {
       io.signal.throwIfAborted();
