@@ -90,6 +90,7 @@ export interface CheckInOptions {
     | "configDigest"
     | "snapshots"
     | "snapshotsTruncated"
+    | "snapshotNames"
     | "snapshotRegistry"
   >;
 }

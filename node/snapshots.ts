@@ -22,6 +22,9 @@ import {
 import type { SandboxOps, SandboxRef } from "./service_contract.ts";
 import type { HealSource, ImageMoves } from "./image_moves.ts";
 
+/** How many snapshot names a check-in carries (the newest first). */
+const MAX_CHECK_IN_SNAPSHOT_NAMES = 256;
+
 /** A snapshot name: what a team calls it, 1–64 characters, no spaces or slashes. */
 export const SNAPSHOT_NAME_PATTERN: RegExp = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
@@ -87,10 +90,17 @@ export class NodeSnapshots {
   /**
    * Takes a snapshot of the sandbox `ref` names, for the sandbox's own team.
    *
+   * With `rebuild`, a name the team uses here is a new build of that snapshot (E2B), kept
+   * under its id (or under `rebuild.snapshotId`, the id another node holds the name under).
+   *
    * @throws {HttpError} 404 for a sandbox not found, 400 for a bad name, 409 for a name the
-   * team uses, 507 when the data disk would fall below the floor.
+   * team uses (without `rebuild`), 507 when the data disk would fall below the floor.
    */
-  async take(ref: SandboxRef, name?: string): Promise<SnapshotInfo> {
+  async take(
+    ref: SandboxRef,
+    name?: string,
+    rebuild?: { snapshotId?: string },
+  ): Promise<SnapshotInfo> {
     if (name !== undefined) {
       if (!SNAPSHOT_NAME_PATTERN.test(name)) {
         throw new HttpError(
@@ -124,7 +134,17 @@ export class NodeSnapshots {
     const info = await this.#options.queue.run(teamScopedName(row.team, row.name), async () => {
       await this.checkDisk(row.id);
       try {
-        return await this.#options.executor.snapshot(row.id, { team: row.team, name });
+        return await this.#options.executor.snapshot(row.id, {
+          team: row.team,
+          name,
+          // Only a name carries an id over: an unnamed take is a new snapshot.
+          ...(name !== undefined && rebuild !== undefined
+            ? {
+              rebuild: true,
+              ...(rebuild.snapshotId === undefined ? {} : { snapshotId: rebuild.snapshotId }),
+            }
+            : {}),
+        });
       } catch (error) {
         throw executorErrorToHttp(error);
       }
@@ -140,6 +160,11 @@ export class NodeSnapshots {
     await this.#options.moves?.push(info.snapshotId);
     await this.refresh();
     return info;
+  }
+
+  /** Pushes snapshot `snapshotId` to the registry when one is set (a failure is logged). */
+  async push(snapshotId: string): Promise<void> {
+    await this.#options.moves?.push(snapshotId);
   }
 
   /** The snapshots of `team` (every team's when absent), oldest first. */
@@ -174,10 +199,17 @@ export class NodeSnapshots {
     idOrName: string,
     team: string | undefined,
     sources: readonly HealSource[],
+    newestCreatedAt?: number,
   ): Promise<SnapshotInfo | undefined> {
     const found = await this.find(idOrName, team);
     const moves = this.#options.moves;
-    if (found || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) return found;
+    // A copy older than the newest build (its template was built again since this node got
+    // it) is got again, as a missing one is.
+    const stale = found !== undefined && newestCreatedAt !== undefined &&
+      found.createdAt < newestCreatedAt;
+    if ((found && !stale) || !SNAPSHOT_ID_PATTERN.test(idOrName) || !moves?.canHeal) {
+      return found;
+    }
     if (sources.length === 0 && moves.registry === undefined) return found;
     await moves.heal(idOrName, sources, team);
     await this.refresh();
@@ -243,12 +275,19 @@ export class NodeSnapshots {
   }
 
   /**
-   * The ids for the check-in: the newest {@linkcode MAX_CHECK_IN_SNAPSHOTS} as of the last
+   * The ids for the check-in (and the names of the newest named ones): the newest {@linkcode MAX_CHECK_IN_SNAPSHOTS} as of the last
    * refresh, and whether more were left out.
    */
-  advertised(): { snapshots: string[]; snapshotsTruncated?: true } {
+  advertised(): { snapshots: string[]; snapshotsTruncated?: true; snapshotNames?: string[] } {
     const newest = this.#known.map((s) => s.snapshotId).reverse();
+    // The operator's fleet view shows which nodes hold a template by its name, not only its id.
+    const names = [
+      ...new Set(
+        this.#known.filter((s) => s.name).map((s) => `${s.team}/${s.name}`).reverse(),
+      ),
+    ].slice(0, MAX_CHECK_IN_SNAPSHOT_NAMES);
     return {
+      ...(names.length > 0 ? { snapshotNames: names } : {}),
       snapshots: newest.slice(0, MAX_CHECK_IN_SNAPSHOTS),
       ...(newest.length > MAX_CHECK_IN_SNAPSHOTS ? { snapshotsTruncated: true } : {}),
     };

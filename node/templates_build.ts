@@ -17,10 +17,17 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import type { SnapshotInfo } from "./executors/contract.ts";
 import {
+  checkContext,
+  CONTEXT_UNPACKED_RATIO,
+  DEFAULT_CONTEXT_ENTRIES,
+} from "./template_context.ts";
+import {
   type BuildLogLine,
   isTemplateBuilder,
+  stepName,
   TemplateBuildError,
   type TemplateBuildSpec,
+  type TemplateStep,
 } from "./executors/template_build.ts";
 
 /** The default bound on builds running at once on a node (`DORMICE_TEMPLATE_BUILDS`). */
@@ -33,6 +40,10 @@ export const DEFAULT_TEMPLATE_CONTEXT_LIMIT_BYTES = 256 * 1024 * 1024;
 const KEPT_BUILDS = 200;
 /** How many log lines one build keeps; later ones are counted, not kept. */
 const KEPT_LOG_LINES = 5000;
+/** How many characters of log lines one build keeps; later lines are counted, not kept. */
+export const KEPT_LOG_CHARS = 1024 * 1024;
+/** How long one log line may be; the rest of a longer one is cut. */
+export const LOG_LINE_CHARS = 4096;
 /** How many uploaded contexts are kept (the least recently used goes first). */
 const KEPT_CONTEXTS = 64;
 /** A context file's hash: what the SDK sends (sha256 hex). */
@@ -54,8 +65,11 @@ export interface BuildRecord {
 export interface TemplateBuildsOptions {
   /** Builds templates (a `TemplateBuilder`); builds answer 501 when it does not. */
   executor: unknown;
-  /** Refreshed after a build, so the check-in advertises the template. */
-  snapshots?: { refresh(): Promise<void> };
+  /**
+   * Told of each finished template: `push` puts it on the registry (when one is set), so every
+   * node can start from it while the builder is down; `refresh` makes the check-in advertise it.
+   */
+  snapshots?: { refresh(): Promise<void>; push?(snapshotId: string): Promise<void> };
   /** Where uploaded contexts are kept (`<data dir>/template-contexts`). */
   dir: string;
   /** Builds at once (`DORMICE_TEMPLATE_BUILDS`). */
@@ -64,6 +78,8 @@ export interface TemplateBuildsOptions {
   timeoutMs?: number;
   /** Cap of one uploaded context, bytes (`DORMICE_TEMPLATE_CONTEXT_LIMIT_MB`). */
   maxContextBytes?: number;
+  /** Cap of the entries of one context. */
+  maxContextEntries?: number;
   clock?: Clock;
   log?: Log;
 }
@@ -92,19 +108,30 @@ export class TemplateBuilds {
     this.#log = options.log ?? silentLog;
   }
 
-  /** Whether the context of `hash` was uploaded. */
-  async hasContext(hash: string): Promise<boolean> {
+  /**
+   * Whether `team` uploaded the context of `hash`. Contexts are kept per team: the hash is what
+   * the uploader says, not checked against the bytes, so one team's upload never stands for
+   * another's files.
+   */
+  async hasContext(hash: string, team: string): Promise<boolean> {
     checkHash(hash);
-    return (await this.#contextPath(hash)) !== undefined;
+    return (await this.#contextPath(hash, team)) !== undefined;
   }
 
-  /** Keeps an uploaded context (a gzipped tar) under `hash`, within the cap. */
-  async putContext(hash: string, body: ReadableStream<Uint8Array> | null): Promise<void> {
+  /**
+   * Keeps an uploaded context (a gzipped tar) of `team` under `hash`, within the cap, once its
+   * entries stay inside it and its unpacked size is bounded (`template_context.ts`).
+   */
+  async putContext(
+    hash: string,
+    team: string,
+    body: ReadableStream<Uint8Array> | null,
+  ): Promise<void> {
     checkHash(hash);
     if (!body) throw new HttpError(400, "The upload has no body: PUT the context's tar.gz");
     const cap = this.#o.maxContextBytes ?? DEFAULT_TEMPLATE_CONTEXT_LIMIT_BYTES;
-    await Deno.mkdir(this.#o.dir, { recursive: true });
-    const path = join(this.#o.dir, hash);
+    await Deno.mkdir(join(this.#o.dir, team), { recursive: true });
+    const path = join(this.#o.dir, team, hash);
     const partial = `${path}.${crypto.randomUUID().slice(0, 8)}.part`;
     const file = await Deno.open(partial, { write: true, create: true, truncate: true });
     let size = 0;
@@ -121,14 +148,21 @@ export class TemplateBuilds {
         let written = 0;
         while (written < chunk.length) written += await file.write(chunk.subarray(written));
       }
-    } catch (error) {
       file.close();
+      const check = await Deno.open(partial, { read: true });
+      await checkContext(check.readable, {
+        maxBytes: cap * CONTEXT_UNPACKED_RATIO,
+        maxEntries: this.#o.maxContextEntries ?? DEFAULT_CONTEXT_ENTRIES,
+      });
+    } catch (error) {
+      try {
+        file.close();
+      } catch { /* closed already */ }
       await Deno.remove(partial).catch(() => {});
       throw error;
     }
-    file.close();
     await Deno.rename(partial, path);
-    this.#remember(hash, path);
+    this.#remember(`${team}/${hash}`, path);
   }
 
   /** Starts a build; a 429 when the node already runs its bound of builds. */
@@ -146,6 +180,7 @@ export class TemplateBuilds {
         { headers: { "retry-after": "10" } },
       );
     }
+    for (const [index, step] of spec.steps.entries()) checkCopy(step, index);
     const key = keyOf(spec.templateId, spec.buildId);
     if (this.#builds.get(key)?.status === "building") {
       throw new HttpError(409, `Build ${spec.buildId} of ${spec.templateId} is running already`);
@@ -162,20 +197,41 @@ export class TemplateBuilds {
     this.#running++;
     const timeoutMs = this.#o.timeoutMs ?? DEFAULT_TEMPLATE_BUILD_TIMEOUT_SECONDS * 1000;
     const signal = AbortSignal.timeout(timeoutMs);
-    const log = (level: BuildLogLine["level"], message: string, step?: string) => {
-      if (record.logs.length >= KEPT_LOG_LINES) {
+    let chars = 0;
+    const log = (level: BuildLogLine["level"], message: string, step?: string, last = false) => {
+      if (message.length > LOG_LINE_CHARS) {
+        message = `${message.slice(0, LOG_LINE_CHARS)}… (${message.length - LOG_LINE_CHARS} ` +
+          "more characters cut)";
+      }
+      // The build's last line (finished or failed) is kept past the caps.
+      if (!last && (record.logs.length >= KEPT_LOG_LINES || chars >= KEPT_LOG_CHARS)) {
         record.dropped++;
         return;
       }
+      chars += message.length;
       record.logs.push({ at: this.#clock.now(), level, message, ...(step ? { step } : {}) });
     };
-    const io = { log, contextFile: (hash: string) => this.#contexts.get(hash), signal };
+    const io = {
+      log: (level: BuildLogLine["level"], message: string, step?: string) =>
+        log(level, message, step),
+      contextFile: (hash: string) => this.#contexts.get(`${spec.team}/${hash}`),
+      signal,
+    };
     (async () => {
       try {
         record.result = await executor.buildTemplate(spec, io);
+        // Pushed before it is called ready, as a snapshot's take is: a create from it then
+        // works with this node down.
+        await this.#o.snapshots?.push?.(spec.templateId);
         record.status = "ready";
         await this.#o.snapshots?.refresh();
-        log("info", `Build finished: template ${spec.name} (${spec.templateId}) is ready`);
+        log(
+          "info",
+          `Build finished: template ${spec.name} (${spec.templateId}) is ready` +
+            (record.dropped > 0 ? ` (${record.dropped} log lines past the cap not kept)` : ""),
+          undefined,
+          true,
+        );
       } catch (error) {
         const failure = error instanceof TemplateBuildError
           ? { message: error.message, step: error.step }
@@ -185,7 +241,7 @@ export class TemplateBuilds {
               "(DORMICE_TEMPLATE_BUILD_TIMEOUT_SECONDS): make its steps shorter, or raise it",
           }
           : { message: `The build failed: ${error instanceof Error ? error.message : error}` };
-        log("error", failure.message, failure.step);
+        log("error", failure.message, failure.step, true);
         record.status = "error";
         record.reason = {
           ...failure,
@@ -235,22 +291,23 @@ export class TemplateBuilds {
     return this.#running;
   }
 
-  async #contextPath(hash: string): Promise<string | undefined> {
-    const known = this.#contexts.get(hash);
+  async #contextPath(hash: string, team: string): Promise<string | undefined> {
+    const key = `${team}/${hash}`;
+    const known = this.#contexts.get(key);
     if (known) return known;
-    const path = join(this.#o.dir, hash);
+    const path = join(this.#o.dir, team, hash);
     try {
       await Deno.stat(path);
     } catch {
       return undefined;
     }
-    this.#remember(hash, path);
+    this.#remember(key, path);
     return path;
   }
 
-  #remember(hash: string, path: string): void {
-    this.#contexts.delete(hash);
-    this.#contexts.set(hash, path);
+  #remember(key: string, path: string): void {
+    this.#contexts.delete(key);
+    this.#contexts.set(key, path);
     while (this.#contexts.size > KEPT_CONTEXTS) {
       const [oldest, file] = this.#contexts.entries().next().value!;
       this.#contexts.delete(oldest);
@@ -294,6 +351,20 @@ export function buildInfo(record: BuildRecord, offset: number): Record<string, u
       }
       : {}),
   };
+}
+
+/** A `COPY` step's sources: relative paths inside the uploaded context; a 400 otherwise. */
+function checkCopy(step: TemplateStep, index: number): void {
+  if (step.type.toUpperCase() !== "COPY") return;
+  for (const src of (step.args[0] ?? "").split(/\s+/).filter((s) => s !== "")) {
+    if (src.startsWith("/") || src.split("/").includes("..")) {
+      throw new HttpError(
+        400,
+        `Step ${stepName(index)} copies '${src.slice(0, 120)}', which is outside the ` +
+          "uploaded files: copy paths relative to the template's file context, without '..'",
+      );
+    }
+  }
 }
 
 function keyOf(templateId: string, buildId: string): string {

@@ -6,7 +6,13 @@ import {
   TemplateBuildError,
   type TemplateBuildSpec,
 } from "./executors/template_build.ts";
-import { buildInfo, type BuildRecord, TemplateBuilds } from "./templates_build.ts";
+import {
+  buildInfo,
+  type BuildRecord,
+  KEPT_LOG_CHARS,
+  LOG_LINE_CHARS,
+  TemplateBuilds,
+} from "./templates_build.ts";
 
 const HASH = "a".repeat(64);
 
@@ -124,18 +130,114 @@ Deno.test("TemplateBuilds ends a build past its time bound, naming the setting",
 Deno.test("TemplateBuilds keeps a context within its cap and refuses a larger one with a 413", async () => {
   const dir = await Deno.makeTempDir();
   const builds = new TemplateBuilds({ executor: {}, dir, maxContextBytes: 4 });
-  assert.equal(await builds.hasContext(HASH), false);
-  await builds.putContext(HASH, new Blob([new Uint8Array(4)]).stream());
-  assert.equal(await builds.hasContext(HASH), true);
+  assert.equal(await builds.hasContext(HASH, "t1"), false);
+  await builds.putContext(HASH, "t1", new Blob([new Uint8Array(4)]).stream());
+  assert.equal(await builds.hasContext(HASH, "t1"), true);
   const other = "b".repeat(64);
   await assert.rejects(
-    builds.putContext(other, new Blob([new Uint8Array(5)]).stream()),
+    builds.putContext(other, "t1", new Blob([new Uint8Array(5)]).stream()),
     (e: HttpError) => e.status === 413 && /DORMICE_TEMPLATE_CONTEXT_LIMIT_MB/.test(e.message),
   );
-  assert.equal(await builds.hasContext(other), false);
-  assert.deepEqual([...Deno.readDirSync(dir)].map((e) => e.name), [HASH]);
-  await assert.rejects(builds.hasContext("../x"), (e: HttpError) => e.status === 400);
+  assert.equal(await builds.hasContext(other, "t1"), false);
+  assert.deepEqual([...Deno.readDirSync(`${dir}/t1`)].map((e) => e.name), [HASH]);
+  await assert.rejects(builds.hasContext("../x", "t1"), (e: HttpError) => e.status === 400);
   // An executor that builds nothing answers a 501.
   assert.throws(() => builds.start(spec("b1")), (e: HttpError) => e.status === 501);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("TemplateBuilds keeps each team's contexts apart: an upload under a hash never stands for another team's files", async () => {
+  const dir = await Deno.makeTempDir();
+  const seen: (string | undefined)[] = [];
+  const executor = {
+    buildTemplate(s: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
+      seen.push(io.contextFile(HASH));
+      return Promise.reject(new TemplateBuildError("1", `no files for ${s.team}`));
+    },
+  };
+  const builds = new TemplateBuilds({ executor, dir });
+  // Team "evil" uploads its own bytes under the hash team "t1"'s files will have.
+  await builds.putContext(HASH, "evil", new Blob([new Uint8Array(1024)]).stream());
+  assert.equal(await builds.hasContext(HASH, "evil"), true);
+  assert.equal(await builds.hasContext(HASH, "t1"), false);
+  const record = builds.start(spec("b1", "t1"));
+  await settled(record);
+  assert.deepEqual(seen, [undefined]);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("TemplateBuilds refuses a context whose entries leave it, and keeps nothing of it", async () => {
+  const dir = await Deno.makeTempDir();
+  const builds = new TemplateBuilds({ executor: {}, dir });
+  const header = new Uint8Array(1024 + 512);
+  header.set(new TextEncoder().encode("../../etc/passwd"), 0);
+  header.set(new TextEncoder().encode("00000000000\0"), 124);
+  header[156] = "0".charCodeAt(0);
+  await assert.rejects(
+    builds.putContext(HASH, "t1", new Blob([header]).stream()),
+    (e: HttpError) => e.status === 400 && /leaves the context/.test(e.message),
+  );
+  assert.equal(await builds.hasContext(HASH, "t1"), false);
+  assert.deepEqual([...Deno.readDirSync(`${dir}/t1`)], []);
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("TemplateBuilds caps a build's log lines in length and in total, and keeps its last line", async () => {
+  const dir = await Deno.makeTempDir();
+  const executor = {
+    buildTemplate(_s: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
+      io.log("info", "x".repeat(10 * LOG_LINE_CHARS), "1");
+      for (let i = 0; i < 2000; i++) io.log("info", "y".repeat(LOG_LINE_CHARS), "1");
+      return Promise.reject(new TemplateBuildError("1", "step 1 failed"));
+    },
+  };
+  const builds = new TemplateBuilds({ executor, dir });
+  const record = builds.start(spec("b1"));
+  await settled(record);
+  assert.ok(record.logs.every((l) => l.message.length <= LOG_LINE_CHARS + 100));
+  const total = record.logs.reduce((n, l) => n + l.message.length, 0);
+  assert.ok(total <= KEPT_LOG_CHARS + 2 * LOG_LINE_CHARS, `${total} characters kept`);
+  assert.ok(record.dropped > 0);
+  assert.equal(record.logs.at(-1)!.message, "step 1 failed");
+  await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("TemplateBuilds refuses a COPY from outside the uploaded files with a 400 naming the step", () => {
+  const builds = new TemplateBuilds({ executor: heldBuilder(), dir: "/nonexistent" });
+  for (const src of ["../../etc", "/etc/passwd", "a/../../b", "ok.txt ../x"]) {
+    const s = {
+      ...spec("b1"),
+      steps: [{ type: "RUN", args: ["true"] }, {
+        type: "COPY",
+        args: [src, "/app"],
+        filesHash: HASH,
+      }],
+    };
+    assert.throws(() => builds.start(s), (e: HttpError) => {
+      assert.equal(e.status, 400);
+      assert.match(e.message, /^Step 2 copies '.*', which is outside the uploaded files/);
+      return true;
+    });
+  }
+  assert.equal(builds.running, 0);
+});
+
+Deno.test("TemplateBuilds pushes a finished template to the registry before it is ready", async () => {
+  const dir = await Deno.makeTempDir();
+  const executor = heldBuilder();
+  const told: string[] = [];
+  const builds = new TemplateBuilds({
+    executor,
+    dir,
+    snapshots: {
+      refresh: () => Promise.resolve(void told.push("refresh")),
+      push: (id) => Promise.resolve(void told.push(`push ${id}`)),
+    },
+  });
+  const record = builds.start(spec("b1"));
+  executor.waiting[0].resolve();
+  await settled(record);
+  assert.equal(record.status, "ready");
+  assert.deepEqual(told, [`push ${spec("b1").templateId}`, "refresh"]);
   await Deno.remove(dir, { recursive: true });
 });

@@ -350,6 +350,7 @@ export const checkInSchema: z.ZodObject<{
   lookupDigest: z.ZodOptional<typeof lookupDigestSchema>;
   snapshots: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
+  snapshotNames: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotRegistry: z.ZodOptional<z.ZodString>;
   directCreate: z.ZodOptional<
     z.ZodObject<{ team: z.ZodString; name: z.ZodString; id: z.ZodOptional<z.ZodString> }>
@@ -394,6 +395,11 @@ export const checkInSchema: z.ZodObject<{
   snapshots: z.array(z.string().regex(/^snap-[a-z0-9]{20}$/)).max(2048).optional(),
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated: z.boolean().optional(),
+  /**
+   * The names of the named snapshots it holds (built templates among them), each as
+   * `<team>/<name>`, newest first, at most 256: for the operator's fleet view only.
+   */
+  snapshotNames: z.array(z.string().max(160)).max(256).optional(),
   /**
    * `host:port` of the registry the node pushes its snapshots to and pulls others' from
    * (`DORMICE_SNAPSHOT_REGISTRY`): it can start a sandbox from any snapshot there.
@@ -447,6 +453,8 @@ export interface CheckIn {
   snapshots?: string[];
   /** The node holds more snapshots than `snapshots` lists. */
   snapshotsTruncated?: boolean;
+  /** The `<team>/<name>` of the named snapshots (built templates among them) it holds. */
+  snapshotNames?: string[];
   /** The registry the node pulls snapshots from. */
   snapshotRegistry?: string;
   /** The create behind the gateways' back this check-in was pushed for. */

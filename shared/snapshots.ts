@@ -146,3 +146,18 @@ export function pageSnapshots(
  * the fleet token reaches a node's create, so only a gateway (or the operator) names them.
  */
 export const HEAL_FROM_HEADER = "x-dormice-heal-from";
+
+/**
+ * The header a gateway names the creation time (ms since the epoch) of a snapshot's newest
+ * build in, when some node holds an older one (a template built again after a node healed
+ * it): a node whose copy is older gets the newest first, from {@linkcode HEAL_FROM_HEADER}'s
+ * holders or the registry.
+ */
+export const HEAL_CREATED_HEADER = "x-dormice-heal-created";
+
+/**
+ * The header a gateway names, on a snapshot's take with a name, the id the caller's team already
+ * has by that name on some node: the node keeps the new snapshot under it (a new build of that
+ * snapshot, as E2B's `createSnapshot({name})` is), so one name is one id across the fleet.
+ */
+export const SNAPSHOT_ID_HEADER = "x-dormice-snapshot-id";

@@ -189,11 +189,35 @@ async function exam(t: Deno.TestContext, fleet: SnapshotFleet): Promise<void> {
       assert.deepEqual(await allIds(Sandbox.listSnapshots({ ...a, name })), [snapshotId]);
     });
 
-    await t.step("a name the team already uses is a 409", async () => {
-      const again = await source.createSnapshot({ name }).then(() => undefined, (e) => e);
-      assert.ok(again instanceof SandboxError, String(again));
-      assert.match(again.message, /already used by this team's snapshot/);
-    });
+    await t.step(
+      "a name the team already uses is a new build of that snapshot (E2B): one id, the newest files, from either node",
+      async () => {
+        // E2B's SandboxSnapshotRequest: a name that exists gets a new build, not a new template.
+        const again = await source.createSnapshot({ name });
+        assert.equal(again.snapshotId, snapshotId);
+        assert.deepEqual(await allIds(Sandbox.listSnapshots({ ...a, name })), [snapshotId]);
+        const fromName = await Sandbox.create(name, a);
+        made.push(fromName);
+        assert.equal(await fromName.files.read("/home/user/state.txt"), "after");
+        // Taken again from a sandbox on the other node: still one id, and its files win.
+        let elsewhere: Sandbox | undefined;
+        for (let i = 0; i < 6 && !elsewhere; i++) {
+          const s = await Sandbox.create(a);
+          made.push(s);
+          if (await nodeOf(a, s.sandboxId) !== holder) elsewhere = s;
+        }
+        assert.ok(elsewhere, "a sandbox on the node that does not hold the snapshot");
+        await elsewhere.files.write("/home/user/state.txt", "from the other node");
+        const third = await elsewhere.createSnapshot({ name });
+        assert.equal(third.snapshotId, snapshotId);
+        assert.deepEqual(await allIds(Sandbox.listSnapshots({ ...a, name })), [snapshotId]);
+        for (const from of [name, snapshotId]) {
+          const copy = await Sandbox.create(from, a);
+          made.push(copy);
+          assert.equal(await copy.files.read("/home/user/state.txt"), "from the other node", from);
+        }
+      },
+    );
 
     await t.step(
       "deleteSnapshot(): gone from the listing, and nothing starts from it",

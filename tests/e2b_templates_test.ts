@@ -280,6 +280,90 @@ async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise
       assert.match(unknownBuild.body.message, /POST \/v3\/templates/);
     });
 
+    await t.step(
+      "hostile input: odd escapes, one name built twice at once, a spent upload URL",
+      async () => {
+        const call = async (method: string, path: string, body?: unknown) => {
+          const res = await fetch(`${a.apiUrl}${path}`, {
+            method,
+            headers: { "x-api-key": a.apiKey, "content-type": "application/json" },
+            body: body === undefined ? undefined : JSON.stringify(body),
+          });
+          const text = await res.text();
+          return { status: res.status, body: text ? JSON.parse(text) : null };
+        };
+        for (const path of ["/templates/aliases/%E0%A4%A", "/templates/%E0%A4%A/tags"]) {
+          const odd = await call("GET", path);
+          assert.equal(odd.status, 400, `${path}: ${JSON.stringify(odd.body)}`);
+          assert.match(odd.body.message, /malformed %-escape/);
+        }
+        for (const body of [{ name: "a:b:c" }, { name: "a:" }, { name: "a:bad tag" }]) {
+          const odd = await call("POST", "/v3/templates", body);
+          assert.equal(odd.status, 400, `${JSON.stringify(body)}: ${JSON.stringify(odd.body)}`);
+          assert.match(odd.body.message, /'name' .* must be 1 to 64 letters/);
+        }
+        const badTag = await call("POST", "/v3/templates", {
+          name: `${name}-t`,
+          tags: ["no/slash"],
+        });
+        assert.equal(badTag.status, 400);
+        assert.match(badTag.body.message, /Tag 'no\/slash'/);
+        // Two builds of one new name at once: one template, each build's status readable.
+        const twice = `${name}-twice`;
+        const [one, two] = await Promise.all([
+          call("POST", "/v3/templates", { name: twice }),
+          call("POST", "/v3/templates", { name: twice }),
+        ]);
+        assert.equal(one.status, 202);
+        assert.equal(two.status, 202);
+        assert.equal(one.body.templateID, two.body.templateID, "one template, not two");
+        assert.notEqual(one.body.buildID, two.body.buildID);
+        const id = one.body.templateID;
+        const files = await call("GET", `/templates/${id}/files/${"d".repeat(64)}`);
+        assert.equal(files.status, 200);
+        for (const r of [one, two]) {
+          const started = await call("POST", `/v2/templates/${id}/builds/${r.body.buildID}`, {
+            fromTemplate: "base",
+            steps: [],
+          });
+          assert.equal(started.status, 202, JSON.stringify(started.body));
+        }
+        for (const r of [one, two]) {
+          await until(`build ${r.body.buildID} ends`, async () => {
+            const status = await call("GET", `/templates/${id}/builds/${r.body.buildID}/status`);
+            assert.equal(status.status, 200, JSON.stringify(status.body));
+            return status.body.status === "ready";
+          });
+        }
+        const past = await call(
+          "GET",
+          `/templates/${id}/builds/${one.body.buildID}/status?logsOffset=999999999`,
+        );
+        assert.equal(past.status, 200);
+        assert.deepEqual(past.body.logEntries, []);
+        // 1000 steps is past the bound of a build's steps: a 400, nothing started.
+        const many = await call("POST", "/v3/templates", { name: `${name}-many` });
+        const steps = Array.from({ length: 1000 }, () => ({ type: "RUN", args: ["true"] }));
+        const tooMany = await call(
+          "POST",
+          `/v2/templates/${many.body.templateID}/builds/${many.body.buildID}`,
+          { fromTemplate: "base", steps },
+        );
+        assert.equal(tooMany.status, 400, JSON.stringify(tooMany.body));
+        assert.match(tooMany.body.message, /steps/);
+        // Both builds sent their steps: the upload URL is spent.
+        const spent = await fetch(files.body.url, { method: "PUT", body: "x" });
+        assert.equal(spent.status, 403);
+        assert.match((await spent.json()).message, /its build has started/);
+        const listed = await call("GET", "/templates");
+        assert.equal(
+          listed.body.filter((x: { names: string[] }) => x.names.includes(twice)).length,
+          1,
+          "the name lists once",
+        );
+      },
+    );
+
     await t.step("a failing step is a BuildError naming the step, with its output", async () => {
       const error = await Template.build(
         Template().fromTemplate("base").runCmd("echo first").runCmd("echo boom-output; exit 3"),

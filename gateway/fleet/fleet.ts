@@ -525,6 +525,7 @@ export class Fleet implements NodeDirectory {
         inFlight: inFlight ? inFlight(m.id) : 0,
         pools: m.pools,
         templates: m.templates,
+        snapshotNames: m.snapshotNames ?? [],
         volumes: m.volumes,
         egressRules: m.egressRules,
         configDigest: m.configDigest,

@@ -53,6 +53,8 @@ export interface FleetNode {
    * newest). Optional so a test's or embedder's directory may omit it: absent reads as none.
    */
   readonly snapshots?: ReadonlySet<string>;
+  /** The `<team>/<name>` of the named snapshots it holds (built templates among them). */
+  readonly snapshotNames?: readonly string[];
   /** It holds more snapshots than it advertised: it may hold any snapshot no node lists. */
   readonly snapshotsTruncated?: boolean;
   /** The registry it pulls snapshots from (`DORMICE_SNAPSHOT_REGISTRY`), when it has one. */
@@ -105,6 +107,8 @@ export interface NodeSummary {
   pools: readonly PoolReport[];
   /** Templates whose images it holds; `null` when it does not say. */
   templates: readonly string[] | null;
+  /** The `<team>/<name>` of the named snapshots it holds: built templates by name. */
+  snapshotNames?: readonly string[];
   /** Volumes it can mount. */
   volumes: readonly string[];
   /** Whether it enforces egress address rules. */
@@ -271,6 +275,7 @@ function capabilitiesOf(body: CheckIn) {
     egressRules: body.egressRules ?? false,
     snapshots: new Set(body.snapshots ?? []),
     snapshotsTruncated: body.snapshotsTruncated ?? false,
+    snapshotNames: body.snapshotNames ?? [],
     snapshotRegistry: body.snapshotRegistry,
     configDigest: body.configDigest ?? null,
   };

@@ -46,8 +46,22 @@ export interface CreateRequest {
 export interface SnapshotRequest {
   /** The team it belongs to: only that team lists it, finds it and starts sandboxes from it. */
   team: string;
-  /** A name unique within the team (`exists` when taken); unnamed when absent. */
+  /**
+   * A name unique within the team (`exists` when taken, unless `rebuild`); unnamed when
+   * absent.
+   */
   name?: string;
+  /**
+   * A name the team already uses here is a new build of that snapshot, as E2B's
+   * `createSnapshot({name})` is: the result keeps that snapshot's id and replaces it.
+   */
+  rebuild?: boolean;
+  /**
+   * The id to keep the result under: the team's snapshot by `name` that another node holds (the
+   * gateway looked it up), so one name stays one id across the fleet. A new id when absent and
+   * the name is new here.
+   */
+  snapshotId?: string;
 }
 
 /**

@@ -491,14 +491,23 @@ export class FakeExecutor implements Executor {
   async snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
     await this.hooks.enter("snapshot");
     const sandbox = this.#get(id);
+    let snapshotId = request.snapshotId;
     if (request.name !== undefined) {
       const taken = [...this.#snapshots.values()].find((s) =>
         s.info.team === request.team && s.info.name === request.name
       );
-      if (taken) throw snapshotNameTaken(request.name, taken.info.snapshotId);
+      // The name's snapshot gets a new build under its id (E2B's createSnapshot({name})).
+      if (taken) {
+        if (
+          !request.rebuild || (snapshotId !== undefined && snapshotId !== taken.info.snapshotId)
+        ) {
+          throw snapshotNameTaken(request.name, taken.info.snapshotId);
+        }
+        snapshotId = taken.info.snapshotId;
+      }
     }
     const info: SnapshotInfo = {
-      snapshotId: newSnapshotId(),
+      snapshotId: snapshotId ?? newSnapshotId(),
       team: request.team,
       ...(request.name === undefined ? {} : { name: request.name }),
       sandboxId: id,

@@ -145,3 +145,28 @@ export function startScript(startCmd: string | undefined, readyCmd: string | und
   // One line: the label's value keeps no newline. `&` ends the first command already.
   return parts.join(" ");
 }
+
+/** How long a line {@linkcode readLines} holds before it hands it on unfinished. */
+export const MAX_LINE_CHARS = 8192;
+
+/**
+ * Calls `emit` with each line of `stream` (UTF-8), holding at most
+ * {@linkcode MAX_LINE_CHARS} of an unfinished one: a step printing without newlines is handed
+ * on in pieces, never gathered whole in memory.
+ */
+export async function readLines(
+  stream: ReadableStream<Uint8Array>,
+  emit: (line: string) => void,
+): Promise<void> {
+  let rest = "";
+  for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
+    const lines = (rest + chunk).split("\n");
+    rest = lines.pop() ?? "";
+    for (const line of lines) emit(line);
+    while (rest.length > MAX_LINE_CHARS) {
+      emit(rest.slice(0, MAX_LINE_CHARS));
+      rest = rest.slice(MAX_LINE_CHARS);
+    }
+  }
+  if (rest) emit(rest);
+}

@@ -30,6 +30,7 @@ import { SNAPSHOT_ID_PATTERN, type SnapshotInfo, snapshotNotFound } from "../exe
 import type { NodeSnapshots } from "../snapshots.ts";
 import type { TemplateBuilds } from "../templates_build.ts";
 import { HEAL_FROM_HEADER, parseHealFrom } from "../image_moves.ts";
+import { HEAL_CREATED_HEADER } from "../../shared/snapshots.ts";
 import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { portsArePrivate } from "./ports.ts";
 import type { SandboxOps, SandboxRecord, SandboxRef } from "../service_contract.ts";
@@ -225,6 +226,7 @@ export class E2bFace {
       templateID,
       this.teamOf(c) ?? DEFAULT_TEAM,
       parseHealFrom(c.req.header(HEAL_FROM_HEADER)),
+      healCreatedOf(c.req.header(HEAL_CREATED_HEADER)),
     );
     if (!found && SNAPSHOT_ID_PATTERN.test(templateID)) throw snapshotNotFound(templateID);
     return found;
@@ -334,4 +336,10 @@ function network(s: SandboxRecord) {
       }
       : {}),
   };
+}
+
+/** {@linkcode HEAL_CREATED_HEADER}'s time, or undefined for an absent or bad value. */
+function healCreatedOf(value: string | undefined): number | undefined {
+  const ms = value === undefined ? NaN : Number(value);
+  return Number.isSafeInteger(ms) && ms > 0 ? ms : undefined;
 }

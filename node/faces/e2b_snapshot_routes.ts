@@ -8,6 +8,7 @@ import { TEMPLATE_DELETE_NOT_BUILT } from "../../shared/e2b_unbuilt.ts";
 import {
   pageSnapshots,
   parseSnapshotQuery,
+  SNAPSHOT_ID_HEADER,
   snapshotCursor,
   snapshotRow,
 } from "../../shared/snapshots.ts";
@@ -26,7 +27,17 @@ export function snapshotRoutes(app: Hono, face: E2bFace): void {
     const id = c.req.param("id");
     const body = parse(face.schemas.snapshot, await face.readBody(c, "object", `{"name":"ready"}`));
     face.mustGet(c, id);
-    const info = await face.needSnapshots().take(face.at(c, id), body.name);
+    const reuse = c.req.header(SNAPSHOT_ID_HEADER);
+    if (reuse !== undefined && !SNAPSHOT_ID_PATTERN.test(reuse)) {
+      throw new HttpError(400, `${SNAPSHOT_ID_HEADER} '${reuse.slice(0, 40)}' is no snapshot id`);
+    }
+    // E2B: a name the team has is a new build of that snapshot (the gateway names its id
+    // when another node holds it).
+    const info = await face.needSnapshots().take(
+      face.at(c, id),
+      body.name,
+      reuse === undefined ? {} : { snapshotId: reuse },
+    );
     return c.json(snapshotRow(info), 201);
   });
 

@@ -83,10 +83,15 @@ Deno.test("POST /sandboxes/{id}/snapshots keeps the files; a create by id or nam
     assert.equal(body.templateID, snap.snapshotID);
     assert.equal(await read(body.sandboxID, "/home/user/state.txt"), "before");
   }
-  // The same name again is a 409 naming the snapshot that has it.
+  // The same name again is a new build of that snapshot (E2B): its id, the files as now.
   const again = await call("POST", `/sandboxes/${source}/snapshots`, { name: "ready" }, "team-a");
-  assert.equal(again.status, 409);
-  assert.match((await again.json()).message, new RegExp(`already used by .*${snap.snapshotID}`));
+  assert.equal(again.status, 201);
+  assert.equal((await again.json()).snapshotID, snap.snapshotID);
+  const rebuilt = await call("POST", "/v2/sandboxes", { templateID: "ready" }, "team-a");
+  assert.equal(rebuilt.status, 201);
+  const rebuiltId = (await rebuilt.json()).sandboxID;
+  assert.equal(await read(rebuiltId, "/home/user/state.txt"), "after");
+  await write(source, "/home/user/state.txt", "before");
   // A name that is a template, or not a name, is a 400.
   for (const name of ["base", "a b", "snap-aaaaaaaaaaaaaaaaaaaa"]) {
     const bad = await call("POST", `/sandboxes/${source}/snapshots`, { name }, "team-a");

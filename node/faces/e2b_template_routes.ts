@@ -54,12 +54,13 @@ export function templateBuildRoutes(
 
   app.get("/templates/:id/files/:hash", async (c) => {
     checkId(c.req.param("id"));
-    return c.json({ present: await need().hasContext(c.req.param("hash")) });
+    const team = face.teamOf(c) ?? DEFAULT_TEAM;
+    return c.json({ present: await need().hasContext(c.req.param("hash"), team) });
   });
 
   app.put("/templates/:id/files/:hash", async (c) => {
     checkId(c.req.param("id"));
-    await need().putContext(c.req.param("hash"), c.req.raw.body);
+    await need().putContext(c.req.param("hash"), face.teamOf(c) ?? DEFAULT_TEAM, c.req.raw.body);
     return c.body(null, 201);
   });
 

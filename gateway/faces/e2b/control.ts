@@ -8,6 +8,11 @@
  *
  * @module
  */
+import {
+  HEAL_CREATED_HEADER,
+  HEAL_FROM_HEADER,
+  SNAPSHOT_ID_HEADER,
+} from "../../../shared/snapshots.ts";
 import { compareListCursors, encodeListCursor } from "../../../shared/list_cursor.ts";
 import { Hono } from "hono";
 import type { Context } from "hono";
@@ -24,7 +29,7 @@ import { HttpError } from "../../../shared/http_error.ts";
 import { readJsonObject } from "../../../shared/json_body.ts";
 import { describeZodError, sandboxNameSchema } from "../../../shared/schemas.ts";
 import { TEAM_HEADER, teamScopedName } from "../../../shared/teams.ts";
-import { deleteSnapshot, listSnapshots, resolveCreateSource } from "./snapshots.ts";
+import { deleteSnapshot, listAll, listSnapshots, resolveCreateSource } from "./snapshots.ts";
 import { forkWithinLimits } from "./fork.ts";
 import type { FleetVolumes } from "../../volumes/fleet_volumes.ts";
 import { VOLUME_ID } from "../../../shared/volumes.ts";
@@ -118,7 +123,8 @@ export function createE2bApi(
     named: { name: string; given: unknown; team: string; headers: Record<string, string> },
   ): Promise<Response> => {
     const signal = c.req.raw.signal;
-    const { name, given, team, headers } = named;
+    const { name, given, team } = named;
+    let headers = named.headers;
     // A snapshot's id or name is placed on a node that holds it, and the node is told its id.
     let ask = e2bPlacementAsk(body);
     if (volumes) {
@@ -151,9 +157,22 @@ export function createE2bApi(
           volumeNode: ask.volumeNode,
           snapshot: source.snapshotId,
           snapshotHolders: source.holders,
+          ...(source.stale.length > 0 ? { snapshotStale: source.stale } : {}),
         };
         forwarded = JSON.stringify({ ...body, templateID: source.snapshotId });
         healFrom = source.holders;
+        if (source.createdAt !== undefined) {
+          // Some node holds an older build: whichever node takes the create, one holding
+          // that older build gets the newest first.
+          const from = source.holders.map((id) => parts.fleet.get(id))
+            .filter((n) => n !== undefined && !parts.fleet.isDown(n))
+            .map((n) => `${n!.id}=${n!.endpoint}`).join(",");
+          headers = {
+            ...headers,
+            [HEAL_CREATED_HEADER]: String(source.createdAt),
+            ...(from === "" ? {} : { [HEAL_FROM_HEADER]: from }),
+          };
+        }
       }
     }
     const answer = await routing.create({
@@ -280,6 +299,45 @@ export function createE2bApi(
     });
   };
 
+  /**
+   * `POST /sandboxes/{id}/snapshots`: a name the team already has (on any node) names the id
+   * the node keeps the new build under, so a name taken again is a new build of one snapshot,
+   * as in E2B, wherever the sandbox runs.
+   */
+  const takeSnapshot = async (
+    c: Context,
+    id: string,
+    rest: string,
+    caller: Caller,
+  ): Promise<Response> => {
+    const signal = c.req.raw.signal;
+    const { text, value } = await readJsonObject(c.req.raw, {
+      ...parts.jsonBodyCap,
+      empty: "object",
+      example: '{"name":"ready"}',
+    });
+    const headers = { ...nodeAuthFor(caller) };
+    if (typeof value.name === "string" && value.name !== "") {
+      const { rows } = await listAll(
+        parts,
+        nodeApi,
+        `?name=${encodeURIComponent(value.name)}`,
+        { headers, signal },
+      );
+      const held = rows.find((r) => r.names.includes(value.name as string));
+      if (held) headers[SNAPSHOT_ID_HEADER] = held.snapshotID;
+    }
+    const found = await locate(parts, id, signal, scopeOf(caller));
+    return await routing.stream(c.req.raw, {
+      found,
+      by: "id",
+      key: id,
+      path: `${nodeApi}${rest}${new URL(c.req.url).search}`,
+      body: text,
+      headers,
+    });
+  };
+
   app.all("*", async (c) => {
     const rest = suffix(c);
     const method = c.req.method;
@@ -345,6 +403,9 @@ export function createE2bApi(
           path: `${nodeApi}${rest}`,
           headers: nodeAuthFor(caller),
         });
+      }
+      if (method === "POST" && m[2] === "/snapshots" && !rest.startsWith("/v2/")) {
+        return await takeSnapshot(c, id, rest, caller);
       }
       if (method === "POST" && (m[2] === "/connect" || m[2] === "/resume")) {
         try {

@@ -26,7 +26,15 @@ const SNAPSHOT_ID = /^snap-[a-z0-9]{20}$/;
 /** How a create's `templateID` resolved: a template, or a snapshot and the nodes holding it. */
 export type CreateSource =
   | { kind: "template" }
-  | { kind: "snapshot"; snapshotId: string; holders: string[] };
+  | {
+    kind: "snapshot";
+    snapshotId: string;
+    holders: string[];
+    /** Nodes holding an older build of it (healed before its template was built again). */
+    stale: string[];
+    /** When its newest build was made, ms; given when some node holds an older one. */
+    createdAt?: number;
+  };
 
 /**
  * Whether a create's `templateID` names a snapshot, and which nodes hold it. A name is looked
@@ -48,12 +56,20 @@ export async function resolveCreateSource(
   const nodes = [...parts.fleet.nodes()];
   let snapshotId: string;
   let holders: string[];
+  let stale: string[] = [];
+  let createdAt: number | undefined;
   if (SNAPSHOT_ID.test(templateID)) {
     snapshotId = templateID;
     holders = nodes.filter((n) => n.snapshots?.has(snapshotId)).map((n) => n.id);
-    if (holders.length === 0) {
+    // More than one holder: a template built again may have left an older build healed to
+    // some of them, and only the nodes' rows say which (their creation times).
+    if (holders.length !== 1) {
       const { rows } = await listAll(parts, nodeApi, `?name=${snapshotId}`, { headers, signal });
-      holders = rows.filter((r) => r.snapshotID === snapshotId).map((r) => r.node);
+      const held = rows.filter((r) => r.snapshotID === snapshotId);
+      const advertised = holders;
+      ({ holders, stale, createdAt } = newestBuild(held));
+      // A holder that did not answer keeps its check-in's word.
+      holders.push(...advertised.filter((id) => !held.some((r) => r.node === id)));
     }
   } else {
     const isTemplate = nodes.some((n) => n.templates === null || n.templates.includes(templateID));
@@ -64,7 +80,8 @@ export async function resolveCreateSource(
       `?name=${encodeURIComponent(templateID)}`,
       { headers, signal },
     );
-    const match = rows.find((r) => r.names.includes(templateID));
+    const named = rows.filter((r) => r.names.includes(templateID));
+    const match = named.length === 0 ? undefined : newestRow(named);
     const silent = answered[UNREACHABLE_HEADER];
     if (!match && silent) {
       // No template has the name, and a node that did not answer may hold a snapshot by it.
@@ -77,7 +94,9 @@ export async function resolveCreateSource(
     }
     if (!match) return { kind: "template" };
     snapshotId = match.snapshotID;
-    holders = [match.node];
+    ({ holders, stale, createdAt } = newestBuild(
+      named.filter((r) => r.snapshotID === snapshotId),
+    ));
   }
   if (holders.length === 0) {
     // Silent nodes were not asked an answer: one of them may hold it.
@@ -107,7 +126,34 @@ export async function resolveCreateSource(
       { headers: { "retry-after": "5" } },
     );
   }
-  return { kind: "snapshot", snapshotId, holders };
+  return {
+    kind: "snapshot",
+    snapshotId,
+    holders,
+    stale,
+    ...(stale.length > 0 && createdAt !== undefined ? { createdAt } : {}),
+  };
+}
+
+/** The row created last (a template's newest build). */
+function newestRow(rows: SnapshotRow[]): SnapshotRow {
+  return rows.reduce((a, b) => (Date.parse(b.createdAt) > Date.parse(a.createdAt) ? b : a));
+}
+
+/**
+ * The nodes holding the newest build of one snapshot id, and those holding an older one (its
+ * template was built again after they healed it); `rows` are that id's rows.
+ */
+function newestBuild(
+  rows: SnapshotRow[],
+): { holders: string[]; stale: string[]; createdAt?: number } {
+  if (rows.length === 0) return { holders: [], stale: [] };
+  const newest = newestRow(rows).createdAt;
+  return {
+    createdAt: Date.parse(newest),
+    holders: rows.filter((r) => r.createdAt === newest).map((r) => r.node),
+    stale: rows.filter((r) => r.createdAt !== newest).map((r) => r.node),
+  };
 }
 
 /** `GET /snapshots`: every node's rows for the caller's team, merged, filtered and paged. */

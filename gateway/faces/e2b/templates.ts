@@ -29,11 +29,17 @@ import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { listAll } from "./snapshots.ts";
+import { encodeListCursor } from "../../../shared/list_cursor.ts";
+import { pageSnapshots, snapshotCursor, type SnapshotRow } from "../../../shared/snapshots.ts";
 
+/** How many pages of 100 snapshot rows `GET /templates` reads at most. */
+export const LIST_PAGES = 50;
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
 /** A template name: what a team calls it (a snapshot name). */
 const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+/** A tag (`name:tag`, `tags`). */
+const TAG = /^[A-Za-z0-9._-]{1,64}$/;
 /** A template id here: a snapshot id. */
 const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
 const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
@@ -47,6 +53,8 @@ interface BuildRoute {
   name: string;
   tags: string[];
   token: string;
+  /** Whether its steps were sent: its upload URL is spent then. */
+  started: boolean;
   /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
   limits: { cpuCount?: number; memoryMB?: number };
   createdAt: number;
@@ -56,8 +64,10 @@ interface BuildRoute {
 export class GatewayTemplates {
   #parts: GatewayParts;
   #nodeApi: string;
-  /** Template id → its last build, oldest first. */
+  /** `<template id>/<build id>` → the build, oldest first. */
   #builds = new Map<string, BuildRoute>();
+  /** Team and name → the lookup of its template id, while one runs (a request's life). */
+  #naming = new Map<string, Promise<{ templateID: string; node?: string }>>();
 
   constructor(parts: GatewayParts, nodeApi: string) {
     this.#parts = parts;
@@ -71,12 +81,17 @@ export class GatewayTemplates {
   async upload(c: Context, rest: string): Promise<Response | undefined> {
     const m = /^\/templates\/([^/]+)\/files\/([^/]+)\/upload\/([^/]+)$/.exec(rest);
     if (!m || c.req.method !== "PUT") return undefined;
-    const build = this.#builds.get(m[1]);
-    if (!build || !tokensMatch(build.token, m[3])) {
+    const builds = [...this.#builds.values()].filter((b) => b.templateId === m[1]);
+    const build = builds.find((b) => tokensMatch(b.token, m[3]));
+    // Spent once every build of its template sent its steps (builds of one template at once
+    // may have been handed each other's URL).
+    const open = build && builds.some((b) => b.team === build.team && !b.started);
+    if (!build || !open) {
       throw new HttpError(
         403,
-        "This upload URL is not valid (its build is unknown or was forgotten): ask for a new " +
-          "one with GET /templates/{templateID}/files/{hash}",
+        `This upload URL is not valid (${
+          build ? "its build has started" : "its build is unknown or was forgotten"
+        }): ask for a new one with GET /templates/{templateID}/files/{hash}`,
       );
     }
     const node = this.#node(build.node);
@@ -110,7 +125,7 @@ export class GatewayTemplates {
     }
     if (rest === "/templates" && method === "GET") return await this.#list(headers, signal);
     let m = /^\/templates\/aliases\/([^/]+)$/.exec(rest);
-    if (m && method === "GET") return await this.#alias(decodeURIComponent(m[1]), headers, signal);
+    if (m && method === "GET") return await this.#alias(decoded(m[1]), headers, signal);
     m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
     if (m && method === "GET") {
       const build = this.#own(m[1], team);
@@ -143,6 +158,7 @@ export class GatewayTemplates {
       if (typeof value.fromTemplate === "string") {
         await this.#followBase(build, value.fromTemplate, value.steps, headers, signal);
       }
+      build.started = true;
       return relay(
         await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
           method: "POST",
@@ -154,6 +170,12 @@ export class GatewayTemplates {
     }
     m = /^\/templates\/([^/]+)\/builds\/([^/]+)\/status$/.exec(rest);
     if (m && method === "GET") {
+      const known = this.#builds.get(`${decoded(m[1])}/${decoded(m[2])}`);
+      if (!known && TEMPLATE_ID.test(decoded(m[1]))) {
+        // Accepted by another gateway, or by this one before it restarted: the node that
+        // builds it answers (each checks the team).
+        return await this.#statusAnywhere(c, decoded(m[1]), decoded(m[2]), headers, signal);
+      }
       const build = this.#own(m[1], team, m[2]);
       const search = new URL(c.req.url).search;
       return relay(
@@ -166,9 +188,9 @@ export class GatewayTemplates {
     }
     m = /^\/templates\/([^/]+)\/tags$/.exec(rest);
     if (m && method === "GET") {
-      const found = await this.#find(decodeURIComponent(m[1]), headers, signal);
-      if (!found) throw notFound(decodeURIComponent(m[1]));
-      const build = this.#builds.get(found.templateID);
+      const found = await this.#find(decoded(m[1]), headers, signal);
+      if (!found) throw notFound(decoded(m[1]));
+      const build = this.#latest(found.templateID);
       return Response.json([{
         tag: "default",
         buildID: build?.buildId ?? found.templateID,
@@ -176,7 +198,7 @@ export class GatewayTemplates {
       }]);
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
-    if (m && method === "PATCH") return await this.#update(c, decodeURIComponent(m[1]), headers);
+    if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), headers);
     if (rest === "/templates/tags" && (method === "POST" || method === "DELETE")) {
       throw new HttpError(
         501,
@@ -255,9 +277,54 @@ export class GatewayTemplates {
     build.node = pick.node.id;
   }
 
-  /** Forgets the build of a deleted template. */
+  /**
+   * A build's status asked of every node, for a build this gateway did not accept: the one
+   * answer that is no 404 stands; a 404 naming the build when every node says so.
+   */
+  async #statusAnywhere(
+    c: Context,
+    templateId: string,
+    buildId: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<Response> {
+    const search = new URL(c.req.url).search;
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/templates/${templateId}/builds/${encodeURIComponent(buildId)}/status` +
+        search,
+      null,
+      signal,
+      { method: "GET", headers },
+    );
+    const found = answers.find((a) => a.ok);
+    if (found && found.ok) return Response.json(found.json, { status: found.status });
+    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
+    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
+    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
+    if (silent.length > 0) {
+      throw new HttpError(
+        503,
+        `No node answered for build '${buildId}' of template '${templateId}', and ${
+          silent.map((a) => `'${a.node.id}'`).join(", ")
+        } did not answer (it may build it): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
+    throw new HttpError(
+      404,
+      `Template build '${templateId}/${buildId}' not found on any node: request a build with ` +
+        "POST /v3/templates first",
+    );
+  }
+
+  /** Forgets the builds of a deleted template. */
   forget(templateId: string): void {
-    this.#builds.delete(templateId);
+    for (const [key, b] of this.#builds) if (b.templateId === templateId) this.#builds.delete(key);
+  }
+
+  /** The newest build of `templateId` this gateway routed, if any. */
+  #latest(templateId: string): BuildRoute | undefined {
+    return [...this.#builds.values()].findLast((b) => b.templateId === templateId);
   }
 
   async #request(c: Context, team: string, headers: Record<string, string>): Promise<Response> {
@@ -274,8 +341,8 @@ export class GatewayTemplates {
     if (given === undefined) {
       throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
     }
-    const [name, tag] = given.split(":", 2);
-    if (!NAME.test(name)) {
+    const [name, tag, extra] = given.split(":", 3);
+    if (!NAME.test(name) || extra !== undefined || (tag !== undefined && !TAG.test(tag))) {
       throw new HttpError(
         400,
         `'name' '${given.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-', ` +
@@ -288,30 +355,55 @@ export class GatewayTemplates {
         ...(Array.isArray(body.tags) ? body.tags.filter((t) => typeof t === "string") : []),
       ]),
     ];
-    const existing = await this.#find(name, headers, c.req.raw.signal);
-    if (existing && !TEMPLATE_ID.test(existing.templateID)) {
+    const badTag = tags.find((t) => !TAG.test(t));
+    if (badTag !== undefined || (Array.isArray(body.tags) && body.tags.length > 16)) {
+      throw new HttpError(
+        400,
+        badTag !== undefined
+          ? `Tag '${badTag.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-'`
+          : "'tags' holds at most 16 tags",
+      );
+    }
+    // One name is one template: a build of it still running (not yet listed by the nodes)
+    // and a request for it arriving meanwhile (its lookup is shared) keep one id.
+    const naming = `${team}\n${name}`;
+    let lookup = this.#naming.get(naming);
+    if (!lookup) {
+      lookup = this.#find(name, headers, c.req.raw.signal).then((found) => {
+        const pending = [...this.#builds.values()].findLast((b) =>
+          b.team === team && b.name === name
+        );
+        return found ?? (pending ? { templateID: pending.templateId, node: pending.node } : {
+          templateID: newTemplateId(),
+        });
+      });
+      this.#naming.set(naming, lookup);
+      lookup.finally(() => this.#naming.delete(naming)).catch(() => {});
+    }
+    const existing: { templateID: string; node?: string } = await lookup;
+    if (!TEMPLATE_ID.test(existing.templateID)) {
       throw new HttpError(
         409,
         `'${name}' is a template of the fleet (DORMICE_TEMPLATES): choose another name`,
       );
     }
-    const node = this.#place(existing?.templateID, existing?.node);
+    const node = this.#place(existing.templateID, existing.node);
     const route: BuildRoute = {
-      templateId: existing?.templateID ?? newTemplateId(),
+      templateId: existing.templateID,
       buildId: crypto.randomUUID(),
       node: node.id,
       team,
       name,
       tags: tags.length > 0 ? tags : ["default"],
       token: randomToken(),
+      started: false,
       limits: {
         ...(typeof body.cpuCount === "number" ? { cpuCount: body.cpuCount } : {}),
         ...(typeof body.memoryMB === "number" ? { memoryMB: body.memoryMB } : {}),
       },
       createdAt: this.#parts.fleet.now(),
     };
-    this.#builds.delete(route.templateId);
-    this.#builds.set(route.templateId, route);
+    this.#builds.set(`${route.templateId}/${route.buildId}`, route);
     while (this.#builds.size > KEPT_BUILDS) {
       this.#builds.delete(this.#builds.keys().next().value!);
     }
@@ -387,12 +479,12 @@ export class GatewayTemplates {
   }
 
   async #list(headers: Record<string, string>, signal: AbortSignal) {
-    const { rows } = await listAll(this.#parts, this.#nodeApi, "?limit=100", { headers, signal });
+    const rows = await this.#allRows(headers, signal);
     const fleet = new Set<string>();
     for (const n of this.#parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
     const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
       templateID: id,
-      buildID: this.#builds.get(id)?.buildId ?? id,
+      buildID: this.#latest(id)?.buildId ?? id,
       cpuCount: 2,
       memoryMB: 512,
       diskSizeMB: 0,
@@ -417,10 +509,48 @@ export class GatewayTemplates {
     ]);
   }
 
+  /**
+   * Every snapshot row of the team, page after page (at most {@linkcode LIST_PAGES} of 100),
+   * each snapshot once: a template healed to other nodes is listed by each holder, and the
+   * row of its newest build stands for it.
+   */
+  async #allRows(headers: Record<string, string>, signal: AbortSignal): Promise<SnapshotRow[]> {
+    const byId = new Map<string, SnapshotRow>();
+    let token: string | undefined;
+    for (let i = 0; i < LIST_PAGES; i++) {
+      const search = `?limit=100${token ? `&nextToken=${token}` : ""}`;
+      const { rows, more } = await listAll(this.#parts, this.#nodeApi, search, {
+        headers,
+        signal,
+      });
+      // Each node pages from the same cursor: the first 100 of the union are complete.
+      const { page, more: moreHere } = pageSnapshots(rows, { limit: 100 });
+      const pageIds = new Set(page.map((r) => r.snapshotID));
+      for (const r of rows) {
+        if (!pageIds.has(r.snapshotID)) continue;
+        const held = byId.get(r.snapshotID);
+        if (!held || Date.parse(r.createdAt) > Date.parse(held.createdAt)) {
+          byId.set(r.snapshotID, r);
+        }
+      }
+      if (!(more || moreHere) || page.length === 0) return [...byId.values()];
+      token = encodeListCursor(snapshotCursor(page[page.length - 1]));
+    }
+    this.#parts.log("warn", "a template listing stopped at its page bound", {
+      pages: LIST_PAGES,
+    });
+    return [...byId.values()];
+  }
+
   /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
   #own(templateId: string, team: string, buildId?: string): BuildRoute {
-    const build = this.#builds.get(decodeURIComponent(templateId));
-    if (!build || build.team !== team || (buildId !== undefined && build.buildId !== buildId)) {
+    const id = decoded(templateId);
+    const build = buildId === undefined
+      ? [...this.#builds.values()].findLast((b) =>
+        b.templateId === id && b.team === team && !b.started
+      ) ?? this.#latest(id)
+      : this.#builds.get(`${id}/${decoded(buildId)}`);
+    if (!build || build.team !== team) {
       throw new HttpError(
         404,
         `Template build '${templateId}${buildId ? `/${buildId}` : ""}' not found on this ` +
@@ -461,6 +591,19 @@ export class GatewayTemplates {
         }`,
       );
     }
+  }
+}
+
+/** A path part decoded; a 400 when its escapes are malformed. */
+function decoded(part: string): string {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    throw new HttpError(
+      400,
+      `'${part.slice(0, 80)}' in the path has a malformed %-escape: encode it with ` +
+        "encodeURIComponent",
+    );
   }
 }
 

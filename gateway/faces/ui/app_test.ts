@@ -141,3 +141,31 @@ Deno.test("The fleet page pages and filters the sandboxes every node lists", asy
   assert.equal((await shown("node=node-b")).ids.length, 0);
   gateway.close();
 });
+
+Deno.test("The fleet page and listNodes show the built templates each node holds, by team and name", async () => {
+  const nodeFetch =
+    (() => Promise.resolve(Response.json({ sandboxes: [] }))) as unknown as typeof fetch;
+  const gateway = createGateway({ token, fetch: nodeFetch });
+  gateway.fleet.checkIn({
+    ...checkIn("node-a", "http://10.0.0.1:3676"),
+    snapshots: ["snap-aaaaaaaaaaaaaaaaaaaa"],
+    snapshotNames: ["acme/my-agent", "acme/<b>odd</b>"],
+  });
+  const listed = await gateway.fetch(
+    new Request("http://gw/listNodes", {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: "{}",
+    }),
+  );
+  assert.equal(listed.status, 200);
+  const node = (await listed.json()).nodes.find((n: { id: string }) => n.id === "node-a");
+  assert.deepEqual(node.snapshotNames, ["acme/my-agent", "acme/<b>odd</b>"]);
+  const session = (await login(gateway, token)).headers.get("set-cookie")!.split(";")[0];
+  const html = await (await gateway.fetch(
+    new Request("http://gw/ui", { headers: { cookie: session } }),
+  )).text();
+  assert.match(html, /<th>Built templates<\/th>/);
+  assert.match(html, /<span>acme\/my-agent<\/span>/);
+  assert.match(html, /acme\/&lt;b&gt;odd&lt;\/b&gt;/);
+});

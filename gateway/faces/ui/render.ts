@@ -325,11 +325,21 @@ function nodesTable(nodes: NodeSummary[]): string {
           } <b>${p.warm}/${p.target}</b></span>`
         ).join("")
     }</td>
+<td class="states">${namedSnapshots(n.snapshotNames ?? [])}</td>
 <td>${n.configDigestMismatch ? '<b class="down">yes</b>' : "no"}</td>
 <td><span class="muted">${escapeHtml(n.build)}</span></td></tr>`;
   }).join("");
   return `<table><thead><tr><th>Node</th><th>State</th><th>Last check-in</th><th>CPU</th><th>Memory</th>
-<th>Data disk</th><th>Sandboxes</th><th>Pools</th><th>Digest mismatch</th><th>Build</th></tr></thead><tbody>${rows}</tbody></table>`;
+<th>Data disk</th><th>Sandboxes</th><th>Pools</th><th>Built templates</th><th>Digest mismatch</th><th>Build</th></tr></thead><tbody>${rows}</tbody></table>`;
+}
+
+/** A node's named snapshots (built templates among them) as `team/name`, the first 12 shown. */
+function namedSnapshots(names: readonly string[]): string {
+  if (names.length === 0) return '<span class="muted">none</span>';
+  const shown = names.slice(0, 12).map((n) => `<span>${escapeHtml(n)}</span>`).join("");
+  return names.length > 12
+    ? `${shown}<span class="muted">+${names.length - 12} more</span>`
+    : shown;
 }
 
 function filtersForm(view: FleetView): string {

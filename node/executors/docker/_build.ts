@@ -22,6 +22,7 @@ import type { Log } from "../../../shared/log.ts";
 import { ExecutorError, type SnapshotInfo } from "../contract.ts";
 import {
   type BuildIo,
+  readLines,
   shellQuote,
   startScript,
   TemplateBuildError,
@@ -30,7 +31,7 @@ import {
 } from "../template_build.ts";
 import type { Commands } from "./_exec.ts";
 import type { Sandboxes } from "./_sandboxes.ts";
-import { snapshotImage } from "./_snapshots.ts";
+import { dropHealedCopy, snapshotImage } from "./_snapshots.ts";
 import type { Engine } from "./engine.ts";
 import { START_LABEL } from "./_containers.ts";
 
@@ -130,7 +131,9 @@ export class DockerTemplateBuilder {
       user: config?.User || "root",
     };
     let image = base;
-    let hash = await sha256(`base\n${inspect.Id ?? base}`);
+    // The team is part of every step's key: a step cache image is never another team's (a COPY
+    // step's key holds the files' hash, which its uploader names and nobody checks).
+    let hash = await sha256(`base\n${JSON.stringify(spec.team)}\n${inspect.Id ?? base}`);
     let rebuilt = spec.force;
     for (const [index, step] of spec.steps.entries()) {
       io.signal.throwIfAborted();
@@ -225,6 +228,8 @@ export class DockerTemplateBuilder {
         changes,
       );
     }, false);
+    // A copy of an earlier build this node healed is older than this one now.
+    await dropHealedCopy(this.#o.engine, spec.templateId, this.#o.instanceId);
     io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
     await this.#prune().catch((error) =>
       this.#o.log("warn", "Could not prune the template build cache", { error })
@@ -505,18 +510,11 @@ export class DockerTemplateBuilder {
     io.signal.addEventListener("abort", abort, { once: true });
     const tail: string[] = [];
     const pump = async (stream: ReadableStream<Uint8Array>, level: "info" | "warn") => {
-      let rest = "";
-      const emit = (line: string) => {
+      await readLines(stream, (line) => {
         io.log(level, line, name);
         tail.push(line);
         if (tail.length > TAIL_LINES) tail.shift();
-      };
-      for await (const chunk of stream.pipeThrough(new TextDecoderStream())) {
-        const lines = (rest + chunk).split("\n");
-        rest = lines.pop() ?? "";
-        for (const line of lines) emit(line);
-      }
-      if (rest) emit(rest);
+      });
     };
     try {
       const [, , exit] = await Promise.all([

@@ -106,7 +106,11 @@ export class ImageMoves {
           `'${name}': nothing was kept`,
       );
     }
-    if ((await this.#snapshots.refOf(name)) !== undefined) return;
+    // Held already, unless what this instance holds is an older build (the name was taken
+    // again, or the template built again, on another node): the arrival replaces it then.
+    const held = await this.#snapshots.get(name);
+    const arrived = Number(labels["dormice.snapshot.created"] ?? "0");
+    if (held !== undefined && held.createdAt >= arrived) return;
     await this.#snapshots.adopt(name, image, this.#http);
   }
 

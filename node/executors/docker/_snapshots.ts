@@ -35,6 +35,26 @@ export function healedSnapshotImage(snapshotId: string, instanceId: string): str
   return `${SNAPSHOT_REPOSITORY}:${snapshotId}-${instanceId}`;
 }
 
+/**
+ * Untags this instance's healed copy of snapshot `snapshotId`, if any: once a new build of it
+ * is committed under {@linkcode snapshotImage}, the copy got from another node is an older
+ * build and must not be listed or started from.
+ */
+export async function dropHealedCopy(
+  engine: Engine,
+  snapshotId: string,
+  instanceId: string,
+): Promise<void> {
+  const image = engine.client.getImage(healedSnapshotImage(snapshotId, instanceId));
+  if (!image.remove) return;
+  await engine.call(
+    `removing the older healed copy of ${snapshotId}`,
+    (signal) => image.remove!({ force: true, abortSignal: signal }),
+  ).catch((error) => {
+    if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
+  });
+}
+
 /** The labels a snapshot image carries, named once. */
 const L = {
   instance: "dormice.instance",
@@ -100,9 +120,28 @@ export class Snapshots {
   }
 
   async #take(id: string, request: SnapshotRequest, archive: boolean): Promise<SnapshotInfo> {
+    let snapshotId = request.snapshotId;
+    // An id another node holds the name under (the gateway named it) is tagged as this
+    // instance's own copy: on an engine shared by nodes, the plain tag is that node's.
+    let tag: string | undefined = snapshotId === undefined
+      ? undefined
+      : healedSnapshotImage(snapshotId, this.#instanceId).split(":")[1];
     if (request.name !== undefined) {
-      const taken = (await this.list(request.team)).find((s) => s.name === request.name);
-      if (taken) throw snapshotNameTaken(request.name, taken.snapshotId);
+      const taken = (await this.list(request.team)).find((s) =>
+        s.name === request.name && s.team === request.team
+      );
+      // The name's snapshot gets a new build under its id (E2B's createSnapshot({name})).
+      if (taken) {
+        if (
+          !request.rebuild || (snapshotId !== undefined && snapshotId !== taken.snapshotId)
+        ) {
+          throw snapshotNameTaken(request.name, taken.snapshotId);
+        }
+        snapshotId = taken.snapshotId;
+        tag = (await this.#tagged()).find((t) =>
+          !t.archiveOf && t.info.snapshotId === taken.snapshotId
+        )?.ref.split(":")[1];
+      }
     }
     const inspect = await this.#engine.callContainer(
       id,
@@ -110,7 +149,7 @@ export class Snapshots {
       (container, signal) => container.inspect({ size: true, abortSignal: signal }),
     );
     const info: SnapshotInfo = {
-      snapshotId: newSnapshotId(),
+      snapshotId: snapshotId ?? newSnapshotId(),
       team: request.team,
       ...(request.name === undefined ? {} : { name: request.name }),
       sandboxId: id,
@@ -140,7 +179,7 @@ export class Snapshots {
         if (!container.commit) throw new TypeError("The engine client cannot commit containers");
         return container.commit({
           repo: SNAPSHOT_REPOSITORY,
-          tag: info.snapshotId,
+          tag: tag ?? info.snapshotId,
           pause: true,
           changes: Object.entries(labels).map(([k, v]) => `LABEL ${k}=${JSON.stringify(v)}`),
           comment: `Snapshot of sandbox ${id} on node ${this.#nodeId}`,
@@ -151,6 +190,10 @@ export class Snapshots {
     );
     if (archive && this.#engine.client.listImages) {
       (await this.#archiveMap()).set(id, info.snapshotId);
+    }
+    // Committed under the plain tag: a healed copy of an earlier build here is older now.
+    if (snapshotId !== undefined && tag === snapshotId) {
+      await dropHealedCopy(this.#engine, snapshotId, this.#instanceId);
     }
     return info;
   }
@@ -269,6 +312,36 @@ export class Snapshots {
       SNAPSHOT_REPOSITORY,
       `${snapshotId}-${this.#instanceId}`,
     );
+    await this.#dropOwnOlder(snapshotId);
+  }
+
+  /**
+   * Untags this instance's own {@linkcode snapshotImage} of `snapshotId` after a heal: a heal of
+   * an id this instance holds itself happens only when its build is older (the name was taken
+   * again, or the template built again, on another node), and the newest must be what a create
+   * starts from. Another instance's image by that tag (an engine shared by nodes) is left.
+   */
+  async #dropOwnOlder(snapshotId: string): Promise<void> {
+    const ref = snapshotImage(snapshotId);
+    const image = this.#engine.client.getImage(ref);
+    let labels: Record<string, string> | undefined;
+    try {
+      const inspect = await this.#engine.call(
+        `inspecting ${ref}`,
+        (signal) => image.inspect({ abortSignal: signal }),
+      );
+      labels = (inspect as { Config?: { Labels?: Record<string, string> } }).Config?.Labels;
+    } catch (error) {
+      if (error instanceof ExecutorError && error.code === "not_found") return;
+      throw error;
+    }
+    if (labels?.[L.instance] !== this.#instanceId || !image.remove) return;
+    await this.#engine.call(
+      `removing the older build of ${snapshotId}`,
+      (signal) => image.remove!({ force: true, abortSignal: signal }),
+    ).catch((error) => {
+      if (!(error instanceof ExecutorError && error.code === "not_found")) throw error;
+    });
   }
 
   /** The snapshot `snapshotId` of this instance (and of `team`, when given), or undefined. */

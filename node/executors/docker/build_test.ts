@@ -77,6 +77,28 @@ Deno.test({
       await assert.rejects(docker.getContainer(stray.id).inspect(), /no such container/i);
       assert.deepEqual((await executor.listSnapshots("t")).map((s) => s.name), ["unit"]);
 
+      // Another team, the same steps and the same files hash over other files: nothing of the
+      // first team's step cache is used.
+      await Deno.mkdir(`${dir}/other/conf`, { recursive: true });
+      await Deno.writeTextFile(`${dir}/other/conf/x.txt`, "other team\n");
+      const otherArchive = await new Deno.Command("tar", {
+        args: ["czf", `${dir}/other.tar.gz`, "-C", `${dir}/other`, "conf"],
+      }).output();
+      assert.ok(otherArchive.success);
+      const otherLines: string[] = [];
+      await executor.buildTemplate({
+        ...spec,
+        templateId: `snap-${"b".repeat(14)}${tag}`,
+        buildId: crypto.randomUUID(),
+        team: "u",
+      }, {
+        log: (_level, message) => otherLines.push(message),
+        contextFile: (h) => h === hash ? `${dir}/other.tar.gz` : undefined,
+        signal: new AbortController().signal,
+      });
+      assert.ok(otherLines.includes("other team"), otherLines.join("\n"));
+      assert.ok(!otherLines.some((l) => l.includes("CACHED")), otherLines.join("\n"));
+
       await executor.create({
         id: "s1",
         name: "s1",
