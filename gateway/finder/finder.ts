@@ -2,8 +2,9 @@
  * `gateway/finder/` owns the answer to "which node holds this sandbox": the order of the rules
  * (`finder.ts`), the cache (`cache.ts`), the outcomes and their sentences (`outcomes.ts`), rounds
  * shared by concurrent callers (`rounds.ts`), the nodes a round may skip by their digests
- * (`digests.ts`), the ask to one node (`lookup_client.ts`) and the per-node cap on asks in flight
- * (`node_limit.ts`).
+ * (`digests.ts`), the nodes shared mode's records add (`recorded.ts`), the ask to one node
+ * (`lookup_client.ts`), the per-node cap on asks in flight (`node_limit.ts`) and what an embedder
+ * passes in (`options.ts`).
  *
  * The Finder: which node holds a sandbox, by name or by id. This file holds the order of the
  * rules: the cache first, then one lookup round under one deadline, its answers judged into an
@@ -15,7 +16,7 @@
  *
  * @module
  */
-import { asFetch, type FetchHandler } from "../../shared/fetch_handler.ts";
+import { asFetch } from "../../shared/fetch_handler.ts";
 import type { FleetNode, NodeDirectory } from "../fleet/fleet.ts";
 import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_client.ts";
 import { newGatewayInstanceId } from "../door.ts";
@@ -24,6 +25,16 @@ import { boundedFanOut } from "./fan_out.ts";
 import { FoundCache } from "./cache.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
+import {
+  defaultTimers,
+  type FinderMetrics,
+  type FinderOptions,
+  type FinderTimers,
+  type FindOptions,
+  type LookupDigestMode,
+  type RecentLookup,
+} from "./options.ts";
+import { askRecorded, type MoreNodes, recordedNodes } from "./recorded.ts";
 import { splitTeamScopedName } from "../../shared/teams.ts";
 import { DigestSkips } from "./digests.ts";
 import { registerProbes } from "./_probes.ts";
@@ -46,144 +57,14 @@ export type {
   FindResult,
   FindUnsure,
 } from "./outcomes.ts";
-
-/** What the Finder tells its metrics hook; every method is cheap enough for the hot path. */
-export interface FinderMetrics {
-  /** `cached()` answered from the cache. */
-  cacheHit(): void;
-  /** A caller needed a lookup round (shared or not). */
-  cacheMiss(): void;
-  /** A lookup round ended with `outcome` after `seconds`, having asked `nodes` nodes. */
-  lookupRound(outcome: FindResult["kind"], seconds: number, nodes: number): void;
-}
-
-/** Timer functions, injectable so tests fire the deadline themselves. */
-export interface FinderTimers {
-  /** Like `setTimeout`: schedules `fn`, returning a handle for `clearTimeout`. */
-  setTimeout(fn: () => void, ms: number): unknown;
-  /** Like `clearTimeout`: the round finished before its deadline. */
-  clearTimeout(handle: unknown): void;
-}
-
-/** Options for {@linkcode Finder}. */
-export interface FinderOptions {
-  /** The nodes to ask (a `Fleet`). */
-  fleet: NodeDirectory;
-  /** The fleet token, sent as `Authorization: Bearer <token>` to every node. */
-  token: string;
-  /**
-   * One deadline for a whole lookup round, connect included. Default 2000 ms
-   * (`DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS`): a healthy node answers in milliseconds, and a client
-   * waits at most this long before hearing that a node is silent, where a plain connect timeout
-   * would hold it 10 s for a SYN that never comes back.
-   */
-  timeoutMs?: number;
-  /**
-   * Cache entries per index (one index by name, one by id). Default 100,000: an entry is a few
-   * hundred bytes, so each index stays in the tens of megabytes while covering every live
-   * sandbox of a large fleet; a miss only costs one round.
-   */
-  cacheSize?: number;
-  /**
-   * The HTTP client; the global `fetch` by default. Any `(request) => Response` handler serves,
-   * e.g. `(r) => app.request(r)` of a Hono app.
-   */
-  fetch?: FetchHandler;
-  /** Time source for the round's duration in logs; the real clock by default. */
-  clock?: Clock;
-  /** Where events go; silent by default. */
-  log?: Log;
-  /** Timer functions for the deadline; the globals by default. */
-  timers?: FinderTimers;
-  /**
-   * Lookups in flight to one node at once; the rest queue (first in, first out) and their wait
-   * counts against the round's deadline. Default 16: a burst of 1,000 acquires over 10 nodes
-   * otherwise opens about 10,000 connections at once, and the nodes spend longer than the
-   * deadline accepting them, so whole rounds come back unsure (measured: 41-50% of a 1,000
-   * burst failed; with 16 per node none did, at 2.5x the throughput).
-   */
-  maxLookupsPerNode?: number;
-  /**
-   * Nodes asked at once by one lookup round (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`); the next
-   * node is asked as soon as one answers. Default 128: at 10,000 nodes a round that asked all at
-   * once opened 10,000 connections together and heard none of them within the deadline. A node
-   * not yet asked when the deadline passes counts as not heard: the round is `unsure`, and the
-   * answer says how many were not asked.
-   */
-  lookupConcurrency?: number;
-  /** Counts cache hits and misses and times lookup rounds (`GatewayMetrics`); none by default. */
-  metrics?: FinderMetrics;
-  /**
-   * The gateway's id in the hop marker every lookup carries, so a lookup that comes back to the
-   * gateway is refused (see `gateway/door.ts`). A fresh random id by default; `createGateway`
-   * passes its own, the one its door checks.
-   */
-  hopMarker?: string;
-  /**
-   * Whether a miss may skip nodes whose check-in digest says they cannot hold the key:
-   * `"off"` (the Finder's default; `createGateway` defaults to `"on"`) asks every node; `"on"`
-   * skips them when their digest says they push creates made behind the gateway's back
-   * (`directPushed`), which is sound for one gateway, and for several with `recent`;
-   * `"sole-writer"` skips them on the operator's word that nothing else creates there.
-   * docs/lookup-digest.md has the argument and the cases where every node is asked anyway.
-   */
-  lookupDigests?: LookupDigestMode;
-  /**
-   * Shared mode (several gateways): where the records of every gateway's recent creates are
-   * read (`RecentCreates`). With it, a miss in mode `on` reads the key's one record and asks the
-   * node it names whatever that node's digest says, and trusts a digest while its node's last
-   * check-in is at most `trustMs` old (docs/lookup-digest.md, "Several gateways"). The record is
-   * read while the digests' nodes are asked, under the same deadline; one that cannot be read
-   * makes the miss ask every node, and one not read before the deadline makes it unsure.
-   */
-  recent?: RecentLookup;
-}
-
-/** Shared mode's records of recent creates, as the Finder reads them. */
-export interface RecentLookup {
-  /**
-   * The nodes recent creates of `key` went to (empty when none is recorded).
-   *
-   * @throws when the records cannot be read: the miss then asks every node.
-   */
-  nodesFor(by: FindBy, key: string): Promise<string[]>;
-  /** How old a node's last check-in may be for its digest to be trusted, in ms. */
-  readonly trustMs: number;
-}
-
-/**
- * How a lookup miss uses the nodes' digests (docs/lookup-digest.md): `off` asks every node;
- * `sole-writer` skips by digest on the operator's word that this gateway is the one way
- * sandboxes are created on its nodes; `on` skips by digest only the nodes that push creates made
- * behind the gateway's back (`lookupDigest.directPushed`) and asks the others.
- */
-export type LookupDigestMode = "off" | "sole-writer" | "on";
-
-/** Options for one call. */
-export interface FindOptions {
-  /**
-   * The client's signal. When it aborts, this call rejects with its reason; the shared round
-   * goes on for other callers and is aborted (stopping the nodes' work) once every caller left.
-   */
-  signal?: AbortSignal;
-  /**
-   * Start a new round even when one for this key is in flight (later callers may share it).
-   * `confirm()` always does: a round that began before a creator entered its name's slot may
-   * predate a create that an earlier holder of the slot made, and must not let it build twice.
-   */
-  fresh?: boolean;
-  /**
-   * The creator's slot token (shared mode, `SlotHold.token`): sent with every lookup of the
-   * round (`x-dormice-slot-token`), so each node asked refuses from then on a build of the name
-   * by a gateway whose take is older.
-   */
-  slotToken?: string;
-}
-
-const defaultTimers: FinderTimers = {
-  setTimeout: (fn, ms) => setTimeout(fn, ms),
-  clearTimeout: (handle) => clearTimeout(handle as number),
-};
+export type {
+  FinderMetrics,
+  FinderOptions,
+  FinderTimers,
+  FindOptions,
+  LookupDigestMode,
+  RecentLookup,
+} from "./options.ts";
 
 /**
  * Finds the node that holds a sandbox. A bounded LRU cache answers first; on a miss one lookup
@@ -534,7 +415,7 @@ export class Finder {
         fanOut(nodes),
         more === undefined
           ? Promise.resolve({ nodes: [] as FleetNode[], answers: [] as LookupAnswer[] })
-          : this.#askMore(more, controller.signal, fanOut),
+          : askRecorded(more, controller.signal, fanOut),
       ]);
       nodes = [...nodes, ...second.nodes];
       answers = [...first, ...second.answers];
@@ -576,37 +457,6 @@ export class Finder {
     if (silent.length > 0) return unsureOf(key, silent);
     return { kind: "none" };
   }
-
-  /**
-   * Waits for the nodes a record adds and asks them. A record not read before the deadline
-   * leaves every node the digests skipped unheard ("not asked"): the round is unsure.
-   */
-  async #askMore(
-    more: MoreNodes,
-    signal: AbortSignal,
-    fanOut: (list: FleetNode[]) => Promise<LookupAnswer[]>,
-  ): Promise<{ nodes: FleetNode[]; answers: LookupAnswer[] }> {
-    let onAbort!: () => void;
-    const aborted = new Promise<"aborted">((resolve) => {
-      onAbort = () => resolve("aborted");
-      if (signal.aborted) onAbort();
-      else signal.addEventListener("abort", onAbort, { once: true });
-    });
-    try {
-      const list = await Promise.race([more.nodes, aborted]);
-      if (list === "aborted") {
-        const cause = "not asked: the record of recent creates in etcd was not read in time";
-        return {
-          nodes: more.skipped,
-          answers: more.skipped.map(() => ({ kind: "silent", cause })),
-        };
-      }
-      return { nodes: list, answers: await fanOut(list) };
-    } finally {
-      signal.removeEventListener("abort", onAbort);
-    }
-  }
-
   /** `#decide` timed: the round's outcome, duration and fan-out go to the metrics. */
   async #round(
     by: FindBy,
@@ -624,7 +474,20 @@ export class Finder {
     let more: MoreNodes | undefined;
     if (this.#digests !== "off") {
       nodes = this.#skips.toAsk(alive, by, key);
-      if (this.#recent !== undefined) more = this.#recorded(by, key, alive, nodes);
+      if (this.#recent !== undefined) {
+        more = recordedNodes(
+          {
+            recent: this.#recent,
+            timers: this.#timers,
+            timeoutMs: this.#timeoutMs,
+            log: this.#log,
+          },
+          by,
+          key,
+          alive,
+          nodes,
+        );
+      }
     }
     this.#lastAsked = nodes.length;
     const asked = { count: nodes.length };
@@ -640,36 +503,6 @@ export class Finder {
     );
     this.#metrics?.lookupRound(result.kind, (performance.now() - started) / 1000, asked.count);
     return result;
-  }
-
-  /**
-   * Shared mode: the nodes a round must ask beyond `asked` by the key's records: the nodes they
-   * name, or, when the record cannot be read within half the lookup deadline, every node the
-   * digests skipped (asked in the half left, as mode `off` would).
-   */
-  #recorded(by: FindBy, key: string, alive: FleetNode[], asked: FleetNode[]): MoreNodes {
-    const askedIds = new Set(asked.map((n) => n.id));
-    const skipped = alive.filter((n) => !askedIds.has(n.id));
-    let timer: unknown;
-    const late = new Promise<never>((_, reject) => {
-      const ms = this.#timeoutMs / 2;
-      timer = this.#timers.setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-    });
-    const read = this.#recent!.nodesFor(by, key);
-    const nodes = Promise.race([read, late]).then(
-      (ids) => skipped.filter((n) => ids.includes(n.id)),
-      (error) => {
-        this.#log("warn", "cannot read the record of recent creates: asking every node", {
-          by,
-          key,
-          cause: error instanceof Error ? error.message : String(error),
-        });
-        return skipped;
-      },
-    ).finally(() => this.#timers.clearTimeout(timer));
-    read.catch(() => {});
-    late.catch(() => {});
-    return { nodes, skipped };
   }
 
   /** Asks one node by id under its own deadline (the creators' confirm and the 404 re-check). */
@@ -693,14 +526,6 @@ export class Finder {
     if (signal?.aborted) throw signal.reason;
     return answer;
   }
-}
-
-/** Shared mode: the nodes a key's record adds to a round, once read, and those it may add. */
-interface MoreNodes {
-  /** The nodes to ask beyond the digests' (never rejects). */
-  nodes: Promise<FleetNode[]>;
-  /** Every node the digests skipped: unheard when the record is not read in time. */
-  skipped: FleetNode[];
 }
 
 function timeoutError(ms: number): DOMException {

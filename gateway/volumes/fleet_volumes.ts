@@ -17,8 +17,11 @@ import { HttpError } from "../../shared/http_error.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import { newVolumeId, VOLUME_ID } from "../../shared/volumes.ts";
 import { tokenMatcher } from "../../shared/token.ts";
-import type { GatewayParts } from "../faces/parts.ts";
+import type { BodyCapOptions } from "../../shared/json_body.ts";
+import type { Log } from "../../shared/log.ts";
+import type { Fleet } from "../fleet/fleet.ts";
 import type { FleetNode } from "../fleet/node.ts";
+import type { GatewayRouting } from "../routing/routing.ts";
 import { capture, forward } from "../routing/forward.ts";
 import { type VolumeRow, type VolumeStore, volumeToken } from "./table.ts";
 
@@ -28,16 +31,31 @@ const VOLUME_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 /** How long a node call about a volume (create, delete, users) may take. */
 const NODE_CALL_TIMEOUT_MS = 30_000;
 
+/**
+ * What the volumes use of the gateway's parts (`faces/parts.ts`): named here so this file does not
+ * import the parts, which hold a `FleetVolumes` themselves.
+ */
+export interface VolumeParts {
+  /** The nodes that checked in: where a volume lives and whether that node is up. */
+  fleet: Fleet;
+  /** The node headers, the node fetch and the fan-out the volume calls go through. */
+  routing: GatewayRouting;
+  /** The cap every JSON body is read under. */
+  jsonBodyCap: BodyCapOptions;
+  /** The gateway's log. */
+  log: Log;
+}
+
 /** The gateway's side of managed volumes over one database and one fleet token. */
 export class FleetVolumes {
   /** The table of who owns each volume and where it lives. */
   readonly table: VolumeStore;
-  readonly #parts: GatewayParts;
+  readonly #parts: VolumeParts;
   readonly #token: string;
   /** Creates in flight that mount a volume, by id: a delete or move waits for none. */
   readonly #mounting = new Map<string, number>();
 
-  constructor(parts: GatewayParts, table: VolumeStore) {
+  constructor(parts: VolumeParts, table: VolumeStore) {
     this.#parts = parts;
     this.table = table;
     this.#token = parts.routing.nodeHeaders.authorization.slice("Bearer ".length);

@@ -1,5 +1,7 @@
 import assert from "node:assert/strict";
-import { ConnectionShares, EgressProxy, hostOf, judgeName, sniOf } from "./_egress_proxy.ts";
+import { EgressProxy } from "./_egress_proxy.ts";
+import { hostOf, judgeName, sniOf } from "./_egress_names.ts";
+import { ConnectionShares } from "./_egress_shares.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 
 /** The first bytes a TLS client sends for `name`: a real ClientHello, captured on loopback. */

@@ -1,0 +1,351 @@
+/**
+ * The egress proxy's TLS-terminating path, for names with header transforms: a sandbox's
+ * connection is handed to the name's terminator (a certificate the fleet egress CA signs,
+ * `_egress_ca.ts`), each request gets the headers of the sandbox's current rules and goes on
+ * over HTTPS that verifies the upstream, through the proxy's own CONNECT tunnel pinned to the
+ * address judged. Terminators, upstream clients and requests in flight are each capped.
+ *
+ * @module
+ */
+import { type EgressRules, transformsFor } from "../../../shared/egress_rules.ts";
+import type { Log } from "../../../shared/log.ts";
+import type { EgressCa } from "./_egress_ca.ts";
+import { allows } from "./_egress_names.ts";
+import { ConnectionShares, MAX_CONNECTIONS } from "./_egress_shares.ts";
+import { connectWithin, readHead, splice, writeAll } from "./_egress_wire.ts";
+
+/**
+ * Most names with a TLS terminator at once; past it the least recently used one no connection
+ * is open through is closed (never one in use: that would cut another sandbox's connections).
+ */
+export const MAX_TERMINATORS = 128;
+/**
+ * Most upstream HTTPS clients kept (one per name and address); past it the least recently used
+ * one no opened connection goes on with is closed.
+ */
+export const MAX_CLIENTS = 256;
+
+/** One opened HTTPS connection: whose it is, for which name, and the client it goes on with. */
+interface Opened {
+  id: string;
+  name: string;
+  ip: string;
+  client: Deno.HttpClient;
+}
+
+/**
+ * The HTTPS client to one name at one address: kept, as building one (its root store) costs
+ * more than a request. Its CONNECTs go to the proxy's own tunnel, which the key pins to the
+ * address judged.
+ */
+interface Upstream {
+  client: Deno.HttpClient;
+  key: string;
+  ip: string;
+}
+
+interface Terminator {
+  server: Deno.HttpServer;
+  port: number;
+}
+
+/** Options of {@linkcode TransformPath}: the proxy's own, and how it reaches the proxy's state. */
+export interface TransformPathOptions {
+  /** The fleet egress CA, for names with header transforms. */
+  ca: EgressCa;
+  /** More CA certificates (PEM) upstreams of opened HTTPS may be signed by. */
+  extraCaCerts: string[];
+  /** Where failures are logged (never a header value). */
+  log: Log;
+  /** Most names with a TLS terminator at once. */
+  maxTerminators: number;
+  /** Most upstream HTTPS clients kept, one per name and address. */
+  maxClients: number;
+  /** Most requests of one sandbox in flight to domains with transforms. */
+  maxRequestsPerSandbox: number;
+  /** Sends an opened connection's requests on. */
+  fetch: typeof fetch;
+  /** The current rules of sandbox `id`; `undefined` once the proxy forgot it. */
+  rulesOf: (id: string) => EgressRules | undefined;
+  /** The port of the proxy's own CONNECT listener, which the upstream clients go through. */
+  connectPort: () => number;
+}
+
+/** The opened (TLS-terminated) connections of the proxy, their terminators and clients. */
+export class TransformPath {
+  #ca: EgressCa;
+  #extraCa: string[];
+  #log: Log;
+  #maxTerminators: number;
+  #maxClients: number;
+  #fetch: typeof fetch;
+  #requestsPerSandbox: number;
+  #rulesOf: (id: string) => EgressRules | undefined;
+  #connectPort: () => number;
+  /** Requests of opened connections in flight, by sandbox id, shared as connections are. */
+  #requests: ConnectionShares<AbortController>;
+  /** The same requests, for close() to abort (a terminator's shutdown waits for its requests). */
+  #inFlight = new Set<AbortController>();
+  #opened = new Map<number, Opened>();
+  #upstreams = new Map<string, Upstream>();
+  #byKey = new Map<string, Upstream>();
+  #terminators = new Map<string, Promise<Terminator>>();
+
+  constructor(options: TransformPathOptions) {
+    this.#ca = options.ca;
+    this.#extraCa = options.extraCaCerts;
+    this.#log = options.log;
+    this.#maxTerminators = options.maxTerminators;
+    this.#maxClients = options.maxClients;
+    this.#fetch = options.fetch;
+    this.#requestsPerSandbox = options.maxRequestsPerSandbox;
+    this.#requests = new ConnectionShares(MAX_CONNECTIONS, options.maxRequestsPerSandbox);
+    this.#rulesOf = options.rulesOf;
+    this.#connectPort = options.connectPort;
+  }
+
+  /** Aborts the requests in flight, closes the terminators and the upstream clients. */
+  async close(): Promise<void> {
+    for (const request of this.#inFlight) request.abort(new Error("the egress proxy stopped"));
+    for (const t of this.#terminators.values()) {
+      await t.then((x) => x.server.shutdown(), () => {});
+    }
+    this.#terminators.clear();
+    for (const u of this.#upstreams.values()) u.client.close();
+    this.#upstreams.clear();
+    this.#byKey.clear();
+  }
+
+  /**
+   * Terminates the sandbox's TLS for `name` with the CA's certificate: the connection is handed
+   * to the name's terminator, which adds the headers of the sandbox's current rules to every
+   * request and sends it on to `ip`.
+   */
+  async open(conn: Deno.Conn, id: string, name: string, ip: string, hello: Uint8Array) {
+    let terminator: Terminator;
+    let upstream: Upstream;
+    try {
+      terminator = await this.#terminator(name);
+      upstream = this.#upstream(name, ip);
+    } catch (error) {
+      this.#log("warn", "The egress proxy could not open HTTPS for a domain with transforms", {
+        domain: name,
+        error,
+      });
+      return;
+    }
+    const inner = await Deno.connect({ hostname: "127.0.0.1", port: terminator.port });
+    inner.setNoDelay(true);
+    const opened: Opened = { id, name, ip, client: upstream.client };
+    const port = (inner.localAddr as Deno.NetAddr).port;
+    this.#opened.set(port, opened);
+    try {
+      await writeAll(inner, hello);
+      await splice(conn, inner);
+    } finally {
+      this.#opened.delete(port);
+    }
+  }
+
+  /** The kept HTTPS client to `name` at `ip`, made on first use. */
+  #upstream(name: string, ip: string): Upstream {
+    const at = `${name} ${ip}`;
+    const known = this.#upstreams.get(at);
+    if (known !== undefined) {
+      // Most recently used last: the first is the one to close.
+      this.#upstreams.delete(at);
+      this.#upstreams.set(at, known);
+      return known;
+    }
+    if (this.#upstreams.size >= this.#maxClients) {
+      // The least recently used no opened connection goes on with: closing one in use would
+      // fail another sandbox's requests in flight.
+      const busy = new Set([...this.#opened.values()].map((o) => o.client));
+      const idle = [...this.#upstreams].find(([, u]) => !busy.has(u.client));
+      if (idle === undefined) {
+        throw new Error(`all ${this.#maxClients} upstream clients have connections open`);
+      }
+      this.#upstreams.delete(idle[0]);
+      this.#byKey.delete(idle[1].key);
+      idle[1].client.close();
+    }
+    const key = crypto.randomUUID();
+    const client = Deno.createHttpClient({
+      caCerts: this.#extraCa,
+      proxy: {
+        url: `http://127.0.0.1:${this.#connectPort()}`,
+        basicAuth: { username: key, password: "x" },
+      },
+    });
+    const made = { client, key, ip };
+    this.#upstreams.set(at, made);
+    this.#byKey.set(key, made);
+    return made;
+  }
+
+  #terminator(name: string): Promise<Terminator> {
+    const known = this.#terminators.get(name);
+    if (known !== undefined) {
+      // Most recently used last: the first is the one to close.
+      this.#terminators.delete(name);
+      this.#terminators.set(name, known);
+      return known;
+    }
+    if (this.#terminators.size >= this.#maxTerminators) {
+      const busy = new Set([...this.#opened.values()].map((o) => o.name));
+      const idle = [...this.#terminators.keys()].find((n) => !busy.has(n));
+      if (idle === undefined) {
+        return Promise.reject(
+          new Error(`all ${this.#maxTerminators} opened names have connections open`),
+        );
+      }
+      const t = this.#terminators.get(idle)!;
+      this.#terminators.delete(idle);
+      t.then((x) => x.server.shutdown(), () => {});
+    }
+    const made = (async () => {
+      const { cert, key } = await this.#ca.leaf(name);
+      let port = 0;
+      const server = Deno.serve({
+        hostname: "127.0.0.1",
+        port: 0,
+        cert,
+        key,
+        onListen: (addr) => port = addr.port,
+        onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
+      }, (req, info) => this.#forward(req, (info.remoteAddr as Deno.NetAddr).port));
+      return { server, port: port || (server.addr as Deno.NetAddr).port };
+    })();
+    this.#terminators.set(name, made);
+    made.catch(() => this.#terminators.delete(name));
+    return made;
+  }
+
+  /** One request of an opened connection: the transform's headers added, sent on over HTTPS. */
+  async #forward(req: Request, fromPort: number): Promise<Response> {
+    const opened = this.#opened.get(fromPort);
+    const rules = opened && this.#rulesOf(opened.id);
+    if (opened === undefined || rules === undefined) {
+      return new Response("dormice egress: this connection is no longer the sandbox's\n", {
+        status: 403,
+      });
+    }
+    if (!allows(rules, opened.name, opened.ip)) {
+      // The rules changed since the connection was opened: the name is no longer the sandbox's.
+      return new Response(
+        `dormice egress: the sandbox's egress rules deny ${opened.name} now (changed since ` +
+          "this connection was opened)\n",
+        { status: 403, headers: { "content-type": "text/plain", connection: "close" } },
+      );
+    }
+    if (req.headers.has("upgrade")) {
+      // fetch cannot carry an upgraded connection, so the headers could not go on it.
+      return new Response(
+        `dormice egress: ${opened.name} has header transforms, and an upgraded connection ` +
+          `(Upgrade: ${req.headers.get("upgrade")!.slice(0, 40)}, e.g. a WebSocket) to a domain ` +
+          "with header transforms is not served: use plain HTTPS requests to it, or drop its " +
+          "transform rule to reach it without added headers\n",
+        { status: 501, headers: { "content-type": "text/plain" } },
+      );
+    }
+    const headers = new Headers(req.headers);
+    for (const t of transformsFor(rules.transforms, opened.name) ?? []) {
+      for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);
+    }
+    // Uncompressed: fetch undoes a gzip or br it asked for (even when the sandbox's own header
+    // asked) yet keeps the upstream's Content-Encoding and Content-Length, which would then lie
+    // to the sandbox. With identity the bytes and their headers pass as the upstream sent them.
+    headers.set("accept-encoding", "identity");
+    const url = new URL(req.url);
+    // In flight until its answer's body ends: counted against the sandbox's share (an HTTP/2
+    // connection carries many at once, each an upstream connection of a shared pool).
+    const inFlight = new AbortController();
+    const admitted = this.#requests.admit(opened.id, inFlight, (other) => {
+      other.abort(new Error("closed to give another sandbox its share of the egress proxy"));
+    });
+    if (!admitted) {
+      return new Response(
+        `dormice egress: this sandbox has ${this.#requestsPerSandbox} or more requests in flight ` +
+          "to domains with header transforms, as many as it may have: wait for some to end\n",
+        { status: 503, headers: { "content-type": "text/plain", "retry-after": "1" } },
+      );
+    }
+    this.#inFlight.add(inFlight);
+    const done = () => {
+      this.#requests.release(opened.id, inFlight);
+      this.#inFlight.delete(inFlight);
+    };
+    try {
+      const res = await this.#fetch(`https://${opened.name}${url.pathname}${url.search}`, {
+        method: req.method,
+        headers,
+        body: req.body,
+        redirect: "manual",
+        client: opened.client,
+        signal: inFlight.signal,
+      });
+      if (res.body === null) {
+        done();
+        return new Response(null, { status: res.status, headers: res.headers });
+      }
+      const reader = res.body.getReader();
+      const body = new ReadableStream<Uint8Array>({
+        async pull(controller) {
+          try {
+            const { done: end, value } = await reader.read();
+            if (end) {
+              done();
+              controller.close();
+            } else controller.enqueue(value);
+          } catch (error) {
+            done();
+            controller.error(error);
+          }
+        },
+        cancel(reason) {
+          done();
+          return reader.cancel(reason);
+        },
+      });
+      return new Response(body, { status: res.status, headers: res.headers });
+    } catch (error) {
+      done();
+      const why = error instanceof Error ? error.message : String(error);
+      return new Response(`dormice egress: ${opened.name} could not be reached: ${why}\n`, {
+        status: 502,
+      });
+    }
+  }
+
+  /** A CONNECT from the proxy's own HTTPS client: to the address the judged name resolved to. */
+  async tunnel(conn: Deno.Conn): Promise<void> {
+    const head = await readHead(conn, (data) => {
+      const text = new TextDecoder().decode(data);
+      return text.includes("\r\n\r\n") ? text : null;
+    });
+    if (head === null) return;
+    const auth = /\r\nproxy-authorization:\s*basic\s+(\S+)/i.exec(head.value)?.[1];
+    let user = "";
+    try {
+      user = atob(auth ?? "").split(":")[0];
+    } catch { /* not base64: refused below */ }
+    const pinned = this.#byKey.get(user);
+    if (pinned === undefined) {
+      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 407 Unknown\r\n\r\n")).catch(
+        () => {},
+      );
+      return;
+    }
+    let upstream: Deno.TcpConn;
+    try {
+      upstream = await connectWithin(pinned.ip, 443);
+    } catch {
+      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 502 Unreachable\r\n\r\n")).catch(
+        () => {},
+      );
+      return;
+    }
+    await writeAll(conn, new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
+    await splice(conn, upstream);
+  }
+}
