@@ -2,7 +2,9 @@
  * `FakeExecutor`: sandboxes in memory, for tests and demos, with hooks to park, slow down or fail
  * any call. This file holds each sandbox's state and the verbs on it; its pieces live beside it:
  * the file tree (`_fake_fs.ts`), commands (`_fake_process.ts`, run by the shell in
- * `_fake_shell.ts`), served ports (`_fake_ports.ts`) and the hooks (`_fake_hooks.ts`).
+ * `_fake_shell.ts`), served ports (`_fake_ports.ts`), the hooks (`_fake_hooks.ts`), snapshots and
+ * their export (`_fake_snapshots.ts`), template builds (`_fake_template_build.ts`), egress rules
+ * (`_fake_egress.ts`) and its options (`_fake_options.ts`).
  *
  * @module
  */
@@ -20,14 +22,12 @@ import {
   type FileStream,
   type FsChange,
   type ImageExport,
-  newSnapshotId,
   noEgress,
   type PortAddress,
   readFileStream,
   type SandboxLimits,
   type SandboxStats,
   type SnapshotInfo,
-  snapshotNameTaken,
   snapshotNotFound,
   type SnapshotRequest,
   unknownVolume,
@@ -36,23 +36,22 @@ import {
 } from "./contract.ts";
 import type { SandboxSpec } from "../../shared/schemas.ts";
 import type { EgressRules } from "../../shared/egress_rules.ts";
-import { type BuildIo, TemplateBuildError, type TemplateBuildSpec } from "./template_build.ts";
+import type { BuildIo, TemplateBuildSpec } from "./template_build.ts";
+import { FakeSnapshots } from "./_fake_snapshots.ts";
+import { FakeEgress } from "./_fake_egress.ts";
+import { defaultTemplateNames, type FakeExecutorOptions } from "./_fake_options.ts";
+import { buildFakeTemplate } from "./_fake_template_build.ts";
 import { type FakePortHandler, FakePorts } from "./_fake_ports.ts";
 import { FakeFs, fakeHomeOf, fakeUser } from "./_fake_fs.ts";
 import { FakeProcess, type ProcessSandbox } from "./_fake_process.ts";
 import type { Clock } from "../../shared/clock.ts";
 import { systemClock } from "../../shared/clock.ts";
-import { DEFAULT_TEMPLATES, parseTemplates, unknownTemplateError } from "./docker/templates.ts";
+import { unknownTemplateError } from "./docker/templates.ts";
 import { metadataUnsupported } from "./docker/_stat.ts";
 import { FakeExecutorHooks } from "./_fake_hooks.ts";
 
-/** The SHA-256 of `bytes` as `sha256:` and 64 hex digits, as Docker names its image ids. */
-async function sha256Hex(bytes: Uint8Array<ArrayBuffer>): Promise<string> {
-  const hash = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  return `sha256:${Array.from(hash, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
 export { type FakeCall, FakeExecutorHooks } from "./_fake_hooks.ts";
+export type { FakeExecutorOptions } from "./_fake_options.ts";
 
 interface FakeSandbox extends ProcessSandbox {
   id: string;
@@ -61,34 +60,6 @@ interface FakeSandbox extends ProcessSandbox {
   watches: Set<() => void>;
   nextPid: number;
   destroyed: boolean;
-}
-
-/** Options of {@linkcode FakeExecutor}. */
-export interface FakeExecutorOptions {
-  /**
-   * Templates it accepts: the names of `DORMICE_TEMPLATES` on a node, the names of
-   * {@linkcode DEFAULT_TEMPLATES} when absent, as the Docker executor does.
-   */
-  templates?: Iterable<string>;
-  /** Volume names a create may mount (nothing is mounted: the names are only checked). */
-  volumes?: string[];
-  /**
-   * The node's managed volumes: a name it answers with a directory may be mounted too (only
-   * checked, like `volumes`).
-   */
-  managedVolumes?: (name: string) => string | undefined;
-  /** Stamps file modification times and `stats().takenAt`; `systemClock` when absent. */
-  clock?: Clock;
-  /** Limits of a spec that sets none: Docker's defaults (1 cpu, 512 MiB) when absent. */
-  defaults?: Partial<SandboxLimits>;
-  /**
-   * Whether it takes egress address rules (recorded, see `egressRulesOf`); true by default.
-   * False stands for a node that cannot enforce them: a create asking for them is refused,
-   * `setEgressRules` is absent and the capabilities say so.
-   */
-  egressRules?: boolean;
-  /** The node id its snapshots record as their origin; `"fake"` when absent. */
-  nodeId?: string;
 }
 
 /**
@@ -118,7 +89,7 @@ export class FakeExecutor implements Executor {
   readonly hooks: FakeExecutorHooks = new FakeExecutorHooks();
   #sandboxes = new Map<string, FakeSandbox>();
   /** Snapshots by id, each with the file tree it keeps; gone when deleted or the executor closes. */
-  #snapshots = new Map<string, { info: SnapshotInfo; fs: FakeFs }>();
+  #snapshots = new FakeSnapshots();
   /** What `archive` kept, by sandbox id: its file tree; gone on restore, destroy or close. */
   #archives = new Map<string, FakeFs>();
   #nodeId: string;
@@ -128,8 +99,7 @@ export class FakeExecutor implements Executor {
   #managedVolumes?: (name: string) => string | undefined;
   #clock: Clock;
   #defaults: SandboxLimits;
-  #egressRules = new Map<string, EgressRules>();
-  #egressHistory = new Map<string, EgressRules[]>();
+  #egress = new FakeEgress();
   /**
    * Replaces a sandbox's recorded egress rules, as the Docker executor's kernel rules would be
    * replaced. Absent when the executor was made with `egressRules: false`.
@@ -163,7 +133,7 @@ export class FakeExecutor implements Executor {
         ) {
           throw noEgress(id);
         }
-        this.#recordEgress(id, rules);
+        this.#egress.record(id, rules);
       };
     }
   }
@@ -173,22 +143,12 @@ export class FakeExecutor implements Executor {
    * sandbox without any (none asked at create and none set since, or destroyed).
    */
   egressRulesOf(id: string): EgressRules | undefined {
-    const rules = this.#egressRules.get(id);
-    return rules && structuredClone(rules);
+    return this.#egress.of(id);
   }
 
   /** Every rule set a sandbox was given, oldest first: each replaced the one before whole. */
   egressHistoryOf(id: string): EgressRules[] {
-    return structuredClone(this.#egressHistory.get(id) ?? []);
-  }
-
-  #recordEgress(id: string, rules: EgressRules): void {
-    this.#egressRules.set(id, structuredClone(rules));
-    const history = this.#egressHistory.get(id) ?? [];
-    // Bounded: a test reads the last few; the oldest go first.
-    if (history.length >= 64) history.shift();
-    history.push(structuredClone(rules));
-    this.#egressHistory.set(id, history);
+    return this.#egress.history(id);
   }
 
   /** The spec's cpus and memory, else the defaults; `stats()` reports the same. */
@@ -237,7 +197,7 @@ export class FakeExecutor implements Executor {
     }
     if (request.spec.egressRules !== undefined) {
       if (this.setEgressRules === undefined) throw egressRulesUnserved();
-      this.#recordEgress(request.id, request.spec.egressRules);
+      this.#egress.record(request.id, request.spec.egressRules);
     }
     this.#sandboxes.set(request.id, {
       id: request.id,
@@ -291,8 +251,7 @@ export class FakeExecutor implements Executor {
     const sandbox = this.#sandboxes.get(id);
     if (!sandbox) return;
     this.#sandboxes.delete(id);
-    this.#egressRules.delete(id);
-    this.#egressHistory.delete(id);
+    this.#egress.forget(id);
     sandbox.destroyed = true;
     for (const stop of [...sandbox.watches]) stop();
     await this.#ports.closeSandbox(id);
@@ -491,23 +450,8 @@ export class FakeExecutor implements Executor {
   async snapshot(id: string, request: SnapshotRequest): Promise<SnapshotInfo> {
     await this.hooks.enter("snapshot");
     const sandbox = this.#get(id);
-    let snapshotId = request.snapshotId;
-    if (request.name !== undefined) {
-      const taken = [...this.#snapshots.values()].find((s) =>
-        s.info.team === request.team && s.info.name === request.name
-      );
-      // The name's snapshot gets a new build under its id (E2B's createSnapshot({name})).
-      if (taken) {
-        if (
-          !request.rebuild || (snapshotId !== undefined && snapshotId !== taken.info.snapshotId)
-        ) {
-          throw snapshotNameTaken(request.name, taken.info.snapshotId);
-        }
-        snapshotId = taken.info.snapshotId;
-      }
-    }
     const info: SnapshotInfo = {
-      snapshotId: snapshotId ?? newSnapshotId(),
+      snapshotId: this.#snapshots.idFor(request),
       team: request.team,
       ...(request.name === undefined ? {} : { name: request.name }),
       sandboxId: id,
@@ -516,7 +460,7 @@ export class FakeExecutor implements Executor {
       createdAt: this.#clock.now(),
       sizeBytes: sandbox.fs.bytes(),
     };
-    this.#snapshots.set(info.snapshotId, { info, fs: sandbox.fs.copy() });
+    this.#snapshots.keep(info, sandbox.fs.copy());
     return { ...info };
   }
 
@@ -527,104 +471,38 @@ export class FakeExecutor implements Executor {
    * snapshot `spec.templateId` of the team, named `spec.name`, replacing one by that id or name.
    */
   async buildTemplate(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
-    const base = spec.fromSnapshot ?? spec.fromTemplate ??
-      (spec.fromImage === undefined || spec.fromImage === "e2bdev/base" ? "base" : undefined);
-    if (base === undefined) {
-      throw new TemplateBuildError(
-        "base",
-        `fromImage('${spec.fromImage}') could not be pulled: the fake executor pulls no image. ` +
-          "Use fromTemplate('base')",
-      );
-    }
-    if (spec.fromSnapshot === undefined && !this.#templates.has(base)) {
-      throw new TemplateBuildError("base", unknownTemplateError(base, this.#templates).message);
-    }
-    io.log("info", `[base] FROM ${base}`, "base");
-    const id = `build-${spec.buildId}`;
-    await this.create({
-      id,
-      name: id,
-      template: spec.fromSnapshot === undefined ? base : "base",
-      ...(spec.fromSnapshot === undefined ? {} : { snapshot: spec.fromSnapshot }),
-      spec: {},
-      env: {},
-    });
-    try {
-      for (const [index, step] of spec.steps.entries()) {
-        io.signal.throwIfAborted();
-        const name = String(index + 1);
-        io.log("info", `[${name}] ${step.type} ${step.args.join(" ")}`, name);
-        if (step.type === "COPY" && !(step.filesHash && io.contextFile(step.filesHash))) {
-          throw new TemplateBuildError(name, `Step ${name} (COPY) has no uploaded files`);
-        }
-        if (step.type !== "RUN") continue;
-        const handle = await this.exec(id, { cmd: ["/bin/sh", "-c", step.args[0] ?? ""] });
-        const [out, err, exit] = await Promise.all([
-          new Response(handle.stdout).text(),
-          new Response(handle.stderr).text(),
-          handle.exited,
-        ]);
-        const lines = (out + err).split("\n").filter((l) => l !== "");
-        for (const line of lines) io.log("info", line, name);
-        if (exit.exitCode !== 0) {
-          const tail = lines.slice(-20);
-          throw new TemplateBuildError(
-            name,
-            `Step ${name} failed: '${step.args[0]}' exited with code ${exit.exitCode}` +
-              (tail.length > 0 ? `; its last output:\n${tail.join("\n")}` : ""),
-            tail,
-          );
-        }
-      }
-      const sandbox = this.#get(id);
-      for (const [key, held] of this.#snapshots) {
-        if (held.info.team === spec.team && held.info.name === spec.name) {
-          this.#snapshots.delete(key);
-        }
-      }
-      const info: SnapshotInfo = {
-        snapshotId: spec.templateId,
-        team: spec.team,
-        name: spec.name,
-        sandboxId: "",
-        template: base,
-        node: this.#nodeId,
-        createdAt: this.#clock.now(),
-        sizeBytes: sandbox.fs.bytes(),
-      };
-      this.#snapshots.set(info.snapshotId, { info, fs: sandbox.fs.copy() });
-      io.log("info", `[finalize] template '${spec.name}' is ${spec.templateId}`, "finalize");
-      return { ...info };
-    } finally {
-      await this.destroy(id);
-    }
+    return await buildFakeTemplate(
+      {
+        templates: this.#templates,
+        nodeId: this.#nodeId,
+        snapshots: this.#snapshots,
+        now: () => this.#clock.now(),
+        create: (request) => this.create(request),
+        exec: (id, request) => this.exec(id, request),
+        fsOf: (id) => this.#get(id).fs,
+        destroy: (id) => this.destroy(id),
+      },
+      spec,
+      io,
+    );
   }
 
   /** Publishes (or unpublishes) a built template of `team`; false when it holds none. */
   async setTemplatePublic(templateId: string, team: string, published: boolean): Promise<boolean> {
     await this.hooks.enter("listSnapshots");
-    const held = this.#snapshots.get(templateId);
-    if (!held || held.info.team !== team) return false;
-    if (published) held.info.public = true;
-    else delete held.info.public;
-    return true;
+    return this.#snapshots.setPublic(templateId, team, published);
   }
 
   /** Its snapshots (one team's, with every team's published templates, when `team` is given), oldest first. */
   async listSnapshots(team?: string): Promise<SnapshotInfo[]> {
     await this.hooks.enter("listSnapshots");
-    return [...this.#snapshots.values()].map((s) => ({ ...s.info }))
-      .filter((info) => team === undefined || info.team === team || info.public === true)
-      .sort((a, b) => a.createdAt - b.createdAt || a.snapshotId.localeCompare(b.snapshotId));
+    return this.#snapshots.list(team);
   }
 
   /** Forgets a snapshot; false when it holds none by that id for `team`. */
   async deleteSnapshot(snapshotId: string, team?: string): Promise<boolean> {
     await this.hooks.enter("deleteSnapshot");
-    const held = this.#snapshots.get(snapshotId);
-    if (!held || (team !== undefined && held.info.team !== team)) return false;
-    this.#snapshots.delete(snapshotId);
-    return true;
+    return this.#snapshots.delete(snapshotId, team);
   }
 
   /**
@@ -633,12 +511,7 @@ export class FakeExecutor implements Executor {
    */
   async exportImage(name: string, _signal: AbortSignal): Promise<ImageExport> {
     await this.hooks.enter("exportImage");
-    const held = this.#snapshots.get(name);
-    if (!held) throw snapshotNotFound(name);
-    const bytes = new TextEncoder().encode(
-      JSON.stringify({ info: held.info, fs: new TextDecoder().decode(held.fs.toBytes()) }),
-    );
-    return { digest: await sha256Hex(bytes), body: ReadableStream.from([bytes]) };
+    return await this.#snapshots.export(name);
   }
 
   /**
@@ -652,29 +525,7 @@ export class FakeExecutor implements Executor {
     _signal: AbortSignal,
   ): Promise<void> {
     await this.hooks.enter("importImage");
-    const bytes = new Uint8Array(await new Response(body).arrayBuffer());
-    const digest = await sha256Hex(bytes);
-    if (digest !== expected.digest) {
-      throw new ExecutorError(
-        "invalid",
-        `The image '${name}' that arrived has digest ${digest}, not the ${expected.digest} its ` +
-          "holder named: it was cut or changed on the way; nothing was kept",
-      );
-    }
-    let parsed: { info: SnapshotInfo; fs: string };
-    try {
-      parsed = JSON.parse(new TextDecoder().decode(bytes));
-    } catch (error) {
-      throw new ExecutorError("invalid", `The image '${name}' that arrived is not one: ${error}`);
-    }
-    if (parsed.info?.snapshotId !== name) {
-      throw new ExecutorError(
-        "invalid",
-        `The image that arrived is '${parsed.info?.snapshotId}', not '${name}': nothing was kept`,
-      );
-    }
-    const fs = FakeFs.fromBytes(new TextEncoder().encode(parsed.fs), () => this.#clock.now());
-    this.#snapshots.set(name, { info: parsed.info, fs });
+    await this.#snapshots.import(name, body, expected, () => this.#clock.now());
   }
 
   /** Ids of every sandbox it holds, archived ones too: in memory only, so none survive a restart. */
@@ -740,12 +591,6 @@ export class FakeExecutor implements Executor {
     }
     return sandbox;
   }
-}
-
-/** The template names of {@linkcode DEFAULT_TEMPLATES}, which always parses. */
-function defaultTemplateNames(): string[] {
-  const parsed = parseTemplates(DEFAULT_TEMPLATES);
-  return typeof parsed === "string" ? ["base"] : [...parsed.keys()];
 }
 
 /** Resolves a file verb's path from the run-as user's home, as envd resolves it. */

@@ -13,7 +13,8 @@
  *   token) is streamed to the node.
  * - `POST /v2/templates/{id}/builds/{buildID}` and `GET …/status` go to the building node.
  * - `GET /templates`, `GET /templates/aliases/{alias}` and `GET /templates/{id}/tags` read the
- *   fleet's templates (public) and the team's built ones (its named snapshots).
+ *   fleet's templates (public) and the team's built ones (its named snapshots), found and
+ *   listed by `template_listing.ts`.
  *
  * The gateway remembers each build's node for its build routes: at most
  * {@linkcode KEPT_BUILDS}, the oldest forgotten first (a forgotten build's status is a 404
@@ -28,12 +29,8 @@ import { TEAM_HEADER } from "../../../shared/teams.ts";
 import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
-import { listAll } from "./snapshots.ts";
-import { encodeListCursor } from "../../../shared/list_cursor.ts";
-import { pageSnapshots, snapshotCursor, type SnapshotRow } from "../../../shared/snapshots.ts";
+import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
 
-/** How many pages of 100 snapshot rows `GET /templates` reads at most. */
-export const LIST_PAGES = 50;
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
 /** A template name: what a team calls it (a snapshot name). */
@@ -123,7 +120,15 @@ export class GatewayTemplates {
     if ((rest === "/v3/templates" || rest === "/v2/templates") && method === "POST") {
       return await this.#request(c, team, headers);
     }
-    if (rest === "/templates" && method === "GET") return await this.#list(headers, signal);
+    if (rest === "/templates" && method === "GET") {
+      return await listTemplates(
+        this.#parts,
+        this.#nodeApi,
+        (id) => this.#latest(id)?.buildId,
+        headers,
+        signal,
+      );
+    }
     let m = /^\/templates\/aliases\/([^/]+)$/.exec(rest);
     if (m && method === "GET") return await this.#alias(decoded(m[1]), headers, signal);
     m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
@@ -445,27 +450,12 @@ export class GatewayTemplates {
   }
 
   /** The team's template (built, or a fleet template) by name or id, or undefined. */
-  async #find(
+  #find(
     nameOrId: string,
     headers: Record<string, string>,
     signal: AbortSignal,
-  ): Promise<
-    { templateID: string; node?: string; createdAt: string; public: boolean } | undefined
-  > {
-    const nodes = [...this.#parts.fleet.nodes()];
-    if (nodes.some((n) => n.templates?.includes(nameOrId))) {
-      return { templateID: nameOrId, createdAt: new Date(0).toISOString(), public: true };
-    }
-    const { rows } = await listAll(
-      this.#parts,
-      this.#nodeApi,
-      `?name=${encodeURIComponent(nameOrId)}`,
-      { headers, signal },
-    );
-    const row = rows.find((r) => r.names.includes(nameOrId) || r.snapshotID === nameOrId);
-    return row
-      ? { templateID: row.snapshotID, node: row.node, createdAt: row.createdAt, public: false }
-      : undefined;
+  ): Promise<FoundTemplate | undefined> {
+    return findTemplate(this.#parts, this.#nodeApi, nameOrId, headers, signal);
   }
 
   async #alias(
@@ -476,70 +466,6 @@ export class GatewayTemplates {
     const found = await this.#find(alias, headers, signal);
     if (!found) throw notFound(alias);
     return Response.json({ templateID: found.templateID, public: found.public });
-  }
-
-  async #list(headers: Record<string, string>, signal: AbortSignal) {
-    const rows = await this.#allRows(headers, signal);
-    const fleet = new Set<string>();
-    for (const n of this.#parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
-    const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
-      templateID: id,
-      buildID: this.#latest(id)?.buildId ?? id,
-      cpuCount: 2,
-      memoryMB: 512,
-      diskSizeMB: 0,
-      public: pub,
-      aliases: names,
-      names,
-      createdAt,
-      updatedAt: createdAt,
-      createdBy: null,
-      lastSpawnedAt: null,
-      spawnCount: 0,
-      buildCount: 1,
-      envdVersion: "0.6.13",
-      buildStatus: "ready",
-    });
-    const epoch = new Date(0).toISOString();
-    return Response.json([
-      ...[...fleet].sort().map((t) => template(t, [t], true, epoch)),
-      // The team's named snapshots, built templates among them: a create takes either by name.
-      ...rows.filter((r) => r.names.length > 0)
-        .map((r) => template(r.snapshotID, r.names, false, r.createdAt)),
-    ]);
-  }
-
-  /**
-   * Every snapshot row of the team, page after page (at most {@linkcode LIST_PAGES} of 100),
-   * each snapshot once: a template healed to other nodes is listed by each holder, and the
-   * row of its newest build stands for it.
-   */
-  async #allRows(headers: Record<string, string>, signal: AbortSignal): Promise<SnapshotRow[]> {
-    const byId = new Map<string, SnapshotRow>();
-    let token: string | undefined;
-    for (let i = 0; i < LIST_PAGES; i++) {
-      const search = `?limit=100${token ? `&nextToken=${token}` : ""}`;
-      const { rows, more } = await listAll(this.#parts, this.#nodeApi, search, {
-        headers,
-        signal,
-      });
-      // Each node pages from the same cursor: the first 100 of the union are complete.
-      const { page, more: moreHere } = pageSnapshots(rows, { limit: 100 });
-      const pageIds = new Set(page.map((r) => r.snapshotID));
-      for (const r of rows) {
-        if (!pageIds.has(r.snapshotID)) continue;
-        const held = byId.get(r.snapshotID);
-        if (!held || Date.parse(r.createdAt) > Date.parse(held.createdAt)) {
-          byId.set(r.snapshotID, r);
-        }
-      }
-      if (!(more || moreHere) || page.length === 0) return [...byId.values()];
-      token = encodeListCursor(snapshotCursor(page[page.length - 1]));
-    }
-    this.#parts.log("warn", "a template listing stopped at its page bound", {
-      pages: LIST_PAGES,
-    });
-    return [...byId.values()];
   }
 
   /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
@@ -605,13 +531,6 @@ function decoded(part: string): string {
         "encodeURIComponent",
     );
   }
-}
-
-function notFound(nameOrId: string): HttpError {
-  return new HttpError(
-    404,
-    `Template '${nameOrId}' not found: list your templates with GET /templates, or build it`,
-  );
 }
 
 /** A node's answer passed on: status, body and content type. */

@@ -13,6 +13,7 @@
  * Build containers sit on the node's egress network, as a sandbox with network access does (a
  * package install reaches whatever the node lets sandboxes reach), carry the labels `dormice.instance` and `dormice.build` (never
  * `dormice.sandbox`: they are no sandbox) and are removed after each step.
+ * The image a build starts from is found (or pulled) by `_build_base.ts`.
  *
  * @module
  */
@@ -34,11 +35,10 @@ import type { Sandboxes } from "./_sandboxes.ts";
 import { dropHealedCopy, snapshotImage } from "./_snapshots.ts";
 import type { Engine } from "./engine.ts";
 import { START_LABEL } from "./_containers.ts";
+import { baseImage, imageExists } from "./_build_base.ts";
 
 /** The repository of the per-step cache images; the tag is the step's hash. */
 export const BUILD_CACHE_REPOSITORY = "dormice-build-cache";
-/** E2B's default base image, served by the node's `base` template. */
-const E2B_DEFAULT_IMAGE = "e2bdev/base";
 /** How many step cache images a node keeps (the least recently made go first). */
 export const KEPT_CACHE_IMAGES = 200;
 /** How many output lines of a failing step travel with its error. */
@@ -119,7 +119,7 @@ export class DockerTemplateBuilder {
   }
 
   async #build(spec: TemplateBuildSpec, io: BuildIo): Promise<SnapshotInfo> {
-    const base = await this.#baseImage(spec, io);
+    const base = await baseImage(this.#o, spec, io);
     const inspect = await this.#o.engine.call(
       `inspecting base image ${base}`,
       (signal) => this.#o.engine.client.getImage(base).inspect({ abortSignal: signal }),
@@ -166,7 +166,7 @@ export class DockerTemplateBuilder {
       }
       rebuilt ||= step.force === true;
       const cached = `${BUILD_CACHE_REPOSITORY}:${hash.slice(0, 40)}`;
-      if (!rebuilt && await this.#exists(cached)) {
+      if (!rebuilt && await imageExists(this.#o.engine, cached)) {
         io.log("info", `[${name}] CACHED ${describe(step)}`, name);
         image = cached;
         continue;
@@ -235,71 +235,6 @@ export class DockerTemplateBuilder {
       this.#o.log("warn", "Could not prune the template build cache", { error })
     );
     return info;
-  }
-
-  /** The image the build starts from; an image the engine lacks is pulled. */
-  async #baseImage(spec: TemplateBuildSpec, io: BuildIo): Promise<string> {
-    if (spec.fromSnapshot) return snapshotImage(spec.fromSnapshot);
-    const template = spec.fromTemplate ??
-      (spec.fromImage === undefined || spec.fromImage === E2B_DEFAULT_IMAGE ? "base" : undefined);
-    if (template !== undefined) {
-      const image = this.#o.templates.get(template);
-      if (!image) {
-        throw new TemplateBuildError(
-          "base",
-          `fromTemplate('${template}') names no template of this node: use one of ` +
-            `${[...this.#o.templates.keys()].join(", ")}, or a template your team built`,
-        );
-      }
-      io.log("info", `[base] FROM template ${template} (${image})`, "base");
-      return image;
-    }
-    const image = spec.fromImage!;
-    if (await this.#exists(image)) {
-      io.log("info", `[base] FROM ${image} (present on this node)`, "base");
-      return image;
-    }
-    io.log("info", `[base] pulling ${image} from ${registryOf(image)}`, "base");
-    await this.#pull(image, io);
-    return image;
-  }
-
-  /** Pulls `image`; a failure is the base step's error naming the image and the registry. */
-  async #pull(image: string, io: BuildIo): Promise<void> {
-    const client = this.#o.engine.client as unknown as {
-      pull?(ref: string, options: Record<string, unknown>): Promise<AsyncIterable<Uint8Array>>;
-    };
-    const fail = (why: string) =>
-      new TemplateBuildError(
-        "base",
-        `fromImage('${image}') could not be pulled from ${registryOf(image)}: ${why}. Use an ` +
-          `image this node's engine holds or can reach, or fromTemplate('base')`,
-      );
-    if (typeof client.pull !== "function") throw fail("this engine client cannot pull");
-    let said = "";
-    try {
-      const stream = await this.#o.engine.call(
-        `pulling ${image}`,
-        (signal) => client.pull!(image, { abortSignal: signal }),
-        this.#o.commitTimeoutMs,
-      );
-      for await (const chunk of stream) {
-        said += new TextDecoder().decode(chunk);
-        if (said.length > 65536) said = said.slice(-8192);
-      }
-    } catch (error) {
-      throw fail(error instanceof Error ? error.message : String(error));
-    }
-    const failed = said.split("\n").map((l) => {
-      try {
-        return (JSON.parse(l) as { error?: string }).error;
-      } catch {
-        return undefined;
-      }
-    }).find((e) => e);
-    if (failed) throw fail(failed);
-    if (!(await this.#exists(image))) throw fail("the engine does not hold it after the pull");
-    io.log("info", `[base] pulled ${image}`, "base");
   }
 
   /**
@@ -575,31 +510,6 @@ export class DockerTemplateBuilder {
       }
     }
   }
-
-  /** Whether the engine holds image `ref`. */
-  async #exists(ref: string): Promise<boolean> {
-    try {
-      await this.#o.engine.call(
-        `inspecting image ${ref}`,
-        (signal) => this.#o.engine.client.getImage(ref).inspect({ abortSignal: signal }),
-      );
-      return true;
-    } catch (error) {
-      if (error instanceof ExecutorError && error.code === "not_found") return false;
-      throw error;
-    }
-  }
-}
-
-/** The registry an image reference is pulled from. */
-export function registryOf(image: string): string {
-  const first = image.split("/")[0];
-  if (
-    image.includes("/") && (first.includes(".") || first.includes(":") || first === "localhost")
-  ) {
-    return first;
-  }
-  return "registry-1.docker.io (Docker Hub)";
 }
 
 /** A step as its log line says it. */
