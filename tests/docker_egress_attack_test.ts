@@ -16,6 +16,7 @@
 import assert from "node:assert/strict";
 import { CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { startGateway } from "./_gateway.ts";
+import { netnsReadiness, run } from "./support/netns.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
@@ -24,29 +25,8 @@ import {
   until,
 } from "./_docker.ts";
 
-async function run(cmd: string, args: string[]): Promise<{ ok: boolean; out: string }> {
-  const out = await new Deno.Command(cmd, { args, stdin: "null", stdout: "piped", stderr: "piped" })
-    .output();
-  const dec = new TextDecoder();
-  return { ok: out.success, out: dec.decode(out.stdout) + dec.decode(out.stderr) };
-}
-
-/** Why the test cannot run here, or `null` when it can. */
-async function readiness(): Promise<string | null> {
-  if (Deno.uid() !== 0) return "not root: the node's iptables rules need it";
-  try {
-    if (!(await run("iptables", ["-V"])).ok) return "iptables does not run";
-  } catch {
-    return "iptables is not installed";
-  }
-  if (!(await run("iptables", ["-w", "5", "-S", "DOCKER-USER"])).ok) {
-    return "the engine's DOCKER-USER chain is missing (dockerd --iptables=false?)";
-  }
-  return null;
-}
-
 const docker = await dockerGate("docker egress attack test");
-const why = docker.skip ? null : await readiness();
+const why = docker.skip ? null : await netnsReadiness(false);
 const onCi = Deno.env.get("CI") === "true";
 if (why !== null && !onCi) console.log(`docker egress attack test skipped: ${why}`);
 

@@ -24,6 +24,7 @@ import Docker from "dockerode";
 import { ALL_TRAFFIC, CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import { startGateway } from "./_gateway.ts";
+import { freeSubnet, must, netnsReadiness, run } from "./support/netns.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
@@ -36,52 +37,10 @@ import {
 const FORWARD = "/proc/sys/net/ipv4/ip_forward";
 const PORT = 27000 + Math.floor(Math.random() * 1000);
 
-async function run(cmd: string, args: string[]): Promise<{ ok: boolean; out: string }> {
-  const out = await new Deno.Command(cmd, { args, stdin: "null", stdout: "piped", stderr: "piped" })
-    .output();
-  const dec = new TextDecoder();
-  return { ok: out.success, out: dec.decode(out.stdout) + dec.decode(out.stderr) };
-}
-
-async function must(cmd: string, ...args: string[]): Promise<string> {
-  const r = await run(cmd, args);
-  if (!r.ok) throw new Error(`${cmd} ${args.join(" ")} failed: ${r.out.trim()}`);
-  return r.out;
-}
-
-/** Why the test cannot run here, or `null` when it can. */
-async function readiness(): Promise<string | null> {
-  if (Deno.uid() !== 0) return "not root: ip netns, a veth pair and iptables rules need it";
-  for (const [tool, args] of [["ip", ["-V"]], ["iptables", ["-V"]], ["bash", ["--version"]]]) {
-    try {
-      if (!(await run(tool as string, args as string[])).ok) return `${tool} does not run`;
-    } catch {
-      return `${tool} is not installed`;
-    }
-  }
-  if (!(await run("iptables", ["-w", "5", "-S", "DOCKER-USER"])).ok) {
-    return "the engine's DOCKER-USER chain is missing (dockerd --iptables=false?)";
-  }
-  return null;
-}
-
 const docker = await dockerGate("docker network rules test");
-const why = docker.skip ? null : await readiness();
+const why = docker.skip ? null : await netnsReadiness();
 const onCi = Deno.env.get("CI") === "true";
 if (why !== null && !onCi) console.log(`docker network rules test skipped: ${why}`);
-
-/** A /29 in 198.18.0.0/15 no interface of the host has an address in: host end, A and B. */
-async function freeSubnet(): Promise<{ host: string; a: string; b: string }> {
-  const used = await must("ip", "-4", "-o", "addr", "show");
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const [x, y] = crypto.getRandomValues(new Uint8Array(2));
-    const prefix = `198.${18 + (x & 1)}.${y}.`;
-    if (used.includes(` ${prefix}`)) continue;
-    const base = (x >> 1) & 0xf8;
-    return { host: `${prefix}${base + 1}`, a: `${prefix}${base + 2}`, b: `${prefix}${base + 3}` };
-  }
-  throw new Error("No free /29 in 198.18.0.0/15 after 50 picks");
-}
 
 /** The body a sandbox gets from `address`, or `refused: <curl's exit>` when it gets none. */
 async function fetchFrom(sandbox: Sandbox, address: string): Promise<string> {
