@@ -16,7 +16,7 @@
 import assert from "node:assert/strict";
 import { CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { startGateway } from "./_gateway.ts";
-import { netnsReadiness, run } from "./support/netns.ts";
+import { netnsReadiness } from "./support/netns.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
