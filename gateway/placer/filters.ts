@@ -14,6 +14,7 @@ export type RejectReason =
   | "no-reading"
   | "template"
   | "snapshot"
+  | "heal"
   | "volume"
   | "egress-rules"
   | "cpu"
@@ -34,6 +35,11 @@ export interface PlacementAsk {
    * snapshot taken since): they pass the snapshot filter too.
    */
   snapshotHolders?: readonly string[];
+  /**
+   * The create heals (gets its snapshot from other nodes): a node that takes no heal
+   * (`DORMICE_SNAPSHOT_HEAL=off`) may not take it.
+   */
+  heal?: boolean;
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
   /**
@@ -169,6 +175,13 @@ export const placementFilters: readonly PlacementFilter[] = [
       ask.snapshot !== undefined && !node.snapshots?.has(ask.snapshot) &&
         !node.snapshotsTruncated && !ask.snapshotHolders?.includes(node.id)
         ? `lacks snapshot '${ask.snapshot}'`
+        : undefined,
+  },
+  {
+    reason: "heal",
+    check: ({ node, ask }) =>
+      ask.heal && node.heals === false
+        ? "takes no heal (DORMICE_SNAPSHOT_HEAL=off), and the create needs one"
         : undefined,
   },
   {
