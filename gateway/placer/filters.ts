@@ -40,6 +40,11 @@ export interface PlacementAsk {
    * (`DORMICE_SNAPSHOT_HEAL=off`) may not take it.
    */
   heal?: boolean;
+  /**
+   * Nodes holding an older build of `snapshot` than the newest (a template built again): one
+   * that takes the create heals the newest first, so a node that takes no heal may not.
+   */
+  snapshotStale?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
   /**
@@ -180,7 +185,7 @@ export const placementFilters: readonly PlacementFilter[] = [
   {
     reason: "heal",
     check: ({ node, ask }) =>
-      ask.heal && node.heals === false
+      (ask.heal || ask.snapshotStale?.includes(node.id)) && node.heals === false
         ? "takes no heal (DORMICE_SNAPSHOT_HEAL=off), and the create needs one"
         : undefined,
   },
