@@ -82,6 +82,7 @@ export type NodeAppConfig =
       | "snapshotRegistry"
       | "snapshotHealTimeoutMs"
       | "snapshotHealMaxBytes"
+      | "snapshotHeal"
       | "snapshotTtlMs"
       | "uploadGzipMaxRatio"
       | "gatewayCheckInHeader"
@@ -314,6 +315,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
     timeoutMs: config.snapshotHealTimeoutMs,
     maxBytes: config.snapshotHealMaxBytes,
     registry: config.snapshotRegistry,
+    heals: config.snapshotHeal ?? true,
     log,
   });
   archives = config.snapshotRegistry === undefined ? undefined : new ArchiveMoves({
@@ -389,6 +391,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
         ...(config.snapshotRegistry === undefined
           ? {}
           : { snapshotRegistry: config.snapshotRegistry }),
+        ...(config.snapshotHeal === false ? { heals: false } : {}),
         configDigest,
       };
     },

@@ -76,3 +76,35 @@ Deno.test("createNodeApp(): await using stops a started node's loops and closes 
   await again;
   assert.throws(() => node.ledger.all(), "the ledger is closed");
 });
+
+Deno.test("createNodeApp(): DORMICE_SNAPSHOT_HEAL=off says heals: false in the check-in and serves no image", async () => {
+  for (const snapshotHeal of [false, undefined]) {
+    const bodies: Record<string, unknown>[] = [];
+    const node = testNodeApp({
+      token,
+      endpoint,
+      config: { gatewayEndpoint: "http://gateway.test", snapshotHeal },
+      fetch: async (request) => {
+        bodies.push(await request.json());
+        return Response.json({ ok: true });
+      },
+    });
+    try {
+      await node.checkInNow();
+      assert.equal(bodies.length, 1, "one check-in was posted");
+      assert.equal(bodies[0].heals, snapshotHeal === false ? false : undefined);
+      const res = await node.fetch(
+        new Request("http://node.test/images/snap-aaaaaaaaaaaaaaaaaaaa", {
+          headers: { authorization: `Bearer ${token}` },
+        }),
+      );
+      const { message } = await res.json();
+      if (snapshotHeal === false) {
+        assert.equal(res.status, 503);
+        assert.match(message, /DORMICE_SNAPSHOT_HEAL=off on this node/);
+      } else assert.notEqual(res.status, 503, message);
+    } finally {
+      await node.close();
+    }
+  }
+});

@@ -92,6 +92,7 @@ export interface CheckInOptions {
     | "snapshotsTruncated"
     | "snapshotNames"
     | "snapshotRegistry"
+    | "heals"
   >;
 }
 

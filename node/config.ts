@@ -165,6 +165,11 @@ export interface NodeConfig {
   snapshotHealMaxBytes?: number;
   /** How long a snapshot lives, ms (`DORMICE_SNAPSHOT_TTL_HOURS`); 0 keeps it until deleted. */
   snapshotTtlMs?: number;
+  /**
+   * Whether this node heals from other nodes and serves its snapshots to their heals
+   * (`DORMICE_SNAPSHOT_HEAL`); absent: it does.
+   */
+  snapshotHeal?: boolean;
 }
 
 /** Node-wide sandbox limits; each is the executor's own default when absent. */
@@ -223,6 +228,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS",
   "DORMICE_SNAPSHOT_HEAL_MAX_GB",
   "DORMICE_SNAPSHOT_TTL_HOURS",
+  "DORMICE_SNAPSHOT_HEAL",
   "DORMICE_UPLOAD_GZIP_MAX_RATIO",
   "DORMICE_LOG_LEVEL",
   "DORMICE_POOLS",

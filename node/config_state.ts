@@ -12,7 +12,8 @@
  * | `DORMICE_SNAPSHOT_MIN_DISK_GB` | `1` | the data disk's floor for snapshots, GB (0 to 100000; 0 checks none): a snapshot that would leave less available on the disk of `DORMICE_DATA_DIR` is refused with a 507 |
  * | `DORMICE_SNAPSHOT_REGISTRY` | unset (none) | `host:port` of an OCI registry (plain HTTP): every snapshot is pushed there when taken and pulled from there by a node that lacks it, so a create from it works while the node that took it is down |
  * | `DORMICE_SNAPSHOT_HEAL_TIMEOUT_SECONDS` | `600` | time budget of one heal (getting an image this node lacks from the registry or from the nodes holding it), seconds, 1 to 86400 |
- * | `DORMICE_SNAPSHOT_TTL_HOURS` | `0` (none) | hours a snapshot lives from when it was taken (0 to 87600; 0 keeps it until deleted): past it every node deletes its copy and the registry's; part of the config digest, so a node set apart is reported |
+ * | `DORMICE_SNAPSHOT_TTL_HOURS` | `720` (30 days) | hours a snapshot lives from when it was taken (0 to 87600; 0 keeps it until deleted, refused with heals on and no registry): past it every node deletes its copy and the registry's; part of the config digest, so a node set apart is reported |
+ * | `DORMICE_SNAPSHOT_HEAL` | `on` | `on` or `off`: whether this node heals (gets a snapshot it lacks from the nodes holding it) and serves its snapshots to other nodes' heals; off, it says so in its check-in and the gateway sends it no heal |
  * | `DORMICE_SNAPSHOT_HEAL_MAX_GB` | `20` | the most one heal reads from another node, GB, 1 to 100000 |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
  * | `DORMICE_VOLUME_ROOT` | unset (`<DORMICE_DATA_DIR>/volumes`) | where managed volumes (E2B `Volume`) live; set it to a directory every node mounts (NFS or any shared filesystem) and every node serves every volume |
@@ -40,7 +41,12 @@ export interface StateSettings {
   snapshotTtlMs: number;
   /** The most bytes one heal reads. */
   snapshotHealMaxBytes: number;
+  /** Whether this node heals from other nodes and serves its snapshots to their heals. */
+  snapshotHeal: boolean;
 }
+
+/** The default life of a snapshot, hours (`DORMICE_SNAPSHOT_TTL_HOURS`): 30 days. */
+export const DEFAULT_SNAPSHOT_TTL_HOURS = 720;
 
 /**
  * Reads the snapshot and template-build variables through `get`, adding a refusal to
@@ -105,7 +111,7 @@ export function readStateSettings(
   );
   const snapshotTtlMs = 3_600_000 * integer(
     get("DORMICE_SNAPSHOT_TTL_HOURS"),
-    0,
+    DEFAULT_SNAPSHOT_TTL_HOURS,
     0,
     87_600,
     "DORMICE_SNAPSHOT_TTL_HOURS",
@@ -119,6 +125,24 @@ export function readStateSettings(
     "DORMICE_SNAPSHOT_HEAL_MAX_GB",
     refusals,
   );
+  const healText = get("DORMICE_SNAPSHOT_HEAL") ?? "";
+  let snapshotHeal = true;
+  if (healText === "off") snapshotHeal = false;
+  else if (healText !== "" && healText !== "on") {
+    refusals.push(
+      `DORMICE_SNAPSHOT_HEAL must be 'on' or 'off': received '${healText.slice(0, 80)}'`,
+    );
+  }
+  // A healed copy is only ever swept by the TTL (a delete may miss a node that is down): heals
+  // between nodes with no TTL and no registry would leave copies no one ever removes.
+  if (snapshotHeal && snapshotRegistry === undefined && snapshotTtlMs === 0) {
+    refusals.push(
+      "DORMICE_SNAPSHOT_TTL_HOURS=0 keeps snapshots forever, but with DORMICE_SNAPSHOT_HEAL=on " +
+        "(the default) and no DORMICE_SNAPSHOT_REGISTRY a healed copy would never be swept: set " +
+        `DORMICE_SNAPSHOT_TTL_HOURS to 1–87600 (the default is ${DEFAULT_SNAPSHOT_TTL_HOURS}, ` +
+        "30 days) on every node, or write DORMICE_SNAPSHOT_HEAL=off",
+    );
+  }
   return {
     snapshotMinDiskBytes,
     templateBuilds,
@@ -128,6 +152,7 @@ export function readStateSettings(
     snapshotHealTimeoutMs,
     snapshotHealMaxBytes,
     snapshotTtlMs,
+    snapshotHeal,
   };
 }
 

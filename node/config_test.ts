@@ -46,7 +46,8 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     templateContextLimitBytes: 256 * 1024 * 1024,
     snapshotHealMaxBytes: 20e9,
     snapshotHealTimeoutMs: 600_000,
-    snapshotTtlMs: 0,
+    snapshotTtlMs: 720 * 3_600_000,
+    snapshotHeal: true,
     uploadGzipMaxRatio: 100,
     jsonMessageLimitBytes: 1024 * 1024,
   });
@@ -428,4 +429,41 @@ Deno.test("loadNodeConfig() reads DORMICE_SNAPSHOT_REGISTRY as host:port and ref
   assert.equal(ok.config.snapshotRegistry, "127.0.0.1:5000");
   const [bad] = refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_REGISTRY: "http://r:5000/" });
   assert.match(bad, /DORMICE_SNAPSHOT_REGISTRY must be host:port .* received 'http:\/\/r:5000\/'/);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_SNAPSHOT_HEAL and refuses heals with no TTL and no registry", () => {
+  const off = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_HEAL: "off" });
+  assert.ok(off.ok);
+  assert.equal(off.config.snapshotHeal, false);
+  assert.equal(off.config.snapshotTtlMs, 720 * 3_600_000);
+  // No TTL: refused with heals on (the default, or written), whatever else is right.
+  for (const heal of [undefined, "on"]) {
+    const [noTtl, ...rest] = refusals({
+      DORMICE_API_TOKEN: token,
+      DORMICE_SNAPSHOT_TTL_HOURS: "0",
+      DORMICE_SNAPSHOT_HEAL: heal,
+    });
+    assert.deepEqual(rest, []);
+    assert.match(noTtl, /^DORMICE_SNAPSHOT_TTL_HOURS=0 .*DORMICE_SNAPSHOT_HEAL=on/);
+    assert.match(noTtl, /DORMICE_SNAPSHOT_TTL_HOURS to 1–87600 \(the default is 720, 30 days\)/);
+    assert.match(noTtl, /write DORMICE_SNAPSHOT_HEAL=off$/);
+  }
+  // No TTL is fine with heals off, or with a registry (a registry pull replaces the heal).
+  const offNoTtl = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_SNAPSHOT_TTL_HOURS: "0",
+    DORMICE_SNAPSHOT_HEAL: "off",
+  });
+  assert.ok(offNoTtl.ok);
+  assert.equal(offNoTtl.config.snapshotTtlMs, 0);
+  const registryNoTtl = loadNodeConfig({
+    DORMICE_API_TOKEN: token,
+    DORMICE_SNAPSHOT_TTL_HOURS: "0",
+    DORMICE_SNAPSHOT_REGISTRY: "127.0.0.1:5000",
+  });
+  assert.ok(registryNoTtl.ok);
+  assert.equal(registryNoTtl.config.snapshotHeal, true);
+  assert.deepEqual(refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_HEAL: "no" }), [
+    "DORMICE_SNAPSHOT_HEAL must be 'on' or 'off': received 'no'",
+  ]);
 });

@@ -67,7 +67,18 @@ export interface ImageMovesOptions {
   fetch?: typeof fetch;
   /** Where heals, pushes and pulls are logged. */
   log?: Log;
+  /**
+   * Whether this node heals from other nodes and serves its images to theirs
+   * (`DORMICE_SNAPSHOT_HEAL`); absent: it does. Off, a registry pull still works.
+   */
+  heals?: boolean;
 }
+
+/** Why a node with `DORMICE_SNAPSHOT_HEAL=off` refuses a heal, for both sides' 503s. */
+const HEAL_OFF =
+  "DORMICE_SNAPSHOT_HEAL=off on this node: it neither gets snapshots from other nodes nor " +
+  "serves its own to them; write DORMICE_SNAPSHOT_HEAL=on (with DORMICE_SNAPSHOT_TTL_HOURS " +
+  "above 0) to heal, or create from the snapshot on a node that holds it";
 
 /** What one finished heal moved, for the log and the bench. */
 export interface HealResult {
@@ -132,6 +143,7 @@ export class ImageMoves {
           "serves snapshots only to other nodes",
       );
     }
+    if (this.#options.heals === false) throw new HttpError(503, `Not served: ${HEAL_OFF}`);
     const executor = this.#options.executor;
     if (!executor.exportImage) {
       throw new HttpError(501, `This node's ${executor.kind} executor cannot export images`);
@@ -158,6 +170,12 @@ export class ImageMoves {
    * @throws {HttpError} 503 past the cap, or when no source gave it (each one's cause named).
    */
   heal(name: string, sources: readonly HealSource[], team?: string): Promise<HealResult> {
+    if (this.#options.heals === false) {
+      if (this.registry === undefined) {
+        throw new HttpError(503, `Snapshot '${name.slice(0, 80)}' is not here: ${HEAL_OFF}`);
+      }
+      sources = [];
+    }
     const running = this.#running.get(name);
     if (running) return running;
     if (this.#running.size >= MAX_HEALS_AT_ONCE) {

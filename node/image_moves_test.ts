@@ -204,3 +204,38 @@ Deno.test("a registry snapshot of another team is a 404 and is not pulled", asyn
   assert.equal((await moves.heal(name, [], "team-b")).from, "registry", "a published template");
   assert.deepEqual(pulled, [name, name]);
 });
+
+Deno.test("with heals off (DORMICE_SNAPSHOT_HEAL=off) a node neither serves nor takes a heal: 503s naming the setting", async () => {
+  const executor = new FakeExecutor();
+  let fetches = 0;
+  const options = {
+    executor,
+    token,
+    fetch: () => {
+      fetches++;
+      return Promise.resolve(new Response("no", { status: 404 }));
+    },
+  };
+  const off = new ImageMoves({ ...options, heals: false });
+  const signal = AbortSignal.timeout(1000);
+  await assert.rejects(
+    off.export("snap-aaaaaaaaaaaaaaaaaaaa", signal),
+    (e: HttpError) =>
+      e.status === 503 && /DORMICE_SNAPSHOT_HEAL=off on this node/.test(e.message) &&
+      /write DORMICE_SNAPSHOT_HEAL=on/.test(e.message),
+  );
+  assert.throws(
+    () => off.heal("snap-aaaaaaaaaaaaaaaaaaaa", source),
+    (e: HttpError) =>
+      e.status === 503 && /'snap-aaaaaaaaaaaaaaaaaaaa' is not here/.test(e.message) &&
+      /DORMICE_SNAPSHOT_HEAL=off/.test(e.message),
+  );
+  assert.equal(fetches, 0);
+  // Heals on (absent), the same calls reach the executor and the holder.
+  const on = new ImageMoves(options);
+  const res = await on.export("snap-aaaaaaaaaaaaaaaaaaaa", signal).catch((e: HttpError) => e);
+  assert.ok(!(res instanceof HttpError && res.status === 503), "heals on: no 503 for the setting");
+  if (res instanceof Response) await res.body?.cancel();
+  await assert.rejects(on.heal("snap-aaaaaaaaaaaaaaaaaaaa", source), /HTTP 404/);
+  assert.equal(fetches, 1);
+});

@@ -352,6 +352,7 @@ export const checkInSchema: z.ZodObject<{
   snapshotsTruncated: z.ZodOptional<z.ZodBoolean>;
   snapshotNames: z.ZodOptional<z.ZodArray<z.ZodString>>;
   snapshotRegistry: z.ZodOptional<z.ZodString>;
+  heals: z.ZodOptional<z.ZodBoolean>;
   directCreate: z.ZodOptional<
     z.ZodObject<{ team: z.ZodString; name: z.ZodString; id: z.ZodOptional<z.ZodString> }>
   >;
@@ -406,6 +407,11 @@ export const checkInSchema: z.ZodObject<{
    */
   snapshotRegistry: z.string().max(300).optional(),
   /**
+   * `false` from a node with `DORMICE_SNAPSHOT_HEAL=off`: it takes no heal (the gateway sends it
+   * no create that needs one) and serves none; absent: it does both.
+   */
+  heals: z.boolean().optional(),
+  /**
    * A Bloom filter of the names and ids the node held when it built this check-in; absent from
    * a node that predates it (the gateway then asks that node on every miss).
    */
@@ -457,6 +463,8 @@ export interface CheckIn {
   snapshotNames?: string[];
   /** The registry the node pulls snapshots from. */
   snapshotRegistry?: string;
+  /** `false`: the node takes and serves no heal (`DORMICE_SNAPSHOT_HEAL=off`). */
+  heals?: boolean;
   /** The create behind the gateways' back this check-in was pushed for. */
   directCreate?: { team: string; name: string; id?: string };
 }

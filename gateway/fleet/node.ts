@@ -59,6 +59,8 @@ export interface FleetNode {
   readonly snapshotsTruncated?: boolean;
   /** The registry it pulls snapshots from (`DORMICE_SNAPSHOT_REGISTRY`), when it has one. */
   readonly snapshotRegistry?: string;
+  /** `false` when it takes and serves no heal (`DORMICE_SNAPSHOT_HEAL=off`); absent: it does. */
+  readonly heals?: boolean;
   /** The digest of its fleet-invariant settings; `null` when it does not send one. */
   readonly configDigest: string | null;
   /**
@@ -169,6 +171,7 @@ export interface Member extends FleetNode {
   snapshots: Set<string>;
   snapshotsTruncated: boolean;
   snapshotRegistry?: string;
+  heals?: boolean;
   configDigest: string | null;
   lookupDigest: LookupDigest | null;
   checkInsSinceStart: number;
@@ -277,6 +280,7 @@ function capabilitiesOf(body: CheckIn) {
     snapshotsTruncated: body.snapshotsTruncated ?? false,
     snapshotNames: body.snapshotNames ?? [],
     snapshotRegistry: body.snapshotRegistry,
+    heals: body.heals,
     configDigest: body.configDigest ?? null,
   };
 }

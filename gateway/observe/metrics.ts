@@ -177,6 +177,7 @@ export class GatewayMetrics implements FinderMetrics {
       "no-reading",
       "template",
       "snapshot",
+      "heal",
       "volume",
       "egress-rules",
       "cpu",

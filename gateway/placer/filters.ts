@@ -14,6 +14,7 @@ export type RejectReason =
   | "no-reading"
   | "template"
   | "snapshot"
+  | "heal"
   | "volume"
   | "egress-rules"
   | "cpu"
@@ -34,6 +35,16 @@ export interface PlacementAsk {
    * snapshot taken since): they pass the snapshot filter too.
    */
   snapshotHolders?: readonly string[];
+  /**
+   * The create heals (gets its snapshot from other nodes): a node that takes no heal
+   * (`DORMICE_SNAPSHOT_HEAL=off`) may not take it.
+   */
+  heal?: boolean;
+  /**
+   * Nodes holding an older build of `snapshot` than the newest (a template built again): one
+   * that takes the create heals the newest first, so a node that takes no heal may not.
+   */
+  snapshotStale?: readonly string[];
   /** Volume names; a node must advertise every one. */
   volumes?: readonly string[];
   /**
@@ -169,6 +180,13 @@ export const placementFilters: readonly PlacementFilter[] = [
       ask.snapshot !== undefined && !node.snapshots?.has(ask.snapshot) &&
         !node.snapshotsTruncated && !ask.snapshotHolders?.includes(node.id)
         ? `lacks snapshot '${ask.snapshot}'`
+        : undefined,
+  },
+  {
+    reason: "heal",
+    check: ({ node, ask }) =>
+      (ask.heal || ask.snapshotStale?.includes(node.id)) && node.heals === false
+        ? "takes no heal (DORMICE_SNAPSHOT_HEAL=off), and the create needs one"
         : undefined,
   },
   {

@@ -218,6 +218,7 @@ export class Placer {
       "no-reading": 0,
       "template": 0,
       "snapshot": 0,
+      "heal": 0,
       "volume": 0,
       "egress-rules": 0,
       "cpu": 0,

@@ -56,12 +56,32 @@ Deno.test("placementFilters run in the documented order", () => {
     "no-reading",
     "template",
     "snapshot",
+    "heal",
     "volume",
     "egress-rules",
     "cpu",
     "active-limit",
     "disk",
   ]);
+});
+
+Deno.test("The heal filter keeps a create that needs a heal off a node that takes none", () => {
+  const off = nodeWith(reading(), { heals: false });
+  const refusal = /takes no heal \(DORMICE_SNAPSHOT_HEAL=off\)/;
+  assert.match(
+    filter("heal").check(input(reading(), { node: off, ask: { heal: true } })) ?? "",
+    refusal,
+  );
+  // Holding an older build of the snapshot, it would heal the newest first: refused too.
+  const stale = { node: off, ask: { snapshot: "snap-aaaaaaaaaaaaaaaaaaaa", snapshotStale: ["n"] } };
+  assert.match(filter("heal").check(input(reading(), stale)) ?? "", refusal);
+  // No heal asked, or a node that takes heals (absent from its check-in): passes.
+  assert.equal(filter("heal").check(input(reading(), { node: off })), undefined);
+  assert.equal(filter("heal").check(input(reading(), { ask: { heal: true } })), undefined);
+  assert.equal(
+    filter("heal").check(input(reading(), { ask: { heal: true, snapshotStale: ["n"] } })),
+    undefined,
+  );
 });
 
 Deno.test("The egress-rules filter sends a create with address rules only to a node that enforces them", () => {
@@ -273,6 +293,7 @@ Deno.test("Placer.pick() explains every rejection with its reason and counts", (
     "no-reading": 0,
     "template": 0,
     "snapshot": 0,
+    "heal": 0,
     "volume": 0,
     "egress-rules": 0,
     "cpu": 1,

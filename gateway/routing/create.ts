@@ -232,7 +232,12 @@ function placeHeal(
     n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
   );
   if (holders.length === 0 && !anyRegistry) return undefined;
-  const pick = parts.placer.pick({ ...ask, snapshot: undefined, snapshotHolders: undefined });
+  const pick = parts.placer.pick({
+    ...ask,
+    snapshot: undefined,
+    snapshotHolders: undefined,
+    heal: true,
+  });
   if (!pick.ok) return undefined;
   if (holders.length === 0 && pick.node.snapshotRegistry === undefined) return undefined;
   parts.placer.record(key, pick.node.id);

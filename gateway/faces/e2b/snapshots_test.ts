@@ -170,3 +170,35 @@ Deno.test("E2B api: a create from a snapshot whose holder is full heals on anoth
     gateway.close();
   }
 });
+
+Deno.test("E2B api: a create that needs a heal never goes to a node that takes no heal (DORMICE_SNAPSHOT_HEAL=off)", async () => {
+  const { gateway, add } = setup();
+  const a = add("a");
+  const b = add("b");
+  const advertise = (id: string, endpoint: string, active: number, extra = {}) =>
+    gateway.fleet.checkIn(
+      checkIn(id, endpoint, {
+        reading: reading({ active }),
+        templates: ["base"],
+        snapshots: id === "b" ? [ids[0]] : [],
+        ...extra,
+      }),
+    );
+  const create = () => api(gateway, "POST", "/v2/sandboxes", { templateID: ids[0], metadata: {} });
+  try {
+    // The holder at the active limit, the only other node says it takes no heal: no create
+    // reaches either, and the holder's refusal stands.
+    advertise("a", a.endpoint, 0, { heals: false });
+    advertise("b", b.endpoint, 400);
+    const refused = await create();
+    assert.notEqual(refused.status, 201);
+    assert.equal(a.createBodies.length, 0);
+    assert.equal(b.createBodies.length, 0);
+    // The same node with heals on (absent from its check-in) takes it, told to heal from b.
+    advertise("a", a.endpoint, 0);
+    assert.equal((await create()).status, 201);
+    assert.deepEqual(a.healFrom, [`b=${b.endpoint}`]);
+  } finally {
+    gateway.close();
+  }
+});
