@@ -57,6 +57,8 @@ export class StubNode {
   healFrom: (string | null)[] = [];
   /** Each fork's body, in order. */
   forkBodies: { count?: number }[] = [];
+  /** The creation time a take records, ms; the wall clock when unset. */
+  takenAt?: number;
   /** How many of each fork's first copies fail (an error entry each). */
   forkFailures = 0;
   #seq = 0;
@@ -105,6 +107,21 @@ export class StubNode {
           ? { found: true, sandbox: { id: s.id, name: s.name, state: "active" } }
           : { found: false },
       );
+    }
+    const take = /^\/e2b\/api\/sandboxes\/([^/]+)\/snapshots$/.exec(path);
+    if (take && request.method === "POST") {
+      // A take: the build goes under the id the gateway names (a name already held), else anew.
+      const body = await request.json() as { name?: string };
+      const id = request.headers.get("x-dormice-snapshot-id") ?? `snap-${this.id}${++this.#seq}`;
+      const taken: SnapshotRow = {
+        snapshotID: id,
+        names: body.name ? [body.name] : [],
+        sandboxID: take[1],
+        node: this.id,
+        createdAt: new Date(this.takenAt ?? Date.now()).toISOString(),
+      };
+      this.snapshots.push(taken);
+      return Response.json({ snapshotID: id, names: taken.names }, { status: 201 });
     }
     if (path === "/e2b/api/v2/sandboxes" && request.method === "POST") {
       const body = await request.json();

@@ -52,6 +52,7 @@ export async function resolveCreateSource(
   nodeApi: string,
   headers: Record<string, string>,
   signal: AbortSignal,
+  recentlyRetaken: (snapshotId: string) => boolean = () => false,
 ): Promise<CreateSource> {
   const nodes = [...parts.fleet.nodes()];
   let snapshotId: string;
@@ -62,8 +63,9 @@ export async function resolveCreateSource(
     snapshotId = templateID;
     holders = nodes.filter((n) => n.snapshots?.has(snapshotId)).map((n) => n.id);
     // More than one holder: a template built again may have left an older build healed to
-    // some of them, and only the nodes' rows say which (their creation times).
-    if (holders.length !== 1) {
+    // some of them, and only the nodes' rows say which (their creation times). So too for one
+    // taken again a moment ago: its new taker may not have advertised it yet.
+    if (holders.length !== 1 || recentlyRetaken(snapshotId)) {
       const { rows } = await listAll(parts, nodeApi, `?name=${snapshotId}`, { headers, signal });
       const held = rows.filter((r) => r.snapshotID === snapshotId);
       const advertised = holders;

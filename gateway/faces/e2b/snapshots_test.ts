@@ -202,3 +202,40 @@ Deno.test("E2B api: a create that needs a heal never goes to a node that takes n
     gateway.close();
   }
 });
+
+Deno.test("E2B api: a snapshot taken again on a node that has not advertised it yet starts from that newest build", async () => {
+  const clock = new FakeClock(1_800_000_000_000);
+  const { gateway, add } = setup({ clock });
+  const a = add("a");
+  const b = add("b");
+  try {
+    // a holds build 1 of "ready" and says so; b runs a sandbox and holds nothing yet.
+    a.snapshots = [{ ...row(ids[0], 1, "ready"), node: "a" }];
+    gateway.fleet.checkIn(
+      checkIn("a", a.endpoint, { reading: reading(), templates: ["base"], snapshots: [ids[0]] }),
+    );
+    gateway.fleet.checkIn(
+      checkIn("b", b.endpoint, { reading: reading(), templates: ["base"], snapshots: [] }),
+    );
+    const sandbox = b.add("src");
+    // Taken again on b: the same id (the name is the team's), a newer build, before b's check-in.
+    b.takenAt = 1_800_000_000_000 + 5_000;
+    const taken = await api(gateway, "POST", `/sandboxes/${sandbox.id}/snapshots`, {
+      name: "ready",
+    });
+    assert.equal(taken.status, 201, await taken.clone().text());
+    assert.equal((await taken.json()).snapshotID, ids[0]);
+    const created = await api(gateway, "POST", "/v2/sandboxes", { templateID: ids[0] });
+    assert.equal(created.status, 201, await created.clone().text());
+    // On b, or on a told to get b's newer build first: never from a's older build as it is.
+    if (b.createBodies.length === 1) {
+      assert.equal(b.createBodies[0].templateID, ids[0]);
+      assert.equal(a.createBodies.length, 0);
+    } else {
+      assert.equal(a.createBodies.length, 1);
+      assert.match(a.healFrom[0] ?? "", /^b=/, "a holds the older build: it heals from b first");
+    }
+  } finally {
+    gateway.close();
+  }
+});
