@@ -111,12 +111,24 @@ Deno.test({
     });
 
     await t.step("another team finds neither the template nor its tags", async () => {
-      await assert.rejects(Template.getTags(templateId, b), /not found/);
-      await assert.rejects(Template.assignTags(`${name}:v1`, "mine", b), /not found/);
-      await assert.rejects(Template.removeTags(name, "v1", b), /not found/);
+      const gone = /Template '.*' not found/;
+      await assert.rejects(Template.getTags(templateId, b), gone);
+      await assert.rejects(Template.assignTags(`${name}:v1`, "mine", b), gone);
+      await assert.rejects(Template.removeTags(name, "v1", b), gone);
       await assert.rejects(Sandbox.create(`${name}:v1`, b));
       const tags = await Template.getTags(templateId, a);
       assert.ok(!tags.some((x) => x.tag === "mine"));
+      // Published, the template starts for every team, but its tags stay its team's.
+      const published = await fetch(`${a.apiUrl}/v2/templates/${templateId}`, {
+        method: "PATCH",
+        headers: { "x-api-key": a.apiKey, "content-type": "application/json" },
+        body: JSON.stringify({ public: true }),
+      });
+      assert.equal(published.status, 200, await published.text());
+      made.push(await Sandbox.create(name, b));
+      await assert.rejects(Template.assignTags(`${name}:v1`, "mine", b), gone);
+      await assert.rejects(Template.removeTags(name, "v1", b), gone);
+      assert.ok((await Template.getTags(templateId, a)).some((x) => x.tag === "v1"));
     });
 
     await t.step("bad bodies are 400s naming the field", async () => {

@@ -36,11 +36,19 @@ export type FindTemplate = (
   signal: AbortSignal,
 ) => Promise<FoundTemplate | undefined>;
 
+/** Whether the headers' team owns a template found (its holder is asked). */
+export type OwnsTemplate = (
+  found: FoundTemplate,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+) => Promise<boolean>;
+
 /** The tags of the team's built templates on one gateway. */
 export class TemplateTagBook {
   #parts: GatewayParts;
   #find: FindTemplate;
   #latest: (templateId: string) => string | undefined;
+  #owns: OwnsTemplate;
   /**
    * Template id → its team and its tags (tag → the build it names), the template least recently
    * tagged first: at most {@linkcode KEPT_TAGGED} templates, the oldest forgotten first.
@@ -51,10 +59,12 @@ export class TemplateTagBook {
     parts: GatewayParts,
     find: FindTemplate,
     latest: (templateId: string) => string | undefined,
+    owns: OwnsTemplate,
   ) {
     this.#parts = parts;
     this.#find = find;
     this.#latest = latest;
+    this.#owns = owns;
   }
 
   /** Forgets the tags of a deleted template. */
@@ -96,7 +106,6 @@ export class TemplateTagBook {
   async #builtTemplate(
     name: string,
     field: string,
-    team: string,
     headers: Record<string, string>,
     signal: AbortSignal,
   ): Promise<FoundTemplate> {
@@ -108,8 +117,7 @@ export class TemplateTagBook {
       );
     }
     const found = await this.#find(name, headers, signal);
-    const held = found && this.#byTemplate.get(found.templateID);
-    if (!found || (held && held.team !== team)) throw notFound(name);
+    if (!found) throw notFound(name);
     if (!TEMPLATE_ID.test(found.templateID)) {
       throw new HttpError(
         400,
@@ -117,6 +125,8 @@ export class TemplateTagBook {
           "template your team built",
       );
     }
+    // Another team's published template is found too; its holder says whose it is.
+    if (!(await this.#owns(found, headers, signal))) throw notFound(name);
     return found;
   }
 
@@ -161,7 +171,7 @@ export class TemplateTagBook {
       );
     }
     const tags = this.#tagList(value.tags);
-    const found = await this.#builtTemplate(name, "target", team, headers, c.req.raw.signal);
+    const found = await this.#builtTemplate(name, "target", headers, c.req.raw.signal);
     const source = this.of(found, team).find((t) => t.tag === from);
     if (!source) throw tagNotFound(name, from, found.templateID);
     this.tag(team, found.templateID, source.buildID, tags);
@@ -169,7 +179,7 @@ export class TemplateTagBook {
   }
 
   /** `DELETE /templates/tags` (`{name, tags}`): each tag must be one of the template's. */
-  async remove(c: Context, team: string, headers: Record<string, string>): Promise<Response> {
+  async remove(c: Context, headers: Record<string, string>): Promise<Response> {
     const { value } = await readJsonObject(c.req.raw, {
       ...this.#parts.jsonBodyCap,
       empty: "refuse",
@@ -179,7 +189,7 @@ export class TemplateTagBook {
       throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
     }
     const tags = this.#tagList(value.tags);
-    const found = await this.#builtTemplate(value.name, "name", team, headers, c.req.raw.signal);
+    const found = await this.#builtTemplate(value.name, "name", headers, c.req.raw.signal);
     const held = this.#byTemplate.get(found.templateID);
     const missing = tags.find((t) => !held?.byTag.has(t));
     if (missing !== undefined) throw tagNotFound(value.name, missing, found.templateID);
@@ -223,6 +233,52 @@ export class TemplateTagBook {
     }
     return name;
   }
+}
+
+/**
+ * Whether the headers' team owns `found`: its holder answers `PATCH /v2/templates/{id}` `{}`
+ * (which changes nothing) with 200 for its team and 404 for any other (a published template is
+ * found by every team).
+ */
+export async function ownsTemplate(
+  parts: GatewayParts,
+  nodeApi: string,
+  found: FoundTemplate,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+): Promise<boolean> {
+  const node = found.node === undefined ? undefined : parts.fleet.get(found.node);
+  if (!node || parts.fleet.isDown(node)) {
+    throw new HttpError(
+      503,
+      `Node '${found.node}', which holds template '${found.templateID}', is down: retry once ` +
+        "it is back",
+      { headers: { "retry-after": "5" } },
+    );
+  }
+  let res: Response;
+  try {
+    res = await fetch(`${node.endpoint}${nodeApi}/v2/templates/${found.templateID}`, {
+      method: "PATCH",
+      headers: { ...headers, "content-type": "application/json" },
+      body: "{}",
+      signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
+    });
+  } catch (error) {
+    throw new HttpError(
+      502,
+      `Node '${node.id}', which holds template '${found.templateID}', did not answer: ${
+        error instanceof Error ? error.message : error
+      }`,
+    );
+  }
+  await res.body?.cancel();
+  if (res.status === 200 || res.status === 404) return res.status === 200;
+  throw new HttpError(
+    502,
+    `Node '${node.id}', which holds template '${found.templateID}', answered ${res.status}: ` +
+      "retry shortly",
+  );
 }
 
 /** A 404 naming the tag not found and where the template's tags are listed. */

@@ -32,7 +32,7 @@ import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
-import { NAME, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
+import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
 
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
@@ -72,6 +72,7 @@ export class GatewayTemplates {
       parts,
       (name, headers, signal) => this.#find(name, headers, signal),
       (id) => this.#latest(id)?.buildId,
+      (found, headers, signal) => ownsTemplate(parts, nodeApi, found, headers, signal),
     );
   }
 
@@ -207,7 +208,7 @@ export class GatewayTemplates {
       return await this.#tags.assign(c, team, headers);
     }
     if (rest === "/templates/tags" && method === "DELETE") {
-      return await this.#tags.remove(c, team, headers);
+      return await this.#tags.remove(c, headers);
     }
     return undefined;
   }
