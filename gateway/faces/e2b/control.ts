@@ -155,9 +155,19 @@ export function createE2bApi(
     let forwarded = text;
     let healFrom: string[] | undefined;
     if (typeof body.templateID === "string") {
+      const templateID = await templates.untagged(
+        body.templateID,
+        team,
+        nodeAuthFor(caller),
+        signal,
+      );
+      if (templateID !== body.templateID) {
+        body = { ...body, templateID };
+        forwarded = JSON.stringify(body);
+      }
       const source = await resolveCreateSource(
         parts,
-        body.templateID,
+        templateID,
         nodeApi,
         nodeAuthFor(caller),
         signal,

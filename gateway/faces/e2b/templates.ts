@@ -15,6 +15,8 @@
  * - `GET /templates`, `GET /templates/aliases/{alias}` and `GET /templates/{id}/tags` read the
  *   fleet's templates (public) and the team's built ones (its named snapshots), found and
  *   listed by `template_listing.ts`.
+ * - `POST`/`DELETE /templates/tags` and a build's tags are kept by `template_tags.ts`, which
+ *   also reads the `:tag` of a create's `name:tag`.
  *
  * The gateway remembers each build's node for its build routes: at most
  * {@linkcode KEPT_BUILDS}, the oldest forgotten first (a forgotten build's status is a 404
@@ -30,15 +32,10 @@ import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
+import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
 
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
-/** A template name: what a team calls it (a snapshot name). */
-const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
-/** A tag (`name:tag`, `tags`). */
-const TAG = /^[A-Za-z0-9._-]{1,64}$/;
-/** A template id here: a snapshot id. */
-const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
 const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 /** One build the gateway routes. */
@@ -63,12 +60,20 @@ export class GatewayTemplates {
   #nodeApi: string;
   /** `<template id>/<build id>` → the build, oldest first. */
   #builds = new Map<string, BuildRoute>();
+  /** The tags of the team's built templates. */
+  #tags: TemplateTagBook;
   /** Team and name → the lookup of its template id, while one runs (a request's life). */
   #naming = new Map<string, Promise<{ templateID: string; node?: string }>>();
 
   constructor(parts: GatewayParts, nodeApi: string) {
     this.#parts = parts;
     this.#nodeApi = nodeApi;
+    this.#tags = new TemplateTagBook(
+      parts,
+      (name, headers, signal) => this.#find(name, headers, signal),
+      (id) => this.#latest(id)?.buildId,
+      (found, headers, signal) => ownsTemplate(parts, nodeApi, found, headers, signal),
+    );
   }
 
   /**
@@ -195,21 +200,15 @@ export class GatewayTemplates {
     if (m && method === "GET") {
       const found = await this.#find(decoded(m[1]), headers, signal);
       if (!found) throw notFound(decoded(m[1]));
-      const build = this.#latest(found.templateID);
-      return Response.json([{
-        tag: "default",
-        buildID: build?.buildId ?? found.templateID,
-        createdAt: found.createdAt,
-      }]);
+      return Response.json(this.#tags.of(found, team));
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
     if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), headers);
-    if (rest === "/templates/tags" && (method === "POST" || method === "DELETE")) {
-      throw new HttpError(
-        501,
-        "Tags other than 'default' are not kept by this fleet: a template's name is its only " +
-          "handle; build it again under another name (name:tag is read as name)",
-      );
+    if (rest === "/templates/tags" && method === "POST") {
+      return await this.#tags.assign(c, team, headers);
+    }
+    if (rest === "/templates/tags" && method === "DELETE") {
+      return await this.#tags.remove(c, headers);
     }
     return undefined;
   }
@@ -324,7 +323,18 @@ export class GatewayTemplates {
 
   /** Forgets the builds of a deleted template. */
   forget(templateId: string): void {
+    this.#tags.forget(templateId);
     for (const [key, b] of this.#builds) if (b.templateId === templateId) this.#builds.delete(key);
+  }
+
+  /** A create's `templateID` without its `:tag` (see {@linkcode TemplateTagBook.untagged}). */
+  untagged(
+    templateID: string,
+    team: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<string> {
+    return this.#tags.untagged(templateID, team, headers, signal);
   }
 
   /** The newest build of `templateId` this gateway routed, if any. */
@@ -412,6 +422,7 @@ export class GatewayTemplates {
     while (this.#builds.size > KEPT_BUILDS) {
       this.#builds.delete(this.#builds.keys().next().value!);
     }
+    this.#tags.tag(team, route.templateId, route.buildId, route.tags);
     this.#parts.log("info", "template build placed", {
       template: route.templateId,
       name,
