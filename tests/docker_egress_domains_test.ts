@@ -29,6 +29,7 @@ import { createHash } from "node:crypto";
 import { ALL_TRAFFIC, CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { startGateway } from "./_gateway.ts";
 import { freeSubnet, must, netnsReadiness, run } from "./support/netns.ts";
+import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
@@ -73,54 +74,11 @@ Deno.test({
   try {
     const { host, a, b } = await freeSubnet();
     // The test CA and the stand-in's certificate for both names.
-    await must(
-      "openssl",
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      `${dir}/ca.key`,
-      "-out",
-      `${dir}/ca.crt`,
-      "-days",
-      "2",
-      "-subj",
-      "/CN=egd test CA",
-      "-addext",
-      "basicConstraints=critical,CA:TRUE",
-      "-addext",
-      "keyUsage=critical,keyCertSign",
-    );
-    await must(
-      "openssl",
-      "req",
-      "-x509",
-      "-newkey",
-      "ec",
-      "-pkeyopt",
-      "ec_paramgen_curve:prime256v1",
-      "-nodes",
-      "-keyout",
-      `${dir}/srv.key`,
-      "-out",
-      `${dir}/srv.crt`,
-      "-days",
-      "2",
-      "-subj",
-      "/CN=allowed.test",
-      "-CA",
-      `${dir}/ca.crt`,
-      "-CAkey",
-      `${dir}/ca.key`,
-      "-addext",
-      "subjectAltName=DNS:allowed.test,DNS:other.test",
-      "-addext",
-      "basicConstraints=critical,CA:FALSE",
-    );
+    const certs = await makeCertificates(["allowed.test", "other.test"]);
+    await Deno.writeTextFile(`${dir}/ca.crt`, certs.ca);
+    await Deno.writeTextFile(`${dir}/srv.crt`, certs.cert);
+    await Deno.writeTextFile(`${dir}/srv.key`, certs.key);
+    await Deno.remove(certs.dir, { recursive: true });
 
     await must("ip", "netns", "add", ns);
     await must("ip", "link", "add", hostEnd, "type", "veth", "peer", "name", nsEnd);
