@@ -94,17 +94,7 @@ export async function startRegistry(): Promise<{ address: string; stop(): Promis
   return { address, stop };
 }
 
-/** The node a sandbox runs on, as the control plane's `clientID` says. */
-export async function nodeOf(
-  opts: { apiUrl: string; apiKey: string },
-  sandboxId: string,
-): Promise<string> {
-  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
-    headers: { "x-api-key": opts.apiKey },
-  });
-  assert.equal(res.status, 200);
-  return (await res.json()).clientID;
-}
+export { nodeOf } from "./_two_nodes.ts";
 
 export interface NodeRow {
   id: string;

@@ -10,6 +10,7 @@ import { commandFidelitySteps, commandSteps } from "./_e2b_steps.ts";
 import { freePort, newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
 import { AccessTokens } from "../shared/access_tokens.ts";
+import { sdkOptions } from "./_two_nodes.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -21,11 +22,6 @@ async function until(what: string, check: () => Promise<boolean>, ms = 8000): Pr
     await sleep(100);
   }
   throw new Error(`Gave up waiting ${ms} ms for ${what}`);
-}
-
-/** The SDK's three settings for a server at `base`. */
-function sdkOptions(base: string, apiKey: string) {
-  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
 }
 
 Deno.test({

@@ -22,11 +22,7 @@ import {
   startSecondEngine,
 } from "./_heal_fleet.ts";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
-
-/** The SDK's three settings for a gateway at `base` and a key. */
-function sdkOptions(base: string, apiKey: string) {
-  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
-}
+import { sdkOptions } from "./_two_nodes.ts";
 
 type Opts = ReturnType<typeof sdkOptions>;
 

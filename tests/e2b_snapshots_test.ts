@@ -12,57 +12,11 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { Sandbox, SandboxError } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
-import { type NodeProcess, startNode } from "./_processes.ts";
-import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { startNode } from "./_processes.ts";
+import { nodeOf, sdkOptions, startTwoNodeFleet, type TwoNodeFleet } from "./_two_nodes.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
 
-/** The SDK's three settings for a gateway at `base` and a key. */
-function sdkOptions(base: string, apiKey: string) {
-  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
-}
-
 type Opts = ReturnType<typeof sdkOptions>;
-
-interface SnapshotFleet {
-  gw: GatewayProcess;
-  nodes: Map<string, NodeProcess>;
-  stop(): Promise<void>;
-}
-
-/** A gateway and two nodes started by `startOne`, up with a reading. */
-async function startFleet(
-  startOne: (gw: GatewayProcess, id: string) => Promise<NodeProcess>,
-  ids: [string, string],
-): Promise<SnapshotFleet> {
-  const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
-  const nodes = new Map<string, NodeProcess>();
-  const stop = async () => {
-    await Promise.all([...nodes.values()].map((n) => n.stop()));
-    await gw.stop();
-  };
-  try {
-    for (const id of ids) nodes.set(id, await startOne(gw, id));
-    await until("both nodes up with a reading at the gateway", async () => {
-      const { body } = await gw.json("listNodes");
-      return body.nodes.filter((n: { id: string; state: string; reading: unknown }) =>
-        ids.includes(n.id) && n.state === "up" && n.reading !== null
-      ).length === 2;
-    });
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { gw, nodes, stop };
-}
-
-/** The node a sandbox runs on, as the control plane's `clientID` says. */
-async function nodeOf(opts: Opts, sandboxId: string): Promise<string> {
-  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
-    headers: { "x-api-key": opts.apiKey },
-  });
-  assert.equal(res.status, 200);
-  return (await res.json()).clientID;
-}
 
 /** Every snapshot id a paginator yields. */
 async function allIds(paginator: ReturnType<typeof Sandbox.listSnapshots>): Promise<string[]> {
@@ -72,7 +26,7 @@ async function allIds(paginator: ReturnType<typeof Sandbox.listSnapshots>): Prom
 }
 
 /** The exam, on whichever executor the fleet runs. */
-async function exam(t: Deno.TestContext, fleet: SnapshotFleet): Promise<void> {
+async function exam(t: Deno.TestContext, fleet: TwoNodeFleet): Promise<void> {
   const { gw } = fleet;
   const key = async (team: string) => {
     const minted = await gw.json("createApiKey", { team });
@@ -271,7 +225,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
 }, async (t) => {
-  const fleet = await startFleet(
+  const fleet = await startTwoNodeFleet(
     (gw, id) =>
       startNode({
         token: gw.token,
@@ -303,7 +257,7 @@ Deno.test({
     `snapa-${crypto.randomUUID().slice(0, 6)}`,
     `snapb-${crypto.randomUUID().slice(0, 6)}`,
   ];
-  const fleet = await startFleet(
+  const fleet = await startTwoNodeFleet(
     (gw, id) => startDockerNode({ token: gw.token, gatewayUrl: gw.url, nodeId: id }),
     ids,
   );

@@ -12,45 +12,11 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { BuildError, Sandbox, Template } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
-import { type NodeProcess, startNode } from "./_processes.ts";
-import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { startNode } from "./_processes.ts";
+import { nodeOf, sdkOptions, startTwoNodeFleet, type TwoNodeFleet } from "./_two_nodes.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
 
-function sdkOptions(base: string, apiKey: string) {
-  return { apiUrl: `${base}/e2b/api`, sandboxUrl: `${base}/e2b/envd`, apiKey };
-}
 type Opts = ReturnType<typeof sdkOptions>;
-
-interface Fleet {
-  gw: GatewayProcess;
-  ids: string[];
-  stop(): Promise<void>;
-}
-
-async function startFleet(
-  startOne: (gw: GatewayProcess, id: string) => Promise<NodeProcess>,
-  ids: [string, string],
-): Promise<Fleet> {
-  const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
-  const nodes: NodeProcess[] = [];
-  const stop = async () => {
-    await Promise.all(nodes.map((n) => n.stop()));
-    await gw.stop();
-  };
-  try {
-    for (const id of ids) nodes.push(await startOne(gw, id));
-    await until("both nodes up with a reading at the gateway", async () => {
-      const { body } = await gw.json("listNodes");
-      return body.nodes.filter((n: { id: string; state: string; reading: unknown }) =>
-        ids.includes(n.id) && n.state === "up" && n.reading !== null
-      ).length === 2;
-    });
-  } catch (error) {
-    await stop();
-    throw error;
-  }
-  return { gw, ids, stop };
-}
 
 /** A file context directory with `hello.txt`. */
 async function context(): Promise<string> {
@@ -60,15 +26,7 @@ async function context(): Promise<string> {
 }
 
 /** The node a sandbox runs on. */
-async function nodeOf(opts: Opts, sandboxId: string): Promise<string> {
-  const res = await fetch(`${opts.apiUrl}/sandboxes/${sandboxId}`, {
-    headers: { "x-api-key": opts.apiKey },
-  });
-  assert.equal(res.status, 200);
-  return (await res.json()).clientID;
-}
-
-async function exam(t: Deno.TestContext, fleet: Fleet, docker: boolean): Promise<void> {
+async function exam(t: Deno.TestContext, fleet: TwoNodeFleet, docker: boolean): Promise<void> {
   const { gw } = fleet;
   const key = async (team: string) => {
     const minted = await gw.json("createApiKey", { team });
@@ -437,7 +395,7 @@ Deno.test({
   sanitizeResources: false,
   sanitizeOps: false,
 }, async (t) => {
-  const fleet = await startFleet(
+  const fleet = await startTwoNodeFleet(
     (gw, id) =>
       startNode({
         token: gw.token,
@@ -469,7 +427,7 @@ Deno.test({
     `tpla-${crypto.randomUUID().slice(0, 6)}`,
     `tplb-${crypto.randomUUID().slice(0, 6)}`,
   ];
-  const fleet = await startFleet(
+  const fleet = await startTwoNodeFleet(
     (gw, id) => startDockerNode({ token: gw.token, gatewayUrl: gw.url, nodeId: id }),
     ids,
   );
