@@ -232,6 +232,10 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
           created.id,
           nodeId,
         )),
+    snapshotRetakes: shared && {
+      record: (nodeId, snapshotId) => shared.recent.records.publishRetaken(snapshotId, nodeId),
+      nodes: (snapshotId) => shared.recent.records.retakenOn(snapshotId),
+    },
     limits,
     accessTokens,
     log,

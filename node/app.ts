@@ -336,6 +336,10 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
     hostReading: () => hostReader.read(),
     minDiskBytes: config.snapshotMinDiskBytes ?? DEFAULT_SNAPSHOT_MIN_DISK_GB * 1e9,
     templates: async () => (await executor.capabilities?.())?.templates,
+    // `checkIn` is built below, before any request is served.
+    ...(config.gatewayEndpoint === null
+      ? {}
+      : { announceRetaken: (snapshotId: string) => checkIn!.pushRetaken(snapshotId) }),
     log,
   });
   const metricsSampler = new MetricsSampler({

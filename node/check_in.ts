@@ -140,6 +140,9 @@ async function skipsByDigest(response: Response): Promise<boolean> {
   }
 }
 
+/** What a check-in pushed out of turn was pushed for (none for the interval's own). */
+export type PushedFor = Pick<CheckIn, "directCreate" | "snapshotRetaken">;
+
 /** How one attempt ended. */
 export type CheckInOutcome =
   | { ok: true; status: number }
@@ -230,9 +233,9 @@ export class CheckInLoop {
    * in flight starts when it ends, so the gateway hears check-ins in the order they were built
    * (the lookup digest argument counts on it, docs/lookup-digest.md).
    */
-  once(directCreate?: CheckIn["directCreate"]): Promise<CheckInOutcome> {
+  once(pushedFor?: PushedFor): Promise<CheckInOutcome> {
     const previous = this.#inFlight ?? Promise.resolve();
-    const attempt = previous.then(() => this.#attempt(directCreate)).then((outcome) => {
+    const attempt = previous.then(() => this.#attempt(pushedFor)).then((outcome) => {
       this.#report(outcome);
       if (outcome.ok || outcome.cause !== "stopped") this.#options.onOutcome?.(outcome);
       return outcome;
@@ -294,7 +297,7 @@ export class CheckInLoop {
     what: string,
     created?: { team: string; name: string; id?: string },
   ): Promise<void> {
-    const outcome = await this.once(created);
+    const outcome = await this.once(created === undefined ? undefined : { directCreate: created });
     if (outcome.ok || !this.#gatewaySkips) return;
     throw new HttpError(
       503,
@@ -304,6 +307,27 @@ export class CheckInLoop {
         "once the gateway answers check-ins again",
       { headers: { "retry-after": String(Math.max(1, this.#options.intervalSeconds)) } },
     );
+  }
+
+  /**
+   * A check-in built now, for a snapshot just taken under an id another node may hold an older
+   * build of (a name taken again): the gateway applies it, and in shared mode records it in
+   * etcd, before it answers, so a create from that id that follows the take's answer, through
+   * any gateway, is placed on the newest build. Never rejects: the build is made, so a failed
+   * check-in is logged and the gateways learn of it at the next one.
+   */
+  async pushRetaken(snapshotId: string): Promise<CheckInOutcome> {
+    const outcome = await this.once({ snapshotRetaken: snapshotId });
+    if (!outcome.ok && outcome.cause !== "stopped") {
+      this.#log("warn", "a snapshot taken again was not pushed to the gateway", {
+        snapshot: snapshotId,
+        cause: outcome.cause,
+        effect: "until this node's next check-in, a create from that id may start from an " +
+          "older build another node holds",
+        nodeId: this.#options.nodeId,
+      });
+    }
+    return outcome;
   }
 
   /** Stops the loop and aborts an attempt in flight. */
@@ -332,9 +356,9 @@ export class CheckInLoop {
     };
   }
 
-  async #attempt(directCreate?: CheckIn["directCreate"]): Promise<CheckInOutcome> {
+  async #attempt(pushedFor?: PushedFor): Promise<CheckInOutcome> {
     try {
-      const body = directCreate ? { ...this.body(), directCreate } : this.body();
+      const body = pushedFor ? { ...this.body(), ...pushedFor } : this.body();
       let outcome = await this.#send(body);
       // Each other gateway once: a 4xx is the fleet's verdict, the same from all of them.
       for (let tried = 1; tried < this.#gateways.length && movesOn(outcome); tried++) {

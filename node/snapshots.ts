@@ -52,6 +52,12 @@ export interface NodeSnapshotsOptions {
    * it {@linkcode NodeSnapshots.expire} deletes it here and from the registry. None when absent.
    */
   ttlMs?: number;
+  /**
+   * Tells the gateway at once of a build taken under an id another node holds (a name taken
+   * again: `take`'s `rebuild.snapshotId`), before the take answers (`CheckInLoop.pushRetaken`);
+   * none without a gateway.
+   */
+  announceRetaken?: (snapshotId: string) => Promise<unknown>;
   /** Where takes and deletes are logged. */
   log?: Log;
 }
@@ -159,6 +165,12 @@ export class NodeSnapshots {
     // works while this node is down.
     await this.#options.moves?.push(info.snapshotId);
     await this.refresh();
+    // Another node holds an older build under this id, and advertises it: the gateways hear of
+    // this newer one before the client does, so a create from the id that follows is placed on
+    // the newest build, through any gateway.
+    if (name !== undefined && rebuild?.snapshotId !== undefined) {
+      await this.#options.announceRetaken?.(info.snapshotId);
+    }
     return info;
   }
 

@@ -142,3 +142,31 @@ Deno.test("a delete reaches the registry: its manifest is deleted, another team'
     await server.shutdown();
   }
 });
+
+Deno.test("a name taken again under an id another node holds is announced, advertised, before the take answers", async () => {
+  const clock = new FakeClock(1_800_000_000_000);
+  const executor = new FakeExecutor({ clock, nodeId: "n2" });
+  const ledger = Ledger.inMemory({ nodeId: "n2", endpoint: "http://127.0.0.1:1" });
+  const service = new SandboxService({ ledger, executor, clock });
+  const announced: { id: string; advertised: string[] }[] = [];
+  const snapshots: NodeSnapshots = new NodeSnapshots({
+    executor,
+    service,
+    queue: service.queue,
+    announceRetaken: (id) => {
+      announced.push({ id, advertised: snapshots.advertised().snapshots });
+      return Promise.resolve();
+    },
+  });
+  const { sandbox } = await service.acquire({ name: "a" });
+  // A new name, and an unnamed take: nobody else holds them, nothing is announced.
+  await snapshots.take({ id: sandbox.id }, "fresh", {});
+  await snapshots.take({ id: sandbox.id });
+  assert.equal(announced.length, 0);
+  const elsewhere = "snap-" + "q".repeat(20);
+  const info = await snapshots.take({ id: sandbox.id }, "ready", { snapshotId: elsewhere });
+  assert.equal(info.snapshotId, elsewhere);
+  assert.equal(announced.length, 1);
+  assert.equal(announced[0].id, elsewhere);
+  assert.ok(announced[0].advertised.includes(elsewhere), "the pushed check-in advertises it");
+});

@@ -356,6 +356,7 @@ export const checkInSchema: z.ZodObject<{
   directCreate: z.ZodOptional<
     z.ZodObject<{ team: z.ZodString; name: z.ZodString; id: z.ZodOptional<z.ZodString> }>
   >;
+  snapshotRetaken: z.ZodOptional<z.ZodString>;
 }> = z.object({
   nodeId: nodeIdSchema,
   endpoint: endpointSchema,
@@ -427,6 +428,13 @@ export const checkInSchema: z.ZodObject<{
     name: sandboxNameSchema,
     id: sandboxIdSchema.optional(),
   }).optional(),
+  /**
+   * The snapshot id this check-in was pushed for: the node just took a new build under an id
+   * another node may hold an older build of (a name taken again). The gateway applies the
+   * check-in, and in shared mode records it in etcd, before it answers, so every gateway's next
+   * create from that id asks the holders which build is newest.
+   */
+  snapshotRetaken: z.string().regex(/^snap-[a-z0-9]{20}$/).optional(),
 });
 
 /** A check-in body: what a node posts to `<gateway>/checkIn` every interval. */
@@ -467,6 +475,8 @@ export interface CheckIn {
   heals?: boolean;
   /** The create behind the gateways' back this check-in was pushed for. */
   directCreate?: { team: string; name: string; id?: string };
+  /** The snapshot id taken again here that this check-in was pushed for. */
+  snapshotRetaken?: string;
 }
 
 // The interfaces above are written out for the documentation; these fail to compile when one

@@ -56,7 +56,8 @@ export function recentCreatesTtlSeconds(trustMs: number, createBoundMs: number):
 
 /**
  * The records of recent creates under `<prefix>recent/`: `n/<team>/<name>/@<node>` (one a node
- * the name was created on, so two owners are both asked: the conflict is found) and `i/<id>`,
+ * the name was created on, so two owners are both asked: the conflict is found), `i/<id>`, and
+ * `s/<snapshot id>/@<node>` for a snapshot name taken again on that node,
  * each naming the node, tied to a lease of their own (never a gateway's session lease: a gateway that
  * dies mid-create must not take the record with it). A name's record is written in the same
  * transaction that checks the creator still holds the name's slot; an id's right after the node
@@ -145,6 +146,34 @@ export class RecentCreates {
           : [{ op: "put" as const, key: `${this.#prefix}i/${id}`, value, lease }]),
       ]);
     });
+  }
+
+  /**
+   * Records that node `nodeId` took a new build under snapshot id `snapshotId`, which another
+   * node may hold an older build of (its pushed check-in's `snapshotRetaken`): `s/<id>/@<node>`.
+   *
+   * @throws what the client throws when etcd cannot be asked.
+   */
+  async publishRetaken(snapshotId: string, nodeId: string): Promise<void> {
+    await this.#retryingLease(async () => {
+      const lease = await this.#currentLease();
+      await this.#client.put(
+        `${this.#prefix}s/${snapshotId}/@${nodeId}`,
+        this.#value(nodeId),
+        lease,
+      );
+    });
+  }
+
+  /**
+   * The nodes that recently took a new build under snapshot id `snapshotId`
+   * ({@linkcode publishRetaken}); empty when none did. One read of that id's few keys.
+   *
+   * @throws what the client throws when etcd cannot be asked.
+   */
+  async retakenOn(snapshotId: string): Promise<string[]> {
+    const kvs = await this.#client.range(`${this.#prefix}s/${snapshotId}/@`);
+    return kvs.map((kv) => kv.key.slice(kv.key.lastIndexOf("/@") + 2));
   }
 
   /**

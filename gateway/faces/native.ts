@@ -145,7 +145,7 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
   // --- the fleet's own verbs ---
   post("checkIn", async (c) => {
     const { value: body } = await readBody(c.req.raw, checkInSchema, jsonBodyCap);
-    const { directCreate, ...value } = body;
+    const { directCreate, snapshotRetaken, ...value } = body;
     if (directCreate !== undefined && parts.recordDirect !== undefined) {
       // Shared mode: every gateway must be able to find the name before the node builds it; a
       // failure here makes the node refuse the create (docs/lookup-digest.md).
@@ -158,6 +158,22 @@ export function createNativeFace(parts: GatewayParts, options: NativeFaceOptions
             `in etcd (${error instanceof Error ? error.message : String(error)}): every gateway ` +
             "must be able to find a name before a node builds it, so the node builds nothing; " +
             "create it through a gateway, or retry once etcd answers",
+          { headers: { "retry-after": "2" } },
+        );
+      }
+    }
+    if (snapshotRetaken !== undefined && parts.snapshotRetakes !== undefined) {
+      // Shared mode: every gateway's create from that id must see the newer build before the
+      // take is answered, while their node tables may lag a poll behind this one.
+      try {
+        await parts.snapshotRetakes.record(value.nodeId, snapshotRetaken);
+      } catch (error) {
+        throw new HttpError(
+          503,
+          `Cannot record in etcd that node '${value.nodeId}' took snapshot '${snapshotRetaken}' ` +
+            `again (${error instanceof Error ? error.message : String(error)}): other gateways ` +
+            "would start it from an older build; the node tries another gateway, or retry once " +
+            "etcd answers",
           { headers: { "retry-after": "2" } },
         );
       }

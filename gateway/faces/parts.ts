@@ -53,6 +53,16 @@ export interface GatewayParts {
     nodeId: string,
     created: { team: string; name: string; id?: string },
   ) => Promise<void>;
+  /**
+   * Shared mode: snapshot ids taken again on a node (a pushed check-in's `snapshotRetaken`),
+   * recorded in etcd before the check-in is answered and read by every gateway's create from
+   * a snapshot id, so none places it on an older build while its node table lags; absent with
+   * one gateway (its node table has the check-in before the take is answered).
+   */
+  snapshotRetakes?: {
+    record(nodeId: string, snapshotId: string): Promise<void>;
+    nodes(snapshotId: string): Promise<string[]>;
+  };
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;
   /**

@@ -59,6 +59,11 @@ export class StubNode {
   forkBodies: { count?: number }[] = [];
   /** The creation time a take records, ms; the wall clock when unset. */
   takenAt?: number;
+  /**
+   * Runs before a take under an id the gateway named is answered, as a node pushes its
+   * check-in then (`snapshotRetaken`).
+   */
+  onRetake?: (taken: SnapshotRow) => Promise<void> | void;
   /** How many of each fork's first copies fail (an error entry each). */
   forkFailures = 0;
   #seq = 0;
@@ -121,6 +126,7 @@ export class StubNode {
         createdAt: new Date(this.takenAt ?? Date.now()).toISOString(),
       };
       this.snapshots.push(taken);
+      if (request.headers.has("x-dormice-snapshot-id")) await this.onRetake?.(taken);
       return Response.json({ snapshotID: id, names: taken.names }, { status: 201 });
     }
     if (path === "/e2b/api/v2/sandboxes" && request.method === "POST") {

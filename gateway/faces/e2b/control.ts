@@ -71,18 +71,6 @@ export function createE2bApi(
   };
   const app = new Hono();
   const templates = new GatewayTemplates(parts, nodeApi);
-  // Snapshot ids taken again through this gateway in the last minute (a name the team already
-  // had): until the taker's next check-ins, the nodes' own rows say which holds the newest build.
-  const retaken = new Map<string, number>();
-  const RETAKEN_MS = 60_000;
-  const RETAKEN_CAP = 1024;
-  const recentlyRetaken = (snapshotId: string): boolean => {
-    const until = retaken.get(snapshotId);
-    if (until === undefined) return false;
-    if (until > Date.now()) return true;
-    retaken.delete(snapshotId);
-    return false;
-  };
 
   const create = async (c: Context, rest: string, caller: Caller): Promise<Response> => {
     const { text, value: body } = await readJsonObject(c.req.raw, {
@@ -171,7 +159,6 @@ export function createE2bApi(
         nodeApi,
         nodeAuthFor(caller),
         signal,
-        recentlyRetaken,
       );
       if (source.kind === "snapshot") {
         ask = {
@@ -325,7 +312,8 @@ export function createE2bApi(
   /**
    * `POST /sandboxes/{id}/snapshots`: a name the team already has (on any node) names the id
    * the node keeps the new build under, so a name taken again is a new build of one snapshot,
-   * as in E2B, wherever the sandbox runs.
+   * as in E2B, wherever the sandbox runs. The node pushes its check-in before it answers
+   * (`snapshotRetaken`), so every gateway places a create from that id on the new build.
    */
   const takeSnapshot = async (
     c: Context,
@@ -351,7 +339,7 @@ export function createE2bApi(
       if (held) headers[SNAPSHOT_ID_HEADER] = held.snapshotID;
     }
     const found = await locate(parts, id, signal, scopeOf(caller));
-    const answer = await routing.stream(c.req.raw, {
+    return await routing.stream(c.req.raw, {
       found,
       by: "id",
       key: id,
@@ -359,13 +347,6 @@ export function createE2bApi(
       body: text,
       headers,
     });
-    const again = headers[SNAPSHOT_ID_HEADER];
-    if (again !== undefined && answer.ok) {
-      retaken.delete(again);
-      if (retaken.size >= RETAKEN_CAP) retaken.delete(retaken.keys().next().value!);
-      retaken.set(again, Date.now() + RETAKEN_MS);
-    }
-    return answer;
   };
 
   app.all("*", async (c) => {

@@ -40,7 +40,10 @@ export type CreateSource =
  * Whether a create's `templateID` names a snapshot, and which nodes hold it. A name is looked
  * up among the caller's team's snapshots on every node, unless some node serves a template by
  * that name (templates win: a node refuses a snapshot named like its templates). An id no
- * node advertises yet (taken since the last check-ins) is asked of every node. A snapshot
+ * node advertises yet (taken since the last check-ins) is asked of every node, and so is one
+ * several nodes advertise, or (shared mode) one etcd records as taken again on a node (each
+ * node pushes its check-in after taking a name again, before the take is answered), so the
+ * newest build is found by the nodes' own rows. A snapshot
  * whose every holder is down is a 503 naming them (unless a node with a registry is up: it
  * pulls it from there), never a create from something else; one no node holds is E2B's 404.
  *
@@ -52,7 +55,6 @@ export async function resolveCreateSource(
   nodeApi: string,
   headers: Record<string, string>,
   signal: AbortSignal,
-  recentlyRetaken: (snapshotId: string) => boolean = () => false,
 ): Promise<CreateSource> {
   const nodes = [...parts.fleet.nodes()];
   let snapshotId: string;
@@ -62,10 +64,10 @@ export async function resolveCreateSource(
   if (SNAPSHOT_ID.test(templateID)) {
     snapshotId = templateID;
     holders = nodes.filter((n) => n.snapshots?.has(snapshotId)).map((n) => n.id);
-    // More than one holder: a template built again may have left an older build healed to
-    // some of them, and only the nodes' rows say which (their creation times). So too for one
-    // taken again a moment ago: its new taker may not have advertised it yet.
-    if (holders.length !== 1 || recentlyRetaken(snapshotId)) {
+    // More than one holder: a template built again, or a name taken again on another node,
+    // leaves an older build on some of them, and only the nodes' rows say which (their
+    // creation times).
+    if (holders.length !== 1 || await retakenElsewhere(parts, snapshotId, holders)) {
       const { rows } = await listAll(parts, nodeApi, `?name=${snapshotId}`, { headers, signal });
       const held = rows.filter((r) => r.snapshotID === snapshotId);
       const advertised = holders;
@@ -135,6 +137,29 @@ export async function resolveCreateSource(
     stale,
     ...(stale.length > 0 && createdAt !== undefined ? { createdAt } : {}),
   };
+}
+
+/**
+ * Shared mode: whether etcd records snapshot `snapshotId` as taken again on a node `holders`
+ * (this gateway's node table) does not name yet: the taking node's check-in reached another
+ * gateway, and this one's table lags a poll behind. When etcd cannot be asked, the nodes are
+ * (true): asking costs one round, a wrong build costs a wrong sandbox.
+ */
+async function retakenElsewhere(
+  parts: GatewayParts,
+  snapshotId: string,
+  holders: readonly string[],
+): Promise<boolean> {
+  if (parts.snapshotRetakes === undefined) return false;
+  try {
+    return (await parts.snapshotRetakes.nodes(snapshotId)).some((id) => !holders.includes(id));
+  } catch (error) {
+    parts.log("warn", "cannot read etcd's record of snapshots taken again: asking the nodes", {
+      snapshot: snapshotId,
+      error: error instanceof Error ? error.message : String(error),
+    });
+    return true;
+  }
 }
 
 /** The row created last (a template's newest build). */

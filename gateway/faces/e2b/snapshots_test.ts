@@ -6,7 +6,7 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../../../shared/clock.ts";
 import type { SnapshotRow } from "../../../shared/snapshots.ts";
-import { api, setup } from "./_fixtures_test.ts";
+import { api, setup, token } from "./_fixtures_test.ts";
 import { checkIn, reading } from "../../_fixtures_test.ts";
 import { UNREACHABLE_HEADER } from "./merge.ts";
 
@@ -203,7 +203,7 @@ Deno.test("E2B api: a create that needs a heal never goes to a node that takes n
   }
 });
 
-Deno.test("E2B api: a snapshot taken again on a node that has not advertised it yet starts from that newest build", async () => {
+Deno.test("E2B api: a snapshot taken again on another node starts from that newest build once its pushed check-in is in", async () => {
   const clock = new FakeClock(1_800_000_000_000);
   const { gateway, add } = setup({ clock });
   const a = add("a");
@@ -218,8 +218,24 @@ Deno.test("E2B api: a snapshot taken again on a node that has not advertised it 
       checkIn("b", b.endpoint, { reading: reading(), templates: ["base"], snapshots: [] }),
     );
     const sandbox = b.add("src");
-    // Taken again on b: the same id (the name is the team's), a newer build, before b's check-in.
+    // Taken again on b: the same id (the name is the team's), a newer build; b pushes its
+    // check-in before it answers, as a node does.
     b.takenAt = 1_800_000_000_000 + 5_000;
+    b.onRetake = async (taken) => {
+      const pushed = await gateway.fetch(
+        new Request("http://gw.test/checkIn", {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify(checkIn("b", b.endpoint, {
+            reading: reading(),
+            templates: ["base"],
+            snapshots: [taken.snapshotID],
+            snapshotRetaken: taken.snapshotID,
+          })),
+        }),
+      );
+      assert.equal(pushed.status, 200, await pushed.text());
+    };
     const taken = await api(gateway, "POST", `/sandboxes/${sandbox.id}/snapshots`, {
       name: "ready",
     });
