@@ -425,7 +425,10 @@ export function createE2bApi(
           // Its node is down: a sandbox paused to disk resumes on another node when the
           // registry holds its files (`takeOverArchived`); otherwise the 503 stands.
           if (!(error instanceof HttpError) || error.status !== 503) throw error;
-          if (!(await takeOverArchived(parts, nodeApi, id, nodeAuthFor(caller)))) throw error;
+          const signal = c.req.raw.signal;
+          if (!(await takeOverArchived(parts, nodeApi, id, nodeAuthFor(caller), signal))) {
+            throw error;
+          }
           return await forwardById(c, id, rest, caller);
         }
       }
@@ -466,55 +469,96 @@ async function volumeRoute(
 }
 
 /**
+ * The slot a take-over of sandbox `id` runs in (the routing's per-name slots: in etcd in shared
+ * mode). No sandbox name or team starts with `@`, so it is no name's slot.
+ */
+function takeOverSlot(id: string): string {
+  return `@take-over/${id}`;
+}
+
+/**
  * Asks a live node with a registry to take over sandbox `id`, paused to disk on a node that is
  * down (the node pulls its files and row from the registry); true when one did, and the Finder
  * then names that node. False when no such node is up or the registry does not hold it.
+ *
+ * Take-overs of one sandbox run one at a time in its take-over slot, across every gateway of a
+ * shared fleet: one that got the slot after another ended first looks for the sandbox on the
+ * live nodes, and goes where the first one put it, so two `connect`s at once (two gateways)
+ * resume one sandbox on one node and both answer from it. The taker's id is published like a
+ * create's (shared mode), so every gateway's lookup asks that node.
+ *
+ * @throws {HttpError} 503 when the slot's store is unreachable or another gateway holds it past
+ *   its bound; 499 when the client left while waiting.
  */
 async function takeOverArchived(
   parts: GatewayParts,
   nodeApi: string,
   id: string,
   headers: Record<string, string>,
+  signal: AbortSignal,
 ): Promise<boolean> {
-  const now = parts.fleet.now();
-  const candidates = [...parts.fleet.nodes()].filter((n) =>
-    n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
-  );
-  if (candidates.length === 0) return false;
-  const pick = parts.placer.pick({});
-  const node = pick.ok && candidates.includes(pick.node) ? pick.node : candidates[0];
-  let res: Response;
-  try {
-    res = await fetch(
-      new URL(`${nodeApi}/sandboxes/${encodeURIComponent(id)}/adopt`, node.endpoint),
-      { method: "POST", headers, redirect: "manual", signal: AbortSignal.timeout(300_000) },
+  const live = () => {
+    const now = parts.fleet.now();
+    return [...parts.fleet.nodes()].filter((n) =>
+      n.snapshotRegistry !== undefined && !parts.fleet.isDown(n, now)
     );
-  } catch (error) {
-    parts.log("warn", "a node did not answer a take-over", { nodeId: node.id, id, error });
-    return false;
-  }
-  const text = await res.text();
-  if (!res.ok) {
-    parts.log("info", "no take-over of a sandbox paused to disk", {
+  };
+  if (live().length === 0) return false;
+  return await parts.routing.slots.run(takeOverSlot(id), async () => {
+    if (signal.aborted) throw new HttpError(499, "The client closed the request");
+    if (await foundAlive(parts, id, signal)) return true;
+    const candidates = live();
+    if (candidates.length === 0) return false;
+    const pick = parts.placer.pick({});
+    const node = pick.ok && candidates.includes(pick.node) ? pick.node : candidates[0];
+    let res: Response;
+    try {
+      res = await fetch(
+        new URL(`${nodeApi}/sandboxes/${encodeURIComponent(id)}/adopt`, node.endpoint),
+        { method: "POST", headers, redirect: "manual", signal: AbortSignal.timeout(300_000) },
+      );
+    } catch (error) {
+      parts.log("warn", "a node did not answer a take-over", { nodeId: node.id, id, error });
+      return false;
+    }
+    const text = await res.text();
+    if (!res.ok) {
+      parts.log("info", "no take-over of a sandbox paused to disk", {
+        nodeId: node.id,
+        id,
+        status: res.status,
+        answer: text.slice(0, 300),
+      });
+      // The registry refused this node's claim: some other node took it over first (a gateway
+      // outside these slots, or one whose slot lapsed), and that node is where it lives now.
+      return res.status === 404 && await foundAlive(parts, id, signal);
+    }
+    const row = JSON.parse(text) as { sandboxID: string; name: string; team: string };
+    parts.finder.remember(node, {
+      id: row.sandboxID,
+      name: row.name,
+      state: "archived",
+      team: row.team,
+    });
+    await parts.routing.publishCreated([row.sandboxID], node);
+    parts.log("info", "a sandbox paused to disk on a down node was taken over", {
       nodeId: node.id,
       id,
-      status: res.status,
-      answer: text.slice(0, 300),
     });
-    return false;
-  }
-  const row = JSON.parse(text) as { sandboxID: string; name: string; team: string };
-  parts.finder.remember(node, {
-    id: row.sandboxID,
-    name: row.name,
-    state: "archived",
-    team: row.team,
-  });
-  parts.log("info", "a sandbox paused to disk on a down node was taken over", {
-    nodeId: node.id,
-    id,
-  });
-  return true;
+    return true;
+  }, signal);
+}
+
+/**
+ * Whether sandbox `id` is on a node that is up: this gateway's cache says so (its own take-over
+ * ended), or a lookup round finds it (another gateway's did; the round caches the answer, so the
+ * request that follows goes there). A round that finds it nowhere else, or cannot tell, is false.
+ */
+async function foundAlive(parts: GatewayParts, id: string, signal: AbortSignal): Promise<boolean> {
+  const hit = parts.finder.cached("id", id);
+  if (hit !== undefined && !parts.fleet.isDown(hit.node)) return true;
+  const r = await parts.finder.lookup("id", id, { signal }).catch(() => undefined);
+  return r?.kind === "one" && !parts.fleet.isDown(r.node);
 }
 
 /** A captured node answer, passed on as the node gave it (its errors are already E2B's). */
