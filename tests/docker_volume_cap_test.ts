@@ -73,7 +73,6 @@ Deno.test({
     await t.step("a sandbox writing past the cap gets ENOSPC; df shows the cap", async () => {
       const made = await call("createVolume", { id, sizeBytes: CAP });
       assert.equal(made.status, 201, JSON.stringify(made.body));
-      assert.ok(await mounted(), "the volume's image is mounted at its directory");
       const acquired = await call("acquireSandbox", {
         name: "writer",
         template: "minimal",
@@ -93,6 +92,7 @@ Deno.test({
         `the write past the cap went through: ${dd.body.stderr}`,
       );
       assert.match(dd.body.stderr, /No space left on device/);
+      assert.ok(await mounted(), "the volume's image is mounted at its directory");
       // The node's disk holds at most the image: its allocated blocks stay under the cap.
       const info = await Deno.stat(image);
       assert.equal(info.size, CAP);
