@@ -183,7 +183,7 @@ if (volumes.caps.enforcedBy === "kernel") {
     {
       why: volumes.caps.why,
       fix: "run the node as root with loop devices, e2fsprogs and " +
-        "--allow-run=mount,umount,mkfs.ext4 (not with DORMICE_VOLUME_ROOT)",
+        "--allow-run=mount,umount,mkfs.ext4,losetup (not with DORMICE_VOLUME_ROOT)",
     },
   );
 }

@@ -16,7 +16,7 @@
  * `mkfs.ext4` succeeded, a move's incoming image under `.incoming` until its stream arrived
  * whole; a boot removes both kinds and mounts every `.ext4`.
  *
- * Needs root, `--allow-run=mount,umount,mkfs.ext4` and e2fsprogs; {@linkcode probeVolumeImages}
+ * Needs root, `--allow-run=mount,umount,mkfs.ext4,losetup` and e2fsprogs; {@linkcode probeVolumeImages}
  * answers why not, and the node then keeps the content API's own check (`volumes.ts`).
  *
  * @module
@@ -27,7 +27,7 @@ import { HttpError } from "../shared/http_error.ts";
 import { VOLUME_ID } from "../shared/volumes.ts";
 
 /** The commands this module runs (each needs `--allow-run`). */
-export const IMAGE_COMMANDS = ["mount", "umount", "mkfs.ext4"] as const;
+export const IMAGE_COMMANDS = ["mount", "umount", "mkfs.ext4", "losetup"] as const;
 
 /** The smallest cap a kernel-kept volume takes (ext4 with a journal needs room of its own). */
 export const MIN_IMAGE_BYTES = 16 * 1024 * 1024;
@@ -39,6 +39,8 @@ const COMMAND_TIMEOUT_MS = 60_000;
 export interface CommandResult {
   code: number;
   stderr: string;
+  /** What it printed (only `losetup -j` is read). */
+  stdout?: string;
 }
 
 /** Runs one command (tests inject a fake). */
@@ -49,11 +51,12 @@ export const runCommand: CommandRunner = async (command, args) => {
   const out = await new Deno.Command(command, {
     args,
     stdin: "null",
-    stdout: "null",
+    stdout: "piped",
     stderr: "piped",
     signal: AbortSignal.timeout(COMMAND_TIMEOUT_MS),
   }).output();
-  return { code: out.code, stderr: new TextDecoder().decode(out.stderr).trim().slice(0, 500) };
+  const text = (b: Uint8Array) => new TextDecoder().decode(b).trim().slice(0, 2000);
+  return { code: out.code, stderr: text(out.stderr), stdout: text(out.stdout) };
 };
 
 /** What a mounted filesystem holds, from `statfs`. */
@@ -143,15 +146,23 @@ export class VolumeImages {
     await Deno.rename(tmp, path);
   }
 
-  /** Mounts the image of `id` at `at` (default `<root>/<id>`); idempotent. */
+  /**
+   * Mounts the image of `id` at `at` (default `<root>/<id>`); idempotent. The loop device then
+   * reads and writes the image with direct I/O: buffered, every block sits in the page cache
+   * twice and a 256 MiB fsync'd write ran at a third of a plain directory's speed (measured
+   * 2026-12-07, `bench/RESULTS.md`). A device that refuses direct I/O (an image on a
+   * filesystem without `O_DIRECT`) stays buffered.
+   */
   async mount(id: string, at: string = join(this.root, id), incoming = false): Promise<void> {
     await Deno.mkdir(at, { recursive: true });
     if (this.isMounted(at)) return;
-    await this.#must(
-      "mount",
-      ["-t", "ext4", "-o", "loop,nosuid,nodev", this.imagePath(id, incoming), at],
-      "mount",
-    );
+    const image = this.imagePath(id, incoming);
+    // `mount -o loop` sets the device to free itself once unmounted (autoclear).
+    await this.#must("mount", ["-t", "ext4", "-o", "loop,nosuid,nodev", image, at], "mount");
+    const devices = await this.#run("losetup", ["-j", image, "-n", "-O", "NAME"]);
+    for (const device of (devices.stdout ?? "").split("\n").filter((d) => d.startsWith("/dev/"))) {
+      await this.#run("losetup", ["--direct-io=on", device]);
+    }
   }
 
   /**

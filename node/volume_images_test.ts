@@ -28,6 +28,8 @@ function fakeHost(options: { busy?: boolean; failMount?: string } = {}) {
         return { code: 32, stderr: "mount: wrong fs type" };
       }
       mounts.add(at);
+    } else if (command === "losetup" && args[0] === "-j") {
+      return { code: 0, stderr: "", stdout: "/dev/loop7" };
     } else if (command === "umount") {
       if (busy && args[0] !== "-l") {
         busy = false;
@@ -74,8 +76,10 @@ Deno.test("volume images: mounts are nosuid,nodev and idempotent; a busy unmount
     await images.mount(id);
     await images.mount(id);
     const at = join(root, id);
-    assert.deepEqual(host.calls.filter((c) => c.startsWith("mount")), [
+    assert.deepEqual(host.calls.filter((c) => /^(mount|losetup)/.test(c)), [
       `mount -t ext4 -o loop,nosuid,nodev ${images.imagePath(id)} ${at}`,
+      `losetup -j ${images.imagePath(id)} -n -O NAME`,
+      "losetup --direct-io=on /dev/loop7",
     ]);
     await images.remove(id);
     assert.deepEqual(host.calls.filter((c) => c.startsWith("umount")), [

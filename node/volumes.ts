@@ -457,7 +457,7 @@ export function nodeVolumesFor(
 
 /**
  * The volumes of a node's config with their caps kept by the kernel when it can
- * (`volume_images.ts`): root, loop devices, e2fsprogs and `--allow-run=mount,umount,mkfs.ext4`,
+ * (`volume_images.ts`): root, loop devices, e2fsprogs and `--allow-run=mount,umount,mkfs.ext4,losetup`,
  * and not on a shared root (one ext4 image mounted by two nodes at once would be corrupted).
  * Otherwise the content API's check, and the reason in {@linkcode NodeVolumes.caps}.
  *

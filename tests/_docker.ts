@@ -57,7 +57,7 @@ export function dockerNodePermissions(
     `--allow-write=${dataDir},${socket}`,
     "--allow-sys=cpus,systemMemoryInfo,statfs,networkInterfaces",
     // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
-    "--allow-run=iptables,openssl,sh,mount,umount,mkfs.ext4",
+    "--allow-run=iptables,openssl,sh,mount,umount,mkfs.ext4,losetup",
   ];
 }
 
