@@ -149,6 +149,13 @@ Deno.test("node volumes with images: create makes and mounts, import adopts whol
     assert.equal(host.mounts.size, 0);
     assert.throws(() => Deno.statSync(join(root, id)), Deno.errors.NotFound);
 
+    // An image that did not mount (a failed boot) is not served, but a delete frees it.
+    const broken = "vol-ffffffffffffffffffff";
+    await images.make(broken, 1e9);
+    assert.equal(volumes.has(broken), false);
+    assert.equal(await volumes.destroy(broken), true);
+    assert.equal(images.hasImage(broken), false);
+
     const moved = "vol-eeeeeeeeeeeeeeeeeeee";
     await assert.rejects(
       volumes.importInto(moved, 1e9, () => Promise.reject(new Error("the stream broke"))),

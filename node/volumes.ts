@@ -248,7 +248,13 @@ export class NodeVolumes {
 
   /** Deletes the volume and its files; false when it was not here. */
   async destroy(id: string): Promise<boolean> {
-    if (!this.has(id)) return false;
+    if (!this.has(id)) {
+      // An image whose mount failed at boot: not served, but deleting it frees its disk.
+      if (!VOLUME_ID.test(id) || !this.#images?.hasImage(id)) return false;
+      await this.#images.remove(id);
+      await Deno.remove(join(this.root, id), { recursive: true }).catch(() => {});
+      return true;
+    }
     this.refuseWhileMounted(id, "delete");
     if (this.#images?.hasImage(id)) {
       // The files go with the image: unmounted, the directory is an empty mount point.
