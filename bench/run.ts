@@ -12,7 +12,7 @@
  * bursts-inprocess, forwarding, forwarding-rules, ports, streaming, docker, docker-parallel,
  * e2b-docker, code-interpreter, pools-two-gateways, pools-claim-node, pools-claim-docker, pools-first-command,
  * liveness, soak-shared (5 minutes; `--quick` 20 s), snapshots-docker, templates-docker,
- * egress-docker.
+ * egress-docker, volume-images.
  *
  * @module
  */
@@ -47,6 +47,7 @@ import { runScaleSoak } from "./sections/scale_soak.ts";
 import { runSnapshotsDocker } from "./sections/snapshots_docker.ts";
 import { runTemplatesDocker } from "./sections/templates_docker.ts";
 import { runEgressDocker } from "./sections/egress_docker.ts";
+import { runVolumeImages } from "./sections/volume_images.ts";
 
 const args = parseBenchArgs(Deno.args);
 if (args instanceof Error) {
@@ -104,6 +105,7 @@ const benchmarks: [string, () => Promise<Section> | Section][] = [
   ["snapshots-docker", () => runSnapshotsDocker({ runs: Math.max(runs, 5) })],
   ["templates-docker", () => runTemplatesDocker({ runs: Math.max(runs, 5) })],
   ["egress-docker", () => runEgressDocker({ runs: Math.max(runs, 7) })],
+  ["volume-images", () => runVolumeImages({ runs: Math.max(runs, 7) })],
 ];
 
 const names = benchmarks.map(([name]) => name);

@@ -505,6 +505,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
       endpoint: config.nodeEndpoint,
       build,
       hostReading: () => hostReader.read(),
+      health: () => ({ volumeCaps: volumes.caps }),
       pools,
       snapshots,
       log,

@@ -17,7 +17,7 @@
  * | `DORMICE_SNAPSHOT_HEAL_MAX_GB` | `20` | the most one heal reads from another node, GB, 1 to 100000 |
  * | `DORMICE_VOLUMES` | unset (none) | named volumes a create may mount, `name=/host/path[:ro]` or `name=docker-volume[:ro]`, comma-separated |
  * | `DORMICE_VOLUME_ROOT` | unset (`<DORMICE_DATA_DIR>/volumes`) | where managed volumes (E2B `Volume`) live; set it to a directory every node mounts (NFS or any shared filesystem) and every node serves every volume |
- * | `DORMICE_VOLUME_SIZE_GB` | `10` | the cap of a new managed volume, GB (1 to 100000): checked on content-API writes and moves, not enforced on a sandbox's own writes |
+ * | `DORMICE_VOLUME_SIZE_GB` | `10` | the cap of a new managed volume, GB (1 to 100000): kept by the kernel (an ext4 image per volume) on a root node with loop devices, else checked on content-API writes and moves only |
  *
  * @module
  */

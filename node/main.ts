@@ -18,7 +18,7 @@ import { createLog } from "../shared/log.ts";
 import { serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
-import { nodeVolumesFor } from "./volumes.ts";
+import { openNodeVolumes } from "./volumes.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
@@ -170,8 +170,23 @@ function openLedger(): Ledger {
 }
 // The ledger first: its instance id is what the executor owns its containers by.
 const ledger = openLedger();
-const volumes = nodeVolumesFor(config, ledger);
-await volumes.sweepUploads();
+// Before the executor: a sandbox restarted with a volume must find its image mounted.
+const volumes = await openNodeVolumes(config, ledger);
+await volumes.open(log);
+if (volumes.caps.enforcedBy === "kernel") {
+  log("info", "volume caps are kept by the kernel: each volume is a loop-mounted ext4 image");
+} else {
+  log(
+    "warn",
+    "volume caps are checked by the content API only: a sandbox writing into a mounted volume " +
+      "is bounded by the disk of the volume root, not by DORMICE_VOLUME_SIZE_GB",
+    {
+      why: volumes.caps.why,
+      fix: "run the node as root with loop devices, e2fsprogs and " +
+        "--allow-run=mount,umount,mkfs.ext4,losetup (not with DORMICE_VOLUME_ROOT)",
+    },
+  );
+}
 const executor = await openExecutor(config, ledger.instanceId, (name) => volumes.dataDir(name));
 const node: NodeApp = createNodeApp({
   config,

@@ -5,10 +5,13 @@
  * directory (a bind mount under Docker); the content API (`volume_content.ts`) reads and writes
  * it from the node; a move copies it to another node as a stream of entries (`volume_copy.ts`).
  *
- * The cap is checked, not enforced: writes through the content API and a move's copy stop at
- * it, but a sandbox writing into its bind mount is bounded only by the disk that holds the root,
- * because a plain directory has no quota of its own (an XFS project quota or a loop-mounted
- * image would need root and a filesystem chosen for it).
+ * Where the node runs as root with loop devices (and not on a shared root), the kernel keeps the
+ * cap: each volume is an ext4 image loop-mounted at `<root>/<id>` (`volume_images.ts`), so a
+ * sandbox writing into its bind mount gets `ENOSPC` at the cap, and what the volume holds is the
+ * filesystem's own count (`statfs`), not a walk. Elsewhere the cap is checked, not enforced:
+ * writes through the content API and a move's copy stop at it, but a sandbox writing into its
+ * bind mount is bounded only by the disk that holds the root ({@linkcode NodeVolumes.caps} says
+ * which, and why).
  *
  * What a volume holds is counted by a walk of its files, which is slow for many small files
  * (10 s for 200,000 one-byte files on a 2-core host, measured 2026-12-07); the count is kept for
@@ -25,6 +28,8 @@ import { join } from "node:path";
 import { HttpError } from "../shared/http_error.ts";
 import { VOLUME_ID } from "../shared/volumes.ts";
 import type { SandboxRecord } from "./service_contract.ts";
+import type { Log } from "../shared/log.ts";
+import { filesystemUsage, probeVolumeImages, VolumeImages } from "./volume_images.ts";
 
 /** Options of {@linkcode NodeVolumes}. */
 export interface NodeVolumesOptions {
@@ -40,6 +45,18 @@ export interface NodeVolumesOptions {
   now?: () => number;
   /** Called at the start of every usage walk (tests count them). */
   onWalk?: (id: string) => void;
+  /** The volumes' images when the kernel keeps their caps; absent: the content API checks them. */
+  images?: VolumeImages;
+  /** Why there are no images (shown by {@linkcode NodeVolumes.caps}). */
+  noImagesWhy?: string;
+}
+
+/** Who keeps the volumes' caps: the kernel (images), or the content API's check only. */
+export interface VolumeCaps {
+  /** `kernel`: a sandbox's own writes stop at the cap; `checked`: only the content API's do. */
+  enforcedBy: "kernel" | "checked";
+  /** Why the kernel does not (with `checked`). */
+  why?: string;
 }
 
 /** A write in flight through the content API (see {@linkcode NodeVolumes.beginWrite}). */
@@ -88,6 +105,9 @@ export class NodeVolumes {
   readonly #sandboxes: NodeVolumesOptions["sandboxes"];
   readonly #now: () => number;
   readonly #onWalk: ((id: string) => void) | undefined;
+  readonly #images: VolumeImages | undefined;
+  /** Who keeps the caps, for `/healthz` and the boot log. */
+  readonly caps: VolumeCaps;
   /** The last walk's count per volume, moved by writes since; dropped past its TTL or on delete. */
   readonly #usage = new Map<string, { bytes: number; at: number; ttl: number }>();
   /** Walks in flight, so concurrent writes share one. */
@@ -105,6 +125,29 @@ export class NodeVolumes {
     this.#sandboxes = options.sandboxes;
     this.#now = options.now ?? Date.now;
     this.#onWalk = options.onWalk;
+    this.#images = options.images;
+    this.caps = options.images
+      ? { enforcedBy: "kernel" }
+      : { enforcedBy: "checked", why: options.noImagesWhy ?? "no volume images configured" };
+  }
+
+  /**
+   * At boot, with images: mounts every volume's image at its directory (idempotent) and drops
+   * half-made ones; then removes the bodies of writes a stopped node left behind.
+   */
+  async open(log?: Log): Promise<void> {
+    if (this.#images) {
+      const { mounted, failed } = await this.#images.mountAll();
+      if (mounted.length > 0) log?.("info", "volume images mounted", { count: mounted.length });
+      for (const f of failed) {
+        log?.("error", "a volume's image did not mount: the volume is not served", {
+          volume: f.id,
+          error: f.error,
+          fix: "check the image with e2fsck -f, then restart the node",
+        });
+      }
+    }
+    await this.sweepUploads();
   }
 
   /** Where a body is written before it is renamed into the volume (out of a sandbox's sight). */
@@ -163,6 +206,11 @@ export class NodeVolumes {
   async create(id: string, sizeBytes?: number): Promise<{ id: string; sizeBytes: number }> {
     const dir = join(this.root, id);
     const size = sizeBytes ?? this.#defaultSizeBytes;
+    // A plain directory made before the node kept caps stays one.
+    if (this.#images && !(exists(join(dir, "data")) && !this.#images.hasImage(id))) {
+      await this.#images.make(id, size);
+      await this.#images.mount(id);
+    }
     await Deno.mkdir(join(dir, "data"), { recursive: true });
     await Deno.chmod(join(dir, "data"), 0o777);
     const file: VolumeFile = { id, sizeBytes: size, createdAt: new Date().toISOString() };
@@ -200,9 +248,19 @@ export class NodeVolumes {
 
   /** Deletes the volume and its files; false when it was not here. */
   async destroy(id: string): Promise<boolean> {
-    if (!this.has(id)) return false;
+    if (!this.has(id)) {
+      // An image whose mount failed at boot: not served, but deleting it frees its disk.
+      if (!VOLUME_ID.test(id) || !this.#images?.hasImage(id)) return false;
+      await this.#images.remove(id);
+      await Deno.remove(join(this.root, id), { recursive: true }).catch(() => {});
+      return true;
+    }
     this.refuseWhileMounted(id, "delete");
-    await Deno.remove(join(this.root, id), { recursive: true });
+    if (this.#images?.hasImage(id)) {
+      // The files go with the image: unmounted, the directory is an empty mount point.
+      await this.#images.remove(id);
+      await Deno.remove(join(this.root, id), { recursive: true });
+    } else await Deno.remove(join(this.root, id), { recursive: true });
     this.forgetUsage(id);
     return true;
   }
@@ -215,6 +273,42 @@ export class NodeVolumes {
     if (this.shared) return;
     for (const id of this.ids()) {
       await Deno.remove(this.uploadsDir(id), { recursive: true }).catch(() => {});
+    }
+  }
+
+  /**
+   * Imports a moved volume: `fill` writes its files into the `data` directory it is given (in
+   * an image of `sizeBytes` when the kernel keeps caps, so the copy stops at the cap too); the
+   * volume appears whole or not at all.
+   */
+  async importInto(
+    id: string,
+    sizeBytes: number,
+    fill: (dataDir: string) => Promise<number>,
+  ): Promise<number> {
+    const staging = join(this.root, `.incoming-${id}`);
+    const file: VolumeFile = { id, sizeBytes, createdAt: new Date().toISOString() };
+    const images = this.#images;
+    if (images === undefined) {
+      const bytes = await fill(join(staging, "data"));
+      await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
+      await Deno.rename(staging, join(this.root, id));
+      return bytes;
+    }
+    await images.dropIncoming(id, staging);
+    try {
+      await images.make(id, sizeBytes, true);
+      await images.mount(id, staging, true);
+      const bytes = await fill(join(staging, "data"));
+      await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
+      await images.unmount(staging);
+      await images.adopt(id);
+      await images.mount(id);
+      await Deno.remove(staging).catch(() => {});
+      return bytes;
+    } catch (error) {
+      await images.dropIncoming(id, staging).catch(() => {});
+      throw error;
     }
   }
 
@@ -245,7 +339,7 @@ export class NodeVolumes {
    * as they arrive, beside every other write in flight.
    */
   async beginWrite(id: string, replacedBytes: number): Promise<VolumeWrite> {
-    const cap = this.sizeBytes(id);
+    const cap = await this.capBytes(id);
     const writing = this.#writing.get(id) ?? 0;
     if (writing >= MAX_WRITES_IN_FLIGHT) {
       throw new HttpError(
@@ -301,8 +395,27 @@ export class NodeVolumes {
     else this.#writing.set(id, n);
   }
 
-  /** Bytes the volume's files take (apparent sizes), counted by a bounded walk. */
+  /**
+   * The cap writes are checked against: the stored cap, or, in an image, the room its
+   * filesystem offers for files when that is less (the image's own metadata takes some).
+   */
+  async capBytes(id: string): Promise<number> {
+    const cap = this.sizeBytes(id);
+    const dir = join(this.root, id);
+    if (!this.#images?.isMounted(dir)) return cap;
+    return Math.min(cap, (await filesystemUsage(dir)).totalBytes);
+  }
+
+  /**
+   * Bytes the volume's files take: its filesystem's own count when it is an image (`statfs`),
+   * else their apparent sizes, counted by a bounded walk.
+   */
   async usedBytes(id: string): Promise<number> {
+    const volumeDir = join(this.root, id);
+    if (this.#images?.isMounted(volumeDir)) {
+      this.requireDataDir(id);
+      return (await filesystemUsage(volumeDir)).usedBytes;
+    }
     this.#onWalk?.(id);
     let total = 0;
     let entries = 0;
@@ -336,6 +449,7 @@ export class NodeVolumes {
 export function nodeVolumesFor(
   config: { dataDir: string; volumeRoot?: string | null; volumeSizeBytes?: number },
   ledger: { all(): SandboxRecord[] },
+  kernel?: { images?: VolumeImages; noImagesWhy?: string },
 ): NodeVolumes {
   const shared = typeof config.volumeRoot === "string";
   return new NodeVolumes({
@@ -343,7 +457,41 @@ export function nodeVolumesFor(
     shared,
     defaultSizeBytes: config.volumeSizeBytes ?? DEFAULT_VOLUME_SIZE_BYTES,
     sandboxes: () => ledger.all(),
+    ...kernel,
   });
+}
+
+/**
+ * The volumes of a node's config with their caps kept by the kernel when it can
+ * (`volume_images.ts`): root, loop devices, e2fsprogs and `--allow-run=mount,umount,mkfs.ext4,losetup`,
+ * and not on a shared root (one ext4 image mounted by two nodes at once would be corrupted).
+ * Otherwise the content API's check, and the reason in {@linkcode NodeVolumes.caps}.
+ *
+ * @example
+ * ```ts ignore
+ * const volumes = await openNodeVolumes(config, ledger);
+ * await volumes.open(log);
+ * ```
+ */
+export async function openNodeVolumes(
+  config: { dataDir: string; volumeRoot?: string | null; volumeSizeBytes?: number },
+  ledger: { all(): SandboxRecord[] },
+): Promise<NodeVolumes> {
+  if (typeof config.volumeRoot === "string") {
+    return nodeVolumesFor(config, ledger, {
+      noImagesWhy: "DORMICE_VOLUME_ROOT is a shared root: an ext4 image mounted by two nodes " +
+        "at once would be corrupted, so caps are checked by the content API only (give the " +
+        "shared filesystem its own quotas)",
+    });
+  }
+  const root = join(config.dataDir, "volumes");
+  await Deno.mkdir(root, { recursive: true });
+  const why = await probeVolumeImages(root);
+  return nodeVolumesFor(
+    config,
+    ledger,
+    why === null ? { images: new VolumeImages(root) } : { noImagesWhy: why },
+  );
 }
 
 /** The cap of a new volume when `DORMICE_VOLUME_SIZE_GB` is unset: 10 GB. */

@@ -57,7 +57,7 @@ export function dockerNodePermissions(
     `--allow-write=${dataDir},${socket}`,
     "--allow-sys=cpus,systemMemoryInfo,statfs,networkInterfaces",
     // The host firewall: one iptables rule per sandbox network (as deno task node grants it).
-    "--allow-run=iptables,openssl,sh",
+    "--allow-run=iptables,openssl,sh,mount,umount,mkfs.ext4,losetup",
   ];
 }
 
@@ -252,4 +252,24 @@ export async function codeInterpreterImageMissing(): Promise<string | null> {
       (error as Error).message.split("\n")[0]
     }): build it with deploy/images/build-code-interpreter.sh (or .ci/docker.sh)`;
   }
+}
+
+/**
+ * Unmounts every filesystem mounted below `dir` (volume images a failed test left), deepest
+ * first, so the directory can be removed; answers how many it unmounted.
+ */
+export async function unmountBelow(dir: string): Promise<number> {
+  const real = await Deno.realPath(dir).catch(() => dir);
+  // Read by cat: Deno wants --allow-all to read /proc/self.
+  const mounts = await new Deno.Command("cat", { args: ["/proc/self/mounts"] }).output();
+  const points = new TextDecoder().decode(mounts.stdout).split("\n")
+    .map((line) => line.split(" ")[1]?.replace(/\\040/g, " "))
+    .filter((p): p is string => p !== undefined && p.startsWith(real + "/"))
+    .sort((a, b) => b.length - a.length);
+  let n = 0;
+  for (const p of points) {
+    const out = await new Deno.Command("umount", { args: ["-l", p], stderr: "null" }).output();
+    if (out.success) n++;
+  }
+  return n;
 }

@@ -77,6 +77,8 @@ export interface NativeFaceOptions {
   build: string;
   /** A host reading for `getHostMetrics`. */
   hostReading: () => HostReading;
+  /** More fields of `/healthz` (who keeps the volumes' caps). */
+  health?: () => Record<string, unknown>;
   /** The warm pools `setPools` and `listPools` act on; both answer 501 when absent. */
   pools?: Pick<WarmPools, "set" | "list">;
   /** The node's snapshots, for the snapshot verbs; they answer 501 when absent. */
@@ -217,7 +219,7 @@ export function createNativeFace(options: NativeFaceOptions): Hono {
   app.onError((error) => nativeErrorResponse(error, log));
   app.notFound(nativeNotFound);
 
-  app.get("/healthz", (c) => c.json({ ok: true, nodeId, build }));
+  app.get("/healthz", (c) => c.json({ ok: true, nodeId, build, ...options.health?.() }));
   app.all("/healthz", (c) => methodNotAllowed(c, "GET"));
 
   const verbs = new NativeVerbs(app, { token, bodyCap, messageCap });

@@ -140,7 +140,13 @@ Deno.test("native face: every verb round-trips", async () => {
   assert.deepEqual((await call(app, "destroySandbox", { name: "a" })).body, { destroyed: false });
   assert.deepEqual((await call(app, "lookupSandbox", { name: "a" })).body, { found: false });
   const health = await app.fetch(new Request("http://node/healthz"));
-  assert.deepEqual(await health.json(), { ok: true, nodeId: "node-1", build: "test-build" });
+  assert.deepEqual(await health.json(), {
+    ok: true,
+    nodeId: "node-1",
+    build: "test-build",
+    // A node app given no volume images: the content API checks the caps, and says so.
+    volumeCaps: { enforcedBy: "checked", why: "no volume images configured" },
+  });
   await app.close();
 });
 

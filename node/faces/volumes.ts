@@ -108,8 +108,12 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     const e = error as Error;
     // A path whose names fit but whose whole, below the node's volume root, does not.
     const tooLong = /\(os error 36\)/.test(e.message);
+    // ENOSPC, EDQUOT: the volume's own filesystem is full (its cap kept by the kernel).
+    const full = /\(os error (28|122)\)/.test(e.message);
     const status = tooLong
       ? 400
+      : full
+      ? 507
       : e instanceof Deno.errors.NotFound
       ? 404
       : e instanceof Deno.errors.AlreadyExists
@@ -121,7 +125,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       : 500;
     if (status === 500) options.log("error", "volume route failed", { error: e.stack });
     // The node's own paths are not the tenant's business: a volume's shows as its root.
-    const message = tooLong ? TOO_LONG : hideNodePaths(e.message, volumes.root);
+    const message = tooLong
+      ? TOO_LONG
+      : full
+      ? "The volume is full: its cap is reached; remove files or create a new volume"
+      : hideNodePaths(e.message, volumes.root);
     return c.json({ code: status, message }, status as 400);
   });
   /** A fresh path on the node's side of volume `id` (its uploads directory). */
@@ -234,13 +242,8 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     }
     if (volumes.has(id)) throw new HttpError(409, `Volume '${id}' is already on this node`);
     if (c.req.raw.body === null) throw new HttpError(400, "The body must be the volume stream");
-    const staging = join(volumes.root, `.incoming-${id}`);
-    const bytes = await importVolume(c.req.raw.body, join(staging, "data"), size);
-    await Deno.writeTextFile(
-      join(staging, "volume.json"),
-      JSON.stringify({ id, sizeBytes: size, createdAt: new Date().toISOString() }),
-    );
-    await Deno.rename(staging, join(volumes.root, id));
+    const stream = c.req.raw.body;
+    const bytes = await volumes.importInto(id, size, (data) => importVolume(stream, data, size));
     options.changed?.();
     return c.json({ id, sizeBytes: size, bytes, shared: volumes.shared }, 201);
   });

@@ -1,0 +1,310 @@
+/**
+ * A managed volume's cap kept by the kernel: each volume is a sparse ext4 image file,
+ * `<root>/.images/<id>.ext4`, as large as the cap, loop-mounted (`nosuid,nodev`) at the volume's
+ * directory `<root>/<id>`. The volume's `data` (what a sandbox mounts), its `uploads` (the
+ * content API's bodies in flight) and its `volume.json` all live inside the image, so a
+ * sandbox writing past the cap gets `ENOSPC` from the kernel, the node's disk holds at most the
+ * image, and a content-API rename from `uploads` into `data` stays within one filesystem.
+ *
+ * Why an image rather than a project quota: a quota needs the data dir's filesystem made or
+ * remounted with `prjquota` (ext4's `project` feature, or XFS), which a node cannot assume;
+ * a loop device needs only root and `/dev/loop-control`. Measured 2026-12-07 on a 2-core host
+ * with an ext4 data disk: see `bench/RESULTS.md` ("volume images").
+ *
+ * Every step is idempotent, so a boot ({@linkcode VolumeImages.mountAll}) or a retried create
+ * finds half-done work and finishes it: an image is made under a `.tmp` name and renamed once
+ * `mkfs.ext4` succeeded, a move's incoming image under `.incoming` until its stream arrived
+ * whole; a boot removes both kinds and mounts every `.ext4`.
+ *
+ * Needs root, `--allow-run=mount,umount,mkfs.ext4,losetup` and e2fsprogs; {@linkcode probeVolumeImages}
+ * answers why not, and the node then keeps the content API's own check (`volumes.ts`).
+ *
+ * @module
+ */
+import { join } from "node:path";
+import { statfs } from "node:fs/promises";
+import { HttpError } from "../shared/http_error.ts";
+import { VOLUME_ID } from "../shared/volumes.ts";
+
+/** The commands this module runs (each needs `--allow-run`). */
+export const IMAGE_COMMANDS = ["mount", "umount", "mkfs.ext4", "losetup"] as const;
+
+/** The smallest cap a kernel-kept volume takes (ext4 with a journal needs room of its own). */
+export const MIN_IMAGE_BYTES = 16 * 1024 * 1024;
+
+/** How long one command may take. */
+const COMMAND_TIMEOUT_MS = 60_000;
+
+/** What a command answered. */
+export interface CommandResult {
+  code: number;
+  stderr: string;
+  /** What it printed (only `losetup -j` is read). */
+  stdout?: string;
+}
+
+/** Runs one command (tests inject a fake). */
+export type CommandRunner = (command: string, args: string[]) => Promise<CommandResult>;
+
+/** Runs `command` with no input, its stderr kept (bounded by a timeout). */
+export const runCommand: CommandRunner = async (command, args) => {
+  const out = await new Deno.Command(command, {
+    args,
+    stdin: "null",
+    stdout: "piped",
+    stderr: "piped",
+    signal: AbortSignal.timeout(COMMAND_TIMEOUT_MS),
+  }).output();
+  const text = (b: Uint8Array) => new TextDecoder().decode(b).trim().slice(0, 2000);
+  return { code: out.code, stderr: text(out.stderr), stdout: text(out.stdout) };
+};
+
+/** What a mounted filesystem holds, from `statfs`. */
+export interface FilesystemUsage {
+  /** Bytes the filesystem offers for files (its size less its own metadata). */
+  totalBytes: number;
+  /** Bytes its files and directories take. */
+  usedBytes: number;
+}
+
+/** Options of {@linkcode VolumeImages}. */
+export interface VolumeImagesOptions {
+  /** Runs mount, umount and mkfs.ext4 (tests inject one). */
+  run?: CommandRunner;
+  /** Whether a directory is a mount point (tests inject one). */
+  isMountPoint?: (dir: string) => boolean;
+}
+
+/**
+ * The images of the volumes under one root.
+ *
+ * @example
+ * ```ts ignore
+ * const images = new VolumeImages("/var/lib/dormice-node/volumes");
+ * await images.make("vol-00000000000000000000", 1e9);
+ * await images.mount("vol-00000000000000000000");
+ * ```
+ */
+export class VolumeImages {
+  /** The volumes' root. */
+  readonly root: string;
+  /** Where the images are kept. */
+  readonly dir: string;
+  readonly #run: CommandRunner;
+  readonly #isMountPoint: (dir: string) => boolean;
+
+  /** Images under `<root>/.images`; nothing is read or made until a method is called. */
+  constructor(root: string, options: VolumeImagesOptions = {}) {
+    this.root = root;
+    this.dir = join(root, ".images");
+    this.#run = options.run ?? runCommand;
+    this.#isMountPoint = options.isMountPoint ?? isMountPoint;
+  }
+
+  /** The image file of volume `id` (`.incoming`: a move's, until its stream arrived whole). */
+  imagePath(id: string, incoming = false): string {
+    return join(this.dir, `${id}.ext4${incoming ? ".incoming" : ""}`);
+  }
+
+  /** Whether volume `id` has an image. */
+  hasImage(id: string): boolean {
+    return exists(this.imagePath(id));
+  }
+
+  /** Whether `dir` has a filesystem mounted on it. */
+  isMounted(dir: string): boolean {
+    return this.#isMountPoint(dir);
+  }
+
+  /**
+   * Makes the sparse image of `sizeBytes` (idempotent: an image already made is kept as it is).
+   *
+   * @throws {HttpError} 400 under {@linkcode MIN_IMAGE_BYTES}.
+   */
+  async make(id: string, sizeBytes: number, incoming = false): Promise<void> {
+    const path = this.imagePath(id, incoming);
+    if (exists(path)) return;
+    if (sizeBytes < MIN_IMAGE_BYTES) {
+      throw new HttpError(
+        400,
+        `A volume's cap is at least ${MIN_IMAGE_BYTES} bytes on this node (its volumes are ext4 ` +
+          `images, which need room of their own); ${sizeBytes} was asked: ask for a larger one`,
+      );
+    }
+    await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 });
+    const tmp = `${path}.tmp`;
+    const file = await Deno.open(tmp, { write: true, create: true, truncate: true, mode: 0o600 });
+    try {
+      await file.truncate(sizeBytes);
+    } finally {
+      file.close();
+    }
+    // -m 0: no blocks kept for root (a sandbox's files may use the whole image); nodiscard:
+    // the fresh sparse file holds nothing to discard. Inode tables are zeroed lazily, inside
+    // the image, after the mount.
+    await this.#must("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "nodiscard", tmp], "make");
+    await Deno.rename(tmp, path);
+  }
+
+  /**
+   * Mounts the image of `id` at `at` (default `<root>/<id>`); idempotent. The loop device then
+   * reads and writes the image with direct I/O: buffered, every block sits in the page cache
+   * twice and a 256 MiB fsync'd write ran at a third of a plain directory's speed (measured
+   * 2026-12-07, `bench/RESULTS.md`). A device that refuses direct I/O (an image on a
+   * filesystem without `O_DIRECT`) stays buffered.
+   */
+  async mount(id: string, at: string = join(this.root, id), incoming = false): Promise<void> {
+    await Deno.mkdir(at, { recursive: true });
+    if (this.isMounted(at)) return;
+    const image = this.imagePath(id, incoming);
+    // `mount -o loop` sets the device to free itself once unmounted (autoclear).
+    await this.#must("mount", ["-t", "ext4", "-o", "loop,nosuid,nodev", image, at], "mount");
+    const devices = await this.#run("losetup", ["-j", image, "-n", "-O", "NAME"]);
+    for (const device of (devices.stdout ?? "").split("\n").filter((d) => d.startsWith("/dev/"))) {
+      await this.#run("losetup", ["--direct-io=on", device]);
+    }
+  }
+
+  /**
+   * Unmounts `at` when something is mounted there. A mount still held (a container being
+   * removed) is detached lazily: the kernel frees its loop device once the last holder goes.
+   */
+  async unmount(at: string): Promise<void> {
+    if (!this.isMounted(at)) return;
+    const first = await this.#run("umount", [at]);
+    if (first.code === 0) return;
+    if (!/busy/i.test(first.stderr)) {
+      throw new Error(`umount ${at} failed (exit ${first.code}): ${first.stderr}`);
+    }
+    await this.#must("umount", ["-l", at], "unmount");
+  }
+
+  /** Unmounts volume `id` and removes its image (idempotent). */
+  async remove(id: string): Promise<void> {
+    await this.unmount(join(this.root, id));
+    await Deno.remove(this.imagePath(id)).catch(ignoreNotFound);
+  }
+
+  /** Renames a move's incoming image to the volume's own (once it is unmounted). */
+  async adopt(id: string): Promise<void> {
+    await Deno.rename(this.imagePath(id, true), this.imagePath(id));
+  }
+
+  /** Removes a move's incoming image and its staging mount (after a failed or stale import). */
+  async dropIncoming(id: string, at: string): Promise<void> {
+    await this.unmount(at);
+    await Deno.remove(at, { recursive: true }).catch(ignoreNotFound);
+    await Deno.remove(this.imagePath(id, true)).catch(ignoreNotFound);
+  }
+
+  /**
+   * At boot: drops half-made images and stale moves' staging, then mounts every volume's image
+   * at its directory (a mount still there from before is kept). Answers the ids mounted and
+   * those whose mount failed, with why.
+   */
+  async mountAll(): Promise<{ mounted: string[]; failed: { id: string; error: string }[] }> {
+    const mounted: string[] = [];
+    const failed: { id: string; error: string }[] = [];
+    for (const e of readDir(this.root)) {
+      const m = /^\.incoming-(vol-[a-z0-9]+)$/.exec(e.name);
+      if (e.isDirectory && m) await this.dropIncoming(m[1], join(this.root, e.name));
+    }
+    for (const e of readDir(this.dir)) {
+      if (e.name.endsWith(".tmp") || e.name.endsWith(".incoming")) {
+        await Deno.remove(join(this.dir, e.name)).catch(ignoreNotFound);
+        continue;
+      }
+      const id = e.name.replace(/\.ext4$/, "");
+      if (!e.isFile || id === e.name || !VOLUME_ID.test(id)) continue;
+      try {
+        await this.mount(id);
+        mounted.push(id);
+      } catch (error) {
+        failed.push({ id, error: (error as Error).message });
+      }
+    }
+    return { mounted: mounted.sort(), failed };
+  }
+
+  async #must(command: string, args: string[], what: string): Promise<void> {
+    const r = await this.#run(command, args);
+    if (r.code !== 0) {
+      throw new Error(
+        `Could not ${what} a volume image: ${command} ${args.join(" ")} exited ${r.code}: ` +
+          r.stderr,
+      );
+    }
+  }
+}
+
+/** What the filesystem mounted at `dir` holds (`statfs`: constant time, no walk). */
+export async function filesystemUsage(dir: string): Promise<FilesystemUsage> {
+  const s = await statfs(dir);
+  return { totalBytes: s.blocks * s.bsize, usedBytes: (s.blocks - s.bfree) * s.bsize };
+}
+
+/**
+ * Whether this node can keep caps in the kernel under `root`: `null` when it can, or the
+ * reason it cannot (for the boot log and `/healthz`). Proven by making, mounting and
+ * unmounting a small image, so a host without root, loop devices or e2fsprogs says which.
+ */
+export async function probeVolumeImages(
+  root: string,
+  run: CommandRunner = runCommand,
+): Promise<string | null> {
+  const missing = IMAGE_COMMANDS.filter((c) =>
+    Deno.permissions.querySync({ name: "run", command: c }).state !== "granted"
+  );
+  if (missing.length > 0) {
+    return `the node may not run ${missing.join(", ")} (--allow-run=${IMAGE_COMMANDS.join(",")})`;
+  }
+  const images = new VolumeImages(root, { run });
+  const id = `.probe-${crypto.randomUUID().slice(0, 8)}`;
+  const at = join(images.dir, id);
+  try {
+    await images.make(id, MIN_IMAGE_BYTES);
+    await images.mount(id, at);
+    if (!images.isMounted(at)) return "the probe image mounted but its directory is no mount";
+    return null;
+  } catch (error) {
+    const message = (error as Error).message;
+    if (error instanceof Deno.errors.NotFound) return `a command is missing: ${message}`;
+    return message;
+  } finally {
+    await images.unmount(at).catch(() => {});
+    await Deno.remove(at).catch(() => {});
+    await Deno.remove(images.imagePath(id)).catch(() => {});
+    await Deno.remove(`${images.imagePath(id)}.tmp`).catch(() => {});
+  }
+}
+
+/** Whether `dir` is a mount point: its device differs from its parent's. */
+export function isMountPoint(dir: string): boolean {
+  try {
+    return Deno.statSync(dir).dev !== Deno.statSync(join(dir, "..")).dev;
+  } catch {
+    return false;
+  }
+}
+
+function readDir(dir: string): Deno.DirEntry[] {
+  try {
+    return [...Deno.readDirSync(dir)];
+  } catch (error) {
+    if (error instanceof Deno.errors.NotFound) return [];
+    throw error;
+  }
+}
+
+function exists(path: string): boolean {
+  try {
+    Deno.statSync(path);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function ignoreNotFound(error: unknown): void {
+  if (!(error instanceof Deno.errors.NotFound)) throw error;
+}

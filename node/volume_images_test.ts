@@ -1,0 +1,242 @@
+import assert from "node:assert/strict";
+import { join } from "node:path";
+import {
+  type CommandRunner,
+  filesystemUsage,
+  MIN_IMAGE_BYTES,
+  probeVolumeImages,
+  VolumeImages,
+} from "./volume_images.ts";
+import { NodeVolumes } from "./volumes.ts";
+
+const id = "vol-0123456789abcdef0123";
+
+/** A fake host: mkfs writes a marker, mount and umount move a set of mount points. */
+function fakeHost(options: { busy?: boolean; failMount?: string } = {}) {
+  const calls: string[] = [];
+  const mounts = new Set<string>();
+  let busy = options.busy ?? false;
+  const run: CommandRunner = async (command, args) => {
+    calls.push(`${command} ${args.join(" ")}`);
+    if (command === "mkfs.ext4") {
+      // A marker at the start, the size kept (as mkfs keeps a file's).
+      using file = await Deno.open(args[args.length - 1], { write: true });
+      await file.write(new TextEncoder().encode("ext4"));
+    } else if (command === "mount") {
+      const [image, at] = args.slice(-2);
+      if (options.failMount && image.includes(options.failMount)) {
+        return { code: 32, stderr: "mount: wrong fs type" };
+      }
+      mounts.add(at);
+    } else if (command === "losetup" && args[0] === "-j") {
+      return { code: 0, stderr: "", stdout: "/dev/loop7" };
+    } else if (command === "umount") {
+      if (busy && args[0] !== "-l") {
+        busy = false;
+        return { code: 32, stderr: "umount: target is busy." };
+      }
+      mounts.delete(args[args.length - 1]);
+    }
+    return { code: 0, stderr: "" };
+  };
+  return { calls, mounts, run, isMountPoint: (dir: string) => mounts.has(dir) };
+}
+
+Deno.test("volume images: an image is made sparse under a .tmp name, once, and a small cap is a 400", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost();
+    const images = new VolumeImages(root, host);
+    await images.make(id, 1e9);
+    const info = await Deno.stat(images.imagePath(id));
+    assert.equal(info.size, 1e9);
+    assert.ok(info.blocks! * 512 < 1e6, "the image is sparse");
+    assert.deepEqual(host.calls, [
+      `mkfs.ext4 -q -F -m 0 -E nodiscard ${images.imagePath(id)}.tmp`,
+    ]);
+    // A retried create keeps the image it made (and its files).
+    await images.make(id, 2e9);
+    assert.equal(host.calls.length, 1);
+    await assert.rejects(
+      images.make("vol-aaaaaaaaaaaaaaaaaaaa", MIN_IMAGE_BYTES - 1),
+      (e: Error & { status?: number }) =>
+        e.status === 400 && /at least 16777216 bytes/.test(e.message),
+    );
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume images: mounts are nosuid,nodev and idempotent; a busy unmount is detached", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost({ busy: true });
+    const images = new VolumeImages(root, host);
+    await images.make(id, 1e9);
+    await images.mount(id);
+    await images.mount(id);
+    const at = join(root, id);
+    assert.deepEqual(host.calls.filter((c) => /^(mount|losetup)/.test(c)), [
+      `mount -t ext4 -o loop,nosuid,nodev ${images.imagePath(id)} ${at}`,
+      `losetup -j ${images.imagePath(id)} -n -O NAME`,
+      "losetup --direct-io=on /dev/loop7",
+    ]);
+    await images.remove(id);
+    assert.deepEqual(host.calls.filter((c) => c.startsWith("umount")), [
+      `umount ${at}`,
+      `umount -l ${at}`,
+    ]);
+    assert.equal(images.isMounted(at), false);
+    assert.equal(images.hasImage(id), false);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume images: a boot drops half-made images and stale moves, mounts the rest, names failures", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost({ failMount: "vol-bbbbbbbbbbbbbbbbbbbb" });
+    const images = new VolumeImages(root, host);
+    await images.make(id, 1e9);
+    await images.make("vol-bbbbbbbbbbbbbbbbbbbb", 1e9);
+    await images.make("vol-cccccccccccccccccccc", 1e9, true);
+    await images.mount(
+      "vol-cccccccccccccccccccc",
+      join(root, ".incoming-vol-cccccccccccccccccccc"),
+      true,
+    );
+    await Deno.writeTextFile(join(images.dir, "vol-dddddddddddddddddddd.ext4.tmp"), "");
+    const { mounted, failed } = await images.mountAll();
+    assert.deepEqual(mounted, [id]);
+    assert.deepEqual(failed.map((f) => f.id), ["vol-bbbbbbbbbbbbbbbbbbbb"]);
+    assert.match(failed[0].error, /wrong fs type/);
+    assert.deepEqual([...Deno.readDirSync(images.dir)].map((e) => e.name).sort(), [
+      `${id}.ext4`,
+      "vol-bbbbbbbbbbbbbbbbbbbb.ext4",
+    ]);
+    assert.deepEqual([...host.mounts], [join(root, id)]);
+    // A second boot with the mount still there leaves it be.
+    const before = host.calls.length;
+    await images.mountAll();
+    assert.equal(host.calls.filter((c, i) => i >= before && c.startsWith("mount")).length, 1);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("node volumes with images: create makes and mounts, import adopts whole, delete frees the image", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost();
+    const images = new VolumeImages(root, host);
+    const volumes = new NodeVolumes({
+      root,
+      shared: false,
+      defaultSizeBytes: 1e9,
+      sandboxes: () => [],
+      images,
+    });
+    assert.deepEqual(volumes.caps, { enforcedBy: "kernel" });
+    await volumes.create(id);
+    assert.ok(images.hasImage(id) && images.isMounted(join(root, id)));
+    assert.ok(volumes.has(id));
+    // Mounted: the count is the filesystem's own (statfs), no walk; the cap at most its size.
+    assert.equal(typeof await volumes.usedBytes(id), "number");
+    assert.ok(await volumes.capBytes(id) <= 1e9);
+    assert.equal(await volumes.destroy(id), true);
+    assert.equal(images.hasImage(id), false);
+    assert.equal(host.mounts.size, 0);
+    assert.throws(() => Deno.statSync(join(root, id)), Deno.errors.NotFound);
+
+    // An image that did not mount (a failed boot) is not served, but a delete frees it.
+    const broken = "vol-ffffffffffffffffffff";
+    await images.make(broken, 1e9);
+    assert.equal(volumes.has(broken), false);
+    assert.equal(await volumes.destroy(broken), true);
+    assert.equal(images.hasImage(broken), false);
+
+    const moved = "vol-eeeeeeeeeeeeeeeeeeee";
+    await assert.rejects(
+      volumes.importInto(moved, 1e9, () => Promise.reject(new Error("the stream broke"))),
+      /the stream broke/,
+    );
+    assert.equal(images.hasImage(moved), false);
+    assert.equal(host.mounts.size, 0);
+    const bytes = await volumes.importInto(moved, 1e9, async (data) => {
+      await Deno.mkdir(data);
+      await Deno.writeTextFile(join(data, "a"), "abc");
+      return 3;
+    });
+    assert.equal(bytes, 3);
+    assert.ok(images.hasImage(moved));
+    assert.deepEqual([...host.mounts], [join(root, moved)]);
+    assert.equal(volumes.sizeBytes(moved), 1e9);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("node volumes without images say the content API checks the caps, and why", () => {
+  const volumes = new NodeVolumes({
+    root: "/nonexistent",
+    shared: true,
+    defaultSizeBytes: 1e9,
+    sandboxes: () => [],
+    noImagesWhy: "a shared root",
+  });
+  assert.deepEqual(volumes.caps, { enforcedBy: "checked", why: "a shared root" });
+});
+
+Deno.test("volume images: the probe names a failing step", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const why = await probeVolumeImages(
+      root,
+      (command) =>
+        Promise.resolve(
+          command === "mount"
+            ? { code: 32, stderr: "mount: only root can do that" }
+            : { code: 0, stderr: "" },
+        ),
+    );
+    assert.match(why!, /only root can do that/);
+    // Nothing of the probe is left.
+    assert.deepEqual([...Deno.readDirSync(join(root, ".images"))], []);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+const notRoot = Deno.uid() !== 0 ||
+  !new Deno.Command("test", { args: ["-c", "/dev/loop-control"] }).outputSync().success;
+if (notRoot) console.log("volume images on this host skipped: not root, or no loop devices");
+
+Deno.test({
+  name: "volume images on this host: a write past the cap is ENOSPC and statfs counts it",
+  ignore: notRoot,
+}, async () => {
+  const root = await Deno.makeTempDir();
+  const images = new VolumeImages(root);
+  try {
+    assert.equal(await probeVolumeImages(root), null);
+    await images.make(id, MIN_IMAGE_BYTES);
+    await images.mount(id);
+    const at = join(root, id);
+    const usage = await filesystemUsage(at);
+    assert.ok(usage.totalBytes <= MIN_IMAGE_BYTES && usage.totalBytes > MIN_IMAGE_BYTES / 2);
+    const file = await Deno.open(join(at, "big"), { write: true, create: true });
+    try {
+      await assert.rejects(async () => {
+        for (let i = 0; i < 32; i++) await file.write(new Uint8Array(1024 * 1024));
+      }, /os error 28/);
+    } finally {
+      file.close();
+    }
+    assert.ok((await filesystemUsage(at)).usedBytes > usage.totalBytes / 2);
+    assert.ok((await Deno.stat(images.imagePath(id))).blocks! * 512 <= MIN_IMAGE_BYTES);
+  } finally {
+    await images.remove(id).catch(() => {});
+    await Deno.remove(root, { recursive: true });
+  }
+});
