@@ -208,7 +208,9 @@ async function exam(t: Deno.TestContext, fleet: TwoNodeFleet, docker: boolean): 
         headers: { "x-api-key": a.apiKey, "x-forwarded-proto": "https" },
       });
       assert.match((await proxied.json()).url, /^https:\/\//, "the proxy's scheme");
-      const forged = await fetch(files.body.url.replace(/[0-9a-f]{48}$/, "0".repeat(48)), {
+      const forgedUrl = files.body.url.replace(/\.[A-Za-z0-9_-]{43}$/, `.${"A".repeat(43)}`);
+      assert.notEqual(forgedUrl, files.body.url, "the forged URL's signature differs");
+      const forged = await fetch(forgedUrl, {
         method: "PUT",
         body: "x",
       });
