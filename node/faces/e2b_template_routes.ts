@@ -245,7 +245,7 @@ export function templateBuildRoutes(
       team,
       name,
       ...(fromTemplate !== undefined ? { fromTemplate } : {}),
-      ...(fromSnapshot !== undefined ? { fromSnapshot } : {}),
+      ...(fromSnapshot !== undefined ? { fromSnapshot, fromSnapshotName: body.fromTemplate } : {}),
       ...(body.fromTemplate === undefined && body.fromImage !== undefined
         ? { fromImage: body.fromImage }
         : {}),
