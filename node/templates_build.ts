@@ -226,6 +226,14 @@ export class TemplateBuilds {
     return mine.findLast((r) => !r.started) ?? mine.at(-1);
   }
 
+  /** Marks build `buildId` of `team` as started elsewhere (its upload URL spent here). */
+  spend(templateId: string, buildId: string, team: string): boolean {
+    const r = this.#reserved.get(keyOf(templateId, buildId));
+    if (!r || r.team !== team) return false;
+    r.started = true;
+    return true;
+  }
+
   /**
    * Why an upload for build `buildId` of `team` is refused, or undefined when it is open: it is
    * spent once every build of its template sent its steps (builds of one template at once may

@@ -130,6 +130,16 @@ export function templateBuildRoutes(
     return c.json({ templateID: templateId, buildID: buildId, tags: record ?? null }, 201);
   });
 
+  // The build moved to another node (it follows its base there): its upload URL is spent here.
+  app.delete("/templates/:id/builds/:buildID", (c) => {
+    const templateId = c.req.param("id");
+    checkId(templateId);
+    if (!need().spend(templateId, c.req.param("buildID"), face.teamOf(c) ?? DEFAULT_TEAM)) {
+      throw new HttpError(404, `No build of template '${templateId}' was placed on this node`);
+    }
+    return c.body(null, 204);
+  });
+
   app.get("/templates/:id/reservation", (c) => {
     const templateId = c.req.param("id");
     checkId(templateId);

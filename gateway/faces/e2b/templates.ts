@@ -321,7 +321,25 @@ export class GatewayTemplates {
         headers: { "retry-after": String(pick.retryAfterSeconds) },
       });
     }
+    // The node first chosen keeps the build's reservation: told it moved, it spends the upload
+    // URL it was issued for (a failure to tell leaves the URL open there, files nobody uses).
+    const first = build.node;
     build.node = pick.node.id;
+    await this.#ask(
+      { ...build, node: first },
+      `/templates/${build.templateId}/builds/${build.buildId}`,
+      {
+        method: "DELETE",
+        headers,
+        signal,
+      },
+    ).then((res) => res.body?.cancel()).catch((error) =>
+      this.#parts.log("warn", "a moved build's first node was not told", {
+        template: build.templateId,
+        nodeId: first,
+        error,
+      })
+    );
   }
 
   /**
