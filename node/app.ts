@@ -32,6 +32,7 @@ import { SandboxService } from "./service.ts";
 import type { DirectCreate } from "./service_options.ts";
 import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { TemplateBuilds } from "./templates_build.ts";
+import { TemplateTagStore } from "./template_tags.ts";
 import { DEFAULT_HEAL_TIMEOUT_SECONDS, ImageMoves } from "./image_moves.ts";
 import { ArchiveMoves } from "./archive_moves.ts";
 import { HttpError } from "../shared/http_error.ts";
@@ -470,6 +471,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
         executor,
         snapshots,
         dir: join(config.dataDir, "template-contexts"),
+        tags: new TemplateTagStore(join(config.dataDir, "template-tags"), clock),
         maxBuilds: config.templateBuilds,
         timeoutMs: config.templateBuildTimeoutMs,
         maxContextBytes: config.templateContextLimitBytes,

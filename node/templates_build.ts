@@ -16,6 +16,7 @@ import { systemClock } from "../shared/clock.ts";
 import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import type { SnapshotInfo } from "./executors/contract.ts";
+import type { TemplateTagStore } from "./template_tags.ts";
 import {
   checkContext,
   CONTEXT_UNPACKED_RATIO,
@@ -46,6 +47,8 @@ export const KEPT_LOG_CHARS = 1024 * 1024;
 export const LOG_LINE_CHARS = 4096;
 /** How many uploaded contexts are kept (the least recently used goes first). */
 const KEPT_CONTEXTS = 64;
+/** How many requested builds the node remembers (the oldest goes first). */
+export const KEPT_RESERVATIONS = 1000;
 /** A context file's hash: what the SDK sends (sha256 hex). */
 const HASH = /^[a-f0-9]{64}$/;
 
@@ -61,6 +64,24 @@ export interface BuildRecord {
   finishedAt?: number;
 }
 
+/**
+ * A build a gateway accepted (`POST /v3/templates`) and placed here, before and after its steps
+ * arrive: whichever gateway the SDK's next calls reach finds it here, so the upload URL, the
+ * steps and the status need not come back to the accepting gateway.
+ */
+export interface BuildReservation {
+  templateId: string;
+  buildId: string;
+  team: string;
+  name: string;
+  /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
+  cpus?: number;
+  memoryMB?: number;
+  /** Whether its steps arrived: its upload URL is spent then. */
+  started: boolean;
+  at: number;
+}
+
 /** Options of {@linkcode TemplateBuilds}. */
 export interface TemplateBuildsOptions {
   /** Builds templates (a `TemplateBuilder`); builds answer 501 when it does not. */
@@ -70,6 +91,8 @@ export interface TemplateBuildsOptions {
    * node can start from it while the builder is down; `refresh` makes the check-in advertise it.
    */
   snapshots?: { refresh(): Promise<void>; push?(snapshotId: string): Promise<void> };
+  /** The tags of the templates built here (`<data dir>/template-tags`); none kept when absent. */
+  tags?: TemplateTagStore;
   /** Where uploaded contexts are kept (`<data dir>/template-contexts`). */
   dir: string;
   /** Builds at once (`DORMICE_TEMPLATE_BUILDS`). */
@@ -98,6 +121,8 @@ export class TemplateBuilds {
   #o: TemplateBuildsOptions;
   #builds = new Map<string, BuildRecord>();
   #contexts = new Map<string, string>();
+  /** `<template id>/<build id>` → the build accepted, oldest first. */
+  #reserved = new Map<string, BuildReservation>();
   #running = 0;
   #clock: Clock;
   #log: Log;
@@ -165,6 +190,64 @@ export class TemplateBuilds {
     this.#remember(`${team}/${hash}`, path);
   }
 
+  /**
+   * Records a build a gateway placed here: any gateway then finds it (see
+   * {@linkcode pending}); at most {@linkcode KEPT_RESERVATIONS}, the oldest forgotten first.
+   */
+  reserve(r: Omit<BuildReservation, "started" | "at">): BuildReservation {
+    const key = keyOf(r.templateId, r.buildId);
+    const held = this.#reserved.get(key);
+    if (held) {
+      if (held.team !== r.team) {
+        throw new HttpError(409, `Build '${r.buildId}' of '${r.templateId}' is another team's`);
+      }
+      return held;
+    }
+    const reservation = { ...r, started: false, at: this.#clock.now() };
+    this.#reserved.set(key, reservation);
+    while (this.#reserved.size > KEPT_RESERVATIONS) {
+      this.#reserved.delete(this.#reserved.keys().next().value!);
+    }
+    return reservation;
+  }
+
+  /**
+   * The build of `templateId` for `team` a gateway placed here: `buildId`'s, or without it the
+   * newest whose steps have not arrived (the newest at all when every one started).
+   */
+  pending(templateId: string, team: string, buildId?: string): BuildReservation | undefined {
+    if (buildId !== undefined) {
+      const r = this.#reserved.get(keyOf(templateId, buildId));
+      return r?.team === team ? r : undefined;
+    }
+    const mine = [...this.#reserved.values()].filter((r) =>
+      r.templateId === templateId && r.team === team
+    );
+    return mine.findLast((r) => !r.started) ?? mine.at(-1);
+  }
+
+  /** Marks build `buildId` of `team` as started elsewhere (its upload URL spent here). */
+  spend(templateId: string, buildId: string, team: string): boolean {
+    const r = this.#reserved.get(keyOf(templateId, buildId));
+    if (!r || r.team !== team) return false;
+    r.started = true;
+    return true;
+  }
+
+  /**
+   * Why an upload for build `buildId` of `team` is refused, or undefined when it is open: it is
+   * spent once every build of its template sent its steps (builds of one template at once may
+   * have been handed each other's URL).
+   */
+  uploadRefusal(templateId: string, buildId: string, team: string): string | undefined {
+    const r = this.#reserved.get(keyOf(templateId, buildId));
+    if (!r || r.team !== team) return "its build is unknown or was forgotten";
+    const open = [...this.#reserved.values()].some((b) =>
+      b.templateId === templateId && b.team === team && !b.started
+    );
+    return open ? undefined : "its build has started";
+  }
+
   /** Starts a build; a 429 when the node already runs its bound of builds. */
   start(spec: TemplateBuildSpec): BuildRecord {
     const executor = this.#o.executor;
@@ -194,6 +277,8 @@ export class TemplateBuilds {
     };
     this.#builds.set(key, record);
     this.#evict();
+    const reserved = this.#reserved.get(key);
+    if (reserved) reserved.started = true;
     this.#running++;
     const timeoutMs = this.#o.timeoutMs ?? DEFAULT_TEMPLATE_BUILD_TIMEOUT_SECONDS * 1000;
     const signal = AbortSignal.timeout(timeoutMs);
@@ -284,6 +369,16 @@ export class TemplateBuilds {
       );
     }
     return record;
+  }
+
+  /** The node's clock, ms since the epoch. */
+  now(): number {
+    return this.#clock.now();
+  }
+
+  /** The tags of the templates built here, when kept. */
+  get tags(): TemplateTagStore | undefined {
+    return this.#o.tags;
   }
 
   /** Builds running now. */

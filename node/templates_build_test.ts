@@ -10,6 +10,7 @@ import {
   buildInfo,
   type BuildRecord,
   KEPT_LOG_CHARS,
+  KEPT_RESERVATIONS,
   LOG_LINE_CHARS,
   TemplateBuilds,
 } from "./templates_build.ts";
@@ -240,4 +241,39 @@ Deno.test("TemplateBuilds pushes a finished template to the registry before it i
   assert.equal(record.status, "ready");
   assert.deepEqual(told, [`push ${spec("b1").templateId}`, "refresh"]);
   await Deno.remove(dir, { recursive: true });
+});
+
+Deno.test("TemplateBuilds: a placed build is found by any gateway, its upload spent once it starts", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const executor = heldBuilder();
+    const builds = new TemplateBuilds({ executor, dir });
+    const id = "snap-aaaaaaaaaaaaaaaaaaaa";
+    assert.equal(builds.uploadRefusal(id, "b1", "t1"), "its build is unknown or was forgotten");
+    builds.reserve({ templateId: id, buildId: "b1", team: "t1", name: "tpl", cpus: 2 });
+    builds.reserve({ templateId: id, buildId: "b2", team: "t1", name: "tpl" });
+    assert.equal(builds.pending(id, "t1")?.buildId, "b2", "the newest not started");
+    assert.equal(builds.pending(id, "t1", "b1")?.cpus, 2);
+    assert.equal(builds.pending(id, "t2"), undefined, "another team's is not found");
+    assert.equal(builds.pending(id, "t2", "b1"), undefined);
+    assert.equal(builds.uploadRefusal(id, "b1", "t2"), "its build is unknown or was forgotten");
+    assert.throws(
+      () => builds.reserve({ templateId: id, buildId: "b1", team: "t2", name: "x" }),
+      /another team's/,
+    );
+    builds.start(spec("b2"));
+    assert.equal(builds.pending(id, "t1")?.buildId, "b1", "b2 started");
+    assert.equal(builds.uploadRefusal(id, "b2", "t1"), undefined, "b1 has not sent its steps");
+    assert.equal(builds.spend(id, "b1", "t1"), true, "b1 moved to another node");
+    assert.equal(builds.spend(id, "b1", "t2"), false);
+    assert.equal(builds.uploadRefusal(id, "b1", "t1"), "its build has started");
+    assert.equal(builds.pending(id, "t1")?.buildId, "b2", "every one started: the newest");
+    for (let i = 0; i < KEPT_RESERVATIONS; i++) {
+      builds.reserve({ templateId: id, buildId: `x${i}`, team: "t1", name: "tpl" });
+    }
+    assert.equal(builds.pending(id, "t1", "b1"), undefined, "the oldest forgotten past the bound");
+    for (const w of executor.waiting) w.resolve();
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
 });

@@ -12,6 +12,7 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { BuildError, Sandbox, Template } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
+import { writeTar } from "../node/executors/docker/_tar.ts";
 import { startNode } from "./_processes.ts";
 import { nodeOf, sdkOptions, startTwoNodeFleet, type TwoNodeFleet } from "./_two_nodes.ts";
 import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
@@ -131,6 +132,37 @@ async function exam(t: Deno.TestContext, fleet: TwoNodeFleet, docker: boolean): 
         assert.equal(del.status, 204);
         await del.body?.cancel();
       }
+      // A build that moved to its base's holder spent the upload URL of the node first chosen.
+      const api = async (method: string, path: string, body?: unknown) => {
+        const res = await fetch(`${a.apiUrl}${path}`, {
+          method,
+          headers: { "x-api-key": a.apiKey, "content-type": "application/json" },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        });
+        return { status: res.status, body: await res.json() };
+      };
+      const req = await api("POST", "/v3/templates", { name: `${name}-moved` });
+      assert.equal(req.status, 202, JSON.stringify(req.body));
+      const { templateID, buildID } = req.body;
+      const tar = gzip(writeTar([{ name: "a.txt", type: "file", data: new Uint8Array([97]) }]));
+      const url = (await api("GET", `/templates/${templateID}/files/${"f".repeat(64)}`)).body.url;
+      const started = await api("POST", `/v2/templates/${templateID}/builds/${buildID}`, {
+        fromTemplate: name,
+        steps: [{ type: "RUN", args: ["echo moved"] }],
+      });
+      assert.equal(started.status, 202, JSON.stringify(started.body));
+      const spent = await fetch(url, { method: "PUT", body: (await tar) as BodyInit });
+      assert.equal(spent.status, 403, "the upload URL is spent once the build started");
+      assert.match((await spent.json()).message, /its build has started/);
+      await until("the moved build ends", async () => {
+        const st = await api("GET", `/templates/${templateID}/builds/${buildID}/status`);
+        return st.body.status === "ready";
+      });
+      const gone = await fetch(`${a.apiUrl}/templates/${templateID}`, {
+        method: "DELETE",
+        headers: { "x-api-key": a.apiKey },
+      });
+      await gone.body?.cancel();
     });
 
     await t.step("another team cannot start, list or read its builds", async () => {
@@ -208,7 +240,9 @@ async function exam(t: Deno.TestContext, fleet: TwoNodeFleet, docker: boolean): 
         headers: { "x-api-key": a.apiKey, "x-forwarded-proto": "https" },
       });
       assert.match((await proxied.json()).url, /^https:\/\//, "the proxy's scheme");
-      const forged = await fetch(files.body.url.replace(/[0-9a-f]{48}$/, "0".repeat(48)), {
+      const forgedUrl = files.body.url.replace(/\.[A-Za-z0-9_-]{43}$/, `.${"A".repeat(43)}`);
+      assert.notEqual(forgedUrl, files.body.url, "the forged URL's signature differs");
+      const forged = await fetch(forgedUrl, {
         method: "PUT",
         body: "x",
       });
@@ -447,3 +481,9 @@ Deno.test({
     }
   }
 });
+
+/** `bytes` gzipped, as the SDK uploads a context. */
+async function gzip(bytes: Uint8Array): Promise<Uint8Array> {
+  const stream = new Blob([bytes as BlobPart]).stream().pipeThrough(new CompressionStream("gzip"));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}

@@ -48,6 +48,14 @@ export async function buildFakeTemplate(
         "Use fromTemplate('base')",
     );
   }
+  if (spec.fromSnapshot !== undefined && !host.snapshots.get(spec.fromSnapshot)) {
+    // As the Docker executor says it: the base template was deleted before the build held it.
+    throw new TemplateBuildError(
+      "base",
+      `fromTemplate('${spec.fromSnapshotName ?? spec.fromSnapshot}'): that template was deleted ` +
+        "before this build could start from it: build it again, then this template",
+    );
+  }
   if (spec.fromSnapshot === undefined && !host.templates.has(base)) {
     throw new TemplateBuildError("base", unknownTemplateError(base, host.templates).message);
   }

@@ -300,3 +300,36 @@ Deno.test("FakeExecutorHooks park, delay, fail and count calls", async () => {
   assert.deepEqual(await executor.list(), []);
   await executor.close();
 });
+
+Deno.test("FakeExecutor: a build from a deleted template fails at its base step naming it", async () => {
+  const executor = new FakeExecutor({ templates: ["base"] });
+  const io = {
+    log: () => {},
+    contextFile: () => undefined,
+    signal: new AbortController().signal,
+  };
+  const spec = {
+    buildId: "b1",
+    team: "t",
+    steps: [{ type: "RUN", args: ["echo x > /tmp/x"] }],
+    force: false,
+  };
+  const base = await executor.buildTemplate({
+    ...spec,
+    templateId: "snap-aaaaaaaaaaaaaaaaaaaa",
+    name: "parent",
+    fromTemplate: "base",
+  }, io);
+  assert.equal(await executor.deleteSnapshot(base.snapshotId), true);
+  const failed = await executor.buildTemplate({
+    ...spec,
+    buildId: "b2",
+    templateId: "snap-bbbbbbbbbbbbbbbbbbbb",
+    name: "child",
+    fromSnapshot: base.snapshotId,
+    fromSnapshotName: "parent",
+  }, io).catch((e) => e);
+  assert.equal(failed.step, "base");
+  assert.match(failed.message, /fromTemplate\('parent'\): that template was deleted/);
+  assert.deepEqual(await executor.listSnapshots("t"), [], "nothing built on another base");
+});

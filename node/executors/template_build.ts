@@ -38,6 +38,8 @@ export interface TemplateBuildSpec {
   fromTemplate?: string;
   /** A snapshot (of the building team) the build starts from, when `fromTemplate` named one. */
   fromSnapshot?: string;
+  /** What `fromTemplate` said when it named that snapshot (its name or id), for messages. */
+  fromSnapshotName?: string;
   /** An image reference the build starts from (pulled when the engine lacks it). */
   fromImage?: string;
   /** The steps, in order. */

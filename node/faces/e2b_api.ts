@@ -47,7 +47,7 @@ export function createE2bApi(ops: SandboxOps, options: E2bApiOptions): Hono {
   app.use("*", e2bKeyAuth((key) => tokensEqual(key, options.apiToken)));
   sandboxRoutes(app, face);
   listRoutes(app, face);
-  snapshotRoutes(app, face);
+  snapshotRoutes(app, face, options.builds?.tags);
   templateBuildRoutes(app, face, options.builds, options.templates ?? (() => Promise.resolve([])));
 
   for (const route of unbuiltE2bRoutes) {

@@ -22,7 +22,11 @@ import { type E2bFace, errorText, parse } from "./e2b_face.ts";
 const FORK_CONCURRENCY = 4;
 
 /** Adds the snapshot routes to `app`. */
-export function snapshotRoutes(app: Hono, face: E2bFace): void {
+export function snapshotRoutes(
+  app: Hono,
+  face: E2bFace,
+  tags?: { drop(templateId: string): Promise<void> },
+): void {
   app.post("/sandboxes/:id/snapshots", async (c) => {
     const id = c.req.param("id");
     const body = parse(face.schemas.snapshot, await face.readBody(c, "object", `{"name":"ready"}`));
@@ -57,6 +61,7 @@ export function snapshotRoutes(app: Hono, face: E2bFace): void {
     if (!(await face.needSnapshots().delete(id, face.teamOf(c)))) {
       throw new HttpError(404, `Snapshot '${id}' not found on this node`);
     }
+    await tags?.drop(id);
     return c.body(null, 204);
   });
 

@@ -145,7 +145,6 @@ export function createE2bApi(
     if (typeof body.templateID === "string") {
       const templateID = await templates.untagged(
         body.templateID,
-        team,
         nodeAuthFor(caller),
         signal,
       );

@@ -1,10 +1,10 @@
 /**
- * The tags of the E2B templates a team built, as the gateway keeps them: a build's request
+ * The tags of the E2B templates a team built, as the gateway reads them: a build's request
  * (`name:tag`, `tags`; `default` without) points its tags at it; `POST /templates/tags` points
  * more at the build a `name:tag` names and `DELETE /templates/tags` removes them. The fleet keeps
  * a template's newest build only, so a create from `name:tag` starts it when the tag names it
- * and is a 409 naming the tag when it names an older build. Tags live in the gateway's memory,
- * for at most {@linkcode KEPT_TAGGED} templates.
+ * and is a 409 naming the tag when it names an older build. Tags live on the nodes that build
+ * (`node/template_tags.ts`), so they outlive a gateway's restart and every gateway reads them.
  *
  * @module
  */
@@ -14,8 +14,6 @@ import { readJsonObject } from "../../../shared/json_body.ts";
 import type { GatewayParts } from "../parts.ts";
 import { type FoundTemplate, notFound } from "./template_listing.ts";
 
-/** How many templates' tags the gateway keeps, the least recently tagged forgotten first. */
-export const KEPT_TAGGED = 1000;
 /** A template name: what a team calls it (a snapshot name). */
 export const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 /** A tag (`name:tag`, `tags`). */
@@ -23,10 +21,18 @@ export const TAG = /^[A-Za-z0-9._-]{1,64}$/;
 /** A template id here: a snapshot id. */
 export const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
 
-/** The tags of one built template. */
-interface TemplateTags {
+/** Where a tag points, as the node keeps it. */
+interface TagTarget {
+  buildID: string;
+  createdAt: string;
+}
+
+/** The tags of one template as a node keeps them (`node/template_tags.ts`). */
+export interface TagRecord {
   team: string;
-  byTag: Map<string, { buildID: string; createdAt: string }>;
+  updatedAt: number;
+  latest?: TagTarget;
+  tags: Record<string, TagTarget>;
 }
 
 /** The team's template by name (as the headers' team sees it), or undefined. */
@@ -43,63 +49,78 @@ export type OwnsTemplate = (
   signal: AbortSignal,
 ) => Promise<boolean>;
 
-/** The tags of the team's built templates on one gateway. */
+/**
+ * The tags of the team's built templates, as the nodes keep them: each build's node records the
+ * tags its request points at it, and the record written last (a template rebuilt on another node
+ * leaves one on each) is the template's. Nothing is kept on the gateway, so every gateway of a
+ * shared fleet, and this one after a restart, reads the same tags.
+ */
 export class TemplateTagBook {
   #parts: GatewayParts;
+  #nodeApi: string;
   #find: FindTemplate;
-  #latest: (templateId: string) => string | undefined;
   #owns: OwnsTemplate;
-  /**
-   * Template id → its team and its tags (tag → the build it names), the template least recently
-   * tagged first: at most {@linkcode KEPT_TAGGED} templates, the oldest forgotten first.
-   */
-  #byTemplate = new Map<string, TemplateTags>();
 
   constructor(
     parts: GatewayParts,
+    nodeApi: string,
     find: FindTemplate,
-    latest: (templateId: string) => string | undefined,
     owns: OwnsTemplate,
   ) {
     this.#parts = parts;
+    this.#nodeApi = nodeApi;
     this.#find = find;
-    this.#latest = latest;
     this.#owns = owns;
   }
 
-  /** Forgets the tags of a deleted template. */
-  forget(templateId: string): void {
-    this.#byTemplate.delete(templateId);
-  }
-
-  /** Points `tags` of the team's `templateId` at `buildID`, the template tagged newest. */
-  tag(team: string, templateId: string, buildID: string, tags: string[]): void {
-    const held = this.#byTemplate.get(templateId) ?? { team, byTag: new Map() };
-    const createdAt = new Date(this.#parts.fleet.now()).toISOString();
-    for (const tag of tags) held.byTag.set(tag, { buildID, createdAt });
-    this.#byTemplate.delete(templateId);
-    this.#byTemplate.set(templateId, held);
-    while (this.#byTemplate.size > KEPT_TAGGED) {
-      this.#byTemplate.delete(this.#byTemplate.keys().next().value!);
+  /**
+   * The newest tag record of `templateId` for the headers' team, and the node keeping it: every
+   * node is asked (an authenticated call's cost; check-ins carry no tags). Undefined when no
+   * node keeps one; a 503 when none answered with one and some did not answer.
+   */
+  async record(
+    templateId: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<{ node: string; record: TagRecord } | undefined> {
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/templates/${templateId}/tags`,
+      null,
+      signal,
+      { method: "GET", headers },
+    );
+    let best: { node: string; record: TagRecord } | undefined;
+    for (const a of answers) {
+      if (!a.ok || a.status !== 200) continue;
+      const record = a.json as TagRecord;
+      if (typeof record?.updatedAt !== "number" || typeof record.tags !== "object") continue;
+      if (!best || record.updatedAt > best.record.updatedAt) best = { node: a.node.id, record };
     }
+    if (best) return best;
+    const silent = answers.filter((a) => !a.ok && !/^HTTP (404|501):/.test(a.cause));
+    if (silent.length > 0) {
+      throw new HttpError(
+        503,
+        `The tags of template '${templateId}' could not be read: ${
+          silent.map((a) => `'${a.node.id}'`).join(", ")
+        } did not answer (it may keep them): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
+    return undefined;
   }
 
-  /** The tags of a template found for `team`, `default` (its newest build) among them. */
-  of(
+  /** The tags of a template found, `default` (its newest build) among them. */
+  async of(
     found: FoundTemplate,
-    team: string,
-  ): { tag: string; buildID: string; createdAt: string }[] {
-    const held = this.#byTemplate.get(found.templateID);
-    const kept = held && held.team === team
-      ? [...held.byTag].map(([tag, b]) => ({ tag, ...b }))
-      : [];
-    // `default` names the newest build unless it was pointed elsewhere.
-    if (kept.some((t) => t.tag === "default")) return kept;
-    return [{
-      tag: "default",
-      buildID: this.#latest(found.templateID) ?? found.templateID,
-      createdAt: found.createdAt,
-    }, ...kept];
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<{ tag: string; buildID: string; createdAt: string }[]> {
+    if (!TEMPLATE_ID.test(found.templateID)) {
+      return [{ tag: "default", buildID: found.templateID, createdAt: found.createdAt }];
+    }
+    const held = (await this.record(found.templateID, headers, signal))?.record;
+    return tagList(found, held);
   }
 
   /** The team's built template by name, for the tag routes; a 404 or 400 otherwise. */
@@ -150,7 +171,7 @@ export class TemplateTagBook {
   }
 
   /** `POST /templates/tags` (`{target: "name:tag", tags}`): the tags name the target's build. */
-  async assign(c: Context, team: string, headers: Record<string, string>): Promise<Response> {
+  async assign(c: Context, headers: Record<string, string>): Promise<Response> {
     const { value } = await readJsonObject(c.req.raw, {
       ...this.#parts.jsonBodyCap,
       empty: "refuse",
@@ -171,10 +192,17 @@ export class TemplateTagBook {
       );
     }
     const tags = this.#tagList(value.tags);
-    const found = await this.#builtTemplate(name, "target", headers, c.req.raw.signal);
-    const source = this.of(found, team).find((t) => t.tag === from);
+    const signal = c.req.raw.signal;
+    const found = await this.#builtTemplate(name, "target", headers, signal);
+    const held = await this.record(found.templateID, headers, signal);
+    const source = tagList(found, held?.record).find((t) => t.tag === from);
     if (!source) throw tagNotFound(name, from, found.templateID);
-    this.tag(team, found.templateID, source.buildID, tags);
+    const node = held?.node ?? found.node;
+    const target = {
+      buildID: source.buildID,
+      createdAt: new Date(this.#parts.fleet.now()).toISOString(),
+    };
+    await this.#tell(node, found.templateID, "POST", { tags, target }, headers, signal);
     return Response.json({ tags, buildID: source.buildID }, { status: 201 });
   }
 
@@ -189,12 +217,60 @@ export class TemplateTagBook {
       throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
     }
     const tags = this.#tagList(value.tags);
-    const found = await this.#builtTemplate(value.name, "name", headers, c.req.raw.signal);
-    const held = this.#byTemplate.get(found.templateID);
-    const missing = tags.find((t) => !held?.byTag.has(t));
+    const signal = c.req.raw.signal;
+    const found = await this.#builtTemplate(value.name, "name", headers, signal);
+    const held = await this.record(found.templateID, headers, signal);
+    const missing = tags.find((t) => !held || !(t in held.record.tags));
     if (missing !== undefined) throw tagNotFound(value.name, missing, found.templateID);
-    for (const t of tags) held!.byTag.delete(t);
+    await this.#tell(held!.node, found.templateID, "DELETE", { tags }, headers, signal);
     return new Response(null, { status: 204 });
+  }
+
+  /** Tells `node` a change of the template's tags (`POST` points them, `DELETE` removes). */
+  async #tell(
+    nodeId: string | undefined,
+    templateId: string,
+    method: "POST" | "DELETE",
+    body: unknown,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<void> {
+    const node = nodeId === undefined ? undefined : this.#parts.fleet.get(nodeId);
+    if (!node || this.#parts.fleet.isDown(node)) {
+      throw new HttpError(
+        503,
+        `Node '${nodeId}', which keeps the tags of template '${templateId}', is down: retry once ` +
+          "it is back",
+        { headers: { "retry-after": "5" } },
+      );
+    }
+    let res: Response;
+    try {
+      res = await fetch(`${node.endpoint}${this.#nodeApi}/templates/${templateId}/tags`, {
+        method,
+        headers: { ...headers, "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: AbortSignal.any([signal, AbortSignal.timeout(30_000)]),
+      });
+    } catch (error) {
+      throw new HttpError(
+        502,
+        `Node '${node.id}', which keeps the tags of template '${templateId}', did not answer: ${
+          error instanceof Error ? error.message : error
+        }`,
+      );
+    }
+    const text = await res.text();
+    if (res.ok) return;
+    let message = text;
+    try {
+      message = JSON.parse(text).message ?? text;
+    } catch { /* not JSON */ }
+    throw new HttpError(
+      res.status === 400 || res.status === 404 ? res.status : 502,
+      `Node '${node.id}' refused the tags of template '${templateId}' (${res.status}): ` +
+        message.slice(0, 300),
+    );
   }
 
   /**
@@ -204,7 +280,6 @@ export class TemplateTagBook {
    */
   async untagged(
     templateID: string,
-    team: string,
     headers: Record<string, string>,
     signal: AbortSignal,
   ): Promise<string> {
@@ -219,10 +294,12 @@ export class TemplateTagBook {
     }
     const found = await this.#find(name, headers, signal);
     if (!found || !TEMPLATE_ID.test(found.templateID)) return tag === "default" ? name : templateID;
-    const tags = this.of(found, team);
+    // Another team's published template: its tags are its team's, only `default` is seen.
+    const held = (await this.record(found.templateID, headers, signal))?.record;
+    const tags = tagList(found, held);
     const named = tags.find((t) => t.tag === tag);
     if (!named) throw tagNotFound(name, tag, found.templateID);
-    const newest = this.#latest(found.templateID) ?? found.templateID;
+    const newest = held?.latest?.buildID ?? found.templateID;
     if (named.buildID !== newest) {
       throw new HttpError(
         409,
@@ -279,6 +356,27 @@ export async function ownsTemplate(
     `Node '${node.id}', which holds template '${found.templateID}', answered ${res.status}: ` +
       "retry shortly",
   );
+}
+
+/**
+ * A template's tags from its record (none kept: `default` only), `default` naming its newest
+ * build unless it was pointed elsewhere.
+ */
+function tagList(
+  found: FoundTemplate,
+  held: TagRecord | undefined,
+): { tag: string; buildID: string; createdAt: string }[] {
+  const kept = Object.entries(held?.tags ?? {}).map(([tag, t]) => ({
+    tag,
+    buildID: t.buildID,
+    createdAt: t.createdAt,
+  }));
+  if (kept.some((t) => t.tag === "default")) return kept;
+  return [{
+    tag: "default",
+    buildID: held?.latest?.buildID ?? found.templateID,
+    createdAt: held?.latest?.createdAt ?? found.createdAt,
+  }, ...kept];
 }
 
 /** A 404 naming the tag not found and where the template's tags are listed. */

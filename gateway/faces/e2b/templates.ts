@@ -9,8 +9,9 @@
  *   snapshot's is (`resolveCreateSource` in `snapshots.ts`). Moving snapshot images between
  *   nodes (heal, a registry) hooks in there and serves built templates unchanged.
  * - `GET /templates/{id}/files/{hash}` asks that node whether it has the file context, and
- *   hands out an upload URL on this gateway; `PUT` there (no key: the URL carries a one-build
- *   token) is streamed to the node.
+ *   hands out an upload URL on this gateway; `PUT` there (no key: the URL carries a signed
+ *   token naming the build's node and the file hash, `template_upload.ts`) is streamed to the
+ *   node, through any gateway of the fleet.
  * - `POST /v2/templates/{id}/builds/{buildID}` and `GET …/status` go to the building node.
  * - `GET /templates`, `GET /templates/aliases/{alias}` and `GET /templates/{id}/tags` read the
  *   fleet's templates (public) and the team's built ones (its named snapshots), found and
@@ -18,9 +19,10 @@
  * - `POST`/`DELETE /templates/tags` and a build's tags are kept by `template_tags.ts`, which
  *   also reads the `:tag` of a create's `name:tag`.
  *
- * The gateway remembers each build's node for its build routes: at most
- * {@linkcode KEPT_BUILDS}, the oldest forgotten first (a forgotten build's status is a 404
- * naming it; the template it made stays). Nothing else is kept here.
+ * The node a build is placed on keeps it (its reservation, `PUT /templates/{id}/builds/{buildID}`
+ * on the node), so any gateway finds it there. The gateway remembers where it placed or found
+ * each build, a cache of at most {@linkcode KEPT_BUILDS}, the oldest forgotten first; a build
+ * it does not know is asked of every node, for the caller's team only.
  *
  * @module
  */
@@ -33,25 +35,40 @@ import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
 import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
+import { signUpload, verifyUpload } from "./template_upload.ts";
 
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
 const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 
-/** One build the gateway routes. */
+/** The header naming the build an upload came through (`node/faces/e2b_template_routes.ts`). */
+const BUILD_HEADER = "x-dormice-template-build";
+
+/**
+ * One build the gateway routes: where it was placed. The node keeps the rest (its reservation:
+ * name, limits, whether its steps arrived), so any gateway can route it.
+ */
 interface BuildRoute {
   templateId: string;
   buildId: string;
   node: string;
   team: string;
   name: string;
-  tags: string[];
-  token: string;
-  /** Whether its steps were sent: its upload URL is spent then. */
+  /** Whether its steps were sent through this gateway. */
   started: boolean;
   /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
   limits: { cpuCount?: number; memoryMB?: number };
   createdAt: number;
+}
+
+/** A build as its node keeps it (`GET /templates/{id}/reservation`). */
+interface Reservation {
+  buildID: string;
+  name: string;
+  started: boolean;
+  at: number;
+  cpuCount?: number;
+  memoryMB?: number;
 }
 
 /** The template routes of one gateway. */
@@ -70,44 +87,65 @@ export class GatewayTemplates {
     this.#nodeApi = nodeApi;
     this.#tags = new TemplateTagBook(
       parts,
+      nodeApi,
       (name, headers, signal) => this.#find(name, headers, signal),
-      (id) => this.#latest(id)?.buildId,
       (found, headers, signal) => ownsTemplate(parts, nodeApi, found, headers, signal),
     );
   }
 
   /**
    * The upload of a file context (`PUT …/files/{hash}/upload/{token}`), which carries no key:
-   * the token stands for it. Undefined for any other request.
+   * the token stands for it. It is signed under a secret derived from the fleet token and names
+   * the build's node, team and file hash, so any gateway of the fleet, restarted or not, checks
+   * it without asking anyone, and a request with a bad token reaches no node. The node refuses
+   * it once the build's steps arrived. Undefined for any other request.
    */
   async upload(c: Context, rest: string): Promise<Response | undefined> {
     const m = /^\/templates\/([^/]+)\/files\/([^/]+)\/upload\/([^/]+)$/.exec(rest);
     if (!m || c.req.method !== "PUT") return undefined;
-    const builds = [...this.#builds.values()].filter((b) => b.templateId === m[1]);
-    const build = builds.find((b) => tokensMatch(b.token, m[3]));
-    // Spent once every build of its template sent its steps (builds of one template at once
-    // may have been handed each other's URL).
-    const open = build && builds.some((b) => b.team === build.team && !b.started);
-    if (!build || !open) {
+    const [, templateId, hash, token] = m;
+    const grant = verifyUpload(this.#parts.accessTokens, templateId, token);
+    if (!grant) {
       throw new HttpError(
         403,
-        `This upload URL is not valid (${
-          build ? "its build has started" : "its build is unknown or was forgotten"
-        }): ask for a new one with GET /templates/{templateID}/files/{hash}`,
+        "This upload URL is not valid (its token was not issued for this template by this " +
+          `fleet): ask for a new one with GET /templates/${templateId.slice(0, 40)}/files/{hash}`,
       );
     }
-    const node = this.#node(build.node);
-    const res = await fetch(
-      `${node.endpoint}${this.#nodeApi}/templates/${build.templateId}/files/${m[2]}`,
-      {
-        method: "PUT",
-        body: c.req.raw.body,
-        headers: { ...this.#parts.routing.nodeHeadersFor(build.team), [TEAM_HEADER]: build.team },
-        signal: c.req.raw.signal,
-        // @ts-ignore: Deno's fetch streams a request body with duplex "half".
-        duplex: "half",
-      },
-    );
+    if (grant.hash !== hash) {
+      throw new HttpError(
+        400,
+        `This upload URL was issued for files hash '${grant.hash}', not '${hash.slice(0, 80)}': ` +
+          `ask for the URL of '${hash.slice(0, 80)}' with GET /templates/${templateId}/files/` +
+          hash.slice(0, 80),
+      );
+    }
+    const node = this.#node(grant.node);
+    let res: Response;
+    try {
+      res = await fetch(
+        `${node.endpoint}${this.#nodeApi}/templates/${templateId}/files/${hash}`,
+        {
+          method: "PUT",
+          body: c.req.raw.body,
+          headers: {
+            ...this.#parts.routing.nodeHeadersFor(grant.team),
+            [TEAM_HEADER]: grant.team,
+            [BUILD_HEADER]: grant.build,
+          },
+          signal: c.req.raw.signal,
+          // @ts-ignore: Deno's fetch streams a request body with duplex "half".
+          duplex: "half",
+        },
+      );
+    } catch (error) {
+      throw new HttpError(
+        502,
+        `Node '${node.id}', which builds this template, did not take the upload: ${
+          error instanceof Error ? error.message : error
+        }`,
+      );
+    }
     return relay(res);
   }
 
@@ -138,7 +176,7 @@ export class GatewayTemplates {
     if (m && method === "GET") return await this.#alias(decoded(m[1]), headers, signal);
     m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
     if (m && method === "GET") {
-      const build = this.#own(m[1], team);
+      const build = await this.#own(m[1], team, undefined, headers, signal);
       const answer = await this.#ask(build, `/templates/${build.templateId}/files/${m[2]}`, {
         method: "GET",
         headers,
@@ -151,15 +189,20 @@ export class GatewayTemplates {
       const proto = c.req.header("x-forwarded-proto")?.split(",")[0].trim();
       if (proto === "https" || proto === "http") url.protocol = `${proto}:`;
       const prefix = url.pathname.slice(0, url.pathname.length - rest.length);
+      const token = signUpload(this.#parts.accessTokens, build.templateId, {
+        node: build.node,
+        build: build.buildId,
+        team,
+        hash: decoded(m[2]),
+      });
       return Response.json({
         present,
-        url: `${url.origin}${prefix}/templates/${build.templateId}/files/${m[2]}/upload/` +
-          build.token,
+        url: `${url.origin}${prefix}/templates/${build.templateId}/files/${m[2]}/upload/${token}`,
       });
     }
     m = /^\/v2\/templates\/([^/]+)\/builds\/([^/]+)$/.exec(rest);
     if (m && method === "POST") {
-      const build = this.#own(m[1], team, m[2]);
+      const build = await this.#own(m[1], team, m[2], headers, signal);
       const { value } = await readJsonObject(c.req.raw, {
         ...this.#parts.jsonBodyCap,
         empty: "refuse",
@@ -186,7 +229,7 @@ export class GatewayTemplates {
         // builds it answers (each checks the team).
         return await this.#statusAnywhere(c, decoded(m[1]), decoded(m[2]), headers, signal);
       }
-      const build = this.#own(m[1], team, m[2]);
+      const build = await this.#own(m[1], team, m[2], headers, signal);
       const search = new URL(c.req.url).search;
       return relay(
         await this.#ask(
@@ -200,12 +243,12 @@ export class GatewayTemplates {
     if (m && method === "GET") {
       const found = await this.#find(decoded(m[1]), headers, signal);
       if (!found) throw notFound(decoded(m[1]));
-      return Response.json(this.#tags.of(found, team));
+      return Response.json(await this.#tags.of(found, headers, signal));
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
     if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), headers);
     if (rest === "/templates/tags" && method === "POST") {
-      return await this.#tags.assign(c, team, headers);
+      return await this.#tags.assign(c, headers);
     }
     if (rest === "/templates/tags" && method === "DELETE") {
       return await this.#tags.remove(c, headers);
@@ -278,7 +321,25 @@ export class GatewayTemplates {
         headers: { "retry-after": String(pick.retryAfterSeconds) },
       });
     }
+    // The node first chosen keeps the build's reservation: told it moved, it spends the upload
+    // URL it was issued for (a failure to tell leaves the URL open there, files nobody uses).
+    const first = build.node;
     build.node = pick.node.id;
+    await this.#ask(
+      { ...build, node: first },
+      `/templates/${build.templateId}/builds/${build.buildId}`,
+      {
+        method: "DELETE",
+        headers,
+        signal,
+      },
+    ).then((res) => res.body?.cancel()).catch((error) =>
+      this.#parts.log("warn", "a moved build's first node was not told", {
+        template: build.templateId,
+        nodeId: first,
+        error,
+      })
+    );
   }
 
   /**
@@ -321,20 +382,18 @@ export class GatewayTemplates {
     );
   }
 
-  /** Forgets the builds of a deleted template. */
+  /** Forgets the builds of a deleted template (its nodes drop its tags). */
   forget(templateId: string): void {
-    this.#tags.forget(templateId);
     for (const [key, b] of this.#builds) if (b.templateId === templateId) this.#builds.delete(key);
   }
 
   /** A create's `templateID` without its `:tag` (see {@linkcode TemplateTagBook.untagged}). */
   untagged(
     templateID: string,
-    team: string,
     headers: Record<string, string>,
     signal: AbortSignal,
   ): Promise<string> {
-    return this.#tags.untagged(templateID, team, headers, signal);
+    return this.#tags.untagged(templateID, headers, signal);
   }
 
   /** The newest build of `templateId` this gateway routed, if any. */
@@ -409,8 +468,6 @@ export class GatewayTemplates {
       node: node.id,
       team,
       name,
-      tags: tags.length > 0 ? tags : ["default"],
-      token: randomToken(),
       started: false,
       limits: {
         ...(typeof body.cpuCount === "number" ? { cpuCount: body.cpuCount } : {}),
@@ -418,11 +475,29 @@ export class GatewayTemplates {
       },
       createdAt: this.#parts.fleet.now(),
     };
-    this.#builds.set(`${route.templateId}/${route.buildId}`, route);
-    while (this.#builds.size > KEPT_BUILDS) {
-      this.#builds.delete(this.#builds.keys().next().value!);
-    }
-    this.#tags.tag(team, route.templateId, route.buildId, route.tags);
+    const routeTags = tags.length > 0 ? tags : ["default"];
+    // A rebuild placed on another node than the one keeping the template's tags carries them.
+    const held = existing.node === undefined
+      ? undefined
+      : await this.#tags.record(route.templateId, headers, c.req.raw.signal);
+    const reserved = await this.#ask(
+      route,
+      `/templates/${route.templateId}/builds/${route.buildId}`,
+      {
+        method: "PUT",
+        headers: { ...headers, "content-type": "application/json" },
+        body: JSON.stringify({
+          name,
+          tags: routeTags,
+          ...route.limits,
+          ...(held && held.node !== route.node ? { carry: held.record.tags } : {}),
+        }),
+        signal: c.req.raw.signal,
+      },
+    );
+    if (!reserved.ok) return relay(reserved);
+    await reserved.body?.cancel();
+    this.#remember(route);
     this.#parts.log("info", "template build placed", {
       template: route.templateId,
       name,
@@ -435,7 +510,7 @@ export class GatewayTemplates {
       public: false,
       names: [name],
       aliases: [name],
-      tags: route.tags,
+      tags: routeTags,
     }, { status: 202 });
   }
 
@@ -479,22 +554,85 @@ export class GatewayTemplates {
     return Response.json({ templateID: found.templateID, public: found.public });
   }
 
-  /** The build of `templateId` for `team` (and of `buildId`, when given); a 404 otherwise. */
-  #own(templateId: string, team: string, buildId?: string): BuildRoute {
+  /** Remembers where a build was placed, at most {@linkcode KEPT_BUILDS}, oldest first. */
+  #remember(route: BuildRoute): void {
+    const key = `${route.templateId}/${route.buildId}`;
+    this.#builds.delete(key);
+    this.#builds.set(key, route);
+    while (this.#builds.size > KEPT_BUILDS) {
+      this.#builds.delete(this.#builds.keys().next().value!);
+    }
+  }
+
+  /**
+   * The build of `templateId` for `team` (and of `buildId`, when given): as this gateway placed
+   * it, else as the node it was placed on keeps it (another gateway accepted it, or this one
+   * before a restart; every node is asked, for the caller's team only); a 404 otherwise.
+   */
+  async #own(
+    templateId: string,
+    team: string,
+    buildId: string | undefined,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<BuildRoute> {
     const id = decoded(templateId);
-    const build = buildId === undefined
+    const known = buildId === undefined
       ? [...this.#builds.values()].findLast((b) =>
         b.templateId === id && b.team === team && !b.started
-      ) ?? this.#latest(id)
+      )
       : this.#builds.get(`${id}/${decoded(buildId)}`);
-    if (!build || build.team !== team) {
-      throw new HttpError(
-        404,
-        `Template build '${templateId}${buildId ? `/${buildId}` : ""}' not found on this ` +
-          "gateway: request a build with POST /v3/templates first",
-      );
+    if (known && known.team === team) return known;
+    const notHere = new HttpError(
+      404,
+      `Template build '${templateId}${buildId ? `/${buildId}` : ""}' not found: request a ` +
+        "build with POST /v3/templates first",
+    );
+    if (!TEMPLATE_ID.test(id)) throw notHere;
+    const query = buildId === undefined ? "" : `?buildID=${encodeURIComponent(decoded(buildId))}`;
+    const answers = await this.#parts.routing.fanOut(
+      `${this.#nodeApi}/templates/${id}/reservation${query}`,
+      null,
+      signal,
+      { method: "GET", headers },
+    );
+    let best: { node: string; r: Reservation } | undefined;
+    for (const a of answers) {
+      if (!a.ok || a.status !== 200) continue;
+      const r = a.json as Reservation;
+      if (typeof r?.buildID !== "string" || typeof r.name !== "string") continue;
+      // Without a build id: the newest whose steps have not arrived, else the newest.
+      const rank = (x: Reservation) => (x.started ? 0 : 1e15) + x.at;
+      if (!best || rank(r) > rank(best.r)) best = { node: a.node.id, r };
     }
-    return build;
+    if (!best) {
+      const silent = answers.filter((a) => !a.ok && !/^HTTP (404|501):/.test(a.cause));
+      if (silent.length > 0) {
+        throw new HttpError(
+          503,
+          `Template build '${templateId}' was not found, and ${
+            silent.map((a) => `'${a.node.id}'`).join(", ")
+          } did not answer (it may build it): retry shortly`,
+          { headers: { "retry-after": "2" } },
+        );
+      }
+      throw notHere;
+    }
+    const route: BuildRoute = {
+      templateId: id,
+      buildId: best.r.buildID,
+      node: best.node,
+      team,
+      name: best.r.name,
+      started: best.r.started,
+      limits: {
+        ...(best.r.cpuCount !== undefined ? { cpuCount: best.r.cpuCount } : {}),
+        ...(best.r.memoryMB !== undefined ? { memoryMB: best.r.memoryMB } : {}),
+      },
+      createdAt: best.r.at,
+    };
+    this.#remember(route);
+    return route;
   }
 
   #node(id: string): FleetNode {
@@ -561,16 +699,4 @@ async function relay(res: Response): Promise<Response> {
 function newTemplateId(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(20));
   return `snap-${[...bytes].map((b) => ALPHABET[b % 36]).join("")}`;
-}
-
-function randomToken(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(24));
-  return [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
-}
-
-function tokensMatch(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
 }

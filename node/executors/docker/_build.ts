@@ -123,14 +123,22 @@ export class DockerTemplateBuilder {
     const inspect = await this.#o.engine.call(
       `inspecting base image ${base}`,
       (signal) => this.#o.engine.client.getImage(base).inspect({ abortSignal: signal }),
-    );
+    ).catch((error) => {
+      if (spec.fromSnapshot && error instanceof ExecutorError && error.code === "not_found") {
+        throw missingBase(spec);
+      }
+      throw error;
+    });
     const config = (inspect as { Config?: { User?: string; WorkingDir?: string } }).Config;
     const state: StepState = {
       env: {},
       workdir: config?.WorkingDir || "/",
       user: config?.User || "root",
     };
-    let image = base;
+    // The base as it is now, by its id: a template deleted (untagged) or rebuilt under this id
+    // while the build runs leaves this build on the image it started from, never another.
+    const baseId = inspect.Id ?? base;
+    let image = baseId;
     // The team is part of every step's key: a step cache image is never another team's (a COPY
     // step's key holds the files' hash, which its uploader names and nobody checks).
     let hash = await sha256(`base\n${JSON.stringify(spec.team)}\n${inspect.Id ?? base}`);
@@ -181,6 +189,12 @@ export class DockerTemplateBuilder {
           `LABEL dormice.node=${JSON.stringify(this.#o.nodeId)}`,
           `LABEL dormice.build.cache=${JSON.stringify(hash)}`,
         ]);
+      }).catch(async (error) => {
+        // The base template deleted before a container held its image: the engine freed it.
+        if (image === baseId && spec.fromSnapshot && !(await imageExists(this.#o.engine, baseId))) {
+          throw missingBase(spec);
+        }
+        throw error;
       });
       image = cached;
     }
@@ -528,4 +542,19 @@ function resolvePath(cwd: string, path: string): string {
 async function sha256(text: string): Promise<string> {
   const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
   return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/**
+ * The base step's error for a build whose base template (another of the team's) was deleted
+ * before the build held its image.
+ */
+function missingBase(spec: TemplateBuildSpec): TemplateBuildError {
+  const named = spec.fromSnapshotName === undefined
+    ? `'${spec.fromSnapshot}'`
+    : `'${spec.fromSnapshotName}' (${spec.fromSnapshot})`;
+  return new TemplateBuildError(
+    "base",
+    `fromTemplate(${named}): that template was deleted before this build could start from it: ` +
+      "build it again, then this template",
+  );
 }

@@ -1,0 +1,48 @@
+import assert from "node:assert/strict";
+import { FakeClock } from "../shared/clock.ts";
+import { MAX_TAGS_PER_TEMPLATE, TemplateTagStore } from "./template_tags.ts";
+
+const ID = `snap-${"a".repeat(20)}`;
+
+Deno.test("TemplateTagStore: a record outlives its store, is stamped, and is dropped", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const clock = new FakeClock(1000);
+    const store = new TemplateTagStore(dir, clock);
+    assert.equal(await store.get(ID), undefined);
+    const target = { buildID: "b1", createdAt: "2026-12-07T00:00:00.000Z" };
+    await store.update(ID, () => ({ team: "t", latest: target, tags: { v1: target } }));
+    clock.tick(5);
+    // Writes of one record run in turn: neither loses the other's tag.
+    await Promise.all(
+      ["x", "y"].map((tag) =>
+        store.update(ID, (held) => ({ ...held!, tags: { ...held!.tags, [tag]: target } }))
+      ),
+    );
+    const again = await new TemplateTagStore(dir, clock).get(ID);
+    assert.deepEqual(Object.keys(again!.tags).sort(), ["v1", "x", "y"]);
+    assert.equal(again!.updatedAt, 1005);
+    assert.equal(again!.latest?.buildID, "b1");
+    await store.drop(ID);
+    assert.equal(await store.get(ID), undefined);
+    assert.equal(await store.get("../../etc/passwd"), undefined, "only template ids are read");
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("TemplateTagStore: past its bound of tags a write is refused, the record kept", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const store = new TemplateTagStore(dir);
+    const target = { buildID: "b1", createdAt: "2026-12-07T00:00:00.000Z" };
+    const many = Object.fromEntries(
+      Array.from({ length: MAX_TAGS_PER_TEMPLATE + 1 }, (_, i) => [`t${i}`, target]),
+    );
+    await store.update(ID, () => ({ team: "t", tags: { v1: target } }));
+    await assert.rejects(store.update(ID, () => ({ team: "t", tags: many })), /at most/);
+    assert.deepEqual(Object.keys((await store.get(ID))!.tags), ["v1"]);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
