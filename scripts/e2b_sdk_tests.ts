@@ -57,7 +57,8 @@ async function found(cmd: string): Promise<boolean> {
 }
 
 /** The SDK's source as the tests import it: the npm package, plus `runtime` from `src/utils`. */
-const sdkShim = `export * from "e2b";\nexport const runtime = "node";\n`;
+const sdkShim =
+  `export * from "e2b";\nexport { default } from "e2b";\nexport const runtime = "node";\n`;
 /** The tests' template ids, mapped to a template every fleet node serves. */
 const templateShim = `const t = process.env.E2B_TESTS_TEMPLATE || "base";
 export const template = t;
