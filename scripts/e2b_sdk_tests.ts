@@ -28,7 +28,7 @@ import { join, resolve } from "node:path";
 const root = fileURLToPath(new URL("..", import.meta.url));
 const work = join(root, ".dormice", "sdk-tests");
 /** npm packages the tests import: vitest (their runner), msw (their mocks), the SDK. */
-const npmPackages = ["vitest@4.1.12", "msw@2", "e2b@2.51.0"];
+const npmPackages = ["vitest@4.1.12", "msw@2", "e2b@2.51.0", "undici@6"];
 /** How long the fleet may take to print its client settings (Docker image checks included). */
 const fleetStartMs = 240_000;
 
@@ -59,6 +59,29 @@ async function found(cmd: string): Promise<boolean> {
 /** The SDK's source as the tests import it: the npm package, plus `runtime` from `src/utils`. */
 const sdkShim =
   `export * from "e2b";\nexport { default } from "e2b";\nexport const runtime = "node";\n`;
+/**
+ * With `--domain`: every name under the fleet's sandbox domain resolves to loopback in the test
+ * workers (node's `dns.lookup` and fetch's dispatcher), where the fleet's gateway serves it: no
+ * DNS or /etc/hosts lines for the wildcard names.
+ */
+const domainPreload = `import dns from "node:dns";
+import { Agent, setGlobalDispatcher } from "undici";
+const domain = (process.env.E2B_DOMAIN || "").split(":")[0];
+if (domain) {
+  const original = dns.lookup;
+  const lookup = (host, opts, cb) => {
+    if (typeof opts === "function") [cb, opts] = [opts, {}];
+    if (host !== domain && !host.endsWith("." + domain)) return original(host, opts, cb);
+    const o = typeof opts === "number" ? {} : opts || {};
+    return o.all
+      ? process.nextTick(cb, null, [{ address: "127.0.0.1", family: 4 }])
+      : process.nextTick(cb, null, "127.0.0.1", 4);
+  };
+  dns.lookup = lookup;
+  setGlobalDispatcher(new Agent({ connect: { lookup } }));
+}
+`;
+
 /** The tests' template ids, mapped to a template every fleet node serves. */
 const templateShim = `const t = process.env.E2B_TESTS_TEMPLATE || "base";
 export const template = t;
@@ -111,20 +134,23 @@ export default defineConfig({
     testTimeout: Number(process.env.E2B_TESTS_TIMEOUT_MS || 120000),
     hookTimeout: Number(process.env.E2B_TESTS_TIMEOUT_MS || 120000),
     fileParallelism: false,
+    setupFiles: [resolve(${JSON.stringify(work)}, "domain_preload.mjs")],
   },
 });
 `;
 }
 
 /** Starts `deno task fleet`; resolves with the client settings it prints. */
-async function startFleet(): Promise<{ child: Deno.ChildProcess; env: Record<string, string> }> {
+async function startFleet(
+  domain: string | undefined,
+): Promise<{ child: Deno.ChildProcess; env: Record<string, string> }> {
   const env: Record<string, string> = { DORMICE_FLEET_DIR: ".dormice/sdk-tests/fleet" };
   for (const name of ["DORMICE_GATEWAY_PORT", "DORMICE_FLEET_NODE_PORT", "DORMICE_EXECUTOR"]) {
     const value = Deno.env.get(name);
     if (value) env[name] = value;
   }
   const child = new Deno.Command("deno", {
-    args: ["task", "fleet"],
+    args: ["task", "fleet", ...(domain ? [`--domain=${domain}`] : [])],
     cwd: root,
     env,
     stdout: "piped",
@@ -142,14 +168,14 @@ async function startFleet(): Promise<{ child: Deno.ChildProcess; env: Record<str
       const lines = buffered.split("\n");
       buffered = lines.pop() ?? "";
       for (const line of lines) {
-        const m = line.match(/^\s*export (E2B_[A-Z_]+)=(\S+)\s*$/);
+        const m = line.match(/^\s*export (E2B_[A-Z_]+|NODE_EXTRA_CA_CERTS)=(\S+)\s*$/);
         if (m) settings[m[1]] = m[2];
       }
     }
   } finally {
     clearTimeout(deadline);
   }
-  if (!settings.E2B_API_KEY || !settings.E2B_API_URL) {
+  if (!settings.E2B_API_KEY || !(settings.E2B_API_URL || settings.E2B_DOMAIN)) {
     await stopFleet(child);
     throw new Error(
       `deno task fleet printed no client settings within ${fleetStartMs / 1000} s: ` +
@@ -210,7 +236,8 @@ function summarise(reportPath: string, checkout: string): Record<string, number>
 }
 
 async function main(args: string[]): Promise<number> {
-  const [dir, ...files] = args;
+  const domain = args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length);
+  const [dir, ...files] = args.filter((a) => !a.startsWith("--domain="));
   if (!dir) {
     say(
       "No checkout given: deno task sdk-tests <dir with e2b-dev/E2B's packages/js-sdk/tests> " +
@@ -236,12 +263,19 @@ async function main(args: string[]): Promise<number> {
   Deno.writeTextFileSync(join(work, "sdk_shim.mjs"), sdkShim);
   Deno.writeTextFileSync(join(work, "template_shim.mjs"), templateShim);
   Deno.writeTextFileSync(join(work, "index.mjs"), "");
+  Deno.writeTextFileSync(join(work, "domain_preload.mjs"), domainPreload);
   Deno.writeTextFileSync(join(work, "vitest.config.mjs"), vitestConfig(checkout));
   const pkg = join(work, "package.json");
   Deno.writeTextFileSync(pkg, JSON.stringify({ name: "dormice-sdk-tests", private: true }));
-  try {
-    Deno.statSync(join(work, "node_modules", "vitest"));
-  } catch {
+  const installed = (spec: string) => {
+    try {
+      return Deno.statSync(join(work, "node_modules", spec.slice(0, spec.lastIndexOf("@"))))
+        .isDirectory;
+    } catch {
+      return false;
+    }
+  };
+  if (!npmPackages.every(installed)) {
     const code = await run("npm", ["install", "--no-audit", "--no-fund", ...npmPackages], {
       cwd: work,
     });
@@ -249,7 +283,7 @@ async function main(args: string[]): Promise<number> {
   }
 
   say("Starting a fleet (deno task fleet)…");
-  const fleet = await startFleet();
+  const fleet = await startFleet(domain);
   say(`Fleet up: E2B_API_URL=${fleet.env.E2B_API_URL}`);
   const report = join(work, "report.json");
   try {
