@@ -7,18 +7,19 @@
  * `deno task fleet` (a gateway and two nodes, Docker when the engine answers) with its data under
  * `.dormice/sdk-tests/fleet`, points the SDK at it (`E2B_API_URL`, `E2B_SANDBOX_URL`,
  * `E2B_VOLUME_API_URL`, `E2B_API_KEY` from the fleet's banner) and runs the files with vitest from
- * npm, installed with `npm` under `.dormice/sdk-tests`. The tests import the SDK's source
+ * npm, installed with `npm` under `.dormice/sdk-tests/vitest-<version>`. The tests import the SDK's source
  * (`../src`, `../../src/errors`, …); here every such import is the published `e2b@2.51.0`
  * package, the version this repository tests against, so an SDK internal the package does not
  * export reads as `undefined` and that test fails naming it. The tests' template id (an E2B cloud
  * id in `template.ts`) becomes `E2B_TESTS_TEMPLATE` (default `base`).
  *
  * Prints one line per test (`pass`, `fail` with the error's first line, `skip`) and a count, and
- * writes vitest's JSON report to `.dormice/sdk-tests/report.json`. Without a checkout, node or
+ * writes vitest's JSON report to `.dormice/sdk-tests/vitest-<version>/report.json`. Without a checkout, node or
  * npm it says why and exits 0: these tests are the operator's to fetch.
  *
  * `DORMICE_GATEWAY_PORT` and `DORMICE_FLEET_NODE_PORT` move the fleet's ports as for
- * `deno task fleet`; `E2B_TESTS_TIMEOUT_MS` is vitest's per-test timeout (default 120000).
+ * `deno task fleet`; `E2B_TESTS_TIMEOUT_MS` is vitest's per-test timeout (default 120000);
+ * `E2B_TESTS_VITEST` is vitest's version (default 4.1.12; 3.2.4 for files still written for it).
  *
  * @module
  */
@@ -26,9 +27,11 @@ import { fileURLToPath } from "node:url";
 import { join, resolve } from "node:path";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
-const work = join(root, ".dormice", "sdk-tests");
+/** vitest's version: a file written for an older one (`test(name, fn, options)`) needs 3.2.4. */
+const vitestVersion = Deno.env.get("E2B_TESTS_VITEST") || "4.1.12";
+const work = join(root, ".dormice", "sdk-tests", `vitest-${vitestVersion}`);
 /** npm packages the tests import: vitest (their runner), msw (their mocks), the SDK. */
-const npmPackages = ["vitest@4.1.12", "msw@2", "e2b@2.51.0", "undici@6"];
+const npmPackages = [`vitest@${vitestVersion}`, "msw@2", "e2b@2.51.0", "undici@6"];
 /** How long the fleet may take to print its client settings (Docker image checks included). */
 const fleetStartMs = 240_000;
 
