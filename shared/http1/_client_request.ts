@@ -97,7 +97,9 @@ export function outgoing(
   if (stream !== undefined && declared !== undefined && /^\d{1,15}$/.test(declared.trim())) {
     length = Number(declared);
   }
-  let head = `${method} ${url.pathname}${url.search} HTTP/1.1\r\nhost: ${host}\r\n`;
+  // `Host` as Go's net/http (E2B's proxy) and browsers write it: a server that reads names as they
+  // came (Python's http.server) sees what it would behind E2B.
+  let head = `${method} ${url.pathname}${url.search} HTTP/1.1\r\nHost: ${host}\r\n`;
   for (let i = 0; i < pairs.length; i++) head += `${pairs[i][0]}: ${pairs[i][1]}\r\n`;
   head += length !== undefined
     ? `content-length: ${length}\r\n\r\n`

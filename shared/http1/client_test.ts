@@ -723,3 +723,28 @@ Deno.test("createH1Client() sends a caller's Host only with hostFromHeaders", as
     await server.shutdown();
   }
 });
+
+Deno.test("createH1Client() names the Host header as Go and browsers write it", async () => {
+  // A server in a sandbox that reads its headers as they came (Python's http.server does) sees
+  // `Host:`, as behind E2B's proxy; the e2b SDK's maskRequestHost test looks for exactly that.
+  const listener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+  const seen = (async () => {
+    const conn = await listener.accept();
+    const buf = new Uint8Array(4096);
+    const n = await conn.read(buf);
+    await conn.write(new TextEncoder().encode("HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n"));
+    conn.close();
+    return new TextDecoder().decode(buf.subarray(0, n ?? 0));
+  })();
+  const masking = createH1Client({ hostFromHeaders: true });
+  try {
+    const url = `http://127.0.0.1:${(listener.addr as Deno.NetAddr).port}/`;
+    const res = await masking.fetch(url, { headers: { host: "custom-host.example.com:8080" } });
+    await res.body?.cancel();
+    const head = await seen;
+    assert.match(head, /^GET \/ HTTP\/1\.1\r\nHost: custom-host\.example\.com:8080\r\n/);
+  } finally {
+    masking.close();
+    listener.close();
+  }
+});

@@ -304,7 +304,11 @@ export class Containers {
       const decl = this.#volumes.get(v.name) ??
         (managed === undefined ? undefined : { name: v.name, source: managed, readOnly: false });
       if (decl === undefined) throw unknownVolume(v.name, [...this.#volumes.keys()]);
-      binds.push(`${decl.source}:${v.mountPath}${decl.readOnly ? ":ro" : ""}`);
+      // Docker reads a bind source that is not absolute as the name of a Docker volume (and
+      // refuses one with a slash), so a managed volume under a relative DORMICE_DATA_DIR, as
+      // `deno task fleet` gives its nodes, is bound by its absolute path.
+      const source = decl.source.startsWith("/") ? decl.source : Deno.realPathSync(decl.source);
+      binds.push(`${source}:${v.mountPath}${decl.readOnly ? ":ro" : ""}`);
     }
     const { cpus, memoryMB } = this.limits(spec);
     const memory = memoryMB * 1024 * 1024;
