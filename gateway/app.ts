@@ -236,6 +236,11 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
       record: (nodeId, snapshotId) => shared.recent.records.publishRetaken(snapshotId, nodeId),
       nodes: (snapshotId) => shared.recent.records.retakenOn(snapshotId),
     },
+    templateNames: shared && {
+      record: (scopedName, templateId, nodeId) =>
+        shared.recent.records.publishTemplate(scopedName, templateId, nodeId),
+      get: (scopedName) => shared.recent.records.templateNamed(scopedName),
+    },
     limits,
     accessTokens,
     log,

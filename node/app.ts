@@ -472,6 +472,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
         snapshots,
         dir: join(config.dataDir, "template-contexts"),
         tags: new TemplateTagStore(join(config.dataDir, "template-tags"), clock),
+        ...(checkIn === null ? {} : { announce: (id: string) => checkIn.pushRetaken(id) }),
         maxBuilds: config.templateBuilds,
         timeoutMs: config.templateBuildTimeoutMs,
         maxContextBytes: config.templateContextLimitBytes,

@@ -1,8 +1,8 @@
 /**
  * The node's template builds (E2B's `Template.build`): the uploaded file contexts, a bound on
  * builds at once and on each build's time, each build's status and log lines for the SDK's
- * polling, and the snapshot refresh that makes a finished template advertised in the next
- * check-in. The building itself is the executor's (`TemplateBuilder`).
+ * polling, and the snapshot refresh and pushed check-in that advertise a finished template
+ * before it reads ready. The building itself is the executor's (`TemplateBuilder`).
  *
  * Moving a built template to another node is the snapshot images' movement (heal or registry):
  * the result is a snapshot image like any other, so that mechanism carries it unchanged.
@@ -91,6 +91,12 @@ export interface TemplateBuildsOptions {
    * node can start from it while the builder is down; `refresh` makes the check-in advertise it.
    */
   snapshots?: { refresh(): Promise<void>; push?(snapshotId: string): Promise<void> };
+  /**
+   * Pushes a check-in advertising a finished template (after `refresh`), before the build
+   * reads ready: the gateway knows its holder at once, so a tag read or a create that follows
+   * the SDK's last status poll finds it there. None without a gateway.
+   */
+  announce?(templateId: string): Promise<unknown>;
   /** The tags of the templates built here (`<data dir>/template-tags`); none kept when absent. */
   tags?: TemplateTagStore;
   /** Where uploaded contexts are kept (`<data dir>/template-contexts`). */
@@ -308,8 +314,9 @@ export class TemplateBuilds {
         // Pushed before it is called ready, as a snapshot's take is: a create from it then
         // works with this node down.
         await this.#o.snapshots?.push?.(spec.templateId);
-        record.status = "ready";
         await this.#o.snapshots?.refresh();
+        await this.#o.announce?.(spec.templateId);
+        record.status = "ready";
         log(
           "info",
           `Build finished: template ${spec.name} (${spec.templateId}) is ready` +

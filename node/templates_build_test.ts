@@ -243,6 +243,26 @@ Deno.test("TemplateBuilds pushes a finished template to the registry before it i
   await Deno.remove(dir, { recursive: true });
 });
 
+Deno.test("TemplateBuilds pushes a check-in advertising a finished template before it reads ready", async () => {
+  const dir = await Deno.makeTempDir();
+  const executor = heldBuilder();
+  const told: string[] = [];
+  const held: { record?: ReturnType<TemplateBuilds["start"]> } = {};
+  const builds = new TemplateBuilds({
+    executor,
+    dir,
+    snapshots: { refresh: () => Promise.resolve(void told.push("refresh")) },
+    announce: (id) => Promise.resolve(void told.push(`announce ${id} (${held.record?.status})`)),
+  });
+  const record = builds.start(spec("b1"));
+  held.record = record;
+  executor.waiting[0].resolve();
+  await settled(record);
+  assert.equal(record.status, "ready");
+  assert.deepEqual(told, ["refresh", `announce ${spec("b1").templateId} (building)`]);
+  await Deno.remove(dir, { recursive: true });
+});
+
 Deno.test("TemplateBuilds: a placed build is found by any gateway, its upload spent once it starts", async () => {
   const dir = await Deno.makeTempDir();
   try {

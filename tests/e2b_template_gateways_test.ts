@@ -3,8 +3,9 @@
  * the official `e2b` SDK and plain fetch against real gateways in front of a real fake-executor
  * node: a gateway restarted between a build's request and its upload, steps and status serves
  * them, and still resolves `name:tag` after a restart; in shared mode (two gateways, one etcd) a
- * tag set through one gateway resolves through the other, and a build requested through one is
- * uploaded, started and read through the other. An upload URL names the one file hash it was
+ * tag set through one gateway resolves through the other, a new name requested through both at
+ * once is one template, and a build requested through one is uploaded, started and read through
+ * the other. An upload URL names the one file hash it was
  * issued for, and is spent once the build's steps arrive.
  */
 import assert from "node:assert/strict";
@@ -253,6 +254,19 @@ Deno.test({
         Sandbox.create(`${name}:production`, sdkOptions(g1, key)),
         /Tag 'production'/,
       );
+    });
+
+    await t.step("a new name requested through both gateways at once is one template", async () => {
+      for (let round = 0; round < 3; round++) {
+        const fresh = `${name}-race${round}`;
+        const [a, b] = await Promise.all(
+          [g1, g2].map((g) => call(g, key, "POST", "/v3/templates", { name: fresh })),
+        );
+        assert.equal(a.status, 202, JSON.stringify(a.body));
+        assert.equal(b.status, 202, JSON.stringify(b.body));
+        assert.equal(a.body.templateID, b.body.templateID, `round ${round}`);
+        assert.notEqual(a.body.buildID, b.body.buildID);
+      }
     });
 
     await t.step("a build requested through gateway 1 runs through gateway 2", async () => {

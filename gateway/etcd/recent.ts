@@ -56,8 +56,10 @@ export function recentCreatesTtlSeconds(trustMs: number, createBoundMs: number):
 
 /**
  * The records of recent creates under `<prefix>recent/`: `n/<team>/<name>/@<node>` (one a node
- * the name was created on, so two owners are both asked: the conflict is found), `i/<id>`, and
- * `s/<snapshot id>/@<node>` for a snapshot name taken again on that node,
+ * the name was created on, so two owners are both asked: the conflict is found), `i/<id>`,
+ * `s/<snapshot id>/@<node>` for a snapshot name taken again on that node (or a template build
+ * finished there), and `t/<team>/<name>` for the template id and node of a team's newest
+ * template build by that name,
  * each naming the node, tied to a lease of their own (never a gateway's session lease: a gateway that
  * dies mid-create must not take the record with it). A name's record is written in the same
  * transaction that checks the creator still holds the name's slot; an id's right after the node
@@ -174,6 +176,43 @@ export class RecentCreates {
   async retakenOn(snapshotId: string): Promise<string[]> {
     const kvs = await this.#client.range(`${this.#prefix}s/${snapshotId}/@`);
     return kvs.map((kv) => kv.key.slice(kv.key.lastIndexOf("/@") + 2));
+  }
+
+  /**
+   * Records that a build of the team's template `scopedName` (`<team>/<name>`) was placed on
+   * `nodeId` under `templateId`: `t/<team>/<name>`, written inside the name's template slot, so
+   * a build of the same name requested through another gateway before this one is advertised
+   * keeps that id, and every gateway's lookup of the name asks that node.
+   *
+   * @throws what the client throws when etcd cannot be asked.
+   */
+  async publishTemplate(scopedName: string, templateId: string, nodeId: string): Promise<void> {
+    await this.#retryingLease(async () => {
+      const lease = await this.#currentLease();
+      await this.#client.put(
+        `${this.#prefix}t/${scopedName}`,
+        JSON.stringify({ node: nodeId, at: this.#now(), template: templateId }),
+        lease,
+      );
+    });
+  }
+
+  /**
+   * The template id and node of the newest recent build of `scopedName`
+   * ({@linkcode publishTemplate}), or undefined. One read of one key.
+   *
+   * @throws what the client throws when etcd cannot be asked, or for a record it cannot read.
+   */
+  async templateNamed(
+    scopedName: string,
+  ): Promise<{ templateId: string; node: string } | undefined> {
+    const kv = await this.#client.get(`${this.#prefix}t/${scopedName}`);
+    if (kv === null) return undefined;
+    const record = JSON.parse(kv.value) as RecentRecord & { template?: unknown };
+    if (typeof record?.node !== "string" || typeof record.template !== "string") {
+      throw new Error(`the record of template build '${scopedName}' in etcd is not readable`);
+    }
+    return { templateId: record.template, node: record.node };
   }
 
   /**

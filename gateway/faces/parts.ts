@@ -63,6 +63,15 @@ export interface GatewayParts {
     record(nodeId: string, snapshotId: string): Promise<void>;
     nodes(snapshotId: string): Promise<string[]>;
   };
+  /**
+   * Shared mode: the template id and node of a team's template build by name
+   * (`<team>/<name>`), written in etcd when a build is placed (inside the name's template
+   * slot) and read by every gateway before that build is advertised; absent with one gateway.
+   */
+  templateNames?: {
+    record(scopedName: string, templateId: string, nodeId: string): Promise<void>;
+    get(scopedName: string): Promise<{ templateId: string; node: string } | undefined>;
+  };
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;
   /**

@@ -64,6 +64,8 @@ export class StubNode {
    * check-in then (`snapshotRetaken`).
    */
   onRetake?: (taken: SnapshotRow) => Promise<void> | void;
+  /** The tag records it keeps (`GET /templates/{id}/tags`), by template id. */
+  tagRecords = new Map<string, unknown>();
   /** How many of each fork's first copies fail (an error entry each). */
   forkFailures = 0;
   #seq = 0;
@@ -173,6 +175,13 @@ export class StubNode {
       } catch (error) {
         return Response.json({ code: 400, message: String(error) }, { status: 400 });
       }
+    }
+    const tags = /^\/e2b\/api\/templates\/([^/]+)\/tags$/.exec(path);
+    if (tags && request.method === "GET") {
+      const record = this.tagRecords.get(tags[1]);
+      return record === undefined
+        ? Response.json({ code: 404, message: "no tags here" }, { status: 404 })
+        : Response.json(record);
     }
     const template = /^\/e2b\/api\/templates\/([^/]+)$/.exec(path);
     if (template && request.method === "DELETE") {

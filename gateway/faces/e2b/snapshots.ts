@@ -18,6 +18,7 @@ import {
   type SnapshotRow,
 } from "../../../shared/snapshots.ts";
 import { gather, UNREACHABLE_HEADER } from "./merge.ts";
+import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 
 /** The shape of a snapshot id (as the nodes make them). */
@@ -267,11 +268,17 @@ export async function listAll(
   parts: GatewayParts,
   nodeApi: string,
   search: string,
-  { headers, signal }: { headers: Record<string, string>; signal: AbortSignal },
+  { headers, signal, nodes }: {
+    headers: Record<string, string>;
+    signal: AbortSignal;
+    /** The nodes to ask; every registered node when absent. */
+    nodes?: readonly FleetNode[];
+  },
 ): Promise<{ rows: SnapshotRow[]; more: boolean; headers: Record<string, string> }> {
   const answers = await parts.routing.fanOut(`${nodeApi}/snapshots${search}`, null, signal, {
     method: "GET",
     headers,
+    ...(nodes ? { nodes } : {}),
   });
   const { answered, headers: answerHeaders } = gather(
     answers,

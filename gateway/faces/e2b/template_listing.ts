@@ -8,6 +8,8 @@
 import { HttpError } from "../../../shared/http_error.ts";
 import { encodeListCursor } from "../../../shared/list_cursor.ts";
 import { pageSnapshots, snapshotCursor, type SnapshotRow } from "../../../shared/snapshots.ts";
+import { TEAM_HEADER } from "../../../shared/teams.ts";
+import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
 import { listAll } from "./snapshots.ts";
 
@@ -22,7 +24,37 @@ export interface FoundTemplate {
   public: boolean;
 }
 
-/** The team's template (built, or a fleet template) by name or id, or undefined. */
+/**
+ * How many `<team>/<name>` a node's check-in carries at most (`snapshotNames`): a node listing
+ * that many may hold more names than it lists.
+ */
+export const ADVERTISED_NAMES_CAP = 256;
+
+/** A built template's id: a snapshot id. */
+const TEMPLATE_ID = /^snap-[a-z0-9]{20}$/;
+
+/**
+ * The nodes that may hold a built template by name or id, from their check-ins: those that
+ * advertise the name (any team's: another team's published template is found too) or the id,
+ * and those whose advertisement is cut at its cap. A node that finishes a build pushes its
+ * check-in before the build reads ready, so the gateway it checks in with knows the new holder
+ * at once, and every gateway of a shared fleet within one fleet poll (1 s).
+ */
+export function templateHolders(parts: GatewayParts, nameOrId: string): FleetNode[] {
+  const suffix = `/${nameOrId}`;
+  return [...parts.fleet.nodes()].filter((n) =>
+    n.snapshotsTruncated === true ||
+    (n.snapshotNames?.length ?? 0) >= ADVERTISED_NAMES_CAP ||
+    n.snapshots?.has(nameOrId) === true ||
+    n.snapshotNames?.some((s) => s.endsWith(suffix)) === true
+  );
+}
+
+/**
+ * The team's template (built, or a fleet template) by name or id, or undefined. A built one is
+ * asked of the nodes that may hold it only ({@linkcode templateHolders}); a name no node
+ * advertises is not found without asking any.
+ */
 export async function findTemplate(
   parts: GatewayParts,
   nodeApi: string,
@@ -34,16 +66,52 @@ export async function findTemplate(
   if (nodes.some((n) => n.templates?.includes(nameOrId))) {
     return { templateID: nameOrId, createdAt: new Date(0).toISOString(), public: true };
   }
+  const holders = templateHolders(parts, nameOrId);
+  for (const id of await builtRecently(parts, nameOrId, headers[TEAM_HEADER])) {
+    const node = parts.fleet.get(id);
+    if (node && !holders.includes(node)) holders.push(node);
+  }
+  if (holders.length === 0) return undefined;
   const { rows } = await listAll(
     parts,
     nodeApi,
     `?name=${encodeURIComponent(nameOrId)}`,
-    { headers, signal },
+    { headers, signal, nodes: holders },
   );
   const row = rows.find((r) => r.names.includes(nameOrId) || r.snapshotID === nameOrId);
   return row
     ? { templateID: row.snapshotID, node: row.node, createdAt: row.createdAt, public: false }
     : undefined;
+}
+
+/**
+ * Shared mode: the nodes etcd names for a template just built or placed, which the check-ins
+ * this gateway read may not show yet: by id, the nodes that pushed a finished build of it; by
+ * name, the node its team's newest build was placed on. None with one gateway (its node
+ * table has a finished build's pushed check-in before the build reads ready), or when etcd
+ * cannot be read (the check-ins then say, within one fleet poll).
+ */
+async function builtRecently(
+  parts: GatewayParts,
+  nameOrId: string,
+  team: string | undefined,
+): Promise<string[]> {
+  try {
+    if (TEMPLATE_ID.test(nameOrId)) return await parts.snapshotRetakes?.nodes(nameOrId) ?? [];
+    if (team === undefined || parts.templateNames === undefined) return [];
+    const placed = await parts.templateNames.get(`${team}/${nameOrId}`);
+    return placed === undefined ? [] : [placed.node];
+  } catch (error) {
+    parts.log(
+      "warn",
+      "cannot read etcd's record of template builds: asking the advertised holders",
+      {
+        template: nameOrId,
+        error: error instanceof Error ? error.message : String(error),
+      },
+    );
+    return [];
+  }
 }
 
 /**

@@ -12,7 +12,7 @@ import type { Context } from "hono";
 import { HttpError } from "../../../shared/http_error.ts";
 import { readJsonObject } from "../../../shared/json_body.ts";
 import type { GatewayParts } from "../parts.ts";
-import { type FoundTemplate, notFound } from "./template_listing.ts";
+import { type FoundTemplate, notFound, templateHolders } from "./template_listing.ts";
 
 /** A template name: what a team calls it (a snapshot name). */
 export const NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
@@ -74,20 +74,32 @@ export class TemplateTagBook {
   }
 
   /**
-   * The newest tag record of `templateId` for the headers' team, and the node keeping it: every
-   * node is asked (an authenticated call's cost; check-ins carry no tags). Undefined when no
-   * node keeps one; a 503 when none answered with one and some did not answer.
+   * The newest tag record of `templateId` for the headers' team, and the node keeping it: the
+   * nodes that may hold the template are asked (`templateHolders`: the builder keeps the record
+   * and holds the template; check-ins carry no tags), with `found`'s node. Undefined when none
+   * keeps one, without a request when no node may hold it; a 503 when none answered with one
+   * and some did not answer.
    */
   async record(
     templateId: string,
     headers: Record<string, string>,
     signal: AbortSignal,
+    found?: string,
   ): Promise<{ node: string; record: TagRecord } | undefined> {
+    const nodes = templateHolders(this.#parts, templateId);
+    // Shared mode: a node that built it again since the check-ins this gateway read (etcd
+    // records a finished build's pushed check-in at once).
+    const extra = [found, ...await this.#builtAgainOn(templateId)];
+    for (const id of extra) {
+      const node = id === undefined ? undefined : this.#parts.fleet.get(id);
+      if (node && !nodes.includes(node)) nodes.push(node);
+    }
+    if (nodes.length === 0) return undefined;
     const answers = await this.#parts.routing.fanOut(
       `${this.#nodeApi}/templates/${templateId}/tags`,
       null,
       signal,
-      { method: "GET", headers },
+      { method: "GET", headers, nodes },
     );
     let best: { node: string; record: TagRecord } | undefined;
     for (const a of answers) {
@@ -110,6 +122,24 @@ export class TemplateTagBook {
     return undefined;
   }
 
+  /**
+   * Shared mode: the nodes etcd records as having built `templateId` again recently (a
+   * finished build's pushed check-in); none with one gateway, or when etcd cannot be read (the
+   * check-ins then say, within one fleet poll).
+   */
+  async #builtAgainOn(templateId: string): Promise<string[]> {
+    if (this.#parts.snapshotRetakes === undefined) return [];
+    try {
+      return await this.#parts.snapshotRetakes.nodes(templateId);
+    } catch (error) {
+      this.#parts.log("warn", "cannot read etcd's record of templates built again", {
+        template: templateId,
+        error: error instanceof Error ? error.message : String(error),
+      });
+      return [];
+    }
+  }
+
   /** The tags of a template found, `default` (its newest build) among them. */
   async of(
     found: FoundTemplate,
@@ -119,7 +149,7 @@ export class TemplateTagBook {
     if (!TEMPLATE_ID.test(found.templateID)) {
       return [{ tag: "default", buildID: found.templateID, createdAt: found.createdAt }];
     }
-    const held = (await this.record(found.templateID, headers, signal))?.record;
+    const held = (await this.record(found.templateID, headers, signal, found.node))?.record;
     return tagList(found, held);
   }
 
@@ -194,7 +224,7 @@ export class TemplateTagBook {
     const tags = this.#tagList(value.tags);
     const signal = c.req.raw.signal;
     const found = await this.#builtTemplate(name, "target", headers, signal);
-    const held = await this.record(found.templateID, headers, signal);
+    const held = await this.record(found.templateID, headers, signal, found.node);
     const source = tagList(found, held?.record).find((t) => t.tag === from);
     if (!source) throw tagNotFound(name, from, found.templateID);
     const node = held?.node ?? found.node;
@@ -219,7 +249,7 @@ export class TemplateTagBook {
     const tags = this.#tagList(value.tags);
     const signal = c.req.raw.signal;
     const found = await this.#builtTemplate(value.name, "name", headers, signal);
-    const held = await this.record(found.templateID, headers, signal);
+    const held = await this.record(found.templateID, headers, signal, found.node);
     const missing = tags.find((t) => !held || !(t in held.record.tags));
     if (missing !== undefined) throw tagNotFound(value.name, missing, found.templateID);
     await this.#tell(held!.node, found.templateID, "DELETE", { tags }, headers, signal);
@@ -275,8 +305,9 @@ export class TemplateTagBook {
 
   /**
    * A create's `templateID` without its `:tag`: the tag must name the template's newest build,
-   * the only one the fleet keeps. `default` or no tag passes; a 404 for a tag the template does
-   * not have, a 409 for one naming an older build.
+   * the only one the fleet keeps. `default` or no tag passes (a built template's id is returned
+   * then, which its holders advertise); a 404 for a tag the template does not have, a 409 for
+   * one naming an older build.
    */
   async untagged(
     templateID: string,
@@ -295,7 +326,7 @@ export class TemplateTagBook {
     const found = await this.#find(name, headers, signal);
     if (!found || !TEMPLATE_ID.test(found.templateID)) return tag === "default" ? name : templateID;
     // Another team's published template: its tags are its team's, only `default` is seen.
-    const held = (await this.record(found.templateID, headers, signal))?.record;
+    const held = (await this.record(found.templateID, headers, signal, found.node))?.record;
     const tags = tagList(found, held);
     const named = tags.find((t) => t.tag === tag);
     if (!named) throw tagNotFound(name, tag, found.templateID);
@@ -308,7 +339,9 @@ export class TemplateTagBook {
           `create from '${name}' or point the tag at it with POST /templates/tags`,
       );
     }
-    return name;
+    // The template's id: the create then places it by the holders its id is advertised by,
+    // without asking every node for the name again.
+    return found.templateID;
   }
 }
 

@@ -32,6 +32,7 @@ import { readJsonObject } from "../../../shared/json_body.ts";
 import { TEAM_HEADER } from "../../../shared/teams.ts";
 import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
+import type { SlotHold } from "../../routing/slots.ts";
 import type { GatewayParts } from "../parts.ts";
 import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
 import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
@@ -438,18 +439,44 @@ export class GatewayTemplates {
           : "'tags' holds at most 16 tags",
       );
     }
-    // One name is one template: a build of it still running (not yet listed by the nodes)
-    // and a request for it arriving meanwhile (its lookup is shared) keep one id.
+    // One name is one template: requests for a name run one at a time in its template slot
+    // (etcd in shared mode, memory with one gateway), so a build of it still running (not yet
+    // listed by the nodes) and a request for it arriving meanwhile, through any gateway, keep
+    // one id: the first placed records it (this gateway's builds, and etcd's `t/<team>/<name>`).
+    const scoped = `${team}/${name}`;
+    return await this.#parts.routing.slots.run(
+      `@template/${scoped}`,
+      (hold) => this.#reserve(c, team, name, tags, body, headers, hold),
+      c.req.raw.signal,
+    );
+  }
+
+  /** A build's request, in its name's template slot: its id, its node and its reservation. */
+  async #reserve(
+    c: Context,
+    team: string,
+    name: string,
+    tags: string[],
+    body: Record<string, unknown>,
+    headers: Record<string, string>,
+    hold: SlotHold | undefined,
+  ): Promise<Response> {
+    const signal = c.req.raw.signal;
+    if (signal.aborted) throw new HttpError(499, "The client closed the request");
+    const scoped = `${team}/${name}`;
     const naming = `${team}\n${name}`;
     let lookup = this.#naming.get(naming);
     if (!lookup) {
-      lookup = this.#find(name, headers, c.req.raw.signal).then((found) => {
+      lookup = this.#find(name, headers, signal).then(async (found) => {
         const pending = [...this.#builds.values()].findLast((b) =>
           b.team === team && b.name === name
         );
-        return found ?? (pending ? { templateID: pending.templateId, node: pending.node } : {
-          templateID: newTemplateId(),
-        });
+        if (found) return found;
+        if (pending) return { templateID: pending.templateId, node: pending.node };
+        const placed = await this.#placedElsewhere(scoped);
+        return placed
+          ? { templateID: placed.templateId, node: placed.node }
+          : { templateID: newTemplateId() };
       });
       this.#naming.set(naming, lookup);
       lookup.finally(() => this.#naming.delete(naming)).catch(() => {});
@@ -479,7 +506,23 @@ export class GatewayTemplates {
     // A rebuild placed on another node than the one keeping the template's tags carries them.
     const held = existing.node === undefined
       ? undefined
-      : await this.#tags.record(route.templateId, headers, c.req.raw.signal);
+      : await this.#tags.record(route.templateId, headers, signal, existing.node);
+    if (this.#parts.templateNames !== undefined) {
+      // Still this request's slot (a 503 when its lease lapsed): then every gateway's next
+      // request for the name finds this id before the build is advertised.
+      await hold?.check();
+      await this.#parts.templateNames.record(scoped, route.templateId, route.node).catch(
+        (error) => {
+          throw new HttpError(
+            503,
+            `Cannot record the build of template '${name}' in etcd (${
+              error instanceof Error ? error.message : error
+            }): nothing was built; retry shortly`,
+            { headers: { "retry-after": "2" } },
+          );
+        },
+      );
+    }
     const reserved = await this.#ask(
       route,
       `/templates/${route.templateId}/builds/${route.buildId}`,
@@ -492,7 +535,7 @@ export class GatewayTemplates {
           ...route.limits,
           ...(held && held.node !== route.node ? { carry: held.record.tags } : {}),
         }),
-        signal: c.req.raw.signal,
+        signal,
       },
     );
     if (!reserved.ok) return relay(reserved);
@@ -512,6 +555,28 @@ export class GatewayTemplates {
       aliases: [name],
       tags: routeTags,
     }, { status: 202 });
+  }
+
+  /**
+   * Shared mode: the id and node another gateway placed the team's newest build of `scoped`
+   * (`<team>/<name>`) under, as etcd records it; undefined when none is recorded or with one
+   * gateway. A 503 when etcd cannot be read: a new id then could make the name two templates.
+   */
+  async #placedElsewhere(
+    scoped: string,
+  ): Promise<{ templateId: string; node: string } | undefined> {
+    if (this.#parts.templateNames === undefined) return undefined;
+    try {
+      return await this.#parts.templateNames.get(scoped);
+    } catch (error) {
+      throw new HttpError(
+        503,
+        `Cannot read etcd's record of template builds for '${
+          scoped.slice(scoped.indexOf("/") + 1)
+        }' (${error instanceof Error ? error.message : error}): retry shortly`,
+        { headers: { "retry-after": "2" } },
+      );
+    }
   }
 
   /**
