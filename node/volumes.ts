@@ -225,6 +225,7 @@ export class NodeVolumes {
       }
       await Deno.mkdir(join(dir, "data"), { recursive: true });
       await Deno.chmod(join(dir, "data"), 0o777);
+      await Deno.mkdir(this.uploadsDir(id), { recursive: true, mode: 0o700 });
       const file: VolumeFile = { id, sizeBytes: size, createdAt: new Date().toISOString() };
       // Written last: an image without it is a create that never finished (`mountAll`).
       await Deno.writeTextFile(join(dir, "volume.json"), JSON.stringify(file));
@@ -287,12 +288,16 @@ export class NodeVolumes {
 
   /**
    * Removes the bodies of writes a stopped node left behind (at start, when none is in flight;
-   * skipped on a shared root, where another node's writes may be).
+   * skipped on a shared root, where another node's writes may be). The directory itself stays,
+   * made again at once with the inode its removal freed: a content-API delete moves what it
+   * removes into it, and in a volume whose every inode or block a sandbox took, making it then
+   * would fail, and nothing could be removed but from inside a sandbox.
    */
   async sweepUploads(): Promise<void> {
     if (this.shared) return;
     for (const id of this.ids()) {
       await Deno.remove(this.uploadsDir(id), { recursive: true }).catch(() => {});
+      await Deno.mkdir(this.uploadsDir(id), { mode: 0o700 }).catch(() => {});
     }
   }
 
@@ -310,6 +315,7 @@ export class NodeVolumes {
     const file: VolumeFile = { id, sizeBytes, createdAt: new Date().toISOString() };
     const images = this.#images;
     if (images === undefined) {
+      await Deno.mkdir(join(staging, "uploads"), { recursive: true, mode: 0o700 });
       const bytes = await fill(join(staging, "data"));
       await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
       await Deno.rename(staging, join(this.root, id));
@@ -319,6 +325,7 @@ export class NodeVolumes {
     try {
       await images.make(id, sizeBytes, true);
       await images.mount(id, staging, true);
+      await Deno.mkdir(join(staging, "uploads"), { recursive: true, mode: 0o700 });
       const bytes = await fill(join(staging, "data"));
       await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
       await images.unmount(staging);
