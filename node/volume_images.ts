@@ -300,6 +300,11 @@ export async function probeVolumeImages(
     if (!images.isMounted(at)) return "the probe image mounted but its directory is no mount";
     return null;
   } catch (error) {
+    // No loop device free now (the volumes' own mounts may hold them all, after a restart):
+    // the node can keep caps, and a create says what it lacks (503). Falling back to checks
+    // would leave the images of a host that lost its mounts unmounted and their volumes
+    // unserved, and make new volumes plain directories.
+    if (error instanceof HttpError && error.status === 503) return null;
     const message = (error as Error).message;
     if (error instanceof Deno.errors.NotFound) return `a command is missing: ${message}`;
     return message;

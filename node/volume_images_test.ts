@@ -272,6 +272,21 @@ Deno.test("volume images: the probe names a failing step", async () => {
   }
 });
 
+Deno.test("volume images: a probe that finds no free loop device says the node keeps caps", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost({
+      failMount: ".probe-",
+      mountSays: "mount: /x: failed to setup loop device for /y.",
+    });
+    assert.equal(await probeVolumeImages(root, host.run), null);
+    assert.ok(host.calls.some((c) => c.startsWith("mount ")), "the probe tried a mount");
+    assert.deepEqual([...Deno.readDirSync(join(root, ".images"))], []);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
 const notRoot = Deno.uid() !== 0 ||
   !new Deno.Command("test", { args: ["-c", "/dev/loop-control"] }).outputSync().success;
 if (notRoot) console.log("volume images on this host skipped: not root, or no loop devices");
