@@ -194,3 +194,36 @@ Deno.test("VolumeTable: a gateway started again frees the rows a stop left mid-m
     "ready",
   ]]);
 });
+
+Deno.test("moveVolume: the target's image is the cap the gateway recorded, whatever size the source's export claims", async () => {
+  const asked: string[] = [];
+  await using gateway = fleet(async (request) => {
+    const url = new URL(request.url);
+    if (url.pathname === "/volumeUsers") return Response.json({ present: true, sandboxes: [] });
+    if (url.pathname === "/exportVolume") {
+      // A source node that claims a cap of a petabyte (a sparse image that large on the target).
+      return new Response(new Uint8Array(4), {
+        headers: { "x-dormice-volume-size": String(2 ** 50) },
+      });
+    }
+    if (url.pathname === "/importVolume") {
+      asked.push(url.searchParams.get("sizeBytes")!);
+      await request.body?.cancel();
+      return Response.json({ id: url.searchParams.get("id"), bytes: 0 }, { status: 201 });
+    }
+    if (url.pathname === "/destroyVolume") return Response.json({ destroyed: true });
+    return new Response("{}", { status: 404 });
+  });
+  const id = "vol-0000000000000000000m";
+  await addVolume(gateway, id, "data", "node-a");
+  const res = await gateway.fetch(
+    new Request("http://gw/moveVolume", {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ volumeId: id, toNode: "node-b" }),
+    }),
+  );
+  assert.equal(res.status, 200, await res.text());
+  assert.deepEqual(asked, [String(1e9)]);
+  assert.equal((await gateway.volumes!.table.get(id))?.node, "node-b");
+});

@@ -2,6 +2,7 @@ import assert from "node:assert/strict";
 import { join } from "node:path";
 import { NodeVolumes } from "../volumes.ts";
 import { MIN_IMAGE_BYTES, VolumeImages } from "../volume_images.ts";
+import { MAX_VOLUME_BYTES } from "../../shared/volumes.ts";
 import { createVolumeFace } from "./volumes.ts";
 import { silentLog } from "../../shared/log.ts";
 import type { SandboxSpec } from "../../shared/mod.ts";
@@ -243,4 +244,15 @@ Deno.test({
     await images.remove(id).catch(() => {});
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test("volume face: an import asking for a cap past MAX_VOLUME_BYTES is a 400 naming the bound", async () => {
+  await using f = await face([]);
+  const res = await f.request(`/importVolume?id=${id}&sizeBytes=${2 ** 51}`, {
+    method: "POST",
+    body: new Uint8Array(4),
+  });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).message, new RegExp(`up to ${MAX_VOLUME_BYTES}`));
+  assert.equal([...Deno.readDirSync(f.root)].length, 0, "nothing was made");
 });
