@@ -227,3 +227,37 @@ Deno.test("moveVolume: the target's image is the cap the gateway recorded, whate
   assert.deepEqual(asked, [String(1e9)]);
   assert.equal((await gateway.volumes!.table.get(id))?.node, "node-b");
 });
+
+Deno.test("FleetVolumes: a content request without the volume's own token reads nothing of the table", async () => {
+  await using gateway = fleet();
+  const id = "vol-0000000000000000000c";
+  await addVolume(gateway, id, "data", "node-a");
+  const table = gateway.volumes!.table;
+  let reads = 0;
+  const get = table.get.bind(table);
+  table.get = (...args) => {
+    reads++;
+    return get(...args);
+  };
+  const content = (volume: string, authorization?: string) =>
+    gateway.fetch(
+      new Request(`http://gw/e2b/api/volumecontent/${volume}/file?path=/a`, {
+        headers: authorization ? { authorization } : {},
+      }),
+    );
+  const none = await content(id);
+  assert.equal(none.status, 401);
+  await none.body?.cancel();
+  for (const volume of [id, "vol-0000000000000000000x"]) {
+    const wrong = await content(volume, "Bearer not-its-token");
+    assert.equal(wrong.status, 404);
+    assert.match((await wrong.json()).message, /not found, or the token is not its own/);
+  }
+  assert.equal(reads, 0, "no table read for a request without the volume's token");
+  // Its own token for a volume the table no longer holds: read, and the same 404.
+  const gone = "vol-0000000000000000000g";
+  const res = await content(gone, `Bearer ${await gateway.volumes!.token(gone)}`);
+  assert.equal(res.status, 404);
+  await res.body?.cancel();
+  assert.equal(reads, 1);
+});
