@@ -220,7 +220,8 @@ export class VolumeImages {
   }
 
   /**
-   * At boot: drops half-made images and stale moves' staging, then mounts every volume's image
+   * At boot: drops half-made images, stale moves' staging and a stopped probe's image and
+   * mount, then mounts every volume's image
    * at its directory (a mount still there from before is kept). An image that mounts without a
    * `volume.json` is a create the node stopped in the middle of (never answered, so the gateway
    * forgot it): it is dropped, or it would hold a loop device and its disk forever. Answers the
@@ -237,6 +238,12 @@ export class VolumeImages {
       if (e.isDirectory && m) await this.dropIncoming(m[1], join(this.root, e.name));
     }
     for (const e of readDir(this.dir)) {
+      if (e.name.startsWith(".probe-")) {
+        // A probe the node stopped in the middle of: its mount would hold a loop device.
+        if (e.isDirectory) await this.unmount(join(this.dir, e.name));
+        await Deno.remove(join(this.dir, e.name), { recursive: true }).catch(ignoreNotFound);
+        continue;
+      }
       if (e.name.endsWith(".tmp") || e.name.endsWith(".incoming")) {
         await Deno.remove(join(this.dir, e.name)).catch(ignoreNotFound);
         continue;

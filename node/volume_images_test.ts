@@ -107,6 +107,9 @@ Deno.test("volume images: a boot drops half-made images and stale moves, mounts 
       true,
     );
     await Deno.writeTextFile(join(images.dir, "vol-dddddddddddddddddddd.ext4.tmp"), "");
+    // A probe stopped mounted (the node killed during its boot's probe).
+    await images.make(".probe-0badf00d", 1e9);
+    await images.mount(".probe-0badf00d", join(images.dir, ".probe-0badf00d"));
     // A finished create's image holds its volume.json (here the fake mount point holds it).
     await Deno.mkdir(join(root, id));
     await Deno.writeTextFile(join(root, id, "volume.json"), "{}");
@@ -119,7 +122,7 @@ Deno.test("volume images: a boot drops half-made images and stale moves, mounts 
       `${id}.ext4`,
       "vol-bbbbbbbbbbbbbbbbbbbb.ext4",
     ]);
-    assert.deepEqual([...host.mounts], [join(root, id)]);
+    assert.deepEqual([...host.mounts], [join(root, id)], "the probe's mount is gone too");
     // A second boot with the mount still there leaves it be.
     const before = host.calls.length;
     await images.mountAll();
