@@ -139,11 +139,15 @@ export class FleetVolumes {
     try {
       const made = await this.call(node, "/createVolume", { id }, c.req.raw.signal);
       if (made.status !== 201) {
+        // A node's 503 (no loop device free for the volume's image) is passed on as one: the
+        // fleet lacks room now, and a retry may find it; anything else it failed is a 502.
+        const status = made.status === 503 ? 503 : made.status >= 500 ? 502 : made.status;
         throw new HttpError(
-          made.status >= 500 ? 502 : made.status,
+          status,
           `Node '${node.id}' could not create volume '${name}': ${
             String(made.json.message ?? made.text).slice(0, 300)
           }`,
+          status === 503 ? { headers: { "retry-after": "30" } } : {},
         );
       }
       await this.table.update(id, {

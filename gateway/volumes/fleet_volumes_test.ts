@@ -261,3 +261,26 @@ Deno.test("FleetVolumes: a content request without the volume's own token reads 
   await res.body?.cancel();
   assert.equal(reads, 1);
 });
+
+Deno.test("FleetVolumes: a node out of loop devices makes the create a 503 quoting it, and no row", async () => {
+  await using gateway = fleet((request) =>
+    new URL(request.url).pathname === "/createVolume"
+      ? Response.json({ code: 503, message: "No loop device is free on this node" }, {
+        status: 503,
+        headers: { "retry-after": "30" },
+      })
+      : new Response("{}", { status: 404 })
+  );
+  const res = await gateway.fetch(
+    new Request("http://gw/e2b/api/volumes", {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ name: "data" }),
+    }),
+  );
+  const body = await res.json();
+  assert.equal(res.status, 503, JSON.stringify(body));
+  assert.equal(res.headers.get("retry-after"), "30");
+  assert.match(body.message, /could not create volume 'data': No loop device is free/);
+  assert.deepEqual(await gateway.volumes!.table.list(undefined), []);
+});
