@@ -17,6 +17,9 @@ interface EntryHeader {
   mode: number;
   size?: number;
   target?: string;
+  /** The owner (a sandbox's commands run as its image's user, who must own its files still). */
+  uid?: number;
+  gid?: number;
 }
 
 const MAX_HEADER_BYTES = 16 * 1024;
@@ -37,15 +40,16 @@ export function exportVolume(dataDir: string): ReadableStream<Uint8Array> {
       const relPath = rel === "" ? e.name : `${rel}/${e.name}`;
       const info = await Deno.lstat(path);
       const mode = (info.mode ?? 0o644) & 0o7777;
+      const owner = info.uid === null ? {} : { uid: info.uid, gid: info.gid ?? undefined };
       if (info.isSymlink) {
         yield header({ path: relPath, type: "symlink", mode, target: await Deno.readLink(path) });
       } else if (info.isDirectory) {
-        yield header({ path: relPath, type: "dir", mode });
+        yield header({ path: relPath, type: "dir", mode, ...owner });
         yield* entries(path, relPath);
       } else if (info.isFile) {
         const file = await Deno.open(path, { read: true });
         const size = (await file.stat()).size;
-        yield header({ path: relPath, type: "file", mode, size });
+        yield header({ path: relPath, type: "file", mode, size, ...owner });
         let left = size;
         for await (const chunk of file.readable) {
           const part = chunk.length > left ? chunk.subarray(0, left) : chunk;
@@ -138,6 +142,7 @@ export async function importVolume(
       const mode = typeof h.mode === "number" ? h.mode & 0o7777 : 0o644;
       if (h.type === "dir") {
         await Deno.mkdir(path, { recursive: true });
+        await chownAsSent(path, h);
         await Deno.chmod(path, mode);
       } else if (h.type === "symlink" && typeof h.target === "string") {
         links.push(h);
@@ -158,6 +163,8 @@ export async function importVolume(
         } finally {
           file.close();
         }
+        // Owner first: a chown clears the set-id bits the mode then puts back.
+        await chownAsSent(path, h);
         await Deno.chmod(path, mode);
       } else throw new HttpError(400, `A volume stream entry has a bad header: ${len} bytes`);
     }
@@ -186,4 +193,22 @@ export async function importVolume(
     throw error;
   }
   return total;
+}
+
+/**
+ * Gives `path` the owner its entry names, when it names one and this node may (a node not running
+ * as root keeps its own): a copy owned by the node's user would leave a sandbox running as its
+ * image's user unable to write the files it wrote before the move.
+ */
+async function chownAsSent(path: string, h: EntryHeader): Promise<void> {
+  const id = (v: unknown) =>
+    Number.isSafeInteger(v) && (v as number) >= 0 && (v as number) < 2 ** 32 - 1
+      ? v as number
+      : null;
+  const uid = id(h.uid);
+  const gid = id(h.gid);
+  if (uid === null && gid === null) return;
+  await Deno.chown(path, uid, gid).catch((error) => {
+    if (!(error instanceof Deno.errors.PermissionDenied)) throw error;
+  });
 }

@@ -32,6 +32,12 @@ export const IMAGE_COMMANDS = ["mount", "umount", "mkfs.ext4", "losetup"] as con
 /** The smallest cap a kernel-kept volume takes (ext4 with a journal needs room of its own). */
 export const MIN_IMAGE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * What `mount` (util-linux) says when it could not attach the image to a loop device: all taken
+ * (`/dev/loop*` up to the module's `max_loop`, or a `/dev` without the ones the kernel added).
+ */
+const LOOP_SETUP_FAILED = /failed to setup loop device|could not find any free loop device/i;
+
 /** How long one command may take. */
 const COMMAND_TIMEOUT_MS = 60_000;
 
@@ -158,7 +164,23 @@ export class VolumeImages {
     if (this.isMounted(at)) return;
     const image = this.imagePath(id, incoming);
     // `mount -o loop` sets the device to free itself once unmounted (autoclear).
-    await this.#must("mount", ["-t", "ext4", "-o", "loop,nosuid,nodev", image, at], "mount");
+    const args = ["-t", "ext4", "-o", "loop,nosuid,nodev", image, at];
+    const mounted = await this.#run("mount", args);
+    if (mounted.code !== 0 && LOOP_SETUP_FAILED.test(mounted.stderr)) {
+      throw new HttpError(
+        503,
+        `No loop device is free on this node to mount volume '${id}' (each volume holds one ` +
+          `while mounted; mount said: ${mounted.stderr}): delete volumes this node no longer ` +
+          "needs, raise the loop module's max_loop, or make the volume on another node",
+        { headers: { "retry-after": "30" } },
+      );
+    }
+    if (mounted.code !== 0) {
+      throw new Error(
+        `Could not mount a volume image: mount ${args.join(" ")} exited ${mounted.code}: ` +
+          mounted.stderr,
+      );
+    }
     const devices = await this.#run("losetup", ["-j", image, "-n", "-O", "NAME"]);
     for (const device of (devices.stdout ?? "").split("\n").filter((d) => d.startsWith("/dev/"))) {
       await this.#run("losetup", ["--direct-io=on", device]);
@@ -198,18 +220,30 @@ export class VolumeImages {
   }
 
   /**
-   * At boot: drops half-made images and stale moves' staging, then mounts every volume's image
-   * at its directory (a mount still there from before is kept). Answers the ids mounted and
-   * those whose mount failed, with why.
+   * At boot: drops half-made images, stale moves' staging and a stopped probe's image and
+   * mount, then mounts every volume's image
+   * at its directory (a mount still there from before is kept). An image that mounts without a
+   * `volume.json` is a create the node stopped in the middle of (never answered, so the gateway
+   * forgot it): it is dropped, or it would hold a loop device and its disk forever. Answers the
+   * ids mounted, those dropped, and those whose mount failed, with why.
    */
-  async mountAll(): Promise<{ mounted: string[]; failed: { id: string; error: string }[] }> {
+  async mountAll(): Promise<
+    { mounted: string[]; dropped: string[]; failed: { id: string; error: string }[] }
+  > {
     const mounted: string[] = [];
+    const dropped: string[] = [];
     const failed: { id: string; error: string }[] = [];
     for (const e of readDir(this.root)) {
       const m = /^\.incoming-(vol-[a-z0-9]+)$/.exec(e.name);
       if (e.isDirectory && m) await this.dropIncoming(m[1], join(this.root, e.name));
     }
     for (const e of readDir(this.dir)) {
+      if (e.name.startsWith(".probe-")) {
+        // A probe the node stopped in the middle of: its mount would hold a loop device.
+        if (e.isDirectory) await this.unmount(join(this.dir, e.name));
+        await Deno.remove(join(this.dir, e.name), { recursive: true }).catch(ignoreNotFound);
+        continue;
+      }
       if (e.name.endsWith(".tmp") || e.name.endsWith(".incoming")) {
         await Deno.remove(join(this.dir, e.name)).catch(ignoreNotFound);
         continue;
@@ -218,12 +252,18 @@ export class VolumeImages {
       if (!e.isFile || id === e.name || !VOLUME_ID.test(id)) continue;
       try {
         await this.mount(id);
-        mounted.push(id);
+        if (exists(join(this.root, id, "volume.json"))) {
+          mounted.push(id);
+          continue;
+        }
+        await this.remove(id);
+        await Deno.remove(join(this.root, id), { recursive: true }).catch(ignoreNotFound);
+        dropped.push(id);
       } catch (error) {
         failed.push({ id, error: (error as Error).message });
       }
     }
-    return { mounted: mounted.sort(), failed };
+    return { mounted: mounted.sort(), dropped: dropped.sort(), failed };
   }
 
   async #must(command: string, args: string[], what: string): Promise<void> {
@@ -267,6 +307,11 @@ export async function probeVolumeImages(
     if (!images.isMounted(at)) return "the probe image mounted but its directory is no mount";
     return null;
   } catch (error) {
+    // No loop device free now (the volumes' own mounts may hold them all, after a restart):
+    // the node can keep caps, and a create says what it lacks (503). Falling back to checks
+    // would leave the images of a host that lost its mounts unmounted and their volumes
+    // unserved, and make new volumes plain directories.
+    if (error instanceof HttpError && error.status === 503) return null;
     const message = (error as Error).message;
     if (error instanceof Deno.errors.NotFound) return `a command is missing: ${message}`;
     return message;

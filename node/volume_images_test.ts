@@ -12,7 +12,7 @@ import { NodeVolumes } from "./volumes.ts";
 const id = "vol-0123456789abcdef0123";
 
 /** A fake host: mkfs writes a marker, mount and umount move a set of mount points. */
-function fakeHost(options: { busy?: boolean; failMount?: string } = {}) {
+function fakeHost(options: { busy?: boolean; failMount?: string; mountSays?: string } = {}) {
   const calls: string[] = [];
   const mounts = new Set<string>();
   let busy = options.busy ?? false;
@@ -25,7 +25,7 @@ function fakeHost(options: { busy?: boolean; failMount?: string } = {}) {
     } else if (command === "mount") {
       const [image, at] = args.slice(-2);
       if (options.failMount && image.includes(options.failMount)) {
-        return { code: 32, stderr: "mount: wrong fs type" };
+        return { code: 32, stderr: options.mountSays ?? "mount: wrong fs type" };
       }
       mounts.add(at);
     } else if (command === "losetup" && args[0] === "-j") {
@@ -107,19 +107,86 @@ Deno.test("volume images: a boot drops half-made images and stale moves, mounts 
       true,
     );
     await Deno.writeTextFile(join(images.dir, "vol-dddddddddddddddddddd.ext4.tmp"), "");
-    const { mounted, failed } = await images.mountAll();
+    // A probe stopped mounted (the node killed during its boot's probe).
+    await images.make(".probe-0badf00d", 1e9);
+    await images.mount(".probe-0badf00d", join(images.dir, ".probe-0badf00d"));
+    // A finished create's image holds its volume.json (here the fake mount point holds it).
+    await Deno.mkdir(join(root, id));
+    await Deno.writeTextFile(join(root, id, "volume.json"), "{}");
+    const { mounted, dropped, failed } = await images.mountAll();
     assert.deepEqual(mounted, [id]);
+    assert.deepEqual(dropped, []);
     assert.deepEqual(failed.map((f) => f.id), ["vol-bbbbbbbbbbbbbbbbbbbb"]);
     assert.match(failed[0].error, /wrong fs type/);
     assert.deepEqual([...Deno.readDirSync(images.dir)].map((e) => e.name).sort(), [
       `${id}.ext4`,
       "vol-bbbbbbbbbbbbbbbbbbbb.ext4",
     ]);
-    assert.deepEqual([...host.mounts], [join(root, id)]);
+    assert.deepEqual([...host.mounts], [join(root, id)], "the probe's mount is gone too");
     // A second boot with the mount still there leaves it be.
     const before = host.calls.length;
     await images.mountAll();
     assert.equal(host.calls.filter((c, i) => i >= before && c.startsWith("mount")).length, 1);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("node volumes with images: a create refused for want of a loop device is a 503 naming it and leaves nothing", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost({
+      failMount: id,
+      mountSays:
+        `mount: ${root}/${id}: failed to setup loop device for ${root}/.images/${id}.ext4.`,
+    });
+    const images = new VolumeImages(root, host);
+    const volumes = new NodeVolumes({
+      root,
+      shared: false,
+      defaultSizeBytes: 1e9,
+      sandboxes: () => [],
+      images,
+    });
+    await assert.rejects(
+      volumes.create(id),
+      (e: Error & { status?: number; headers?: Record<string, string> }) =>
+        e.status === 503 && /No loop device is free/.test(e.message) &&
+        /max_loop/.test(e.message) && e.headers?.["retry-after"] !== undefined,
+    );
+    // The half-made volume is gone: no image for a boot to mount, no directory.
+    assert.equal(images.hasImage(id), false);
+    assert.deepEqual([...Deno.readDirSync(root)].map((e) => e.name), [".images"]);
+    assert.equal(volumes.has(id), false);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume images: a boot drops the image of a create the node stopped in the middle of", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost();
+    const images = new VolumeImages(root, host);
+    const volumes = new NodeVolumes({
+      root,
+      shared: false,
+      defaultSizeBytes: 1e9,
+      sandboxes: () => [],
+      images,
+    });
+    await volumes.create(id);
+    // Stopped after the mount, before volume.json: the gateway never heard of it.
+    const half = "vol-hhhhhhhhhhhhhhhhhhhh";
+    await images.make(half, 1e9);
+    await images.mount(half);
+    await Deno.mkdir(join(root, half, "data"));
+    const { mounted, dropped, failed } = await images.mountAll();
+    assert.deepEqual({ mounted, dropped, failed }, { mounted: [id], dropped: [half], failed: [] });
+    assert.equal(images.hasImage(half), false);
+    assert.deepEqual([...host.mounts], [join(root, id)]);
+    assert.throws(() => Deno.statSync(join(root, half)), Deno.errors.NotFound);
+    assert.deepEqual(volumes.ids(), [id]);
   } finally {
     await Deno.remove(root, { recursive: true });
   }
@@ -202,6 +269,21 @@ Deno.test("volume images: the probe names a failing step", async () => {
     );
     assert.match(why!, /only root can do that/);
     // Nothing of the probe is left.
+    assert.deepEqual([...Deno.readDirSync(join(root, ".images"))], []);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume images: a probe that finds no free loop device says the node keeps caps", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost({
+      failMount: ".probe-",
+      mountSays: "mount: /x: failed to setup loop device for /y.",
+    });
+    assert.equal(await probeVolumeImages(root, host.run), null);
+    assert.ok(host.calls.some((c) => c.startsWith("mount ")), "the probe tried a mount");
     assert.deepEqual([...Deno.readDirSync(join(root, ".images"))], []);
   } finally {
     await Deno.remove(root, { recursive: true });

@@ -137,8 +137,13 @@ export class NodeVolumes {
    */
   async open(log?: Log): Promise<void> {
     if (this.#images) {
-      const { mounted, failed } = await this.#images.mountAll();
+      const { mounted, dropped, failed } = await this.#images.mountAll();
       if (mounted.length > 0) log?.("info", "volume images mounted", { count: mounted.length });
+      if (dropped.length > 0) {
+        log?.("warn", "volume images of creates the node stopped in the middle of were removed", {
+          volumes: dropped,
+        });
+      }
       for (const f of failed) {
         log?.("error", "a volume's image did not mount: the volume is not served", {
           volume: f.id,
@@ -206,15 +211,31 @@ export class NodeVolumes {
   async create(id: string, sizeBytes?: number): Promise<{ id: string; sizeBytes: number }> {
     const dir = join(this.root, id);
     const size = sizeBytes ?? this.#defaultSizeBytes;
+    const images = this.#images;
     // A plain directory made before the node kept caps stays one.
-    if (this.#images && !(exists(join(dir, "data")) && !this.#images.hasImage(id))) {
-      await this.#images.make(id, size);
-      await this.#images.mount(id);
+    const inImage = images !== undefined && !(exists(join(dir, "data")) && !images.hasImage(id));
+    // An image this call makes goes again when the create fails (a mount refused for want of a
+    // loop device): the gateway forgets a volume whose create failed, so nothing would ever
+    // delete it, and every boot would mount it again.
+    const fresh = inImage && !images.hasImage(id);
+    try {
+      if (inImage) {
+        await images.make(id, size);
+        await images.mount(id);
+      }
+      await Deno.mkdir(join(dir, "data"), { recursive: true });
+      await Deno.chmod(join(dir, "data"), 0o777);
+      await Deno.mkdir(this.uploadsDir(id), { recursive: true, mode: 0o700 });
+      const file: VolumeFile = { id, sizeBytes: size, createdAt: new Date().toISOString() };
+      // Written last: an image without it is a create that never finished (`mountAll`).
+      await Deno.writeTextFile(join(dir, "volume.json"), JSON.stringify(file));
+    } catch (error) {
+      if (fresh) {
+        await images.remove(id).catch(() => {});
+        await Deno.remove(dir, { recursive: true }).catch(() => {});
+      }
+      throw error;
     }
-    await Deno.mkdir(join(dir, "data"), { recursive: true });
-    await Deno.chmod(join(dir, "data"), 0o777);
-    const file: VolumeFile = { id, sizeBytes: size, createdAt: new Date().toISOString() };
-    await Deno.writeTextFile(join(dir, "volume.json"), JSON.stringify(file));
     return { id, sizeBytes: size };
   }
 
@@ -267,12 +288,16 @@ export class NodeVolumes {
 
   /**
    * Removes the bodies of writes a stopped node left behind (at start, when none is in flight;
-   * skipped on a shared root, where another node's writes may be).
+   * skipped on a shared root, where another node's writes may be). The directory itself stays,
+   * made again at once with the inode its removal freed: a content-API delete moves what it
+   * removes into it, and in a volume whose every inode or block a sandbox took, making it then
+   * would fail, and nothing could be removed but from inside a sandbox.
    */
   async sweepUploads(): Promise<void> {
     if (this.shared) return;
     for (const id of this.ids()) {
       await Deno.remove(this.uploadsDir(id), { recursive: true }).catch(() => {});
+      await Deno.mkdir(this.uploadsDir(id), { mode: 0o700 }).catch(() => {});
     }
   }
 
@@ -290,6 +315,7 @@ export class NodeVolumes {
     const file: VolumeFile = { id, sizeBytes, createdAt: new Date().toISOString() };
     const images = this.#images;
     if (images === undefined) {
+      await Deno.mkdir(join(staging, "uploads"), { recursive: true, mode: 0o700 });
       const bytes = await fill(join(staging, "data"));
       await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
       await Deno.rename(staging, join(this.root, id));
@@ -299,6 +325,7 @@ export class NodeVolumes {
     try {
       await images.make(id, sizeBytes, true);
       await images.mount(id, staging, true);
+      await Deno.mkdir(join(staging, "uploads"), { recursive: true, mode: 0o700 });
       const bytes = await fill(join(staging, "data"));
       await Deno.writeTextFile(join(staging, "volume.json"), JSON.stringify(file));
       await images.unmount(staging);

@@ -586,7 +586,12 @@ export function describeZodError(error: z.ZodError, root = "body"): string {
   return error.issues.slice(0, 5).map((issue) => {
     const where = issue.path.length ? `'${issue.path.join(".")}'` : root;
     let message = issue.message;
-    if (issue.code === "invalid_type" && issue.input === undefined) {
+    // Zod leaves `input` out of its issues unless asked, so a missing field is told from a
+    // wrong-typed one by what it says it received.
+    const missing = "input" in issue
+      ? issue.input === undefined
+      : /received undefined$/.test(issue.message);
+    if (issue.code === "invalid_type" && missing) {
       message = "is required";
       return `${where} ${message}`;
     }

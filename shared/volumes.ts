@@ -22,6 +22,9 @@ export function newVolumeId(): string {
   return "vol-" + [...bytes].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/** The largest cap a node makes a volume with (`createVolume`, or a move's `importVolume`). */
+export const MAX_VOLUME_BYTES: number = 2 ** 50;
+
 /** The body of a node's `createVolume` verb. */
 export const createVolumeSchema: z.ZodObject<{
   id: z.ZodString;
@@ -29,7 +32,7 @@ export const createVolumeSchema: z.ZodObject<{
 }> = z.object({
   id: volumeIdSchema,
   /** The cap; the node's `DORMICE_VOLUME_SIZE_GB` when absent. */
-  sizeBytes: z.number().int().positive().max(2 ** 50).optional(),
+  sizeBytes: z.number().int().positive().max(MAX_VOLUME_BYTES).optional(),
 }).strict();
 
 /** The body of a node's `destroyVolume` and `volumeUsers` verbs. */

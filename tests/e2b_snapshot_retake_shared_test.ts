@@ -131,6 +131,30 @@ Deno.test({
       "node-b",
       "the create from the id taken again must start from node-b's newer build",
     );
+
+    // Another team's create from that id goes the same way (etcd names node-b) and finds
+    // nothing of its own: E2B's 404, as for an id no node holds.
+    const other = await g1.json("createApiKey", { team: "other" });
+    assert.equal(other.status, 200, JSON.stringify(other.body));
+    const asOther = (templateID: string) =>
+      fetch(`${g2.url}/e2b/api/v2/sandboxes`, {
+        method: "POST",
+        headers: { "x-api-key": other.body.key, "content-type": "application/json" },
+        body: JSON.stringify({ templateID }),
+      });
+    await until("the second gateway knows the other key", async () => {
+      const res = await fetch(`${g2.url}/e2b/api/snapshots`, {
+        headers: { "x-api-key": other.body.key },
+      });
+      await res.body?.cancel();
+      return res.status === 200;
+    });
+    for (const id of [snapshotId, `snap-${"0".repeat(20)}`]) {
+      const res = await asOther(id);
+      const text = await res.text();
+      assert.equal(res.status, 404, `another team's create from '${id}': ${text}`);
+      assert.doesNotMatch(text, new RegExp(TEAM), "nothing of the owning team shows");
+    }
   } finally {
     await Promise.all([...nodes.values(), ...gateways].map((p) => p.stop()));
     await etcd.stop();

@@ -3,9 +3,11 @@
  * shared mode, black box: two real gateways sharing a real etcd on loopback, in front of stub
  * nodes served from this test over HTTP (the node protocol: check-ins, `lookupSandbox`, the
  * take-over verb `adopt` and `connect`). The stubs with a registry claim a take-over as the
- * registry does (the first claim wins, a later one is a 404) and take a while to pull. Both
- * connects must answer from one node, with one take-over asked of the nodes. Skipped, saying
- * why, when etcd is not installed.
+ * registry does (the first claim wins, a later one is a 404) and take a while to pull. Fifty
+ * connects at once must answer from one node, with one take-over asked of the nodes; a gateway
+ * killed while it holds a take-over's slot frees it with its etcd lease, and the other gateway
+ * then finds where that take-over put the sandbox. Skipped, saying why, when etcd is not
+ * installed.
  */
 import assert from "node:assert/strict";
 import { etcdMissing, startEtcd } from "./support/etcd.ts";
@@ -44,6 +46,7 @@ class StubNode {
     readonly id: string,
     readonly token: string,
     readonly registry: StubRegistry | undefined,
+    readonly pullMs = 400,
   ) {
     const port = freePort();
     this.endpoint = `http://127.0.0.1:${port}`;
@@ -108,7 +111,7 @@ class StubNode {
       const here = this.held.get(id);
       if (here) return Response.json({ sandboxID: id, ...here });
       // Pulling takes a while; then the claim: the registry answers the first delete only.
-      await new Promise((r) => setTimeout(r, 400));
+      await new Promise((r) => setTimeout(r, this.pullMs));
       const claimed = this.registry?.claimedBy.get(id);
       if (!this.registry || (claimed !== undefined && claimed !== this.id)) {
         return Response.json({ code: 404, message: "another node took it over" }, {
@@ -133,13 +136,8 @@ class StubNode {
   }
 }
 
-Deno.test({
-  name:
-    `shared mode: two gateways connecting at once to a sandbox paused to disk on a lost node resume it once, on one node${skip}`,
-  ignore: missing !== null,
-  sanitizeResources: false,
-  sanitizeOps: false,
-}, async () => {
+/** Two gateways sharing one etcd, a lost node holding a sandbox paused to disk, two takers. */
+async function lostSandboxFleet(options: { pullMs?: number; checkInWith?: 0 | 1 } = {}) {
   const etcd = await startEtcd(1);
   const token = newToken();
   const env = {
@@ -150,13 +148,22 @@ Deno.test({
   const gateways: GatewayProcess[] = [];
   const registry = new StubRegistry();
   const lost = new StubNode("node-lost", token, undefined);
-  const takers = ["node-b", "node-c"].map((id) => new StubNode(id, token, registry));
+  const takers = ["node-b", "node-c"].map((id) =>
+    new StubNode(id, token, registry, options.pullMs)
+  );
   const id = `paused${crypto.randomUUID().slice(0, 8)}`;
   lost.held.set(id, { id, name: "paused", team: TEAM, state: "archived" });
+  const stop = async () => {
+    await Promise.all(takers.map((n) => n.stop()));
+    await lost.stop().catch(() => {});
+    await Promise.all(gateways.map((g) => g.stop()));
+    await etcd.stop();
+  };
   try {
     gateways.push(...await Promise.all([0, 1].map(() => startGateway({ token, env }))));
     const [g1, g2] = gateways;
-    for (const node of [lost, ...takers]) node.checkInWith(g1.url);
+    const home = gateways[options.checkInWith ?? 0];
+    for (const node of [lost, ...takers]) node.checkInWith(home.url);
     const states = async (gw: GatewayProcess) => {
       const { body } = await gw.json("listNodes");
       return new Map<string, string>(
@@ -193,24 +200,75 @@ Deno.test({
           seen.get("node-c") === "up";
       });
     }
+    return { gateways, registry, takers, id, connect, stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
 
-    const answers = await Promise.all([connect(g1), connect(g2)]);
+Deno.test({
+  name:
+    `shared mode: fifty connects through two gateways at once to a sandbox paused to disk on a lost node resume it once, on one node${skip}`,
+  ignore: missing !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  const { gateways, registry, takers, id, connect, stop } = await lostSandboxFleet();
+  try {
+    const answers = await Promise.all(
+      Array.from({ length: 50 }, (_, i) => connect(gateways[i % 2])),
+    );
     const bodies = await Promise.all(answers.map((a) => a.text()));
     const adopts = takers.flatMap((n) => n.adopts);
     assert.deepEqual(
       answers.map((a) => a.status),
-      [201, 201],
-      `both connects resume the sandbox: ${bodies.join(" | ")}`,
+      answers.map(() => 201),
+      `every connect resumes the sandbox: ${bodies.join(" | ")}`,
     );
-    const placed = bodies.map((b) => JSON.parse(b).clientID);
-    assert.equal(placed[0], placed[1], "both connects answer from the same node");
+    const placed = new Set(bodies.map((b) => JSON.parse(b).clientID));
+    assert.equal(placed.size, 1, `every connect answers from the same node: ${[...placed]}`);
     assert.equal(adopts.length, 1, `one take-over asked of the nodes, not ${adopts.length}`);
-    assert.equal(registry.claimedBy.get(id), placed[0], "the node that claimed it answers");
+    assert.equal(registry.claimedBy.get(id), [...placed][0], "the node that claimed it answers");
     assert.equal(takers.filter((n) => n.held.has(id)).length, 1, "one copy of the sandbox");
   } finally {
-    await Promise.all(takers.map((n) => n.stop()));
-    await lost.stop().catch(() => {});
-    await Promise.all(gateways.map((g) => g.stop()));
-    await etcd.stop();
+    await stop();
+  }
+});
+
+Deno.test({
+  name:
+    `shared mode: a gateway that dies holding a take-over's slot frees it with its lease; the other gateway's connect then resumes the sandbox where the take-over put it${skip}`,
+  ignore: missing !== null,
+  sanitizeResources: false,
+  sanitizeOps: false,
+}, async () => {
+  // The nodes check in with the gateway that lives; the take-over is slow enough to die in.
+  const { gateways, takers, id, connect, stop } = await lostSandboxFleet({
+    pullMs: 2000,
+    checkInWith: 1,
+  });
+  const [g1, g2] = gateways;
+  try {
+    const first = connect(g1).then((r) => r.body?.cancel(), () => {});
+    await until(
+      "the first gateway asked a node to take it over",
+      () => Promise.resolve(takers.some((n) => n.adopts.length > 0)),
+    );
+    g1.process.child.kill("SIGKILL");
+    await first;
+    const second = await connect(g2);
+    const text = await second.text();
+    assert.equal(second.status, 201, text);
+    const taker = takers.find((n) => n.held.has(id));
+    assert.ok(taker !== undefined, "a node holds the sandbox");
+    assert.equal(JSON.parse(text).clientID, taker.id, "the connect answers from that node");
+    assert.equal(
+      takers.flatMap((n) => n.adopts).length,
+      1,
+      "the second gateway found the first one's take-over rather than asking for another",
+    );
+  } finally {
+    await stop();
   }
 });

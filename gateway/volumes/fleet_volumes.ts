@@ -139,11 +139,15 @@ export class FleetVolumes {
     try {
       const made = await this.call(node, "/createVolume", { id }, c.req.raw.signal);
       if (made.status !== 201) {
+        // A node's 503 (no loop device free for the volume's image) is passed on as one: the
+        // fleet lacks room now, and a retry may find it; anything else it failed is a 502.
+        const status = made.status === 503 ? 503 : made.status >= 500 ? 502 : made.status;
         throw new HttpError(
-          made.status >= 500 ? 502 : made.status,
+          status,
           `Node '${node.id}' could not create volume '${name}': ${
             String(made.json.message ?? made.text).slice(0, 300)
           }`,
+          status === 503 ? { headers: { "retry-after": "30" } } : {},
         );
       }
       await this.table.update(id, {
@@ -348,9 +352,13 @@ export class FleetVolumes {
    */
   async content(request: Request, id: string, op: string): Promise<Response> {
     const given = /^Bearer\s+(.+)$/i.exec(request.headers.get("authorization") ?? "")?.[1];
-    const row = VOLUME_ID.test(id) ? await this.table.get(id) : undefined;
+    // The token is derived from the id, so it is checked before the table is read: a request
+    // without the volume's own token costs no read (in shared mode, no etcd round trip).
+    const owned = given !== undefined && VOLUME_ID.test(id) &&
+      tokenMatcher(await this.token(id))(given);
+    const row = owned ? await this.table.get(id) : undefined;
     // A wrong token and an unknown id answer alike: a tenant learns nothing of other volumes.
-    if (row === undefined || given === undefined || !tokenMatcher(await this.token(id))(given)) {
+    if (row === undefined || given === undefined) {
       throw new HttpError(
         given === undefined ? 401 : 404,
         given === undefined

@@ -194,3 +194,93 @@ Deno.test("VolumeTable: a gateway started again frees the rows a stop left mid-m
     "ready",
   ]]);
 });
+
+Deno.test("moveVolume: the target's image is the cap the gateway recorded, whatever size the source's export claims", async () => {
+  const asked: string[] = [];
+  await using gateway = fleet(async (request) => {
+    const url = new URL(request.url);
+    if (url.pathname === "/volumeUsers") return Response.json({ present: true, sandboxes: [] });
+    if (url.pathname === "/exportVolume") {
+      // A source node that claims a cap of a petabyte (a sparse image that large on the target).
+      return new Response(new Uint8Array(4), {
+        headers: { "x-dormice-volume-size": String(2 ** 50) },
+      });
+    }
+    if (url.pathname === "/importVolume") {
+      asked.push(url.searchParams.get("sizeBytes")!);
+      await request.body?.cancel();
+      return Response.json({ id: url.searchParams.get("id"), bytes: 0 }, { status: 201 });
+    }
+    if (url.pathname === "/destroyVolume") return Response.json({ destroyed: true });
+    return new Response("{}", { status: 404 });
+  });
+  const id = "vol-0000000000000000000m";
+  await addVolume(gateway, id, "data", "node-a");
+  const res = await gateway.fetch(
+    new Request("http://gw/moveVolume", {
+      method: "POST",
+      headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+      body: JSON.stringify({ volumeId: id, toNode: "node-b" }),
+    }),
+  );
+  assert.equal(res.status, 200, await res.text());
+  assert.deepEqual(asked, [String(1e9)]);
+  assert.equal((await gateway.volumes!.table.get(id))?.node, "node-b");
+});
+
+Deno.test("FleetVolumes: a content request without the volume's own token reads nothing of the table", async () => {
+  await using gateway = fleet();
+  const id = "vol-0000000000000000000c";
+  await addVolume(gateway, id, "data", "node-a");
+  const table = gateway.volumes!.table;
+  let reads = 0;
+  const get = table.get.bind(table);
+  table.get = (...args) => {
+    reads++;
+    return get(...args);
+  };
+  const content = (volume: string, authorization?: string) =>
+    gateway.fetch(
+      new Request(`http://gw/e2b/api/volumecontent/${volume}/file?path=/a`, {
+        headers: authorization ? { authorization } : {},
+      }),
+    );
+  const none = await content(id);
+  assert.equal(none.status, 401);
+  await none.body?.cancel();
+  for (const volume of [id, "vol-0000000000000000000x"]) {
+    const wrong = await content(volume, "Bearer not-its-token");
+    assert.equal(wrong.status, 404);
+    assert.match((await wrong.json()).message, /not found, or the token is not its own/);
+  }
+  assert.equal(reads, 0, "no table read for a request without the volume's token");
+  // Its own token for a volume the table no longer holds: read, and the same 404.
+  const gone = "vol-0000000000000000000g";
+  const res = await content(gone, `Bearer ${await gateway.volumes!.token(gone)}`);
+  assert.equal(res.status, 404);
+  await res.body?.cancel();
+  assert.equal(reads, 1);
+});
+
+Deno.test("FleetVolumes: a node out of loop devices makes the create a 503 quoting it, and no row", async () => {
+  await using gateway = fleet((request) =>
+    new URL(request.url).pathname === "/createVolume"
+      ? Response.json({ code: 503, message: "No loop device is free on this node" }, {
+        status: 503,
+        headers: { "retry-after": "30" },
+      })
+      : new Response("{}", { status: 404 })
+  );
+  const res = await gateway.fetch(
+    new Request("http://gw/e2b/api/volumes", {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ name: "data" }),
+    }),
+  );
+  const body = await res.json();
+  assert.equal(res.status, 503, JSON.stringify(body));
+  assert.equal(res.headers.get("retry-after"), "30");
+  assert.match(body.message, /could not create volume 'data': No loop device is free/);
+  assert.deepEqual(await gateway.volumes!.table.list(undefined), []);
+});

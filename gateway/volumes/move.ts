@@ -95,7 +95,12 @@ export async function moveVolume(
         `Node '${source.id}' could not export volume '${row.id}': ${text.slice(0, 300)}`,
       );
     }
-    const size = exported.headers.get("x-dormice-volume-size") ?? String(row.sizeBytes || 1e10);
+    // The cap is the one this table recorded at create: a source node's word (its header) only
+    // for a row from before caps were recorded, so a source cannot grow the volume, or make the
+    // target build an image of a petabyte.
+    const size = row.sizeBytes > 0
+      ? String(row.sizeBytes)
+      : exported.headers.get("x-dormice-volume-size") ?? "1e10";
     const imported = await fetchFn(
       `${target.endpoint}/importVolume?id=${row.id}&sizeBytes=${encodeURIComponent(size)}`,
       {

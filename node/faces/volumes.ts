@@ -24,7 +24,12 @@ import { basename, dirname, join } from "node:path";
 import { HttpError } from "../../shared/http_error.ts";
 import type { Log } from "../../shared/log.ts";
 import { requireFleetBearer, tokenMatcher } from "../../shared/token.ts";
-import { createVolumeSchema, volumeIdSchema, volumeRefSchema } from "../../shared/volumes.ts";
+import {
+  createVolumeSchema,
+  MAX_VOLUME_BYTES,
+  volumeIdSchema,
+  volumeRefSchema,
+} from "../../shared/volumes.ts";
 import { describeZodError } from "../../shared/schemas.ts";
 import { readJsonObject } from "../../shared/json_body.ts";
 import type { NodeVolumes } from "../volumes.ts";
@@ -237,8 +242,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     if (!idCheck.success) throw new HttpError(400, describeZodError(idCheck.error, "'id'"));
     const id = idCheck.data;
     const size = Number(url.searchParams.get("sizeBytes") ?? NaN);
-    if (!Number.isSafeInteger(size) || size <= 0) {
-      throw new HttpError(400, "'sizeBytes' must be the volume's cap, a positive integer");
+    if (!Number.isSafeInteger(size) || size <= 0 || size > MAX_VOLUME_BYTES) {
+      throw new HttpError(
+        400,
+        `'sizeBytes' must be the volume's cap, a positive integer up to ${MAX_VOLUME_BYTES}`,
+      );
     }
     if (volumes.has(id)) throw new HttpError(409, `Volume '${id}' is already on this node`);
     if (c.req.raw.body === null) throw new HttpError(400, "The body must be the volume stream");

@@ -1,5 +1,8 @@
 import assert from "node:assert/strict";
+import { join } from "node:path";
 import { NodeVolumes } from "../volumes.ts";
+import { MIN_IMAGE_BYTES, VolumeImages } from "../volume_images.ts";
+import { MAX_VOLUME_BYTES } from "../../shared/volumes.ts";
 import { createVolumeFace } from "./volumes.ts";
 import { silentLog } from "../../shared/log.ts";
 import type { SandboxSpec } from "../../shared/mod.ts";
@@ -184,4 +187,72 @@ Deno.test("volume face: a path too long for the node's filesystem is a 400 that 
   });
   assert.equal(name.status, 400);
   assert.match((await name.json()).message, /over 255 bytes/);
+});
+
+const noLoop = Deno.uid() !== 0 ||
+  !new Deno.Command("test", { args: ["-c", "/dev/loop-control"] }).outputSync().success;
+if (noLoop) console.log("volume face on a real image skipped: not root, or no loop devices");
+
+Deno.test({
+  name:
+    "volume face: in an image whose every inode a sandbox took, a delete through the content API still frees them, before and after a restart",
+  ignore: noLoop,
+}, async () => {
+  const root = await Deno.makeTempDir();
+  const images = new VolumeImages(root);
+  const make = () =>
+    new NodeVolumes({ root, shared: false, defaultSizeBytes: 0, sandboxes: () => [], images });
+  try {
+    let volumes = make();
+    let app = createVolumeFace(volumes, { token, log: silentLog });
+    const request = (path: string, init: RequestInit = {}) =>
+      app.request(path, { ...init, headers: { ...auth, ...init.headers } });
+    const made = await request("/createVolume", {
+      method: "POST",
+      body: JSON.stringify({ id, sizeBytes: MIN_IMAGE_BYTES }),
+    });
+    assert.equal(made.status, 201, await made.text());
+    const fill = async () => {
+      // What a sandbox does in its bind mount: files until the kernel says ENOSPC.
+      const dir = join(volumes.requireDataDir(id), "many");
+      await Deno.mkdir(dir);
+      let n = 0;
+      try {
+        for (;; n++) await Deno.writeFile(join(dir, String(n)), new Uint8Array(0));
+      } catch (error) {
+        assert.match((error as Error).message, /os error 28/);
+      }
+      // The precondition: the filesystem has no inode left (a file of 0 bytes takes no block).
+      await assert.rejects(Deno.mkdir(join(dir, "more")), /os error 28/);
+      return n;
+    };
+    const remove = async () => {
+      const res = await request(`/volumecontent/${id}/path?path=/many`, { method: "DELETE" });
+      assert.equal(res.status, 204, await res.text());
+      const listed = await (await request(`/volumecontent/${id}/dir?path=/`)).json();
+      assert.deepEqual(listed, []);
+    };
+    assert.ok(await fill() > 1000);
+    await remove();
+    // A restart sweeps the uploads directory; a volume filled after it still takes a delete.
+    volumes = make();
+    app = createVolumeFace(volumes, { token, log: silentLog });
+    await volumes.open();
+    await fill();
+    await remove();
+  } finally {
+    await images.remove(id).catch(() => {});
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume face: an import asking for a cap past MAX_VOLUME_BYTES is a 400 naming the bound", async () => {
+  await using f = await face([]);
+  const res = await f.request(`/importVolume?id=${id}&sizeBytes=${2 ** 51}`, {
+    method: "POST",
+    body: new Uint8Array(4),
+  });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).message, new RegExp(`up to ${MAX_VOLUME_BYTES}`));
+  assert.equal([...Deno.readDirSync(f.root)].length, 0, "nothing was made");
 });
