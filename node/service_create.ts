@@ -76,6 +76,7 @@ export async function buildCold(
       template,
       spec,
       env,
+      team,
       ...(request.snapshot === undefined ? {} : { snapshot: request.snapshot }),
     })
   );

@@ -33,6 +33,6 @@ export async function changeEgressRules(
         "resume it, then change its network",
     );
   }
-  await callExecutor(() => set.call(core.executor, sandbox.id, rules));
+  await callExecutor(() => set.call(core.executor, sandbox.id, rules, sandbox.team));
   return core.ledger.update(sandbox.id, { spec: { ...sandbox.spec, egressRules: rules } })!;
 }

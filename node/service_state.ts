@@ -140,6 +140,7 @@ export function createRequestOf(sandbox: SandboxRecord): CreateRequest {
     template: sandbox.template,
     spec: sandbox.spec,
     env: sandbox.env,
+    team: sandbox.team,
   };
 }
 

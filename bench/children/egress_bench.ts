@@ -7,21 +7,32 @@
  * %{time_starttransfer}`, a new TCP and TLS handshake each), and one 64 MiB download
  * (`%{speed_download}`). Prints the samples as JSON.
  *
+ * With `squid` as its last argument it measures two more sandboxes, with plain egress, whose
+ * port 443 the section steers to Debian's squid-openssl on the host: one spliced after a peek at
+ * the SNI, one bumped (squid terminates TLS with its own CA and adds a header). Once those
+ * sandboxes exist it prints `{"steer":[{"path","ip","gateway"}...]}` on a line and waits for a
+ * line on stdin (the section's go) before it measures.
+ *
  * The client half of bench/sections/egress_docker.ts, which makes the stand-in internet and
  * starts the gateway and the Docker node: run it through `deno task bench --only=egress-docker`.
  * Direct use: `deno run --allow-net=127.0.0.1 --allow-env --allow-read
  * bench/children/egress_bench.ts <gateway url> <fleet token> <server address> <test CA file>
- * [runs]`.
+ * [runs] [squid <squid CA file>]`.
  *
  * @module
  */
 import { Sandbox } from "e2b";
 
-const [gateway, apiKey, address, caFile, runsArg = "5"] = Deno.args;
+const [gateway, apiKey, address, caFile, runsArg = "5", squidArg, squidCaFile] = Deno.args;
 const runs = Number(runsArg);
-if (!gateway || !apiKey || !address || !caFile || !Number.isInteger(runs) || runs < 1) {
+const squid = squidArg === "squid";
+if (
+  !gateway || !apiKey || !address || !caFile || !Number.isInteger(runs) || runs < 1 ||
+  (squidArg !== undefined && (!squid || !squidCaFile))
+) {
   console.error(
-    "Usage: egress_bench.ts <gateway url> <fleet token> <server address> <test CA file> [runs]",
+    "Usage: egress_bench.ts <gateway url> <fleet token> <server address> <test CA file> [runs] " +
+      "[squid <squid CA file>]",
   );
   Deno.exit(2);
 }
@@ -42,25 +53,57 @@ const paths = {
       rules: { [NAME]: [{ transform: { headers: { "X-Bench-Key": "k" } } }] },
     },
   },
+  /** Plain egress; the section steers its port 443 to squid's splicing port. */
+  "squid, domain rule (peek, splice)": { allowInternetAccess: true },
+  /** Plain egress; the section steers its port 443 to squid's bumping port. */
+  "squid, header added (ssl-bump)": { allowInternetAccess: true },
 } as const;
 type Path = keyof typeof paths;
+const SQUID_BUMP: Path = "squid, header added (ssl-bump)";
 
 const samples: Record<string, number[]> = {};
 const sandboxes = new Map<Path, Sandbox>();
 const ca = await Deno.readTextFile(caFile);
+/** curl in `sandbox`: the stand-in's certificate trusted by the test CA or the fleet CA. */
+const curl = (path: Path, extra: string) =>
+  `curl -sS --max-time 120 ${
+    path === "header transform (TLS opened)" ? "" : "--cacert /tmp/bench-ca.crt "
+  }--resolve ${NAME}:443:${address} ${extra}`;
 try {
   for (const [path, options] of Object.entries(paths) as [Path, object][]) {
+    if (!squid && path.startsWith("squid")) continue;
     const sandbox = await Sandbox.create("base", { ...opts, ...options });
     sandboxes.set(path, sandbox);
-    await sandbox.files.write("/tmp/bench-ca.crt", ca);
+    // squid's bumping port signs with its own CA: that one sandbox trusts it instead.
+    const trusted = path === SQUID_BUMP ? await Deno.readTextFile(squidCaFile) : ca;
+    await sandbox.files.write("/tmp/bench-ca.crt", trusted);
     samples[`first byte, ${path}`] = [];
     samples[`64 MiB download, ${path}`] = [];
   }
-  /** curl in `sandbox`: the stand-in's certificate trusted by the test CA or the fleet CA. */
-  const curl = (path: Path, extra: string) =>
-    `curl -sS --max-time 120 ${
-      path === "header transform (TLS opened)" ? "" : "--cacert /tmp/bench-ca.crt "
-    }--resolve ${NAME}:443:${address} ${extra}`;
+  if (squid) {
+    const steer = [];
+    for (const [path, sandbox] of sandboxes) {
+      if (!path.startsWith("squid")) continue;
+      const at = await sandbox.commands.run(
+        "hostname -I | cut -d' ' -f1; ip -4 route show default | cut -d' ' -f3",
+      );
+      const [ip, gateway] = at.stdout.trim().split("\n");
+      steer.push({ path: path === SQUID_BUMP ? "bump" : "splice", ip, gateway });
+    }
+    console.log(JSON.stringify({ steer }));
+    const stdin = Deno.stdin.readable.getReader();
+    const go = new TextDecoder().decode((await stdin.read()).value);
+    // Read no further: a pending read of stdin would keep this process from exiting.
+    await stdin.cancel();
+    if (!go.startsWith("go")) throw new Error(`the section said ${go || "nothing"}`);
+  }
+  // The paths that add a header are checked to add it, so neither is measured doing less.
+  for (const path of ["header transform (TLS opened)", SQUID_BUMP] as const) {
+    const sandbox = sandboxes.get(path);
+    if (sandbox === undefined) continue;
+    const said = await sandbox.commands.run(curl(path, `https://${NAME}/small`));
+    if (said.stdout.trim() !== "ok k") throw new Error(`${path}: the server saw ${said.stdout}`);
+  }
   for (let run = 0; run < runs; run++) {
     for (const [path, sandbox] of sandboxes) {
       const firstBytes = await sandbox.commands.run(

@@ -7,6 +7,11 @@
  * namespace (`DORMICE_EGRESS_HOSTS`), and runs bench/children/egress_bench.ts as the client.
  * Skipped with the reason when it cannot run (not root, no `ip`, no engine).
  *
+ * Where Debian's squid-openssl is installed, the same two jobs are measured through squid in the
+ * same run (`bench/lib/squid.ts`): two more sandboxes with plain egress whose port 443 is steered
+ * to squid on the host, one spliced after a peek at the SNI, one bumped with a header added.
+ * Without squid those rows are left out and a note says why.
+ *
  * @module
  */
 import {
@@ -17,6 +22,7 @@ import {
   waitForNodeUp,
 } from "../lib/fixtures.ts";
 import { row, type Section } from "../lib/stats.ts";
+import { type Squid, squidMissing, startSquid } from "../lib/squid.ts";
 
 /** Options of the egress benchmark. */
 export interface EgressDockerOptions {
@@ -39,7 +45,28 @@ async function must(command: string): Promise<string> {
   return r.out;
 }
 
-/** Measures the three egress paths; skipped when it cannot. */
+/** Splits a text stream into lines. */
+function splitLines(): TransformStream<string, string> {
+  let rest = "";
+  return new TransformStream({
+    transform(chunk, out) {
+      const parts = (rest + chunk).split("\n");
+      rest = parts.pop()!;
+      for (const p of parts) if (p.trim() !== "") out.enqueue(p);
+    },
+    flush(out) {
+      if (rest.trim() !== "") out.enqueue(rest);
+    },
+  });
+}
+
+/** squid's version line, e.g. "5.7". */
+async function squidVersion(): Promise<string> {
+  const v = await sh("squid -v | head -1");
+  return v.out.match(/Version (\S+)/)?.[1] ?? "unknown version";
+}
+
+/** Measures the egress paths; skipped when it cannot. */
 export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Section> {
   const reference = "direct egress (a sandbox with egress and no rules, through the engine's " +
     "NAT) in the same run";
@@ -55,6 +82,8 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
   let server: Deno.ChildProcess | undefined;
   let gateway: Daemon | undefined;
   let node: Daemon | undefined;
+  let squid: Squid | undefined;
+  const noSquid = await squidMissing();
   try {
     const used = await must("ip -4 -o addr show");
     let prefix = "";
@@ -75,6 +104,13 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
         `-CA ${dir}/ca.crt -CAkey ${dir}/ca.key -addext subjectAltName=DNS:bench.test ` +
         "-addext basicConstraints=critical,CA:FALSE",
     );
+    if (noSquid === null) {
+      await must(
+        `${openssl} -keyout ${dir}/squid-ca.key -out ${dir}/squid-ca.crt ` +
+          "-subj '/CN=bench squid CA' -addext basicConstraints=critical,CA:TRUE " +
+          "-addext keyUsage=critical,keyCertSign",
+      );
+    }
     await must(
       `ip netns add ${ns} && ip link add ${hostEnd} type veth peer name egb${tag}n && ` +
         `ip link set egb${tag}n netns ${ns} && ip addr add ${host}/24 dev ${hostEnd} && ` +
@@ -88,7 +124,9 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
        const key = Deno.readTextFileSync("${dir}/srv.key");
        const chunk = new Uint8Array(1024 * 1024);
        Deno.serve({ hostname: "${address}", port: 443, cert, key, onListen() {} }, (req) => {
-         if (new URL(req.url).pathname !== "/big") return new Response("ok\\n");
+         if (new URL(req.url).pathname !== "/big") {
+           return new Response(\`ok \${req.headers.get("x-bench-key") ?? "-"}\\n\`);
+         }
          let left = 64;
          const body = new ReadableStream({
            pull(c) { if (left-- > 0) c.enqueue(chunk); else c.close(); },
@@ -134,7 +172,7 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
       return { title, reference, rows: [], notes: [], skipped: why.slice(-400) };
     }
     await waitForNodeUp(gateway.url, nodeId);
-    const out = await new Deno.Command(Deno.execPath(), {
+    const client = new Deno.Command(Deno.execPath(), {
       args: [
         "run",
         "--allow-net=127.0.0.1",
@@ -146,20 +184,62 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
         address,
         `${dir}/ca.crt`,
         String(runs),
+        ...(noSquid === null ? ["squid", `${dir}/squid-ca.crt`] : []),
       ],
+      stdin: "piped",
       stdout: "piped",
       stderr: "piped",
-    }).output();
-    if (!out.success) {
-      const why = new TextDecoder().decode(out.stderr).trim().split("\n").slice(-3).join(" ");
+    }).spawn();
+    const stderr = new Response(client.stderr).text();
+    const lines: string[] = [];
+    let squidFailed: string | undefined;
+    const writer = client.stdin.getWriter();
+    for await (
+      const line of client.stdout.pipeThrough(new TextDecoderStream()).pipeThrough(splitLines())
+    ) {
+      lines.push(line);
+      if (!line.startsWith('{"steer"')) continue;
+      const steer: { path: string; ip: string; gateway: string }[] = JSON.parse(line).steer;
+      try {
+        const at = (p: string) => steer.find((s) => s.path === p)!;
+        squid = await startSquid({
+          gateway: at("splice").gateway,
+          spliceIp: at("splice").ip,
+          bumpIp: at("bump").ip,
+          name: "bench.test",
+          address,
+          upstreamCa: await Deno.readTextFile(`${dir}/ca.crt`),
+          ca: {
+            cert: await Deno.readTextFile(`${dir}/squid-ca.crt`),
+            key: await Deno.readTextFile(`${dir}/squid-ca.key`),
+          },
+        });
+        await writer.write(new TextEncoder().encode("go\n"));
+        await writer.close();
+      } catch (error) {
+        squidFailed = error instanceof Error ? error.message : String(error);
+        await writer.write(new TextEncoder().encode("stop\n")).catch(() => {});
+        await writer.close().catch(() => {});
+      }
+    }
+    await writer.close().catch(() => {});
+    const status = await client.status;
+    if (!status.success) {
+      const why = squidFailed ??
+        (await stderr).trim().split("\n").slice(-3).join(" ");
       return { title, reference, rows: [], notes: [], skipped: why.slice(0, 400) };
     }
-    const samples: Record<string, number[]> = JSON.parse(new TextDecoder().decode(out.stdout));
+    const samples: Record<string, number[]> = JSON.parse(lines.at(-1)!);
+    const logged = await squid?.logged();
     const rows = [];
+    const paths = ["domain rule (SNI splice)", "header transform (TLS opened)"];
+    if (squid !== undefined) {
+      paths.push("squid, domain rule (peek, splice)", "squid, header added (ssl-bump)");
+    }
     for (const [measure, unit] of [["first byte", "ms"], ["64 MiB download", "MiB/s"]]) {
       const direct = samples[`${measure}, direct`];
       rows.push(row(`${measure}, direct (reference)`, unit, direct, direct));
-      for (const path of ["domain rule (SNI splice)", "header transform (TLS opened)"]) {
+      for (const path of paths) {
         rows.push(row(`${measure}, ${path}`, unit, samples[`${measure}, ${path}`], direct));
       }
     }
@@ -178,12 +258,23 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
         "request), the median of 15 in a run; 64 MiB download: curl's speed_download of one " +
         "64 MiB response a run. Timed inside the sandbox, so the SDK's own round trips are not " +
         "in the figures.",
+        noSquid !== null
+          ? `squid rows left out: ${noSquid}.`
+          : `squid: Debian's squid-openssl (${await squidVersion()}), one process (\`squid -N\`), ` +
+            "two intercepting https_ports on the egress bridge's gateway, a sandbox with plain " +
+            "egress steered to each by an iptables REDIRECT of its port 443: `ssl_bump peek " +
+            "step1` then `splice` of ssl::server_name bench.test on one port; `bump` with " +
+            "`request_header_add X-Bench-Key` on the other (certificates from " +
+            "security_file_certgen, kept in memory; the upstream verified against the bench " +
+            "CA). No caching (`cache deny all`), logging on (the access log proves the paths: " +
+            `${logged?.splice} spliced connections and ${logged?.bump} bumped requests).`,
       ],
     };
   } catch (error) {
     const why = error instanceof Error ? error.message : String(error);
     return { title, reference, rows: [], notes: [], skipped: why.slice(0, 400) };
   } finally {
+    await squid?.stop();
     await node?.stop();
     await gateway?.stop();
     await sh(`docker ps -aq --filter label=dormice.node=${nodeId} | xargs -r docker rm -f`);

@@ -40,6 +40,12 @@ export interface CreateRequest {
    * caller has checked the snapshot belongs to the creating team.
    */
   snapshot?: string;
+  /**
+   * The team it belongs to (absent for a warm sandbox before it is claimed): the egress proxy
+   * shares its connections between teams first, so one team's many sandboxes cannot take them
+   * all.
+   */
+  team?: string;
 }
 
 /** What a snapshot is taken as. */
@@ -485,9 +491,10 @@ export interface Executor {
    * them. Absent on an executor that cannot enforce them (its capabilities say so).
    *
    * @throws {ExecutorError} `invalid` for a sandbox without egress, `unavailable` when the
-   * rules cannot be written (the old ones then stay).
+   * rules cannot be written (the old ones then stay). `team` is the sandbox's team (the egress
+   * proxy shares its connections between teams).
    */
-  setEgressRules?(id: string, rules: EgressRules): Promise<void>;
+  setEgressRules?(id: string, rules: EgressRules, team?: string): Promise<void>;
   /** What it can serve now (templates, volumes); an executor without it serves any template. */
   capabilities?(): Promise<ExecutorCapabilities>;
   /**

@@ -106,6 +106,8 @@ const SANDBOX_BRIDGE = /^(dm-|docker|br-)/;
 interface Sandbox {
   id: string;
   rules: EgressRules;
+  /** Its team, when the node said: the caps are shared between teams first. */
+  team?: string;
 }
 
 /** One spliced connection of a sandbox: what it was judged by, for a change of rules. */
@@ -129,7 +131,12 @@ export class EgressProxy {
   #listeners = new Map<string, Deno.TcpListener>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
-  #shares = new ConnectionShares<Deno.Conn>(MAX_CONNECTIONS, MAX_PER_SANDBOX);
+  /** Sandbox connections, by sandbox address, shared between teams and their sandboxes. */
+  #shares = new ConnectionShares<Deno.Conn>(
+    MAX_CONNECTIONS,
+    MAX_PER_SANDBOX,
+    (from) => this.#teamKey(this.#byAddress.get(from), `address ${from}`),
+  );
   /** The proxy's own CONNECTs (its HTTPS clients'), at most one per sandbox connection. */
   #tunnels = 0;
   /** Spliced connections by sandbox id; each removed when it ends. */
@@ -164,6 +171,7 @@ export class EgressProxy {
       maxRequestsPerSandbox,
       fetch: send,
       rulesOf: (id) => this.#byId.get(id)?.rules,
+      teamOf: (id) => this.#teamKey(this.#byId.get(id), `sandbox ${id}`),
       connectPort: () => (this.#connectListener!.addr as Deno.NetAddr).port,
     });
     this.#lookup = resolve;
@@ -195,10 +203,14 @@ export class EgressProxy {
     return (listener.addr as Deno.NetAddr).port;
   }
 
-  /** The sandbox at `ip` is `id`, judged by `rules` from its next connection on. */
-  set(ip: string, id: string, rules: EgressRules): void {
+  /**
+   * The sandbox at `ip` is `id` of `team`, judged by `rules` from its next connection on. The
+   * proxy's connection caps are shared between teams first (see `ConnectionShares`); a sandbox
+   * whose team is not given counts as a team of its own.
+   */
+  set(ip: string, id: string, rules: EgressRules, team?: string): void {
     for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
-    const sandbox = { id, rules };
+    const sandbox = { id, rules, team: team ?? this.#byId.get(id)?.team };
     this.#byAddress.set(ip, sandbox);
     this.#byId.set(id, sandbox);
     // Open connections the new rules refuse are cut, as the kernel cuts those to a denied
@@ -213,6 +225,11 @@ export class EgressProxy {
     for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
     this.#byId.delete(id);
     for (const s of this.#spliced.get(id) ?? []) closeQuietly(s.conn);
+  }
+
+  /** The key `sandbox`'s connections are shared out by: its team's, else its own `other`. */
+  #teamKey(sandbox: Sandbox | undefined, other: string): string {
+    return sandbox?.team === undefined ? other : `team ${sandbox.team}`;
   }
 
   /** Stops listening and closes the TLS terminators. */

@@ -1,7 +1,6 @@
 import assert from "node:assert/strict";
 import { EgressProxy } from "./_egress_proxy.ts";
 import { hostOf, judgeName, sniOf } from "./_egress_names.ts";
-import { ConnectionShares } from "./_egress_shares.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 
 /** The first bytes a TLS client sends for `name`: a real ClientHello, captured on loopback. */
@@ -252,39 +251,6 @@ Deno.test({
     await proxy.close();
     await Deno.remove(dir, { recursive: true });
   }
-});
-
-Deno.test("ConnectionShares: a sandbox holding the whole node cannot keep a newcomer from its share", () => {
-  const shares = new ConnectionShares<string>(8, 8);
-  const closed: string[] = [];
-  const evict = (x: string) => closed.push(x);
-  // One sandbox (one tenant's, or idle connections held on purpose) fills the node.
-  for (let i = 0; i < 8; i++) assert.equal(shares.admit("hog", `hog${i}`, evict), true);
-  assert.equal(shares.admit("hog", "hog8", evict), false, "the node is full for the hog itself");
-  // A newcomer gets up to an even share (8 over 2 sources), each one closing the hog's oldest.
-  for (let i = 0; i < 4; i++) assert.equal(shares.admit("new", `new${i}`, evict), true);
-  assert.deepEqual(closed, ["hog0", "hog1", "hog2", "hog3"]);
-  assert.equal(shares.admit("new", "new4", evict), false, "past its share, while full");
-  // A third gets 8 over 3 = 2, taken from whoever holds the most.
-  assert.equal(shares.admit("third", "t0", evict), true);
-  assert.equal(shares.admit("third", "t1", evict), true);
-  assert.equal(shares.admit("third", "t2", evict), false);
-  assert.equal(shares.total, 8, "never more than the node's cap");
-  assert.deepEqual(closed.slice(4), ["hog4", "new0"]);
-  // A released one frees room for anyone; releasing an evicted one changes nothing.
-  shares.release("hog", "hog0");
-  assert.equal(shares.total, 8);
-  shares.release("new", "new1");
-  assert.equal(shares.total, 7);
-  assert.equal(shares.admit("hog", "hog9", evict), true);
-  assert.equal(closed.length, 6, "room was free: nobody closed");
-});
-
-Deno.test("ConnectionShares: at most perSource of one source, even with room left", () => {
-  const shares = new ConnectionShares<number>(100, 3);
-  for (let i = 0; i < 3; i++) assert.equal(shares.admit("a", i, () => {}), true);
-  assert.equal(shares.admit("a", 3, () => {}), false);
-  assert.equal(shares.admit("b", 0, () => {}), true);
 });
 
 Deno.test({

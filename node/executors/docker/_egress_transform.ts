@@ -67,6 +67,8 @@ export interface TransformPathOptions {
   fetch: typeof fetch;
   /** The current rules of sandbox `id`; `undefined` once the proxy forgot it. */
   rulesOf: (id: string) => EgressRules | undefined;
+  /** The key its requests are shared out by between teams (see `ConnectionShares`). */
+  teamOf: (id: string) => string;
   /** The port of the proxy's own CONNECT listener, which the upstream clients go through. */
   connectPort: () => number;
 }
@@ -82,7 +84,10 @@ export class TransformPath {
   #requestsPerSandbox: number;
   #rulesOf: (id: string) => EgressRules | undefined;
   #connectPort: () => number;
-  /** Requests of opened connections in flight, by sandbox id, shared as connections are. */
+  /**
+   * Requests of opened connections in flight, by sandbox id, shared between teams and their
+   * sandboxes as connections are.
+   */
   #requests: ConnectionShares<AbortController>;
   /** The same requests, for close() to abort (a terminator's shutdown waits for its requests). */
   #inFlight = new Set<AbortController>();
@@ -99,7 +104,11 @@ export class TransformPath {
     this.#maxClients = options.maxClients;
     this.#fetch = options.fetch;
     this.#requestsPerSandbox = options.maxRequestsPerSandbox;
-    this.#requests = new ConnectionShares(MAX_CONNECTIONS, options.maxRequestsPerSandbox);
+    this.#requests = new ConnectionShares(
+      MAX_CONNECTIONS,
+      options.maxRequestsPerSandbox,
+      options.teamOf,
+    );
     this.#rulesOf = options.rulesOf;
     this.#connectPort = options.connectPort;
   }

@@ -72,7 +72,7 @@ export class SandboxSetup {
     }
     if (rules !== undefined) {
       try {
-        await this.applyEgress(request.id, rules);
+        await this.applyEgress(request.id, rules, request.team);
       } catch (error) {
         await undo().catch(() => {});
         throw error;
@@ -104,7 +104,8 @@ export class SandboxSetup {
     );
   }
 
-  async applyEgress(id: string, rules: EgressRules): Promise<void> {
+  /** Writes `rules` of sandbox `id` (of `team`) in the kernel and the egress proxy. */
+  async applyEgress(id: string, rules: EgressRules, team?: string): Promise<void> {
     const at = await this.#network.egressEndpoint(id);
     if (at === null) throw noEgress(id);
     const proxied = needsEgressProxy(rules);
@@ -130,7 +131,7 @@ export class SandboxSetup {
         );
       }
       // Known to the proxy before any connection is steered to it.
-      this.#proxy!.set(at.ip, id, rules);
+      this.#proxy!.set(at.ip, id, rules, team);
       await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut);
     } else {
       await this.#egress!.steer(id, at.ip, at.bridge, null, rules.allowOut);

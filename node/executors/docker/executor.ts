@@ -114,7 +114,7 @@ export class DockerExecutor implements Executor {
    * Replaces a sandbox's egress address rules in the kernel at once (see `_egress.ts`), the
    * sandbox and its processes running on. Present when the host firewall is on (iptables).
    */
-  readonly setEgressRules?: (id: string, rules: EgressRules) => Promise<void>;
+  readonly setEgressRules?: (id: string, rules: EgressRules, team?: string) => Promise<void>;
   /** The `dormice.instance` label of every container it makes, and what it lists by. */
   readonly instanceId: string;
 
@@ -160,7 +160,7 @@ export class DockerExecutor implements Executor {
     // The same iptables the host firewall needs; with it off the node enforces no rules.
     this.#egress = hostFirewall ? new EgressFirewall({ instanceId, run: runIptables }) : null;
     if (this.#egress !== null) {
-      this.setEgressRules = (id, rules) => this.#setup.applyEgress(id, rules);
+      this.setEgressRules = (id, rules, team) => this.#setup.applyEgress(id, rules, team);
     }
     this.#proxy = this.#egress !== null && egressCa !== null
       ? new EgressProxy({ ca: egressCa, extraCaCerts: egressExtraCa, hosts: egressHosts, log })
