@@ -51,6 +51,7 @@ import {
   stopInOrder,
   watchLaunchChain,
 } from "./_fleet_children.ts";
+import { fleetEgressCa } from "./_fleet_egress_ca.ts";
 import { fleetSettings } from "./_fleet_settings.ts";
 import {
   domainRefusal,
@@ -428,6 +429,14 @@ if (import.meta.main) {
       await waitForHealth(gateway);
     }
 
+    // One egress CA for every node: its fingerprint is in the config digest, and a CA each
+    // node made for itself would set the nodes apart (the gateway's digest-mismatch warning).
+    let egressCaEnv: Record<string, string> = {};
+    if (executor === "docker") {
+      const ca = await fleetEgressCa(dataRoot);
+      if ("env" in ca) egressCaEnv = ca.env;
+      else console.error(`No fleet egress CA (${ca.why}): the nodes refuse domain rules`);
+    }
     const nodes: { id: string; url: string; dir: string }[] = [];
     let from = settings.nodePort;
     for (const id of settings.nodeIds) {
@@ -453,6 +462,7 @@ if (import.meta.main) {
           DORMICE_GATEWAY_ENDPOINT: gatewayUrls.join(","),
           DORMICE_NODE_ID: id,
           DORMICE_CHECK_IN_INTERVAL_SECONDS: "5",
+          ...egressCaEnv,
           // Only when the operator set it: a non-root demo's explicit off (not root, the nodes
           // refuse to start with the firewall on).
           ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),

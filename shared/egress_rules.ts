@@ -76,23 +76,80 @@ export function domainMatches(pattern: string, name: string): boolean {
   return pattern === name;
 }
 
+/** The port HTTPS goes to when a URL names none: a transform key without a port applies here too. */
+export const HTTPS_PORT = 443;
+
+/** Most ports other than 443 one sandbox's transform keys may name (each is a proxy listener). */
+export const MAX_TRANSFORM_PORTS = 8;
+
+/** A canonical transform key (`api.example.com`, `*.example.com:8443`) split at its port. */
+function splitKey(key: string): { pattern: string; port: number | null } {
+  const m = /^(.*):(\d+)$/.exec(key);
+  return m ? { pattern: m[1], port: Number(m[2]) } : { pattern: key, port: null };
+}
+
 /**
- * The transform rules for `name` under `transforms`: the exact name's, else the longest
- * matching wildcard's (E2B's precedence), else none.
+ * The transform rules for `name` reached on `port` under `transforms`. A key with a port
+ * (`api.example.com:8443`) applies to that port only; one without, to any port. The exact
+ * name's rules win (with the port before without), else the longest matching wildcard's (E2B's
+ * precedence; with the port before without at the same length), else none. Rule sets are not
+ * merged.
+ *
+ * @example
+ * ```ts
+ * import { transformsFor } from "./egress_rules.ts";
+ * const t = { "api.example.com": [{ headers: { a: "any" } }], "api.example.com:8443": [{ headers: { a: "8443" } }] };
+ * transformsFor(t, "api.example.com", 8443); // [{ headers: { a: "8443" } }]
+ * transformsFor(t, "api.example.com", 443); // [{ headers: { a: "any" } }]
+ * ```
  */
 export function transformsFor(
   transforms: Record<string, EgressTransform[]> | undefined,
   name: string,
+  port: number = HTTPS_PORT,
 ): EgressTransform[] | undefined {
   if (transforms === undefined) return undefined;
+  const withPort = `${name}:${port}`;
+  if (Object.hasOwn(transforms, withPort)) return transforms[withPort];
   if (Object.hasOwn(transforms, name)) return transforms[name];
   let best: string | undefined;
-  for (const pattern of Object.keys(transforms)) {
-    if (pattern.startsWith("*.") && domainMatches(pattern, name)) {
-      if (best === undefined || pattern.length > best.length) best = pattern;
+  let bestLength = -1;
+  let bestPorted = false;
+  for (const key of Object.keys(transforms)) {
+    const k = splitKey(key);
+    if (!k.pattern.startsWith("*.") || (k.port !== null && k.port !== port)) continue;
+    if (!domainMatches(k.pattern, name)) continue;
+    const ported = k.port !== null;
+    if (
+      k.pattern.length > bestLength || (k.pattern.length === bestLength && ported && !bestPorted)
+    ) {
+      best = key;
+      bestLength = k.pattern.length;
+      bestPorted = ported;
     }
   }
   return best === undefined ? undefined : transforms[best];
+}
+
+/**
+ * The ports other than 443 that `transforms`' keys name, ascending: the node steers the
+ * sandbox's connections to them through its egress proxy as it does 80 and 443.
+ *
+ * @example
+ * ```ts
+ * import { transformPorts } from "./egress_rules.ts";
+ * transformPorts({ "a.example.com:8443": [], "b.example.com": [], "c.example.com:443": [] }); // [8443]
+ * ```
+ */
+export function transformPorts(
+  transforms: Record<string, EgressTransform[]> | undefined,
+): number[] {
+  const ports = new Set<number>();
+  for (const key of Object.keys(transforms ?? {})) {
+    const { port } = splitKey(key);
+    if (port !== null && port !== HTTPS_PORT) ports.add(port);
+  }
+  return [...ports].sort((a, b) => a - b);
 }
 
 /**
@@ -300,7 +357,8 @@ const RESERVED_HEADERS = new Set([
 /**
  * Reads E2B's `network.rules` (`{"api.example.com": [{transform: {headers: {...}}}]}`) into
  * transforms by lowercase domain pattern, or the sentence of the first bad part naming its
- * field. Keys must be domains (the proxy terminates TLS by name); header names must be HTTP
+ * field. Keys must be domains (the proxy terminates TLS by name), each with an optional port
+ * (`api.example.com:8443`: that port only; without one, any port); header names must be HTTP
  * tokens the proxy does not own, values single-line.
  *
  * @example
@@ -323,15 +381,38 @@ export function parseTransformRules(
     return fail(`'${field}' has ${entries.length} domains, more than ${MAX_TRANSFORM_DOMAINS}`);
   }
   const transforms: Record<string, EgressTransform[]> = {};
+  const ports = new Set<number>();
   for (const [key, list] of entries) {
     const at = `${field}.${key.slice(0, 80)}`;
-    const domain = parseDomainEntry(key);
+    const ported = /^(.*):(\d{1,5})$/.exec(key.trim());
+    const domain = parseDomainEntry(ported ? ported[1] : key);
     if (domain === null) {
       return fail(
         `'${at}': a rule's key must be a domain name such as 'api.example.com' or ` +
-          "'*.example.com' (the egress proxy terminates TLS by name, so addresses cannot carry " +
-          "transforms)",
+          "'*.example.com', with an optional port ('api.example.com:8443') (the egress proxy " +
+          "terminates TLS by name, so addresses cannot carry transforms)",
       );
+    }
+    let canonical = domain;
+    if (ported) {
+      const port = Number(ported[2]);
+      if (port < 1 || port > 65_535 || ported[2].startsWith("0")) {
+        return fail(`'${at}': the port of a rule's key must be 1-65535, without leading zeros`);
+      }
+      if (port === 80) {
+        return fail(
+          `'${at}': port 80 is plain HTTP, and header transforms apply to HTTPS only: name ` +
+            "the port the HTTPS server listens on, or none for 443",
+        );
+      }
+      canonical = `${domain}:${port}`;
+      if (port !== HTTPS_PORT) ports.add(port);
+      if (ports.size > MAX_TRANSFORM_PORTS) {
+        return fail(
+          `'${field}' names more than ${MAX_TRANSFORM_PORTS} ports other than 443 in its keys: ` +
+            "each is a listener of the node's egress proxy",
+        );
+      }
     }
     if (!Array.isArray(list) || list.length > 20) {
       return fail(`'${at}' must be a list of at most 20 rules such as [{transform: {headers}}]`);
@@ -399,7 +480,7 @@ export function parseTransformRules(
       }
       rules.push({ headers: out });
     }
-    transforms[domain] = rules;
+    transforms[canonical] = rules;
   }
   return { ok: true, transforms };
 }

@@ -6,6 +6,7 @@ import {
   parseEgressEntry,
   parseEgressList,
   parseTransformRules,
+  transformPorts,
   transformsFor,
 } from "./egress_rules.ts";
 import { describeZodError, sandboxSpecSchema } from "./schemas.ts";
@@ -123,6 +124,64 @@ Deno.test("domainMatches() and transformsFor(): exact first, then the longest wi
   assert.deepEqual(transformsFor(t, "v1.api.example.com"), [{ headers: { a: "long" } }]);
   assert.deepEqual(transformsFor(t, "www.example.com"), [{ headers: { a: "short" } }]);
   assert.equal(transformsFor(t, "example.com"), undefined);
+});
+
+Deno.test("transformsFor() with a port: a key with a port applies to it only, one without to any", () => {
+  const t = {
+    "api.example.com": [{ headers: { a: "any port" } }],
+    "api.example.com:8443": [{ headers: { a: "8443" } }],
+    "*.example.com:9443": [{ headers: { a: "wild 9443" } }],
+    "*.example.com": [{ headers: { a: "wild" } }],
+    "gw.test:21200": [{ headers: { a: "gateway" } }],
+  };
+  assert.deepEqual(transformsFor(t, "api.example.com", 8443), [{ headers: { a: "8443" } }]);
+  assert.deepEqual(transformsFor(t, "api.example.com", 443), [{ headers: { a: "any port" } }]);
+  assert.deepEqual(transformsFor(t, "api.example.com", 9443), [{ headers: { a: "any port" } }]);
+  // Wildcards of the same length: the one with the port wins on its port.
+  assert.deepEqual(transformsFor(t, "www.example.com", 9443), [{ headers: { a: "wild 9443" } }]);
+  assert.deepEqual(transformsFor(t, "www.example.com", 443), [{ headers: { a: "wild" } }]);
+  assert.deepEqual(transformsFor(t, "gw.test", 21200), [{ headers: { a: "gateway" } }]);
+  assert.equal(transformsFor(t, "gw.test", 443), undefined);
+  assert.deepEqual(transformPorts(t), [8443, 9443, 21200]);
+});
+
+Deno.test("parseTransformRules() takes a key with a port, as a sandbox's own host:port is", () => {
+  const r = parseTransformRules({
+    "8080-abc.Dormice.test:21200": [{ transform: { headers: { "X-Test-Token": "v" } } }],
+    "*.example.com:443": [],
+    "api.example.com": [],
+  }, "network.rules");
+  assert.deepEqual(r, {
+    ok: true,
+    transforms: {
+      "8080-abc.dormice.test:21200": [{ headers: { "X-Test-Token": "v" } }],
+      "*.example.com:443": [],
+      "api.example.com": [],
+    },
+  });
+  const cases: [string, RegExp][] = [
+    ["a.test:0", /port of a rule's key must be 1-65535/],
+    ["a.test:65536", /port of a rule's key must be 1-65535/],
+    ["a.test:0443", /without leading zeros/],
+    ["a.test:80", /port 80 is plain HTTP/],
+    ["1.2.3.4:443", /a rule's key must be a domain name/],
+    ["bücher.example:443", /a rule's key must be a domain name/],
+    ["*:443", /a rule's key must be a domain name/],
+    ["a.*.test:443", /a rule's key must be a domain name/],
+    ["localhost:8443", /a rule's key must be a domain name/],
+    ["a.test:", /a rule's key must be a domain name/],
+  ];
+  for (const [key, pattern] of cases) {
+    const bad = parseTransformRules({ [key]: [] }, "network.rules");
+    assert.equal(bad.ok, false, key);
+    if (!bad.ok) assert.match(bad.error, pattern, key);
+  }
+  const many = Object.fromEntries(
+    Array.from({ length: 9 }, (_, i) => [`a.test:${9000 + i}`, []]),
+  );
+  const tooMany = parseTransformRules(many, "network.rules");
+  assert.equal(tooMany.ok, false);
+  if (!tooMany.ok) assert.match(tooMany.error, /more than 8 ports other than 443/);
 });
 
 Deno.test("parseTransformRules() reads E2B's rules and names what is wrong, never a value", () => {

@@ -64,11 +64,72 @@ export const envSchema: z.ZodRecord<z.ZodString, z.ZodString> = boundedRecord(
   ENV_MAX_BYTES,
 );
 
+/** Most ports a sandbox may list as serving HTTPS: each is looked up on every request to a port. */
+export const MAX_HTTPS_PORTS = 32;
+/** envd's port: served by the fleet itself, never a sandbox's HTTPS server (as in E2B). */
+const ENVD_PORT = 49983;
+
+/**
+ * Reads a sandbox's ports that serve HTTPS (E2B's `network.httpsPorts`): a list of integers
+ * 1-65535, not envd's 49983, at most {@linkcode MAX_HTTPS_PORTS}; repeats are dropped, the
+ * order kept. Otherwise the sentence saying what is wrong, to follow the field's name.
+ *
+ * @example
+ * ```ts
+ * import { parseHttpsPorts } from "./sandbox_spec.ts";
+ * parseHttpsPorts([8443, 8443, 3000]); // { ok: true, ports: [8443, 3000] }
+ * parseHttpsPorts([0]); // { ok: false, why: "holds 0, which is not a port: …" }
+ * ```
+ */
+export function parseHttpsPorts(
+  value: unknown,
+): { ok: true; ports: number[] } | { ok: false; why: string } {
+  if (!Array.isArray(value)) {
+    return { ok: false, why: "must be a list of port numbers such as [8443]" };
+  }
+  if (value.length > MAX_HTTPS_PORTS) {
+    return {
+      ok: false,
+      why: `lists ${value.length} ports, more than ${MAX_HTTPS_PORTS}: list only the ports ` +
+        "whose servers speak HTTPS",
+    };
+  }
+  for (const port of value) {
+    if (typeof port !== "number" || !Number.isInteger(port) || port < 1 || port > 65_535) {
+      return {
+        ok: false,
+        why: `holds ${JSON.stringify(port)?.slice(0, 40)}, which is not a port: write integers ` +
+          "from 1 to 65535",
+      };
+    }
+    if (port === ENVD_PORT) {
+      return {
+        ok: false,
+        why: `holds ${ENVD_PORT}, envd's port, which the fleet itself serves: list only the ` +
+          "ports of your own HTTPS servers",
+      };
+    }
+  }
+  return { ok: true, ports: [...new Set(value as number[])] };
+}
+
+/** {@linkcode parseHttpsPorts} as a schema (native `spec.httpsPorts`). */
+export const httpsPortsSchema: z.ZodType<number[], unknown> = z.unknown().transform(
+  (value, ctx) => {
+    const r = parseHttpsPorts(value);
+    if (r.ok) return r.ports;
+    ctx.addIssue({ code: "custom", message: r.why });
+    return z.NEVER;
+  },
+);
+
 /**
  * Resource limits and options asked for a sandbox. `network: true` gives it egress (none by
  * default); `egressRules` gives it egress judged by address rules (E2B's `network.allowOut` /
  * `denyOut`, see `egress_rules.ts`), on a node that can serve them; `privatePorts: true` makes
- * its ports require its traffic access token (E2B's `network.allowPublicTraffic: false`).
+ * its ports require its traffic access token (E2B's `network.allowPublicTraffic: false`);
+ * `httpsPorts` lists its ports whose servers speak HTTPS (E2B's `network.httpsPorts`), which
+ * the node then reaches over TLS.
  */
 export const sandboxSpecSchema: z.ZodObject<{
   cpus: z.ZodOptional<z.ZodNumber>;
@@ -77,6 +138,7 @@ export const sandboxSpecSchema: z.ZodObject<{
   network: z.ZodOptional<z.ZodBoolean>;
   egressRules: z.ZodOptional<z.ZodType<EgressRules, EgressRulesInput>>;
   privatePorts: z.ZodOptional<z.ZodBoolean>;
+  httpsPorts: z.ZodOptional<z.ZodType<number[], unknown>>;
   env: z.ZodOptional<z.ZodRecord<z.ZodString, z.ZodString>>;
   volumes: z.ZodOptional<z.ZodArray<z.ZodType<VolumeMount>>>;
 }> = z.object({
@@ -86,6 +148,7 @@ export const sandboxSpecSchema: z.ZodObject<{
   network: z.boolean().optional(),
   egressRules: egressRulesSchema.optional(),
   privatePorts: z.boolean().optional(),
+  httpsPorts: httpsPortsSchema.optional(),
   env: envSchema.optional(),
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */
   volumes: z.array(volumeMountSchema).max(16).optional(),
@@ -105,6 +168,11 @@ export interface SandboxSpec {
   egressRules?: EgressRules;
   /** Its ports require its traffic access token (E2B's `allowPublicTraffic: false`). */
   privatePorts?: boolean;
+  /**
+   * Ports whose servers speak HTTPS (E2B's `network.httpsPorts`): the node connects to them
+   * with TLS, not verifying the sandbox's certificate (a self-signed one works).
+   */
+  httpsPorts?: number[];
   /** Environment variables. */
   env?: Record<string, string>;
   /** Named volumes of the node (`DORMICE_VOLUMES`) and where each is mounted. */

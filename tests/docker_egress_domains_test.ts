@@ -116,6 +116,8 @@ Deno.test({
          };
          Deno.serve({ hostname, port: 80, onListen() {} }, answer);
          Deno.serve({ hostname, port: 443, cert, key, onListen() {} }, answer);
+         // HTTPS on another port too, for transform keys with a port.
+         Deno.serve({ hostname, port: 8443, cert, key, onListen() {} }, answer);
        }
        console.log("listening");`,
     );
@@ -184,12 +186,13 @@ Deno.test({
       address: string,
       cacert = true,
       path = "/",
+      port = scheme === "http" ? 80 : 443,
     ): Promise<string> => {
-      const port = scheme === "http" ? 80 : 443;
+      const authority = port === 80 || port === 443 ? name : `${name}:${port}`;
       try {
         const r = await sandbox.commands.run(
           `curl -sS --compressed --max-time 6 ${cacert ? "--cacert /tmp/egd-ca.crt " : ""}` +
-            `--resolve ${name}:${port}:${address} ${scheme}://${name}${path}`,
+            `--resolve ${name}:${port}:${address} ${scheme}://${authority}${path}`,
           { timeoutMs: 20_000 },
         );
         return r.stdout.trim();
@@ -275,6 +278,42 @@ Deno.test({
           await get(keyed, "https", "allowed.test", b, false),
           answer(a, "allowed.test", sha(secret)),
         );
+      },
+    );
+
+    const other = `egd-other-${crypto.randomUUID()}`;
+    const ported = await create({
+      network: {
+        allowOut: ["allowed.test"],
+        denyOut: [ALL_TRAFFIC],
+        rules: {
+          // A sandbox's own host:port key, as the SDK's getHost() gives one off 443.
+          "allowed.test:8443": [{ transform: { headers: { "X-Dormice-Key": secret } } }],
+          "allowed.test": [{ transform: { headers: { "X-Dormice-Key": other } } }],
+        },
+      },
+    });
+    await t.step(
+      "a rule key with a port applies on that port (steered there), a key without one on 443",
+      async () => {
+        assert.equal(
+          await get(ported, "https", "allowed.test", a, false, "/", 8443),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        assert.equal(
+          await get(ported, "https", "allowed.test", a, false),
+          answer(a, "allowed.test", sha(other)),
+        );
+        // Forged address on the port: the header still goes to allowed.test's address only.
+        assert.equal(
+          await get(ported, "https", "allowed.test", b, false, "/", 8443),
+          answer(a, "allowed.test", sha(secret)),
+        );
+        const info = await Sandbox.getInfo(ported.sandboxId, opts);
+        assert.deepEqual(Object.keys(info.network?.rules ?? {}).sort(), [
+          "allowed.test",
+          "allowed.test:8443",
+        ]);
       },
     );
 

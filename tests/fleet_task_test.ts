@@ -7,7 +7,9 @@
  * - `--shared` started by npx (the README's command) logs no info lines by default and, stopped
  *   by a SIGTERM to npx alone, leaves no gateway, node or etcd behind and stops without an error
  *   line;
- * - `--verbose` shows the parts' info lines.
+ * - `--verbose` shows the parts' info lines;
+ * - on Docker, the nodes agree on the fleet-invariant settings (one egress CA for all), so the
+ *   gateway reports no config digest mismatch and logs no warning about one.
  *
  * The Docker case needs an engine and the images, the shared one etcd: with `CI=true` neither
  * skips; off CI each skips with a printed reason.
@@ -87,6 +89,28 @@ Deno.test({
     }
     assert.equal(res?.status, 200, `${text}\n${fleet.stderr()}`);
     assert.equal(text.trim(), word);
+
+    // Both nodes have checked in with a digest (the check-in interval is 5 s): they agree.
+    // deno-lint-ignore no-explicit-any
+    let nodes: any[] = [];
+    for (let i = 0; i < 150; i++) {
+      const listed = await fetch(`${fleet.gatewayUrl}/listNodes`, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          authorization: `Bearer ${fleet.exported("DORMICE_API_TOKEN")}`,
+        },
+        body: "{}",
+      });
+      nodes = (await listed.json()).nodes ?? [];
+      if (nodes.length === 2 && nodes.every((n) => typeof n.configDigest === "string")) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(nodes.length, 2, JSON.stringify(nodes));
+    assert.ok(nodes.every((n) => typeof n.configDigest === "string"), "precondition: digests");
+    assert.equal(nodes[0].configDigest, nodes[1].configDigest, "the nodes' digests");
+    assert.deepEqual(nodes.map((n) => n.configDigestMismatch), [false, false]);
+    assert.doesNotMatch(fleet.stderr(), /fleet-invariant settings differ/);
   } finally {
     await fleet.stop();
     await removeContainersOf(fleet.nodeIds);

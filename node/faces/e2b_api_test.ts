@@ -360,6 +360,10 @@ Deno.test("create honours allowInternetAccess as the spec's egress and records s
   const denied = await make({ network: { denyOut: ["0.0.0.0/0"], allowPublicTraffic: false } });
   assert.equal(denied.info.allowInternetAccess, false);
   assert.deepEqual(denied.info.network, { allowPublicTraffic: false });
+  // HTTPS ports go into the spec (repeats dropped) and come back in the detail, as E2B's do.
+  const https = await make({ network: { httpsPorts: [8443, 8443, 3000] } });
+  assert.deepEqual(https.row.spec.httpsPorts, [8443, 3000]);
+  assert.deepEqual(https.info.network, { httpsPorts: [8443, 3000] });
   await executor.close();
 });
 
@@ -498,7 +502,16 @@ Deno.test("create refuses network options this node cannot honour, naming each",
     [{ network: { allowOut: ["2001:db8::1"] } }, /^'network\.allowOut\[0\]' .* IPv6/],
     [{ network: { egressProxy: { address: "p:1080" } } }, /^'network\.egressProxy'/],
     [{ network: { rules: { "1.2.3.4": [] } } }, /^'network\.rules\.1\.2\.3\.4': a rule's key/],
-    [{ network: { httpsPorts: [3000] } }, /^'network\.httpsPorts' is not supported/],
+    [{ network: { httpsPorts: [0] } }, /^'network\.httpsPorts' holds 0, which is not a port/],
+    [{ network: { httpsPorts: [3000.5] } }, /^'network\.httpsPorts' holds 3000\.5/],
+    [{ network: { httpsPorts: ["3000"] } }, /^'network\.httpsPorts' holds "3000"/],
+    [{ network: { httpsPorts: [70000] } }, /^'network\.httpsPorts' holds 70000/],
+    [{ network: { httpsPorts: [49983] } }, /^'network\.httpsPorts' holds 49983, envd's port/],
+    [{ network: { httpsPorts: 3000 } }, /^'network\.httpsPorts' must be a list/],
+    [
+      { network: { httpsPorts: Array.from({ length: 33 }, (_, i) => 3000 + i) } },
+      /^'network\.httpsPorts' lists 33 ports, more than 32/,
+    ],
     [{ network: { maskRequestHost: "a b" } }, /^'network\.maskRequestHost' must be a host/],
     [{ network: { maskRequestHost: "x\r\ny: 1" } }, /'network\.maskRequestHost'/],
     [{ network: { maskRequestHost: "h:${PORT}/path" } }, /'network\.maskRequestHost'/],

@@ -2,14 +2,15 @@
  * What an E2B create asks beyond its template: the lifecycle (`lifecycle`, or the wire's
  * `autoPause` / `autoPauseMemory` / `autoResume`), `secure`, `allow_internet_access` and
  * `network` (egress, address rules, public traffic, `maskRequestHost`), resolved into what this
- * node does. An option the node cannot honour (an upstream proxy, HTTPS ports) is a 400 naming
- * it, never a silent ignore.
+ * node does. An option the node cannot honour (an upstream proxy) is a 400 naming it, never a
+ * silent ignore.
  *
  * @module
  */
 import { z } from "zod";
 import { HttpError } from "../../shared/http_error.ts";
 import { describeZodError, type SandboxSpec } from "../../shared/schemas.ts";
+import { parseHttpsPorts } from "../../shared/sandbox_spec.ts";
 import {
   ALL_TRAFFIC,
   type EgressRules,
@@ -134,6 +135,12 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
     : internet
     ? { network: true }
     : {};
+  const https = body.network?.httpsPorts;
+  if (https !== undefined && https !== null) {
+    const r = parseHttpsPorts(https);
+    if (!r.ok) throw new HttpError(400, `'network.httpsPorts' ${r.why}`);
+    if (r.ports.length > 0) spec.httpsPorts = r.ports;
+  }
   return { onTimeout, e2b, spec };
 }
 
@@ -292,12 +299,9 @@ export function parseNetworkUpdate(value: unknown): EgressRules {
   );
 }
 
-/**
- * Refuses the network options this fleet does not serve yet (an upstream proxy, HTTPS ports),
- * each naming its field.
- */
+/** Refuses the network options this fleet does not serve yet (an upstream proxy), naming it. */
 export function refuseUnserved(
-  network: { egressProxy?: unknown; rules?: unknown; httpsPorts?: unknown },
+  network: { egressProxy?: unknown; rules?: unknown },
   prefix = "network.",
 ): void {
   const unsupported = (field: string, why: string) =>
@@ -308,9 +312,6 @@ export function refuseUnserved(
     );
   if (network.egressProxy !== undefined && network.egressProxy !== null) {
     throw unsupported("egressProxy", "egress cannot go through an upstream proxy");
-  }
-  if (network.httpsPorts !== undefined && network.httpsPorts !== null) {
-    throw unsupported("httpsPorts", "ports are not served as HTTPS");
   }
 }
 

@@ -307,12 +307,16 @@ function endAt(s: SandboxRecord): string {
 function network(s: SandboxRecord) {
   const { allowPublicTraffic, maskRequestHost } = s.e2b;
   const rules = s.spec.egressRules;
-  if (allowPublicTraffic === undefined && maskRequestHost === undefined && !rules) {
+  const httpsPorts = s.spec.httpsPorts;
+  if (
+    allowPublicTraffic === undefined && maskRequestHost === undefined && !rules && !httpsPorts
+  ) {
     return undefined;
   }
   return {
     ...(allowPublicTraffic === undefined ? {} : { allowPublicTraffic }),
     ...(maskRequestHost === undefined ? {} : { maskRequestHost }),
+    ...(httpsPorts === undefined ? {} : { httpsPorts }),
     ...(rules
       ? {
         allowOut: [...rules.allowOut, ...rules.allowDomains ?? []],

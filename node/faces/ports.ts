@@ -8,6 +8,11 @@
  * was created with `network.allowPublicTraffic: false` (native: `spec.privatePorts`), and then
  * `e2b-traffic-access-token` must carry its traffic token. `secure` guards envd, not ports.
  *
+ * A port the sandbox listed in `network.httpsPorts` (native `spec.httpsPorts`) is reached over
+ * TLS without verifying the sandbox's certificate (`_https_port.ts` says why); the public side
+ * is the fleet's, https or not as the gateway serves it. WebSockets to such a port are not
+ * relayed (a 501 saying so).
+ *
  * A sandbox created with `network.maskRequestHost` has its servers see that Host (`${PORT}`
  * replaced by the port), on plain requests and WebSocket handshakes alike, as E2B's proxy does;
  * both go out on clients of our own (`createH1Client({ hostFromHeaders: true })`,
@@ -22,6 +27,7 @@ import type { AccessTokens } from "../../shared/access_tokens.ts";
 import { type Log, silentLog } from "../../shared/log.ts";
 import { createH1Client, type H1Client } from "../../shared/http1/mod.ts";
 import { maskedHost } from "./e2b_create_options.ts";
+import { fetchSandboxTls } from "./_https_port.ts";
 import {
   endToEndHeaders,
   isWebSocketUpgrade,
@@ -162,6 +168,17 @@ export function createPortsDoor(
     const target = `${address.hostname}:${address.port}${rest}`;
     const mask = sandbox.e2b.maskRequestHost;
     const host = mask === undefined ? undefined : maskedHost(mask, port);
+    const tls = sandbox.spec.httpsPorts?.includes(port) === true;
+    if (isWebSocketUpgrade(request) && tls) {
+      return answer(
+        501,
+        `Port ${port} is listed in network.httpsPorts, and WebSockets to an HTTPS port in the ` +
+          "sandbox are not relayed: serve the WebSocket on a plain HTTP port (the public URL " +
+          "is HTTPS either way)",
+        id,
+        { port },
+      );
+    }
     if (isWebSocketUpgrade(request)) {
       try {
         return await relayWebSocket(request, `ws://${target}`, { headers, host });
@@ -178,14 +195,23 @@ export function createPortsDoor(
     connect.addEventListener("abort", onTimeout, { once: true });
     request.signal.addEventListener("abort", () => controller.abort(), { once: true });
     let send: typeof fetch = fetch;
-    if (host !== undefined) {
+    if (tls) {
+      if (host !== undefined) headers.set("host", host);
+      send = (_url, init) =>
+        fetchSandboxTls(address.hostname, address.port, rest, {
+          method: request.method,
+          headers,
+          body: hasBody ? request.body : null,
+          signal: (init as RequestInit).signal!,
+        });
+    } else if (host !== undefined) {
       headers.set("host", host);
       hostClient ??= createH1Client({ hostFromHeaders: true });
       send = hostClient.fetch;
     }
     let upstream: Response;
     try {
-      upstream = await send(`http://${target}`, {
+      upstream = await send(`${tls ? "https" : "http"}://${target}`, {
         method: request.method,
         headers,
         body: hasBody ? request.body : null,
@@ -199,7 +225,17 @@ export function createPortsDoor(
         return answer(504, `Port ${port} did not answer within ${headTimeoutMs} ms`, id, { port });
       }
       if (isNetDenied(error)) return netDenied(id, port, address.hostname);
-      return closedPort(id, port, String((error as Error)?.message ?? error));
+      const cause = String((error as Error)?.message ?? error);
+      if (tls && !/ECONNREFUSED|refused/i.test(cause)) {
+        return answer(
+          502,
+          `Port ${port} is listed in network.httpsPorts, but TLS with its server failed: ` +
+            "check that it serves HTTPS there, or leave the port out of httpsPorts",
+          id,
+          { port, cause: cause.slice(0, 200) },
+        );
+      }
+      return closedPort(id, port, cause);
     } finally {
       // Only the head is bounded: a long answer (an event stream) may flow for as long as it likes.
       connect.removeEventListener("abort", onTimeout);

@@ -7,7 +7,7 @@
  * @module
  */
 import type { RawHead } from "./_head.ts";
-import { ChunkDecoder, type Conn, type Head, StaleConnection, wrap } from "./_wire.ts";
+import { ChunkDecoder, ClosedEarly, type Conn, type Head, StaleConnection, wrap } from "./_wire.ts";
 import type { Cancel } from "./_pool.ts";
 
 /** A node's answer read on the wire (see the client's `sendBytes`). */
@@ -141,7 +141,7 @@ export class WireAnswer implements BytesAnswer {
           this.#remaining = 0;
           return null;
         }
-        throw new TypeError("error reading response: the node closed the body early");
+        throw new ClosedEarly("error reading response: the node closed the body early");
       }
       const n = remaining === -2 ? conn.buffered.length : Math.min(remaining, conn.buffered.length);
       // Not lent, as the caller writes it out before asking for more, so the read buffer is
@@ -305,7 +305,7 @@ function bodyStream(
             finish(false);
             return;
           }
-          throw new TypeError("error reading response: the node closed the body early");
+          throw new ClosedEarly("error reading response: the node closed the body early");
         }
         const n = remaining === -2
           ? conn.buffered.length

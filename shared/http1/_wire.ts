@@ -225,8 +225,15 @@ export class Conn {
   }
 }
 
+/**
+ * The server closed its connection before its answer ended: an event of that server (a node
+ * whose sandbox was killed mid-stream, a server that crashed), not a bug of this process, so a
+ * server passing such an answer on tells it apart from an unexpected error.
+ */
+export class ClosedEarly extends TypeError {}
+
 export function closedEarly(): TypeError {
-  return new TypeError("error sending request: connection closed before message completed");
+  return new ClosedEarly("error sending request: connection closed before message completed");
 }
 
 /**

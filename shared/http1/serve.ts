@@ -48,6 +48,7 @@ import type { BytesLane } from "./server.ts";
 import { type Backend, ConnectionGuard, guardBounds } from "./_guard.ts";
 import { bytesBackend, denoBackend, type OnError, serveOnConnection } from "./_backends.ts";
 import { serveHttpBackend, serveHttpLegacy } from "./_serve_upgrading.ts";
+import { ClosedEarly } from "./_wire.ts";
 
 /**
  * Reads a daemon's WebSocket switch (`DORMICE_GATEWAY_WEBSOCKETS`, `DORMICE_WEBSOCKETS`):
@@ -253,6 +254,15 @@ function logged(log: Log): OnError {
     if (error instanceof StreamCut) {
       // A stream cut on purpose (its sandbox died): an event of the sandbox, not a failure.
       log("info", "a streamed answer was cut off", { reason: error.message });
+    } else if (error instanceof ClosedEarly) {
+      // An answer passed on from a server (the node behind the gateway) that closed before it
+      // ended, usually because its sandbox was killed mid-stream: the client's connection is
+      // closed unterminated, as the cut demands; nothing here failed.
+      log("debug", "an upstream closed its answer before it ended", { reason: error.message });
+      // Seen only when no byte was sent yet: the server behind did not answer whole.
+      return new Response("Bad gateway: the server behind this one closed its answer early", {
+        status: 502,
+      });
     } else {
       log("error", "unexpected error answering a request", { error: String(error) });
     }

@@ -5,6 +5,7 @@
  */
 import assert from "node:assert/strict";
 import { type BytesLane, sentUrl } from "./server.ts";
+import { createH1Client } from "./client.ts";
 import {
   answers,
   deferred,
@@ -473,6 +474,51 @@ Deno.test("bytes engine: an answer body that errors midway closes the connection
   }, { log: (_level, msg) => void logged.push(msg) });
   assert.ok(logged.includes("unexpected error answering a request"), JSON.stringify(logged));
 });
+
+for (
+  const [framing, answer] of [
+    ["sized", "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart"],
+    ["chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\npart\r\n"],
+  ]
+) {
+  Deno.test(`bytes engine: an upstream ${framing} answer cut mid-body is no unexpected error, and leaks nothing`, async () => {
+    // The server behind (a node whose sandbox was killed mid-stream): a head, part of the
+    // body, then its connection closes.
+    const upstream = Deno.listen({ hostname: "127.0.0.1", port: 0 });
+    const served = (async () => {
+      const conn = await upstream.accept();
+      await conn.read(new Uint8Array(4096));
+      await conn.write(enc(answer));
+      conn.close();
+    })();
+    const client = createH1Client();
+    const logged: [string, string][] = [];
+    try {
+      await withServer(
+        () => client.fetch(`http://127.0.0.1:${upstream.addr.port}/`),
+        async ({ connect }) => {
+          const { head, body } = await answerThenClose(connect);
+          assert.match(head, /^HTTP\/1\.1 200 /, "the precondition: the head went out");
+          assert.ok(body.includes("part"), body);
+          assert.doesNotMatch(body, /Internal error|Bad gateway/, "nothing after the cut");
+        },
+        { log: (level, msg, f) => void logged.push([level, `${msg} ${JSON.stringify(f)}`]) },
+      );
+      await served;
+      assert.deepEqual(logged.filter(([level]) => level === "error"), []);
+      assert.ok(
+        logged.some(([level, msg]) =>
+          level === "debug" && msg.startsWith("an upstream closed its answer before it ended")
+        ),
+        JSON.stringify(logged),
+      );
+      assert.equal(client.open, 0, "the upstream's connection is released");
+    } finally {
+      client.close();
+      upstream.close();
+    }
+  });
+}
 
 Deno.test("bytes engine: a body past its declared length: the length goes out sized, then the close", async () => {
   // The whole declared body comes in the first piece, then one byte too many.

@@ -27,8 +27,14 @@
  * nat PREROUTING: -i <bridge> -s <ip>/32 -m comment --comment dormice:<instance>:<id> -j DMN-<h>-n
  * DMN-<h>-n:      -d <allowed> -j RETURN ...
  *                 -p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports <proxy>
+ *                 -p tcp --dport <P> -j REDIRECT --to-ports <proxy for P> ...
  * filter INPUT:   -i <bridge> -p tcp --dport <proxy> -m conntrack --ctstate DNAT -j ACCEPT
+ *                 (and one per proxy listener for a port P)
  * ```
+ *
+ * A port P other than 80 and 443 is steered when a transform key names it
+ * (`api.example.com:8443`), to a listener of the proxy's own for P (a REDIRECT loses the port
+ * the sandbox connected to).
  *
  * The INPUT rule lets only redirected connections through the host firewall to the proxy; a
  * sandbox connecting to the proxy's port itself is still dropped. Steered connections never
@@ -152,6 +158,8 @@ export class EgressFirewall {
     bridge: string,
     port: number | null,
     allowOut: readonly string[],
+    /** Ports other than 80 and 443 to steer, each to its own listener of the proxy. */
+    extra: ReadonlyMap<number, number> = new Map(),
   ): Promise<void> {
     const { dispatch, comment } = this.chains(id);
     const chain = `${dispatch}-n`;
@@ -188,9 +196,24 @@ export class EgressFirewall {
         const i = words.indexOf("-i");
         const p = words.indexOf("--dport");
         if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge || p < 0) continue;
+        if (words.includes("dormice:egress-proxy-port")) {
+          // A listener of a node process since restarted: this one's are added below.
+          await this.#must(["-D", ...words.slice(1)]);
+          continue;
+        }
         if (!words.includes("dormice:egress-proxy") || words[p + 1] === String(port)) continue;
         await this.#must(["-D", ...words.slice(1)]);
       }
+    }
+    for (const listener of extra.values()) {
+      const own = accept.map((w) =>
+        w === String(port)
+          ? String(listener)
+          : w === "dormice:egress-proxy"
+          ? "dormice:egress-proxy-port"
+          : w
+      );
+      if (!(await this.#has("INPUT", own))) await this.#must(["-I", "INPUT", "1", ...own]);
     }
     const made = await this.#iptables(["-t", "nat", "-N", chain]);
     let old = 0;
@@ -207,6 +230,16 @@ export class EgressFirewall {
       ...allowOut.map((cidr) => ["-d", cidr, "-j", "RETURN"]),
       ["-p", "tcp", "-m", "multiport", "--dports", "80,443", "-j", "REDIRECT", "--to-ports"]
         .concat(String(port)),
+      ...[...extra].map(([to, listener]) => [
+        "-p",
+        "tcp",
+        "--dport",
+        String(to),
+        "-j",
+        "REDIRECT",
+        "--to-ports",
+        String(listener),
+      ]),
     ];
     for (const [i, rule] of rules.entries()) {
       await this.#must(["-t", "nat", "-I", chain, String(i + 1), ...rule]);

@@ -58,6 +58,11 @@ import {
  */
 const MAX_LOOKUPS = 64;
 const MAX_LOOKUPS_PER_SANDBOX = 16;
+/**
+ * Most listeners for ports other than 80 and 443 (transform keys with a port), node-wide: one
+ * per egress bridge address and port, kept while the node runs.
+ */
+export const MAX_PORT_LISTENERS = 64;
 /** How long the proxy waits for a name to resolve, ms. */
 const LOOKUP_TIMEOUT_MS = 5_000;
 
@@ -128,7 +133,10 @@ export class EgressProxy {
   /** Lookups in flight by sandbox address. */
   #lookups = new Map<string, number>();
   #lookupsTotal = 0;
+  /** By bridge address (80 and 443), or `<address> <port>` for a transform key's port. */
   #listeners = new Map<string, Deno.TcpListener>();
+  /** How many of {@linkcode #listeners} are for a transform key's port. */
+  #portListeners = 0;
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
   /** Sandbox connections, by sandbox address, shared between teams and their sandboxes. */
@@ -182,11 +190,24 @@ export class EgressProxy {
 
   /**
    * Listens on `hostname` (an egress bridge's gateway address, where a REDIRECT delivers)
-   * unless it listens there already; the port.
+   * unless it listens there already; the port. With `forPort`, the listener takes the
+   * connections a sandbox made to that port (a transform key's, `api.example.com:8443`): a
+   * REDIRECT loses the port connected to, so each such port has a listener of its own, at most
+   * {@linkcode MAX_PORT_LISTENERS} a node.
+   *
+   * @throws {Error} past that many, or when the address cannot be listened on.
    */
-  start(hostname: string): number {
-    const known = this.#listeners.get(hostname);
+  start(hostname: string, forPort?: number): number {
+    const at = forPort === undefined ? hostname : `${hostname} ${forPort}`;
+    const known = this.#listeners.get(at);
     if (known !== undefined) return (known.addr as Deno.NetAddr).port;
+    if (forPort !== undefined && ++this.#portListeners > MAX_PORT_LISTENERS) {
+      this.#portListeners--;
+      throw new Error(
+        `the egress proxy listens for ${MAX_PORT_LISTENERS} ports other than 80 and 443 ` +
+          "already (transform keys with a port): use keys without a port, or fewer ports",
+      );
+    }
     // A new bridge address: its subnet is read again before the next connection is judged.
     this.#local.at = 0;
     // Fails closed: without the host's addresses the proxy could not keep off them.
@@ -197,9 +218,15 @@ export class EgressProxy {
     }
     // One a bridge address: bounded by the node's networks (its egress network, made again
     // with another subnet after it was removed).
-    const listener = Deno.listen({ hostname, port: 0 });
-    this.#listeners.set(hostname, listener);
-    this.#accept(listener, (c) => this.#serve(c), true);
+    let listener: Deno.TcpListener;
+    try {
+      listener = Deno.listen({ hostname, port: 0 });
+    } catch (error) {
+      if (forPort !== undefined) this.#portListeners--;
+      throw error;
+    }
+    this.#listeners.set(at, listener);
+    this.#accept(listener, (c) => this.#serve(c, forPort), true);
     return (listener.addr as Deno.NetAddr).port;
   }
 
@@ -240,6 +267,7 @@ export class EgressProxy {
       } catch { /* closed already */ }
     }
     this.#listeners.clear();
+    this.#portListeners = 0;
     this.#connectListener = null;
     await this.#transforms.close();
   }
@@ -279,7 +307,8 @@ export class EgressProxy {
     })();
   }
 
-  async #serve(conn: Deno.Conn): Promise<void> {
+  /** Serves one steered connection: to 80 or 443 by what it speaks, or to `forPort`. */
+  async #serve(conn: Deno.Conn, forPort?: number): Promise<void> {
     const from = (conn.remoteAddr as Deno.NetAddr).hostname;
     const sandbox = this.#byAddress.get(from);
     if (sandbox === undefined) return;
@@ -336,13 +365,14 @@ export class EgressProxy {
     if (await this.#never(ip)) {
       return await refuse(`${name} resolves to ${ip}, an address of this host or its sandboxes`);
     }
-    const transforms = tls ? transformsFor(rules.transforms, name) : undefined;
+    const port = forPort ?? (tls ? 443 : 80);
+    const transforms = tls ? transformsFor(rules.transforms, name, port) : undefined;
     if (transforms !== undefined) {
-      return await this.#transforms.open(conn, sandbox.id, name, ip, head.data);
+      return await this.#transforms.open(conn, sandbox.id, name, ip, head.data, port);
     }
     let upstream: Deno.TcpConn;
     try {
-      upstream = await connectWithin(ip, tls ? 443 : 80);
+      upstream = await connectWithin(ip, port);
     } catch (error) {
       return await refuse(`${name} (${ip}) cannot be reached: ${(error as Error).message}`);
     }

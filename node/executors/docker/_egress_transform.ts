@@ -30,6 +30,8 @@ interface Opened {
   id: string;
   name: string;
   ip: string;
+  /** The port the sandbox connected to: the upstream's, and the one its transforms are for. */
+  port: number;
   client: Deno.HttpClient;
 }
 
@@ -42,6 +44,7 @@ interface Upstream {
   client: Deno.HttpClient;
   key: string;
   ip: string;
+  port: number;
 }
 
 interface Terminator {
@@ -128,14 +131,21 @@ export class TransformPath {
   /**
    * Terminates the sandbox's TLS for `name` with the CA's certificate: the connection is handed
    * to the name's terminator, which adds the headers of the sandbox's current rules to every
-   * request and sends it on to `ip`.
+   * request and sends it on to `ip` at `port` (443 unless the sandbox connected to another).
    */
-  async open(conn: Deno.Conn, id: string, name: string, ip: string, hello: Uint8Array) {
+  async open(
+    conn: Deno.Conn,
+    id: string,
+    name: string,
+    ip: string,
+    hello: Uint8Array,
+    port = 443,
+  ) {
     let terminator: Terminator;
     let upstream: Upstream;
     try {
       terminator = await this.#terminator(name);
-      upstream = this.#upstream(name, ip);
+      upstream = this.#upstream(name, ip, port);
     } catch (error) {
       this.#log("warn", "The egress proxy could not open HTTPS for a domain with transforms", {
         domain: name,
@@ -145,20 +155,20 @@ export class TransformPath {
     }
     const inner = await Deno.connect({ hostname: "127.0.0.1", port: terminator.port });
     inner.setNoDelay(true);
-    const opened: Opened = { id, name, ip, client: upstream.client };
-    const port = (inner.localAddr as Deno.NetAddr).port;
-    this.#opened.set(port, opened);
+    const opened: Opened = { id, name, ip, port, client: upstream.client };
+    const from = (inner.localAddr as Deno.NetAddr).port;
+    this.#opened.set(from, opened);
     try {
       await writeAll(inner, hello);
       await splice(conn, inner);
     } finally {
-      this.#opened.delete(port);
+      this.#opened.delete(from);
     }
   }
 
-  /** The kept HTTPS client to `name` at `ip`, made on first use. */
-  #upstream(name: string, ip: string): Upstream {
-    const at = `${name} ${ip}`;
+  /** The kept HTTPS client to `name` at `ip`:`port`, made on first use. */
+  #upstream(name: string, ip: string, port: number): Upstream {
+    const at = `${name} ${ip}:${port}`;
     const known = this.#upstreams.get(at);
     if (known !== undefined) {
       // Most recently used last: the first is the one to close.
@@ -186,7 +196,7 @@ export class TransformPath {
         basicAuth: { username: key, password: "x" },
       },
     });
-    const made = { client, key, ip };
+    const made = { client, key, ip, port };
     this.#upstreams.set(at, made);
     this.#byKey.set(key, made);
     return made;
@@ -258,7 +268,7 @@ export class TransformPath {
       );
     }
     const headers = new Headers(req.headers);
-    for (const t of transformsFor(rules.transforms, opened.name) ?? []) {
+    for (const t of transformsFor(rules.transforms, opened.name, opened.port) ?? []) {
       for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);
     }
     // Uncompressed: fetch undoes a gzip or br it asked for (even when the sandbox's own header
@@ -285,7 +295,8 @@ export class TransformPath {
       this.#inFlight.delete(inFlight);
     };
     try {
-      const res = await this.#fetch(`https://${opened.name}${url.pathname}${url.search}`, {
+      const authority = opened.port === 443 ? opened.name : `${opened.name}:${opened.port}`;
+      const res = await this.#fetch(`https://${authority}${url.pathname}${url.search}`, {
         method: req.method,
         headers,
         body: req.body,
@@ -347,7 +358,7 @@ export class TransformPath {
     }
     let upstream: Deno.TcpConn;
     try {
-      upstream = await connectWithin(pinned.ip, 443);
+      upstream = await connectWithin(pinned.ip, pinned.port);
     } catch {
       await writeAll(conn, new TextEncoder().encode("HTTP/1.1 502 Unreachable\r\n\r\n")).catch(
         () => {},

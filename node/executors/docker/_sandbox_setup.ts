@@ -8,7 +8,11 @@
  * @module
  */
 import { type CreateRequest, ExecutorError, noEgress } from "../contract.ts";
-import { type EgressRules, needsEgressProxy } from "../../../shared/egress_rules.ts";
+import {
+  type EgressRules,
+  needsEgressProxy,
+  transformPorts,
+} from "../../../shared/egress_rules.ts";
 import type { Commands } from "./_exec.ts";
 import type { SandboxNetwork } from "./_network.ts";
 import type { EgressFirewall } from "./_egress.ts";
@@ -120,8 +124,12 @@ export class SandboxSetup {
     await this.#egress!.apply(id, at.ip, at.bridge, rules);
     if (proxied) {
       let port: number;
+      const extra = new Map<number, number>();
       try {
         port = this.#proxy!.start(at.gateway);
+        for (const p of transformPorts(rules.transforms)) {
+          extra.set(p, this.#proxy!.start(at.gateway, p));
+        }
       } catch (error) {
         throw new ExecutorError(
           "unavailable",
@@ -132,7 +140,7 @@ export class SandboxSetup {
       }
       // Known to the proxy before any connection is steered to it.
       this.#proxy!.set(at.ip, id, rules, team);
-      await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut);
+      await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut, extra);
     } else {
       await this.#egress!.steer(id, at.ip, at.bridge, null, rules.allowOut);
       this.#proxy?.forget(id);
