@@ -420,7 +420,8 @@ export class DockerTemplateBuilder {
       }`,
       'many=$#; targets=""',
       "for f; do",
-      '  [ -e "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
+      // A symlink is copied as the link it is, whether or not its target is in the files.
+      '  [ -e "$f" ] || [ -L "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
       '  if [ -d "$f" ]; then mkdir -p "$dest"; cp -a "$f"/. "$dest"/; t="$dest"',
       '  else case "$dest" in */) mkdir -p "$dest"; cp -a "$f" "$dest"; t="$dest$(basename "$f")";;',
       '    *) if [ "$many" -gt 1 ] || [ -d "$dest" ]; then mkdir -p "$dest"; cp -a "$f" "$dest/";',
@@ -429,11 +430,12 @@ export class DockerTemplateBuilder {
       '  targets="$targets $t"',
       "done",
       `owner=${shellQuote(owner || state.user)}`,
-      'chown -R "$owner" $targets 2>/dev/null || chown -R "$owner:" $targets',
-      // The mode is the files': a directory keeps its own, or a 0644 would lock it.
+      'chown -hR "$owner" $targets 2>/dev/null || chown -hR "$owner:" $targets',
+      // The mode is the files': a directory keeps its own, or a 0644 would lock it; a symlink
+      // has none (chmod would change its target, or fail on a dangling one).
       ...(mode
         ? [
-          `for t in $targets; do if [ -d "$t" ]; then find "$t" -type f -exec chmod ${
+          `for t in $targets; do if [ -L "$t" ]; then :; elif [ -d "$t" ]; then find "$t" -type f -exec chmod ${
             shellQuote(mode)
           } {} \\; ; else chmod ${shellQuote(mode)} "$t"; fi; done`,
         ]
