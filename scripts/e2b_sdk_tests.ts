@@ -94,8 +94,8 @@ export const httpbinTemplate = process.env.E2B_TESTS_HTTPBIN_TEMPLATE || t;
 /**
  * vitest's config: resolves the tests' SDK-source imports to the shim above, their `template`
  * module to the template shim, their npm imports (vitest, msw) from our install, and names the
- * newer setup helpers (`hostedTest`, `hostedSandboxTest`: tests that need a real backend) after
- * the plain ones when the checkout's `setup.ts` predates them.
+ * newer setup helpers (`hostedTest`, `hostedSandboxTest`, `e2eBuildTemplateTest`: tests that need a
+ * real backend) after the plain ones when the checkout's `setup.ts` predates them.
  */
 function vitestConfig(checkout: string): string {
   return `import { defineConfig } from "vitest/config";
@@ -127,6 +127,9 @@ export default defineConfig({
       if (!/export const hostedTest\\b/.test(code)) extra += "\\nexport const hostedTest = base;";
       if (!/export const hostedSandboxTest\\b/.test(code)) {
         extra += "\\nexport const hostedSandboxTest = sandboxTest;";
+      }
+      if (!/export const e2eBuildTemplateTest\\b/.test(code)) {
+        extra += "\\nexport const e2eBuildTemplateTest = buildTemplateTest;";
       }
       return extra ? code + extra + "\\n" : null;
     },
