@@ -239,3 +239,66 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "DockerExecutor fails a RUN as a user the image lacks naming the user, as E2B does",
+  ignore: notReady !== null && !onCi,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
+    const tag = Math.random().toString(36).slice(2, 8);
+    const instanceId = `u${tag}`;
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    const executor = new DockerExecutor({ nodeId: `builduser-${tag}`, instanceId });
+    try {
+      const spec: TemplateBuildSpec = {
+        templateId: `snap-${"d".repeat(14)}${tag}`,
+        buildId: crypto.randomUUID(),
+        team: "t",
+        name: "users",
+        fromTemplate: "minimal",
+        steps: [
+          { type: "RUN", args: ['test "$(whoami)" = root', "root"] },
+          { type: "RUN", args: ["whoami", "root123"] },
+        ],
+        force: true,
+        memoryMB: 256,
+      };
+      const error = await executor.buildTemplate(spec, {
+        log: () => {},
+        contextFile: () => undefined,
+        signal: new AbortController().signal,
+      }).catch((e) => e);
+      assert.equal(error.step, "2", String(error));
+      // The SDK's own runCmd test expects these words.
+      assert.ok(
+        error.message.includes(
+          "failed to run command 'whoami': command failed: unauthenticated: invalid username: " +
+            "'root123'",
+        ),
+        error.message,
+      );
+    } finally {
+      await executor.close();
+      for (
+        const c of await docker.listContainers({
+          all: true,
+          filters: { label: [`dormice.instance=${instanceId}`] },
+        })
+      ) {
+        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      }
+      const images = await docker.listImages({
+        filters: { label: [`dormice.instance=${instanceId}`] },
+      });
+      for (
+        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
+          y.Created - x.Created
+        )
+      ) {
+        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
+      }
+    }
+  },
+});
