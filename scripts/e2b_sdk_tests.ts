@@ -234,7 +234,12 @@ function summarise(reportPath: string, checkout: string): Record<string, number>
       say(`${status}  ${rel} > ${t.fullName}`);
       if (status === "fail") {
         const first = (t.failureMessages?.[0] ?? "").split("\n").slice(0, 2).join(" | ");
-        say(`      ${first.slice(0, 300)}`);
+        // The SDK's BuildError keeps the caller's stack without its message line.
+        const bare = /^\s*at /.test(first)
+          ? "(an error with a stack and no message: the SDK's BuildError; its message is the " +
+            "test's [BUILD FAILED] line above) | "
+          : "";
+        say(`      ${bare}${first.slice(0, 300)}`);
       }
     }
   }
@@ -290,7 +295,13 @@ async function main(args: string[]): Promise<number> {
 
   say("Starting a fleet (deno task fleet)…");
   const fleet = await startFleet(domain);
-  say(`Fleet up: E2B_API_URL=${fleet.env.E2B_API_URL}`);
+  say(
+    `Fleet up: ${
+      fleet.env.E2B_DOMAIN
+        ? `E2B_DOMAIN=${fleet.env.E2B_DOMAIN}`
+        : `E2B_API_URL=${fleet.env.E2B_API_URL}`
+    }`,
+  );
   const report = join(work, "report.json");
   try {
     Deno.removeSync(report);
