@@ -94,8 +94,8 @@ export const httpbinTemplate = process.env.E2B_TESTS_HTTPBIN_TEMPLATE || t;
 /**
  * vitest's config: resolves the tests' SDK-source imports to the shim above, their `template`
  * module to the template shim, their npm imports (vitest, msw) from our install, and names the
- * newer setup helpers (`hostedTest`, `hostedSandboxTest`: tests that need a real backend) after
- * the plain ones when the checkout's `setup.ts` predates them.
+ * newer setup helpers (`hostedTest`, `hostedSandboxTest`, `e2eBuildTemplateTest`: tests that need a
+ * real backend) after the plain ones when the checkout's `setup.ts` predates them.
  */
 function vitestConfig(checkout: string): string {
   return `import { defineConfig } from "vitest/config";
@@ -127,6 +127,9 @@ export default defineConfig({
       if (!/export const hostedTest\\b/.test(code)) extra += "\\nexport const hostedTest = base;";
       if (!/export const hostedSandboxTest\\b/.test(code)) {
         extra += "\\nexport const hostedSandboxTest = sandboxTest;";
+      }
+      if (!/export const e2eBuildTemplateTest\\b/.test(code)) {
+        extra += "\\nexport const e2eBuildTemplateTest = buildTemplateTest;";
       }
       return extra ? code + extra + "\\n" : null;
     },
@@ -231,7 +234,12 @@ function summarise(reportPath: string, checkout: string): Record<string, number>
       say(`${status}  ${rel} > ${t.fullName}`);
       if (status === "fail") {
         const first = (t.failureMessages?.[0] ?? "").split("\n").slice(0, 2).join(" | ");
-        say(`      ${first.slice(0, 300)}`);
+        // The SDK's BuildError keeps the caller's stack without its message line.
+        const bare = /^\s*at /.test(first)
+          ? "(an error with a stack and no message: the SDK's BuildError; its message is the " +
+            "test's [BUILD FAILED] line above) | "
+          : "";
+        say(`      ${bare}${first.slice(0, 300)}`);
       }
     }
   }
@@ -287,7 +295,13 @@ async function main(args: string[]): Promise<number> {
 
   say("Starting a fleet (deno task fleet)…");
   const fleet = await startFleet(domain);
-  say(`Fleet up: E2B_API_URL=${fleet.env.E2B_API_URL}`);
+  say(
+    `Fleet up: ${
+      fleet.env.E2B_DOMAIN
+        ? `E2B_DOMAIN=${fleet.env.E2B_DOMAIN}`
+        : `E2B_API_URL=${fleet.env.E2B_API_URL}`
+    }`,
+  );
   const report = join(work, "report.json");
   try {
     Deno.removeSync(report);

@@ -385,7 +385,27 @@ export class DockerTemplateBuilder {
   /** A `RUN` step: its command through `/bin/sh -c` as its user, output to the log. */
   async #run(id: string, step: TemplateStep, state: StepState, name: string, io: BuildIo) {
     const user = step.args[1] || state.user;
-    await this.#exec(id, ["/bin/sh", "-c", step.args[0] ?? ""], user, state, name, io);
+    const cmd = step.args[0] ?? "";
+    if (user !== "root") {
+      // A user the image lacks fails the engine's exec with no word of the user, so ask first;
+      // the error says it in E2B's words (its builder's envd answers so), then what to do.
+      this.#o.sandboxes.remember(id, "root", state.workdir);
+      const known = await this.#o.commands.run(
+        id,
+        ["/bin/sh", "-c", 'id -u "$1" >/dev/null 2>&1', "sh", user],
+        "root",
+      );
+      // 1 is id's "no such user"; anything else (no `id` in the image: 127) leaves it to the run.
+      if (known.code === 1) {
+        throw new TemplateBuildError(
+          name,
+          `failed to run command '${cmd.slice(0, 200)}': command failed: unauthenticated: ` +
+            `invalid username: '${user}': the image has no such user: create it in an ` +
+            `earlier step (runCmd('useradd -m ${user}', { user: 'root' })) or run as one it has`,
+        );
+      }
+    }
+    await this.#exec(id, ["/bin/sh", "-c", cmd], user, state, name, io);
   }
 
   /** A `COPY` step: the uploaded context unpacked, then copied to its destination. */
@@ -420,7 +440,8 @@ export class DockerTemplateBuilder {
       }`,
       'many=$#; targets=""',
       "for f; do",
-      '  [ -e "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
+      // A symlink is copied as the link it is, whether or not its target is in the files.
+      '  [ -e "$f" ] || [ -L "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
       '  if [ -d "$f" ]; then mkdir -p "$dest"; cp -a "$f"/. "$dest"/; t="$dest"',
       '  else case "$dest" in */) mkdir -p "$dest"; cp -a "$f" "$dest"; t="$dest$(basename "$f")";;',
       '    *) if [ "$many" -gt 1 ] || [ -d "$dest" ]; then mkdir -p "$dest"; cp -a "$f" "$dest/";',
@@ -429,11 +450,12 @@ export class DockerTemplateBuilder {
       '  targets="$targets $t"',
       "done",
       `owner=${shellQuote(owner || state.user)}`,
-      'chown -R "$owner" $targets 2>/dev/null || chown -R "$owner:" $targets',
-      // The mode is the files': a directory keeps its own, or a 0644 would lock it.
+      'chown -hR "$owner" $targets 2>/dev/null || chown -hR "$owner:" $targets',
+      // The mode is the files': a directory keeps its own, or a 0644 would lock it; a symlink
+      // has none (chmod would change its target, or fail on a dangling one).
       ...(mode
         ? [
-          `for t in $targets; do if [ -d "$t" ]; then find "$t" -type f -exec chmod ${
+          `for t in $targets; do if [ -L "$t" ]; then :; elif [ -d "$t" ]; then find "$t" -type f -exec chmod ${
             shellQuote(mode)
           } {} \\; ; else chmod ${shellQuote(mode)} "$t"; fi; done`,
         ]

@@ -152,3 +152,153 @@ Deno.test({
     }
   },
 });
+
+Deno.test({
+  name: "DockerExecutor builds a COPY of files with symlinks: each lands as the link it is",
+  ignore: notReady !== null && !onCi,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
+    const tag = Math.random().toString(36).slice(2, 8);
+    const instanceId = `l${tag}`;
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    const executor = new DockerExecutor({ nodeId: `buildlink-${tag}`, instanceId });
+    const dir = await Deno.makeTempDir();
+    try {
+      // What the SDK uploads for `copy('folder/*', 'folder')` over the folder its own build test
+      // makes: a file, a relative link to it, an absolute link to it (dangling in the build
+      // container: the path is the client's) and a link to nothing.
+      await Deno.mkdir(`${dir}/ctx/folder`, { recursive: true });
+      await Deno.writeTextFile(`${dir}/ctx/folder/test.txt`, "This is a test file.");
+      await Deno.symlink("test.txt", `${dir}/ctx/folder/symlink.txt`);
+      await Deno.symlink(`${dir}/ctx/folder/test.txt`, `${dir}/ctx/folder/symlink2.txt`);
+      await Deno.symlink("12345test.txt", `${dir}/ctx/folder/symlink3.txt`);
+      const archive = await new Deno.Command("tar", {
+        args: ["czf", `${dir}/context.tar.gz`, "-C", `${dir}/ctx`, "folder"],
+      }).output();
+      assert.ok(archive.success);
+      const hash = Array.from(
+        crypto.getRandomValues(new Uint8Array(32)),
+        (b) => b.toString(16).padStart(2, "0"),
+      ).join("");
+      const lines: string[] = [];
+      const spec: TemplateBuildSpec = {
+        templateId: `snap-${"c".repeat(14)}${tag}`,
+        buildId: crypto.randomUUID(),
+        team: "t",
+        name: "links",
+        fromTemplate: "minimal",
+        steps: [
+          { type: "WORKDIR", args: ["/opt/app"] },
+          // A mode too: it is the files', never a link's target's.
+          { type: "COPY", args: ["folder/*", "folder", "", "0640"], filesHash: hash },
+          {
+            type: "RUN",
+            args: [
+              "cat folder/symlink.txt; echo; readlink folder/symlink3.txt; " +
+              "readlink folder/symlink2.txt; stat -c %a folder/test.txt",
+            ],
+          },
+        ],
+        force: true,
+        memoryMB: 256,
+      };
+      await executor.buildTemplate(spec, {
+        log: (_level, message) => lines.push(message),
+        contextFile: (h) => h === hash ? `${dir}/context.tar.gz` : undefined,
+        signal: new AbortController().signal,
+      });
+      const at = lines.indexOf("This is a test file.");
+      assert.ok(at >= 0, lines.join("\n"));
+      assert.deepEqual(
+        lines.slice(at, at + 4),
+        ["This is a test file.", "12345test.txt", `${dir}/ctx/folder/test.txt`, "640"],
+      );
+    } finally {
+      await executor.close();
+      for (
+        const c of await docker.listContainers({
+          all: true,
+          filters: { label: [`dormice.instance=${instanceId}`] },
+        })
+      ) {
+        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      }
+      const images = await docker.listImages({
+        filters: { label: [`dormice.instance=${instanceId}`] },
+      });
+      for (
+        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
+          y.Created - x.Created
+        )
+      ) {
+        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
+      }
+      await Deno.remove(dir, { recursive: true });
+    }
+  },
+});
+
+Deno.test({
+  name: "DockerExecutor fails a RUN as a user the image lacks naming the user, as E2B does",
+  ignore: notReady !== null && !onCi,
+  sanitizeOps: false,
+  sanitizeResources: false,
+  fn: async () => {
+    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
+    const tag = Math.random().toString(36).slice(2, 8);
+    const instanceId = `u${tag}`;
+    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
+    const executor = new DockerExecutor({ nodeId: `builduser-${tag}`, instanceId });
+    try {
+      const spec: TemplateBuildSpec = {
+        templateId: `snap-${"d".repeat(14)}${tag}`,
+        buildId: crypto.randomUUID(),
+        team: "t",
+        name: "users",
+        fromTemplate: "minimal",
+        steps: [
+          { type: "RUN", args: ['test "$(whoami)" = root', "root"] },
+          { type: "RUN", args: ["whoami", "root123"] },
+        ],
+        force: true,
+        memoryMB: 256,
+      };
+      const error = await executor.buildTemplate(spec, {
+        log: () => {},
+        contextFile: () => undefined,
+        signal: new AbortController().signal,
+      }).catch((e) => e);
+      assert.equal(error.step, "2", String(error));
+      // The SDK's own runCmd test expects these words.
+      assert.ok(
+        error.message.includes(
+          "failed to run command 'whoami': command failed: unauthenticated: invalid username: " +
+            "'root123'",
+        ),
+        error.message,
+      );
+    } finally {
+      await executor.close();
+      for (
+        const c of await docker.listContainers({
+          all: true,
+          filters: { label: [`dormice.instance=${instanceId}`] },
+        })
+      ) {
+        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
+      }
+      const images = await docker.listImages({
+        filters: { label: [`dormice.instance=${instanceId}`] },
+      });
+      for (
+        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
+          y.Created - x.Created
+        )
+      ) {
+        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
+      }
+    }
+  },
+});
