@@ -33,7 +33,9 @@ cache=/var/cache/dormice/debootstrap
 # diffutils, util-linux, login and passwd. --include installs no Recommends, which keeps
 # python3-pip from pulling build-essential (~200 MB) in.
 packages=(
-  python3 python3-pip python3-venv
+  # python-is-python3: `python` as on E2B's base template (the SDKs' own tests run
+  # `python -m http.server`).
+  python3 python-is-python3 python3-pip python3-venv
   git curl wget ca-certificates openssh-client
   sudo libnss-myhostname procps psmisc iproute2 iputils-ping netbase
   less nano file jq unzip zip xz-utils bzip2 bash-completion
@@ -131,6 +133,7 @@ images_import "$root" "dormice base: Debian $suite minbase + python3, git, curl,
 images_smoke "$(printf 'user:/home/user:/home/user\n2\nsudo ok\nbash\nuser\nana\nana')" '
 echo "$(id -un):$HOME:$(pwd)"
 python3 -c "print(1+1)"
+python -c "pass" || echo "no python"
 python3 -m pip --version >/dev/null || echo "no pip"
 sudo -n true && echo "sudo ok"
 git --version >/dev/null || echo "no git"

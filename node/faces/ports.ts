@@ -158,7 +158,7 @@ export function createPortsDoor(
       });
       return answer(502, `The sandbox's address could not be read: ${String(error)}`, id, { port });
     }
-    if (address === null) return closedPort(id, port);
+    if (address === null) return closedPort(request, id, port);
     const rest = (m[2] ?? "/") + url.search;
     const headers = endToEndHeaders(request.headers, {}, [
       "e2b-sandbox-id",
@@ -183,7 +183,7 @@ export function createPortsDoor(
       try {
         return await relayWebSocket(request, `ws://${target}`, { headers, host });
       } catch (error) {
-        if (error instanceof RelayOpenError) return closedPort(id, port, error.message);
+        if (error instanceof RelayOpenError) return closedPort(request, id, port, error.message);
         if (isNetDenied(error)) return netDenied(id, port, address.hostname);
         throw error;
       }
@@ -235,7 +235,7 @@ export function createPortsDoor(
           { port, cause: cause.slice(0, 200) },
         );
       }
-      return closedPort(id, port, cause);
+      return closedPort(request, id, port, cause);
     } finally {
       // Only the head is bounded: a long answer (an event stream) may flow for as long as it likes.
       connect.removeEventListener("abort", onTimeout);
@@ -289,14 +289,40 @@ function netDenied(id: string, port: number, hostname: string): Response {
   );
 }
 
-function closedPort(id: string, port: number, cause?: string): Response {
-  return answer(
-    502,
-    `The sandbox is running but nothing listens on port ${port}: start a server on ` +
-      `0.0.0.0:${port} inside the sandbox`,
-    id,
-    { port, ...(cause ? { cause: cause.slice(0, 200) } : {}) },
-  );
+/** E2B's proxy's answer to a browser: a page, where every other client gets JSON. */
+const BROWSER = /mozilla|chrome|safari|firefox|opera|msie|edg\//i;
+
+/**
+ * A running sandbox's port that nothing listens on: E2B's proxy's 502, word for word (clients
+ * match `message`; the SDKs' own tests and their RPC error mapping do), with what to do in `hint`;
+ * a browser gets an HTML page titled "Closed Port Error", as from E2B.
+ */
+function closedPort(request: Request, id: string, port: number, cause?: string): Response {
+  const hint = `start a server on 0.0.0.0:${port} inside the sandbox`;
+  if (BROWSER.test(request.headers.get("user-agent") ?? "")) {
+    const page = `<!DOCTYPE html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Closed Port Error</title></head>
+<body>
+<h1>Closed Port Error</h1>
+<p>The sandbox <code>${escapeHtml(id)}</code> is running but port ${port} is not open: ${hint}.</p>
+</body>
+</html>
+`;
+    return new Response(page, {
+      status: 502,
+      headers: { "content-type": "text/html; charset=utf-8" },
+    });
+  }
+  return answer(502, "The sandbox is running but port is not open", id, {
+    port,
+    hint,
+    ...(cause ? { cause: cause.slice(0, 200) } : {}),
+  });
+}
+
+function escapeHtml(text: string): string {
+  return text.replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 }
 
 /** E2B's proxy error shape: `{message, sandboxId, code}` with the status as `code`. */

@@ -137,11 +137,19 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       : hideNodePaths(e.message, volumes.root);
     return c.json({ code: status, message }, status as 400);
   });
-  /** A fresh path on the node's side of volume `id` (its uploads directory). */
-  const nodeSide = async (id: string, what: string) => {
+  /**
+   * Volume `id`'s uploads directory, made, by its real absolute path: the confined renames run
+   * in a shell that first enters the volume's directory, where a path relative to the node's
+   * working directory (a relative `DORMICE_DATA_DIR`, as `deno task fleet` gives its nodes)
+   * names nothing.
+   */
+  const uploadsOf = async (id: string) => {
     await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
-    return join(volumes.uploadsDir(id), `${what}-${crypto.randomUUID()}`);
+    return await Deno.realPath(volumes.uploadsDir(id));
   };
+  /** A fresh path on the node's side of volume `id` (its uploads directory). */
+  const nodeSide = async (id: string, what: string) =>
+    join(await uploadsOf(id), `${what}-${crypto.randomUUID()}`);
   /** Makes directory `name` in the real directory `parent`: on the node's side, renamed in. */
   const makeDir = async (
     id: string,
@@ -370,8 +378,7 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     // by its name in its checked directory, then removed where no sandbox reaches.
     if (renames) {
       const id = c.req.param("id")!;
-      await Deno.mkdir(volumes.uploadsDir(id), { recursive: true, mode: 0o700 });
-      const trash = join(volumes.uploadsDir(id), `removed-${crypto.randomUUID()}`);
+      const trash = await nodeSide(id, "removed");
       await renames.outOf(r.parent, r.name!, trash);
       await Deno.remove(trash, { recursive: true });
     } else await Deno.remove(r.full, { recursive: true });
@@ -419,11 +426,10 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
     // link while the body streams finds it checked at the rename, microseconds later, and
     // nothing is opened, chmodded or chowned through the volume's (swappable) names.
     const write = await volumes.beginWrite(id, r.info?.isFile ? r.info.size : 0);
-    const uploads = volumes.uploadsDir(id);
-    const temp = join(uploads, crypto.randomUUID());
+    let temp: string | undefined;
     let committed = false;
     try {
-      await Deno.mkdir(uploads, { recursive: true, mode: 0o700 });
+      temp = join(await uploadsOf(id), crypto.randomUUID());
       const file = await Deno.open(temp, { write: true, createNew: true, mode });
       try {
         if (c.req.raw.body !== null) {
@@ -451,7 +457,7 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       committed = true;
     } finally {
       write.end(committed);
-      if (!committed) await Deno.remove(temp).catch(() => {});
+      if (!committed && temp !== undefined) await Deno.remove(temp).catch(() => {});
     }
     return c.json(await entryOf(r.full, parts, await Deno.lstat(r.full)), 201);
   });

@@ -256,3 +256,44 @@ Deno.test("volume face: an import asking for a cap past MAX_VOLUME_BYTES is a 40
   assert.match((await res.json()).message, new RegExp(`up to ${MAX_VOLUME_BYTES}`));
   assert.equal([...Deno.readDirSync(f.root)].length, 0, "nothing was made");
 });
+
+Deno.test("volume face: a node whose volume root is relative writes, makes, reads and removes through the confined renames", async () => {
+  // `deno task fleet` gives its nodes relative data dirs; the confined renames run in a shell
+  // that first enters the volume's directory, where a relative uploads path names nothing.
+  const root = `.dormice/test-volface-${crypto.randomUUID().slice(0, 8)}`;
+  assert.ok(!root.startsWith("/"));
+  await Deno.mkdir(root, { recursive: true });
+  try {
+    const volumes = new NodeVolumes({
+      root,
+      shared: false,
+      defaultSizeBytes: 1_000_000,
+      sandboxes: () => [],
+    });
+    const app = createVolumeFace(volumes, { token, log: silentLog });
+    const request = (path: string, init: RequestInit = {}) =>
+      app.request(path, { ...init, headers: { ...auth, ...init.headers } });
+    const made = await request("/createVolume", { method: "POST", body: JSON.stringify({ id }) });
+    assert.equal(made.status, 201);
+    await made.body?.cancel();
+    const wrote = await request(`/volumecontent/${id}/file?path=/test.txt`, {
+      method: "PUT",
+      body: "Hello, World!",
+    });
+    assert.equal(wrote.status, 201, await wrote.clone().text());
+    await wrote.body?.cancel();
+    const dir = await request(`/volumecontent/${id}/dir?path=/a/b&force=true`, { method: "POST" });
+    assert.equal(dir.status, 201, await dir.clone().text());
+    await dir.body?.cancel();
+    const read = await request(`/volumecontent/${id}/file?path=/test.txt`);
+    assert.equal(await read.text(), "Hello, World!");
+    const removed = await request(`/volumecontent/${id}/path?path=/test.txt`, {
+      method: "DELETE",
+    });
+    assert.equal(removed.status, 204, await removed.clone().text());
+    const listed = await (await request(`/volumecontent/${id}/dir?path=/`)).json();
+    assert.deepEqual(listed.map((e: { name: string }) => e.name), ["a"]);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
