@@ -113,8 +113,10 @@ export async function moveVolume(
     );
     const text = await imported.text();
     if (imported.status !== 201) {
+      // 409 (links the target cannot make) and 507 (more than the cap, or a cap larger than the
+      // target's filesystem keeps in one image) are the operator's to act on, as the node says.
       throw new HttpError(
-        imported.status === 409 ? 409 : 502,
+        imported.status === 409 || imported.status === 507 ? imported.status : 502,
         `Node '${target.id}' could not take volume '${row.id}' (HTTP ${imported.status}: ${
           text.slice(0, 300)
         }): the volume stays on '${source.id}'`,
