@@ -24,6 +24,7 @@ import type { FleetNode } from "../fleet/node.ts";
 import type { GatewayRouting } from "../routing/routing.ts";
 import { capture, forward } from "../routing/forward.ts";
 import { type VolumeRow, type VolumeStore, volumeToken } from "./table.ts";
+import { VolumeReconciler } from "./reconcile.ts";
 
 /** E2B's rule for a volume name, with a length cap of our own. */
 const VOLUME_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
@@ -61,9 +62,13 @@ export class FleetVolumes {
   /** Creates in flight that mount a volume, by id: a delete or move waits for none. */
   readonly #mounting = new Map<string, number>();
 
+  /** Finds and drops stale copies of volumes (`reconcile.ts`); the gateway's sweep ticks it. */
+  readonly reconciler: VolumeReconciler;
+
   constructor(parts: VolumeParts, table: VolumeStore) {
     this.#parts = parts;
     this.table = table;
+    this.reconciler = new VolumeReconciler(this, parts.fleet, parts.log);
     this.#token = parts.routing.nodeHeaders.authorization.slice("Bearer ".length);
   }
 
