@@ -283,6 +283,7 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
   const sweepSoon = () => {
     sweeper = timers.setTimer(() => {
       fleet.sweep();
+      parts.volumes?.reconciler.tick(clock.now());
       if (closing === undefined) sweepSoon();
     }, sweepMs);
   };

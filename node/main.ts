@@ -18,7 +18,7 @@ import { createLog } from "../shared/log.ts";
 import { serveGuarded } from "../shared/http1/mod.ts";
 import { boundedShutdown, onTerminationSignals } from "../shared/shutdown.ts";
 import { createNodeApp, type NodeApp } from "./app.ts";
-import { openNodeVolumes } from "./volumes.ts";
+import { openNodeVolumes, VolumeSizeRefused } from "./volumes.ts";
 import { loadNodeConfig, type NodeConfig, nodeEnvVariables } from "./config.ts";
 import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
@@ -171,7 +171,10 @@ function openLedger(): Ledger {
 // The ledger first: its instance id is what the executor owns its containers by.
 const ledger = openLedger();
 // Before the executor: a sandbox restarted with a volume must find its image mounted.
-const volumes = await openNodeVolumes(config, ledger);
+const volumes = await openNodeVolumes(config, ledger).catch((error) => {
+  if (error instanceof VolumeSizeRefused) refuse([error.message]);
+  throw error;
+});
 await volumes.open(log);
 if (volumes.caps.enforcedBy === "kernel") {
   log("info", "volume caps are kept by the kernel: each volume is a loop-mounted ext4 image");

@@ -24,7 +24,7 @@
 import { join } from "node:path";
 import { statfs } from "node:fs/promises";
 import { HttpError } from "../shared/http_error.ts";
-import { VOLUME_ID } from "../shared/volumes.ts";
+import { MAX_VOLUME_BYTES, VOLUME_ID } from "../shared/volumes.ts";
 
 /** The commands this module runs (each needs `--allow-run`). */
 export const IMAGE_COMMANDS = ["mount", "umount", "mkfs.ext4", "losetup"] as const;
@@ -79,6 +79,11 @@ export interface VolumeImagesOptions {
   run?: CommandRunner;
   /** Whether a directory is a mount point (tests inject one). */
   isMountPoint?: (dir: string) => boolean;
+  /**
+   * The largest image the filesystem under the root keeps ({@linkcode largestFileBytes});
+   * {@linkcode MAX_VOLUME_BYTES} when not given.
+   */
+  maxBytes?: number;
 }
 
 /**
@@ -98,6 +103,8 @@ export class VolumeImages {
   readonly dir: string;
   readonly #run: CommandRunner;
   readonly #isMountPoint: (dir: string) => boolean;
+  /** The largest cap an image here may have (see {@linkcode VolumeImagesOptions.maxBytes}). */
+  readonly maxBytes: number;
 
   /** Images under `<root>/.images`; nothing is read or made until a method is called. */
   constructor(root: string, options: VolumeImagesOptions = {}) {
@@ -105,6 +112,7 @@ export class VolumeImages {
     this.dir = join(root, ".images");
     this.#run = options.run ?? runCommand;
     this.#isMountPoint = options.isMountPoint ?? isMountPoint;
+    this.maxBytes = options.maxBytes ?? MAX_VOLUME_BYTES;
   }
 
   /** The image file of volume `id` (`.incoming`: a move's, until its stream arrived whole). */
@@ -125,7 +133,8 @@ export class VolumeImages {
   /**
    * Makes the sparse image of `sizeBytes` (idempotent: an image already made is kept as it is).
    *
-   * @throws {HttpError} 400 under {@linkcode MIN_IMAGE_BYTES}.
+   * @throws {HttpError} 400 under {@linkcode MIN_IMAGE_BYTES} or above {@linkcode maxBytes} (507
+   *   for a move's incoming image: the operator's move asks more than this node keeps).
    */
   async make(id: string, sizeBytes: number, incoming = false): Promise<void> {
     const path = this.imagePath(id, incoming);
@@ -137,11 +146,16 @@ export class VolumeImages {
           `images, which need room of their own); ${sizeBytes} was asked: ask for a larger one`,
       );
     }
+    if (sizeBytes > this.maxBytes) throw this.tooLarge(sizeBytes, incoming);
     await Deno.mkdir(this.dir, { recursive: true, mode: 0o700 });
     const tmp = `${path}.tmp`;
     const file = await Deno.open(tmp, { write: true, create: true, truncate: true, mode: 0o600 });
     try {
       await file.truncate(sizeBytes);
+    } catch (error) {
+      await Deno.remove(tmp).catch(() => {});
+      if (isFileTooLarge(error)) throw this.tooLarge(sizeBytes, incoming);
+      throw error;
     } finally {
       file.close();
     }
@@ -150,6 +164,21 @@ export class VolumeImages {
     // the image, after the mount.
     await this.#must("mkfs.ext4", ["-q", "-F", "-m", "0", "-E", "nodiscard", tmp], "make");
     await Deno.rename(tmp, path);
+  }
+
+  /** The refusal of a cap larger than the filesystem under the root keeps in one file. */
+  tooLarge(sizeBytes: number, incoming: boolean): HttpError {
+    const max = Math.min(this.maxBytes, MAX_VOLUME_BYTES);
+    return new HttpError(
+      incoming ? 507 : 400,
+      `A volume's cap is at most ${max} bytes (${gib(max)}) on this node: each volume is one ` +
+        `image file under ${this.dir}, and that filesystem keeps no larger file (ext4's limit ` +
+        `is 16 TiB); ${sizeBytes} bytes was asked: ${
+          incoming
+            ? "move the volume to a node whose data dir is on a filesystem with larger files (XFS)"
+            : "ask for a smaller cap"
+        }`,
+    );
   }
 
   /**
@@ -321,6 +350,52 @@ export async function probeVolumeImages(
     await Deno.remove(images.imagePath(id)).catch(() => {});
     await Deno.remove(`${images.imagePath(id)}.tmp`).catch(() => {});
   }
+}
+
+/**
+ * The largest sparse file the filesystem holding `dir` keeps, up to {@linkcode MAX_VOLUME_BYTES}:
+ * found by truncating one empty file (no block is written) to sizes halving the gap, at most 50
+ * truncates, at 4 KiB. ext4 answers 16 TiB less 4 KiB; XFS and tmpfs the bound.
+ */
+export async function largestFileBytes(dir: string): Promise<number> {
+  await Deno.mkdir(dir, { recursive: true, mode: 0o700 });
+  const path = join(dir, `.probe-size-${crypto.randomUUID().slice(0, 8)}`);
+  const file = await Deno.open(path, { write: true, create: true, truncate: true, mode: 0o600 });
+  const fits = async (n: number) => {
+    try {
+      await file.truncate(n);
+      return true;
+    } catch (error) {
+      if (isFileTooLarge(error)) return false;
+      throw error;
+    }
+  };
+  try {
+    if (await fits(MAX_VOLUME_BYTES)) return MAX_VOLUME_BYTES;
+    const block = 4096;
+    let lo = 0; // in blocks: fits
+    let hi = MAX_VOLUME_BYTES / block; // does not
+    while (hi - lo > 1) {
+      const mid = Math.floor((lo + hi) / 2);
+      if (await fits(mid * block)) lo = mid;
+      else hi = mid;
+    }
+    return lo * block;
+  } finally {
+    file.close();
+    await Deno.remove(path).catch(() => {});
+  }
+}
+
+/** `EFBIG`: a file larger than its filesystem keeps. */
+function isFileTooLarge(error: unknown): boolean {
+  return error instanceof Error && /File too large|os error 27\b/.test(error.message);
+}
+
+function gib(bytes: number): string {
+  return bytes >= 2 ** 40
+    ? `${(bytes / 2 ** 40).toFixed(2)} TiB`
+    : `${(bytes / 2 ** 30).toFixed(2)} GiB`;
 }
 
 /** Whether `dir` is a mount point: its device differs from its parent's. */

@@ -3,11 +3,14 @@ import { join } from "node:path";
 import {
   type CommandRunner,
   filesystemUsage,
+  largestFileBytes,
   MIN_IMAGE_BYTES,
   probeVolumeImages,
   VolumeImages,
 } from "./volume_images.ts";
-import { NodeVolumes } from "./volumes.ts";
+import { NodeVolumes, volumeSizeRefusal } from "./volumes.ts";
+import { HttpError } from "../shared/http_error.ts";
+import { MAX_VOLUME_BYTES } from "../shared/volumes.ts";
 
 const id = "vol-0123456789abcdef0123";
 
@@ -321,4 +324,77 @@ Deno.test({
     await images.remove(id).catch(() => {});
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test("largestFileBytes(): the largest sparse file the filesystem keeps, and one block more does not fit", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const max = await largestFileBytes(join(dir, ".images"));
+    assert.ok(max >= MIN_IMAGE_BYTES && max <= MAX_VOLUME_BYTES, String(max));
+    assert.equal(max % 4096, 0);
+    using file = await Deno.open(join(dir, "f"), { write: true, create: true });
+    await file.truncate(max);
+    if (max < MAX_VOLUME_BYTES) {
+      await assert.rejects(file.truncate(max + 4096), /File too large/);
+    }
+    // Nothing is left behind, and nothing was written.
+    assert.deepEqual([...Deno.readDirSync(join(dir, ".images"))], []);
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("volume images: a cap above the largest image file is a 400 naming the limit (507 for a move), and leaves nothing", async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost();
+    const images = new VolumeImages(root, { ...host, maxBytes: 2 ** 44 - 4096 });
+    const err = await images.make(id, 2e13).catch((e) => e);
+    assert.ok(err instanceof HttpError, String(err));
+    assert.equal(err.status, 400);
+    assert.match(err.message, /at most 17592186040320 bytes \(16\.00 TiB\) on this node/);
+    assert.match(err.message, /20000000000000 bytes was asked: ask for a smaller cap/);
+    const moved = await images.make(id, 2e13, true).catch((e) => e);
+    assert.equal(moved.status, 507);
+    assert.match(moved.message, /move the volume to a node whose data dir/);
+    assert.deepEqual(host.calls, []);
+    assert.equal(images.hasImage(id), false);
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test({
+  name: "volume images: a cap the filesystem refuses (EFBIG) is a 400 naming the limit, not a 500",
+  // Where /tmp keeps files of MAX_VOLUME_BYTES (XFS, tmpfs), no cap is refused by the kernel.
+  ignore: await (async () => {
+    const dir = await Deno.makeTempDir();
+    try {
+      return (await largestFileBytes(dir)) === MAX_VOLUME_BYTES;
+    } finally {
+      await Deno.remove(dir, { recursive: true });
+    }
+  })(),
+}, async () => {
+  const root = await Deno.makeTempDir();
+  try {
+    const host = fakeHost();
+    // The limit not measured: the node learns it from the kernel's refusal.
+    const images = new VolumeImages(root, host);
+    const err = await images.make(id, MAX_VOLUME_BYTES).catch((e) => e);
+    assert.ok(err instanceof HttpError, String(err));
+    assert.equal(err.status, 400);
+    assert.match(err.message, /that filesystem keeps no larger file/);
+    assert.deepEqual([...Deno.readDirSync(images.dir)], [], "no .tmp image is left");
+  } finally {
+    await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volumeSizeRefusal(): a default cap above the largest image names the setting and its most", () => {
+  assert.equal(volumeSizeRefusal(10e9, 2 ** 44 - 4096), null);
+  const said = volumeSizeRefusal(20000e9, 2 ** 44 - 4096)!;
+  assert.match(said, /^DORMICE_VOLUME_SIZE_GB=20000 asks for volumes of 20000000000000 bytes/);
+  assert.match(said, /no file larger than 17592186040320 bytes/);
+  assert.match(said, /set DORMICE_VOLUME_SIZE_GB to at most 17592/);
 });

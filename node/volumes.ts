@@ -29,7 +29,12 @@ import { HttpError } from "../shared/http_error.ts";
 import { VOLUME_ID } from "../shared/volumes.ts";
 import type { SandboxRecord } from "./service_contract.ts";
 import type { Log } from "../shared/log.ts";
-import { filesystemUsage, probeVolumeImages, VolumeImages } from "./volume_images.ts";
+import {
+  filesystemUsage,
+  largestFileBytes,
+  probeVolumeImages,
+  VolumeImages,
+} from "./volume_images.ts";
 
 /** Options of {@linkcode NodeVolumes}. */
 export interface NodeVolumesOptions {
@@ -514,11 +519,30 @@ export async function openNodeVolumes(
   const root = join(config.dataDir, "volumes");
   await Deno.mkdir(root, { recursive: true });
   const why = await probeVolumeImages(root);
-  return nodeVolumesFor(
-    config,
-    ledger,
-    why === null ? { images: new VolumeImages(root) } : { noImagesWhy: why },
-  );
+  if (why !== null) return nodeVolumesFor(config, ledger, { noImagesWhy: why });
+  const maxBytes = await largestFileBytes(join(root, ".images"));
+  const refusal = volumeSizeRefusal(config.volumeSizeBytes ?? DEFAULT_VOLUME_SIZE_BYTES, maxBytes);
+  if (refusal !== null) throw new VolumeSizeRefused(refusal);
+  return nodeVolumesFor(config, ledger, { images: new VolumeImages(root, { maxBytes }) });
+}
+
+/** A `DORMICE_VOLUME_SIZE_GB` this node cannot keep: the node refuses to start with it. */
+export class VolumeSizeRefused extends Error {
+  override name = "VolumeSizeRefused";
+}
+
+/**
+ * Why a default cap of `sizeBytes` cannot be kept where the largest image file is `maxBytes`
+ * bytes (`null` when it can). Refused rather than clamped: every create would otherwise make a
+ * smaller volume than the operator set, or fail with a 400 the client did not cause.
+ */
+export function volumeSizeRefusal(sizeBytes: number, maxBytes: number): string | null {
+  if (sizeBytes <= maxBytes) return null;
+  return `DORMICE_VOLUME_SIZE_GB=${sizeBytes / 1e9} asks for volumes of ${sizeBytes} bytes, but ` +
+    `this node keeps each volume as one ext4 image file under DORMICE_DATA_DIR, and that ` +
+    `filesystem keeps no file larger than ${maxBytes} bytes (ext4's limit is 16 TiB): set ` +
+    `DORMICE_VOLUME_SIZE_GB to at most ${Math.floor(maxBytes / 1e9)}, or put DORMICE_DATA_DIR ` +
+    "on a filesystem with larger files (XFS)";
 }
 
 /** The cap of a new volume when `DORMICE_VOLUME_SIZE_GB` is unset: 10 GB. */

@@ -426,6 +426,13 @@ Deno.test({
       assert.match(refused.body.message, /symbolic link\(s\) \('\/link'\)/);
       assert.equal(await vol.readFile("/link", opts), "hello volume\n");
       await vol.remove("/link", opts);
+      // A sparse file five times the 1 GB cap, a few bytes written: it moves, and stays sparse.
+      {
+        using f = await Deno.open(join(data, "disk.img"), { write: true, create: true });
+        await f.truncate(5e9);
+        await f.seek(4096, Deno.SeekMode.Start);
+        await f.write(new TextEncoder().encode("sparse"));
+      }
       const moved = await gw.json("moveVolume", { volumeId: vol.volumeId, toNode: to });
       assert.equal(moved.status, 200, JSON.stringify(moved.body));
       assert.deepEqual([moved.body.from, moved.body.to], [home, to]);
@@ -433,6 +440,17 @@ Deno.test({
       const big = await vol.readFile("/big.bin", { ...opts, format: "bytes" });
       assert.equal(big.length, 3_000_000);
       assert.equal(big[1000], 1000 % 251);
+      const disk = join(dirs[to as "node-a"], "volumes", vol.volumeId, "data", "disk.img");
+      const sparse = await Deno.stat(disk);
+      assert.equal(sparse.size, 5e9);
+      assert.ok(sparse.blocks! * 512 < 1e6, "the moved file is sparse");
+      {
+        using f = await Deno.open(disk, { read: true });
+        await f.seek(4096, Deno.SeekMode.Start);
+        const b = new Uint8Array(6);
+        await f.read(b);
+        assert.equal(new TextDecoder().decode(b), "sparse");
+      }
       assert.equal(
         await Deno.stat(join(dirs[home as "node-a"], "volumes", vol.volumeId)).catch(() => null),
         null,

@@ -24,12 +24,19 @@ import type { FleetNode } from "../fleet/node.ts";
 import type { GatewayRouting } from "../routing/routing.ts";
 import { capture, forward } from "../routing/forward.ts";
 import { type VolumeRow, type VolumeStore, volumeToken } from "./table.ts";
+import { VolumeReconciler } from "./reconcile.ts";
 
 /** E2B's rule for a volume name, with a length cap of our own. */
 const VOLUME_NAME = /^[a-zA-Z0-9_-]{1,64}$/;
 
 /** How long a node call about a volume (create, delete, users) may take. */
 const NODE_CALL_TIMEOUT_MS = 30_000;
+
+/** How many nodes one create asks when each answers that it has no room now (503). */
+const CREATE_TRIES = 3;
+
+/** How long one create may take across the nodes it asks. */
+const CREATE_BUDGET_MS = 60_000;
 
 /**
  * What the volumes use of the gateway's parts (`faces/parts.ts`): named here so this file does not
@@ -55,9 +62,13 @@ export class FleetVolumes {
   /** Creates in flight that mount a volume, by id: a delete or move waits for none. */
   readonly #mounting = new Map<string, number>();
 
+  /** Finds and drops stale copies of volumes (`reconcile.ts`); the gateway's sweep ticks it. */
+  readonly reconciler: VolumeReconciler;
+
   constructor(parts: VolumeParts, table: VolumeStore) {
     this.#parts = parts;
     this.table = table;
+    this.reconciler = new VolumeReconciler(this, parts.fleet, parts.log);
     this.#token = parts.routing.nodeHeaders.authorization.slice("Bearer ".length);
   }
 
@@ -133,33 +144,48 @@ export class FleetVolumes {
         "'name' must be 1–64 letters, digits, '_' or '-' (E2B's rule), such as \"data\"",
       );
     }
-    const node = this.#pickNode();
+    const candidates = this.#candidates();
     const id = newVolumeId();
-    await this.table.reserve({ id, team, name, node: node.id });
+    await this.table.reserve({ id, team, name, node: candidates[0].id });
+    // Bounded: at most CREATE_TRIES nodes, within CREATE_BUDGET_MS and the request's own life.
+    const signal = AbortSignal.any([c.req.raw.signal, AbortSignal.timeout(CREATE_BUDGET_MS)]);
+    const refused: string[] = [];
     try {
-      const made = await this.call(node, "/createVolume", { id }, c.req.raw.signal);
-      if (made.status !== 201) {
-        // A node's 503 (no loop device free for the volume's image) is passed on as one: the
-        // fleet lacks room now, and a retry may find it; anything else it failed is a 502.
-        const status = made.status === 503 ? 503 : made.status >= 500 ? 502 : made.status;
+      for (const [i, node] of candidates.slice(0, CREATE_TRIES).entries()) {
+        if (i > 0) await this.table.update(id, { node: node.id });
+        const made = await this.call(node, "/createVolume", { id }, signal);
+        if (made.status === 201) {
+          await this.table.update(id, {
+            state: "ready",
+            shared: made.json.shared === true,
+            sizeBytes: Number(made.json.sizeBytes ?? 0),
+          });
+          return c.json({ volumeID: id, name, token: await this.token(id) }, 201);
+        }
+        const said = String(made.json.message ?? made.text).slice(0, 300);
+        // A node's 503 (no loop device free for the volume's image) says it lacks room now and
+        // made nothing: the next node placement allows is asked. Anything else is answered at
+        // once (a node that failed otherwise may have made part of it).
+        if (made.status === 503) {
+          refused.push(`node '${node.id}': ${said}`);
+          continue;
+        }
         throw new HttpError(
-          status,
-          `Node '${node.id}' could not create volume '${name}': ${
-            String(made.json.message ?? made.text).slice(0, 300)
-          }`,
-          status === 503 ? { headers: { "retry-after": "30" } } : {},
+          made.status >= 500 ? 502 : made.status,
+          `Node '${node.id}' could not create volume '${name}': ${said}`,
         );
       }
-      await this.table.update(id, {
-        state: "ready",
-        shared: made.json.shared === true,
-        sizeBytes: Number(made.json.sizeBytes ?? 0),
-      });
+      throw new HttpError(
+        503,
+        `No node could create volume '${name}' now (${
+          refused.join("; ")
+        }): delete volumes, raise the loop module's max_loop, or add a node, then retry`,
+        { headers: { "retry-after": "30" } },
+      );
     } catch (error) {
       await this.table.delete(id);
       throw error;
     }
-    return c.json({ volumeID: id, name, token: await this.token(id) }, 201);
   }
 
   /** `GET /volumes`: the caller's team's volumes (every team's for the operator). */
@@ -379,8 +405,8 @@ export class FleetVolumes {
     });
   }
 
-  /** The up node with the most available data disk (ties by id). */
-  #pickNode(): FleetNode {
+  /** The up nodes, the most available data disk first (ties by id). */
+  #candidates(): FleetNode[] {
     const fleet = this.#parts.fleet;
     const up = [...fleet.nodes()].filter((n) => !fleet.isDown(n) && n.reading !== null);
     if (up.length === 0) {
@@ -392,7 +418,7 @@ export class FleetVolumes {
     }
     const avail = (n: FleetNode) => n.reading?.dataDisk?.availableBytes ?? 0;
     up.sort((a, b) => avail(b) - avail(a) || (a.id < b.id ? -1 : 1));
-    return up[0];
+    return up;
   }
 }
 

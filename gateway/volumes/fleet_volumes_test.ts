@@ -281,6 +281,77 @@ Deno.test("FleetVolumes: a node out of loop devices makes the create a 503 quoti
   const body = await res.json();
   assert.equal(res.status, 503, JSON.stringify(body));
   assert.equal(res.headers.get("retry-after"), "30");
-  assert.match(body.message, /could not create volume 'data': No loop device is free/);
+  assert.match(body.message, /No node could create volume 'data' now/);
+  assert.match(body.message, /node 'node-a': No loop device is free/);
+  assert.match(body.message, /node 'node-b': No loop device is free/);
+  assert.deepEqual(await gateway.volumes!.table.list(undefined), []);
+});
+
+const postVolume = (gateway: ReturnType<typeof fleet>, name: string) =>
+  gateway.fetch(
+    new Request("http://gw/e2b/api/volumes", {
+      method: "POST",
+      headers,
+      body: JSON.stringify({ name }),
+    }),
+  );
+
+Deno.test("FleetVolumes: a create a node refuses for want of loop devices is made on the next node", async () => {
+  const asked: string[] = [];
+  await using gateway = fleet((request) => {
+    const url = new URL(request.url);
+    if (url.pathname !== "/createVolume") return new Response("{}", { status: 404 });
+    asked.push(url.host);
+    return url.host === "10.0.0.1:3676"
+      ? Response.json({ code: 503, message: "No loop device is free on this node" }, {
+        status: 503,
+      })
+      : Response.json({ id: "x", sizeBytes: 1e9, shared: false }, { status: 201 });
+  });
+  // node-a first: it has the most available disk.
+  gateway.fleet.checkIn(checkIn("node-a", "http://10.0.0.1:3676", {
+    reading: reading({
+      dataDisk: { path: "/data", totalBytes: 1e13, usedBytes: 0, availableBytes: 9e12 },
+    }),
+  }));
+  const res = await postVolume(gateway, "data");
+  const body = await res.json();
+  assert.equal(res.status, 201, JSON.stringify(body));
+  assert.deepEqual(asked, ["10.0.0.1:3676", "10.0.0.2:3676"]);
+  const rows = await gateway.volumes!.table.list(undefined);
+  assert.deepEqual(rows.map((r) => [r.id, r.node, r.state]), [[body.volumeID, "node-b", "ready"]]);
+});
+
+Deno.test("FleetVolumes: a create asks at most three nodes out of loop devices, and stops at another error", async () => {
+  const asked: string[] = [];
+  await using gateway = fleet((request) => {
+    const url = new URL(request.url);
+    if (url.pathname !== "/createVolume") return new Response("{}", { status: 404 });
+    asked.push(url.host);
+    return url.host === "10.0.0.9:3676"
+      ? Response.json({ code: 500, message: "mkfs failed" }, { status: 500 })
+      : Response.json({ code: 503, message: "No loop device is free" }, { status: 503 });
+  });
+  for (let i = 3; i <= 6; i++) {
+    gateway.fleet.checkIn(checkIn(`node-${i}`, `http://10.0.0.${i}:3676`));
+  }
+  const res = await postVolume(gateway, "data");
+  assert.equal(res.status, 503);
+  assert.match((await res.json()).message, /No node could create volume 'data'/);
+  assert.equal(asked.length, 3, asked.join());
+  // A node that fails otherwise is answered at once: it may have made part of the volume.
+  asked.length = 0;
+  gateway.fleet.checkIn(checkIn("node-9", "http://10.0.0.9:3676", {
+    reading: reading({
+      dataDisk: { path: "/data", totalBytes: 1e13, usedBytes: 0, availableBytes: 9e12 },
+    }),
+  }));
+  const failed = await postVolume(gateway, "other");
+  assert.equal(failed.status, 502);
+  assert.match(
+    (await failed.json()).message,
+    /Node 'node-9' could not create volume 'other': mkfs failed/,
+  );
+  assert.deepEqual(asked, ["10.0.0.9:3676"]);
   assert.deepEqual(await gateway.volumes!.table.list(undefined), []);
 });

@@ -4,8 +4,9 @@
  * its content API are a 409 saying so. The copy is the source node's entry stream
  * (`exportVolume`) piped through the gateway into the target's `importVolume`, which renames it
  * into place only once it arrived whole; the table then names the target, and the source's copy
- * is deleted (a failure there is logged and leaves an orphan directory, never a second live
- * copy: the table names one node).
+ * is deleted (a failure there is logged and leaves a stale copy, never a second live one: the
+ * table names one node; `reconcile.ts` drops such copies, and a target's that took the image but
+ * was never recorded, once the node holding it checks in again).
  *
  * @module
  */
@@ -113,8 +114,10 @@ export async function moveVolume(
     );
     const text = await imported.text();
     if (imported.status !== 201) {
+      // 409 (links the target cannot make) and 507 (more than the cap, or a cap larger than the
+      // target's filesystem keeps in one image) are the operator's to act on, as the node says.
       throw new HttpError(
-        imported.status === 409 ? 409 : 502,
+        imported.status === 409 || imported.status === 507 ? imported.status : 502,
         `Node '${target.id}' could not take volume '${row.id}' (HTTP ${imported.status}: ${
           text.slice(0, 300)
         }): the volume stays on '${source.id}'`,
@@ -142,7 +145,7 @@ export async function moveVolume(
       volume: row.id,
       nodeId: source.id,
       error: (error as Error).message,
-      fix: `delete ${row.id} under that node's volume root by hand`,
+      fix: "none needed: once that node checks in again, the gateway drops its stale copy",
     });
   }
   parts.log("info", "volume moved", { volume: row.id, from: source.id, to: target.id });

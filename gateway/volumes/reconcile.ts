@@ -1,0 +1,185 @@
+/**
+ * Stale copies of a volume: a node that holds a volume the table records on another node. A move
+ * leaves one when its target dies after taking the image but before the gateway records it there
+ * (the target mounts the whole copy again as it starts, and the table still names the source), or
+ * when the source is down as the move deletes its old copy. Nothing else ever removes such a copy:
+ * it holds the node's disk and a loop device, and is advertised in its check-ins.
+ *
+ * Each pass compares the up nodes' check-ins (`volumes`: the ids each holds) with the table. A
+ * copy on a node the table does not name is dropped (the node's `destroyVolume`) only when all of
+ * these hold, so the only copy, or one a move is making, is never deleted:
+ *
+ * - it was seen at the previous pass too (a move that just finished has its target advertise the
+ *   volume within a check-in; a pass apart, every step in flight has settled or is claimed);
+ * - the volume's row is `ready` and not on a shared root, and is claimed for the drop (as a move
+ *   or delete claims it, so none can start meanwhile), and after the claim still names another node;
+ * - that node is up and answers, asked right then, that it holds the volume.
+ *
+ * Otherwise the copy is kept and logged once with why and the command that drops it by hand: a
+ * volume no row names (the gateway's database was lost or restored, or the volume was deleted while
+ * its node was out of the fleet), or whose recorded node is down or lacks it (then this copy may
+ * be the only one).
+ *
+ * @module
+ */
+import { VOLUME_ID } from "../../shared/volumes.ts";
+import type { Fleet } from "../fleet/fleet.ts";
+import type { Log } from "../../shared/log.ts";
+import type { FleetVolumes } from "./fleet_volumes.ts";
+
+/** How often a pass runs (the gateway's sweep asks; see {@linkcode VolumeReconciler.tick}). */
+export const RECONCILE_INTERVAL_MS = 60_000;
+
+/** The most copies one pass drops (the rest wait for the next pass). */
+const MAX_DROPS_PER_PASS = 16;
+
+/** The most stale copies remembered between passes (every map has a bound). */
+const MAX_TRACKED = 10_000;
+
+/** One stale copy: the volume, the node holding it, where the table records it. */
+export interface StaleCopy {
+  volume: string;
+  node: string;
+  /** The node the table names; absent when no row names the volume. */
+  recordedOn?: string;
+}
+
+/** What one pass found and did. */
+export interface ReconcileReport {
+  /** Copies dropped from the node holding them. */
+  dropped: StaleCopy[];
+  /** Copies kept, each with why. */
+  kept: (StaleCopy & { why: string })[];
+}
+
+/** Finds and drops stale copies (see the module doc). */
+export class VolumeReconciler {
+  readonly #volumes: FleetVolumes;
+  readonly #fleet: Fleet;
+  readonly #log: Log;
+  /** `node/volume` of the copies seen at the last pass. */
+  #seen = new Set<string>();
+  /** Those already logged as kept (pruned to the copies still seen). */
+  #reported = new Set<string>();
+  #last = -Infinity;
+  #running: Promise<unknown> | undefined;
+
+  constructor(volumes: FleetVolumes, fleet: Fleet, log: Log) {
+    this.#volumes = volumes;
+    this.#fleet = fleet;
+    this.#log = log;
+  }
+
+  /** Starts a pass when {@linkcode RECONCILE_INTERVAL_MS} passed since the last and none runs. */
+  tick(now: number): void {
+    if (this.#running !== undefined || now - this.#last < RECONCILE_INTERVAL_MS) return;
+    this.#last = now;
+    this.#running = this.pass().catch((error) => {
+      this.#log("warn", "a pass over stale volume copies failed; the next one tries again", {
+        error: (error as Error).message,
+      });
+    }).finally(() => this.#running = undefined);
+  }
+
+  /** One pass: compares the up nodes' check-ins with the table, drops what is safe to drop. */
+  async pass(): Promise<ReconcileReport> {
+    const fleet = this.#fleet;
+    const up = [...fleet.nodes()].filter((n) => !fleet.isDown(n));
+    const held = up.flatMap((n) =>
+      n.volumes.filter((id) => VOLUME_ID.test(id)).map((id) => ({ node: n, id }))
+    );
+    const report: ReconcileReport = { dropped: [], kept: [] };
+    if (held.length === 0) {
+      this.#seen.clear();
+      this.#reported.clear();
+      return report;
+    }
+    const rows = new Map((await this.#volumes.table.list()).map((r) => [r.id, r]));
+    const seen = new Set<string>();
+    for (const { node, id } of held) {
+      const row = rows.get(id);
+      if (row !== undefined && (row.shared || row.node === node.id || row.state !== "ready")) {
+        continue;
+      }
+      const key = `${node.id}/${id}`;
+      if (seen.size < MAX_TRACKED) seen.add(key);
+      // Seen once: a step in flight may still settle it.
+      if (!this.#seen.has(key)) continue;
+      const copy: StaleCopy = { volume: id, node: node.id, recordedOn: row?.node };
+      const why = row === undefined
+        ? "no volume row names it (the gateway's database was lost or restored, or the volume " +
+          "was deleted while its node was out of the fleet)"
+        : report.dropped.length >= MAX_DROPS_PER_PASS
+        ? undefined
+        : await this.#drop(copy);
+      if (why === null) {
+        report.dropped.push(copy);
+        this.#log(
+          "warn",
+          "a stale copy of a volume was dropped from a node the table does not name",
+          {
+            volume: id,
+            nodeId: node.id,
+            recordedOn: row?.node,
+          },
+        );
+      } else if (why !== undefined) {
+        report.kept.push({ ...copy, why });
+        if (!this.#reported.has(key)) {
+          this.#log(
+            "warn",
+            "a node holds a copy of a volume the table does not place there: kept",
+            {
+              volume: id,
+              nodeId: node.id,
+              recordedOn: row?.node ?? null,
+              why,
+              fix:
+                `once no other copy is wanted, drop it: curl -X POST ${node.endpoint}/destroyVolume ` +
+                `-H "Authorization: Bearer $DORMICE_API_TOKEN" -d '{"id":"${id}"}'`,
+            },
+          );
+        }
+      }
+    }
+    this.#seen = seen;
+    this.#reported = new Set(report.kept.map((k) => `${k.node}/${k.volume}`));
+    return report;
+  }
+
+  /** Drops one copy under the row's claim: `null` when dropped, else why it was kept. */
+  async #drop(copy: StaleCopy): Promise<string | null> {
+    const volumes = this.#volumes;
+    const table = volumes.table;
+    const recorded = this.#fleet.get(copy.recordedOn!);
+    if (recorded === undefined || this.#fleet.isDown(recorded)) {
+      return `the node the table records it on ('${copy.recordedOn}') is down or gone: this ` +
+        "copy may be the only one";
+    }
+    const holder = this.#fleet.get(copy.node);
+    if (holder === undefined) return "its node left the fleet";
+    if (!(await table.claim(copy.volume, "moving"))) {
+      return "the volume is busy (a move, delete or mount)";
+    }
+    try {
+      const row = await table.get(copy.volume);
+      if (row === undefined || row.node === copy.node || row.shared) {
+        return "the table changed during the pass";
+      }
+      const there = await volumes.call(recorded, "/volumeUsers", { id: copy.volume });
+      if (there.status !== 200 || there.json.present !== true) {
+        return `the node the table records it on ('${recorded.id}') does not hold it now: this ` +
+          "copy may be the only one";
+      }
+      const gone = await volumes.call(holder, "/destroyVolume", { id: copy.volume });
+      if (gone.status !== 200) {
+        return `node '${holder.id}' refused the drop: ${
+          String(gone.json.message ?? gone.text).slice(0, 200)
+        }`;
+      }
+      return null;
+    } finally {
+      await table.update(copy.volume, { state: "ready" });
+    }
+  }
+}

@@ -1,0 +1,132 @@
+import assert from "node:assert/strict";
+import { buildGateway } from "../app.ts";
+import { checkIn } from "../_fixtures_test.ts";
+import { FakeClock } from "../../shared/clock.ts";
+import { RECONCILE_INTERVAL_MS } from "./reconcile.ts";
+
+const token = "gateway-volume-reconcile-test-token-0123456789abcdef";
+const id = "vol-0000000000000000000a";
+
+/**
+ * A gateway over stub nodes: `holds[node]` are the volume ids each advertises and answers
+ * `present` for; every node call is recorded as `<node> <path>`.
+ */
+function fleet(
+  holds: Record<string, string[]>,
+  options: { answers?: Record<string, boolean> } = {},
+) {
+  const calls: string[] = [];
+  const clock = new FakeClock();
+  const endpoints: Record<string, string> = {};
+  const lines: { msg: string; fields: Record<string, unknown> }[] = [];
+  const gateway = buildGateway({
+    token,
+    clock,
+    timers: clock,
+    log: (_level, msg, fields = {}) => lines.push({ msg, fields }),
+    fetch: async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init);
+      const url = new URL(request.url);
+      const node = Object.keys(endpoints).find((n) => endpoints[n] === url.origin)!;
+      calls.push(`${node} ${url.pathname}`);
+      const body = await request.json().catch(() => ({}));
+      if (url.pathname === "/volumeUsers") {
+        const present = options.answers?.[node] ?? holds[node].includes(body.id);
+        return Response.json({ present, sandboxes: [] });
+      }
+      if (url.pathname === "/destroyVolume") {
+        holds[node] = holds[node].filter((v) => v !== body.id);
+        return Response.json({ destroyed: true });
+      }
+      return new Response("{}", { status: 404 });
+    },
+  });
+  const checkInAll = () => {
+    for (const [i, node] of Object.keys(holds).entries()) {
+      endpoints[node] = `http://10.0.0.${i + 1}:3676`;
+      gateway.fleet.checkIn(checkIn(node, endpoints[node], { volumes: holds[node] }));
+    }
+  };
+  checkInAll();
+  return { gateway, calls, clock, lines, checkInAll };
+}
+
+async function addVolume(
+  gateway: ReturnType<typeof buildGateway>,
+  node: string,
+  state: "ready" | "moving" = "ready",
+) {
+  await gateway.volumes!.table.reserve({ id, team: "default", name: "data", node });
+  await gateway.volumes!.table.update(id, { state, sizeBytes: 1e9 });
+}
+
+Deno.test("volume reconcile: the gateway's sweep drops a stale copy once seen twice, after asking the recorded node", async () => {
+  // A move's target (node-b) took the image but died before the table named it: the table still
+  // records node-a, and node-b holds a whole copy again after its restart.
+  const f = fleet({ "node-a": [id], "node-b": [id] });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  // The nodes check in every second while the sweep runs once a second: two passes.
+  for (let s = 0; s <= RECONCILE_INTERVAL_MS / 1000 + 1; s++) {
+    f.checkInAll();
+    f.clock.tick(1000);
+    await new Promise((r) => setTimeout(r, 1));
+  }
+  assert.deepEqual(f.calls, ["node-a /volumeUsers", "node-b /destroyVolume"]);
+  const row = await gateway.volumes!.table.get(id);
+  assert.deepEqual([row?.node, row?.state], ["node-a", "ready"]);
+  const line = f.lines.find((l) => /stale copy of a volume was dropped/.test(l.msg));
+  assert.deepEqual(line?.fields, { volume: id, nodeId: "node-b", recordedOn: "node-a" });
+});
+
+Deno.test("volume reconcile: a copy whose recorded node lacks it, or is down, is kept and logged once with the command", async () => {
+  const f = fleet({ "node-a": [], "node-b": [id] });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  const reconciler = gateway.volumes!.reconciler;
+  assert.deepEqual(await reconciler.pass(), { dropped: [], kept: [] }, "seen once: no verdict");
+  const second = await reconciler.pass();
+  assert.deepEqual(second.dropped, []);
+  assert.match(second.kept[0].why, /does not hold it now: this copy may be the only one/);
+  assert.deepEqual(f.calls, ["node-a /volumeUsers"]);
+  await reconciler.pass();
+  const logged = f.lines.filter((l) => /a node holds a copy of a volume/.test(l.msg));
+  assert.equal(logged.length, 1, "logged once while it stays");
+  assert.match(
+    String(logged[0].fields.fix),
+    /curl -X POST http:\/\/10\.0\.0\.2:3676\/destroyVolume/,
+  );
+  // The row was released after each try.
+  assert.equal((await gateway.volumes!.table.get(id))?.state, "ready");
+});
+
+Deno.test("volume reconcile: a copy whose recorded node is down, or whose row is moving, is never dropped", async () => {
+  const f = fleet({ "node-a": [id], "node-b": [id] });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a", "moving");
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  assert.deepEqual(await reconciler.pass(), { dropped: [], kept: [] });
+  await gateway.volumes!.table.update(id, { state: "ready" });
+  // node-a stops checking in: down.
+  f.clock.tick(10 * 60_000);
+  gateway.fleet.checkIn(checkIn("node-b", "http://10.0.0.2:3676", { volumes: [id] }));
+  await reconciler.pass();
+  const kept = await reconciler.pass();
+  assert.match(
+    kept.kept[0]?.why ?? "",
+    /'node-a'\) is down or gone: this copy may be the only one/,
+  );
+  assert.deepEqual(f.calls, []);
+});
+
+Deno.test("volume reconcile: a volume no row names is kept and named", async () => {
+  const f = fleet({ "node-a": [id] });
+  await using gateway = f.gateway;
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  const report = await reconciler.pass();
+  assert.deepEqual(report.kept.map((k) => [k.volume, k.node]), [[id, "node-a"]]);
+  assert.match(report.kept[0].why, /no volume row names it/);
+  assert.deepEqual(f.calls, []);
+});
