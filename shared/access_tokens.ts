@@ -266,12 +266,33 @@ export function envdRequestAuthorized(
 
 /**
  * The message of a signed `/files` URL its sandbox did sign but whose `signature_expiration`
- * has passed: E2B envd's own words first, since clients compare them (the SDK's tests expect
- * exactly "signature is already expired"), then what to do.
+ * has passed: E2B envd's own words and nothing more, since clients compare the whole answer (the
+ * SDK's tests expect exactly `{"code":401,"message":"signature is already expired"}`). What to do
+ * travels beside it, in the {@linkcode HINT_HEADER} header ({@linkcode refusalHeaders}).
  */
-export const SIGNED_URL_EXPIRED: string = "signature is already expired. Ask the SDK for a " +
-  "fresh URL (sandbox.downloadUrl() or uploadUrl()), with a longer useSignatureExpiration if " +
-  "it must stay valid longer";
+export const SIGNED_URL_EXPIRED: string = "signature is already expired";
+
+/** The header that carries what to do when the body must keep another server's exact words. */
+export const HINT_HEADER = "x-dormice-hint";
+
+/** What to do about an expired signed URL, sent in {@linkcode HINT_HEADER}. */
+export const SIGNED_URL_EXPIRED_HINT: string =
+  "Ask the SDK for a fresh URL (sandbox.downloadUrl() " +
+  "or uploadUrl()), with a longer useSignatureExpiration if it must stay valid longer";
+
+/**
+ * The headers that go with an {@linkcode envdRefusal} answer: the hint of an expired signed URL,
+ * nothing for any other refusal (their messages say what to do themselves).
+ *
+ * @example
+ * ```ts
+ * import { refusalHeaders, SIGNED_URL_EXPIRED } from "./access_tokens.ts";
+ * refusalHeaders(SIGNED_URL_EXPIRED); // { "x-dormice-hint": "Ask the SDK for a fresh URL …" }
+ * ```
+ */
+export function refusalHeaders(message: string): Record<string, string> {
+  return message === SIGNED_URL_EXPIRED ? { [HINT_HEADER]: SIGNED_URL_EXPIRED_HINT } : {};
+}
 
 /**
  * Why an envd request that {@linkcode envdRequestAuthorized} refused is refused, as one

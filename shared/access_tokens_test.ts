@@ -8,6 +8,7 @@ import {
   fileSignature,
   isExpired,
   parseSignedFileUrl,
+  refusalHeaders,
   SignatureLocator,
   signatureMatches,
   SIGNED_URL_EXPIRED,
@@ -181,7 +182,9 @@ Deno.test("envdRefusal() says a signed URL expired in E2B's words, only when its
       ...over,
     }, 1_000_000);
   assert.equal(refusal({ url: url(tokens.forSandbox("sbx-1"), 10) }), SIGNED_URL_EXPIRED);
-  assert.match(SIGNED_URL_EXPIRED, /^signature is already expired\. /);
+  assert.equal(SIGNED_URL_EXPIRED, "signature is already expired");
+  assert.match(refusalHeaders(SIGNED_URL_EXPIRED)["x-dormice-hint"], /fresh URL/);
+  assert.deepEqual(refusalHeaders("anything else"), {});
   // Signed by another sandbox: the signature does not match (expired or not), never "needs the
   // header", which sends the user looking for a token the URL was meant to replace.
   assert.match(

@@ -10,7 +10,11 @@
 import type { Context } from "hono";
 import type { FindOne } from "../../finder/finder.ts";
 import type { GatewayParts } from "../parts.ts";
-import { envdRefusal, envdRequestAuthorized } from "../../../shared/access_tokens.ts";
+import {
+  envdRefusal,
+  envdRequestAuthorized,
+  refusalHeaders,
+} from "../../../shared/access_tokens.ts";
 import { HttpError } from "../../../shared/http_error.ts";
 import { sandboxIdSchema } from "../../../shared/schemas.ts";
 
@@ -93,7 +97,8 @@ export function requireCredentials(
   };
   const now = Date.now();
   if (!envdRequestAuthorized(parts.accessTokens, id, credentials, now)) {
-    throw new HttpError(401, envdRefusal(parts.accessTokens, id, credentials, now));
+    const refusal = envdRefusal(parts.accessTokens, id, credentials, now);
+    throw new HttpError(401, refusal, { headers: refusalHeaders(refusal) });
   }
 }
 

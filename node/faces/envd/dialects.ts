@@ -8,6 +8,7 @@
  *
  * @module
  */
+import { refusalHeaders } from "../../../shared/access_tokens.ts";
 import type { ConnectCode } from "../../../shared/connect_codes.ts";
 import { HttpError } from "../../../shared/http_error.ts";
 import type { Log } from "../../../shared/log.ts";
@@ -82,7 +83,10 @@ export function restError(
   message: string,
   headers: Record<string, string> = {},
 ): Response {
-  return Response.json({ code: status, message }, { status, headers });
+  return Response.json({ code: status, message }, {
+    status,
+    headers: { ...refusalHeaders(message), ...headers },
+  });
 }
 
 /**
