@@ -6,6 +6,7 @@ import { checkIn } from "../_fixtures_test.ts";
 import { manualTimers, TOKEN } from "./_fixtures_test.ts";
 import { boundedFanOut } from "./fan_out.ts";
 import { FakeClock } from "../../shared/clock.ts";
+import { markFetchShaped } from "../../shared/fetch_handler.ts";
 
 /**
  * `n` nodes, and a fetch that records how many lookups are in flight at once; each answer moves
@@ -17,9 +18,11 @@ function wideFleet(n: number, answer: "absent" | "hang", clock?: FakeClock, tick
     fleet.checkIn(checkIn(`n${i}`, `http://10.1.${i >> 8}.${i & 255}:3676`));
   }
   let inFlight = 0, peak = 0, asked = 0;
+  const signals = new Set<AbortSignal>();
   const fn = (async (input: RequestInfo | URL, init?: RequestInit) => {
     ({ url: input, init } = await plainArgs(input, init));
     asked++;
+    signals.add(init!.signal!);
     peak = Math.max(peak, ++inFlight);
     try {
       if (answer === "hang") {
@@ -36,7 +39,8 @@ function wideFleet(n: number, answer: "absent" | "hang", clock?: FakeClock, tick
       inFlight--;
     }
   }) as typeof fetch;
-  return { fleet, fetch: fn, peak: () => peak, asked: () => asked };
+  // Fetch-shaped, as the gateway's node client is: the Finder's signal reaches it as it was given.
+  return { fleet, fetch: markFetchShaped(fn), peak: () => peak, asked: () => asked, signals };
 }
 
 Deno.test("Finder: a round asks at most lookupConcurrency nodes at once, and hears them all", async () => {
@@ -52,6 +56,9 @@ Deno.test("Finder: a round asks at most lookupConcurrency nodes at once, and hea
   assert.equal(w.asked(), 50, "every node asked");
   assert.ok(w.peak() <= 4, `${w.peak()} lookups were in flight at once`);
   assert.ok(w.peak() > 1, "the round still asks in parallel");
+  // One signal per worker, not one for all: each ask adds and removes a listener on its signal,
+  // which costs in proportion to the listeners already there.
+  assert.equal(w.signals.size, 4, "the 50 asks went out under one signal per worker");
   w.fleet.close();
 });
 

@@ -424,16 +424,21 @@ export class Finder {
       2 * this.#timeoutMs,
     );
     let inFlight = 0, over = false;
+    // One signal per fan-out worker, made when it first asks: every ask adds a listener to its
+    // signal and removes it, and on one signal shared by 1,024 asks in flight that alone cost a
+    // third of a second per round of 10,000 nodes (fan_out.ts).
+    const workerSignals: AbortSignal[] = [];
+    const signalOf = (w: number) => workerSignals[w] ??= AbortSignal.any([askSignal]);
     const notAsked = (): LookupAnswer => ({ kind: "silent", cause: NOT_ASKED_CAUSE });
     const late = (): LookupAnswer => ({
       kind: "silent",
       cause: timeoutError(this.#timeoutMs).message,
     });
     const ask = this.#width.timed(
-      async (node: FleetNode) => {
+      async (node: FleetNode, worker: number) => {
         inFlight++;
         try {
-          return await this.#client.ask(node, body, askSignal, scoped?.team, slotToken);
+          return await this.#client.ask(node, body, signalOf(worker), scoped?.team, slotToken);
         } finally {
           if (--inFlight === 0 && over) this.#timers.clearTimeout(graceTimer);
         }

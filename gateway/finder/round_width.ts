@@ -122,13 +122,13 @@ export class RoundWidth {
    * `answered` says was no answer (silent: a timeout, a refused connection) is not kept: its time
    * is the deadline's or the failure's, not the nodes'.
    */
-  timed<T, R>(
-    ask: (item: T) => Promise<R>,
+  timed<A extends unknown[], R>(
+    ask: (...args: A) => Promise<R>,
     answered: (result: R) => boolean = () => true,
-  ): (item: T) => Promise<R> {
-    return async (item) => {
+  ): (...args: A) => Promise<R> {
+    return async (...args) => {
       const t0 = this.#clock.now();
-      const result = await ask(item);
+      const result = await ask(...args);
       if (answered(result)) this.#record(this.#clock.now() - t0);
       return result;
     };
