@@ -41,6 +41,15 @@ for (const a of Deno.args.filter((a) => a.startsWith("--env="))) {
 const PER_PROCESS = 5_000;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/**
+ * A process's main thread (its event loop) from /proc/<pid>/schedstat: ms run on a core, and ms
+ * spent runnable but waiting for one (the machine's other work ahead of it).
+ */
+function schedMs(pid: number): { run: number; wait: number } {
+  const [run, wait] = Deno.readTextFileSync(`/proc/${pid}/schedstat`).split(" ").map(Number);
+  return { run: run / 1e6, wait: wait / 1e6 };
+}
+
 interface Stats {
   lookups: number;
   connections: number;
@@ -111,7 +120,14 @@ try {
     return { status: res.status, json: await res.json().catch(() => ({})) };
   };
   console.log(
-    JSON.stringify({ nodes, env, cycle, load: Deno.loadavg(), at: new Date().toISOString() }),
+    JSON.stringify({
+      gatewayPid: gw.pid,
+      nodes,
+      env,
+      cycle,
+      load: Deno.loadavg(),
+      at: new Date().toISOString(),
+    }),
   );
   let seq = 0;
   for (const delay of delays) {
@@ -122,6 +138,8 @@ try {
       const rs0 = await roundSeconds();
       const s0 = await stats();
       const [c0, ...n0] = await cpuMs([gw.pid, ...children.map((c) => c.pid)]);
+      const q0 = schedMs(gw.pid);
+      const nq0 = children.map((c) => schedMs(c.pid));
       let peak = fds();
       const sampler = setInterval(() => {
         peak = Math.max(peak, fds());
@@ -130,12 +148,15 @@ try {
       const { status, json } = await call("lookupSandbox", { name: `probe-${++seq}` });
       const ms = performance.now() - t0;
       clearInterval(sampler);
+      const q1 = schedMs(gw.pid);
+      const nq1 = children.map((c) => schedMs(c.pid));
       const [c1, ...n1] = await cpuMs([gw.pid, ...children.map((c) => c.pid)]);
       const s1 = await stats();
       const rs1 = await roundSeconds();
       const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(json?.message ?? ""));
       const r = {
         delay,
+        at: Date.now(),
         ms: Math.round(ms),
         roundMs: Math.round((rs1 - rs0) * 1000),
         status,
@@ -143,6 +164,12 @@ try {
         newSockets: s1.connections - s0.connections,
         notAsked: notAsked ? Number(notAsked[1]) : 0,
         gatewayCpuMs: c1 - c0,
+        // The gateway's event loop: ran, and waited for a core while runnable.
+        loopRunMs: Math.round(q1.run - q0.run),
+        loopWaitMs: Math.round(q1.wait - q0.wait),
+        nodesLoopWaitMs: Math.round(
+          nq1.reduce((a, q) => a + q.wait, 0) - nq0.reduce((a, q) => a + q.wait, 0),
+        ),
         nodesCpuMs: n1.reduce((a, b) => a + b, 0) - n0.reduce((a, b) => a + b, 0),
         peakFds: peak,
         load1: Deno.loadavg()[0],
