@@ -446,15 +446,12 @@ export class Finder {
       (answer) => answer.kind !== "silent",
     );
     // The width is chosen as each list is asked, from the time left then, never during it.
-    const fanOut = (list: FleetNode[]) =>
-      boundedFanOut(
-        list,
-        this.#width.width(list.length, this.#timeoutMs - (this.#clock.now() - started)),
-        roundSignal,
-        ask,
-        notAsked,
-        late,
-      );
+    let width = 0;
+    const fanOut = (list: FleetNode[]) => {
+      const w = this.#width.width(list.length, this.#timeoutMs - (this.#clock.now() - started));
+      width = Math.max(width, w);
+      return boundedFanOut(list, w, roundSignal, ask, notAsked, late);
+    };
     let answers: LookupAnswer[];
     try {
       // Shared mode: the key's record is read while the digests' nodes are asked, under the same
@@ -486,6 +483,7 @@ export class Finder {
       nodes: nodes.length,
       found: found.length,
       silent: silent.length,
+      width,
       ms: this.#clock.now() - started,
     });
     if (found.length === 1) {
