@@ -236,9 +236,10 @@ export async function startGateway(
   extraEnv: Record<string, string> = {},
   /** The network permission: loopback 127.0.0.1 by default; `--allow-net` for 127.1.x.y nodes. */
   allowNet = "--allow-net=127.0.0.1",
+  /** Its port on 127.0.0.1: a free one by default. */
+  port = freePort(),
 ): Promise<Daemon> {
   const dir = await Deno.makeTempDir({ prefix: "dormice-bench-gw-" });
-  const port = freePort();
   return spawnDaemon(
     "../../gateway/main.ts",
     [

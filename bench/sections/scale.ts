@@ -26,6 +26,11 @@ export interface ScaleOptions {
   quick?: boolean;
   /** Fleet sizes, the reference first (default 200, 1,000 and 10,000). */
   sizes?: number[];
+  /**
+   * Loopback ports from this one on (the gateway's, then one per stub process's control), for a
+   * run that must keep to a range; free ports the system picks by default.
+   */
+  portBase?: number;
 }
 
 interface Stats {
@@ -52,6 +57,7 @@ interface Measured {
   missSockets: number;
   missCpuMs: number;
   missNotAsked: number;
+  missPeakFds: number;
   warmMs: number;
   warmHeard: number;
   warmSockets: number;
@@ -61,6 +67,11 @@ interface Measured {
   slowMs: number;
   slowStatus: number;
   slowHeard: number;
+  firstSlowMs: number;
+  firstSlowStatus: number;
+  firstSlowHeard: number;
+  slowCpuMs: number;
+  slowPeakFds: number;
 }
 
 /** How late each node answers the slow-network miss (a connect and an answer across regions). */
@@ -78,6 +89,29 @@ interface StubReady {
 const NODES_PER_PROCESS = 5_000;
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Descriptors `pid` has open (its sockets, mostly), or 0 when /proc cannot say. */
+function openFds(pid: number): number {
+  try {
+    let n = 0;
+    for (const _ of Deno.readDirSync(`/proc/${pid}/fd`)) n++;
+    return n;
+  } catch {
+    return 0;
+  }
+}
+
+/** `work`'s result, with the most descriptors `pid` had open while it ran (sampled every 50 ms). */
+async function withPeakFds<T>(pid: number, work: () => Promise<T>): Promise<[T, number]> {
+  let peak = openFds(pid);
+  const sampler = setInterval(() => peak = Math.max(peak, openFds(pid)), 50);
+  try {
+    const result = await work();
+    return [result, Math.max(peak, openFds(pid))];
+  } finally {
+    clearInterval(sampler);
+  }
+}
 
 async function control<T>(port: number, path: string, method = "GET"): Promise<T> {
   try {
@@ -164,7 +198,10 @@ async function measureOnce(
   // The lookup miss, with the pacing still on (check-ins go on in production too).
   const l0 = await stubs.stats();
   const [m0] = await cpuMs([gw.pid]);
-  const miss = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-miss-${seq}` });
+  const [miss, missPeakFds] = await withPeakFds(
+    gw.pid,
+    () => gatewayCall(gw.url, "lookupSandbox", { name: `scale-miss-${seq}` }),
+  );
   const [m1] = await cpuMs([gw.pid]);
   const l1 = await stubs.stats();
   const notAsked = /(\d+) nodes? (?:was|were) not asked/.exec(String(miss.json?.message ?? ""));
@@ -183,8 +220,18 @@ async function measureOnce(
   // A miss whose nodes each answer SLOW_ANSWER_MS late, as over a slower network: a round at a
   // fixed width needs nodes × latency ÷ width, one that widens does not.
   await stubs.post(`/delay?ms=${SLOW_ANSWER_MS}`);
+  // The first round after the nodes slowed is asked at the width the fast rounds left; the one
+  // after it at the width the slow answers call for (a network stays slow longer than a round).
+  const f0 = await stubs.stats();
+  const firstSlow = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-slow1-${seq}` });
+  const f1 = await stubs.stats();
   const d0 = await stubs.stats();
-  const slow = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-slow-${seq}` });
+  const [sc0] = await cpuMs([gw.pid]);
+  const [slow, slowPeakFds] = await withPeakFds(
+    gw.pid,
+    () => gatewayCall(gw.url, "lookupSandbox", { name: `scale-slow-${seq}` }),
+  );
+  const [sc1] = await cpuMs([gw.pid]);
   const d1 = await stubs.stats();
   await stubs.post("/delay?ms=0");
 
@@ -207,6 +254,7 @@ async function measureOnce(
     missSockets: l1.connections - l0.connections,
     missCpuMs: m1 - m0,
     missNotAsked: notAsked ? Number(notAsked[1]) : 0,
+    missPeakFds,
     warmMs: warm.ms,
     warmHeard: w1.lookups - w0.lookups,
     warmSockets: w1.connections - w0.connections,
@@ -216,6 +264,11 @@ async function measureOnce(
     slowMs: slow.ms,
     slowStatus: slow.status,
     slowHeard: d1.lookups - d0.lookups,
+    firstSlowMs: firstSlow.ms,
+    firstSlowStatus: firstSlow.status,
+    firstSlowHeard: f1.lookups - f0.lookups,
+    slowCpuMs: sc1 - sc0,
+    slowPeakFds,
   };
 }
 
@@ -243,7 +296,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     // Digests off: the miss asks every node, the case no digest shortens (a name every digest
     // may hold, or a gateway run with DORMICE_GATEWAY_LOOKUP_DIGESTS=off); `lookup-scale`
     // measures the digests.
-    const gw = await startGateway([], { DORMICE_GATEWAY_LOOKUP_DIGESTS: "off" }, "--allow-net");
+    const base = options.portBase;
+    const gw = await startGateway(
+      [],
+      { DORMICE_GATEWAY_LOOKUP_DIGESTS: "off" },
+      "--allow-net",
+      base ?? freePort(),
+    );
     // A process holds a listener and a socket per node, within its 20,000 descriptors.
     const parts = Math.ceil(n / NODES_PER_PROCESS);
     const children: Child<StubReady>[] = [];
@@ -251,7 +310,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     try {
       for (let p = 0; p < parts; p++) {
         const first = p * NODES_PER_PROCESS;
-        const port = freePort();
+        const port = base === undefined ? freePort() : base + 1 + p;
         ports.push(port);
         children.push(
           await startChild<StubReady>(
@@ -375,6 +434,13 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     false,
   );
   figure("lookup miss: gateway CPU", "ms", (m) => m.missCpuMs);
+  figure(
+    "lookup miss: the gateway's open descriptors at most",
+    "fds",
+    (m) => m.missPeakFds,
+    undefined,
+    false,
+  );
   figure("second miss right after (connections reused): time", "ms", (m) => m.warmMs);
   figure("second miss: nodes heard", "nodes", (m) => m.warmHeard);
   figure(
@@ -383,6 +449,23 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     (m) => m.warmSockets,
     undefined,
     false,
+  );
+  figure(
+    `first miss after the nodes slowed to ${SLOW_ANSWER_MS} ms: time`,
+    "ms",
+    (m) => m.firstSlowMs,
+  );
+  figure(
+    `first miss after the nodes slowed to ${SLOW_ANSWER_MS} ms: HTTP status`,
+    "",
+    (m) => m.firstSlowStatus,
+    undefined,
+    false,
+  );
+  figure(
+    `first miss after the nodes slowed to ${SLOW_ANSWER_MS} ms: nodes heard`,
+    "nodes",
+    (m) => m.firstSlowHeard,
   );
   figure(
     `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: time`,
@@ -408,6 +491,18 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     "nodes",
     (m) => m.slowHeard,
   );
+  figure(
+    `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: gateway CPU`,
+    "ms",
+    (m) => m.slowCpuMs,
+  );
+  figure(
+    `lookup miss, nodes answering ${SLOW_ANSWER_MS} ms late: the gateway's open descriptors at most`,
+    "fds",
+    (m) => m.slowPeakFds,
+    undefined,
+    false,
+  );
   figure("listSandboxes first page: time", "ms", (m) => m.listMs);
   figure("listSandboxes first page: sandboxes listed", "", (m) => m.listed);
   figure(
@@ -425,7 +520,7 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
     rows,
     notes: [
       ...failures,
-      "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, " +
+      "One gateway process (gateway/main.ts, defaults: DORMICE_GATEWAY_LOOKUP_CONCURRENCY=128, up to 1,024 when the nodes answered slowly, " +
       "2,000 ms lookup deadline, " +
       "DORMICE_GATEWAY_LOOKUP_DIGESTS=off so a miss asks every node) and stub processes simulating every node on its own address " +
       "127.1.x.y (bench/children/scale_nodes.ts, 5,000 nodes a process: each holds a listener and a " +
@@ -445,10 +540,19 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       "seen by a node). A node the round did not ask before its deadline is not heard: the " +
       "answer is then a 503 that says how many were not asked. It comes 16-20 s after the " +
       "previous run's rounds: the gateway keeps idle node connections 30 s, so the first run's " +
-      "miss is cold (a connect to every node) and the later runs' reuse connections.",
-      `The slow-network miss follows the list page (connections warm); every simulated node ` +
-      `answers its lookupSandbox ${SLOW_ANSWER_MS} ms late. At 128 nodes at once, 10,000 such ` +
-      `nodes need ${(10_000 * SLOW_ANSWER_MS / 128 / 1000).toFixed(1)} s.`,
+      "miss is cold (a connect to every node) and the later runs' reuse connections. On a " +
+      "loaded machine that miss can take the whole deadline: the gateway's event loop then " +
+      "waits for a core most of the round (see 'Scale: slow nodes, and the miss 16–20 s after " +
+      "the last').",
+      `The slow-network misses follow the list page (connections warm); every simulated node ` +
+      `answers its lookupSandbox ${SLOW_ANSWER_MS} ms late, and two misses are asked: the ` +
+      `first after the nodes slowed, then the one the goal is judged on. At 128 nodes at once, 10,000 such ` +
+      `nodes need ${(10_000 * SLOW_ANSWER_MS / 128 / 1000).toFixed(1)} s; a round sets its ` +
+      "width as it begins, from the latency of the fastest tenth of the last 1,024 answers " +
+      "(gateway/finder/round_width.ts): the first slow round of a run is still asked at the " +
+      "width the fast rounds before it left, the next ones wider. Descriptors are " +
+      "/proc/<pid>/fd counted every 50 ms during the round (the idle connections kept to " +
+      "every node are among them).",
     ],
   };
 }

@@ -5,17 +5,24 @@ import { Finder } from "./finder.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { manualTimers, TOKEN } from "./_fixtures_test.ts";
 import { boundedFanOut } from "./fan_out.ts";
+import { FakeClock } from "../../shared/clock.ts";
+import { markFetchShaped } from "../../shared/fetch_handler.ts";
 
-/** `n` nodes, and a fetch that records how many lookups are in flight at once. */
-function wideFleet(n: number, answer: "absent" | "hang") {
+/**
+ * `n` nodes, and a fetch that records how many lookups are in flight at once; each answer moves
+ * `clock` on by `tickMs` (a node answering late, on the Finder's injected clock).
+ */
+function wideFleet(n: number, answer: "absent" | "hang", clock?: FakeClock, tickMs = 0) {
   const fleet = new Fleet();
   for (let i = 0; i < n; i++) {
     fleet.checkIn(checkIn(`n${i}`, `http://10.1.${i >> 8}.${i & 255}:3676`));
   }
   let inFlight = 0, peak = 0, asked = 0;
+  const signals = new Set<AbortSignal>();
   const fn = (async (input: RequestInfo | URL, init?: RequestInit) => {
     ({ url: input, init } = await plainArgs(input, init));
     asked++;
+    signals.add(init!.signal!);
     peak = Math.max(peak, ++inFlight);
     try {
       if (answer === "hang") {
@@ -26,12 +33,14 @@ function wideFleet(n: number, answer: "absent" | "hang") {
         });
       }
       await Promise.resolve();
+      clock?.tick(tickMs);
       return Response.json({ found: false });
     } finally {
       inFlight--;
     }
   }) as typeof fetch;
-  return { fleet, fetch: fn, peak: () => peak, asked: () => asked };
+  // Fetch-shaped, as the gateway's node client is: the Finder's signal reaches it as it was given.
+  return { fleet, fetch: markFetchShaped(fn), peak: () => peak, asked: () => asked, signals };
 }
 
 Deno.test("Finder: a round asks at most lookupConcurrency nodes at once, and hears them all", async () => {
@@ -47,7 +56,41 @@ Deno.test("Finder: a round asks at most lookupConcurrency nodes at once, and hea
   assert.equal(w.asked(), 50, "every node asked");
   assert.ok(w.peak() <= 4, `${w.peak()} lookups were in flight at once`);
   assert.ok(w.peak() > 1, "the round still asks in parallel");
+  // One signal per worker, not one for all: each ask adds and removes a listener on its signal,
+  // which costs in proportion to the listeners already there.
+  assert.equal(w.signals.size, 4, "the 50 asks went out under one signal per worker");
   w.fleet.close();
+});
+
+Deno.test("Finder: after slow answers, a round of many nodes asks more at once, up to the cap", async () => {
+  const clock = new FakeClock(0);
+  // Each answer takes the clock 10 ms on: with 4 in flight, an ask waits about 40 ms.
+  const w = wideFleet(2000, "absent", clock, 10);
+  const finder = new Finder({
+    fleet: w.fleet,
+    token: TOKEN,
+    fetch: w.fetch,
+    clock,
+    lookupConcurrency: 4,
+    lookupConcurrencyMax: 64,
+    timers: manualTimers().timers,
+  });
+  assert.deepEqual(await finder.lookup("name", "first"), { kind: "none" });
+  assert.equal(w.peak(), 4, "nothing timed yet: the configured width");
+  // 2,000 nodes at about 40 ms each in half of 2,000 ms: 80 at once, capped at 64.
+  assert.deepEqual(await finder.lookup("name", "second"), { kind: "none" });
+  assert.equal(w.peak(), 64, `${w.peak()} lookups were in flight at once`);
+  assert.equal(w.asked(), 4000, "every node asked in both rounds");
+  w.fleet.close();
+});
+
+Deno.test("Finder refuses a lookupConcurrencyMax below lookupConcurrency", () => {
+  const fleet = new Fleet();
+  assert.throws(
+    () => new Finder({ fleet, token: TOKEN, lookupConcurrency: 8, lookupConcurrencyMax: 4 }),
+    /'lookupConcurrencyMax' must be an integer of at least 'lookupConcurrency' \(8\): received 4/,
+  );
+  fleet.close();
 });
 
 Deno.test("Finder: nodes not asked before the deadline make the round unsure, and it says so", async () => {
@@ -91,4 +134,30 @@ Deno.test("boundedFanOut keeps order and answers the unasked at once when the si
     return Promise.resolve(n * 10);
   }, (n) => -n);
   assert.deepEqual(answers, [10, 20, -3, -4]);
+});
+
+Deno.test("boundedFanOut with late answers at the abort without waiting for the asks in flight", async () => {
+  const controller = new AbortController();
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => release = resolve);
+  let asked = 0;
+  const answers = await boundedFanOut(
+    [1, 2, 3, 4, 5],
+    2,
+    controller.signal,
+    async (n) => {
+      asked++;
+      if (n === 3) controller.abort();
+      if (n >= 2) await held; // in flight at the abort, answering only later
+      return n * 10;
+    },
+    (n) => -n,
+    (n) => n + 0.5,
+  );
+  assert.deepEqual(answers, [10, 2.5, 3.5, -4, -5]);
+  assert.equal(asked, 3, "nobody asked after the abort");
+  release();
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.deepEqual(answers, [10, 2.5, 3.5, -4, -5], "a late answer does not change the result");
+  assert.equal(asked, 3, "the workers stop once their ask ends");
 });

@@ -67,13 +67,22 @@ export interface FinderOptions {
    */
   maxLookupsPerNode?: number;
   /**
-   * Nodes asked at once by one lookup round (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`); the next
-   * node is asked as soon as one answers. Default 128: at 10,000 nodes a round that asked all at
-   * once opened 10,000 connections together and heard none of them within the deadline. A node
-   * not yet asked when the deadline passes counts as not heard: the round is `unsure`, and the
-   * answer says how many were not asked.
+   * Nodes asked at once by one lookup round (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`) until answers
+   * have been timed, and the least width after; the next node is asked as soon as one answers.
+   * Default 128: at 10,000 nodes a round that asked all at once opened 10,000 connections
+   * together and heard none of them within the deadline. A round of more nodes is wider when the
+   * nodes answered slowly of late: wide enough to ask them all in half its deadline at the
+   * latency of the fastest tenth of the recent answers, at most `lookupConcurrencyMax` (`round_width.ts`). A node not yet
+   * asked when the deadline passes counts as not heard: the round is `unsure`, and the answer
+   * says how many were not asked.
    */
   lookupConcurrency?: number;
+  /**
+   * The most nodes one round asks at once, however slowly they answer: 1,024 by default (or
+   * `lookupConcurrency` if larger). At 10,000 nodes answering 40 ms late a round needs about
+   * 410 asks at once to end in 1 s; the cap bounds the connections a cold round opens together.
+   */
+  lookupConcurrencyMax?: number;
   /** Counts cache hits and misses and times lookup rounds (`GatewayMetrics`); none by default. */
   metrics?: FinderMetrics;
   /**

@@ -131,8 +131,8 @@ export function unsureOf(key: string, silent: { node: FleetNode; cause: string }
   const more = heard.length > 10 ? ` and ${heard.length - 10} more` : "";
   const didNot = heard.length > 0 ? `${names}${more} did not answer` : "";
   const unasked = notAsked === 0 ? "" : `${notAsked} node${notAsked === 1 ? " was" : "s were"} ` +
-    "not asked before the round's deadline (a round asks at most " +
-    "DORMICE_GATEWAY_LOOKUP_CONCURRENCY nodes at once)";
+    "not asked before the round's deadline (a round asks DORMICE_GATEWAY_LOOKUP_CONCURRENCY " +
+    "nodes at once, up to 1,024 when they answered slowly of late)";
   return {
     kind: "unsure",
     silent,
