@@ -1,7 +1,7 @@
 /**
  * The gateway's E2B snapshot routes, beside the control plane (`control.ts`): the list is
  * the union of every node's (each filtered to the caller's team on its node), merged and paged
- * here; a delete is told to every node; and a create whose `templateID` is a snapshot (its id,
+ * here; a delete is told to the nodes advertising the snapshot; and a create whose `templateID` is a snapshot (its id,
  * or its name within the caller's team) is placed only on a node that advertises it. Creating a
  * snapshot and forking are about one sandbox and are streamed to its node by id, as any such
  * route is. No state is kept here: the nodes hold the snapshots and advertise their ids.

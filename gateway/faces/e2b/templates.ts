@@ -22,7 +22,8 @@
  * The node a build is placed on keeps it (its reservation, `PUT /templates/{id}/builds/{buildID}`
  * on the node), so any gateway finds it there. The gateway remembers where it placed or found
  * each build, a cache of at most {@linkcode KEPT_BUILDS}, the oldest forgotten first; a build
- * it does not know is asked of every node, for the caller's team only.
+ * it does not know is asked of the nodes that may hold it, then of the rest, for the caller's
+ * team only.
  *
  * @module
  */
