@@ -240,6 +240,11 @@ export function buildGateway(options: GatewayBuildOptions): BuiltGateway {
       record: (scopedName, templateId, nodeId) =>
         shared.recent.records.publishTemplate(scopedName, templateId, nodeId),
       get: (scopedName) => shared.recent.records.templateNamed(scopedName),
+      nodesOf: async (team, templateId) =>
+        (await shared.recent.records.templatesOf(team))
+          .filter((r) => templateId === undefined || r.templateId === templateId)
+          .map((r) => r.node),
+      forget: (team, templateId) => shared.recent.records.forgetTemplate(team, templateId),
     },
     limits,
     accessTokens,

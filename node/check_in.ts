@@ -310,20 +310,21 @@ export class CheckInLoop {
   }
 
   /**
-   * A check-in built now, for a snapshot just taken under an id another node may hold an older
-   * build of (a name taken again): the gateway applies it, and in shared mode records it in
-   * etcd, before it answers, so a create from that id that follows the take's answer, through
-   * any gateway, is placed on the newest build. Never rejects: the build is made, so a failed
+   * A check-in built now, for a snapshot just taken (new, or under an id another node may hold
+   * an older build of: a name taken again): the gateway applies it, and in shared mode records
+   * it in etcd, before it answers, so a create, delete or lookup that follows the take's answer,
+   * through any gateway, finds it (the gateways ask only advertising nodes) and a create from
+   * the id is placed on the newest build. Never rejects: the build is made, so a failed
    * check-in is logged and the gateways learn of it at the next one.
    */
   async pushRetaken(snapshotId: string): Promise<CheckInOutcome> {
     const outcome = await this.once({ snapshotRetaken: snapshotId });
     if (!outcome.ok && outcome.cause !== "stopped") {
-      this.#log("warn", "a snapshot taken again was not pushed to the gateway", {
+      this.#log("warn", "a snapshot taken was not pushed to the gateway", {
         snapshot: snapshotId,
         cause: outcome.cause,
-        effect: "until this node's next check-in, a create from that id may start from an " +
-          "older build another node holds",
+        effect: "until this node's next check-in, gateways may not find it, and a create " +
+          "from that id may start from an older build another node holds",
         nodeId: this.#options.nodeId,
       });
     }

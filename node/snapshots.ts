@@ -53,9 +53,9 @@ export interface NodeSnapshotsOptions {
    */
   ttlMs?: number;
   /**
-   * Tells the gateway at once of a build taken under an id another node holds (a name taken
-   * again: `take`'s `rebuild.snapshotId`), before the take answers (`CheckInLoop.pushRetaken`);
-   * none without a gateway.
+   * Tells the gateway at once of every snapshot taken (a new one, or a build under an id
+   * another node holds: a name taken again, `take`'s `rebuild.snapshotId`), before the take
+   * answers (`CheckInLoop.pushRetaken`); none without a gateway.
    */
   announceRetaken?: (snapshotId: string) => Promise<unknown>;
   /** Where takes and deletes are logged. */
@@ -165,12 +165,11 @@ export class NodeSnapshots {
     // works while this node is down.
     await this.#options.moves?.push(info.snapshotId);
     await this.refresh();
-    // Another node holds an older build under this id, and advertises it: the gateways hear of
-    // this newer one before the client does, so a create from the id that follows is placed on
-    // the newest build, through any gateway.
-    if (name !== undefined && rebuild?.snapshotId !== undefined) {
-      await this.#options.announceRetaken?.(info.snapshotId);
-    }
+    // The gateways hear of the snapshot before the client does: they ask only the nodes that
+    // advertise a snapshot (by id or name), so a create, delete or lookup that follows the take
+    // finds it, and for a name taken again (another node holds an older build under this id)
+    // a create from the id is placed on the newest build, through any gateway.
+    await this.#options.announceRetaken?.(info.snapshotId);
     return info;
   }
 

@@ -143,7 +143,7 @@ Deno.test("a delete reaches the registry: its manifest is deleted, another team'
   }
 });
 
-Deno.test("a name taken again under an id another node holds is announced, advertised, before the take answers", async () => {
+Deno.test("every take is announced, advertised, before it answers: a new name, none, a name taken again", async () => {
   const clock = new FakeClock(1_800_000_000_000);
   const executor = new FakeExecutor({ clock, nodeId: "n2" });
   const ledger = Ledger.inMemory({ nodeId: "n2", endpoint: "http://127.0.0.1:1" });
@@ -159,14 +159,18 @@ Deno.test("a name taken again under an id another node holds is announced, adver
     },
   });
   const { sandbox } = await service.acquire({ name: "a" });
-  // A new name, and an unnamed take: nobody else holds them, nothing is announced.
-  await snapshots.take({ id: sandbox.id }, "fresh", {});
-  await snapshots.take({ id: sandbox.id });
-  assert.equal(announced.length, 0);
+  // A new name, and an unnamed take: the gateways ask only advertising nodes, so each is
+  // announced with the new id (and name) already advertised.
+  const fresh = await snapshots.take({ id: sandbox.id }, "fresh", {});
+  const unnamed = await snapshots.take({ id: sandbox.id });
+  assert.deepEqual(announced.map((a) => a.id), [fresh.snapshotId, unnamed.snapshotId]);
+  assert.ok(announced[0].advertised.includes(fresh.snapshotId), "the check-in advertises it");
+  assert.ok(snapshots.advertised().snapshotNames?.some((n) => n.endsWith("/fresh")));
+  assert.ok(announced[1].advertised.includes(unnamed.snapshotId));
   const elsewhere = "snap-" + "q".repeat(20);
   const info = await snapshots.take({ id: sandbox.id }, "ready", { snapshotId: elsewhere });
   assert.equal(info.snapshotId, elsewhere);
-  assert.equal(announced.length, 1);
-  assert.equal(announced[0].id, elsewhere);
-  assert.ok(announced[0].advertised.includes(elsewhere), "the pushed check-in advertises it");
+  assert.equal(announced.length, 3);
+  assert.equal(announced[2].id, elsewhere);
+  assert.ok(announced[2].advertised.includes(elsewhere), "the pushed check-in advertises it");
 });

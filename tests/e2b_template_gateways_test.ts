@@ -269,6 +269,33 @@ Deno.test({
       }
     });
 
+    await t.step(
+      "a deleted template's name, rebuilt at once through either gateway, is a new template",
+      async () => {
+        for (const by of ["id", "name"] as const) {
+          const gone = `${name}-del-${by}`;
+          const built = await Template.build(
+            Template().fromTemplate("base").runCmd("echo first"),
+            gone,
+            sdkOptions(g1, key),
+          );
+          const del = await call(
+            g2,
+            key,
+            "DELETE",
+            `/templates/${by === "id" ? built.templateId : gone}`,
+          );
+          assert.equal(del.status, 204, JSON.stringify(del.body));
+          // Well within the build record's life in etcd (its lease), through both gateways.
+          for (const g of [g1, g2]) {
+            const again = await call(g, key, "POST", "/v3/templates", { name: gone });
+            assert.equal(again.status, 202, JSON.stringify(again.body));
+            assert.notEqual(again.body.templateID, built.templateId, `by ${by}, through ${g.url}`);
+          }
+        }
+      },
+    );
+
     await t.step("a build requested through gateway 1 runs through gateway 2", async () => {
       await buildAcross(() => g1, () => g2, key, `${name}-split`);
     });

@@ -216,6 +216,46 @@ export class RecentCreates {
   }
 
   /**
+   * The team's recent template build records ({@linkcode publishTemplate}): each name with its
+   * template id and node. One read of the team's few keys (they live one lease).
+   *
+   * @throws what the client throws when etcd cannot be asked.
+   */
+  async templatesOf(
+    team: string,
+  ): Promise<{ name: string; templateId: string; node: string; key: string; value: string }[]> {
+    const at = `${this.#prefix}t/${team}/`;
+    const out = [];
+    for (const kv of await this.#client.range(at)) {
+      try {
+        const record = JSON.parse(kv.value) as RecentRecord & { template?: unknown };
+        if (typeof record?.node !== "string" || typeof record.template !== "string") continue;
+        out.push({
+          name: kv.key.slice(at.length),
+          templateId: record.template,
+          node: record.node,
+          key: kv.key,
+          value: kv.value,
+        });
+      } catch { /* not a record: it names no template */ }
+    }
+    return out;
+  }
+
+  /**
+   * Drops the team's build records of template `templateId` (it was deleted): a rebuild of its
+   * name then makes a new template, as with one gateway. A record written since by another
+   * build is left alone (compare-and-delete).
+   *
+   * @throws what the client throws when etcd cannot be asked.
+   */
+  async forgetTemplate(team: string, templateId: string): Promise<void> {
+    for (const r of await this.templatesOf(team)) {
+      if (r.templateId === templateId) await this.#client.deleteIfValue(r.key, r.value);
+    }
+  }
+
+  /**
    * The nodes recent creates of `key` (a team-scoped name, or an id) went to; empty when there is
    * no record. One read of one key (an id) or of one name's few keys (a name), never a range over
    * the fleet.

@@ -71,6 +71,10 @@ export interface GatewayParts {
   templateNames?: {
     record(scopedName: string, templateId: string, nodeId: string): Promise<void>;
     get(scopedName: string): Promise<{ templateId: string; node: string } | undefined>;
+    /** The nodes the team's recent builds of template `templateId` (of any) were placed on. */
+    nodesOf(team: string, templateId: string | undefined): Promise<string[]>;
+    /** Drops the team's records naming template `templateId` (deleted). */
+    forget(team: string, templateId: string): Promise<void>;
   };
   /** A key's `maxSandboxes` and `createsPerMinute`, checked where a sandbox is placed. */
   limits: TeamLimits;

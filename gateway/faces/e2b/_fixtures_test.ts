@@ -64,6 +64,8 @@ export class StubNode {
    * check-in then (`snapshotRetaken`).
    */
   onRetake?: (taken: SnapshotRow) => Promise<void> | void;
+  /** The template builds it ran or runs (`<template id>/<build id>`): their status reads ready. */
+  builds = new Set<string>();
   /** The tag records it keeps (`GET /templates/{id}/tags`), by template id. */
   tagRecords = new Map<string, unknown>();
   /** How many of each fork's first copies fail (an error entry each). */
@@ -183,6 +185,18 @@ export class StubNode {
         ? Response.json({ code: 404, message: "no tags here" }, { status: 404 })
         : Response.json(record);
     }
+    const update = /^\/e2b\/api\/v2\/templates\/([^/]+)$/.exec(path);
+    if (update && request.method === "PATCH") {
+      return this.snapshots.some((r) => r.snapshotID === update[1])
+        ? Response.json({ templateID: update[1], ...await request.json() })
+        : Response.json({ code: 404, message: "not here" }, { status: 404 });
+    }
+    const status = /^\/e2b\/api\/templates\/([^/]+)\/builds\/([^/]+)\/status$/.exec(path);
+    if (status && request.method === "GET") {
+      return this.builds.has(`${status[1]}/${status[2]}`)
+        ? Response.json({ templateID: status[1], buildID: status[2], status: "ready", logs: [] })
+        : Response.json({ code: 404, message: "no such build here" }, { status: 404 });
+    }
     const template = /^\/e2b\/api\/templates\/([^/]+)$/.exec(path);
     if (template && request.method === "DELETE") {
       const before = this.snapshots.length;
@@ -286,4 +300,46 @@ export function envd(
   return gateway.fetch(
     new Request(`http://gw.test/e2b/envd${path}`, { method: "POST", headers, body }),
   );
+}
+
+/** The built template of {@linkcode templateFleet}. */
+export const FLEET_TEMPLATE = "snap-agentagentagentagent";
+
+/**
+ * `size` stub nodes; the middle one built template `agent` (`v1` names its newest build) and
+ * advertises it in its check-in as a builder does.
+ */
+export function templateFleet(size: number) {
+  const { gateway, add } = setup();
+  const nodes: StubNode[] = [];
+  for (let i = 0; i < size; i++) {
+    const node = add(`n${i}`);
+    // Each declares its fleet templates, as real nodes do: a name that is none is a snapshot's.
+    gateway.fleet.checkIn(
+      checkIn(node.id, node.endpoint, { reading: reading(), templates: ["base"] }),
+    );
+    nodes.push(node);
+  }
+  const holder = nodes[Math.floor(size / 2)];
+  holder.snapshots.push({
+    snapshotID: FLEET_TEMPLATE,
+    names: ["agent"],
+    sandboxID: "built",
+    node: holder.id,
+    createdAt: new Date().toISOString(),
+  });
+  const at = new Date().toISOString();
+  holder.tagRecords.set(FLEET_TEMPLATE, {
+    team: "default",
+    updatedAt: Date.now(),
+    latest: { buildID: "b1", createdAt: at },
+    tags: { default: { buildID: "b1", createdAt: at }, v1: { buildID: "b1", createdAt: at } },
+  });
+  gateway.fleet.checkIn(checkIn(holder.id, holder.endpoint, {
+    reading: reading(),
+    templates: ["base"],
+    snapshots: [FLEET_TEMPLATE],
+    snapshotNames: ["default/agent"],
+  }));
+  return { gateway, nodes, holder };
 }

@@ -388,9 +388,21 @@ export function createE2bApi(
     }
     const template = /^\/templates\/([^/]+)$/.exec(rest);
     if (template && method === "DELETE") {
-      const id = decodeSegment(template[1]);
+      const signal = c.req.raw.signal;
+      const team = teamOf(caller);
+      const headers = nodeAuthFor(caller);
+      const id = await templates.idOf(decodeSegment(template[1]), headers, signal);
       templates.forget(id);
-      return await deleteSnapshot(parts, nodeApi, id, nodeAuthFor(caller), c.req.raw.signal);
+      const deleted = await deleteSnapshot(parts, nodeApi, id, headers, signal, team);
+      // Shared mode: a rebuild of the deleted name makes a new template, as with one gateway.
+      await parts.templateNames?.forget(team, id).catch((error) =>
+        parts.log("warn", "a deleted template's build record stays in etcd until it lapses", {
+          template: id,
+          error: error instanceof Error ? error.message : String(error),
+          effect: "a rebuild of its name through another gateway may take the deleted id",
+        })
+      );
+      return deleted;
     }
     if (rest === "/v2/sandboxes" || rest === "/sandboxes") {
       if (method === "POST") return await create(c, rest, caller);

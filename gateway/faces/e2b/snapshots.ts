@@ -1,7 +1,7 @@
 /**
  * The gateway's E2B snapshot routes, beside the control plane (`control.ts`): the list is
  * the union of every node's (each filtered to the caller's team on its node), merged and paged
- * here; a delete is told to every node; and a create whose `templateID` is a snapshot (its id,
+ * here; a delete is told to the nodes advertising the snapshot; and a create whose `templateID` is a snapshot (its id,
  * or its name within the caller's team) is placed only on a node that advertises it. Creating a
  * snapshot and forking are about one sandbox and are streamed to its node by id, as any such
  * route is. No state is kept here: the nodes hold the snapshots and advertise their ids.
@@ -20,6 +20,8 @@ import {
 import { gather, UNREACHABLE_HEADER } from "./merge.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
+import { holdersOf } from "./template_listing.ts";
+import { TEAM_HEADER } from "../../../shared/teams.ts";
 
 /** The shape of a snapshot id (as the nodes make them). */
 const SNAPSHOT_ID = /^snap-[a-z0-9]{20}$/;
@@ -39,7 +41,7 @@ export type CreateSource =
 
 /**
  * Whether a create's `templateID` names a snapshot, and which nodes hold it. A name is looked
- * up among the caller's team's snapshots on every node, unless some node serves a template by
+ * up among the caller's team's snapshots on the nodes that may hold it (`holdersOf`), unless some node serves a template by
  * that name (templates win: a node refuses a snapshot named like its templates). An id no
  * node advertises yet (taken since the last check-ins) is asked of every node, and so is one
  * several nodes advertise, or (shared mode) one etcd records as taken again on a node (each
@@ -79,11 +81,16 @@ export async function resolveCreateSource(
   } else {
     const isTemplate = nodes.some((n) => n.templates === null || n.templates.includes(templateID));
     if (isTemplate) return { kind: "template" };
+    // Only the nodes that may hold a snapshot by that name: those advertising it (a take
+    // pushes its check-in before it answers), and in shared mode the node etcd records for
+    // the team's newest build of it. None: no such snapshot, and no node is asked.
+    const candidates = await holdersOf(parts, templateID, headers[TEAM_HEADER]);
+    if (candidates.length === 0) return { kind: "template" };
     const { rows, headers: answered } = await listAll(
       parts,
       nodeApi,
       `?name=${encodeURIComponent(templateID)}`,
-      { headers, signal },
+      { headers, signal, nodes: candidates },
     );
     const named = rows.filter((r) => r.names.includes(templateID));
     const match = named.length === 0 ? undefined : newestRow(named);
@@ -214,10 +221,12 @@ export async function listSnapshots(
 }
 
 /**
- * `DELETE /templates/:id` of a snapshot: told to every node (a snapshot lives on one, but which
- * one is the nodes' to say). A 204 when one deleted it; a 404 when every node answered it has
- * none; a 503 naming the nodes that did not answer when no node deleted it, since one of them
- * may hold it.
+ * `DELETE /templates/:id` of a snapshot (a built template is one): told to the nodes that may
+ * hold it ({@linkcode holdersOf}: those advertising it, or whose advertisement is cut at its
+ * cap, and in shared mode those etcd records as having just taken or built it; a node pushes
+ * its check-in before a take or build answers). A 204 when one deleted it; a 404 when every
+ * node asked answered it has none, or none holds it (no node asked); a 503 naming the nodes
+ * that did not answer when no node deleted it, since one of them may hold it.
  */
 export async function deleteSnapshot(
   parts: GatewayParts,
@@ -225,13 +234,15 @@ export async function deleteSnapshot(
   id: string,
   headers: Record<string, string>,
   signal: AbortSignal,
+  team: string | undefined,
 ): Promise<Response> {
   if (!SNAPSHOT_ID.test(id)) throw new HttpError(501, TEMPLATE_DELETE_NOT_BUILT);
-  const answers = await parts.routing.fanOut(
+  const nodes = await holdersOf(parts, id, team);
+  const answers = nodes.length === 0 ? [] : await parts.routing.fanOut(
     `${nodeApi}/templates/${encodeURIComponent(id)}`,
     null,
     signal,
-    { method: "DELETE", headers },
+    { method: "DELETE", headers, nodes },
   );
   const deleted = answers.some((a) => a.ok);
   const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause))

@@ -55,27 +55,41 @@ Deno.test("E2B api: GET /snapshots merges every node's rows and pages across the
   }
 });
 
-Deno.test("E2B api: DELETE /templates/{snapshot id} is told to every node", async () => {
+Deno.test("E2B api: DELETE /templates/{snapshot id} is told to the nodes advertising it", async () => {
   const { gateway, add } = setup();
   const a = add("a");
   const b = add("b");
+  const advertise = (n: { id: string; endpoint: string }, snapshots: string[]) =>
+    gateway.fleet.checkIn(
+      checkIn(n.id, n.endpoint, { reading: reading(), templates: ["base"], snapshots }),
+    );
   b.snapshots = [row(ids[0], 1)];
+  advertise(b, [ids[0]]);
   try {
     const del = (id: string) => api(gateway, "DELETE", `/templates/${id}`);
     assert.equal((await del(ids[0])).status, 204);
-    assert.ok(a.calls.includes(`DELETE /e2b/api/templates/${ids[0]}`), a.calls.join(", "));
+    // a advertises nothing: it is not asked.
+    assert.deepEqual(a.calls, []);
     assert.deepEqual(b.snapshots, []);
+    // Still advertised until b's next check-in: b is asked, and says it has none.
     const none = await del(ids[0]);
     assert.equal(none.status, 404);
     assert.equal((await none.json()).code, 404);
+    // Advertised by nobody: a 404 without asking.
+    const calls = b.calls.length;
+    advertise(b, []);
+    assert.equal((await del(ids[3])).status, 404);
+    assert.equal(b.calls.length, calls);
     // A node that does not answer may hold it: not a 404, a 503 naming it.
-    a.snapshots = [row(ids[1], 1)];
+    a.snapshots = [row(ids[2], 1)];
+    advertise(a, [ids[2]]);
     a.silent = true;
     const silent = await del(ids[2]);
     assert.equal(silent.status, 503);
     assert.match((await silent.json()).message, /'a' did not answer \(it may hold it\)/);
     // One that deleted it while another did not answer: done, the silent one named.
     b.snapshots = [row(ids[2], 1)];
+    advertise(b, [ids[2]]);
     const partly = await del(ids[2]);
     assert.equal(partly.status, 204);
     assert.equal(partly.headers.get(UNREACHABLE_HEADER), "a");
@@ -106,7 +120,14 @@ Deno.test("E2B api: a create from a snapshot lands on its holder, advertised or 
     a.snapshots = [row(ids[1], 1, "ready")];
     assert.equal((await create(ids[1])).status, 201);
     assert.equal(a.createBodies.length, 1);
-    // By name: the holder's id, on the holder.
+    // By name: the holder's id, on the holder (asked as it advertises the name, as a take's
+    // pushed check-in does).
+    gateway.fleet.checkIn(checkIn("a", a.endpoint, {
+      reading: reading(),
+      templates: ["base"],
+      snapshots: [ids[1]],
+      snapshotNames: ["default/ready"],
+    }));
     assert.equal((await create("ready")).status, 201);
     assert.deepEqual(a.createBodies.map((body) => body.templateID), [ids[1], ids[1]]);
     // No node holds it: E2B's 404, no node asked to create.

@@ -51,6 +51,26 @@ export function templateHolders(parts: GatewayParts, nameOrId: string): FleetNod
 }
 
 /**
+ * The nodes that may hold, or build, snapshot or template `nameOrId` of `team`: the advertised
+ * holders ({@linkcode templateHolders}), and in shared mode the nodes etcd records as having
+ * just taken or built it (by id: a pushed take or finished build, and where the team's builds
+ * of that id were placed; by name: where its newest build was placed). An empty answer means
+ * no node holds it (a node pushes its check-in before a take or build answers).
+ */
+export async function holdersOf(
+  parts: GatewayParts,
+  nameOrId: string,
+  team: string | undefined,
+): Promise<FleetNode[]> {
+  const holders = templateHolders(parts, nameOrId);
+  for (const id of await builtRecently(parts, nameOrId, team)) {
+    const node = parts.fleet.get(id);
+    if (node && !holders.includes(node)) holders.push(node);
+  }
+  return holders;
+}
+
+/**
  * The team's template (built, or a fleet template) by name or id, or undefined. A built one is
  * asked of the nodes that may hold it only ({@linkcode templateHolders}); a name no node
  * advertises is not found without asking any.
@@ -66,11 +86,7 @@ export async function findTemplate(
   if (nodes.some((n) => n.templates?.includes(nameOrId))) {
     return { templateID: nameOrId, createdAt: new Date(0).toISOString(), public: true };
   }
-  const holders = templateHolders(parts, nameOrId);
-  for (const id of await builtRecently(parts, nameOrId, headers[TEAM_HEADER])) {
-    const node = parts.fleet.get(id);
-    if (node && !holders.includes(node)) holders.push(node);
-  }
+  const holders = await holdersOf(parts, nameOrId, headers[TEAM_HEADER]);
   if (holders.length === 0) return undefined;
   const { rows } = await listAll(
     parts,
@@ -97,7 +113,13 @@ async function builtRecently(
   team: string | undefined,
 ): Promise<string[]> {
   try {
-    if (TEMPLATE_ID.test(nameOrId)) return await parts.snapshotRetakes?.nodes(nameOrId) ?? [];
+    if (TEMPLATE_ID.test(nameOrId)) {
+      const taken = await parts.snapshotRetakes?.nodes(nameOrId) ?? [];
+      const placed = team === undefined
+        ? []
+        : await parts.templateNames?.nodesOf(team, nameOrId) ?? [];
+      return [...new Set([...taken, ...placed])];
+    }
     if (team === undefined || parts.templateNames === undefined) return [];
     const placed = await parts.templateNames.get(`${team}/${nameOrId}`);
     return placed === undefined ? [] : [placed.node];
@@ -116,7 +138,8 @@ async function builtRecently(
 
 /**
  * `GET /templates`: the fleet's templates (public), then the team's named snapshots, each with
- * the newest build this gateway routed of it (`latestBuild`).
+ * the newest build this gateway routed of it (`latestBuild`). A listing: it pages through the
+ * rows of every node that may hold a named snapshot of the team ({@linkcode teamHolders}).
  */
 export async function listTemplates(
   parts: GatewayParts,
@@ -125,7 +148,8 @@ export async function listTemplates(
   headers: Record<string, string>,
   signal: AbortSignal,
 ): Promise<Response> {
-  const rows = await allRows(parts, nodeApi, headers, signal);
+  const nodes = await teamHolders(parts, headers[TEAM_HEADER]);
+  const rows = nodes.length === 0 ? [] : await allRows(parts, nodeApi, headers, signal, nodes);
   const fleet = new Set<string>();
   for (const n of parts.fleet.nodes()) for (const t of n.templates ?? []) fleet.add(t);
   const template = (id: string, names: string[], pub: boolean, createdAt: string) => ({
@@ -156,6 +180,34 @@ export async function listTemplates(
 }
 
 /**
+ * The nodes that may hold a named snapshot of `team` (every team's with none given): those
+ * whose check-ins advertise a `<team>/<name>`, or whose advertisement is cut at its cap, and in
+ * shared mode those etcd records the team's recent template builds on (a build placed there
+ * that other gateways' check-ins may not show yet).
+ */
+async function teamHolders(parts: GatewayParts, team: string | undefined): Promise<FleetNode[]> {
+  const prefix = `${team}/`;
+  const nodes = [...parts.fleet.nodes()].filter((n) =>
+    team === undefined || n.snapshotsTruncated === true ||
+    (n.snapshotNames?.length ?? 0) >= ADVERTISED_NAMES_CAP ||
+    n.snapshotNames?.some((s) => s.startsWith(prefix)) === true
+  );
+  if (team === undefined || parts.templateNames === undefined) return nodes;
+  try {
+    for (const id of await parts.templateNames.nodesOf(team, undefined)) {
+      const node = parts.fleet.get(id);
+      if (node && !nodes.includes(node)) nodes.push(node);
+    }
+  } catch (error) {
+    parts.log("warn", "cannot read etcd's record of template builds: listing advertised holders", {
+      team,
+      error: error instanceof Error ? error.message : String(error),
+    });
+  }
+  return nodes;
+}
+
+/**
  * Every snapshot row of the team, page after page (at most {@linkcode LIST_PAGES} of 100),
  * each snapshot once: a template healed to other nodes is listed by each holder, and the
  * row of its newest build stands for it.
@@ -165,15 +217,13 @@ async function allRows(
   nodeApi: string,
   headers: Record<string, string>,
   signal: AbortSignal,
+  nodes: FleetNode[],
 ): Promise<SnapshotRow[]> {
   const byId = new Map<string, SnapshotRow>();
   let token: string | undefined;
   for (let i = 0; i < LIST_PAGES; i++) {
     const search = `?limit=100${token ? `&nextToken=${token}` : ""}`;
-    const { rows, more } = await listAll(parts, nodeApi, search, {
-      headers,
-      signal,
-    });
+    const { rows, more } = await listAll(parts, nodeApi, search, { headers, signal, nodes });
     // Each node pages from the same cursor: the first 100 of the union are complete.
     const { page, more: moreHere } = pageSnapshots(rows, { limit: 100 });
     const pageIds = new Set(page.map((r) => r.snapshotID));

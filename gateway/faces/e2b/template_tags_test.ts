@@ -4,48 +4,9 @@
  */
 import assert from "node:assert/strict";
 import { checkIn, reading } from "../../_fixtures_test.ts";
-import { api, setup, type StubNode } from "./_fixtures_test.ts";
+import { api, type StubNode, templateFleet as fleet } from "./_fixtures_test.ts";
 
 const TEMPLATE = "snap-agentagentagentagent";
-
-/**
- * `size` stub nodes; the middle one built template `agent` (`v1` names its newest build) and
- * advertises it in its check-in as a builder does.
- */
-export function fleet(size: number) {
-  const { gateway, add } = setup();
-  const nodes: StubNode[] = [];
-  for (let i = 0; i < size; i++) {
-    const node = add(`n${i}`);
-    // Each declares its fleet templates, as real nodes do: a name that is none is a snapshot's.
-    gateway.fleet.checkIn(
-      checkIn(node.id, node.endpoint, { reading: reading(), templates: ["base"] }),
-    );
-    nodes.push(node);
-  }
-  const holder = nodes[Math.floor(size / 2)];
-  holder.snapshots.push({
-    snapshotID: TEMPLATE,
-    names: ["agent"],
-    sandboxID: "built",
-    node: holder.id,
-    createdAt: new Date().toISOString(),
-  });
-  const at = new Date().toISOString();
-  holder.tagRecords.set(TEMPLATE, {
-    team: "default",
-    updatedAt: Date.now(),
-    latest: { buildID: "b1", createdAt: at },
-    tags: { default: { buildID: "b1", createdAt: at }, v1: { buildID: "b1", createdAt: at } },
-  });
-  gateway.fleet.checkIn(checkIn(holder.id, holder.endpoint, {
-    reading: reading(),
-    templates: ["base"],
-    snapshots: [TEMPLATE],
-    snapshotNames: ["default/agent"],
-  }));
-  return { gateway, nodes, holder };
-}
 
 /** The requests each node was asked whose path starts with one of `prefixes`. */
 function asked(nodes: StubNode[], ...prefixes: string[]): Map<string, number> {

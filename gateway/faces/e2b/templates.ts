@@ -22,7 +22,8 @@
  * The node a build is placed on keeps it (its reservation, `PUT /templates/{id}/builds/{buildID}`
  * on the node), so any gateway finds it there. The gateway remembers where it placed or found
  * each build, a cache of at most {@linkcode KEPT_BUILDS}, the oldest forgotten first; a build
- * it does not know is asked of every node, for the caller's team only.
+ * it does not know is asked of the nodes that may hold it, then of the rest, for the caller's
+ * team only.
  *
  * @module
  */
@@ -34,7 +35,14 @@ import { type Caller, teamOf } from "../../keys/auth.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { SlotHold } from "../../routing/slots.ts";
 import type { GatewayParts } from "../parts.ts";
-import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
+import type { FanOutAnswer } from "../../routing/routing.ts";
+import {
+  findTemplate,
+  type FoundTemplate,
+  holdersOf,
+  listTemplates,
+  notFound,
+} from "./template_listing.ts";
 import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
 import { signUpload, verifyUpload } from "./template_upload.ts";
 
@@ -247,7 +255,7 @@ export class GatewayTemplates {
       return Response.json(await this.#tags.of(found, headers, signal));
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
-    if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), headers);
+    if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), team, headers);
     if (rest === "/templates/tags" && method === "POST") {
       return await this.#tags.assign(c, headers);
     }
@@ -258,20 +266,28 @@ export class GatewayTemplates {
   }
 
   /**
-   * `PATCH /v2/templates/{id}` (`{public}`): told to every node, as a delete is; the holder
-   * answers. A 404 when none holds a template of the team by that id.
+   * `PATCH /v2/templates/{id}` (`{public}`): told to the nodes that may hold it
+   * ({@linkcode holdersOf}), as a delete is; the holder answers. A 404 when none holds a
+   * template of the team by that id (none advertised: no node asked).
    */
-  async #update(c: Context, id: string, headers: Record<string, string>): Promise<Response> {
+  async #update(
+    c: Context,
+    id: string,
+    team: string,
+    headers: Record<string, string>,
+  ): Promise<Response> {
     const { text } = await readJsonObject(c.req.raw, {
       ...this.#parts.jsonBodyCap,
       empty: "refuse",
       example: '{"public":true}',
     });
+    const nodes = await holdersOf(this.#parts, id, team);
+    if (nodes.length === 0) throw notFound(id);
     const answers = await this.#parts.routing.fanOut(
       `${this.#nodeApi}/v2/templates/${encodeURIComponent(id)}`,
       text,
       c.req.raw.signal,
-      { method: "PATCH", headers: { ...headers, "content-type": "application/json" } },
+      { method: "PATCH", headers: { ...headers, "content-type": "application/json" }, nodes },
     );
     const done = answers.find((a) => a.ok);
     if (done && done.ok) return Response.json(done.json);
@@ -344,7 +360,8 @@ export class GatewayTemplates {
   }
 
   /**
-   * A build's status asked of every node, for a build this gateway did not accept: the one
+   * A build's status, for a build this gateway did not accept, asked of the nodes that may
+   * hold or build it, then of the rest when none has it ({@linkcode #holdersFirst}): the one
    * answer that is no 404 stands; a 404 naming the build when every node says so.
    */
   async #statusAnywhere(
@@ -355,12 +372,12 @@ export class GatewayTemplates {
     signal: AbortSignal,
   ): Promise<Response> {
     const search = new URL(c.req.url).search;
-    const answers = await this.#parts.routing.fanOut(
+    const answers = await this.#holdersFirst(
+      templateId,
+      headers,
       `${this.#nodeApi}/templates/${templateId}/builds/${encodeURIComponent(buildId)}/status` +
         search,
-      null,
       signal,
-      { method: "GET", headers },
     );
     const found = answers.find((a) => a.ok);
     if (found && found.ok) return Response.json(found.json, { status: found.status });
@@ -381,6 +398,51 @@ export class GatewayTemplates {
       `Template build '${templateId}/${buildId}' not found on any node: request a build with ` +
         "POST /v3/templates first",
     );
+  }
+
+  /**
+   * `GET` of `url` from the nodes that may hold or build template `templateId`
+   * ({@linkcode holdersOf}: advertised, or in shared mode recorded in etcd where its builds were
+   * placed), then, when none answered 2xx, from every other node: a build this gateway did not
+   * accept and no record names (one gateway, restarted mid-build) is found still.
+   */
+  async #holdersFirst(
+    templateId: string,
+    headers: Record<string, string>,
+    url: string,
+    signal: AbortSignal,
+  ): Promise<FanOutAnswer[]> {
+    const holders = await holdersOf(this.#parts, templateId, headers[TEAM_HEADER]);
+    const first = holders.length === 0 ? [] : await this.#parts.routing.fanOut(url, null, signal, {
+      method: "GET",
+      headers,
+      nodes: holders,
+    });
+    if (first.some((a) => a.ok)) return first;
+    const rest = [...this.#parts.fleet.nodes()].filter((n) => !holders.includes(n));
+    if (rest.length === 0) return first;
+    return [
+      ...first,
+      ...await this.#parts.routing.fanOut(url, null, signal, {
+        method: "GET",
+        headers,
+        nodes: rest,
+      }),
+    ];
+  }
+
+  /**
+   * The template id `DELETE /templates/{nameOrId}` deletes: an id as it is, a name the team's
+   * built template by it (E2B takes either); a name of none as it is (the delete says why).
+   */
+  async idOf(
+    nameOrId: string,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<string> {
+    if (TEMPLATE_ID.test(nameOrId)) return nameOrId;
+    const found = await this.#find(nameOrId, headers, signal);
+    return found?.node === undefined ? nameOrId : found.templateID;
   }
 
   /** Forgets the builds of a deleted template (its nodes drop its tags). */
@@ -472,7 +534,9 @@ export class GatewayTemplates {
           b.team === team && b.name === name
         );
         if (found) return found;
-        if (pending) return { templateID: pending.templateId, node: pending.node };
+        if (pending && (!pending.started || await this.#unfinished(pending, headers, signal))) {
+          return { templateID: pending.templateId, node: pending.node };
+        }
         const placed = await this.#placedElsewhere(scoped);
         return placed
           ? { templateID: placed.templateId, node: placed.node }
@@ -558,6 +622,38 @@ export class GatewayTemplates {
   }
 
   /**
+   * Whether started build `route`, whose template no node advertises, is still running (its
+   * template then keeps its id for the next build of the name), rather than finished with its
+   * template deleted since (through another gateway: this one forgets a template's builds when
+   * it deletes it), which makes the name's next build a new template. One status read of the
+   * build's node; a node that does not answer leaves it running.
+   */
+  async #unfinished(
+    route: BuildRoute,
+    headers: Record<string, string>,
+    signal: AbortSignal,
+  ): Promise<boolean> {
+    try {
+      const res = await this.#ask(
+        route,
+        `/templates/${route.templateId}/builds/${route.buildId}/status?logsOffset=0`,
+        { method: "GET", headers, signal },
+      );
+      if (res.status === 404) {
+        await res.body?.cancel();
+        return false;
+      }
+      if (!res.ok) {
+        await res.body?.cancel();
+        return true;
+      }
+      return (await res.json() as { status?: unknown }).status !== "ready";
+    } catch {
+      return true;
+    }
+  }
+
+  /**
    * Shared mode: the id and node another gateway placed the team's newest build of `scoped`
    * (`<team>/<name>`) under, as etcd records it; undefined when none is recorded or with one
    * gateway. A 503 when etcd cannot be read: a new id then could make the name two templates.
@@ -632,7 +728,8 @@ export class GatewayTemplates {
   /**
    * The build of `templateId` for `team` (and of `buildId`, when given): as this gateway placed
    * it, else as the node it was placed on keeps it (another gateway accepted it, or this one
-   * before a restart; every node is asked, for the caller's team only); a 404 otherwise.
+   * before a restart; the nodes that may hold it are asked, then the rest, for the caller's
+   * team only: {@linkcode #holdersFirst}); a 404 otherwise.
    */
   async #own(
     templateId: string,
@@ -655,11 +752,11 @@ export class GatewayTemplates {
     );
     if (!TEMPLATE_ID.test(id)) throw notHere;
     const query = buildId === undefined ? "" : `?buildID=${encodeURIComponent(decoded(buildId))}`;
-    const answers = await this.#parts.routing.fanOut(
+    const answers = await this.#holdersFirst(
+      id,
+      headers,
       `${this.#nodeApi}/templates/${id}/reservation${query}`,
-      null,
       signal,
-      { method: "GET", headers },
     );
     let best: { node: string; r: Reservation } | undefined;
     for (const a of answers) {
