@@ -25,6 +25,8 @@
  */
 import { fileURLToPath } from "node:url";
 import { join, resolve } from "node:path";
+import { fleetEgressCa } from "../examples/_fleet_egress_ca.ts";
+import { STAND_IN_DNS, type StandIn, standInReadiness, startStandIn } from "./_sdk_standin.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 /** vitest's version: a file written for an older one (`test(name, fn, options)`) needs 3.2.4. */
@@ -32,6 +34,8 @@ const vitestVersion = Deno.env.get("E2B_TESTS_VITEST") || "4.1.12";
 const work = join(root, ".dormice", "sdk-tests", `vitest-${vitestVersion}`);
 /** npm packages the tests import: vitest (their runner), msw (their mocks), the SDK. */
 const npmPackages = [`vitest@${vitestVersion}`, "msw@2", "e2b@2.51.0", "undici@6"];
+/** The fleet's data, relative to the repository (its egress CA under `egress-ca/`). */
+const fleetDir = ".dormice/sdk-tests/fleet";
 /** How long the fleet may take to print its client settings (Docker image checks included). */
 const fleetStartMs = 240_000;
 
@@ -146,8 +150,10 @@ export default defineConfig({
 /** Starts `deno task fleet`; resolves with the client settings it prints. */
 async function startFleet(
   domain: string | undefined,
+  sandboxDns: string | undefined,
 ): Promise<{ child: Deno.ChildProcess; env: Record<string, string> }> {
-  const env: Record<string, string> = { DORMICE_FLEET_DIR: ".dormice/sdk-tests/fleet" };
+  const env: Record<string, string> = { DORMICE_FLEET_DIR: fleetDir };
+  if (sandboxDns) env.DORMICE_SANDBOX_DNS = sandboxDns;
   for (const name of ["DORMICE_GATEWAY_PORT", "DORMICE_FLEET_NODE_PORT", "DORMICE_EXECUTOR"]) {
     const value = Deno.env.get(name);
     if (value) env[name] = value;
@@ -238,9 +244,44 @@ function summarise(reportPath: string, checkout: string): Record<string, number>
   return counts;
 }
 
+/**
+ * The stand-in internet (`_sdk_standin.ts`), made unless `--no-stand-in` is given or this host
+ * cannot (not root), saying which; checked from the host before any test runs. Its certificate
+ * is signed by the fleet egress CA, made here first (`deno task fleet` reuses it).
+ */
+async function standInFor(optOut: boolean): Promise<StandIn | null> {
+  if (optOut) {
+    say("Stand-in internet: off (--no-stand-in): tests that reach 1.1.1.1, 8.8.8.8 or a public");
+    say("  name go wherever this host routes them.");
+    return null;
+  }
+  const why = await standInReadiness();
+  if (why !== null) {
+    say(`Stand-in internet: skipped (${why}); tests that reach 1.1.1.1, 8.8.8.8 or a public name`);
+    say("  go wherever this host routes them.");
+    return null;
+  }
+  const ca = await fleetEgressCa(join(root, fleetDir));
+  if (!("env" in ca)) throw new Error(`No fleet egress CA for the stand-in: ${ca.why}`);
+  const caCert = ca.env.DORMICE_EGRESS_CA_CERT;
+  const standIn = await startStandIn(caCert, ca.env.DORMICE_EGRESS_CA_KEY, work);
+  say("Stand-in internet (removed at exit; --no-stand-in to leave it out):");
+  for (const line of standIn.lines) say(`  ${line}`);
+  try {
+    for (const line of await standIn.verify(Deno.readTextFileSync(caCert))) {
+      say(`  checked from this host: ${line}`);
+    }
+  } catch (error) {
+    await standIn.stop();
+    throw error;
+  }
+  return standIn;
+}
+
 async function main(args: string[]): Promise<number> {
   const domain = args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length);
-  const [dir, ...files] = args.filter((a) => !a.startsWith("--domain="));
+  const optOut = args.includes("--no-stand-in");
+  const [dir, ...files] = args.filter((a) => !a.startsWith("--domain=") && a !== "--no-stand-in");
   if (!dir) {
     say(
       "No checkout given: deno task sdk-tests <dir with e2b-dev/E2B's packages/js-sdk/tests> " +
@@ -285,9 +326,33 @@ async function main(args: string[]): Promise<number> {
     if (code !== 0) throw new Error(`npm install ${npmPackages.join(" ")} exited ${code}`);
   }
 
-  say("Starting a fleet (deno task fleet)…");
-  const fleet = await startFleet(domain);
-  say(`Fleet up: E2B_API_URL=${fleet.env.E2B_API_URL}`);
+  const standIn = await standInFor(optOut);
+  let fleet: Awaited<ReturnType<typeof startFleet>> | undefined;
+  // Ctrl-C or a kill: the host routes and the namespace go, and the fleet stops, before exit.
+  const onSignal = async () => {
+    if (fleet) await stopFleet(fleet.child);
+    await standIn?.stop();
+    Deno.exit(130);
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) Deno.addSignalListener(signal, onSignal);
+  try {
+    say("Starting a fleet (deno task fleet)…");
+    fleet = await startFleet(domain, standIn ? STAND_IN_DNS : undefined);
+    say(`Fleet up: E2B_API_URL=${fleet.env.E2B_API_URL}`);
+    return await runTests(checkout, files, fleet);
+  } finally {
+    await standIn?.stop();
+    for (const signal of ["SIGINT", "SIGTERM"] as const) {
+      Deno.removeSignalListener(signal, onSignal);
+    }
+  }
+}
+
+async function runTests(
+  checkout: string,
+  files: string[],
+  fleet: Awaited<ReturnType<typeof startFleet>>,
+): Promise<number> {
   const report = join(work, "report.json");
   try {
     Deno.removeSync(report);
