@@ -33,7 +33,10 @@ const LISTEN_MS = 20_000;
 export async function standInReadiness(): Promise<string | null> {
   if (Deno.uid() !== 0) return "not root: a network namespace and host routes need it";
   for (
-    const [tool, args] of [["ip", ["-V"]], ["openssl", ["version"]], ["sh", ["-c", "true"]]] as const
+    const [tool, args] of [["ip", ["-V"]], ["openssl", ["version"]], ["sh", [
+      "-c",
+      "true",
+    ]]] as const
   ) {
     try {
       if (!(await run(tool, [...args])).ok) return `${tool} does not run`;
@@ -143,10 +146,11 @@ export async function startStandIn(
   const forwardBefore = (await must("sh", "-c", `cat ${FORWARD}`)).trim();
   const undo: (() => Promise<unknown>)[] = [];
   let server: Deno.ChildProcess | undefined;
-  let stopped = false;
-  const stop = async () => {
-    if (stopped) return;
-    stopped = true;
+  // One cleanup however many ask (a signal handler and a finally may both): the second caller
+  // waits for the first instead of returning while routes are still in place.
+  let stopping: Promise<void> | undefined;
+  const stop = () => stopping ??= cleanup();
+  const cleanup = async () => {
     if (server) {
       try {
         server.kill("SIGKILL");

@@ -378,6 +378,12 @@ async function runTests(
   } finally {
     await stopFleet(fleet.child);
   }
+  try {
+    Deno.statSync(report);
+  } catch {
+    say(`vitest wrote no report (${report}): it was stopped or could not start; see above.`);
+    return 1;
+  }
   const counts = summarise(report, checkout);
   say(`\n${counts.pass} passed, ${counts.fail} failed, ${counts.skip} skipped (report: ${report})`);
   return counts.fail === 0 ? 0 : 1;
