@@ -17,6 +17,12 @@
  * writes vitest's JSON report to `.dormice/sdk-tests/vitest-<version>/report.json`. Without a checkout, node or
  * npm it says why and exits 0: these tests are the operator's to fetch.
  *
+ * As root it first makes a stand-in internet (`_sdk_standin.ts`: `1.1.1.1`, `8.8.8.8` and
+ * `connectivitycheck.gstatic.com` in a network namespace, routed there for the run only, with a
+ * DNS server the fleet's sandboxes are given) and checks from the host that it answers, so the
+ * SDK's network tests never reach a public address; `--no-stand-in` leaves it out, and not root it
+ * says why it runs without one.
+ *
  * `DORMICE_GATEWAY_PORT` and `DORMICE_FLEET_NODE_PORT` move the fleet's ports as for
  * `deno task fleet`; `E2B_TESTS_TIMEOUT_MS` is vitest's per-test timeout (default 120000);
  * `E2B_TESTS_VITEST` is vitest's version (default 4.1.12; 3.2.4 for files still written for it).
