@@ -59,9 +59,43 @@ export interface StandIn {
   stop(): Promise<void>;
 }
 
+/**
+ * The stand-in DNS server's answer to `query` (one UDP message): an A record for `name` (the
+ * question's case kept) pointing at `address`, no record for another type of `name`, REFUSED for
+ * every other name; `null` for a message too short or malformed to answer.
+ */
+export function dnsAnswer(query: Uint8Array, name: string, address: string): Uint8Array | null {
+  if (query.length < 17 || (query[2] & 0x80) !== 0) return null;
+  let i = 12;
+  const labels: string[] = [];
+  while (query[i] !== 0) {
+    const length = query[i];
+    if (length === undefined || length > 63 || labels.length >= 127) return null;
+    labels.push(new TextDecoder().decode(query.subarray(i + 1, i + 1 + length)));
+    i += length + 1;
+  }
+  if (i + 5 > query.length) return null;
+  const qtype = (query[i + 1] << 8) | query[i + 2];
+  const question = query.subarray(12, i + 5);
+  const known = labels.join(".").toLowerCase() === name;
+  const withA = known && qtype === 1;
+  // QR, AA and the query's RD; RA off; NOERROR (0) for the name, REFUSED (5) for any other.
+  const head = [query[0], query[1], 0x84 | (query[2] & 0x01), known ? 0 : 5];
+  const counts = [0, 1, 0, withA ? 1 : 0, 0, 0, 0, 0];
+  const record = withA
+    ? [0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, ...address.split(".").map(Number)]
+    : [];
+  const out = new Uint8Array(12 + question.length + record.length);
+  out.set([...head, ...counts]);
+  out.set(question, 12);
+  out.set(record, 12 + question.length);
+  return out;
+}
+
 /** The stand-in's server: HTTP, HTTPS and DNS in the namespace, one Deno process. */
 function serverSource(dir: string, nonce: string, nameAddress: string): string {
-  return `const cert = Deno.readTextFileSync(${JSON.stringify(`${dir}/srv.crt`)});
+  return `import { dnsAnswer } from ${JSON.stringify(import.meta.url)};
+const cert = Deno.readTextFileSync(${JSON.stringify(`${dir}/srv.crt`)});
 const key = Deno.readTextFileSync(${JSON.stringify(`${dir}/srv.key`)});
 const nonce = ${JSON.stringify(nonce)};
 const name = ${JSON.stringify(STAND_IN_NAME)};
@@ -85,31 +119,9 @@ const dns = Deno.listenDatagram({ transport: "udp", hostname: ${
     JSON.stringify(STAND_IN_DNS)
   }, port: 53 });
 (async () => {
-  for await (const [q, from] of dns) {
-    try {
-      if (q.length < 17) continue;
-      let i = 12;
-      const labels = [];
-      while (i < q.length && q[i] !== 0 && labels.length < 64) {
-        labels.push(new TextDecoder().decode(q.subarray(i + 1, i + 1 + q[i])));
-        i += q[i] + 1;
-      }
-      const qname = labels.join(".").toLowerCase();
-      const qtype = (q[i + 1] << 8) | q[i + 2];
-      const question = q.subarray(12, i + 5);
-      const known = qname === name;
-      const withA = known && qtype === 1;
-      const head = new Uint8Array([q[0], q[1], 0x84 | (q[2] & 0x01), known ? 0x80 : 0x85,
-        0, 1, 0, withA ? 1 : 0, 0, 0, 0, 0]);
-      const a = withA
-        ? new Uint8Array([0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, ...nameAddress.split(".").map(Number)])
-        : new Uint8Array();
-      const out = new Uint8Array(head.length + question.length + a.length);
-      out.set(head);
-      out.set(question, head.length);
-      out.set(a, head.length + question.length);
-      await dns.send(out, from);
-    } catch { /* a malformed query gets no answer */ }
+  for await (const [query, from] of dns) {
+    const answer = dnsAnswer(query, name, nameAddress);
+    if (answer) await dns.send(answer, from).catch(() => {});
   }
 })();
 console.log("listening");
