@@ -279,6 +279,7 @@ if (import.meta.main) {
     }
   }
   const hostFirewall = Deno.env.get("DORMICE_SANDBOX_HOST_FIREWALL") ?? "";
+  const sandboxDns = Deno.env.get("DORMICE_SANDBOX_DNS") ?? "";
   const shared = Deno.args.includes("--shared");
   let domain = Deno.args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length) ??
     null;
@@ -466,6 +467,8 @@ if (import.meta.main) {
           // Only when the operator set it: a non-root demo's explicit off (not root, the nodes
           // refuse to start with the firewall on).
           ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),
+          // The resolvers sandboxes ask, when the operator names them (the SDK tests' stand-in).
+          ...(sandboxDns ? { DORMICE_SANDBOX_DNS: sandboxDns } : {}),
           // The nodes check in over https, trusting the fleet's CA as any client must.
           ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
         }),

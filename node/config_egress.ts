@@ -8,6 +8,7 @@
  * | `DORMICE_EGRESS_CA_KEY` | unset | the fleet egress CA's private key (PEM file); both unset: one is made in `DORMICE_DATA_DIR` (`egress-ca.crt`, `egress-ca.key`) |
  * | `DORMICE_EGRESS_EXTRA_CA` | unset | more CA certificates the proxy trusts for upstreams of header transforms (besides Deno's root store): a PEM file's path, or the PEM text itself |
  * | `DORMICE_EGRESS_HOSTS` | unset | `name=IPv4,…`: names the proxy resolves to these addresses rather than asking DNS (private upstreams, tests) |
+ * | `DORMICE_SANDBOX_DNS` | unset | `IPv4,…`: the DNS servers sandboxes with egress ask (the engine's resolver in each forwards to them); unset: the engine's choice, the host's resolvers |
  *
  * @module
  */
@@ -21,6 +22,8 @@ export interface EgressSettings {
   extraCa: string[];
   /** Names resolved by the proxy itself. */
   hosts: Map<string, string>;
+  /** The resolvers sandboxes with egress ask; empty for the engine's. */
+  sandboxDns: string[];
 }
 
 /** The names this file reads (for allow-lists). */
@@ -29,6 +32,7 @@ export const EGRESS_VARIABLES = [
   "DORMICE_EGRESS_CA_KEY",
   "DORMICE_EGRESS_EXTRA_CA",
   "DORMICE_EGRESS_HOSTS",
+  "DORMICE_SANDBOX_DNS",
 ];
 
 /**
@@ -86,8 +90,22 @@ export function readEgressSettings(
     }
     hosts.set(name.toLowerCase().replace(/\.$/, ""), address.cidr.slice(0, -3));
   }
+  const sandboxDns: string[] = [];
+  for (const entry of (get("DORMICE_SANDBOX_DNS") ?? "").split(",")) {
+    if (entry.trim() === "") continue;
+    const address = parseEgressEntry(entry.trim());
+    if (!address.ok || !address.cidr.endsWith("/32")) {
+      refusals.push(
+        `DORMICE_SANDBOX_DNS entry '${entry.slice(0, 80)}' is not an IPv4 address (e.g. ` +
+          "DORMICE_SANDBOX_DNS=10.0.0.53,10.0.0.54)",
+      );
+      continue;
+    }
+    sandboxDns.push(address.cidr.slice(0, -3));
+  }
   if (refusals.length > 0) return refusals;
   return {
+    sandboxDns,
     ca: certFile && keyFile ? { certFile, keyFile } : null,
     extraCa,
     hosts,

@@ -118,6 +118,7 @@ async function openExecutor(
       egressCa,
       egressExtraCa: egress.extraCa,
       egressHosts: egress.hosts,
+      sandboxDns: egress.sandboxDns,
       nodeId: config.nodeId,
       instanceId,
       socketPath: config.dockerSocket,

@@ -17,6 +17,12 @@
  * writes vitest's JSON report to `.dormice/sdk-tests/vitest-<version>/report.json`. Without a checkout, node or
  * npm it says why and exits 0: these tests are the operator's to fetch.
  *
+ * As root it first makes a stand-in internet (`_sdk_standin.ts`: `1.1.1.1`, `8.8.8.8` and
+ * `connectivitycheck.gstatic.com` in a network namespace, routed there for the run only, with a
+ * DNS server the fleet's sandboxes are given) and checks from the host that it answers, so the
+ * SDK's network tests never reach a public address; `--no-stand-in` leaves it out, and not root it
+ * says why it runs without one.
+ *
  * `DORMICE_GATEWAY_PORT` and `DORMICE_FLEET_NODE_PORT` move the fleet's ports as for
  * `deno task fleet`; `E2B_TESTS_TIMEOUT_MS` is vitest's per-test timeout (default 120000);
  * `E2B_TESTS_VITEST` is vitest's version (default 4.1.12; 3.2.4 for files still written for it).
@@ -25,6 +31,8 @@
  */
 import { fileURLToPath } from "node:url";
 import { join, resolve } from "node:path";
+import { fleetEgressCa } from "../examples/_fleet_egress_ca.ts";
+import { STAND_IN_DNS, type StandIn, standInReadiness, startStandIn } from "./_sdk_standin.ts";
 
 const root = fileURLToPath(new URL("..", import.meta.url));
 /** vitest's version: a file written for an older one (`test(name, fn, options)`) needs 3.2.4. */
@@ -32,6 +40,8 @@ const vitestVersion = Deno.env.get("E2B_TESTS_VITEST") || "4.1.12";
 const work = join(root, ".dormice", "sdk-tests", `vitest-${vitestVersion}`);
 /** npm packages the tests import: vitest (their runner), msw (their mocks), the SDK. */
 const npmPackages = [`vitest@${vitestVersion}`, "msw@2", "e2b@2.51.0", "undici@6"];
+/** The fleet's data, relative to the repository (its egress CA under `egress-ca/`). */
+const fleetDir = ".dormice/sdk-tests/fleet";
 /** How long the fleet may take to print its client settings (Docker image checks included). */
 const fleetStartMs = 240_000;
 
@@ -149,8 +159,10 @@ export default defineConfig({
 /** Starts `deno task fleet`; resolves with the client settings it prints. */
 async function startFleet(
   domain: string | undefined,
+  sandboxDns: string | undefined,
 ): Promise<{ child: Deno.ChildProcess; env: Record<string, string> }> {
-  const env: Record<string, string> = { DORMICE_FLEET_DIR: ".dormice/sdk-tests/fleet" };
+  const env: Record<string, string> = { DORMICE_FLEET_DIR: fleetDir };
+  if (sandboxDns) env.DORMICE_SANDBOX_DNS = sandboxDns;
   for (const name of ["DORMICE_GATEWAY_PORT", "DORMICE_FLEET_NODE_PORT", "DORMICE_EXECUTOR"]) {
     const value = Deno.env.get(name);
     if (value) env[name] = value;
@@ -246,9 +258,44 @@ function summarise(reportPath: string, checkout: string): Record<string, number>
   return counts;
 }
 
+/**
+ * The stand-in internet (`_sdk_standin.ts`), made unless `--no-stand-in` is given or this host
+ * cannot (not root), saying which; checked from the host before any test runs. Its certificate
+ * is signed by the fleet egress CA, made here first (`deno task fleet` reuses it).
+ */
+async function standInFor(optOut: boolean): Promise<StandIn | null> {
+  if (optOut) {
+    say("Stand-in internet: off (--no-stand-in): tests that reach 1.1.1.1, 8.8.8.8 or a public");
+    say("  name go wherever this host routes them.");
+    return null;
+  }
+  const why = await standInReadiness();
+  if (why !== null) {
+    say(`Stand-in internet: skipped (${why}); tests that reach 1.1.1.1, 8.8.8.8 or a public name`);
+    say("  go wherever this host routes them.");
+    return null;
+  }
+  const ca = await fleetEgressCa(join(root, fleetDir));
+  if (!("env" in ca)) throw new Error(`No fleet egress CA for the stand-in: ${ca.why}`);
+  const caCert = ca.env.DORMICE_EGRESS_CA_CERT;
+  const standIn = await startStandIn(caCert, ca.env.DORMICE_EGRESS_CA_KEY, work);
+  say("Stand-in internet (removed at exit; --no-stand-in to leave it out):");
+  for (const line of standIn.lines) say(`  ${line}`);
+  try {
+    for (const line of await standIn.verify(Deno.readTextFileSync(caCert))) {
+      say(`  checked from this host: ${line}`);
+    }
+  } catch (error) {
+    await standIn.stop();
+    throw error;
+  }
+  return standIn;
+}
+
 async function main(args: string[]): Promise<number> {
   const domain = args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length);
-  const [dir, ...files] = args.filter((a) => !a.startsWith("--domain="));
+  const optOut = args.includes("--no-stand-in");
+  const [dir, ...files] = args.filter((a) => !a.startsWith("--domain=") && a !== "--no-stand-in");
   if (!dir) {
     say(
       "No checkout given: deno task sdk-tests <dir with e2b-dev/E2B's packages/js-sdk/tests> " +
@@ -293,15 +340,39 @@ async function main(args: string[]): Promise<number> {
     if (code !== 0) throw new Error(`npm install ${npmPackages.join(" ")} exited ${code}`);
   }
 
-  say("Starting a fleet (deno task fleet)…");
-  const fleet = await startFleet(domain);
-  say(
-    `Fleet up: ${
-      fleet.env.E2B_DOMAIN
-        ? `E2B_DOMAIN=${fleet.env.E2B_DOMAIN}`
-        : `E2B_API_URL=${fleet.env.E2B_API_URL}`
-    }`,
-  );
+  const standIn = await standInFor(optOut);
+  let fleet: Awaited<ReturnType<typeof startFleet>> | undefined;
+  // Ctrl-C or a kill: the host routes and the namespace go, and the fleet stops, before exit.
+  const onSignal = async () => {
+    if (fleet) await stopFleet(fleet.child);
+    await standIn?.stop();
+    Deno.exit(130);
+  };
+  for (const signal of ["SIGINT", "SIGTERM"] as const) Deno.addSignalListener(signal, onSignal);
+  try {
+    say("Starting a fleet (deno task fleet)…");
+    fleet = await startFleet(domain, standIn ? STAND_IN_DNS : undefined);
+    say(
+      `Fleet up: ${
+        fleet.env.E2B_DOMAIN
+          ? `E2B_DOMAIN=${fleet.env.E2B_DOMAIN}`
+          : `E2B_API_URL=${fleet.env.E2B_API_URL}`
+      }`,
+    );
+    return await runTests(checkout, files, fleet);
+  } finally {
+    await standIn?.stop();
+    for (const signal of ["SIGINT", "SIGTERM"] as const) {
+      Deno.removeSignalListener(signal, onSignal);
+    }
+  }
+}
+
+async function runTests(
+  checkout: string,
+  files: string[],
+  fleet: Awaited<ReturnType<typeof startFleet>>,
+): Promise<number> {
   const report = join(work, "report.json");
   try {
     Deno.removeSync(report);
@@ -326,6 +397,12 @@ async function main(args: string[]): Promise<number> {
     );
   } finally {
     await stopFleet(fleet.child);
+  }
+  try {
+    Deno.statSync(report);
+  } catch {
+    say(`vitest wrote no report (${report}): it was stopped or could not start; see above.`);
+    return 1;
   }
   const counts = summarise(report, checkout);
   say(`\n${counts.pass} passed, ${counts.fail} failed, ${counts.skip} skipped (report: ${report})`);

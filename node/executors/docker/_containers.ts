@@ -102,6 +102,8 @@ export interface ContainersOptions {
   managedVolumes?: (name: string) => string | undefined;
   /** This instance's snapshots, which a create may start from. */
   snapshots: Snapshots;
+  /** The resolvers a sandbox with egress asks (`DORMICE_SANDBOX_DNS`); the engine's when empty. */
+  dns?: string[];
 }
 
 /** The lifecycle of every sandbox's container on this node's engine. */
@@ -121,9 +123,11 @@ export class Containers {
   #volumes: Map<string, VolumeDecl>;
   #managedVolumes?: (name: string) => string | undefined;
   #snapshots: Snapshots;
+  #dns: string[];
 
   constructor(options: ContainersOptions) {
     this.#snapshots = options.snapshots;
+    this.#dns = options.dns ?? [];
     this.#engine = options.engine;
     this.#sandboxes = options.sandboxes;
     this.#network = options.network;
@@ -342,6 +346,8 @@ export class Containers {
             // route to another sandbox or to the host, and its ports reachable by the node
             // (see _network.ts).
             NetworkMode: networkMode,
+            // The engine's resolver inside the sandbox forwards to these instead of the host's.
+            ...(egress && this.#dns.length > 0 ? { Dns: this.#dns } : {}),
             // Commands run as the image's user, who holds no capability whatever this says. Root
             // (a command asked to run as root, or `sudo`, which E2B's users may use without a
             // password) gets the part of Docker's default set that lets root act as root on

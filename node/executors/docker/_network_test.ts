@@ -262,3 +262,24 @@ Deno.test("DockerExecutor creates at once share the host rule checks instead of 
   assert.equal(containers.length, 5);
   assert.equal(iptables.chains.get("INPUT")!.length, 1);
 });
+
+Deno.test("DockerExecutor gives sandboxes with egress the resolvers sandboxDns names, and the closed ones none", async () => {
+  const iptables = new FakeIptables();
+  const { engine, containers } = networkEngine(iptables);
+  const ex = new DockerExecutor({
+    nodeId: "n1",
+    instanceId: "i1",
+    docker: engine,
+    templates: new Map([["base", "img:1"]]),
+    runIptables: iptables.run,
+    sandboxDns: ["198.18.0.53", "198.18.0.54"],
+  });
+  await create(ex, "closed", false);
+  await create(ex, "open", true);
+  const dns = containers.map((c) => (c.HostConfig as { Dns?: string[] }).Dns);
+  assert.deepEqual(dns, [undefined, ["198.18.0.53", "198.18.0.54"]]);
+  // Without the setting, the engine's choice (the host's resolvers): no Dns at all.
+  const plain = networkEngine(iptables);
+  await create(executor(plain.engine, iptables), "open", true);
+  assert.equal((plain.containers[0].HostConfig as { Dns?: string[] }).Dns, undefined);
+});

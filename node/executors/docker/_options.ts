@@ -79,6 +79,11 @@ export interface DockerExecutorOptions {
   egressExtraCa?: string[];
   /** Names the proxy resolves to these addresses rather than asking DNS (`DORMICE_EGRESS_HOSTS`). */
   egressHosts?: ReadonlyMap<string, string>;
+  /**
+   * The DNS servers a sandbox with egress asks (`DORMICE_SANDBOX_DNS`): the engine's resolver in
+   * the sandbox forwards to them instead of the host's. The engine's choice when empty.
+   */
+  sandboxDns?: string[];
 }
 
 /** 16 random hex digits: an instance of its own for an executor given none. */

@@ -141,6 +141,7 @@ export class DockerExecutor implements Executor {
       egressCa = null,
       egressExtraCa = [],
       egressHosts = new Map(),
+      sandboxDns = [],
     } = options;
     if (!nodeId) throw new TypeError("Cannot create DockerExecutor as 'nodeId' is empty");
     if (!/^[a-z0-9]{1,32}$/.test(instanceId)) {
@@ -220,6 +221,7 @@ export class DockerExecutor implements Executor {
       log,
       volumes,
       managedVolumes,
+      dns: sandboxDns,
     });
     this.#builder = new DockerTemplateBuilder({
       engine: this.#engine,
