@@ -194,10 +194,18 @@ async function startFleet(
     clearTimeout(deadline);
   }
   if (!settings.E2B_API_KEY || !(settings.E2B_API_URL || settings.E2B_DOMAIN)) {
+    // A fleet that stopped by itself said why on stderr (above); one still running is stopped.
+    const exited = await Promise.race([
+      child.status.then((status) => status.code),
+      new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 100)),
+    ]);
     await stopFleet(child);
     throw new Error(
-      `deno task fleet printed no client settings within ${fleetStartMs / 1000} s: ` +
-        "run `deno task fleet` alone to see why",
+      exited === undefined
+        ? `deno task fleet printed no client settings within ${fleetStartMs / 1000} s: ` +
+          "run `deno task fleet` alone to see why"
+        : `deno task fleet exited with code ${exited} before printing its client settings: ` +
+          "its reason is printed above",
     );
   }
   // The banner is read; the rest of the fleet's output is drained so it never blocks.
@@ -409,4 +417,12 @@ async function runTests(
   return counts.fail === 0 ? 0 : 1;
 }
 
-if (import.meta.main) Deno.exit(await main(Deno.args));
+if (import.meta.main) {
+  try {
+    Deno.exit(await main(Deno.args));
+  } catch (error) {
+    // A run that could not start says why in one line, not as a stack.
+    console.error(`sdk-tests: ${error instanceof Error ? error.message : String(error)}`);
+    Deno.exit(1);
+  }
+}
