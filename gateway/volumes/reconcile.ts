@@ -13,7 +13,8 @@
  *   volume within a check-in; a pass apart, every step in flight has settled or is claimed);
  * - the volume's row is `ready` and not on a shared root, and is claimed for the drop (as a move
  *   or delete claims it, so none can start meanwhile), and after the claim still names another node;
- * - that node is up and answers, asked right then, that it holds the volume.
+ * - both endpoints answer, asked right then, as the node they are listed for (`/volumeUsers`
+ *   names its node), the copy's that it still holds it, the recorded node's that it holds it too.
  *
  * Otherwise the copy is kept and logged once with why and the command that drops it by hand: a
  * volume no row names (the gateway's database was lost or restored, or the volume was deleted while
@@ -24,6 +25,7 @@
  */
 import { VOLUME_ID } from "../../shared/volumes.ts";
 import type { Fleet } from "../fleet/fleet.ts";
+import type { FleetNode } from "../fleet/node.ts";
 import type { Log } from "../../shared/log.ts";
 import type { FleetVolumes } from "./fleet_volumes.ts";
 
@@ -163,11 +165,24 @@ export class VolumeReconciler {
     }
     try {
       const row = await table.get(copy.volume);
-      if (row === undefined || row.node === copy.node || row.shared) {
+      if (
+        row === undefined || row.node !== recorded.id || row.node === copy.node || row.shared
+      ) {
         return "the table changed during the pass";
       }
+      // Each endpoint must answer as the node it is listed for: two check-ins can name one
+      // endpoint (a node restarted under a new id, or a check-in that is not the node's), and a
+      // drop sent there would delete the recorded node's own copy.
+      const here = await volumes.call(holder, "/volumeUsers", { id: copy.volume });
+      if (here.status !== 200 || here.json.node !== holder.id) {
+        return notItself(holder, here);
+      }
+      if (here.json.present !== true) return `node '${holder.id}' no longer holds it`;
       const there = await volumes.call(recorded, "/volumeUsers", { id: copy.volume });
-      if (there.status !== 200 || there.json.present !== true) {
+      if (there.status !== 200 || there.json.node !== recorded.id) {
+        return notItself(recorded, there);
+      }
+      if (there.json.present !== true) {
         return `the node the table records it on ('${recorded.id}') does not hold it now: this ` +
           "copy may be the only one";
       }
@@ -182,4 +197,20 @@ export class VolumeReconciler {
       await table.update(copy.volume, { state: "ready" });
     }
   }
+}
+
+/** Why a node's answer does not prove its endpoint is that node. */
+function notItself(
+  node: FleetNode,
+  answer: { status: number; text: string; json: Record<string, unknown> },
+): string {
+  if (answer.status !== 200) {
+    return `node '${node.id}' answered ${answer.status} to /volumeUsers: ${
+      String(answer.json.message ?? answer.text).slice(0, 200)
+    }`;
+  }
+  return `the endpoint of node '${node.id}' (${node.endpoint}) answers as ${
+    JSON.stringify(answer.json.node ?? null)
+  }: two check-ins may name one node (one restarted under a new id, or a check-in that is not ` +
+    "the node's), or the node is too old to name itself; nothing is dropped there";
 }

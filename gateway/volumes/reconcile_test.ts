@@ -32,7 +32,7 @@ function fleet(
       const body = await request.json().catch(() => ({}));
       if (url.pathname === "/volumeUsers") {
         const present = options.answers?.[node] ?? holds[node].includes(body.id);
-        return Response.json({ present, sandboxes: [] });
+        return Response.json({ present, sandboxes: [], node });
       }
       if (url.pathname === "/destroyVolume") {
         holds[node] = holds[node].filter((v) => v !== body.id);
@@ -72,7 +72,11 @@ Deno.test("volume reconcile: the gateway's sweep drops a stale copy once seen tw
     f.clock.tick(1000);
     await new Promise((r) => setTimeout(r, 1));
   }
-  assert.deepEqual(f.calls, ["node-a /volumeUsers", "node-b /destroyVolume"]);
+  assert.deepEqual(f.calls, [
+    "node-b /volumeUsers",
+    "node-a /volumeUsers",
+    "node-b /destroyVolume",
+  ]);
   const row = await gateway.volumes!.table.get(id);
   assert.deepEqual([row?.node, row?.state], ["node-a", "ready"]);
   const line = f.lines.find((l) => /stale copy of a volume was dropped/.test(l.msg));
@@ -88,7 +92,7 @@ Deno.test("volume reconcile: a copy whose recorded node lacks it, or is down, is
   const second = await reconciler.pass();
   assert.deepEqual(second.dropped, []);
   assert.match(second.kept[0].why, /does not hold it now: this copy may be the only one/);
-  assert.deepEqual(f.calls, ["node-a /volumeUsers"]);
+  assert.deepEqual(f.calls, ["node-b /volumeUsers", "node-a /volumeUsers"]);
   await reconciler.pass();
   const logged = f.lines.filter((l) => /a node holds a copy of a volume/.test(l.msg));
   assert.equal(logged.length, 1, "logged once while it stays");
@@ -129,4 +133,24 @@ Deno.test("volume reconcile: a volume no row names is kept and named", async () 
   assert.deepEqual(report.kept.map((k) => [k.volume, k.node]), [[id, "node-a"]]);
   assert.match(report.kept[0].why, /no volume row names it/);
   assert.deepEqual(f.calls, []);
+});
+
+Deno.test("volume reconcile: a second check-in naming the recorded node's endpoint never gets its copy dropped", async () => {
+  // node-a holds the only copy. A check-in under another id (a node restarted under a new id, or
+  // one that is not the node's) names node-a's endpoint and lists the volume: a drop sent to
+  // 'node-z' would reach node-a and delete the only copy.
+  const f = fleet({ "node-a": [id] });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  const twin = () =>
+    gateway.fleet.checkIn(checkIn("node-z", "http://10.0.0.1:3676", { volumes: [id] }));
+  twin();
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  twin();
+  const report = await reconciler.pass();
+  assert.deepEqual(report.dropped, []);
+  assert.match(report.kept[0]?.why ?? "", /answers as "node-a": two check-ins may name one node/);
+  assert.ok(!f.calls.some((c) => c.endsWith("/destroyVolume")), f.calls.join(", "));
+  assert.deepEqual(f.calls, ["node-a /volumeUsers"], "the copy's endpoint was asked who it is");
 });

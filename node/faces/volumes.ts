@@ -73,6 +73,11 @@ const MAX_JSON_BYTES = 16 * 1024;
 export interface VolumeFaceOptions {
   /** The fleet token: only the gateway calls these routes. */
   token: string;
+  /**
+   * This node's id, answered by `/volumeUsers` (`node`) so the gateway can tell which node an
+   * endpoint really is before it drops a copy there.
+   */
+  nodeId?: string;
   /** Called after a volume appears or goes (the check-in advertises the change sooner). */
   changed?: () => void;
   /**
@@ -229,7 +234,11 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
   app.post("/volumeUsers", async (c) => {
     gate(c);
     const b = await body<{ id: string }>(c, volumeRefSchema);
-    return c.json({ present: volumes.has(b.id), sandboxes: volumes.users(b.id) });
+    return c.json({
+      present: volumes.has(b.id),
+      sandboxes: volumes.users(b.id),
+      ...(options.nodeId !== undefined ? { node: options.nodeId } : {}),
+    });
   });
   app.post("/exportVolume", async (c) => {
     gate(c);

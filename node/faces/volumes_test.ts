@@ -23,7 +23,7 @@ async function face(
     defaultSizeBytes: 1000,
     sandboxes: () => sandboxes as never,
   });
-  const app = createVolumeFace(volumes, { token, log: silentLog });
+  const app = createVolumeFace(volumes, { token, nodeId: "node-7", log: silentLog });
   return {
     root,
     request: (path: string, init: RequestInit = {}) =>
@@ -296,4 +296,12 @@ Deno.test("volume face: a node whose volume root is relative writes, makes, read
   } finally {
     await Deno.remove(root, { recursive: true });
   }
+});
+
+Deno.test("volume face: /volumeUsers names the node answering (the gateway checks it before a drop)", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  const users = await f.request("/volumeUsers", { method: "POST", body: JSON.stringify({ id }) });
+  assert.deepEqual(await users.json(), { present: true, sandboxes: [], node: "node-7" });
 });
