@@ -72,9 +72,13 @@ export class VolumeReconciler {
     this.#log = log;
   }
 
-  /** Starts a pass when {@linkcode RECONCILE_INTERVAL_MS} passed since the last and none runs. */
+  /**
+   * Starts a pass when {@linkcode RECONCILE_INTERVAL_MS} passed since the last and none runs. A
+   * clock that went back (the host's time set) counts as the interval passed, so the passes go on.
+   */
   tick(now: number): void {
-    if (this.#running !== undefined || now - this.#last < RECONCILE_INTERVAL_MS) return;
+    const since = now - this.#last;
+    if (this.#running !== undefined || (since >= 0 && since < RECONCILE_INTERVAL_MS)) return;
     this.#last = now;
     this.#running = this.pass().catch((error) => {
       this.#log("warn", "a pass over stale volume copies failed; the next one tries again", {

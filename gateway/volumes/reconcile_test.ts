@@ -154,3 +154,23 @@ Deno.test("volume reconcile: a second check-in naming the recorded node's endpoi
   assert.ok(!f.calls.some((c) => c.endsWith("/destroyVolume")), f.calls.join(", "));
   assert.deepEqual(f.calls, ["node-a /volumeUsers"], "the copy's endpoint was asked who it is");
 });
+
+Deno.test("volume reconcile: a clock set back does not stop the passes", async () => {
+  const f = fleet({ "node-a": [id], "node-b": [id] });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  const reconciler = gateway.volumes!.reconciler;
+  const settle = () => new Promise((r) => setTimeout(r, 5));
+  const t = f.clock.now();
+  reconciler.tick(t);
+  await settle();
+  // The host's clock is set back an hour: the next tick is the next pass all the same.
+  reconciler.tick(t - 3_600_000);
+  await settle();
+  assert.ok(f.calls.includes("node-b /destroyVolume"), `calls: ${f.calls.join(", ")}`);
+  // And a minute on from the clock as it reads now is the pass after.
+  const before = f.calls.length;
+  reconciler.tick(t - 3_600_000 + RECONCILE_INTERVAL_MS / 2);
+  await settle();
+  assert.equal(f.calls.length, before, "half a minute after that pass: none");
+});
