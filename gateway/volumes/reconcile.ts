@@ -28,12 +28,23 @@ import type { Fleet } from "../fleet/fleet.ts";
 import type { FleetNode } from "../fleet/node.ts";
 import type { Log } from "../../shared/log.ts";
 import type { FleetVolumes } from "./fleet_volumes.ts";
+import type { VolumeRow } from "./table.ts";
 
 /** How often a pass runs (the gateway's sweep asks; see {@linkcode VolumeReconciler.tick}). */
 export const RECONCILE_INTERVAL_MS = 60_000;
 
 /** The most copies one pass drops (the rest wait for the next pass). */
 const MAX_DROPS_PER_PASS = 16;
+
+/**
+ * The most copies one pass checks with their nodes (a claim and two node requests each); the rest,
+ * those checked longest ago first, wait for the next pass. A fleet of thousands of nodes holding
+ * copies that stay kept (a restored database) costs at most this many checks a minute.
+ */
+const MAX_CHECKS_PER_PASS = 64;
+
+/** How long one node request of a check may take (a slow node is asked again next pass). */
+const CHECK_CALL_TIMEOUT_MS = 10_000;
 
 /** The most stale copies remembered between passes (every map has a bound). */
 const MAX_TRACKED = 10_000;
@@ -63,6 +74,9 @@ export class VolumeReconciler {
   #seen = new Set<string>();
   /** Those already logged as kept (pruned to the copies still seen). */
   #reported = new Set<string>();
+  /** When each copy still seen was last checked (the pass's number), for the order of checks. */
+  #checked = new Map<string, number>();
+  #passes = 0;
   #last = -Infinity;
   #running: Promise<unknown> | undefined;
 
@@ -102,6 +116,8 @@ export class VolumeReconciler {
     }
     const rows = new Map((await this.#volumes.table.list()).map((r) => [r.id, r]));
     const seen = new Set<string>();
+    const candidates: { node: FleetNode; id: string; row: VolumeRow | undefined; key: string }[] =
+      [];
     for (const { node, id } of held) {
       const row = rows.get(id);
       if (row !== undefined && (row.shared || row.node === node.id || row.state !== "ready")) {
@@ -110,14 +126,26 @@ export class VolumeReconciler {
       const key = `${node.id}/${id}`;
       if (seen.size < MAX_TRACKED) seen.add(key);
       // Seen once: a step in flight may still settle it.
-      if (!this.#seen.has(key)) continue;
+      if (this.#seen.has(key)) candidates.push({ node, id, row, key });
+    }
+    // Those checked longest ago first, so copies kept pass after pass do not starve the rest.
+    const order = (key: string) => this.#checked.get(key) ?? -1;
+    candidates.sort((a, b) => order(a.key) - order(b.key));
+    this.#passes++;
+    let checks = 0;
+    for (const { node, id, row, key } of candidates) {
       const copy: StaleCopy = { volume: id, node: node.id, recordedOn: row?.node };
-      const why = row === undefined
-        ? "no volume row names it (the gateway's database was lost or restored, or the volume " +
-          "was deleted while its node was out of the fleet)"
-        : report.dropped.length >= MAX_DROPS_PER_PASS
-        ? undefined
-        : await this.#drop(copy);
+      let why: string | null | undefined;
+      if (row === undefined) {
+        why = "no volume row names it (the gateway's database was lost or restored, or the " +
+          "volume was deleted while its node was out of the fleet)";
+      } else if (report.dropped.length < MAX_DROPS_PER_PASS && checks < MAX_CHECKS_PER_PASS) {
+        checks++;
+        this.#checked.set(key, this.#passes);
+        why = await this.#drop(copy).catch((error: Error) =>
+          `asking the nodes failed: ${error.message.slice(0, 300)}`
+        );
+      }
       if (why === null) {
         report.dropped.push(copy);
         this.#log(
@@ -149,7 +177,10 @@ export class VolumeReconciler {
       }
     }
     this.#seen = seen;
-    this.#reported = new Set(report.kept.map((k) => `${k.node}/${k.volume}`));
+    for (const key of this.#checked.keys()) if (!seen.has(key)) this.#checked.delete(key);
+    // Logged once while the copy stays seen, kept or waiting its turn.
+    for (const k of report.kept) this.#reported.add(`${k.node}/${k.volume}`);
+    for (const key of this.#reported) if (!seen.has(key)) this.#reported.delete(key);
     return report;
   }
 
@@ -157,6 +188,7 @@ export class VolumeReconciler {
   async #drop(copy: StaleCopy): Promise<string | null> {
     const volumes = this.#volumes;
     const table = volumes.table;
+    const bound = () => AbortSignal.timeout(CHECK_CALL_TIMEOUT_MS);
     const recorded = this.#fleet.get(copy.recordedOn!);
     if (recorded === undefined || this.#fleet.isDown(recorded)) {
       return `the node the table records it on ('${copy.recordedOn}') is down or gone: this ` +
@@ -177,12 +209,12 @@ export class VolumeReconciler {
       // Each endpoint must answer as the node it is listed for: two check-ins can name one
       // endpoint (a node restarted under a new id, or a check-in that is not the node's), and a
       // drop sent there would delete the recorded node's own copy.
-      const here = await volumes.call(holder, "/volumeUsers", { id: copy.volume });
+      const here = await volumes.call(holder, "/volumeUsers", { id: copy.volume }, bound());
       if (here.status !== 200 || here.json.node !== holder.id) {
         return notItself(holder, here);
       }
       if (here.json.present !== true) return `node '${holder.id}' no longer holds it`;
-      const there = await volumes.call(recorded, "/volumeUsers", { id: copy.volume });
+      const there = await volumes.call(recorded, "/volumeUsers", { id: copy.volume }, bound());
       if (there.status !== 200 || there.json.node !== recorded.id) {
         return notItself(recorded, there);
       }
@@ -190,7 +222,7 @@ export class VolumeReconciler {
         return `the node the table records it on ('${recorded.id}') does not hold it now: this ` +
           "copy may be the only one";
       }
-      const gone = await volumes.call(holder, "/destroyVolume", { id: copy.volume });
+      const gone = await volumes.call(holder, "/destroyVolume", { id: copy.volume }, bound());
       if (gone.status !== 200) {
         return `node '${holder.id}' refused the drop: ${
           String(gone.json.message ?? gone.text).slice(0, 200)

@@ -13,7 +13,7 @@ const id = "vol-0000000000000000000a";
  */
 function fleet(
   holds: Record<string, string[]>,
-  options: { answers?: Record<string, boolean> } = {},
+  options: { answers?: Record<string, boolean>; unreachable?: string[] } = {},
 ) {
   const calls: string[] = [];
   const clock = new FakeClock();
@@ -29,6 +29,7 @@ function fleet(
       const url = new URL(request.url);
       const node = Object.keys(endpoints).find((n) => endpoints[n] === url.origin)!;
       calls.push(`${node} ${url.pathname}`);
+      if (options.unreachable?.includes(node)) throw new TypeError("Connection refused");
       const body = await request.json().catch(() => ({}));
       if (url.pathname === "/volumeUsers") {
         const present = options.answers?.[node] ?? holds[node].includes(body.id);
@@ -173,4 +174,48 @@ Deno.test("volume reconcile: a clock set back does not stop the passes", async (
   reconciler.tick(t - 3_600_000 + RECONCILE_INTERVAL_MS / 2);
   await settle();
   assert.equal(f.calls.length, before, "half a minute after that pass: none");
+});
+
+Deno.test("volume reconcile: a node that does not answer costs its own copy's check, not the pass", async () => {
+  const other = "vol-0000000000000000000b";
+  // id is recorded on node-a, which checks in but refuses connections; other on node-c.
+  const f = fleet({ "node-a": [id], "node-b": [id, other], "node-c": [other] }, {
+    unreachable: ["node-a"],
+  });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  await gateway.volumes!.table.reserve({
+    id: other,
+    team: "default",
+    name: "more",
+    node: "node-c",
+  });
+  await gateway.volumes!.table.update(other, { state: "ready", sizeBytes: 1e9 });
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  const report = await reconciler.pass();
+  assert.deepEqual(report.dropped.map((d) => d.volume), [other]);
+  assert.match(report.kept[0]?.why ?? "", /asking the nodes failed: .*did not answer/);
+  assert.equal((await gateway.volumes!.table.get(id))?.state, "ready", "the claim was released");
+});
+
+Deno.test("volume reconcile: a pass checks at most 64 copies, those checked longest ago first", async () => {
+  // A restored database: 100 copies on node-b whose recorded node-a lacks them, kept every pass.
+  const ids = Array.from({ length: 100 }, (_, i) => `vol-${String(i).padStart(20, "0")}`);
+  const f = fleet({ "node-a": [], "node-b": [...ids] });
+  await using gateway = f.gateway;
+  for (const [i, v] of ids.entries()) {
+    await gateway.volumes!.table.reserve({ id: v, team: "default", name: `v${i}`, node: "node-a" });
+    await gateway.volumes!.table.update(v, { state: "ready", sizeBytes: 1e9 });
+  }
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  const second = await reconciler.pass();
+  assert.equal(second.kept.length, 64);
+  assert.equal(f.calls.length, 128, "two node requests per check");
+  const third = await reconciler.pass();
+  const checked = new Set([...second.kept, ...third.kept].map((k) => k.volume));
+  assert.equal(checked.size, 100, "the 36 left out go first the pass after");
+  const logged = f.lines.filter((l) => /a node holds a copy of a volume/.test(l.msg));
+  assert.equal(logged.length, 100, "each logged once");
 });
