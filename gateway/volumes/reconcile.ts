@@ -14,7 +14,8 @@
  * - the volume's row is `ready` and not on a shared root, and is claimed for the drop (as a move
  *   or delete claims it, so none can start meanwhile), and after the claim still names another node;
  * - both endpoints answer, asked right then, as the node they are listed for (`/volumeUsers`
- *   names its node), the copy's that it still holds it, the recorded node's that it holds it too.
+ *   names its node), the copy's that it still holds it, the recorded node's that it holds it too,
+ *   and the two name different volume roots (two nodes over one root hold one copy).
  *
  * Otherwise the copy is kept and logged once with why and the command that drops it by hand: a
  * volume no row names (the gateway's database was lost or restored, or the volume was deleted while
@@ -221,6 +222,17 @@ export class VolumeReconciler {
       if (there.json.present !== true) {
         return `the node the table records it on ('${recorded.id}') does not hold it now: this ` +
           "copy may be the only one";
+      }
+      // Two nodes over one volume root (one data dir or network mount, not set as shared) both
+      // hold the one copy: a drop on either deletes it.
+      const root = here.json.root;
+      if (typeof root !== "string" || root === "" || root === there.json.root) {
+        return typeof root === "string" && root !== ""
+          ? `nodes '${holder.id}' and '${recorded.id}' keep their volumes in one place (volume ` +
+            `root id ${root.slice(0, 64)}): this copy is the recorded one; give each node its ` +
+            "own DORMICE_DATA_DIR, or set DORMICE_VOLUME_ROOT for a shared root"
+          : `node '${holder.id}' does not name its volume root, so it may be the recorded ` +
+            "node's: nothing is dropped there";
       }
       const gone = await volumes.call(holder, "/destroyVolume", { id: copy.volume }, bound());
       if (gone.status !== 200) {

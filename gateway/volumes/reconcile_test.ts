@@ -13,7 +13,11 @@ const id = "vol-0000000000000000000a";
  */
 function fleet(
   holds: Record<string, string[]>,
-  options: { answers?: Record<string, boolean>; unreachable?: string[] } = {},
+  options: {
+    answers?: Record<string, boolean>;
+    unreachable?: string[];
+    roots?: Record<string, string>;
+  } = {},
 ) {
   const calls: string[] = [];
   const clock = new FakeClock();
@@ -33,7 +37,8 @@ function fleet(
       const body = await request.json().catch(() => ({}));
       if (url.pathname === "/volumeUsers") {
         const present = options.answers?.[node] ?? holds[node].includes(body.id);
-        return Response.json({ present, sandboxes: [], node });
+        const root = options.roots?.[node] ?? `root-of-${node}`;
+        return Response.json({ present, sandboxes: [], node, root });
       }
       if (url.pathname === "/destroyVolume") {
         holds[node] = holds[node].filter((v) => v !== body.id);
@@ -218,4 +223,20 @@ Deno.test("volume reconcile: a pass checks at most 64 copies, those checked long
   assert.equal(checked.size, 100, "the 36 left out go first the pass after");
   const logged = f.lines.filter((l) => /a node holds a copy of a volume/.test(l.msg));
   assert.equal(logged.length, 100, "each logged once");
+});
+
+Deno.test("volume reconcile: two nodes over one volume root never drop the copy they share", async () => {
+  // Two nodes given one data dir (or one network mount) without a shared root: each lists the
+  // volume and answers that it holds it, but it is one copy; a drop on node-b deletes node-a's.
+  const f = fleet({ "node-a": [id], "node-b": [id] }, {
+    roots: { "node-a": "r1", "node-b": "r1" },
+  });
+  await using gateway = f.gateway;
+  await addVolume(gateway, "node-a");
+  const reconciler = gateway.volumes!.reconciler;
+  await reconciler.pass();
+  const report = await reconciler.pass();
+  assert.deepEqual(report.dropped, []);
+  assert.match(report.kept[0]?.why ?? "", /keep their volumes in one place \(volume root id r1\)/);
+  assert.ok(!f.calls.some((c) => c.endsWith("/destroyVolume")), f.calls.join(", "));
 });
