@@ -494,6 +494,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
     "/",
     createVolumeFace(volumes, {
       token: config.apiToken,
+      nodeId: config.nodeId,
       log,
       changed: () => checkIn?.nudge(),
     }),

@@ -2,7 +2,8 @@
  * The tags of the E2B templates built on this node, kept on its data disk so they outlive a
  * restart of the node and of every gateway: one JSON file per template
  * (`<data dir>/template-tags/<template id>.json`), written whole and renamed into place, so a
- * crash leaves the old file or the new one. A gateway reads and writes them through the node's
+ * crash leaves the old file or the new one (and a `.part` file, removed at the store's first
+ * write after the restart). A gateway reads and writes them through the node's
  * tag routes (`faces/e2b_template_routes.ts`); the node's check-in carries none of it.
  *
  * A record names its team, the template's newest build (what `default` names unless it was
@@ -44,6 +45,10 @@ export class TemplateTagStore {
   #clock: Clock;
   /** Writes of one record in turn: a read-modify-write never interleaves with another. */
   #chain = new Map<string, Promise<unknown>>();
+  /** The `.part` files this store is writing now; any other is a crashed write's leftover. */
+  #partials = new Set<string>();
+  /** Whether the leftovers of an earlier process were removed (at the first write). */
+  #swept = false;
 
   /** A store in `dir` (made on the first write). */
   constructor(dir: string, clock: Clock = systemClock) {
@@ -72,6 +77,9 @@ export class TemplateTagStore {
     templateId: string,
     fn: (held: TagRecord | undefined) => Omit<TagRecord, "updatedAt">,
   ): Promise<TagRecord> {
+    if (!SNAPSHOT_ID_PATTERN.test(templateId)) {
+      return Promise.reject(new RangeError(`'${templateId.slice(0, 80)}' is not a template id`));
+    }
     const before = this.#chain.get(templateId) ?? Promise.resolve();
     const run = before.catch(() => {}).then(async () => {
       const held = await this.get(templateId);
@@ -83,10 +91,23 @@ export class TemplateTagStore {
         );
       }
       await Deno.mkdir(this.#dir, { recursive: true });
+      if (!this.#swept) {
+        this.#swept = true;
+        await this.#removeLeftovers();
+      }
       const path = this.#path(templateId);
       const partial = `${path}.${crypto.randomUUID().slice(0, 8)}.part`;
-      await Deno.writeTextFile(partial, JSON.stringify(next));
-      await Deno.rename(partial, path);
+      this.#partials.add(partial);
+      try {
+        await Deno.writeTextFile(partial, JSON.stringify(next));
+        await Deno.rename(partial, path);
+      } catch (error) {
+        // A failed write (a full disk) leaves no partial file behind, attempt after attempt.
+        await Deno.remove(partial).catch(() => {});
+        throw error;
+      } finally {
+        this.#partials.delete(partial);
+      }
       if (!held) await this.#evict();
       return next;
     });
@@ -105,6 +126,21 @@ export class TemplateTagStore {
 
   #path(templateId: string): string {
     return join(this.#dir, `${templateId}.json`);
+  }
+
+  /**
+   * Removes the `.part` files a crash left between a write and its rename (none is read; each
+   * would stay for good): every one this store is not writing now.
+   */
+  async #removeLeftovers(): Promise<void> {
+    let read = 0;
+    for await (const entry of Deno.readDir(this.#dir)) {
+      if (++read > KEPT_TAG_RECORDS * 4) break;
+      const path = join(this.#dir, entry.name);
+      if (entry.isFile && entry.name.endsWith(".part") && !this.#partials.has(path)) {
+        await Deno.remove(path).catch(() => {});
+      }
+    }
   }
 
   /** Past {@linkcode KEPT_TAG_RECORDS} records, the least recently written are removed. */

@@ -46,3 +46,34 @@ Deno.test("TemplateTagStore: past its bound of tags a write is refused, the reco
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test("TemplateTagStore: a crashed or failed write leaves no partial file for good", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const target = { buildID: "b1", createdAt: "2026-12-07T00:00:00.000Z" };
+    // A process that crashed between a write and its rename left these.
+    await Deno.writeTextFile(`${dir}/${ID}.json.0badc0de.part`, '{"team":"t","ta');
+    await Deno.writeTextFile(`${dir}/${ID}.json.1badc0de.part`, "");
+    const store = new TemplateTagStore(dir);
+    await store.update(ID, () => ({ team: "t", tags: { v1: target } }));
+    const names = async () => {
+      const all: string[] = [];
+      for await (const e of Deno.readDir(dir)) all.push(e.name);
+      return all.sort();
+    };
+    assert.deepEqual(await names(), [`${ID}.json`]);
+    // A write that fails (here the rename: a directory stands at the record's path).
+    const other = `snap-${"b".repeat(20)}`;
+    await Deno.mkdir(`${dir}/${other}.json/x`, { recursive: true });
+    for (let i = 0; i < 3; i++) {
+      await assert.rejects(store.update(other, () => ({ team: "t", tags: {} })));
+    }
+    assert.deepEqual(await names(), [`${ID}.json`, `${other}.json`]);
+    await assert.rejects(
+      store.update("../../../tmp/x", () => ({ team: "t", tags: {} })),
+      /is not a template id/,
+    );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});

@@ -69,10 +69,51 @@ const TOO_LONG = "The path is too long for the node's filesystem: name a shorter
 /** The cap of a JSON body of these routes (an id, or a uid, gid and mode). */
 const MAX_JSON_BYTES = 16 * 1024;
 
+/** The file in a volume root that names it (`volumeRootId`). */
+export const VOLUME_ROOT_ID_FILE = ".volume-root-id";
+
+/**
+ * The id of the volume root `root`: a random one written once in the root itself
+ * ({@linkcode VOLUME_ROOT_ID_FILE}, linked into place whole, so two nodes racing read one). Two nodes
+ * answering one id keep their volumes in one place (one data dir, or one network mount, given to
+ * two nodes not set as a shared root): a copy "on" one is the other's, and the gateway never
+ * drops it as stale.
+ */
+export async function volumeRootId(root: string): Promise<string> {
+  const path = join(root, VOLUME_ROOT_ID_FILE);
+  const read = async () => (await Deno.readTextFile(path)).trim();
+  try {
+    const held = await read();
+    if (held !== "") return held;
+  } catch (error) {
+    if (!(error instanceof Deno.errors.NotFound)) throw error;
+  }
+  await Deno.mkdir(root, { recursive: true });
+  // Written whole beside it, then linked into place (a link fails when the name exists): a node
+  // reading it never sees it half-written, and of two racing, one id wins.
+  const made = crypto.randomUUID();
+  const whole = `${path}.${made}.tmp`;
+  await Deno.writeTextFile(whole, made);
+  try {
+    await Deno.link(whole, path);
+    return made;
+  } catch (error) {
+    if (!(error instanceof Deno.errors.AlreadyExists)) throw error;
+    return await read();
+  } finally {
+    await Deno.remove(whole).catch(() => {});
+  }
+}
+
 /** Options of {@linkcode createVolumeFace}. */
 export interface VolumeFaceOptions {
   /** The fleet token: only the gateway calls these routes. */
   token: string;
+  /**
+   * This node's id, answered by `/volumeUsers` (`node`) so the gateway can tell which node an
+   * endpoint really is before it drops a copy there.
+   */
+  nodeId?: string;
   /** Called after a volume appears or goes (the check-in advertises the change sooner). */
   changed?: () => void;
   /**
@@ -102,6 +143,8 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
       { fix: "run the node with --allow-run=sh (GNU mv on PATH)" },
     );
   }
+  /** The volume root's own id (`volumeRootId`), read or made at the first `/volumeUsers`. */
+  let rootId: Promise<string> | undefined;
   const app = new Hono();
   app.onError((error, c) => {
     if (error instanceof HttpError) {
@@ -229,7 +272,16 @@ export function createVolumeFace(volumes: NodeVolumes, options: VolumeFaceOption
   app.post("/volumeUsers", async (c) => {
     gate(c);
     const b = await body<{ id: string }>(c, volumeRefSchema);
-    return c.json({ present: volumes.has(b.id), sandboxes: volumes.users(b.id) });
+    const root = await (rootId ??= volumeRootId(volumes.root)).catch(() => {
+      rootId = undefined;
+      return undefined;
+    });
+    return c.json({
+      present: volumes.has(b.id),
+      sandboxes: volumes.users(b.id),
+      ...(options.nodeId !== undefined ? { node: options.nodeId } : {}),
+      ...(root !== undefined ? { root } : {}),
+    });
   });
   app.post("/exportVolume", async (c) => {
     gate(c);

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { NodeVolumes } from "../volumes.ts";
 import { MIN_IMAGE_BYTES, VolumeImages } from "../volume_images.ts";
 import { MAX_VOLUME_BYTES } from "../../shared/volumes.ts";
-import { createVolumeFace } from "./volumes.ts";
+import { createVolumeFace, volumeRootId } from "./volumes.ts";
 import { silentLog } from "../../shared/log.ts";
 import type { SandboxSpec } from "../../shared/mod.ts";
 
@@ -23,7 +23,7 @@ async function face(
     defaultSizeBytes: 1000,
     sandboxes: () => sandboxes as never,
   });
-  const app = createVolumeFace(volumes, { token, log: silentLog });
+  const app = createVolumeFace(volumes, { token, nodeId: "node-7", log: silentLog });
   return {
     root,
     request: (path: string, init: RequestInit = {}) =>
@@ -295,5 +295,32 @@ Deno.test("volume face: a node whose volume root is relative writes, makes, read
     assert.deepEqual(listed.map((e: { name: string }) => e.name), ["a"]);
   } finally {
     await Deno.remove(root, { recursive: true });
+  }
+});
+
+Deno.test("volume face: /volumeUsers names the node answering (the gateway checks it before a drop)", async () => {
+  await using f = await face([]);
+  await (await f.request("/createVolume", { method: "POST", body: JSON.stringify({ id }) })).body
+    ?.cancel();
+  const users = await f.request("/volumeUsers", { method: "POST", body: JSON.stringify({ id }) });
+  const answer = await users.json();
+  assert.deepEqual({ ...answer, root: undefined }, {
+    present: true,
+    sandboxes: [],
+    node: "node-7",
+    root: undefined,
+  });
+  // The volume root's id: written once in the root, the same to every node reading that root.
+  assert.match(answer.root, /^[0-9a-f-]{36}$/);
+  assert.equal(await volumeRootId(f.root), answer.root);
+  const again = await f.request("/volumeUsers", { method: "POST", body: JSON.stringify({ id }) });
+  assert.equal((await again.json()).root, answer.root);
+  const other = await Deno.makeTempDir();
+  try {
+    const made = await Promise.all([volumeRootId(other), volumeRootId(other)]);
+    assert.equal(made[0], made[1], "two nodes racing over one root read one id");
+    assert.notEqual(made[0], answer.root, "another root, another id");
+  } finally {
+    await Deno.remove(other, { recursive: true });
   }
 });

@@ -113,7 +113,19 @@ export class GatewayTemplates {
     const m = /^\/templates\/([^/]+)\/files\/([^/]+)\/upload\/([^/]+)$/.exec(rest);
     if (!m || c.req.method !== "PUT") return undefined;
     const [, templateId, hash, token] = m;
-    const grant = verifyUpload(this.#parts.accessTokens, templateId, token);
+    const grant = verifyUpload(
+      this.#parts.accessTokens,
+      templateId,
+      token,
+      this.#parts.fleet.now(),
+    );
+    if (grant === "expired") {
+      throw new HttpError(
+        403,
+        "This upload URL expired (an upload URL is good for an hour after it was issued): ask " +
+          `for a new one with GET /templates/${templateId.slice(0, 40)}/files/{hash}`,
+      );
+    }
     if (!grant) {
       throw new HttpError(
         403,
@@ -203,7 +215,7 @@ export class GatewayTemplates {
         build: build.buildId,
         team,
         hash: decoded(m[2]),
-      });
+      }, this.#parts.fleet.now());
       return Response.json({
         present,
         url: `${url.origin}${prefix}/templates/${build.templateId}/files/${m[2]}/upload/${token}`,
