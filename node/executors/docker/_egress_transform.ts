@@ -7,11 +7,15 @@
  *
  * @module
  */
+import { createServer, type Server } from "node:tls";
+import type { AddressInfo } from "node:net";
 import { type EgressRules, transformsFor } from "../../../shared/egress_rules.ts";
+import { serveH1 } from "../../../shared/http1/mod.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 import { allows } from "./_egress_names.ts";
 import { ConnectionShares, MAX_CONNECTIONS } from "./_egress_shares.ts";
+import { socketConn } from "./_egress_socket.ts";
 import { connectWithin, readHead, splice, writeAll } from "./_egress_wire.ts";
 
 /**
@@ -24,6 +28,8 @@ export const MAX_TERMINATORS = 128;
  * one no opened connection goes on with is closed.
  */
 export const MAX_CLIENTS = 256;
+/** The longest request head an opened connection may send (a 431 past it). */
+export const MAX_REQUEST_HEAD = 64 * 1024;
 
 /** One opened HTTPS connection: whose it is, for which name, and the client it goes on with. */
 interface Opened {
@@ -44,9 +50,16 @@ interface Upstream {
   ip: string;
 }
 
+/**
+ * A name's TLS terminator: a `node:tls` listener on loopback (its sockets take `setNoDelay`, which
+ * a `Deno.listenTls` connection does not), each connection served HTTP/1.1 by
+ * `shared/http1/server.ts`.
+ */
 interface Terminator {
-  server: Deno.HttpServer;
+  server: Server;
   port: number;
+  /** Stops listening and closes the connections it serves. */
+  close(): void;
 }
 
 /** Options of {@linkcode TransformPath}: the proxy's own, and how it reaches the proxy's state. */
@@ -117,7 +130,7 @@ export class TransformPath {
   async close(): Promise<void> {
     for (const request of this.#inFlight) request.abort(new Error("the egress proxy stopped"));
     for (const t of this.#terminators.values()) {
-      await t.then((x) => x.server.shutdown(), () => {});
+      await t.then((x) => x.close(), () => {});
     }
     this.#terminators.clear();
     for (const u of this.#upstreams.values()) u.client.close();
@@ -210,20 +223,43 @@ export class TransformPath {
       }
       const t = this.#terminators.get(idle)!;
       this.#terminators.delete(idle);
-      t.then((x) => x.server.shutdown(), () => {});
+      t.then((x) => x.close(), () => {});
     }
-    const made = (async () => {
+    const made = (async (): Promise<Terminator> => {
       const { cert, key } = await this.#ca.leaf(name);
-      let port = 0;
-      const server = Deno.serve({
-        hostname: "127.0.0.1",
-        port: 0,
-        cert,
-        key,
-        onListen: (addr) => port = addr.port,
-        onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
-      }, (req, info) => this.#forward(req, (info.remoteAddr as Deno.NetAddr).port));
-      return { server, port: port || (server.addr as Deno.NetAddr).port };
+      const stop = new AbortController();
+      // HTTP/1.1 only (the server speaks no HTTP/2): a client offering h2 by ALPN falls back.
+      const server = createServer({ cert, key, ALPNProtocols: ["http/1.1"] }, (socket) => {
+        // Without it a response head written after the TLS session tickets waits for their ACK,
+        // which the splice's side delays up to 40 ms.
+        socket.setNoDelay(true);
+        serveH1(socketConn(socket), {
+          handler: (req, info) => this.#forward(req, info.remoteAddr.port),
+          onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
+          scheme: "https",
+          stop: stop.signal,
+          begun() {},
+          ended() {},
+          maxHeadBytes: MAX_REQUEST_HEAD,
+        }).catch(() => {}).finally(() => socket.destroy());
+      });
+      // A handshake that fails (a client that does not trust the CA) ends its connection only.
+      server.on("tlsClientError", () => {});
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(0, "127.0.0.1", () => {
+          server.off("error", reject);
+          resolve();
+        });
+      });
+      return {
+        server,
+        port: (server.address() as AddressInfo).port,
+        close: () => {
+          stop.abort();
+          server.close();
+        },
+      };
     })();
     this.#terminators.set(name, made);
     made.catch(() => this.#terminators.delete(name));
