@@ -2,21 +2,21 @@
  * The egress proxy's TLS-terminating path, for names with header transforms: a sandbox's
  * connection is handed to the name's terminator (a certificate the fleet egress CA signs,
  * `_egress_ca.ts`), each request gets the headers of the sandbox's current rules and goes on
- * over HTTPS that verifies the upstream, through the proxy's own CONNECT tunnel pinned to the
- * address judged. Terminators, upstream clients and requests in flight are each capped.
+ * over HTTPS that verifies the upstream, on connections to the address judged (TCP with
+ * no-delay, then `Deno.startTls` for the name) sent by the project's HTTP/1.1 client. Terminators, upstream clients and requests in flight are each capped.
  *
  * @module
  */
 import { createServer, type Server } from "node:tls";
 import type { AddressInfo } from "node:net";
 import { type EgressRules, transformsFor } from "../../../shared/egress_rules.ts";
-import { serveH1 } from "../../../shared/http1/mod.ts";
+import { createH1Client, type H1Client, serveH1 } from "../../../shared/http1/mod.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 import { allows } from "./_egress_names.ts";
 import { ConnectionShares, MAX_CONNECTIONS } from "./_egress_shares.ts";
 import { socketConn } from "./_egress_socket.ts";
-import { connectWithin, readHead, splice, writeAll } from "./_egress_wire.ts";
+import { connectWithin, splice, writeAll } from "./_egress_wire.ts";
 
 /**
  * Most names with a TLS terminator at once; past it the least recently used one no connection
@@ -30,23 +30,23 @@ export const MAX_TERMINATORS = 128;
 export const MAX_CLIENTS = 256;
 /** The longest request head an opened connection may send (a 431 past it). */
 export const MAX_REQUEST_HEAD = 64 * 1024;
+/** How long an upstream's TLS handshake may take, ms. */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** One opened HTTPS connection: whose it is, for which name, and the client it goes on with. */
 interface Opened {
   id: string;
   name: string;
   ip: string;
-  client: Deno.HttpClient;
+  client: H1Client;
 }
 
 /**
- * The HTTPS client to one name at one address: kept, as building one (its root store) costs
- * more than a request. Its CONNECTs go to the proxy's own tunnel, which the key pins to the
- * address judged.
+ * The HTTPS client to one name at one address, kept with its pool of connections: each one TCP
+ * to the address judged (never one the name resolves to later), its TLS verified for the name.
  */
 interface Upstream {
-  client: Deno.HttpClient;
-  key: string;
+  client: H1Client;
   ip: string;
 }
 
@@ -76,14 +76,14 @@ export interface TransformPathOptions {
   maxClients: number;
   /** Most requests of one sandbox in flight to domains with transforms. */
   maxRequestsPerSandbox: number;
-  /** Sends an opened connection's requests on. */
-  fetch: typeof fetch;
+  /** Sends an opened connection's requests on; the upstream's own client when not given. */
+  fetch?: typeof fetch;
   /** The current rules of sandbox `id`; `undefined` once the proxy forgot it. */
   rulesOf: (id: string) => EgressRules | undefined;
   /** The key its requests are shared out by between teams (see `ConnectionShares`). */
   teamOf: (id: string) => string;
-  /** The port of the proxy's own CONNECT listener, which the upstream clients go through. */
-  connectPort: () => number;
+  /** The port upstreams are reached at: 443 (tests change it). */
+  upstreamPort?: number;
 }
 
 /** The opened (TLS-terminated) connections of the proxy, their terminators and clients. */
@@ -93,10 +93,10 @@ export class TransformPath {
   #log: Log;
   #maxTerminators: number;
   #maxClients: number;
-  #fetch: typeof fetch;
+  #fetch: typeof fetch | undefined;
   #requestsPerSandbox: number;
   #rulesOf: (id: string) => EgressRules | undefined;
-  #connectPort: () => number;
+  #upstreamPort: number;
   /**
    * Requests of opened connections in flight, by sandbox id, shared between teams and their
    * sandboxes as connections are.
@@ -106,7 +106,6 @@ export class TransformPath {
   #inFlight = new Set<AbortController>();
   #opened = new Map<number, Opened>();
   #upstreams = new Map<string, Upstream>();
-  #byKey = new Map<string, Upstream>();
   #terminators = new Map<string, Promise<Terminator>>();
 
   constructor(options: TransformPathOptions) {
@@ -123,7 +122,7 @@ export class TransformPath {
       options.teamOf,
     );
     this.#rulesOf = options.rulesOf;
-    this.#connectPort = options.connectPort;
+    this.#upstreamPort = options.upstreamPort ?? 443;
   }
 
   /** Aborts the requests in flight, closes the terminators and the upstream clients. */
@@ -135,7 +134,6 @@ export class TransformPath {
     this.#terminators.clear();
     for (const u of this.#upstreams.values()) u.client.close();
     this.#upstreams.clear();
-    this.#byKey.clear();
   }
 
   /**
@@ -188,20 +186,17 @@ export class TransformPath {
         throw new Error(`all ${this.#maxClients} upstream clients have connections open`);
       }
       this.#upstreams.delete(idle[0]);
-      this.#byKey.delete(idle[1].key);
       idle[1].client.close();
     }
-    const key = crypto.randomUUID();
-    const client = Deno.createHttpClient({
-      caCerts: this.#extraCa,
-      proxy: {
-        url: `http://127.0.0.1:${this.#connectPort()}`,
-        basicAuth: { username: key, password: "x" },
-      },
+    const caCerts = this.#extraCa;
+    const port = this.#upstreamPort;
+    const client = createH1Client({
+      // As many as the node's requests in flight: the shares bound them, not this pool.
+      maxConnections: MAX_CONNECTIONS,
+      connect: (_to, signal) => connectTls(name, ip, port, caCerts, signal),
     });
-    const made = { client, key, ip };
+    const made = { client, ip };
     this.#upstreams.set(at, made);
-    this.#byKey.set(key, made);
     return made;
   }
 
@@ -234,7 +229,7 @@ export class TransformPath {
         // which the splice's side delays up to 40 ms.
         socket.setNoDelay(true);
         serveH1(socketConn(socket), {
-          handler: (req, info) => this.#forward(req, info.remoteAddr.port),
+          handler: (req, info) => this.#forward(req, info.remoteAddr.port, info.completed),
           onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
           scheme: "https",
           stop: stop.signal,
@@ -267,7 +262,7 @@ export class TransformPath {
   }
 
   /** One request of an opened connection: the transform's headers added, sent on over HTTPS. */
-  async #forward(req: Request, fromPort: number): Promise<Response> {
+  async #forward(req: Request, fromPort: number, completed: Promise<void>): Promise<Response> {
     const opened = this.#opened.get(fromPort);
     const rules = opened && this.#rulesOf(opened.id);
     if (opened === undefined || rules === undefined) {
@@ -316,43 +311,26 @@ export class TransformPath {
       );
     }
     this.#inFlight.add(inFlight);
+    let released = false;
     const done = () => {
+      if (released) return;
+      released = true;
       this.#requests.release(opened.id, inFlight);
       this.#inFlight.delete(inFlight);
     };
     try {
-      const res = await this.#fetch(`https://${opened.name}${url.pathname}${url.search}`, {
+      const send = this.#fetch ?? opened.client.fetch;
+      const res = await send(`https://${opened.name}${url.pathname}${url.search}`, {
         method: req.method,
         headers,
         body: req.body,
         redirect: "manual",
-        client: opened.client,
         signal: inFlight.signal,
       });
-      if (res.body === null) {
-        done();
-        return new Response(null, { status: res.status, headers: res.headers });
-      }
-      const reader = res.body.getReader();
-      const body = new ReadableStream<Uint8Array>({
-        async pull(controller) {
-          try {
-            const { done: end, value } = await reader.read();
-            if (end) {
-              done();
-              controller.close();
-            } else controller.enqueue(value);
-          } catch (error) {
-            done();
-            controller.error(error);
-          }
-        },
-        cancel(reason) {
-          done();
-          return reader.cancel(reason);
-        },
-      });
-      return new Response(body, { status: res.status, headers: res.headers });
+      // The answer goes to the sandbox as it came, its body streamed by the server: the request
+      // is in flight until the server has written it all (or failed to).
+      completed.then(done, done);
+      return res;
     } catch (error) {
       done();
       const why = error instanceof Error ? error.message : String(error);
@@ -361,36 +339,46 @@ export class TransformPath {
       });
     }
   }
+}
 
-  /** A CONNECT from the proxy's own HTTPS client: to the address the judged name resolved to. */
-  async tunnel(conn: Deno.Conn): Promise<void> {
-    const head = await readHead(conn, (data) => {
-      const text = new TextDecoder().decode(data);
-      return text.includes("\r\n\r\n") ? text : null;
-    });
-    if (head === null) return;
-    const auth = /\r\nproxy-authorization:\s*basic\s+(\S+)/i.exec(head.value)?.[1];
-    let user = "";
+/**
+ * A TLS connection to `name` at `ip:port`: TCP with no-delay (within the connect bound), then the
+ * handshake, which verifies the certificate for `name` against Deno's root store plus `caCerts`,
+ * within its own bound.
+ */
+async function connectTls(
+  name: string,
+  ip: string,
+  port: number,
+  caCerts: string[],
+  signal: AbortSignal | null,
+): Promise<Deno.Conn> {
+  signal?.throwIfAborted();
+  const tcp = await connectWithin(ip, port);
+  const tls = await Deno.startTls(tcp, { hostname: name, caCerts });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stop = () => {
     try {
-      user = atob(auth ?? "").split(":")[0];
-    } catch { /* not base64: refused below */ }
-    const pinned = this.#byKey.get(user);
-    if (pinned === undefined) {
-      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 407 Unknown\r\n\r\n")).catch(
-        () => {},
-      );
-      return;
-    }
-    let upstream: Deno.TcpConn;
-    try {
-      upstream = await connectWithin(pinned.ip, 443);
-    } catch {
-      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 502 Unreachable\r\n\r\n")).catch(
-        () => {},
-      );
-      return;
-    }
-    await writeAll(conn, new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-    await splice(conn, upstream);
+      tls.close();
+    } catch { /* closed already */ }
+  };
+  signal?.addEventListener("abort", stop, { once: true });
+  try {
+    await Promise.race([
+      tls.handshake(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          stop();
+          reject(new Error(`no TLS handshake within ${HANDSHAKE_TIMEOUT_MS} ms`));
+        }, HANDSHAKE_TIMEOUT_MS);
+      }),
+    ]);
+    return tls;
+  } catch (error) {
+    stop();
+    throw signal?.aborted ? signal.reason : error;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", stop);
   }
 }
