@@ -8,7 +8,7 @@
  * @module
  */
 import { createServer, type Server } from "node:tls";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { type EgressRules, transformsFor } from "../../../shared/egress_rules.ts";
 import { createH1Client, type H1Client, serveH1 } from "../../../shared/http1/mod.ts";
 import type { Log } from "../../../shared/log.ts";
@@ -225,9 +225,6 @@ export class TransformPath {
       const stop = new AbortController();
       // HTTP/1.1 only (the server speaks no HTTP/2): a client offering h2 by ALPN falls back.
       const server = createServer({ cert, key, ALPNProtocols: ["http/1.1"] }, (socket) => {
-        // Without it a response head written after the TLS session tickets waits for their ACK,
-        // which the splice's side delays up to 40 ms.
-        socket.setNoDelay(true);
         serveH1(socketConn(socket), {
           handler: (req, info) => this.#forward(req, info.remoteAddr.port, info.completed),
           onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
@@ -238,6 +235,10 @@ export class TransformPath {
           maxHeadBytes: MAX_REQUEST_HEAD,
         }).catch(() => {}).finally(() => socket.destroy());
       });
+      // No-delay on the TCP socket, before the handshake: a TLS flight or a response head written
+      // in pieces must not wait for the ACK of the piece before, which the splice's side of the
+      // loopback may delay up to 40 ms.
+      server.on("connection", (socket: Socket) => socket.setNoDelay(true));
       // A handshake that fails (a client that does not trust the CA) ends its connection only.
       server.on("tlsClientError", () => {});
       await new Promise<void>((resolve, reject) => {
