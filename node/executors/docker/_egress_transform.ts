@@ -280,7 +280,7 @@ export class TransformPath {
       );
     }
     if (req.headers.has("upgrade")) {
-      // fetch cannot carry an upgraded connection, so the headers could not go on it.
+      // The upstream client carries no upgraded connection, so the headers could not go on it.
       return new Response(
         `dormice egress: ${opened.name} has header transforms, and an upgraded connection ` +
           `(Upgrade: ${req.headers.get("upgrade")!.slice(0, 40)}, e.g. a WebSocket) to a domain ` +
@@ -293,13 +293,13 @@ export class TransformPath {
     for (const t of transformsFor(rules.transforms, opened.name) ?? []) {
       for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);
     }
-    // Uncompressed: fetch undoes a gzip or br it asked for (even when the sandbox's own header
-    // asked) yet keeps the upstream's Content-Encoding and Content-Length, which would then lie
-    // to the sandbox. With identity the bytes and their headers pass as the upstream sent them.
+    // Uncompressed: the upstream client passes the bytes as sent, but a `fetch` given instead
+    // undoes a gzip or br it asked for yet keeps the upstream's Content-Encoding and
+    // Content-Length, which would then lie to the sandbox. With identity both agree either way.
     headers.set("accept-encoding", "identity");
     const url = new URL(req.url);
-    // In flight until its answer's body ends: counted against the sandbox's share (an HTTP/2
-    // connection carries many at once, each an upstream connection of a shared pool).
+    // In flight until its answer's body ends: counted against the sandbox's share (a sandbox may
+    // open many connections at once, each request an upstream connection of a shared pool).
     const inFlight = new AbortController();
     const admitted = this.#requests.admit(opened.id, inFlight, (other) => {
       other.abort(new Error("closed to give another sandbox its share of the egress proxy"));
