@@ -2,7 +2,7 @@ import assert from "node:assert/strict";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { EgressCa } from "./_egress_ca.ts";
 import { sniOf } from "./_egress_names.ts";
-import { TransformPath } from "./_egress_transform.ts";
+import { MAX_REQUEST_HEAD, TransformPath } from "./_egress_transform.ts";
 import { readHead } from "./_egress_wire.ts";
 
 const hasOpenssl = await new Deno.Command("openssl", { args: ["version"], stdout: "null" })
@@ -66,8 +66,12 @@ async function fixture(dir: string, trustUpstream: boolean, rules: { now: Egress
 }
 
 /** One request on `tls`: the answer's status line and body (sized answers only). */
-async function exchange(tls: Deno.Conn, target: string): Promise<string> {
-  await tls.write(new TextEncoder().encode(`GET ${target} HTTP/1.1\r\nHost: up.test\r\n\r\n`));
+async function exchange(tls: Deno.Conn, target: string, more = ""): Promise<string> {
+  const head = `GET ${target} HTTP/1.1\r\nHost: up.test\r\n${more}\r\n`;
+  const bytes = new TextEncoder().encode(head);
+  try {
+    for (let at = 0; at < bytes.length;) at += await tls.write(bytes.subarray(at));
+  } catch { /* answered and closed before the whole head went: read the answer */ }
   const buf = new Uint8Array(4096);
   let text = "";
   for (;;) {
@@ -99,6 +103,17 @@ Deno.test({
     assert.equal(await exchange(tls, "/a?b=1"), "HTTP/1.1 200 OK | secret /a");
     // The same connection again: kept alive, the header added again.
     assert.equal(await exchange(tls, "/c"), "HTTP/1.1 200 OK | secret /c");
+    // A head past the cap: a 431 naming it (the connection then closes: a new one goes on).
+    const pad = "x".repeat(MAX_REQUEST_HEAD);
+    assert.match(
+      await exchange(tls, `/e`, `X-Pad: ${pad}\r\n`),
+      /^HTTP\/1\.1 431 .*longer than 65536/s,
+    );
+    tls.close();
+    tls = await Deno.startTls(await Deno.connect({ hostname: "127.0.0.1", port: f.port }), {
+      hostname: "up.test",
+      caCerts: [f.fleetPem],
+    });
     // The rules replaced while the connection is open: its next request is judged by them.
     rules.now = { allowOut: [], denyOut: ["0.0.0.0/0"], denyDomains: ["up.test"] };
     assert.match(await exchange(tls, "/d"), /^HTTP\/1\.1 403 .*deny up\.test now/s);
