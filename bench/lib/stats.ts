@@ -136,11 +136,17 @@ export function mergeReport(
   sections: Section[],
 ): string {
   const [head, ...chunks] = previous.split(/^(?=## )/m);
-  const when = `Measured on its own (\`bench/run.ts --only\`): ${machine.date}, load average at ` +
-    `start ${machine["load average at start"]}, ${machine.runs} runs; the machine table above is ` +
+  // The runs a section made: its table's (a section may make more than asked, e.g. at least 7).
+  const runsOf = (s: Section) => {
+    const n = s.rows.length > 0 ? Math.max(...s.rows.map((r) => r.values.length)) : machine.runs;
+    return `${n} run${String(n) === "1" ? "" : "s"}`;
+  };
+  const when = (s: Section) =>
+    `Measured on its own (\`bench/run.ts --only\`): ${machine.date}, load average at ` +
+    `start ${machine["load average at start"]}, ${runsOf(s)}; the machine table above is ` +
     "the last full run's.";
   const fresh = new Map(
-    sections.map((s) => [s.title, renderSection({ ...s, notes: [...s.notes, when] })]),
+    sections.map((s) => [s.title, renderSection({ ...s, notes: [...s.notes, when(s)] })]),
   );
   const out = [head.trimEnd() + "\n"];
   for (const chunk of chunks) {

@@ -18,9 +18,22 @@ Deno.test("mergeReport() replaces the sections that ran, keeps the rest, appends
   assert.match(a, /\| x \| ms \| 1\.00 \|/);
   assert.doesNotMatch(a, /on its own/);
   assert.match(b, /\| x \| ms \| 3\.00 \|/);
-  assert.match(b, /Measured on its own .*now, load average at start 0\.50 0\.40 0\.30, 7 runs/);
+  assert.match(b, /Measured on its own .*now, load average at start 0\.50 0\.40 0\.30, 1 run;/);
   assert.match(c, /\| x \| ms \| 4\.00 \|/);
   assert.equal(mergeReport(merged, machine, [section("B", 3), section("C", 4)]), merged);
+});
+
+Deno.test("mergeReport() says the runs a section made, not the runs asked for", () => {
+  const full = renderReport({ date: "then", runs: "5" }, [section("A", 1)]);
+  const machine = { date: "now", "load average at start": "0.50 0.40 0.30", runs: "5" };
+  const seven: Section = {
+    title: "A",
+    reference: "a reference",
+    rows: [row("x", "ms", [1, 2, 3, 4, 5, 6, 7], [1, 1, 1, 1, 1, 1, 1])],
+    notes: [],
+  };
+  assert.match(mergeReport(full, machine, [seven]), /Measured on its own .*, 7 runs;/);
+  assert.match(mergeReport(full, machine, [section("A", 1)]), /Measured on its own .*, 1 run;/);
 });
 
 Deno.test("fitLine() finds the least-squares line, and a flat one through equal xs", () => {

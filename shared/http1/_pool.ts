@@ -62,6 +62,11 @@ export interface PoolLimits {
   maxWaiting: number;
   idleTimeoutMs: number;
   idleReadAfterMs: number;
+  /** Opens a new connection; `Deno.connect` (with no-delay) when not given. */
+  connect?: (
+    to: { hostname: string; port: number },
+    signal: AbortSignal | null,
+  ) => Promise<Deno.Conn>;
 }
 
 /** Every origin's pool, the connections open over them, and the timers that tend the idle ones. */
@@ -99,7 +104,7 @@ export class OriginPools {
       pool = {
         origin,
         hostname: parsed.hostname.replace(/^\[|\]$/g, ""),
-        port: Number(parsed.port || 80),
+        port: Number(parsed.port || (parsed.protocol === "https:" ? 443 : 80)),
         idle: [],
         busy: 0,
         waiting: [],
@@ -198,12 +203,18 @@ export class OriginPools {
 
   async #connect(pool: Pool, signal: AbortSignal | null): Promise<Conn> {
     try {
-      const tcp = await Deno.connect({
-        hostname: pool.hostname,
-        port: pool.port,
-        signal: signal ?? undefined,
-      });
-      tcp.setNoDelay(true);
+      let tcp: Deno.Conn;
+      if (this.#limits.connect !== undefined) {
+        tcp = await this.#limits.connect({ hostname: pool.hostname, port: pool.port }, signal);
+      } else {
+        const plain = await Deno.connect({
+          hostname: pool.hostname,
+          port: pool.port,
+          signal: signal ?? undefined,
+        });
+        plain.setNoDelay(true);
+        tcp = plain;
+      }
       this.#open++;
       return new Conn(tcp, this.#closed);
     } catch (error) {

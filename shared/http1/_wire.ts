@@ -36,7 +36,7 @@ export const INITIAL_READ_BYTES = 4 * 1024;
 
 /** One TCP connection and the bytes read from it but not yet consumed. */
 export class Conn {
-  readonly #tcp: Deno.TcpConn;
+  readonly #tcp: Deno.Conn;
   readonly #onClose: () => void;
   buffered: Uint8Array<ArrayBuffer> = NOTHING;
   dead = false;
@@ -69,7 +69,7 @@ export class Conn {
   /** The buffer of the read `read` started, until `landed` takes its result. */
   #reading: Uint8Array<ArrayBuffer> | undefined;
 
-  constructor(tcp: Deno.TcpConn, onClose: () => void) {
+  constructor(tcp: Deno.Conn, onClose: () => void) {
     this.#tcp = tcp;
     this.#onClose = onClose;
   }

@@ -79,6 +79,15 @@ export interface H1ClientOptions {
    * forward carrying its client's headers never passes the client's Host on.
    */
   hostFromHeaders?: boolean;
+  /**
+   * Opens each new connection instead of `Deno.connect` to the URL's host and port, e.g. TCP to
+   * an address judged elsewhere with TLS started on it (`Deno.startTls`). With it, `https:` URLs
+   * are sent on what it returns too (port 443 unless given) rather than to `otherSchemes`.
+   */
+  connect?: (
+    to: { hostname: string; port: number },
+    signal: AbortSignal | null,
+  ) => Promise<Deno.Conn>;
 }
 
 /** A `fetch`-shaped HTTP/1.1 client with its pools. */
@@ -142,6 +151,8 @@ class PooledClient {
   readonly #maxHeaderBytes: number;
   readonly #otherSchemes: typeof fetch | undefined;
   readonly #hostFromHeaders: boolean;
+  /** Whether `https:` URLs are sent on this client's own connections (its `connect` opens them). */
+  readonly #https: boolean;
 
   constructor(options: H1ClientOptions, maxConnections: number) {
     this.#pools = new OriginPools({
@@ -149,7 +160,9 @@ class PooledClient {
       maxWaiting: options.maxWaiting ?? 4096,
       idleTimeoutMs: options.idleTimeoutMs ?? 4000,
       idleReadAfterMs: options.idleReadAfterMs ?? 100,
+      connect: options.connect,
     });
+    this.#https = options.connect !== undefined;
     this.#maxHeaderBytes = options.maxHeaderBytes ?? 64 * 1024;
     this.#otherSchemes = options.otherSchemes;
     this.#hostFromHeaders = options.hostFromHeaders ?? false;
@@ -167,7 +180,7 @@ class PooledClient {
   readonly fetch = (async (input: RequestInfo | URL, init: RequestInit = {}): Promise<Response> => {
     const request = input instanceof Request ? input : undefined;
     const url = new URL(request?.url ?? String(input));
-    if (url.protocol !== "http:") {
+    if (url.protocol !== "http:" && !(this.#https && url.protocol === "https:")) {
       if (this.#otherSchemes !== undefined) return this.#otherSchemes(input, init);
       throw new TypeError(
         `Cannot send to ${url.origin}: the HTTP/1.1 client speaks plain http only`,

@@ -748,3 +748,34 @@ Deno.test("createH1Client() names the Host header as Go and browsers write it", 
     listener.close();
   }
 });
+
+Deno.test("createH1Client({ connect }) sends https: URLs on the connections it opens, port 443 by default", async () => {
+  const { server } = serve((r) =>
+    new Response(`host ${r.headers.get("host")} ${new URL(r.url).pathname}`)
+  );
+  const asked: { hostname: string; port: number }[] = [];
+  const client = createH1Client({
+    // Plain TCP to the test server stands for the TLS a caller would start on it.
+    connect: (to) => {
+      asked.push(to);
+      return Deno.connect({ hostname: "127.0.0.1", port: server.addr.port });
+    },
+  });
+  try {
+    const res = await client.fetch("https://api.example.test/a?b=1");
+    assert.equal(await res.text(), "host api.example.test /a");
+    const again = await client.fetch("https://api.example.test:8443/c");
+    assert.equal(await again.text(), "host api.example.test:8443 /c");
+    assert.deepEqual(asked, [
+      { hostname: "api.example.test", port: 443 },
+      { hostname: "api.example.test", port: 8443 },
+    ]);
+    // Without `connect`, an https: URL is still not this client's to send.
+    const plain = createH1Client();
+    await assert.rejects(plain.fetch("https://api.example.test/"), TypeError);
+    plain.close();
+  } finally {
+    client.close();
+    await server.shutdown();
+  }
+});

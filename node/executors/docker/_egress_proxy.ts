@@ -96,7 +96,10 @@ export interface EgressProxyOptions {
   lookup?: (name: string) => Promise<string>;
   /** Most requests of one sandbox in flight to domains with transforms (512; tests lower it). */
   maxRequestsPerSandbox?: number;
-  /** Sends an opened connection's requests on; `fetch` by default (tests fake it). */
+  /**
+   * Sends an opened connection's requests on; by default the upstream's own HTTP/1.1 client over
+   * TLS to the address judged (tests fake it).
+   */
   fetch?: typeof fetch;
 }
 
@@ -145,11 +148,8 @@ export class EgressProxy {
     MAX_PER_SANDBOX,
     (from) => this.#teamKey(this.#byAddress.get(from), `address ${from}`),
   );
-  /** The proxy's own CONNECTs (its HTTPS clients'), at most one per sandbox connection. */
-  #tunnels = 0;
   /** Spliced connections by sandbox id; each removed when it ends. */
   #spliced = new Map<string, Set<Spliced>>();
-  #connectListener: Deno.TcpListener | null = null;
   #local: { at: number; addresses: string[]; subnets: string[] } = {
     at: 0,
     addresses: [],
@@ -167,7 +167,7 @@ export class EgressProxy {
       maxClients = MAX_CLIENTS,
       lookup: resolve = async (name) => (await lookup(name, { family: 4 })).address,
       maxRequestsPerSandbox = MAX_PER_SANDBOX,
-      fetch: send = fetch,
+      fetch: send,
     }: EgressProxyOptions,
   ) {
     this.#transforms = new TransformPath({
@@ -180,7 +180,6 @@ export class EgressProxy {
       fetch: send,
       rulesOf: (id) => this.#byId.get(id)?.rules,
       teamOf: (id) => this.#teamKey(this.#byId.get(id), `sandbox ${id}`),
-      connectPort: () => (this.#connectListener!.addr as Deno.NetAddr).port,
     });
     this.#lookup = resolve;
     this.#interfaces = interfaces;
@@ -212,10 +211,6 @@ export class EgressProxy {
     this.#local.at = 0;
     // Fails closed: without the host's addresses the proxy could not keep off them.
     this.#interfaces();
-    if (this.#connectListener === null) {
-      this.#connectListener = Deno.listen({ hostname: "127.0.0.1", port: 0 });
-      this.#accept(this.#connectListener, (c) => this.#transforms.tunnel(c), false);
-    }
     // One a bridge address: bounded by the node's networks (its egress network, made again
     // with another subnet after it was removed).
     let listener: Deno.TcpListener;
@@ -226,7 +221,7 @@ export class EgressProxy {
       throw error;
     }
     this.#listeners.set(at, listener);
-    this.#accept(listener, (c) => this.#serve(c, forPort), true);
+    this.#accept(listener, (c) => this.#serve(c, forPort));
     return (listener.addr as Deno.NetAddr).port;
   }
 
@@ -261,41 +256,29 @@ export class EgressProxy {
 
   /** Stops listening and closes the TLS terminators. */
   async close(): Promise<void> {
-    for (const l of [...this.#listeners.values(), this.#connectListener]) {
+    for (const l of this.#listeners.values()) {
       try {
         l?.close();
       } catch { /* closed already */ }
     }
     this.#listeners.clear();
     this.#portListeners = 0;
-    this.#connectListener = null;
     await this.#transforms.close();
   }
 
-  #accept(
-    listener: Deno.TcpListener,
-    serve: (conn: Deno.Conn) => Promise<void>,
-    perSource: boolean,
-  ): void {
+  #accept(listener: Deno.TcpListener, serve: (conn: Deno.Conn) => Promise<void>): void {
     (async () => {
       try {
         for await (const conn of listener) {
           const from = (conn.remoteAddr as Deno.NetAddr).hostname;
-          let admitted: boolean;
-          if (perSource) admitted = this.#shares.admit(from, conn, closeQuietly);
-          else {
-            admitted = this.#tunnels < MAX_CONNECTIONS;
-            if (admitted) this.#tunnels++;
-          }
-          if (!admitted) {
+          if (!this.#shares.admit(from, conn, closeQuietly)) {
             closeQuietly(conn);
             continue;
           }
           // Small writes go at once: a hello or a request head must not wait for an ACK.
           conn.setNoDelay(true);
           serve(conn).catch(() => {}).finally(() => {
-            if (perSource) this.#shares.release(from, conn);
-            else this.#tunnels--;
+            this.#shares.release(from, conn);
             closeQuietly(conn);
           });
         }

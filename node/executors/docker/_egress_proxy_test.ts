@@ -509,3 +509,54 @@ Deno.test({
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+Deno.test({
+  name: "EgressProxy's TLS terminators accept with no-delay (a head never waits for an ACK)",
+  ignore: !hasOpenssl,
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const dir = await Deno.makeTempDir({ prefix: "egress-proxy-test-" });
+  const { EgressCa } = await import("./_egress_ca.ts");
+  const { Socket } = await import("node:net");
+  const ca = await EgressCa.load(null, dir);
+  // No socket option is readable back, so the call itself is watched: the terminator's are the
+  // only node sockets in this process.
+  const original = Socket.prototype.setNoDelay;
+  const calls: (boolean | undefined)[] = [];
+  Socket.prototype.setNoDelay = function (this: InstanceType<typeof Socket>, noDelay?: boolean) {
+    calls.push(noDelay);
+    return original.call(this, noDelay);
+  };
+  const proxy = new EgressProxy({
+    ca,
+    hosts: new Map([["nd.test", "198.18.0.9"]]),
+    log: () => {},
+    fetch: () => Promise.resolve(new Response("upstream")),
+  });
+  const open: Deno.Conn[] = [];
+  try {
+    const port = proxy.start("127.0.0.1");
+    proxy.set("127.0.0.1", "sb1", {
+      allowOut: [],
+      denyOut: [],
+      transforms: { "nd.test": [{ headers: { "X-Key": "k" } }] },
+    });
+    for (let i = 0; i < 2; i++) {
+      const tcp = await Deno.connect({ hostname: "127.0.0.1", port });
+      const tls = await Deno.startTls(tcp, { hostname: "nd.test", caCerts: [ca.certPem] });
+      open.push(tls);
+      assert.match((await statusOn(tls, "nd.test"))!, /^HTTP\/1\.1 200/);
+    }
+    assert.deepEqual(calls, [true, true], "one setNoDelay(true) per accepted connection");
+  } finally {
+    Socket.prototype.setNoDelay = original;
+    for (const c of open) {
+      try {
+        c.close();
+      } catch { /* closed already */ }
+    }
+    await proxy.close();
+    await Deno.remove(dir, { recursive: true });
+  }
+});

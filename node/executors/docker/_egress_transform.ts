@@ -2,17 +2,21 @@
  * The egress proxy's TLS-terminating path, for names with header transforms: a sandbox's
  * connection is handed to the name's terminator (a certificate the fleet egress CA signs,
  * `_egress_ca.ts`), each request gets the headers of the sandbox's current rules and goes on
- * over HTTPS that verifies the upstream, through the proxy's own CONNECT tunnel pinned to the
- * address judged. Terminators, upstream clients and requests in flight are each capped.
+ * over HTTPS that verifies the upstream, on connections to the address judged (TCP with
+ * no-delay, then `Deno.startTls` for the name) sent by the project's HTTP/1.1 client. Terminators, upstream clients and requests in flight are each capped.
  *
  * @module
  */
+import { createServer, type Server } from "node:tls";
+import type { AddressInfo, Socket } from "node:net";
 import { type EgressRules, transformsFor } from "../../../shared/egress_rules.ts";
+import { createH1Client, type H1Client, serveH1 } from "../../../shared/http1/mod.ts";
 import type { Log } from "../../../shared/log.ts";
 import type { EgressCa } from "./_egress_ca.ts";
 import { allows } from "./_egress_names.ts";
 import { ConnectionShares, MAX_CONNECTIONS } from "./_egress_shares.ts";
-import { connectWithin, readHead, splice, writeAll } from "./_egress_wire.ts";
+import { socketConn } from "./_egress_socket.ts";
+import { connectWithin, splice, writeAll } from "./_egress_wire.ts";
 
 /**
  * Most names with a TLS terminator at once; past it the least recently used one no connection
@@ -24,6 +28,10 @@ export const MAX_TERMINATORS = 128;
  * one no opened connection goes on with is closed.
  */
 export const MAX_CLIENTS = 256;
+/** The longest request head an opened connection may send (a 431 past it). */
+export const MAX_REQUEST_HEAD = 64 * 1024;
+/** How long an upstream's TLS handshake may take, ms. */
+const HANDSHAKE_TIMEOUT_MS = 10_000;
 
 /** One opened HTTPS connection: whose it is, for which name, and the client it goes on with. */
 interface Opened {
@@ -32,24 +40,28 @@ interface Opened {
   ip: string;
   /** The port the sandbox connected to: the upstream's, and the one its transforms are for. */
   port: number;
-  client: Deno.HttpClient;
+  client: H1Client;
 }
 
 /**
- * The HTTPS client to one name at one address: kept, as building one (its root store) costs
- * more than a request. Its CONNECTs go to the proxy's own tunnel, which the key pins to the
- * address judged.
+ * The HTTPS client to one name at one address, kept with its pool of connections: each one TCP
+ * to the address judged (never one the name resolves to later), its TLS verified for the name.
  */
 interface Upstream {
-  client: Deno.HttpClient;
-  key: string;
+  client: H1Client;
   ip: string;
-  port: number;
 }
 
+/**
+ * A name's TLS terminator: a `node:tls` listener on loopback (its sockets take `setNoDelay`, which
+ * a `Deno.listenTls` connection does not), each connection served HTTP/1.1 by
+ * `shared/http1/server.ts`.
+ */
 interface Terminator {
-  server: Deno.HttpServer;
+  server: Server;
   port: number;
+  /** Stops listening and closes the connections it serves. */
+  close(): void;
 }
 
 /** Options of {@linkcode TransformPath}: the proxy's own, and how it reaches the proxy's state. */
@@ -66,14 +78,14 @@ export interface TransformPathOptions {
   maxClients: number;
   /** Most requests of one sandbox in flight to domains with transforms. */
   maxRequestsPerSandbox: number;
-  /** Sends an opened connection's requests on. */
-  fetch: typeof fetch;
+  /** Sends an opened connection's requests on; the upstream's own client when not given. */
+  fetch?: typeof fetch;
   /** The current rules of sandbox `id`; `undefined` once the proxy forgot it. */
   rulesOf: (id: string) => EgressRules | undefined;
   /** The key its requests are shared out by between teams (see `ConnectionShares`). */
   teamOf: (id: string) => string;
-  /** The port of the proxy's own CONNECT listener, which the upstream clients go through. */
-  connectPort: () => number;
+  /** The port upstreams are reached at: 443 (tests change it). */
+  upstreamPort?: number;
 }
 
 /** The opened (TLS-terminated) connections of the proxy, their terminators and clients. */
@@ -83,10 +95,10 @@ export class TransformPath {
   #log: Log;
   #maxTerminators: number;
   #maxClients: number;
-  #fetch: typeof fetch;
+  #fetch: typeof fetch | undefined;
   #requestsPerSandbox: number;
   #rulesOf: (id: string) => EgressRules | undefined;
-  #connectPort: () => number;
+  #upstreamPort: number;
   /**
    * Requests of opened connections in flight, by sandbox id, shared between teams and their
    * sandboxes as connections are.
@@ -96,7 +108,6 @@ export class TransformPath {
   #inFlight = new Set<AbortController>();
   #opened = new Map<number, Opened>();
   #upstreams = new Map<string, Upstream>();
-  #byKey = new Map<string, Upstream>();
   #terminators = new Map<string, Promise<Terminator>>();
 
   constructor(options: TransformPathOptions) {
@@ -113,19 +124,18 @@ export class TransformPath {
       options.teamOf,
     );
     this.#rulesOf = options.rulesOf;
-    this.#connectPort = options.connectPort;
+    this.#upstreamPort = options.upstreamPort ?? 443;
   }
 
   /** Aborts the requests in flight, closes the terminators and the upstream clients. */
   async close(): Promise<void> {
     for (const request of this.#inFlight) request.abort(new Error("the egress proxy stopped"));
     for (const t of this.#terminators.values()) {
-      await t.then((x) => x.server.shutdown(), () => {});
+      await t.then((x) => x.close(), () => {});
     }
     this.#terminators.clear();
     for (const u of this.#upstreams.values()) u.client.close();
     this.#upstreams.clear();
-    this.#byKey.clear();
   }
 
   /**
@@ -185,20 +195,18 @@ export class TransformPath {
         throw new Error(`all ${this.#maxClients} upstream clients have connections open`);
       }
       this.#upstreams.delete(idle[0]);
-      this.#byKey.delete(idle[1].key);
       idle[1].client.close();
     }
-    const key = crypto.randomUUID();
-    const client = Deno.createHttpClient({
-      caCerts: this.#extraCa,
-      proxy: {
-        url: `http://127.0.0.1:${this.#connectPort()}`,
-        basicAuth: { username: key, password: "x" },
-      },
+    const caCerts = this.#extraCa;
+    // 443 is the upstream port tests may move; a port the sandbox named is used as it is.
+    const to = port === 443 ? this.#upstreamPort : port;
+    const client = createH1Client({
+      // As many as the node's requests in flight: the shares bound them, not this pool.
+      maxConnections: MAX_CONNECTIONS,
+      connect: (_to, signal) => connectTls(name, ip, to, caCerts, signal),
     });
-    const made = { client, key, ip, port };
+    const made = { client, ip };
     this.#upstreams.set(at, made);
-    this.#byKey.set(key, made);
     return made;
   }
 
@@ -220,20 +228,44 @@ export class TransformPath {
       }
       const t = this.#terminators.get(idle)!;
       this.#terminators.delete(idle);
-      t.then((x) => x.server.shutdown(), () => {});
+      t.then((x) => x.close(), () => {});
     }
-    const made = (async () => {
+    const made = (async (): Promise<Terminator> => {
       const { cert, key } = await this.#ca.leaf(name);
-      let port = 0;
-      const server = Deno.serve({
-        hostname: "127.0.0.1",
-        port: 0,
-        cert,
-        key,
-        onListen: (addr) => port = addr.port,
-        onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
-      }, (req, info) => this.#forward(req, (info.remoteAddr as Deno.NetAddr).port));
-      return { server, port: port || (server.addr as Deno.NetAddr).port };
+      const stop = new AbortController();
+      // HTTP/1.1 only (the server speaks no HTTP/2): a client offering h2 by ALPN falls back.
+      const server = createServer({ cert, key, ALPNProtocols: ["http/1.1"] }, (socket) => {
+        serveH1(socketConn(socket), {
+          handler: (req, info) => this.#forward(req, info.remoteAddr.port, info.completed),
+          onError: () => new Response("dormice egress: the request failed\n", { status: 502 }),
+          scheme: "https",
+          stop: stop.signal,
+          begun() {},
+          ended() {},
+          maxHeadBytes: MAX_REQUEST_HEAD,
+        }).catch(() => {}).finally(() => socket.destroy());
+      });
+      // No-delay on the TCP socket, before the handshake: a TLS flight or a response head written
+      // in pieces must not wait for the ACK of the piece before, which the splice's side of the
+      // loopback may delay up to 40 ms.
+      server.on("connection", (socket: Socket) => socket.setNoDelay(true));
+      // A handshake that fails (a client that does not trust the CA) ends its connection only.
+      server.on("tlsClientError", () => {});
+      await new Promise<void>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(0, "127.0.0.1", () => {
+          server.off("error", reject);
+          resolve();
+        });
+      });
+      return {
+        server,
+        port: (server.address() as AddressInfo).port,
+        close: () => {
+          stop.abort();
+          server.close();
+        },
+      };
     })();
     this.#terminators.set(name, made);
     made.catch(() => this.#terminators.delete(name));
@@ -241,7 +273,7 @@ export class TransformPath {
   }
 
   /** One request of an opened connection: the transform's headers added, sent on over HTTPS. */
-  async #forward(req: Request, fromPort: number): Promise<Response> {
+  async #forward(req: Request, fromPort: number, completed: Promise<void>): Promise<Response> {
     const opened = this.#opened.get(fromPort);
     const rules = opened && this.#rulesOf(opened.id);
     if (opened === undefined || rules === undefined) {
@@ -258,7 +290,7 @@ export class TransformPath {
       );
     }
     if (req.headers.has("upgrade")) {
-      // fetch cannot carry an upgraded connection, so the headers could not go on it.
+      // The upstream client carries no upgraded connection, so the headers could not go on it.
       return new Response(
         `dormice egress: ${opened.name} has header transforms, and an upgraded connection ` +
           `(Upgrade: ${req.headers.get("upgrade")!.slice(0, 40)}, e.g. a WebSocket) to a domain ` +
@@ -271,13 +303,13 @@ export class TransformPath {
     for (const t of transformsFor(rules.transforms, opened.name, opened.port) ?? []) {
       for (const [h, v] of Object.entries(t.headers ?? {})) headers.set(h, v);
     }
-    // Uncompressed: fetch undoes a gzip or br it asked for (even when the sandbox's own header
-    // asked) yet keeps the upstream's Content-Encoding and Content-Length, which would then lie
-    // to the sandbox. With identity the bytes and their headers pass as the upstream sent them.
+    // Uncompressed: the upstream client passes the bytes as sent, but a `fetch` given instead
+    // undoes a gzip or br it asked for yet keeps the upstream's Content-Encoding and
+    // Content-Length, which would then lie to the sandbox. With identity both agree either way.
     headers.set("accept-encoding", "identity");
     const url = new URL(req.url);
-    // In flight until its answer's body ends: counted against the sandbox's share (an HTTP/2
-    // connection carries many at once, each an upstream connection of a shared pool).
+    // In flight until its answer's body ends: counted against the sandbox's share (a sandbox may
+    // open many connections at once, each request an upstream connection of a shared pool).
     const inFlight = new AbortController();
     const admitted = this.#requests.admit(opened.id, inFlight, (other) => {
       other.abort(new Error("closed to give another sandbox its share of the egress proxy"));
@@ -290,44 +322,27 @@ export class TransformPath {
       );
     }
     this.#inFlight.add(inFlight);
+    let released = false;
     const done = () => {
+      if (released) return;
+      released = true;
       this.#requests.release(opened.id, inFlight);
       this.#inFlight.delete(inFlight);
     };
     try {
+      const send = this.#fetch ?? opened.client.fetch;
       const authority = opened.port === 443 ? opened.name : `${opened.name}:${opened.port}`;
-      const res = await this.#fetch(`https://${authority}${url.pathname}${url.search}`, {
+      const res = await send(`https://${authority}${url.pathname}${url.search}`, {
         method: req.method,
         headers,
         body: req.body,
         redirect: "manual",
-        client: opened.client,
         signal: inFlight.signal,
       });
-      if (res.body === null) {
-        done();
-        return new Response(null, { status: res.status, headers: res.headers });
-      }
-      const reader = res.body.getReader();
-      const body = new ReadableStream<Uint8Array>({
-        async pull(controller) {
-          try {
-            const { done: end, value } = await reader.read();
-            if (end) {
-              done();
-              controller.close();
-            } else controller.enqueue(value);
-          } catch (error) {
-            done();
-            controller.error(error);
-          }
-        },
-        cancel(reason) {
-          done();
-          return reader.cancel(reason);
-        },
-      });
-      return new Response(body, { status: res.status, headers: res.headers });
+      // The answer goes to the sandbox as it came, its body streamed by the server: the request
+      // is in flight until the server has written it all (or failed to).
+      completed.then(done, done);
+      return res;
     } catch (error) {
       done();
       const why = error instanceof Error ? error.message : String(error);
@@ -336,36 +351,46 @@ export class TransformPath {
       });
     }
   }
+}
 
-  /** A CONNECT from the proxy's own HTTPS client: to the address the judged name resolved to. */
-  async tunnel(conn: Deno.Conn): Promise<void> {
-    const head = await readHead(conn, (data) => {
-      const text = new TextDecoder().decode(data);
-      return text.includes("\r\n\r\n") ? text : null;
-    });
-    if (head === null) return;
-    const auth = /\r\nproxy-authorization:\s*basic\s+(\S+)/i.exec(head.value)?.[1];
-    let user = "";
+/**
+ * A TLS connection to `name` at `ip:port`: TCP with no-delay (within the connect bound), then the
+ * handshake, which verifies the certificate for `name` against Deno's root store plus `caCerts`,
+ * within its own bound.
+ */
+async function connectTls(
+  name: string,
+  ip: string,
+  port: number,
+  caCerts: string[],
+  signal: AbortSignal | null,
+): Promise<Deno.Conn> {
+  signal?.throwIfAborted();
+  const tcp = await connectWithin(ip, port);
+  const tls = await Deno.startTls(tcp, { hostname: name, caCerts });
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stop = () => {
     try {
-      user = atob(auth ?? "").split(":")[0];
-    } catch { /* not base64: refused below */ }
-    const pinned = this.#byKey.get(user);
-    if (pinned === undefined) {
-      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 407 Unknown\r\n\r\n")).catch(
-        () => {},
-      );
-      return;
-    }
-    let upstream: Deno.TcpConn;
-    try {
-      upstream = await connectWithin(pinned.ip, pinned.port);
-    } catch {
-      await writeAll(conn, new TextEncoder().encode("HTTP/1.1 502 Unreachable\r\n\r\n")).catch(
-        () => {},
-      );
-      return;
-    }
-    await writeAll(conn, new TextEncoder().encode("HTTP/1.1 200 Connection established\r\n\r\n"));
-    await splice(conn, upstream);
+      tls.close();
+    } catch { /* closed already */ }
+  };
+  signal?.addEventListener("abort", stop, { once: true });
+  try {
+    await Promise.race([
+      tls.handshake(),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          stop();
+          reject(new Error(`no TLS handshake within ${HANDSHAKE_TIMEOUT_MS} ms`));
+        }, HANDSHAKE_TIMEOUT_MS);
+      }),
+    ]);
+    return tls;
+  } catch (error) {
+    stop();
+    throw signal?.aborted ? signal.reason : error;
+  } finally {
+    clearTimeout(timer);
+    signal?.removeEventListener("abort", stop);
   }
 }
