@@ -1,9 +1,10 @@
 /**
  * The tags of the E2B templates built on this node, kept on its data disk so they outlive a
  * restart of the node and of every gateway: one JSON file per template
- * (`<data dir>/template-tags/<template id>.json`), written whole and renamed into place, so a
- * crash leaves the old file or the new one (and a `.part` file, removed at the store's first
- * write after the restart). A gateway reads and writes them through the node's
+ * (`<data dir>/template-tags/<template id>.json`), written whole, flushed to the disk, renamed
+ * into place and the rename flushed too (the directory), so a crash or a power loss leaves the
+ * old file or the new one, never an empty record that would read as "no tags" (and a `.part`
+ * file, removed at the store's first write after the restart). A gateway reads and writes them through the node's
  * tag routes (`faces/e2b_template_routes.ts`); the node's check-in carries none of it.
  *
  * A record names its team, the template's newest build (what `default` names unless it was
@@ -28,6 +29,23 @@ export interface TagTarget {
   createdAt: string;
 }
 
+/** An open file as the store writes and flushes it. */
+export interface TagFile {
+  write(bytes: Uint8Array): Promise<number>;
+  /** Flushes the file (or directory) to the disk: `fsync`. */
+  sync(): Promise<void>;
+  close(): void;
+}
+
+/** The file operations the store writes through (a test wraps them to see each flush). */
+export interface TagFiles {
+  /** Opens `path` to write (`create`, `truncate`) or, for a directory, to read. */
+  open(path: string, options: Deno.OpenOptions): Promise<TagFile>;
+  rename(from: string, to: string): Promise<void>;
+}
+
+const denoFiles: TagFiles = { open: Deno.open, rename: Deno.rename };
+
 /** The tags of one template, as a node keeps them. */
 export interface TagRecord {
   team: string;
@@ -50,10 +68,13 @@ export class TemplateTagStore {
   /** Whether the leftovers of an earlier process were removed (at the first write). */
   #swept = false;
 
+  #files: TagFiles;
+
   /** A store in `dir` (made on the first write). */
-  constructor(dir: string, clock: Clock = systemClock) {
+  constructor(dir: string, clock: Clock = systemClock, files: TagFiles = denoFiles) {
     this.#dir = dir;
     this.#clock = clock;
+    this.#files = files;
   }
 
   /** The record of `templateId`, or undefined. */
@@ -99,8 +120,8 @@ export class TemplateTagStore {
       const partial = `${path}.${crypto.randomUUID().slice(0, 8)}.part`;
       this.#partials.add(partial);
       try {
-        await Deno.writeTextFile(partial, JSON.stringify(next));
-        await Deno.rename(partial, path);
+        await this.#writeDurably(partial, JSON.stringify(next));
+        await this.#files.rename(partial, path);
       } catch (error) {
         // A failed write (a full disk) leaves no partial file behind, attempt after attempt.
         await Deno.remove(partial).catch(() => {});
@@ -108,6 +129,9 @@ export class TemplateTagStore {
       } finally {
         this.#partials.delete(partial);
       }
+      // The rename is on the disk once the directory is: until then a power loss may bring back
+      // the old record (never an empty one).
+      await this.#sync(this.#dir, { read: true });
       if (!held) await this.#evict();
       return next;
     });
@@ -122,6 +146,28 @@ export class TemplateTagStore {
   async drop(templateId: string): Promise<void> {
     if (!SNAPSHOT_ID_PATTERN.test(templateId)) return;
     await Deno.remove(this.#path(templateId)).catch(() => {});
+  }
+
+  /** Writes `text` to `path` whole and flushes it before it is renamed into place. */
+  async #writeDurably(path: string, text: string): Promise<void> {
+    const file = await this.#files.open(path, { write: true, create: true, truncate: true });
+    try {
+      const bytes = new TextEncoder().encode(text);
+      for (let at = 0; at < bytes.length;) at += await file.write(bytes.subarray(at));
+      await file.sync();
+    } finally {
+      file.close();
+    }
+  }
+
+  /** Flushes `path` (a directory: its entries) to the disk. */
+  async #sync(path: string, options: Deno.OpenOptions): Promise<void> {
+    const file = await this.#files.open(path, options);
+    try {
+      await file.sync();
+    } finally {
+      file.close();
+    }
   }
 
   #path(templateId: string): string {

@@ -1,6 +1,11 @@
 import assert from "node:assert/strict";
 import { FakeClock } from "../shared/clock.ts";
-import { MAX_TAGS_PER_TEMPLATE, TemplateTagStore } from "./template_tags.ts";
+import {
+  MAX_TAGS_PER_TEMPLATE,
+  type TagFile,
+  type TagFiles,
+  TemplateTagStore,
+} from "./template_tags.ts";
 
 const ID = `snap-${"a".repeat(20)}`;
 
@@ -73,6 +78,47 @@ Deno.test("TemplateTagStore: a crashed or failed write leaves no partial file fo
       store.update("../../../tmp/x", () => ({ team: "t", tags: {} })),
       /is not a template id/,
     );
+  } finally {
+    await Deno.remove(dir, { recursive: true });
+  }
+});
+
+Deno.test("TemplateTagStore: a record is flushed before its rename, and the rename after it", async () => {
+  const dir = await Deno.makeTempDir();
+  try {
+    const steps: string[] = [];
+    const name = (path: string) =>
+      path === dir ? "<dir>" : path.endsWith(".part") ? "<part>" : path;
+    const files: TagFiles = {
+      async open(path, options) {
+        const file: TagFile = await Deno.open(path, options);
+        return {
+          write: (bytes) => {
+            steps.push(`write ${name(path)}`);
+            return file.write(bytes);
+          },
+          sync: () => {
+            steps.push(`sync ${name(path)}`);
+            return file.sync();
+          },
+          close: () => file.close(),
+        };
+      },
+      async rename(from, to) {
+        steps.push(`rename ${name(from)}`);
+        await Deno.rename(from, to);
+      },
+    };
+    const store = new TemplateTagStore(dir, new FakeClock(1000), files);
+    const target = { buildID: "b1", createdAt: "2026-12-07T00:00:00.000Z" };
+    await store.update(ID, () => ({ team: "t", tags: { v1: target } }));
+    assert.deepEqual(steps.filter((s, i) => s !== steps[i - 1]), [
+      "write <part>",
+      "sync <part>",
+      "rename <part>",
+      "sync <dir>",
+    ]);
+    assert.deepEqual(Object.keys((await store.get(ID))!.tags), ["v1"]);
   } finally {
     await Deno.remove(dir, { recursive: true });
   }

@@ -15,7 +15,10 @@
  * The states in flight are tied to the lease of the gateway running the step: a gateway that
  * dies mid-create takes its half-made row with it, and one that dies mid-move or mid-delete
  * frees the volume (it is `ready` again once its lease ends) without another gateway having to
- * guess whether the step is still running. Each row is read with its busy key in one
+ * guess whether the step is still running. A claim's release, and the write-back or delete that
+ * ends its step, is one transaction compared on that claim's busy key (its create revision) and
+ * on the row as read at claim time: a step that outlived its lease never ends another gateway's
+ * claim or writes a stale node back (a 409 says so). Each row is read with its busy key in one
  * transaction; a claim is one transaction compared on both and on there being no create in
  * flight that mounts the volume, and such a create's mark is put only while no claim exists:
  * a delete through one gateway and a create mounting the volume through another cannot both
@@ -24,12 +27,15 @@
  * @module
  */
 import { HttpError } from "../../shared/http_error.ts";
-import type { EtcdClient, EtcdKv } from "../etcd/client.ts";
+import type { EtcdClient, EtcdCompare, EtcdKv } from "../etcd/client.ts";
 import { EtcdRequestError, EtcdUnavailableError } from "../etcd/client.ts";
 import type { EtcdSession } from "../etcd/session.ts";
 import { etcdRetryAfterSeconds } from "../etcd/answers.ts";
 import {
+  claimTakenOver,
   MAX_VOLUMES_PER_TEAM,
+  stepOf,
+  type VolumeClaim,
   type VolumeRow,
   type VolumeState,
   type VolumeStore,
@@ -138,12 +144,20 @@ export class EtcdVolumeTable implements VolumeStore {
     );
   }
 
+  /**
+   * Changes a row (a create's, or a test's): compared on the row and its claim as read, so a
+   * write from a stale read is refused rather than put over a newer one.
+   *
+   * @throws {HttpError} 409 when the row is gone (its creating gateway's lease ended) or changed
+   *   meanwhile.
+   */
   async update(
     id: string,
     patch: { state?: VolumeState; node?: string; shared?: boolean; sizeBytes?: number },
   ): Promise<void> {
-    const row = await this.get(id);
-    if (row === undefined) return;
+    const r = await this.#read(id);
+    const row = rowOf(r.row, r.busy);
+    if (r.row === undefined || row === undefined) throw gone(id);
     const state = patch.state ?? row.state;
     const next: VolumeRow = {
       ...row,
@@ -153,10 +167,15 @@ export class EtcdVolumeTable implements VolumeStore {
       state: state === "creating" ? "creating" : "ready",
     };
     const nameKey = this.#nameKey(row.team, row.name);
-    await this.#withLease((lease) => {
+    const rowRevision = r.row.modRevision;
+    const busyRevision = r.busy?.createRevision ?? "0";
+    const written = await this.#withLease((lease) => {
       // A ready row outlives its gateway; a creating one, a move's or a delete's claim do not.
       const rowLease = next.state === "creating" ? lease : undefined;
-      return this.#client.txn([], [
+      return this.#client.txn([
+        { key: this.#rows + id, target: "MOD", result: "EQUAL", revision: rowRevision },
+        { key: this.#busy + id, target: "CREATE", result: "EQUAL", revision: busyRevision },
+      ], [
         { op: "put", key: this.#rows + id, value: JSON.stringify(next), lease: rowLease },
         { op: "put", key: nameKey, value: id, lease: rowLease },
         state === "moving" || state === "deleting"
@@ -164,18 +183,20 @@ export class EtcdVolumeTable implements VolumeStore {
           : { op: "delete", key: this.#busy + id },
       ]);
     });
+    if (!written.succeeded) throw gone(id);
   }
 
-  async claim(id: string, state: VolumeState): Promise<boolean> {
-    const r = await this.#ask(() =>
-      this.#client.txn([], [
-        { op: "range", key: this.#rows + id },
-        { op: "range", key: this.#busy + id },
-      ])
-    );
-    const kv = r.ranges[0][0];
-    const row = rowOf(kv, r.ranges[1][0]);
-    if (row === undefined || row.state !== "ready") return false;
+  /**
+   * Claims a `ready` row: its busy key is created under this gateway's lease, compared on the
+   * row as read. The claim's token is the busy key's create revision (unique to this claim: a
+   * claim made after this one lapsed creates the key anew, at a later revision) and the row's
+   * mod revision.
+   */
+  async claim(id: string, state: "moving" | "deleting"): Promise<VolumeClaim | undefined> {
+    const r = await this.#read(id);
+    const kv = r.row;
+    const row = rowOf(kv, r.busy);
+    if (kv === undefined || row === undefined || row.state !== "ready") return undefined;
     const written = await this.#withLease((lease) =>
       this.#client.txn([
         { key: this.#rows + id, target: "MOD", result: "EQUAL", revision: kv.modRevision },
@@ -190,7 +211,55 @@ export class EtcdVolumeTable implements VolumeStore {
         },
       ], [{ op: "put", key: this.#busy + id, value: state, lease }])
     );
-    return written.succeeded;
+    if (!written.succeeded) return undefined;
+    return { id, state, token: `${written.revision}/${kv.modRevision}` };
+  }
+
+  /**
+   * Ends a claim in one transaction compared on the claim (its busy key's create revision) and
+   * on the row's mod revision read at claim time.
+   *
+   * @throws {HttpError} 409 when another gateway took the volume over: nothing is written.
+   */
+  async release(claim: VolumeClaim, patch: { node?: string } = {}): Promise<void> {
+    const { busyRevision, rowRevision } = tokenOf(claim);
+    const kv = (await this.#read(claim.id)).row;
+    const row = rowOf(kv, undefined);
+    if (kv === undefined || row === undefined || kv.modRevision !== rowRevision) {
+      throw claimTakenOver(claim.id, stepOf(claim));
+    }
+    const written = await this.#ask(() =>
+      this.#client.txn(this.#held(claim.id, busyRevision, rowRevision), [
+        ...(patch.node === undefined || patch.node === row.node ? [] : [{
+          op: "put" as const,
+          key: this.#rows + claim.id,
+          value: JSON.stringify({ ...row, state: "ready", node: patch.node }),
+        }]),
+        { op: "delete", key: this.#busy + claim.id },
+      ])
+    );
+    if (!written.succeeded) throw claimTakenOver(claim.id, stepOf(claim));
+  }
+
+  /**
+   * Removes a claimed row, its name and its marks, on the same compare as
+   * {@linkcode EtcdVolumeTable.release}.
+   *
+   * @throws {HttpError} 409 when another gateway took the volume over: nothing is deleted.
+   */
+  async remove(claim: VolumeClaim): Promise<void> {
+    const { busyRevision, rowRevision } = tokenOf(claim);
+    const row = rowOf((await this.#read(claim.id)).row, undefined);
+    if (row === undefined) throw claimTakenOver(claim.id, stepOf(claim));
+    const written = await this.#ask(() =>
+      this.#client.txn(this.#held(claim.id, busyRevision, rowRevision), [
+        { op: "delete", key: this.#rows + claim.id },
+        { op: "delete", key: this.#busy + claim.id },
+        { op: "delete", key: `${this.#mounting}${claim.id}/`, prefix: true },
+        { op: "delete", key: this.#nameKey(row.team, row.name) },
+      ])
+    );
+    if (!written.succeeded) throw claimTakenOver(claim.id, stepOf(claim));
   }
 
   async delete(id: string): Promise<void> {
@@ -225,6 +294,25 @@ export class EtcdVolumeTable implements VolumeStore {
     return (await this.#ask(() => this.#client.range(`${this.#mounting}${id}/`))).length;
   }
 
+  /** The row and its busy key, read in one transaction. */
+  async #read(id: string): Promise<{ row?: EtcdKv; busy?: EtcdKv }> {
+    const r = await this.#ask(() =>
+      this.#client.txn([], [
+        { op: "range", key: this.#rows + id },
+        { op: "range", key: this.#busy + id },
+      ])
+    );
+    return { row: r.ranges[0][0], busy: r.ranges[1][0] };
+  }
+
+  /** The compares that hold while a claim is this one and its row unchanged since. */
+  #held(id: string, busyRevision: string, rowRevision: string): EtcdCompare[] {
+    return [
+      { key: this.#busy + id, target: "CREATE", result: "EQUAL", revision: busyRevision },
+      { key: this.#rows + id, target: "MOD", result: "EQUAL", revision: rowRevision },
+    ];
+  }
+
   #nameKey(team: string, name: string): string {
     return `${this.#names}${encodeURIComponent(team)}/${name}`;
   }
@@ -252,6 +340,22 @@ export class EtcdVolumeTable implements VolumeStore {
       throw volumeHttpError(error);
     }
   }
+}
+
+/** The 409 of a write whose row is gone or changed since it was read. */
+function gone(id: string): HttpError {
+  return new HttpError(
+    409,
+    `Volume '${id}' changed or is gone from the fleet's table since it was read (another ` +
+      "gateway changed it, or this gateway's etcd lease ended mid-step): nothing was written; " +
+      "GET the volume to see its state now, and retry",
+  );
+}
+
+/** A claim's busy-key create revision and row mod revision. */
+function tokenOf(claim: VolumeClaim): { busyRevision: string; rowRevision: string } {
+  const [busyRevision, rowRevision] = claim.token.split("/");
+  return { busyRevision: busyRevision ?? "0", rowRevision: rowRevision ?? "0" };
 }
 
 /** An etcd failure as the 503 a client sees; anything else passes through. */

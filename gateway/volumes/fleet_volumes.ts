@@ -212,7 +212,9 @@ export class FleetVolumes {
     const row = await this.require(id, team);
     if (!row.shared && this.#parts.fleet.get(row.node) === undefined && row.state === "ready") {
       // Its node was removed from the fleet (removeNode): the files went with it.
-      await this.table.delete(row.id);
+      const claim = await this.table.claim(row.id, "deleting");
+      if (claim === undefined) throw await this.claimLost(row, "delete");
+      await this.table.remove(claim);
       this.#parts.log("warn", "a volume whose node left the fleet was deleted from the table", {
         volume: row.id,
         nodeId: row.node,
@@ -221,7 +223,8 @@ export class FleetVolumes {
     }
     const node = this.nodeFor(row);
     await this.refuseMounting(row, "delete");
-    if (!(await this.table.claim(row.id, "deleting"))) throw await this.claimLost(row, "delete");
+    const claim = await this.table.claim(row.id, "deleting");
+    if (claim === undefined) throw await this.claimLost(row, "delete");
     try {
       if (row.shared) await this.refuseUsedAnywhere(row, "delete", signal);
       const answer = await this.call(node, "/destroyVolume", { id: row.id }, signal);
@@ -233,10 +236,12 @@ export class FleetVolumes {
         );
       }
     } catch (error) {
-      await this.table.update(row.id, { state: "ready" });
+      // A claim lost meanwhile is released by its new holder: the node's answer is the news.
+      await this.table.release(claim).catch(() => {});
       throw error;
     }
-    await this.table.delete(row.id);
+    // Compared on the claim: a delete whose claim lapsed removes no row another gateway holds.
+    await this.table.remove(claim);
     return new Response(null, { status: 204 });
   }
 

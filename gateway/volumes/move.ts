@@ -27,7 +27,8 @@ const MOVE_TIMEOUT_MS = 30 * 60_000;
 /**
  * Moves a volume (see the module doc). Answers `{volumeId, from, to, bytes}`.
  *
- * @throws {HttpError} 404 unknown volume or node, 409 mounted / busy / shared / same node,
+ * @throws {HttpError} 404 unknown volume or node, 409 mounted / busy / shared / same node /
+ *   another gateway took the volume over mid-move (nothing recorded, the source keeps it),
  *   503 a node down, 502 the copy failed (the volume stays where it was).
  */
 export async function moveVolume(
@@ -58,7 +59,8 @@ export async function moveVolume(
   }
   const source = volumes.nodeFor(row);
   await volumes.refuseMounting(row, "move");
-  if (!(await volumes.table.claim(row.id, "moving"))) throw await volumes.claimLost(row, "move");
+  const claim = await volumes.table.claim(row.id, "moving");
+  if (claim === undefined) throw await volumes.claimLost(row, "move");
   const bound = AbortSignal.any([signal, AbortSignal.timeout(MOVE_TIMEOUT_MS)]);
   let bytes = 0;
   try {
@@ -127,7 +129,8 @@ export async function moveVolume(
       bytes = Number(JSON.parse(text).bytes ?? 0);
     } catch { /* the count is informative only */ }
   } catch (error) {
-    await volumes.table.update(row.id, { state: "ready" });
+    // A claim lost meanwhile is released by its new holder: the copy's own failure is the news.
+    await volumes.table.release(claim).catch(() => {});
     if (error instanceof HttpError) throw error;
     throw new HttpError(
       502,
@@ -136,7 +139,10 @@ export async function moveVolume(
       }): the volume stays on '${source.id}'`,
     );
   }
-  await volumes.table.update(row.id, { state: "ready", node: target.id });
+  // Compared on the claim and the row as claimed: a move whose claim lapsed (another gateway
+  // took the volume over) records nothing and leaves the source's copy; the target's unrecorded
+  // copy is dropped by reconcile.
+  await volumes.table.release(claim, { node: target.id });
   try {
     const gone = await volumes.call(source, "/destroyVolume", { id: row.id });
     if (gone.status !== 200) throw new Error(gone.text.slice(0, 200));

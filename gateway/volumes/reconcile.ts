@@ -197,7 +197,8 @@ export class VolumeReconciler {
     }
     const holder = this.#fleet.get(copy.node);
     if (holder === undefined) return "its node left the fleet";
-    if (!(await table.claim(copy.volume, "moving"))) {
+    const claim = await table.claim(copy.volume, "moving");
+    if (claim === undefined) {
       return "the volume is busy (a move, delete or mount)";
     }
     try {
@@ -242,7 +243,8 @@ export class VolumeReconciler {
       }
       return null;
     } finally {
-      await table.update(copy.volume, { state: "ready" });
+      // Compared on the claim: one lost meanwhile is its new holder's to release.
+      await table.release(claim).catch(() => {});
     }
   }
 }

@@ -39,6 +39,35 @@ export interface VolumeRow {
   createdAt: string;
 }
 
+/**
+ * A move's, delete's or stale-copy drop's hold on a volume, from {@linkcode VolumeStore.claim}:
+ * the only way to write the row back or delete it while the step runs. Its token names this
+ * claim and the row as it was read: a step that outlived its claim (its gateway's lease ended
+ * mid-step and another gateway claimed the volume) is refused, never written over the other's.
+ */
+export interface VolumeClaim {
+  /** The volume. */
+  readonly id: string;
+  /** `moving` or `deleting`. */
+  readonly state: VolumeState;
+  /** Opaque to callers: what the store compares at release. */
+  readonly token: string;
+}
+
+/**
+ * The 409 of a release or delete whose claim is no longer the one held: another gateway took
+ * the volume over (or, on a shared table, this gateway's lease ended mid-step), so nothing was
+ * written.
+ */
+export function claimTakenOver(id: string, what: string): HttpError {
+  return new HttpError(
+    409,
+    `Another gateway took over volume '${id}' while this ${what} ran (this gateway's claim ` +
+      "lapsed, e.g. its etcd lease ended mid-step): nothing was written; GET the volume to see " +
+      "its state now, and retry once it is ready",
+  );
+}
+
 /** The most volumes one team may have (every map has a bound). */
 export const MAX_VOLUMES_PER_TEAM = 1000;
 
@@ -65,11 +94,24 @@ export interface VolumeStore {
     patch: { state?: VolumeState; node?: string; shared?: boolean; sizeBytes?: number },
   ): Promise<void>;
   /**
-   * Moves a `ready` row to `state` at once; false when it was not `ready` (another delete or
-   * move got there first).
+   * Moves a `ready` row to `state` at once; `undefined` when it was not `ready` (another delete
+   * or move got there first).
    */
-  claim(id: string, state: VolumeState): Promise<boolean>;
-  /** Removes the row. */
+  claim(id: string, state: "moving" | "deleting"): Promise<VolumeClaim | undefined>;
+  /**
+   * Ends a claim: the row is `ready` again, on `patch.node` when given, only if the claim is
+   * still the one held and the row unchanged since it was claimed.
+   *
+   * @throws {HttpError} 409 ({@linkcode claimTakenOver}) when it is not: nothing is written.
+   */
+  release(claim: VolumeClaim, patch?: { node?: string }): Promise<void>;
+  /**
+   * Removes a claimed row, on the same condition as {@linkcode VolumeStore.release}.
+   *
+   * @throws {HttpError} 409 ({@linkcode claimTakenOver}) when the claim is not held.
+   */
+  remove(claim: VolumeClaim): Promise<void>;
+  /** Removes a row no step claims (a create's own, which nobody else can claim yet). */
   delete(id: string): Promise<void>;
   /**
    * Marks a create in flight that mounts the volume where every gateway sees it, unless the
@@ -103,15 +145,22 @@ export class VolumeTable implements VolumeStore {
       state TEXT NOT NULL,
       size_bytes INTEGER NOT NULL DEFAULT 0,
       created_at TEXT NOT NULL,
+      claim TEXT,
       UNIQUE (team, name)
     )`);
+    const columns = db.prepare("PRAGMA table_info(volumes)").all() as { name: string }[];
+    if (!columns.some((c) => c.name === "claim")) {
+      db.exec("ALTER TABLE volumes ADD COLUMN claim TEXT");
+    }
     // A gateway stopped in the middle of a create, move or delete left its row in that state,
     // which would refuse every mount for ever: no step of those is in flight after a start. A
     // move flips the node only once the copy is whole, so its volume is still on the old node;
     // a delete that did reach the node answers the next DELETE with "not here", which deletes
     // the row; a create's volume was never shown to anyone.
     db.exec("DELETE FROM volumes WHERE state = 'creating'");
-    db.exec("UPDATE volumes SET state = 'ready' WHERE state IN ('moving', 'deleting')");
+    db.exec(
+      "UPDATE volumes SET state = 'ready', claim = NULL WHERE state IN ('moving', 'deleting')",
+    );
   }
 
   /**
@@ -186,26 +235,60 @@ export class VolumeTable implements VolumeStore {
     const row = await this.get(id);
     if (row === undefined) return;
     this.#db.prepare(
-      "UPDATE volumes SET state = ?, node = ?, shared = ?, size_bytes = ? WHERE id = ?",
+      "UPDATE volumes SET state = ?, node = ?, shared = ?, size_bytes = ?, " +
+        "claim = CASE WHEN ? IN ('moving', 'deleting') THEN claim ELSE NULL END WHERE id = ?",
     )
       .run(
         patch.state ?? row.state,
         patch.node ?? row.node,
         (patch.shared ?? row.shared) ? 1 : 0,
         patch.sizeBytes ?? row.sizeBytes,
+        patch.state ?? row.state,
         id,
       );
   }
 
   /**
-   * Moves a `ready` row to `state` in one statement; false when it was not `ready` (another
-   * delete or move got there first).
+   * Moves a `ready` row to `state` in one statement, with a fresh claim token; `undefined` when
+   * it was not `ready` (another delete or move got there first).
    */
-  claim(id: string, state: VolumeState): Promise<boolean> {
+  claim(id: string, state: "moving" | "deleting"): Promise<VolumeClaim | undefined> {
     return settle(() => {
-      const r = this.#db.prepare("UPDATE volumes SET state = ? WHERE id = ? AND state = 'ready'")
-        .run(state, id);
-      return Number(r.changes) === 1;
+      const token = crypto.randomUUID();
+      const r = this.#db.prepare(
+        "UPDATE volumes SET state = ?, claim = ? WHERE id = ? AND state = 'ready'",
+      ).run(state, token, id);
+      return Number(r.changes) === 1 ? { id, state, token } : undefined;
+    });
+  }
+
+  /**
+   * Ends a claim (see {@linkcode VolumeStore.release}): the token guards against a step that
+   * finishes after its claim was ended (by a restart, or an operator's release) and another
+   * step claimed the volume.
+   *
+   * @throws {HttpError} 409 when the claim is not the one held.
+   */
+  release(claim: VolumeClaim, patch: { node?: string } = {}): Promise<void> {
+    return settle(() => {
+      const r = this.#db.prepare(
+        "UPDATE volumes SET state = 'ready', claim = NULL, node = COALESCE(?, node) " +
+          "WHERE id = ? AND claim = ?",
+      ).run(patch.node ?? null, claim.id, claim.token);
+      if (Number(r.changes) !== 1) throw claimTakenOver(claim.id, stepOf(claim));
+    });
+  }
+
+  /**
+   * Removes a claimed row.
+   *
+   * @throws {HttpError} 409 when the claim is not the one held.
+   */
+  remove(claim: VolumeClaim): Promise<void> {
+    return settle(() => {
+      const r = this.#db.prepare("DELETE FROM volumes WHERE id = ? AND claim = ?")
+        .run(claim.id, claim.token);
+      if (Number(r.changes) !== 1) throw claimTakenOver(claim.id, stepOf(claim));
     });
   }
 
@@ -215,6 +298,11 @@ export class VolumeTable implements VolumeStore {
       this.#db.prepare("DELETE FROM volumes WHERE id = ?").run(id);
     });
   }
+}
+
+/** The step a claim is for, as an error names it. */
+export function stepOf(claim: VolumeClaim): string {
+  return claim.state === "deleting" ? "delete" : "move";
 }
 
 /** A synchronous read or write of the database as the store's promise (a throw rejects it). */
