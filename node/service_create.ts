@@ -6,12 +6,13 @@
  * @module
  */
 import { HttpError } from "../shared/http_error.ts";
+import { teamScopedName } from "../shared/teams.ts";
 import type { SandboxSpec } from "../shared/schemas.ts";
 import { newSandboxId, type NewSandboxRow } from "./ledger.ts";
 import { LedgerFullError } from "./ledger_space.ts";
 import type { WarmPools } from "./pools.ts";
 import type { AcquireRequest, AcquireResult, SandboxRecord } from "./service_contract.ts";
-import { callExecutor, type ServiceCore } from "./service_state.ts";
+import { callExecutor, type ServiceCore, stampIdentity } from "./service_state.ts";
 
 /** What a new sandbox is made of, decided by `acquire` before either path runs. */
 export interface NewSandbox {
@@ -153,9 +154,14 @@ export async function buildNew(
   const warm = pools && request.snapshot === undefined
     ? claimWarm(core, pools, request, { team, template, spec, env })
     : undefined;
-  if (warm !== undefined) return { created: true, sandbox: warm };
-  return {
-    created: true,
-    sandbox: await buildCold(core, request, { id, team, template, spec, env }),
-  };
+  if (warm !== undefined) {
+    // A claim makes no engine call: the identity files (the team is learnt only now) are
+    // written next in the name's slot, so every later verb on the sandbox finds them.
+    void core.queue.run(teamScopedName(team, request.name), () => stampIdentity(core, warm));
+    return { created: true, sandbox: warm };
+  }
+  const sandbox = await buildCold(core, request, { id, team, template, spec, env });
+  // A sandbox from a snapshot holds its origin's files until this write.
+  await stampIdentity(core, sandbox);
+  return { created: true, sandbox };
 }

@@ -7,6 +7,7 @@
 import { HttpError } from "../shared/http_error.ts";
 import { metadataSchema } from "../shared/schemas.ts";
 import type { ExecRequest } from "./executors/contract.ts";
+import { identityEnv } from "./sandbox_identity.ts";
 import type { ExecResult, ListFilter, SandboxRecord } from "./service_contract.ts";
 
 /** Whether a row matches a listing's filter. */
@@ -20,11 +21,12 @@ export function matcher(filter: ListFilter): (s: SandboxRecord) => boolean {
 
 /**
  * The command with the sandbox's recorded env under its own: a claimed warm sandbox's container
- * was built before its env was known, so the env travels with every command instead.
+ * was built before its env was known, so the env travels with every command instead. The
+ * identity variables (`E2B_SANDBOX`, `E2B_SANDBOX_ID`, ...) go over the sandbox's env, as envd
+ * sets them over the create's `envs`, and under the command's own env, as envd starts a process.
  */
 export function withEnv(sandbox: SandboxRecord, request: ExecRequest): ExecRequest {
-  if (Object.keys(sandbox.env).length === 0) return request;
-  return { ...request, env: { ...sandbox.env, ...request.env } };
+  return { ...request, env: { ...sandbox.env, ...identityEnv(sandbox), ...request.env } };
 }
 
 /**

@@ -19,6 +19,7 @@ import {
 } from "./executors/contract.ts";
 import type { Ledger } from "./ledger.ts";
 import type { SandboxRecord } from "./service_contract.ts";
+import { IDENTITY_DIR, writeIdentityFiles } from "./sandbox_identity.ts";
 
 /** The parts of the service these steps work on. */
 export interface ServiceCore {
@@ -110,6 +111,8 @@ export async function wake(
       throw error;
     }
     core.log("info", "sandbox restored from its files", { name: sandbox.name, id: sandbox.id });
+    // Its kept files hold its identity already, unless they were kept before it was written.
+    await stampIdentity(core, sandbox);
   } else if (sandbox.state !== "active") {
     await callExecutor(() => core.executor.resume(sandbox.id));
     try {
@@ -300,4 +303,20 @@ async function reapplyProxiedRules(core: ServiceCore, held: Set<string>): Promis
       });
     }
   }
+}
+
+/**
+ * Writes the sandbox's identity files (`/run/e2b/.E2B_SANDBOX_ID`, ...) with its own values. A
+ * failed write is logged, not answered: the sandbox runs, and its commands get the variables.
+ */
+export async function stampIdentity(core: ServiceCore, sandbox: SandboxRecord): Promise<void> {
+  await writeIdentityFiles(
+    core.executor,
+    sandbox,
+    (why) =>
+      core.log("warn", `could not write the sandbox's ${IDENTITY_DIR} files: ${why}`, {
+        name: sandbox.name,
+        id: sandbox.id,
+      }),
+  );
 }
