@@ -68,7 +68,6 @@ Deno.test("SandboxService.acquire() claims a warm sandbox with no engine call", 
   // The identity files are written after the claim is answered, in the name's slot: held
   // here, the claim is answered all the same.
   const releaseExec = executor.hooks.park("exec");
-  const started = performance.now();
   const { created, sandbox } = await service.acquire({
     name: "agent-1",
     team: "acme",
@@ -76,7 +75,7 @@ Deno.test("SandboxService.acquire() claims a warm sandbox with no engine call", 
     env: { GREETING: "hello" },
     deadline: { ms: 60_000, action: "kill" },
   });
-  const ms = performance.now() - started;
+  // Answered while the identity write is still parked: the claim does not wait for it.
   assert.equal(created, true);
   assert.deepEqual(
     serviceCalls.filter((call) => call !== "exec"),
@@ -88,7 +87,6 @@ Deno.test("SandboxService.acquire() claims a warm sandbox with no engine call", 
   assert.equal(sandbox.team, "acme");
   assert.deepEqual(sandbox.metadata, { job: "7" });
   assert.equal(sandbox.deadlineAt, clock.now() + 60_000);
-  assert.ok(ms < 50, `claim took ${ms.toFixed(2)} ms`);
   assert.equal(ledger.warmRows().length, 1);
   assert.deepEqual(ledger.teamCounts(), { acme: 1 });
   // The env the claim recorded reaches every later command (the container predates it).
