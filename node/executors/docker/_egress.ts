@@ -358,7 +358,10 @@ export class EgressFirewall {
       const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
       const i = words.indexOf("-i");
       if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
-      if (!words.includes("dormice:egress-proxy")) continue;
+      // The proxy's own for 80 and 443, and those of its listeners for transform keys' ports.
+      if (!words.some((w) => w === "dormice:egress-proxy" || w === "dormice:egress-proxy-port")) {
+        continue;
+      }
       await this.#must(["-D", ...words.slice(1)]);
     }
     return removed;

@@ -248,4 +248,8 @@ Deno.test("EgressFirewall.unlisten() removes a closed port listener's INPUT rule
   assert.equal(iptables.count("INPUT", "--dport 41000"), 1);
   await firewall.unlisten([{ iface: bridge, listener: 41001 }]);
   assert.equal(iptables.count("INPUT", "--dport 41001"), 1);
+  // The bridge goes (its network removed, a node killed before it let go): all its rules go.
+  await firewall.removeBridge(other);
+  assert.equal(iptables.count("INPUT", `-i ${other} `), 0);
+  assert.equal(iptables.count("INPUT", "--dport 41000"), 1);
 });
