@@ -17,7 +17,8 @@
  * rules is steered nowhere and gets no header; an upstream's redirect to another domain goes back
  * to the sandbox unfollowed, so the header stays behind; another Host inside a spliced connection
  * reaches the allowed name's server (fronting, documented) and is replaced in an opened one; UDP to an allowed domain's address (QUIC)
- * is refused under deny-all; `updateNetwork` cuts an open connection to a domain it no longer
+ * is refused under deny-all; `updateNetwork` dropping a port's key stops steering that port and
+ * naming it again steers it anew; `updateNetwork` cuts an open connection to a domain it no longer
  * allows, and an opened HTTPS connection's next request gets a 403 instead of the header.
  *
  * Needs root, `ip`, iptables, openssl, an engine and the base image (its curl): with
@@ -314,6 +315,36 @@ Deno.test({
           "allowed.test",
           "allowed.test:8443",
         ]);
+      },
+    );
+
+    await t.step(
+      "updateNetwork dropping a port's key stops steering it; naming it again steers it anew",
+      async () => {
+        const unported = {
+          allowOut: ["allowed.test"],
+          denyOut: [ALL_TRAFFIC],
+          rules: { "allowed.test": [{ transform: { headers: { "X-Dormice-Key": other } } }] },
+        };
+        await ported.updateNetwork(unported);
+        // 8443 goes direct now, where deny-all refuses it; 443 is still steered.
+        assert.match(await get(ported, "https", "allowed.test", a, false, "/", 8443), /^refused: /);
+        assert.equal(
+          await get(ported, "https", "allowed.test", a, false),
+          answer(a, "allowed.test", sha(other)),
+        );
+        // No sandbox named 8443 in between: its listener was released, and one opens again.
+        await ported.updateNetwork({
+          ...unported,
+          rules: {
+            ...unported.rules,
+            "allowed.test:8443": [{ transform: { headers: { "X-Dormice-Key": secret } } }],
+          },
+        });
+        assert.equal(
+          await get(ported, "https", "allowed.test", a, false, "/", 8443),
+          answer(a, "allowed.test", sha(secret)),
+        );
       },
     );
 

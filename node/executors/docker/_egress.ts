@@ -34,7 +34,8 @@
  *
  * A port P other than 80 and 443 is steered when a transform key names it
  * (`api.example.com:8443`), to a listener of the proxy's own for P (a REDIRECT loses the port
- * the sandbox connected to).
+ * the sandbox connected to); once no sandbox's rules name P, the listener closes and its INPUT
+ * rule goes (`unlisten`).
  *
  * The INPUT rule lets only redirected connections through the host firewall to the proxy; a
  * sandbox connecting to the proxy's port itself is still dropped. Steered connections never
@@ -206,13 +207,7 @@ export class EgressFirewall {
       }
     }
     for (const listener of extra.values()) {
-      const own = accept.map((w) =>
-        w === String(port)
-          ? String(listener)
-          : w === "dormice:egress-proxy"
-          ? "dormice:egress-proxy-port"
-          : w
-      );
+      const own = portAccept(bridge, listener);
       if (!(await this.#has("INPUT", own))) await this.#must(["-I", "INPUT", "1", ...own]);
     }
     const made = await this.#iptables(["-t", "nat", "-N", chain]);
@@ -250,6 +245,20 @@ export class EgressFirewall {
     if (!(await this.#has("PREROUTING", [...jump, "-j", chain], "nat"))) {
       // First, ahead of Docker's own DOCKER jump for published ports.
       await this.#must(["-t", "nat", "-I", "PREROUTING", "1", ...jump, "-j", chain]);
+    }
+  }
+
+  /**
+   * Removes the host firewall's way in to proxy listeners for transform keys' ports that were
+   * closed (no sandbox's rules name their port any more; `EgressProxy.release`), each on its
+   * bridge; what is gone is no error. The REDIRECTs to them went with their sandboxes' `steer`.
+   *
+   * @throws {ExecutorError} `unavailable` when iptables cannot do it.
+   */
+  async unlisten(closed: readonly { iface: string; listener: number }[]): Promise<void> {
+    for (const { iface, listener } of closed) {
+      const own = portAccept(iface, listener);
+      while (await this.#has("INPUT", own)) await this.#must(["-D", "INPUT", ...own]);
     }
   }
 
@@ -349,7 +358,10 @@ export class EgressFirewall {
       const words = line.trim().split(/\s+/).map((w) => w.replace(/^"(.*)"$/, "$1"));
       const i = words.indexOf("-i");
       if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
-      if (!words.includes("dormice:egress-proxy")) continue;
+      // The proxy's own for 80 and 443, and those of its listeners for transform keys' ports.
+      if (!words.some((w) => w === "dormice:egress-proxy" || w === "dormice:egress-proxy-port")) {
+        continue;
+      }
       await this.#must(["-D", ...words.slice(1)]);
     }
     return removed;
@@ -417,6 +429,28 @@ export class EgressFirewall {
         "--iptables=false). The rules in force before, if any, still are; try again",
     );
   }
+}
+
+/** The INPUT rule letting redirected connections on `bridge` in to the proxy's `listener`. */
+function portAccept(bridge: string, listener: number): string[] {
+  return [
+    "-i",
+    bridge,
+    "-p",
+    "tcp",
+    "--dport",
+    String(listener),
+    "-m",
+    "conntrack",
+    "--ctstate",
+    "DNAT",
+    "-m",
+    "comment",
+    "--comment",
+    "dormice:egress-proxy-port",
+    "-j",
+    "ACCEPT",
+  ];
 }
 
 function said(r: IptablesResult): string {

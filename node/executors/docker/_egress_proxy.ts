@@ -60,7 +60,8 @@ const MAX_LOOKUPS = 64;
 const MAX_LOOKUPS_PER_SANDBOX = 16;
 /**
  * Most listeners for ports other than 80 and 443 (transform keys with a port), node-wide: one
- * per egress bridge address and port, kept while the node runs.
+ * per egress bridge address and port, shared by the sandboxes whose rules name that port and
+ * closed when none does any more (see {@linkcode EgressProxy.hold}).
  */
 export const MAX_PORT_LISTENERS = 64;
 /** How long the proxy waits for a name to resolve, ms. */
@@ -72,6 +73,9 @@ const NEVER = ["0.0.0.0/8", "127.0.0.0/8", "169.254.0.0/16", "224.0.0.0/4", "240
 function within(cidr: string, ip: string): boolean {
   return !egressAllows({ allowOut: [], denyOut: [cidr] }, ip);
 }
+
+/** Refused: the node has {@linkcode MAX_PORT_LISTENERS} port listeners open, all named. */
+export class PortListenersFull extends Error {}
 
 /** Refused at once: the sandbox (or the node) has too many lookups in flight. */
 class LookupsBusy extends Error {}
@@ -92,6 +96,8 @@ export interface EgressProxyOptions {
   maxTerminators?: number;
   /** Most upstream HTTPS clients kept, one per name and address (256; tests lower it). */
   maxClients?: number;
+  /** Opens a listener on an address, on a port of the system's choosing (tests fake it). */
+  listen?: (hostname: string) => Deno.TcpListener;
   /** Resolves a name to an IPv4 address; the system resolver by default (tests fake it). */
   lookup?: (name: string) => Promise<string>;
   /** Most requests of one sandbox in flight to domains with transforms (512; tests lower it). */
@@ -118,6 +124,23 @@ interface Sandbox {
   team?: string;
 }
 
+/** A listener for a transform key's port, and the sandboxes holding it open. */
+interface PortListener {
+  listener: Deno.TcpListener;
+  /** The bridge interface its connections come in on, given back when it closes. */
+  iface: string;
+  /** Ids of the sandboxes holding it: its reference count. */
+  holders: Set<string>;
+}
+
+/** A port listener closed because no sandbox names its port any more. */
+export interface ReleasedPort {
+  /** The bridge interface given at {@linkcode EgressProxy.hold}. */
+  iface: string;
+  /** The port the listener had (where the REDIRECTs sent the connections). */
+  listener: number;
+}
+
 /** One spliced connection of a sandbox: what it was judged by, for a change of rules. */
 interface Spliced {
   name: string;
@@ -131,15 +154,21 @@ export class EgressProxy {
   #log: Log;
   #interfaces: () => Deno.NetworkInterfaceInfo[];
   #lookup: (name: string) => Promise<string>;
+  #open: (hostname: string) => Deno.TcpListener;
   /** The TLS-terminating path of names with header transforms. */
   #transforms: TransformPath;
   /** Lookups in flight by sandbox address. */
   #lookups = new Map<string, number>();
   #lookupsTotal = 0;
-  /** By bridge address (80 and 443), or `<address> <port>` for a transform key's port. */
+  /** By bridge address, for ports 80 and 443: one per egress network, kept while it is used. */
   #listeners = new Map<string, Deno.TcpListener>();
-  /** How many of {@linkcode #listeners} are for a transform key's port. */
-  #portListeners = 0;
+  /**
+   * By `<address> <port>`, for a transform key's port; each removed when its last holder lets
+   * go, so at most {@linkcode MAX_PORT_LISTENERS} at once.
+   */
+  #ports = new Map<string, PortListener>();
+  /** By sandbox id: the keys of {@linkcode #ports} its latest {@linkcode hold} named. */
+  #named = new Map<string, Set<string>>();
   #byAddress = new Map<string, Sandbox>();
   #byId = new Map<string, Sandbox>();
   /** Sandbox connections, by sandbox address, shared between teams and their sandboxes. */
@@ -165,6 +194,7 @@ export class EgressProxy {
       interfaces = Deno.networkInterfaces,
       maxTerminators = MAX_TERMINATORS,
       maxClients = MAX_CLIENTS,
+      listen = (hostname) => Deno.listen({ hostname, port: 0 }),
       lookup: resolve = async (name) => (await lookup(name, { family: 4 })).address,
       maxRequestsPerSandbox = MAX_PER_SANDBOX,
       fetch: send,
@@ -182,47 +212,108 @@ export class EgressProxy {
       teamOf: (id) => this.#teamKey(this.#byId.get(id), `sandbox ${id}`),
     });
     this.#lookup = resolve;
+    this.#open = listen;
     this.#interfaces = interfaces;
     this.#hosts = hosts;
     this.#log = log;
   }
 
   /**
-   * Listens on `hostname` (an egress bridge's gateway address, where a REDIRECT delivers)
-   * unless it listens there already; the port. With `forPort`, the listener takes the
-   * connections a sandbox made to that port (a transform key's, `api.example.com:8443`): a
-   * REDIRECT loses the port connected to, so each such port has a listener of its own, at most
-   * {@linkcode MAX_PORT_LISTENERS} a node.
+   * Listens on `hostname` (an egress bridge's gateway address, where a REDIRECT delivers the
+   * sandboxes' connections to ports 80 and 443) unless it listens there already; the port.
    *
-   * @throws {Error} past that many, or when the address cannot be listened on.
+   * @throws {Error} when the address cannot be listened on.
    */
-  start(hostname: string, forPort?: number): number {
-    const at = forPort === undefined ? hostname : `${hostname} ${forPort}`;
-    const known = this.#listeners.get(at);
+  start(hostname: string): number {
+    const known = this.#listeners.get(hostname);
     if (known !== undefined) return (known.addr as Deno.NetAddr).port;
-    if (forPort !== undefined && ++this.#portListeners > MAX_PORT_LISTENERS) {
-      this.#portListeners--;
-      throw new Error(
-        `the egress proxy listens for ${MAX_PORT_LISTENERS} ports other than 80 and 443 ` +
-          "already (transform keys with a port): use keys without a port, or fewer ports",
-      );
+    const listener = this.#listen(hostname);
+    this.#listeners.set(hostname, listener);
+    this.#accept(listener, (c) => this.#serve(c));
+    return (listener.addr as Deno.NetAddr).port;
+  }
+
+  /**
+   * Sandbox `id` needs listeners on `hostname` for `ports` (its transform keys' ports other
+   * than 443, `api.example.com:8443`: a REDIRECT loses the port connected to, so each has a
+   * listener of its own, taking the connections coming in on bridge `iface`). Each is opened
+   * unless one is open already, and shared by every sandbox naming its port: `id` counts as a
+   * holder of each, and goes on holding those of its earlier hold until {@linkcode release},
+   * so a listener another sandbox (or this one's new rules) still names is never closed
+   * between the two. At most {@linkcode MAX_PORT_LISTENERS} are open at once.
+   *
+   * @returns each port's listener port, for the REDIRECTs.
+   * @throws {PortListenersFull} past that many (the holds this call took are given back).
+   * @throws {Error} when the address cannot be listened on.
+   */
+  hold(id: string, hostname: string, ports: Iterable<number>, iface: string): Map<number, number> {
+    const named = new Set<string>();
+    const listeners = new Map<number, number>();
+    try {
+      for (const port of ports) {
+        const at = `${hostname} ${port}`;
+        named.add(at);
+        let known = this.#ports.get(at);
+        if (known === undefined) {
+          if (this.#ports.size >= MAX_PORT_LISTENERS) {
+            throw new PortListenersFull(
+              `the egress proxy listens for ${MAX_PORT_LISTENERS} ports other than 80 and 443 ` +
+                "already (transform keys with a port, each held until no sandbox's rules name " +
+                "it): use keys without a port, or fewer ports",
+            );
+          }
+          const listener = this.#listen(hostname);
+          known = { listener, iface, holders: new Set() };
+          this.#ports.set(at, known);
+          this.#accept(listener, (c) => this.#serve(c, port));
+        }
+        known.holders.add(id);
+        listeners.set(port, (known.listener.addr as Deno.NetAddr).port);
+      }
+    } catch (error) {
+      // Back to what it held before this call: the listeners opened for it alone close.
+      this.release(id);
+      throw error;
     }
+    this.#named.set(id, named);
+    return listeners;
+  }
+
+  /**
+   * Sandbox `id` lets go of the listeners its latest {@linkcode hold} did not name (all, after
+   * {@linkcode forget}); each no sandbox holds any more is closed. Call it once the REDIRECTs
+   * to them are gone. Connections a closed listener accepted run on until they end.
+   *
+   * @returns the listeners closed, for their host firewall rules to go too.
+   */
+  release(id: string): ReleasedPort[] {
+    const keep = this.#named.get(id) ?? new Set<string>();
+    const released: ReleasedPort[] = [];
+    for (const [at, held] of this.#ports) {
+      if (keep.has(at) || !held.holders.delete(id) || held.holders.size > 0) continue;
+      this.#ports.delete(at);
+      released.push({ iface: held.iface, listener: (held.listener.addr as Deno.NetAddr).port });
+      try {
+        held.listener.close();
+      } catch { /* closed already */ }
+    }
+    return released;
+  }
+
+  /** A new listener on `hostname`, on a port of the system's choosing. */
+  #listen(hostname: string): Deno.TcpListener {
     // A new bridge address: its subnet is read again before the next connection is judged.
     this.#local.at = 0;
     // Fails closed: without the host's addresses the proxy could not keep off them.
     this.#interfaces();
-    // One a bridge address: bounded by the node's networks (its egress network, made again
-    // with another subnet after it was removed).
-    let listener: Deno.TcpListener;
-    try {
-      listener = Deno.listen({ hostname, port: 0 });
-    } catch (error) {
-      if (forPort !== undefined) this.#portListeners--;
-      throw error;
-    }
-    this.#listeners.set(at, listener);
-    this.#accept(listener, (c) => this.#serve(c, forPort));
-    return (listener.addr as Deno.NetAddr).port;
+    // Bounded by the node's networks (its egress network, made again with another subnet after
+    // it was removed) times the ports of MAX_PORT_LISTENERS.
+    return this.#open(hostname);
+  }
+
+  /** How many listeners for transform keys' ports are open. */
+  get portListeners(): number {
+    return this.#ports.size;
   }
 
   /**
@@ -242,11 +333,18 @@ export class EgressProxy {
     }
   }
 
-  /** Forgets sandbox `id`: its open connections are cut, new ones closed unanswered. */
-  forget(id: string): void {
+  /**
+   * Forgets sandbox `id`: its open connections are cut, new ones closed unanswered, and it lets
+   * go of its port listeners ({@linkcode release}).
+   *
+   * @returns the listeners closed, for their host firewall rules to go too.
+   */
+  forget(id: string): ReleasedPort[] {
     for (const [at, s] of this.#byAddress) if (s.id === id) this.#byAddress.delete(at);
     this.#byId.delete(id);
     for (const s of this.#spliced.get(id) ?? []) closeQuietly(s.conn);
+    this.#named.delete(id);
+    return this.release(id);
   }
 
   /** The key `sandbox`'s connections are shared out by: its team's, else its own `other`. */
@@ -256,13 +354,19 @@ export class EgressProxy {
 
   /** Stops listening and closes the TLS terminators. */
   async close(): Promise<void> {
-    for (const l of this.#listeners.values()) {
+    for (
+      const l of [
+        ...this.#listeners.values(),
+        ...[...this.#ports.values()].map((p) => p.listener),
+      ]
+    ) {
       try {
-        l?.close();
+        l.close();
       } catch { /* closed already */ }
     }
     this.#listeners.clear();
-    this.#portListeners = 0;
+    this.#ports.clear();
+    this.#named.clear();
     await this.#transforms.close();
   }
 

@@ -560,3 +560,118 @@ Deno.test({
     await Deno.remove(dir, { recursive: true });
   }
 });
+
+/**
+ * Listeners that accept nothing, on ports counted up from 50000: which are open is known at
+ * once, where a real one's close completes only once its pending accept is cancelled.
+ */
+function fakeListeners() {
+  const open = new Set<number>();
+  let next = 50_000;
+  const listen = (hostname: string) => {
+    const port = next++;
+    open.add(port);
+    let stop = () => {};
+    const stopped = new Promise<void>((resolve) => stop = resolve);
+    return {
+      addr: { transport: "tcp", hostname, port },
+      close() {
+        if (!open.delete(port)) throw new Deno.errors.BadResource("closed already");
+        stop();
+      },
+      [Symbol.asyncIterator]: () => ({
+        next: () => stopped.then(() => ({ done: true, value: undefined })),
+      }),
+    } as unknown as Deno.TcpListener;
+  };
+  return { open, listen };
+}
+
+Deno.test({
+  name:
+    "EgressProxy closes a port's listener once no sandbox names it: 64 used and let go, a 65th opens",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const { open, listen } = fakeListeners();
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {}, listen });
+  const iface = "dm-test-e";
+  try {
+    const opened: number[] = [];
+    for (let i = 0; i < 64; i++) {
+      const got = proxy.hold(`sb${i}`, "127.0.0.1", [10_000 + i], iface);
+      opened.push(got.get(10_000 + i)!);
+    }
+    assert.equal(proxy.portListeners, 64);
+    assert.equal(new Set(opened).size, 64);
+    // A 65th port while all 64 are named: refused, and the refused hold keeps nothing open.
+    assert.throws(
+      () => proxy.hold("sb64", "127.0.0.1", [8443, 20_000], iface),
+      /listens for 64 ports other than 80 and 443 already .*until no sandbox's rules name it/,
+    );
+    assert.equal(proxy.portListeners, 64);
+    // Half the sandboxes are destroyed, the other half drop their key (an updateNetwork).
+    const released = [];
+    for (let i = 0; i < 64; i++) {
+      if (i % 2 === 0) released.push(...proxy.forget(`sb${i}`));
+      else {
+        assert.deepEqual(proxy.hold(`sb${i}`, "127.0.0.1", [], iface), new Map());
+        released.push(...proxy.release(`sb${i}`));
+      }
+    }
+    assert.deepEqual(
+      released.map((r) => r.listener).sort(),
+      [...opened].sort(),
+    );
+    assert.ok(released.every((r) => r.iface === iface));
+    assert.equal(proxy.portListeners, 0);
+    assert.deepEqual(open, new Set());
+    // The 65th port over the node's life opens.
+    const got = proxy.hold("sb64", "127.0.0.1", [20_000], iface);
+    assert.equal(proxy.portListeners, 1);
+    assert.deepEqual(open, new Set([got.get(20_000)]));
+  } finally {
+    await proxy.close();
+  }
+});
+
+Deno.test({
+  name: "EgressProxy keeps a port's listener open while any sandbox's current rules name it",
+  sanitizeOps: false,
+  sanitizeResources: false,
+}, async () => {
+  const { open, listen } = fakeListeners();
+  const proxy = new EgressProxy({ ca: null as unknown as EgressCa, log: () => {}, listen });
+  const iface = "dm-test-e";
+  try {
+    const l8443 = proxy.hold("a", "127.0.0.1", [8443], iface).get(8443)!;
+    // b names the same port: the same listener, one more holder.
+    assert.equal(proxy.hold("b", "127.0.0.1", [8443], iface).get(8443), l8443);
+    assert.equal(proxy.portListeners, 1);
+    // a's rules move from 8443 to 9443: b still names 8443, so it stays open.
+    const l9443 = proxy.hold("a", "127.0.0.1", [9443], iface).get(9443)!;
+    assert.deepEqual(proxy.release("a"), []);
+    assert.equal(open.has(l8443), true);
+    // b's update keeps 8443 and adds 7443: held across the update (counted before released).
+    const both = proxy.hold("b", "127.0.0.1", [8443, 7443], iface);
+    assert.equal(both.get(8443), l8443);
+    assert.deepEqual(proxy.release("b"), []);
+    assert.equal(open.has(l8443), true);
+    // The port moves from b to a: a holds it before b lets go, so it is never closed.
+    assert.equal(proxy.hold("a", "127.0.0.1", [9443, 8443], iface).get(8443), l8443);
+    assert.deepEqual(proxy.release("a"), []);
+    assert.equal(proxy.hold("b", "127.0.0.1", [7443], iface).get(8443), undefined);
+    assert.deepEqual(proxy.release("b"), []);
+    assert.equal(open.has(l8443), true);
+    // a destroyed: 8443 and 9443 close; b's 7443 stays.
+    assert.deepEqual(
+      proxy.forget("a").map((r) => r.listener).sort(),
+      [l8443, l9443].sort(),
+    );
+    assert.equal(open.has(l8443), false);
+    assert.equal(open.has(both.get(7443)!), true);
+    assert.equal(proxy.portListeners, 1);
+  } finally {
+    await proxy.close();
+  }
+});

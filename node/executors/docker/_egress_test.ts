@@ -232,3 +232,24 @@ Deno.test("EgressFirewall.steer() again never leaves the sandbox's ports 80 and 
     "-p tcp -m multiport --dports 80,443 -j REDIRECT --to-ports 42000",
   ]);
 });
+
+Deno.test("EgressFirewall.unlisten() removes a closed port listener's INPUT rule on its bridge only", async () => {
+  const { iptables, firewall } = setup();
+  const other = "dm-9876543210-e";
+  await firewall.steer("sb1", "172.30.0.2", bridge, 41000, [], new Map([[8443, 41001]]));
+  await firewall.steer("sb2", "172.30.0.3", bridge, 41000, [], new Map([[8443, 41001]]));
+  await firewall.steer("sb3", "172.31.0.2", other, 42000, [], new Map([[8443, 41001]]));
+  assert.equal(iptables.count("INPUT", "--dport 41001"), 2);
+  await firewall.unlisten([{ iface: bridge, listener: 41001 }]);
+  const input = iptables.chains.get("INPUT")!;
+  assert.deepEqual(input.filter((r) => r.includes("--dport 41001")).length, 1);
+  assert.ok(input.some((r) => r.includes(`-i ${other} `) && r.includes("--dport 41001")));
+  // The 80 and 443 listeners' rules stay; again is no error.
+  assert.equal(iptables.count("INPUT", "--dport 41000"), 1);
+  await firewall.unlisten([{ iface: bridge, listener: 41001 }]);
+  assert.equal(iptables.count("INPUT", "--dport 41001"), 1);
+  // The bridge goes (its network removed, a node killed before it let go): all its rules go.
+  await firewall.removeBridge(other);
+  assert.equal(iptables.count("INPUT", `-i ${other} `), 0);
+  assert.equal(iptables.count("INPUT", "--dport 41000"), 1);
+});

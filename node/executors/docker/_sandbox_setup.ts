@@ -17,7 +17,7 @@ import type { Commands } from "./_exec.ts";
 import type { SandboxNetwork } from "./_network.ts";
 import type { EgressFirewall } from "./_egress.ts";
 import type { EgressCa } from "./_egress_ca.ts";
-import type { EgressProxy } from "./_egress_proxy.ts";
+import { type EgressProxy, PortListenersFull } from "./_egress_proxy.ts";
 
 /** What {@link SandboxSetup} works with. */
 export interface SandboxSetupOptions {
@@ -124,13 +124,18 @@ export class SandboxSetup {
     await this.#egress!.apply(id, at.ip, at.bridge, rules);
     if (proxied) {
       let port: number;
-      const extra = new Map<number, number>();
+      let extra: Map<number, number>;
       try {
         port = this.#proxy!.start(at.gateway);
-        for (const p of transformPorts(rules.transforms)) {
-          extra.set(p, this.#proxy!.start(at.gateway, p));
-        }
+        extra = this.#proxy!.hold(id, at.gateway, transformPorts(rules.transforms), at.bridge);
       } catch (error) {
+        if (error instanceof PortListenersFull) {
+          throw new ExecutorError(
+            "unavailable",
+            `This node's egress proxy cannot take sandbox ${id}'s rules: ${error.message}; a ` +
+              "port is free again once no sandbox's rules name it",
+          );
+        }
         throw new ExecutorError(
           "unavailable",
           `The egress proxy cannot start on the egress bridge's address ${at.gateway} ` +
@@ -141,10 +146,22 @@ export class SandboxSetup {
       // Known to the proxy before any connection is steered to it.
       this.#proxy!.set(at.ip, id, rules, team);
       await this.#egress!.steer(id, at.ip, at.bridge, port, rules.allowOut, extra);
+      // Only now, with no REDIRECT of this sandbox to them left: the ports its rules dropped.
+      await this.#egress!.unlisten(this.#proxy!.release(id));
     } else {
       await this.#egress!.steer(id, at.ip, at.bridge, null, rules.allowOut);
-      this.#proxy?.forget(id);
+      await this.forgetEgress(id);
     }
+  }
+
+  /**
+   * Sandbox `id` is gone from the egress proxy (destroyed, archived, or its rules need no
+   * proxy): its connections there are cut, and the listeners for transform keys' ports no other
+   * sandbox names close, with their host firewall rules. Call it once its REDIRECTs are gone.
+   */
+  async forgetEgress(id: string): Promise<void> {
+    const closed = this.#proxy?.forget(id) ?? [];
+    if (closed.length > 0) await this.#egress?.unlisten(closed);
   }
 
   /**

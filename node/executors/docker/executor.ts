@@ -363,7 +363,9 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove a destroyed sandbox's egress rules", { id, error })
     );
-    this.#proxy?.forget(id);
+    await this.#setup.forgetEgress(id).catch((error) =>
+      this.#log("warn", "Could not remove a closed egress proxy port's rule", { id, error })
+    );
     // What a filesystem pause kept of it goes too.
     const kept = await this.#snapshots.archiveOf(id);
     if (kept !== undefined) await this.#snapshots.delete(kept, undefined, true);
@@ -383,7 +385,9 @@ export class DockerExecutor implements Executor {
     await this.#egress?.remove(id).catch((error) =>
       this.#log("warn", "Could not remove an archived sandbox's egress rules", { id, error })
     );
-    this.#proxy?.forget(id);
+    await this.#setup.forgetEgress(id).catch((error) =>
+      this.#log("warn", "Could not remove a closed egress proxy port's rule", { id, error })
+    );
   }
 
   /** A container again under the sandbox's id from its archive image, which is then untagged. */
@@ -405,6 +409,7 @@ export class DockerExecutor implements Executor {
     await this.#setup.ready(request, start, async () => {
       await this.#containers.destroy(request.id);
       await this.#egress?.remove(request.id);
+      await this.#setup.forgetEgress(request.id);
     });
     // In use by the new container: untagged now, removed with the container (the orphan sweep).
     // The sandbox runs either way: an archive left tagged is removed by its destroy.
