@@ -717,6 +717,23 @@ Deno.test("GatewayRouting.fanOut() parses each 2xx and names why each other node
   }
 });
 
+/** A routing over `fleet` whose nodes `fakeFetch` answers, for the fan-out tests. */
+function fanOutRouting(
+  fleet: Fleet,
+  fakeFetch: typeof fetch,
+  options: Partial<ConstructorParameters<typeof GatewayRouting>[0]>,
+): GatewayRouting {
+  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
+  return new GatewayRouting({
+    fleet,
+    finder,
+    placer: new Placer({ fleet }),
+    token,
+    fetch: fakeFetch,
+    ...options,
+  });
+}
+
 Deno.test("GatewayRouting.fanOut() asks at most fanOutConcurrency nodes at once, every node in the end", async () => {
   const nodes = new Map<string, StubNode>();
   const fleet = new Fleet({ clock: new FakeClock() });
@@ -732,16 +749,7 @@ Deno.test("GatewayRouting.fanOut() asks at most fanOutConcurrency nodes at once,
     nodes.set(node.endpoint, node);
     fleet.checkIn(checkIn(node.id, node.endpoint));
   }
-  const fakeFetch = fetchToNodes(nodes);
-  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
-  const routing = new GatewayRouting({
-    fleet,
-    finder,
-    placer: new Placer({ fleet }),
-    token,
-    fetch: fakeFetch,
-    fanOutConcurrency: 3,
-  });
+  const routing = fanOutRouting(fleet, fetchToNodes(nodes), { fanOutConcurrency: 3 });
   try {
     const answers = await routing.fanOut("/list", "{}", new AbortController().signal);
     assert.equal(answers.filter((a) => a.ok).length, 12);
@@ -768,13 +776,7 @@ Deno.test("GatewayRouting.fanOut() asks under one signal per worker, as wide as 
     inFlight--;
     return Response.json({ sandboxes: [] });
   }) as typeof fetch;
-  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
-  const routing = new GatewayRouting({
-    fleet,
-    finder,
-    placer: new Placer({ fleet }),
-    token,
-    fetch: fakeFetch,
+  const routing = fanOutRouting(fleet, fakeFetch, {
     clock,
     fanOutConcurrency: 4,
     fanOutConcurrencyMax: 200,
