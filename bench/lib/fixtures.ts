@@ -72,15 +72,19 @@ export interface Child<T> {
 
 /**
  * Starts `deno run <args>` and waits for its first stdout line (JSON). Stderr is passed through
- * only when it is not empty at exit, to keep the runner's output readable.
+ * only when it is not empty at exit, to keep the runner's output readable. With `nice`, the child
+ * runs at that niceness (`nice -n`): simulated nodes that stand for machines of their own then
+ * take a core only when the gateway does not want it.
  */
 export async function startChild<T>(
   args: string[],
   env: Record<string, string> = {},
   timeoutMs = 30_000,
+  nice?: number,
 ): Promise<Child<T>> {
-  const proc = new Deno.Command(Deno.execPath(), {
-    args,
+  // `nice` execs the child in its own place: the pid stays the child's.
+  const proc = new Deno.Command(nice === undefined ? Deno.execPath() : "nice", {
+    args: nice === undefined ? args : ["-n", String(nice), Deno.execPath(), ...args],
     env,
     stdin: "null",
     stdout: "piped",

@@ -12,7 +12,7 @@
  * on a miss long after the last one.
  *
  * `deno run -A bench/probes/scale_rounds.ts [--nodes=10000] [--misses=5] [--delays=0,40]
- * [--gap=3] [--port=26100] [--env=NAME=VALUE ...] [--pace=1] [--cycle=1]`
+ * [--gap=3] [--port=26100] [--env=NAME=VALUE ...] [--pace=1] [--cycle=1] [--nice=0]`
  *
  * `roundMs` is the gateway's own time for the round (its lookup round histogram's sum), beside
  * `ms`, the client's.
@@ -33,6 +33,8 @@ const pace = flag("pace", "1") !== "0";
 /** With `--cycle=1`, each miss is followed by what the scale section does after its miss: a
  * second miss, a list, a miss with every node 40 ms late, then a 3 s burst of check-ins. */
 const cycle = flag("cycle", "0") === "1";
+/** `--nice=10`: the simulated nodes run at that niceness (lower priority); 0 by default. */
+const nice = Number(flag("nice", "0"));
 const env: Record<string, string> = { DORMICE_GATEWAY_LOOKUP_DIGESTS: "off" };
 for (const a of Deno.args.filter((a) => a.startsWith("--env="))) {
   const [k, ...v] = a.slice(6).split("=");
@@ -77,6 +79,7 @@ try {
         ],
         {},
         300_000,
+        nice === 0 ? undefined : nice,
       ),
     );
   }
@@ -180,7 +183,11 @@ try {
         await call("lookupSandbox", { name: `probe-warm-${seq}` });
         await call("listSandboxes", {});
         await post("/delay?ms=40");
+        const ss0 = await stats();
+        const ts0 = performance.now();
         const slow = await call("lookupSandbox", { name: `probe-slow-${seq}` });
+        const slowMs = Math.round(performance.now() - ts0);
+        const slowHeard = (await stats()).lookups - ss0.lookups;
         await post(`/delay?ms=${delay}`);
         await post("/pace?on=0");
         await sleep(500);
@@ -190,7 +197,13 @@ try {
           ),
         );
         await post(`/pace?on=${pace ? 1 : 0}`);
-        console.log(JSON.stringify({ cycle: seq, slowStatus: slow.status }));
+        console.log(JSON.stringify({
+          cycle: seq,
+          slowStatus: slow.status,
+          slowMs,
+          slowHeard,
+          load1: Deno.loadavg()[0],
+        }));
       }
     }
     const med = (k: string) => median(rows.slice(1).map((r) => r[k]));

@@ -220,8 +220,9 @@ async function measureOnce(
   // A miss whose nodes each answer SLOW_ANSWER_MS late, as over a slower network: a round at a
   // fixed width needs nodes × latency ÷ width, one that widens does not.
   await stubs.post(`/delay?ms=${SLOW_ANSWER_MS}`);
-  // The first round after the nodes slowed is asked at the width the fast rounds left; the one
-  // after it at the width the slow answers call for (a network stays slow longer than a round).
+  // The first round after the nodes slowed begins at the width the fast rounds left and widens
+  // once its first answers are in; the one after it begins at the width the slow answers call
+  // for (a network stays slow longer than a round).
   const f0 = await stubs.stats();
   const firstSlow = await gatewayCall(gw.url, "lookupSandbox", { name: `scale-slow1-${seq}` });
   const f1 = await stubs.stats();
@@ -527,7 +528,10 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       "socket per node, and a process may hold 20,000 descriptors here): each node checks in every 15 s with a reading, a config " +
       "digest and an empty lookup digest, answers lookupSandbox (never found) and listSandboxes " +
       "(one sandbox). Every process shares the machine's 2 cores, so the stubs' own work " +
-      "(sending 667 check-ins a second, answering 10,000 lookups) competes with the gateway's.",
+      "(sending 667 check-ins a second, answering 10,000 lookups) competes with the gateway's. " +
+      "They run at the default priority: at nice 10 on a machine shared with other work they " +
+      "waited 2-5 times longer for a core and answered late, and the gateway's own wait did " +
+      "not fall (see 'Scale: slow nodes, and the miss 16–20 s after the last').",
       `Gateway CPU is /proc/<pid>/stat (10 ms ticks) over a ${windowMs / 1000} s paced window ` +
       `(cores = CPU ÷ wall; per check-in = CPU ÷ check-ins, idle timers included) and a ` +
       `${burstMs / 1000} s burst of check-ins 64 at once (per check-in = CPU ÷ check-ins).`,
@@ -549,8 +553,9 @@ export async function runScale(options: ScaleOptions): Promise<Section> {
       `first after the nodes slowed, then the one the goal is judged on. At 128 nodes at once, 10,000 such ` +
       `nodes need ${(10_000 * SLOW_ANSWER_MS / 128 / 1000).toFixed(1)} s; a round sets its ` +
       "width as it begins, from the latency of the fastest tenth of the last 1,024 answers " +
-      "(gateway/finder/round_width.ts): the first slow round of a run is still asked at the " +
-      "width the fast rounds before it left, the next ones wider. Descriptors are " +
+      "(gateway/finder/round_width.ts), and re-sizes once when its own first answers are in: " +
+      "the first slow round of a run begins at the width the fast rounds before it left and " +
+      "widens after its first wave, the next ones begin wider. Descriptors are " +
       "/proc/<pid>/fd counted every 50 ms during the round (the idle connections kept to " +
       "every node are among them).",
     ],

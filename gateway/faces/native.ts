@@ -16,7 +16,7 @@
  * | `destroySandbox` | the name's slot, then the node that holds it; `{destroyed:false}` when none does |
  * | `execCommand`, `writeFile`, `readFile`, `updateMetadata`, `getSandboxMetrics` | found by name (the cache, then one lookup round) and streamed both ways |
  * | `lookupSandbox` | found by name or id and asked of that node; `{found:false}` answered here when no node has it |
- * | `listSandboxes` | every node asked, 128 at once within 5 s; the lists merged, nodes not heard named in `unreachable` |
+ * | `listSandboxes` | every node asked, 128 at once or more after slow answers (up to 1,024), within 5 s; the lists merged, nodes not heard named in `unreachable` |
  * | `getHostMetrics` | a 501 naming each node to ask: it describes one machine |
  * | `checkIn`, `listNodes`, `removeNode` | the Fleet's own verbs (fleet token only) |
  * | `createApiKey`, `listApiKeys`, `revokeApiKey` | the key table (fleet token only) |

@@ -4,7 +4,7 @@ import { Fleet } from "../fleet/fleet.ts";
 import { Finder } from "./finder.ts";
 import { checkIn } from "../_fixtures_test.ts";
 import { manualTimers, TOKEN } from "./_fixtures_test.ts";
-import { boundedFanOut } from "./fan_out.ts";
+import { boundedFanOut, workerSignals } from "./fan_out.ts";
 import { FakeClock } from "../../shared/clock.ts";
 import { markFetchShaped } from "../../shared/fetch_handler.ts";
 
@@ -62,24 +62,30 @@ Deno.test("Finder: a round asks at most lookupConcurrency nodes at once, and hea
   w.fleet.close();
 });
 
-Deno.test("Finder: after slow answers, a round of many nodes asks more at once, up to the cap", async () => {
+Deno.test("Finder: a round whose first answers are slow widens once, and the next begins wider, up to the cap", async () => {
   const clock = new FakeClock(0);
   // Each answer takes the clock 10 ms on: with 4 in flight, an ask waits about 40 ms.
   const w = wideFleet(2000, "absent", clock, 10);
+  const rounds: unknown[] = [];
   const finder = new Finder({
     fleet: w.fleet,
     token: TOKEN,
     fetch: w.fetch,
     clock,
     lookupConcurrency: 4,
-    lookupConcurrencyMax: 64,
+    lookupConcurrencyMax: 200,
     timers: manualTimers().timers,
+    log: (_level, message, fields) => message === "lookup round" && rounds.push(fields?.width),
   });
   assert.deepEqual(await finder.lookup("name", "first"), { kind: "none" });
-  assert.equal(w.peak(), 4, "nothing timed yet: the configured width");
-  // 2,000 nodes at about 40 ms each in half of 2,000 ms: 80 at once, capped at 64.
+  // Nothing timed before it: it begins at the configured 4, and its first 4 answers (40 ms each)
+  // call for 1,996 nodes × 40 ms in half of the 1,960 ms left: 82 at once.
+  assert.equal(w.peak(), 82, `${w.peak()} lookups were in flight at once in the first round`);
+  // The answers at 82 in flight took about 820 ms: the next round begins at the cap, 200 (and
+  // at the cap there is nothing to widen to).
   assert.deepEqual(await finder.lookup("name", "second"), { kind: "none" });
-  assert.equal(w.peak(), 64, `${w.peak()} lookups were in flight at once`);
+  assert.equal(w.peak(), 200, `${w.peak()} lookups were in flight at once`);
+  assert.deepEqual(rounds, [82, 200], "each round's debug line names its widest");
   assert.equal(w.asked(), 4000, "every node asked in both rounds");
   w.fleet.close();
 });
@@ -160,4 +166,67 @@ Deno.test("boundedFanOut with late answers at the abort without waiting for the 
   await new Promise((resolve) => setTimeout(resolve, 0));
   assert.deepEqual(answers, [10, 2.5, 3.5, -4, -5], "a late answer does not change the result");
   assert.equal(asked, 3, "the workers stop once their ask ends");
+});
+
+Deno.test("boundedFanOut with widen re-sizes once after its first answers, and never narrows", async () => {
+  const run = async (wanted: number) => {
+    let inFlight = 0, peak = 0;
+    const calls: number[] = [];
+    const workers = new Set<number>();
+    const answers = await boundedFanOut(
+      Array.from({ length: 40 }, (_, i) => i),
+      2,
+      new AbortController().signal,
+      async (n, worker) => {
+        workers.add(worker);
+        peak = Math.max(peak, ++inFlight);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        inFlight--;
+        return n;
+      },
+      () => -1,
+      undefined,
+      { after: 2, to: (left) => (calls.push(left), wanted) },
+    );
+    return { answers, peak, calls, workers: workers.size };
+  };
+  const wider = await run(6);
+  assert.deepEqual(wider.answers, Array.from({ length: 40 }, (_, i) => i), "every item, in order");
+  // The first worker took the third item when its answer came, before the second answer did.
+  assert.deepEqual(wider.calls, [37], "asked once, after 2 answers, with 37 items not yet asked");
+  assert.equal(wider.peak, 6);
+  assert.equal(wider.workers, 6, "the new workers are numbered on from the first ones");
+  const narrower = await run(1);
+  assert.equal(narrower.peak, 2, "a narrower width changes nothing");
+  assert.equal(narrower.calls.length, 1);
+});
+
+Deno.test("boundedFanOut with widen starts no worker after the signal aborted", async () => {
+  const controller = new AbortController();
+  let calls = 0, asked = 0;
+  const answers = await boundedFanOut(
+    [1, 2, 3, 4, 5],
+    1,
+    controller.signal,
+    (n) => {
+      asked++;
+      controller.abort();
+      return Promise.resolve(n);
+    },
+    (n) => -n,
+    undefined,
+    { after: 1, to: () => (calls++, 8) },
+  );
+  assert.deepEqual(answers, [1, -2, -3, -4, -5]);
+  assert.equal(asked, 1);
+  assert.equal(calls, 0, "an aborted fan-out is not re-sized");
+});
+
+Deno.test("workerSignals gives each worker one signal of its own that follows the fan-out's", () => {
+  const controller = new AbortController();
+  const signalOf = workerSignals(controller.signal);
+  assert.equal(signalOf(0), signalOf(0));
+  assert.notEqual(signalOf(0), signalOf(1));
+  controller.abort(new Error("deadline"));
+  assert.ok(signalOf(0).aborted && signalOf(1).aborted && signalOf(7).aborted);
 });

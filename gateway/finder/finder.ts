@@ -21,7 +21,7 @@ import type { FleetNode, NodeDirectory } from "../fleet/fleet.ts";
 import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_client.ts";
 import { newGatewayInstanceId } from "../door.ts";
 import { SharedRounds } from "./rounds.ts";
-import { boundedFanOut } from "./fan_out.ts";
+import { boundedFanOut, workerSignals } from "./fan_out.ts";
 import { RoundWidth } from "./round_width.ts";
 import { FoundCache } from "./cache.ts";
 import { type Clock, systemClock } from "../../shared/clock.ts";
@@ -427,8 +427,8 @@ export class Finder {
     // One signal per fan-out worker, made when it first asks: every ask adds a listener to its
     // signal and removes it, and on one signal shared by 1,024 asks in flight that alone cost a
     // third of a second per round of 10,000 nodes (fan_out.ts).
-    const workerSignals: AbortSignal[] = [];
-    const signalOf = (w: number) => workerSignals[w] ??= AbortSignal.any([askSignal]);
+    const signalOf = workerSignals(askSignal);
+    const first = this.#width.firstAnswers();
     const notAsked = (): LookupAnswer => ({ kind: "silent", cause: NOT_ASKED_CAUSE });
     const late = (): LookupAnswer => ({
       kind: "silent",
@@ -444,13 +444,33 @@ export class Finder {
         }
       },
       (answer) => answer.kind !== "silent",
+      first.add,
     );
-    // The width is chosen as each list is asked, from the time left then, never during it.
+    // The width is chosen as each list is asked, from the time left then, and re-sized once when
+    // its first answers are in (nodes slow since the rounds before: the history sized it too
+    // narrow); never continuously.
     let width = 0;
+    const left = () => this.#timeoutMs - (this.#clock.now() - started);
     const fanOut = (list: FleetNode[]) => {
-      const w = this.#width.width(list.length, this.#timeoutMs - (this.#clock.now() - started));
+      const w = this.#width.width(list.length, left());
+      const widen = first.widen(w, left);
       width = Math.max(width, w);
-      return boundedFanOut(list, w, roundSignal, ask, notAsked, late);
+      return boundedFanOut(
+        list,
+        w,
+        roundSignal,
+        ask,
+        notAsked,
+        late,
+        widen && {
+          after: widen.after,
+          to: (n) => {
+            const to = widen.to(n);
+            width = Math.max(width, to);
+            return to;
+          },
+        },
+      );
     };
     let answers: LookupAnswer[];
     try {

@@ -7,12 +7,16 @@
  * Why not a fixed width: at 128 asks at once, 10,000 nodes answering 40 ms late need 3.1 s, and
  * the round hit its 2 s deadline with 5,600-5,900 of them heard (measured 2026-12-07). Why not a
  * width that changes during the round: one that widened itself answered 175-550 ms past the
- * deadline on a starved CPU. The width here is fixed for the round, from figures the round
- * before it measured, and bounded on both sides.
+ * deadline on a starved CPU. The width here is chosen from figures the rounds before it
+ * measured, re-sized at most once, when the round's own first answers are in
+ * ({@linkcode RoundWidth.rewidth}: the first slow round after fast ones, which the history alone
+ * sizes too narrow), and bounded on both sides. Fleet-wide calls (listings) use the same rule
+ * over their own bound, each with its own `RoundWidth`.
  *
  * @module
  */
 import type { Clock } from "../../shared/clock.ts";
+import type { FanOutWiden } from "./fan_out.ts";
 
 /** Options of {@linkcode RoundWidth}. */
 export interface RoundWidthOptions {
@@ -28,6 +32,9 @@ export interface RoundWidthOptions {
 
 /** Latencies kept (a ring): the last answers of any round, a few kilobytes. */
 export const LATENCY_SAMPLES = 1024;
+
+/** The most first answers of one round a re-size reads (one per worker at most). */
+export const FIRST_ANSWERS = LATENCY_SAMPLES;
 
 /** The share of the recent answers, the fastest, whose latency the width is sized from. */
 const FASTEST_SHARE = 0.1;
@@ -91,14 +98,17 @@ export class RoundWidth {
     this.#clock = options.clock;
   }
 
+  /** The time on the clock the latencies are timed on, in ms (for a round's time left). */
+  now(): number {
+    return this.#clock.now();
+  }
+
   /**
    * The latency in ms the fastest tenth of the recent answers came within, or undefined before
    * any answer was timed.
    */
   get latencyMs(): number | undefined {
-    if (this.#count === 0) return undefined;
-    const sorted = this.#samples.slice(0, this.#count).sort();
-    return sorted[Math.floor((sorted.length - 1) * FASTEST_SHARE)];
+    return fastest(this.#samples.slice(0, this.#count));
   }
 
   /**
@@ -113,23 +123,83 @@ export class RoundWidth {
     const cap = Math.max(1, Math.min(nodes, this.#ceiling));
     const latency = nodes > this.#floor ? this.latencyMs : undefined;
     if (latency === undefined) return Math.min(cap, this.#floor);
-    const wanted = Math.ceil(nodes * latency / (this.#share * Math.max(1, remainingMs)));
-    return Math.min(cap, Math.max(this.#floor, wanted));
+    return Math.min(cap, Math.max(this.#floor, this.#wanted(nodes, latency, remainingMs)));
+  }
+
+  /**
+   * The width a round wants once its own first answers are in (`latenciesMs`, in ms): the same
+   * rule over the `left` nodes not yet asked and the `remainingMs` left, from those answers'
+   * fastest tenth instead of the recent ones'. This is what corrects a round whose nodes turned
+   * slow after fast rounds, which the history alone sizes too narrow (see `boundedFanOut`'s
+   * `widen`, called once a round). Never above the ceiling; the floor when nothing was timed.
+   *
+   * @example
+   * ```ts
+   * import { RoundWidth } from "./round_width.ts";
+   * const width = new RoundWidth({ floor: 128, ceiling: 1024, clock: { now: () => Date.now() } });
+   * console.log(width.rewidth(new Array(128).fill(40), 9_872, 1_950)); // 406
+   * ```
+   */
+  rewidth(latenciesMs: ArrayLike<number>, left: number, remainingMs: number): number {
+    const latency = fastest(Float64Array.from(latenciesMs));
+    if (latency === undefined) return this.#floor;
+    return Math.min(this.#ceiling, Math.max(this.#floor, this.#wanted(left, latency, remainingMs)));
+  }
+
+  /**
+   * One fan-out's (or one round's) own first answers, and the one re-size they feed: `add` is
+   * the `onTimed` of {@linkcode RoundWidth.timed}, and `widen(width, remainingMs)` the `widen`
+   * of a `boundedFanOut` begun at `width` (undefined at the ceiling: nothing to widen to). It
+   * keeps at most `FIRST_ANSWERS` latencies.
+   *
+   * @example
+   * ```ts ignore
+   * const first = width.firstAnswers();
+   * const ask = width.timed(askNode, isAnswer, first.add);
+   * const w = width.width(nodes.length, left());
+   * await boundedFanOut(nodes, w, signal, ask, notAsked, late, first.widen(w, left));
+   * ```
+   */
+  firstAnswers(): {
+    add: (ms: number) => void;
+    widen: (width: number, remainingMs: () => number) => FanOutWiden | undefined;
+  } {
+    const first: number[] = [];
+    return {
+      add: (ms) => {
+        if (first.length < FIRST_ANSWERS) first.push(ms);
+      },
+      widen: (width, remainingMs) =>
+        width >= this.#ceiling ? undefined : {
+          after: Math.min(width, FIRST_ANSWERS),
+          to: (left) => this.rewidth(first, left, remainingMs()),
+        },
+    };
+  }
+
+  #wanted(nodes: number, latencyMs: number, remainingMs: number): number {
+    return Math.ceil(nodes * latencyMs / (this.#share * Math.max(1, remainingMs)));
   }
 
   /**
    * `ask`, with the latency of each answer it gives kept for the next rounds' widths. An ask that
    * `answered` says was no answer (silent: a timeout, a refused connection) is not kept: its time
-   * is the deadline's or the failure's, not the nodes'.
+   * is the deadline's or the failure's, not the nodes'. Each kept latency also goes to `onTimed`
+   * when given (a round collecting its own first answers for {@linkcode RoundWidth.rewidth}).
    */
   timed<A extends unknown[], R>(
     ask: (...args: A) => Promise<R>,
     answered: (result: R) => boolean = () => true,
+    onTimed?: (ms: number) => void,
   ): (...args: A) => Promise<R> {
     return async (...args) => {
       const t0 = this.#clock.now();
       const result = await ask(...args);
-      if (answered(result)) this.#record(this.#clock.now() - t0);
+      if (answered(result)) {
+        const ms = this.#clock.now() - t0;
+        this.#record(ms);
+        onTimed?.(ms);
+      }
       return result;
     };
   }
@@ -139,4 +209,11 @@ export class RoundWidth {
     this.#next = (this.#next + 1) % LATENCY_SAMPLES;
     if (this.#count < LATENCY_SAMPLES) this.#count++;
   }
+}
+
+/** The latency the fastest tenth of `samples` came within (sorts them), or undefined if none. */
+function fastest(samples: Float64Array): number | undefined {
+  if (samples.length === 0) return undefined;
+  samples.sort();
+  return samples[Math.floor((samples.length - 1) * FASTEST_SHARE)];
 }

@@ -86,3 +86,36 @@ Deno.test("RoundWidth refuses widths that are not positive integers", () => {
     /'share' must be above 0 and at most 1: received 0/,
   );
 });
+
+Deno.test("RoundWidth.rewidth: a round's own first answers, not the history, size its one re-size", async () => {
+  const clock = new FakeClock(0);
+  const width = new RoundWidth({ floor: 128, ceiling: 1024, clock });
+  await answerAfter(width, clock, 1, 1000); // fast rounds before
+  assert.equal(width.width(10_000, 2000), 128);
+  // The round's first 128 answers came 40 ms late: 9,872 nodes left × 40 ms in half of 1,950 ms.
+  assert.equal(width.rewidth(new Array(128).fill(40), 9_872, 1_950), 406);
+  // Bounded by the ceiling however little time is left; the floor when nothing was timed.
+  assert.equal(width.rewidth([40], 9_872, 10), 1024);
+  assert.equal(width.rewidth([], 9_872, 1_950), 128);
+});
+
+Deno.test("RoundWidth.firstAnswers keeps one round's latencies and offers no re-size at the ceiling", async () => {
+  const clock = new FakeClock(0);
+  const width = new RoundWidth({ floor: 4, ceiling: 64, clock });
+  const first = width.firstAnswers();
+  const ask = width.timed(
+    async (ms: number) => {
+      await Promise.resolve();
+      clock.tick(ms);
+      return ms;
+    },
+    () => true,
+    first.add,
+  );
+  for (let i = 0; i < 4; i++) await ask(40);
+  const widen = first.widen(4, () => 1000)!;
+  assert.equal(widen.after, 4, "after one answer per worker");
+  // 100 nodes left × 40 ms in half of 1,000 ms.
+  assert.equal(widen.to(100), 8);
+  assert.equal(first.widen(64, () => 1000), undefined);
+});

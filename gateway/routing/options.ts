@@ -10,6 +10,7 @@ import type { PickResult, Placer } from "../placer/placer.ts";
 import type { Slots } from "./slots.ts";
 import type { CapturedAnswer } from "./create.ts";
 import type { Log } from "../../shared/log.ts";
+import type { Clock } from "../../shared/clock.ts";
 
 /** Options for `GatewayRouting` (routing.ts). */
 export interface GatewayRoutingOptions {
@@ -31,11 +32,20 @@ export interface GatewayRoutingOptions {
    */
   fanOutTimeoutMs?: number;
   /**
-   * Nodes a fleet-wide call asks at once (`fanOut`: listings, metrics, `setPools`). Default 128,
+   * The least nodes a fleet-wide call asks at once (`fanOut`: listings, metrics, `setPools`), and
+   * its width before any answer was timed. Default 128,
    * like a lookup round's (`DORMICE_GATEWAY_LOOKUP_CONCURRENCY`): 10,000 nodes asked together
    * open 10,000 connections, and most are not heard within the bound.
    */
   fanOutConcurrency?: number;
+  /**
+   * The most nodes a fleet-wide call asks at once when the width rule widens it (recent answers
+   * slow, or this call's first ones): default 1,024 or `fanOutConcurrency` if more, the lookup
+   * rounds' ceiling (`gateway/finder/round_width.ts`).
+   */
+  fanOutConcurrencyMax?: number;
+  /** Time source of the fleet-wide calls' latencies; `performance.now()` by default. */
+  clock?: Clock;
   /**
    * Bound of a node's create or destroy. Default 120,000 ms: a Docker create takes well under a
    * second, and a node that hangs longer must not hold the name's slot for ever.

@@ -15,7 +15,8 @@
 import type { Fleet, FleetNode } from "../fleet/fleet.ts";
 import type { FindBy, Finder, FindNone, FindOne } from "../finder/finder.ts";
 import type { Placer } from "../placer/placer.ts";
-import { boundedFanOut } from "../finder/fan_out.ts";
+import { boundedFanOut, workerSignals } from "../finder/fan_out.ts";
+import { RoundWidth } from "../finder/round_width.ts";
 import { HOP_HEADER, newGatewayInstanceId } from "../door.ts";
 import { capture, forward, HangUpWatch } from "./forward.ts";
 import { describeFetchFailure } from "../../shared/fetch_failure.ts";
@@ -90,6 +91,8 @@ export class GatewayRouting {
   readonly #log: Log;
   readonly #fanOutTimeoutMs: number;
   readonly #fanOutConcurrency: number;
+  /** The width rule of fleet-wide calls, fed by their own answers (`gateway/finder/round_width.ts`). */
+  readonly #fanOutWidth: RoundWidth;
   readonly #captureTimeoutMs: number;
   readonly #onDestroyed?: (found: FindOne, answer: CapturedAnswer) => void;
   readonly #observer: RoutingObserver;
@@ -108,6 +111,11 @@ export class GatewayRouting {
     this.#log = options.log ?? silentLog;
     this.#fanOutTimeoutMs = options.fanOutTimeoutMs ?? 5000;
     this.#fanOutConcurrency = options.fanOutConcurrency ?? 128;
+    this.#fanOutWidth = new RoundWidth({
+      floor: this.#fanOutConcurrency,
+      ceiling: options.fanOutConcurrencyMax ?? Math.max(1024, this.#fanOutConcurrency),
+      clock: options.clock ?? { now: () => performance.now() },
+    });
     this.#captureTimeoutMs = options.captureTimeoutMs ?? 120_000;
     this.#onDestroyed = options.onDestroyed;
     this.#observer = options.observer ?? {};
@@ -424,7 +432,9 @@ export class GatewayRouting {
   }
 
   /**
-   * Asks every registered node, at most `fanOutConcurrency` at once and all within one bound
+   * Asks every registered node, as many at once as the lookup rounds' width rule calls for
+   * (`fanOutConcurrency` to `fanOutConcurrencyMax`, from the latency of recent answers to such
+   * calls, re-sized once after this call's first answers) and all within one bound
    * (`fanOutTimeoutMs`), and returns each one's parsed JSON answer or why it did not give one: a
    * node silent past two check-in intervals is not asked (the fleet reads it as down, and waiting
    * on it held every listing for the whole bound), and a node not asked before the bound is
@@ -449,9 +459,14 @@ export class GatewayRouting {
   ): Promise<FanOutAnswer[]> {
     const nodes = init.nodes ?? [...this.#fleet.nodes()];
     const now = this.#fleet.now();
+    const started = this.#fanOutWidth.now();
     const bound = AbortSignal.any([signal, AbortSignal.timeout(this.#fanOutTimeoutMs)]);
+    // One signal per worker, as a lookup round's: a listener on one signal shared by a thousand
+    // asks in flight costs in proportion to the others there (gateway/finder/fan_out.ts).
+    const signalOf = workerSignals(bound);
+    const first = this.#fanOutWidth.firstAnswers();
     const headers = { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop };
-    const ask = async (node: FleetNode): Promise<FanOutAnswer> => {
+    const askNode = async (node: FleetNode, worker: number): Promise<FanOutAnswer> => {
       if (this.#fleet.isSilent(node, now)) {
         const seconds = Math.round((now - node.lastCheckIn) / 1000);
         return {
@@ -465,7 +480,7 @@ export class GatewayRouting {
           method: init.method ?? "POST",
           headers,
           body,
-          signal: bound,
+          signal: signalOf(worker),
           redirect: "manual",
         });
         const text = await res.text();
@@ -480,14 +495,31 @@ export class GatewayRouting {
         return { node, ok: false, cause: describeFetchFailure(error) };
       }
     };
+    // Only the nodes that answered time the fleet: a refusal or the bound is not their latency.
+    const ask = this.#fanOutWidth.timed(askNode, (a) => a.ok, first.add);
+    // The width rule of lookup rounds, over this call's own bound: the nodes fit in half of it
+    // at the recent answers' latency, re-sized once when this call's first answers are in.
+    const left = () => this.#fanOutTimeoutMs - (this.#fanOutWidth.now() - started);
+    let width = this.#fanOutWidth.width(nodes.length, left());
+    const widen = first.widen(width, left);
     const notAsked = (node: FleetNode): FanOutAnswer => ({
       node,
       ok: false,
       cause: `not asked within the ${this.#fanOutTimeoutMs} ms bound of a fleet-wide call ` +
-        `(at most ${this.#fanOutConcurrency} nodes are asked at once: ` +
-        "DORMICE_GATEWAY_LOOKUP_CONCURRENCY)",
+        `(${width} nodes were asked at once; the least is DORMICE_GATEWAY_LOOKUP_CONCURRENCY)`,
     });
-    const answers = await boundedFanOut(nodes, this.#fanOutConcurrency, bound, ask, notAsked);
+    const answers = await boundedFanOut(
+      nodes,
+      width,
+      bound,
+      ask,
+      notAsked,
+      undefined,
+      widen && {
+        after: widen.after,
+        to: (n) => width = Math.max(width, widen.to(n)),
+      },
+    );
     if (signal.aborted) throw clientGone();
     return answers;
   }

@@ -717,6 +717,23 @@ Deno.test("GatewayRouting.fanOut() parses each 2xx and names why each other node
   }
 });
 
+/** A routing over `fleet` whose nodes `fakeFetch` answers, for the fan-out tests. */
+function fanOutRouting(
+  fleet: Fleet,
+  fakeFetch: typeof fetch,
+  options: Partial<ConstructorParameters<typeof GatewayRouting>[0]>,
+): GatewayRouting {
+  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
+  return new GatewayRouting({
+    fleet,
+    finder,
+    placer: new Placer({ fleet }),
+    token,
+    fetch: fakeFetch,
+    ...options,
+  });
+}
+
 Deno.test("GatewayRouting.fanOut() asks at most fanOutConcurrency nodes at once, every node in the end", async () => {
   const nodes = new Map<string, StubNode>();
   const fleet = new Fleet({ clock: new FakeClock() });
@@ -732,20 +749,50 @@ Deno.test("GatewayRouting.fanOut() asks at most fanOutConcurrency nodes at once,
     nodes.set(node.endpoint, node);
     fleet.checkIn(checkIn(node.id, node.endpoint));
   }
-  const fakeFetch = fetchToNodes(nodes);
-  const finder = new Finder({ fleet, token, fetch: fakeFetch, timers: idleTimers });
-  const routing = new GatewayRouting({
-    fleet,
-    finder,
-    placer: new Placer({ fleet }),
-    token,
-    fetch: fakeFetch,
-    fanOutConcurrency: 3,
-  });
+  const routing = fanOutRouting(fleet, fetchToNodes(nodes), { fanOutConcurrency: 3 });
   try {
     const answers = await routing.fanOut("/list", "{}", new AbortController().signal);
     assert.equal(answers.filter((a) => a.ok).length, 12);
     assert.ok(peak <= 3, `${peak} nodes were asked at once`);
+  } finally {
+    fleet.close();
+  }
+});
+
+Deno.test("GatewayRouting.fanOut() asks under one signal per worker, as wide as slow answers call for, up to fanOutConcurrencyMax", async () => {
+  const fleet = new Fleet({ clock: new FakeClock() });
+  for (let i = 0; i < 2000; i++) {
+    fleet.checkIn(checkIn(`n${i}`, `http://10.2.${i >> 8}.${i & 255}:3676`));
+  }
+  // Each answer takes the routing's clock 10 ms on: with 4 in flight, an ask waits about 40 ms.
+  const clock = new FakeClock(0);
+  let inFlight = 0, peak = 0;
+  const signals = new Set<AbortSignal>();
+  const fakeFetch = (async (_input: RequestInfo | URL, init?: RequestInit) => {
+    signals.add(init!.signal!);
+    peak = Math.max(peak, ++inFlight);
+    await Promise.resolve();
+    clock.tick(10);
+    inFlight--;
+    return Response.json({ sandboxes: [] });
+  }) as typeof fetch;
+  const routing = fanOutRouting(fleet, fakeFetch, {
+    clock,
+    fanOutConcurrency: 4,
+    fanOutConcurrencyMax: 200,
+  });
+  try {
+    const first = await routing.fanOut("/list", "{}", new AbortController().signal);
+    assert.equal(first.filter((a) => a.ok).length, 2000);
+    // It begins at 4; its first 4 answers (40 ms each) call for 1,996 nodes × 40 ms in half of
+    // the 4,960 ms left of its 5,000 ms bound: 33 at once.
+    assert.equal(peak, 33, `${peak} nodes were asked at once in the first call`);
+    // One signal per worker, not the call's bound shared by every ask in flight.
+    assert.equal(signals.size, 33, `${signals.size} signals for 33 workers`);
+    // The next call begins from those answers (about 330 ms each): at the ceiling.
+    peak = 0;
+    await routing.fanOut("/list", "{}", new AbortController().signal);
+    assert.equal(peak, 200, `${peak} nodes were asked at once in the second call`);
   } finally {
     fleet.close();
   }
