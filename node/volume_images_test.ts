@@ -45,6 +45,17 @@ function fakeHost(options: { busy?: boolean; failMount?: string; mountSays?: str
   return { calls, mounts, run, isMountPoint: (dir: string) => mounts.has(dir) };
 }
 
+/** The node's volumes under `root` (not shared, 1 GB caps, no sandboxes) on `images`. */
+function volumesOn(root: string, images: VolumeImages): NodeVolumes {
+  return new NodeVolumes({
+    root,
+    shared: false,
+    defaultSizeBytes: 1e9,
+    sandboxes: () => [],
+    images,
+  });
+}
+
 Deno.test("volume images: an image is made sparse under a .tmp name, once, and a small cap is a 400", async () => {
   const root = await Deno.makeTempDir();
   try {
@@ -144,13 +155,7 @@ Deno.test("node volumes with images: a create refused for want of a loop device 
         `mount: ${root}/${id}: failed to setup loop device for ${root}/.images/${id}.ext4.`,
     });
     const images = new VolumeImages(root, host);
-    const volumes = new NodeVolumes({
-      root,
-      shared: false,
-      defaultSizeBytes: 1e9,
-      sandboxes: () => [],
-      images,
-    });
+    const volumes = volumesOn(root, images);
     await assert.rejects(
       volumes.create(id),
       (e: Error & { status?: number; headers?: Record<string, string> }) =>
@@ -171,13 +176,7 @@ Deno.test("volume images: a boot drops the image of a create the node stopped in
   try {
     const host = fakeHost();
     const images = new VolumeImages(root, host);
-    const volumes = new NodeVolumes({
-      root,
-      shared: false,
-      defaultSizeBytes: 1e9,
-      sandboxes: () => [],
-      images,
-    });
+    const volumes = volumesOn(root, images);
     await volumes.create(id);
     // Stopped after the mount, before volume.json: the gateway never heard of it.
     const half = "vol-hhhhhhhhhhhhhhhhhhhh";
@@ -200,13 +199,7 @@ Deno.test("node volumes with images: create makes and mounts, import adopts whol
   try {
     const host = fakeHost();
     const images = new VolumeImages(root, host);
-    const volumes = new NodeVolumes({
-      root,
-      shared: false,
-      defaultSizeBytes: 1e9,
-      sandboxes: () => [],
-      images,
-    });
+    const volumes = volumesOn(root, images);
     assert.deepEqual(volumes.caps, { enforcedBy: "kernel" });
     await volumes.create(id);
     assert.ok(images.hasImage(id) && images.isMounted(join(root, id)));

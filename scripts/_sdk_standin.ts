@@ -16,7 +16,7 @@
  * @module
  */
 import { join } from "node:path";
-import { freeSubnet, must, run } from "../tests/support/netns.ts";
+import { freeSubnet, must, run, serveInNetns } from "../tests/support/netns.ts";
 
 /** The public addresses routed into the stand-in for the run. */
 export const STAND_IN_ADDRESSES = ["1.1.1.1", "8.8.8.8"] as const;
@@ -26,8 +26,6 @@ export const STAND_IN_NAME = "connectivitycheck.gstatic.com";
 export const STAND_IN_DNS = "8.8.8.8";
 
 const FORWARD = "/proc/sys/net/ipv4/ip_forward";
-/** How long the stand-in's server may take to listen. */
-const LISTEN_MS = 20_000;
 
 /** Why the stand-in cannot be made here, or `null` when it can. */
 export async function standInReadiness(): Promise<string | null> {
@@ -237,39 +235,12 @@ export async function startStandIn(
     );
     const serverFile = join(dir, "server.ts");
     await Deno.writeTextFile(serverFile, serverSource(dir, nonce, b));
-    server = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--quiet",
-        "--unstable-net",
-        "--allow-net",
-        `--allow-read=${dir}`,
-        serverFile,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-      env: { NO_COLOR: "1" },
-    }).spawn();
-    const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const ready = await Promise.race([
-      reader.read(),
-      new Promise<null>((r) => timer = setTimeout(() => r(null), LISTEN_MS)),
-    ]);
-    clearTimeout(timer);
-    if (!ready?.value?.includes("listening")) {
-      throw new Error(`the stand-in's server did not listen within ${LISTEN_MS / 1000} s`);
-    }
-    (async () => {
-      try {
-        while (!(await reader.read()).done) { /* drain */ }
-      } catch { /* closed */ }
-    })();
+    server = await serveInNetns(
+      ns,
+      ["--unstable-net", "--allow-net", `--allow-read=${dir}`],
+      serverFile,
+      "the stand-in's server",
+    );
     lines.push(
       `DNS on ${STAND_IN_DNS}:53: ${STAND_IN_NAME} -> ${b}, every other name REFUSED ` +
         `(sandboxes get it as their resolver: DORMICE_SANDBOX_DNS=${STAND_IN_DNS})`,

@@ -99,6 +99,23 @@ export async function postJson(
 }
 
 /**
+ * The settings of a gateway in shared mode on `etcd`: its endpoints, a key prefix of this run's
+ * own (runs on one etcd never see each other's keys) and no CPU limit on the nodes (the host's
+ * real CPU use is noise from whatever else runs on the machine); `more` adds or overrides.
+ */
+export function sharedModeEnv(
+  etcd: { endpoints: string },
+  more: Record<string, string> = {},
+): Record<string, string> {
+  return {
+    DORMICE_GATEWAY_ETCD: etcd.endpoints,
+    DORMICE_GATEWAY_ETCD_PREFIX: `/t-${crypto.randomUUID().slice(0, 8)}/`,
+    DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
+    ...more,
+  };
+}
+
+/**
  * Starts `gateway/main.ts` on a free loopback port with its database in a temp dir and waits
  * until `/healthz` answers.
  *

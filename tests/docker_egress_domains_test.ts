@@ -29,7 +29,7 @@ import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
 import { ALL_TRAFFIC, CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { startGateway } from "./_gateway.ts";
-import { freeSubnet, must, netnsReadiness, run } from "./support/netns.ts";
+import { freeSubnet, must, netnsReadiness, run, serveInNetns } from "./support/netns.ts";
 import { makeCertificates } from "../shared/_tls_fixtures_test.ts";
 import {
   dockerGate,
@@ -122,28 +122,12 @@ Deno.test({
        }
        console.log("listening");`,
     );
-    server = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--quiet",
-        "--allow-net",
-        `--allow-read=${dir}`,
-        serverFile,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-      env: { NO_COLOR: "1" },
-    }).spawn();
-    const ready = await Promise.race([
-      server.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
-      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
-    ]);
-    assert.ok(ready?.value?.includes("listening"), "the stand-in internet started");
+    server = await serveInNetns(
+      ns,
+      ["--allow-net", `--allow-read=${dir}`],
+      serverFile,
+      "the stand-in internet",
+    );
 
     gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
     const dataDir = `${dir}/node`;

@@ -22,6 +22,7 @@ import {
   removeContainersOf,
   startDockerNode,
 } from "./_docker.ts";
+import { serveInNetns } from "./support/netns.ts";
 
 // Through sh: Deno grants /proc/sys only to --allow-all, and the test task does not.
 const FORWARD = "/proc/sys/net/ipv4/ip_forward";
@@ -128,27 +129,12 @@ Deno.test({
          c.close();
        }`,
     );
-    listener = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--quiet",
-        `--allow-net=${inside}:${PORT}`,
-        listenerFile,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-      env: { NO_COLOR: "1" },
-    }).spawn();
-    const ready = await Promise.race([
-      listener.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
-      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
-    ]);
-    assert.ok(ready?.value?.includes("listening"), "the listener in the namespace started");
+    listener = await serveInNetns(
+      ns,
+      [`--allow-net=${inside}:${PORT}`],
+      listenerFile,
+      "the listener in the namespace",
+    );
 
     await t.step("precondition: the host reaches the listener in the namespace", async () => {
       const r = await run(probe(inside)[0], probe(inside).slice(1));

@@ -24,7 +24,7 @@ import Docker from "dockerode";
 import { ALL_TRAFFIC, CommandExitError, Sandbox, type SandboxOpts } from "e2b";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 import { startGateway } from "./_gateway.ts";
-import { freeSubnet, must, netnsReadiness, run } from "./support/netns.ts";
+import { freeSubnet, must, netnsReadiness, run, serveInNetns } from "./support/netns.ts";
 import {
   dockerGate,
   type DockerNodeProcess,
@@ -108,27 +108,12 @@ Deno.test({
        }
        console.log("listening");`,
     );
-    listener = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--quiet",
-        `--allow-net=${a}:${PORT},${b}:${PORT}`,
-        listenerFile,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-      env: { NO_COLOR: "1" },
-    }).spawn();
-    const ready = await Promise.race([
-      listener.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
-      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
-    ]);
-    assert.ok(ready?.value?.includes("listening"), "the listener in the namespace started");
+    listener = await serveInNetns(
+      ns,
+      [`--allow-net=${a}:${PORT},${b}:${PORT}`],
+      listenerFile,
+      "the listener in the namespace",
+    );
     const answerOf = (address: string) => `${address} ${nonce}`;
 
     await t.step("precondition: the host reaches A and B in the namespace", async () => {

@@ -9,7 +9,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdMissing, startEtcd } from "./support/etcd.ts";
-import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { type GatewayProcess, sharedModeEnv, startGateway } from "./_gateway.ts";
 import { newToken, type NodeProcess, startNode } from "./_processes.ts";
 import { until } from "./_docker.ts";
 
@@ -38,11 +38,7 @@ Deno.test({
 }, async () => {
   const etcd = await startEtcd(1);
   const token = newToken();
-  const env = {
-    DORMICE_GATEWAY_ETCD: etcd.endpoints,
-    DORMICE_GATEWAY_ETCD_PREFIX: `/t-${crypto.randomUUID().slice(0, 8)}/`,
-    DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
-  };
+  const env = sharedModeEnv(etcd);
   const gateways: GatewayProcess[] = [];
   const nodes = new Map<string, NodeProcess>();
   try {

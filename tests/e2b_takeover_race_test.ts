@@ -11,7 +11,7 @@
  */
 import assert from "node:assert/strict";
 import { etcdMissing, startEtcd } from "./support/etcd.ts";
-import { type GatewayProcess, startGateway } from "./_gateway.ts";
+import { type GatewayProcess, sharedModeEnv, startGateway } from "./_gateway.ts";
 import { freePort, newToken } from "./_processes.ts";
 import { until } from "./_docker.ts";
 
@@ -140,11 +140,7 @@ class StubNode {
 async function lostSandboxFleet(options: { pullMs?: number; checkInWith?: 0 | 1 } = {}) {
   const etcd = await startEtcd(1);
   const token = newToken();
-  const env = {
-    DORMICE_GATEWAY_ETCD: etcd.endpoints,
-    DORMICE_GATEWAY_ETCD_PREFIX: `/t-${crypto.randomUUID().slice(0, 8)}/`,
-    DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",
-  };
+  const env = sharedModeEnv(etcd);
   const gateways: GatewayProcess[] = [];
   const registry = new StubRegistry();
   const lost = new StubNode("node-lost", token, undefined);

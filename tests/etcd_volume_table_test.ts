@@ -14,18 +14,37 @@ import { etcdMissing, startEtcd } from "./support/etcd.ts";
 const missing = etcdMissing();
 const skip = missing === null ? "" : ` (skipped: ${missing})`;
 
+/**
+ * A fresh etcd and the volume table as two gateways see it (tables `a` and `b`, each on its own
+ * client and lease session, under one random prefix); `stop()` ends both sessions and etcd.
+ */
+async function twoGateways() {
+  const etcd = await startEtcd(1);
+  const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
+  const clients = [0, 1].map(() => new EtcdClient({ endpoints: etcd.endpoints.split(",") }));
+  const sessions = clients.map((client) => new EtcdSession({ client, ttlSeconds: 10 }));
+  const [a, b] = clients.map((client, i) =>
+    new EtcdVolumeTable({ client, session: sessions[i], prefix })
+  );
+  return {
+    clients,
+    sessions,
+    a,
+    b,
+    async stop() {
+      await Promise.all(sessions.map((s) => s.close().catch(() => {})));
+      await etcd.stop();
+    },
+  };
+}
+
 Deno.test({
   name:
     `EtcdVolumeTable: names and claims hold across gateways, and a stopped gateway's steps end with its lease${skip}`,
   ignore: missing !== null,
   async fn() {
-    const etcd = await startEtcd(1);
-    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
-    const clients = [0, 1].map(() => new EtcdClient({ endpoints: etcd.endpoints.split(",") }));
-    const sessions = clients.map((client) => new EtcdSession({ client, ttlSeconds: 10 }));
-    const [a, b] = clients.map((client, i) =>
-      new EtcdVolumeTable({ client, session: sessions[i], prefix })
-    );
+    const gateways = await twoGateways();
+    const { sessions, a, b } = gateways;
     try {
       const ids = ["vol-0000000000000000000a", "vol-0000000000000000000b"];
       const reserved = await Promise.allSettled(
@@ -63,8 +82,7 @@ Deno.test({
       assert.deepEqual(await a.list(), []);
       await a.reserve({ id, team: "acme", name: "data", node: "n1" });
     } finally {
-      await Promise.all(sessions.map((s) => s.close().catch(() => {})));
-      await etcd.stop();
+      await gateways.stop();
     }
   },
 });
@@ -74,13 +92,8 @@ Deno.test({
     `EtcdVolumeTable: a create mounting a volume through one gateway and a delete through another never both go ahead${skip}`,
   ignore: missing !== null,
   async fn() {
-    const etcd = await startEtcd(1);
-    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
-    const clients = [0, 1].map(() => new EtcdClient({ endpoints: etcd.endpoints.split(",") }));
-    const sessions = clients.map((client) => new EtcdSession({ client, ttlSeconds: 10 }));
-    const [a, b] = clients.map((client, i) =>
-      new EtcdVolumeTable({ client, session: sessions[i], prefix })
-    );
+    const gateways = await twoGateways();
+    const { sessions, a, b } = gateways;
     try {
       const id = "vol-0000000000000000000c";
       await a.reserve({ id, team: "acme", name: "data", node: "n1" });
@@ -103,8 +116,7 @@ Deno.test({
       assert.equal(await a.mountsInFlight(id), 0);
       assert.ok(await a.claim(id, "moving"));
     } finally {
-      await Promise.all(sessions.map((s) => s.close().catch(() => {})));
-      await etcd.stop();
+      await gateways.stop();
     }
   },
 });
@@ -114,13 +126,8 @@ Deno.test({
     `EtcdVolumeTable: a gateway whose lease lapsed mid-step cannot release, write back or delete over the gateway that took the volume over${skip}`,
   ignore: missing !== null,
   async fn() {
-    const etcd = await startEtcd(1);
-    const prefix = `/t-${crypto.randomUUID().slice(0, 8)}/`;
-    const clients = [0, 1].map(() => new EtcdClient({ endpoints: etcd.endpoints.split(",") }));
-    const sessions = clients.map((client) => new EtcdSession({ client, ttlSeconds: 10 }));
-    const [a, b] = clients.map((client, i) =>
-      new EtcdVolumeTable({ client, session: sessions[i], prefix })
-    );
+    const gateways = await twoGateways();
+    const { clients, sessions, a, b } = gateways;
     try {
       const id = "vol-0000000000000000000d";
       await a.reserve({ id, team: "acme", name: "data", node: "n1" });
@@ -181,8 +188,7 @@ Deno.test({
       await b.release(second);
       assert.deepEqual([(await a.get(id))?.state, (await a.get(id))?.node], ["ready", "n2"]);
     } finally {
-      await Promise.all(sessions.map((s) => s.close().catch(() => {})));
-      await etcd.stop();
+      await gateways.stop();
     }
   },
 });

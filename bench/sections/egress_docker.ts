@@ -23,6 +23,7 @@ import {
 } from "../lib/fixtures.ts";
 import { row, type Section } from "../lib/stats.ts";
 import { type Squid, squidMissing, startSquid } from "../lib/squid.ts";
+import { serveInNetns } from "../../tests/support/netns.ts";
 
 /** Options of the egress benchmark. */
 export interface EgressDockerOptions {
@@ -135,27 +136,12 @@ export async function runEgressDocker({ runs }: EgressDockerOptions): Promise<Se
        });
        console.log("listening");`,
     );
-    server = new Deno.Command("ip", {
-      args: [
-        "netns",
-        "exec",
-        ns,
-        Deno.execPath(),
-        "run",
-        "--quiet",
-        "--allow-net",
-        `--allow-read=${dir}`,
-        `${dir}/server.ts`,
-      ],
-      stdin: "null",
-      stdout: "piped",
-      stderr: "inherit",
-    }).spawn();
-    const ready = await Promise.race([
-      server.stdout.pipeThrough(new TextDecoderStream()).getReader().read(),
-      new Promise<null>((r) => setTimeout(() => r(null), 20_000)),
-    ]);
-    if (!ready?.value?.includes("listening")) throw new Error("the stand-in server did not start");
+    server = await serveInNetns(
+      ns,
+      ["--allow-net", `--allow-read=${dir}`],
+      `${dir}/server.ts`,
+      "the stand-in server",
+    );
 
     gateway = await startGateway([], {
       DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100",

@@ -59,3 +59,48 @@ export async function freeSubnet(): Promise<{ host: string; a: string; b: string
   }
   throw new Error("No free /29 in 198.18.0.0/15 after 50 picks");
 }
+
+/** How long a server started in a namespace may take to say it listens. */
+const LISTEN_MS = 20_000;
+
+/**
+ * Starts `deno run --quiet <flags> <file>` inside the network namespace `ns` (stdout piped, no
+ * colour) and waits, at most 20 s, for its first output to say `listening`; the rest of its
+ * stdout is drained. The caller kills the server it gets back.
+ *
+ * @throws naming `what` when the server does not say it listens in time (it is killed first).
+ */
+export async function serveInNetns(
+  ns: string,
+  flags: string[],
+  file: string,
+  what: string,
+): Promise<Deno.ChildProcess> {
+  const server = new Deno.Command("ip", {
+    args: ["netns", "exec", ns, Deno.execPath(), "run", "--quiet", ...flags, file],
+    stdin: "null",
+    stdout: "piped",
+    stderr: "inherit",
+    env: { NO_COLOR: "1" },
+  }).spawn();
+  const reader = server.stdout.pipeThrough(new TextDecoderStream()).getReader();
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const ready = await Promise.race([
+    reader.read(),
+    new Promise<null>((r) => timer = setTimeout(() => r(null), LISTEN_MS)),
+  ]);
+  clearTimeout(timer);
+  if (!ready?.value?.includes("listening")) {
+    try {
+      server.kill("SIGKILL");
+    } catch { /* gone */ }
+    await server.status;
+    throw new Error(`${what} did not say it listens within ${LISTEN_MS / 1000} s`);
+  }
+  (async () => {
+    try {
+      while (!(await reader.read()).done) { /* drain */ }
+    } catch { /* closed */ }
+  })();
+  return server;
+}

@@ -142,3 +142,36 @@ let decided: Promise<DockerReadiness> | undefined;
 export function dockerReadiness(): Promise<DockerReadiness> {
   return decided ??= decideReadiness();
 }
+
+/** Registers one case of a docker suite; see {@linkcode dockerSuite}. */
+export type DockerTest = (name: string, fn: () => Promise<void>) => void;
+
+/**
+ * The `Deno.test` of a suite whose cases need the engine: where Docker is not ready they are
+ * skipped, saying why once under `suite`, except on CI (`CI=true`), where they run and fail
+ * naming why.
+ *
+ * @example
+ * ```ts ignore
+ * const dockerTest = await dockerSuite("build_test");
+ * dockerTest("DockerExecutor builds a template", async () => {});
+ * ```
+ */
+export async function dockerSuite(suite: string): Promise<DockerTest> {
+  const onCi = Deno.env.get("CI") === "true";
+  const readiness = await dockerReadiness();
+  const notReady = readiness.ready ? null : readiness.why;
+  if (notReady && !onCi) console.log(`docker ${suite}: skipped: ${notReady}`);
+  return (name, fn) =>
+    Deno.test({
+      name,
+      ignore: notReady !== null && !onCi,
+      // dockerode's node:http agent keeps its unix sockets to the engine open between calls.
+      sanitizeOps: false,
+      sanitizeResources: false,
+      fn: async () => {
+        if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
+        await fn();
+      },
+    });
+}

@@ -5,39 +5,28 @@
  * template, never with an engine error nor on another image.
  */
 import assert from "node:assert/strict";
-import Docker from "dockerode";
 import { DockerExecutor } from "./executor.ts";
-import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
-import { dockerReadiness } from "./_fixtures_test.ts";
-import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
+import { dockerSuite } from "./_fixtures_test.ts";
+import {
+  collectingIo,
+  execOutput,
+  removeInstanceLeftovers,
+  runTag,
+} from "./_build_fixtures_test.ts";
+import type { TemplateBuildSpec } from "../template_build.ts";
 import { TemplateBuildError } from "../template_build.ts";
 
-const onCi = Deno.env.get("CI") === "true";
-const readiness = await dockerReadiness();
-const notReady = readiness.ready ? null : readiness.why;
-if (notReady && !onCi) console.log(`docker build_base_race_test: skipped: ${notReady}`);
+const dockerTest = await dockerSuite("build_base_race_test");
 
-Deno.test({
-  name: "DockerExecutor: a build whose base template is deleted keeps its base or names it",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor: a build whose base template is deleted keeps its base or names it",
+  async () => {
+    const tag = runTag();
     const instanceId = `r${tag}`;
-    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
     const executor = new DockerExecutor({ nodeId: `buildrace-${tag}`, instanceId });
     const id = (c: string) => `snap-${c.repeat(14)}${tag}`;
     const lines: string[] = [];
-    const io = (onLine: (line: string) => void = () => {}): BuildIo => ({
-      log: (_level, message) => {
-        lines.push(message);
-        onLine(message);
-      },
-      contextFile: () => undefined,
-      signal: new AbortController().signal,
-    });
+    const io = (onLine?: (line: string) => void) => collectingIo(lines, {}, onLine);
     const spec = (templateId: string, over: Partial<TemplateBuildSpec>): TemplateBuildSpec => ({
       templateId,
       buildId: crypto.randomUUID(),
@@ -87,8 +76,7 @@ Deno.test({
         env: {},
         snapshot: id("y"),
       });
-      const handle = await executor.exec("r1", { cmd: ["cat", "/tmp/copied"] });
-      const [out] = await Promise.all([new Response(handle.stdout).text(), handle.exited]);
+      const out = await execOutput(executor, "r1", ["cat", "/tmp/copied"]);
       assert.equal(out, `from-x-${tag}\n`, "built on the deleted template's files");
       await executor.destroy("r1");
 
@@ -110,25 +98,7 @@ Deno.test({
     } finally {
       await executor.destroy("r1").catch(() => {});
       await executor.close();
-      for (
-        const c of await docker.listContainers({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
-      ) {
-        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-      }
-      const images = await docker.listImages({
-        all: true,
-        filters: { label: [`dormice.instance=${instanceId}`] },
-      });
-      for (
-        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
-          y.Created - x.Created
-        )
-      ) {
-        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
-      }
+      await removeInstanceLeftovers(instanceId);
     }
   },
-});
+);

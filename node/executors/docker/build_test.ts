@@ -8,22 +8,23 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { DockerExecutor } from "./executor.ts";
 import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
-import { dockerReadiness } from "./_fixtures_test.ts";
-import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
+import { dockerSuite } from "./_fixtures_test.ts";
+import {
+  collectingIo,
+  execOutput,
+  packContext,
+  removeInstanceLeftovers,
+  runFilesHash,
+  runTag,
+} from "./_build_fixtures_test.ts";
+import type { TemplateBuildSpec } from "../template_build.ts";
 
-const onCi = Deno.env.get("CI") === "true";
-const readiness = await dockerReadiness();
-const notReady = readiness.ready ? null : readiness.why;
-if (notReady && !onCi) console.log(`docker build_test: skipped: ${notReady}`);
+const dockerTest = await dockerSuite("build_test");
 
-Deno.test({
-  name: "DockerExecutor builds a template: state, a copied directory, a failed pull, a sweep",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor builds a template: state, a copied directory, a failed pull, a sweep",
+  async () => {
+    const tag = runTag();
     const nodeId = `buildunit-${tag}`;
     const instanceId = `b${tag}`;
     const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
@@ -39,22 +40,11 @@ Deno.test({
       });
       await Deno.mkdir(`${dir}/ctx/conf`, { recursive: true });
       await Deno.writeTextFile(`${dir}/ctx/conf/x.txt`, "copied\n");
-      const archive = await new Deno.Command("tar", {
-        args: ["czf", `${dir}/context.tar.gz`, "-C", `${dir}/ctx`, "conf"],
-      }).output();
-      assert.ok(archive.success);
-      // A hash of this run's own: a step cache image another run left on the engine must not
-      // answer for these steps (the log lines below come only from steps that ran).
-      const hash = Array.from(
-        crypto.getRandomValues(new Uint8Array(32)),
-        (b) => b.toString(16).padStart(2, "0"),
-      ).join("");
+      await packContext(`${dir}/ctx`, "conf", `${dir}/context.tar.gz`);
+      // The log lines below come only from steps that ran.
+      const hash = runFilesHash();
       const lines: string[] = [];
-      const io = (): BuildIo => ({
-        log: (_level, message) => lines.push(message),
-        contextFile: (h) => h === hash ? `${dir}/context.tar.gz` : undefined,
-        signal: new AbortController().signal,
-      });
+      const io = () => collectingIo(lines, { [hash]: `${dir}/context.tar.gz` });
       const spec: TemplateBuildSpec = {
         templateId: `snap-${"a".repeat(14)}${tag}`,
         buildId: crypto.randomUUID(),
@@ -81,21 +71,14 @@ Deno.test({
       // first team's step cache is used.
       await Deno.mkdir(`${dir}/other/conf`, { recursive: true });
       await Deno.writeTextFile(`${dir}/other/conf/x.txt`, "other team\n");
-      const otherArchive = await new Deno.Command("tar", {
-        args: ["czf", `${dir}/other.tar.gz`, "-C", `${dir}/other`, "conf"],
-      }).output();
-      assert.ok(otherArchive.success);
+      await packContext(`${dir}/other`, "conf", `${dir}/other.tar.gz`);
       const otherLines: string[] = [];
       await executor.buildTemplate({
         ...spec,
         templateId: `snap-${"b".repeat(14)}${tag}`,
         buildId: crypto.randomUUID(),
         team: "u",
-      }, {
-        log: (_level, message) => otherLines.push(message),
-        contextFile: (h) => h === hash ? `${dir}/other.tar.gz` : undefined,
-        signal: new AbortController().signal,
-      });
+      }, collectingIo(otherLines, { [hash]: `${dir}/other.tar.gz` }));
       assert.ok(otherLines.includes("other team"), otherLines.join("\n"));
       assert.ok(!otherLines.some((l) => l.includes("CACHED")), otherLines.join("\n"));
 
@@ -107,11 +90,7 @@ Deno.test({
         env: {},
         snapshot: spec.templateId,
       });
-      const run = async (cmd: string) => {
-        const handle = await executor.exec("s1", { cmd: ["/bin/sh", "-c", cmd] });
-        const [out] = await Promise.all([new Response(handle.stdout).text(), handle.exited]);
-        return out;
-      };
+      const run = (cmd: string) => execOutput(executor, "s1", ["/bin/sh", "-c", cmd]);
       assert.equal(await run('echo "$GREETING"; pwd'), "hello there\n/opt/app\n");
       assert.equal(await run("stat -c %a /opt/app/conf/x.txt"), "600\n");
       await executor.destroy("s1");
@@ -129,40 +108,17 @@ Deno.test({
     } finally {
       await executor.destroy("s1").catch(() => {});
       await executor.close();
-      for (
-        const c of await docker.listContainers({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
-      ) {
-        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-      }
-      const images = await docker.listImages({
-        filters: { label: [`dormice.instance=${instanceId}`] },
-      });
-      // Newest first: a step cache image is the parent of the next step's.
-      for (
-        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
-          y.Created - x.Created
-        )
-      ) {
-        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
-      }
+      await removeInstanceLeftovers(instanceId);
       await Deno.remove(dir, { recursive: true });
     }
   },
-});
+);
 
-Deno.test({
-  name: "DockerExecutor builds a COPY of files with symlinks: each lands as the link it is",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor builds a COPY of files with symlinks: each lands as the link it is",
+  async () => {
+    const tag = runTag();
     const instanceId = `l${tag}`;
-    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
     const executor = new DockerExecutor({ nodeId: `buildlink-${tag}`, instanceId });
     const dir = await Deno.makeTempDir();
     try {
@@ -174,14 +130,8 @@ Deno.test({
       await Deno.symlink("test.txt", `${dir}/ctx/folder/symlink.txt`);
       await Deno.symlink(`${dir}/ctx/folder/test.txt`, `${dir}/ctx/folder/symlink2.txt`);
       await Deno.symlink("12345test.txt", `${dir}/ctx/folder/symlink3.txt`);
-      const archive = await new Deno.Command("tar", {
-        args: ["czf", `${dir}/context.tar.gz`, "-C", `${dir}/ctx`, "folder"],
-      }).output();
-      assert.ok(archive.success);
-      const hash = Array.from(
-        crypto.getRandomValues(new Uint8Array(32)),
-        (b) => b.toString(16).padStart(2, "0"),
-      ).join("");
+      await packContext(`${dir}/ctx`, "folder", `${dir}/context.tar.gz`);
+      const hash = runFilesHash();
       const lines: string[] = [];
       const spec: TemplateBuildSpec = {
         templateId: `snap-${"c".repeat(14)}${tag}`,
@@ -204,11 +154,7 @@ Deno.test({
         force: true,
         memoryMB: 256,
       };
-      await executor.buildTemplate(spec, {
-        log: (_level, message) => lines.push(message),
-        contextFile: (h) => h === hash ? `${dir}/context.tar.gz` : undefined,
-        signal: new AbortController().signal,
-      });
+      await executor.buildTemplate(spec, collectingIo(lines, { [hash]: `${dir}/context.tar.gz` }));
       const at = lines.indexOf("This is a test file.");
       assert.ok(at >= 0, lines.join("\n"));
       assert.deepEqual(
@@ -217,39 +163,17 @@ Deno.test({
       );
     } finally {
       await executor.close();
-      for (
-        const c of await docker.listContainers({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
-      ) {
-        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-      }
-      const images = await docker.listImages({
-        filters: { label: [`dormice.instance=${instanceId}`] },
-      });
-      for (
-        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
-          y.Created - x.Created
-        )
-      ) {
-        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
-      }
+      await removeInstanceLeftovers(instanceId);
       await Deno.remove(dir, { recursive: true });
     }
   },
-});
+);
 
-Deno.test({
-  name: "DockerExecutor fails a RUN as a user the image lacks naming the user, as E2B does",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor fails a RUN as a user the image lacks naming the user, as E2B does",
+  async () => {
+    const tag = runTag();
     const instanceId = `u${tag}`;
-    const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
     const executor = new DockerExecutor({ nodeId: `builduser-${tag}`, instanceId });
     try {
       const spec: TemplateBuildSpec = {
@@ -265,11 +189,7 @@ Deno.test({
         force: true,
         memoryMB: 256,
       };
-      const error = await executor.buildTemplate(spec, {
-        log: () => {},
-        contextFile: () => undefined,
-        signal: new AbortController().signal,
-      }).catch((e) => e);
+      const error = await executor.buildTemplate(spec, collectingIo([])).catch((e) => e);
       assert.equal(error.step, "2", String(error));
       // The SDK's own runCmd test expects these words.
       assert.ok(
@@ -281,24 +201,7 @@ Deno.test({
       );
     } finally {
       await executor.close();
-      for (
-        const c of await docker.listContainers({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
-      ) {
-        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-      }
-      const images = await docker.listImages({
-        filters: { label: [`dormice.instance=${instanceId}`] },
-      });
-      for (
-        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
-          y.Created - x.Created
-        )
-      ) {
-        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
-      }
+      await removeInstanceLeftovers(instanceId);
     }
   },
-});
+);

@@ -7,13 +7,16 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { DockerExecutor } from "./executor.ts";
 import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
-import { dockerReadiness } from "./_fixtures_test.ts";
-import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
+import { dockerSuite } from "./_fixtures_test.ts";
+import {
+  collectingIo,
+  execOutput,
+  removeInstanceLeftovers,
+  runTag,
+} from "./_build_fixtures_test.ts";
+import type { TemplateBuildSpec } from "../template_build.ts";
 
-const onCi = Deno.env.get("CI") === "true";
-const readiness = await dockerReadiness();
-const notReady = readiness.ready ? null : readiness.why;
-if (notReady && !onCi) console.log(`docker build_user_test: skipped: ${notReady}`);
+const dockerTest = await dockerSuite("build_user_test");
 
 /** Commits `from` after `script` (as root, no network) as a base image labelled `instance`. */
 async function baseWithout(
@@ -45,14 +48,10 @@ async function baseWithout(
   }
 }
 
-Deno.test({
-  name: "DockerExecutor gives a base without E2B's default user that user, once, cached",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor gives a base without E2B's default user that user, once, cached",
+  async () => {
+    const tag = runTag();
     const instanceId = `w${tag}`;
     const docker = new Docker({ socketPath: DEFAULT_DOCKER_SOCKET });
     const executor = new DockerExecutor({ nodeId: `builddefuser-${tag}`, instanceId });
@@ -76,11 +75,6 @@ Deno.test({
       );
       const build = async (base: string, name: string, check: string) => {
         const lines: string[] = [];
-        const io: BuildIo = {
-          log: (_level, message) => lines.push(message),
-          contextFile: () => undefined,
-          signal: new AbortController().signal,
-        };
         const spec: TemplateBuildSpec = {
           templateId: `snap-${name.padEnd(14, "x")}${tag}`,
           buildId: crypto.randomUUID(),
@@ -95,7 +89,7 @@ Deno.test({
           force: true,
           memoryMB: 256,
         };
-        await executor.buildTemplate(spec, io);
+        await executor.buildTemplate(spec, collectingIo(lines));
         return { lines, spec };
       };
 
@@ -111,10 +105,11 @@ Deno.test({
         env: {},
         snapshot: bb.spec.templateId,
       });
-      const handle = await executor.exec("s1", {
-        cmd: ["/bin/sh", "-c", 'echo "$(whoami) $(pwd) $(stat -c %U mine)"'],
-      });
-      const [out] = await Promise.all([new Response(handle.stdout).text(), handle.exited]);
+      const out = await execOutput(executor, "s1", [
+        "/bin/sh",
+        "-c",
+        'echo "$(whoami) $(pwd) $(stat -c %U mine)"',
+      ]);
       assert.equal(out, "user /home/user user\n");
       await executor.destroy("s1");
 
@@ -137,24 +132,7 @@ Deno.test({
     } finally {
       await executor.destroy("s1").catch(() => {});
       await executor.close();
-      for (
-        const c of await docker.listContainers({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        })
-      ) {
-        await docker.getContainer(c.Id).remove({ force: true }).catch(() => {});
-      }
-      const images = await docker.listImages({
-        filters: { label: [`dormice.instance=${instanceId}`] },
-      });
-      for (
-        const image of images.sort((x: { Created: number }, y: { Created: number }) =>
-          y.Created - x.Created
-        )
-      ) {
-        await docker.getImage(image.Id).remove({ force: true }).catch(() => {});
-      }
+      await removeInstanceLeftovers(instanceId);
     }
   },
-});
+);

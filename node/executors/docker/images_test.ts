@@ -7,13 +7,11 @@ import assert from "node:assert/strict";
 import { DockerExecutor } from "./executor.ts";
 import { EngineHttp } from "./_images.ts";
 import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
-import { dockerReadiness } from "./_fixtures_test.ts";
+import { dockerSuite } from "./_fixtures_test.ts";
+import { runTag } from "./_build_fixtures_test.ts";
 import { concat, tarHeader, tarPadding } from "./_tar.ts";
 
-const onCi = Deno.env.get("CI") === "true";
-const readiness = await dockerReadiness();
-const notReady = readiness.ready ? null : readiness.why;
-if (notReady && !onCi) console.log(`docker images_test: skipped: ${notReady}`);
+const dockerTest = await dockerSuite("images_test");
 
 /** `tar` with the data of its entry `name` replaced by `data` (plain ustar entries only). */
 function replaceEntry(tar: Uint8Array, name: string, data: Uint8Array): Uint8Array {
@@ -38,14 +36,10 @@ function replaceEntry(tar: Uint8Array, name: string, data: Uint8Array): Uint8Arr
   throw new Error(`no entry ${name} in the archive`);
 }
 
-Deno.test({
-  name: "DockerExecutor.importImage moves no tag the archive names onto what it loads",
-  ignore: notReady !== null && !onCi,
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
+dockerTest(
+  "DockerExecutor.importImage moves no tag the archive names onto what it loads",
+  async () => {
+    const tag = runTag();
     const victim = `dormice-loadvictim-${tag}`;
     const http = new EngineHttp(DEFAULT_DOCKER_SOCKET);
     const holder = new DockerExecutor({ nodeId: `imgunit-a-${tag}`, instanceId: `a${tag}` });
@@ -105,7 +99,7 @@ Deno.test({
       http.close();
     }
   },
-});
+);
 
 /** The data of entry `name` of `tar` (plain ustar entries only). */
 function readEntry(tar: Uint8Array, name: string): Uint8Array {

@@ -8,85 +8,75 @@ import assert from "node:assert/strict";
 import Docker from "dockerode";
 import { DockerExecutor } from "./executor.ts";
 import { DEFAULT_DOCKER_SOCKET } from "./engine.ts";
-import { dockerReadiness } from "./_fixtures_test.ts";
+import { dockerSuite } from "./_fixtures_test.ts";
+import { runTag } from "./_build_fixtures_test.ts";
 
-const onCi = Deno.env.get("CI") === "true";
-const readiness = await dockerReadiness();
-const notReady = readiness.ready ? null : readiness.why;
-if (notReady && !onCi) console.log(`docker snapshots_test: skipped: ${notReady}`);
+const dockerTest = await dockerSuite("snapshots_test");
 
-Deno.test({
-  name: "DockerExecutor snapshots outlive the executor, scoped to its instance id",
-  ignore: notReady !== null && !onCi,
-  // dockerode's node:http agent keeps its unix sockets to the engine open between calls.
-  sanitizeOps: false,
-  sanitizeResources: false,
-  fn: async () => {
-    if (notReady) throw new Error(`CI=true, so the Docker cases must run, but ${notReady}`);
-    const tag = Math.random().toString(36).slice(2, 8);
-    const nodeId = `snapunit-${tag}`;
-    const instanceId = `i${tag}`;
-    const first = new DockerExecutor({ nodeId, instanceId });
-    const spec = { memoryMB: 96 };
-    await first.create({ id: "src", name: "src", template: "minimal", spec, env: {} });
-    let snapshotId = "";
-    let restarted: DockerExecutor | undefined;
-    let other: DockerExecutor | undefined;
-    try {
-      await first.writeFile("src", "/tmp/kept.txt", new TextEncoder().encode("kept"));
-      snapshotId = (await first.snapshot("src", { team: "t", name: "n" })).snapshotId;
-      await first.destroy("src");
-      await first.close();
-      // The same node id and instance, as after a restart with its data dir.
-      restarted = new DockerExecutor({ nodeId, instanceId });
-      const listed = await restarted.listSnapshots("t");
-      assert.deepEqual(listed.map((s) => [s.snapshotId, s.name, s.sandboxId, s.node]), [
-        [snapshotId, "n", "src", nodeId],
-      ]);
-      // Another instance with the same node id on the same engine sees none, starts none.
-      other = new DockerExecutor({ nodeId, instanceId: `j${tag}` });
-      assert.deepEqual(await other.listSnapshots(), []);
-      await assert.rejects(
-        other.create({
-          id: "x",
-          name: "x",
-          template: "minimal",
-          spec,
-          env: {},
-          snapshot: snapshotId,
-        }),
-        /not found on this node/,
-      );
-      assert.equal(await other.deleteSnapshot(snapshotId), false);
-      await restarted.create({
-        id: "copy",
-        name: "copy",
-        template: snapshotId,
-        snapshot: snapshotId,
+dockerTest("DockerExecutor snapshots outlive the executor, scoped to its instance id", async () => {
+  const tag = runTag();
+  const nodeId = `snapunit-${tag}`;
+  const instanceId = `i${tag}`;
+  const first = new DockerExecutor({ nodeId, instanceId });
+  const spec = { memoryMB: 96 };
+  await first.create({ id: "src", name: "src", template: "minimal", spec, env: {} });
+  let snapshotId = "";
+  let restarted: DockerExecutor | undefined;
+  let other: DockerExecutor | undefined;
+  try {
+    await first.writeFile("src", "/tmp/kept.txt", new TextEncoder().encode("kept"));
+    snapshotId = (await first.snapshot("src", { team: "t", name: "n" })).snapshotId;
+    await first.destroy("src");
+    await first.close();
+    // The same node id and instance, as after a restart with its data dir.
+    restarted = new DockerExecutor({ nodeId, instanceId });
+    const listed = await restarted.listSnapshots("t");
+    assert.deepEqual(listed.map((s) => [s.snapshotId, s.name, s.sandboxId, s.node]), [
+      [snapshotId, "n", "src", nodeId],
+    ]);
+    // Another instance with the same node id on the same engine sees none, starts none.
+    other = new DockerExecutor({ nodeId, instanceId: `j${tag}` });
+    assert.deepEqual(await other.listSnapshots(), []);
+    await assert.rejects(
+      other.create({
+        id: "x",
+        name: "x",
+        template: "minimal",
         spec,
         env: {},
+        snapshot: snapshotId,
+      }),
+      /not found on this node/,
+    );
+    assert.equal(await other.deleteSnapshot(snapshotId), false);
+    await restarted.create({
+      id: "copy",
+      name: "copy",
+      template: snapshotId,
+      snapshot: snapshotId,
+      spec,
+      env: {},
+    });
+    // Deleted while a sandbox runs from it: that sandbox keeps its files.
+    assert.equal(await restarted.deleteSnapshot(snapshotId), true);
+    assert.deepEqual(await restarted.listSnapshots(), []);
+    const bytes = await restarted.readFile("copy", "/tmp/kept.txt");
+    assert.equal(new TextDecoder().decode(bytes), "kept");
+    // Once that sandbox is gone, so is the deleted snapshot's image: no untagged leftover.
+    const images = () =>
+      new Docker({ socketPath: DEFAULT_DOCKER_SOCKET }).listImages({
+        all: true,
+        filters: { label: [`dormice.instance=${instanceId}`] },
       });
-      // Deleted while a sandbox runs from it: that sandbox keeps its files.
-      assert.equal(await restarted.deleteSnapshot(snapshotId), true);
-      assert.deepEqual(await restarted.listSnapshots(), []);
-      const bytes = await restarted.readFile("copy", "/tmp/kept.txt");
-      assert.equal(new TextDecoder().decode(bytes), "kept");
-      // Once that sandbox is gone, so is the deleted snapshot's image: no untagged leftover.
-      const images = () =>
-        new Docker({ socketPath: DEFAULT_DOCKER_SOCKET }).listImages({
-          all: true,
-          filters: { label: [`dormice.instance=${instanceId}`] },
-        });
-      assert.equal((await images()).length, 1, "kept untagged while the sandbox runs from it");
-      await restarted.destroy("copy");
-      assert.deepEqual(await images(), []);
-    } finally {
-      await restarted?.destroy("copy").catch(() => {});
-      await restarted?.deleteSnapshot(snapshotId).catch(() => {});
-      await first.destroy("src").catch(() => {});
-      await first.close();
-      await restarted?.close();
-      await other?.close();
-    }
-  },
+    assert.equal((await images()).length, 1, "kept untagged while the sandbox runs from it");
+    await restarted.destroy("copy");
+    assert.deepEqual(await images(), []);
+  } finally {
+    await restarted?.destroy("copy").catch(() => {});
+    await restarted?.deleteSnapshot(snapshotId).catch(() => {});
+    await first.destroy("src").catch(() => {});
+    await first.close();
+    await restarted?.close();
+    await other?.close();
+  }
 });
