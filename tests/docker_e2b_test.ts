@@ -52,7 +52,13 @@ async function dockerFleet(): Promise<Target> {
   const gw = await startGateway({ env: { DORMICE_GATEWAY_NODE_CPU_LIMIT_PCT: "100" } });
   let node: DockerNodeProcess | undefined;
   try {
-    node = await startDockerNode({ token: gw.token, gatewayUrl: gw.url, nodeId });
+    node = await startDockerNode({
+      token: gw.token,
+      gatewayUrl: gw.url,
+      nodeId,
+      // The safety sweep a day apart: a deadline applied while a test runs is its own timer's.
+      env: { DORMICE_SCAN_INTERVAL_SECONDS: "86400" },
+    });
     await until("the docker node to be up at the gateway", async () => {
       const { body } = await gw.json("listNodes");
       return body.nodes.some((n: { id: string; state: string }) =>
@@ -294,24 +300,22 @@ async function exam(t: Deno.TestContext, target: Target): Promise<void> {
     assert.equal(metric.memTotal, host.Memory);
   });
 
-  await t.step("a timeout kills or pauses the container within about a second", async () => {
+  await t.step("a timeout kills or pauses the container by its own timer", async () => {
     const short = await Sandbox.create(opts);
     const pausing = await Sandbox.create({ ...opts, lifecycle: { onTimeout: "pause" } });
-    const start = Date.now();
     await Promise.all([short.setTimeout(2_000), pausing.setTimeout(2_000)]);
+    // The node's sweep is a day away (dockerFleet): only the deadline timer can do these, so the
+    // bounds below only keep a broken timer from hanging the test.
     await until(
       "the kill deadline",
       async () => await containerState(nodeId, short.sandboxId) === undefined,
-      5_000,
+      30_000,
     );
     await until(
       "the pause deadline",
       async () => await containerState(nodeId, pausing.sandboxId) === "paused",
-      5_000,
+      30_000,
     );
-    // The node sweeps every 60 s: only its deadline timer makes this.
-    const took = Date.now() - start;
-    assert.ok(took < 4_000, `both deadlines applied ${took} ms after setTimeout(2 s)`);
     assert.equal((await pausing.getInfo()).state, "paused");
     assert.equal(await pausing.kill(), true);
   });

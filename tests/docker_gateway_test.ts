@@ -101,13 +101,11 @@ Deno.test({
     );
 
     await t.step("a command past its timeout is killed and says so", async () => {
-      const started = Date.now();
       const r = await exec({ command: "echo started; sleep 30", timeoutSeconds: 1 });
+      // The kill, not the sleep, ends the call: a sleep left to its end would exit 0, not timed out.
       assert.equal(r.timedOut, true);
       assert.equal(r.exitCode, 137);
       assert.equal(r.stdout, "started\n");
-      // The issue's bound for a fault case: the kill, not the sleep, ends the call.
-      assert.ok(Date.now() - started < 10_000, `took ${Date.now() - started} ms`);
     });
 
     await t.step("a timed-out command whose output outlives the kill still answers", async () => {
@@ -115,7 +113,6 @@ Deno.test({
       // processes by (`exec`, so on any /bin/sh: the engine ends the output when that process
       // ends), so it outlives the kill with the output open: the answer comes after the kill's
       // grace, not the sleep.
-      const started = Date.now();
       const r = await exec({
         command:
           "echo started; exec env -u DORMICE_EXEC_ID sh -c 'echo $$ > /tmp/escaped; exec sleep 30'",
@@ -124,8 +121,10 @@ Deno.test({
       assert.equal(r.timedOut, true);
       assert.equal(r.exitCode, -1);
       assert.equal(r.stdout, "started\n");
-      assert.ok(Date.now() - started < 15_000, `took ${Date.now() - started} ms`);
-      await exec({ command: 'kill "$(cat /tmp/escaped)"' });
+      // Answered while the escaped sleep still runs (holding the output open): the kill below
+      // finds it. An answer that waited for the output would come after the sleep's end.
+      const killed = await exec({ command: 'kill "$(cat /tmp/escaped)"' });
+      assert.equal(killed.exitCode, 0, `the escaped sleep had ended: ${JSON.stringify(killed)}`);
     });
 
     await t.step(

@@ -14,11 +14,11 @@ import { sdkOptions } from "./_two_nodes.ts";
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** Polls `check` every 50 ms until it returns true or `ms` passes; resolves the time it took. */
-async function until(what: string, check: () => Promise<boolean>, ms = 8000): Promise<number> {
+/** Polls `check` every 50 ms until it returns true; gives up (throws) after `ms`. */
+async function until(what: string, check: () => Promise<boolean>, ms = 8000): Promise<void> {
   const start = Date.now();
   while (Date.now() - start < ms) {
-    if (await check()) return Date.now() - start;
+    if (await check()) return;
     await sleep(50);
   }
   throw new Error(`Gave up waiting ${ms} ms for ${what}`);
@@ -33,6 +33,8 @@ async function startFleet() {
     DORMICE_GATEWAY_ENDPOINT: gwUrl,
     DORMICE_NODE_ID: id,
     DORMICE_CHECK_IN_INTERVAL_SECONDS: "1",
+    // The safety sweep a day apart: a deadline applied while a test runs is its own timer's.
+    DORMICE_SCAN_INTERVAL_SECONDS: "86400",
     // A second template, for the list's template filter (the fake needs no image for it).
     DORMICE_TEMPLATES: "base=dormice-base:latest,python=dormice-python:latest",
   });
@@ -105,32 +107,33 @@ Deno.test({
       },
     );
 
-    await t.step("setTimeout(2 s) kills the sandbox within about a second of it", async () => {
+    // The moment a deadline fires (not before, not at the next sweep) is proven on a fake clock in
+    // node/deadline_scanner_test.ts; here, with the sweep a day away, that it fires at all shows
+    // the node's deadline timer applies it. The bounds only keep a broken timer from hanging.
+    await t.step("setTimeout(2 s) kills the sandbox by the node's deadline timer", async () => {
       const sandbox = await Sandbox.create(opts);
       await sandbox.setTimeout(2_000);
-      const took = await until("the deadline to kill the sandbox", async () => {
+      await until("the deadline to kill the sandbox", async () => {
         const res = await fetch(`${opts.apiUrl}/sandboxes/${sandbox.sandboxId}`, {
           headers: { "x-api-key": opts.apiKey },
         });
         await res.body?.cancel();
         return res.status === 404;
-      });
-      // The node sweeps every 60 s: only its deadline timer can make this.
-      assert.ok(took >= 1_500 && took < 3_500, `killed ${took} ms after setTimeout(2 s)`);
+      }, 30_000);
       assert.equal(await Sandbox.kill(sandbox.sandboxId, opts), false);
     });
 
-    await t.step("lifecycle.onTimeout 'pause' pauses on time", async () => {
+    await t.step("lifecycle.onTimeout 'pause' pauses by the node's deadline timer", async () => {
       const sandbox = await Sandbox.create({
         ...opts,
         timeoutMs: 2_000,
         lifecycle: { onTimeout: "pause" },
       });
-      const took = await until(
+      await until(
         "the deadline to pause the sandbox",
         async () => (await sandbox.getInfo()).state === "paused",
+        30_000,
       );
-      assert.ok(took < 3_500, `paused ${took} ms after create with a 2 s timeout`);
       await sandbox.kill();
     });
 

@@ -135,25 +135,20 @@ Deno.test({
       const joined = await gw.json("checkIn", rogueCheckIn("rogue-relay", relay.url));
       assert.equal(joined.status, 200, JSON.stringify(joined.body));
 
-      let started = performance.now();
-      const listed = await gw.json("listSandboxes", {}, { signal: AbortSignal.timeout(15_000) });
-      let ms = performance.now() - started;
+      const listed = await gw.json("listSandboxes", {});
       assert.equal(listed.status, 200, JSON.stringify(listed.body));
       assert.equal(listed.body.unreachable.length, 1);
       assert.equal(listed.body.unreachable[0].nodeId, "rogue-relay");
       assert.match(listed.body.unreachable[0].cause, /HTTP 508: .*came back to the gateway/);
-      // Without the marker each level fans out again and the first one waits its full 5 s.
-      assert.ok(ms < 2000, `the listing took ${ms.toFixed(0)} ms`);
+      // Without the marker each level fans out again (and the first one waits its full 5 s and
+      // names a timeout): one request came back, and it went no further.
       assert.equal(relay.requests(), 1, "one request looped, and it went no further");
 
-      started = performance.now();
-      const missed = await gw.json("execCommand", { name: "ghost", command: "true" }, {
-        signal: AbortSignal.timeout(15_000),
-      });
-      ms = performance.now() - started;
+      const missed = await gw.json("execCommand", { name: "ghost", command: "true" });
       assert.equal(missed.status, 503, JSON.stringify(missed.body));
+      // The cause is the loop's 508, not the 2 s lookup deadline (which would name no answer).
       assert.match(missed.body.message, /'rogue-relay'.*leads back to this gateway/);
-      assert.ok(ms < 1500, `the lookup took ${ms.toFixed(0)} ms, not the 2 s deadline`);
+      assert.doesNotMatch(missed.body.message, /No answer within/);
       assert.equal(relay.requests(), 2);
 
       const health = await fetch(`${gw.url}/healthz`);

@@ -8,8 +8,8 @@
  *   only through a check-in with a long interval;
  * - G2 (active limit 2) and G3 know A and B only through check-ins this test posts, with fixed
  *   readings and a long interval, so in-flight counts are never reset by a real check-in: cases
- *   5 and 6 stay deterministic; G3 also hosts the stub node of case 12 and the SYN-dropping node
- *   of case 11.
+ *   5 and 6 stay deterministic; G3 also hosts the SYN-dropping node of case 11;
+ * - G5, with lookup and head bounds far away, hosts only the stub node of case 12.
  */
 import assert from "node:assert/strict";
 import { freePort, newToken, type NodeProcess, spawnDeno, startNode } from "./_processes.ts";
@@ -438,36 +438,31 @@ Deno.test({
 
           f.process.child.kill("SIGSTOP");
           frozen = true;
-          const timed = async (g: GatewayProcess) => {
-            const started = performance.now();
-            const r = await g.json("execCommand", { name: "c14-frozen", command: "echo x" }, {
-              signal: AbortSignal.timeout(20_000),
-            });
-            return { ...r, ms: performance.now() - started };
-          };
-          const [viaG1, viaG4] = await Promise.all([timed(g1), timed(g4)]);
-          // G1 hears F stop checking in (two 1 s intervals) and ends the wait.
+          // Unbounded here: each gateway's own bound must end its wait (G1's head bound is the
+          // default 120 s, so a G1 that did not hear F stop checking in answers with that one).
+          const ask = (g: GatewayProcess) =>
+            g.json("execCommand", { name: "c14-frozen", command: "echo x" });
+          const [viaG1, viaG4] = await Promise.all([ask(g1), ask(g4)]);
+          // G1 hears F stop checking in (two 1 s intervals) and ends the wait: the answer names
+          // that cause, not its head bound.
           assert.equal(viaG1.status, 504, JSON.stringify(viaG1.body));
           assert.match(viaG1.body.message, /'node-f' at .* stopped checking in/);
-          assert.ok(viaG1.ms < 8000, `G1 waited ${viaG1.ms.toFixed(0)} ms`);
-          // G4 still thinks F is fine: its head timeout ends the wait.
+          // G4 still thinks F is fine: its 1500 ms head bound, and nothing else, ends the wait.
           assert.equal(viaG4.status, 504, JSON.stringify(viaG4.body));
           assert.match(viaG4.body.message, /'node-f' at .* sent no answer within 1500 ms/);
-          assert.ok(viaG4.ms >= 1400 && viaG4.ms < 6000, `G4 waited ${viaG4.ms.toFixed(0)} ms`);
 
           const { body: listed } = await g1.json("listNodes");
           assert.equal(
             listed.nodes.find((n: { id: string }) => n.id === "node-f").state,
             "down",
           );
+          // At once: a 503 from what G1 knows of F, not a wait on F (which would end on the head
+          // bound as a 504), and F, still frozen, is left alone.
           for (const verb of ["execCommand", "acquireSandbox"]) {
-            const started = performance.now();
             const r = await g1.json(verb, { name: "c14-frozen", command: "echo x" });
-            const ms = performance.now() - started;
             assert.equal(r.status, 503, `${verb}: ${JSON.stringify(r.body)}`);
             assert.match(r.body.message, /'node-f' at .* has not checked in for/);
             assert.ok(Number(r.headers.get("retry-after")) >= 1, verb);
-            assert.ok(ms < 1000, `${verb} took ${ms.toFixed(0)} ms, not at once`);
           }
           // The name lives on the frozen node: no other node built it.
           assert.deepEqual(await holders(token, both, "c14-frozen"), []);
@@ -491,6 +486,15 @@ Deno.test({
     await t.step(
       "12. a slow first byte does not hold the head; a client hang-up stops the node's work",
       async () => {
+        // G5 knows only the stub, and its lookup and head bounds are far away (60 s, an hour): a
+        // request of this case aborted at the stub was aborted by the client's hang-up.
+        const g5 = await keep(startGateway({
+          token,
+          env: {
+            DORMICE_GATEWAY_LOOKUP_TIMEOUT_MS: "60000",
+            DORMICE_GATEWAY_HEAD_TIMEOUT_MS: "3600000",
+          },
+        }));
         const events: string[] = [];
         let firstByteAt = 0;
         const aborted = { lookup: false, stream: false, nohead: false };
@@ -562,13 +566,13 @@ Deno.test({
         });
         const stubUrl = `http://127.0.0.1:${stub.addr.port}`;
         try {
-          const joined = await g3.json("checkIn", syntheticCheckIn("stub", stubUrl));
+          const joined = await g5.json("checkIn", syntheticCheckIn("stub", stubUrl));
           assert.equal(joined.status, 200, JSON.stringify(joined.body));
 
           // Found first, so what follows is only the forward, even on a loaded machine.
-          const seen = await g3.json("lookupSandbox", { name: "c12-slow" });
+          const seen = await g5.json("lookupSandbox", { name: "c12-slow" });
           assert.equal(seen.body.found, true, JSON.stringify(seen.body));
-          const res = await g3.call("execCommand", { name: "c12-slow", command: "x" });
+          const res = await g5.call("execCommand", { name: "c12-slow", command: "x" });
           const headAt = performance.now();
           events.push("head received");
           assert.equal(res.status, 200);
@@ -577,7 +581,7 @@ Deno.test({
           assert.ok(headAt < firstByteAt);
 
           const streaming = new AbortController();
-          const hang = await g3.call("execCommand", { name: "c12-hang", command: "x" }, {
+          const hang = await g5.call("execCommand", { name: "c12-hang", command: "x" }, {
             signal: streaming.signal,
           });
           assert.equal(hang.status, 200);
@@ -585,14 +589,16 @@ Deno.test({
           await reader.read();
           streaming.abort();
           await reader.cancel().catch(() => {});
+          // The bounds of these waits only keep a red run from hanging: no bound of G5's comes
+          // near them.
           await until(
             "the stub sees its stream request aborted",
             () => Promise.resolve(aborted.stream),
-            5000,
+            30_000,
           );
 
           const waiting = new AbortController();
-          const beforeHead = g3.call("execCommand", { name: "c12-nohead", command: "x" }, {
+          const beforeHead = g5.call("execCommand", { name: "c12-nohead", command: "x" }, {
             signal: waiting.signal,
           }).catch((e) => e);
           await execSeen;
@@ -601,20 +607,20 @@ Deno.test({
           await until(
             "the stub sees its request aborted before its head",
             () => Promise.resolve(aborted.nohead),
-            5000,
+            30_000,
           );
 
           const looking = new AbortController();
-          const pending = g3.call("execCommand", { name: "c12-lookup", command: "x" }, {
+          const pending = g5.call("execCommand", { name: "c12-lookup", command: "x" }, {
             signal: looking.signal,
           }).catch((e) => e);
           await lookupSeen;
           looking.abort();
           await pending;
           await until(
-            "the stub sees its lookup aborted before the 2 s lookup deadline could",
+            "the stub sees its lookup aborted, its 60 s lookup deadline far away",
             () => Promise.resolve(aborted.lookup),
-            1500,
+            30_000,
           );
         } finally {
           stepDone.abort();
@@ -624,7 +630,7 @@ Deno.test({
     );
 
     await t.step({
-      name: "11. a node whose port drops SYNs costs a lookup round 2 s, not 10 s",
+      name: "11. a node whose port drops SYNs is reported not heard at the 2 s lookup deadline",
       ignore: synDrop.skip,
       fn: async () => {
         if (synDrop.failure) throw new Error(synDrop.failure);
@@ -637,12 +643,9 @@ Deno.test({
             syntheticCheckIn("syn-drop", `http://127.0.0.1:${port}`, 1),
           );
           assert.equal(joined.status, 200);
-          const started = performance.now();
-          // Bounded here too, so a gateway that waits for the SYN fails this case instead of hanging.
-          const r = await g3.json("acquireSandbox", { name: "c11-new" }, {
-            signal: AbortSignal.timeout(10_000),
-          });
-          const ms = performance.now() - started;
+          // Unbounded: the round's own deadline must end it. A gateway that waited for the SYN
+          // would answer on a later bound, with another cause, which the match below refuses.
+          const r = await g3.json("acquireSandbox", { name: "c11-new" });
           // The case's premise: the gateway's connect met a dropped SYN, not a refusal (a rule that
           // did not match leaves a closed port, which answers at once and proves nothing).
           const dropped = await droppedSyns(port);
@@ -653,7 +656,6 @@ Deno.test({
             r.body.message,
             /'syn-drop' \(http:\/\/127\.0\.0\.1:\d+: No answer within 2000 ms\)/,
           );
-          assert.ok(ms < 5000, `the round took ${ms.toFixed(0)} ms`);
         } finally {
           await undrop();
         }

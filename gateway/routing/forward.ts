@@ -9,6 +9,7 @@ import { describeFetchFailure } from "../../shared/fetch_failure.ts";
 import { HttpError } from "../../shared/http_error.ts";
 import { hopByHopHeaders } from "../../shared/port_proxy.ts";
 import { LEDGER_SEQ_HEADER } from "../../shared/schemas.ts";
+import { systemTimers, type TimerHandle, type Timers } from "../../shared/clock.ts";
 import { type ForwardTarget, type HangUpWatch, headTimeout } from "../../shared/hang_up_watch.ts";
 
 // The watch over the forwards waiting for their head is the gateway's too: its names stay here.
@@ -67,6 +68,8 @@ export interface ForwardOptions {
    * No bound when absent.
    */
   headTimeoutMs?: number;
+  /** The timers the head's bound runs on without `hangUps` (default the real ones). */
+  timers?: Timers;
 }
 
 /**
@@ -129,19 +132,19 @@ export async function forward(
   options: ForwardOptions,
 ): Promise<Response> {
   const doFetch = options.fetch ?? fetch;
-  const { hangUps, headTimeoutMs } = options;
+  const { hangUps, headTimeoutMs, timers = systemTimers } = options;
   const watched = options.signal === undefined
     ? hangUps?.watch(request, target, headTimeoutMs)
     : undefined;
   // Without a watch, the head's bound gets a timer of its own.
   let bound: AbortController | undefined;
-  let boundTimer: ReturnType<typeof setTimeout> | undefined;
+  let boundTimer: TimerHandle | undefined;
   const startBound = () => {
     if (watched !== undefined) hangUps!.bodySent(watched);
     else if (bound !== undefined && boundTimer === undefined) {
-      boundTimer = setTimeout(
+      boundTimer = timers.setTimer(
         () => bound!.abort(headTimeout(target, headTimeoutMs!)),
-        headTimeoutMs,
+        headTimeoutMs!,
       );
     }
   };
@@ -170,7 +173,7 @@ export async function forward(
     } as RequestInit);
   } catch (error) {
     if (watched !== undefined) hangUps!.done(watched);
-    clearTimeout(boundTimer);
+    timers.clearTimer(boundTimer);
     if (signal.aborted) {
       // The head's bound or a gone node: the 504 it was aborted with. A hang-up: as it came.
       const reason = signal.reason;
@@ -178,7 +181,7 @@ export async function forward(
     }
     throw unreachable(target, error);
   }
-  clearTimeout(boundTimer);
+  timers.clearTimer(boundTimer);
   const headers = upstream.headers;
   // A sized answer is on its way, and a hang-up while it flows cancels it (and the node's
   // connection with it); a streamed one (execCommand) may run long, so it is tied at once.

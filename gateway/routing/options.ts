@@ -10,7 +10,7 @@ import type { PickResult, Placer } from "../placer/placer.ts";
 import type { Slots } from "./slots.ts";
 import type { CapturedAnswer } from "./create.ts";
 import type { Log } from "../../shared/log.ts";
-import type { Clock } from "../../shared/clock.ts";
+import type { Clock, Timers } from "../../shared/clock.ts";
 
 /** Options for `GatewayRouting` (routing.ts). */
 export interface GatewayRoutingOptions {
@@ -78,6 +78,11 @@ export interface GatewayRoutingOptions {
    * checking in ends its pending waits sooner, as soon as the Fleet reads it silent.
    */
   headTimeoutMs?: number;
+  /**
+   * The clock and timers of the watch over streamed requests waiting for their head
+   * (`hangUps`): `performance.now()` and the runtime's timers by default; a test's `FakeClock`.
+   */
+  hangUpClock?: Clock & Timers;
 }
 
 /**

@@ -121,7 +121,10 @@ export class GatewayRouting {
     this.#observer = options.observer ?? {};
     this.hop = options.hopMarker ?? newGatewayInstanceId();
     this.headTimeoutMs = options.headTimeoutMs ?? 120_000;
-    this.hangUps = new HangUpWatch({ gone: (target) => this.#wentSilent(target.nodeId) });
+    this.hangUps = new HangUpWatch({
+      gone: (target) => this.#wentSilent(target.nodeId),
+      clock: options.hangUpClock,
+    });
     this.#probes = new NodeProbes({ fetch: this.#fetch, now: () => this.#fleet.now() });
     this.slots = options.slots ?? new LocalSlots();
     this.nodeHeaders = Object.freeze({

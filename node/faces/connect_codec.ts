@@ -17,6 +17,7 @@ import {
   readJsonObject,
 } from "../../shared/json_body.ts";
 import { StreamCut } from "../../shared/stream_cut.ts";
+import { systemTimers, type Timers } from "../../shared/clock.ts";
 
 export { StreamCut } from "../../shared/stream_cut.ts";
 
@@ -259,6 +260,8 @@ export interface StreamResponseOptions {
    * stream ends with `deadline_exceeded` and `signal` aborts, whatever `run` is doing.
    */
   deadlineMs?: number;
+  /** The timers the deadline runs on (default the real ones; a test passes a `FakeClock`). */
+  timers?: Timers;
 }
 
 /**
@@ -284,6 +287,7 @@ export function streamResponse(
     toError = defaultToError,
     maxBufferedBytes = 16 * 1024 * 1024,
     deadlineMs,
+    timers = systemTimers,
   }: StreamResponseOptions = {},
 ): Response {
   const highWaterMark = 64 * 1024;
@@ -324,7 +328,7 @@ export function streamResponse(
     },
     signal,
   };
-  const deadline = deadlineMs === undefined ? undefined : setTimeout(() => {
+  const deadline = deadlineMs === undefined ? undefined : timers.setTimer(() => {
     if (closed) return;
     controller.enqueue(encodeEndStream({
       code: "deadline_exceeded",
@@ -343,7 +347,7 @@ export function streamResponse(
         controller.error(error);
       } else if (!closed) controller.enqueue(encodeEndStream(toError(error)));
     } finally {
-      clearTimeout(deadline);
+      timers.clearTimer(deadline);
       close();
     }
   })();

@@ -130,11 +130,9 @@ Deno.test("Process/Start ends with a Connect error, not an end event, when the c
 
 type Event = { event?: Record<string, Record<string, unknown>> };
 
-/** Reads a whole stream's envelopes, with how long the stream took. */
+/** Reads a whole stream's envelopes. */
 async function envelopesOf(res: Response) {
-  const started = performance.now();
-  const envelopes = decodeEnvelopes(new Uint8Array(await res.arrayBuffer()));
-  return { envelopes, ms: performance.now() - started };
+  return { envelopes: decodeEnvelopes(new Uint8Array(await res.arrayBuffer())) };
 }
 
 Deno.test("Process/Start honours Connect-Timeout-Ms: deadline_exceeded, and the command dies", async () => {
@@ -144,8 +142,9 @@ Deno.test("Process/Start honours Connect-Timeout-Ms: deadline_exceeded, and the 
     { process: { cmd: "/bin/bash", args: ["-l", "-c", "echo a; sleep 30"] } },
     headers({ "Connect-Timeout-Ms": "300" }),
   );
-  const { envelopes, ms } = await envelopesOf(res);
-  assert.ok(ms < 5_000, `the stream took ${ms} ms`);
+  // The stream ends on the deadline, not on `sleep 30`: a stream left to the command would end
+  // with its end event, which the assertions below refuse.
+  const { envelopes } = await envelopesOf(res);
   const messages = envelopes.map((e) => e.message as Event & { error?: { code: string } });
   assert.deepEqual(messages[1].event?.data, { stdout: btoa("a\n") });
   assert.ok(!messages.some((m) => m.event?.end), "no end event: the deadline ended the stream");
