@@ -280,6 +280,7 @@ if (import.meta.main) {
   }
   const hostFirewall = Deno.env.get("DORMICE_SANDBOX_HOST_FIREWALL") ?? "";
   const sandboxDns = Deno.env.get("DORMICE_SANDBOX_DNS") ?? "";
+  const e2bDefaultEgress = Deno.env.get("DORMICE_EGRESS_E2B_DEFAULT") ?? "";
   const shared = Deno.args.includes("--shared");
   let domain = Deno.args.find((a) => a.startsWith("--domain="))?.slice("--domain=".length) ??
     null;
@@ -469,6 +470,8 @@ if (import.meta.main) {
           ...(hostFirewall ? { DORMICE_SANDBOX_HOST_FIREWALL: hostFirewall } : {}),
           // The resolvers sandboxes ask, when the operator names them (the SDK tests' stand-in).
           ...(sandboxDns ? { DORMICE_SANDBOX_DNS: sandboxDns } : {}),
+          // E2B's default egress, when the operator asks for it (the SDK tests run under it).
+          ...(e2bDefaultEgress ? { DORMICE_EGRESS_E2B_DEFAULT: e2bDefaultEgress } : {}),
           // The nodes check in over https, trusting the fleet's CA as any client must.
           ...(certs ? { DENO_CERT: certs.caFile, DORMICE_WEBSOCKETS: "on" } : {}),
         }),

@@ -89,6 +89,7 @@ export type NodeAppConfig =
       | "gatewayCheckInHeader"
       | "volumeRoot"
       | "volumeSizeBytes"
+      | "e2bDefaultEgress"
     >
   >;
 
@@ -293,6 +294,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
     snapshotTtlMs: config.snapshotTtlMs ?? 0,
     snapshotRegistry: config.snapshotRegistry ?? null,
     egressCa: options.egressCaFingerprint ?? null,
+    e2bDefaultEgress: config.e2bDefaultEgress ?? false,
   }, config.apiToken);
   // The executor is asked what it can serve in the background; a check-in sends the last
   // answer, at most one interval old, so a slow engine never delays a check-in.
@@ -465,6 +467,7 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
       apiToken: config.apiToken,
       accessTokens,
       log,
+      defaultEgress: config.e2bDefaultEgress ?? false,
       maxBodyBytes: config.jsonMessageLimitBytes,
       snapshots,
       builds: new TemplateBuilds({

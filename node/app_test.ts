@@ -108,3 +108,66 @@ Deno.test("createNodeApp(): DORMICE_SNAPSHOT_HEAL=off says heals: false in the c
     }
   }
 });
+
+Deno.test("createNodeApp(): an E2B create that does not say allowInternetAccess gets egress only with e2bDefaultEgress", async () => {
+  const e2b = (node: ReturnType<typeof testNodeApp>, method: string, path: string, body: unknown) =>
+    node.fetch(
+      new Request(`http://node.test/e2b/api${path}`, {
+        method,
+        headers: { "x-api-key": token, "content-type": "application/json" },
+        body: JSON.stringify(body),
+      }),
+    );
+  const digests: string[] = [];
+  for (const e2bDefaultEgress of [undefined, false, true]) {
+    const node = testNodeApp({ token, endpoint, config: { e2bDefaultEgress } });
+    try {
+      digests.push(node.configDigest);
+      const made = await e2b(node, "POST", "/sandboxes", { templateID: "base" });
+      assert.equal(made.status, 201);
+      const { sandboxID } = await made.json();
+      const row = node.service.get({ id: sandboxID })!;
+      assert.equal(row.spec.network, e2bDefaultEgress ? true : undefined, `${e2bDefaultEgress}`);
+      // The ledger keeps what the create said (nothing), as getInfo reports it.
+      assert.equal(row.e2b?.allowInternetAccess, undefined);
+      // The SDK's "updateNetwork applies new egress rules": rules need a route out to open.
+      const update = await e2b(node, "PUT", `/sandboxes/${sandboxID}/network`, {
+        denyOut: ["8.8.8.8"],
+      });
+      assert.equal(update.status, e2bDefaultEgress ? 204 : 409, await update.text());
+      // What a create says wins over the default, either way.
+      for (const allowInternetAccess of [true, false]) {
+        const said = await e2b(node, "POST", "/sandboxes", {
+          templateID: "base",
+          allowInternetAccess,
+        });
+        assert.equal(said.status, 201);
+        const id = (await said.json()).sandboxID;
+        assert.equal(
+          node.service.get({ id })!.spec.network,
+          allowInternetAccess ? true : undefined,
+        );
+      }
+      // Native creates state their network: no default applies to them.
+      const native = await node.fetch(
+        new Request("http://node.test/acquireSandbox", {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ name: "native-1" }),
+        }),
+      );
+      assert.equal(native.status, 200);
+      await native.body?.cancel();
+      assert.equal(
+        node.service.get({ name: "native-1", team: "default" })!.spec.network,
+        undefined,
+      );
+    } finally {
+      await node.close();
+    }
+  }
+  // Part of the config digest when on, so a fleet that disagrees is reported; off (unset or
+  // said) leaves the digest as it was.
+  assert.equal(digests[0], digests[1]);
+  assert.notEqual(digests[2], digests[0]);
+});

@@ -15,6 +15,7 @@
  * | `DORMICE_SANDBOX_PIDS` | `512` | processes of a Docker sandbox whose spec sets none |
  * | `DORMICE_SANDBOX_DISK_MB` | unset (unbounded) | bound of each Docker sandbox's writable layer, MiB; the engine's storage driver must support it (the node refuses to start otherwise) |
  * | `DORMICE_SANDBOX_HOST_FIREWALL` | `on` | `on`: an iptables rule per sandbox network drops every connection a Docker sandbox opens to this machine (the node refuses to start when it cannot manage it: root, iptables and `--allow-run=iptables`); `off`: no rule, sandboxes reach every service listening on the host |
+ * | `DORMICE_EGRESS_E2B_DEFAULT` | `off` | what an E2B create that does not say `allowInternetAccess` gets: `off`, no egress (a sandbox has egress only when it asks); `on`, egress as if it said `true` (E2B's cloud default); part of the config digest, so a node set apart is reported |
  * | `DORMICE_GATEWAY_ENDPOINT` | unset (standalone) | the gateway's URL to check in with: its origin, or the path a host app mounts it at (`https://host/fleet`: check-ins go to `https://host/fleet/checkIn`); several gateways of one fleet comma-separated (checked in with one at a time, the next when one fails) |
  * | `DORMICE_GATEWAY_CHECK_IN_HEADER` | unset (none) | one more header on every check-in, `name: value`, for the auth of a host service the gateway is mounted in (never logged; `authorization`, `content-type`, `content-length` and `host` are the node's own) |
  * | `DORMICE_NODE_ENDPOINT` | `http://<host>:<port>` | the origin the gateway reaches this node at |
@@ -32,7 +33,7 @@
  *
  * The snapshot, template-build and volume variables (`DORMICE_SNAPSHOT_*`, `DORMICE_TEMPLATE_*`,
  * `DORMICE_VOLUME*`) are read by config_state.ts, which lists them; the egress proxy's
- * (`DORMICE_EGRESS_*`) by config_egress.ts.
+ * (`DORMICE_EGRESS_CA_*`, `_EXTRA_CA`, `_HOSTS`, `DORMICE_SANDBOX_DNS`) by config_egress.ts.
  *
  * The `DORMICE_SANDBOX_*` limits apply to the Docker executor only; a sandbox's own spec
  * (`cpus`, `memoryMB`, `pids`) wins over them.
@@ -102,6 +103,11 @@ export interface NodeConfig {
    * rule per sandbox network (`DORMICE_SANDBOX_HOST_FIREWALL`, on by default). Absent: on.
    */
   sandboxHostFirewall?: boolean;
+  /**
+   * Whether an E2B create that does not say `allowInternetAccess` gets egress as if it said
+   * `true` (`DORMICE_EGRESS_E2B_DEFAULT=on`, E2B's cloud default). Absent: off, no egress.
+   */
+  e2bDefaultEgress?: boolean;
   /**
    * The first gateway's URL (`DORMICE_GATEWAY_ENDPOINT`): its origin, or with the path a host app
    * mounts it at; `null` runs standalone.
@@ -212,6 +218,7 @@ export const nodeEnvVariables: readonly string[] = [
   "DORMICE_EGRESS_EXTRA_CA",
   "DORMICE_EGRESS_HOSTS",
   "DORMICE_SANDBOX_DNS",
+  "DORMICE_EGRESS_E2B_DEFAULT",
   "DORMICE_GATEWAY_ENDPOINT",
   "DORMICE_GATEWAY_CHECK_IN_HEADER",
   "DORMICE_NODE_ENDPOINT",
@@ -386,6 +393,21 @@ export function loadNodeConfig(
     }
   }
 
+  // Off unless switched on by name: a sandbox has egress only when its create asks for it.
+  let e2bDefaultEgress = false;
+  const e2bEgressText = get("DORMICE_EGRESS_E2B_DEFAULT");
+  if (e2bEgressText !== undefined) {
+    if (e2bEgressText === "on" || e2bEgressText === "off") {
+      e2bDefaultEgress = e2bEgressText === "on";
+    } else {
+      refusals.push(
+        `DORMICE_EGRESS_E2B_DEFAULT='${e2bEgressText.slice(0, 20)}' is not a switch: write off ` +
+          "(the default: an E2B create that does not say allowInternetAccess gets no egress) or " +
+          "on (it gets egress as if it said allowInternetAccess: true, as on E2B's cloud)",
+      );
+    }
+  }
+
   const endpointVar = (name: string): string | null => {
     const text = get(name);
     if (text === undefined) return null;
@@ -531,6 +553,7 @@ export function loadNodeConfig(
       dockerSocket,
       sandboxDefaults,
       sandboxHostFirewall,
+      e2bDefaultEgress,
       gatewayEndpoint: gatewayEndpoints[0] ?? null,
       gatewayEndpoints,
       gatewayCheckInHeader,

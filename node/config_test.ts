@@ -23,6 +23,7 @@ Deno.test("loadNodeConfig() fills the documented defaults", () => {
     dockerSocket: "/var/run/docker.sock",
     sandboxDefaults: {},
     sandboxHostFirewall: true,
+    e2bDefaultEgress: false,
     gatewayEndpoint: null,
     gatewayEndpoints: [],
     gatewayCheckInHeader: null,
@@ -466,4 +467,26 @@ Deno.test("loadNodeConfig() reads DORMICE_SNAPSHOT_HEAL and refuses heals with n
   assert.deepEqual(refusals({ DORMICE_API_TOKEN: token, DORMICE_SNAPSHOT_HEAL: "no" }), [
     "DORMICE_SNAPSHOT_HEAL must be 'on' or 'off': received 'no'",
   ]);
+});
+
+Deno.test("loadNodeConfig() reads DORMICE_EGRESS_E2B_DEFAULT as off unless switched on, and refuses anything else", () => {
+  const config = (value: string | undefined) => {
+    const r = loadNodeConfig({ DORMICE_API_TOKEN: token, DORMICE_EGRESS_E2B_DEFAULT: value });
+    assert.ok(r.ok, JSON.stringify(r));
+    return r.config.e2bDefaultEgress;
+  };
+  assert.equal(config(undefined), false);
+  assert.equal(config(""), false);
+  assert.equal(config("off"), false);
+  assert.equal(config("on"), true);
+  assert.equal(config(" on "), true);
+  // A typo is a refusal, never a guess: which sandboxes reach the internet is the operator's word.
+  for (const value of ["true", "yes", "ON", "1"]) {
+    const [refusal] = refusals({ DORMICE_API_TOKEN: token, DORMICE_EGRESS_E2B_DEFAULT: value });
+    assert.match(
+      refusal,
+      new RegExp(`^DORMICE_EGRESS_E2B_DEFAULT='${value}' is not a switch: write off .* or on `),
+    );
+    assert.match(refusal, /allowInternetAccess/);
+  }
 });

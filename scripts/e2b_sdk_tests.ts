@@ -11,7 +11,9 @@
  * (`../src`, `../../src/errors`, …); here every such import is the published `e2b@2.51.0`
  * package, the version this repository tests against, so an SDK internal the package does not
  * export reads as `undefined` and that test fails naming it. The tests' template id (an E2B cloud
- * id in `template.ts`) becomes `E2B_TESTS_TEMPLATE` (default `base`).
+ * id in `template.ts`) becomes `E2B_TESTS_TEMPLATE` (default `base`). The fleet's nodes run with
+ * `DORMICE_EGRESS_E2B_DEFAULT=on`, so the tests run under E2B's defaults: a create that does not
+ * say `allowInternetAccess` has egress, as on E2B's cloud.
  *
  * Prints one line per test (`pass`, `fail` with the error's first line, `skip`) and a count, and
  * writes vitest's JSON report to `.dormice/sdk-tests/vitest-<version>/report.json`. Without a checkout, node or
@@ -161,7 +163,12 @@ async function startFleet(
   domain: string | undefined,
   sandboxDns: string | undefined,
 ): Promise<{ child: Deno.ChildProcess; env: Record<string, string> }> {
-  const env: Record<string, string> = { DORMICE_FLEET_DIR: fleetDir };
+  // The SDK's tests assume E2B's defaults: a create that does not say allowInternetAccess has
+  // egress (the fleet's own default is none).
+  const env: Record<string, string> = {
+    DORMICE_FLEET_DIR: fleetDir,
+    DORMICE_EGRESS_E2B_DEFAULT: "on",
+  };
   if (sandboxDns) env.DORMICE_SANDBOX_DNS = sandboxDns;
   for (const name of ["DORMICE_GATEWAY_PORT", "DORMICE_FLEET_NODE_PORT", "DORMICE_EXECUTOR"]) {
     const value = Deno.env.get(name);

@@ -31,6 +31,12 @@ export interface FleetInvariants {
    * absent without one (digests then stay as they were before the CA existed).
    */
   egressCa?: string | null;
+  /**
+   * Whether an E2B create that does not say `allowInternetAccess` gets egress
+   * (`DORMICE_EGRESS_E2B_DEFAULT=on`): the same create must not get egress on one node and none
+   * on the next. False or absent: off (left out, so a fleet that never sets it keeps its digest).
+   */
+  e2bDefaultEgress?: boolean;
 }
 
 /**
@@ -75,6 +81,7 @@ export function configDigest(invariants: FleetInvariants, fleetToken: string): s
     ...(invariants.snapshotTtlMs ? { snapshotTtlMs: invariants.snapshotTtlMs } : {}),
     ...(invariants.snapshotRegistry ? { snapshotRegistry: invariants.snapshotRegistry } : {}),
     ...(invariants.egressCa ? { egressCa: invariants.egressCa } : {}),
+    ...(invariants.e2bDefaultEgress ? { e2bDefaultEgress: true } : {}),
   });
   return createHmac("sha256", fleetToken).update(canonical).digest("hex");
 }

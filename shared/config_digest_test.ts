@@ -17,3 +17,9 @@ Deno.test("configDigest(): the egress CA sets a node apart; without one the dige
   assert.notEqual(a, b);
   assert.equal(configDigest({ ...base, egressCa: "a".repeat(64) }, token), a);
 });
+
+Deno.test("configDigest(): E2B's default egress on sets a node apart; off keeps the digest", () => {
+  const none = configDigest(base, token);
+  assert.equal(configDigest({ ...base, e2bDefaultEgress: false }, token), none);
+  assert.notEqual(configDigest({ ...base, e2bDefaultEgress: true }, token), none);
+});

@@ -67,11 +67,22 @@ export interface ResolvedCreateOptions {
   spec: SandboxSpec;
 }
 
+/** What a create that leaves an option out gets on this node. */
+export interface CreateOptionsDefaults {
+  /**
+   * Egress for a create that does not say `allowInternetAccess` (E2B's cloud default), as if it
+   * said `true`; false (the default): none, a sandbox has egress only when it asks.
+   */
+  defaultEgress?: boolean;
+}
+
 /**
  * Reads the lifecycle and network options of a create body (its other fields are left to the
  * caller) into the deadline action, the settings the ledger keeps and the spec the executor
  * gets. `lifecycle` wins over the older `autoPause` / `autoResume` fields, as in the SDK.
- * `timeoutSeconds` is the create's lifetime, kept for a resume by traffic.
+ * `timeoutSeconds` is the create's lifetime, kept for a resume by traffic. A create that does
+ * not say `allowInternetAccess` gets egress only with `defaults.defaultEgress`
+ * (`DORMICE_EGRESS_E2B_DEFAULT=on`); the ledger still records that it did not say.
  *
  * @throws {HttpError} 400 naming a malformed option, one this node cannot honour, or two that
  * contradict each other.
@@ -83,7 +94,11 @@ export interface ResolvedCreateOptions {
  * r.e2b.autoResume; // true
  * ```
  */
-export function parseCreateOptions(value: unknown, timeoutSeconds: number): ResolvedCreateOptions {
+export function parseCreateOptions(
+  value: unknown,
+  timeoutSeconds: number,
+  { defaultEgress = false }: CreateOptionsDefaults = {},
+): ResolvedCreateOptions {
   const parsed = optionsSchema.safeParse(value);
   if (!parsed.success) throw new HttpError(400, describeZodError(parsed.error));
   const body = parsed.data;
@@ -132,7 +147,7 @@ export function parseCreateOptions(value: unknown, timeoutSeconds: number): Reso
   }
   const spec: SandboxSpec = rules
     ? { network: true, egressRules: rules }
-    : internet
+    : internet ?? defaultEgress
     ? { network: true }
     : {};
   const https = body.network?.httpsPorts;

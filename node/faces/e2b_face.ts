@@ -53,6 +53,11 @@ export interface E2bApiOptions {
   defaultTimeoutSeconds?: number;
   /** Longest `timeout` accepted, seconds (default 30 days). */
   maxTimeoutSeconds?: number;
+  /**
+   * Egress for a create that does not say `allowInternetAccess`, as if it said `true`
+   * (`DORMICE_EGRESS_E2B_DEFAULT=on`, E2B's cloud default); false when absent: no egress.
+   */
+  defaultEgress?: boolean;
   /** Names an unnamed create that no gateway named (default `randomSandboxName`). */
   randomName?: () => string;
   /**
@@ -148,6 +153,8 @@ export class E2bFace {
   readonly log: Log;
   /** Lifetime of a sandbox created or resumed without `timeout`, seconds. */
   readonly defaultTimeout: number;
+  /** Whether a create that does not say `allowInternetAccess` gets egress. */
+  readonly defaultEgress: boolean;
   /** Names an unnamed create that no gateway named. */
   readonly randomName: () => string;
   /** The node's snapshots, when it serves them. */
@@ -168,6 +175,7 @@ export class E2bFace {
     this.#envdVersion = options.envdVersion ?? "0.6.13";
     this.#domain = options.domain ?? null;
     this.defaultTimeout = options.defaultTimeoutSeconds ?? 300;
+    this.defaultEgress = options.defaultEgress ?? false;
     this.randomName = options.randomName ?? randomSandboxName;
     this.snapshots = options.snapshots;
     this.schemas = bodySchemas(options.maxTimeoutSeconds ?? 30 * 24 * 3600);

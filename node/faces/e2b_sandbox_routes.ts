@@ -18,7 +18,9 @@ export function sandboxRoutes(app: Hono, face: E2bFace): void {
     const raw = await face.readBody(c, "refuse", `{"templateID":"base"}`);
     const body = parse(face.schemas.create, raw);
     const timeoutSeconds = body.timeout ?? face.defaultTimeout;
-    const options = parseCreateOptions(raw, timeoutSeconds);
+    const options = parseCreateOptions(raw, timeoutSeconds, {
+      defaultEgress: face.defaultEgress,
+    });
     let name: string;
     if (body.metadata?.name !== undefined) {
       const r = sandboxNameSchema.safeParse(body.metadata.name);
