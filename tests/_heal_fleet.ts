@@ -17,8 +17,38 @@ export interface SecondEngine {
   stop(): Promise<void>;
 }
 
-/** Starts `dockerd` with its own data root and socket, and loads `dormice-minimal` into it. */
+/** The default engine's bridge: its name and the addresses on it (`ip -j addr`), or null. */
+async function defaultBridge(): Promise<string[] | null> {
+  const r = await new Deno.Command("ip", { args: ["-j", "addr", "show", "docker0"] }).output();
+  if (!r.success) return null;
+  const [link] = JSON.parse(new TextDecoder().decode(r.stdout)) as {
+    addr_info?: { family: string; local: string; prefixlen: number }[];
+  }[];
+  return (link?.addr_info ?? []).filter((a) => a.family === "inet").map((a) =>
+    `${a.local}/${a.prefixlen}`
+  );
+}
+
+/**
+ * Puts `docker0` back with `addresses` when it is gone. A `dockerd` started with `--bridge=none`
+ * (or any other bridge) deletes the host's `docker0` as it starts (measured 2026-12-07), and the
+ * default engine's containers on its default network then fail to start ("could not find bridge
+ * docker0") until that engine restarts; the same bridge with the same address serves them again.
+ */
+async function restoreDefaultBridge(addresses: string[] | null): Promise<void> {
+  if (addresses === null || (await defaultBridge()) !== null) return;
+  const ip = (...args: string[]) => new Deno.Command("ip", { args }).output();
+  await ip("link", "add", "docker0", "type", "bridge");
+  for (const address of addresses) await ip("addr", "add", address, "dev", "docker0");
+  await ip("link", "set", "docker0", "up");
+}
+
+/**
+ * Starts `dockerd` with its own data root and socket, and loads `dormice-minimal` into it. The
+ * default engine's `docker0`, which the second engine deletes as it starts, is put back.
+ */
 export async function startSecondEngine(): Promise<SecondEngine> {
+  const bridge = await defaultBridge();
   const dir = await Deno.makeTempDir({ prefix: "dormice-dockerd-" });
   const socket = `${dir}/docker.sock`;
   const child = new Deno.Command("dockerd", {
@@ -45,6 +75,7 @@ export async function startSecondEngine(): Promise<SecondEngine> {
     }
     await child.status;
     await Deno.remove(dir, { recursive: true }).catch(() => {});
+    await restoreDefaultBridge(bridge);
   };
   try {
     await until("the second dockerd to answer", async () => {
@@ -52,6 +83,9 @@ export async function startSecondEngine(): Promise<SecondEngine> {
         .output();
       return r.success;
     }, 30_000);
+    await restoreDefaultBridge(bridge);
+    // The default engine, which every other suite shares, keeps its bridge as it was.
+    if (bridge !== null) assert.deepEqual(await defaultBridge(), bridge, "docker0 is back");
     const load = await new Deno.Command("bash", {
       args: ["-c", `docker save dormice-minimal:latest | docker -H unix://${socket} load`],
     }).output();
