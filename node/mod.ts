@@ -102,7 +102,18 @@ export type { ClaimAsk, WarmPools } from "./pools.ts";
 export type { LedgerReserve } from "./ledger_space.ts";
 export type { CpuTimes, HostSampler, MemoryReading } from "./host_reading.ts";
 export type { VolumeDecl } from "./config_capabilities.ts";
-export { NodeVolumes, type NodeVolumesOptions, type VolumeWrite } from "./volumes.ts";
+export {
+  NodeVolumes,
+  type NodeVolumesOptions,
+  type VolumeCaps,
+  type VolumeWrite,
+} from "./volumes.ts";
+export {
+  type CommandResult,
+  type CommandRunner,
+  VolumeImages,
+  type VolumeImagesOptions,
+} from "./volume_images.ts";
 export type { MetricsHistory } from "./metrics_history.ts";
 export type { SlotFence } from "./slot_fence.ts";
 export { NameQueue } from "../shared/name_queue.ts";

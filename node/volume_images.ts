@@ -43,7 +43,9 @@ const COMMAND_TIMEOUT_MS = 60_000;
 
 /** What a command answered. */
 export interface CommandResult {
+  /** Its exit code (0 succeeded). */
   code: number;
+  /** What it wrote to stderr: the reason a failure is named with. */
   stderr: string;
   /** What it printed (only `losetup -j` is read). */
   stdout?: string;
