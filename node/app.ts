@@ -12,7 +12,7 @@ import type { Log } from "../shared/log.ts";
 import { silentLog } from "../shared/log.ts";
 import { CheckInLoop, type CheckInOutcome, lookupDigestOf } from "./check_in.ts";
 import type { NodeConfig } from "./config.ts";
-import { type Executor, ExecutorError } from "./executors/contract.ts";
+import type { Executor } from "./executors/contract.ts";
 import { FakeExecutor } from "./executors/fake.ts";
 import { HostReader, type HostSampler } from "./host_reading.ts";
 import { Ledger } from "./ledger.ts";
@@ -34,7 +34,7 @@ import { DEFAULT_SNAPSHOT_MIN_DISK_GB, NodeSnapshots } from "./snapshots.ts";
 import { TemplateBuilds } from "./templates_build.ts";
 import { TemplateTagStore } from "./template_tags.ts";
 import { DEFAULT_HEAL_TIMEOUT_SECONDS, ImageMoves } from "./image_moves.ts";
-import { ArchiveMoves } from "./archive_moves.ts";
+import { ArchiveMoves, withArchiveMoves } from "./archive_moves.ts";
 import { HttpError } from "../shared/http_error.ts";
 import { TEAM_HEADER } from "../shared/teams.ts";
 import { WarmPools } from "./pools.ts";
@@ -245,35 +245,10 @@ export function buildNode(options: NodeAppOptions): BuiltNode {
   let archives: ArchiveMoves | undefined;
   const service = new SandboxService({
     ledger,
-    // With a registry, a sandbox paused to disk that resumes or is killed here takes its pushed
-    // files out of the registry, so no take-over can resume them later (`ArchiveMoves.forget`),
-    // and one another node took over meanwhile is not resumed here (`ArchiveMoves.movedAway`).
-    executor: config.snapshotRegistry === undefined ? timed : new Proxy(timed, {
-      get(target, key) {
-        if (key === "restore") {
-          return async (request: Parameters<Executor["restore"]>[0]) => {
-            if (await archives?.movedAway(request.id)) {
-              throw new ExecutorError(
-                "gone",
-                `Sandbox ${request.id} was resumed on another node while this node was out of ` +
-                  "the gateway's reach: it lives there now; kill it here",
-              );
-            }
-            archives?.forget(request.id);
-            return await target.restore(request);
-          };
-        }
-        if (key === "destroy") {
-          return async (id: string) => {
-            const archived = ledger.byId(id)?.state === "archived";
-            await target.destroy(id);
-            if (archived) archives?.forget(id);
-          };
-        }
-        const value = Reflect.get(target, key, target);
-        return typeof value === "function" ? value.bind(target) : value;
-      },
-    }),
+    // With a registry, a resume or kill here keeps the registry's copy right (`archive_moves.ts`).
+    executor: config.snapshotRegistry === undefined
+      ? timed
+      : withArchiveMoves(timed, () => archives, (id) => ledger.byId(id)?.state === "archived"),
     clock,
     log,
     pools,

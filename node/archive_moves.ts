@@ -382,3 +382,43 @@ async function movedTag(id: string, node: string): Promise<string> {
   const hex = [...hash.subarray(0, 8)].map((b) => b.toString(16).padStart(2, "0")).join("");
   return `${id}.moved-${hex}`;
 }
+
+/**
+ * `executor` as a node with a registry serves sandboxes through it: a sandbox paused to disk
+ * that resumes or is killed here takes its pushed files out of the registry, so no take-over can
+ * resume them later ({@linkcode ArchiveMoves.forget}), and one another node took over meanwhile
+ * is not resumed here ({@linkcode ArchiveMoves.movedAway}). `archives` is read at each call
+ * (undefined: no registry moves); `archived` tells whether a sandbox is paused to disk now.
+ */
+export function withArchiveMoves(
+  executor: Executor,
+  archives: () => ArchiveMoves | undefined,
+  archived: (id: string) => boolean,
+): Executor {
+  return new Proxy(executor, {
+    get(target, key) {
+      if (key === "restore") {
+        return async (request: Parameters<Executor["restore"]>[0]) => {
+          if (await archives()?.movedAway(request.id)) {
+            throw new ExecutorError(
+              "gone",
+              `Sandbox ${request.id} was resumed on another node while this node was out of ` +
+                "the gateway's reach: it lives there now; kill it here",
+            );
+          }
+          archives()?.forget(request.id);
+          return await target.restore(request);
+        };
+      }
+      if (key === "destroy") {
+        return async (id: string) => {
+          const wasArchived = archived(id);
+          await target.destroy(id);
+          if (wasArchived) archives()?.forget(id);
+        };
+      }
+      const value = Reflect.get(target, key, target);
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}

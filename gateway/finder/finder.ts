@@ -1,24 +1,23 @@
 /**
- * `gateway/finder/` owns the answer to "which node holds this sandbox": the order of the rules
- * (`finder.ts`), the cache (`cache.ts`), the outcomes and their sentences (`outcomes.ts`), rounds
- * shared by concurrent callers (`rounds.ts`), the nodes a round may skip by their digests
- * (`digests.ts`), the nodes shared mode's records add (`recorded.ts`), the ask to one node
- * (`lookup_client.ts`), the per-node cap on asks in flight (`node_limit.ts`) and what an embedder
- * passes in (`options.ts`).
- *
- * The Finder: which node holds a sandbox, by name or by id. This file holds the order of the
- * rules: the cache first, then one lookup round under one deadline, its answers judged into an
- * outcome, and the creators' confirm and the 404 re-check. The pieces it orders have their own
- * files: the two cache indexes (`cache.ts`), the outcomes and their sentences
- * (`outcomes.ts`), which nodes a round may skip by their digests (`digests.ts`),
- * rounds shared by concurrent callers (`rounds.ts`), and asking one node over the wire
- * (`lookup_client.ts`).
+ * `gateway/finder/` owns the answer to "which node holds this sandbox", by name or by id. This
+ * file, the Finder, holds the order of the rules: the cache first, then one lookup round under
+ * one deadline, its answers judged into an outcome, and the creators' confirm and the 404
+ * re-check. The pieces it orders have their own files: the cache (`cache.ts`), the outcomes and
+ * their sentences (`outcomes.ts`), rounds shared by concurrent callers (`rounds.ts`), the nodes a
+ * round may skip by their digests (`digests.ts`), the nodes shared mode's records add
+ * (`recorded.ts`), the ask to one node (`lookup_client.ts`), the per-node cap on asks in flight
+ * (`node_limit.ts`) and what an embedder passes in (`options.ts`).
  *
  * @module
  */
 import { asFetch } from "../../shared/fetch_handler.ts";
 import type { FleetNode, NodeDirectory } from "../fleet/fleet.ts";
-import { type FoundSandbox, type LookupAnswer, LookupClient } from "./lookup_client.ts";
+import {
+  type FoundSandbox,
+  type LookupAnswer,
+  LookupClient,
+  timeoutError,
+} from "./lookup_client.ts";
 import { newGatewayInstanceId } from "../door.ts";
 import { SharedRounds } from "./rounds.ts";
 import { boundedFanOut, workerSignals } from "./fan_out.ts";
@@ -594,8 +593,4 @@ export class Finder {
     if (signal?.aborted) throw signal.reason;
     return answer;
   }
-}
-
-function timeoutError(ms: number): DOMException {
-  return new DOMException(`No answer within ${ms} ms`, "TimeoutError");
 }

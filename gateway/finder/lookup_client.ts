@@ -257,6 +257,11 @@ function sentenceOf(text: string): string {
   return text.slice(0, 200);
 }
 
+/** The reason a lookup deadline aborts with: the `TimeoutError` {@linkcode LookupClient} reads as silence. */
+export function timeoutError(ms: number): DOMException {
+  return new DOMException(`No answer within ${ms} ms`, "TimeoutError");
+}
+
 function isTimeout(reason: unknown): boolean {
   return reason instanceof DOMException && reason.name === "TimeoutError";
 }

@@ -28,8 +28,23 @@ import { VOLUME_ID } from "../../shared/volumes.ts";
 import type { Fleet } from "../fleet/fleet.ts";
 import type { FleetNode } from "../fleet/node.ts";
 import type { Log } from "../../shared/log.ts";
-import type { FleetVolumes } from "./fleet_volumes.ts";
-import type { VolumeRow } from "./table.ts";
+import type { VolumeRow, VolumeStore } from "./table.ts";
+
+/**
+ * What a pass uses of the gateway's volumes (`fleet_volumes.ts`, whose `FleetVolumes` is one):
+ * named here so this file does not import them, as they hold a `VolumeReconciler` themselves.
+ */
+export interface ReconcileVolumes {
+  /** The table of who owns each volume and where it lives. */
+  readonly table: VolumeStore;
+  /** A node call whose whole answer is read. */
+  call(
+    node: FleetNode,
+    path: string,
+    body: unknown,
+    signal?: AbortSignal,
+  ): Promise<{ status: number; text: string; json: Record<string, unknown> }>;
+}
 
 /** How often a pass runs (the gateway's sweep asks; see {@linkcode VolumeReconciler.tick}). */
 export const RECONCILE_INTERVAL_MS = 60_000;
@@ -68,7 +83,7 @@ export interface ReconcileReport {
 
 /** Finds and drops stale copies (see the module doc). */
 export class VolumeReconciler {
-  readonly #volumes: FleetVolumes;
+  readonly #volumes: ReconcileVolumes;
   readonly #fleet: Fleet;
   readonly #log: Log;
   /** `node/volume` of the copies seen at the last pass. */
@@ -81,7 +96,7 @@ export class VolumeReconciler {
   #last = -Infinity;
   #running: Promise<unknown> | undefined;
 
-  constructor(volumes: FleetVolumes, fleet: Fleet, log: Log) {
+  constructor(volumes: ReconcileVolumes, fleet: Fleet, log: Log) {
     this.#volumes = volumes;
     this.#fleet = fleet;
     this.#log = log;

@@ -17,10 +17,10 @@ import {
   snapshotCursor,
   type SnapshotRow,
 } from "../../../shared/snapshots.ts";
-import { gather, UNREACHABLE_HEADER } from "./merge.ts";
-import type { FleetNode } from "../../fleet/node.ts";
+import { UNREACHABLE_HEADER } from "./merge.ts";
 import type { GatewayParts } from "../parts.ts";
 import { holdersOf } from "./template_listing.ts";
+import { listAll } from "./snapshot_rows.ts";
 import { TEAM_HEADER } from "../../../shared/teams.ts";
 
 /** The shape of a snapshot id (as the nodes make them). */
@@ -272,35 +272,4 @@ export async function deleteSnapshot(
     );
   }
   throw new HttpError(404, `Snapshot '${id}' not found on any node`);
-}
-
-/** Every node's answer to `GET /snapshots<search>`, the rows together (each with its node). */
-export async function listAll(
-  parts: GatewayParts,
-  nodeApi: string,
-  search: string,
-  { headers, signal, nodes }: {
-    headers: Record<string, string>;
-    signal: AbortSignal;
-    /** The nodes to ask; every registered node when absent. */
-    nodes?: readonly FleetNode[];
-  },
-): Promise<{ rows: SnapshotRow[]; more: boolean; headers: Record<string, string> }> {
-  const answers = await parts.routing.fanOut(`${nodeApi}/snapshots${search}`, null, signal, {
-    method: "GET",
-    headers,
-    ...(nodes ? { nodes } : {}),
-  });
-  const { answered, headers: answerHeaders } = gather(
-    answers,
-    (json) => Array.isArray(json) ? json as SnapshotRow[] : undefined,
-    "snapshot list",
-    parts.log,
-  );
-  return {
-    // The node that answered holds the row, whatever the row says of itself.
-    rows: answered.flatMap((a) => a.value.map((r) => ({ ...r, node: a.answer.node.id }))),
-    more: answered.some((a) => a.answer.headers.get("x-next-token") !== null),
-    headers: answerHeaders,
-  };
 }

@@ -11,7 +11,7 @@ import { pageSnapshots, snapshotCursor, type SnapshotRow } from "../../../shared
 import { TEAM_HEADER } from "../../../shared/teams.ts";
 import type { FleetNode } from "../../fleet/node.ts";
 import type { GatewayParts } from "../parts.ts";
-import { listAll } from "./snapshots.ts";
+import { listAll } from "./snapshot_rows.ts";
 
 /** How many pages of 100 snapshot rows `GET /templates` reads at most. */
 export const LIST_PAGES = 50;

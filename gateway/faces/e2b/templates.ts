@@ -32,53 +32,29 @@ import { HttpError } from "../../../shared/http_error.ts";
 import { readJsonObject } from "../../../shared/json_body.ts";
 import { TEAM_HEADER } from "../../../shared/teams.ts";
 import { type Caller, teamOf } from "../../keys/auth.ts";
-import type { FleetNode } from "../../fleet/node.ts";
 import type { SlotHold } from "../../routing/slots.ts";
 import type { GatewayParts } from "../parts.ts";
-import type { FanOutAnswer } from "../../routing/routing.ts";
-import {
-  findTemplate,
-  type FoundTemplate,
-  holdersOf,
-  listTemplates,
-  notFound,
-} from "./template_listing.ts";
-import { NAME, ownsTemplate, TAG, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
+import { findTemplate, type FoundTemplate, listTemplates, notFound } from "./template_listing.ts";
+import { ownsTemplate, TEMPLATE_ID, TemplateTagBook } from "./template_tags.ts";
 import { signUpload, verifyUpload } from "./template_upload.ts";
+import {
+  askBuild,
+  buildNode,
+  type BuildRoute,
+  buildUnfinished,
+  decoded,
+  relay,
+  reservedBuild,
+  statusAnywhere,
+} from "./template_builds.ts";
+import { buildName, newTemplateId, placeBuild, placedElsewhere } from "./template_placement.ts";
+import { updateTemplate } from "./template_update.ts";
 
 /** How many builds the gateway remembers the node of. */
 export const KEPT_BUILDS = 1000;
-const ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789";
 
 /** The header naming the build an upload came through (`node/faces/e2b_template_routes.ts`). */
 const BUILD_HEADER = "x-dormice-template-build";
-
-/**
- * One build the gateway routes: where it was placed. The node keeps the rest (its reservation:
- * name, limits, whether its steps arrived), so any gateway can route it.
- */
-interface BuildRoute {
-  templateId: string;
-  buildId: string;
-  node: string;
-  team: string;
-  name: string;
-  /** Whether its steps were sent through this gateway. */
-  started: boolean;
-  /** The SDK's `cpuCount` and `memoryMB`, which bound the build's steps. */
-  limits: { cpuCount?: number; memoryMB?: number };
-  createdAt: number;
-}
-
-/** A build as its node keeps it (`GET /templates/{id}/reservation`). */
-interface Reservation {
-  buildID: string;
-  name: string;
-  started: boolean;
-  at: number;
-  cpuCount?: number;
-  memoryMB?: number;
-}
 
 /** The template routes of one gateway. */
 export class GatewayTemplates {
@@ -141,7 +117,7 @@ export class GatewayTemplates {
           hash.slice(0, 80),
       );
     }
-    const node = this.#node(grant.node);
+    const node = buildNode(this.#parts, grant.node);
     let res: Response;
     try {
       res = await fetch(
@@ -198,11 +174,17 @@ export class GatewayTemplates {
     m = /^\/templates\/([^/]+)\/files\/([^/]+)$/.exec(rest);
     if (m && method === "GET") {
       const build = await this.#own(m[1], team, undefined, headers, signal);
-      const answer = await this.#ask(build, `/templates/${build.templateId}/files/${m[2]}`, {
-        method: "GET",
-        headers,
-        signal,
-      });
+      const answer = await askBuild(
+        this.#parts,
+        this.#nodeApi,
+        build,
+        `/templates/${build.templateId}/files/${m[2]}`,
+        {
+          method: "GET",
+          headers,
+          signal,
+        },
+      );
       if (answer.status !== 200) return relay(answer);
       const { present } = await answer.json() as { present: boolean };
       const url = new URL(c.req.url);
@@ -234,12 +216,18 @@ export class GatewayTemplates {
       }
       build.started = true;
       return relay(
-        await this.#ask(build, `/v2/templates/${build.templateId}/builds/${build.buildId}`, {
-          method: "POST",
-          headers: { ...headers, "content-type": "application/json" },
-          body: JSON.stringify({ ...value, ...build.limits, name: build.name }),
-          signal,
-        }),
+        await askBuild(
+          this.#parts,
+          this.#nodeApi,
+          build,
+          `/v2/templates/${build.templateId}/builds/${build.buildId}`,
+          {
+            method: "POST",
+            headers: { ...headers, "content-type": "application/json" },
+            body: JSON.stringify({ ...value, ...build.limits, name: build.name }),
+            signal,
+          },
+        ),
       );
     }
     m = /^\/templates\/([^/]+)\/builds\/([^/]+)\/status$/.exec(rest);
@@ -248,12 +236,22 @@ export class GatewayTemplates {
       if (!known && TEMPLATE_ID.test(decoded(m[1]))) {
         // Accepted by another gateway, or by this one before it restarted: the node that
         // builds it answers (each checks the team).
-        return await this.#statusAnywhere(c, decoded(m[1]), decoded(m[2]), headers, signal);
+        return await statusAnywhere(
+          this.#parts,
+          this.#nodeApi,
+          c,
+          decoded(m[1]),
+          decoded(m[2]),
+          headers,
+          signal,
+        );
       }
       const build = await this.#own(m[1], team, m[2], headers, signal);
       const search = new URL(c.req.url).search;
       return relay(
-        await this.#ask(
+        await askBuild(
+          this.#parts,
+          this.#nodeApi,
           build,
           `/templates/${build.templateId}/builds/${build.buildId}/status${search}`,
           { method: "GET", headers, signal },
@@ -267,7 +265,9 @@ export class GatewayTemplates {
       return Response.json(await this.#tags.of(found, headers, signal));
     }
     m = /^(?:\/v2)?\/templates\/([^/]+)$/.exec(rest);
-    if (m && method === "PATCH") return await this.#update(c, decoded(m[1]), team, headers);
+    if (m && method === "PATCH") {
+      return await updateTemplate(this.#parts, this.#nodeApi, c, decoded(m[1]), team, headers);
+    }
     if (rest === "/templates/tags" && method === "POST") {
       return await this.#tags.assign(c, headers);
     }
@@ -275,47 +275,6 @@ export class GatewayTemplates {
       return await this.#tags.remove(c, headers);
     }
     return undefined;
-  }
-
-  /**
-   * `PATCH /v2/templates/{id}` (`{public}`): told to the nodes that may hold it
-   * ({@linkcode holdersOf}), as a delete is; the holder answers. A 404 when none holds a
-   * template of the team by that id (none advertised: no node asked).
-   */
-  async #update(
-    c: Context,
-    id: string,
-    team: string,
-    headers: Record<string, string>,
-  ): Promise<Response> {
-    const { text } = await readJsonObject(c.req.raw, {
-      ...this.#parts.jsonBodyCap,
-      empty: "refuse",
-      example: '{"public":true}',
-    });
-    const nodes = await holdersOf(this.#parts, id, team);
-    if (nodes.length === 0) throw notFound(id);
-    const answers = await this.#parts.routing.fanOut(
-      `${this.#nodeApi}/v2/templates/${encodeURIComponent(id)}`,
-      text,
-      c.req.raw.signal,
-      { method: "PATCH", headers: { ...headers, "content-type": "application/json" }, nodes },
-    );
-    const done = answers.find((a) => a.ok);
-    if (done && done.ok) return Response.json(done.json);
-    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
-    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
-    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
-    if (silent.length > 0) {
-      throw new HttpError(
-        503,
-        `No node updated template '${id}', and ${
-          silent.map((a) => `'${a.node.id}'`).join(", ")
-        } did not answer (it may hold it): retry shortly`,
-        { headers: { "retry-after": "2" } },
-      );
-    }
-    throw notFound(id);
   }
 
   /**
@@ -354,7 +313,9 @@ export class GatewayTemplates {
     // URL it was issued for (a failure to tell leaves the URL open there, files nobody uses).
     const first = build.node;
     build.node = pick.node.id;
-    await this.#ask(
+    await askBuild(
+      this.#parts,
+      this.#nodeApi,
       { ...build, node: first },
       `/templates/${build.templateId}/builds/${build.buildId}`,
       {
@@ -369,78 +330,6 @@ export class GatewayTemplates {
         error,
       })
     );
-  }
-
-  /**
-   * A build's status, for a build this gateway did not accept, asked of the nodes that may
-   * hold or build it, then of the rest when none has it ({@linkcode #holdersFirst}): the one
-   * answer that is no 404 stands; a 404 naming the build when every node says so.
-   */
-  async #statusAnywhere(
-    c: Context,
-    templateId: string,
-    buildId: string,
-    headers: Record<string, string>,
-    signal: AbortSignal,
-  ): Promise<Response> {
-    const search = new URL(c.req.url).search;
-    const answers = await this.#holdersFirst(
-      templateId,
-      headers,
-      `${this.#nodeApi}/templates/${templateId}/builds/${encodeURIComponent(buildId)}/status` +
-        search,
-      signal,
-    );
-    const found = answers.find((a) => a.ok);
-    if (found && found.ok) return Response.json(found.json, { status: found.status });
-    const bad = answers.find((a) => !a.ok && /^HTTP 400:/.test(a.cause));
-    if (bad && !bad.ok) throw new HttpError(400, bad.cause.replace(/^HTTP 400: /, ""));
-    const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause));
-    if (silent.length > 0) {
-      throw new HttpError(
-        503,
-        `No node answered for build '${buildId}' of template '${templateId}', and ${
-          silent.map((a) => `'${a.node.id}'`).join(", ")
-        } did not answer (it may build it): retry shortly`,
-        { headers: { "retry-after": "2" } },
-      );
-    }
-    throw new HttpError(
-      404,
-      `Template build '${templateId}/${buildId}' not found on any node: request a build with ` +
-        "POST /v3/templates first",
-    );
-  }
-
-  /**
-   * `GET` of `url` from the nodes that may hold or build template `templateId`
-   * ({@linkcode holdersOf}: advertised, or in shared mode recorded in etcd where its builds were
-   * placed), then, when none answered 2xx, from every other node: a build this gateway did not
-   * accept and no record names (one gateway, restarted mid-build) is found still.
-   */
-  async #holdersFirst(
-    templateId: string,
-    headers: Record<string, string>,
-    url: string,
-    signal: AbortSignal,
-  ): Promise<FanOutAnswer[]> {
-    const holders = await holdersOf(this.#parts, templateId, headers[TEAM_HEADER]);
-    const first = holders.length === 0 ? [] : await this.#parts.routing.fanOut(url, null, signal, {
-      method: "GET",
-      headers,
-      nodes: holders,
-    });
-    if (first.some((a) => a.ok)) return first;
-    const rest = [...this.#parts.fleet.nodes()].filter((n) => !holders.includes(n));
-    if (rest.length === 0) return first;
-    return [
-      ...first,
-      ...await this.#parts.routing.fanOut(url, null, signal, {
-        method: "GET",
-        headers,
-        nodes: rest,
-      }),
-    ];
   }
 
   /**
@@ -482,37 +371,7 @@ export class GatewayTemplates {
       empty: "refuse",
       example: '{"name":"my-template"}',
     });
-    const given = typeof body.name === "string"
-      ? body.name
-      : typeof body.alias === "string"
-      ? body.alias
-      : undefined;
-    if (given === undefined) {
-      throw new HttpError(400, "'name' is required: the template's name, e.g. \"my-template\"");
-    }
-    const [name, tag, extra] = given.split(":", 3);
-    if (!NAME.test(name) || extra !== undefined || (tag !== undefined && !TAG.test(tag))) {
-      throw new HttpError(
-        400,
-        `'name' '${given.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-', ` +
-          "starting with a letter or digit (a ':tag' may follow)",
-      );
-    }
-    const tags = [
-      ...new Set([
-        ...(tag ? [tag] : []),
-        ...(Array.isArray(body.tags) ? body.tags.filter((t) => typeof t === "string") : []),
-      ]),
-    ];
-    const badTag = tags.find((t) => !TAG.test(t));
-    if (badTag !== undefined || (Array.isArray(body.tags) && body.tags.length > 16)) {
-      throw new HttpError(
-        400,
-        badTag !== undefined
-          ? `Tag '${badTag.slice(0, 80)}' must be 1 to 64 letters, digits, '.', '_' or '-'`
-          : "'tags' holds at most 16 tags",
-      );
-    }
+    const { name, tags } = buildName(body);
     // One name is one template: requests for a name run one at a time in its template slot
     // (etcd in shared mode, memory with one gateway), so a build of it still running (not yet
     // listed by the nodes) and a request for it arriving meanwhile, through any gateway, keep
@@ -546,10 +405,14 @@ export class GatewayTemplates {
           b.team === team && b.name === name
         );
         if (found) return found;
-        if (pending && (!pending.started || await this.#unfinished(pending, headers, signal))) {
+        if (
+          pending &&
+          (!pending.started ||
+            await buildUnfinished(this.#parts, this.#nodeApi, pending, headers, signal))
+        ) {
           return { templateID: pending.templateId, node: pending.node };
         }
-        const placed = await this.#placedElsewhere(scoped);
+        const placed = await placedElsewhere(this.#parts, scoped);
         return placed
           ? { templateID: placed.templateId, node: placed.node }
           : { templateID: newTemplateId() };
@@ -564,7 +427,7 @@ export class GatewayTemplates {
         `'${name}' is a template of the fleet (DORMICE_TEMPLATES): choose another name`,
       );
     }
-    const node = this.#place(existing.templateID, existing.node);
+    const node = placeBuild(this.#parts, existing.templateID, existing.node);
     const route: BuildRoute = {
       templateId: existing.templateID,
       buildId: crypto.randomUUID(),
@@ -599,7 +462,9 @@ export class GatewayTemplates {
         },
       );
     }
-    const reserved = await this.#ask(
+    const reserved = await askBuild(
+      this.#parts,
+      this.#nodeApi,
       route,
       `/templates/${route.templateId}/builds/${route.buildId}`,
       {
@@ -631,81 +496,6 @@ export class GatewayTemplates {
       aliases: [name],
       tags: routeTags,
     }, { status: 202 });
-  }
-
-  /**
-   * Whether started build `route`, whose template no node advertises, is still running (its
-   * template then keeps its id for the next build of the name), rather than finished with its
-   * template deleted since (through another gateway: this one forgets a template's builds when
-   * it deletes it), which makes the name's next build a new template. One status read of the
-   * build's node; a node that does not answer leaves it running.
-   */
-  async #unfinished(
-    route: BuildRoute,
-    headers: Record<string, string>,
-    signal: AbortSignal,
-  ): Promise<boolean> {
-    try {
-      const res = await this.#ask(
-        route,
-        `/templates/${route.templateId}/builds/${route.buildId}/status?logsOffset=0`,
-        { method: "GET", headers, signal },
-      );
-      if (res.status === 404) {
-        await res.body?.cancel();
-        return false;
-      }
-      if (!res.ok) {
-        await res.body?.cancel();
-        return true;
-      }
-      return (await res.json() as { status?: unknown }).status !== "ready";
-    } catch {
-      return true;
-    }
-  }
-
-  /**
-   * Shared mode: the id and node another gateway placed the team's newest build of `scoped`
-   * (`<team>/<name>`) under, as etcd records it; undefined when none is recorded or with one
-   * gateway. A 503 when etcd cannot be read: a new id then could make the name two templates.
-   */
-  async #placedElsewhere(
-    scoped: string,
-  ): Promise<{ templateId: string; node: string } | undefined> {
-    if (this.#parts.templateNames === undefined) return undefined;
-    try {
-      return await this.#parts.templateNames.get(scoped);
-    } catch (error) {
-      throw new HttpError(
-        503,
-        `Cannot read etcd's record of template builds for '${
-          scoped.slice(scoped.indexOf("/") + 1)
-        }' (${error instanceof Error ? error.message : error}): retry shortly`,
-        { headers: { "retry-after": "2" } },
-      );
-    }
-  }
-
-  /**
-   * The node that builds, by the fleet's placement (up, a reading, CPU and disk within the
-   * limits): the holder of the team's template by this name when it passes (its cached steps
-   * are there), else any node with `base`.
-   */
-  #place(templateId: string | undefined, holder: string | undefined): FleetNode {
-    if (templateId !== undefined && holder !== undefined) {
-      const held = this.#parts.placer.pick({ snapshot: templateId, snapshotHolders: [holder] });
-      if (held.ok) return held.node;
-    }
-    const pick = this.#parts.placer.pick({ template: "base" });
-    if (!pick.ok) {
-      throw new HttpError(
-        503,
-        `No node can take a template build now: ${pick.message}`,
-        { headers: { "retry-after": String(pick.retryAfterSeconds) } },
-      );
-    }
-    return pick.node;
   }
 
   /** The team's template (built, or a fleet template) by name or id, or undefined. */
@@ -741,7 +531,7 @@ export class GatewayTemplates {
    * The build of `templateId` for `team` (and of `buildId`, when given): as this gateway placed
    * it, else as the node it was placed on keeps it (another gateway accepted it, or this one
    * before a restart; the nodes that may hold it are asked, then the rest, for the caller's
-   * team only: {@linkcode #holdersFirst}); a 404 otherwise.
+   * team only: {@linkcode holdersFirst}); a 404 otherwise.
    */
   async #own(
     templateId: string,
@@ -763,114 +553,13 @@ export class GatewayTemplates {
         "build with POST /v3/templates first",
     );
     if (!TEMPLATE_ID.test(id)) throw notHere;
-    const query = buildId === undefined ? "" : `?buildID=${encodeURIComponent(decoded(buildId))}`;
-    const answers = await this.#holdersFirst(
-      id,
+    const build = buildId === undefined ? undefined : decoded(buildId);
+    const route = await reservedBuild(this.#parts, this.#nodeApi, id, team, build, {
       headers,
-      `${this.#nodeApi}/templates/${id}/reservation${query}`,
       signal,
-    );
-    let best: { node: string; r: Reservation } | undefined;
-    for (const a of answers) {
-      if (!a.ok || a.status !== 200) continue;
-      const r = a.json as Reservation;
-      if (typeof r?.buildID !== "string" || typeof r.name !== "string") continue;
-      // Without a build id: the newest whose steps have not arrived, else the newest.
-      const rank = (x: Reservation) => (x.started ? 0 : 1e15) + x.at;
-      if (!best || rank(r) > rank(best.r)) best = { node: a.node.id, r };
-    }
-    if (!best) {
-      const silent = answers.filter((a) => !a.ok && !/^HTTP (404|501):/.test(a.cause));
-      if (silent.length > 0) {
-        throw new HttpError(
-          503,
-          `Template build '${templateId}' was not found, and ${
-            silent.map((a) => `'${a.node.id}'`).join(", ")
-          } did not answer (it may build it): retry shortly`,
-          { headers: { "retry-after": "2" } },
-        );
-      }
-      throw notHere;
-    }
-    const route: BuildRoute = {
-      templateId: id,
-      buildId: best.r.buildID,
-      node: best.node,
-      team,
-      name: best.r.name,
-      started: best.r.started,
-      limits: {
-        ...(best.r.cpuCount !== undefined ? { cpuCount: best.r.cpuCount } : {}),
-        ...(best.r.memoryMB !== undefined ? { memoryMB: best.r.memoryMB } : {}),
-      },
-      createdAt: best.r.at,
-    };
+    });
+    if (!route) throw notHere;
     this.#remember(route);
     return route;
   }
-
-  #node(id: string): FleetNode {
-    const node = [...this.#parts.fleet.nodes()].find((n) => n.id === id);
-    if (!node || this.#parts.fleet.isDown(node)) {
-      throw new HttpError(
-        503,
-        `Node '${id}', which builds this template, is down: build again once it is back`,
-        { headers: { "retry-after": "5" } },
-      );
-    }
-    return node;
-  }
-
-  async #ask(
-    build: BuildRoute,
-    path: string,
-    init: { method: string; headers: Record<string, string>; body?: string; signal: AbortSignal },
-  ): Promise<Response> {
-    const node = this.#node(build.node);
-    try {
-      return await fetch(`${node.endpoint}${this.#nodeApi}${path}`, {
-        ...init,
-        signal: AbortSignal.any([init.signal, AbortSignal.timeout(30_000)]),
-      });
-    } catch (error) {
-      throw new HttpError(
-        502,
-        `Node '${node.id}', which builds this template, did not answer: ${
-          error instanceof Error ? error.message : error
-        }`,
-      );
-    }
-  }
-}
-
-/** A path part decoded; a 400 when its escapes are malformed. */
-function decoded(part: string): string {
-  try {
-    return decodeURIComponent(part);
-  } catch {
-    throw new HttpError(
-      400,
-      `'${part.slice(0, 80)}' in the path has a malformed %-escape: encode it with ` +
-        "encodeURIComponent",
-    );
-  }
-}
-
-/** A node's answer passed on: status, body and content type. */
-async function relay(res: Response): Promise<Response> {
-  const text = await res.text();
-  const headers = new Headers();
-  for (const name of ["content-type", "retry-after"]) {
-    const v = res.headers.get(name);
-    if (v !== null) headers.set(name, v);
-  }
-  return new Response(res.status === 204 || text === "" ? null : text, {
-    status: res.status,
-    headers,
-  });
-}
-
-function newTemplateId(): string {
-  const bytes = crypto.getRandomValues(new Uint8Array(20));
-  return `snap-${[...bytes].map((b) => ALPHABET[b % 36]).join("")}`;
 }

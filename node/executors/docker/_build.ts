@@ -13,18 +13,16 @@
  * Build containers sit on the node's egress network, as a sandbox with network access does (a
  * package install reaches whatever the node lets sandboxes reach), carry the labels `dormice.instance` and `dormice.build` (never
  * `dormice.sandbox`: they are no sandbox) and are removed after each step.
- * The image a build starts from is found (or pulled) by `_build_base.ts`.
+ * The image a build starts from is found (or pulled) by `_build_base.ts`, E2B's default user is
+ * added to it by `_build_user.ts`, and each step runs in its build container by `_build_steps.ts`.
  *
  * @module
  */
-import { Buffer } from "node:buffer";
 import type { Clock } from "../../../shared/clock.ts";
 import type { Log } from "../../../shared/log.ts";
 import { ExecutorError, type SnapshotInfo } from "../contract.ts";
 import {
   type BuildIo,
-  readLines,
-  shellQuote,
   startScript,
   TemplateBuildError,
   type TemplateBuildSpec,
@@ -36,53 +34,15 @@ import { dropHealedCopy, snapshotImage } from "./_snapshots.ts";
 import type { Engine } from "./engine.ts";
 import { START_LABEL } from "./_containers.ts";
 import { baseImage, imageExists } from "./_build_base.ts";
-
-/** The repository of the per-step cache images; the tag is the step's hash. */
-export const BUILD_CACHE_REPOSITORY = "dormice-build-cache";
-/** How many step cache images a node keeps (the least recently made go first). */
-export const KEPT_CACHE_IMAGES = 200;
-/** How many output lines of a failing step travel with its error. */
-const TAIL_LINES = 20;
-/** E2B's default user, which every template has (its builder adds it where the base lacks it). */
-const DEFAULT_USER = "user";
-/**
- * Adds user `$1` as E2B's builder provisions it: `useradd` (Debian and the like), busybox's
- * `adduser -D` (Alpine), or the passwd and group lines written by hand (an image with neither).
- * uid 1000 when free, home `/home/$1`, bash where the image has it, no password (where the image
- * has `/etc/shadow`), and a
- * `NOPASSWD` line in `/etc/sudoers` where the image has sudo.
- */
-const ADD_DEFAULT_USER = [
-  "set -e",
-  'u="$1"; home="/home/$u"',
-  "shell=/bin/sh; [ -x /bin/bash ] && shell=/bin/bash",
-  'uid=1000; while grep -q "^[^:]*:[^:]*:$uid:" /etc/passwd; do uid=$((uid + 1)); done',
-  'if grep -q "^$u:" /etc/group 2>/dev/null; then group="$u"; else group=""; fi',
-  "if command -v useradd >/dev/null 2>&1; then",
-  '  useradd -m -d "$home" -u "$uid" -s "$shell" ${group:+-g "$group"} "$u"',
-  "elif command -v adduser >/dev/null 2>&1; then",
-  '  adduser -D -h "$home" -u "$uid" -s "$shell" ${group:+-G "$group"} "$u"',
-  "else",
-  '  if [ -z "$group" ]; then',
-  '    gid="$uid"; while grep -q "^[^:]*:[^:]*:$gid:" /etc/group 2>/dev/null; do gid=$((gid + 1)); done',
-  '    echo "$u:x:$gid:" >>/etc/group',
-  '  else gid="$(sed -n "s/^$u:[^:]*:\\([0-9]*\\):.*/\\1/p" /etc/group)"; fi',
-  '  echo "$u:x:$uid:$gid::$home:$shell" >>/etc/passwd',
-  '  [ ! -f /etc/shadow ] || echo "$u::19000:0:99999:7:::" >>/etc/shadow',
-  '  mkdir -p "$home"; [ ! -d /etc/skel ] || cp -a /etc/skel/. "$home"/',
-  '  chown -R "$uid:$gid" "$home"',
-  "fi",
-  'mkdir -p "$home"; chown "$u" "$home"',
-  // No password in /etc/shadow; an image without one keeps the passwd file's 'x' (an empty field
-  // there makes some static libcs find no such user).
-  '[ ! -f /etc/shadow ] || passwd -d "$u" >/dev/null 2>&1 || true',
-  'if [ -f /etc/sudoers ] && ! grep -q "^$u " /etc/sudoers; then',
-  '  echo "$u ALL=(ALL:ALL) NOPASSWD: ALL" >>/etc/sudoers',
-  "fi",
-  'echo "added user $u: $(id "$u" 2>/dev/null || grep "^$u:" /etc/passwd)"',
-].join("\n");
-/** Where a `COPY` step's context is unpacked inside the build container. */
-const CONTEXT_DIR = "/tmp/.dormice-build-context";
+import {
+  BUILD_CACHE_REPOSITORY,
+  BuildSteps,
+  KEPT_CACHE_IMAGES,
+  resolvePath,
+  sha256,
+  type StepState,
+} from "./_build_steps.ts";
+import { DefaultUsers } from "./_build_user.ts";
 
 /** What {@link DockerTemplateBuilder} works with. */
 export interface DockerTemplateBuilderOptions {
@@ -101,23 +61,20 @@ export interface DockerTemplateBuilderOptions {
   networkMode: () => Promise<string>;
 }
 
-/** The state the steps so far left: what the next one runs with. */
-interface StepState {
-  env: Record<string, string>;
-  workdir: string;
-  user: string;
-}
-
 /** Builds templates on the engine (see the module's description). */
 export class DockerTemplateBuilder {
   #o: DockerTemplateBuilderOptions;
   /** The builds running now, whose build containers a sweep leaves alone. */
   #running = new Set<string>();
-  /** Base image ids found to have the default user (at most {@link KEPT_CACHE_IMAGES}). */
-  #hasDefaultUser = new Set<string>();
+  /** Runs the steps in build containers. */
+  #steps: BuildSteps;
+  /** Gives base images E2B's default user. */
+  #users: DefaultUsers;
 
   constructor(options: DockerTemplateBuilderOptions) {
     this.#o = options;
+    this.#steps = new BuildSteps(options);
+    this.#users = new DefaultUsers(options, this.#steps);
   }
 
   /** Runs `spec`'s steps and keeps the result as the snapshot `spec.templateId`. */
@@ -184,7 +141,7 @@ export class DockerTemplateBuilder {
     let hash = await sha256(`base\n${JSON.stringify(spec.team)}\n${inspect.Id ?? base}`);
     // E2B's default user, added where the base lacks it (a team's template has it already).
     if (!spec.fromSnapshot) {
-      const provisioned = await this.#defaultUser(spec, baseId, io);
+      const provisioned = await this.#users.provision(spec, baseId, io);
       if (provisioned !== undefined) {
         image = provisioned;
         hash = await sha256(`${hash}\ndefault user`);
@@ -229,10 +186,10 @@ export class DockerTemplateBuilder {
       }
       rebuilt = true;
       io.log("info", `[${name}] ${describe(step)}`, name);
-      await this.#inContainer(spec, image, state, name, io, async (id) => {
-        if (type === "RUN") await this.#run(id, step, state, name, io);
-        else await this.#copy(id, step, state, name, io);
-        await this.#commit(id, cached.split(":")[1], BUILD_CACHE_REPOSITORY, [
+      await this.#steps.inContainer(spec, image, state, name, io, async (id) => {
+        if (type === "RUN") await this.#steps.run(id, step, state, name, io);
+        else await this.#steps.copy(id, step, state, name, io);
+        await this.#steps.commit(id, cached.split(":")[1], BUILD_CACHE_REPOSITORY, [
           `LABEL dormice.instance=${JSON.stringify(this.#o.instanceId)}`,
           `LABEL dormice.node=${JSON.stringify(this.#o.nodeId)}`,
           `LABEL dormice.build.cache=${JSON.stringify(hash)}`,
@@ -282,8 +239,8 @@ export class DockerTemplateBuilder {
       `WORKDIR ${state.workdir}`,
       `USER ${state.user}`,
     ];
-    await this.#inContainer(spec, image, state, "finalize", io, async (id) => {
-      await this.#commit(
+    await this.#steps.inContainer(spec, image, state, "finalize", io, async (id) => {
+      await this.#steps.commit(
         id,
         spec.templateId,
         snapshotImage(spec.templateId).split(":")[0],
@@ -336,84 +293,14 @@ export class DockerTemplateBuilder {
       workdir: config?.WorkingDir || "/",
       user: config?.User || "root",
     };
-    await this.#inContainer(spec, ref, state, "publish", io, async (id) => {
-      await this.#commit(id, templateId, ref.split(":")[0], [
+    await this.#steps.inContainer(spec, ref, state, "publish", io, async (id) => {
+      await this.#steps.commit(id, templateId, ref.split(":")[0], [
         `LABEL dormice.template.public=${published ? '"true"' : '""'}`,
         `WORKDIR ${state.workdir}`,
         `USER ${state.user}`,
       ]);
     }, false);
     return true;
-  }
-
-  /**
-   * The base step's part of E2B's provisioning: a base image without the user `user` gets it (uid
-   * 1000 where free, home `/home/user`, no password, `NOPASSWD` sudo where the image has sudo),
-   * committed once to a step cache image keyed by the base's id. Its ref, or undefined when the
-   * base has the user (remembered, so the next build of that base starts no container) or
-   * cannot be checked (no shell: the build goes on without it, as before).
-   */
-  async #defaultUser(spec: TemplateBuildSpec, baseId: string, io: BuildIo) {
-    if (this.#hasDefaultUser.has(baseId)) return undefined;
-    const key = (await sha256(`default user\n${baseId}`)).slice(0, 40);
-    const cached = `${BUILD_CACHE_REPOSITORY}:${key}`;
-    const what = `adding the default user '${DEFAULT_USER}'`;
-    if (await imageExists(this.#o.engine, cached)) {
-      io.log("info", `[base] CACHED ${what}`, "base");
-      return cached;
-    }
-    // Run from "/": the engine would make a missing working directory (/home/user) as root.
-    const state: StepState = { env: {}, workdir: "/", user: "root" };
-    let outcome = "unknown" as "has" | "added" | "unknown";
-    await this.#inContainer(spec, baseId, state, "base", io, async (id) => {
-      this.#o.sandboxes.remember(id, "root", "/");
-      const check = await this.#o.commands.run(
-        id,
-        [
-          "/bin/sh",
-          "-c",
-          'id -u "$1" >/dev/null 2>&1 || grep -q "^$1:" /etc/passwd',
-          "sh",
-          DEFAULT_USER,
-        ],
-        "root",
-      ).catch(() => ({ code: -1 }));
-      if (check.code === 0) {
-        outcome = "has";
-        return;
-      }
-      if (check.code !== 1) {
-        io.log(
-          "warn",
-          `[base] could not check for the default user '${DEFAULT_USER}' (no shell?); building without adding it`,
-          "base",
-        );
-        return;
-      }
-      io.log("info", `[base] ${what}: the image has none`, "base");
-      await this.#exec(
-        id,
-        ["/bin/sh", "-c", ADD_DEFAULT_USER, "sh", DEFAULT_USER],
-        "root",
-        state,
-        "base",
-        io,
-      );
-      await this.#commit(id, key, BUILD_CACHE_REPOSITORY, [
-        `LABEL dormice.instance=${JSON.stringify(this.#o.instanceId)}`,
-        `LABEL dormice.node=${JSON.stringify(this.#o.nodeId)}`,
-        `LABEL dormice.build.cache=${JSON.stringify(key)}`,
-      ]);
-      outcome = "added";
-    });
-    if (outcome === "has") {
-      this.#hasDefaultUser.add(baseId);
-      // Bounded: the oldest base forgotten first (its next build checks it once more).
-      if (this.#hasDefaultUser.size > KEPT_CACHE_IMAGES) {
-        this.#hasDefaultUser.delete(this.#hasDefaultUser.values().next().value!);
-      }
-    }
-    return outcome === "added" ? cached : undefined;
   }
 
   /** Label `name` of image `snapshotImage(templateId)`, or `""`. */
@@ -431,211 +318,6 @@ export class DockerTemplateBuilder {
     } catch {
       return "";
     }
-  }
-
-  /** Runs `fn` in a fresh build container of `image`, removed after. */
-  async #inContainer(
-    spec: TemplateBuildSpec,
-    image: string,
-    state: StepState,
-    step: string,
-    io: BuildIo,
-    fn: (id: string) => Promise<void>,
-    start = true,
-  ): Promise<void> {
-    const id = `build-${spec.buildId.slice(0, 8)}-${step}-${crypto.randomUUID().slice(0, 6)}`;
-    const engine = this.#o.engine;
-    try {
-      const networkMode = await this.#o.networkMode();
-      const container = await engine.call(
-        `creating build container ${id}`,
-        (signal) =>
-          engine.client.createContainer({
-            name: engine.containerName(id),
-            Image: image,
-            Entrypoint: ["sleep"],
-            Cmd: ["2147483647"],
-            Env: Object.entries(state.env).map(([k, v]) => `${k}=${v}`),
-            WorkingDir: state.workdir,
-            Labels: { "dormice.instance": this.#o.instanceId, "dormice.build": spec.buildId },
-            HostConfig: {
-              NetworkMode: networkMode,
-              ...(spec.cpus ? { NanoCpus: Math.round(spec.cpus * 1e9) } : {}),
-              ...(spec.memoryMB
-                ? { Memory: spec.memoryMB * 1048576, MemorySwap: spec.memoryMB * 1048576 }
-                : {}),
-              PidsLimit: 4096,
-              RestartPolicy: { Name: "no" },
-              LogConfig: { Type: "none", Config: {} },
-            },
-            abortSignal: signal,
-          }),
-      );
-      if (start) {
-        await engine.call(
-          `starting build container ${id}`,
-          (s) => container.start({ abortSignal: s }),
-        );
-      }
-      const abort = () => engine.container(id).remove({ force: true }).catch(() => {});
-      io.signal.addEventListener("abort", abort, { once: true });
-      try {
-        await fn(id);
-      } finally {
-        io.signal.removeEventListener("abort", abort);
-      }
-    } catch (error) {
-      if (error instanceof TemplateBuildError) throw error;
-      if (io.signal.aborted) throw io.signal.reason;
-      throw new TemplateBuildError(
-        step,
-        `Step ${step} failed on the engine: ${error instanceof Error ? error.message : error}`,
-      );
-    } finally {
-      this.#o.sandboxes.forget(id);
-      await engine.call(
-        `removing build container ${id}`,
-        (signal) => engine.container(id).remove({ force: true, abortSignal: signal }),
-      ).catch(() => {});
-    }
-  }
-
-  /** A `RUN` step: its command through `/bin/sh -c` as its user, output to the log. */
-  async #run(id: string, step: TemplateStep, state: StepState, name: string, io: BuildIo) {
-    const user = step.args[1] || state.user;
-    const cmd = step.args[0] ?? "";
-    if (user !== "root") {
-      // A user the image lacks fails the engine's exec with no word of the user, so ask first;
-      // the error says it in E2B's words (its builder's envd answers so), then what to do.
-      this.#o.sandboxes.remember(id, "root", state.workdir);
-      const known = await this.#o.commands.run(
-        id,
-        ["/bin/sh", "-c", 'id -u "$1" >/dev/null 2>&1', "sh", user],
-        "root",
-      );
-      // 1 is id's "no such user"; anything else (no `id` in the image: 127) leaves it to the run.
-      if (known.code === 1) {
-        throw new TemplateBuildError(
-          name,
-          `failed to run command '${cmd.slice(0, 200)}': command failed: unauthenticated: ` +
-            `invalid username: '${user}': the image has no such user: create it in an ` +
-            `earlier step (runCmd('useradd -m ${user}', { user: 'root' })) or run as one it has`,
-        );
-      }
-    }
-    await this.#exec(id, ["/bin/sh", "-c", cmd], user, state, name, io);
-  }
-
-  /** A `COPY` step: the uploaded context unpacked, then copied to its destination. */
-  async #copy(id: string, step: TemplateStep, state: StepState, name: string, io: BuildIo) {
-    const [src = "", dest = "", owner = "", mode = ""] = step.args;
-    const path = step.filesHash ? io.contextFile(step.filesHash) : undefined;
-    if (!path) {
-      throw new TemplateBuildError(
-        name,
-        `Step ${name} (COPY ${src}) has no uploaded files (hash ${step.filesHash}): build ` +
-          `again, and the SDK uploads them`,
-      );
-    }
-    const dir = `${CONTEXT_DIR}/${step.filesHash}`;
-    await this.#exec(id, ["mkdir", "-p", dir], "root", state, name, io);
-    const bytes = await Deno.readFile(path);
-    await this.#o.engine.call(
-      `unpacking the files of step ${name}`,
-      (signal) =>
-        this.#o.engine.container(id).putArchive(
-          Buffer.from(bytes.buffer, bytes.byteOffset, bytes.length),
-          { path: dir, abortSignal: signal },
-        ),
-      this.#o.commitTimeoutMs,
-    );
-    const script = [
-      "set -e",
-      `cd ${shellQuote(dir)}`,
-      `dest=${shellQuote(resolvePath(state.workdir, dest))}`,
-      `set -- ${
-        src.split(/\s+/).map((s) => s.replace(/[^A-Za-z0-9_.*?\[\]\/-]/g, "\\$&")).join(" ")
-      }`,
-      'many=$#; targets=""',
-      "for f; do",
-      // A symlink is copied as the link it is, whether or not its target is in the files.
-      '  [ -e "$f" ] || [ -L "$f" ] || { echo "COPY: $f is not in the uploaded files" >&2; exit 1; }',
-      '  if [ -d "$f" ]; then mkdir -p "$dest"; cp -a "$f"/. "$dest"/; t="$dest"',
-      '  else case "$dest" in */) mkdir -p "$dest"; cp -a "$f" "$dest"; t="$dest$(basename "$f")";;',
-      '    *) if [ "$many" -gt 1 ] || [ -d "$dest" ]; then mkdir -p "$dest"; cp -a "$f" "$dest/";',
-      '         t="$dest/$(basename "$f")"; else mkdir -p "$(dirname "$dest")"; cp -a "$f" "$dest";',
-      '         t="$dest"; fi;; esac; fi',
-      '  targets="$targets $t"',
-      "done",
-      `owner=${shellQuote(owner || state.user)}`,
-      'chown -hR "$owner" $targets 2>/dev/null || chown -hR "$owner:" $targets',
-      // The mode is the files': a directory keeps its own, or a 0644 would lock it; a symlink
-      // has none (chmod would change its target, or fail on a dangling one).
-      ...(mode
-        ? [
-          `for t in $targets; do if [ -L "$t" ]; then :; elif [ -d "$t" ]; then find "$t" -type f -exec chmod ${
-            shellQuote(mode)
-          } {} \\; ; else chmod ${shellQuote(mode)} "$t"; fi; done`,
-        ]
-        : []),
-      `rm -rf ${shellQuote(dir)}`,
-      'echo "copied to$targets"',
-    ].join("\n");
-    await this.#exec(id, ["/bin/sh", "-c", script], "root", state, name, io);
-  }
-
-  /** Runs `cmd` as `user` in the build container, each output line logged; non-zero fails. */
-  async #exec(
-    id: string,
-    cmd: string[],
-    user: string,
-    state: StepState,
-    name: string,
-    io: BuildIo,
-  ): Promise<void> {
-    this.#o.sandboxes.remember(id, user, state.workdir);
-    const handle = await this.#o.commands.exec(id, { cmd, user, cwd: state.workdir });
-    const abort = () => handle.kill("SIGKILL").catch(() => {});
-    io.signal.addEventListener("abort", abort, { once: true });
-    const tail: string[] = [];
-    const pump = async (stream: ReadableStream<Uint8Array>, level: "info" | "warn") => {
-      await readLines(stream, (line) => {
-        io.log(level, line, name);
-        tail.push(line);
-        if (tail.length > TAIL_LINES) tail.shift();
-      });
-    };
-    try {
-      const [, , exit] = await Promise.all([
-        pump(handle.stdout, "info"),
-        pump(handle.stderr, "warn"),
-        handle.exited,
-      ]);
-      if (exit.exitCode !== 0) {
-        const what = cmd[0] === "/bin/sh" && cmd.length === 3 ? cmd[2] : cmd.join(" ");
-        throw new TemplateBuildError(
-          name,
-          `Step ${name} failed: '${what.slice(0, 200)}' exited with code ${exit.exitCode}` +
-            (tail.length > 0 ? `; its last output:\n${tail.join("\n")}` : ""),
-          tail,
-        );
-      }
-    } finally {
-      io.signal.removeEventListener("abort", abort);
-    }
-  }
-
-  /** Commits build container `id` to `repo:tag` with Dockerfile `changes`. */
-  async #commit(id: string, tag: string, repo: string, changes: string[]): Promise<void> {
-    await this.#o.engine.call(
-      `committing build container ${id} to ${repo}:${tag}`,
-      (signal) => {
-        const container = this.#o.engine.container(id);
-        if (!container.commit) throw new TypeError("The engine client cannot commit containers");
-        return container.commit({ repo, tag, pause: false, changes, abortSignal: signal });
-      },
-      this.#o.commitTimeoutMs,
-    );
   }
 
   /**
@@ -671,17 +353,6 @@ function describe(step: TemplateStep): string {
   const type = step.type.toUpperCase();
   if (type === "RUN") return `RUN ${step.args[0]}${step.args[1] ? ` (as ${step.args[1]})` : ""}`;
   return `${type} ${step.args.filter((a) => a !== "").join(" ")}`;
-}
-
-/** `path` against `cwd`, as `cd` would take it. */
-function resolvePath(cwd: string, path: string): string {
-  if (path.startsWith("/")) return path;
-  return `${cwd.replace(/\/$/, "")}/${path}`;
-}
-
-async function sha256(text: string): Promise<string> {
-  const digest = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text));
-  return [...new Uint8Array(digest)].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /**

@@ -49,7 +49,7 @@ import { EgressFirewall } from "./_egress.ts";
 import type { EgressRules } from "../../../shared/egress_rules.ts";
 import { EgressProxy } from "./_egress_proxy.ts";
 import { SandboxSetup } from "./_sandbox_setup.ts";
-import { parseTemplates } from "./templates.ts";
+import { defaultTemplates } from "./templates.ts";
 import { Snapshots } from "./_snapshots.ts";
 import { DockerTemplateBuilder } from "./_build.ts";
 import type { BuildIo, TemplateBuildSpec } from "../template_build.ts";
@@ -150,12 +150,7 @@ export class DockerExecutor implements Executor {
       );
     }
     this.instanceId = instanceId;
-    let map = templates;
-    if (!map) {
-      const parsed = parseTemplates(undefined);
-      if (typeof parsed === "string") throw new TypeError(parsed);
-      map = parsed;
-    }
+    const map = templates ?? defaultTemplates();
     this.#engine = new Engine({ client: docker, socketPath, nodeId, callTimeoutMs });
     this.#log = log;
     // The same iptables the host firewall needs; with it off the node enforces no rules.

@@ -94,6 +94,13 @@ export function parseTemplates(value: string | undefined): Map<string, string> |
   return map;
 }
 
+/** The template map of {@linkcode DEFAULT_TEMPLATES}, as an executor given none serves. */
+export function defaultTemplates(): Map<string, string> {
+  const parsed = parseTemplates(undefined);
+  if (typeof parsed === "string") throw new TypeError(parsed);
+  return parsed;
+}
+
 /**
  * The refusal of a create naming a template the node does not have: `invalid` (a 400), with the
  * one sentence both executors answer.
