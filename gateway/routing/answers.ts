@@ -26,6 +26,27 @@ export function clientGone(): HttpError {
 }
 
 /**
+ * A fleet-wide call's answer for a node that stopped checking in: not asked, since the fleet
+ * reads it as down (asking would only spend the call's bound on it).
+ *
+ * @example
+ * ```ts ignore
+ * if (fleet.isSilent(node, now)) return notAskedSilent(node, now);
+ * ```
+ */
+export function notAskedSilent(
+  node: FleetNode,
+  now: number,
+): { node: FleetNode; ok: false; cause: string } {
+  const seconds = Math.round((now - node.lastCheckIn) / 1000);
+  return {
+    node,
+    ok: false,
+    cause: `not asked: no check-in for ${seconds} s, so the fleet reads it as down`,
+  };
+}
+
+/**
  * The 503 for a node that stopped checking in and holds the sandbox, with Retry-After one of its
  * intervals (by then it has checked in again, or it is still gone).
  *

@@ -24,6 +24,7 @@ import { LocalSlots, type SlotHold, type Slots } from "./slots.ts";
 import { NodeProbes } from "./node_probes.ts";
 import {
   clientGone,
+  notAskedSilent,
   ownedBy,
   settle,
   silentNodeError,
@@ -470,14 +471,7 @@ export class GatewayRouting {
     const first = this.#fanOutWidth.firstAnswers();
     const headers = { ...(init.headers ?? this.nodeHeaders), [HOP_HEADER]: this.hop };
     const askNode = async (node: FleetNode, worker: number): Promise<FanOutAnswer> => {
-      if (this.#fleet.isSilent(node, now)) {
-        const seconds = Math.round((now - node.lastCheckIn) / 1000);
-        return {
-          node,
-          ok: false,
-          cause: `not asked: no check-in for ${seconds} s, so the fleet reads it as down`,
-        };
-      }
+      if (this.#fleet.isSilent(node, now)) return notAskedSilent(node, now);
       try {
         const res = await this.#fetch(node.endpoint + path, {
           method: init.method ?? "POST",
