@@ -73,14 +73,19 @@ images_smoke() {
 
 # An older build of this repository that nothing else tags is a build no one will ask for again
 # (its fingerprint is of a script that changed): removed, or the engine keeps ~250 MB per edit.
-# A container still running it keeps it (rmi refuses without -f).
+# A container that still uses it, running or stopped, keeps it (rmi refuses without -f).
 images_evict() {
   local tag id
   docker image ls "$images_repo" --format '{{.Tag}} {{.ID}}' | while read -r tag id; do
     case "$tag" in build-*) ;; *) continue ;; esac
     [ "$tag" != "build-$images_fingerprint" ] || continue
     [ "$(docker image ls "$images_repo" --format '{{.ID}}' | grep -cx "$id")" = 1 ] || continue
-    docker rmi "$images_repo:$tag" >/dev/null 2>&1 && say "removed the older build $images_repo:$tag"
+    # Refused (a container, even a stopped one, still uses it): kept, and the build goes on.
+    if docker rmi "$images_repo:$tag" >/dev/null 2>&1; then
+      say "removed the older build $images_repo:$tag"
+    else
+      say "kept the older build $images_repo:$tag: a container still uses it"
+    fi
   done
   return 0
 }
