@@ -394,7 +394,7 @@ export function createE2bApi(
       const headers = nodeAuthFor(caller);
       const id = await templates.idOf(decodeSegment(template[1]), headers, signal);
       templates.forget(id);
-      const deleted = await deleteSnapshot(parts, nodeApi, id, headers, signal, team);
+      const deleted = await deleteSnapshot(parts, nodeApi, id, headers, signal);
       // Shared mode: a rebuild of the deleted name makes a new template, as with one gateway.
       await parts.templateNames?.forget(team, id).catch((error) =>
         parts.log("warn", "a deleted template's build record stays in etcd until it lapses", {

@@ -64,7 +64,7 @@ export { UNREACHABLE_COUNT_HEADER, UNREACHABLE_HEADER } from "./merge.ts";
  *   revisited for the rows it missed: the header says which page lacked it.
  *   `GET /sandboxes/metrics?sandbox_ids=` (at most 100 ids) asks every node and merges their
  *   `sandboxes` maps the same way. Snapshots (`snapshots.ts`): `GET /snapshots` is every
- *   node's rows merged and paged, `DELETE /templates/{snapshot id}` is told to the nodes advertising it, a
+ *   node's rows merged and paged, `DELETE /templates/{snapshot id}` is told to every node, a
  *   create from a snapshot is placed on a node that advertises it, and taking one or forking is
  *   streamed to the sandbox's node. The routes the fleet does not build yet (network updates,
  *   template deletion: `shared/e2b_unbuilt.ts`) are a 501 answered here.

@@ -1,7 +1,7 @@
 /**
  * The gateway's E2B snapshot routes, beside the control plane (`control.ts`): the list is
  * the union of every node's (each filtered to the caller's team on its node), merged and paged
- * here; a delete is told to the nodes advertising the snapshot; and a create whose `templateID` is a snapshot (its id,
+ * here; a delete is told to every node; and a create whose `templateID` is a snapshot (its id,
  * or its name within the caller's team) is placed only on a node that advertises it. Creating a
  * snapshot and forking are about one sandbox and are streamed to its node by id, as any such
  * route is. No state is kept here: the nodes hold the snapshots and advertise their ids.
@@ -221,11 +221,10 @@ export async function listSnapshots(
 }
 
 /**
- * `DELETE /templates/:id` of a snapshot (a built template is one): told to the nodes that may
- * hold it ({@linkcode holdersOf}: those advertising it, or whose advertisement is cut at its
- * cap, and in shared mode those etcd records as having just taken or built it; a node pushes
- * its check-in before a take or build answers). A 204 when one deleted it; a 404 when every
- * node asked answered it has none, or none holds it (no node asked); a 503 naming the nodes
+ * `DELETE /templates/:id` of a snapshot (a built template is one): told to every node, best
+ * effort. Its holders advertise it, but a copy pulled from the registry or healed a moment ago
+ * may not be advertised yet, and a delete must leave no copy a later create could start from.
+ * A 204 when one deleted it; a 404 when every node answered it has none; a 503 naming the nodes
  * that did not answer when no node deleted it, since one of them may hold it.
  */
 export async function deleteSnapshot(
@@ -234,15 +233,13 @@ export async function deleteSnapshot(
   id: string,
   headers: Record<string, string>,
   signal: AbortSignal,
-  team: string | undefined,
 ): Promise<Response> {
   if (!SNAPSHOT_ID.test(id)) throw new HttpError(501, TEMPLATE_DELETE_NOT_BUILT);
-  const nodes = await holdersOf(parts, id, team);
-  const answers = nodes.length === 0 ? [] : await parts.routing.fanOut(
+  const answers = await parts.routing.fanOut(
     `${nodeApi}/templates/${encodeURIComponent(id)}`,
     null,
     signal,
-    { method: "DELETE", headers, nodes },
+    { method: "DELETE", headers },
   );
   const deleted = answers.some((a) => a.ok);
   const silent = answers.filter((a) => !a.ok && !/^HTTP 404:/.test(a.cause))
