@@ -195,8 +195,14 @@ Deno.test("a port route answers E2B's 502 shapes: unknown sandbox, nothing liste
     const { sandboxID: id } = await create(f);
     const closed = await f.gateway.fetch(new Request(`http://8001-${id}.${domain}/`));
     assert.equal(closed.status, 502);
-    const body = await closed.json() as { message: string; sandboxId: string; code: number };
-    assert.match(body.message, /port 8001/);
+    const body = await closed.json() as {
+      message: string;
+      sandboxId: string;
+      code: number;
+      port: number;
+    };
+    assert.equal(body.message, "The sandbox is running but port is not open");
+    assert.equal(body.port, 8001);
     assert.equal(body.sandboxId, id);
     assert.equal(body.code, 502);
     // A malformed port label is a 400 naming it, never the native API nor another port.
