@@ -137,7 +137,12 @@ Deno.test("node process: every verb round-trips over HTTP and SIGTERM stops it c
     assert.deepEqual((await call("destroySandbox", { name: "agent-1" })).body, { destroyed: true });
     assert.deepEqual((await call("lookupSandbox", { name: "agent-1" })).body, { found: false });
     const health = await fetch(`${url}/healthz`);
-    assert.deepEqual(Object.keys(await health.json()).sort(), ["build", "nodeId", "ok"]);
+    assert.deepEqual(Object.keys(await health.json()).sort(), [
+      "build",
+      "nodeId",
+      "ok",
+      "volumeCaps",
+    ]);
   } finally {
     const status = await node.stop();
     assert.equal(status.code, 0, node.process.stderr());
