@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { Sandbox, Volume } from "e2b";
 import { startGateway } from "./_gateway.ts";
 import { freePort } from "./_processes.ts";
-import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
+import { dockerGate, removeContainersOf, startDockerNode, unmountBelow, until } from "./_docker.ts";
 
 const gate = await dockerGate("docker volume under a relative data dir");
 
@@ -73,6 +73,14 @@ Deno.test({
     await node?.stop();
     await gw.stop();
     await removeContainersOf([nodeId]);
+    // The volume is a loop-mounted image under the data dir: unmounted before it is removed,
+    // or the mount (and its loop device) outlives the test.
+    await unmountBelow(dataDir);
     await Deno.remove(dataDir, { recursive: true }).catch(() => {});
+    const left = await new Deno.Command("findmnt", { args: ["-rn", "-o", "TARGET"] }).output();
+    assert.ok(
+      !new TextDecoder().decode(left.stdout).includes(`/${dataDir}/`),
+      "a volume mount outlived the test",
+    );
   }
 });
