@@ -169,24 +169,7 @@ export class EgressFirewall {
       await this.#unsteer(comment, chain);
       return;
     }
-    const accept = [
-      "-i",
-      bridge,
-      "-p",
-      "tcp",
-      "--dport",
-      String(port),
-      "-m",
-      "conntrack",
-      "--ctstate",
-      "DNAT",
-      "-m",
-      "comment",
-      "--comment",
-      "dormice:egress-proxy",
-      "-j",
-      "ACCEPT",
-    ];
+    const accept = proxyAccept(bridge, port, PROXY_COMMENT);
     // Ahead of the host firewall's DROP for the bridge.
     if (!(await this.#has("INPUT", accept))) {
       await this.#must(["-I", "INPUT", "1", ...accept]);
@@ -197,17 +180,17 @@ export class EgressFirewall {
         const i = words.indexOf("-i");
         const p = words.indexOf("--dport");
         if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge || p < 0) continue;
-        if (words.includes("dormice:egress-proxy-port")) {
+        if (words.includes(PORT_COMMENT)) {
           // A listener of a node process since restarted: this one's are added below.
           await this.#must(["-D", ...words.slice(1)]);
           continue;
         }
-        if (!words.includes("dormice:egress-proxy") || words[p + 1] === String(port)) continue;
+        if (!words.includes(PROXY_COMMENT) || words[p + 1] === String(port)) continue;
         await this.#must(["-D", ...words.slice(1)]);
       }
     }
     for (const listener of extra.values()) {
-      const own = portAccept(bridge, listener);
+      const own = proxyAccept(bridge, listener, PORT_COMMENT);
       if (!(await this.#has("INPUT", own))) await this.#must(["-I", "INPUT", "1", ...own]);
     }
     const made = await this.#iptables(["-t", "nat", "-N", chain]);
@@ -257,7 +240,7 @@ export class EgressFirewall {
    */
   async unlisten(closed: readonly { iface: string; listener: number }[]): Promise<void> {
     for (const { iface, listener } of closed) {
-      const own = portAccept(iface, listener);
+      const own = proxyAccept(iface, listener, PORT_COMMENT);
       while (await this.#has("INPUT", own)) await this.#must(["-D", "INPUT", ...own]);
     }
   }
@@ -359,7 +342,7 @@ export class EgressFirewall {
       const i = words.indexOf("-i");
       if (words[0] !== "-A" || i < 0 || words[i + 1] !== bridge) continue;
       // The proxy's own for 80 and 443, and those of its listeners for transform keys' ports.
-      if (!words.some((w) => w === "dormice:egress-proxy" || w === "dormice:egress-proxy-port")) {
+      if (!words.some((w) => w === PROXY_COMMENT || w === PORT_COMMENT)) {
         continue;
       }
       await this.#must(["-D", ...words.slice(1)]);
@@ -431,8 +414,16 @@ export class EgressFirewall {
   }
 }
 
-/** The INPUT rule letting redirected connections on `bridge` in to the proxy's `listener`. */
-function portAccept(bridge: string, listener: number): string[] {
+/** The comment on the INPUT rule of the proxy's own listener (ports 80 and 443). */
+const PROXY_COMMENT = "dormice:egress-proxy";
+/** The comment on the INPUT rule of a transform key's port listener. */
+const PORT_COMMENT = "dormice:egress-proxy-port";
+
+/**
+ * The INPUT rule letting connections redirected on `bridge` in to the proxy's `listener`,
+ * marked with `comment` (the proxy's own listener's, or a port listener's).
+ */
+function proxyAccept(bridge: string, listener: number, comment: string): string[] {
   return [
     "-i",
     bridge,
@@ -447,7 +438,7 @@ function portAccept(bridge: string, listener: number): string[] {
     "-m",
     "comment",
     "--comment",
-    "dormice:egress-proxy-port",
+    comment,
     "-j",
     "ACCEPT",
   ];
