@@ -8,7 +8,7 @@
  */
 import assert from "node:assert/strict";
 import { freePort } from "./_processes.ts";
-import { until } from "./_docker.ts";
+import { dockerGate, until } from "./_docker.ts";
 import type { GatewayProcess } from "./_gateway.ts";
 
 /** A second Docker engine beside the default one, sharing no images with it. */
@@ -151,4 +151,43 @@ export async function freshCheckIn(
       n.id === nodeId && n.lastCheckInAgeMs < Date.now() - since - 1_100 && test(n)
     );
   }, 30_000);
+}
+
+/**
+ * Why an exam with a second engine cannot run here, or null when it can: Docker answers (the
+ * gate of `name`), the process is root (a second dockerd needs it) and each of `bins` is
+ * installed.
+ */
+export async function secondEngineReadiness(
+  name: string,
+  bins: readonly string[] = ["dockerd"],
+): Promise<string | null> {
+  const gate = await dockerGate(name);
+  if (gate.skip) return "no Docker engine (printed above)";
+  if (gate.failure) return gate.failure;
+  if (Deno.uid() !== 0) return "a second dockerd needs root";
+  for (const bin of bins) {
+    const found = await new Deno.Command("bash", { args: ["-c", `command -v ${bin}`] }).output();
+    if (!found.success) {
+      return `${bin} is not installed (apt-get install ${
+        bin === "docker-registry" ? "docker-registry" : "docker.io"
+      })`;
+    }
+  }
+  return null;
+}
+
+/** Removes every image labelled with one of `nodeIds`' snapshots on `socket`'s engine. */
+export async function removeSnapshotImages(socket: string, nodeIds: string[]): Promise<void> {
+  for (const id of nodeIds) {
+    await new Deno.Command("bash", {
+      args: [
+        "-c",
+        `docker -H unix://${socket} images -q --filter label=dormice.node=${id} | sort -u | ` +
+        `xargs -r docker -H unix://${socket} rmi -f`,
+      ],
+      stdout: "null",
+      stderr: "null",
+    }).output();
+  }
 }

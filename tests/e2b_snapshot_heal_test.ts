@@ -13,11 +13,13 @@ import assert from "node:assert/strict";
 import { Sandbox } from "e2b";
 import { type NodeProcess, startNode } from "./_processes.ts";
 import { type GatewayProcess, startGateway } from "./_gateway.ts";
-import { dockerGate, removeContainersOf, startDockerNode, until } from "./_docker.ts";
+import { removeContainersOf, startDockerNode, until } from "./_docker.ts";
 import {
   freshCheckIn,
   nodeOf,
   type NodeRow,
+  removeSnapshotImages,
+  secondEngineReadiness,
   startRegistry,
   startSecondEngine,
 } from "./_heal_fleet.ts";
@@ -155,41 +157,13 @@ Deno.test({
   }
 });
 
-/** Why the Docker heal exam cannot run here, or null when it can. */
-async function dockerHealReadiness(): Promise<string | null> {
-  const gate = await dockerGate("docker heal exam");
-  if (gate.skip) return "no Docker engine (printed above)";
-  if (gate.failure) return gate.failure;
-  if (Deno.uid() !== 0) return "a second dockerd needs root";
-  for (const bin of ["dockerd", "docker", "docker-registry"]) {
-    const found = await new Deno.Command("bash", { args: ["-c", `command -v ${bin}`] }).output();
-    if (!found.success) {
-      return `${bin} is not installed (apt-get install ${
-        bin === "docker-registry" ? "docker-registry" : "docker.io"
-      })`;
-    }
-  }
-  return null;
-}
-
-const dockerWhy = await dockerHealReadiness();
+const dockerWhy = await secondEngineReadiness("docker heal exam", [
+  "dockerd",
+  "docker",
+  "docker-registry",
+]);
 if (dockerWhy !== null && Deno.env.get("CI") !== "true") {
   console.log(`docker heal exam skipped: ${dockerWhy}`);
-}
-
-/** Removes every image labelled with one of `nodeIds`' snapshots on `socket`'s engine. */
-async function removeSnapshotImages(socket: string, nodeIds: string[]): Promise<void> {
-  for (const id of nodeIds) {
-    await new Deno.Command("bash", {
-      args: [
-        "-c",
-        `docker -H unix://${socket} images -q --filter label=dormice.node=${id} | sort -u | ` +
-        `xargs -r docker -H unix://${socket} rmi -f`,
-      ],
-      stdout: "null",
-      stderr: "null",
-    }).output();
-  }
 }
 
 Deno.test({

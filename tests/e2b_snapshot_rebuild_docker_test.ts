@@ -8,37 +8,20 @@
 import assert from "node:assert/strict";
 import { Sandbox } from "e2b";
 import { startGateway } from "./_gateway.ts";
-import { dockerGate, removeContainersOf, startDockerNode } from "./_docker.ts";
-import { freshCheckIn, nodeOf, startSecondEngine } from "./_heal_fleet.ts";
+import { removeContainersOf, startDockerNode } from "./_docker.ts";
+import {
+  freshCheckIn,
+  nodeOf,
+  removeSnapshotImages,
+  secondEngineReadiness,
+  startSecondEngine,
+} from "./_heal_fleet.ts";
 import type { NodeProcess } from "./_processes.ts";
 import { DEFAULT_DOCKER_SOCKET } from "../node/executors/docker/mod.ts";
 
-async function readiness(): Promise<string | null> {
-  const gate = await dockerGate("docker snapshot rebuild");
-  if (gate.skip) return "no Docker engine (printed above)";
-  if (gate.failure) return gate.failure;
-  if (Deno.uid() !== 0) return "a second dockerd needs root";
-  const found = await new Deno.Command("bash", { args: ["-c", "command -v dockerd"] }).output();
-  return found.success ? null : "dockerd is not installed (apt-get install docker.io)";
-}
-
-const why = await readiness();
+const why = await secondEngineReadiness("docker snapshot rebuild");
 if (why !== null && Deno.env.get("CI") !== "true") {
   console.log(`docker snapshot rebuild skipped: ${why}`);
-}
-
-async function removeImagesOf(socket: string, nodeIds: string[]): Promise<void> {
-  for (const id of nodeIds) {
-    await new Deno.Command("bash", {
-      args: [
-        "-c",
-        `docker -H unix://${socket} images -q --filter label=dormice.node=${id} | sort -u | ` +
-        `xargs -r docker -H unix://${socket} rmi -f`,
-      ],
-      stdout: "null",
-      stderr: "null",
-    }).output();
-  }
 }
 
 Deno.test({
@@ -135,7 +118,7 @@ Deno.test({
     await Promise.all(nodes.map((n) => n.stop()));
     await gw.stop();
     await removeContainersOf(ids).catch(() => {});
-    await removeImagesOf(DEFAULT_DOCKER_SOCKET, ids);
+    await removeSnapshotImages(DEFAULT_DOCKER_SOCKET, ids);
     await engine.stop();
   }
 });
